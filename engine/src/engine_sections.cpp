@@ -1,0 +1,130 @@
+// The engine's own recipe sections, and the engine-owned keys of the plugin sections, as
+// static schema tables (the same loom_param_spec plugins use, so one validator and one
+// documentation generator serve both).
+#include <limits>
+
+#include "loom/cpp/plugin.hpp"
+#include "recipe.hpp"
+
+namespace loom::engine {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr loom_param_type kBool = LOOM_PARAM_BOOL, kInt = LOOM_PARAM_INT, kFloat = LOOM_PARAM_FLOAT,
+                          kString = LOOM_PARAM_STRING;
+using loom::param;
+
+constexpr loom_param_spec kTrain[] = {
+    param("seed", kInt, "1234", "seed of every random stream (initialisation, data order, dropout)",
+          0, kInf),
+    param("iters", kInt, "100", "optimizer steps to train for", 0, kInf),
+    param("micro_batch_size", kInt, "4", "samples per micro-batch on each rank", 1, kInf),
+    param("global_batch_size", kInt, "0",
+          "samples per optimizer step over all ranks; 0 = micro_batch_size x data-parallel size", 0,
+          kInf),
+    param("seq_len", kInt, "64", "tokens per training sample", 1, kInf),
+    param("log_interval", kInt, "10", "steps between log lines", 1, kInf),
+    param("eval_interval", kInt, "0", "steps between evaluations on the valid split; 0 = never", 0,
+          kInf),
+    param("eval_iters", kInt, "10", "micro-batches per evaluation", 0, kInf),
+    param("metrics", kString, "", "path of the JSON-lines metrics file; \"\" = none"),
+    param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+};
+
+constexpr loom_param_spec kCheckpoint[] = {
+    param("save", kString, "", "directory to save checkpoints in; \"\" = never save"),
+    param("load", kString, "", "checkpoint directory to resume from; \"\" = start fresh"),
+    param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
+          0, kInf),
+};
+
+constexpr loom_param_spec kPrecision[] = {
+    param("dtype", kString, "fp32", "compute dtype of activations (parameters stay fp32)", 1, 0,
+          "fp32|bf16|fp16"),
+};
+
+constexpr loom_param_spec kLr[] = {
+    param("schedule", kString, "cosine", "learning-rate schedule after warmup", 1, 0,
+          "constant|linear|cosine|wsd"),
+    param("max", kFloat, "3e-4", "peak learning rate, reached at the end of warmup", 0, kInf),
+    param("min", kFloat, "0", "learning rate at the end of decay", 0, kInf),
+    param("warmup_iters", kInt, "0", "steps of linear warmup from 0 to max", 0, kInf),
+    param("decay_iters", kInt, "0", "step at which decay reaches min; 0 = train.iters", 0, kInf),
+    param("wsd_decay_fraction", kFloat, "0.1",
+          "wsd: the last fraction of decay_iters decays linearly to min (stable at max before)", 0,
+          1),
+};
+
+constexpr loom_param_spec kParallel[] = {
+    param("tensor", kInt, "1", "tensor-parallel degree", 1, kInf),
+    param("pipeline", kInt, "1", "pipeline-parallel degree (stages)", 1, kInf),
+    param("context", kInt, "1", "context-parallel degree (sequence split for attention)", 1, kInf),
+    param("expert", kInt, "1", "expert-parallel degree (MoE)", 1, kInf),
+    param("virtual_stages", kInt, "1", "model chunks per pipeline rank (interleaved-1f1b)", 1,
+          kInf),
+    param("sequence_parallel", kBool, "false",
+          "shard norm and dropout activations over the tensor-parallel group"),
+    param("data", kString, "ddp",
+          "parallel plugin for the data-parallel gradients: ddp, distributed-optimizer, ..."),
+    param("schedule", kString, "1f1b", "pipeline schedule", 1, 0, "1f1b|interleaved-1f1b|gpipe"),
+};
+
+template <size_t N>
+EngineSection section(const char* name, const loom_param_spec (&params)[N], const char* doc) {
+  return EngineSection{name, params, N, doc};
+}
+
+// `plugin` of each plugin section: the default plugin is the default value.
+constexpr loom_param_spec kBackend[] = {
+    param("plugin", kString, "cpu", "backend plugin: the device and its kernels (cpu, cuda, ...)")};
+constexpr loom_param_spec kComm[] = {param(
+    "plugin", kString, "single", "comm plugin: collectives between ranks (single, mpi, nccl)")};
+constexpr loom_param_spec kModel[] = {
+    param("plugin", kString, "gpt", "model plugin: the network (gpt, ...)")};
+constexpr loom_param_spec kAttention[] = {
+    param("plugin", kString, "reference", "attention plugin: the attention core for the backend")};
+constexpr loom_param_spec kOptimizer[] = {
+    param("plugin", kString, "adamw", "optimizer plugin: the update rule (adamw, sgd, ...)")};
+constexpr loom_param_spec kTokenizer[] = {
+    param("plugin", kString, "byte", "tokenizer plugin: text <-> token ids (byte, gpt2-bpe, ...)")};
+constexpr loom_param_spec kData[] = {
+    param("plugin", kString, "mock", "dataset plugin: the storage format of the documents"),
+    param("split", kString, "98,2,0",
+          "train,valid,test weights: documents are split in these proportions"),
+};
+
+template <size_t N>
+PluginSection plugin_section(const char* name, loom_plugin_kind kind,
+                             const loom_param_spec (&extra)[N], const char* doc) {
+  return PluginSection{name, kind, extra[0].default_value, extra, N, doc};
+}
+
+}  // namespace
+
+const std::vector<EngineSection>& engine_sections() {
+  static const std::vector<EngineSection> sections = {
+      section("train", kTrain, "the training loop: steps, batch sizes, logging, evaluation"),
+      section("checkpoint", kCheckpoint, "saving and resuming"),
+      section("precision", kPrecision, "mixed precision"),
+      section("lr", kLr, "the learning-rate schedule"),
+      section("parallel", kParallel,
+              "parallel layout; also takes the keys of the parallel plugin named by `data`"),
+  };
+  return sections;
+}
+
+const std::vector<PluginSection>& plugin_sections() {
+  static const std::vector<PluginSection> sections = {
+      plugin_section("backend", LOOM_KIND_BACKEND, kBackend, "the device"),
+      plugin_section("comm", LOOM_KIND_COMM, kComm, "communication between ranks"),
+      plugin_section("model", LOOM_KIND_MODEL, kModel, "the network"),
+      plugin_section("attention", LOOM_KIND_ATTENTION, kAttention, "the attention core"),
+      plugin_section("optimizer", LOOM_KIND_OPTIMIZER, kOptimizer, "the update rule"),
+      plugin_section("tokenizer", LOOM_KIND_TOKENIZER, kTokenizer, "text <-> token ids"),
+      plugin_section("data", LOOM_KIND_DATASET, kData, "the training documents"),
+  };
+  return sections;
+}
+
+}  // namespace loom::engine

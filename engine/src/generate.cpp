@@ -1,0 +1,105 @@
+// Text generation: rebuilds the run from the checkpoint's own recipe, loads the weights and
+// samples with the model's KV cache.
+#include "generate.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "checkpoint.hpp"
+#include "errors.hpp"
+#include "host.hpp"
+#include "recipe.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::engine {
+
+// Picks the next token from `logits` (modified in place).
+int32_t sample_token(std::vector<float>& logits, const GenerateOptions& o, std::mt19937_64& rng) {
+  const size_t v = logits.size();
+  if (o.temperature <= 0) return (int32_t)(std::max_element(logits.begin(), logits.end()) -
+                                           logits.begin());
+  std::vector<int32_t> idx(v);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  size_t keep = v;
+  if (o.top_k > 0) keep = std::min(keep, (size_t)o.top_k);
+  const double mx = logits[idx[0]];
+  std::vector<double> p(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[idx[i]] - mx) / o.temperature);
+  if (o.top_p < 1.0) {  // smallest prefix whose probability reaches top_p
+    double acc = 0;
+    size_t n = 0;
+    while (n < keep && acc < o.top_p * total) acc += p[n++];
+    keep = std::max<size_t>(n, 1);
+    total = acc;
+  }
+  std::uniform_real_distribution<double> u(0.0, total);
+  double r = u(rng), acc = 0;
+  for (size_t i = 0; i < keep; ++i)
+    if ((acc += p[i]) >= r) return idx[i];
+  return idx[keep - 1];
+}
+
+void generate(const GenerateOptions& opts, Registry& registry) {
+  fs::path dir = resolve_checkpoint(opts.checkpoint);
+  if (dir.empty()) throw UsageError("no checkpoint in " + opts.checkpoint.string());
+  Checkpoint ck = load_checkpoint(dir);
+  Recipe recipe = Recipe::load(dir / "recipe.toml", opts.overrides);
+  recipe.validate(registry);
+  Session session(recipe, registry);
+  loom_tokenizer_ref tok = session.tokenizer();
+  loom_backend_ref be = session.backend();
+  const int64_t vocab = tok.api->vocab_size(tok.self);
+
+  const int32_t* ids = nullptr;
+  size_t n = 0;
+  check(tok.api->encode(tok.self, opts.prompt.data(), opts.prompt.size(), &ids, &n),
+        "encoding the prompt");
+  std::vector<int32_t> prompt(ids, ids + n);
+  if (prompt.empty()) {
+    int64_t eod = tok.api->eod_id(tok.self);
+    if (eod < 0) throw UsageError("the prompt is empty and the tokenizer has no EOD token");
+    prompt.push_back((int32_t)eod);  // start a fresh document
+  }
+  const int64_t max_len = (int64_t)prompt.size() + opts.max_new_tokens;
+  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1, vocab,
+                               recipe.get_int("train", "seq_len"), 1, loom_f32()};
+  auto [mapi, model] = session.model(margs);
+  for (size_t i = 0; i < mapi->num_params(model); ++i) {
+    loom_model_param p{};
+    p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
+    check(mapi->get_param(model, i, &p), "listing parameters");
+    auto it = ck.model.find(p.name);
+    if (it == ck.model.end()) throw RunError(dir.string() + ": no tensor " + p.name);
+    check(be.api->from_host(be.self, p.value, it->second.data.data(), it->second.data.size()),
+          "loading " + std::string(p.name));
+  }
+  check(mapi->kv_reset(model, 1, max_len), "allocating the KV cache");
+  std::vector<float> logits((size_t)vocab);
+  std::mt19937_64 rng(opts.seed);
+  std::fwrite(opts.prompt.data(), 1, opts.prompt.size(), stdout);
+  std::fflush(stdout);
+  check(mapi->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
+  const int64_t eod = tok.api->eod_id(tok.self);
+  for (int64_t i = 0; i < opts.max_new_tokens; ++i) {
+    int32_t next = sample_token(logits, opts, rng);
+    if (next == eod) break;
+    const char* text = nullptr;
+    size_t len = 0;
+    check(tok.api->decode(tok.self, &next, 1, &text, &len), "decoding");
+    std::fwrite(text, 1, len, stdout);
+    std::fflush(stdout);
+    if (i + 1 < opts.max_new_tokens)
+      check(mapi->decode(model, &next, 1, logits.data()), "decode");
+  }
+  std::fputc('\n', stdout);
+}
+
+}  // namespace loom::engine

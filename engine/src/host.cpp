@@ -1,0 +1,213 @@
+// The host services table and the run's plugin instances.
+//
+// Every plugin instance gets its own loom_host whose ctx knows the instance's kind/name, so
+// log lines say who spoke. Instances are created on first use, dependencies first (a model
+// asking for the backend creates it), and destroyed in reverse order of creation.
+#include "host.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+
+#include "errors.hpp"
+#include "recipe.hpp"
+#include "registry.hpp"
+
+struct loom_host_context {
+  loom::engine::Session* session;
+  std::string who;  // "model/gpt"
+};
+
+namespace loom::engine {
+namespace {
+
+// noexcept: running out of memory while reporting an error ends the process.
+loom_error* error_new(loom_status code, const char* message) noexcept {
+  return new loom_error{code, message ? message : ""};
+}
+loom_status error_code(const loom_error* e) noexcept { return e ? e->code : LOOM_OK; }
+const char* error_message(const loom_error* e) noexcept { return e ? e->message.c_str() : ""; }
+void error_free(loom_error* e) noexcept { delete e; }
+
+void log(loom_host_context* ctx, loom_log_level level, const char* message) noexcept {
+  const char* who = ctx ? ctx->who.c_str() : "plugin";
+  switch (level) {
+    case LOOM_LOG_DEBUG: spdlog::debug("{}: {}", who, message); break;
+    case LOOM_LOG_INFO: spdlog::info("{}: {}", who, message); break;
+    case LOOM_LOG_WARN: spdlog::warn("{}: {}", who, message); break;
+    default: spdlog::error("{}: {}", who, message); break;
+  }
+}
+
+// splitmix64: a well-mixed 64-bit hash step.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t stream_seed(uint64_t seed, const std::string& stream) {
+  uint64_t h = mix(seed);
+  for (unsigned char c : stream) h = mix(h ^ c);
+  return h;
+}
+
+struct Session::Impl {
+  Recipe& recipe;
+  Registry& registry;
+  std::deque<loom_host_context> contexts;  // stable addresses
+  std::deque<loom_host> hosts;
+  std::vector<std::function<void()>> destroyers;  // in creation order
+  std::pair<const loom_backend_api*, loom_backend*> backend{nullptr, nullptr};
+  std::pair<const loom_attention_api*, loom_attention*> attention{nullptr, nullptr};
+  std::pair<const loom_tokenizer_api*, loom_tokenizer*> tokenizer{nullptr, nullptr};
+  std::pair<const loom_comm_api*, loom_comm*> comm{nullptr, nullptr};
+  std::pair<const loom_dataset_api*, loom_dataset*> dataset{nullptr, nullptr};
+  std::pair<const loom_model_api*, loom_model*> model{nullptr, nullptr};
+  std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
+  std::pair<const loom_parallel_api*, loom_parallel*> parallel{nullptr, nullptr};
+
+  Impl(Recipe& r, Registry& g) : recipe(r), registry(g) {}
+};
+
+namespace {
+
+// Wraps a host callback that creates an instance on demand: errors become loom_errors.
+template <class Fn>
+loom_error* host_call(Fn&& fn) noexcept {
+  try {
+    fn();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return error_new(LOOM_ERR_INVALID_ARGUMENT, e.what());
+  }
+}
+
+}  // namespace
+
+Session::Session(Recipe& recipe, Registry& registry)
+    : impl_(std::make_unique<Impl>(recipe, registry)) {}
+
+Session::~Session() {
+  for (auto it = impl_->destroyers.rbegin(); it != impl_->destroyers.rend(); ++it) (*it)();
+}
+
+const loom_host* Session::host_for(const std::string& who) {
+  impl_->contexts.push_back(loom_host_context{this, who});
+  loom_host h{};
+  h.struct_size = LOOM_HOST_SIZE_V1;
+  h.abi_major = LOOM_ABI_MAJOR;
+  h.abi_minor = LOOM_ABI_MINOR;
+  h.ctx = &impl_->contexts.back();
+  h.error_new = error_new;
+  h.error_code = error_code;
+  h.error_message = error_message;
+  h.error_free = error_free;
+  h.log = log;
+  h.config_get_bool = config_get_bool;
+  h.config_get_int = config_get_int;
+  h.config_get_float = config_get_float;
+  h.config_get_string = config_get_string;
+  h.get_backend = [](loom_host_context* c, loom_backend_ref* out) {
+    return host_call([&] { *out = c->session->backend(); });
+  };
+  h.get_attention = [](loom_host_context* c, loom_attention_ref* out) {
+    return host_call([&] { *out = c->session->attention(); });
+  };
+  h.get_tokenizer = [](loom_host_context* c, loom_tokenizer_ref* out) {
+    return host_call([&] { *out = c->session->tokenizer(); });
+  };
+  h.get_comm = [](loom_host_context* c, loom_comm_ref* out) {
+    return host_call([&] { *out = c->session->comm(); });
+  };
+  h.rng_seed = [](loom_host_context* c, const char* stream) noexcept -> uint64_t {
+    return stream_seed((uint64_t)c->session->impl_->recipe.get_int("train", "seed"), stream);
+  };
+  impl_->hosts.push_back(h);
+  return &impl_->hosts.back();
+}
+
+// Creates (once) the instance of the plugin the recipe selects for `section`, after
+// checking its kind's table is at least the size ABI 1.0 requires. `extra` are the
+// kind-specific create arguments between the config and the out-pointer.
+template <class Api, class Self, class... Extra>
+static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl& impl,
+                                                std::pair<const Api*, Self*>& slot,
+                                                loom_plugin_kind kind, const std::string& section,
+                                                size_t min_size, Extra... extra) {
+  if (slot.second) return slot;
+  std::string name = impl.recipe.plugin(section);
+  const PluginInfo& info = impl.registry.get(kind, name);
+  auto* api = static_cast<const Api*>(info.desc->api);
+  std::string who = kind_name(kind) + "/" + name;
+  if (!api || api->struct_size < min_size)
+    throw UsageError("plugin " + who + " (" + info.path.string() +
+                     ") has a function table smaller than ABI 1.0 requires");
+  Self* self = nullptr;
+  check(api->create(session.host_for(who), &impl.recipe.section(section), extra..., &self),
+        "creating " + who);
+  slot = {api, self};
+  impl.destroyers.push_back([api, self] { api->destroy(self); });
+  return slot;
+}
+
+loom_backend_ref Session::backend() {
+  auto& s = create_once(*this, *impl_, impl_->backend, LOOM_KIND_BACKEND, "backend",
+                        LOOM_BACKEND_API_SIZE_V1);
+  return {s.first, s.second};
+}
+loom_attention_ref Session::attention() {
+  auto& s = create_once(*this, *impl_, impl_->attention, LOOM_KIND_ATTENTION, "attention",
+                        LOOM_ATTENTION_API_SIZE_V1);
+  return {s.first, s.second};
+}
+loom_tokenizer_ref Session::tokenizer() {
+  auto& s = create_once(*this, *impl_, impl_->tokenizer, LOOM_KIND_TOKENIZER, "tokenizer",
+                        LOOM_TOKENIZER_API_SIZE_V1);
+  return {s.first, s.second};
+}
+loom_comm_ref Session::comm() {
+  auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm",
+                        LOOM_COMM_API_SIZE_V1);
+  return {s.first, s.second};
+}
+std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {
+  return create_once(*this, *impl_, impl_->dataset, LOOM_KIND_DATASET, "data",
+                     LOOM_DATASET_API_SIZE_V1);
+}
+std::pair<const loom_model_api*, loom_model*> Session::model(const loom_model_create_args& args) {
+  return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model",
+                     LOOM_MODEL_API_SIZE_V1, &args);
+}
+std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
+    const loom_opt_param* params, size_t n) {
+  return create_once(*this, *impl_, impl_->optimizer, LOOM_KIND_OPTIMIZER, "optimizer",
+                     LOOM_OPTIMIZER_API_SIZE_V1, params, n);
+}
+
+std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* const* grads,
+                                                                     size_t n) {
+  if (!impl_->parallel.second) {
+    std::string name = impl_->recipe.get_string("parallel", "data");
+    const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
+    auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
+    std::string who = "parallel/" + name;
+    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V1)
+      throw UsageError("plugin " + who + " has a function table smaller than ABI 1.0 requires");
+    // [parallel] is the engine's section; it names the data-parallel plugin with `data`
+    // and also carries that plugin's own keys, validated against its schema.
+    loom_parallel* self = nullptr;
+    check(api->create(host_for(who), &impl_->recipe.section("parallel"), grads, n, &self),
+          "creating " + who);
+    impl_->parallel = {api, self};
+    impl_->destroyers.push_back([api, self] { api->destroy(self); });
+  }
+  return impl_->parallel;
+}
+
+}  // namespace loom::engine

@@ -1,0 +1,42 @@
+// The host services table handed to every plugin instance, and the run's active plugins.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/loom.h"
+
+namespace loom::engine {
+
+class Recipe;
+class Registry;
+
+// A 64-bit seed for a named stream of the run, derived from train.seed.
+uint64_t stream_seed(uint64_t seed, const std::string& stream);
+
+// Owns the plugin instances of one run, in dependency order (backend, comm, attention,
+// tokenizer, dataset, model, optimizer), and the loom_host table each one received.
+class Session {
+ public:
+  Session(Recipe& recipe, Registry& registry);
+  ~Session();  // destroys instances in reverse order
+  const loom_host* host_for(const std::string& section);
+  loom_backend_ref backend();
+  loom_attention_ref attention();
+  loom_tokenizer_ref tokenizer();
+  loom_comm_ref comm();
+  // Created on first use.
+  std::pair<const loom_dataset_api*, loom_dataset*> dataset();
+  std::pair<const loom_model_api*, loom_model*> model(const loom_model_create_args& args);
+  std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer(const loom_opt_param* params,
+                                                                  size_t n);
+  // The data-parallel strategy named by parallel.data, over the model's gradients.
+  std::pair<const loom_parallel_api*, loom_parallel*> parallel(DLTensor* const* grads, size_t n);
+
+  struct Impl;  // defined in host.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::engine

@@ -1,0 +1,364 @@
+// The `loom` command line: run, validate, plugins, generate, pack, install, version.
+//
+// Exit codes: 0 success; 2 a usage, recipe or plugin-selection error (one line on stderr:
+// "loom: error: <reason>"); 1 a failure while running.
+#include <spdlog/spdlog.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "errors.hpp"
+#include "generate.hpp"
+#include "log.hpp"
+#include "package.hpp"
+#include "recipe.hpp"
+#include "recipe_docs.hpp"
+#include "registry.hpp"
+#include "train.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using namespace loom::engine;
+
+namespace {
+
+const char* const kUsage =
+    "usage: loom <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run RECIPE [--set section.key=value]...   train as the recipe says\n"
+    "  validate RECIPE [--set ...] [--print]     check a recipe without running it\n"
+    "  plugins [--load]                          list plugins and refused libraries\n"
+    "  plugins describe KIND/NAME                a plugin's description and recipe keys\n"
+    "  generate --checkpoint DIR --prompt TEXT   sample text from a checkpoint\n"
+    "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
+    "  install PKG.tar.gz [--dir DIR]            install a plugin package\n"
+    "  version                                   Loom and plugin ABI versions\n"
+    "\n"
+    "`loom <command> --help` describes a command. Plugins are searched in LOOM_PLUGIN_PATH,\n"
+    "the build tree, ~/.local/lib/loom/plugins and the install prefix; LOOM_LOG_LEVEL sets\n"
+    "the log level (info).\n";
+
+struct Command {
+  std::string name, synopsis;
+  po::options_description options;  // shown by --help
+  po::options_description hidden;   // the positional arguments, named in the synopsis
+  po::positional_options_description positional;
+  po::variables_map vm;
+  Command(std::string n, std::string syn)
+      : name(std::move(n)), synopsis(std::move(syn)), options("options"), hidden("arguments") {
+    options.add_options()("help,h", "show this help");
+  }
+  // Parses `args`; returns false when --help was printed.
+  bool parse(const std::vector<std::string>& args) {
+    try {
+      po::options_description all;
+      all.add(options).add(hidden);
+      po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      throw UsageError("loom " + name + ": " + std::string(e.what()) + " (see loom " + name +
+                       " --help)");
+    }
+    if (vm.count("help")) {
+      std::cout << "usage: loom " << name << " " << synopsis << "\n\n" << options << "\n";
+      return false;
+    }
+    return true;
+  }
+  template <class T>
+  T required(const std::string& key, const std::string& what) const {
+    if (!vm.count(key))
+      throw UsageError("loom " + name + ": missing " + what + " (see loom " + name + " --help)");
+    return vm[key].as<T>();
+  }
+  std::vector<std::string> list(const std::string& key) const {
+    return vm.count(key) ? vm[key].as<std::vector<std::string>>() : std::vector<std::string>{};
+  }
+};
+
+void add_set_option(Command& c) {
+  c.options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
+                          "override a recipe key: section.key=value (repeatable)");
+}
+
+Recipe load_and_validate(const Command& c, Registry& registry) {
+  fs::path path = c.required<std::string>("recipe", "RECIPE");
+  Recipe recipe = Recipe::load(path, c.list("set"));
+  registry.discover(true);
+  recipe.validate(registry);
+  return recipe;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  Command c("run", "RECIPE [--set section.key=value]...");
+  c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
+  add_set_option(c);
+  c.positional.add("recipe", 1);
+  if (!c.parse(args)) return 0;
+  Registry registry;
+  Recipe recipe = load_and_validate(c, registry);
+  run_training(recipe, registry);
+  return 0;
+}
+
+int cmd_validate(const std::vector<std::string>& args) {
+  Command c("validate", "RECIPE [--set section.key=value]... [--print]");
+  c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
+  c.options.add_options()("print",
+                          "print the resolved recipe (every key, defaults filled) as TOML");
+  add_set_option(c);
+  c.positional.add("recipe", 1);
+  if (!c.parse(args)) return 0;
+  Registry registry;
+  Recipe recipe = load_and_validate(c, registry);
+  if (c.vm.count("print")) {
+    std::cout << recipe.to_toml();
+    return 0;
+  }
+  std::string plugins;
+  for (const PluginSection& s : plugin_sections()) {
+    plugins += " " + kind_name(s.kind) + "/" + recipe.plugin(s.name);
+    if (s.kind == LOOM_KIND_ATTENTION) plugins += " parallel/" + recipe.plugin("parallel");
+  }
+  size_t n = recipe.num_sections_set();
+  std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")
+            << ", plugins:" << plugins << "\n";
+  return 0;
+}
+
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i)
+      line += i + 1 == row.size() ? row[i] : pad(row[i], width[i]) + "  ";
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  }
+}
+
+std::pair<loom_plugin_kind, std::string> parse_kind_name(const std::string& text) {
+  size_t slash = text.find('/');
+  if (slash == std::string::npos)
+    throw UsageError("expected KIND/NAME such as model/gpt, got '" + text + "'");
+  std::string kind = text.substr(0, slash), name = text.substr(slash + 1);
+  if (kind == "data") kind = "dataset";
+  auto k = kind_from_name(kind);
+  if (!k) {
+    std::vector<std::string> kinds;
+    for (int i = 1; i <= 8; ++i) kinds.push_back(kind_name(static_cast<loom_plugin_kind>(i)));
+    std::string guess = nearest(kind, kinds);
+    throw UsageError("unknown plugin kind '" + kind + "'" +
+                     (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+  }
+  return {*k, name};
+}
+
+int describe(Registry& registry, const std::string& what) {
+  auto [kind, name] = parse_kind_name(what);
+  registry.discover(false);
+  const PluginInfo& p = registry.get(kind, name);
+  const std::string& section = section_of_kind()[kind];
+  std::cout << kind_name(kind) << "/" << p.name << " " << p.version;
+  if (!p.description.empty()) std::cout << ": " << p.description;
+  std::cout << "\n  vendor " << (p.vendor.empty() ? "?" : p.vendor) << ", license "
+            << (p.license.empty() ? "?" : p.license) << ", ABI " << p.abi_major << "."
+            << p.abi_minor << "\n  " << p.path.string() << "\n\n";
+  std::cout << "selected with [" << section << "] "
+            << (kind == LOOM_KIND_PARALLEL ? "data" : "plugin") << " = \"" << p.name << "\"";
+  if (p.desc->num_params == 0) {
+    std::cout << "; it takes no keys\n";
+    return 0;
+  }
+  std::cout << "; its keys:\n\n";
+  std::vector<std::vector<std::string>> rows = {{"KEY", "TYPE", "DEFAULT", "RANGE", "DOC"}};
+  for (size_t i = 0; i < p.desc->num_params; ++i) {
+    const loom_param_spec& s = p.desc->params[i];
+    Value v;
+    std::string def = s.default_value == nullptr    ? "(required)"
+                      : parse_default(s, v).empty() ? toml_literal(v)
+                                                    : s.default_value;
+    rows.push_back({s.name, type_name(s.type), def, describe_range(s), s.doc ? s.doc : ""});
+  }
+  print_table(rows);
+  return 0;
+}
+
+int cmd_plugins(const std::vector<std::string>& args) {
+  Command c("plugins", "[--load] | describe KIND/NAME");
+  c.options.add_options()("load",
+                          "load every library (also packages) to check it, not only list it");
+  c.hidden.add_options()("words", po::value<std::vector<std::string>>(), "describe KIND/NAME");
+  c.positional.add("words", -1);
+  if (!c.parse(args)) return 0;
+  std::vector<std::string> words = c.list("words");
+  Registry registry;
+  if (!words.empty()) {
+    if (words[0] != "describe" || words.size() != 2)
+      throw UsageError("loom plugins: expected `loom plugins describe KIND/NAME`");
+    return describe(registry, words[1]);
+  }
+  registry.discover(c.vm.count("load") > 0);
+  std::vector<std::vector<std::string>> rows = {
+      {"KIND", "NAME", "VERSION", "ABI", "VENDOR", "PATH"}};
+  for (const PluginInfo& p : registry.plugins())
+    rows.push_back({kind_name(p.kind), p.name, p.version,
+                    std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor), p.vendor,
+                    p.path.string()});
+  if (rows.size() > 1) {
+    print_table(rows);
+  } else {
+    std::cout << "no plugins found\n";
+  }
+  if (!registry.refused().empty()) {
+    std::cout << "\nrefused:\n";
+    for (const Refusal& r : registry.refused())
+      std::cout << "  " << r.path.string() << ": " << r.reason << "\n";
+  }
+  std::string dirs;
+  for (const fs::path& d : registry.search_paths()) dirs += (dirs.empty() ? "" : ":") + d.string();
+  std::cout << "\nsearched: " << dirs << "\n";
+  return 0;
+}
+
+int cmd_generate(const std::vector<std::string>& args) {
+  Command c("generate", "--checkpoint DIR --prompt TEXT [options]");
+  GenerateOptions o;
+  c.options.add_options()("checkpoint", po::value<std::string>(),
+                          "checkpoint directory (or its parent, with `latest`)")(
+      "prompt", po::value<std::string>(), "text to continue")(
+      "max-new-tokens", po::value<int64_t>(&o.max_new_tokens)->default_value(o.max_new_tokens),
+      "tokens to generate")("temperature",
+                            po::value<double>(&o.temperature)->default_value(o.temperature),
+                            "sampling temperature; 0 = greedy")(
+      "top-k", po::value<int64_t>(&o.top_k)->default_value(o.top_k),
+      "keep the k likeliest; 0 = off")("top-p", po::value<double>(&o.top_p)->default_value(o.top_p),
+                                       "keep the smallest set with this probability mass; 1 = off")(
+      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "sampling seed");
+  add_set_option(c);
+  if (!c.parse(args)) return 0;
+  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
+  o.prompt = c.required<std::string>("prompt", "--prompt TEXT");
+  o.overrides = c.list("set");
+  if (o.max_new_tokens < 0) throw UsageError("loom generate: --max-new-tokens must be >= 0");
+  if (!(o.temperature >= 0)) throw UsageError("loom generate: --temperature must be >= 0");
+  if (o.top_k < 0) throw UsageError("loom generate: --top-k must be >= 0");
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("loom generate: --top-p must be in (0, 1]");
+  Registry registry;
+  registry.discover(true);
+  generate(o, registry);
+  return 0;
+}
+
+int cmd_pack(const std::vector<std::string>& args) {
+  Command c("pack", "DIR [-o OUT.tar.gz]");
+  c.hidden.add_options()("dir", po::value<std::string>(),
+                         "folder with one plugin .so and its LICENSE");
+  c.options.add_options()("output,o", po::value<std::string>(),
+                          "archive to write (default <kind>-<name>-<version>.tar.gz)");
+  c.positional.add("dir", 1);
+  if (!c.parse(args)) return 0;
+  fs::path dir = c.required<std::string>("dir", "DIR");
+  fs::path out = c.vm.count("output") ? fs::path(c.vm["output"].as<std::string>()) : fs::path();
+  fs::path written = pack_plugin(dir, out);
+  std::cout << "packed " << written.string() << "\n";
+  return 0;
+}
+
+int cmd_install(const std::vector<std::string>& args) {
+  Command c("install", "PKG.tar.gz [--dir DIR]");
+  c.hidden.add_options()("package", po::value<std::string>(), "package made by `loom pack`");
+  c.options.add_options()(
+      "dir", po::value<std::string>(),
+      "plugin folder (default: first LOOM_PLUGIN_PATH entry, else ~/.local/lib/loom/plugins)");
+  c.positional.add("package", 1);
+  if (!c.parse(args)) return 0;
+  fs::path pkg = c.required<std::string>("package", "PKG.tar.gz");
+  fs::path dir = c.vm.count("dir") ? fs::path(c.vm["dir"].as<std::string>()) : fs::path();
+  InstallResult r = install_package(pkg, dir);
+  for (const std::string& old : r.replaced) std::cout << "replaced " << old << "\n";
+  std::cout << "installed " << r.kind << "/" << r.name << " " << r.version << " into "
+            << r.folder.string() << "\n";
+  return 0;
+}
+
+int cmd_version(const std::vector<std::string>& args) {
+  Command c("version", "");
+  if (!c.parse(args)) return 0;
+  std::cout << "loom " << engine_version() << " (plugin ABI " << LOOM_ABI_MAJOR << "."
+            << LOOM_ABI_MINOR << ")\n";
+  return 0;
+}
+
+// Hidden: `loom docs recipes` prints docs/recipes.md.
+int cmd_docs(const std::vector<std::string>& args) {
+  Command c("docs", "recipes");
+  c.hidden.add_options()("what", po::value<std::string>(), "recipes");
+  c.positional.add("what", 1);
+  if (!c.parse(args)) return 0;
+  if (c.required<std::string>("what", "what to document (recipes)") != "recipes")
+    throw UsageError("loom docs: only `loom docs recipes` exists");
+  Registry registry;
+  registry.discover(false);
+  std::cout << recipes_markdown(registry);
+  return 0;
+}
+
+int dispatch(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string& cmd = argv[0];
+  std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (cmd == "--version") return cmd_version({});
+  if (cmd == "run") return cmd_run(rest);
+  if (cmd == "validate") return cmd_validate(rest);
+  if (cmd == "plugins") return cmd_plugins(rest);
+  if (cmd == "generate") return cmd_generate(rest);
+  if (cmd == "pack") return cmd_pack(rest);
+  if (cmd == "install") return cmd_install(rest);
+  if (cmd == "version") return cmd_version(rest);
+  if (cmd == "docs") return cmd_docs(rest);
+  std::string guess =
+      nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install", "version"});
+  throw UsageError("unknown command '" + cmd + "'" +
+                   (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  loom::engine::log::setup();
+  try {
+    return dispatch(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
+    return 2;
+  } catch (const RunError& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,68 @@
+// Plugin discovery and loading (Boost.DLL). A library that cannot be used is refused with a
+// one-line reason and never crashes the host.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/plugin.h"
+
+namespace loom::engine {
+
+const char* engine_version();  // Loom's own version, "0.1.0"
+
+std::string kind_name(loom_plugin_kind kind);  // "backend", ...
+std::optional<loom_plugin_kind> kind_from_name(const std::string& name);
+// Indexed by the kind's enum value (index 0 is ""): the recipe section that selects and
+// configures a plugin of that kind ("data" for LOOM_KIND_DATASET).
+const std::vector<std::string>& section_of_kind();
+
+struct PluginInfo {
+  std::filesystem::path path;  // the .so
+  loom_plugin_kind kind{};
+  std::string name, version, vendor, license, description;
+  uint32_t abi_major = 0, abi_minor = 0;
+  bool from_manifest = false;                    // described by a package manifest, not loaded yet
+  const loom_plugin_descriptor* desc = nullptr;  // set once loaded
+};
+
+struct Refusal {
+  std::filesystem::path path;
+  std::string kind, name;  // from the manifest or file name, when known
+  std::string reason;      // one line
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  // Search order: LOOM_PLUGIN_PATH (':'-separated), the build tree (LOOM_BUILD_PLUGIN_DIR
+  // and ../plugins beside the running executable), the user folder
+  // ~/.local/lib/loom/plugins (where `loom install` puts packages by default), the install
+  // prefix. LOOM_PLUGIN_PATH_ONLY=1 searches LOOM_PLUGIN_PATH alone (hermetic tests).
+  // `load` = false lists packages from their manifests without running their code (their
+  // sha256 is still verified); plain .so files are always loaded to be described.
+  // Libraries stay loaded for the Registry's lifetime; calling discover again rescans.
+  void discover(bool load = true);
+  void add_path(const std::filesystem::path& dir);  // searched after the others
+  const std::vector<PluginInfo>& plugins() const;
+  const std::vector<Refusal>& refused() const;
+  // The loaded plugin or a UsageError naming the kind/name, the nearest valid name, and
+  // the refusal reason when a library of that kind/name was refused.
+  const PluginInfo& get(loom_plugin_kind kind, const std::string& name);
+  const std::vector<std::filesystem::path>& search_paths() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Loads `so` just long enough to read and check its descriptor (no duplicate check) and
+// copies it into `out` (out.desc stays null: the library is unloaded on return). Returns
+// "" or the one-line reason the registry would refuse it. Used by `loom pack`.
+std::string probe_plugin(const std::filesystem::path& so, PluginInfo& out);
+
+}  // namespace loom::engine

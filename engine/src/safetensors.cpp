@@ -1,0 +1,131 @@
+#include "safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+
+namespace loom::engine {
+
+size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "F64" || dtype == "I64") return 8;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
+}
+
+static void fsync_path(const std::filesystem::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", t.dtype},
+                    {"shape", t.shape},
+                    {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0) text.push_back(' ');  // data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw RunError("cannot write " + path.string());
+  uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(text.data(), (std::streamsize)text.size());
+  for (const auto& [name, t] : tensors)
+    out.write(reinterpret_cast<const char*>(t.data.data()), (std::streamsize)t.data.size());
+  out.close();
+  if (!out) throw RunError("writing " + path.string() + " failed (disk full?)");
+  fsync_path(path);
+}
+
+StFile read_safetensors(const std::filesystem::path& path,
+                        std::map<std::string, std::string>* metadata) {
+  auto fail = [&](const std::string& why) -> RunError {
+    return RunError(path.string() + ": " + why);
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw fail("cannot open");
+  in.seekg(0, std::ios::end);
+  uint64_t file_size = (uint64_t)in.tellg();
+  in.seekg(0);
+  if (file_size < 8) throw fail("truncated: " + std::to_string(file_size) + " bytes, no header");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= (uint64_t)len[i] << (8 * i);
+  if (n > file_size - 8) throw fail("truncated: header of " + std::to_string(n) + " bytes");
+  std::string text(n, '\0');
+  in.read(text.data(), (std::streamsize)n);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw fail(std::string("corrupt header: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("corrupt header: not a JSON object");
+  uint64_t data_size = file_size - 8 - n;
+  StFile out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      if (metadata)
+        for (auto& [k, mv] : v.items()) (*metadata)[k] = mv.get<std::string>();
+      continue;
+    }
+    try {
+      StTensor t;
+      t.dtype = v.at("dtype").get<std::string>();
+      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      size_t es = dtype_size(t.dtype);
+      if (es == 0) throw fail("tensor " + name + ": unsupported dtype " + t.dtype);
+      if (off.size() != 2 || off[0] > off[1] || off[1] > data_size)
+        throw fail("truncated or corrupt: tensor " + name + " lies outside the file's " +
+                   std::to_string(data_size) + " data bytes");
+      uint64_t numel = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0) throw fail("tensor " + name + ": negative dimension");
+        numel *= (uint64_t)d;
+      }
+      if (numel * es != off[1] - off[0])
+        throw fail("tensor " + name + ": " + std::to_string(off[1] - off[0]) +
+                   " bytes for shape of " + std::to_string(numel) + " elements");
+      t.data.resize(off[1] - off[0]);
+      in.seekg((std::streamoff)(8 + n + off[0]));
+      in.read(reinterpret_cast<char*>(t.data.data()), (std::streamsize)t.data.size());
+      if (!in) throw fail("truncated while reading tensor " + name);
+      ranges.push_back({off[0], off[1]});
+      out.emplace(name, std::move(t));
+    } catch (const nlohmann::json::exception& e) {
+      throw fail("corrupt header entry for " + name + ": " + e.what());
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t end = 0;
+  for (auto& [b, e] : ranges) {
+    if (b < end) throw fail("corrupt: overlapping tensor data");
+    end = e;
+  }
+  if (end != data_size)
+    throw fail("size mismatch: tensors cover " + std::to_string(end) + " of " +
+               std::to_string(data_size) + " data bytes");
+  return out;
+}
+
+}  // namespace loom::engine

@@ -1,0 +1,32 @@
+// Safetensors files: an 8-byte little-endian header length, a JSON header naming each
+// tensor's dtype, shape and [begin, end) byte range, then the raw data.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom::engine {
+
+struct StTensor {
+  std::string dtype;  // "F32", "F64", "BF16", "F16", "I32"
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+using StFile = std::map<std::string, StTensor>;
+
+// Writes `tensors` (and string metadata) to `path` and fsyncs it.
+void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// Reads and validates a whole file: header well-formed, every range inside the file,
+// sizes consistent with dtype and shape, no overlaps, nothing missing at the end.
+// Throws RunError naming the file and what is wrong.
+StFile read_safetensors(const std::filesystem::path& path,
+                        std::map<std::string, std::string>* metadata = nullptr);
+
+size_t dtype_size(const std::string& dtype);
+
+}  // namespace loom::engine

@@ -1,0 +1,200 @@
+// attention/reference: exact attention built only from the active backend's loom_ops
+// (batched gemm + softmax), so it runs on every backend. Materialises the (B,Hq,T,S)
+// probability matrix: meant as the correctness reference and for short sequences.
+//
+// Layouts (attention.h): q(B,T,Hq,D), k/v(B,S,Hkv,D), out(B,T,Hq,D), lse(B,Hq,T) f32.
+// Head h of q, k or v in batch item b is a (rows, D) matrix with row pitch H*D starting
+// b*rows*H*D + h*D elements in; query head h reads kv head g = h / (Hq/Hkv). Each gemm below
+// handles one head for all B batch items (stride = one batch item), so its B output
+// matrices are stacked, never interleaved: P and dP (B,Hq,T,S) are ours, and out, dQ, dK,
+// dV of one head are T (or S) rows a whole batch item apart.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
+
+namespace {
+
+struct Shape {
+  int64_t B, T, S, Hq, Hkv, D, G;
+  int64_t qpitch() const { return Hq * D; }   // row pitch of q, out, dout, dq
+  int64_t kpitch() const { return Hkv * D; }  // row pitch of k, v, dk, dv
+};
+
+Shape check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* out) {
+  loom::require(q && k && v && out, "attention/reference: q, k, v and out are required");
+  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && out->ndim == 4,
+                "attention/reference: q, k, v, out must be 4-d (B,T,H,D)");
+  Shape s{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], 0};
+  for (int i = 0; i < 4; ++i) {
+    loom::require(k->shape[i] == v->shape[i], "attention/reference: k and v shapes differ");
+    loom::require(out->shape[i] == q->shape[i], "attention/reference: out shape != q shape");
+  }
+  loom::require(k->shape[0] == s.B && k->shape[3] == s.D,
+                "attention/reference: k/v batch or head dim differs from q");
+  loom::require(s.Hkv > 0 && s.Hq % s.Hkv == 0, "attention/reference: Hq (" + std::to_string(s.Hq) +
+                                                    ") must be a multiple of Hkv (" +
+                                                    std::to_string(s.Hkv) + ")");
+  loom::require(s.T <= s.S, "attention/reference: more queries than keys (T > S)");
+  s.G = s.Hq / s.Hkv;
+  return s;
+}
+
+class ReferenceAttention {
+ public:
+  explicit ReferenceAttention(const loom_host* host) : host_(host), be_(host) {}
+
+  void forward(const loom_attention_fwd_args& a) {
+    const Shape s = check_shapes(a.q, a.k, a.v, a.out);
+    ensure(s, a.q->dtype, /*backward=*/false);
+    loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
+    DLTensor* lse = a.lse;
+    loom::View lse_ws(lse_, {s.B * s.Hq, s.T});
+    if (!lse) lse = lse_ws;
+    scores(s, a.q, a.k, p);
+    be_.call(&loom_ops::softmax_forward, p.get(), lse, a.scale, a.causal);
+    // out_h(T,D) = P_h(T,S) @ v_g(S,D)
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const Head x = head(s, h);
+      gemm(0, 0, s.T, s.D, s.S, 1.0, 0.0, probs_, s.S, x.pstride, x.poff,  //
+           a.v, s.kpitch(), x.kstride, x.koff,                             //
+           a.out, s.qpitch(), x.qstride, x.qoff, s.B);
+    }
+  }
+
+  // Recomputes P (the softmax is deterministic, so P matches the forward's), then
+  // dP = dO V^T, dS = softmax_backward (scale folded in), dQ = dS K, dK = sum_j dS^T Q,
+  // dV = sum_j P^T dO, the sums running over the G query heads that share a kv head.
+  void backward(const loom_attention_bwd_args& a) {
+    const Shape s = check_shapes(a.q, a.k, a.v, a.dout);
+    loom::require(a.dq && a.dk && a.dv, "attention/reference: dq, dk and dv are required");
+    ensure(s, a.q->dtype, /*backward=*/true);
+    loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
+    loom::View dp(dprobs_, {s.B * s.Hq, s.T, s.S});
+    loom::View lse(lse_, {s.B * s.Hq, s.T});
+    scores(s, a.q, a.k, p);
+    be_.call(&loom_ops::softmax_forward, p.get(), lse.get(), a.scale, a.causal);
+    for (int64_t h = 0; h < s.Hq; ++h) {  // dP_h(T,S) = dO_h(T,D) @ v_g(S,D)^T
+      const Head x = head(s, h);
+      gemm(0, 1, s.T, s.S, s.D, 1.0, 0.0, a.dout, s.qpitch(), x.qstride, x.qoff,  //
+           a.v, s.kpitch(), x.kstride, x.koff, dprobs_, s.S, x.pstride, x.poff, s.B);
+    }
+    be_.call(&loom_ops::softmax_backward, dp.get(), p.get(), dp.get(), a.scale);
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const Head x = head(s, h);
+      const double beta = h % s.G == 0 ? 0.0 : 1.0;  // a group's first head writes, others add
+      // dQ_h(T,D) = dS_h(T,S) @ k_g(S,D)
+      gemm(0, 0, s.T, s.D, s.S, 1.0, 0.0, dprobs_, s.S, x.pstride, x.poff,  //
+           a.k, s.kpitch(), x.kstride, x.koff, a.dq, s.qpitch(), x.qstride, x.qoff, s.B);
+      // dK_g(S,D) (+)= dS_h(T,S)^T @ q_h(T,D)
+      gemm(1, 0, s.S, s.D, s.T, 1.0, beta, dprobs_, s.S, x.pstride, x.poff,  //
+           a.q, s.qpitch(), x.qstride, x.qoff, a.dk, s.kpitch(), x.kstride, x.koff, s.B);
+      // dV_g(S,D) (+)= P_h(T,S)^T @ dO_h(T,D)
+      gemm(1, 0, s.S, s.D, s.T, 1.0, beta, probs_, s.S, x.pstride, x.poff,  //
+           a.dout, s.qpitch(), x.qstride, x.qoff, a.dv, s.kpitch(), x.kstride, x.koff, s.B);
+    }
+  }
+
+  const loom_host* host() const { return host_; }
+
+ private:
+  // Where head h's matrices start in batch item 0 and how far apart batch items are.
+  struct Head {
+    int64_t qoff, qstride, koff, kstride, poff, pstride;
+  };
+  static Head head(const Shape& s, int64_t h) {
+    const int64_t g = h / s.G;
+    return {h * s.D, s.T * s.qpitch(), g * s.D, s.S * s.kpitch(), h * s.T * s.S, s.Hq * s.T * s.S};
+  }
+
+  // S_h(T,S) = q_h(T,D) @ k_g(S,D)^T into p (the scale is applied by softmax_forward).
+  void scores(const Shape& s, const DLTensor* q, const DLTensor* k, DLTensor* p) {
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const Head x = head(s, h);
+      gemm(0, 1, s.T, s.S, s.D, 1.0, 0.0, q, s.qpitch(), x.qstride, x.qoff,  //
+           k, s.kpitch(), x.kstride, x.koff, p, s.S, x.pstride, x.poff, s.B);
+    }
+  }
+
+  void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, double beta,
+            const DLTensor* a, int64_t lda, int64_t sa, int64_t oa, const DLTensor* b, int64_t ldb,
+            int64_t sb, int64_t ob, DLTensor* c, int64_t ldc, int64_t sc, int64_t oc,
+            int64_t batch) {
+    loom_gemm_args g{};
+    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.a = a;
+    g.lda = lda;
+    g.stride_a = sa;
+    g.offset_a = oa;
+    g.b = b;
+    g.ldb = ldb;
+    g.stride_b = sb;
+    g.offset_b = ob;
+    g.c = c;
+    g.ldc = ldc;
+    g.stride_c = sc;
+    g.offset_c = oc;
+    g.batch = batch;
+    be_.call(&loom_ops::gemm, &g);
+  }
+
+  // Grows the workspace (never shrinks): probabilities, their gradient, and an lse buffer
+  // for forward calls that pass none (generation) and for the backward's recomputation.
+  void ensure(const Shape& s, DLDataType dtype, bool backward) {
+    const int64_t n = s.B * s.Hq * s.T * s.S, rows = s.B * s.Hq * s.T;
+    if (!probs_ || probs_.numel() < n || !loom_dtype_eq(probs_.get()->dtype, dtype)) {
+      probs_ = loom::Tensor(be_, dtype, {n});
+      dprobs_.reset();
+    }
+    if (backward && (!dprobs_ || dprobs_.numel() < n)) dprobs_ = loom::Tensor(be_, dtype, {n});
+    if (!lse_ || lse_.numel() < rows) lse_ = loom::Tensor(be_, loom_f32(), {rows});
+  }
+
+  const loom_host* host_;
+  loom::Backend be_;
+  loom::Tensor probs_, dprobs_, lse_;
+};
+
+ReferenceAttention* cast(loom_attention* a) { return reinterpret_cast<ReferenceAttention*>(a); }
+
+loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
+  return loom::guard(
+      host, [&] { *out = reinterpret_cast<loom_attention*>(new ReferenceAttention(host)); });
+}
+void destroy(loom_attention* a) { delete cast(a); }
+loom_error* forward(loom_attention* a, const loom_attention_fwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->forward(*args); });
+}
+loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
+}
+
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_ATTENTION,
+    "reference",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
+    nullptr,
+    0,
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,177 @@
+// backend/cpu internals shared by every kernel file: the instance struct, the op wrapper that
+// keeps exceptions inside the plugin, tensor checks with messages that name the op and the
+// mismatch, dtype dispatch, and the kernel entry points the ops table is built from.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "loom/cpp/plugin.hpp"
+#include "loom/loom.h"
+
+namespace loom_cpu {
+struct Blas;
+}
+
+// The opaque instance of backend.h. One per create(); the OpenBLAS library it uses is
+// process-wide (see blas.hpp), the rest is per instance.
+struct loom_backend {
+  const loom_host* host = nullptr;
+  int threads = 1;               // OpenMP team size of every parallel kernel, and BLAS threads
+  const loom_cpu::Blas* blas = nullptr;
+  std::string device_name;       // valid until destroy (get_info hands out c_str())
+  double peak_gflops = 0;
+  std::atomic<size_t> mem_in_use{0};
+  std::atomic<size_t> mem_peak{0};
+  // Tensors alloc_tensor handed out and free_tensor has not taken back: free_tensor refuses
+  // (and logs) a pointer it did not make instead of corrupting the heap, and destroy frees and
+  // reports what is left.
+  std::mutex live_mu;
+  std::unordered_set<const DLTensor*> live;
+};
+
+namespace loom_cpu {
+
+// Work (elements) below which a kernel stays on the calling thread: waking the OpenMP team
+// costs a few microseconds, more than a small elementwise pass.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// The host of the most recent create(), for the one case where an op gets a NULL backend and
+// still has to return a host-made error.
+const loom_host* last_host() noexcept;
+void set_last_host(const loom_host* host) noexcept;
+
+// The body of every op: a NULL backend is refused, exceptions become host-made errors.
+template <class Fn>
+loom_error* run_op(loom_backend* be, const char* op, Fn&& fn) noexcept {
+  const loom_host* host = be ? be->host : last_host();
+  if (host == nullptr) {
+    // No host has ever been seen, so no error object can be made: a caller bug.
+    std::fprintf(stderr, "backend/cpu: %s called with a NULL backend before any create()\n", op);
+    std::abort();
+  }
+  if (be == nullptr)
+    return host->error_new(LOOM_ERR_INVALID_ARGUMENT,
+                           (std::string(op) + ": backend instance is NULL").c_str());
+  return loom::guard(host, [&] { fn(*be); });
+}
+
+// ---- dtypes --------------------------------------------------------------------------------
+inline bool is_f32(DLDataType d) { return loom_dtype_eq(d, loom_f32()); }
+inline bool is_f64(DLDataType d) { return loom_dtype_eq(d, loom_f64()); }
+inline bool is_bf16(DLDataType d) { return loom_dtype_eq(d, loom_bf16()); }
+inline bool is_f16(DLDataType d) { return loom_dtype_eq(d, loom_f16()); }
+inline bool is_i32(DLDataType d) { return loom_dtype_eq(d, loom_i32()); }
+std::string dtype_name(DLDataType d);  // "f32", "bf16", "i32", or "dtype(code=5,bits=8,lanes=1)"
+
+template <class T>
+inline T* data_of(const DLTensor* t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
+}
+
+// Argument checks for one op; every failure throws loom::Error with "<op>: <what>".
+struct Check {
+  const char* op;
+
+  [[noreturn]] void fail(const std::string& what,
+                         loom_status code = LOOM_ERR_INVALID_ARGUMENT) const;
+  // Not NULL, on kDLCPU, compact (strides NULL or row-major), data present when non-empty.
+  const DLTensor* tensor(const char* name, const DLTensor* t) const;
+  // f32 or f64 (anything else: UNIMPLEMENTED, the backend.h rule for other dtypes).
+  void floating(const char* name, const DLTensor* t) const;
+  void dtype(const char* name, const DLTensor* t, DLDataType want) const;
+  void same_dtype(const char* name, const DLTensor* t, const char* ref_name,
+                  const DLTensor* ref) const;
+  // Saved statistics (mean/rstd/lse): f32 always allowed, and the data dtype for f64 runs.
+  void stat_dtype(const char* name, const DLTensor* t, const DLTensor* data) const;
+  void numel(const char* name, const DLTensor* t, int64_t want) const;
+  int64_t last_dim(const char* name, const DLTensor* t) const;  // ndim >= 1
+  void ndim(const char* name, const DLTensor* t, int want) const;
+};
+
+// Calls fn(T{}) with T = float or double for the dtype of t.
+template <class Fn>
+void dispatch_float(const Check& ck, const char* name, const DLTensor* t, Fn&& fn) {
+  ck.floating(name, t);
+  if (is_f32(t->dtype))
+    fn(float{});
+  else
+    fn(double{});
+}
+// The same for a data dtype T plus a statistics dtype S (f32, or T itself).
+template <class Fn>
+void dispatch_float_stat(const Check& ck, const char* name, const DLTensor* t,
+                         const DLTensor* stat, Fn&& fn) {
+  dispatch_float(ck, name, t, [&](auto tag) {
+    using T = decltype(tag);
+    if (is_f32(stat->dtype))
+      fn(T{}, float{});
+    else
+      fn(T{}, double{});
+  });
+}
+
+// ---- the kernels (one file per family; see backend.h for the contracts) --------------------
+// kernels_linear.cpp
+loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
+loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
+loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
+// kernels_elementwise.cpp
+loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept;
+loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
+loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a,
+                   const DLTensor* b) noexcept;
+loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
+                     double beta) noexcept;
+loom_error* op_sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept;
+// kernels_embedding.cpp
+loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
+                                 const DLTensor* table, int accumulate) noexcept;
+loom_error* op_embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
+                                  const DLTensor* dout) noexcept;
+// kernels_norm.cpp
+loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean,
+                                 DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
+                                 const DLTensor* bias, double eps) noexcept;
+loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                  DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                                  const DLTensor* weight, const DLTensor* mean,
+                                  const DLTensor* rstd) noexcept;
+loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                               const DLTensor* inp, const DLTensor* weight,
+                               double eps) noexcept;
+loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                const DLTensor* dout, const DLTensor* inp,
+                                const DLTensor* weight, const DLTensor* rstd) noexcept;
+// kernels_activation.cpp
+loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                             const DLTensor* dout) noexcept;
+loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout) noexcept;
+// kernels_attention.cpp
+loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
+                               int causal) noexcept;
+loom_error* op_softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p,
+                                const DLTensor* dp, double scale) noexcept;
+loom_error* op_rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset,
+                            double theta) noexcept;
+loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
+                             double theta) noexcept;
+// kernels_loss.cpp
+loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                     const DLTensor* logits, const DLTensor* targets,
+                                     double dloss) noexcept;
+// kernels_optim.cpp
+loom_error* op_adamw_step(loom_backend* be, const loom_adamw_args* args) noexcept;
+loom_error* op_sgd_step(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
+                        double lr, double momentum, double weight_decay,
+                        double grad_scale) noexcept;
+
+}  // namespace loom_cpu

@@ -1,0 +1,165 @@
+// MLP activations.
+//   gelu_forward:    out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's tanh form)
+//   gelu_backward:   dinp = dout * gelu'(inp)
+//   swiglu_forward:  inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up
+//   swiglu_backward: dinp(N,2H) = [dout * up * silu'(gate) | dout * silu(gate)]
+// Activation gradients are written (=). Elementwise, so out/dinp may alias inp or dout for
+// GELU. f32 uses the vectorisable exp of vec_math.hpp.
+#include <omp.h>
+
+#include <cmath>
+
+#include "cpu_backend.hpp"
+#include "vec_math.hpp"
+
+namespace loom_cpu {
+namespace {
+
+constexpr double kGeluK0 = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double kGeluK1 = 0.044715;
+
+// Evaluated as x * sigmoid(2u), which equals 0.5 x (1 + tanh(u)) exactly but keeps its
+// relative accuracy for negative x: in f32, 1 + tanh(u) cancels to 0 once tanh(u) rounds to
+// -1 (u < -8.3), while sigmoid(2u) = 1 / (1 + exp(-2u)) stays accurate down to ~1e-38.
+template <class T>
+void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
+  const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    T x = inp[i];
+    T u = k0 * (x + k1 * x * x * x);
+    out[i] = x / (T(1) + vexp(T(-2) * u));
+  }
+}
+
+template <class T>
+void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int nt) {
+  const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    T x = inp[i];
+    T s = T(1) / (T(1) + vexp(T(-2) * k0 * (x + k1 * x * x * x)));  // sigmoid(2u)
+    // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
+    T grad = s + T(2) * x * s * (T(1) - s) * k0 * (T(1) + T(3) * k1 * x * x);
+    dinp[i] = dout[i] * grad;
+  }
+}
+
+template <class T>
+void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * H >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* gate = inp + n * 2 * H;
+    const T* up = gate + H;
+    T* y = out + n * H;
+#pragma omp simd
+    for (int64_t h = 0; h < H; ++h) {
+      T g = gate[h];
+      T sig = T(1) / (T(1) + vexp(-g));
+      y[h] = g * sig * up[h];
+    }
+  }
+}
+
+template <class T>
+void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * H >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* gate = inp + n * 2 * H;
+    const T* up = gate + H;
+    const T* g_out = dout + n * H;
+    T* dgate = dinp + n * 2 * H;
+    T* dup = dgate + H;
+#pragma omp simd
+    for (int64_t h = 0; h < H; ++h) {
+      T g = gate[h], u = up[h], d = g_out[h];
+      T sig = T(1) / (T(1) + vexp(-g));
+      // silu'(g) = sig + g sig (1 - sig)
+      dgate[h] = d * u * (sig * (T(1) + g * (T(1) - sig)));
+      dup[h] = d * g * sig;
+    }
+  }
+}
+
+}  // namespace
+
+loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return run_op(be, "gelu_forward", [&](loom_backend& b) {
+    Check ck{"gelu_forward"};
+    ck.tensor("out", out);
+    ck.tensor("inp", inp);
+    ck.same_dtype("out", out, "inp", inp);
+    int64_t n = loom_tensor_numel(inp);
+    ck.numel("out", out, n);
+    dispatch_float(ck, "inp", inp, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_forward_kernel(data_of<T>(out), data_of<const T>(inp), n, b.threads);
+    });
+  });
+}
+
+loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                             const DLTensor* dout) noexcept {
+  return run_op(be, "gelu_backward", [&](loom_backend& b) {
+    Check ck{"gelu_backward"};
+    ck.tensor("dinp", dinp);
+    ck.tensor("inp", inp);
+    ck.tensor("dout", dout);
+    ck.same_dtype("dinp", dinp, "inp", inp);
+    ck.same_dtype("dout", dout, "inp", inp);
+    int64_t n = loom_tensor_numel(inp);
+    ck.numel("dinp", dinp, n);
+    ck.numel("dout", dout, n);
+    dispatch_float(ck, "inp", inp, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), n,
+                           b.threads);
+    });
+  });
+}
+
+namespace {
+// inp(N,2H) and the (N,H) tensor on the other side; returns {N, H}.
+std::pair<int64_t, int64_t> check_swiglu(const Check& ck, const DLTensor* inp,
+                                         const char* half_name, const DLTensor* half) {
+  ck.tensor("inp", inp);
+  ck.tensor(half_name, half);
+  ck.same_dtype(half_name, half, "inp", inp);
+  int64_t two_h = ck.last_dim("inp", inp);
+  if (two_h <= 0 || two_h % 2 != 0)
+    ck.fail("inp's last dimension is " + std::to_string(two_h) +
+            ", expected an even 2H ([gate | up])");
+  int64_t H = two_h / 2, N = loom_tensor_numel(inp) / two_h;
+  ck.numel(half_name, half, N * H);
+  return {N, H};
+}
+}  // namespace
+
+loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return run_op(be, "swiglu_forward", [&](loom_backend& b) {
+    Check ck{"swiglu_forward"};
+    auto [N, H] = check_swiglu(ck, inp, "out", out);
+    dispatch_float(ck, "inp", inp, [&](auto tag) {
+      using T = decltype(tag);
+      swiglu_forward_kernel(data_of<T>(out), data_of<const T>(inp), N, H, b.threads);
+    });
+  });
+}
+
+loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout) noexcept {
+  return run_op(be, "swiglu_backward", [&](loom_backend& b) {
+    Check ck{"swiglu_backward"};
+    auto [N, H] = check_swiglu(ck, inp, "dout", dout);
+    ck.tensor("dinp", dinp);
+    ck.same_dtype("dinp", dinp, "inp", inp);
+    ck.numel("dinp", dinp, N * 2 * H);
+    dispatch_float(ck, "inp", inp, [&](auto tag) {
+      using T = decltype(tag);
+      swiglu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout),
+                             N, H, b.threads);
+    });
+  });
+}
+
+}  // namespace loom_cpu

@@ -1,0 +1,183 @@
+// Elementwise passes over whole tensors: fill, copy/cast, add, axpby, sum_squares.
+// Every loop is a flat `omp parallel for` + `omp simd` over the elements, so it runs at
+// memory bandwidth; a tensor is treated as its numel elements (shape only has to agree in
+// element count).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_backend.hpp"
+#include "half.hpp"
+
+namespace loom_cpu {
+namespace {
+
+template <class D, class S, class Conv>
+void convert(D* dst, const S* src, int64_t n, int nt, Conv conv) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = conv(src[i]);
+}
+
+template <class T>
+void fill_kernel(T* t, int64_t n, T v, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) t[i] = v;
+}
+
+template <class T>
+void add_kernel(T* out, const T* a, const T* b, int64_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <class T>
+void axpby_kernel(T* y, T alpha, const T* x, T beta, int64_t n, int nt) {
+  if (beta == T(0)) {
+    // BLAS convention: beta == 0 means y is not read, so NaN/Inf garbage in y is overwritten.
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+  } else {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i] + beta * y[i];
+  }
+}
+
+// Fixed-size chunks summed in parallel, then the chunk sums in order: the result does not
+// depend on the thread count, so a gradient-norm clip is reproducible across machines.
+template <class T>
+double sum_squares_kernel(const T* x, int64_t n, int nt) {
+  constexpr int64_t kChunk = 1 << 16;
+  int64_t nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(nchunks));
+#pragma omp parallel for num_threads(nt) schedule(static) if (nchunks > 1)
+  for (int64_t ch = 0; ch < nchunks; ++ch) {
+    int64_t i0 = ch * kChunk, i1 = std::min(n, i0 + kChunk);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = i0; i < i1; ++i) {
+      double v = static_cast<double>(x[i]);
+      s += v * v;
+    }
+    part[static_cast<size_t>(ch)] = s;
+  }
+  double total = 0;
+  for (double p : part) total += p;
+  return total;
+}
+
+}  // namespace
+
+loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept {
+  return run_op(be, "fill", [&](loom_backend& b) {
+    Check ck{"fill"};
+    ck.tensor("t", t);
+    int64_t n = loom_tensor_numel(t);
+    if (is_f32(t->dtype)) {
+      fill_kernel(data_of<float>(t), n, static_cast<float>(value), b.threads);
+    } else if (is_f64(t->dtype)) {
+      fill_kernel(data_of<double>(t), n, value, b.threads);
+    } else if (is_bf16(t->dtype)) {
+      fill_kernel(data_of<uint16_t>(t), n, f32_to_bf16(static_cast<float>(value)), b.threads);
+    } else if (is_f16(t->dtype)) {
+      fill_kernel(data_of<uint16_t>(t), n, f32_to_f16(static_cast<float>(value)), b.threads);
+    } else if (is_i32(t->dtype)) {
+      if (value != std::nearbyint(value) || std::fabs(value) > 2147483647.0)
+        ck.fail("value " + std::to_string(value) + " is not an i32");
+      fill_kernel(data_of<int32_t>(t), n, static_cast<int32_t>(value), b.threads);
+    } else {
+      ck.fail("t is " + dtype_name(t->dtype) + "; fill supports f32, f64, bf16, f16 and i32",
+              LOOM_ERR_UNIMPLEMENTED);
+    }
+  });
+}
+
+loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept {
+  return run_op(be, "copy", [&](loom_backend& b) {
+    Check ck{"copy"};
+    ck.tensor("dst", dst);
+    ck.tensor("src", src);
+    int64_t n = loom_tensor_numel(src);
+    ck.numel("dst", dst, n);
+    DLDataType sd = src->dtype, dd = dst->dtype;
+    int nt = b.threads;
+    if (loom_dtype_eq(sd, dd)) {
+      // memmove: a copy between overlapping views of one buffer is still well defined.
+      std::memmove(data_of<char>(dst), data_of<const char>(src),
+                   static_cast<size_t>(n) * loom_dtype_bytes(sd));
+    } else if (is_f32(sd) && is_f64(dd)) {
+      convert(data_of<double>(dst), data_of<const float>(src), n, nt,
+              [](float v) { return static_cast<double>(v); });
+    } else if (is_f64(sd) && is_f32(dd)) {
+      convert(data_of<float>(dst), data_of<const double>(src), n, nt,
+              [](double v) { return static_cast<float>(v); });
+    } else if (is_f32(sd) && is_bf16(dd)) {
+      convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
+              [](float v) { return f32_to_bf16(v); });
+    } else if (is_bf16(sd) && is_f32(dd)) {
+      convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
+              [](uint16_t v) { return bf16_to_f32(v); });
+    } else if (is_f32(sd) && is_f16(dd)) {
+      convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
+              [](float v) { return f32_to_f16(v); });
+    } else if (is_f16(sd) && is_f32(dd)) {
+      convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
+              [](uint16_t v) { return f16_to_f32(v); });
+    } else {
+      ck.fail("no cast from " + dtype_name(sd) + " to " + dtype_name(dd) +
+                  " (casts are f32 <-> f64/bf16/f16; go through f32)",
+              LOOM_ERR_UNIMPLEMENTED);
+    }
+  });
+}
+
+loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept {
+  return run_op(be, "add", [&](loom_backend& bk) {
+    Check ck{"add"};
+    ck.tensor("out", out);
+    ck.tensor("a", a);
+    ck.tensor("b", b);
+    ck.same_dtype("a", a, "out", out);
+    ck.same_dtype("b", b, "out", out);
+    int64_t n = loom_tensor_numel(out);
+    ck.numel("a", a, n);
+    ck.numel("b", b, n);
+    dispatch_float(ck, "out", out, [&](auto tag) {
+      using T = decltype(tag);
+      add_kernel(data_of<T>(out), data_of<const T>(a), data_of<const T>(b), n, bk.threads);
+    });
+  });
+}
+
+loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
+                     double beta) noexcept {
+  return run_op(be, "axpby", [&](loom_backend& b) {
+    Check ck{"axpby"};
+    ck.tensor("y", y);
+    ck.tensor("x", x);
+    ck.same_dtype("x", x, "y", y);
+    int64_t n = loom_tensor_numel(y);
+    ck.numel("x", x, n);
+    dispatch_float(ck, "y", y, [&](auto tag) {
+      using T = decltype(tag);
+      axpby_kernel(data_of<T>(y), static_cast<T>(alpha), data_of<const T>(x),
+                   static_cast<T>(beta), n, b.threads);
+    });
+  });
+}
+
+loom_error* op_sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept {
+  return run_op(be, "sum_squares", [&](loom_backend& b) {
+    Check ck{"sum_squares"};
+    ck.tensor("x", x);
+    if (out == nullptr) ck.fail("out is NULL");
+    dispatch_float(ck, "x", x, [&](auto tag) {
+      using T = decltype(tag);
+      *out = sum_squares_kernel(data_of<const T>(x), loom_tensor_numel(x), b.threads);
+    });
+  });
+}
+
+}  // namespace loom_cpu

@@ -1,0 +1,168 @@
+// Linear layers: GEMM (to OpenBLAS) and the bias add / bias gradient around it.
+//   gemm:          C(m,n) = alpha * op(A) @ op(B) + beta * C, row-major, `batch` times
+//   bias_add:      out(N,C) += bias(C)
+//   bias_backward: dbias(C) += sum over rows of dout(N,C)   (parameter gradient: +=)
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "blas.hpp"
+#include "cpu_backend.hpp"
+
+namespace loom_cpu {
+namespace {
+
+// Below this many multiply-adds per matrix, a batched GEMM runs one matrix per thread (each a
+// single-threaded BLAS call: OpenBLAS stays serial inside an OpenMP region) instead of
+// splitting each small matrix across threads, where the fork/join would dominate. Attention
+// scores (64x64x64 per head) are the case this is for.
+constexpr int64_t kSmallGemm = 96 * 96 * 96;
+
+// The stored matrix of one operand: rows x cols with row pitch ld, `batch` of them.
+void check_operand(const Check& ck, const char* name, const DLTensor* t, int64_t rows,
+                   int64_t cols, int64_t ld, int64_t stride, int64_t offset, int64_t batch) {
+  std::string n(name);
+  if (ld < std::max<int64_t>(1, cols))
+    ck.fail("ld" + n + " = " + std::to_string(ld) + " is less than the " +
+            std::to_string(cols) + " columns " + n + " has as stored");
+  if (offset < 0 || stride < 0)
+    ck.fail("offset_" + n + " and stride_" + n + " must be >= 0");
+  if (ld > INT_MAX || rows > INT_MAX || cols > INT_MAX)
+    ck.fail(n + " dimensions exceed the 32-bit BLAS interface");
+  if (rows == 0 || cols == 0) return;
+  int64_t end = offset + (batch - 1) * stride + (rows - 1) * ld + cols;
+  int64_t have = loom_tensor_numel(t);
+  if (end > have)
+    ck.fail(n + " needs " + std::to_string(end) + " elements (offset " + std::to_string(offset) +
+            ", " + std::to_string(batch) + " x " + std::to_string(rows) + "x" +
+            std::to_string(cols) + " with ld " + std::to_string(ld) + ", stride " +
+            std::to_string(stride) + ") but has " + std::to_string(have));
+}
+
+template <class T>
+void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, const T* b,
+              T* c) {
+  const T* ai = a + g.offset_a + i * g.stride_a;
+  const T* bi = b + g.offset_b + i * g.stride_b;
+  T* ci = c + g.offset_c + i * g.stride_c;
+  int ta = g.trans_a ? Blas::kTrans : Blas::kNoTrans;
+  int tb = g.trans_b ? Blas::kTrans : Blas::kNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    blas.sgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, (float)g.alpha, ai,
+               (int)g.lda, bi, (int)g.ldb, (float)g.beta, ci, (int)g.ldc);
+  else
+    blas.dgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, g.alpha, ai, (int)g.lda,
+               bi, (int)g.ldb, g.beta, ci, (int)g.ldc);
+}
+
+template <class T>
+void bias_add_kernel(T* out, const T* bias, int64_t N, int64_t C, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    T* row = out + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] += bias[c];
+  }
+}
+
+// Column blocks in parallel, rows in order within a block: no two threads touch one dbias
+// element, and the sum order does not depend on the thread count (reproducible runs).
+template <class T>
+void bias_backward_kernel(T* dbias, const T* dout, int64_t N, int64_t C, int nt) {
+  constexpr int64_t kBlock = 64;
+  int64_t nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    int64_t c0 = blk * kBlock, w = std::min(kBlock, C - c0);
+    T acc[kBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = dout + n * C + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += acc[c];
+  }
+}
+
+}  // namespace
+
+loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
+  return run_op(be, "gemm", [&](loom_backend& b) {
+    Check ck{"gemm"};
+    if (args == nullptr) ck.fail("args is NULL");
+    if (args->struct_size < LOOM_GEMM_ARGS_SIZE_V1)
+      ck.fail("args->struct_size " + std::to_string(args->struct_size) + " < " +
+              std::to_string(LOOM_GEMM_ARGS_SIZE_V1) + " (loom_gemm_args v1)");
+    const loom_gemm_args& g = *args;
+    ck.tensor("a", g.a);
+    ck.tensor("b", g.b);
+    ck.tensor("c", g.c);
+    ck.floating("c", g.c);
+    ck.same_dtype("a", g.a, "c", g.c);
+    ck.same_dtype("b", g.b, "c", g.c);
+    if (g.m < 0 || g.n < 0 || g.k < 0)
+      ck.fail("m, n, k = " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
+              std::to_string(g.k) + " must be >= 0");
+    if (g.batch < 1) ck.fail("batch = " + std::to_string(g.batch) + " must be >= 1");
+    check_operand(ck, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
+                  g.offset_a, g.batch);
+    check_operand(ck, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
+                  g.offset_b, g.batch);
+    check_operand(ck, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
+    if (g.batch > 1 && g.m > 0 && g.n > 0 && g.stride_c < (g.m - 1) * g.ldc + g.n)
+      ck.fail("stride_c = " + std::to_string(g.stride_c) + " makes the " +
+              std::to_string(g.batch) + " output matrices overlap");
+    if (g.m == 0 || g.n == 0) return;
+
+    b.blas->use_threads(b.threads);
+    dispatch_float(ck, "c", g.c, [&](auto tag) {
+      using T = decltype(tag);
+      const T* a = data_of<const T>(g.a);
+      const T* bm = data_of<const T>(g.b);
+      T* c = data_of<T>(g.c);
+      bool small = g.m * g.n * std::max<int64_t>(g.k, 1) <= kSmallGemm;
+      if (g.batch > 1 && small && b.threads > 1) {
+#pragma omp parallel for num_threads(b.threads) schedule(static)
+        for (int64_t i = 0; i < g.batch; ++i) gemm_one(*b.blas, g, i, a, bm, c);
+      } else {
+        for (int64_t i = 0; i < g.batch; ++i) gemm_one(*b.blas, g, i, a, bm, c);
+      }
+    });
+  });
+}
+
+loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept {
+  return run_op(be, "bias_add", [&](loom_backend& b) {
+    Check ck{"bias_add"};
+    ck.tensor("out", out);
+    ck.tensor("bias", bias);
+    int64_t C = ck.last_dim("out", out);
+    ck.same_dtype("bias", bias, "out", out);
+    ck.numel("bias", bias, C);
+    int64_t N = C ? loom_tensor_numel(out) / C : 0;
+    dispatch_float(ck, "out", out, [&](auto tag) {
+      using T = decltype(tag);
+      bias_add_kernel(data_of<T>(out), data_of<const T>(bias), N, C, b.threads);
+    });
+  });
+}
+
+loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept {
+  return run_op(be, "bias_backward", [&](loom_backend& b) {
+    Check ck{"bias_backward"};
+    ck.tensor("dbias", dbias);
+    ck.tensor("dout", dout);
+    int64_t C = ck.last_dim("dout", dout);
+    ck.same_dtype("dbias", dbias, "dout", dout);
+    ck.numel("dbias", dbias, C);
+    int64_t N = C ? loom_tensor_numel(dout) / C : 0;
+    dispatch_float(ck, "dout", dout, [&](auto tag) {
+      using T = decltype(tag);
+      bias_backward_kernel(data_of<T>(dbias), data_of<const T>(dout), N, C, b.threads);
+    });
+  });
+}
+
+}  // namespace loom_cpu

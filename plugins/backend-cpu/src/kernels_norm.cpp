@@ -1,0 +1,274 @@
+// Normalisation layers, per row of C channels.
+//   layernorm_forward:  out(N,C) = (inp - mean) * rstd * weight(C) + bias(C)
+//                       mean(N), rstd(N) = 1/sqrt(var + eps) saved (biased variance, like
+//                       PyTorch); bias may be NULL
+//   layernorm_backward: dinp(N,C) = ; dweight(C) += ; dbias(C) += (may be NULL)
+//   rmsnorm_forward:    out(N,C) = inp * rstd * weight(C), rstd(N) = 1/sqrt(mean(inp^2) + eps)
+//   rmsnorm_backward:   dinp(N,C) = ; dweight(C) +=
+// Activation gradients are written (=), parameter gradients accumulate (+=).
+// Saved statistics are f32, or the data dtype (the f64 finite-difference path keeps them f64
+// so the backward sees exact values).
+//
+// Backward runs in two passes: the weight/bias gradients column-block-parallel (each thread
+// owns some channels and sums every row in order: no races, no per-thread buffers, same
+// result for any thread count), then dinp row-parallel. Doing the column pass first means dinp
+// may alias dout or inp: every read of a row happens before that row is overwritten.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu_backend.hpp"
+
+namespace loom_cpu {
+namespace {
+
+constexpr int64_t kColBlock = 64;
+
+template <class T, class S>
+void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* inp, const T* w, const T* bias,
+                              int64_t N, int64_t C, T eps, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    T* y = out + n * C;
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < C; ++c) s += x[c];
+    T m = s / static_cast<T>(C);
+    // Two-pass variance: sum((x-m)^2) does not cancel the way E[x^2] - m^2 does.
+    T v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    T rs = T(1) / std::sqrt(v / static_cast<T>(C) + eps);
+    if (bias) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * rs * w[c] + bias[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * rs * w[c];
+    }
+    mean[n] = static_cast<S>(m);
+    rstd[n] = static_cast<S>(rs);
+  }
+}
+
+template <class T, class S>
+void layernorm_backward_kernel(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                               const S* mean, const S* rstd, int64_t N, int64_t C, int nt) {
+  int64_t nblocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    int64_t c0 = blk * kColBlock, bw = std::min(kColBlock, C - c0);
+    T aw[kColBlock] = {}, ab[kColBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C + c0;
+      const T* g = dout + n * C + c0;
+      T m = static_cast<T>(mean[n]), rs = static_cast<T>(rstd[n]);
+#pragma omp simd
+      for (int64_t c = 0; c < bw; ++c) {
+        aw[c] += g[c] * ((x[c] - m) * rs);
+        ab[c] += g[c];
+      }
+    }
+    for (int64_t c = 0; c < bw; ++c) {
+      dw[c0 + c] += aw[c];
+      if (db) db[c0 + c] += ab[c];
+    }
+  }
+
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    const T* g = dout + n * C;
+    T* dx = dinp + n * C;
+    T m = static_cast<T>(mean[n]), rs = static_cast<T>(rstd[n]);
+    // d(out)/d(xhat) = dout * w; dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm*xhat))
+    T s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+    for (int64_t c = 0; c < C; ++c) {
+      T dn = g[c] * w[c];
+      s1 += dn;
+      s2 += dn * ((x[c] - m) * rs);
+    }
+    T mean_dn = s1 / static_cast<T>(C), mean_dnx = s2 / static_cast<T>(C);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      T xhat = (x[c] - m) * rs;
+      dx[c] = rs * (g[c] * w[c] - mean_dn - xhat * mean_dnx);
+    }
+  }
+}
+
+template <class T, class S>
+void rmsnorm_forward_kernel(T* out, S* rstd, const T* inp, const T* w, int64_t N, int64_t C,
+                            T eps, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    T* y = out + n * C;
+    T ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    T rs = T(1) / std::sqrt(ss / static_cast<T>(C) + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * rs * w[c];
+    rstd[n] = static_cast<S>(rs);
+  }
+}
+
+template <class T, class S>
+void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+                             const S* rstd, int64_t N, int64_t C, int nt) {
+  int64_t nblocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    int64_t c0 = blk * kColBlock, bw = std::min(kColBlock, C - c0);
+    T aw[kColBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C + c0;
+      const T* g = dout + n * C + c0;
+      T rs = static_cast<T>(rstd[n]);
+#pragma omp simd
+      for (int64_t c = 0; c < bw; ++c) aw[c] += g[c] * (x[c] * rs);
+    }
+    for (int64_t c = 0; c < bw; ++c) dw[c0 + c] += aw[c];
+  }
+
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    const T* g = dout + n * C;
+    T* dx = dinp + n * C;
+    T rs = static_cast<T>(rstd[n]);
+    // dinp = rstd * (dnorm - xhat * mean(dnorm * xhat)), dnorm = dout * w, xhat = x * rstd
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * (x[c] * rs);
+    T mean_dnx = s / static_cast<T>(C);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dx[c] = rs * (g[c] * w[c] - (x[c] * rs) * mean_dnx);
+  }
+}
+
+// Rows and channels of a normalisation call: C from inp's last dimension, N the rest.
+struct Rows {
+  int64_t N, C;
+};
+Rows check_rows(const Check& ck, const DLTensor* inp) {
+  ck.tensor("inp", inp);
+  ck.floating("inp", inp);
+  int64_t C = ck.last_dim("inp", inp);
+  if (C <= 0) ck.fail("inp has " + std::to_string(C) + " channels");
+  return {loom_tensor_numel(inp) / C, C};
+}
+void check_like(const Check& ck, const char* name, const DLTensor* t, const DLTensor* inp,
+                int64_t numel) {
+  ck.tensor(name, t);
+  ck.same_dtype(name, t, "inp", inp);
+  ck.numel(name, t, numel);
+}
+void check_stat(const Check& ck, const char* name, const DLTensor* t, const DLTensor* inp,
+                int64_t N) {
+  ck.tensor(name, t);
+  ck.stat_dtype(name, t, inp);
+  ck.numel(name, t, N);
+}
+void check_eps(const Check& ck, double eps) {
+  if (!(eps >= 0) || !std::isfinite(eps)) ck.fail("eps = " + std::to_string(eps) + " must be >= 0");
+}
+
+}  // namespace
+
+loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean,
+                                 DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
+                                 const DLTensor* bias, double eps) noexcept {
+  return run_op(be, "layernorm_forward", [&](loom_backend& b) {
+    Check ck{"layernorm_forward"};
+    Rows r = check_rows(ck, inp);
+    check_like(ck, "out", out, inp, r.N * r.C);
+    check_like(ck, "weight", weight, inp, r.C);
+    if (bias) check_like(ck, "bias", bias, inp, r.C);
+    check_stat(ck, "mean", mean, inp, r.N);
+    check_stat(ck, "rstd", rstd, inp, r.N);
+    ck.same_dtype("rstd", rstd, "mean", mean);
+    check_eps(ck, eps);
+    dispatch_float_stat(ck, "inp", inp, mean, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      layernorm_forward_kernel(data_of<T>(out), data_of<S>(mean), data_of<S>(rstd),
+                               data_of<const T>(inp), data_of<const T>(weight),
+                               bias ? data_of<const T>(bias) : nullptr, r.N, r.C,
+                               static_cast<T>(eps), b.threads);
+    });
+  });
+}
+
+loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                  DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                                  const DLTensor* weight, const DLTensor* mean,
+                                  const DLTensor* rstd) noexcept {
+  return run_op(be, "layernorm_backward", [&](loom_backend& b) {
+    Check ck{"layernorm_backward"};
+    Rows r = check_rows(ck, inp);
+    check_like(ck, "dinp", dinp, inp, r.N * r.C);
+    check_like(ck, "dout", dout, inp, r.N * r.C);
+    check_like(ck, "weight", weight, inp, r.C);
+    check_like(ck, "dweight", dweight, inp, r.C);
+    if (dbias) check_like(ck, "dbias", dbias, inp, r.C);
+    check_stat(ck, "mean", mean, inp, r.N);
+    check_stat(ck, "rstd", rstd, inp, r.N);
+    ck.same_dtype("rstd", rstd, "mean", mean);
+    dispatch_float_stat(ck, "inp", inp, mean, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      layernorm_backward_kernel(data_of<T>(dinp), data_of<T>(dweight),
+                                dbias ? data_of<T>(dbias) : nullptr, data_of<const T>(dout),
+                                data_of<const T>(inp), data_of<const T>(weight),
+                                data_of<const S>(mean), data_of<const S>(rstd), r.N, r.C,
+                                b.threads);
+    });
+  });
+}
+
+loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                               const DLTensor* inp, const DLTensor* weight, double eps) noexcept {
+  return run_op(be, "rmsnorm_forward", [&](loom_backend& b) {
+    Check ck{"rmsnorm_forward"};
+    Rows r = check_rows(ck, inp);
+    check_like(ck, "out", out, inp, r.N * r.C);
+    check_like(ck, "weight", weight, inp, r.C);
+    check_stat(ck, "rstd", rstd, inp, r.N);
+    check_eps(ck, eps);
+    dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      rmsnorm_forward_kernel(data_of<T>(out), data_of<S>(rstd), data_of<const T>(inp),
+                             data_of<const T>(weight), r.N, r.C, static_cast<T>(eps),
+                             b.threads);
+    });
+  });
+}
+
+loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                const DLTensor* dout, const DLTensor* inp,
+                                const DLTensor* weight, const DLTensor* rstd) noexcept {
+  return run_op(be, "rmsnorm_backward", [&](loom_backend& b) {
+    Check ck{"rmsnorm_backward"};
+    Rows r = check_rows(ck, inp);
+    check_like(ck, "dinp", dinp, inp, r.N * r.C);
+    check_like(ck, "dout", dout, inp, r.N * r.C);
+    check_like(ck, "weight", weight, inp, r.C);
+    check_like(ck, "dweight", dweight, inp, r.C);
+    check_stat(ck, "rstd", rstd, inp, r.N);
+    dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      rmsnorm_backward_kernel(data_of<T>(dinp), data_of<T>(dweight), data_of<const T>(dout),
+                              data_of<const T>(inp), data_of<const T>(weight),
+                              data_of<const S>(rstd), r.N, r.C, b.threads);
+    });
+  });
+}
+
+}  // namespace loom_cpu

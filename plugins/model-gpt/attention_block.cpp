@@ -1,0 +1,119 @@
+// model/gpt attention block: fused qkv projection (c_attn), optional RoPE, the attention
+// core of the run's attention plugin, output projection (c_proj).
+//
+// c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
+// by three gemms on row slices straight into compact q, k, v buffers, which is the layout
+// the attention plugin takes, so nothing is copied.
+#include <cmath>
+
+#include "gpt.hpp"
+
+namespace gpt {
+
+AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
+  AttentionBlock a;
+  a.n_head = o.n_head;
+  a.n_kv_head = o.n_kv_head;
+  a.head_dim = o.head_dim;
+  a.rope = o.rope;
+  a.rope_theta = o.rope_theta;
+  Param& w = ps.at(prefix + ".c_attn.weight");
+  Param* b = o.bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
+  a.q = Linear::make(w, b, 0, o.q_dim());
+  a.k = Linear::make(w, b, o.q_dim(), o.kv_dim());
+  a.v = Linear::make(w, b, o.q_dim() + o.kv_dim(), o.kv_dim());
+  a.o = Linear::make(ps.at(prefix + ".c_proj.weight"),
+                     o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
+  return a;
+}
+
+void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                             DLTensor* y, LayerCache* cache, int64_t cache_max) const {
+  const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  q.forward(c, qv, x, N);
+  k.forward(c, kv, x, N);
+  v.forward(c, vv, x, N);
+  if (rope) {
+    c.call(&loom_ops::rope_forward, qv.get(), s.pos0, rope_theta);
+    c.call(&loom_ops::rope_forward, kv.get(), s.pos0, rope_theta);
+  }
+  const double scale = 1.0 / std::sqrt((double)D);
+  loom_attention_fwd_args f{};
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V1;
+  f.scale = scale;
+  f.causal = 1;
+  if (!cache) {
+    View lse = view(a.lse, {B, Hq, T});
+    f.q = qv;
+    f.k = kv;
+    f.v = vv;
+    f.out = out;
+    f.lse = lse;
+    loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+  } else {
+    // Generation: append the new k/v at [pos0, pos0+T) of each sequence's cache, then let
+    // the T queries (the last T of S = pos0+T positions) attend to the cache, one sequence
+    // at a time so that every operand is a compact view.
+    const int64_t S = s.pos0 + T, kvrow = Hkv * D;
+    for (int64_t b = 0; b < B; ++b) {
+      View kdst = view(cache->k, {T, Hkv, D}, (b * cache_max + s.pos0) * kvrow);
+      View vdst = view(cache->v, {T, Hkv, D}, (b * cache_max + s.pos0) * kvrow);
+      View ksrc = view(a.k, {T, Hkv, D}, b * T * kvrow);
+      View vsrc = view(a.v, {T, Hkv, D}, b * T * kvrow);
+      c.call(&loom_ops::copy, kdst.get(), (const DLTensor*)ksrc);
+      c.call(&loom_ops::copy, vdst.get(), (const DLTensor*)vsrc);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
+      View kb = view(cache->k, {1, S, Hkv, D}, b * cache_max * kvrow);
+      View vb = view(cache->v, {1, S, Hkv, D}, b * cache_max * kvrow);
+      View ob = view(a.att, {1, T, Hq, D}, b * T * Hq * D);
+      f.q = qb;
+      f.k = kb;
+      f.v = vb;
+      f.out = ob;
+      f.lse = nullptr;
+      loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+    }
+  }
+  View yv = view(y, {N, o.out});
+  o.forward(c, yv, out, N);
+}
+
+void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                              const DLTensor* dy, DLTensor* dx, GradScratch& g) const {
+  const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View datt = view(g.dln, {B, T, Hq, D});
+  o.backward(c, datt, false, dy, a.att, N);
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  View lse = view(a.lse, {B, Hq, T});
+  View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
+  View dv = view(g.dv, {B, T, Hkv, D});
+  loom_attention_bwd_args b{};
+  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V1;
+  b.dout = datt;
+  b.q = qv;
+  b.k = kv;
+  b.v = vv;
+  b.out = out;
+  b.lse = lse;
+  b.dq = dq;
+  b.dk = dk;
+  b.dv = dv;
+  b.scale = 1.0 / std::sqrt((double)D);
+  b.causal = 1;
+  loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
+  if (rope) {  // gradients w.r.t. the q, k before rotation
+    c.call(&loom_ops::rope_backward, dq.get(), s.pos0, rope_theta);
+    c.call(&loom_ops::rope_backward, dk.get(), s.pos0, rope_theta);
+  }
+  // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
+  q.backward(c, dx, false, dq, x, N);
+  k.backward(c, dx, true, dk, x, N);
+  v.backward(c, dx, true, dv, x, N);
+}
+
+}  // namespace gpt

@@ -1,0 +1,255 @@
+// model/gpt: GPT-2 and the Llama family through options. Explicit forward/backward per
+// layer (no autograd). A transformer layer is composed from slots filled from the options:
+//   {ln_1: Norm, attn: AttentionBlock, residual, ln_2: Norm, mlp: Mlp, residual}
+// Norm is LayerNorm or RMSNorm, the MLP activation GELU or SwiGLU, positions a learned table
+// or RoPE; the attention core is whatever attention plugin the run selected.
+//
+// Accumulation rule (loom_ops): parameter gradients +=, activation gradients =.
+// Linear layers: weight (out, in), y = x W^T + b.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops.hpp"
+
+namespace gpt {
+
+// ----- options (options.cpp) --------------------------------------------------------------
+struct Options {
+  int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
+  int64_t max_seq_len = 1024, pad_vocab_to = 128;
+  bool rmsnorm = false, swiglu = false, rope = false, bias = true, tie_embeddings = true;
+  double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  // derived from the options and the create args
+  int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
+  int64_t fc_out() const { return swiglu ? 2 * ffn_hidden : ffn_hidden; }  // c_fc rows
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_kv_head * head_dim; }
+};
+extern const loom_param_spec kSchema[];
+extern const size_t kSchemaSize;
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args);
+
+// ----- parameters (params.cpp) -------------------------------------------------------------
+enum class Init { kNormal, kZeros, kOnes };
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  int weight_decay = 0;
+  int32_t tp_split_dim = -1;
+  Init init = Init::kZeros;
+  double std = 0.0;    // for kNormal
+  int64_t offset = 0;  // elements into the flat buffers
+  View value, grad;    // views into the flat buffers
+  int64_t numel() const;
+};
+
+// Every parameter lives in one flat buffer and every gradient in another (one fill zeroes
+// all gradients; an optimizer can treat adjacent views as one tensor). Matrices and
+// embeddings (weight decay 1) come first in memory, then biases and norm weights, each
+// parameter aligned to 16 elements; the list order (get_param) is the HF GPT-2 order.
+class ParamStore {
+ public:
+  int add(std::string name, std::vector<int64_t> shape, int weight_decay, int32_t tp_split_dim,
+          Init init, double std = 0.0);
+  void allocate(const Ctx& ctx);  // after the last add
+  Param& operator[](size_t i) { return params_[i]; }
+  Param& at(const std::string& name);
+  size_t size() const { return params_.size(); }
+  DLTensor* grads() const { return grad_flat_.get(); }
+  // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
+  void init(const Ctx& ctx, uint64_t seed);
+
+ private:
+  std::vector<Param> params_;
+  Tensor value_flat_, grad_flat_;
+};
+
+// ----- slots -------------------------------------------------------------------------------
+// linear.cpp. Rows [row0, row0 + out) of a (rows, in) weight: a whole layer, or the q, k or
+// v part of the fused c_attn.
+struct Linear {
+  const DLTensor* w = nullptr;
+  DLTensor* dw = nullptr;
+  mutable View b, db;  // (out) slices of the bias and its gradient (when has_bias)
+  bool has_bias = false;
+  int64_t row0 = 0, out = 0, in = 0;
+
+  static Linear make(Param& w, Param* b, int64_t row0, int64_t out);
+  void forward(const Ctx& c, DLTensor* y, const DLTensor* x, int64_t n) const;
+  // dx (=, or += when accumulate_dx) = dy W; dW += dy^T x; db += colsum(dy).
+  void backward(const Ctx& c, DLTensor* dx, bool accumulate_dx, const DLTensor* dy,
+                const DLTensor* x, int64_t n) const;
+};
+
+// norm.cpp
+struct Norm {
+  bool rms = false;
+  double eps = 1e-5;
+  DLTensor *w = nullptr, *dw = nullptr, *b = nullptr, *db = nullptr;  // b null: no bias
+
+  static Norm make(const Options& o, ParamStore& ps, const std::string& prefix);
+  void forward(const Ctx& c, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+               const DLTensor* inp) const;
+  // dinp = (written); dw, db +=
+  void backward(const Ctx& c, DLTensor* dinp, const DLTensor* dout, const DLTensor* inp,
+                const DLTensor* mean, const DLTensor* rstd) const;
+};
+
+// Activations of one layer, saved by forward for backward. Capacity `rows` tokens.
+struct LayerActs {
+  Tensor ln1, ln1_mean, ln1_rstd;  // (N,C), (N), (N)
+  Tensor q, k, v;                  // (B,T,Hq,D), (B,T,Hkv,D) x2, after RoPE
+  Tensor att, lse;                 // (B,T,Hq,D) attention output, (B,Hq,T) f32
+  Tensor res2;                     // (N,C) residual after the attention half
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor h, a;  // (N, fc_out) MLP pre-activation, (N, F) post-activation
+  int64_t rows = 0;
+  void ensure(const Ctx& c, const Options& o, int64_t rows);
+};
+
+// Gradient scratch shared by all layers during backward.
+struct GradScratch {
+  Tensor dres;  // (N,C) gradient of the residual stream, flows down the stack
+  Tensor dtmp;  // (N,C) a norm's input gradient, before it joins dres
+  Tensor dln;   // (N,C) gradient of a norm's output; also the attention output's
+  Tensor dq, dk, dv;
+  Tensor dh, da;  // (N, fc_out), (N, F)
+  int64_t rows = 0;
+  void ensure(const Ctx& c, const Options& o, int64_t rows);
+};
+
+// The shape of one forward call: B sequences of T new tokens at positions [pos0, pos0 + T).
+struct Step {
+  int64_t B = 0, T = 0, pos0 = 0;
+  int64_t N() const { return B * T; }
+};
+
+// KV cache of one layer for generation: (B, max_len, Hkv, D) each.
+struct LayerCache {
+  Tensor k, v;
+};
+
+// attention_block.cpp
+struct AttentionBlock {
+  Linear q, k, v, o;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  bool rope = false;
+  double rope_theta = 10000.0;
+
+  static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
+  // y(N,C) = attention block of x(N,C) (the ln_1 output); saves q, k, v, att, lse in a.
+  // With a cache, the new k/v are appended at positions [pos0, pos0+T) and the queries
+  // attend to the cache (generation; no lse saved).
+  void forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a, DLTensor* y,
+               LayerCache* cache, int64_t cache_max) const;
+  // dx (=) from dy; parameter gradients +=. Uses g.dln as scratch for d(att).
+  void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                const DLTensor* dy, DLTensor* dx, GradScratch& g) const;
+};
+
+// mlp.cpp
+struct Mlp {
+  Linear fc, proj;
+  bool swiglu = false;
+
+  static Mlp make(const Options& o, ParamStore& ps, const std::string& prefix);
+  void forward(const Ctx& c, int64_t n, const DLTensor* x, LayerActs& a, DLTensor* y) const;
+  void backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& a, const DLTensor* dy,
+                DLTensor* dx, GradScratch& g) const;
+};
+
+// gpt.cpp: one pre-norm transformer layer.
+struct Layer {
+  Norm ln_1;
+  AttentionBlock attn;
+  Norm ln_2;
+  Mlp mlp;
+
+  // out = x + attn(ln_1(x)); out += mlp(ln_2(out)) — with a.res2 holding the middle.
+  void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
+               LayerActs& a, LayerCache* cache, int64_t cache_max) const;
+  // g.dres holds d(out) on entry and d(x) on return.
+  void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                const LayerActs& a, GradScratch& g) const;
+};
+
+// embedding.cpp: tokens (and learned positions) into the residual stream.
+struct Embedding {
+  DLTensor *wte = nullptr, *dwte = nullptr, *wpe = nullptr, *dwpe = nullptr;  // wpe: learned
+
+  static Embedding make(const Options& o, ParamStore& ps);
+  void forward(const Ctx& c, DLTensor* out, const DLTensor* tokens,
+               const DLTensor* positions) const;
+  void backward(const Ctx& c, const DLTensor* dout, const DLTensor* tokens,
+                const DLTensor* positions) const;
+};
+
+// loss.cpp: the LM head over the real vocabulary and the fused softmax cross-entropy.
+// Padding: only the first `vocab` rows of the (padded_vocab, C) head are multiplied, so the
+// padded logits never exist and cannot affect the loss; their rows get zero gradient.
+struct LmHead {
+  const DLTensor* w = nullptr;  // wte (tied) or lm_head.weight, (padded_vocab, C)
+  DLTensor* dw = nullptr;
+  int64_t vocab = 0, C = 0;
+
+  static LmHead make(const Options& o, ParamStore& ps);
+  // logits(n, vocab) = x(n,C) W[:vocab]^T; x rows `row_pitch` elements apart from `x_off`
+  void forward(const Ctx& c, DLTensor* logits, const DLTensor* x, int64_t n, int64_t row_pitch,
+               int64_t x_off) const;
+  // dx(n,C) = dlogits W[:vocab]; dW[:vocab] += dlogits^T x
+  void backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, const DLTensor* x,
+                int64_t n) const;
+};
+
+// ----- the model (gpt.cpp, decode.cpp) ---------------------------------------------------
+class Model {
+ public:
+  Model(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args);
+
+  size_t num_params() const { return params_.size(); }
+  void get_param(size_t i, loom_model_param* out);
+  void init_params(uint64_t seed) { params_.init(ctx_, seed); }
+  void zero_grad();
+  void run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens);
+  double flops_per_token() const;
+  void kv_reset(int64_t batch, int64_t max_len);
+  void decode(const int32_t* tokens, int64_t n, float* logits);
+  const loom_host* host() const { return ctx_.host; }
+
+ private:
+  void build();
+  void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
+  void upload_positions(Tensor& dst, const Step& s);
+
+  Ctx ctx_;
+  Options opt_;
+  loom_model_create_args args_{};
+  ParamStore params_;
+  Embedding emb_;
+  std::vector<Layer> layers_;
+  Norm ln_f_;
+  LmHead head_;
+
+  // training activations, sized for micro_batch * seq_len tokens
+  std::vector<Tensor> res_;  // (N,C) x n_layer+1: the input of each layer, then ln_f's
+  std::vector<LayerActs> acts_;
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  Tensor tokens_, targets_, positions_;  // i32 (N)
+  GradScratch grads_;
+  std::vector<float> host_losses_;
+  std::vector<double> host_losses_f64_;
+  std::vector<int32_t> pos_host_;
+
+  // generation
+  std::vector<LayerCache> cache_;
+  int64_t cache_batch_ = 0, cache_max_ = 0, cache_len_ = 0;
+  LayerActs dec_acts_;
+  int64_t dec_rows_ = 0;
+  Tensor dec_res_[2], dec_tokens_, dec_positions_, dec_logits_, dec_logits_f32_;
+};
+
+}  // namespace gpt

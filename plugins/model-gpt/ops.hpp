@@ -1,0 +1,72 @@
+// model/gpt internals: the context every layer runs in (backend, attention plugin, dtype)
+// and the small helpers around loom_ops that the layer files share.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
+
+namespace gpt {
+
+using loom::Tensor;
+using loom::View;
+
+// A matrix operand of gemm: tensor, row pitch (elements) and offset of element (0,0).
+struct Mat {
+  const DLTensor* t;
+  int64_t ld;
+  int64_t off = 0;
+};
+
+struct Ctx {
+  const loom_host* host = nullptr;
+  loom::Backend be;
+  loom_attention_ref attn{nullptr, nullptr};
+  DLDataType dtype{};  // compute dtype of parameters and activations (f32, or f64 in tests)
+
+  template <class Fn, class... Args>
+  void call(Fn loom_ops::*op, Args&&... args) const {
+    be.call(op, std::forward<Args>(args)...);
+  }
+  // c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta * c
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Mat a, Mat b, DLTensor* c,
+            int64_t ldc, int64_t offc, double beta) const {
+    loom_gemm_args g{};
+    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = 1.0;
+    g.beta = beta;
+    g.a = a.t;
+    g.lda = a.ld;
+    g.offset_a = a.off;
+    g.b = b.t;
+    g.ldb = b.ld;
+    g.offset_b = b.off;
+    g.c = c;
+    g.ldc = ldc;
+    g.offset_c = offc;
+    g.batch = 1;
+    be.call(&loom_ops::gemm, &g);
+  }
+  // Saved normalisation statistics: f32, or f64 in f64 runs so that finite-difference
+  // tests see exact values (backend/cpu accepts both). The attention lse is always f32.
+  DLDataType stat_dtype() const { return dtype.bits == 64 ? loom_f64() : loom_f32(); }
+  Tensor alloc(DLDataType dt, std::vector<int64_t> shape) const { return Tensor(be, dt, shape); }
+  Tensor alloc(std::vector<int64_t> shape) const { return Tensor(be, dtype, shape); }
+};
+
+// A view of the first rows of a compact buffer, reshaped: view(t, {B, T, H, D}). An
+// unallocated buffer (e.g. the mean of an RMSNorm) gives an empty view.
+inline View view(const DLTensor* t, std::vector<int64_t> shape, int64_t elem_offset = 0) {
+  if (!t) return View();
+  return View(t, std::move(shape), elem_offset);
+}
+
+}  // namespace gpt

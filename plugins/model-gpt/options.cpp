@@ -1,0 +1,89 @@
+// model/gpt recipe keys: the schema table and its reading into Options.
+#include <string>
+
+#include "gpt.hpp"
+
+namespace gpt {
+
+using loom::param;
+
+const loom_param_spec kSchema[] = {
+    param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),
+    param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),
+    param("n_kv_head", LOOM_PARAM_INT, "0",
+          "key/value heads: 0 = n_head (multi-head), fewer = grouped-query attention", 0, 4096),
+    param("n_embd", LOOM_PARAM_INT, "768", "model width; a multiple of n_head", 1, 1 << 20),
+    param("ffn_hidden", LOOM_PARAM_INT, "0",
+          "MLP hidden size; 0 = 4*n_embd (gelu) or 8*n_embd/3 rounded up to 256 (swiglu)", 0,
+          1 << 24),
+    param("norm", LOOM_PARAM_STRING, "layernorm", "normalisation layer", 1, 0, "layernorm|rmsnorm"),
+    param("activation", LOOM_PARAM_STRING, "gelu",
+          "MLP activation; swiglu makes c_fc (2*ffn_hidden, n_embd) = [gate; up]", 1, 0,
+          "gelu|swiglu"),
+    param("position", LOOM_PARAM_STRING, "learned",
+          "position encoding: learned table wpe or rotary (rotate-half)", 1, 0, "learned|rope"),
+    param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),
+    param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),
+    param("tie_embeddings", LOOM_PARAM_BOOL, "true",
+          "LM head reuses wte; false adds lm_head.weight"),
+    param("norm_eps", LOOM_PARAM_FLOAT, "1e-5", "epsilon of layernorm / rmsnorm", 0.0, 1.0),
+    param("init_std", LOOM_PARAM_FLOAT, "0.02", "std of the normal init of matrices and embeddings",
+          0.0, 10.0),
+    param("max_seq_len", LOOM_PARAM_INT, "1024",
+          "longest sequence: rows of the learned position table wpe", 1, 1 << 24),
+    param("pad_vocab_to", LOOM_PARAM_INT, "128",
+          "pad the embedding vocabulary to a multiple of this (padded logits are never "
+          "computed)",
+          1, 1 << 20),
+};
+const size_t kSchemaSize = sizeof(kSchema) / sizeof(kSchema[0]);
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args) {
+  Options o;
+  o.n_layer = cfg.get_int("n_layer");
+  o.n_head = cfg.get_int("n_head");
+  o.n_kv_head = cfg.get_int("n_kv_head");
+  if (o.n_kv_head == 0) o.n_kv_head = o.n_head;
+  o.n_embd = cfg.get_int("n_embd");
+  o.rmsnorm = cfg.get_string("norm") == "rmsnorm";
+  o.swiglu = cfg.get_string("activation") == "swiglu";
+  o.rope = cfg.get_string("position") == "rope";
+  o.rope_theta = cfg.get_float("rope_theta");
+  o.bias = cfg.get_bool("bias");
+  o.tie_embeddings = cfg.get_bool("tie_embeddings");
+  o.norm_eps = cfg.get_float("norm_eps");
+  o.init_std = cfg.get_float("init_std");
+  o.max_seq_len = cfg.get_int("max_seq_len");
+  o.pad_vocab_to = cfg.get_int("pad_vocab_to");
+  o.ffn_hidden = cfg.get_int("ffn_hidden");
+  if (o.ffn_hidden == 0)
+    o.ffn_hidden = o.swiglu ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
+
+  loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
+                "model/gpt: n_layer, n_head and n_embd must be positive");
+  loom::require(
+      o.n_embd % o.n_head == 0,
+      "model/gpt: n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
+  loom::require(o.n_kv_head > 0 && o.n_head % o.n_kv_head == 0,
+                "model/gpt: n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
+                    s(o.n_kv_head) + ")");
+  o.head_dim = o.n_embd / o.n_head;
+  loom::require(!o.rope || o.head_dim % 2 == 0,
+                "model/gpt: position = \"rope\" needs an even head dim, got " + s(o.head_dim));
+  loom::require(o.pad_vocab_to > 0, "model/gpt: pad_vocab_to must be >= 1");
+  loom::require(args.vocab_size > 0, "model/gpt: create args vocab_size must be positive");
+  loom::require(args.seq_len > 0 && args.micro_batch > 0,
+                "model/gpt: create args seq_len and micro_batch must be positive");
+  loom::require(o.rope || args.seq_len <= o.max_seq_len,
+                "model/gpt: seq_len " + s(args.seq_len) + " exceeds max_seq_len " +
+                    s(o.max_seq_len) + " (the learned position table); raise max_seq_len");
+  o.vocab = args.vocab_size;
+  o.padded_vocab = (o.vocab + o.pad_vocab_to - 1) / o.pad_vocab_to * o.pad_vocab_to;
+  return o;
+}
+
+}  // namespace gpt

@@ -1,0 +1,125 @@
+// model/gpt parameters: the flat value/gradient buffers, per-parameter views, and the
+// layout-independent GPT-2 initialisation.
+#include <cmath>
+#include <numeric>
+
+#include "gpt.hpp"
+
+namespace gpt {
+
+namespace {
+
+constexpr int64_t kAlign = 16;  // elements; keeps every view 64-byte aligned in f32
+
+uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// Standard normal numbers of the stream `key`, as a pure function of (key, element): any
+// slice of a tensor (a tensor- or pipeline-parallel shard) draws exactly the values the full
+// tensor has there. Box-Muller on two counter-hashed uniforms per pair of elements:
+// element 2k takes the cosine branch and 2k+1 the sine branch of pair k.
+struct NormalPair {
+  double even, odd;
+};
+NormalPair normal_pair(uint64_t key, uint64_t k) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  const uint64_t x = mix64(key + (2 * k + 1) * kGolden);
+  const uint64_t y = mix64(key + (2 * k + 2) * kGolden);
+  const double u1 = (double)((x >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+  const double u2 = (double)(y >> 11) * 0x1.0p-53;        // [0, 1)
+  const double r = std::sqrt(-2.0 * std::log(u1)), a = 6.283185307179586 * u2;
+  return {r * std::cos(a), r * std::sin(a)};
+}
+
+// out[i] = std * normal(element first + i), for n elements.
+template <class T>
+void fill_normal(T* out, int64_t first, int64_t n, uint64_t key, double std) {
+  int64_t i = 0;
+  if (first % 2 == 1 && n > 0) out[i++] = (T)(std * normal_pair(key, (uint64_t)first / 2).odd);
+  for (; i + 1 < n; i += 2) {
+    const NormalPair p = normal_pair(key, (uint64_t)(first + i) / 2);
+    out[i] = (T)(std * p.even);
+    out[i + 1] = (T)(std * p.odd);
+  }
+  if (i < n) out[i] = (T)(std * normal_pair(key, (uint64_t)(first + i) / 2).even);
+}
+
+}  // namespace
+
+int64_t Param::numel() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+int ParamStore::add(std::string name, std::vector<int64_t> shape, int weight_decay,
+                    int32_t tp_split_dim, Init init, double std) {
+  Param p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.weight_decay = weight_decay;
+  p.tp_split_dim = tp_split_dim;
+  p.init = init;
+  p.std = std;
+  params_.push_back(std::move(p));
+  return (int)params_.size() - 1;
+}
+
+Param& ParamStore::at(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return p;
+  throw loom::Error(LOOM_ERR_INTERNAL, "model/gpt: no parameter named " + name);
+}
+
+void ParamStore::allocate(const Ctx& ctx) {
+  int64_t total = 0;
+  for (int pass = 1; pass >= 0; --pass)  // weight-decayed first, then the rest
+    for (auto& p : params_)
+      if (p.weight_decay == pass) {
+        p.offset = total;
+        total += (p.numel() + kAlign - 1) / kAlign * kAlign;
+      }
+  value_flat_ = ctx.alloc({total});
+  grad_flat_ = ctx.alloc({total});
+  for (auto& p : params_) {
+    p.value = View(value_flat_.get(), p.shape, p.offset);
+    p.grad = View(grad_flat_.get(), p.shape, p.offset);
+  }
+}
+
+// GPT-2 init: normal(0, std) for matrices and embeddings (std already holds the
+// 1/sqrt(2*n_layer) scale of residual projections), zeros for biases, ones for norm
+// weights. Each parameter's stream is keyed by (seed, name), so a model holding a subset of
+// the layers (a pipeline stage) or a slice of a tensor draws the same values.
+void ParamStore::init(const Ctx& ctx, uint64_t seed) {
+  const bool f64 = ctx.dtype.bits == 64;
+  std::vector<float> buf32;
+  std::vector<double> buf64;
+  for (auto& p : params_) {
+    if (p.init != Init::kNormal) {
+      ctx.call(&loom_ops::fill, p.value.get(), p.init == Init::kOnes ? 1.0 : 0.0);
+      continue;
+    }
+    const int64_t n = p.numel();
+    const uint64_t key = mix64(seed ^ mix64(fnv1a(p.name)));
+    if (f64) {
+      buf64.resize(n);
+      fill_normal(buf64.data(), 0, n, key, p.std);
+    } else {
+      buf32.resize(n);
+      fill_normal(buf32.data(), 0, n, key, p.std);
+    }
+    const void* src = f64 ? (const void*)buf64.data() : (const void*)buf32.data();
+    loom::check(ctx.host, ctx.be.api()->from_host(ctx.be.self(), p.value.get(), src,
+                                                  (size_t)n * loom_dtype_bytes(ctx.dtype)));
+  }
+}
+
+}  // namespace gpt

@@ -1,0 +1,70 @@
+// model/gpt: the C ABI table and descriptor (everything C++ stays behind loom::guard).
+#include "gpt.hpp"
+
+namespace {
+
+using gpt::Model;
+
+Model* self(loom_model* m) { return reinterpret_cast<Model*>(m); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg,
+                   const loom_model_create_args* args, loom_model** out) {
+  return loom::guard(host, [&] {
+    loom::require(args && args->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V1,
+                  "model/gpt: create args missing or too old");
+    *out = reinterpret_cast<loom_model*>(new Model(host, cfg, *args));
+  });
+}
+void destroy(loom_model* m) { delete self(m); }
+size_t num_params(loom_model* m) { return self(m)->num_params(); }
+loom_error* get_param(loom_model* m, size_t i, loom_model_param* out) {
+  return loom::guard(self(m)->host(), [&] { self(m)->get_param(i, out); });
+}
+loom_error* init_params(loom_model* m, uint64_t seed) {
+  return loom::guard(self(m)->host(), [&] { self(m)->init_params(seed); });
+}
+loom_error* zero_grad(loom_model* m) {
+  return loom::guard(self(m)->host(), [&] { self(m)->zero_grad(); });
+}
+loom_error* forward_backward(loom_model* m, const loom_microbatch* mb, double* loss_sum,
+                             int64_t* tokens) {
+  return loom::guard(self(m)->host(), [&] {
+    loom::require(mb != nullptr, "model/gpt: forward_backward needs a microbatch");
+    self(m)->run(*mb, true, loss_sum, tokens);
+  });
+}
+loom_error* forward(loom_model* m, const loom_microbatch* mb, double* loss_sum, int64_t* tokens) {
+  return loom::guard(self(m)->host(), [&] {
+    loom::require(mb != nullptr, "model/gpt: forward needs a microbatch");
+    self(m)->run(*mb, false, loss_sum, tokens);
+  });
+}
+double flops_per_token(loom_model* m) { return self(m)->flops_per_token(); }
+loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
+  return loom::guard(self(m)->host(), [&] { self(m)->kv_reset(batch, max_len); });
+}
+loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logits) {
+  return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
+}
+
+const loom_model_api kApi = {
+    LOOM_MODEL_API_SIZE_V1, create,  destroy,         num_params, get_param, init_params, zero_grad,
+    forward_backward,       forward, flops_per_token, kv_reset,   decode};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_MODEL,
+    "gpt",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
+    gpt::kSchema,
+    gpt::kSchemaSize,
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,104 @@
+// optimizer/adamw: AdamW with decoupled weight decay (Loshchilov & Hutter), one backend
+// adamw_step per run of adjacent parameters. Weight decay only on parameters flagged
+// weight_decay (matrices and embeddings; not biases or norm weights).
+#include <cmath>
+
+#include "loom/cpp/plugin.hpp"
+#include "param_runs.hpp"
+
+namespace {
+
+using loom::param;
+
+const loom_param_spec kSchema[] = {
+    param("beta1", LOOM_PARAM_FLOAT, "0.9", "first-moment decay", 0.0, 0.999999),
+    param("beta2", LOOM_PARAM_FLOAT, "0.95", "second-moment decay", 0.0, 0.999999999),
+    param("eps", LOOM_PARAM_FLOAT, "1e-8", "added to sqrt(second moment)", 0.0, 1.0),
+    param("weight_decay", LOOM_PARAM_FLOAT, "0.1",
+          "decoupled decay (times lr) of parameters flagged weight_decay", 0.0, 10.0),
+};
+
+class AdamW {
+ public:
+  AdamW(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
+      : host_(host), be_(host), runs_(be_, params, n, {"exp_avg", "exp_avg_sq"}) {
+    loom::Config c(host, cfg);
+    beta1_ = c.get_float("beta1");
+    beta2_ = c.get_float("beta2");
+    eps_ = c.get_float("eps");
+    wd_ = c.get_float("weight_decay");
+    loom::log(host, LOOM_LOG_INFO,
+              std::to_string(n) + " parameters stepped as " +
+                  std::to_string(runs_.runs().size()) + " contiguous runs");
+  }
+
+  void step(const loom_opt_step_args& s) {
+    loom::require(s.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1, "optimizer/adamw: bad step args");
+    loom::require(s.step >= 1, "optimizer/adamw: step is 1-based, got " + std::to_string(s.step));
+    for (auto& r : runs_.runs()) {
+      loom_adamw_args a{};
+      a.struct_size = LOOM_ADAMW_ARGS_SIZE_V1;
+      a.param = r.param;
+      a.grad = r.grad;
+      a.m = r.state[0];
+      a.v = r.state[1];
+      a.lr = s.lr;
+      a.beta1 = beta1_;
+      a.beta2 = beta2_;
+      a.eps = eps_;
+      a.weight_decay = r.weight_decay ? wd_ : 0.0;
+      a.grad_scale = s.grad_scale;
+      a.step = s.step;
+      be_.call(&loom_ops::adamw_step, (const loom_adamw_args*)&a);
+    }
+  }
+
+  const loom_host* host() const { return host_; }
+  loomopt::ParamRuns& runs() { return runs_; }
+
+ private:
+  const loom_host* host_;
+  loom::Backend be_;
+  loomopt::ParamRuns runs_;
+  double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
+};
+
+AdamW* self(loom_optimizer* o) { return reinterpret_cast<AdamW*>(o); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
+                   size_t n, loom_optimizer** out) {
+  return loom::guard(
+      host, [&] { *out = reinterpret_cast<loom_optimizer*>(new AdamW(host, cfg, params, n)); });
+}
+void destroy(loom_optimizer* o) { delete self(o); }
+loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
+  return loom::guard(self(o)->host(), [&] {
+    loom::require(a != nullptr, "optimizer/adamw: step args required");
+    self(o)->step(*a);
+  });
+}
+size_t num_state(loom_optimizer* o) { return self(o)->runs().num_state(); }
+loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
+  return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
+}
+
+const loom_optimizer_api kApi = {
+    LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_OPTIMIZER,
+    "adamw",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "AdamW (decoupled weight decay) via the backend's adamw_step",
+    kSchema,
+    sizeof(kSchema) / sizeof(kSchema[0]),
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,138 @@
+// Shared by the optimizer plugins (adamw, sgd): the parameters grouped into runs that lie
+// back to back in memory, with their optimizer state laid out the same way.
+//
+// A model that keeps all parameters in one flat buffer (model/gpt does, weight-decayed
+// tensors first) hands out views that are adjacent; a run of adjacent views with the same
+// weight-decay flag, whose gradients are adjacent too, is stepped as one tensor: two calls
+// per step instead of one per parameter, each long enough to use every core. Parameters
+// that are not adjacent simply form runs of one. Each state kind (exp_avg, ...) is one flat
+// buffer ordered like the runs, so every run's state is contiguous as well.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/tensor.hpp"
+
+namespace loomopt {
+
+inline bool is_compact(const DLTensor* t) {
+  if (!t->strides) return true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+// `b` starts where `a` ends, in the same buffer.
+inline bool follows(const DLTensor* a, const DLTensor* b) {
+  return a->data == b->data && loom_dtype_eq(a->dtype, b->dtype) &&
+         a->device.device_type == b->device.device_type &&
+         a->device.device_id == b->device.device_id &&
+         a->byte_offset + (uint64_t)loom_tensor_numel(a) * loom_dtype_bytes(a->dtype) ==
+             b->byte_offset;
+}
+
+class ParamRuns {
+ public:
+  struct Run {
+    loom::View param, grad;
+    std::vector<loom::View> state;  // one per state kind
+    int weight_decay = 0;
+  };
+
+  // num_states flat state buffers (zero-filled, the parameters' dtype), named
+  // "<prefix>.<param name>" per parameter for get_state.
+  ParamRuns(const loom::Backend& be, const loom_opt_param* params, size_t n,
+            const std::vector<std::string>& state_prefixes) {
+    const size_t ns = state_prefixes.size();
+    for (size_t i = 0; i < n; ++i) {
+      const loom_opt_param& p = params[i];
+      loom::require(p.struct_size >= LOOM_OPT_PARAM_SIZE_V1 && p.param && p.grad,
+                    "optimizer: parameter " + std::to_string(i) + " lacks param/grad tensors");
+      const std::string name = p.name ? p.name : "param" + std::to_string(i);
+      loom::require(is_compact(p.param) && is_compact(p.grad) &&
+                        loom_tensor_numel(p.param) == loom_tensor_numel(p.grad) &&
+                        loom_dtype_eq(p.param->dtype, p.grad->dtype),
+                    "optimizer: parameter " + name +
+                        " and its gradient must be compact tensors of one shape and dtype");
+      names_.push_back(name);
+    }
+    // order by address, then cut into runs
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const DLTensor *x = params[a].param, *y = params[b].param;
+      if (x->data != y->data) return std::less<void*>()(x->data, y->data);
+      return x->byte_offset < y->byte_offset;
+    });
+    std::vector<std::vector<size_t>> members;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = order[k];
+      if (k > 0) {
+        const size_t j = members.back().back();
+        if (follows(params[j].param, params[i].param) && follows(params[j].grad, params[i].grad) &&
+            (params[j].weight_decay != 0) == (params[i].weight_decay != 0)) {
+          members.back().push_back(i);
+          continue;
+        }
+      }
+      members.push_back({i});
+    }
+    // state buffers, in run order
+    int64_t total = 0;
+    std::vector<int64_t> offset(n);
+    for (auto& m : members)
+      for (size_t i : m) {
+        offset[i] = total;
+        total += loom_tensor_numel(params[i].param);
+      }
+    if (n > 0)
+      for (size_t s = 0; s < ns; ++s)
+        flat_.push_back(std::make_unique<loom::Tensor>(be, params[0].param->dtype,
+                                                       std::vector<int64_t>{total}));
+    state_.resize(n * ns);
+    state_names_.resize(n * ns);
+    for (size_t s = 0; s < ns; ++s)
+      for (size_t i = 0; i < n; ++i) {
+        const DLTensor* p = params[i].param;
+        state_[s * n + i] = loom::View(
+            flat_[s]->get(), std::vector<int64_t>(p->shape, p->shape + p->ndim), offset[i]);
+        state_names_[s * n + i] = state_prefixes[s] + "." + names_[i];
+      }
+    for (auto& m : members) {
+      int64_t numel = 0;
+      for (size_t i : m) numel += loom_tensor_numel(params[i].param);
+      Run r;
+      r.param = loom::View(params[m[0]].param, {numel});
+      r.grad = loom::View(params[m[0]].grad, {numel});
+      for (size_t s = 0; s < ns; ++s)
+        r.state.emplace_back(flat_[s]->get(), std::vector<int64_t>{numel}, offset[m[0]]);
+      r.weight_decay = params[m[0]].weight_decay != 0;
+      runs_.push_back(std::move(r));
+    }
+  }
+
+  std::vector<Run>& runs() { return runs_; }
+  size_t num_state() const { return state_.size(); }
+  void get_state(size_t i, const char** name, DLTensor** t) {
+    loom::require(i < state_.size(), "optimizer: state index " + std::to_string(i) +
+                                         " out of range (" + std::to_string(state_.size()) + ")");
+    *name = state_names_[i].c_str();
+    *t = state_[i].get();
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<loom::Tensor>> flat_;
+  std::vector<loom::View> state_;
+  std::vector<std::string> state_names_;
+  std::vector<Run> runs_;
+};
+
+}  // namespace loomopt

@@ -1,0 +1,91 @@
+// optimizer/sgd: SGD with optional (heavy-ball) momentum and L2-style weight decay as the
+// backend's sgd_step defines it: buf = momentum*buf + g; p -= lr*(buf + wd*p). Weight decay
+// only on parameters flagged weight_decay. No state when momentum is 0.
+#include "loom/cpp/plugin.hpp"
+#include "param_runs.hpp"
+
+namespace {
+
+using loom::param;
+
+const loom_param_spec kSchema[] = {
+    param("momentum", LOOM_PARAM_FLOAT, "0.0", "momentum factor (0 = plain SGD, no state)", 0.0,
+          0.999999),
+    param("weight_decay", LOOM_PARAM_FLOAT, "0.0",
+          "decay (times lr) of parameters flagged weight_decay", 0.0, 10.0),
+};
+
+std::vector<std::string> state_kinds(const loom_host* host, const loom_config* cfg) {
+  if (loom::Config(host, cfg).get_float("momentum") == 0.0) return {};
+  return {"momentum"};
+}
+
+class Sgd {
+ public:
+  Sgd(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
+      : host_(host), be_(host), runs_(be_, params, n, state_kinds(host, cfg)) {
+    loom::Config c(host, cfg);
+    momentum_ = c.get_float("momentum");
+    wd_ = c.get_float("weight_decay");
+    loom::log(host, LOOM_LOG_INFO,
+              std::to_string(n) + " parameters stepped as " +
+                  std::to_string(runs_.runs().size()) + " contiguous runs");
+  }
+
+  void step(const loom_opt_step_args& s) {
+    loom::require(s.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1, "optimizer/sgd: bad step args");
+    for (auto& r : runs_.runs()) {
+      DLTensor* buf = r.state.empty() ? nullptr : r.state[0].get();
+      be_.call(&loom_ops::sgd_step, r.param.get(), (const DLTensor*)r.grad, buf, s.lr, momentum_,
+               r.weight_decay ? wd_ : 0.0, s.grad_scale);
+    }
+  }
+
+  const loom_host* host() const { return host_; }
+  loomopt::ParamRuns& runs() { return runs_; }
+
+ private:
+  const loom_host* host_;
+  loom::Backend be_;
+  loomopt::ParamRuns runs_;
+  double momentum_ = 0.0, wd_ = 0.0;
+};
+
+Sgd* self(loom_optimizer* o) { return reinterpret_cast<Sgd*>(o); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
+                   size_t n, loom_optimizer** out) {
+  return loom::guard(
+      host, [&] { *out = reinterpret_cast<loom_optimizer*>(new Sgd(host, cfg, params, n)); });
+}
+void destroy(loom_optimizer* o) { delete self(o); }
+loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
+  return loom::guard(self(o)->host(), [&] {
+    loom::require(a != nullptr, "optimizer/sgd: step args required");
+    self(o)->step(*a);
+  });
+}
+size_t num_state(loom_optimizer* o) { return self(o)->runs().num_state(); }
+loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
+  return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
+}
+
+const loom_optimizer_api kApi = {
+    LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
+
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+                                            LOOM_ABI_MAJOR,
+                                            LOOM_ABI_MINOR,
+                                            LOOM_KIND_OPTIMIZER,
+                                            "sgd",
+                                            "0.1.0",
+                                            "Loom",
+                                            "Apache-2.0",
+                                            "SGD with optional momentum via the backend's sgd_step",
+                                            kSchema,
+                                            sizeof(kSchema) / sizeof(kSchema[0]),
+                                            &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,180 @@
+// parallel/ddp: classic data parallelism. Every rank holds the whole model; after the last
+// micro-batch's backward, reduce_gradients all-reduces every gradient with AVG over the
+// data-parallel group, so all ranks step with the same averaged gradient.
+//
+// Small CPU gradients are packed into flat buckets of at most bucket_mb (one all-reduce
+// per bucket instead of one per tensor; fewer, larger messages). A gradient that is bigger
+// than a bucket, not on the CPU or not compact is all-reduced in place on its own. With a
+// group of one rank nothing is packed: each gradient's all-reduce is the identity there,
+// so copying into buckets would only cost time. The bucket plan is made once at create
+// (the host keeps the gradient tensors, and their shapes, for the instance's life) and is
+// the same on every rank because every rank has the same gradients in the same order.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+#include "loom/parallel.h"
+
+namespace {
+
+size_t nbytes(const DLTensor* t) {
+  return static_cast<size_t>(loom_tensor_numel(t)) * loom_dtype_bytes(t->dtype);
+}
+char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+bool compact(const DLTensor* t) {
+  if (t->strides == nullptr) return true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+// Consecutive gradients reduced by one all-reduce: packed when there are several,
+// in place when there is one.
+struct Bucket {
+  std::vector<DLTensor*> grads;
+  size_t bytes = 0;
+  DLDataType dtype{};
+  bool packed = false;  // may take more gradients (CPU, compact, smaller than a bucket)
+};
+
+class Ddp {
+ public:
+  Ddp(const loom_host* host, double bucket_mb, DLTensor* const* grads, size_t num_grads)
+      : host_(host) {
+    loom::require(grads != nullptr || num_grads == 0, "parallel/ddp: grads is NULL");
+    if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
+      const std::string why = host->error_message(err);
+      host->error_free(err);
+      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
+                        "parallel/ddp all-reduces gradients and needs a comm plugin (" + why + ")");
+    }
+    for (size_t i = 0; i < num_grads; ++i)
+      loom::require(grads[i] != nullptr,
+                    "parallel/ddp: gradient " + std::to_string(i) + " is NULL");
+    // The data-parallel group is the whole world for now: every rank gets color 0. When the
+    // engine composes DP with tensor/pipeline parallelism it will pass the DP layout to
+    // create (a later ABI minor of parallel.h); then the colors come from there.
+    const int world = api().world_size(comm_.self);
+    loom::require(world >= 1, "parallel/ddp: the comm reports world size " + std::to_string(world));
+    std::vector<int> colors(static_cast<size_t>(world), 0);
+    loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
+    try {
+      plan(bucket_mb, grads, num_grads);
+    } catch (...) {
+      api().group_destroy(comm_.self, group_);
+      throw;
+    }
+  }
+
+  ~Ddp() { api().group_destroy(comm_.self, group_); }
+  Ddp(const Ddp&) = delete;
+  Ddp& operator=(const Ddp&) = delete;
+
+  const loom_host* host() const { return host_; }
+
+  void reduce_gradients() {
+    for (Bucket& b : buckets_) {
+      if (b.grads.size() == 1) {
+        loom::check(host_, api().all_reduce(comm_.self, group_, b.grads[0], LOOM_REDUCE_AVG));
+        continue;
+      }
+      size_t off = 0;
+      for (DLTensor* g : b.grads) {
+        std::memcpy(buffer_.get() + off, bytes_of(g), nbytes(g));
+        off += nbytes(g);
+      }
+      int64_t numel = static_cast<int64_t>(b.bytes / loom_dtype_bytes(b.dtype));
+      DLTensor flat{};
+      flat.data = buffer_.get();
+      flat.device = DLDevice{kDLCPU, 0};
+      flat.ndim = 1;
+      flat.dtype = b.dtype;
+      flat.shape = &numel;
+      loom::check(host_, api().all_reduce(comm_.self, group_, &flat, LOOM_REDUCE_AVG));
+      off = 0;
+      for (DLTensor* g : b.grads) {
+        std::memcpy(bytes_of(g), buffer_.get() + off, nbytes(g));
+        off += nbytes(g);
+      }
+    }
+  }
+
+ private:
+  const loom_comm_api& api() const { return *comm_.api; }
+
+  void plan(double bucket_mb, DLTensor* const* grads, size_t num_grads) {
+    const int group_size = api().group_size(comm_.self, group_);
+    const size_t limit = static_cast<size_t>(bucket_mb * 1024.0 * 1024.0);
+    size_t largest = 0;
+    for (size_t i = 0; i < num_grads; ++i) {
+      DLTensor* g = grads[i];
+      const size_t n = nbytes(g);
+      const bool packable =
+          group_size > 1 && g->device.device_type == kDLCPU && compact(g) && n < limit;
+      const Bucket* last = buckets_.empty() ? nullptr : &buckets_.back();
+      const bool fits = packable && last && last->packed && loom_dtype_eq(last->dtype, g->dtype) &&
+                        last->bytes + n <= limit;
+      if (!fits) buckets_.push_back(Bucket{{}, 0, g->dtype, packable});
+      Bucket& b = buckets_.back();
+      b.grads.push_back(g);
+      b.bytes += n;
+      if (b.grads.size() > 1 && b.bytes > largest) largest = b.bytes;
+    }
+    if (largest > 0) buffer_.reset(new char[largest]);
+  }
+
+  const loom_host* host_;
+  loom_comm_ref comm_{nullptr, nullptr};
+  loom_comm_group* group_ = nullptr;
+  std::vector<Bucket> buckets_;
+  std::unique_ptr<char[]> buffer_;  // the largest packed bucket
+};
+
+Ddp* cast(loom_parallel* p) { return reinterpret_cast<Ddp*>(p); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, DLTensor* const* grads,
+                   size_t num_grads, loom_parallel** out) {
+  return loom::guard(host, [&] {
+    loom::Config c(host, cfg);
+    const double bucket_mb = c.get_float("bucket_mb");
+    loom::require(bucket_mb >= 0, "parallel/ddp: bucket_mb must be >= 0");
+    *out = reinterpret_cast<loom_parallel*>(new Ddp(host, bucket_mb, grads, num_grads));
+  });
+}
+void destroy(loom_parallel* p) { delete cast(p); }
+loom_error* reduce_gradients(loom_parallel* p) {
+  return loom::guard(cast(p)->host(), [&] { cast(p)->reduce_gradients(); });
+}
+
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1, create, destroy, reduce_gradients};
+
+const loom_param_spec kParams[] = {
+    loom::param("bucket_mb", LOOM_PARAM_FLOAT, "25",
+                "gradient bucket size in MiB: small CPU gradients are packed and all-reduced "
+                "together (0 = one all-reduce per tensor)",
+                0, 1e6),
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_PARALLEL,
+    "ddp",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "data parallel: all-reduce (average) every gradient over the data-parallel group",
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

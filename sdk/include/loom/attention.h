@@ -1,0 +1,61 @@
+/* Loom SDK, ABI v1 — attention plugins: the attention core for one backend.
+ *
+ * q(B,T,Hq,D), k and v (B,S,Hkv,D) with Hq a multiple of Hkv (grouped-query attention:
+ * query head h reads kv head h / (Hq/Hkv)); out(B,T,Hq,D); lse(B,Hq,T) f32 saved by forward
+ * for backward. With causal, query t (the last T of S positions) sees keys s <= t + S - T.
+ * Tensors live on the active backend's device. Instances may keep workspace between calls
+ * but no state that depends on the order of calls. */
+#ifndef LOOM_ATTENTION_H
+#define LOOM_ATTENTION_H
+
+#include "loom/host.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_attention loom_attention;
+
+typedef struct loom_attention_fwd_args {
+  size_t struct_size;
+  const DLTensor* q;
+  const DLTensor* k;
+  const DLTensor* v;
+  DLTensor* out;
+  DLTensor* lse; /* may be NULL when no backward follows (generation) */
+  double scale;  /* usually 1/sqrt(D) */
+  int causal;
+} loom_attention_fwd_args;
+#define LOOM_ATTENTION_FWD_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_fwd_args, causal)
+
+typedef struct loom_attention_bwd_args {
+  size_t struct_size;
+  const DLTensor* dout;
+  const DLTensor* q;
+  const DLTensor* k;
+  const DLTensor* v;
+  const DLTensor* out;
+  const DLTensor* lse;
+  DLTensor* dq; /* written (=) */
+  DLTensor* dk; /* written (=) */
+  DLTensor* dv; /* written (=) */
+  double scale;
+  int causal;
+} loom_attention_bwd_args;
+#define LOOM_ATTENTION_BWD_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_bwd_args, causal)
+
+typedef struct loom_attention_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_attention** out);
+  void (*destroy)(loom_attention* att); /* accepts NULL */
+  loom_error* (*forward)(loom_attention* att, const loom_attention_fwd_args* args);
+  loom_error* (*backward)(loom_attention* att, const loom_attention_bwd_args* args);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_attention_api;
+#define LOOM_ATTENTION_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_api, backward)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_ATTENTION_H */

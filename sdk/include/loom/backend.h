@@ -1,0 +1,179 @@
+/* Loom SDK, ABI v1 — backend plugins: a device's memory and its kernel table (loom_ops).
+ *
+ * Conventions for every op:
+ *  - tensors are compact row-major DLTensors on the backend's device; every floating
+ *    tensor of one call has the same dtype (f32 always; a backend may also take f64 — the
+ *    CPU backend does, for finite-difference tests — and reports others as UNIMPLEMENTED);
+ *  - shapes are in the comments: N rows (tokens), C channels, V vocabulary, H hidden;
+ *  - parameter gradients accumulate (+=); activation gradients are written (=);
+ *  - ops may run asynchronously on the backend's stream; synchronize() waits.
+ * Thread contract: one instance is driven from one thread at a time. */
+#ifndef LOOM_BACKEND_H
+#define LOOM_BACKEND_H
+
+#include "loom/host.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_backend loom_backend; /* opaque, plugin-owned instance */
+
+/* C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, `batch` times.
+ * Matrix i of X starts `offset_x + i * stride_x` elements into X's buffer; ld* are the
+ * row pitches (elements) of the matrices as stored. */
+typedef struct loom_gemm_args {
+  size_t struct_size;
+  int trans_a, trans_b;
+  int64_t m, n, k;
+  double alpha, beta;
+  const DLTensor* a;
+  int64_t lda, stride_a, offset_a;
+  const DLTensor* b;
+  int64_t ldb, stride_b, offset_b;
+  DLTensor* c;
+  int64_t ldc, stride_c, offset_c;
+  int64_t batch; /* >= 1 */
+} loom_gemm_args;
+#define LOOM_GEMM_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
+
+/* One AdamW (decoupled weight decay) step on one tensor; grad is multiplied by grad_scale
+ * first (gradient clipping and loss-scale undo). m, v: fp32 state, same shape as param. */
+typedef struct loom_adamw_args {
+  size_t struct_size;
+  DLTensor* param;
+  const DLTensor* grad;
+  DLTensor* m;
+  DLTensor* v;
+  double lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int64_t step; /* 1-based, for bias correction */
+} loom_adamw_args;
+#define LOOM_ADAMW_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_adamw_args, step)
+
+typedef struct loom_ops {
+  size_t struct_size;
+  /* --- linear algebra ---------------------------------------------------------- */
+  loom_error* (*gemm)(loom_backend* be, const loom_gemm_args* args);
+  /* out(N,C) += bias(C) on every row */
+  loom_error* (*bias_add)(loom_backend* be, DLTensor* out, const DLTensor* bias);
+  /* dbias(C) += sum over rows of dout(N,C) */
+  loom_error* (*bias_backward)(loom_backend* be, DLTensor* dbias, const DLTensor* dout);
+
+  /* --- elementwise -------------------------------------------------------------- */
+  loom_error* (*fill)(loom_backend* be, DLTensor* t, double value);
+  /* dst = src, converting dtype when they differ (f32 <-> bf16/f16/f64): the cast op */
+  loom_error* (*copy)(loom_backend* be, DLTensor* dst, const DLTensor* src);
+  /* out = a + b (same shape; out may alias a or b) */
+  loom_error* (*add)(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b);
+  /* y = alpha * x + beta * y */
+  loom_error* (*axpby)(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
+                       double beta);
+  /* *out = sum of x^2, accumulated in double; synchronous */
+  loom_error* (*sum_squares)(loom_backend* be, const DLTensor* x, double* out);
+
+  /* --- embedding ---------------------------------------------------------------- */
+  /* out(N,C) (= or += when accumulate) table(V,C)[ids(N)]; ids i32, each in [0,V) */
+  loom_error* (*embedding_forward)(loom_backend* be, DLTensor* out, const DLTensor* ids,
+                                   const DLTensor* table, int accumulate);
+  /* dtable(V,C)[ids(N)] += dout(N,C) */
+  loom_error* (*embedding_backward)(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
+                                    const DLTensor* dout);
+
+  /* --- normalisation ------------------------------------------------------------ */
+  /* out(N,C) = (inp - mean) * rstd * weight(C) + bias(C); mean, rstd (N) f32 saved.
+   * bias may be NULL. */
+  loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean,
+                                   DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
+                                   const DLTensor* bias, double eps);
+  /* dinp(N,C) =; dweight(C) +=; dbias(C) += (may be NULL) */
+  loom_error* (*layernorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                    DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                                    const DLTensor* weight, const DLTensor* mean,
+                                    const DLTensor* rstd);
+  /* out(N,C) = inp * rstd * weight(C), rstd = 1/sqrt(mean(inp^2) + eps) (N) saved */
+  loom_error* (*rmsnorm_forward)(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                 const DLTensor* inp, const DLTensor* weight, double eps);
+  loom_error* (*rmsnorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                  const DLTensor* dout, const DLTensor* inp,
+                                  const DLTensor* weight, const DLTensor* rstd);
+
+  /* --- activations -------------------------------------------------------------- */
+  /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */
+  loom_error* (*gelu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*gelu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout);
+  /* inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up */
+  loom_error* (*swiglu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*swiglu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                 const DLTensor* dout);
+
+  /* --- attention pieces ---------------------------------------------------------- */
+  /* Row softmax of scale * s, in place: s(Bt,Tq,Tk) scores in, probabilities out;
+   * lse(Bt,Tq) f32 = logsumexp of the scaled, masked row. With causal, column j of row i
+   * is masked when j > i + (Tk - Tq) (queries are the last Tq of Tk positions). */
+  loom_error* (*softmax_forward)(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
+                                 int causal);
+  /* ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp */
+  loom_error* (*softmax_backward)(loom_backend* be, DLTensor* ds, const DLTensor* p,
+                                  const DLTensor* dp, double scale);
+  /* Rotary embedding in place on x(B,T,H,D), rotate-half (GPT-NeoX/Llama) layout: pairs
+   * (i, i + D/2) of position pos_offset + t turn by (pos) * theta^(-2i/D). */
+  loom_error* (*rope_forward)(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta);
+  /* dx in place: the inverse rotation (the transpose of rope_forward's linear map) */
+  loom_error* (*rope_backward)(loom_backend* be, DLTensor* dx, int64_t pos_offset,
+                               double theta);
+
+  /* --- loss ------------------------------------------------------------------------ */
+  /* Fused softmax + cross-entropy. losses(N) = logsumexp(logits[n]) - logits[n, t[n]];
+   * when dlogits is not NULL: dlogits(N,V) = dloss * (softmax(logits[n]) - onehot(t[n])).
+   * targets(N) i32; a target of -1 is ignored (loss 0, gradient 0). dlogits may alias
+   * logits. */
+  loom_error* (*softmax_cross_entropy)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                       const DLTensor* logits, const DLTensor* targets,
+                                       double dloss);
+
+  /* --- optimizer steps -------------------------------------------------------------- */
+  loom_error* (*adamw_step)(loom_backend* be, const loom_adamw_args* args);
+  /* buf = momentum * buf + g; param -= lr * (buf + wd * param), g = grad_scale * grad;
+   * buf may be NULL when momentum == 0 */
+  loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad,
+                          DLTensor* buf, double lr, double momentum, double weight_decay,
+                          double grad_scale);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_ops;
+#define LOOM_OPS_SIZE_V1 LOOM_STRUCT_SIZE(loom_ops, sgd_step)
+
+typedef struct loom_backend_info {
+  size_t struct_size;
+  const char* device_name;   /* "cpu: Intel Xeon (AVX-512), OpenBLAS SkylakeX, 2 threads" */
+  DLDevice device;
+  double peak_gflops;        /* fp32 GEMM rate used as the MFU denominator */
+  size_t mem_in_use;         /* bytes allocated through this backend now */
+  size_t mem_peak;           /* and at most since creation */
+} loom_backend_info;
+#define LOOM_BACKEND_INFO_SIZE_V1 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
+
+typedef struct loom_backend_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_backend** out);
+  void (*destroy)(loom_backend* be); /* accepts NULL */
+  /* Fills `out` (caller sets out->struct_size); strings valid until destroy. */
+  loom_error* (*get_info)(loom_backend* be, loom_backend_info* out);
+  /* A new zero-filled compact tensor; free it with free_tensor. */
+  loom_error* (*alloc_tensor)(loom_backend* be, DLDataType dtype, int ndim,
+                              const int64_t* shape, DLTensor** out);
+  void (*free_tensor)(loom_backend* be, DLTensor* t); /* accepts NULL */
+  /* Copies between host memory and a device tensor: `bytes` must equal the tensor's. */
+  loom_error* (*to_host)(loom_backend* be, const DLTensor* src, void* dst, size_t bytes);
+  loom_error* (*from_host)(loom_backend* be, DLTensor* dst, const void* src, size_t bytes);
+  loom_error* (*synchronize)(loom_backend* be);
+  const loom_ops* ops; /* static storage */
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_backend_api;
+#define LOOM_BACKEND_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_backend_api, ops)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_BACKEND_H */

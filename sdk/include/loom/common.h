@@ -1,0 +1,90 @@
+/* Loom SDK, ABI v1 — common definitions shared by every plugin kind.
+ *
+ * Contract for every header in this folder:
+ *  - pure C11; only C types cross the boundary (no C++, no exceptions, no STL);
+ *  - every struct that crosses starts with `size_t struct_size`; a callee accepts any
+ *    size >= the one it was built with and reads only the fields it knows;
+ *  - function tables only grow at the end; minor versions add, majors break;
+ *  - a function returning `loom_error*` returns NULL on success; a non-NULL error was made
+ *    by the host (loom_host.error_new) and is owned by whoever receives it, who frees it
+ *    with loom_host.error_free.
+ */
+#ifndef LOOM_COMMON_H
+#define LOOM_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_ABI_MAJOR 1
+#define LOOM_ABI_MINOR 0
+
+/* Size of a struct up to and including `last_field`: what `struct_size` holds for the
+ * version of the struct whose last field is `last_field`. */
+#define LOOM_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* True when a struct of reported size `size` carries `field`. */
+#define LOOM_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= LOOM_STRUCT_SIZE(type, field))
+
+#if defined(_WIN32)
+#define LOOM_EXPORT __declspec(dllexport)
+#else
+#define LOOM_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef enum loom_status {
+  LOOM_OK = 0,
+  LOOM_ERR_INVALID_ARGUMENT = 1, /* bad shape, dtype, value or config */
+  LOOM_ERR_UNIMPLEMENTED = 2,    /* this plugin does not support the request */
+  LOOM_ERR_OUT_OF_MEMORY = 3,
+  LOOM_ERR_IO = 4,               /* file missing, truncated or unreadable */
+  LOOM_ERR_INTERNAL = 5          /* a bug: an invariant did not hold */
+} loom_status;
+
+/* Opaque error object, made and freed by the host. */
+typedef struct loom_error loom_error;
+
+typedef enum loom_plugin_kind {
+  LOOM_KIND_BACKEND = 1,
+  LOOM_KIND_COMM = 2,
+  LOOM_KIND_MODEL = 3,
+  LOOM_KIND_ATTENTION = 4,
+  LOOM_KIND_PARALLEL = 5,
+  LOOM_KIND_OPTIMIZER = 6,
+  LOOM_KIND_TOKENIZER = 7,
+  LOOM_KIND_DATASET = 8
+} loom_plugin_kind;
+
+typedef enum loom_param_type {
+  LOOM_PARAM_BOOL = 1,
+  LOOM_PARAM_INT = 2,
+  LOOM_PARAM_FLOAT = 3,
+  LOOM_PARAM_STRING = 4
+} loom_param_type;
+
+/* One recipe key a plugin accepts, in the [section] the plugin is selected by. */
+typedef struct loom_param_spec {
+  size_t struct_size;
+  const char* name;          /* key name, static storage */
+  loom_param_type type;
+  const char* default_value; /* TOML literal text ("0.1", "true", "gelu"); NULL = required */
+  const char* doc;           /* one line, static storage */
+  double min_value;          /* numeric range, inclusive; ignored when min > max */
+  double max_value;
+  const char* choices;       /* strings only: "a|b|c", or NULL for any string */
+} loom_param_spec;
+#define LOOM_PARAM_SPEC_SIZE_V1 LOOM_STRUCT_SIZE(loom_param_spec, choices)
+
+/* Opaque, read-only view of the plugin's recipe section, validated and with defaults
+ * filled by the host before the plugin is created. Read it with loom_host.config_get_*. */
+typedef struct loom_config loom_config;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_COMMON_H */

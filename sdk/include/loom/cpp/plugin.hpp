@@ -1,0 +1,106 @@
+// Loom SDK C++ helpers (header-only, plugin side of the ABI): exceptions turned into ABI
+// errors at the boundary, typed config access, the export macro.
+#pragma once
+
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "loom/loom.h"
+
+namespace loom {
+
+// The exception a plugin throws; `guard` turns it into a loom_error with the same code.
+class Error : public std::runtime_error {
+ public:
+  Error(loom_status code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  loom_status code() const noexcept { return code_; }
+
+ private:
+  loom_status code_;
+};
+
+inline void require(bool ok, const std::string& msg,
+                    loom_status code = LOOM_ERR_INVALID_ARGUMENT) {
+  if (!ok) throw Error(code, msg);
+}
+
+// Throws when a C call returned an error (taking ownership of it).
+inline void check(const loom_host* host, loom_error* err) {
+  if (err == nullptr) return;
+  loom_status code = host->error_code(err);
+  std::string msg = host->error_message(err);
+  host->error_free(err);
+  throw Error(code, msg);
+}
+
+// Runs `fn` and converts any exception into a host-made error: the body of every
+// boundary function, so nothing C++ escapes through the C ABI.
+template <class Fn>
+loom_error* guard(const loom_host* host, Fn&& fn) noexcept {
+  try {
+    fn();
+    return nullptr;
+  } catch (const Error& e) {
+    return host->error_new(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return host->error_new(LOOM_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return host->error_new(LOOM_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return host->error_new(LOOM_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+// Typed access to the plugin's validated recipe section.
+class Config {
+ public:
+  Config(const loom_host* host, const loom_config* cfg) : host_(host), cfg_(cfg) {}
+  bool get_bool(const char* key) const {
+    int v = 0;
+    check(host_, host_->config_get_bool(cfg_, key, &v));
+    return v != 0;
+  }
+  int64_t get_int(const char* key) const {
+    int64_t v = 0;
+    check(host_, host_->config_get_int(cfg_, key, &v));
+    return v;
+  }
+  double get_float(const char* key) const {
+    double v = 0;
+    check(host_, host_->config_get_float(cfg_, key, &v));
+    return v;
+  }
+  std::string get_string(const char* key) const {
+    const char* v = nullptr;
+    check(host_, host_->config_get_string(cfg_, key, &v));
+    return v ? v : "";
+  }
+
+ private:
+  const loom_host* host_;
+  const loom_config* cfg_;
+};
+
+inline void log(const loom_host* host, loom_log_level level, const std::string& msg) {
+  host->log(host->ctx, level, msg.c_str());
+}
+
+// Helpers to fill a static schema table.
+constexpr loom_param_spec param(const char* name, loom_param_type type, const char* def,
+                                const char* doc, double lo = 1, double hi = 0,
+                                const char* choices = nullptr) {
+  return loom_param_spec{LOOM_PARAM_SPEC_SIZE_V1, name, type, def, doc, lo, hi, choices};
+}
+
+}  // namespace loom
+
+// Defines the plugin's one exported symbol. `descriptor` is a static loom_plugin_descriptor.
+// The entry refuses hosts of another ABI major (the host refuses the other way round).
+#define LOOM_PLUGIN_ENTRY(descriptor)                                                   \
+  extern "C" LOOM_EXPORT const loom_plugin_descriptor* loom_plugin_entry(              \
+      uint32_t host_abi_major, uint32_t host_abi_minor) {                              \
+    (void)host_abi_minor;                                                               \
+    return host_abi_major == LOOM_ABI_MAJOR ? &(descriptor) : nullptr;                  \
+  }

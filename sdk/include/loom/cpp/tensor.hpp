@@ -1,0 +1,113 @@
+// Loom SDK C++ helpers: RAII tensors on a backend and a thin throwing wrapper of loom_ops.
+#pragma once
+
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "loom/cpp/plugin.hpp"
+
+namespace loom {
+
+// The active backend as the host hands it out, with calls that throw loom::Error.
+class Backend {
+ public:
+  Backend() = default;
+  explicit Backend(const loom_host* host) : host_(host) {
+    check(host, host->get_backend(host->ctx, &ref_));
+  }
+  const loom_host* host() const { return host_; }
+  loom_backend* self() const { return ref_.self; }
+  const loom_backend_api* api() const { return ref_.api; }
+  const loom_ops& ops() const { return *ref_.api->ops; }
+  // Calls an op: B.call(&loom_ops::gelu_forward, out, inp).
+  template <class Fn, class... Args>
+  void call(Fn loom_ops::*op, Args&&... args) const {
+    check(host_, (ops().*op)(ref_.self, std::forward<Args>(args)...));
+  }
+
+ private:
+  const loom_host* host_ = nullptr;
+  loom_backend_ref ref_{nullptr, nullptr};
+};
+
+// An owning tensor allocated on a backend (zero-filled), freed on destruction.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(const Backend& be, DLDataType dtype, std::initializer_list<int64_t> shape)
+      : Tensor(be, dtype, std::vector<int64_t>(shape)) {}
+  Tensor(const Backend& be, DLDataType dtype, const std::vector<int64_t>& shape) : be_(&be) {
+    check(be.host(), be.api()->alloc_tensor(be.self(), dtype, (int)shape.size(), shape.data(), &t_));
+  }
+  ~Tensor() { reset(); }
+  Tensor(Tensor&& o) noexcept : be_(o.be_), t_(o.t_) { o.t_ = nullptr; }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_;
+      t_ = o.t_;
+      o.t_ = nullptr;
+    }
+    return *this;
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  void reset() {
+    if (t_ && be_) be_->api()->free_tensor(be_->self(), t_);
+    t_ = nullptr;
+  }
+  DLTensor* get() const { return t_; }
+  operator DLTensor*() const { return t_; }
+  explicit operator bool() const { return t_ != nullptr; }
+  int64_t numel() const { return t_ ? loom_tensor_numel(t_) : 0; }
+  size_t bytes() const { return t_ ? (size_t)numel() * loom_dtype_bytes(t_->dtype) : 0; }
+
+  template <class T>
+  void upload(const std::vector<T>& src) {
+    require(src.size() * sizeof(T) == bytes(), "upload: size mismatch");
+    check(be_->host(), be_->api()->from_host(be_->self(), t_, src.data(), bytes()));
+  }
+  template <class T>
+  std::vector<T> download() const {
+    std::vector<T> out(bytes() / sizeof(T));
+    check(be_->host(), be_->api()->to_host(be_->self(), t_, out.data(), bytes()));
+    return out;
+  }
+
+ private:
+  const Backend* be_ = nullptr;
+  DLTensor* t_ = nullptr;
+};
+
+// A non-owning view with its own shape storage: reshape or slice rows of a compact tensor.
+class View {
+ public:
+  View() = default;
+  View(const DLTensor* base, std::vector<int64_t> shape, int64_t elem_offset = 0)
+      : shape_(std::move(shape)) {
+    t_ = *base;
+    t_.ndim = (int)shape_.size();
+    t_.shape = shape_.data();
+    t_.strides = nullptr;
+    t_.byte_offset = base->byte_offset + (uint64_t)elem_offset * loom_dtype_bytes(base->dtype);
+  }
+  View(const View& o) : View(&o.t_, o.shape_) { t_.byte_offset = o.t_.byte_offset; }
+  View& operator=(const View& o) {
+    shape_ = o.shape_;
+    t_ = o.t_;
+    t_.shape = shape_.data();
+    return *this;
+  }
+  DLTensor* get() { return &t_; }
+  operator DLTensor*() { return &t_; }
+  operator const DLTensor*() const { return &t_; }
+
+ private:
+  std::vector<int64_t> shape_;
+  DLTensor t_{};
+};
+
+}  // namespace loom

@@ -1,0 +1,31 @@
+/* Loom SDK, ABI v1 — dataset plugins: a storage format read as documents of token ids.
+ *
+ * The host's sampler splits documents into train/valid/test, shuffles and packs them into
+ * samples. A dataset that tokenises text gets the run's tokenizer from host.get_tokenizer.
+ * Results are plugin-owned and valid until the next call on the same instance. */
+#ifndef LOOM_DATASET_H
+#define LOOM_DATASET_H
+
+#include "loom/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_dataset loom_dataset;
+
+typedef struct loom_dataset_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_dataset** out);
+  void (*destroy)(loom_dataset* ds); /* accepts NULL */
+  int64_t (*num_documents)(loom_dataset* ds);
+  /* Document i < num_documents as token ids (without a trailing end-of-document token). */
+  loom_error* (*document)(loom_dataset* ds, int64_t i, const int32_t** ids, size_t* num_ids);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_dataset_api;
+#define LOOM_DATASET_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_dataset_api, document)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_DATASET_H */

@@ -1,0 +1,92 @@
+/* Loom SDK, ABI v1 — the host services table.
+ *
+ * The host hands this table to every plugin instance it creates. It is how a plugin reaches
+ * the rest of the run: errors, logging, its validated recipe section, the active backend,
+ * attention, tokenizer and comm plugins, and seeded RNG streams. The table and everything
+ * it points to stay valid until the plugin instance is destroyed. All functions are
+ * thread-safe unless noted. */
+#ifndef LOOM_HOST_H
+#define LOOM_HOST_H
+
+#include "loom/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_host_context loom_host_context; /* opaque, host-owned */
+
+/* Instances and tables of the other kinds, as the host hands them out. */
+struct loom_backend_api;
+struct loom_backend;
+struct loom_attention_api;
+struct loom_attention;
+struct loom_tokenizer_api;
+struct loom_tokenizer;
+struct loom_comm_api;
+struct loom_comm;
+
+typedef struct loom_backend_ref {
+  const struct loom_backend_api* api;
+  struct loom_backend* self;
+} loom_backend_ref;
+typedef struct loom_attention_ref {
+  const struct loom_attention_api* api;
+  struct loom_attention* self;
+} loom_attention_ref;
+typedef struct loom_tokenizer_ref {
+  const struct loom_tokenizer_api* api;
+  struct loom_tokenizer* self;
+} loom_tokenizer_ref;
+typedef struct loom_comm_ref {
+  const struct loom_comm_api* api;
+  struct loom_comm* self;
+} loom_comm_ref;
+
+typedef enum loom_log_level {
+  LOOM_LOG_DEBUG = 0,
+  LOOM_LOG_INFO = 1,
+  LOOM_LOG_WARN = 2,
+  LOOM_LOG_ERROR = 3
+} loom_log_level;
+
+typedef struct loom_host {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  loom_host_context* ctx; /* first argument of the functions below that take one */
+
+  /* Errors. error_new copies `message`; the receiver of an error frees it. */
+  loom_error* (*error_new)(loom_status code, const char* message);
+  loom_status (*error_code)(const loom_error* err);
+  const char* (*error_message)(const loom_error* err); /* valid until error_free */
+  void (*error_free)(loom_error* err);                 /* accepts NULL */
+
+  /* Logging, prefixed by the host with the rank and the plugin's kind/name. */
+  void (*log)(loom_host_context* ctx, loom_log_level level, const char* message);
+
+  /* The plugin's own recipe section, validated against its schema, defaults filled.
+   * Asking for a key the schema does not declare, or with another type, is an error.
+   * Strings returned are host-owned and valid until the instance is destroyed. */
+  loom_error* (*config_get_bool)(const loom_config* cfg, const char* key, int* out);
+  loom_error* (*config_get_int)(const loom_config* cfg, const char* key, int64_t* out);
+  loom_error* (*config_get_float)(const loom_config* cfg, const char* key, double* out);
+  loom_error* (*config_get_string)(const loom_config* cfg, const char* key, const char** out);
+
+  /* The run's active plugins; an error when the recipe selects none of that kind. */
+  loom_error* (*get_backend)(loom_host_context* ctx, loom_backend_ref* out);
+  loom_error* (*get_attention)(loom_host_context* ctx, loom_attention_ref* out);
+  loom_error* (*get_tokenizer)(loom_host_context* ctx, loom_tokenizer_ref* out);
+  loom_error* (*get_comm)(loom_host_context* ctx, loom_comm_ref* out);
+
+  /* A 64-bit seed for the named stream, derived from the recipe's train.seed, so every
+   * plugin that asks for "init" or "dropout" gets the same value on every rank and run. */
+  uint64_t (*rng_seed)(loom_host_context* ctx, const char* stream);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_host;
+#define LOOM_HOST_SIZE_V1 LOOM_STRUCT_SIZE(loom_host, rng_seed)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_HOST_H */

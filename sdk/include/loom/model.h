@@ -1,0 +1,81 @@
+/* Loom SDK, ABI v1 — model plugins: build a network, list its parameters, run forward and
+ * backward of one micro-batch, and decode with a KV cache for generation.
+ *
+ * The model allocates its parameters and gradients on the active backend (host.get_backend)
+ * and calls the active attention plugin for the attention core. Parameter initialisation is
+ * defined on the full tensor from the seed, so any parallel layout starts from the same
+ * model. Thread contract: one instance is driven from one thread. */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+
+#include "loom/host.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_model loom_model;
+
+typedef struct loom_model_create_args {
+  size_t struct_size;
+  int64_t vocab_size;     /* tokenizer's vocabulary; the model may pad its embedding */
+  int64_t seq_len;        /* tokens per sample in training */
+  int64_t micro_batch;    /* samples per micro-batch in training */
+  DLDataType dtype;       /* compute dtype of activations */
+} loom_model_create_args;
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_create_args, dtype)
+
+typedef struct loom_model_param {
+  size_t struct_size;
+  const char* name;       /* "h.3.attn.qkv.weight"; valid until destroy */
+  DLTensor* value;        /* valid until destroy; the optimizer updates it in place */
+  DLTensor* grad;         /* same shape; accumulated (+=) by forward_backward */
+  int weight_decay;       /* 0 for biases, norms (Megatron's no-decay rule) */
+  int32_t tp_split_dim;   /* dimension split across tensor-parallel ranks, -1 = replicated */
+} loom_model_param;
+#define LOOM_MODEL_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_param, tp_split_dim)
+
+typedef struct loom_microbatch {
+  size_t struct_size;
+  const int32_t* tokens;  /* (B, T) host memory */
+  const int32_t* targets; /* (B, T) host memory; -1 = no loss at this position */
+  int64_t batch;          /* B <= create_args.micro_batch */
+  int64_t seq_len;        /* T <= create_args.seq_len */
+  double loss_scale;      /* d(objective)/d(sum of token losses), e.g. 1/(tokens in step) */
+} loom_microbatch;
+#define LOOM_MICROBATCH_SIZE_V1 LOOM_STRUCT_SIZE(loom_microbatch, loss_scale)
+
+typedef struct loom_model_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg,
+                        const loom_model_create_args* args, loom_model** out);
+  void (*destroy)(loom_model* m); /* accepts NULL */
+  size_t (*num_params)(loom_model* m);
+  /* Fills out (caller sets out->struct_size) for parameter i < num_params. */
+  loom_error* (*get_param)(loom_model* m, size_t i, loom_model_param* out);
+  /* Initialises every parameter from `seed` (the same values on any layout). */
+  loom_error* (*init_params)(loom_model* m, uint64_t seed);
+  loom_error* (*zero_grad)(loom_model* m);
+  /* Forward and backward of one micro-batch: gradients += d(loss_scale * sum of token
+   * losses)/dθ; *loss_sum = sum of token losses, *tokens = number of counted targets. */
+  loom_error* (*forward_backward)(loom_model* m, const loom_microbatch* mb, double* loss_sum,
+                                  int64_t* tokens);
+  /* Forward only (evaluation). */
+  loom_error* (*forward)(loom_model* m, const loom_microbatch* mb, double* loss_sum,
+                         int64_t* tokens);
+  /* Model FLOPs per trained token (forward + backward), for MFU. */
+  double (*flops_per_token)(loom_model* m);
+  /* Generation: clear the KV cache for `batch` sequences of at most max_len tokens. */
+  loom_error* (*kv_reset)(loom_model* m, int64_t batch, int64_t max_len);
+  /* Append tokens(B,n) (host memory) to the cache and write the next-token logits of the
+   * last position of each sequence to logits(B,vocab_size) host f32. */
+  loom_error* (*decode)(loom_model* m, const int32_t* tokens, int64_t n, float* logits);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_model_api;
+#define LOOM_MODEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_api, decode)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_MODEL_H */

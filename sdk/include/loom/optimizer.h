@@ -1,0 +1,52 @@
+/* Loom SDK, ABI v1 — optimizer plugins: an update rule on fp32 parameters.
+ *
+ * The optimizer allocates its state on the active backend. The host clips gradients by
+ * global norm by passing grad_scale; the optimizer multiplies gradients by it first. */
+#ifndef LOOM_OPTIMIZER_H
+#define LOOM_OPTIMIZER_H
+
+#include "loom/host.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_optimizer loom_optimizer;
+
+typedef struct loom_opt_param {
+  size_t struct_size;
+  const char* name;      /* valid while the optimizer lives */
+  DLTensor* param;       /* updated in place; valid while the optimizer lives */
+  const DLTensor* grad;
+  int weight_decay;      /* apply the recipe's weight decay to this tensor */
+} loom_opt_param;
+#define LOOM_OPT_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_param, weight_decay)
+
+typedef struct loom_opt_step_args {
+  size_t struct_size;
+  double lr;
+  int64_t step;          /* 1-based count of steps taken including this one */
+  double grad_scale;     /* multiply every gradient by this first */
+} loom_opt_step_args;
+#define LOOM_OPT_STEP_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_step_args, grad_scale)
+
+typedef struct loom_optimizer_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg,
+                        const loom_opt_param* params, size_t num_params,
+                        loom_optimizer** out);
+  void (*destroy)(loom_optimizer* opt); /* accepts NULL */
+  loom_error* (*step)(loom_optimizer* opt, const loom_opt_step_args* args);
+  /* State tensors for checkpoints: name ("exp_avg.h.0.attn.qkv.weight") and tensor, both
+   * valid while the optimizer lives; the host reads and overwrites them in place. */
+  size_t (*num_state)(loom_optimizer* opt);
+  loom_error* (*get_state)(loom_optimizer* opt, size_t i, const char** name, DLTensor** t);
+  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+} loom_optimizer_api;
+#define LOOM_OPTIMIZER_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_optimizer_api, get_state)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_OPTIMIZER_H */

@@ -1,0 +1,199 @@
+// Field-by-field layout of the public ABI, read from the SDK headers with offsetof. Every
+// field of every public struct is listed here; the compiler counts each struct's fields too
+// (aggregate initialisation), so a field added without being listed is noticed.
+#include "abi_layout.hpp"
+
+#include <cstddef>
+#include <sstream>
+#include <utility>
+
+#include "loom/loom.h"
+
+namespace loomabi {
+
+namespace {
+
+// Converts to anything: T{AnyField{}, ...} compiles for up to as many fields as T has.
+struct AnyField {
+  template <class T>
+  operator T() const noexcept;  // only used unevaluated
+};
+
+template <class T, size_t... I>
+constexpr bool initialisable_with(std::index_sequence<I...>) {
+  return requires { T{(static_cast<void>(I), AnyField{})...}; };
+}
+
+template <class T, size_t N = 0>
+constexpr size_t field_count() {
+  if constexpr (N > 64) {
+    return N;
+  } else if constexpr (initialisable_with<T>(std::make_index_sequence<N + 1>{})) {
+    return field_count<T, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+struct Listing {
+  std::vector<Row> rows;
+  std::string problems;
+};
+
+#define STRUCT(T)                                                             \
+  {                                                                           \
+    using S = T;                                                              \
+    const char* name = #T;                                                    \
+    size_t listed = 0;                                                        \
+    out.rows.push_back({name, "(sizeof)", (long long)alignof(S), sizeof(S)}); \
+    out.rows.push_back({name, "(fields)", 0, field_count<S>()});
+#define F(f)                                                                           \
+  out.rows.push_back({name, #f, (long long)offsetof(S, f), sizeof(((S*)nullptr)->f)}); \
+  ++listed;
+#define END                                                                                        \
+  if (listed != field_count<S>())                                                                  \
+    out.problems += std::string(name) + " has " + std::to_string(field_count<S>()) +               \
+                    " fields but tests/abi/abi_layout.cpp lists " + std::to_string(listed) + "; "; \
+  }
+#define ENUM(E, c) out.rows.push_back({#E, #c, (long long)(c), sizeof(E)});
+
+// clang-format off
+Listing build() {
+  Listing out;
+  // common.h
+  STRUCT(loom_param_spec)
+  F(struct_size) F(name) F(type) F(default_value) F(doc) F(min_value) F(max_value) F(choices)
+  END
+  // plugin.h
+  STRUCT(loom_plugin_descriptor)
+  F(struct_size) F(abi_major) F(abi_minor) F(kind) F(name) F(version) F(vendor) F(license)
+  F(description) F(params) F(num_params) F(api)
+  END
+  // host.h
+  STRUCT(loom_host)
+  F(struct_size) F(abi_major) F(abi_minor) F(ctx) F(error_new) F(error_code) F(error_message)
+  F(error_free) F(log) F(config_get_bool) F(config_get_int) F(config_get_float)
+  F(config_get_string) F(get_backend) F(get_attention) F(get_tokenizer) F(get_comm) F(rng_seed)
+  END
+  STRUCT(loom_backend_ref) F(api) F(self) END
+  STRUCT(loom_attention_ref) F(api) F(self) END
+  STRUCT(loom_tokenizer_ref) F(api) F(self) END
+  STRUCT(loom_comm_ref) F(api) F(self) END
+  // backend.h
+  STRUCT(loom_gemm_args)
+  F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(alpha) F(beta) F(a) F(lda) F(stride_a)
+  F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
+  END
+  STRUCT(loom_adamw_args)
+  F(struct_size) F(param) F(grad) F(m) F(v) F(lr) F(beta1) F(beta2) F(eps) F(weight_decay)
+  F(grad_scale) F(step)
+  END
+  STRUCT(loom_ops)
+  F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
+  F(sum_squares) F(embedding_forward) F(embedding_backward) F(layernorm_forward)
+  F(layernorm_backward) F(rmsnorm_forward) F(rmsnorm_backward) F(gelu_forward) F(gelu_backward)
+  F(swiglu_forward) F(swiglu_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
+  F(rope_backward) F(softmax_cross_entropy) F(adamw_step) F(sgd_step)
+  END
+  STRUCT(loom_backend_info)
+  F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak)
+  END
+  STRUCT(loom_backend_api)
+  F(struct_size) F(create) F(destroy) F(get_info) F(alloc_tensor) F(free_tensor) F(to_host)
+  F(from_host) F(synchronize) F(ops)
+  END
+  // attention.h
+  STRUCT(loom_attention_fwd_args)
+  F(struct_size) F(q) F(k) F(v) F(out) F(lse) F(scale) F(causal)
+  END
+  STRUCT(loom_attention_bwd_args)
+  F(struct_size) F(dout) F(q) F(k) F(v) F(out) F(lse) F(dq) F(dk) F(dv) F(scale) F(causal)
+  END
+  STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
+  // model.h
+  STRUCT(loom_model_create_args)
+  F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype)
+  END
+  STRUCT(loom_model_param)
+  F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
+  END
+  STRUCT(loom_microbatch)
+  F(struct_size) F(tokens) F(targets) F(batch) F(seq_len) F(loss_scale)
+  END
+  STRUCT(loom_model_api)
+  F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
+  F(forward_backward) F(forward) F(flops_per_token) F(kv_reset) F(decode)
+  END
+  // optimizer.h
+  STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
+  STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) END
+  STRUCT(loom_optimizer_api)
+  F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
+  END
+  // parallel.h
+  STRUCT(loom_parallel_api) F(struct_size) F(create) F(destroy) F(reduce_gradients) END
+  // tokenizer.h
+  STRUCT(loom_tokenizer_api)
+  F(struct_size) F(create) F(destroy) F(vocab_size) F(eod_id) F(encode) F(decode)
+  END
+  // dataset.h
+  STRUCT(loom_dataset_api)
+  F(struct_size) F(create) F(destroy) F(num_documents) F(document)
+  END
+  // comm.h
+  STRUCT(loom_comm_api)
+  F(struct_size) F(create) F(destroy) F(world_rank) F(world_size) F(group_create)
+  F(group_destroy) F(group_rank) F(group_size) F(all_reduce) F(reduce_scatter) F(all_gather)
+  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv)
+  END
+  // DLPack, as it crosses the boundary.
+  STRUCT(DLDevice) F(device_type) F(device_id) END
+  STRUCT(DLDataType) F(code) F(bits) F(lanes) END
+  STRUCT(DLTensor)
+  F(data) F(device) F(ndim) F(dtype) F(shape) F(strides) F(byte_offset)
+  END
+
+  ENUM(loom_status, LOOM_OK) ENUM(loom_status, LOOM_ERR_INVALID_ARGUMENT)
+  ENUM(loom_status, LOOM_ERR_UNIMPLEMENTED) ENUM(loom_status, LOOM_ERR_OUT_OF_MEMORY)
+  ENUM(loom_status, LOOM_ERR_IO) ENUM(loom_status, LOOM_ERR_INTERNAL)
+  ENUM(loom_plugin_kind, LOOM_KIND_BACKEND) ENUM(loom_plugin_kind, LOOM_KIND_COMM)
+  ENUM(loom_plugin_kind, LOOM_KIND_MODEL) ENUM(loom_plugin_kind, LOOM_KIND_ATTENTION)
+  ENUM(loom_plugin_kind, LOOM_KIND_PARALLEL) ENUM(loom_plugin_kind, LOOM_KIND_OPTIMIZER)
+  ENUM(loom_plugin_kind, LOOM_KIND_TOKENIZER) ENUM(loom_plugin_kind, LOOM_KIND_DATASET)
+  ENUM(loom_param_type, LOOM_PARAM_BOOL) ENUM(loom_param_type, LOOM_PARAM_INT)
+  ENUM(loom_param_type, LOOM_PARAM_FLOAT) ENUM(loom_param_type, LOOM_PARAM_STRING)
+  ENUM(loom_log_level, LOOM_LOG_DEBUG) ENUM(loom_log_level, LOOM_LOG_INFO)
+  ENUM(loom_log_level, LOOM_LOG_WARN) ENUM(loom_log_level, LOOM_LOG_ERROR)
+  ENUM(loom_reduce_op, LOOM_REDUCE_SUM) ENUM(loom_reduce_op, LOOM_REDUCE_MAX)
+  ENUM(loom_reduce_op, LOOM_REDUCE_MIN) ENUM(loom_reduce_op, LOOM_REDUCE_AVG)
+  return out;
+}
+// clang-format on
+
+#undef STRUCT
+#undef F
+#undef END
+#undef ENUM
+
+}  // namespace
+
+std::vector<Row> layout() { return build().rows; }
+
+std::string listing_problems() { return build().problems; }
+
+std::string format(const std::vector<Row>& rows) {
+  std::ostringstream out;
+  out << "# Loom public ABI layout (x86-64 Linux, LP64), one line per field:\n"
+         "#   struct field offset size\n"
+         "# plus per struct \"(sizeof) alignof sizeof\" and \"(fields) 0 count\", and per enum\n"
+         "# constant \"enum constant value sizeof\". tests/abi checks the headers against it.\n"
+         "# Regenerate only together with an ABI version bump:\n"
+         "#   build/bin/loom-abi-dump > tests/abi/abi_v"
+      << LOOM_ABI_MAJOR << ".golden\n";
+  out << "abi " << LOOM_ABI_MAJOR << "." << LOOM_ABI_MINOR << "\n";
+  for (const Row& r : rows)
+    out << r.type << " " << r.field << " " << r.offset << " " << r.size << "\n";
+  return out.str();
+}
+
+}  // namespace loomabi

@@ -1,0 +1,192 @@
+// The `loom` binary's exit codes and one-line errors for bad recipes and bad plugins.
+#include <doctest/doctest.h>
+
+#include "engine_test_util.hpp"
+
+using namespace enginetest;
+
+namespace {
+
+const std::string kStubs = LOOM_TEST_STUB_DIR;
+
+// The one line a usage error prints, checked for shape.
+std::string error_line(const Result& r) {
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.rfind("loom: error: ", 0) == 0);
+  return r.err;
+}
+
+}  // namespace
+
+TEST_CASE("a misspelt key exits 2 with file:line and the suggestion") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[model]\nn_layr = 12\n");
+  for (const char* cmd : {"validate", "run"}) {
+    CAPTURE(cmd);
+    Result r = run_loom(std::string(cmd) + " " + q(recipe.string()));
+    CHECK(r.code == 2);
+    CHECK(error_line(r) == "loom: error: " + recipe.string() +
+                               ":2: unknown key 'model.n_layr' for model/gpt; did you mean "
+                               "'n_layer'?\n");
+  }
+}
+
+TEST_CASE("a missing plugin exits 2 with the nearest plugin") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[train]\niters = 1\n[model]\nplugin = \"gtp\"\n");
+  Result r = run_loom("validate " + q(recipe.string()));
+  CHECK(r.code == 2);
+  CHECK(error_line(r) ==
+        "loom: error: " + recipe.string() + ":4: no plugin model/gtp; did you mean model/gpt?\n");
+}
+
+TEST_CASE("a corrupt .so is refused with a reason, selecting it exits 2") {
+  TempDir dir;
+  write_file(dir / "plugins/loom-backend-bad.so", "this is not a shared object\n");
+  fs::path recipe = write_file(dir / "r.toml", "[backend]\nplugin = \"bad\"\n");
+  const std::string path = (dir / "plugins").string() + ":" + kStubs;
+  Result r = run_loom("validate " + q(recipe.string()), path);
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: " + recipe.string() + ":2: plugin backend/bad refused: " +
+                             (dir / "plugins/loom-backend-bad.so").string() +
+                             ": not a shared object (no ELF header)\n");
+  // Listing does not fail: the library shows under "refused".
+  r = run_loom("plugins", path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "refused:\n  " + (dir / "plugins/loom-backend-bad.so").string() +
+                            ": not a shared object (no ELF header)\n"));
+  CHECK(contains(r.out, "model      gpt"));
+}
+
+TEST_CASE("a truncated ELF file is refused with dlopen's reason on one line") {
+  TempDir dir;
+  write_file(dir / "plugins/loom-model-trunc.so", std::string("\x7f"
+                                                              "ELF\x02\x01\x01",
+                                                              7));
+  Result r = run_loom("plugins", (dir / "plugins").string());
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "loom-model-trunc.so: cannot load: "));
+}
+
+TEST_CASE("an ABI-mismatched plugin is refused; selecting it exits 2") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[optimizer]\nplugin = \"tiny\"\n");
+  const std::string path = kStubs + ":" + LOOM_TEST_TINY2_DIR;
+  Result r = run_loom("validate " + q(recipe.string()), path);
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: " + recipe.string() +
+                             ":2: plugin optimizer/tiny refused: " + LOOM_TEST_TINY2_DIR +
+                             "/loom-optimizer-tiny.so: built for Loom ABI 2.0, this host is 1.0\n");
+  // The ABI-1 build of the same plugin validates.
+  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_TINY1_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "optimizer/tiny"));
+}
+
+TEST_CASE("libraries without the entry symbol or with a NULL descriptor are refused") {
+  Result r = run_loom("plugins", LOOM_TEST_ODD_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "loom-model-noentry.so: no loom_plugin_entry symbol (not a Loom plugin)"));
+  CHECK(contains(r.out, "loom-optimizer-null.so: loom_plugin_entry returned NULL"));
+  CHECK(contains(r.out, "loom-optimizer-badkind.so: unknown plugin kind 42\n"));
+  CHECK(contains(r.out,
+                 "loom-optimizer-small.so: descriptor struct_size 24 is smaller than "
+                 "ABI 1.0's 88\n"));
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[model]\nplugin = \"noentry\"\n");
+  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_ODD_DIR);
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "plugin model/noentry refused: "));
+}
+
+TEST_CASE("a duplicate kind/name is refused; the first one found wins") {
+  TempDir dir;
+  fs::create_directories(dir / "second");
+  fs::copy_file(fs::path(LOOM_TEST_TINY1_DIR) / "loom-optimizer-tiny.so",
+                dir / "second/loom-optimizer-tiny.so");
+  Result r =
+      run_loom("plugins", std::string(LOOM_TEST_TINY1_DIR) + ":" + (dir / "second").string());
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, (dir / "second/loom-optimizer-tiny.so").string() +
+                            ": duplicates optimizer/tiny already loaded from " +
+                            LOOM_TEST_TINY1_DIR + "/loom-optimizer-tiny.so"));
+}
+
+TEST_CASE("validate prints one ok line naming the plugins") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[train]\niters = 1\n");
+  Result r = run_loom("validate " + q(recipe.string()));
+  CHECK(r.code == 0);
+  CHECK(r.out == "ok: " + recipe.string() +
+                     ": 1 section, plugins: backend/cpu comm/single model/gpt attention/reference "
+                     "parallel/ddp optimizer/adamw tokenizer/byte dataset/mock\n");
+  r = run_loom("validate " + q(recipe.string()) + " --set train.iters=7 --print");
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "[train]\nseed = 1234\niters = 7\n"));
+}
+
+TEST_CASE("command-line mistakes exit 2 with one line") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "");
+  Result r = run_loom("validate");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "loom validate: missing RECIPE"));
+  r = run_loom("validate " + q(recipe.string()) + " --bogus");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "unrecognised option '--bogus'"));
+  r = run_loom("validate " + q((dir / "nope.toml").string()));
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "nope.toml' not found"));
+  r = run_loom("valdate x");
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: unknown command 'valdate'; did you mean 'validate'?\n");
+  r = run_loom("validate " + q(recipe.string()) + " --set nonsense");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "--set expects section.key=value"));
+  r = run_loom("generate --prompt hi");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "missing --checkpoint DIR"));
+  r = run_loom("generate --checkpoint x --prompt hi --top-p 0");
+  CHECK(r.code == 2);
+  r = run_loom("");
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "usage: loom <command>"));
+}
+
+TEST_CASE("--help and version exit 0") {
+  for (const char* cmd : {"run", "validate", "plugins", "generate", "pack", "install", "version"}) {
+    CAPTURE(cmd);
+    Result r = run_loom(std::string(cmd) + " --help");
+    CHECK(r.code == 0);
+    CHECK(contains(r.out, std::string("usage: loom ") + cmd));
+  }
+  Result r = run_loom("--help");
+  CHECK(r.code == 0);
+  r = run_loom("version");
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "plugin ABI 1.0"));
+}
+
+TEST_CASE("plugins lists a table and describe shows a schema") {
+  Result r = run_loom("plugins");
+  CHECK(r.code == 0);
+  CHECK(r.out.rfind("KIND       NAME", 0) == 0);
+  CHECK(contains(r.out, "optimizer  adamw      0.0.1    1.0  Loom tests  " + kStubs +
+                            "/loom-optimizer-adamw.so"));
+  CHECK_FALSE(contains(r.out, "refused:"));
+  r = run_loom("plugins describe model/gpt");
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "model/gpt 0.0.1: stand-in for engine tests"));
+  CHECK(contains(r.out, "selected with [model] plugin = \"gpt\"; its keys:"));
+  CHECK(contains(r.out, "n_layer     int     12       >= 1             transformer layers"));
+  CHECK(contains(r.out, "activation  string  \"gelu\"   gelu|swiglu"));
+  r = run_loom("plugins describe data/needs");
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "path  string  (required)"));
+  r = run_loom("plugins describe model/gtp");
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: no plugin model/gtp; did you mean model/gpt?\n");
+  r = run_loom("plugins describe modle/gpt");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "unknown plugin kind 'modle'; did you mean 'model'?"));
+}

@@ -1,0 +1,44 @@
+// Logging setup and the Progress helper (non-TTY mode: periodic lines).
+#include <doctest/doctest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+#include "engine_test_util.hpp"
+#include "log.hpp"
+
+using namespace enginetest;
+namespace llog = loom::engine::log;
+
+TEST_CASE("log lines carry the rank; LOOM_LOG_LEVEL filters") {
+  ScopedEnv level("LOOM_LOG_LEVEL", "warning");
+  ScopedEnv rank("OMPI_COMM_WORLD_RANK", "3");
+  llog::setup();
+  CHECK(llog::rank() == 3);
+  CHECK_FALSE(spdlog::should_log(spdlog::level::info));
+  CHECK(spdlog::should_log(spdlog::level::warn));
+
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto& sinks = spdlog::default_logger()->sinks();
+  const auto saved = sinks;  // only the test's sink while it runs
+  sinks.assign(1, sink);
+  llog::set_rank(5);  // the formatter is applied to every sink
+  spdlog::warn("disk {} full", 2);
+  spdlog::info("hidden");
+  spdlog::default_logger()->flush();
+  CHECK(out.str() == "[r5] warning: disk 2 full\n");
+
+  spdlog::set_level(spdlog::level::info);
+  out.str("");
+  {
+    llog::Progress p("indexing", 10, 0.0, /*tty=*/0);  // interval 0: every update prints
+    p.update(5);
+  }  // the destructor finishes
+  std::string text = out.str();
+  CHECK(contains(text, "[r5] indexing: 5/10 (50%)"));
+  CHECK(contains(text, "[r5] indexing: 10/10 (100%)"));
+  sinks = saved;
+  llog::set_rank(0);
+}

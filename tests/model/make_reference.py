@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Independent PyTorch (float64) reference for model/gpt: writes tests/model/data/*.txt.
+
+Rebuilds the model from its definition, not from Loom's code: parameters and tokens come
+from torch.manual_seed, so the reference does not depend on Loom's RNG either. For each
+configuration the file holds the model options, the batch, the parameters (float32 values,
+so the f32 model under test holds exactly the same numbers), the loss sum and the gradient
+of loss_scale * (sum of token losses) for every parameter, computed in float64 by autograd.
+
+Conventions mirrored from model/gpt (see plugins/model-gpt/gpt.hpp):
+  linear weights (out, in), y = x W^T + b; c_attn rows [q | k | v]; swiglu c_fc rows
+  [gate; up]; RoPE rotate-half; query head h reads kv head h // (n_head / n_kv_head);
+  pre-norm blocks; GELU tanh approximation; targets of -1 ignored.
+The files store the vocabulary's real rows of wte / lm_head only: the test fills the padded
+rows with junk to prove they never affect the loss.
+
+Run (Debian's python3-torch, CPU):  /usr/bin/python3 tests/model/make_reference.py
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+
+CONFIGS = {
+    "gpt2_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=0, n_embd=16, ffn_hidden=0, norm="layernorm",
+                     activation="gelu", position="learned", bias="true",
+                     tie_embeddings="true", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
+        vocab=64, batch=2, seq=8, seed=1234),
+    "llama_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
+        vocab=64, batch=2, seq=8, seed=4321),
+}
+
+
+def param_specs(o, vocab):
+    """(name, shape, kind) in model/gpt's order; kind: matrix | bias | norm_w | norm_b."""
+    C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
+    Hkv = o["n_kv_head"] or H
+    D = C // H
+    swiglu = o["activation"] == "swiglu"
+    F_ = o["ffn_hidden"] or 4 * C
+    bias = o["bias"] == "true"
+    ln = o["norm"] == "layernorm"
+    specs = [("wte", (vocab, C), "matrix")]
+    if o["position"] == "learned":
+        specs.append(("wpe", (o["max_seq_len"], C), "matrix"))
+
+    def norm(p):
+        specs.append((p + ".weight", (C,), "norm_w"))
+        if ln and bias:
+            specs.append((p + ".bias", (C,), "norm_b"))
+
+    def linear(p, out, inp):
+        specs.append((p + ".weight", (out, inp), "matrix"))
+        if bias:
+            specs.append((p + ".bias", (out,), "bias"))
+
+    for l in range(L):
+        p = f"h.{l}"
+        norm(p + ".ln_1")
+        linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C)
+        linear(p + ".attn.c_proj", C, H * D)
+        norm(p + ".ln_2")
+        linear(p + ".mlp.c_fc", 2 * F_ if swiglu else F_, C)
+        linear(p + ".mlp.c_proj", C, F_)
+    norm("ln_f")
+    if o["tie_embeddings"] == "false":
+        specs.append(("lm_head.weight", (vocab, C), "matrix"))
+    return specs
+
+
+def make_params(specs, gen):
+    params = {}
+    for name, shape, kind in specs:
+        r = torch.randn(shape, generator=gen, dtype=torch.float32)
+        v = {"matrix": 0.08 * r, "bias": 0.02 * r, "norm_w": 1.0 + 0.1 * r,
+             "norm_b": 0.05 * r}[kind]
+        params[name] = v.to(torch.float32).to(torch.float64).requires_grad_(True)
+    return params
+
+
+def rope(x, theta):  # x (B, T, H, D), positions 0..T-1, rotate-half pairs (i, i + D/2)
+    B, T, H, D = x.shape
+    inv = theta ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]  # (T, D/2)
+    cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def forward(o, P, tokens, vocab):
+    C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
+    Hkv = o["n_kv_head"] or H
+    D = C // H
+    B, T = tokens.shape
+    bias = o["bias"] == "true"
+    eps = o["norm_eps"]
+
+    def norm(x, p):
+        if o["norm"] == "layernorm":
+            return F.layer_norm(x, (C,), P[p + ".weight"], P.get(p + ".bias"), eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * P[p + ".weight"]
+
+    def linear(x, p):
+        return F.linear(x, P[p + ".weight"], P[p + ".bias"] if bias else None)
+
+    x = P["wte"][tokens]
+    if o["position"] == "learned":
+        x = x + P["wpe"][torch.arange(T)][None]
+    for l in range(L):
+        p = f"h.{l}"
+        qkv = linear(norm(x, p + ".ln_1"), p + ".attn.c_attn")
+        q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+        q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
+        if o["position"] == "rope":
+            q, k = rope(q, o["rope_theta"]), rope(k, o["rope_theta"])
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D)
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + linear(a, p + ".attn.c_proj")
+        h = linear(norm(x, p + ".ln_2"), p + ".mlp.c_fc")
+        if o["activation"] == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        x = x + linear(h, p + ".mlp.c_proj")
+    x = norm(x, "ln_f")
+    head = P["wte"] if o["tie_embeddings"] == "true" else P["lm_head.weight"]
+    return x @ head.t()  # (B, T, vocab)
+
+
+def fmt(t):
+    return " ".join(f"{v:.9g}" for v in t.detach().reshape(-1).tolist())
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    os.makedirs(out_dir, exist_ok=True)
+    for name, cfg in CONFIGS.items():
+        o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
+        gen = torch.Generator().manual_seed(cfg["seed"])
+        specs = param_specs(o, vocab)
+        P = make_params(specs, gen)
+        tokens = torch.randint(0, vocab, (B, T), generator=gen)
+        targets = torch.randint(0, vocab, (B, T), generator=gen)
+        targets[0, 2] = -1  # ignored positions
+        targets[1, 5] = -1
+        count = int((targets != -1).sum())
+        loss_scale = 1.0 / count
+        logits = forward(o, P, tokens, vocab)
+        loss_sum = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1),
+                                   ignore_index=-1, reduction="sum")
+        (loss_scale * loss_sum).backward()
+        path = os.path.join(out_dir, name + ".txt")
+        with open(path, "w") as f:
+            f.write(f"# model/gpt whole-model reference '{name}', written by "
+                    "tests/model/make_reference.py\n")
+            f.write(f"# run: /usr/bin/python3 tests/model/make_reference.py  (torch "
+                    f"{torch.__version__}, float64 autograd, seed {cfg['seed']})\n")
+            f.write("# lines: option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
+                    "targets ... | loss_sum <v> | loss_scale <v> | param <name> <numel> "
+                    "<values...> | grad <name> <numel> <values...>\n")
+            for k, v in o.items():
+                f.write(f"option {k} {v}\n")
+            f.write(f"create {vocab} {B} {T}\n")
+            f.write("tokens " + " ".join(map(str, tokens.reshape(-1).tolist())) + "\n")
+            f.write("targets " + " ".join(map(str, targets.reshape(-1).tolist())) + "\n")
+            f.write(f"loss_sum {loss_sum.item():.17g}\n")
+            f.write(f"loss_scale {loss_scale:.17g}\n")
+            for pname, _, _ in specs:
+                f.write(f"param {pname} {P[pname].numel()} {fmt(P[pname])}\n")
+            for pname, _, _ in specs:
+                g = P[pname].grad
+                f.write(f"grad {pname} {g.numel()} "
+                        + " ".join(f"{v:.12e}" for v in g.reshape(-1).tolist()) + "\n")
+        print(f"{path}: loss_sum {loss_sum.item():.6f} over {count} tokens, "
+              f"{sum(P[p].numel() for p, _, _ in specs)} parameters")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+// Helpers for the model/gpt, attention/reference and optimizer tests: a TestHost with the CPU
+// backend and the reference attention, a model created through its descriptor, and host <->
+// device copies of tensors as double vectors (whatever their dtype).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_host.hpp"
+
+namespace modeltest {
+
+using Overrides = std::map<std::string, std::string>;
+
+// Host copies of a device tensor (f32 or f64) as doubles, and back.
+inline std::vector<double> download(const loom_backend_ref& be, const DLTensor* t) {
+  const int64_t n = loom_tensor_numel(t);
+  std::vector<double> out(n);
+  if (t->dtype.bits == 64) {
+    REQUIRE(be.api->to_host(be.self, t, out.data(), n * sizeof(double)) == nullptr);
+  } else {
+    std::vector<float> f(n);
+    REQUIRE(be.api->to_host(be.self, t, f.data(), n * sizeof(float)) == nullptr);
+    for (int64_t i = 0; i < n; ++i) out[i] = f[i];
+  }
+  return out;
+}
+
+inline void upload(const loom_backend_ref& be, DLTensor* t, const std::vector<double>& v) {
+  const int64_t n = loom_tensor_numel(t);
+  REQUIRE((int64_t)v.size() == n);
+  if (t->dtype.bits == 64) {
+    REQUIRE(be.api->from_host(be.self, t, v.data(), n * sizeof(double)) == nullptr);
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    REQUIRE(be.api->from_host(be.self, t, f.data(), n * sizeof(float)) == nullptr);
+  }
+}
+
+// An owning device tensor of the test's backend.
+class DevTensor {
+ public:
+  DevTensor(const loom_backend_ref& be, DLDataType dt, std::vector<int64_t> shape) : be_(be) {
+    REQUIRE(be.api->alloc_tensor(be.self, dt, (int)shape.size(), shape.data(), &t_) == nullptr);
+  }
+  ~DevTensor() { be_.api->free_tensor(be_.self, t_); }
+  DevTensor(const DevTensor&) = delete;
+  DevTensor& operator=(const DevTensor&) = delete;
+  DLTensor* get() const { return t_; }
+  operator DLTensor*() const { return t_; }
+  std::vector<double> get_host() const { return download(be_, t_); }
+  void set_host(const std::vector<double>& v) { upload(be_, t_, v); }
+
+ private:
+  loom_backend_ref be_;
+  DLTensor* t_ = nullptr;
+};
+
+// Backend cpu (no GEMM measurement) + attention reference.
+struct Host {
+  loomtest::TestHost th;
+  loom_backend_ref be;
+  loom_attention_ref attn;
+  Host() {
+    be = th.load_backend("cpu", {{"measure_gemm", "false"}});
+    attn = th.load_attention("reference");
+  }
+};
+
+// A model/gpt instance on a Host; destroyed before the host's backend.
+class Gpt {
+ public:
+  Gpt(Host& h, const Overrides& options, int64_t vocab, int64_t micro_batch, int64_t seq_len,
+      DLDataType dtype = loom_f32())
+      : h_(h) {
+    desc_ = loomtest::load_descriptor("model", "gpt");
+    api_ = static_cast<const loom_model_api*>(desc_->api);
+    cfg_ = loomtest::TestHost::config(desc_, options);
+    loom_model_create_args a{};
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1;
+    a.vocab_size = vocab;
+    a.seq_len = seq_len;
+    a.micro_batch = micro_batch;
+    a.dtype = dtype;
+    h.th.check(api_->create(h.th.host(), &cfg_, &a, &m_));
+    for (size_t i = 0; i < api_->num_params(m_); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
+      h.th.check(api_->get_param(m_, i, &p));
+      params.push_back(p);
+    }
+  }
+  ~Gpt() { api_->destroy(m_); }
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const loom_model_api* api() const { return api_; }
+  loom_model* self() const { return m_; }
+  void check(loom_error* e) const { h_.th.check(e); }
+
+  const loom_model_param& param(const std::string& name) const {
+    for (auto& p : params)
+      if (name == p.name) return p;
+    FAIL("no parameter " << name);
+    return params.front();
+  }
+  std::vector<double> value(const std::string& name) const {
+    return download(h_.be, param(name).value);
+  }
+  std::vector<double> grad(const std::string& name) const {
+    return download(h_.be, param(name).grad);
+  }
+
+  // Sum of token losses and counted tokens of one micro-batch.
+  std::pair<double, int64_t> run(const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& targets, int64_t B, int64_t T,
+                                 double loss_scale, bool backward) {
+    loom_microbatch mb{};
+    mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+    mb.tokens = tokens.data();
+    mb.targets = targets.data();
+    mb.batch = B;
+    mb.seq_len = T;
+    mb.loss_scale = loss_scale;
+    double loss = 0;
+    int64_t count = 0;
+    check(backward ? api_->forward_backward(m_, &mb, &loss, &count)
+                   : api_->forward(m_, &mb, &loss, &count));
+    return {loss, count};
+  }
+
+  std::vector<loom_model_param> params;
+
+ private:
+  Host& h_;
+  const loom_plugin_descriptor* desc_ = nullptr;
+  const loom_model_api* api_ = nullptr;
+  loom_config cfg_;
+  loom_model* m_ = nullptr;
+};
+
+// An optimizer plugin over a model's parameters.
+class Optimizer {
+ public:
+  Optimizer(Host& h, const std::string& name, const Overrides& options, const Gpt& model) : h_(h) {
+    auto* d = loomtest::load_descriptor("optimizer", name);
+    api_ = static_cast<const loom_optimizer_api*>(d->api);
+    cfg_ = loomtest::TestHost::config(d, options);
+    for (auto& p : model.params) {
+      loom_opt_param o{};
+      o.struct_size = LOOM_OPT_PARAM_SIZE_V1;
+      o.name = p.name;
+      o.param = p.value;
+      o.grad = p.grad;
+      o.weight_decay = p.weight_decay;
+      ops_.push_back(o);
+    }
+    h.th.check(api_->create(h.th.host(), &cfg_, ops_.data(), ops_.size(), &o_));
+  }
+  ~Optimizer() { api_->destroy(o_); }
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  void step(double lr, int64_t step, double grad_scale = 1.0) {
+    loom_opt_step_args a{};
+    a.struct_size = LOOM_OPT_STEP_ARGS_SIZE_V1;
+    a.lr = lr;
+    a.step = step;
+    a.grad_scale = grad_scale;
+    h_.th.check(api_->step(o_, &a));
+  }
+  const loom_optimizer_api* api() const { return api_; }
+  loom_optimizer* self() const { return o_; }
+
+ private:
+  Host& h_;
+  const loom_optimizer_api* api_ = nullptr;
+  loom_config cfg_;
+  std::vector<loom_opt_param> ops_;
+  loom_optimizer* o_ = nullptr;
+};
+
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// Tiny configurations shared by the tests.
+inline Overrides tiny_gpt2() {
+  return {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "16"}, {"max_seq_len", "32"}};
+}
+inline Overrides tiny_llama() {
+  return {{"n_layer", "2"},           {"n_head", "2"},      {"n_kv_head", "1"},
+          {"n_embd", "16"},           {"ffn_hidden", "24"}, {"norm", "rmsnorm"},
+          {"activation", "swiglu"},   {"position", "rope"}, {"bias", "false"},
+          {"tie_embeddings", "false"}};
+}
+
+}  // namespace modeltest

@@ -1,0 +1,148 @@
+// optimizer/adamw and optimizer/sgd against a host implementation of their update rules, on
+// parameters that share one flat buffer (the layout model/gpt hands out: adjacent views are
+// stepped together) plus one separate tensor, with weight decay only where flagged.
+#include <cmath>
+#include <random>
+
+#include "model_test_util.hpp"
+
+using namespace modeltest;
+
+namespace {
+
+// Three parameters: views [0,6) (decay) and [6,10) (no decay) of one flat buffer, and a
+// separate (3) tensor (decay). Gradients laid out the same way.
+struct Params {
+  DevTensor flat_p, flat_g, sep_p, sep_g;
+  int64_t s0[2] = {2, 3}, s1[1] = {4};
+  DLTensor p0, p1, g0, g1;
+  std::vector<loom_opt_param> list;
+  Params(Host& h)
+      : flat_p(h.be, loom_f64(), {10}),
+        flat_g(h.be, loom_f64(), {10}),
+        sep_p(h.be, loom_f64(), {3}),
+        sep_g(h.be, loom_f64(), {3}) {
+    auto view = [](DLTensor* base, int64_t* shape, int nd, int64_t off) {
+      DLTensor t = *base;
+      t.ndim = nd;
+      t.shape = shape;
+      t.strides = nullptr;
+      t.byte_offset = base->byte_offset + off * 8;
+      return t;
+    };
+    p0 = view(flat_p, s0, 2, 0);
+    p1 = view(flat_p, s1, 1, 6);
+    g0 = view(flat_g, s0, 2, 0);
+    g1 = view(flat_g, s1, 1, 6);
+    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "a.weight", &p0, &g0, 1});
+    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "a.bias", &p1, &g1, 0});
+    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "b.weight", sep_p.get(), sep_g.get(), 1});
+  }
+};
+
+std::vector<double> randv(int n, std::mt19937& rng) {
+  std::normal_distribution<double> nd;
+  std::vector<double> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+loom_optimizer* make(Host& h, const std::string& name, const Overrides& o, Params& p,
+                     const loom_optimizer_api** api, loom_config& cfg) {
+  auto* d = loomtest::load_descriptor("optimizer", name);
+  *api = static_cast<const loom_optimizer_api*>(d->api);
+  cfg = loomtest::TestHost::config(d, o);
+  loom_optimizer* opt = nullptr;
+  h.th.check((*api)->create(h.th.host(), &cfg, p.list.data(), p.list.size(), &opt));
+  return opt;
+}
+
+}  // namespace
+
+TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state names") {
+  Host h;
+  Params p(h);
+  std::mt19937 rng(5);
+  std::vector<double> P = randv(13, rng);  // flat 10 then separate 3
+  p.flat_p.set_host({P.begin(), P.begin() + 10});
+  p.sep_p.set_host({P.begin() + 10, P.end()});
+  const loom_optimizer_api* api;
+  loom_config cfg;
+  loom_optimizer* opt = make(h, "adamw", {{"weight_decay", "0.3"}}, p, &api, cfg);
+  const double lr = 0.05, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.3, gs = 0.5;
+  const int wdflag[13] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+  std::vector<double> m(13, 0.0), v(13, 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<double> G = randv(13, rng);
+    p.flat_g.set_host({G.begin(), G.begin() + 10});
+    p.sep_g.set_host({G.begin() + 10, G.end()});
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, lr, step, gs};
+    h.th.check(api->step(opt, &a));
+    for (int i = 0; i < 13; ++i) {
+      const double g = gs * G[i];
+      P[i] *= 1 - lr * (wdflag[i] ? wd : 0.0);
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      const double mh = m[i] / (1 - std::pow(b1, step)), vh = v[i] / (1 - std::pow(b2, step));
+      P[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+  }
+  auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
+  got.insert(got.end(), sep.begin(), sep.end());
+  for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-12));
+
+  REQUIRE(api->num_state(opt) == 6);
+  std::map<std::string, std::vector<double>> state;
+  for (size_t i = 0; i < 6; ++i) {
+    const char* name = nullptr;
+    DLTensor* t = nullptr;
+    h.th.check(api->get_state(opt, i, &name, &t));
+    state[name] = download(h.be, t);
+  }
+  REQUIRE(state.count("exp_avg.a.weight"));
+  REQUIRE(state.count("exp_avg_sq.a.bias"));
+  REQUIRE(state.count("exp_avg.b.weight"));
+  CHECK(state["exp_avg.a.bias"].size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(state["exp_avg.a.bias"][i] == doctest::Approx(m[6 + i]));
+  for (int i = 0; i < 3; ++i) CHECK(state["exp_avg_sq.b.weight"][i] == doctest::Approx(v[10 + i]));
+  api->destroy(opt);
+}
+
+TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
+  for (double mom : {0.0, 0.8}) {
+    Host h;
+    Params p(h);
+    std::mt19937 rng(9);
+    std::vector<double> P = randv(13, rng);
+    p.flat_p.set_host({P.begin(), P.begin() + 10});
+    p.sep_p.set_host({P.begin() + 10, P.end()});
+    const loom_optimizer_api* api;
+    loom_config cfg;
+    loom_optimizer* opt =
+        make(h, "sgd", {{"momentum", std::to_string(mom)}, {"weight_decay", "0.1"}}, p, &api, cfg);
+    CHECK(api->num_state(opt) == (mom == 0.0 ? 0u : 3u));
+    const int wdflag[13] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+    std::vector<double> buf(13, 0.0);
+    for (int step = 1; step <= 3; ++step) {
+      std::vector<double> G = randv(13, rng);
+      p.flat_g.set_host({G.begin(), G.begin() + 10});
+      p.sep_g.set_host({G.begin() + 10, G.end()});
+      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, 0.1, step, 2.0};
+      h.th.check(api->step(opt, &a));
+      for (int i = 0; i < 13; ++i) {
+        buf[i] = mom * buf[i] + 2.0 * G[i];
+        P[i] -= 0.1 * (buf[i] + (wdflag[i] ? 0.1 : 0.0) * P[i]);
+      }
+    }
+    auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
+    got.insert(got.end(), sep.begin(), sep.end());
+    for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-12));
+    if (mom != 0.0) {
+      const char* name = nullptr;
+      DLTensor* t = nullptr;
+      h.th.check(api->get_state(opt, 1, &name, &t));
+      CHECK(std::string(name) == "momentum.a.bias");
+    }
+    api->destroy(opt);
+  }
+}

@@ -1,0 +1,162 @@
+// Attention pieces: the row softmax (scale, causal mask with Tq < Tk and Tq > Tk, lse,
+// flattened leading dims) and RoPE (rotate-half), forward against naive loops, backward
+// against central finite differences in f64.
+#include <limits>
+
+#include "ops_support.hpp"
+
+using namespace opstest;
+
+namespace {
+
+// Naive softmax of scale*s per row, masking j > i + (Tk - Tq) when causal.
+Vec naive_softmax(const Vec& s, int64_t rows, int64_t Tq, int64_t Tk, double scale, bool causal,
+                  Vec* lse) {
+  Vec p(s.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = r % Tq;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < Tk; ++j)
+      if (!causal || j <= i + (Tk - Tq)) mx = std::max(mx, scale * s[r * Tk + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < Tk; ++j)
+      if (!causal || j <= i + (Tk - Tq)) sum += std::exp(scale * s[r * Tk + j] - mx);
+    for (int64_t j = 0; j < Tk; ++j)
+      if (!causal || j <= i + (Tk - Tq)) p[r * Tk + j] = std::exp(scale * s[r * Tk + j] - mx) / sum;
+    if (lse) (*lse)[r] = sum > 0 ? mx + std::log(sum) : -std::numeric_limits<double>::infinity();
+  }
+  return p;
+}
+
+Vec run_softmax(DLDataType dt, const std::vector<int64_t>& shape, const Vec& s, double scale,
+                bool causal, Vec* lse = nullptr) {
+  auto S = make(dt, shape, s);
+  int64_t rows = S.numel() / shape.back();
+  loom::Tensor L(B(), dt, {rows});
+  B().call(&loom_ops::softmax_forward, S.get(), L.get(), scale, causal ? 1 : 0);
+  if (lse) *lse = get(L);
+  return get(S);
+}
+
+Vec naive_rope(const Vec& x, int64_t Bn, int64_t T, int64_t H, int64_t D, int64_t off,
+               double theta) {
+  Vec y = x;
+  for (int64_t b = 0; b < Bn; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < D / 2; ++i) {
+          double ang = static_cast<double>(off + t) * std::pow(theta, -2.0 * i / D);
+          int64_t base = ((b * T + t) * H + h) * D;
+          double x1 = x[base + i], x2 = x[base + i + D / 2];
+          y[base + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
+          y[base + i + D / 2] = x2 * std::cos(ang) + x1 * std::sin(ang);
+        }
+  return y;
+}
+
+Vec run_rope(DLDataType dt, const Vec& x, std::vector<int64_t> shape, int64_t off, double theta,
+             bool backward = false) {
+  auto X = make(dt, shape, x);
+  B().call(backward ? &loom_ops::rope_backward : &loom_ops::rope_forward, X.get(), off, theta);
+  return get(X);
+}
+
+}  // namespace
+
+TEST_CASE("softmax_forward: values and lse, causal with Tq < Tk, plain, 4-D scores") {
+  struct Case {
+    std::vector<int64_t> shape;
+    bool causal;
+  };
+  for (const Case& c : {Case{{2, 3, 5}, true}, Case{{2, 3, 5}, false}, Case{{2, 2, 3, 5}, true},
+                        Case{{1, 4, 4}, true}}) {
+    int64_t Tk = c.shape.back(), Tq = c.shape[c.shape.size() - 2];
+    int64_t n = 1;
+    for (auto d : c.shape) n *= d;
+    Vec s = random_vec(n, 1 + n, -3, 3);
+    Vec lse, ref_lse(n / Tk);
+    Vec p = run_softmax(loom_f64(), c.shape, s, 0.6, c.causal, &lse);
+    check_close(p, naive_softmax(s, n / Tk, Tq, Tk, 0.6, c.causal, &ref_lse), 1e-14, 1e-15,
+                "softmax probabilities");
+    check_close(lse, ref_lse, 1e-14, 1e-14, "softmax lse");
+  }
+}
+
+TEST_CASE("softmax_forward: Tq > Tk leaves fully masked rows at 0 with lse -inf") {
+  Vec s = random_vec(8, 5);
+  Vec lse;
+  Vec p = run_softmax(loom_f64(), {1, 4, 2}, s, 1.0, true, &lse);
+  CHECK(p[0] == 0.0);
+  CHECK(p[1] == 0.0);
+  CHECK(p[2] == 0.0);
+  CHECK(p[3] == 0.0);
+  CHECK(std::isinf(lse[0]));
+  CHECK(lse[0] < 0);
+  CHECK(p[4] == 1.0);
+  CHECK(p[5] == 0.0);
+  CHECK(p[6] + p[7] == doctest::Approx(1.0));
+}
+
+TEST_CASE("softmax_backward against finite differences (causal, Tq < Tk)") {
+  const std::vector<int64_t> shape = {2, 3, 5};
+  const double scale = 0.7;
+  Vec s = random_vec(30, 10, -2, 2), R = random_vec(30, 11);
+  auto L = [&] { return dot(run_softmax(loom_f64(), shape, s, scale, true), R); };
+  Vec fd = fd_grad(s, L);
+  auto P = make64(shape, run_softmax(loom_f64(), shape, s, scale, true));
+  auto dS = make64(shape, Vec(30, 5.0));
+  B().call(&loom_ops::softmax_backward, dS.get(), P.get(), make64(shape, R).get(), scale);
+  check_close(get(dS), fd, kFdRtol, kFdAtol, "softmax_backward vs FD");
+  auto dP = make64(shape, R);  // ds aliasing dp
+  B().call(&loom_ops::softmax_backward, dP.get(), P.get(), dP.get(), scale);
+  check_close(get(dP), fd, kFdRtol, kFdAtol, "softmax_backward in place");
+}
+
+TEST_CASE("softmax: f32 matches f64, and lse may be f32 or NULL") {
+  const std::vector<int64_t> shape = {48, 64, 64};  // 12 heads x 4 sequences of 64
+  Vec s = random_vec(48 * 64 * 64, 20, -8, 8);
+  Vec l32, l64;
+  check_close(run_softmax(loom_f32(), shape, s, 0.125, true, &l32),
+              run_softmax(loom_f64(), shape, s, 0.125, true, &l64), 1e-5, 1e-7,
+              "softmax f32 vs f64");
+  check_close(l32, l64, 1e-5, 1e-6, "lse f32 vs f64");
+  auto S = make64({2, 3}, Vec{1, 2, 3, 4, 5, 6});
+  B().call(&loom_ops::softmax_forward, S.get(), static_cast<DLTensor*>(nullptr), 1.0, 0);
+  CHECK(get(S)[2] == doctest::Approx(naive_softmax({1, 2, 3}, 1, 1, 3, 1.0, false, nullptr)[2]));
+  auto L32 = make(loom_f32(), {2}, Vec(2, 0.0));
+  B().call(&loom_ops::softmax_forward, make64({2, 3}, Vec{1, 2, 3, 4, 5, 6}).get(), L32.get(), 1.0,
+           0);
+  CHECK(get(L32)[0] == doctest::Approx(3.0 + std::log(1 + std::exp(-1) + std::exp(-2))));
+  expect_error([&] { B().call(&loom_ops::softmax_forward, S.get(), make64({3}, Vec(3)).get(), 1.0,
+                              0); },
+               LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: lse has 3 elements, expected 2");
+}
+
+TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and matches FD") {
+  const int64_t Bn = 2, T = 3, H = 2, D = 8, off = 5;
+  const double theta = 10000.0;
+  std::vector<int64_t> shape = {Bn, T, H, D};
+  Vec x = random_vec(Bn * T * H * D, 30), R = random_vec(x.size(), 31);
+  check_close(run_rope(loom_f64(), x, shape, off, theta), naive_rope(x, Bn, T, H, D, off, theta),
+              1e-14, 1e-14, "rope_forward");
+  check_close(run_rope(loom_f64(), run_rope(loom_f64(), x, shape, off, theta), shape, off, theta,
+                       true),
+              x, 1e-14, 1e-14, "rope_backward(rope_forward(x)) == x");
+
+  auto L = [&] { return dot(run_rope(loom_f64(), x, shape, off, theta), R); };
+  Vec fd = fd_grad(x, L);
+  check_close(run_rope(loom_f64(), R, shape, off, theta, true), fd, kFdRtol, kFdAtol,
+              "rope_backward vs FD");
+
+  Vec big = random_vec(4 * 64 * 12 * 64, 32);
+  check_close(run_rope(loom_f32(), big, {4, 64, 12, 64}, 100000, 10000.0),
+              run_rope(loom_f64(), big, {4, 64, 12, 64}, 100000, 10000.0), 1e-5, 1e-6,
+              "rope f32 vs f64 at large positions");
+
+  auto X = make64({2, 3, 7}, Vec(42, 0.0));
+  expect_error([&] { B().call(&loom_ops::rope_forward, X.get(), int64_t{0}, theta); },
+               LOOM_ERR_INVALID_ARGUMENT, "rope_forward: x has shape (2,3,7), expected 4");
+  auto Y = make64({1, 2, 1, 7}, Vec(14, 0.0));
+  expect_error([&] { B().call(&loom_ops::rope_backward, Y.get(), int64_t{0}, theta); },
+               LOOM_ERR_INVALID_ARGUMENT, "head dimension D = 7");
+}

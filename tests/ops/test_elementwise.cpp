@@ -1,0 +1,282 @@
+// fill, copy/cast (f32 <-> f64/bf16/f16: exact values and round-to-nearest-even), add,
+// axpby, sum_squares, and the embedding lookup with its finite-difference gradient.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include "ops_support.hpp"
+
+using namespace opstest;
+
+namespace {
+
+std::vector<uint16_t> cast_to_16(DLDataType dt, const std::vector<float>& v) {
+  loom::Tensor src(B(), loom_f32(), {static_cast<int64_t>(v.size())});
+  src.upload(v);
+  loom::Tensor dst(B(), dt, {static_cast<int64_t>(v.size())});
+  B().call(&loom_ops::copy, dst.get(), src.get());
+  return dst.download<uint16_t>();
+}
+std::vector<float> cast_from_16(DLDataType dt, const std::vector<uint16_t>& v) {
+  loom::Tensor src(B(), dt, {static_cast<int64_t>(v.size())});
+  src.upload(v);
+  loom::Tensor dst(B(), loom_f32(), {static_cast<int64_t>(v.size())});
+  B().call(&loom_ops::copy, dst.get(), src.get());
+  return dst.download<float>();
+}
+
+// Independent references for the 16-bit formats, in double.
+double f16_value(uint16_t h) {
+  int sign = (h >> 15) ? -1 : 1;
+  int exp = (h >> 10) & 31, mant = h & 1023;
+  if (exp == 31) return mant ? std::numeric_limits<double>::quiet_NaN()
+                             : sign * std::numeric_limits<double>::infinity();
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  return sign * std::ldexp(1.0 + mant / 1024.0, exp - 15);
+}
+// Nearest f16 to a finite float by search over all positive finite f16 values; ties go to
+// the even bit pattern; beyond 65504 + half an ulp (65520) is infinity.
+uint16_t f16_nearest(float f) {
+  double v = std::fabs(static_cast<double>(f));
+  uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  if (v >= 65520.0) return sign | 0x7c00;
+  uint16_t lo = 0;
+  for (uint16_t h = 0; h < 0x7c00; ++h)
+    if (f16_value(h) <= v) lo = h;
+  if (lo == 0x7bff) return sign | lo;
+  double dlo = v - f16_value(lo), dhi = f16_value(lo + 1) - v;
+  uint16_t pick = dlo < dhi ? lo : dhi < dlo ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
+  return sign | pick;
+}
+uint16_t bf16_nearest(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::isinf(f)) return static_cast<uint16_t>(u >> 16);
+  uint32_t down = u & 0xffff0000u, up = down + 0x10000u;
+  double v = std::fabs(static_cast<double>(f));
+  double dd = v - std::fabs(static_cast<double>(std::bit_cast<float>(down)));
+  double du = std::fabs(static_cast<double>(std::bit_cast<float>(up))) - v;
+  if ((up & 0x7f800000u) == 0x7f800000u) du = std::ldexp(1.0, 128) - v;  // rounds up to inf
+  uint32_t pick = dd < du ? down : du < dd ? up : (((down >> 16) & 1) ? up : down);
+  return static_cast<uint16_t>(pick >> 16);
+}
+
+}  // namespace
+
+TEST_CASE("fill: every supported dtype") {
+  loom::Tensor f(B(), loom_f32(), {5}), d(B(), loom_f64(), {5}), i(B(), loom_i32(), {5});
+  loom::Tensor h(B(), loom_bf16(), {5});
+  B().call(&loom_ops::fill, f.get(), 1.25);
+  B().call(&loom_ops::fill, d.get(), -3.5);
+  B().call(&loom_ops::fill, i.get(), 7.0);
+  B().call(&loom_ops::fill, h.get(), 1.0);
+  CHECK(f.download<float>() == std::vector<float>(5, 1.25f));
+  CHECK(d.download<double>() == std::vector<double>(5, -3.5));
+  CHECK(i.download<int32_t>() == std::vector<int32_t>(5, 7));
+  CHECK(h.download<uint16_t>() == std::vector<uint16_t>(5, 0x3f80));
+  expect_error([&] { B().call(&loom_ops::fill, i.get(), 0.5); }, LOOM_ERR_INVALID_ARGUMENT,
+               "fill: value 0.5");
+}
+
+TEST_CASE("copy: f32 <-> f64") {
+  Vec v = random_vec(37, 11, -1e3, 1e3);
+  auto d = make64({37}, v);
+  loom::Tensor f(B(), loom_f32(), {37});
+  B().call(&loom_ops::copy, f.get(), d.get());
+  auto fv = f.download<float>();
+  for (size_t k = 0; k < v.size(); ++k) CHECK(fv[k] == static_cast<float>(v[k]));
+  loom::Tensor back(B(), loom_f64(), {37});
+  B().call(&loom_ops::copy, back.get(), f.get());
+  auto bv = back.download<double>();
+  for (size_t k = 0; k < v.size(); ++k) CHECK(bv[k] == static_cast<double>(fv[k]));
+}
+
+TEST_CASE("copy: bf16 widening is exact and f32 -> bf16 -> f32 round-trips every bf16") {
+  std::vector<uint16_t> all(65536);
+  for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<uint16_t>(k);
+  auto wide = cast_from_16(loom_bf16(), all);
+  auto narrow = cast_to_16(loom_bf16(), wide);
+  for (size_t k = 0; k < all.size(); ++k) {
+    uint32_t bits = std::bit_cast<uint32_t>(wide[k]);
+    bool nan = (all[k] & 0x7f80) == 0x7f80 && (all[k] & 0x7f);
+    if (nan) {
+      CHECK(std::isnan(wide[k]));
+      CHECK(((narrow[k] & 0x7f80) == 0x7f80 && (narrow[k] & 0x7f)));
+    } else {
+      CHECK(bits == static_cast<uint32_t>(all[k]) << 16);
+      CHECK(narrow[k] == all[k]);
+    }
+  }
+}
+
+TEST_CASE("copy: f32 -> bf16 rounds to nearest, ties to even") {
+  std::vector<float> v = {
+      1.0f + 0x1p-8f,             // halfway between 1 and 1+2^-7: ties to even -> 1
+      1.0f + 3 * 0x1p-8f,         // halfway, odd below -> rounds up to 1+2^-6
+      1.0f + 0x1p-8f + 0x1p-20f,  // just above halfway -> up
+      -(1.0f + 0x1p-8f),          // sign kept
+      std::numeric_limits<float>::max(),  // rounds past the largest bf16 -> inf
+      std::numeric_limits<float>::infinity(),
+      -0.0f,
+      std::numeric_limits<float>::denorm_min(),
+      3.14159265f,
+  };
+  for (float x : random_vec(200, 12, -1e6, 1e6)) v.push_back(x);
+  auto got = cast_to_16(loom_bf16(), v);
+  CHECK(got[0] == 0x3f80);
+  CHECK(got[1] == 0x3f82);
+  CHECK(got[2] == 0x3f81);
+  CHECK(got[3] == 0xbf80);
+  CHECK(got[4] == 0x7f80);
+  CHECK(got[5] == 0x7f80);
+  CHECK(got[6] == 0x8000);
+  for (size_t k = 0; k < v.size(); ++k)
+    CHECK_MESSAGE(got[k] == bf16_nearest(v[k]), "value " << v[k]);
+  auto nan = cast_to_16(loom_bf16(), {std::bit_cast<float>(0x7f800001u)});
+  CHECK(((nan[0] & 0x7f80) == 0x7f80 && (nan[0] & 0x7f)));  // a NaN stays a NaN
+}
+
+TEST_CASE("copy: f16 widening matches the IEEE definition for every bit pattern") {
+  std::vector<uint16_t> all(65536);
+  for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<uint16_t>(k);
+  auto wide = cast_from_16(loom_f16(), all);
+  auto narrow = cast_to_16(loom_f16(), wide);
+  for (size_t k = 0; k < all.size(); ++k) {
+    double want = f16_value(all[k]);
+    if (std::isnan(want)) {
+      CHECK(std::isnan(wide[k]));
+      continue;
+    }
+    CHECK(static_cast<double>(wide[k]) == want);
+    CHECK(std::signbit(wide[k]) == static_cast<bool>(all[k] & 0x8000));
+    CHECK(narrow[k] == all[k]);
+  }
+}
+
+TEST_CASE("copy: f32 -> f16 rounds to nearest, ties to even, incl. subnormals and overflow") {
+  std::vector<float> v = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, 0.1f,
+                          65520.0f,        // halfway past the max -> inf
+                          65519.0f,        // -> 65504
+                          0x1p-25f,        // halfway between 0 and 2^-24 -> 0
+                          3 * 0x1p-25f,    // halfway, odd below -> 2^-23
+                          1.0f + 0x1p-11f  // halfway between 1 and 1+2^-10 -> 1
+                          };
+  for (float x : random_vec(150, 13, -70000, 70000)) v.push_back(x);
+  for (float x : random_vec(150, 14, -1e-4, 1e-4)) v.push_back(x);  // subnormal range
+  auto got = cast_to_16(loom_f16(), v);
+  CHECK(got[0] == 0x3c00);
+  CHECK(got[1] == 0xc000);
+  CHECK(got[2] == 0x7bff);
+  CHECK(got[3] == 0x0001);
+  CHECK(got[4] == 0x0400);
+  CHECK(got[5] == 0x2e66);
+  CHECK(got[6] == 0x7c00);
+  CHECK(got[7] == 0x7bff);
+  CHECK(got[8] == 0x0000);
+  CHECK(got[9] == 0x0002);
+  CHECK(got[10] == 0x3c00);
+  for (size_t k = 0; k < v.size(); ++k)
+    CHECK_MESSAGE(got[k] == f16_nearest(v[k]), "value " << v[k]);
+}
+
+TEST_CASE("copy: shape and dtype errors") {
+  loom::Tensor a(B(), loom_f32(), {4}), b(B(), loom_f32(), {5}), c(B(), loom_bf16(), {4});
+  loom::Tensor i(B(), loom_i32(), {4});
+  expect_error([&] { B().call(&loom_ops::copy, b.get(), a.get()); }, LOOM_ERR_INVALID_ARGUMENT,
+               "copy: dst has 5 elements, expected 4");
+  expect_error([&] { B().call(&loom_ops::copy, i.get(), c.get()); }, LOOM_ERR_UNIMPLEMENTED,
+               "copy: no cast from bf16 to i32");
+}
+
+TEST_CASE("add and axpby") {
+  Vec a = random_vec(50, 20), b = random_vec(50, 21);
+  for (auto dt : {loom_f32(), loom_f64()}) {
+    auto A = make(dt, {5, 10}, a);
+    auto Bv = make(dt, {50}, b);
+    B().call(&loom_ops::add, A.get(), A.get(), Bv.get());  // out aliases a
+    Vec want(50);
+    for (int k = 0; k < 50; ++k) want[k] = a[k] + b[k];
+    check_close(get(A), want, 1e-7, 1e-7, "add");
+
+    auto Y = make(dt, {50}, b);
+    B().call(&loom_ops::axpby, Y.get(), 2.0, make(dt, {50}, a).get(), -0.5);
+    for (int k = 0; k < 50; ++k) want[k] = 2.0 * a[k] - 0.5 * b[k];
+    check_close(get(Y), want, 1e-7, 1e-7, "axpby");
+
+    // beta == 0: y is not read (BLAS convention), so NaN there does not survive.
+    auto Z = make(dt, {50}, Vec(50, std::numeric_limits<double>::quiet_NaN()));
+    B().call(&loom_ops::axpby, Z.get(), 3.0, make(dt, {50}, a).get(), 0.0);
+    for (int k = 0; k < 50; ++k) want[k] = 3.0 * a[k];
+    check_close(get(Z), want, 1e-7, 1e-7, "axpby beta=0");
+  }
+  expect_error([&] { B().call(&loom_ops::add, make64({3}, Vec(3)).get(), make64({3}, Vec(3)).get(),
+                              make64({4}, Vec(4)).get()); },
+               LOOM_ERR_INVALID_ARGUMENT, "add: b has 4 elements, expected 3");
+}
+
+TEST_CASE("sum_squares: double accumulation, chunked, f32 and f64") {
+  const int64_t n = 2 * 65536 + 123;  // several chunks and a partial one
+  Vec v = random_vec(n, 30, -2, 2);
+  double want = 0, want32 = 0;
+  for (double x : v) {
+    want += x * x;
+    double xf = static_cast<float>(x);
+    want32 += xf * xf;
+  }
+  double got = 0;
+  B().call(&loom_ops::sum_squares, make64({n}, v).get(), &got);
+  CHECK(got == doctest::Approx(want).epsilon(1e-13));
+  B().call(&loom_ops::sum_squares, make(loom_f32(), {n}, v).get(), &got);
+  CHECK(got == doctest::Approx(want32).epsilon(1e-13));  // f32 inputs, double sums
+}
+
+TEST_CASE("embedding forward (= and +=) and backward against finite differences") {
+  const int64_t V = 6, C = 5, N = 7;
+  std::vector<int32_t> ids = {3, 0, 5, 3, 3, 1, 0};  // repeats: the backward must sum them
+  Vec table = random_vec(V * C, 40), R = random_vec(N * C, 41), base = random_vec(N * C, 42);
+  auto I = make_i32({N}, ids);
+  auto T = make64({V, C}, table);
+  auto O = make64({N, C}, base);
+  B().call(&loom_ops::embedding_forward, O.get(), I.get(), T.get(), 0);
+  Vec want(N * C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) want[n * C + c] = table[ids[n] * C + c];
+  check_close(get(O), want, 0, 0, "embedding_forward =");
+  B().call(&loom_ops::embedding_forward, O.get(), I.get(), T.get(), 1);
+  for (auto& x : want) x *= 2;
+  check_close(get(O), want, 0, 0, "embedding_forward +=");
+
+  auto L = [&] {
+    auto o = make64({N, C}, Vec(N * C, 0.0));
+    B().call(&loom_ops::embedding_forward, o.get(), I.get(), make64({V, C}, table).get(), 0);
+    return dot(get(o), R);
+  };
+  Vec fd = fd_grad(table, L);
+  Vec dt0 = random_vec(V * C, 43);
+  auto dT = make64({V, C}, dt0);
+  B().call(&loom_ops::embedding_backward, dT.get(), I.get(), make64({N, C}, R).get());
+  Vec got = get(dT);
+  for (size_t k = 0; k < got.size(); ++k) got[k] -= dt0[k];
+  check_close(got, fd, kFdRtol, kFdAtol, "embedding_backward vs FD");
+
+  auto bad = make_i32({N}, {3, 0, 6, 3, 3, 1, 0});
+  expect_error([&] { B().call(&loom_ops::embedding_forward, O.get(), bad.get(), T.get(), 0); },
+               LOOM_ERR_INVALID_ARGUMENT, "embedding_forward: ids[2] = 6 is outside [0, 6)");
+  auto f32ids = make(loom_f32(), {N}, Vec(N, 0.0));
+  expect_error([&] { B().call(&loom_ops::embedding_backward, dT.get(), f32ids.get(),
+                              make64({N, C}, R).get()); },
+               LOOM_ERR_INVALID_ARGUMENT, "embedding_backward: ids is f32, expected i32");
+}
+
+TEST_CASE("embedding: f32 matches f64 on a larger table (parallel paths)") {
+  const int64_t V = 50, C = 300, N = 200;
+  std::vector<int32_t> ids(N);
+  for (int64_t n = 0; n < N; ++n) ids[n] = static_cast<int32_t>((n * 7) % V);
+  auto I = make_i32({N}, ids);
+  Vec d = random_vec(N * C, 44);
+  auto d64 = make64({V, C}, Vec(V * C, 0.0));
+  auto d32 = make(loom_f32(), {V, C}, Vec(V * C, 0.0));
+  B().call(&loom_ops::embedding_backward, d64.get(), I.get(), make64({N, C}, d).get());
+  B().call(&loom_ops::embedding_backward, d32.get(), I.get(), make(loom_f32(), {N, C}, d).get());
+  check_close(get(d32), get(d64), 1e-5, 1e-6, "embedding_backward f32 vs f64");
+}

@@ -1,0 +1,239 @@
+// parallel/ddp: at world size 1 over comm/single the gradients are their mean over the one
+// rank, i.e. bitwise unchanged. A recording comm (defined here, behind the same ABI)
+// checks that every gradient goes through an AVG all-reduce, with and without bucketing,
+// and simulates a second rank to check that packed buckets unpack to the right places.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugin_test_util.hpp"
+
+using ptest::HostTensor;
+
+namespace {
+
+// ---- a recording comm: a world of `world` ranks where every other rank's tensor is
+// `other_factor` times this rank's (so AVG over 2 ranks with factor 3 gives 2x) --------
+struct loom_comm_fake {
+  int world = 1;
+  float other_factor = 3.0f;
+  std::vector<loom_reduce_op> ops;
+  std::vector<int64_t> numels;
+  std::vector<const void*> buffers;
+  std::vector<int> colors;
+  int groups_alive = 0;
+};
+loom_comm_fake g_fake;
+
+loom_comm_fake* fake(loom_comm*) { return &g_fake; }
+
+loom_error* fake_group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
+  fake(c)->colors.assign(colors, colors + fake(c)->world);
+  fake(c)->groups_alive++;
+  *out = reinterpret_cast<loom_comm_group*>(&g_fake);
+  return nullptr;
+}
+void fake_group_destroy(loom_comm* c, loom_comm_group* g) {
+  if (g) fake(c)->groups_alive--;
+}
+int fake_world_size(loom_comm* c) { return fake(c)->world; }
+int fake_rank(loom_comm*) { return 0; }
+int fake_group_size(loom_comm* c, loom_comm_group*) { return fake(c)->world; }
+loom_error* fake_all_reduce(loom_comm* c, loom_comm_group*, DLTensor* t, loom_reduce_op op) {
+  loom_comm_fake* f = fake(c);
+  f->ops.push_back(op);
+  f->numels.push_back(loom_tensor_numel(t));
+  f->buffers.push_back(t->data);
+  if (f->world > 1 && op == LOOM_REDUCE_AVG && loom_dtype_eq(t->dtype, loom_f32())) {
+    float* x = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+    const float scale = (1.0f + f->other_factor * (f->world - 1)) / static_cast<float>(f->world);
+    for (int64_t i = 0; i < loom_tensor_numel(t); ++i) x[i] *= scale;
+  }
+  return nullptr;
+}
+
+loom_comm_api make_fake_api() {
+  loom_comm_api api{};
+  api.struct_size = LOOM_COMM_API_SIZE_V1;
+  api.world_rank = fake_rank;
+  api.world_size = fake_world_size;
+  api.group_create = fake_group_create;
+  api.group_destroy = fake_group_destroy;
+  api.group_rank = [](loom_comm*, loom_comm_group*) { return 0; };
+  api.group_size = fake_group_size;
+  api.all_reduce = fake_all_reduce;
+  return api;  // ddp must call nothing else
+}
+const loom_comm_api kFakeApi = make_fake_api();
+
+// The test host's table, with get_comm answering the recording comm.
+loom_host with_fake_comm(const loom_host* base) {
+  loom_host h = *base;
+  h.get_comm = [](loom_host_context*, loom_comm_ref* out) -> loom_error* {
+    out->api = &kFakeApi;
+    out->self = reinterpret_cast<loom_comm*>(&g_fake);
+    return nullptr;
+  };
+  return h;
+}
+
+// A parallel/ddp instance over the given gradients.
+class Ddp {
+ public:
+  Ddp(const loom_host* host, std::vector<DLTensor*> grads,
+      const std::map<std::string, std::string>& values = {})
+      : grads_(std::move(grads)) {
+    auto* d = loomtest::load_descriptor("parallel", "ddp");
+    api_ = static_cast<const loom_parallel_api*>(d->api);
+    cfg_ = loomtest::TestHost::config(d, values);
+    created_ = ptest::outcome(api_->create(host, &cfg_, grads_.data(), grads_.size(), &self_));
+  }
+  ~Ddp() { api_->destroy(self_); }
+  const ptest::Outcome& created() const { return created_; }
+  ptest::Outcome reduce() { return ptest::outcome(api_->reduce_gradients(self_)); }
+
+ private:
+  const loom_parallel_api* api_ = nullptr;
+  loom_parallel* self_ = nullptr;
+  loom_config cfg_;
+  std::vector<DLTensor*> grads_;
+  ptest::Outcome created_;
+};
+
+// A model-like set of gradients: a few matrices and many small vectors.
+struct Grads {
+  std::vector<std::unique_ptr<HostTensor<float>>> ts;
+  std::vector<std::vector<float>> before;
+  Grads() {
+    const std::vector<std::vector<int64_t>> shapes = {{16, 8}, {8}, {8},      {8, 32},
+                                                      {32},    {1}, {4, 4, 2}};
+    float start = -1.0f;
+    for (const auto& s : shapes) {
+      ts.push_back(std::make_unique<HostTensor<float>>(s, loom_f32()));
+      ptest::fill_iota(*ts.back(), start, 0.0625f);
+      start += 0.5f;
+      before.push_back(ts.back()->data);
+    }
+  }
+  std::vector<DLTensor*> ptrs() {
+    std::vector<DLTensor*> p;
+    for (auto& t : ts) p.push_back(t->get());
+    return p;
+  }
+  int64_t total() const {
+    int64_t n = 0;
+    for (const auto& t : ts) n += static_cast<int64_t>(t->data.size());
+    return n;
+  }
+};
+
+void reset_fake(int world) {
+  g_fake = loom_comm_fake{};
+  g_fake.world = world;
+}
+
+}  // namespace
+
+TEST_CASE("parallel/ddp: at world size 1 (comm/single) gradients equal their mean: unchanged") {
+  loomtest::TestHost h;
+  h.load_comm("single");
+  Grads g;
+  {
+    Ddp ddp(h.host(), g.ptrs());
+    REQUIRE_MESSAGE(ddp.created().ok(), ddp.created().message);
+    for (int step = 0; step < 3; ++step) REQUIRE(ddp.reduce().ok());
+  }
+  for (size_t i = 0; i < g.ts.size(); ++i) CHECK(g.ts[i]->data == g.before[i]);
+}
+
+TEST_CASE("parallel/ddp: at world size 1 each gradient is all-reduced in place with AVG") {
+  loomtest::TestHost th;
+  loom_host h = with_fake_comm(th.host());
+  reset_fake(1);
+  Grads g;
+  {
+    Ddp ddp(&h, g.ptrs());
+    REQUIRE_MESSAGE(ddp.created().ok(), ddp.created().message);
+    CHECK(g_fake.colors == std::vector<int>{0});
+    REQUIRE(ddp.reduce().ok());
+  }
+  CHECK(g_fake.groups_alive == 0);  // the group was destroyed with the instance
+  REQUIRE(g_fake.ops.size() == g.ts.size());
+  for (size_t i = 0; i < g.ts.size(); ++i) {
+    CHECK(g_fake.ops[i] == LOOM_REDUCE_AVG);
+    CHECK(g_fake.buffers[i] == g.ts[i]->data.data());  // no copy into a bucket
+    CHECK(g.ts[i]->data == g.before[i]);
+  }
+}
+
+TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average correctly") {
+  loomtest::TestHost th;
+  loom_host h = with_fake_comm(th.host());
+  Grads g;
+  const int64_t total = g.total();
+
+  SUBCASE("one bucket holds everything (default 25 MiB)") {
+    reset_fake(2);
+    Ddp ddp(&h, g.ptrs());
+    REQUIRE(ddp.created().ok());
+    CHECK(g_fake.colors == std::vector<int>{0, 0});  // the whole world is the DP group
+    REQUIRE(ddp.reduce().ok());
+    REQUIRE(g_fake.ops.size() == 1);
+    CHECK(g_fake.ops[0] == LOOM_REDUCE_AVG);
+    CHECK(g_fake.numels[0] == total);
+  }
+  SUBCASE("small buckets: several all-reduces, a large tensor alone and in place") {
+    reset_fake(2);
+    // 600 bytes = 150 floats: {16,8} (128) fits alone, {8,32} (256) exceeds a bucket
+    Ddp ddp(&h, g.ptrs(), {{"bucket_mb", std::to_string(600.0 / (1024.0 * 1024.0))}});
+    REQUIRE(ddp.created().ok());
+    REQUIRE(ddp.reduce().ok());
+    CHECK(g_fake.ops.size() > 2);
+    CHECK(g_fake.ops.size() < g.ts.size());
+    int64_t sum = 0;
+    bool big_in_place = false;
+    for (size_t i = 0; i < g_fake.ops.size(); ++i) {
+      CHECK(g_fake.ops[i] == LOOM_REDUCE_AVG);
+      CHECK(g_fake.numels[i] <= 256);
+      sum += g_fake.numels[i];
+      big_in_place |= g_fake.buffers[i] == g.ts[3]->data.data();
+    }
+    CHECK(sum == total);
+    CHECK(big_in_place);
+  }
+  SUBCASE("bucket_mb = 0: one all-reduce per tensor") {
+    reset_fake(2);
+    Ddp ddp(&h, g.ptrs(), {{"bucket_mb", "0"}});
+    REQUIRE(ddp.created().ok());
+    REQUIRE(ddp.reduce().ok());
+    CHECK(g_fake.ops.size() == g.ts.size());
+  }
+  // the other rank holds 3x this rank's gradient: the average is exactly 2x everywhere
+  for (size_t i = 0; i < g.ts.size(); ++i)
+    for (size_t j = 0; j < g.ts[i]->data.size(); ++j)
+      REQUIRE(g.ts[i]->data[j] == 2.0f * g.before[i][j]);
+}
+
+TEST_CASE("parallel/ddp: no comm, NULL gradients and the schema") {
+  loomtest::TestHost h;  // no comm loaded
+  Grads g;
+  Ddp none(h.host(), g.ptrs());
+  CHECK_FALSE(none.created().ok());
+  CHECK(none.created().message.find("comm") != std::string::npos);
+
+  h.load_comm("single");
+  std::vector<DLTensor*> with_null = g.ptrs();
+  with_null[2] = nullptr;
+  Ddp bad(h.host(), with_null);
+  CHECK(bad.created().message.find("gradient 2 is NULL") != std::string::npos);
+
+  Ddp empty(h.host(), {});
+  REQUIRE(empty.created().ok());
+  CHECK(empty.reduce().ok());
+
+  auto* d = loomtest::load_descriptor("parallel", "ddp");
+  REQUIRE(d->num_params == 1);
+  CHECK(std::string(d->params[0].name) == "bucket_mb");
+  CHECK(d->params[0].type == LOOM_PARAM_FLOAT);
+  CHECK(std::string(d->params[0].default_value) == "25");
+}
