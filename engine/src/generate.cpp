@@ -68,10 +68,20 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     if (eod < 0) throw UsageError("the prompt is empty and the tokenizer has no EOD token");
     prompt.push_back((int32_t)eod);  // start a fresh document
   }
-  const int64_t max_len = (int64_t)prompt.size() + opts.max_new_tokens;
   loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1, vocab,
                                recipe.get_int("train", "seq_len"), 1, loom_f32()};
   auto [mapi, model] = session.model(margs);
+  int64_t max_new = opts.max_new_tokens;
+  const int64_t limit = mapi->max_context(model);
+  if (limit > 0 && (int64_t)prompt.size() + max_new > limit) {
+    if ((int64_t)prompt.size() >= limit)
+      throw UsageError("the prompt is " + std::to_string(prompt.size()) +
+                       " tokens; the model's context is " + std::to_string(limit));
+    max_new = limit - (int64_t)prompt.size();
+    spdlog::warn("generating {} tokens, not {}: the model's context is {} tokens", max_new,
+                 opts.max_new_tokens, limit);
+  }
+  const int64_t max_len = (int64_t)prompt.size() + max_new;
   for (size_t i = 0; i < mapi->num_params(model); ++i) {
     loom_model_param p{};
     p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
@@ -88,7 +98,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
   std::fflush(stdout);
   check(mapi->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
   const int64_t eod = tok.api->eod_id(tok.self);
-  for (int64_t i = 0; i < opts.max_new_tokens; ++i) {
+  for (int64_t i = 0; i < max_new; ++i) {
     int32_t next = sample_token(logits, opts, rng);
     if (next == eod) break;
     const char* text = nullptr;
@@ -96,7 +106,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     check(tok.api->decode(tok.self, &next, 1, &text, &len), "decoding");
     std::fwrite(text, 1, len, stdout);
     std::fflush(stdout);
-    if (i + 1 < opts.max_new_tokens)
+    if (i + 1 < max_new)
       check(mapi->decode(model, &next, 1, logits.data()), "decode");
   }
   std::fputc('\n', stdout);

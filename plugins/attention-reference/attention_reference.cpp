@@ -148,16 +148,20 @@ class ReferenceAttention {
     be_.call(&loom_ops::gemm, &g);
   }
 
-  // Grows the workspace (never shrinks): probabilities, their gradient, and an lse buffer
-  // for forward calls that pass none (generation) and for the backward's recomputation.
+  // Grows the workspace (never shrinks; at least doubling, so generation, where S grows by
+  // one each token, reallocates O(log S) times): probabilities, their gradient, and an lse
+  // buffer for forward calls that pass none (generation) and for the backward's recompute.
   void ensure(const Shape& s, DLDataType dtype, bool backward) {
     const int64_t n = s.B * s.Hq * s.T * s.S, rows = s.B * s.Hq * s.T;
+    auto grown = [](const loom::Tensor& t, int64_t need) { return std::max(need, 2 * t.numel()); };
     if (!probs_ || probs_.numel() < n || !loom_dtype_eq(probs_.get()->dtype, dtype)) {
-      probs_ = loom::Tensor(be_, dtype, {n});
+      const bool same = probs_ && loom_dtype_eq(probs_.get()->dtype, dtype);
+      probs_ = loom::Tensor(be_, dtype, {same ? grown(probs_, n) : n});
       dprobs_.reset();
     }
-    if (backward && (!dprobs_ || dprobs_.numel() < n)) dprobs_ = loom::Tensor(be_, dtype, {n});
-    if (!lse_ || lse_.numel() < rows) lse_ = loom::Tensor(be_, loom_f32(), {rows});
+    if (backward && (!dprobs_ || dprobs_.numel() < n))
+      dprobs_ = loom::Tensor(be_, dtype, {probs_.numel()});
+    if (!lse_ || lse_.numel() < rows) lse_ = loom::Tensor(be_, loom_f32(), {grown(lse_, rows)});
   }
 
   const loom_host* host_;

@@ -216,6 +216,8 @@ class Model {
   void zero_grad();
   void run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens);
   double flops_per_token() const;
+  // Learned positions bound the context; RoPE does not (quality beyond training aside).
+  int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
   void kv_reset(int64_t batch, int64_t max_len);
   void decode(const int32_t* tokens, int64_t n, float* logits);
   const loom_host* host() const { return ctx_.host; }

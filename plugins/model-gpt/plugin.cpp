@@ -46,10 +46,11 @@ loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
 loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logits) {
   return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
 }
+int64_t max_context(loom_model* m) { return self(m)->max_context(); }
 
 const loom_model_api kApi = {
     LOOM_MODEL_API_SIZE_V1, create,  destroy,         num_params, get_param, init_params, zero_grad,
-    forward_backward,       forward, flops_per_token, kv_reset,   decode};
+    forward_backward,       forward, flops_per_token, kv_reset,   decode,    max_context};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,

@@ -122,7 +122,7 @@ Listing build() {
   END
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
-  F(forward_backward) F(forward) F(flops_per_token) F(kv_reset) F(decode)
+  F(forward_backward) F(forward) F(flops_per_token) F(kv_reset) F(decode) F(max_context)
   END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END

@@ -110,9 +110,8 @@ int main(int argc, char** argv) {
   std::string env_before = env_core ? env_core : "(unset)";
   try {
     loomtest::TestHost host;
-    host.load_backend("cpu", {{"threads", o.threads},
-                              {"blas_coretype", o.coretype},
-                              {"measure_gemm", "false"}});
+    host.load_backend(
+        "cpu", {{"threads", o.threads}, {"blas_coretype", o.coretype}, {"measure_gemm", "false"}});
     loom::Backend be(host.host());
     loom_backend_info info{};
     info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
@@ -142,13 +141,20 @@ int main(int argc, char** argv) {
       };
       const int64_t N = 256, C = 768, V = 50257;
       const Shape shapes[] = {
-          {"qkv fwd", N, 3 * C, C, false, true, 12},   {"qkv dinp", N, C, 3 * C, false, false, 12},
-          {"qkv dW", 3 * C, C, N, true, false, 12},    {"proj fwd", N, C, C, false, true, 12},
-          {"proj dinp", N, C, C, false, false, 12},    {"proj dW", C, C, N, true, false, 12},
-          {"fc fwd", N, 4 * C, C, false, true, 12},    {"fc dinp", N, C, 4 * C, false, false, 12},
-          {"fc dW", 4 * C, C, N, true, false, 12},     {"fcproj fwd", N, C, 4 * C, false, true, 12},
-          {"fcproj dinp", N, 4 * C, C, false, false, 12}, {"fcproj dW", C, 4 * C, N, true, false, 12},
-          {"lmhead fwd", N, V, C, false, true, 1},     {"lmhead dinp", N, C, V, false, false, 1},
+          {"qkv fwd", N, 3 * C, C, false, true, 12},
+          {"qkv dinp", N, C, 3 * C, false, false, 12},
+          {"qkv dW", 3 * C, C, N, true, false, 12},
+          {"proj fwd", N, C, C, false, true, 12},
+          {"proj dinp", N, C, C, false, false, 12},
+          {"proj dW", C, C, N, true, false, 12},
+          {"fc fwd", N, 4 * C, C, false, true, 12},
+          {"fc dinp", N, C, 4 * C, false, false, 12},
+          {"fc dW", 4 * C, C, N, true, false, 12},
+          {"fcproj fwd", N, C, 4 * C, false, true, 12},
+          {"fcproj dinp", N, 4 * C, C, false, false, 12},
+          {"fcproj dW", C, 4 * C, N, true, false, 12},
+          {"lmhead fwd", N, V, C, false, true, 1},
+          {"lmhead dinp", N, C, V, false, false, 1},
           {"lmhead dW", V, C, N, true, false, 1},
       };
       double total = 0, total_flop = 0;
@@ -158,8 +164,7 @@ int main(int argc, char** argv) {
         double f = 2.0 * sh.m * sh.n * static_cast<double>(sh.k);
         std::printf("  %-12s %6lld x %6lld x %6lld: %7.1f GFLOP/s  x%-2d = %7.1f ms\n", sh.name,
                     static_cast<long long>(sh.m), static_cast<long long>(sh.n),
-                    static_cast<long long>(sh.k), f / med * 1e-9, sh.count,
-                    med * sh.count * 1e3);
+                    static_cast<long long>(sh.k), f / med * 1e-9, sh.count, med * sh.count * 1e3);
         total += med * sh.count;
         total_flop += f * sh.count;
       }

@@ -91,16 +91,22 @@ int main(int argc, char** argv) {
     double ss = 0;
     std::vector<Row> rows = {
         {"layernorm_forward (256x768)", 2 * (int)L + 1,
-         [&] { be.call(&loom_ops::layernorm_forward, y.get(), mean.get(), rstd.get(), x.get(),
-                       w.get(), b.get(), 1e-5); }},
+         [&] {
+           be.call(&loom_ops::layernorm_forward, y.get(), mean.get(), rstd.get(), x.get(), w.get(),
+                   b.get(), 1e-5);
+         }},
         {"layernorm_backward", 2 * (int)L + 1,
-         [&] { be.call(&loom_ops::layernorm_backward, y.get(), dw.get(), db.get(), x.get(),
-                       x.get(), w.get(), mean.get(), rstd.get()); }},
-        {"add residual (256x768)", 2 * (int)L, [&] { be.call(&loom_ops::add, y.get(), x.get(), y.get()); }},
+         [&] {
+           be.call(&loom_ops::layernorm_backward, y.get(), dw.get(), db.get(), x.get(), x.get(),
+                   w.get(), mean.get(), rstd.get());
+         }},
+        {"add residual (256x768)", 2 * (int)L,
+         [&] { be.call(&loom_ops::add, y.get(), x.get(), y.get()); }},
         {"bias_add (256x3072)", (int)L, [&] { be.call(&loom_ops::bias_add, h.get(), b4.get()); }},
         {"bias_backward (256x768)", 4 * (int)L,
          [&] { be.call(&loom_ops::bias_backward, dw.get(), x.get()); }},
-        {"gelu_forward (256x3072)", (int)L, [&] { be.call(&loom_ops::gelu_forward, dh.get(), h.get()); }},
+        {"gelu_forward (256x3072)", (int)L,
+         [&] { be.call(&loom_ops::gelu_forward, dh.get(), h.get()); }},
         {"gelu_backward (256x3072)", (int)L,
          [&] { be.call(&loom_ops::gelu_backward, dh.get(), h.get(), dh.get()); }},
         {"softmax_forward (48x64x64 causal)", (int)L,
@@ -114,9 +120,11 @@ int main(int argc, char** argv) {
         {"embedding_backward", 1,
          [&] { be.call(&loom_ops::embedding_backward, wte.get(), ids.get(), y.get()); }},
         {"softmax_cross_entropy (256x50257, in place)", 1,
-         [&] { be.call(&loom_ops::fill, logits.get(), 0.1);
-               be.call(&loom_ops::softmax_cross_entropy, losses.get(), logits.get(),
-                       logits.get(), tg.get(), 1.0 / N); }},
+         [&] {
+           be.call(&loom_ops::fill, logits.get(), 0.1);
+           be.call(&loom_ops::softmax_cross_entropy, losses.get(), logits.get(), logits.get(),
+                   tg.get(), 1.0 / N);
+         }},
         {"fill (zero 124M grads)", 1, [&] { be.call(&loom_ops::fill, grad.get(), 0.0); }},
         {"sum_squares (124M grads)", 1, [&] { be.call(&loom_ops::sum_squares, grad.get(), &ss); }},
         {"adamw_step (124M params)", 1, [&] { be.call(&loom_ops::adamw_step, &aw); }},

@@ -130,8 +130,8 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
       loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, 0.1, step, 2.0};
       h.th.check(api->step(opt, &a));
       for (int i = 0; i < 13; ++i) {
-        buf[i] = mom * buf[i] + 2.0 * G[i];
-        P[i] -= 0.1 * (buf[i] + (wdflag[i] ? 0.1 : 0.0) * P[i]);
+        buf[i] = mom * buf[i] + 2.0 * G[i] + (wdflag[i] ? 0.1 : 0.0) * P[i];  // torch.optim.SGD
+        P[i] -= 0.1 * buf[i];
       }
     }
     auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();

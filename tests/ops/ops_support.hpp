@@ -101,8 +101,8 @@ inline Vec fd_grad(Vec& x, const std::function<double()>& L, double h = 1e-6) {
 // |got - want| <= atol + rtol * |want| for every element; reports the first failure.
 inline void check_close(const Vec& got, const Vec& want, double rtol, double atol,
                         const std::string& what) {
-  REQUIRE_MESSAGE(got.size() == want.size(), what << ": size " << got.size() << " vs "
-                                                  << want.size());
+  REQUIRE_MESSAGE(got.size() == want.size(),
+                  what << ": size " << got.size() << " vs " << want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     double err = std::fabs(got[i] - want[i]);
     if (!(err <= atol + rtol * std::fabs(want[i]))) {

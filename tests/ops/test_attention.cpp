@@ -127,9 +127,9 @@ TEST_CASE("softmax: f32 matches f64, and lse may be f32 or NULL") {
   B().call(&loom_ops::softmax_forward, make64({2, 3}, Vec{1, 2, 3, 4, 5, 6}).get(), L32.get(), 1.0,
            0);
   CHECK(get(L32)[0] == doctest::Approx(3.0 + std::log(1 + std::exp(-1) + std::exp(-2))));
-  expect_error([&] { B().call(&loom_ops::softmax_forward, S.get(), make64({3}, Vec(3)).get(), 1.0,
-                              0); },
-               LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: lse has 3 elements, expected 2");
+  expect_error(
+      [&] { B().call(&loom_ops::softmax_forward, S.get(), make64({3}, Vec(3)).get(), 1.0, 0); },
+      LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: lse has 3 elements, expected 2");
 }
 
 TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and matches FD") {
@@ -139,9 +139,9 @@ TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and
   Vec x = random_vec(Bn * T * H * D, 30), R = random_vec(x.size(), 31);
   check_close(run_rope(loom_f64(), x, shape, off, theta), naive_rope(x, Bn, T, H, D, off, theta),
               1e-14, 1e-14, "rope_forward");
-  check_close(run_rope(loom_f64(), run_rope(loom_f64(), x, shape, off, theta), shape, off, theta,
-                       true),
-              x, 1e-14, 1e-14, "rope_backward(rope_forward(x)) == x");
+  check_close(
+      run_rope(loom_f64(), run_rope(loom_f64(), x, shape, off, theta), shape, off, theta, true), x,
+      1e-14, 1e-14, "rope_backward(rope_forward(x)) == x");
 
   auto L = [&] { return dot(run_rope(loom_f64(), x, shape, off, theta), R); };
   Vec fd = fd_grad(x, L);

@@ -72,9 +72,9 @@ TEST_CASE("alloc/copy errors: negative dims, byte count mismatch, strided and fo
 
   loom::Tensor x(B(), loom_f32(), {4});
   std::vector<float> host(3);
-  expect_error([&] { loom::check(B().host(), B().api()->to_host(B().self(), x.get(), host.data(),
-                                                                12)); },
-               LOOM_ERR_INVALID_ARGUMENT, "to_host: asked for 12 bytes, src (4) f32 holds 16");
+  expect_error(
+      [&] { loom::check(B().host(), B().api()->to_host(B().self(), x.get(), host.data(), 12)); },
+      LOOM_ERR_INVALID_ARGUMENT, "to_host: asked for 12 bytes, src (4) f32 holds 16");
 
   // A transposed (strided) view and a tensor claiming another device are refused by ops.
   loom::Tensor m(B(), loom_f64(), {2, 3});
@@ -91,8 +91,8 @@ TEST_CASE("alloc/copy errors: negative dims, byte count mismatch, strided and fo
   expect_error([&] { B().call(&loom_ops::gelu_forward, x.get(), static_cast<DLTensor*>(nullptr)); },
                LOOM_ERR_INVALID_ARGUMENT, "gelu_forward: inp is NULL");
   loom::Tensor h(B(), loom_bf16(), {4});
-  expect_error([&] { B().call(&loom_ops::gelu_forward, h.get(), h.get()); },
-               LOOM_ERR_UNIMPLEMENTED, "gelu_forward: inp is bf16");
+  expect_error([&] { B().call(&loom_ops::gelu_forward, h.get(), h.get()); }, LOOM_ERR_UNIMPLEMENTED,
+               "gelu_forward: inp is bf16");
 }
 
 TEST_CASE("views: ops honour byte_offset (loom::View slices rows)") {
@@ -113,8 +113,8 @@ TEST_CASE("a second instance: threads=1, measured GEMM rate, same reductions as 
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
   loom::check(B().host(), api->get_info(one, &info));
-  MESSAGE("threads=1 instance: " << std::string(info.device_name) << ", sgemm 1024^3 " << info.peak_gflops
-                                 << " GFLOP/s");
+  MESSAGE("threads=1 instance: " << std::string(info.device_name) << ", sgemm 1024^3 "
+                                 << info.peak_gflops << " GFLOP/s");
   CHECK(info.peak_gflops > 1.0);
   CHECK(std::string(info.device_name).find("1 threads") != std::string::npos);
 
@@ -142,4 +142,14 @@ TEST_CASE("a second instance: threads=1, measured GEMM rate, same reductions as 
   api->free_tensor(one, X.get());
   api->destroy(one);
   api->destroy(nullptr);  // accepted
+}
+
+TEST_CASE("create: a bad config value is refused with the key named") {
+  const loom_plugin_descriptor* d = loomtest::load_descriptor("backend", "cpu");
+  auto* api = static_cast<const loom_backend_api*>(d->api);
+  loom_config cfg = loomtest::TestHost::config(d, {{"threads", "-2"}, {"measure_gemm", "false"}});
+  loom_backend* be = nullptr;
+  expect_error([&] { loom::check(B().host(), api->create(B().host(), &cfg, &be)); },
+               LOOM_ERR_INVALID_ARGUMENT, "backend/cpu: threads = -2 must be >= 0");
+  CHECK(be == nullptr);
 }

@@ -30,8 +30,9 @@ std::vector<float> cast_from_16(DLDataType dt, const std::vector<uint16_t>& v) {
 double f16_value(uint16_t h) {
   int sign = (h >> 15) ? -1 : 1;
   int exp = (h >> 10) & 31, mant = h & 1023;
-  if (exp == 31) return mant ? std::numeric_limits<double>::quiet_NaN()
-                             : sign * std::numeric_limits<double>::infinity();
+  if (exp == 31)
+    return mant ? std::numeric_limits<double>::quiet_NaN()
+                : sign * std::numeric_limits<double>::infinity();
   if (exp == 0) return sign * std::ldexp(mant, -24);
   return sign * std::ldexp(1.0 + mant / 1024.0, exp - 15);
 }
@@ -111,10 +112,10 @@ TEST_CASE("copy: bf16 widening is exact and f32 -> bf16 -> f32 round-trips every
 
 TEST_CASE("copy: f32 -> bf16 rounds to nearest, ties to even") {
   std::vector<float> v = {
-      1.0f + 0x1p-8f,             // halfway between 1 and 1+2^-7: ties to even -> 1
-      1.0f + 3 * 0x1p-8f,         // halfway, odd below -> rounds up to 1+2^-6
-      1.0f + 0x1p-8f + 0x1p-20f,  // just above halfway -> up
-      -(1.0f + 0x1p-8f),          // sign kept
+      1.0f + 0x1p-8f,                     // halfway between 1 and 1+2^-7: ties to even -> 1
+      1.0f + 3 * 0x1p-8f,                 // halfway, odd below -> rounds up to 1+2^-6
+      1.0f + 0x1p-8f + 0x1p-20f,          // just above halfway -> up
+      -(1.0f + 0x1p-8f),                  // sign kept
       std::numeric_limits<float>::max(),  // rounds past the largest bf16 -> inf
       std::numeric_limits<float>::infinity(),
       -0.0f,
@@ -154,13 +155,14 @@ TEST_CASE("copy: f16 widening matches the IEEE definition for every bit pattern"
 }
 
 TEST_CASE("copy: f32 -> f16 rounds to nearest, ties to even, incl. subnormals and overflow") {
-  std::vector<float> v = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, 0.1f,
-                          65520.0f,        // halfway past the max -> inf
-                          65519.0f,        // -> 65504
-                          0x1p-25f,        // halfway between 0 and 2^-24 -> 0
-                          3 * 0x1p-25f,    // halfway, odd below -> 2^-23
-                          1.0f + 0x1p-11f  // halfway between 1 and 1+2^-10 -> 1
-                          };
+  std::vector<float> v = {
+      1.0f,           -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, 0.1f,
+      65520.0f,        // halfway past the max -> inf
+      65519.0f,        // -> 65504
+      0x1p-25f,        // halfway between 0 and 2^-24 -> 0
+      3 * 0x1p-25f,    // halfway, odd below -> 2^-23
+      1.0f + 0x1p-11f  // halfway between 1 and 1+2^-10 -> 1
+  };
   for (float x : random_vec(150, 13, -70000, 70000)) v.push_back(x);
   for (float x : random_vec(150, 14, -1e-4, 1e-4)) v.push_back(x);  // subnormal range
   auto got = cast_to_16(loom_f16(), v);
@@ -209,9 +211,12 @@ TEST_CASE("add and axpby") {
     for (int k = 0; k < 50; ++k) want[k] = 3.0 * a[k];
     check_close(get(Z), want, 1e-7, 1e-7, "axpby beta=0");
   }
-  expect_error([&] { B().call(&loom_ops::add, make64({3}, Vec(3)).get(), make64({3}, Vec(3)).get(),
-                              make64({4}, Vec(4)).get()); },
-               LOOM_ERR_INVALID_ARGUMENT, "add: b has 4 elements, expected 3");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::add, make64({3}, Vec(3)).get(), make64({3}, Vec(3)).get(),
+                 make64({4}, Vec(4)).get());
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "add: b has 4 elements, expected 3");
 }
 
 TEST_CASE("sum_squares: double accumulation, chunked, f32 and f64") {
@@ -263,9 +268,11 @@ TEST_CASE("embedding forward (= and +=) and backward against finite differences"
   expect_error([&] { B().call(&loom_ops::embedding_forward, O.get(), bad.get(), T.get(), 0); },
                LOOM_ERR_INVALID_ARGUMENT, "embedding_forward: ids[2] = 6 is outside [0, 6)");
   auto f32ids = make(loom_f32(), {N}, Vec(N, 0.0));
-  expect_error([&] { B().call(&loom_ops::embedding_backward, dT.get(), f32ids.get(),
-                              make64({N, C}, R).get()); },
-               LOOM_ERR_INVALID_ARGUMENT, "embedding_backward: ids is f32, expected i32");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::embedding_backward, dT.get(), f32ids.get(), make64({N, C}, R).get());
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "embedding_backward: ids is f32, expected i32");
 }
 
 TEST_CASE("embedding: f32 matches f64 on a larger table (parallel paths)") {

@@ -108,6 +108,36 @@ TEST_CASE("gemm: all transpose combinations, batches, offsets and padded rows") 
     }
 }
 
+TEST_CASE("gemm: interleaved outputs, per-head slices of a (T, H*D) tensor") {
+  // Q(T, H*D) @ K(T, H*D)^T per head h into O(T, H*D) head slices: matrix h of each operand
+  // starts h*D elements into its row, with row pitch H*D. Outputs interleave within rows.
+  const int64_t T = 6, H = 3, D = 4;
+  Vec q = random_vec(T * H * D, 41), v = random_vec(T * H * D, 42), o0(T * H * D, 0.0);
+  for (DLDataType dt : {loom_f64(), loom_f32()}) {
+    auto Q = make(dt, {T, H * D}, q);
+    auto V = make(dt, {T, H * D}, v);
+    auto O = make(dt, {T, H * D}, o0);
+    loom_gemm_args g{};
+    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+    g.m = T, g.n = D, g.k = D, g.alpha = 1, g.beta = 0, g.batch = H;
+    g.a = Q, g.lda = H * D, g.stride_a = D;  // O_h = Q_h (T,D) @ V_h^T restricted to (D,D)
+    g.b = V, g.ldb = H * D, g.stride_b = D, g.trans_b = 1;
+    g.c = O, g.ldc = H * D, g.stride_c = D;
+    B().call(&loom_ops::gemm, &g);
+    Vec want(T * H * D, 0.0);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < D; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < D; ++k) s += q[t * H * D + h * D + k] * v[j * H * D + h * D + k];
+          want[t * H * D + h * D + j] = s;
+        }
+    check_close(get(O), want, 1e-5, 1e-5, "interleaved gemm");
+    g.stride_c = D - 1;  // now the slices overlap: refused
+    expect_error([&] { B().call(&loom_ops::gemm, &g); }, LOOM_ERR_INVALID_ARGUMENT, "overlap");
+  }
+}
+
 TEST_CASE("gemm: k = 0 scales C by beta, m = 0 is a no-op") {
   GemmCase g{0, 0, 3, 2, 0, 1, 0, 0};
   Layout la{3, 0, 1, 3, 0, 3}, lb{0, 2, 2, 0, 0, 2}, lc{3, 2, 2, 6, 0, 6};

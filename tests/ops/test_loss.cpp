@@ -88,18 +88,24 @@ TEST_CASE("softmax_cross_entropy: stable at large logits; f32 matches f64 at GPT
 TEST_CASE("softmax_cross_entropy: bad targets and shapes are refused") {
   auto X = make64({2, 4}, Vec(8, 0.0));
   loom::Tensor Ls(B(), loom_f64(), {2});
-  expect_error([&] { B().call(&loom_ops::softmax_cross_entropy, Ls.get(),
-                              static_cast<DLTensor*>(nullptr), X.get(),
-                              make_i32({2}, {1, 4}).get(), 1.0); },
-               LOOM_ERR_INVALID_ARGUMENT,
-               "softmax_cross_entropy: targets[1] = 4 is outside [0, 4) and not -1");
-  expect_error([&] { B().call(&loom_ops::softmax_cross_entropy, Ls.get(),
-                              static_cast<DLTensor*>(nullptr), X.get(),
-                              make_i32({3}, {1, 2, 3}).get(), 1.0); },
-               LOOM_ERR_INVALID_ARGUMENT, "targets has 3 elements, expected 2");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::softmax_cross_entropy, Ls.get(), static_cast<DLTensor*>(nullptr),
+                 X.get(), make_i32({2}, {1, 4}).get(), 1.0);
+      },
+      LOOM_ERR_INVALID_ARGUMENT,
+      "softmax_cross_entropy: targets[1] = 4 is outside [0, 4) and not -1");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::softmax_cross_entropy, Ls.get(), static_cast<DLTensor*>(nullptr),
+                 X.get(), make_i32({3}, {1, 2, 3}).get(), 1.0);
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "targets has 3 elements, expected 2");
   loom::Tensor L32(B(), loom_f32(), {2});
-  expect_error([&] { B().call(&loom_ops::softmax_cross_entropy, L32.get(),
-                              static_cast<DLTensor*>(nullptr), X.get(),
-                              make_i32({2}, {1, 2}).get(), 1.0); },
-               LOOM_ERR_INVALID_ARGUMENT, "losses is f32, expected f64 (the dtype of logits)");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::softmax_cross_entropy, L32.get(), static_cast<DLTensor*>(nullptr),
+                 X.get(), make_i32({2}, {1, 2}).get(), 1.0);
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "losses is f32, expected f64 (the dtype of logits)");
 }

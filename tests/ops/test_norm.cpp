@@ -103,8 +103,8 @@ TEST_CASE("layernorm_backward against finite differences (inp, weight, bias)") {
   // dinp may alias dout, and dbias may be NULL.
   auto dO = make64({N, C}, R);
   auto dW2 = make64({C}, Vec(C, 0.0));
-  B().call(&loom_ops::layernorm_backward, dO.get(), dW2.get(), nullptr, dO.get(), X.get(),
-           W.get(), M.get(), Rs.get());
+  B().call(&loom_ops::layernorm_backward, dO.get(), dW2.get(), nullptr, dO.get(), X.get(), W.get(),
+           M.get(), Rs.get());
   check_close(get(dO), fd_x, kFdRtol, kFdAtol, "layernorm dinp in place of dout");
   check_close(get(dW2), fd_w, kFdRtol, kFdAtol, "layernorm dweight (dinp aliasing dout)");
 }
@@ -121,8 +121,7 @@ TEST_CASE("rmsnorm forward and backward against finite differences") {
     return get(O);
   };
   Vec rstd, ref_rstd(N);
-  check_close(run(x, w, &rstd), naive_rmsnorm(x, w, N, C, &ref_rstd), 1e-12, 1e-12,
-              "rmsnorm out");
+  check_close(run(x, w, &rstd), naive_rmsnorm(x, w, N, C, &ref_rstd), 1e-12, 1e-12, "rmsnorm out");
   check_close(rstd, ref_rstd, 1e-12, 1e-12, "rmsnorm rstd");
 
   auto L = [&] { return dot(run(x, w, nullptr), R); };
@@ -177,22 +176,29 @@ TEST_CASE("norms: shape and dtype errors name the op and the mismatch") {
   auto X = make(loom_f32(), {N, C}, Vec(N * C, 0.5));
   auto W = make(loom_f32(), {C - 1}, Vec(C - 1, 1.0));
   loom::Tensor O(B(), loom_f32(), {N, C}), M(B(), loom_f32(), {N}), Rs(B(), loom_f32(), {N});
-  expect_error([&] { B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), X.get(),
-                              W.get(), nullptr, kEps); },
-               LOOM_ERR_INVALID_ARGUMENT,
-               "layernorm_forward: weight has 767 elements, expected 768");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), X.get(), W.get(),
+                 nullptr, kEps);
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "layernorm_forward: weight has 767 elements, expected 768");
   auto W64 = make64({C}, Vec(C, 1.0));
-  expect_error([&] { B().call(&loom_ops::rmsnorm_forward, O.get(), Rs.get(), X.get(), W64.get(),
-                              kEps); },
-               LOOM_ERR_INVALID_ARGUMENT,
-               "rmsnorm_forward: weight is f64, expected f32 (the dtype of inp)");
+  expect_error(
+      [&] { B().call(&loom_ops::rmsnorm_forward, O.get(), Rs.get(), X.get(), W64.get(), kEps); },
+      LOOM_ERR_INVALID_ARGUMENT, "rmsnorm_forward: weight is f64, expected f32 (the dtype of inp)");
   loom::Tensor M3(B(), loom_f32(), {N + 1});
   auto Wok = make(loom_f32(), {C}, Vec(C, 1.0));
-  expect_error([&] { B().call(&loom_ops::layernorm_forward, O.get(), M3.get(), Rs.get(), X.get(),
-                              Wok.get(), nullptr, kEps); },
-               LOOM_ERR_INVALID_ARGUMENT, "layernorm_forward: mean has 3 elements, expected 2");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::layernorm_forward, O.get(), M3.get(), Rs.get(), X.get(), Wok.get(),
+                 nullptr, kEps);
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "layernorm_forward: mean has 3 elements, expected 2");
   loom::Tensor Xb(B(), loom_bf16(), {N, C});
-  expect_error([&] { B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), Xb.get(),
-                              Wok.get(), nullptr, kEps); },
-               LOOM_ERR_UNIMPLEMENTED, "layernorm_forward: inp is bf16");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), Xb.get(), Wok.get(),
+                 nullptr, kEps);
+      },
+      LOOM_ERR_UNIMPLEMENTED, "layernorm_forward: inp is bf16");
 }

@@ -106,8 +106,8 @@ TEST_CASE("sgd_step: momentum and weight decay over 3 steps; no buffer without m
   for (int t = 0; t < 3; ++t) {
     B().call(&loom_ops::sgd_step, P.get(), make64({n}, grads[t]).get(), Bf.get(), lr, mom, wd, gs);
     for (int64_t i = 0; i < n; ++i) {
-      buf[i] = mom * buf[i] + gs * grads[t][i];
-      p[i] -= lr * (buf[i] + wd * p[i]);
+      buf[i] = mom * buf[i] + gs * grads[t][i] + wd * p[i];  // torch.optim.SGD
+      p[i] -= lr * buf[i];
     }
   }
   check_close(get(P), p, 1e-14, 1e-14, "sgd param");
@@ -120,7 +120,10 @@ TEST_CASE("sgd_step: momentum and weight decay over 3 steps; no buffer without m
   for (int64_t i = 0; i < n; ++i) q[i] -= lr * (gs * grads[0][i] + wd * q[i]);
   check_close(get(Q), q, 1e-14, 1e-14, "sgd without momentum");
 
-  expect_error([&] { B().call(&loom_ops::sgd_step, Q.get(), make64({n}, grads[0]).get(),
-                              static_cast<DLTensor*>(nullptr), lr, 0.9, wd, gs); },
-               LOOM_ERR_INVALID_ARGUMENT, "sgd_step: buf is NULL but momentum = 0.9");
+  expect_error(
+      [&] {
+        B().call(&loom_ops::sgd_step, Q.get(), make64({n}, grads[0]).get(),
+                 static_cast<DLTensor*>(nullptr), lr, 0.9, wd, gs);
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "sgd_step: buf is NULL but momentum = 0.9");
 }

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -51,8 +52,9 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
   if (g_blas) {
     if (coretype != "auto" && coretype != "native" && lower(coretype) != lower(g_blas->corename))
       loom::log(host, LOOM_LOG_WARN,
-                "backend/cpu: blas_coretype=" + coretype + " ignored: OpenBLAS is already loaded "
-                "in this process with core " + g_blas->corename);
+                "blas_coretype=" + coretype +
+                    " ignored: OpenBLAS is already loaded in this process with core " +
+                    g_blas->corename);
     return *g_blas;
   }
 
@@ -63,8 +65,8 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
     requested = env;
     if (coretype != "auto" && lower(coretype) != lower(requested))
       loom::log(host, LOOM_LOG_WARN,
-                "backend/cpu: blas_coretype=" + coretype + " ignored: OPENBLAS_CORETYPE=" +
-                    requested + " is set in the environment");
+                "blas_coretype=" + coretype +
+                    " ignored: OPENBLAS_CORETYPE=" + requested + " is set in the environment");
   } else {
     if (coretype == "auto")
       requested = cpu.openblas_coretype();
@@ -76,20 +78,20 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
       if (void* h = dlopen(kLibName, RTLD_NOW | RTLD_NOLOAD)) {
         dlclose(h);
         loom::log(host, LOOM_LOG_WARN,
-                  "backend/cpu: " + std::string(kLibName) + " was loaded before backend/cpu; "
-                  "OPENBLAS_CORETYPE=" + requested + " cannot take effect (set it in the "
-                  "environment before starting the program)");
+                  std::string("") + kLibName + " was loaded before backend/cpu, " +
+                      "so OPENBLAS_CORETYPE=" + requested + " cannot take effect (set it in " +
+                      "the environment before starting the program)");
       }
-      setenv("OPENBLAS_CORETYPE", requested.c_str(), 0);
+      setenv("OPENBLAS_CORETYPE", requested.c_str(), 1);  // unset or empty here
     }
   }
 
   void* lib = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
-    throw loom::Error(LOOM_ERR_IO,
-                      std::string("backend/cpu: cannot load ") + kLibName +
-                          " — install libopenblas0-openmp (" + (why ? why : "dlopen failed") + ")");
+    throw loom::Error(LOOM_ERR_IO, std::string("backend/cpu: cannot load ") + kLibName +
+                                       " — install libopenblas0-openmp (" +
+                                       (why ? why : "dlopen failed") + ")");
   }
   auto blas = std::make_unique<Blas>();
   blas->sgemm = symbol<Blas::sgemm_fn>(lib, "cblas_sgemm");
@@ -103,13 +105,13 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
   blas->config = config ? config : "";
   blas->requested = requested;
   if (blas->config.find("USE64BITINT") != std::string::npos)
-    throw loom::Error(LOOM_ERR_UNIMPLEMENTED,
-                      std::string("backend/cpu: ") + kLibName + " uses 64-bit integers (" +
-                          blas->config + "); backend/cpu needs the 32-bit-int build "
-                          "(libopenblas0-openmp)");
+    throw loom::Error(LOOM_ERR_UNIMPLEMENTED, std::string("backend/cpu: ") + kLibName +
+                                                  " uses 64-bit integers (" + blas->config +
+                                                  "); backend/cpu needs the 32-bit-int build " +
+                                                  "(libopenblas0-openmp)");
   if (!requested.empty() && lower(requested) != lower(blas->corename))
     loom::log(host, LOOM_LOG_WARN,
-              "backend/cpu: asked OpenBLAS for core " + requested + " but it runs " +
+              "asked OpenBLAS for core " + requested + " but it runs " +
                   blas->corename + " (" + blas->config + ")");
   g_blas = std::move(blas);
   return *g_blas;

@@ -13,12 +13,12 @@ namespace loom_cpu {
 struct Blas {
   // The CBLAS prototypes with the enums as int (ABI-identical on x86-64) and blasint = int
   // (checked at load: a 64-bit-integer OpenBLAS is refused).
-  using sgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k,
-                            float alpha, const float* a, int lda, const float* b, int ldb,
-                            float beta, float* c, int ldc);
-  using dgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k,
-                            double alpha, const double* a, int lda, const double* b, int ldb,
-                            double beta, double* c, int ldc);
+  using sgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                            int ldc);
+  using dgemm_fn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, double alpha,
+                            const double* a, int lda, const double* b, int ldb, double beta,
+                            double* c, int ldc);
   static constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
   sgemm_fn sgemm = nullptr;
@@ -27,9 +27,9 @@ struct Blas {
   char* (*get_corename)() = nullptr;
   char* (*get_config)() = nullptr;
 
-  std::string corename;  // what OpenBLAS runs: "SkylakeX", "Haswell", "Prescott", ...
-  std::string config;    // openblas_get_config(): version and build options
-  std::string requested; // the OPENBLAS_CORETYPE in force at load ("" = OpenBLAS detects)
+  std::string corename;   // what OpenBLAS runs: "SkylakeX", "Haswell", "Prescott", ...
+  std::string config;     // openblas_get_config(): version and build options
+  std::string requested;  // the OPENBLAS_CORETYPE in force at load ("" = OpenBLAS detects)
 
   // OpenBLAS's thread count is global; instances with different `threads` each set theirs
   // before a call (cheap: only when it changes).

@@ -110,7 +110,7 @@ void cpu_free_tensor(loom_backend* be, DLTensor* t) noexcept {
       // A view, a tensor of another instance, or a double free: leaking it is harmless,
       // freeing it would not be.
       loom::log(be->host, LOOM_LOG_ERROR,
-                "backend/cpu: free_tensor: tensor was not allocated by this backend instance "
+                "free_tensor: tensor was not allocated by this backend instance "
                 "(or was freed already); ignored");
       return;
     }
@@ -189,7 +189,7 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
     be->device_name = name.str();
 
     std::ostringstream msg;
-    msg << "backend/cpu: OpenBLAS " << be->blas->corename << ", " << be->threads << " threads";
+    msg << "OpenBLAS " << be->blas->corename << ", " << be->threads << " threads";
     if (measure) {
       msg.precision(1);
       msg << std::fixed << ", sgemm 1024^3 = " << be->peak_gflops << " GFLOP/s";
@@ -203,8 +203,8 @@ void cpu_destroy(loom_backend* be) noexcept {
   if (be == nullptr) return;
   if (!be->live.empty()) {
     // Nothing can free them after this (free_tensor needs the instance), so free them now.
-    std::string msg = "backend/cpu: destroy: " + std::to_string(be->live.size()) +
-                      " tensors (" + std::to_string(be->mem_in_use.load()) +
+    std::string msg = "destroy: " + std::to_string(be->live.size()) + " tensors (" +
+                      std::to_string(be->mem_in_use.load()) +
                       " bytes) were never freed; freeing them";
     loom::log(be->host, LOOM_LOG_WARN, msg);
     for (const DLTensor* t : be->live) release(be, const_cast<DLTensor*>(t));
@@ -258,8 +258,8 @@ constexpr loom_ops kOps = {
 };
 
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V1, cpu_create,  cpu_destroy,     cpu_get_info, cpu_alloc_tensor,
-    cpu_free_tensor,          cpu_to_host, cpu_from_host,   cpu_synchronize, &kOps,
+    LOOM_BACKEND_API_SIZE_V1, cpu_create,  cpu_destroy,   cpu_get_info,    cpu_alloc_tensor,
+    cpu_free_tensor,          cpu_to_host, cpu_from_host, cpu_synchronize, &kOps,
 };
 
 constexpr loom_param_spec kParams[] = {
@@ -292,7 +292,8 @@ const loom_plugin_descriptor kDescriptor = {
 
 }  // namespace
 
-// ---- shared helpers (cpu_backend.hpp) ------------------------------------------------------------
+// ---- shared helpers (cpu_backend.hpp)
+// ------------------------------------------------------------
 
 const loom_host* last_host() noexcept { return g_last_host.load(); }
 void set_last_host(const loom_host* host) noexcept { g_last_host.store(host); }
@@ -334,8 +335,10 @@ const DLTensor* Check::tensor(const char* name, const DLTensor* t) const {
 
 void Check::floating(const char* name, const DLTensor* t) const {
   if (!is_f32(t->dtype) && !is_f64(t->dtype))
-    fail(std::string(name) + " is " + dtype_name(t->dtype) + "; backend/cpu runs this op in f32 "
-         "or f64", LOOM_ERR_UNIMPLEMENTED);
+    fail(std::string(name) + " is " + dtype_name(t->dtype) +
+             "; backend/cpu runs this op in f32 "
+             "or f64",
+         LOOM_ERR_UNIMPLEMENTED);
 }
 
 void Check::dtype(const char* name, const DLTensor* t, DLDataType want) const {
@@ -370,8 +373,8 @@ int64_t Check::last_dim(const char* name, const DLTensor* t) const {
 
 void Check::ndim(const char* name, const DLTensor* t, int want) const {
   if (t->ndim != want)
-    fail(std::string(name) + " has shape " + shape_str(t) + ", expected " +
-         std::to_string(want) + " dimensions");
+    fail(std::string(name) + " has shape " + shape_str(t) + ", expected " + std::to_string(want) +
+         " dimensions");
 }
 
 }  // namespace loom_cpu

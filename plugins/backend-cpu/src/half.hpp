@@ -18,7 +18,9 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t f32_to_f16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -44,7 +46,8 @@ inline float f16_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0)  // zero or subnormal: mant * 2^-24, exact in f32
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(static_cast<float>(mant) * 0x1p-24f) | sign);
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(static_cast<float>(mant) * 0x1p-24f) |
+                                sign);
   if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }

@@ -22,7 +22,7 @@ constexpr double kGeluK1 = 0.044715;
 // relative accuracy for negative x: in f32, 1 + tanh(u) cancels to 0 once tanh(u) rounds to
 // -1 (u < -8.3), while sigmoid(2u) = 1 / (1 + exp(-2u)) stays accurate down to ~1e-38.
 template <class T>
-void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
+LOOM_CPU_CLONES void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
   const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -33,7 +33,7 @@ void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
 }
 
 template <class T>
-void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int nt) {
+LOOM_CPU_CLONES void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int nt) {
   const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -46,7 +46,7 @@ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int n
 }
 
 template <class T>
-void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H, int nt) {
+LOOM_CPU_CLONES void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * H >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* gate = inp + n * 2 * H;
@@ -62,7 +62,8 @@ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t H, int nt) {
 }
 
 template <class T>
-void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int64_t H, int nt) {
+LOOM_CPU_CLONES void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N,
+                                            int64_t H, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * H >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* gate = inp + n * 2 * H;
@@ -156,8 +157,8 @@ loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor*
     ck.numel("dinp", dinp, N * 2 * H);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
-      swiglu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout),
-                             N, H, b.threads);
+      swiglu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), N, H,
+                             b.threads);
     });
   });
 }

@@ -26,8 +26,8 @@ namespace loom_cpu {
 namespace {
 
 template <class T, class S>
-void softmax_forward_kernel(T* s, S* lse, int64_t rows, int64_t Tq, int64_t Tk, T scale,
-                            bool causal, int nt) {
+LOOM_CPU_CLONES void softmax_forward_kernel(T* s, S* lse, int64_t rows, int64_t Tq, int64_t Tk,
+                                            T scale, bool causal, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * Tk >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = s + r * Tk;
@@ -58,8 +58,8 @@ void softmax_forward_kernel(T* s, S* lse, int64_t rows, int64_t Tq, int64_t Tk, 
 }
 
 template <class T>
-void softmax_backward_kernel(T* ds, const T* p, const T* dp, int64_t rows, int64_t Tk, T scale,
-                             int nt) {
+LOOM_CPU_CLONES void softmax_backward_kernel(T* ds, const T* p, const T* dp, int64_t rows,
+                                             int64_t Tk, T scale, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * Tk >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const T* pr = p + r * Tk;
@@ -68,7 +68,7 @@ void softmax_backward_kernel(T* ds, const T* p, const T* dp, int64_t rows, int64
     T dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < Tk; ++j) dot += pr[j] * dpr[j];
-    // Reads of dpr[j] precede the write of dsr[j] at the same j: aliasing ds = dp is safe.
+      // Reads of dpr[j] precede the write of dsr[j] at the same j: aliasing ds = dp is safe.
 #pragma omp simd
     for (int64_t j = 0; j < Tk; ++j) dsr[j] = scale * pr[j] * (dpr[j] - dot);
   }
@@ -148,8 +148,8 @@ loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, dou
     auto run = [&](auto t, auto st) {
       using T = decltype(t);
       using S = decltype(st);
-      softmax_forward_kernel(data_of<T>(s), lse ? data_of<S>(lse) : static_cast<S*>(nullptr),
-                             rows, Tq, Tk, static_cast<T>(scale), causal != 0, b.threads);
+      softmax_forward_kernel(data_of<T>(s), lse ? data_of<S>(lse) : static_cast<S*>(nullptr), rows,
+                             Tq, Tk, static_cast<T>(scale), causal != 0, b.threads);
     };
     if (lse)
       dispatch_float_stat(ck, "s", s, lse, run);
@@ -174,8 +174,8 @@ loom_error* op_softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* 
     if (Tk == 0 || n == 0) return;
     dispatch_float(ck, "p", p, [&](auto tag) {
       using T = decltype(tag);
-      softmax_backward_kernel(data_of<T>(ds), data_of<const T>(p), data_of<const T>(dp), n / Tk,
-                              Tk, static_cast<T>(scale), b.threads);
+      softmax_backward_kernel(data_of<T>(ds), data_of<const T>(p), data_of<const T>(dp), n / Tk, Tk,
+                              static_cast<T>(scale), b.threads);
     });
   });
 }

@@ -48,7 +48,7 @@ void axpby_kernel(T* y, T alpha, const T* x, T beta, int64_t n, int nt) {
 // Fixed-size chunks summed in parallel, then the chunk sums in order: the result does not
 // depend on the thread count, so a gradient-norm clip is reproducible across machines.
 template <class T>
-double sum_squares_kernel(const T* x, int64_t n, int nt) {
+LOOM_CPU_CLONES double sum_squares_kernel(const T* x, int64_t n, int nt) {
   constexpr int64_t kChunk = 1 << 16;
   int64_t nchunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<size_t>(nchunks));
@@ -162,8 +162,8 @@ loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor
     ck.numel("x", x, n);
     dispatch_float(ck, "y", y, [&](auto tag) {
       using T = decltype(tag);
-      axpby_kernel(data_of<T>(y), static_cast<T>(alpha), data_of<const T>(x),
-                   static_cast<T>(beta), n, b.threads);
+      axpby_kernel(data_of<T>(y), static_cast<T>(alpha), data_of<const T>(x), static_cast<T>(beta),
+                   n, b.threads);
     });
   });
 }

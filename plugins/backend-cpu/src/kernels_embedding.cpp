@@ -15,8 +15,8 @@ namespace {
 void check_ids(const Check& ck, const int32_t* ids, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n)
     if (ids[n] < 0 || ids[n] >= V)
-      ck.fail("ids[" + std::to_string(n) + "] = " + std::to_string(ids[n]) +
-              " is outside [0, " + std::to_string(V) + ")");
+      ck.fail("ids[" + std::to_string(n) + "] = " + std::to_string(ids[n]) + " is outside [0, " +
+              std::to_string(V) + ")");
 }
 
 // Shared checks; returns {N, V, C}.
@@ -61,8 +61,8 @@ void embedding_forward_kernel(T* out, const int32_t* ids, const T* table, int64_
 // Repeated ids make a row-parallel scatter race; splitting the channels instead gives every
 // thread its own columns of every table row, and keeps the summation order of a row fixed.
 template <class T>
-void embedding_backward_kernel(T* dtable, const int32_t* ids, const T* dout, int64_t N,
-                               int64_t C, int nt) {
+void embedding_backward_kernel(T* dtable, const int32_t* ids, const T* dout, int64_t N, int64_t C,
+                               int nt) {
   constexpr int64_t kBlock = 128;
   int64_t nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)

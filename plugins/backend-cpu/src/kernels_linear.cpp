@@ -21,14 +21,13 @@ namespace {
 constexpr int64_t kSmallGemm = 96 * 96 * 96;
 
 // The stored matrix of one operand: rows x cols with row pitch ld, `batch` of them.
-void check_operand(const Check& ck, const char* name, const DLTensor* t, int64_t rows,
-                   int64_t cols, int64_t ld, int64_t stride, int64_t offset, int64_t batch) {
+void check_operand(const Check& ck, const char* name, const DLTensor* t, int64_t rows, int64_t cols,
+                   int64_t ld, int64_t stride, int64_t offset, int64_t batch) {
   std::string n(name);
   if (ld < std::max<int64_t>(1, cols))
-    ck.fail("ld" + n + " = " + std::to_string(ld) + " is less than the " +
-            std::to_string(cols) + " columns " + n + " has as stored");
-  if (offset < 0 || stride < 0)
-    ck.fail("offset_" + n + " and stride_" + n + " must be >= 0");
+    ck.fail("ld" + n + " = " + std::to_string(ld) + " is less than the " + std::to_string(cols) +
+            " columns " + n + " has as stored");
+  if (offset < 0 || stride < 0) ck.fail("offset_" + n + " and stride_" + n + " must be >= 0");
   if (ld > INT_MAX || rows > INT_MAX || cols > INT_MAX)
     ck.fail(n + " dimensions exceed the 32-bit BLAS interface");
   if (rows == 0 || cols == 0) return;
@@ -42,8 +41,7 @@ void check_operand(const Check& ck, const char* name, const DLTensor* t, int64_t
 }
 
 template <class T>
-void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, const T* b,
-              T* c) {
+void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, const T* b, T* c) {
   const T* ai = a + g.offset_a + i * g.stride_a;
   const T* bi = b + g.offset_b + i * g.stride_b;
   T* ci = c + g.offset_c + i * g.stride_c;
@@ -53,8 +51,8 @@ void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, 
     blas.sgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, (float)g.alpha, ai,
                (int)g.lda, bi, (int)g.ldb, (float)g.beta, ci, (int)g.ldc);
   else
-    blas.dgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, g.alpha, ai, (int)g.lda,
-               bi, (int)g.ldb, g.beta, ci, (int)g.ldc);
+    blas.dgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, g.alpha, ai, (int)g.lda, bi,
+               (int)g.ldb, g.beta, ci, (int)g.ldc);
 }
 
 template <class T>
@@ -111,9 +109,13 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
     check_operand(ck, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
                   g.offset_b, g.batch);
     check_operand(ck, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
-    if (g.batch > 1 && g.m > 0 && g.n > 0 && g.stride_c < (g.m - 1) * g.ldc + g.n)
-      ck.fail("stride_c = " + std::to_string(g.stride_c) + " makes the " +
-              std::to_string(g.batch) + " output matrices overlap");
+    // Output matrices must be disjoint: stacked one after another, or interleaved side by
+    // side within each row pitch (per-head slices of a (T, H*D) tensor).
+    const bool stacked = g.stride_c >= (g.m - 1) * g.ldc + g.n;
+    const bool interleaved = g.stride_c >= g.n && (g.batch - 1) * g.stride_c + g.n <= g.ldc;
+    if (g.batch > 1 && g.m > 0 && g.n > 0 && !stacked && !interleaved)
+      ck.fail("stride_c = " + std::to_string(g.stride_c) + " makes the " + std::to_string(g.batch) +
+              " output matrices overlap");
     if (g.m == 0 || g.n == 0) return;
 
     b.blas->use_threads(b.threads);

@@ -18,8 +18,9 @@ namespace loom_cpu {
 namespace {
 
 template <class T>
-void cross_entropy_kernel(T* losses, T* dlogits, const T* logits, const int32_t* targets,
-                          int64_t N, int64_t V, T dloss, int nt) {
+LOOM_CPU_CLONES void cross_entropy_kernel(T* losses, T* dlogits, const T* logits,
+                                          const int32_t* targets, int64_t N, int64_t V, T dloss,
+                                          int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = logits + n * V;

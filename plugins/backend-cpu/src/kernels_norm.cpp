@@ -26,8 +26,8 @@ namespace {
 constexpr int64_t kColBlock = 64;
 
 template <class T, class S>
-void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* inp, const T* w, const T* bias,
-                              int64_t N, int64_t C, T eps, int nt) {
+LOOM_CPU_CLONES void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* inp, const T* w,
+                                              const T* bias, int64_t N, int64_t C, T eps, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -54,8 +54,9 @@ void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* inp, const T* w
 }
 
 template <class T, class S>
-void layernorm_backward_kernel(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                               const S* mean, const S* rstd, int64_t N, int64_t C, int nt) {
+LOOM_CPU_CLONES void layernorm_backward_kernel(T* dinp, T* dw, T* db, const T* dout, const T* inp,
+                                               const T* w, const S* mean, const S* rstd, int64_t N,
+                                               int64_t C, int nt) {
   int64_t nblocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -101,8 +102,8 @@ void layernorm_backward_kernel(T* dinp, T* dw, T* db, const T* dout, const T* in
 }
 
 template <class T, class S>
-void rmsnorm_forward_kernel(T* out, S* rstd, const T* inp, const T* w, int64_t N, int64_t C,
-                            T eps, int nt) {
+LOOM_CPU_CLONES void rmsnorm_forward_kernel(T* out, S* rstd, const T* inp, const T* w, int64_t N,
+                                            int64_t C, T eps, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -118,8 +119,9 @@ void rmsnorm_forward_kernel(T* out, S* rstd, const T* inp, const T* w, int64_t N
 }
 
 template <class T, class S>
-void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
-                             const S* rstd, int64_t N, int64_t C, int nt) {
+LOOM_CPU_CLONES void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, const T* inp,
+                                             const T* w, const S* rstd, int64_t N, int64_t C,
+                                             int nt) {
   int64_t nblocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -180,9 +182,9 @@ void check_eps(const Check& ck, double eps) {
 
 }  // namespace
 
-loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean,
-                                 DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
-                                 const DLTensor* bias, double eps) noexcept {
+loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                                 const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
+                                 double eps) noexcept {
   return run_op(be, "layernorm_forward", [&](loom_backend& b) {
     Check ck{"layernorm_forward"};
     Rows r = check_rows(ck, inp);
@@ -222,17 +224,16 @@ loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dw
     dispatch_float_stat(ck, "inp", inp, mean, [&](auto t, auto s) {
       using T = decltype(t);
       using S = decltype(s);
-      layernorm_backward_kernel(data_of<T>(dinp), data_of<T>(dweight),
-                                dbias ? data_of<T>(dbias) : nullptr, data_of<const T>(dout),
-                                data_of<const T>(inp), data_of<const T>(weight),
-                                data_of<const S>(mean), data_of<const S>(rstd), r.N, r.C,
-                                b.threads);
+      layernorm_backward_kernel(
+          data_of<T>(dinp), data_of<T>(dweight), dbias ? data_of<T>(dbias) : nullptr,
+          data_of<const T>(dout), data_of<const T>(inp), data_of<const T>(weight),
+          data_of<const S>(mean), data_of<const S>(rstd), r.N, r.C, b.threads);
     });
   });
 }
 
-loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
-                               const DLTensor* inp, const DLTensor* weight, double eps) noexcept {
+loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, const DLTensor* inp,
+                               const DLTensor* weight, double eps) noexcept {
   return run_op(be, "rmsnorm_forward", [&](loom_backend& b) {
     Check ck{"rmsnorm_forward"};
     Rows r = check_rows(ck, inp);
@@ -244,15 +245,14 @@ loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
       using T = decltype(t);
       using S = decltype(s);
       rmsnorm_forward_kernel(data_of<T>(out), data_of<S>(rstd), data_of<const T>(inp),
-                             data_of<const T>(weight), r.N, r.C, static_cast<T>(eps),
-                             b.threads);
+                             data_of<const T>(weight), r.N, r.C, static_cast<T>(eps), b.threads);
     });
   });
 }
 
 loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
-                                const DLTensor* dout, const DLTensor* inp,
-                                const DLTensor* weight, const DLTensor* rstd) noexcept {
+                                const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                                const DLTensor* rstd) noexcept {
   return run_op(be, "rmsnorm_backward", [&](loom_backend& b) {
     Check ck{"rmsnorm_backward"};
     Rows r = check_rows(ck, inp);

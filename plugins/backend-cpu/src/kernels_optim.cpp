@@ -5,8 +5,8 @@
 //                 m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //                 param -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 //               m and v have the param's dtype (f32 in training; f64 in the f64 test path).
-//   sgd_step:   g = grad_scale * grad; buf = momentum buf + g; param -= lr (buf + wd param)
-//               (backend.h's formula; buf may be NULL when momentum == 0, then buf = g)
+//   sgd_step:   g = grad_scale * grad + wd param; buf = momentum buf + g; param -= lr buf
+//               (PyTorch's SGD; buf may be NULL when momentum == 0, then buf = g)
 // Step-wide constants (bias corrections) are computed once in double; the per-element loop
 // is in the tensor's dtype so it vectorises. These passes are memory-bound (AdamW streams
 // 7 values per parameter), so they run with every thread.
@@ -20,8 +20,8 @@ namespace loom_cpu {
 namespace {
 
 template <class T>
-void adamw_kernel(T* p, const T* grad, T* m, T* v, int64_t n, T gs, T decay, T b1, T b2,
-                  T step_size, T inv_sqrt_bc2, T eps, int nt) {
+LOOM_CPU_CLONES void adamw_kernel(T* p, const T* grad, T* m, T* v, int64_t n, T gs, T decay, T b1,
+                                  T b2, T step_size, T inv_sqrt_bc2, T eps, int nt) {
   const T one_b1 = T(1) - b1, one_b2 = T(1) - b2;
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -40,13 +40,13 @@ void sgd_kernel(T* p, const T* grad, T* buf, int64_t n, T lr, T mom, T wd, T gs,
   if (buf) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      T b = mom * buf[i] + gs * grad[i];
+      T b = mom * buf[i] + (gs * grad[i] + wd * p[i]);
       buf[i] = b;
-      p[i] -= lr * (b + wd * p[i]);
+      p[i] -= lr * b;
     }
   } else {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (gs * grad[i] + wd * p[i]);
+    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (gs * grad[i] + wd * p[i]);  // buf = g
   }
 }
 
@@ -91,11 +91,10 @@ loom_error* op_adamw_step(loom_backend* be, const loom_adamw_args* args) noexcep
     double decay = 1.0 - a.lr * a.weight_decay;
     dispatch_float(ck, "param", a.param, [&](auto tag) {
       using T = decltype(tag);
-      adamw_kernel(data_of<T>(a.param), data_of<const T>(a.grad), data_of<T>(a.m),
-                   data_of<T>(a.v), loom_tensor_numel(a.param), static_cast<T>(a.grad_scale),
-                   static_cast<T>(decay), static_cast<T>(a.beta1), static_cast<T>(a.beta2),
-                   static_cast<T>(step_size), static_cast<T>(inv_sqrt_bc2),
-                   static_cast<T>(a.eps), b.threads);
+      adamw_kernel(data_of<T>(a.param), data_of<const T>(a.grad), data_of<T>(a.m), data_of<T>(a.v),
+                   loom_tensor_numel(a.param), static_cast<T>(a.grad_scale), static_cast<T>(decay),
+                   static_cast<T>(a.beta1), static_cast<T>(a.beta2), static_cast<T>(step_size),
+                   static_cast<T>(inv_sqrt_bc2), static_cast<T>(a.eps), b.threads);
     });
   });
 }

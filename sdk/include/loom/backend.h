@@ -6,6 +6,8 @@
  *    CPU backend does, for finite-difference tests — and reports others as UNIMPLEMENTED);
  *  - shapes are in the comments: N rows (tokens), C channels, V vocabulary, H hidden;
  *  - parameter gradients accumulate (+=); activation gradients are written (=);
+ *  - saved statistics (mean, rstd, lse) and optimizer state are f32, or the data dtype
+ *    when that is f64;
  *  - ops may run asynchronously on the backend's stream; synchronize() waits.
  * Thread contract: one instance is driven from one thread at a time. */
 #ifndef LOOM_BACKEND_H
@@ -39,7 +41,7 @@ typedef struct loom_gemm_args {
 #define LOOM_GEMM_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
 
 /* One AdamW (decoupled weight decay) step on one tensor; grad is multiplied by grad_scale
- * first (gradient clipping and loss-scale undo). m, v: fp32 state, same shape as param. */
+ * first (gradient clipping and loss-scale undo). m, v: same shape and dtype as param. */
 typedef struct loom_adamw_args {
   size_t struct_size;
   DLTensor* param;
@@ -81,7 +83,7 @@ typedef struct loom_ops {
                                     const DLTensor* dout);
 
   /* --- normalisation ------------------------------------------------------------ */
-  /* out(N,C) = (inp - mean) * rstd * weight(C) + bias(C); mean, rstd (N) f32 saved.
+  /* out(N,C) = (inp - mean) * rstd * weight(C) + bias(C); mean, rstd (N) saved.
    * bias may be NULL. */
   loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean,
                                    DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
@@ -110,7 +112,8 @@ typedef struct loom_ops {
 
   /* --- attention pieces ---------------------------------------------------------- */
   /* Row softmax of scale * s, in place: s(Bt,Tq,Tk) scores in, probabilities out;
-   * lse(Bt,Tq) f32 = logsumexp of the scaled, masked row. With causal, column j of row i
+   * lse(Bt,Tq) = logsumexp of the scaled, masked row (may be NULL; -inf for a row with
+   * every column masked, whose probabilities are 0). With causal, column j of row i
    * is masked when j > i + (Tk - Tq) (queries are the last Tq of Tk positions). */
   loom_error* (*softmax_forward)(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
                                  int causal);
@@ -135,8 +138,9 @@ typedef struct loom_ops {
 
   /* --- optimizer steps -------------------------------------------------------------- */
   loom_error* (*adamw_step)(loom_backend* be, const loom_adamw_args* args);
-  /* buf = momentum * buf + g; param -= lr * (buf + wd * param), g = grad_scale * grad;
-   * buf may be NULL when momentum == 0 */
+  /* PyTorch SGD (weight decay coupled into the gradient, no dampening, no Nesterov):
+   * g = grad_scale * grad + weight_decay * param; buf = momentum * buf + g;
+   * param -= lr * buf (buf may be NULL when momentum == 0: param -= lr * g) */
   loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad,
                           DLTensor* buf, double lr, double momentum, double weight_decay,
                           double grad_scale);

@@ -71,9 +71,12 @@ typedef struct loom_model_api {
   /* Append tokens(B,n) (host memory) to the cache and write the next-token logits of the
    * last position of each sequence to logits(B,vocab_size) host f32. */
   loom_error* (*decode)(loom_model* m, const int32_t* tokens, int64_t n, float* logits);
+  /* The longest sequence kv_reset accepts (e.g. a learned position table's size), or 0
+   * when the model has no fixed limit. The host caps generation with it. */
+  int64_t (*max_context)(loom_model* m);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 } loom_model_api;
-#define LOOM_MODEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_api, decode)
+#define LOOM_MODEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_api, max_context)
 
 #ifdef __cplusplus
 }
