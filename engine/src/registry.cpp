@@ -6,6 +6,8 @@
 #include "registry.hpp"
 
 #include <algorithm>
+#include <dlfcn.h>
+
 #include <boost/dll/shared_library.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -206,7 +208,14 @@ std::string load_library(const fs::path& so, Library& lib, const loom_plugin_des
   loom_plugin_entry_fn entry =
       &lib->get<const loom_plugin_descriptor*(uint32_t, uint32_t)>(LOOM_PLUGIN_ENTRY_NAME);
   desc = entry(LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
-  return check_descriptor(desc);
+  std::string problem = check_descriptor(desc);
+  if (problem.empty()) {
+    // An accepted plugin stays mapped until the process exits, after the registry is gone:
+    // its runtime (OpenMP thread pools, a BLAS it loaded) may still hold threads or memory
+    // that unloading the code would pull out from under them.
+    ::dlopen(so.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+  return problem;
 }
 
 std::vector<fs::path> split_path_list(const char* text) {

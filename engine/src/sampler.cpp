@@ -7,6 +7,7 @@
 
 #include "errors.hpp"
 #include "host.hpp"
+#include "log.hpp"
 
 namespace loom::engine {
 
@@ -46,10 +47,12 @@ SplitRanges split_documents(int64_t n, const std::string& weights) {
 Sampler::Sampler(const loom_dataset_api* api, loom_dataset* ds, int64_t doc_begin,
                  int64_t doc_end, int64_t eod_id, int64_t seq_len, uint64_t seed)
     : api_(api), ds_(ds), eod_(eod_id), seq_len_(seq_len), seed_(seed) {
+  log::Progress progress("indexing documents", doc_end - doc_begin);
   for (int64_t d = doc_begin; d < doc_end; ++d) {
     const int32_t* ids = nullptr;
     size_t n = 0;
     check(api_->document(ds_, d, &ids, &n), "reading document " + std::to_string(d));
+    if ((d - doc_begin) % 4096 == 0) progress.update(d - doc_begin);
     if (n == 0) continue;  // an empty document contributes nothing to the stream
     docs_.push_back(d);
     epoch_tokens_ += (int64_t)n + (eod_ >= 0 ? 1 : 0);

@@ -33,7 +33,6 @@ class AdamW {
   }
 
   void step(const loom_opt_step_args& s) {
-    loom::require(s.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1, "optimizer/adamw: bad step args");
     loom::require(s.step >= 1, "optimizer/adamw: step is 1-based, got " + std::to_string(s.step));
     for (auto& r : runs_.runs()) {
       loom_adamw_args a{};
@@ -63,28 +62,6 @@ class AdamW {
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
 };
 
-AdamW* self(loom_optimizer* o) { return reinterpret_cast<AdamW*>(o); }
-
-loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
-                   size_t n, loom_optimizer** out) {
-  return loom::guard(
-      host, [&] { *out = reinterpret_cast<loom_optimizer*>(new AdamW(host, cfg, params, n)); });
-}
-void destroy(loom_optimizer* o) { delete self(o); }
-loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
-  return loom::guard(self(o)->host(), [&] {
-    loom::require(a != nullptr, "optimizer/adamw: step args required");
-    self(o)->step(*a);
-  });
-}
-size_t num_state(loom_optimizer* o) { return self(o)->runs().num_state(); }
-loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
-  return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
-}
-
-const loom_optimizer_api kApi = {
-    LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
-
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
     LOOM_ABI_MAJOR,
@@ -97,7 +74,7 @@ const loom_plugin_descriptor kDescriptor = {
     "AdamW (decoupled weight decay) via the backend's adamw_step",
     kSchema,
     sizeof(kSchema) / sizeof(kSchema[0]),
-    &kApi};
+    &loomopt::OptimizerTable<AdamW>::api};
 
 }  // namespace
 

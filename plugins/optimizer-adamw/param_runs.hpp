@@ -135,4 +135,33 @@ class ParamRuns {
   std::vector<Run> runs_;
 };
 
+// The C function table of an optimizer class `Opt`, which has a constructor
+// (host, cfg, params, n), step(const loom_opt_step_args&), host() and runs(). Every entry
+// point goes through loom::guard, so exceptions become ABI errors.
+template <class Opt>
+struct OptimizerTable {
+  static Opt* self(loom_optimizer* o) { return reinterpret_cast<Opt*>(o); }
+  static loom_error* create(const loom_host* host, const loom_config* cfg,
+                            const loom_opt_param* params, size_t n, loom_optimizer** out) {
+    return loom::guard(host, [&] {
+      loom::require(out != nullptr, "optimizer: create needs an out pointer");
+      *out = reinterpret_cast<loom_optimizer*>(new Opt(host, cfg, params, n));
+    });
+  }
+  static void destroy(loom_optimizer* o) { delete self(o); }
+  static loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
+    return loom::guard(self(o)->host(), [&] {
+      loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1,
+                    "optimizer: step needs loom_opt_step_args of ABI 1.0 or later");
+      self(o)->step(*a);
+    });
+  }
+  static size_t num_state(loom_optimizer* o) { return self(o)->runs().num_state(); }
+  static loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
+    return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
+  }
+  static constexpr loom_optimizer_api api = {LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step,
+                                             num_state, get_state};
+};
+
 }  // namespace loomopt

@@ -1,6 +1,6 @@
-// optimizer/sgd: SGD with optional (heavy-ball) momentum and L2-style weight decay as the
-// backend's sgd_step defines it: buf = momentum*buf + g; p -= lr*(buf + wd*p). Weight decay
-// only on parameters flagged weight_decay. No state when momentum is 0.
+// optimizer/sgd: torch.optim.SGD (heavy-ball momentum, L2 weight decay coupled into the
+// gradient) through the backend's sgd_step: g += wd*p; buf = momentum*buf + g; p -= lr*buf.
+// Weight decay only on parameters flagged weight_decay. No state when momentum is 0.
 #include "loom/cpp/plugin.hpp"
 #include "param_runs.hpp"
 
@@ -33,7 +33,6 @@ class Sgd {
   }
 
   void step(const loom_opt_step_args& s) {
-    loom::require(s.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1, "optimizer/sgd: bad step args");
     for (auto& r : runs_.runs()) {
       DLTensor* buf = r.state.empty() ? nullptr : r.state[0].get();
       be_.call(&loom_ops::sgd_step, r.param.get(), (const DLTensor*)r.grad, buf, s.lr, momentum_,
@@ -51,28 +50,6 @@ class Sgd {
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
-Sgd* self(loom_optimizer* o) { return reinterpret_cast<Sgd*>(o); }
-
-loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
-                   size_t n, loom_optimizer** out) {
-  return loom::guard(
-      host, [&] { *out = reinterpret_cast<loom_optimizer*>(new Sgd(host, cfg, params, n)); });
-}
-void destroy(loom_optimizer* o) { delete self(o); }
-loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
-  return loom::guard(self(o)->host(), [&] {
-    loom::require(a != nullptr, "optimizer/sgd: step args required");
-    self(o)->step(*a);
-  });
-}
-size_t num_state(loom_optimizer* o) { return self(o)->runs().num_state(); }
-loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
-  return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
-}
-
-const loom_optimizer_api kApi = {
-    LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
-
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
@@ -84,7 +61,7 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "SGD with optional momentum via the backend's sgd_step",
                                             kSchema,
                                             sizeof(kSchema) / sizeof(kSchema[0]),
-                                            &kApi};
+                                            &loomopt::OptimizerTable<Sgd>::api};
 
 }  // namespace
 
