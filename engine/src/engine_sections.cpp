@@ -27,7 +27,8 @@ constexpr loom_param_spec kTrain[] = {
     param("log_interval", kInt, "10", "steps between log lines", 1, kInf),
     param("eval_interval", kInt, "0", "steps between evaluations on the valid split; 0 = never", 0,
           kInf),
-    param("eval_iters", kInt, "10", "global batches per evaluation (Megatron's eval-iters)", 0, kInf),
+    param("eval_iters", kInt, "10", "global batches per evaluation (Megatron's eval-iters)", 0,
+          kInf),
     param("metrics", kString, "", "path of the JSON-lines metrics file; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
 };

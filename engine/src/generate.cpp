@@ -22,8 +22,8 @@ namespace loom::engine {
 // Picks the next token from `logits` (modified in place).
 int32_t sample_token(std::vector<float>& logits, const GenerateOptions& o, std::mt19937_64& rng) {
   const size_t v = logits.size();
-  if (o.temperature <= 0) return (int32_t)(std::max_element(logits.begin(), logits.end()) -
-                                           logits.begin());
+  if (o.temperature <= 0)
+    return (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> idx(v);
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
@@ -106,8 +106,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     check(tok.api->decode(tok.self, &next, 1, &text, &len), "decoding");
     std::fwrite(text, 1, len, stdout);
     std::fflush(stdout);
-    if (i + 1 < max_new)
-      check(mapi->decode(model, &next, 1, logits.data()), "decode");
+    if (i + 1 < max_new) check(mapi->decode(model, &next, 1, logits.data()), "decode");
   }
   std::fputc('\n', stdout);
 }

@@ -34,10 +34,18 @@ void error_free(loom_error* e) noexcept { delete e; }
 void log(loom_host_context* ctx, loom_log_level level, const char* message) noexcept {
   const char* who = ctx ? ctx->who.c_str() : "plugin";
   switch (level) {
-    case LOOM_LOG_DEBUG: spdlog::debug("{}: {}", who, message); break;
-    case LOOM_LOG_INFO: spdlog::info("{}: {}", who, message); break;
-    case LOOM_LOG_WARN: spdlog::warn("{}: {}", who, message); break;
-    default: spdlog::error("{}: {}", who, message); break;
+    case LOOM_LOG_DEBUG:
+      spdlog::debug("{}: {}", who, message);
+      break;
+    case LOOM_LOG_INFO:
+      spdlog::info("{}: {}", who, message);
+      break;
+    case LOOM_LOG_WARN:
+      spdlog::warn("{}: {}", who, message);
+      break;
+    default:
+      spdlog::error("{}: {}", who, message);
+      break;
   }
 }
 
@@ -137,9 +145,9 @@ const loom_host* Session::host_for(const std::string& who) {
 // kind-specific create arguments between the config and the out-pointer.
 template <class Api, class Self, class... Extra>
 static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl& impl,
-                                                std::pair<const Api*, Self*>& slot,
-                                                loom_plugin_kind kind, const std::string& section,
-                                                size_t min_size, Extra... extra) {
+                                                 std::pair<const Api*, Self*>& slot,
+                                                 loom_plugin_kind kind, const std::string& section,
+                                                 size_t min_size, Extra... extra) {
   if (slot.second) return slot;
   std::string name = impl.recipe.plugin(section);
   const PluginInfo& info = impl.registry.get(kind, name);
@@ -172,8 +180,7 @@ loom_tokenizer_ref Session::tokenizer() {
   return {s.first, s.second};
 }
 loom_comm_ref Session::comm() {
-  auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm",
-                        LOOM_COMM_API_SIZE_V1);
+  auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm", LOOM_COMM_API_SIZE_V1);
   return {s.first, s.second};
 }
 std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {
@@ -181,8 +188,8 @@ std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {
                      LOOM_DATASET_API_SIZE_V1);
 }
 std::pair<const loom_model_api*, loom_model*> Session::model(const loom_model_create_args& args) {
-  return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model",
-                     LOOM_MODEL_API_SIZE_V1, &args);
+  return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1,
+                     &args);
 }
 std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
     const loom_opt_param* params, size_t n) {
@@ -191,7 +198,7 @@ std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
 }
 
 std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* const* grads,
-                                                                     size_t n) {
+                                                                      size_t n) {
   if (!impl_->parallel.second) {
     std::string name = impl_->recipe.get_string("parallel", "data");
     const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);

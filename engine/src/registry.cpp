@@ -5,9 +5,9 @@
 #define BOOST_DLL_USE_STD_FS
 #include "registry.hpp"
 
-#include <algorithm>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <cmath>
 #include <cstdlib>

@@ -33,9 +33,8 @@ void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype},
-                    {"shape", t.shape},
-                    {"data_offsets", {offset, offset + t.data.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string text = header.dump();

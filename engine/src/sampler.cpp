@@ -44,8 +44,8 @@ SplitRanges split_documents(int64_t n, const std::string& weights) {
   return r;
 }
 
-Sampler::Sampler(const loom_dataset_api* api, loom_dataset* ds, int64_t doc_begin,
-                 int64_t doc_end, int64_t eod_id, int64_t seq_len, uint64_t seed)
+Sampler::Sampler(const loom_dataset_api* api, loom_dataset* ds, int64_t doc_begin, int64_t doc_end,
+                 int64_t eod_id, int64_t seq_len, uint64_t seed)
     : api_(api), ds_(ds), eod_(eod_id), seq_len_(seq_len), seed_(seed) {
   log::Progress progress("indexing documents", doc_end - doc_begin);
   for (int64_t d = doc_begin; d < doc_end; ++d) {

@@ -40,8 +40,8 @@ StTensor download(const loom_backend_ref& be, const DLTensor* t) {
   return s;
 }
 
-void upload(const loom_backend_ref& be, const StFile& file, const std::string& name,
-            DLTensor* t, const std::string& where) {
+void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
+            const std::string& where) {
   auto it = file.find(name);
   if (it == file.end()) throw RunError(where + ": no tensor '" + name + "'");
   const StTensor& s = it->second;
@@ -217,8 +217,8 @@ void run_training(Recipe& recipe, Registry& registry) {
     int64_t count = 0;
     for (int64_t i = 0; i < eval_iters * num_micro; ++i) {
       fill(*valid, (i * world + rank) * mbs);
-      loom_microbatch mb{LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs,
-                         seq_len, 0.0};
+      loom_microbatch mb{
+          LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len, 0.0};
       double l = 0;
       int64_t n = 0;
       check(mapi->forward(model, &mb, &l, &n), "evaluation forward");
@@ -239,8 +239,9 @@ void run_training(Recipe& recipe, Registry& registry) {
     for (int64_t m = 0; m < num_micro; ++m) {
       // Data-parallel rank r takes samples r*mbs .. of each block of world*mbs.
       fill(train, consumed + (m * world + rank) * mbs);
-      loom_microbatch mb{LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs,
-                         seq_len, 1.0 / step_tokens};
+      loom_microbatch mb{
+          LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len,
+          1.0 / step_tokens};
       double l = 0;
       int64_t n = 0;
       check(mapi->forward_backward(model, &mb, &l, &n), "forward/backward");
@@ -274,17 +275,21 @@ void run_training(Recipe& recipe, Registry& registry) {
     check(be.api->get_info(be.self, &info), "backend info");
     const int64_t iter = it + 1;
     if (metrics.is_open()) {
-      nlohmann::json line = {{"iter", iter},         {"loss", loss},
-                             {"lr", cur_lr},         {"grad_norm", grad_norm},
-                             {"tokens_per_s", tps},  {"mfu", mfu},
-                             {"mem_bytes", info.mem_peak}, {"step_s", secs}};
+      nlohmann::json line = {{"iter", iter},
+                             {"loss", loss},
+                             {"lr", cur_lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_s", tps},
+                             {"mfu", mfu},
+                             {"mem_bytes", info.mem_peak},
+                             {"step_s", secs}};
       metrics << line.dump() << "\n" << std::flush;
     }
     if (iter % log_interval == 0 || iter == start_iter + 1 || iter == iters)
-      spdlog::info("iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | "
-                   "mfu {:.1f}% | mem {}",
-                   iter, iters, loss, cur_lr, grad_norm, tps, 100 * mfu,
-                   human_bytes((double)info.mem_peak));
+      spdlog::info(
+          "iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | "
+          "mfu {:.1f}% | mem {}",
+          iter, iters, loss, cur_lr, grad_norm, tps, 100 * mfu, human_bytes((double)info.mem_peak));
     if (valid && eval_interval > 0 && (iter % eval_interval == 0 || iter == iters)) {
       double el = evaluate();
       spdlog::info("iter {:>6}/{} | eval_loss {:.4f} | eval ppl {:.2f}", iter, iters, el,

@@ -160,8 +160,8 @@ struct OptimizerTable {
   static loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor** t) {
     return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
   }
-  static constexpr loom_optimizer_api api = {LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step,
-                                             num_state, get_state};
+  static constexpr loom_optimizer_api api = {
+      LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
 };
 
 }  // namespace loomopt

@@ -28,8 +28,8 @@ class Sgd {
     momentum_ = c.get_float("momentum");
     wd_ = c.get_float("weight_decay");
     loom::log(host, LOOM_LOG_INFO,
-              std::to_string(n) + " parameters stepped as " +
-                  std::to_string(runs_.runs().size()) + " contiguous runs");
+              std::to_string(n) + " parameters stepped as " + std::to_string(runs_.runs().size()) +
+                  " contiguous runs");
   }
 
   void step(const loom_opt_step_args& s) {

@@ -1,11 +1,34 @@
 /* The public structs whose sizes the C11 and C++17 translation units report, so the test
  * can check that C and C++ compilers agree on them. */
-#define LOOM_ABI_STRUCTS(X)                                                              \
-  X(loom_param_spec) X(loom_plugin_descriptor) X(loom_host) X(loom_backend_ref)          \
-  X(loom_attention_ref) X(loom_tokenizer_ref) X(loom_comm_ref) X(loom_gemm_args)         \
-  X(loom_adamw_args) X(loom_ops) X(loom_backend_info) X(loom_backend_api)                \
-  X(loom_attention_fwd_args) X(loom_attention_bwd_args) X(loom_attention_api)            \
-  X(loom_model_create_args) X(loom_model_param) X(loom_microbatch) X(loom_model_api)      \
-  X(loom_opt_param) X(loom_opt_step_args) X(loom_optimizer_api) X(loom_parallel_api)     \
-  X(loom_tokenizer_api) X(loom_dataset_api) X(loom_comm_api) X(DLTensor) X(DLDataType)   \
+// clang-format off
+#define LOOM_ABI_STRUCTS(X) \
+  X(loom_param_spec) \
+  X(loom_plugin_descriptor) \
+  X(loom_host) \
+  X(loom_backend_ref) \
+  X(loom_attention_ref) \
+  X(loom_tokenizer_ref) \
+  X(loom_comm_ref) \
+  X(loom_gemm_args) \
+  X(loom_adamw_args) \
+  X(loom_ops) \
+  X(loom_backend_info) \
+  X(loom_backend_api) \
+  X(loom_attention_fwd_args) \
+  X(loom_attention_bwd_args) \
+  X(loom_attention_api) \
+  X(loom_model_create_args) \
+  X(loom_model_param) \
+  X(loom_microbatch) \
+  X(loom_model_api) \
+  X(loom_opt_param) \
+  X(loom_opt_step_args) \
+  X(loom_optimizer_api) \
+  X(loom_parallel_api) \
+  X(loom_tokenizer_api) \
+  X(loom_dataset_api) \
+  X(loom_comm_api) \
+  X(DLTensor) \
+  X(DLDataType) \
   X(DLDevice)
+// clang-format on

@@ -116,8 +116,8 @@ int main(int argc, char** argv) try {
   std::printf("tokens/s: %.1f   model GFLOP/s: %.1f   (fwd+bwd %.3f s, adamw %.3f s per step)\n",
               tokps, fpt * tokps / 1e9, t_fb / (double)steps, t_opt / (double)steps);
   // On shared machines one slow step skews the mean; the best step shows the code's speed.
-  std::printf("best step: %.3f s = %.1f tokens/s, %.1f GFLOP/s\n", best,
-              (double)(B * T) / best, fpt * (double)(B * T) / best / 1e9);
+  std::printf("best step: %.3f s = %.1f tokens/s, %.1f GFLOP/s\n", best, (double)(B * T) / best,
+              fpt * (double)(B * T) / best / 1e9);
   oapi->destroy(opt);
   mapi->destroy(model);
   return 0;

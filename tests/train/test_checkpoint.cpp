@@ -58,9 +58,10 @@ TEST_CASE("safetensors: truncated or corrupt files are refused, never half-read"
   StFile f{{"w", f32({16, 16}, 0)}};
   write_safetensors(dir / "t.safetensors", f);
   truncate_file(dir / "t.safetensors", 4);
-  CHECK_THROWS_WITH_AS(read_safetensors(dir / "t.safetensors"),
-                       doctest::Contains("truncated"), RunError);
-  std::ofstream(dir / "c.safetensors", std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{not json}xxxxx", 24);
+  CHECK_THROWS_WITH_AS(read_safetensors(dir / "t.safetensors"), doctest::Contains("truncated"),
+                       RunError);
+  std::ofstream(dir / "c.safetensors", std::ios::binary)
+      << std::string("\x10\0\0\0\0\0\0\0{not json}xxxxx", 24);
   CHECK_THROWS_WITH_AS(read_safetensors(dir / "c.safetensors"), doctest::Contains("corrupt"),
                        RunError);
   std::ofstream(dir / "e.safetensors", std::ios::binary) << "abc";

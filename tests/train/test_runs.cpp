@@ -5,12 +5,12 @@
 
 #include <array>
 #include <cmath>
-#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -23,8 +23,8 @@ struct Result {
 
 // Runs loom with `args`; the output holds stdout, and stderr too unless `stdout_only`.
 Result run(const std::string& args, bool stdout_only = false) {
-  std::string cmd = std::string(LOOM_BINARY_DIR) + "/bin/loom " + args +
-                    (stdout_only ? " 2>/dev/null" : " 2>&1");
+  std::string cmd =
+      std::string(LOOM_BINARY_DIR) + "/bin/loom " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -88,13 +88,15 @@ TEST_CASE("resume: 20 iterations straight == 10, save, load, 10 more (bitwise)")
   fs::path dir = temp_dir("resume");
   fs::path recipe = write_recipe(dir);
   std::string base = "run " + recipe.string() + " ";
-  Result a = run(base + "--set checkpoint.save=\"" + (dir / "a").string() + "\" --set train.metrics=\"" +
-                 (dir / "a.jsonl").string() + "\"");
+  Result a = run(base + "--set checkpoint.save=\"" + (dir / "a").string() +
+                 "\" --set train.metrics=\"" + (dir / "a.jsonl").string() + "\"");
   REQUIRE_MESSAGE(a.code == 0, a.out);
-  Result b1 = run(base + "--set train.iters=10 --set checkpoint.save=\"" + (dir / "b").string() + "\"");
+  Result b1 =
+      run(base + "--set train.iters=10 --set checkpoint.save=\"" + (dir / "b").string() + "\"");
   REQUIRE_MESSAGE(b1.code == 0, b1.out);
-  Result b2 = run(base + "--set checkpoint.save=\"" + (dir / "b").string() + "\" --set checkpoint.load=\"" +
-                  (dir / "b").string() + "\" --set train.metrics=\"" + (dir / "b.jsonl").string() + "\"");
+  Result b2 =
+      run(base + "--set checkpoint.save=\"" + (dir / "b").string() + "\" --set checkpoint.load=\"" +
+          (dir / "b").string() + "\" --set train.metrics=\"" + (dir / "b.jsonl").string() + "\"");
   REQUIRE_MESSAGE(b2.code == 0, b2.out);
   CHECK(b2.out.find("resumed") != std::string::npos);
   std::string ma = slurp(dir / "a" / "iter_0000020" / "model.safetensors");
@@ -130,7 +132,8 @@ TEST_CASE("resume: 20 iterations straight == 10, save, load, 10 more (bitwise)")
   // A truncated checkpoint is refused with exit 1 and the reason, nothing half-loaded.
   fs::resize_file(dir / "b" / "iter_0000020" / "model.safetensors",
                   fs::file_size(dir / "b" / "iter_0000020" / "model.safetensors") - 100);
-  Result bad = run(base + "--set train.iters=30 --set checkpoint.load=\"" + (dir / "b").string() + "\"");
+  Result bad =
+      run(base + "--set train.iters=30 --set checkpoint.load=\"" + (dir / "b").string() + "\"");
   CHECK(bad.code == 1);
   CHECK(bad.out.find("truncated") != std::string::npos);
   fs::remove_all(dir);
@@ -149,8 +152,10 @@ TEST_CASE("training lowers the loss on learnable data") {
     return std::stod(l.substr(l.find(key) + key.size()));
   };
   while (std::getline(m, line)) {
-    if (line.find("\"eval_loss\"") != std::string::npos) evals.push_back(number(line, "\"eval_loss\":"));
-    else losses.push_back(number(line, "\"loss\":"));
+    if (line.find("\"eval_loss\"") != std::string::npos)
+      evals.push_back(number(line, "\"eval_loss\":"));
+    else
+      losses.push_back(number(line, "\"loss\":"));
   }
   REQUIRE(losses.size() == 150);
   INFO("first " << losses.front() << " last " << losses.back());

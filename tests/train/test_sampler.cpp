@@ -18,7 +18,7 @@ loom_dataset_api fake_api() {
   loom_dataset_api a{};
   a.struct_size = LOOM_DATASET_API_SIZE_V1;
   a.num_documents = [](loom_dataset* d) {
-    return (int64_t)reinterpret_cast<FakeDs*>(d)->docs.size();
+    return (int64_t) reinterpret_cast<FakeDs*>(d)->docs.size();
   };
   a.document = [](loom_dataset* d, int64_t i, const int32_t** ids, size_t* n) -> loom_error* {
     auto& v = reinterpret_cast<FakeDs*>(d)->docs[(size_t)i];

@@ -65,8 +65,8 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
     requested = env;
     if (coretype != "auto" && lower(coretype) != lower(requested))
       loom::log(host, LOOM_LOG_WARN,
-                "blas_coretype=" + coretype +
-                    " ignored: OPENBLAS_CORETYPE=" + requested + " is set in the environment");
+                "blas_coretype=" + coretype + " ignored: OPENBLAS_CORETYPE=" + requested +
+                    " is set in the environment");
   } else {
     if (coretype == "auto")
       requested = cpu.openblas_coretype();
@@ -111,8 +111,8 @@ const Blas& load_blas(const loom_host* host, const CpuFeatures& cpu, const std::
                                                   "(libopenblas0-openmp)");
   if (!requested.empty() && lower(requested) != lower(blas->corename))
     loom::log(host, LOOM_LOG_WARN,
-              "asked OpenBLAS for core " + requested + " but it runs " +
-                  blas->corename + " (" + blas->config + ")");
+              "asked OpenBLAS for core " + requested + " but it runs " + blas->corename + " (" +
+                  blas->config + ")");
   g_blas = std::move(blas);
   return *g_blas;
 }

@@ -69,8 +69,7 @@ typedef struct loom_ops {
   /* out = a + b (same shape; out may alias a or b) */
   loom_error* (*add)(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b);
   /* y = alpha * x + beta * y */
-  loom_error* (*axpby)(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
-                       double beta);
+  loom_error* (*axpby)(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x, double beta);
   /* *out = sum of x^2, accumulated in double; synchronous */
   loom_error* (*sum_squares)(loom_backend* be, const DLTensor* x, double* out);
 
@@ -85,8 +84,8 @@ typedef struct loom_ops {
   /* --- normalisation ------------------------------------------------------------ */
   /* out(N,C) = (inp - mean) * rstd * weight(C) + bias(C); mean, rstd (N) saved.
    * bias may be NULL. */
-  loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean,
-                                   DLTensor* rstd, const DLTensor* inp, const DLTensor* weight,
+  loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                                   const DLTensor* inp, const DLTensor* weight,
                                    const DLTensor* bias, double eps);
   /* dinp(N,C) =; dweight(C) +=; dbias(C) += (may be NULL) */
   loom_error* (*layernorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
@@ -97,8 +96,8 @@ typedef struct loom_ops {
   loom_error* (*rmsnorm_forward)(loom_backend* be, DLTensor* out, DLTensor* rstd,
                                  const DLTensor* inp, const DLTensor* weight, double eps);
   loom_error* (*rmsnorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
-                                  const DLTensor* dout, const DLTensor* inp,
-                                  const DLTensor* weight, const DLTensor* rstd);
+                                  const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                                  const DLTensor* rstd);
 
   /* --- activations -------------------------------------------------------------- */
   /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */
@@ -124,8 +123,7 @@ typedef struct loom_ops {
    * (i, i + D/2) of position pos_offset + t turn by (pos) * theta^(-2i/D). */
   loom_error* (*rope_forward)(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta);
   /* dx in place: the inverse rotation (the transpose of rope_forward's linear map) */
-  loom_error* (*rope_backward)(loom_backend* be, DLTensor* dx, int64_t pos_offset,
-                               double theta);
+  loom_error* (*rope_backward)(loom_backend* be, DLTensor* dx, int64_t pos_offset, double theta);
 
   /* --- loss ------------------------------------------------------------------------ */
   /* Fused softmax + cross-entropy. losses(N) = logsumexp(logits[n]) - logits[n, t[n]];
@@ -141,20 +139,19 @@ typedef struct loom_ops {
   /* PyTorch SGD (weight decay coupled into the gradient, no dampening, no Nesterov):
    * g = grad_scale * grad + weight_decay * param; buf = momentum * buf + g;
    * param -= lr * buf (buf may be NULL when momentum == 0: param -= lr * g) */
-  loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad,
-                          DLTensor* buf, double lr, double momentum, double weight_decay,
-                          double grad_scale);
+  loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
+                          double lr, double momentum, double weight_decay, double grad_scale);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 } loom_ops;
 #define LOOM_OPS_SIZE_V1 LOOM_STRUCT_SIZE(loom_ops, sgd_step)
 
 typedef struct loom_backend_info {
   size_t struct_size;
-  const char* device_name;   /* "cpu: Intel Xeon (AVX-512), OpenBLAS SkylakeX, 2 threads" */
+  const char* device_name; /* "cpu: Intel Xeon (AVX-512), OpenBLAS SkylakeX, 2 threads" */
   DLDevice device;
-  double peak_gflops;        /* fp32 GEMM rate used as the MFU denominator */
-  size_t mem_in_use;         /* bytes allocated through this backend now */
-  size_t mem_peak;           /* and at most since creation */
+  double peak_gflops; /* fp32 GEMM rate used as the MFU denominator */
+  size_t mem_in_use;  /* bytes allocated through this backend now */
+  size_t mem_peak;    /* and at most since creation */
 } loom_backend_info;
 #define LOOM_BACKEND_INFO_SIZE_V1 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
 
@@ -165,8 +162,8 @@ typedef struct loom_backend_api {
   /* Fills `out` (caller sets out->struct_size); strings valid until destroy. */
   loom_error* (*get_info)(loom_backend* be, loom_backend_info* out);
   /* A new zero-filled compact tensor; free it with free_tensor. */
-  loom_error* (*alloc_tensor)(loom_backend* be, DLDataType dtype, int ndim,
-                              const int64_t* shape, DLTensor** out);
+  loom_error* (*alloc_tensor)(loom_backend* be, DLDataType dtype, int ndim, const int64_t* shape,
+                              DLTensor** out);
   void (*free_tensor)(loom_backend* be, DLTensor* t); /* accepts NULL */
   /* Copies between host memory and a device tensor: `bytes` must equal the tensor's. */
   loom_error* (*to_host)(loom_backend* be, const DLTensor* src, void* dst, size_t bytes);

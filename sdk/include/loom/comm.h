@@ -39,15 +39,13 @@ typedef struct loom_comm_api {
   int (*group_size)(loom_comm* c, loom_comm_group* g);
   loom_error* (*all_reduce)(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op);
   /* in: group_size equal chunks along dim 0; out: this rank's reduced chunk */
-  loom_error* (*reduce_scatter)(loom_comm* c, loom_comm_group* g, const DLTensor* in,
-                                DLTensor* out, loom_reduce_op op);
+  loom_error* (*reduce_scatter)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                                loom_reduce_op op);
   /* out: the ranks' `in` tensors concatenated along dim 0, in group-rank order */
-  loom_error* (*all_gather)(loom_comm* c, loom_comm_group* g, const DLTensor* in,
-                            DLTensor* out);
+  loom_error* (*all_gather)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out);
   loom_error* (*broadcast)(loom_comm* c, loom_comm_group* g, DLTensor* t, int root);
   /* in and out: group_size chunks along dim 0; chunk j of in goes to rank j */
-  loom_error* (*all_to_all)(loom_comm* c, loom_comm_group* g, const DLTensor* in,
-                            DLTensor* out);
+  loom_error* (*all_to_all)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out);
   loom_error* (*barrier)(loom_comm* c, loom_comm_group* g);
   /* point-to-point within a group; blocking */
   loom_error* (*send)(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag);

@@ -28,8 +28,7 @@ extern "C" {
   (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 
 /* True when a struct of reported size `size` carries `field`. */
-#define LOOM_HAS_FIELD(ptr, type, field) \
-  ((ptr)->struct_size >= LOOM_STRUCT_SIZE(type, field))
+#define LOOM_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= LOOM_STRUCT_SIZE(type, field))
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -42,8 +41,8 @@ typedef enum loom_status {
   LOOM_ERR_INVALID_ARGUMENT = 1, /* bad shape, dtype, value or config */
   LOOM_ERR_UNIMPLEMENTED = 2,    /* this plugin does not support the request */
   LOOM_ERR_OUT_OF_MEMORY = 3,
-  LOOM_ERR_IO = 4,               /* file missing, truncated or unreadable */
-  LOOM_ERR_INTERNAL = 5          /* a bug: an invariant did not hold */
+  LOOM_ERR_IO = 4,      /* file missing, truncated or unreadable */
+  LOOM_ERR_INTERNAL = 5 /* a bug: an invariant did not hold */
 } loom_status;
 
 /* Opaque error object, made and freed by the host. */
@@ -70,13 +69,13 @@ typedef enum loom_param_type {
 /* One recipe key a plugin accepts, in the [section] the plugin is selected by. */
 typedef struct loom_param_spec {
   size_t struct_size;
-  const char* name;          /* key name, static storage */
+  const char* name; /* key name, static storage */
   loom_param_type type;
   const char* default_value; /* TOML literal text ("0.1", "true", "gelu"); NULL = required */
   const char* doc;           /* one line, static storage */
   double min_value;          /* numeric range, inclusive; ignored when min > max */
   double max_value;
-  const char* choices;       /* strings only: "a|b|c", or NULL for any string */
+  const char* choices; /* strings only: "a|b|c", or NULL for any string */
 } loom_param_spec;
 #define LOOM_PARAM_SPEC_SIZE_V1 LOOM_STRUCT_SIZE(loom_param_spec, choices)
 

@@ -1,16 +1,16 @@
 /* Loom SDK, ABI v1 — everything a plugin author includes. */
 #ifndef LOOM_LOOM_H
 #define LOOM_LOOM_H
-#include "loom/common.h"
-#include "loom/tensor.h"
-#include "loom/host.h"
-#include "loom/plugin.h"
+#include "loom/attention.h"
 #include "loom/backend.h"
 #include "loom/comm.h"
-#include "loom/model.h"
-#include "loom/attention.h"
-#include "loom/parallel.h"
-#include "loom/optimizer.h"
-#include "loom/tokenizer.h"
+#include "loom/common.h"
 #include "loom/dataset.h"
+#include "loom/host.h"
+#include "loom/model.h"
+#include "loom/optimizer.h"
+#include "loom/parallel.h"
+#include "loom/plugin.h"
+#include "loom/tensor.h"
+#include "loom/tokenizer.h"
 #endif

@@ -19,20 +19,20 @@ typedef struct loom_model loom_model;
 
 typedef struct loom_model_create_args {
   size_t struct_size;
-  int64_t vocab_size;     /* tokenizer's vocabulary; the model may pad its embedding */
-  int64_t seq_len;        /* tokens per sample in training */
-  int64_t micro_batch;    /* samples per micro-batch in training */
-  DLDataType dtype;       /* compute dtype of activations */
+  int64_t vocab_size;  /* tokenizer's vocabulary; the model may pad its embedding */
+  int64_t seq_len;     /* tokens per sample in training */
+  int64_t micro_batch; /* samples per micro-batch in training */
+  DLDataType dtype;    /* compute dtype of activations */
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_create_args, dtype)
 
 typedef struct loom_model_param {
   size_t struct_size;
-  const char* name;       /* "h.3.attn.qkv.weight"; valid until destroy */
-  DLTensor* value;        /* valid until destroy; the optimizer updates it in place */
-  DLTensor* grad;         /* same shape; accumulated (+=) by forward_backward */
-  int weight_decay;       /* 0 for biases, norms (Megatron's no-decay rule) */
-  int32_t tp_split_dim;   /* dimension split across tensor-parallel ranks, -1 = replicated */
+  const char* name;     /* "h.3.attn.qkv.weight"; valid until destroy */
+  DLTensor* value;      /* valid until destroy; the optimizer updates it in place */
+  DLTensor* grad;       /* same shape; accumulated (+=) by forward_backward */
+  int weight_decay;     /* 0 for biases, norms (Megatron's no-decay rule) */
+  int32_t tp_split_dim; /* dimension split across tensor-parallel ranks, -1 = replicated */
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_param, tp_split_dim)
 

@@ -16,26 +16,25 @@ typedef struct loom_optimizer loom_optimizer;
 
 typedef struct loom_opt_param {
   size_t struct_size;
-  const char* name;      /* valid while the optimizer lives */
-  DLTensor* param;       /* updated in place; valid while the optimizer lives */
+  const char* name; /* valid while the optimizer lives */
+  DLTensor* param;  /* updated in place; valid while the optimizer lives */
   const DLTensor* grad;
-  int weight_decay;      /* apply the recipe's weight decay to this tensor */
+  int weight_decay; /* apply the recipe's weight decay to this tensor */
 } loom_opt_param;
 #define LOOM_OPT_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_param, weight_decay)
 
 typedef struct loom_opt_step_args {
   size_t struct_size;
   double lr;
-  int64_t step;          /* 1-based count of steps taken including this one */
-  double grad_scale;     /* multiply every gradient by this first */
+  int64_t step;      /* 1-based count of steps taken including this one */
+  double grad_scale; /* multiply every gradient by this first */
 } loom_opt_step_args;
 #define LOOM_OPT_STEP_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_step_args, grad_scale)
 
 typedef struct loom_optimizer_api {
   size_t struct_size;
-  loom_error* (*create)(const loom_host* host, const loom_config* cfg,
-                        const loom_opt_param* params, size_t num_params,
-                        loom_optimizer** out);
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
+                        size_t num_params, loom_optimizer** out);
   void (*destroy)(loom_optimizer* opt); /* accepts NULL */
   loom_error* (*step)(loom_optimizer* opt, const loom_opt_step_args* args);
   /* State tensors for checkpoints: name ("exp_avg.h.0.attn.qkv.weight") and tensor, both

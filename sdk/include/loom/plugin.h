@@ -21,14 +21,14 @@ extern "C" {
 
 typedef struct loom_plugin_descriptor {
   size_t struct_size;
-  uint32_t abi_major;          /* LOOM_ABI_MAJOR the plugin was built with */
-  uint32_t abi_minor;          /* LOOM_ABI_MINOR the plugin was built with */
+  uint32_t abi_major; /* LOOM_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor; /* LOOM_ABI_MINOR the plugin was built with */
   loom_plugin_kind kind;
-  const char* name;            /* unique within its kind: "cpu", "gpt", "adamw" */
-  const char* version;         /* the plugin's own semantic version */
+  const char* name;    /* unique within its kind: "cpu", "gpt", "adamw" */
+  const char* version; /* the plugin's own semantic version */
   const char* vendor;
-  const char* license;         /* SPDX identifier */
-  const char* description;     /* one line */
+  const char* license;           /* SPDX identifier */
+  const char* description;       /* one line */
   const loom_param_spec* params; /* recipe keys of the plugin's section; static storage */
   size_t num_params;
   /* The kind's function table: const loom_backend_api* for LOOM_KIND_BACKEND,
@@ -38,7 +38,7 @@ typedef struct loom_plugin_descriptor {
 #define LOOM_PLUGIN_DESCRIPTOR_SIZE_V1 LOOM_STRUCT_SIZE(loom_plugin_descriptor, api)
 
 typedef const loom_plugin_descriptor* (*loom_plugin_entry_fn)(uint32_t host_abi_major,
-                                                               uint32_t host_abi_minor);
+                                                              uint32_t host_abi_minor);
 
 #ifdef __cplusplus
 }

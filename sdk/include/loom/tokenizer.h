@@ -20,10 +20,10 @@ typedef struct loom_tokenizer_api {
   int64_t (*vocab_size)(loom_tokenizer* tok);
   /* id of the end-of-document token, or -1 when the tokenizer has none */
   int64_t (*eod_id)(loom_tokenizer* tok);
-  loom_error* (*encode)(loom_tokenizer* tok, const char* text, size_t len,
-                        const int32_t** ids, size_t* num_ids);
-  loom_error* (*decode)(loom_tokenizer* tok, const int32_t* ids, size_t num_ids,
-                        const char** text, size_t* len);
+  loom_error* (*encode)(loom_tokenizer* tok, const char* text, size_t len, const int32_t** ids,
+                        size_t* num_ids);
+  loom_error* (*decode)(loom_tokenizer* tok, const int32_t* ids, size_t num_ids, const char** text,
+                        size_t* len);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 } loom_tokenizer_api;
 #define LOOM_TOKENIZER_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_tokenizer_api, decode)

@@ -21,8 +21,7 @@ class Error : public std::runtime_error {
   loom_status code_;
 };
 
-inline void require(bool ok, const std::string& msg,
-                    loom_status code = LOOM_ERR_INVALID_ARGUMENT) {
+inline void require(bool ok, const std::string& msg, loom_status code = LOOM_ERR_INVALID_ARGUMENT) {
   if (!ok) throw Error(code, msg);
 }
 
@@ -98,9 +97,9 @@ constexpr loom_param_spec param(const char* name, loom_param_type type, const ch
 
 // Defines the plugin's one exported symbol. `descriptor` is a static loom_plugin_descriptor.
 // The entry refuses hosts of another ABI major (the host refuses the other way round).
-#define LOOM_PLUGIN_ENTRY(descriptor)                                                   \
-  extern "C" LOOM_EXPORT const loom_plugin_descriptor* loom_plugin_entry(              \
-      uint32_t host_abi_major, uint32_t host_abi_minor) {                              \
-    (void)host_abi_minor;                                                               \
-    return host_abi_major == LOOM_ABI_MAJOR ? &(descriptor) : nullptr;                  \
+#define LOOM_PLUGIN_ENTRY(descriptor)                                     \
+  extern "C" LOOM_EXPORT const loom_plugin_descriptor* loom_plugin_entry( \
+      uint32_t host_abi_major, uint32_t host_abi_minor) {                 \
+    (void)host_abi_minor;                                                 \
+    return host_abi_major == LOOM_ABI_MAJOR ? &(descriptor) : nullptr;    \
   }

@@ -39,7 +39,8 @@ class Tensor {
   Tensor(const Backend& be, DLDataType dtype, std::initializer_list<int64_t> shape)
       : Tensor(be, dtype, std::vector<int64_t>(shape)) {}
   Tensor(const Backend& be, DLDataType dtype, const std::vector<int64_t>& shape) : be_(&be) {
-    check(be.host(), be.api()->alloc_tensor(be.self(), dtype, (int)shape.size(), shape.data(), &t_));
+    check(be.host(),
+          be.api()->alloc_tensor(be.self(), dtype, (int)shape.size(), shape.data(), &t_));
   }
   ~Tensor() { reset(); }
   Tensor(Tensor&& o) noexcept : be_(o.be_), t_(o.t_) { o.t_ = nullptr; }
