@@ -41,7 +41,7 @@ bool blank(const std::string& line) {
 class JsonlDataset {
  public:
   JsonlDataset(const loom_host* host, const std::string& path, const std::string& key)
-      : host_(host) {
+      : host_(host), path_(path) {
     loom_tokenizer_ref tok{nullptr, nullptr};
     if (loom_error* err = host->get_tokenizer(host->ctx, &tok)) {
       const std::string why = host->error_message(err);
@@ -88,6 +88,7 @@ class JsonlDataset {
     offsets_.shrink_to_fit();
   }
   const loom_host* host() const { return host_; }
+  const std::string& path() const { return path_; }
   int64_t num_documents() const { return static_cast<int64_t>(offsets_.size()) - 1; }
 
   void document(int64_t i, const int32_t** ids, size_t* num_ids) const {
@@ -101,6 +102,7 @@ class JsonlDataset {
 
  private:
   const loom_host* host_;
+  std::string path_;
   std::vector<int32_t> ids_;       // every document's ids, back to back
   std::vector<uint64_t> offsets_;  // document i is ids_[offsets_[i], offsets_[i+1])
 };
@@ -121,7 +123,11 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
   return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
 }
 
-const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document};
+// Index caches go beside the JSON-lines file it was tokenised from.
+const char* cache_prefix(loom_dataset* d) { return cast(d)->path().c_str(); }
+
+const loom_dataset_api kApi = {
+    LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document, cache_prefix};
 
 const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,

@@ -138,7 +138,11 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
   return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
 }
 
-const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document};
+// Generated data has no home on disk: nothing to cache beside.
+const char* cache_prefix(loom_dataset*) { return nullptr; }
+
+const loom_dataset_api kApi = {
+    LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document, cache_prefix};
 
 const loom_param_spec kParams[] = {
     loom::param("num_documents", LOOM_PARAM_INT, "1000", "number of synthetic documents", 1, 1e15),

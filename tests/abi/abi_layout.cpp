@@ -138,7 +138,7 @@ Listing build() {
   END
   // dataset.h
   STRUCT(loom_dataset_api)
-  F(struct_size) F(create) F(destroy) F(num_documents) F(document)
+  F(struct_size) F(create) F(destroy) F(num_documents) F(document) F(cache_prefix)
   END
   // comm.h
   STRUCT(loom_comm_api)

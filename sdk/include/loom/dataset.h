@@ -21,9 +21,13 @@ typedef struct loom_dataset_api {
   int64_t (*num_documents)(loom_dataset* ds);
   /* Document i < num_documents as token ids (without a trailing end-of-document token). */
   loom_error* (*document)(loom_dataset* ds, int64_t i, const int32_t** ids, size_t* num_ids);
+  /* A path prefix beside the data where the host may cache what it derives from it (the
+   * sampler's index arrays: "<prefix>.<hash>.doc_idx.npy" ...), e.g. the indexed dataset's
+   * own prefix; NULL when the data has no home on disk. Valid until destroy. */
+  const char* (*cache_prefix)(loom_dataset* ds);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 } loom_dataset_api;
-#define LOOM_DATASET_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_dataset_api, document)
+#define LOOM_DATASET_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_dataset_api, cache_prefix)
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,251 @@
+// tokenizer/wordpiece: BERT's WordPiece, as Megatron-LM's BertWordPieceLowerCase /
+// BertWordPieceCase tokenizers produce it.
+//
+// The vocabulary file has one token per line; a token's id is its line index (0-based),
+// and each line is stripped of surrounding whitespace (Python's str.strip). Lines end at
+// \n, \r\n or \r (Python's universal newlines). [UNK], [CLS], [SEP], [PAD] and [MASK] must
+// be present. Like Megatron's _BertWordPieceTokenizer, [BOS] and then [EOS] are appended
+// (ids = current vocabulary size) when the file lacks them, so vocab_size may exceed the
+// line count by up to 2. The end-of-document id is [EOS]'s, as Megatron's `eod`.
+// Duplicate tokens are refused (Python's dict would keep the last index and report a
+// vocabulary smaller than the largest id).
+//
+// encode: bert_basic_split (bert_basic.hpp), then greedy longest-match-first WordPiece per
+// word with "##" marking a continuation; a word of more than 200 code points, or one with
+// any part that matches nothing, becomes the single id of [UNK]. Text that spells a special
+// token ("[SEP]") is split like any other text, as in BERT.
+//
+// decode: tokens joined with spaces, " ##" removed, surrounding spaces stripped (BERT's
+// convert_tokens_to_string; lossy: case, accents and spacing around punctuation are gone).
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "bert_basic.hpp"
+#include "loom/cpp/plugin.hpp"
+
+namespace {
+
+constexpr size_t kMaxWordChars = 200;
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+std::string strip_python(std::string_view line) {
+  std::u32string cps = wordpiece::decode_utf8(line);
+  size_t b = 0, e = cps.size();
+  while (b < e && wordpiece::is_python_space(cps[b])) ++b;
+  while (e > b && wordpiece::is_python_space(cps[e - 1])) --e;
+  std::string out;
+  wordpiece::append_utf8(out, std::u32string_view(cps).substr(b, e - b));
+  return out;
+}
+
+class WordPieceTokenizer {
+ public:
+  WordPieceTokenizer(const loom_host* host, const std::string& vocab_file, bool lower_case)
+      : host_(host), lower_case_(lower_case) {
+    load_vocab(vocab_file);
+  }
+  const loom_host* host() const { return host_; }
+  int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t eod_id() const { return eos_; }
+
+  void encode(const char* text, size_t len, const int32_t** ids, size_t* num_ids) {
+    loom::require(text != nullptr || len == 0, "tokenizer/wordpiece: encode got NULL text");
+    ids_.clear();
+    for (const std::u32string& word :
+         wordpiece::bert_basic_split(std::string_view(text, len), lower_case_))
+      encode_word(word);
+    static const int32_t kEmpty = 0;
+    *ids = ids_.empty() ? &kEmpty : ids_.data();
+    *num_ids = ids_.size();
+  }
+
+  void decode(const int32_t* ids, size_t num_ids, const char** text, size_t* len) {
+    loom::require(ids != nullptr || num_ids == 0, "tokenizer/wordpiece: decode got NULL ids");
+    std::string joined;
+    for (size_t i = 0; i < num_ids; ++i) {
+      const int32_t id = ids[i];
+      if (id < 0 || id >= vocab_size())
+        throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
+                          "tokenizer/wordpiece: id " + std::to_string(id) + " at position " +
+                              std::to_string(i) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab_size()) + ")");
+      if (i > 0) joined.push_back(' ');
+      joined += tokens_[static_cast<size_t>(id)];
+    }
+    text_.clear();
+    for (size_t i = 0; i < joined.size();) {
+      if (joined.compare(i, 3, " ##") == 0) {
+        i += 3;
+      } else {
+        text_.push_back(joined[i++]);
+      }
+    }
+    const size_t b = text_.find_first_not_of(" \t\n\r\v\f");
+    const size_t e = text_.find_last_not_of(" \t\n\r\v\f");
+    text_ = b == std::string::npos ? std::string() : text_.substr(b, e - b + 1);
+    *text = text_.c_str();
+    *len = text_.size();
+  }
+
+ private:
+  void load_vocab(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw loom::Error(LOOM_ERR_IO,
+                        "tokenizer/wordpiece: cannot open vocab_file \"" + path + "\"");
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (in.bad())
+      throw loom::Error(LOOM_ERR_IO,
+                        "tokenizer/wordpiece: cannot read vocab_file \"" + path + "\"");
+    const std::string data = all.str();
+    for (size_t pos = 0; pos < data.size();) {
+      size_t end = data.find_first_of("\r\n", pos);
+      if (end == std::string::npos) end = data.size();
+      add(strip_python(std::string_view(data).substr(pos, end - pos)), path);
+      pos = end;
+      if (pos < data.size() && data[pos] == '\r') {
+        ++pos;
+        if (pos < data.size() && data[pos] == '\n') ++pos;  // \r\n is one line end
+      } else if (pos < data.size()) {
+        ++pos;  // \n
+      }
+    }
+    std::string missing;
+    for (const char* t : {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"})
+      if (!vocab_.count(t)) missing += std::string(missing.empty() ? "" : ", ") + t;
+    loom::require(missing.empty(), "tokenizer/wordpiece: vocab_file \"" + path +
+                                       "\" lacks the special token(s) " + missing +
+                                       " that BERT tokenization needs");
+    unk_ = vocab_.at("[UNK]");
+    for (const char* t : {"[BOS]", "[EOS]"})
+      if (!vocab_.count(t)) {
+        vocab_.emplace(t, static_cast<int32_t>(tokens_.size()));
+        tokens_.emplace_back(t);
+      }
+    eos_ = vocab_.at("[EOS]");
+    for (const auto& t : tokens_)
+      max_token_bytes_ = std::max(max_token_bytes_, t.size());
+  }
+
+  void add(std::string token, const std::string& path) {
+    const int32_t id = static_cast<int32_t>(tokens_.size());
+    auto [it, fresh] = vocab_.emplace(token, id);
+    loom::require(fresh, "tokenizer/wordpiece: vocab_file \"" + path + "\" line " +
+                             std::to_string(id + 1) + " repeats the token \"" + token +
+                             "\" of line " + std::to_string(it->second + 1));
+    tokens_.push_back(std::move(token));
+  }
+
+  // Greedy longest-match-first over code points; all of the word or [UNK].
+  void encode_word(const std::u32string& word) {
+    if (word.size() > kMaxWordChars) {
+      ids_.push_back(unk_);
+      return;
+    }
+    std::string utf8;
+    std::vector<size_t> offset;  // byte offset of each code point, plus the end
+    offset.reserve(word.size() + 1);
+    for (size_t i = 0; i < word.size(); ++i) {
+      offset.push_back(utf8.size());
+      wordpiece::append_utf8(utf8, std::u32string_view(word).substr(i, 1));
+    }
+    offset.push_back(utf8.size());
+    const size_t mark = ids_.size();
+    std::string piece;
+    for (size_t start = 0; start < word.size();) {
+      int32_t found = -1;
+      size_t end = word.size();
+      for (; end > start; --end) {
+        const size_t bytes = offset[end] - offset[start];
+        if (bytes + (start > 0 ? 2 : 0) > max_token_bytes_) continue;
+        piece.assign(start > 0 ? "##" : "");
+        piece.append(utf8, offset[start], bytes);
+        auto it = vocab_.find(std::string_view(piece));
+        if (it != vocab_.end()) {
+          found = it->second;
+          break;
+        }
+      }
+      if (found < 0) {
+        ids_.resize(mark);
+        ids_.push_back(unk_);
+        return;
+      }
+      ids_.push_back(found);
+      start = end;
+    }
+  }
+
+  const loom_host* host_;
+  bool lower_case_;
+  TokenMap vocab_;
+  std::vector<std::string> tokens_;
+  size_t max_token_bytes_ = 0;
+  int32_t unk_ = 0;
+  int32_t eos_ = 0;
+  std::vector<int32_t> ids_;
+  std::string text_;
+};
+
+WordPieceTokenizer* cast(loom_tokenizer* t) { return reinterpret_cast<WordPieceTokenizer*>(t); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer** out) {
+  return loom::guard(host, [&] {
+    loom::Config c(host, cfg);
+    const std::string path = c.get_string("vocab_file");
+    loom::require(!path.empty(), "tokenizer/wordpiece: set vocab_file to a BERT vocab.txt");
+    *out = reinterpret_cast<loom_tokenizer*>(
+        new WordPieceTokenizer(host, path, c.get_bool("lower_case")));
+  });
+}
+void destroy(loom_tokenizer* t) { delete cast(t); }
+int64_t vocab_size(loom_tokenizer* t) { return cast(t)->vocab_size(); }
+int64_t eod_id(loom_tokenizer* t) { return cast(t)->eod_id(); }
+loom_error* encode(loom_tokenizer* t, const char* text, size_t len, const int32_t** ids,
+                   size_t* num_ids) {
+  return loom::guard(cast(t)->host(), [&] { cast(t)->encode(text, len, ids, num_ids); });
+}
+loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const char** text,
+                   size_t* len) {
+  return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
+}
+
+const loom_tokenizer_api kApi = {
+    LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+
+const loom_param_spec kParams[] = {
+    loom::param("vocab_file", LOOM_PARAM_STRING, nullptr,
+                "BERT vocab.txt: one token per line, id = line index"),
+    loom::param("lower_case", LOOM_PARAM_BOOL, "true",
+                "lower-case, NFD and strip accents before WordPiece (BertWordPieceLowerCase); "
+                "false keeps case and accents (BertWordPieceCase)"),
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_TOKENIZER,
+    "wordpiece",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "BERT WordPiece as Megatron-LM's BertWordPiece tokenizers; EOD = [EOS] (appended if absent)",
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
