@@ -92,7 +92,19 @@ constexpr loom_param_spec kTokenizer[] = {
 constexpr loom_param_spec kData[] = {
     param("plugin", kString, "mock", "dataset plugin: the storage format of the documents"),
     param("split", kString, "98,2,0",
-          "train,valid,test weights: documents are split in these proportions"),
+          "train,valid,test weights: documents (Megatron's sequences) are split in these "
+          "proportions, as Megatron's --split"),
+    param("blend", kString, "",
+          "\"w1 path1 w2 path2 ...\" as Megatron's --data-path: one dataset per path (the "
+          "plugin's prefix/path key), each split by `split`, blended by weight; \"\" = none"),
+    param("train_blend", kString, "",
+          "separate train datasets, used whole (Megatron's --train-data-path); with "
+          "valid_blend/test_blend instead of blend and split"),
+    param("valid_blend", kString, "", "separate valid datasets, used whole; \"\" = no valid split"),
+    param("test_blend", kString, "", "separate test datasets, used whole; \"\" = no test split"),
+    param("cache", kBool, "true",
+          "cache the sampler's index arrays as .npy files beside the data (when the dataset has "
+          "a home on disk)"),
 };
 
 template <size_t N>

@@ -76,6 +76,9 @@ struct Session::Impl {
   std::pair<const loom_tokenizer_api*, loom_tokenizer*> tokenizer{nullptr, nullptr};
   std::pair<const loom_comm_api*, loom_comm*> comm{nullptr, nullptr};
   std::pair<const loom_dataset_api*, loom_dataset*> dataset{nullptr, nullptr};
+  // datasets(): instances by prefix, and the per-instance config copies they were given.
+  std::map<std::string, std::pair<const loom_dataset_api*, loom_dataset*>> blend_datasets;
+  std::deque<loom_config> blend_configs;  // stable addresses
   std::pair<const loom_model_api*, loom_model*> model{nullptr, nullptr};
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_parallel_api*, loom_parallel*> parallel{nullptr, nullptr};
@@ -186,6 +189,46 @@ loom_comm_ref Session::comm() {
 std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {
   return create_once(*this, *impl_, impl_->dataset, LOOM_KIND_DATASET, "data",
                      LOOM_DATASET_API_SIZE_V1);
+}
+std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> Session::datasets(
+    const std::vector<std::string>& prefixes) {
+  std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> out;
+  for (const std::string& prefix : prefixes) {
+    auto found = impl_->blend_datasets.find(prefix);
+    if (found != impl_->blend_datasets.end()) {
+      out.push_back(found->second);
+      continue;
+    }
+    std::string name = impl_->recipe.plugin("data");
+    const PluginInfo& info = impl_->registry.get(LOOM_KIND_DATASET, name);
+    auto* api = static_cast<const loom_dataset_api*>(info.desc->api);
+    std::string who = "dataset/" + name;
+    if (!api || api->struct_size < LOOM_DATASET_API_SIZE_V1)
+      throw UsageError("plugin " + who + " has a function table smaller than ABI 1.0 requires");
+    std::string key;
+    for (size_t i = 0; i < info.desc->num_params && key.empty(); ++i)
+      if (std::string(info.desc->params[i].name) == "prefix") key = "prefix";
+    for (size_t i = 0; i < info.desc->num_params && key.empty(); ++i)
+      if (std::string(info.desc->params[i].name) == "path") key = "path";
+    if (key.empty())
+      throw UsageError("data.blend / data.*_blend: " + who +
+                       " has no `prefix` or `path` key to point at each blended dataset; "
+                       "blending needs data stored on disk (dataset/indexed, dataset/jsonl)");
+    impl_->blend_configs.push_back(impl_->recipe.section("data"));
+    loom_config& cfg = impl_->blend_configs.back();
+    Value v;
+    v.type = LOOM_PARAM_STRING;
+    v.s = prefix;
+    v.file = "<blend>";
+    cfg.values[key] = v;
+    loom_dataset* self = nullptr;
+    check(api->create(host_for(who + " " + prefix), &cfg, &self),
+          "creating " + who + " for " + prefix);
+    impl_->destroyers.push_back([api, self] { api->destroy(self); });
+    impl_->blend_datasets[prefix] = {api, self};
+    out.emplace_back(api, self);
+  }
+  return out;
 }
 std::pair<const loom_model_api*, loom_model*> Session::model(const loom_model_create_args& args) {
   return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1,

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/loom.h"
 
@@ -27,6 +28,12 @@ class Session {
   loom_comm_ref comm();
   // Created on first use.
   std::pair<const loom_dataset_api*, loom_dataset*> dataset();
+  // One instance of the [data] plugin per prefix (data.blend and friends), each created with
+  // a copy of [data] whose `prefix` key (or `path`, for plugins without one) is the prefix;
+  // an instance per distinct prefix, created on first use. Throws UsageError when the plugin
+  // has neither key (generated data such as dataset/mock cannot be blended).
+  std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> datasets(
+      const std::vector<std::string>& prefixes);
   std::pair<const loom_model_api*, loom_model*> model(const loom_model_create_args& args);
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer(const loom_opt_param* params,
                                                                   size_t n);

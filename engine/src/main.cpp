@@ -1,4 +1,4 @@
-// The `loom` command line: run, validate, plugins, generate, pack, install, version.
+// The `loom` command line: run, validate, plugins, generate, data, pack, install, version.
 //
 // Exit codes: 0 success; 2 a usage, recipe or plugin-selection error (one line on stderr:
 // "loom: error: <reason>"); 1 a failure while running.
@@ -9,10 +9,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "data_inspect.hpp"
+#include "data_samples.hpp"
 #include "errors.hpp"
 #include "generate.hpp"
 #include "log.hpp"
 #include "package.hpp"
+#include "preprocess.hpp"
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
 #include "registry.hpp"
@@ -33,6 +36,9 @@ const char* const kUsage =
     "  plugins [--load]                          list plugins and refused libraries\n"
     "  plugins describe KIND/NAME                a plugin's description and recipe keys\n"
     "  generate --checkpoint DIR --prompt TEXT   sample text from a checkpoint\n"
+    "  data samples RECIPE --split S --count N   the first samples of a split, in training order\n"
+    "  data inspect PREFIX [--tokenizer NAME]    what a .bin/.idx indexed dataset holds\n"
+    "  preprocess --input F --output-prefix P    JSON lines -> Megatron .bin/.idx (see --help)\n"
     "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
     "  install PKG.tar.gz [--dir DIR]            install a plugin package\n"
     "  version                                   Loom and plugin ABI versions\n"
@@ -127,6 +133,12 @@ int cmd_validate(const std::vector<std::string>& args) {
   std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")
             << ", plugins:" << plugins << "\n";
   return 0;
+}
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : "|") + w;
+  return out;
 }
 
 std::string pad(const std::string& s, size_t width) {
@@ -302,6 +314,46 @@ int cmd_version(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `loom data SUBCOMMAND ...`: tools over a recipe's data. Each subcommand parses its own
+// options; add new ones (e.g. `inspect`) to the table below.
+int cmd_data_samples(const std::vector<std::string>& args) {
+  Command c("data samples", "RECIPE --split train|valid|test --count N [--set ...]");
+  c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
+  c.options.add_options()("split", po::value<std::string>()->default_value("train"),
+                          "train, valid or test")("count", po::value<int64_t>()->default_value(10),
+                                                  "samples to print");
+  add_set_option(c);
+  c.positional.add("recipe", 1);
+  if (!c.parse(args)) return 0;
+  Registry registry;
+  Recipe recipe = load_and_validate(c, registry);
+  print_samples(recipe, registry, c.vm["split"].as<std::string>(), c.vm["count"].as<int64_t>(),
+                std::cout);
+  return 0;
+}
+
+int cmd_data(const std::vector<std::string>& args) {
+  const std::vector<std::pair<std::string, int (*)(const std::vector<std::string>&)>> subs = {
+      {"samples", cmd_data_samples},
+      {"inspect", cmd_data_inspect},
+  };
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : subs) names.push_back(name);
+  if (args.empty())
+    throw UsageError("loom data: expected a subcommand: " + join_words(names) +
+                     " (see loom data --help)");
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::cout << "usage: loom data <" << join_words(names) << "> ...\n";
+    return 0;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  for (const auto& [name, fn] : subs)
+    if (args[0] == name) return fn(rest);
+  std::string guess = nearest(args[0], names);
+  throw UsageError("unknown command 'loom data " + args[0] + "'" +
+                   (guess.empty() ? " (see loom data --help)" : "; did you mean '" + guess + "'?"));
+}
+
 // Hidden: `loom docs recipes` prints docs/recipes.md.
 int cmd_docs(const std::vector<std::string>& args) {
   Command c("docs", "recipes");
@@ -336,8 +388,10 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "install") return cmd_install(rest);
   if (cmd == "version") return cmd_version(rest);
   if (cmd == "docs") return cmd_docs(rest);
-  std::string guess =
-      nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install", "version"});
+  if (cmd == "data") return cmd_data(rest);
+  if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
+  std::string guess = nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install",
+                                    "version", "data", "preprocess"});
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }

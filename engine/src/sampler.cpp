@@ -1,99 +1,178 @@
 #include "sampler.hpp"
 
-#include <cmath>
-#include <numeric>
-#include <random>
-#include <sstream>
+#include <spdlog/spdlog.h>
+
+#include <map>
 
 #include "errors.hpp"
 #include "host.hpp"
-#include "log.hpp"
+#include "recipe.hpp"
 
 namespace loom::engine {
 
-SplitRanges split_documents(int64_t n, const std::string& weights) {
-  std::vector<double> w;
-  std::stringstream ss(weights);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    try {
-      size_t used = 0;
-      double v = std::stod(part, &used);
-      if (v < 0) throw std::invalid_argument("negative");
-      w.push_back(v);
-    } catch (const std::exception&) {
-      throw UsageError("data.split = \"" + weights +
-                       "\": expected up to three non-negative numbers like \"98,2,0\"");
+const char* split_name(int split) {
+  static const char* names[] = {"train", "valid", "test"};
+  return names[split];
+}
+
+std::array<int64_t, 3> samples_wanted(int64_t iters, int64_t gbs, int64_t eval_interval,
+                                      int64_t eval_iters) {
+  return {iters * gbs, eval_interval > 0 ? (iters / eval_interval + 1) * eval_iters * gbs : 0,
+          eval_iters * gbs};
+}
+
+Sampler::Sampler(std::shared_ptr<GptDataset> dataset) { parts_.push_back(std::move(dataset)); }
+
+Sampler::Sampler(std::vector<std::shared_ptr<GptDataset>> parts, const std::vector<double>& weights,
+                 int64_t size)
+    : parts_(std::move(parts)) {
+  blend_ = build_blend_index(normalise(weights), size);
+  for (int64_t s = 0; s < size; ++s) {
+    const auto& part = *parts_[(size_t)blend_.dataset[(size_t)s]];
+    if (blend_.sample[(size_t)s] >= part.size())
+      throw RunError("blend: " + part.source().name + " has " + std::to_string(part.size()) +
+                     " samples but the blend asks for sample " +
+                     std::to_string(blend_.sample[(size_t)s]));
+  }
+}
+
+int64_t Sampler::size() const {
+  return blend_.dataset.empty() ? parts_[0]->size() : (int64_t)blend_.dataset.size();
+}
+
+Sampler::Origin Sampler::origin(int64_t i) const {
+  if (i < 0 || i >= size())
+    throw RunError("sample " + std::to_string(i) + " is beyond the split's " +
+                   std::to_string(size()) + " samples");
+  if (blend_.dataset.empty()) return {0, i};
+  return {(size_t)blend_.dataset[(size_t)i], blend_.sample[(size_t)i]};
+}
+
+void Sampler::text(int64_t i, int32_t* out) const {
+  Origin o = origin(i);
+  parts_[o.dataset]->text(o.index, out);
+}
+
+void Sampler::sample(int64_t i, int32_t* tokens, int32_t* targets) {
+  const int64_t L = parts_[0]->seq_len();
+  buf_.resize((size_t)(L + 1));
+  text(i, buf_.data());
+  std::copy(buf_.begin(), buf_.end() - 1, tokens);
+  std::copy(buf_.begin() + 1, buf_.end(), targets);
+}
+
+namespace {
+
+struct Builder {
+  const Recipe& recipe;
+  Session& session;
+  int64_t seq_len;
+  uint32_t seed;
+  bool cache;
+  std::map<std::string, std::shared_ptr<DocumentSource>> sources;  // by prefix ("" = [data])
+
+  std::shared_ptr<DocumentSource> source(const std::string& prefix) {
+    auto it = sources.find(prefix);
+    if (it != sources.end()) return it->second;
+    std::pair<const loom_dataset_api*, loom_dataset*> ds;
+    std::string name;
+    if (prefix.empty()) {
+      ds = session.dataset();
+      const char* cp = ds.first->cache_prefix ? ds.first->cache_prefix(ds.second) : nullptr;
+      name = cp ? cp : "dataset/" + recipe.plugin("data");
+    } else {
+      ds = session.datasets({prefix})[0];
+      name = prefix;
     }
+    return sources[prefix] = DocumentSource::read(ds.first, ds.second, name);
   }
-  if (w.empty() || w.size() > 3)
-    throw UsageError("data.split = \"" + weights + "\": expected one to three numbers");
-  w.resize(3, 0.0);
-  double total = w[0] + w[1] + w[2];
-  if (total <= 0) throw UsageError("data.split = \"" + weights + "\": weights sum to zero");
-  SplitRanges r{};
-  double acc = 0;
-  int64_t prev = 0;
+
+  std::shared_ptr<GptDataset> part(const std::shared_ptr<DocumentSource>& src, int64_t begin,
+                                   int64_t end, int64_t samples) {
+    GptIndexSpec spec;
+    spec.doc_begin = begin;
+    spec.doc_end = end;
+    spec.seq_len = seq_len;
+    spec.seed = seed;
+    spec.num_samples = samples;
+    return std::make_shared<GptDataset>(src, spec, cache);
+  }
+
+  // One split over `entries` (prefix "" = the [data] dataset); `whole` = use every document
+  // (per-split blends), else the `split` string's range.
+  std::unique_ptr<Sampler> build(int k, const std::vector<BlendEntry>& entries, bool whole,
+                                 int64_t wanted, const std::string& key) {
+    const std::string split = recipe.get_string("data", "split");
+    std::vector<double> weights;
+    std::vector<std::pair<std::shared_ptr<DocumentSource>, SplitRanges>> ranges;
+    size_t empty = 0;
+    for (const BlendEntry& e : entries) {
+      auto src = source(e.prefix);
+      const int64_t n = (int64_t)src->sizes.size();
+      SplitRanges r = whole ? SplitRanges{{0, 0, 0}, {n, n, n}} : split_documents(n, split);
+      ranges.emplace_back(src, r);
+      weights.push_back(e.weight);
+      if (r.end[k] <= r.begin[k]) ++empty;
+    }
+    if (empty == entries.size()) return nullptr;
+    if (empty > 0)
+      throw RunError(key + ": some datasets have no documents in the " + split_name(k) +
+                     " split (data.split = \"" + split + "\"); give each enough documents");
+    if (entries.size() == 1) {
+      auto& [src, r] = ranges[0];
+      return std::make_unique<Sampler>(part(src, r.begin[k], r.end[k], wanted));
+    }
+    std::vector<int64_t> sizes = blend_dataset_sizes(normalise(weights), wanted);
+    std::vector<std::shared_ptr<GptDataset>> parts;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      auto& [src, r] = ranges[i];
+      parts.push_back(part(src, r.begin[k], r.end[k], sizes[i]));
+    }
+    return std::make_unique<Sampler>(std::move(parts), weights, wanted);
+  }
+};
+
+}  // namespace
+
+std::array<std::unique_ptr<Sampler>, 3> build_samplers(const Recipe& recipe, Session& session,
+                                                       const std::array<int64_t, 3>& wanted,
+                                                       int64_t seq_len) {
+  const int64_t seed = recipe.get_int("train", "seed");
+  if (seed < 0 || seed > 0xffffffffll)
+    throw UsageError("train.seed = " + std::to_string(seed) +
+                     ": Megatron's data order uses RandomState(seed), which takes 0 to 2^32-1");
+  Builder b{recipe, session, seq_len, (uint32_t)seed, recipe.get_bool("data", "cache"), {}};
+  const std::string blend = recipe.get_string("data", "blend");
+  const std::string per[3] = {recipe.get_string("data", "train_blend"),
+                              recipe.get_string("data", "valid_blend"),
+                              recipe.get_string("data", "test_blend")};
+  const bool per_split = !per[0].empty() || !per[1].empty() || !per[2].empty();
+  if (per_split && !blend.empty())
+    throw UsageError(
+        "data.blend and data.train_blend/valid_blend/test_blend are exclusive: set either one "
+        "blend split by data.split, or separate datasets per split");
+  if (per_split && per[0].empty())
+    throw UsageError(
+        "data.train_blend is empty: with separate datasets per split, the train "
+        "split needs its own (\"w1 path1 w2 path2 ...\" or one path)");
+  std::array<std::unique_ptr<Sampler>, 3> out;
   for (int k = 0; k < 3; ++k) {
-    acc += w[k] / total;
-    int64_t hi = k == 2 ? n : (int64_t)std::llround(acc * (double)n);
-    r.begin[k] = prev;
-    r.end[k] = hi;
-    prev = hi;
+    if (wanted[(size_t)k] <= 0) continue;
+    if (per_split) {
+      const std::string key = std::string("data.") + split_name(k) + "_blend";
+      auto entries = parse_blend(per[k], key);
+      if (!entries.empty()) out[(size_t)k] = b.build(k, entries, true, wanted[(size_t)k], key);
+    } else if (!blend.empty()) {
+      out[(size_t)k] =
+          b.build(k, parse_blend(blend, "data.blend"), false, wanted[(size_t)k], "data.blend");
+    } else {
+      out[(size_t)k] = b.build(k, {{1.0, ""}}, false, wanted[(size_t)k], "data");
+    }
+    if (out[(size_t)k])
+      spdlog::info("data: {} split: {} samples from {} dataset(s) ({} wanted)", split_name(k),
+                   out[(size_t)k]->size(), out[(size_t)k]->num_datasets(), wanted[(size_t)k]);
   }
-  return r;
-}
-
-Sampler::Sampler(const loom_dataset_api* api, loom_dataset* ds, int64_t doc_begin, int64_t doc_end,
-                 int64_t eod_id, int64_t seq_len, uint64_t seed)
-    : api_(api), ds_(ds), eod_(eod_id), seq_len_(seq_len), seed_(seed) {
-  log::Progress progress("indexing documents", doc_end - doc_begin);
-  for (int64_t d = doc_begin; d < doc_end; ++d) {
-    const int32_t* ids = nullptr;
-    size_t n = 0;
-    check(api_->document(ds_, d, &ids, &n), "reading document " + std::to_string(d));
-    if ((d - doc_begin) % 4096 == 0) progress.update(d - doc_begin);
-    if (n == 0) continue;  // an empty document contributes nothing to the stream
-    docs_.push_back(d);
-    epoch_tokens_ += (int64_t)n + (eod_ >= 0 ? 1 : 0);
-  }
-}
-
-const std::vector<int32_t>& Sampler::epoch(int64_t e) {
-  if (e == cached_epoch_) return cache_;
-  std::vector<int64_t> order = docs_;
-  std::mt19937_64 rng(stream_seed(seed_, "epoch-" + std::to_string(e)));
-  // Fisher-Yates with our own index draw: std::shuffle's use of the engine is
-  // implementation-defined, and the order must not change with the standard library.
-  for (size_t i = order.size(); i > 1; --i) {
-    size_t j = (size_t)(rng() % i);
-    std::swap(order[i - 1], order[j]);
-  }
-  cache_.clear();
-  cache_.reserve((size_t)epoch_tokens_);
-  for (int64_t d : order) {
-    const int32_t* ids = nullptr;
-    size_t n = 0;
-    check(api_->document(ds_, d, &ids, &n), "reading document " + std::to_string(d));
-    cache_.insert(cache_.end(), ids, ids + n);
-    if (eod_ >= 0) cache_.push_back((int32_t)eod_);
-  }
-  cached_epoch_ = e;
-  return cache_;
-}
-
-int32_t Sampler::token_at(int64_t pos) {
-  const auto& s = epoch(pos / epoch_tokens_);
-  return s[(size_t)(pos % epoch_tokens_)];
-}
-
-void Sampler::sample(int64_t index, int32_t* tokens, int32_t* targets) {
-  if (empty()) throw RunError("the data split is empty: no tokens to sample");
-  int64_t start = index * seq_len_;
-  for (int64_t t = 0; t < seq_len_; ++t) {
-    tokens[t] = token_at(start + t);
-    targets[t] = token_at(start + t + 1);
-  }
+  return out;
 }
 
 }  // namespace loom::engine

@@ -1,47 +1,69 @@
-// Splits a dataset's documents into train/valid/test and serves fixed-length samples.
+// The run's samplers: for each split (train, valid, test) the samples in training order,
+// each sample i = seq_len + 1 tokens of Megatron-LM's GPT dataset (gpt_dataset.hpp), from
+// one dataset or a deterministic blend of several (blend.hpp).
 //
-// Documents of a split, each followed by the end-of-document token, form one token stream
-// per epoch in an order shuffled by (seed, split, epoch). Sample i is the seq_len + 1 tokens
-// starting at stream position i * seq_len (inputs and next-token targets overlap by one,
-// as in Megatron's GPT dataset). Samples are read in order, so the loader's whole state is
-// the count of samples consumed: resuming needs nothing else.
+// The recipe's [data] section says where samples come from:
+// - neither `blend` nor `*_blend`: the one [data] dataset, its documents split by `split`;
+// - `blend = "w1 p1 w2 p2 ..."`: one instance of the [data] plugin per path (its `prefix`
+//   or `path` key replaced), each split by `split`, blended per split;
+// - `train_blend`, `valid_blend`, `test_blend`: separate datasets per split, used whole.
+// Samples are read by index, so the loader's whole state is the count consumed: resuming
+// needs nothing else. Samples wanted per split follow Megatron (samples_wanted below).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "loom/dataset.h"
+#include "blend.hpp"
+#include "gpt_dataset.hpp"
 
 namespace loom::engine {
 
-// Document index ranges [begin, end) of each split from weights like "98,2,0".
-struct SplitRanges {
-  int64_t begin[3], end[3];
-};
-SplitRanges split_documents(int64_t num_documents, const std::string& weights);
+class Recipe;
+class Session;
+
+enum Split { kTrain = 0, kValid = 1, kTest = 2 };
+const char* split_name(int split);  // "train", "valid", "test"
+
+// Megatron's samples per split: train = iters * gbs; valid = (iters // eval_interval + 1) *
+// eval_iters * gbs (0 when eval_interval is 0: no evaluation); test = eval_iters * gbs.
+std::array<int64_t, 3> samples_wanted(int64_t iters, int64_t global_batch, int64_t eval_interval,
+                                      int64_t eval_iters);
 
 class Sampler {
  public:
-  Sampler(const loom_dataset_api* api, loom_dataset* ds, int64_t doc_begin, int64_t doc_end,
-          int64_t eod_id, int64_t seq_len, uint64_t seed);
-  int64_t tokens_per_epoch() const { return epoch_tokens_; }
-  bool empty() const { return epoch_tokens_ <= 0; }
-  // Fills tokens/targets (seq_len each) with sample `index`.
-  void sample(int64_t index, int32_t* tokens, int32_t* targets);
+  explicit Sampler(std::shared_ptr<GptDataset> dataset);
+  // A blend of `size` samples over `parts` with (unnormalised) `weights`.
+  Sampler(std::vector<std::shared_ptr<GptDataset>> parts, const std::vector<double>& weights,
+          int64_t size);
+  int64_t size() const;
+  int64_t seq_len() const { return parts_[0]->seq_len(); }
+  size_t num_datasets() const { return parts_.size(); }
+  const GptDataset& dataset(size_t k) const { return *parts_[k]; }
+  // Where sample i comes from: dataset k and its sample index there.
+  struct Origin {
+    size_t dataset;
+    int64_t index;
+  };
+  Origin origin(int64_t i) const;
+  // The seq_len + 1 tokens of sample i.
+  void text(int64_t i, int32_t* out) const;
+  // Fills tokens/targets (seq_len each) with sample i: text[:-1] and text[1:].
+  void sample(int64_t i, int32_t* tokens, int32_t* targets);
 
  private:
-  const std::vector<int32_t>& epoch(int64_t e);
-  int32_t token_at(int64_t pos);
-
-  const loom_dataset_api* api_;
-  loom_dataset* ds_;
-  std::vector<int64_t> docs_;  // document ids of the split
-  int64_t eod_, seq_len_;
-  uint64_t seed_;
-  int64_t epoch_tokens_ = 0;
-  int64_t cached_epoch_ = -1;
-  std::vector<int32_t> cache_;  // the stream of cached_epoch_
+  std::vector<std::shared_ptr<GptDataset>> parts_;
+  BlendIndex blend_;  // empty for one dataset
+  std::vector<int32_t> buf_;
 };
+
+// Builds the samplers [data] describes for the splits with wanted[k] > 0 (nullptr for a
+// split without samples wanted or without documents). `seq_len` is train.seq_len.
+std::array<std::unique_ptr<Sampler>, 3> build_samplers(const Recipe& recipe, Session& session,
+                                                       const std::array<int64_t, 3>& wanted,
+                                                       int64_t seq_len);
 
 }  // namespace loom::engine

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -103,22 +104,17 @@ void run_training(Recipe& recipe, Registry& registry) {
   loom_backend_ref be = session.backend();
   loom_tokenizer_ref tok = session.tokenizer();
   const int64_t vocab = tok.api->vocab_size(tok.self);
-  const int64_t eod = tok.api->eod_id(tok.self);
-  auto [dapi, ds] = session.dataset();
-  const int64_t ndocs = dapi->num_documents(ds);
-  SplitRanges split = split_documents(ndocs, recipe.get_string("data", "split"));
-  Sampler train(dapi, ds, split.begin[0], split.end[0], eod, seq_len, stream_seed(seed, "train"));
-  if (train.empty())
-    throw RunError("the training split is empty (" + std::to_string(ndocs) +
-                   " documents, split \"" + recipe.get_string("data", "split") + "\")");
-  std::unique_ptr<Sampler> valid;
-  if (eval_interval > 0 && eval_iters > 0 && split.end[1] > split.begin[1]) {
-    valid = std::make_unique<Sampler>(dapi, ds, split.begin[1], split.end[1], eod, seq_len,
-                                      stream_seed(seed, "valid"));
-    if (valid->empty()) valid.reset();
-  }
-  spdlog::info("data: {} documents; train {} tokens/epoch, valid {}", ndocs,
-               train.tokens_per_epoch(), valid ? valid->tokens_per_epoch() : 0);
+  // Megatron's GPT dataset: samples wanted per split decide epochs and index arrays. The
+  // loop reads train samples from `consumed` on, and evaluation k (0, 1, ...) reads valid
+  // samples [k, k+1) x eval_iters x global batch, so both resume from the iteration alone.
+  std::array<int64_t, 3> wanted = samples_wanted(iters, gbs, eval_interval, eval_iters);
+  wanted[kTest] = 0;  // the loop does not test
+  auto samplers = build_samplers(recipe, session, wanted, seq_len);
+  if (!samplers[kTrain])
+    throw RunError("the training split is empty (data.split = \"" +
+                   recipe.get_string("data", "split") + "\")");
+  Sampler& train = *samplers[kTrain];
+  Sampler* valid = samplers[kValid].get();
 
   loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1, vocab, seq_len, mbs, loom_f32()};
   auto [mapi, model] = session.model(margs);
@@ -212,11 +208,11 @@ void run_training(Recipe& recipe, Registry& registry) {
     for (int64_t b = 0; b < mbs; ++b)
       s.sample(first + b, batch.tokens.data() + b * seq_len, batch.targets.data() + b * seq_len);
   };
-  auto evaluate = [&]() {
+  auto evaluate = [&](int64_t k) {
     double loss = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < eval_iters * num_micro; ++i) {
-      fill(*valid, (i * world + rank) * mbs);
+      fill(*valid, k * eval_iters * gbs + (i * world + rank) * mbs);
       loom_microbatch mb{
           LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len, 0.0};
       double l = 0;
@@ -291,7 +287,7 @@ void run_training(Recipe& recipe, Registry& registry) {
           "mfu {:.1f}% | mem {}",
           iter, iters, loss, cur_lr, grad_norm, tps, 100 * mfu, human_bytes((double)info.mem_peak));
     if (valid && eval_interval > 0 && (iter % eval_interval == 0 || iter == iters)) {
-      double el = evaluate();
+      double el = evaluate((iter - 1) / eval_interval);
       spdlog::info("iter {:>6}/{} | eval_loss {:.4f} | eval ppl {:.2f}", iter, iters, el,
                    std::exp(el));
       if (metrics.is_open())

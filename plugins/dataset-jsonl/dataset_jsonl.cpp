@@ -5,8 +5,10 @@
 // array (4 bytes per token plus 8 per document). Lines that are empty or only whitespace
 // are skipped (a trailing newline is common); every other line must be a JSON object whose
 // `json_key` member is a string. A document whose text is empty is kept with 0 tokens, like
-// Megatron's preprocessing, so document indices match line order. Line numbers in errors
-// are 1-based and count every line of the file.
+// Megatron's preprocessing, so document indices match line order. As with Megatron's
+// --append-eod, a document with tokens ends with the tokenizer's end-of-document id
+// (append_eod, default true): the engine's sampler inserts nothing between documents. Line numbers
+// in errors are 1-based and count every line of the file.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,7 +42,8 @@ bool blank(const std::string& line) {
 
 class JsonlDataset {
  public:
-  JsonlDataset(const loom_host* host, const std::string& path, const std::string& key)
+  JsonlDataset(const loom_host* host, const std::string& path, const std::string& key,
+               bool append_eod)
       : host_(host), path_(path) {
     loom_tokenizer_ref tok{nullptr, nullptr};
     if (loom_error* err = host->get_tokenizer(host->ctx, &tok)) {
@@ -49,6 +52,7 @@ class JsonlDataset {
       throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
                         "dataset/jsonl tokenises text and needs a [tokenizer] (" + why + ")");
     }
+    const int64_t eod = tok.api->eod_id(tok.self);
     std::ifstream in(path, std::ios::binary);
     if (!in) throw loom::Error(LOOM_ERR_IO, "cannot open " + path);
     offsets_.push_back(0);
@@ -81,6 +85,7 @@ class JsonlDataset {
         throw loom::Error(code, where + msg);
       }
       ids_.insert(ids_.end(), ids, ids + n);
+      if (append_eod && n > 0 && eod >= 0) ids_.push_back(static_cast<int32_t>(eod));
       offsets_.push_back(ids_.size());
     }
     if (in.bad()) throw loom::Error(LOOM_ERR_IO, "error reading " + path);
@@ -114,7 +119,8 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset**
     loom::Config c(host, cfg);
     const std::string path = c.get_string("path");
     loom::require(!path.empty(), "dataset/jsonl: [data] path is empty");
-    *out = reinterpret_cast<loom_dataset*>(new JsonlDataset(host, path, c.get_string("json_key")));
+    *out = reinterpret_cast<loom_dataset*>(
+        new JsonlDataset(host, path, c.get_string("json_key"), c.get_bool("append_eod")));
   });
 }
 void destroy(loom_dataset* d) { delete cast(d); }
@@ -133,6 +139,9 @@ const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,
                 "the .jsonl file, one JSON object per line (relative to the working directory)"),
     loom::param("json_key", LOOM_PARAM_STRING, "text", "member of each object that holds the text"),
+    loom::param("append_eod", LOOM_PARAM_BOOL, "true",
+                "end each non-empty document with the tokenizer's end-of-document id (as "
+                "Megatron's --append-eod)"),
 };
 
 const loom_plugin_descriptor kDescriptor = {

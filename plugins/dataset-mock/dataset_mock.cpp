@@ -7,6 +7,9 @@
 // (V = 256; the noise term grows slowly with V).
 // Nothing is stored: document i is regenerated from (seed, i) on each call, so any
 // num_documents costs O(1) memory and documents do not depend on the order they are read.
+// Like data preprocessed with Megatron's --append-eod, each document ends with the
+// tokenizer's end-of-document id (append_eod, default true): the engine's sampler inserts
+// nothing between documents. With an explicit vocab_size and no tokenizer there is no EOD.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -42,12 +45,13 @@ class Rng {
 class MockDataset {
  public:
   MockDataset(const loom_host* host, int64_t num_documents, int64_t doc_length, int64_t num_symbols,
-              int64_t skip_id, uint64_t seed)
+              int64_t skip_id, int64_t eod_id, uint64_t seed)
       : host_(host),
         num_documents_(num_documents),
         doc_length_(doc_length),
         num_symbols_(num_symbols),
         skip_id_(skip_id),
+        eod_id_(eod_id),
         seed_(seed) {}
   const loom_host* host() const { return host_; }
   int64_t num_documents() const { return num_documents_; }
@@ -67,6 +71,7 @@ class MockDataset {
       ids_[t] = to_id(s);
       s = successor(s, rng);
     }
+    if (eod_id_ >= 0) ids_.push_back(static_cast<int32_t>(eod_id_));
     *ids = ids_.data();
     *num_ids = ids_.size();
   }
@@ -87,6 +92,7 @@ class MockDataset {
 
   const loom_host* host_;
   int64_t num_documents_, doc_length_, num_symbols_, skip_id_;
+  int64_t eod_id_;  // appended to every document; -1 = none
   uint64_t seed_;
   std::vector<int32_t> ids_;
 };
@@ -104,7 +110,16 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset**
     loom::require(doc_length >= 1, "dataset/mock: doc_length must be >= 1");
     loom::require(vocab >= 0 && vocab <= INT32_MAX,
                   "dataset/mock: vocab_size must be in [0, 2^31)");
-    int64_t skip = -1;
+    const bool append_eod = c.get_bool("append_eod");
+    int64_t skip = -1, eod_id = -1;
+    if (vocab > 0 && append_eod) {
+      // The EOD comes from the tokenizer when there is one; none otherwise.
+      loom_tokenizer_ref tok{nullptr, nullptr};
+      if (loom_error* err = host->get_tokenizer(host->ctx, &tok))
+        host->error_free(err);
+      else
+        eod_id = tok.api->eod_id(tok.self);
+    }
     if (vocab == 0) {
       loom_tokenizer_ref tok{nullptr, nullptr};
       loom_error* err = host->get_tokenizer(host->ctx, &tok);
@@ -118,6 +133,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset**
       }
       vocab = tok.api->vocab_size(tok.self);
       const int64_t eod = tok.api->eod_id(tok.self);
+      if (append_eod) eod_id = eod;
       if (eod >= 0 && eod < vocab) {
         skip = eod;
         vocab -= 1;
@@ -129,7 +145,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset**
     const uint64_t s =
         seed != 0 ? static_cast<uint64_t>(seed) : host->rng_seed(host->ctx, "mock-data");
     *out = reinterpret_cast<loom_dataset*>(
-        new MockDataset(host, num_documents, doc_length, vocab, skip, s));
+        new MockDataset(host, num_documents, doc_length, vocab, skip, eod_id, s));
   });
 }
 void destroy(loom_dataset* d) { delete cast(d); }
@@ -153,6 +169,9 @@ const loom_param_spec kParams[] = {
                 2147483647.0),
     loom::param("seed", LOOM_PARAM_INT, "0",
                 "generator seed; 0 = derived from train.seed (stream \"mock-data\")"),
+    loom::param("append_eod", LOOM_PARAM_BOOL, "true",
+                "end each document with the tokenizer's end-of-document id (as Megatron's "
+                "--append-eod); none without a tokenizer"),
 };
 
 const loom_plugin_descriptor kDescriptor = {

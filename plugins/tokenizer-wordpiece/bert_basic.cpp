@@ -60,9 +60,22 @@ bool is_cased(char32_t c) {
 
 bool is_case_ignorable(char32_t c) {
   switch (c) {
-    case 0x0027: case 0x002E: case 0x003A: case 0x00B7: case 0x0387: case 0x05F4:
-    case 0x2018: case 0x2019: case 0x2024: case 0x2027: case 0xFE13: case 0xFE52:
-    case 0xFE55: case 0xFF07: case 0xFF0E: case 0xFF1A:
+    case 0x0027:
+    case 0x002E:
+    case 0x003A:
+    case 0x00B7:
+    case 0x0387:
+    case 0x05F4:
+    case 0x2018:
+    case 0x2019:
+    case 0x2024:
+    case 0x2027:
+    case 0xFE13:
+    case 0xFE52:
+    case 0xFE55:
+    case 0xFF07:
+    case 0xFF0E:
+    case 0xFF1A:
       return true;
     default:
       break;
@@ -137,6 +150,18 @@ std::u32string nfd_strip_marks(const std::u32string& w) {
 }
 
 }  // namespace
+
+size_t first_invalid_utf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+    if (n <= 0) return i;
+    i += static_cast<size_t>(n);
+  }
+  return std::string_view::npos;
+}
 
 std::u32string decode_utf8(std::string_view text) {
   std::u32string out;

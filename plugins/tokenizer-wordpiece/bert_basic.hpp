@@ -1,7 +1,9 @@
 // BERT's "basic tokenizer": the text clean-up and word splitting that come before WordPiece.
 //
 // Steps, in BERT's order (Megatron's bert_tokenization.py behaves this way):
-//   1. decode UTF-8 (an invalid byte becomes U+FFFD, which step 2 then drops);
+//   1. decode UTF-8 (the plugin refuses ill-formed UTF-8 before this, as Python's strict
+//      decoding of Megatron's input would; here an invalid byte would become U+FFFD, which
+//      step 2 drops);
 //   2. drop U+0000, U+FFFD and control characters (category C*, except \t \n \r), turn
 //      whitespace (\t \n \r, ' ', category Zs) into ' ';
 //   3. put spaces around CJK ideographs (the CJK Unified Ideographs blocks and extensions,
@@ -31,6 +33,9 @@ namespace wordpiece {
 
 // The words of `text` after steps 1-6, each as code points.
 std::vector<std::u32string> bert_basic_split(std::string_view text, bool lower_case);
+
+// Byte offset of the first ill-formed UTF-8 sequence in `text`, or npos when it is valid.
+size_t first_invalid_utf8(std::string_view text);
 
 // Code points of UTF-8 `text`; each byte of an invalid sequence becomes U+FFFD.
 std::u32string decode_utf8(std::string_view text);

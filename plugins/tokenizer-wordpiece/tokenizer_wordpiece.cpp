@@ -10,7 +10,9 @@
 // Duplicate tokens are refused (Python's dict would keep the last index and report a
 // vocabulary smaller than the largest id).
 //
-// encode: bert_basic_split (bert_basic.hpp), then greedy longest-match-first WordPiece per
+// encode: ill-formed UTF-8 is refused (INVALID_ARGUMENT naming the byte offset: Megatron
+// reads text with Python's strict UTF-8 decoding, so it never tokenizes such input); then
+// bert_basic_split (bert_basic.hpp), then greedy longest-match-first WordPiece per
 // word with "##" marking a continuation; a word of more than 200 code points, or one with
 // any part that matches nothing, becomes the single id of [UNK]. Text that spells a special
 // token ("[SEP]") is split like any other text, as in BERT.
@@ -61,8 +63,13 @@ class WordPieceTokenizer {
   void encode(const char* text, size_t len, const int32_t** ids, size_t* num_ids) {
     loom::require(text != nullptr || len == 0, "tokenizer/wordpiece: encode got NULL text");
     ids_.clear();
-    for (const std::u32string& word :
-         wordpiece::bert_basic_split(std::string_view(text, len), lower_case_))
+    const std::string_view view(text == nullptr ? "" : text, len);
+    if (const size_t bad = wordpiece::first_invalid_utf8(view); bad != std::string_view::npos)
+      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
+                        "tokenizer/wordpiece: the text is not valid UTF-8 (byte " +
+                            std::to_string(bad) +
+                            "); BERT tokenization, like Megatron's Python, needs valid text");
+    for (const std::u32string& word : wordpiece::bert_basic_split(view, lower_case_))
       encode_word(word);
     static const int32_t kEmpty = 0;
     *ids = ids_.empty() ? &kEmpty : ids_.data();
@@ -134,8 +141,7 @@ class WordPieceTokenizer {
         tokens_.emplace_back(t);
       }
     eos_ = vocab_.at("[EOS]");
-    for (const auto& t : tokens_)
-      max_token_bytes_ = std::max(max_token_bytes_, t.size());
+    for (const auto& t : tokens_) max_token_bytes_ = std::max(max_token_bytes_, t.size());
   }
 
   void add(std::string token, const std::string& path) {

@@ -43,6 +43,12 @@ std::vector<int32_t> byte_encode(loomtest::TestHost& h, loom_tokenizer_ref tok,
   return std::vector<int32_t>(ids, ids + n);
 }
 
+// The document the plugin should hold: the encoding plus the EOD (256) when non-empty.
+std::vector<int32_t> with_eod(std::vector<int32_t> ids) {
+  if (!ids.empty()) ids.push_back(256);
+  return ids;
+}
+
 const std::string kUnicode = "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 \xf0\x9f\x98\x80";
 
 }  // namespace
@@ -59,11 +65,11 @@ TEST_CASE("dataset/jsonl: ids are the tokenizer's encoding of each line, empty d
   ptest::Dataset ds(h.host(), "jsonl", {{"path", f.path()}});
   REQUIRE_MESSAGE(ds.created().ok(), ds.created().message);
   REQUIRE(ds.size() == 3);
-  CHECK(ds.doc(0) == byte_encode(h, tok, "Hello, world!\nline two"));
-  CHECK(ds.doc(1).empty());
-  CHECK(ds.doc(2) == byte_encode(h, tok, kUnicode + " \xc3\xa9\xf0\x9f\x98\x80"));
+  CHECK(ds.doc(0) == with_eod(byte_encode(h, tok, "Hello, world!\nline two")));
+  CHECK(ds.doc(1).empty());  // an empty document gets no EOD, as with Megatron's --append-eod
+  CHECK(ds.doc(2) == with_eod(byte_encode(h, tok, kUnicode + " \xc3\xa9\xf0\x9f\x98\x80")));
   // documents can be read in any order, repeatedly
-  CHECK(ds.doc(0) == byte_encode(h, tok, "Hello, world!\nline two"));
+  CHECK(ds.doc(0) == with_eod(byte_encode(h, tok, "Hello, world!\nline two")));
   ptest::Outcome o = ds.doc_error(3);
   CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
   CHECK(o.message.find("document 3") != std::string::npos);
@@ -76,8 +82,18 @@ TEST_CASE("dataset/jsonl: blank lines are skipped, CRLF works, json_key picks th
   ptest::Dataset ds(h.host(), "jsonl", {{"path", f.path()}, {"json_key", "body"}});
   REQUIRE_MESSAGE(ds.created().ok(), ds.created().message);
   REQUIRE(ds.size() == 2);
-  CHECK(ds.doc(0) == byte_encode(h, tok, "a"));
-  CHECK(ds.doc(1) == byte_encode(h, tok, "bc"));
+  CHECK(ds.doc(0) == with_eod(byte_encode(h, tok, "a")));
+  CHECK(ds.doc(1) == with_eod(byte_encode(h, tok, "bc")));
+}
+
+TEST_CASE("dataset/jsonl: append_eod = false keeps the bare encoding") {
+  loomtest::TestHost h;
+  loom_tokenizer_ref tok = h.load_tokenizer("byte");
+  TempFile f("docs.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"\"}\n");
+  ptest::Dataset ds(h.host(), "jsonl", {{"path", f.path()}, {"append_eod", "false"}});
+  REQUIRE_MESSAGE(ds.created().ok(), ds.created().message);
+  CHECK(ds.doc(0) == byte_encode(h, tok, "ab"));
+  CHECK(ds.doc(1).empty());
 }
 
 TEST_CASE("dataset/jsonl: an empty file has no documents") {

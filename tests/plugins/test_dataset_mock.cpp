@@ -58,21 +58,41 @@ TEST_CASE("dataset/mock: seed 0 derives the seed from the host (train.seed)") {
   CHECK(all_docs(a) == all_docs(c));
 }
 
-TEST_CASE("dataset/mock: ids lie in the tokenizer's vocabulary minus EOD") {
+TEST_CASE("dataset/mock: ids lie in the tokenizer's vocabulary minus EOD; EOD ends each") {
   loomtest::TestHost h;
   h.load_tokenizer("byte");
   ptest::Dataset ds(h.host(), "mock", {{"num_documents", "50"}, {"doc_length", "200"}});
   REQUIRE(ds.created().ok());
   std::vector<int> seen(257, 0);
-  for (const auto& d : all_docs(ds))
-    for (int32_t id : d) {
+  for (const auto& d : all_docs(ds)) {
+    REQUIRE(d.size() >= 2);
+    CHECK(d.back() == 256);  // 256 is the byte tokenizer's EOD, appended (append_eod)
+    for (size_t t = 0; t + 1 < d.size(); ++t) {
+      const int32_t id = d[t];
       REQUIRE(id >= 0);
-      REQUIRE(id < 256);  // 256 is the byte tokenizer's EOD
+      REQUIRE(id < 256);  // and never inside a document
       seen[id] = 1;
     }
+  }
   int distinct = 0;
   for (int v : seen) distinct += v;
   CHECK(distinct > 200);  // the noise reaches (nearly) every symbol
+}
+
+TEST_CASE("dataset/mock: append_eod = false ends documents without EOD") {
+  loomtest::TestHost h;
+  h.load_tokenizer("byte");
+  ptest::Dataset a(h.host(), "mock", {{"num_documents", "10"}, {"seed", "3"}});
+  ptest::Dataset b(h.host(), "mock",
+                   {{"num_documents", "10"}, {"seed", "3"}, {"append_eod", "false"}});
+  REQUIRE(a.created().ok());
+  REQUIRE(b.created().ok());
+  for (int64_t i = 0; i < 10; ++i) {
+    std::vector<int32_t> with = a.doc(i), without = b.doc(i);
+    CHECK(without.back() != 256);
+    without.push_back(256);
+    CHECK(with == without);
+  }
 }
 
 TEST_CASE("dataset/mock: an explicit vocab_size needs no tokenizer") {
@@ -101,8 +121,8 @@ TEST_CASE("dataset/mock: lengths vary around doc_length") {
   const double mean = sum / 400.0;
   CHECK(mean > 90);
   CHECK(mean < 110);
-  CHECK(lo >= 50);
-  CHECK(hi <= 150);
+  CHECK(lo >= 51);  // [L/2, 3L/2] tokens and the EOD
+  CHECK(hi <= 151);
   CHECK(hi - lo > 50);
   CHECK(ds.doc_error(400).message.find("document 400") != std::string::npos);
   CHECK_FALSE(ds.doc_error(-1).ok());

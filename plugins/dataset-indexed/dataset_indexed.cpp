@@ -1,0 +1,101 @@
+// dataset/indexed: a Megatron-LM indexed dataset (`<prefix>.bin` + `<prefix>.idx`, as
+// `loom preprocess` or Megatron's tools/preprocess_data.py write it).
+//
+// Documents handed to the host are the file's *sequences* (Megatron's GPT dataset samples
+// sequences; without --split-sentences there is one per document). Both files are mapped
+// read-only and fully validated at create, so a truncated or corrupt dataset is refused
+// with the file and the reason (LOOM_ERR_IO) before training starts. Token ids of any
+// dtype are converted to int32 into one instance buffer, valid until the next call.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/megatron_indexed.hpp"
+#include "loom/cpp/plugin.hpp"
+
+namespace {
+
+class IndexedDataset {
+ public:
+  IndexedDataset(const loom_host* host, const std::string& prefix) : host_(host), prefix_(prefix) {
+    try {
+      reader_ = std::make_unique<loom::megatron::Reader>(prefix);
+    } catch (const loom::megatron::FormatError& e) {
+      throw loom::Error(LOOM_ERR_IO, std::string("dataset/indexed: ") + e.what());
+    }
+  }
+  const loom_host* host() const { return host_; }
+  const std::string& prefix() const { return prefix_; }
+  int64_t num_documents() const { return reader_->num_sequences(); }
+
+  void document(int64_t i, const int32_t** ids, size_t* num_ids) {
+    loom::require(i >= 0 && i < num_documents(), "dataset/indexed: document " + std::to_string(i) +
+                                                     " out of range [0, " +
+                                                     std::to_string(num_documents()) + ")");
+    try {
+      reader_->read(i, ids_);
+    } catch (const loom::megatron::FormatError& e) {
+      throw loom::Error(LOOM_ERR_IO, std::string("dataset/indexed: ") + e.what());
+    }
+    static const int32_t kNone = 0;  // a valid pointer for an empty sequence
+    *ids = ids_.empty() ? &kNone : ids_.data();
+    *num_ids = ids_.size();
+  }
+
+ private:
+  const loom_host* host_;
+  std::string prefix_;
+  std::unique_ptr<loom::megatron::Reader> reader_;
+  std::vector<int32_t> ids_;
+};
+
+IndexedDataset* cast(loom_dataset* d) { return reinterpret_cast<IndexedDataset*>(d); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
+  return loom::guard(host, [&] {
+    loom::Config c(host, cfg);
+    std::string prefix = c.get_string("prefix");
+    loom::require(!prefix.empty(), "dataset/indexed: [data] prefix is empty");
+    // Accept a path to either file too: "data_text_document.idx" means its prefix.
+    for (const char* ext : {".idx", ".bin"}) {
+      const std::string e = ext;
+      if (prefix.size() > e.size() && prefix.compare(prefix.size() - e.size(), e.size(), e) == 0)
+        prefix.resize(prefix.size() - e.size());
+    }
+    *out = reinterpret_cast<loom_dataset*>(new IndexedDataset(host, prefix));
+  });
+}
+void destroy(loom_dataset* d) { delete cast(d); }
+int64_t num_documents(loom_dataset* d) { return cast(d)->num_documents(); }
+loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* num_ids) {
+  return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
+}
+// Index caches go beside the dataset, as Megatron keeps them.
+const char* cache_prefix(loom_dataset* d) { return cast(d)->prefix().c_str(); }
+
+const loom_dataset_api kApi = {
+    LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document, cache_prefix};
+
+const loom_param_spec kParams[] = {
+    loom::param("prefix", LOOM_PARAM_STRING, nullptr,
+                "path prefix of <prefix>.bin and <prefix>.idx (relative to the working directory)"),
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_DATASET,
+    "indexed",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one document "
+    "per sequence",
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
