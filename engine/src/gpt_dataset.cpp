@@ -344,7 +344,8 @@ void GptDataset::text(int64_t i, int32_t* out) const {
     if (to > (int64_t)len || from > to || n + (to - from) > want)
       throw RunError(src_->name + ": document " + std::to_string(doc) +
                      " changed length since the index was built (stale cache?)");
-    std::memcpy(out + n, ids + from, (size_t)(to - from) * sizeof(int32_t));
+    // An empty document may hand out a null pointer: copy nothing rather than memcpy(null).
+    if (to > from) std::memcpy(out + n, ids + from, (size_t)(to - from) * sizeof(int32_t));
     n += to - from;
   }
   if (n != want)

@@ -181,7 +181,7 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
     CpuFeatures cpu = detect_cpu();
     be->blas = &load_blas(host, cpu, coretype);
     be->blas->use_threads(be->threads);
-    if (measure) be->peak_gflops = measure_sgemm_gflops(*be->blas, 1024, 4);
+    if (measure) be->peak_gflops = measure_sgemm_gflops(*be->blas, 2048, 3);
 
     std::ostringstream name;
     name << "cpu: " << (cpu.brand.empty() ? cpu.vendor : cpu.brand) << " (" << cpu.isa()
@@ -192,7 +192,7 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
     msg << "OpenBLAS " << be->blas->corename << ", " << be->threads << " threads";
     if (measure) {
       msg.precision(1);
-      msg << std::fixed << ", sgemm 1024^3 = " << be->peak_gflops << " GFLOP/s";
+      msg << std::fixed << ", sgemm 2048^3 = " << be->peak_gflops << " GFLOP/s";
     }
     loom::log(host, LOOM_LOG_INFO, msg.str());
     *out = be.release();
@@ -271,7 +271,7 @@ constexpr loom_param_spec kParams[] = {
                 "Sandybridge), native = OpenBLAS's own detection, or a core name; the "
                 "environment variable, when set, wins"),
     loom::param("measure_gemm", LOOM_PARAM_BOOL, "true",
-                "time a 1024^3 sgemm at create and report it as peak_gflops (the MFU "
+                "time a 2048^3 sgemm at create and report it as peak_gflops (the MFU "
                 "denominator); false reports 0"),
 };
 

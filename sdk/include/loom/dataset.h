@@ -19,7 +19,9 @@ typedef struct loom_dataset_api {
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_dataset** out);
   void (*destroy)(loom_dataset* ds); /* accepts NULL */
   int64_t (*num_documents)(loom_dataset* ds);
-  /* Document i < num_documents as token ids (without a trailing end-of-document token). */
+  /* Document i < num_documents as token ids, as the data holds them: an end-of-document
+   * token is part of the data (Megatron's --append-eod), so a format without one (jsonl,
+   * mock) appends the tokenizer's EOD itself when asked to. The host never inserts one. */
   loom_error* (*document)(loom_dataset* ds, int64_t i, const int32_t** ids, size_t* num_ids);
   /* A path prefix beside the data where the host may cache what it derives from it (the
    * sampler's index arrays: "<prefix>.<hash>.doc_idx.npy" ...), e.g. the indexed dataset's
