@@ -124,6 +124,17 @@ std::string check_bounds(const loom_param_spec& spec, const Value& v) {
 }
 
 // data.split: one to three comma-separated non-negative weights with a positive sum.
+// A dataset's location key (`prefix` for indexed data, `path` for jsonl) need not be set when
+// a blend string names the locations: the host makes one instance per blended entry.
+bool supplied_by_blend(const loom_config& cfg, const std::string& key) {
+  if (key != "prefix" && key != "path") return false;
+  for (const char* blend : {"blend", "train_blend", "valid_blend", "test_blend"}) {
+    auto it = cfg.values.find(blend);
+    if (it != cfg.values.end() && !it->second.s.empty()) return true;
+  }
+  return false;
+}
+
 std::string check_split(const std::string& text) {
   std::vector<double> w;
   size_t start = 0;
@@ -585,6 +596,13 @@ void Recipe::validate(Registry& registry) {
     for (const loom_param_spec* spec : schema.params) {
       order.push_back(spec->name);
       if (cfg.values.count(spec->name)) continue;
+      if (spec->default_value == nullptr && name == "data" && supplied_by_blend(cfg, spec->name)) {
+        Value v;  // each blended instance gets its own path from the blend string
+        v.type = LOOM_PARAM_STRING;
+        v.file = "<blend>";
+        cfg.values[spec->name] = v;
+        continue;
+      }
       if (spec->default_value == nullptr) {
         throw UsageError(recipe_file + ": missing required key '" + name + "." + spec->name +
                          "' for " + schema.owner +

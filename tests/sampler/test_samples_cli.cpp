@@ -127,6 +127,21 @@ TEST_CASE("loom data samples: a 0.3/0.7 blend in numpy's order") {
   REQUIRE_MESSAGE(r.code == 0, r.out);
   CHECK(r.out.find("tiny2.jsonl") != std::string::npos);
   CHECK(parse(r.out) == reference("blend", "train"));
+
+  // The blend names the files, so the recipe needs no [data] path of its own.
+  std::ifstream in(fx.recipe);
+  std::ofstream out(fx.dir / "nopath.toml");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("path", 0) != 0) out << line << "\n";
+  out.close();
+  Result np = run("data samples " + (fx.dir / "nopath.toml").string() +
+                      " --count 12 --set 'data.blend=" + blend + "'",
+                  true);
+  REQUIRE_MESSAGE(np.code == 0, np.out);
+  CHECK(parse(np.out) == reference("blend", "train"));
+  Result none = run("data samples " + (fx.dir / "nopath.toml").string() + " --count 2");
+  CHECK(none.code == 2);
+  CHECK_MESSAGE(none.out.find("missing required key 'data.path'") != std::string::npos, none.out);
 }
 
 TEST_CASE("loom data samples: mock data is deterministic; errors are clear") {
