@@ -30,6 +30,7 @@
 
 #include "bpe.hpp"
 #include "components.hpp"
+#include "loom/cpp/tokenizer.hpp"
 #include "utf8.hpp"
 
 namespace hfjson {
@@ -380,8 +381,6 @@ class HfJsonTokenizer {
   std::string text_;
 };
 
-HfJsonTokenizer* cast(loom_tokenizer* t) { return reinterpret_cast<HfJsonTokenizer*>(t); }
-
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer** out) {
   return loom::guard(host, [&] {
     loom::Config c(host, cfg);
@@ -390,20 +389,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer
                             c.get_bool("add_special_tokens")));
   });
 }
-void destroy(loom_tokenizer* t) { delete cast(t); }
-int64_t vocab_size(loom_tokenizer* t) { return cast(t)->vocab_size(); }
-int64_t eod_id(loom_tokenizer* t) { return cast(t)->eod_id(); }
-loom_error* encode(loom_tokenizer* t, const char* text, size_t len, const int32_t** ids,
-                   size_t* num_ids) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->encode(text, len, ids, num_ids); });
-}
-loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const char** text,
-                   size_t* len) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
-}
-
-const loom_tokenizer_api kApi = {
-    LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+const loom_tokenizer_api kApi = loom::TokenizerTable<HfJsonTokenizer>::api(create);
 
 const loom_param_spec kParams[] = {
     loom::param("tokenizer_file", LOOM_PARAM_STRING, nullptr,

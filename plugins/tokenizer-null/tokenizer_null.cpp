@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tokenizer.hpp"
 
 namespace {
 
@@ -118,8 +119,6 @@ class NullTokenizer {
   std::string text_;
 };
 
-NullTokenizer* cast(loom_tokenizer* t) { return reinterpret_cast<NullTokenizer*>(t); }
-
 constexpr int64_t kMaxVocab = std::numeric_limits<int32_t>::max() - 1;  // EOD must fit
 
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer** out) {
@@ -132,20 +131,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer
     *out = reinterpret_cast<loom_tokenizer*>(new NullTokenizer(host, n));
   });
 }
-void destroy(loom_tokenizer* t) { delete cast(t); }
-int64_t vocab_size(loom_tokenizer* t) { return cast(t)->vocab_size(); }
-int64_t eod_id(loom_tokenizer* t) { return cast(t)->eod_id(); }
-loom_error* encode(loom_tokenizer* t, const char* text, size_t len, const int32_t** ids,
-                   size_t* num_ids) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->encode(text, len, ids, num_ids); });
-}
-loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const char** text,
-                   size_t* len) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
-}
-
-const loom_tokenizer_api kApi = {
-    LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+const loom_tokenizer_api kApi = loom::TokenizerTable<NullTokenizer>::api(create);
 
 const loom_param_spec kParams[] = {
     loom::param("vocab_size", LOOM_PARAM_INT, nullptr,

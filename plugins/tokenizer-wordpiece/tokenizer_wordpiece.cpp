@@ -29,6 +29,7 @@
 
 #include "bert_basic.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tokenizer.hpp"
 
 namespace {
 
@@ -204,8 +205,6 @@ class WordPieceTokenizer {
   std::string text_;
 };
 
-WordPieceTokenizer* cast(loom_tokenizer* t) { return reinterpret_cast<WordPieceTokenizer*>(t); }
-
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer** out) {
   return loom::guard(host, [&] {
     loom::Config c(host, cfg);
@@ -215,20 +214,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer
         new WordPieceTokenizer(host, path, c.get_bool("lower_case")));
   });
 }
-void destroy(loom_tokenizer* t) { delete cast(t); }
-int64_t vocab_size(loom_tokenizer* t) { return cast(t)->vocab_size(); }
-int64_t eod_id(loom_tokenizer* t) { return cast(t)->eod_id(); }
-loom_error* encode(loom_tokenizer* t, const char* text, size_t len, const int32_t** ids,
-                   size_t* num_ids) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->encode(text, len, ids, num_ids); });
-}
-loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const char** text,
-                   size_t* len) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
-}
-
-const loom_tokenizer_api kApi = {
-    LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+const loom_tokenizer_api kApi = loom::TokenizerTable<WordPieceTokenizer>::api(create);
 
 const loom_param_spec kParams[] = {
     loom::param("vocab_file", LOOM_PARAM_STRING, nullptr,
