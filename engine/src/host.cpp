@@ -21,7 +21,8 @@ struct loom_host_context {
 };
 
 namespace loom::engine {
-namespace {
+
+namespace host_abi {
 
 // noexcept: running out of memory while reporting an error ends the process.
 loom_error* error_new(loom_status code, const char* message) noexcept {
@@ -31,8 +32,7 @@ loom_status error_code(const loom_error* e) noexcept { return e ? e->code : LOOM
 const char* error_message(const loom_error* e) noexcept { return e ? e->message.c_str() : ""; }
 void error_free(loom_error* e) noexcept { delete e; }
 
-void log(loom_host_context* ctx, loom_log_level level, const char* message) noexcept {
-  const char* who = ctx ? ctx->who.c_str() : "plugin";
+void log_as(const char* who, loom_log_level level, const char* message) noexcept {
   switch (level) {
     case LOOM_LOG_DEBUG:
       spdlog::debug("{}: {}", who, message);
@@ -47,6 +47,16 @@ void log(loom_host_context* ctx, loom_log_level level, const char* message) noex
       spdlog::error("{}: {}", who, message);
       break;
   }
+}
+
+}  // namespace host_abi
+
+namespace {
+
+using namespace host_abi;
+
+void log(loom_host_context* ctx, loom_log_level level, const char* message) noexcept {
+  log_as(ctx ? ctx->who.c_str() : "plugin", level, message);
 }
 
 // splitmix64: a well-mixed 64-bit hash step.

@@ -12,6 +12,17 @@ namespace loom::engine {
 class Recipe;
 class Registry;
 
+// The loom_host slots every host table the engine makes shares (Session's and the
+// preprocessor's standalone tokenizer's): host-made error objects and logging.
+namespace host_abi {
+loom_error* error_new(loom_status code, const char* message) noexcept;
+loom_status error_code(const loom_error* e) noexcept;
+const char* error_message(const loom_error* e) noexcept;
+void error_free(loom_error* e) noexcept;
+// A plugin's log line, prefixed with its kind/name (`who`).
+void log_as(const char* who, loom_log_level level, const char* message) noexcept;
+}  // namespace host_abi
+
 // A 64-bit seed for a named stream of the run, derived from train.seed.
 uint64_t stream_seed(uint64_t seed, const std::string& stream);
 

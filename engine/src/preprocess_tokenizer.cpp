@@ -24,30 +24,11 @@ struct StandaloneContext {
   std::string who;
 };
 
-loom_error* error_new(loom_status code, const char* message) noexcept {
-  return new loom_error{code, message ? message : ""};
-}
-loom_status error_code(const loom_error* e) noexcept { return e ? e->code : LOOM_OK; }
-const char* error_message(const loom_error* e) noexcept { return e ? e->message.c_str() : ""; }
-void error_free(loom_error* e) noexcept { delete e; }
+using namespace host_abi;
 
 void log(loom_host_context* ctx, loom_log_level level, const char* message) noexcept {
   const auto* c = reinterpret_cast<const StandaloneContext*>(ctx);
-  const char* who = c ? c->who.c_str() : "tokenizer";
-  switch (level) {
-    case LOOM_LOG_DEBUG:
-      spdlog::debug("{}: {}", who, message);
-      break;
-    case LOOM_LOG_INFO:
-      spdlog::info("{}: {}", who, message);
-      break;
-    case LOOM_LOG_WARN:
-      spdlog::warn("{}: {}", who, message);
-      break;
-    default:
-      spdlog::error("{}: {}", who, message);
-      break;
-  }
+  log_as(c ? c->who.c_str() : "tokenizer", level, message);
 }
 
 template <class Ref>

@@ -1,0 +1,457 @@
+// comm/mpi: collectives and point-to-point over MPI, on tensors in CPU memory (kDLCPU or
+// kDLCUDAHost), laid out compactly, of dtype f32, f64 or i32.
+//  - create initialises MPI (MPI_THREAD_FUNNELED: every call comes from the thread that
+//    created the comm) unless the host already did, and then finalises it when the last
+//    instance it made is destroyed. MPI cannot be initialised twice in a process, so a
+//    create after that finalise is an error.
+//  - The world is a duplicate of MPI_COMM_WORLD, so our traffic never mixes with the
+//    host's own MPI use; every communicator returns errors (MPI_ERRORS_RETURN) and each
+//    one becomes a loom_error carrying MPI_Error_string's text.
+//  - group_create is MPI_Comm_split(world, colors[rank], key = world rank): group ranks
+//    follow world order. A NULL group means the world.
+//  - AVG is SUM followed by a division by the group size (integer division for i32).
+//  - Argument errors (dtype, shape, device, op) are found before any MPI call; they are the
+//    same on every rank when every rank passes matching tensors, so no rank is left
+//    waiting in a collective the others skipped.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+
+struct loom_comm_group {
+  MPI_Comm comm;
+};
+
+namespace {
+
+constexpr const char* kPrefix = "comm/mpi: ";
+
+// The status an MPI error class stands for: the caller's mistake or a failure of MPI.
+loom_status status_of(int err) {
+  int cls = MPI_ERR_OTHER;
+  MPI_Error_class(err, &cls);
+  switch (cls) {
+    case MPI_ERR_RANK:
+    case MPI_ERR_TAG:
+    case MPI_ERR_ROOT:
+    case MPI_ERR_COUNT:
+    case MPI_ERR_TRUNCATE:
+    case MPI_ERR_BUFFER:
+    case MPI_ERR_TYPE:
+    case MPI_ERR_OP:
+    case MPI_ERR_ARG:
+      return LOOM_ERR_INVALID_ARGUMENT;
+    default:
+      return LOOM_ERR_INTERNAL;
+  }
+}
+
+// Throws a loom error naming the function, the MPI call and MPI's own explanation.
+void mpi_check(int err, const char* fn, const char* call) {
+  if (err == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (MPI_Error_string(err, text, &len) != MPI_SUCCESS) std::strcpy(text, "unknown MPI error");
+  throw loom::Error(status_of(err), std::string(kPrefix) + fn + ": " + call + " failed: " + text);
+}
+
+// The op arrives from C, where any int fits in the enum; read its bytes as an int so an
+// out-of-range value is reported instead of being undefined behaviour in C++.
+loom_reduce_op check_op(const loom_reduce_op* op, const char* fn) {
+  std::underlying_type_t<loom_reduce_op> v;
+  static_assert(sizeof v == sizeof *op);
+  std::memcpy(&v, op, sizeof v);
+  loom::require(v >= LOOM_REDUCE_SUM && v <= LOOM_REDUCE_AVG,
+                std::string(kPrefix) + fn + ": unknown reduce op " + std::to_string(v));
+  return static_cast<loom_reduce_op>(v);
+}
+
+MPI_Op mpi_op(loom_reduce_op op) {
+  switch (op) {
+    case LOOM_REDUCE_MAX:
+      return MPI_MAX;
+    case LOOM_REDUCE_MIN:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;  // AVG divides afterwards
+  }
+}
+
+std::string dtype_str(DLDataType d) {
+  std::string s;
+  switch (d.code) {
+    case kDLFloat:
+      s = "f";
+      break;
+    case kDLInt:
+      s = "i";
+      break;
+    case kDLUInt:
+      s = "u";
+      break;
+    case kDLBfloat:
+      s = "bf";
+      break;
+    default:
+      s = "code";
+      s += std::to_string(d.code);
+      s += '_';
+  }
+  s += std::to_string(d.bits);
+  if (d.lanes != 1) {
+    s += 'x';
+    s += std::to_string(d.lanes);
+  }
+  return s;
+}
+
+MPI_Datatype mpi_type(DLDataType d, const char* fn) {
+  if (d.lanes == 1) {
+    if (d.code == kDLFloat && d.bits == 32) return MPI_FLOAT;
+    if (d.code == kDLFloat && d.bits == 64) return MPI_DOUBLE;
+    if (d.code == kDLInt && d.bits == 32) return MPI_INT32_T;
+  }
+  throw loom::Error(LOOM_ERR_UNIMPLEMENTED, std::string(kPrefix) + fn + ": dtype " + dtype_str(d) +
+                                                " is not supported (only f32, f64 and i32)");
+}
+
+std::string shape_str(const DLTensor* t) {
+  std::string s = "(";
+  for (int d = 0; d < t->ndim; ++d) {
+    if (d > 0) s += ',';
+    s += std::to_string(t->shape[d]);
+  }
+  return s + ")";
+}
+
+char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+
+// A tensor MPI can read as one contiguous buffer of `count` elements of `type`.
+struct Buf {
+  char* ptr;
+  int count;
+  MPI_Datatype type;
+  size_t nbytes;
+};
+
+Buf check_tensor(const DLTensor* t, const char* fn, const char* what) {
+  const std::string where = std::string(kPrefix) + fn + ": " + what;
+  loom::require(t != nullptr, where + " is NULL");
+  const int64_t n = loom_tensor_numel(t);
+  loom::require(t->data != nullptr || n == 0, where + " has no data");
+  const int dev = t->device.device_type;
+  loom::require(dev == kDLCPU || dev == kDLCUDAHost,
+                where + " is on device type " + std::to_string(dev) +
+                    "; comm/mpi reaches CPU memory only (use comm \"nccl\" for GPU tensors)");
+  if (t->strides != nullptr) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; --d) {
+      loom::require(t->shape[d] == 1 || t->strides[d] == expect,
+                    where + " " + shape_str(t) + " is not compact");
+      expect *= t->shape[d];
+    }
+  }
+  MPI_Datatype type = mpi_type(t->dtype, fn);
+  loom::require(n <= INT_MAX, where + " has " + std::to_string(n) +
+                                  " elements; MPI counts stop at " + std::to_string(INT_MAX));
+  return Buf{bytes_of(t), static_cast<int>(n), type,
+             static_cast<size_t>(n) * loom_dtype_bytes(t->dtype)};
+}
+
+void check_same_dtype(const DLTensor* in, const DLTensor* out, const char* fn) {
+  loom::require(loom_dtype_eq(in->dtype, out->dtype), std::string(kPrefix) + fn + ": in is " +
+                                                          dtype_str(in->dtype) + " but out is " +
+                                                          dtype_str(out->dtype));
+}
+
+bool overlap(const Buf& a, const Buf& b) {
+  return a.nbytes > 0 && b.nbytes > 0 && a.ptr < b.ptr + b.nbytes && b.ptr < a.ptr + a.nbytes;
+}
+
+// `in`'s bytes, copied aside when they share memory with `out` (MPI forbids aliasing).
+const char* source(const Buf& in, const Buf& out, std::vector<char>& scratch) {
+  if (!overlap(in, out)) return in.ptr;
+  scratch.assign(in.ptr, in.ptr + in.nbytes);
+  return scratch.data();
+}
+
+template <class T>
+void divide(char* p, int count, int by) {
+  T* v = reinterpret_cast<T*>(p);
+  for (int i = 0; i < count; ++i) v[i] /= static_cast<T>(by);
+}
+
+void average(const Buf& b, int group_size) {
+  if (b.type == MPI_FLOAT)
+    divide<float>(b.ptr, b.count, group_size);
+  else if (b.type == MPI_DOUBLE)
+    divide<double>(b.ptr, b.count, group_size);
+  else
+    divide<int32_t>(b.ptr, b.count, group_size);
+}
+
+int live_instances = 0;       // comm/mpi instances in this process
+bool we_initialised = false;  // MPI_Init_thread was ours: the last destroy finalises
+
+class MpiComm {
+ public:
+  explicit MpiComm(const loom_host* host) : host_(host) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    loom::require(!finalized,
+                  "comm/mpi: create: MPI is already finalised in this process and cannot be "
+                  "initialised again (keep one comm/mpi instance for the whole run)",
+                  LOOM_ERR_INTERNAL);
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) {
+      int provided = MPI_THREAD_SINGLE;
+      mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "create",
+                "MPI_Init_thread");
+      we_initialised = true;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_FUNNELED)
+      loom::log(host_, LOOM_LOG_WARN,
+                "comm/mpi: MPI gives thread level MPI_THREAD_SINGLE; call comm/mpi only from "
+                "the thread that initialised MPI");
+    // The host's own MPI_COMM_WORLD keeps its handler unless MPI is ours.
+    if (we_initialised) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world_), "create", "MPI_Comm_dup");
+    mpi_check(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN), "create",
+              "MPI_Comm_set_errhandler");
+    mpi_check(MPI_Comm_rank(world_, &rank_), "create", "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(world_, &size_), "create", "MPI_Comm_size");
+    ++live_instances;
+  }
+  ~MpiComm() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&world_);
+    if (--live_instances == 0 && we_initialised && !finalized) {
+      MPI_Finalize();
+      we_initialised = false;
+    }
+  }
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  const loom_host* host() const { return host_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm comm(const loom_comm_group* g) const { return g ? g->comm : world_; }
+
+ private:
+  const loom_host* host_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+MpiComm* cast(loom_comm* c) { return reinterpret_cast<MpiComm*>(c); }
+
+int comm_size(MPI_Comm comm) {
+  int n = 1;
+  mpi_check(MPI_Comm_size(comm, &n), "group_size", "MPI_Comm_size");
+  return n;
+}
+
+loom_error* create(const loom_host* host, const loom_config*, loom_comm** out) {
+  return loom::guard(host, [&] { *out = reinterpret_cast<loom_comm*>(new MpiComm(host)); });
+}
+void destroy(loom_comm* c) { delete cast(c); }
+int world_rank(loom_comm* c) { return cast(c)->rank(); }
+int world_size(loom_comm* c) { return cast(c)->size(); }
+
+loom_error* group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom::require(colors != nullptr, "comm/mpi: group_create: colors is NULL");
+    loom::require(out != nullptr, "comm/mpi: group_create: out is NULL");
+    const int color = colors[m->rank()];
+    loom::require(color >= 0, "comm/mpi: group_create: rank " + std::to_string(m->rank()) +
+                                  " has color " + std::to_string(color) +
+                                  "; colors must be >= 0 (every rank joins a group)");
+    MPI_Comm comm = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split(m->comm(nullptr), color, m->rank(), &comm), "group_create",
+              "MPI_Comm_split");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    *out = new loom_comm_group{comm};
+  });
+}
+void group_destroy(loom_comm*, loom_comm_group* g) {
+  if (g == nullptr) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&g->comm);
+  delete g;
+}
+int group_rank(loom_comm* c, loom_comm_group* g) {
+  int r = 0;
+  MPI_Comm_rank(cast(c)->comm(g), &r);
+  return r;
+}
+int group_size(loom_comm* c, loom_comm_group* g) {
+  int n = 1;
+  MPI_Comm_size(cast(c)->comm(g), &n);
+  return n;
+}
+
+loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const loom_reduce_op o = check_op(&op, "all_reduce");
+    const Buf b = check_tensor(t, "all_reduce", "tensor");
+    MPI_Comm comm = m->comm(g);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, b.ptr, b.count, b.type, mpi_op(o), comm), "all_reduce",
+              "MPI_Allreduce");
+    if (o == LOOM_REDUCE_AVG) average(b, comm_size(comm));
+  });
+}
+
+loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                           loom_reduce_op op) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const loom_reduce_op o = check_op(&op, "reduce_scatter");
+    const Buf bi = check_tensor(in, "reduce_scatter", "in");
+    const Buf bo = check_tensor(out, "reduce_scatter", "out");
+    check_same_dtype(in, out, "reduce_scatter");
+    MPI_Comm comm = m->comm(g);
+    const int n = comm_size(comm);
+    loom::require(static_cast<int64_t>(bo.count) * n == bi.count,
+                  "comm/mpi: reduce_scatter: in " + shape_str(in) + " must hold group size (" +
+                      std::to_string(n) + ") times out's " + std::to_string(bo.count) +
+                      " elements, but holds " + std::to_string(bi.count));
+    std::vector<char> scratch;
+    mpi_check(MPI_Reduce_scatter_block(source(bi, bo, scratch), bo.ptr, bo.count, bo.type,
+                                       mpi_op(o), comm),
+              "reduce_scatter", "MPI_Reduce_scatter_block");
+    if (o == LOOM_REDUCE_AVG) average(bo, n);
+  });
+}
+
+loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf bi = check_tensor(in, "all_gather", "in");
+    const Buf bo = check_tensor(out, "all_gather", "out");
+    check_same_dtype(in, out, "all_gather");
+    MPI_Comm comm = m->comm(g);
+    const int n = comm_size(comm);
+    loom::require(static_cast<int64_t>(bi.count) * n == bo.count,
+                  "comm/mpi: all_gather: out " + shape_str(out) + " must hold group size (" +
+                      std::to_string(n) + ") times in's " + std::to_string(bi.count) +
+                      " elements, but holds " + std::to_string(bo.count));
+    std::vector<char> scratch;
+    mpi_check(
+        MPI_Allgather(source(bi, bo, scratch), bi.count, bi.type, bo.ptr, bi.count, bo.type, comm),
+        "all_gather", "MPI_Allgather");
+  });
+}
+
+loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf b = check_tensor(t, "broadcast", "tensor");
+    MPI_Comm comm = m->comm(g);
+    const int n = comm_size(comm);
+    loom::require(root >= 0 && root < n, "comm/mpi: broadcast: root " + std::to_string(root) +
+                                             " is not a rank of a group of " + std::to_string(n));
+    mpi_check(MPI_Bcast(b.ptr, b.count, b.type, root, comm), "broadcast", "MPI_Bcast");
+  });
+}
+
+loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf bi = check_tensor(in, "all_to_all", "in");
+    const Buf bo = check_tensor(out, "all_to_all", "out");
+    check_same_dtype(in, out, "all_to_all");
+    MPI_Comm comm = m->comm(g);
+    const int n = comm_size(comm);
+    for (const DLTensor* t : {in, static_cast<const DLTensor*>(out)})
+      loom::require(t->ndim >= 1 && t->shape[0] % n == 0,
+                    std::string("comm/mpi: all_to_all: ") + (t == in ? "in " : "out ") +
+                        shape_str(t) + " must split into group size (" + std::to_string(n) +
+                        ") equal chunks along dim 0");
+    loom::require(bi.count == bo.count, "comm/mpi: all_to_all: in " + shape_str(in) + " and out " +
+                                            shape_str(out) + " must have equal element counts");
+    std::vector<char> scratch;
+    const int chunk = bi.count / n;
+    mpi_check(MPI_Alltoall(source(bi, bo, scratch), chunk, bi.type, bo.ptr, chunk, bo.type, comm),
+              "all_to_all", "MPI_Alltoall");
+  });
+}
+
+loom_error* barrier(loom_comm* c, loom_comm_group* g) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(),
+                     [&] { mpi_check(MPI_Barrier(m->comm(g)), "barrier", "MPI_Barrier"); });
+}
+
+loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf b = check_tensor(t, "send", "tensor");
+    mpi_check(MPI_Send(b.ptr, b.count, b.type, peer, tag, m->comm(g)), "send", "MPI_Send");
+  });
+}
+
+loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf b = check_tensor(t, "recv", "tensor");
+    MPI_Status st;
+    mpi_check(MPI_Recv(b.ptr, b.count, b.type, peer, tag, m->comm(g), &st), "recv", "MPI_Recv");
+    int got = 0;
+    mpi_check(MPI_Get_count(&st, b.type, &got), "recv", "MPI_Get_count");
+    loom::require(got == b.count, "comm/mpi: recv from " + std::to_string(peer) + " with tag " +
+                                      std::to_string(tag) + " expected " + std::to_string(b.count) +
+                                      " elements but got " + std::to_string(got));
+  });
+}
+
+const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
+                            create,
+                            destroy,
+                            world_rank,
+                            world_size,
+                            group_create,
+                            group_destroy,
+                            group_rank,
+                            group_size,
+                            all_reduce,
+                            reduce_scatter,
+                            all_gather,
+                            broadcast,
+                            all_to_all,
+                            barrier,
+                            send,
+                            recv};
+
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+                                            LOOM_ABI_MAJOR,
+                                            LOOM_ABI_MINOR,
+                                            LOOM_KIND_COMM,
+                                            "mpi",
+                                            "0.1.0",
+                                            "Loom",
+                                            "Apache-2.0",
+                                            "collectives and send/recv over MPI on CPU tensors "
+                                            "(f32, f64, i32); start ranks with mpirun",
+                                            nullptr,
+                                            0,
+                                            &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
