@@ -57,6 +57,19 @@ struct Batch {
   std::vector<int32_t> tokens, targets;
 };
 
+// Sums `n` host doubles over every rank of the world (a no-op on one rank).
+void sum_over_world(const loom_comm_ref& comm, double* values, int64_t n) {
+  if (comm.api->world_size(comm.self) == 1) return;
+  int64_t shape[1] = {n};
+  DLTensor t{};
+  t.data = values;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = loom_f64();
+  t.shape = shape;
+  check(comm.api->all_reduce(comm.self, nullptr, &t, LOOM_REDUCE_SUM), "summing over ranks");
+}
+
 std::string human_bytes(double b) {
   const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -168,9 +181,11 @@ void run_training(Recipe& recipe, Registry& registry) {
   if (lr.decay_iters == 0) lr.decay_iters = iters;
   lr.wsd_decay_fraction = recipe.get_float("lr", "wsd_decay_fraction");
 
+  // Data-parallel replicas hold the same model: rank 0 alone writes metrics and checkpoints.
+  const bool writer = comm.api->world_rank(comm.self) == 0;
   std::ofstream metrics;
   std::string metrics_path = recipe.get_string("train", "metrics");
-  if (!metrics_path.empty()) {
+  if (!metrics_path.empty() && writer) {
     if (fs::path(metrics_path).has_parent_path())
       fs::create_directories(fs::path(metrics_path).parent_path());
     metrics.open(metrics_path, start_iter > 0 ? std::ios::app : std::ios::trunc);
@@ -221,6 +236,10 @@ void run_training(Recipe& recipe, Registry& registry) {
       loss += l;
       count += n;
     }
+    double totals[2] = {loss, (double)count};
+    sum_over_world(comm, totals, 2);
+    loss = totals[0];
+    count = (int64_t)totals[1];
     return loss / (double)std::max<int64_t>(count, 1);
   };
 
@@ -230,6 +249,9 @@ void run_training(Recipe& recipe, Registry& registry) {
     auto t0 = std::chrono::steady_clock::now();
     check(mapi->zero_grad(model), "zero_grad");
     const double step_tokens = (double)(gbs * seq_len);
+    // Each rank scales by its own token count; the data-parallel reduction averages over
+    // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
+    const double rank_tokens = (double)(num_micro * mbs * seq_len);
     double loss_sum = 0;
     int64_t tokens = 0;
     for (int64_t m = 0; m < num_micro; ++m) {
@@ -237,7 +259,7 @@ void run_training(Recipe& recipe, Registry& registry) {
       fill(train, consumed + (m * world + rank) * mbs);
       loom_microbatch mb{
           LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len,
-          1.0 / step_tokens};
+          1.0 / rank_tokens};
       double l = 0;
       int64_t n = 0;
       check(mapi->forward_backward(model, &mb, &l, &n), "forward/backward");
@@ -246,6 +268,10 @@ void run_training(Recipe& recipe, Registry& registry) {
     }
     consumed += gbs;
     check(papi->reduce_gradients(par), "reducing gradients");
+    double totals[2] = {loss_sum, (double)tokens};  // the global batch's, for the log
+    sum_over_world(comm, totals, 2);
+    loss_sum = totals[0];
+    tokens = (int64_t)totals[1];
     double sq = 0;
     for (DLTensor* g : grads) {
       double s = 0;
@@ -293,7 +319,8 @@ void run_training(Recipe& recipe, Registry& registry) {
       if (metrics.is_open())
         metrics << nlohmann::json{{"iter", iter}, {"eval_loss", el}}.dump() << "\n" << std::flush;
     }
-    if (!save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == iters))
+    if (writer && !save_dir.empty() &&
+        ((save_interval > 0 && iter % save_interval == 0) || iter == iters))
       save(iter);
   }
   if (!save_dir.empty() && start_iter >= iters)

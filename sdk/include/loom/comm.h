@@ -4,7 +4,8 @@
  * same order, with tensors of the same shape and dtype; it blocks until this rank's part
  * is done. Tensors live where the plugin can reach them (CPU memory for "mpi" and
  * "single", GPU memory for "nccl"). Processes are started by the standard launcher
- * (mpirun/srun); a comm plugin never starts processes itself. */
+ * (mpirun/srun); a comm plugin never starts processes itself. A NULL group means the
+ * world. */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 
