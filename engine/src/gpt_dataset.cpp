@@ -14,6 +14,7 @@
 #include "errors.hpp"
 #include "log.hpp"
 #include "mt19937.hpp"
+#include "recipe.hpp"
 
 namespace fs = std::filesystem;
 
@@ -38,28 +39,11 @@ std::string sha256_hex(const void* data, size_t n) {
   return out;
 }
 
-std::vector<double> parse_split(const std::string& weights) {
+// The recipe validated the split already; a caller that bypasses it gets the same message.
+std::vector<double> split_weights(const std::string& text) {
   std::vector<double> w;
-  size_t start = 0;
-  while (start <= weights.size()) {
-    size_t comma = weights.find(',', start);
-    if (comma == std::string::npos) comma = weights.size();
-    std::string part = weights.substr(start, comma - start);
-    while (!part.empty() && part.front() == ' ') part.erase(part.begin());
-    while (!part.empty() && part.back() == ' ') part.pop_back();
-    double x = 0;
-    auto res = std::from_chars(part.data(), part.data() + part.size(), x);
-    if (part.empty() || res.ec != std::errc() || res.ptr != part.data() + part.size() ||
-        !(x >= 0) || !std::isfinite(x))
-      throw UsageError("data.split = \"" + weights +
-                       "\": expected up to three non-negative numbers like \"969,30,1\"");
-    w.push_back(x);
-    start = comma + 1;
-  }
-  if (w.size() > 3) throw UsageError("data.split = \"" + weights + "\": more than three weights");
-  w.resize(3, 0.0);
-  if (!(w[0] + w[1] + w[2] > 0))
-    throw UsageError("data.split = \"" + weights + "\": weights sum to zero");
+  std::string problem = parse_split(text, &w);
+  if (!problem.empty()) throw UsageError("data.split " + problem);
   return w;
 }
 
@@ -94,7 +78,7 @@ std::string npy_header(char type, int itemsize, const std::vector<int64_t>& shap
 }  // namespace
 
 SplitRanges split_documents(int64_t n, const std::string& weights) {
-  std::vector<double> w = parse_split(weights);
+  std::vector<double> w = split_weights(weights);
   const double sum = w[0] + w[1] + w[2];
   SplitRanges r{};
   double c = 0;

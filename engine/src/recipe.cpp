@@ -135,7 +135,9 @@ bool supplied_by_blend(const loom_config& cfg, const std::string& key) {
   return false;
 }
 
-std::string check_split(const std::string& text) {
+}  // namespace
+
+std::string parse_split(const std::string& text, std::vector<double>* weights) {
   std::vector<double> w;
   size_t start = 0;
   while (start <= text.size()) {
@@ -157,8 +159,12 @@ std::string check_split(const std::string& text) {
   double sum = 0;
   for (double x : w) sum += x;
   if (sum <= 0) return "weights sum to zero: " + quoted(text);
+  w.resize(3, 0.0);
+  if (weights) *weights = w;
   return "";
 }
+
+namespace {
 
 // Converts a TOML++ node into a raw value.
 Recipe::RawValue raw_from_node(const toml::node& node, const std::string& file) {
@@ -588,7 +594,7 @@ void Recipe::validate(Registry& registry) {
       Value v;
       std::string problem = convert(*raw, *spec, v);
       if (problem.empty()) problem = check_bounds(*spec, v);
-      if (problem.empty() && name == "data" && key == "split") problem = check_split(v.s);
+      if (problem.empty() && name == "data" && key == "split") problem = parse_split(v.s, nullptr);
       if (!problem.empty()) throw UsageError(at + ": " + name + "." + key + " " + problem);
       cfg.values[key] = v;
     }

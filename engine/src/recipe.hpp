@@ -135,6 +135,10 @@ loom_error* config_get_int(const loom_config* cfg, const char* key, int64_t* out
 loom_error* config_get_float(const loom_config* cfg, const char* key, double* out);
 loom_error* config_get_string(const loom_config* cfg, const char* key, const char** out);
 
+// Parses data.split ("969,30,1": one to three non-negative weights, positive sum) into
+// three weights (missing ones 0). Returns "" or what is wrong, for "data.split <problem>".
+std::string parse_split(const std::string& text, std::vector<double>* weights);
+
 // Levenshtein-nearest of `candidates` to `word`, or "" when none is close.
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 
