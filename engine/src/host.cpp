@@ -49,6 +49,25 @@ void log_as(const char* who, loom_log_level level, const char* message) noexcept
   }
 }
 
+loom_host common_table(loom_host_context* ctx,
+                       void (*log)(loom_host_context*, loom_log_level, const char*) noexcept) {
+  loom_host h{};
+  h.struct_size = LOOM_HOST_SIZE_V1;
+  h.abi_major = LOOM_ABI_MAJOR;
+  h.abi_minor = LOOM_ABI_MINOR;
+  h.ctx = ctx;
+  h.error_new = error_new;
+  h.error_code = error_code;
+  h.error_message = error_message;
+  h.error_free = error_free;
+  h.log = log;
+  h.config_get_bool = config_get_bool;
+  h.config_get_int = config_get_int;
+  h.config_get_float = config_get_float;
+  h.config_get_string = config_get_string;
+  return h;
+}
+
 }  // namespace host_abi
 
 namespace {
@@ -120,20 +139,7 @@ Session::~Session() {
 
 const loom_host* Session::host_for(const std::string& who) {
   impl_->contexts.push_back(loom_host_context{this, who});
-  loom_host h{};
-  h.struct_size = LOOM_HOST_SIZE_V1;
-  h.abi_major = LOOM_ABI_MAJOR;
-  h.abi_minor = LOOM_ABI_MINOR;
-  h.ctx = &impl_->contexts.back();
-  h.error_new = error_new;
-  h.error_code = error_code;
-  h.error_message = error_message;
-  h.error_free = error_free;
-  h.log = log;
-  h.config_get_bool = config_get_bool;
-  h.config_get_int = config_get_int;
-  h.config_get_float = config_get_float;
-  h.config_get_string = config_get_string;
+  loom_host h = common_table(&impl_->contexts.back(), log);
   h.get_backend = [](loom_host_context* c, loom_backend_ref* out) {
     return host_call([&] { *out = c->session->backend(); });
   };

@@ -21,6 +21,10 @@ const char* error_message(const loom_error* e) noexcept;
 void error_free(loom_error* e) noexcept;
 // A plugin's log line, prefixed with its kind/name (`who`).
 void log_as(const char* who, loom_log_level level, const char* message) noexcept;
+// A table with the version, `ctx`, the error slots, `log` and the config getters set; the
+// caller fills the plugin-lookup slots and rng_seed.
+loom_host common_table(loom_host_context* ctx,
+                       void (*log)(loom_host_context*, loom_log_level, const char*) noexcept);
 }  // namespace host_abi
 
 // A 64-bit seed for a named stream of the run, derived from train.seed.

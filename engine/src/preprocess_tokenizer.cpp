@@ -170,19 +170,7 @@ TokenizerFactory::TokenizerFactory(Registry& registry, const TokenizerFlags& fla
 
   host_->ctx.who = who_;
   loom_host& h = host_->host;
-  h.struct_size = LOOM_HOST_SIZE_V1;
-  h.abi_major = LOOM_ABI_MAJOR;
-  h.abi_minor = LOOM_ABI_MINOR;
-  h.ctx = reinterpret_cast<loom_host_context*>(&host_->ctx);
-  h.error_new = error_new;
-  h.error_code = error_code;
-  h.error_message = error_message;
-  h.error_free = error_free;
-  h.log = log;
-  h.config_get_bool = config_get_bool;
-  h.config_get_int = config_get_int;
-  h.config_get_float = config_get_float;
-  h.config_get_string = config_get_string;
+  h = common_table(reinterpret_cast<loom_host_context*>(&host_->ctx), log);
   h.get_backend = none<loom_backend_ref>;
   h.get_attention = none<loom_attention_ref>;
   h.get_tokenizer = none<loom_tokenizer_ref>;
