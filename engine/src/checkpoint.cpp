@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -51,43 +52,54 @@ std::string read_text(const fs::path& p) {
 
 }  // namespace
 
-void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt) {
+void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Collective& coll) {
   std::error_code ec;
-  fs::create_directories(save_dir, ec);
-  if (ec) throw RunError("cannot create " + save_dir.string() + ": " + ec.message());
   std::string name = iter_name(ckpt.iteration);
-  fs::path tmp = save_dir / (".tmp-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
+  // One name every rank agrees on (a pid would differ between ranks).
+  fs::path tmp = save_dir / (".tmp-" + name);
+  if (coll.leader) {
+    fs::create_directories(save_dir, ec);
+    if (ec) throw RunError("cannot create " + save_dir.string() + ": " + ec.message());
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp);
+    write_text(tmp / "recipe.toml", ckpt.recipe_toml);
+  }
+  coll.barrier();
+  if (!ckpt.model_file.empty())
+    write_safetensors(tmp / ckpt.model_file, ckpt.model, ckpt.model_meta);
+  if (!ckpt.optimizer_file.empty())
+    write_safetensors(tmp / ckpt.optimizer_file, ckpt.optimizer, ckpt.optimizer_meta);
+  coll.barrier();
+  if (coll.leader) {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& entry : fs::directory_iterator(tmp)) {
+      const std::string f = entry.path().filename().string();
+      files[f] = {{"sha256", sha256_of_file(entry.path())}, {"bytes", fs::file_size(entry.path())}};
+    }
+    nlohmann::json manifest = {{"format", "loom-checkpoint"},
+                               {"version", 1},
+                               {"iteration", ckpt.iteration},
+                               {"consumed_samples", ckpt.consumed_samples},
+                               {"seed", ckpt.seed},
+                               {"parallel", ckpt.parallel},
+                               {"files", files}};
+    write_text(tmp / "manifest.json", manifest.dump(2) + "\n");
+    fsync_path(tmp);
 
-  write_safetensors(tmp / "model.safetensors", ckpt.model);
-  write_safetensors(tmp / "optimizer.safetensors", ckpt.optimizer);
-  write_text(tmp / "recipe.toml", ckpt.recipe_toml);
-  nlohmann::json files = nlohmann::json::object();
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "recipe.toml"})
-    files[f] = {{"sha256", sha256_of_file(tmp / f)}, {"bytes", fs::file_size(tmp / f)}};
-  nlohmann::json manifest = {{"format", "loom-checkpoint"},
-                             {"version", 1},
-                             {"iteration", ckpt.iteration},
-                             {"consumed_samples", ckpt.consumed_samples},
-                             {"seed", ckpt.seed},
-                             {"parallel", {{"tensor", 1}, {"pipeline", 1}, {"data", 1}}},
-                             {"files", files}};
-  write_text(tmp / "manifest.json", manifest.dump(2) + "\n");
-  fsync_path(tmp);
-
-  // Put the new folder in place. An older folder of the same iteration is moved aside
-  // first and removed only after the rename succeeded.
-  fs::path final_dir = save_dir / name;
-  fs::path old = save_dir / (".old-" + name + "-" + std::to_string(::getpid()));
-  bool had_old = fs::exists(final_dir);
-  if (had_old) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  fsync_path(save_dir);
-  write_text(save_dir / (std::string(kTracker) + ".tmp"), std::to_string(ckpt.iteration) + "\n");
-  fs::rename(save_dir / (std::string(kTracker) + ".tmp"), save_dir / kTracker);
-  fsync_path(save_dir);
-  if (had_old) fs::remove_all(old, ec);
+    // Put the new folder in place. An older folder of the same iteration is moved aside
+    // first and removed only after the rename succeeded.
+    fs::path final_dir = save_dir / name;
+    fs::path old = save_dir / (".old-" + name + "-" + std::to_string(::getpid()));
+    bool had_old = fs::exists(final_dir);
+    if (had_old) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fsync_path(save_dir);
+    write_text(save_dir / (std::string(kTracker) + ".tmp"), std::to_string(ckpt.iteration) + "\n");
+    fs::rename(save_dir / (std::string(kTracker) + ".tmp"), save_dir / kTracker);
+    fsync_path(save_dir);
+    if (had_old) fs::remove_all(old, ec);
+  }
+  coll.barrier();
 }
 
 fs::path resolve_checkpoint(const fs::path& dir) {
@@ -104,7 +116,10 @@ fs::path resolve_checkpoint(const fs::path& dir) {
   return dir / iter_name(it);
 }
 
-Checkpoint load_checkpoint(const fs::path& dir) {
+namespace {
+
+// The verified folder of the checkpoint in `dir` and its manifest.
+std::pair<fs::path, nlohmann::json> verified(const fs::path& dir) {
   fs::path path = resolve_checkpoint(dir);
   if (path.empty()) throw RunError("no checkpoint in " + dir.string());
   if (!fs::exists(path / "manifest.json"))
@@ -128,14 +143,91 @@ Checkpoint load_checkpoint(const fs::path& dir) {
     if (sha256_of_file(p) != info.at("sha256").get<std::string>())
       throw RunError(p.string() + ": sha256 does not match the manifest (corrupt)");
   }
+  return {path, m};
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
+                           const std::string& optimizer_file) {
+  auto [path, m] = verified(dir);
   Checkpoint c;
   c.iteration = m.at("iteration").get<int64_t>();
   c.consumed_samples = m.at("consumed_samples").get<int64_t>();
   c.seed = m.at("seed").get<uint64_t>();
   c.recipe_toml = read_text(path / "recipe.toml");
-  c.model = read_safetensors(path / "model.safetensors");
-  c.optimizer = read_safetensors(path / "optimizer.safetensors");
+  c.model_file = model_file;
+  c.optimizer_file = optimizer_file;
+  for (auto [file, tensors, meta] : {std::tuple{model_file, &c.model, &c.model_meta},
+                                     std::tuple{optimizer_file, &c.optimizer, &c.optimizer_meta}}) {
+    if (file.empty()) continue;
+    if (!m.at("files").contains(file))
+      throw RunError(path.string() + ": no " + file +
+                     " (saved with another parallel layout? the manifest says " +
+                     m.value("parallel", nlohmann::json::object()).dump() + ")");
+    *tensors = read_safetensors(path / file, meta);
+  }
   return c;
+}
+
+}  // namespace loom::engine
+
+namespace loom::engine {
+
+// Metadata "loom.shards" of a rank's model file: {name: {"shape": full shape, "split_dim": d,
+// "blocks": [full extents along d], "tp_rank": r, "tp_size": n}}; a tensor without an entry
+// (or with split_dim -1) is whole.
+StFile merge_model(const fs::path& dir) {
+  auto [path, m] = verified(dir);
+  StFile out;
+  for (auto& [f, info] : m.at("files").items()) {
+    (void)info;
+    if (f.rfind("model", 0) != 0 || fs::path(f).extension() != ".safetensors") continue;
+    std::map<std::string, std::string> meta;
+    StFile part = read_safetensors(path / f, &meta);
+    nlohmann::json shards = nlohmann::json::object();
+    if (auto it = meta.find("loom.shards"); it != meta.end())
+      shards = nlohmann::json::parse(it->second);
+    for (auto& [name, t] : part) {
+      const nlohmann::json* s = shards.contains(name) ? &shards.at(name) : nullptr;
+      const int d = s ? s->at("split_dim").get<int>() : -1;
+      if (d < 0) {
+        if (!out.count(name)) out[name] = std::move(t);
+        continue;
+      }
+      const int tp = s->at("tp_size").get<int>(), r = s->at("tp_rank").get<int>();
+      std::vector<int64_t> full = s->at("shape").get<std::vector<int64_t>>();
+      std::vector<int64_t> blocks = s->value("blocks", std::vector<int64_t>{full[d]});
+      const size_t es = dtype_size(t.dtype);
+      StTensor& dst = out[name];
+      if (dst.data.empty()) {
+        dst.dtype = t.dtype;
+        dst.shape = full;
+        int64_t n = 1;
+        for (int64_t v : full) n *= v;
+        dst.data.assign((size_t)n * es, 0);
+      }
+      int64_t outer = 1, inner = 1;
+      for (int i = 0; i < d; ++i) outer *= full[i];
+      for (size_t i = d + 1; i < full.size(); ++i) inner *= full[i];
+      const int64_t local_d = full[d] / tp;
+      if (t.shape.size() != full.size() || t.shape[d] != local_d)
+        throw RunError((path / f).string() + ": tensor " + name +
+                       " does not have the shard shape its metadata describes");
+      // local row i of block k sits at global row (start of block k) + r * (block / tp) + i
+      int64_t lrow = 0, gstart = 0;
+      for (int64_t b : blocks) {
+        const int64_t lb = b / tp;
+        for (int64_t i = 0; i < lb; ++i, ++lrow)
+          for (int64_t o = 0; o < outer; ++o)
+            std::memcpy(dst.data.data() + ((o * full[d] + gstart + r * lb + i) * inner) * es,
+                        t.data.data() + ((o * local_d + lrow) * inner) * es, (size_t)inner * es);
+        gstart += b;
+      }
+    }
+  }
+  if (out.empty()) throw RunError(path.string() + ": no model tensors");
+  return out;
 }
 
 }  // namespace loom::engine

@@ -12,25 +12,51 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "safetensors.hpp"
 
 namespace loom::engine {
 
+// One rank's part of a checkpoint. A single-rank run writes model.safetensors and
+// optimizer.safetensors; with model parallelism or a sharded optimizer every rank writes its
+// own files (model-tpT-ppP.safetensors, optimizer-tpT-ppP[-dpD].safetensors) whose
+// metadata says where each tensor sits in the full one (see train.cpp), and the manifest
+// lists every rank's files. An empty file name: this rank writes no such file (a replica).
 struct Checkpoint {
   int64_t iteration = 0;         // iterations completed
   int64_t consumed_samples = 0;  // training samples consumed (the data loader's position)
   uint64_t seed = 0;
   std::string recipe_toml;
+  std::string model_file = "model.safetensors", optimizer_file = "optimizer.safetensors";
   StFile model, optimizer;
+  std::map<std::string, std::string> model_meta, optimizer_meta;
+  std::map<std::string, int64_t> parallel = {{"tensor", 1}, {"pipeline", 1}, {"data", 1}};
 };
 
-void save_checkpoint(const std::filesystem::path& save_dir, const Checkpoint& ckpt);
+// How the ranks of a run save one checkpoint together: every rank writes its files into
+// one temporary folder, then the leader writes the manifest and renames the folder into
+// place. `barrier` synchronises every rank of the world.
+struct Collective {
+  bool leader = true;
+  std::function<void()> barrier = [] {};
+};
+
+void save_checkpoint(const std::filesystem::path& save_dir, const Checkpoint& ckpt,
+                     const Collective& collective = {});
 
 // `dir` is a checkpoint folder (with manifest.json) or a save folder with the tracker file.
-// Verifies sizes and sha256s; throws RunError on anything missing, truncated or corrupt.
-Checkpoint load_checkpoint(const std::filesystem::path& dir);
+// Verifies every file's size and sha256 first, then reads the named model and optimizer
+// files ("" = none); throws RunError on anything missing, truncated or corrupt.
+Checkpoint load_checkpoint(const std::filesystem::path& dir,
+                           const std::string& model_file = "model.safetensors",
+                           const std::string& optimizer_file = "optimizer.safetensors");
+
+// Every model tensor of a checkpoint as a full tensor: the shards of each rank's model
+// file put in place by their metadata (a single-rank checkpoint is returned as it is).
+StFile merge_model(const std::filesystem::path& dir);
 
 // The folder load_checkpoint would read, or "" when `dir` holds no checkpoint.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir);

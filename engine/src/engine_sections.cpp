@@ -41,8 +41,10 @@ constexpr loom_param_spec kCheckpoint[] = {
 };
 
 constexpr loom_param_spec kPrecision[] = {
-    param("dtype", kString, "fp32", "compute dtype of activations (parameters stay fp32)", 1, 0,
-          "fp32|bf16|fp16"),
+    param("dtype", kString, "fp32",
+          "compute dtype of activations (parameters stay fp32); fp64 computes everything in "
+          "float64, for checking that parallel layouts agree to rounding",
+          1, 0, "fp32|bf16|fp16|fp64"),
 };
 
 constexpr loom_param_spec kLr[] = {
@@ -68,7 +70,9 @@ constexpr loom_param_spec kParallel[] = {
           "shard norm and dropout activations over the tensor-parallel group"),
     param("data", kString, "ddp",
           "parallel plugin for the data-parallel gradients: ddp, distributed-optimizer, ..."),
-    param("schedule", kString, "1f1b", "pipeline schedule", 1, 0, "1f1b|interleaved-1f1b|gpipe"),
+    param("schedule", kString, "1f1b",
+          "parallel plugin for the pipeline schedule: 1f1b, interleaved-1f1b (with "
+          "virtual_stages), gpipe, ..."),
 };
 
 template <size_t N>

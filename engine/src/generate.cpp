@@ -50,8 +50,16 @@ int32_t sample_token(std::vector<float>& logits, const GenerateOptions& o, std::
 void generate(const GenerateOptions& opts, Registry& registry) {
   fs::path dir = resolve_checkpoint(opts.checkpoint);
   if (dir.empty()) throw UsageError("no checkpoint in " + opts.checkpoint.string());
-  Checkpoint ck = load_checkpoint(dir);
-  Recipe recipe = Recipe::load(dir / "recipe.toml", opts.overrides);
+  // Generation runs on one rank: a checkpoint of any layout is merged into full tensors.
+  StFile weights = merge_model(dir);
+  std::vector<std::string> overrides = {"parallel.tensor=1",
+                                        "parallel.pipeline=1",
+                                        "parallel.virtual_stages=1",
+                                        "parallel.context=1",
+                                        "parallel.sequence_parallel=false",
+                                        "comm.plugin=single"};
+  overrides.insert(overrides.end(), opts.overrides.begin(), opts.overrides.end());
+  Recipe recipe = Recipe::load(dir / "recipe.toml", overrides);
   recipe.validate(registry);
   Session session(recipe, registry);
   loom_tokenizer_ref tok = session.tokenizer();
@@ -68,8 +76,13 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     if (eod < 0) throw UsageError("the prompt is empty and the tokenizer has no EOD token");
     prompt.push_back((int32_t)eod);  // start a fresh document
   }
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1, vocab,
-                               recipe.get_int("train", "seq_len"), 1, loom_f32()};
+  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1_1,
+                               vocab,
+                               recipe.get_int("train", "seq_len"),
+                               1,
+                               loom_f32(),
+                               0,
+                               1};
   auto [mapi, model] = session.model(margs);
   int64_t max_new = opts.max_new_tokens;
   const int64_t limit = mapi->max_context(model);
@@ -86,9 +99,16 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     loom_model_param p{};
     p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
     check(mapi->get_param(model, i, &p), "listing parameters");
-    auto it = ck.model.find(p.name);
-    if (it == ck.model.end()) throw RunError(dir.string() + ": no tensor " + p.name);
-    check(be.api->from_host(be.self, p.value, it->second.data.data(), it->second.data.size()),
+    auto it = weights.find(p.name);
+    if (it == weights.end()) throw RunError(dir.string() + ": no tensor " + p.name);
+    // A checkpoint trained with tensor parallelism pads the vocabulary further (to a
+    // multiple of pad x tensor): its embedding may have more (never used) rows.
+    const size_t bytes = (size_t)loom_tensor_numel(p.value) * loom_dtype_bytes(p.value->dtype);
+    if (it->second.data.size() < bytes ||
+        (it->second.data.size() != bytes && (p.value->ndim != 2 || it->second.shape.size() != 2 ||
+                                             it->second.shape[1] != p.value->shape[1])))
+      throw RunError(dir.string() + ": tensor " + p.name + " has another shape than the model's");
+    check(be.api->from_host(be.self, p.value, it->second.data.data(), bytes),
           "loading " + std::string(p.name));
   }
   check(mapi->kv_reset(model, 1, max_len), "allocating the KV cache");

@@ -12,6 +12,8 @@
 #include <map>
 
 #include "errors.hpp"
+#include "loom/cpp/layout.hpp"
+#include "parallel_layout.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
 
@@ -52,7 +54,7 @@ void log_as(const char* who, loom_log_level level, const char* message) noexcept
 loom_host common_table(loom_host_context* ctx,
                        void (*log)(loom_host_context*, loom_log_level, const char*) noexcept) {
   loom_host h{};
-  h.struct_size = LOOM_HOST_SIZE_V1;
+  h.struct_size = LOOM_HOST_SIZE_V1;  // the lookup slots of v1.1 are the caller's
   h.abi_major = LOOM_ABI_MAJOR;
   h.abi_minor = LOOM_ABI_MINOR;
   h.ctx = ctx;
@@ -111,6 +113,10 @@ struct Session::Impl {
   std::pair<const loom_model_api*, loom_model*> model{nullptr, nullptr};
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_parallel_api*, loom_parallel*> parallel{nullptr, nullptr};
+  std::pair<const loom_parallel_api*, loom_parallel*> schedule{nullptr, nullptr};
+  bool has_layout = false;
+  loom_parallel_layout layout{};
+  std::map<int, loom_comm_group*> groups;
 
   Impl(Recipe& r, Registry& g) : recipe(r), registry(g) {}
 };
@@ -155,8 +161,52 @@ const loom_host* Session::host_for(const std::string& who) {
   h.rng_seed = [](loom_host_context* c, const char* stream) noexcept -> uint64_t {
     return stream_seed((uint64_t)c->session->impl_->recipe.get_int("train", "seed"), stream);
   };
+  h.struct_size = LOOM_HOST_SIZE_V1_1;
+  h.get_layout = [](loom_host_context* c, loom_parallel_layout* out) {
+    return host_call([&] {
+      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V1_1)
+        throw RunError("get_layout: out->struct_size is smaller than ABI 1.1's");
+      const size_t size = out->struct_size;
+      *out = c->session->layout();
+      out->struct_size = size;
+    });
+  };
+  h.get_group = [](loom_host_context* c, loom_group_kind kind, loom_comm_group** out) {
+    return host_call([&] { *out = c->session->group(kind); });
+  };
   impl_->hosts.push_back(h);
   return &impl_->hosts.back();
+}
+
+const loom_parallel_layout& Session::layout() {
+  if (impl_->has_layout) return impl_->layout;
+  loom_comm_ref c = comm();
+  const int world = c.api->world_size(c.self), rank = c.api->world_rank(c.self);
+  layout::Degrees d = layout_degrees(impl_->recipe);
+  check_layout(impl_->recipe, world);
+  impl_->layout = layout::coordinates(d, world, rank);
+  for (loom_group_kind k : layout::kAllGroups) {
+    loom_comm_group* g = nullptr;
+    if (k != LOOM_GROUP_WORLD) {
+      std::vector<int> colors = layout::colors(d, world, k);
+      check(c.api->group_create(c.self, colors.data(), &g),
+            std::string("creating the ") + layout::group_name(k) + " group");
+      auto api = c.api;
+      auto self = c.self;
+      impl_->destroyers.push_back([api, self, g] { api->group_destroy(self, g); });
+    }
+    impl_->groups[k] = g;  // the world is the NULL group
+  }
+  impl_->has_layout = true;
+  return impl_->layout;
+}
+
+loom_comm_group* Session::group(loom_group_kind kind) {
+  layout();
+  auto it = impl_->groups.find((int)kind);
+  if (it == impl_->groups.end())
+    throw RunError("get_group: unknown group kind " + std::to_string((int)kind));
+  return it->second;
 }
 
 // Creates (once) the instance of the plugin the recipe selects for `section`, after
@@ -250,6 +300,11 @@ std::pair<const loom_model_api*, loom_model*> Session::model(const loom_model_cr
   return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1,
                      &args);
 }
+std::pair<const loom_model_api*, loom_model*> Session::model_chunk(
+    const loom_model_create_args& args) {
+  std::pair<const loom_model_api*, loom_model*> fresh{nullptr, nullptr};
+  return create_once(*this, *impl_, fresh, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1, &args);
+}
 std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
     const loom_opt_param* params, size_t n) {
   return create_once(*this, *impl_, impl_->optimizer, LOOM_KIND_OPTIMIZER, "optimizer",
@@ -274,6 +329,24 @@ std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* 
     impl_->destroyers.push_back([api, self] { api->destroy(self); });
   }
   return impl_->parallel;
+}
+
+std::pair<const loom_parallel_api*, loom_parallel*> Session::schedule() {
+  if (!impl_->schedule.second) {
+    std::string name = impl_->recipe.get_string("parallel", "schedule");
+    const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
+    auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
+    std::string who = "parallel/" + name;
+    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V1_1 || !api->run_pipeline)
+      throw UsageError("parallel.schedule = \"" + name + "\": plugin " + who +
+                       " is not a pipeline schedule (no run_pipeline in its ABI 1.1 table)");
+    loom_parallel* self = nullptr;
+    check(api->create(host_for(who), &impl_->recipe.section("parallel"), nullptr, 0, &self),
+          "creating " + who);
+    impl_->schedule = {api, self};
+    impl_->destroyers.push_back([api, self] { api->destroy(self); });
+  }
+  return impl_->schedule;
 }
 
 }  // namespace loom::engine

@@ -50,10 +50,18 @@ class Session {
   std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> datasets(
       const std::vector<std::string>& prefixes);
   std::pair<const loom_model_api*, loom_model*> model(const loom_model_create_args& args);
+  // A further instance of the model plugin (pipeline chunks: one per virtual stage).
+  std::pair<const loom_model_api*, loom_model*> model_chunk(const loom_model_create_args& args);
+  // The recipe's parallel layout over the comm's world, and this rank's groups, made on
+  // first use (COLLECTIVE over the world: every rank calls it at the same point).
+  const loom_parallel_layout& layout();
+  loom_comm_group* group(loom_group_kind kind);
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer(const loom_opt_param* params,
                                                                   size_t n);
   // The data-parallel strategy named by parallel.data, over the model's gradients.
   std::pair<const loom_parallel_api*, loom_parallel*> parallel(DLTensor* const* grads, size_t n);
+  // The pipeline schedule named by parallel.schedule.
+  std::pair<const loom_parallel_api*, loom_parallel*> schedule();
 
   struct Impl;  // defined in host.cpp
 

@@ -9,12 +9,14 @@
 #include <iostream>
 #include <sstream>
 
+#include "checkpoint_tools.hpp"
 #include "data_inspect.hpp"
 #include "data_samples.hpp"
 #include "errors.hpp"
 #include "generate.hpp"
 #include "log.hpp"
 #include "package.hpp"
+#include "parallel_layout.hpp"
 #include "preprocess.hpp"
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
@@ -39,6 +41,8 @@ const char* const kUsage =
     "  data samples RECIPE --split S --count N   the first samples of a split, in training order\n"
     "  data inspect PREFIX [--tokenizer NAME]    what a .bin/.idx indexed dataset holds\n"
     "  preprocess --input F --output-prefix P    JSON lines -> Megatron .bin/.idx (see --help)\n"
+    "  checkpoint merge DIR OUT.safetensors      a checkpoint of any layout as full tensors\n"
+    "  checkpoint diff DIR1 DIR2 [--rtol R]      compare two checkpoints' models (--norm)\n"
     "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
     "  install PKG.tar.gz [--dir DIR]            install a plugin package\n"
     "  version                                   Loom and plugin ABI versions\n"
@@ -114,7 +118,10 @@ int cmd_validate(const std::vector<std::string>& args) {
   Command c("validate", "RECIPE [--set section.key=value]... [--print]");
   c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
   c.options.add_options()("print",
-                          "print the resolved recipe (every key, defaults filled) as TOML");
+                          "print the resolved recipe (every key, defaults filled) as TOML")(
+      "world", po::value<int>(),
+      "ranks to lay out (default: the launcher's world size, else tensor x context x "
+      "pipeline)");
   add_set_option(c);
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
@@ -129,6 +136,13 @@ int cmd_validate(const std::vector<std::string>& args) {
     plugins += " " + kind_name(s.kind) + "/" + recipe.plugin(s.name);
     if (s.kind == LOOM_KIND_ATTENTION) plugins += " parallel/" + recipe.plugin("parallel");
   }
+  int world = c.vm.count("world") ? c.vm["world"].as<int>() : launcher_world_size();
+  if (world <= 0) {
+    loom::layout::Degrees d = layout_degrees(recipe);
+    world = d.tensor * d.context * d.pipeline;
+  }
+  check_layout(recipe, world);
+  std::cout << describe_layout(recipe, world);
   size_t n = recipe.num_sections_set();
   std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")
             << ", plugins:" << plugins << "\n";
@@ -368,6 +382,25 @@ int cmd_docs(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_checkpoint(const std::vector<std::string>& args) {
+  Command c("checkpoint", "merge DIR OUT.safetensors | diff DIR1 DIR2 [--rtol R]");
+  c.hidden.add_options()("what", po::value<std::string>(), "merge or diff")(
+      "a", po::value<std::string>(), "checkpoint")("b", po::value<std::string>(), "second path");
+  c.options.add_options()("rtol", po::value<double>()->default_value(1e-5),
+                          "diff: largest max|a-b| / max|a| accepted per tensor")(
+      "norm", "diff: compare ||a-b||_2 / ||a||_2 instead");
+  c.positional.add("what", 1).add("a", 1).add("b", 1);
+  if (!c.parse(args)) return 0;
+  std::string what = c.required<std::string>("what", "merge or diff");
+  fs::path a = c.required<std::string>("a", "DIR"), b = c.required<std::string>("b", "OUT");
+  if (what == "merge") {
+    checkpoint_merge(a, b);
+    return 0;
+  }
+  if (what == "diff") return checkpoint_diff(a, b, c.vm["rtol"].as<double>(), c.vm.count("norm"));
+  throw UsageError("loom checkpoint: '" + what + "' is neither merge nor diff");
+}
+
 int dispatch(const std::vector<std::string>& argv) {
   if (argv.empty()) {
     std::cerr << kUsage;
@@ -385,13 +418,14 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "plugins") return cmd_plugins(rest);
   if (cmd == "generate") return cmd_generate(rest);
   if (cmd == "pack") return cmd_pack(rest);
+  if (cmd == "checkpoint") return cmd_checkpoint(rest);
   if (cmd == "install") return cmd_install(rest);
   if (cmd == "version") return cmd_version(rest);
   if (cmd == "docs") return cmd_docs(rest);
   if (cmd == "data") return cmd_data(rest);
   if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
   std::string guess = nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install",
-                                    "version", "data", "preprocess"});
+                                    "version", "data", "preprocess", "checkpoint"});
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }

@@ -633,6 +633,7 @@ void Recipe::validate(Registry& registry) {
       const PluginInfo& info =
           select(es.name, kParallelSelector, LOOM_KIND_PARALLEL, sel ? sel->default_value : "ddp");
       schema.owner = "[parallel] and parallel/" + info.name;
+      select(es.name, "schedule", LOOM_KIND_PARALLEL, "1f1b");  // a schedule plugin exists
       for (size_t i = 0; i < info.desc->num_params; ++i)
         if (!schema.find(info.desc->params[i].name)) schema.params.push_back(&info.desc->params[i]);
     }

@@ -1,6 +1,6 @@
-// The training loop: micro-batches with gradient accumulation, data-parallel gradient
-// reduction, clipping by global norm, the optimizer step, LR schedule, logging, metrics,
-// evaluation and checkpoints.
+// The training loop: micro-batches through the pipeline schedule (gradient accumulation),
+// the model's own gradient completion, data-parallel gradient reduction, clipping by global
+// norm, the optimizer step, LR schedule, logging, metrics, evaluation and checkpoints.
 #include "train.hpp"
 
 #include <spdlog/spdlog.h>
@@ -14,6 +14,7 @@
 #include "checkpoint.hpp"
 #include "errors.hpp"
 #include "host.hpp"
+#include "parallel_layout.hpp"
 #include "sampler.hpp"
 #include "schedule.hpp"
 
@@ -57,9 +58,10 @@ struct Batch {
   std::vector<int32_t> tokens, targets;
 };
 
-// Sums `n` host doubles over every rank of the world (a no-op on one rank).
-void sum_over_world(const loom_comm_ref& comm, double* values, int64_t n) {
+// Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank).
+void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n) {
   if (comm.api->world_size(comm.self) == 1) return;
+  if (group && comm.api->group_size(comm.self, group) == 1) return;
   int64_t shape[1] = {n};
   DLTensor t{};
   t.data = values;
@@ -67,7 +69,7 @@ void sum_over_world(const loom_comm_ref& comm, double* values, int64_t n) {
   t.ndim = 1;
   t.dtype = loom_f64();
   t.shape = shape;
-  check(comm.api->all_reduce(comm.self, nullptr, &t, LOOM_REDUCE_SUM), "summing over ranks");
+  check(comm.api->all_reduce(comm.self, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
 }
 
 std::string human_bytes(double b) {
@@ -79,20 +81,69 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+// Where a rank's parameter sits in the full tensor, for the checkpoint metadata that lets
+// `merge_model` (and later a resharding load) put shards together.
+nlohmann::json shard_entry(const loom_model_param& p, const loom_parallel_layout& l) {
+  std::vector<int64_t> shape(p.value->shape, p.value->shape + p.value->ndim);
+  const int d = p.tp_split_dim;
+  nlohmann::json e = {
+      {"split_dim", l.tensor > 1 ? d : -1}, {"tp_rank", l.tensor_rank}, {"tp_size", l.tensor}};
+  if (l.tensor > 1 && d >= 0) {
+    shape[d] *= l.tensor;
+    std::vector<int64_t> blocks;
+    if (p.tp_num_blocks > 1)
+      blocks.assign(p.tp_block_sizes, p.tp_block_sizes + p.tp_num_blocks);
+    else
+      blocks = {shape[d]};
+    e["blocks"] = blocks;
+  }
+  e["shape"] = shape;
+  return e;
+}
+
+// State the pipeline schedule's get_microbatch callback reads.
+struct Feed {
+  Sampler* sampler = nullptr;
+  int64_t first = 0;  // sample index of micro-batch 0 of data-parallel rank 0
+  int64_t mbs = 0, seq_len = 0, dp = 1, dp_rank = 0;
+  double loss_scale = 0;
+  std::vector<int32_t> tokens, targets;
+
+  static loom_error* get(void* user, int64_t i, loom_microbatch* out) {
+    auto* f = static_cast<Feed*>(user);
+    try {
+      // Data-parallel rank r takes samples r*mbs .. of each block of dp*mbs.
+      const int64_t base = f->first + (i * f->dp + f->dp_rank) * f->mbs;
+      for (int64_t b = 0; b < f->mbs; ++b)
+        f->sampler->sample(base + b, f->tokens.data() + b * f->seq_len,
+                           f->targets.data() + b * f->seq_len);
+    } catch (const std::exception& e) {
+      return host_abi::error_new(LOOM_ERR_IO, e.what());
+    }
+    *out = loom_microbatch{LOOM_MICROBATCH_SIZE_V1,
+                           f->tokens.data(),
+                           f->targets.data(),
+                           f->mbs,
+                           f->seq_len,
+                           f->loss_scale};
+    return nullptr;
+  }
+};
+
 }  // namespace
 
 void run_training(Recipe& recipe, Registry& registry) {
-  for (const char* key : {"tensor", "pipeline", "context", "expert", "virtual_stages"}) {
+  for (const char* key : {"context", "expert"}) {
     int64_t v = recipe.get_int("parallel", key);
     if (v != 1)
       throw UsageError("parallel." + std::string(key) + " = " + std::to_string(v) +
-                       ": this build trains at world size 1 (comm/single); model-parallel "
-                       "degrees other than 1 are not available yet");
+                       ": context and expert parallelism are not available yet; use 1");
   }
   std::string dtype = recipe.get_string("precision", "dtype");
-  if (dtype != "fp32")
+  if (dtype != "fp32" && dtype != "fp64")
     throw UsageError("precision.dtype = \"" + dtype +
                      "\": mixed precision is not available yet; use \"fp32\"");
+  const DLDataType compute = dtype == "fp64" ? loom_f64() : loom_f32();
 
   const uint64_t seed = (uint64_t)recipe.get_int("train", "seed");
   const int64_t iters = recipe.get_int("train", "iters");
@@ -106,13 +157,16 @@ void run_training(Recipe& recipe, Registry& registry) {
   Session session(recipe, registry);
   loom_comm_ref comm = session.comm();
   const int world = comm.api->world_size(comm.self);
+  const int rank = comm.api->world_rank(comm.self);
+  const loom_parallel_layout L = session.layout();  // checks the layout, makes the groups
+  const int64_t dp = L.data;
   int64_t gbs = recipe.get_int("train", "global_batch_size");
-  if (gbs == 0) gbs = mbs * world;
-  if (gbs % (mbs * world) != 0)
-    throw UsageError("train.global_batch_size = " + std::to_string(gbs) +
-                     " is not a multiple of micro_batch_size (" + std::to_string(mbs) +
-                     ") x data-parallel size (" + std::to_string(world) + ")");
-  const int64_t num_micro = gbs / (mbs * world);
+  if (gbs == 0) gbs = mbs * dp;
+  const int64_t num_micro = microbatches_per_step(recipe, (int)dp);
+  if (rank == 0) {
+    std::string text = describe_layout(recipe, world);
+    if (world > 1) spdlog::info("{}", text.substr(0, text.find('\n')));
+  }
 
   loom_backend_ref be = session.backend();
   loom_tokenizer_ref tok = session.tokenizer();
@@ -129,40 +183,118 @@ void run_training(Recipe& recipe, Registry& registry) {
   Sampler& train = *samplers[kTrain];
   Sampler* valid = samplers[kValid].get();
 
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1, vocab, seq_len, mbs, loom_f32()};
-  auto [mapi, model] = session.model(margs);
-  const size_t nparams = mapi->num_params(model);
-  std::vector<loom_model_param> params(nparams);
-  std::vector<loom_opt_param> opt_params(nparams);
-  std::vector<DLTensor*> grads(nparams);
-  int64_t total_params = 0;
-  for (size_t i = 0; i < nparams; ++i) {
-    params[i].struct_size = LOOM_MODEL_PARAM_SIZE_V1;
-    check(mapi->get_param(model, i, &params[i]), "listing model parameters");
-    opt_params[i] = {LOOM_OPT_PARAM_SIZE_V1, params[i].name, params[i].value, params[i].grad,
-                     params[i].weight_decay};
-    grads[i] = params[i].grad;
-    total_params += loom_tensor_numel(params[i].value);
+  // The model: one chunk per virtual stage of this pipeline rank.
+  const int stages = L.pipeline * L.virtual_stages;
+  const loom_model_api* mapi = nullptr;
+  std::vector<loom_model*> chunks;
+  for (int v = 0; v < L.virtual_stages; ++v) {
+    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1_1, vocab, seq_len, mbs, compute,
+                                 v * L.pipeline + L.pipeline_rank, stages};
+    auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
+    mapi = api;
+    chunks.push_back(m);
   }
-  check(mapi->init_params(model, stream_seed(seed, "init")), "initialising parameters");
-  auto [oapi, opt] = session.optimizer(opt_params.data(), nparams);
-  auto [papi, par] = session.parallel(grads.data(), grads.size());
-  spdlog::info("model: {} parameters in {} tensors; {} micro-batches of {} x {} per step",
-               total_params, nparams, num_micro, mbs, seq_len);
+  const bool staged = mapi->struct_size >= LOOM_MODEL_API_SIZE_V1_1 && mapi->stage_forward;
+  if (!staged && (stages > 1 || L.tensor > 1))
+    throw UsageError("model/" + recipe.plugin("model") +
+                     " has no pipeline-stage API (ABI 1.1); it trains at tensor = pipeline = 1");
 
-  // Resume.
+  std::vector<loom_model_param> params;
+  for (loom_model* m : chunks)
+    for (size_t i = 0; i < mapi->num_params(m); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      check(mapi->get_param(m, i, &p), "listing model parameters");
+      if (p.struct_size < LOOM_MODEL_PARAM_SIZE_V1_1) p.tp_num_blocks = 0, p.pipeline_duplicate = 0;
+      params.push_back(p);
+    }
+  const size_t nparams = params.size();
+  std::vector<DLTensor*> grads(nparams), values(nparams);
+  int64_t local_params = 0;
+  for (size_t i = 0; i < nparams; ++i) {
+    grads[i] = params[i].grad;
+    values[i] = params[i].value;
+    local_params += loom_tensor_numel(params[i].value);
+  }
+  for (loom_model* m : chunks)
+    check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
+  auto [papi, par] = session.parallel(grads.data(), grads.size());
+  const bool v11 = papi->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1;
+
+  // The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1).
+  std::vector<loom_opt_param> opt_params;
+  std::vector<const DLTensor*> norm_grads;  // gradients of the norm, each counted once
+  const bool sharded = v11 && papi->shard_params;
+  std::vector<loom_param_shard> shards(nparams);
+  if (sharded) {
+    for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
+    check(papi->shard_params(par, values.data(), shards.data()), "sharding the optimizer");
+  }
+  for (size_t i = 0; i < nparams; ++i) {
+    DLTensor* value = sharded ? shards[i].param : params[i].value;
+    DLTensor* grad = sharded ? shards[i].grad : params[i].grad;
+    if (loom_tensor_numel(value) == 0) continue;
+    opt_params.push_back(
+        {LOOM_OPT_PARAM_SIZE_V1, params[i].name, value, grad, params[i].weight_decay});
+    // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
+    // duplicate (the tied embedding on the last stage) is its first stage's tensor.
+    if ((params[i].tp_split_dim >= 0 || L.tensor_rank == 0) && !params[i].pipeline_duplicate)
+      norm_grads.push_back(grad);
+  }
+  auto [oapi, opt] = session.optimizer(opt_params.data(), opt_params.size());
+  std::pair<const loom_parallel_api*, loom_parallel*> sched{nullptr, nullptr};
+  if (staged) sched = session.schedule();
+  // The squared gradient norm is summed over the model-parallel ranks, and over the
+  // data-parallel ranks too when each holds a different shard.
+  loom_comm_group* norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
+  loom_comm_group* data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
+  {
+    double counts[1] = {(double)local_params};
+    sum_over(comm, session.group(LOOM_GROUP_MODEL), counts, 1);
+    spdlog::info(
+        "model: {} parameters on this rank ({} tensors, {} in the model-parallel "
+        "group); {} micro-batches of {} x {} per step",
+        local_params, nparams, (int64_t)counts[0], num_micro, mbs, seq_len);
+  }
+
+  // Resume. Each rank reads its own files.
+  const bool model_parallel = L.tensor * L.pipeline > 1;
+  auto rank_tag = [&] {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "-tp%02d-pp%03d", L.tensor_rank, L.pipeline_rank);
+    return std::string(buf);
+  };
+  const std::string model_file =
+      model_parallel ? "model" + rank_tag() + ".safetensors" : "model.safetensors";
+  std::string opt_file = model_parallel ? "optimizer" + rank_tag() : "optimizer";
+  if (sharded && dp > 1) opt_file += "-dp" + std::to_string(L.data_rank);
+  opt_file += ".safetensors";
+  // Replicas of a data-parallel group write nothing their group's rank 0 writes.
+  const bool writes_model = L.data_rank == 0 && L.context_rank == 0;
+  const bool writes_opt = writes_model || sharded;
+
   int64_t start_iter = 0, consumed = 0;
   std::string load_dir = recipe.get_string("checkpoint", "load");
   if (!load_dir.empty() && !resolve_checkpoint(load_dir).empty()) {
-    Checkpoint ck = load_checkpoint(load_dir);
+    Checkpoint ck = load_checkpoint(load_dir, model_file, opt_file);
     std::string where = resolve_checkpoint(load_dir).string();
-    for (auto& p : params) upload(be, ck.model, p.name, p.value, where);
+    for (auto& p : params)
+      if (!p.pipeline_duplicate) upload(be, ck.model, p.name, p.value, where);
     for (size_t i = 0; i < oapi->num_state(opt); ++i) {
       const char* name = nullptr;
       DLTensor* t = nullptr;
       check(oapi->get_state(opt, i, &name, &t), "listing optimizer state");
       upload(be, ck.optimizer, name, t, where);
     }
+    // The tied embedding's copy on the last stage follows its first-stage tensor.
+    if (L.pipeline > 1)
+      for (auto& p : params)
+        if (std::string(p.name) == "wte") {
+          DLTensor t = *p.value;
+          loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
+          if (comm.api->group_size(comm.self, g) > 1)
+            check(comm.api->broadcast(comm.self, g, &t, 0), "syncing the tied embedding");
+        }
     start_iter = ck.iteration;
     consumed = ck.consumed_samples;
     spdlog::info("resumed from {} at iteration {} ({} samples consumed)", where, start_iter,
@@ -181,8 +313,9 @@ void run_training(Recipe& recipe, Registry& registry) {
   if (lr.decay_iters == 0) lr.decay_iters = iters;
   lr.wsd_decay_fraction = recipe.get_float("lr", "wsd_decay_fraction");
 
-  // Data-parallel replicas hold the same model: rank 0 alone writes metrics and checkpoints.
-  const bool writer = comm.api->world_rank(comm.self) == 0;
+  // World rank 0 (first stage, first replica) writes the metrics; losses reach it through
+  // the schedule's sum over the pipeline group and the sum over the data-parallel group.
+  const bool writer = rank == 0;
   std::ofstream metrics;
   std::string metrics_path = recipe.get_string("train", "metrics");
   if (!metrics_path.empty() && writer) {
@@ -200,84 +333,127 @@ void run_training(Recipe& recipe, Registry& registry) {
     ck.consumed_samples = consumed;
     ck.seed = seed;
     ck.recipe_toml = recipe.to_toml();
-    for (auto& p : params) ck.model[p.name] = download(be, p.value);
+    ck.parallel = {{"tensor", L.tensor},
+                   {"pipeline", L.pipeline},
+                   {"virtual_stages", L.virtual_stages},
+                   {"data", L.data},
+                   {"sharded_optimizer", sharded ? 1 : 0}};
+    ck.model_file = writes_model ? model_file : "";
+    ck.optimizer_file = writes_opt ? opt_file : "";
+    nlohmann::json entries = nlohmann::json::object();
+    for (auto& p : params) {
+      if (p.pipeline_duplicate) continue;
+      ck.model[p.name] = download(be, p.value);
+      entries[p.name] = shard_entry(p, L);
+    }
+    ck.model_meta["loom.shards"] = entries.dump();
+    nlohmann::json opt_entries = nlohmann::json::object();
     for (size_t i = 0; i < oapi->num_state(opt); ++i) {
       const char* name = nullptr;
       DLTensor* t = nullptr;
       check(oapi->get_state(opt, i, &name, &t), "listing optimizer state");
       ck.optimizer[name] = download(be, t);
     }
-    save_checkpoint(save_dir, ck);
+    if (sharded) {  // flat offsets of each parameter's shard, for resharding
+      for (size_t i = 0; i < nparams; ++i)
+        if (loom_tensor_numel(shards[i].param) > 0)
+          opt_entries[params[i].name] = {{"flat_offset", shards[i].offset},
+                                         {"numel", loom_tensor_numel(shards[i].param)},
+                                         {"param", shard_entry(params[i], L)}};
+      ck.optimizer_meta["loom.shards"] = opt_entries.dump();
+    }
+    Collective coll;
+    coll.leader = rank == 0;
+    coll.barrier = [&] {
+      if (world > 1) check(comm.api->barrier(comm.self, nullptr), "checkpoint barrier");
+    };
+    save_checkpoint(save_dir, ck, coll);
     spdlog::info("saved checkpoint {}/iter_{:07d}", save_dir, iteration);
   };
 
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
   check(be.api->get_info(be.self, &info), "backend info");
-  const double flops_per_token = mapi->flops_per_token(model);
-  const int rank = comm.api->world_rank(comm.self);
-  Batch batch{std::vector<int32_t>((size_t)(mbs * seq_len)),
-              std::vector<int32_t>((size_t)(mbs * seq_len))};
+  const double flops_per_token = mapi->flops_per_token(chunks[0]);
+  Feed feed;
+  feed.mbs = mbs;
+  feed.seq_len = seq_len;
+  feed.dp = dp;
+  feed.dp_rank = L.data_rank;
+  feed.tokens.resize((size_t)(mbs * seq_len));
+  feed.targets.resize((size_t)(mbs * seq_len));
 
-  auto fill = [&](Sampler& s, int64_t first) {
-    for (int64_t b = 0; b < mbs; ++b)
-      s.sample(first + b, batch.tokens.data() + b * seq_len, batch.targets.data() + b * seq_len);
-  };
-  auto evaluate = [&](int64_t k) {
+  // Runs `micro` micro-batches from feed.first through the schedule (or, for a model
+  // without the stage API, one forward(_backward) each); returns {loss sum, tokens} over
+  // the pipeline.
+  auto run_micro = [&](int64_t micro, bool forward_only) -> std::pair<double, int64_t> {
+    if (sched.second) {
+      loom_pipeline_args a{};
+      a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V1_1;
+      a.model_api = mapi;
+      a.chunks = chunks.data();
+      a.num_chunks = chunks.size();
+      a.num_microbatches = micro;
+      a.get_microbatch = &Feed::get;
+      a.user = &feed;
+      a.forward_only = forward_only ? 1 : 0;
+      check(sched.first->run_pipeline(sched.second, &a), "pipeline schedule");
+      return {a.loss_sum, a.tokens};
+    }
     double loss = 0;
     int64_t count = 0;
-    for (int64_t i = 0; i < eval_iters * num_micro; ++i) {
-      fill(*valid, k * eval_iters * gbs + (i * world + rank) * mbs);
-      loom_microbatch mb{
-          LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len, 0.0};
+    for (int64_t m = 0; m < micro; ++m) {
+      loom_microbatch mb{};
+      check(Feed::get(&feed, m, &mb), "reading a micro-batch");
       double l = 0;
       int64_t n = 0;
-      check(mapi->forward(model, &mb, &l, &n), "evaluation forward");
+      if (forward_only)
+        check(mapi->forward(chunks[0], &mb, &l, &n), "evaluation forward");
+      else
+        check(mapi->forward_backward(chunks[0], &mb, &l, &n), "forward/backward");
       loss += l;
       count += n;
     }
+    return {loss, count};
+  };
+
+  auto evaluate = [&](int64_t k) {
+    feed.sampler = valid;
+    feed.first = k * eval_iters * gbs;
+    feed.loss_scale = 0.0;
+    auto [loss, count] = run_micro(eval_iters * num_micro, true);
     double totals[2] = {loss, (double)count};
-    sum_over_world(comm, totals, 2);
-    loss = totals[0];
-    count = (int64_t)totals[1];
-    return loss / (double)std::max<int64_t>(count, 1);
+    sum_over(comm, data_group, totals, 2);
+    return totals[0] / std::max(totals[1], 1.0);
   };
 
   spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", iters,
                start_iter, gbs, lr.kind, lr.max, lr.min);
   for (int64_t it = start_iter; it < iters; ++it) {
     auto t0 = std::chrono::steady_clock::now();
-    check(mapi->zero_grad(model), "zero_grad");
+    for (loom_model* m : chunks) check(mapi->zero_grad(m), "zero_grad");
     const double step_tokens = (double)(gbs * seq_len);
     // Each rank scales by its own token count; the data-parallel reduction averages over
     // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
-    const double rank_tokens = (double)(num_micro * mbs * seq_len);
-    double loss_sum = 0;
-    int64_t tokens = 0;
-    for (int64_t m = 0; m < num_micro; ++m) {
-      // Data-parallel rank r takes samples r*mbs .. of each block of world*mbs.
-      fill(train, consumed + (m * world + rank) * mbs);
-      loom_microbatch mb{
-          LOOM_MICROBATCH_SIZE_V1, batch.tokens.data(), batch.targets.data(), mbs, seq_len,
-          1.0 / rank_tokens};
-      double l = 0;
-      int64_t n = 0;
-      check(mapi->forward_backward(model, &mb, &l, &n), "forward/backward");
-      loss_sum += l;
-      tokens += n;
-    }
+    feed.sampler = &train;
+    feed.first = consumed;
+    feed.loss_scale = 1.0 / (double)(num_micro * mbs * seq_len);
+    auto [loss_sum, tokens] = run_micro(num_micro, false);
     consumed += gbs;
+    if (staged)
+      for (loom_model* m : chunks) check(mapi->finish_grads(m), "completing gradients");
     check(papi->reduce_gradients(par), "reducing gradients");
     double totals[2] = {loss_sum, (double)tokens};  // the global batch's, for the log
-    sum_over_world(comm, totals, 2);
+    sum_over(comm, data_group, totals, 2);
     loss_sum = totals[0];
     tokens = (int64_t)totals[1];
     double sq = 0;
-    for (DLTensor* g : grads) {
+    for (const DLTensor* g : norm_grads) {
       double s = 0;
       check(be.api->ops->sum_squares(be.self, g, &s), "gradient norm");
       sq += s;
     }
+    sum_over(comm, norm_group, &sq, 1);
     const double grad_norm = std::sqrt(sq);
     if (!std::isfinite(grad_norm))
       throw RunError("iteration " + std::to_string(it + 1) +
@@ -288,6 +464,7 @@ void run_training(Recipe& recipe, Registry& registry) {
     const double cur_lr = lr.at(it);
     loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V1, cur_lr, it + 1, scale};
     check(oapi->step(opt, &step), "optimizer step");
+    if (v11 && papi->after_step) check(papi->after_step(par), "gathering updated parameters");
     check(be.api->synchronize(be.self), "synchronize");
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double loss = loss_sum / (double)std::max<int64_t>(tokens, 1);
@@ -319,8 +496,7 @@ void run_training(Recipe& recipe, Registry& registry) {
       if (metrics.is_open())
         metrics << nlohmann::json{{"iter", iter}, {"eval_loss", el}}.dump() << "\n" << std::flush;
     }
-    if (writer && !save_dir.empty() &&
-        ((save_interval > 0 && iter % save_interval == 0) || iter == iters))
+    if (!save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == iters))
       save(iter);
   }
   if (!save_dir.empty() && start_iter >= iters)

@@ -3,7 +3,9 @@
 //
 // c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
 // by three gemms on row slices straight into compact q, k, v buffers, which is the layout
-// the attention plugin takes, so nothing is copied.
+// the attention plugin takes, so nothing is copied. With tensor parallelism the weight is
+// this rank's rows of each block (blocks {Hq*D, Hkv*D, Hkv*D}): its heads of q, k and v,
+// column-parallel; c_proj is row-parallel over the same heads.
 #include <cmath>
 
 #include "gpt.hpp"
@@ -12,18 +14,17 @@ namespace gpt {
 
 AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   AttentionBlock a;
-  a.n_head = o.n_head;
-  a.n_kv_head = o.n_kv_head;
+  a.n_head = o.hq();
+  a.n_kv_head = o.hkv();
   a.head_dim = o.head_dim;
   a.rope = o.rope;
   a.rope_theta = o.rope_theta;
   Param& w = ps.at(prefix + ".c_attn.weight");
   Param* b = o.bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
-  a.q = Linear::make(w, b, 0, o.q_dim());
-  a.k = Linear::make(w, b, o.q_dim(), o.kv_dim());
-  a.v = Linear::make(w, b, o.q_dim() + o.kv_dim(), o.kv_dim());
-  a.o = Linear::make(ps.at(prefix + ".c_proj.weight"),
-                     o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
+  a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
+                 make_linear(w, b, o.q_dim() + o.kv_dim(), o.kv_dim())};
+  a.o.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
+                        o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
   return a;
 }
 
@@ -32,9 +33,10 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
   View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
   View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
-  q.forward(c, qv, x, N);
-  k.forward(c, kv, x, N);
-  v.forward(c, vv, x, N);
+  const int64_t C = o.lin.out;
+  View xf = view(a.ln1_full, {N, C});
+  qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
+              {qv.get(), kv.get(), vv.get()});
   if (rope) {
     c.call(&loom_ops::rope_forward, qv.get(), s.pos0, rope_theta);
     c.call(&loom_ops::rope_forward, kv.get(), s.pos0, rope_theta);
@@ -78,15 +80,19 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
       loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
     }
   }
-  View yv = view(y, {N, o.out});
-  o.forward(c, yv, out, N);
+  View yv = view(y, {c.tp.local_rows(N), C});
+  View yf = view(c.sp ? c.sp->y_full.get() : nullptr, {N, C});
+  o.forward(c.be, c.tp, out, N, yf.get(), yv.get());
 }
 
 void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
                               const DLTensor* dy, DLTensor* dx, GradScratch& g) const {
   const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  const int64_t C = o.lin.out;
+  const bool sp = c.tp.sequence_parallel;
   View datt = view(g.dln, {B, T, Hq, D});
-  o.backward(c, datt, false, dy, a.att, N);
+  View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {N, C});
+  o.backward(c.be, c.tp, dy, dyf.get(), a.att, N, datt);
   View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
   View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
   View lse = view(a.lse, {B, Hq, T});
@@ -111,9 +117,10 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
     c.call(&loom_ops::rope_backward, dk.get(), s.pos0, rope_theta);
   }
   // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
-  q.backward(c, dx, false, dq, x, N);
-  k.backward(c, dx, true, dk, x, N);
-  v.backward(c, dx, true, dv, x, N);
+  View xf = view(a.ln1_full, {N, C});
+  View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {N, C});
+  qkv.backward(c.be, c.tp, {dq.get(), dk.get(), dv.get()}, sp ? (const DLTensor*)xf : x, N, dx,
+               dxf.get());
 }
 
 }  // namespace gpt

@@ -11,6 +11,10 @@
 namespace gpt {
 
 void Model::kv_reset(int64_t batch, int64_t max_len) {
+  loom::require(opt_.tp == 1 && opt_.stages == 1,
+                "model/gpt: generation runs at tensor = pipeline = 1; this instance has tensor = " +
+                    std::to_string(opt_.tp) + ", pipeline stages = " + std::to_string(opt_.stages),
+                LOOM_ERR_UNIMPLEMENTED);
   loom::require(batch > 0 && max_len > 0, "model/gpt: kv_reset needs batch and max_len > 0");
   loom::require(opt_.rope || max_len <= opt_.max_seq_len,
                 "model/gpt: kv_reset max_len " + std::to_string(max_len) + " exceeds max_seq_len " +

@@ -5,8 +5,9 @@
 
 namespace gpt {
 
-Embedding Embedding::make(const Options& o, ParamStore& ps) {
+Embedding Embedding::make(const Options& o, ParamStore& ps, const Ctx& c) {
   Embedding e;
+  e.vp.shard = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, c.tp);
   Param& wte = ps.at("wte");
   e.wte = wte.value.get();
   e.dwte = wte.grad.get();

@@ -24,13 +24,24 @@ struct Options {
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
-  int64_t fc_out() const { return swiglu ? 2 * ffn_hidden : ffn_hidden; }  // c_fc rows
-  int64_t q_dim() const { return n_head * head_dim; }
-  int64_t kv_dim() const { return n_kv_head * head_dim; }
+  // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
+  // this rank's local extents (the whole model's at tp = 1).
+  int64_t tp = 1;
+  int64_t hq() const { return n_head / tp; }
+  int64_t hkv() const { return n_kv_head / tp; }
+  int64_t ffn() const { return ffn_hidden / tp; }
+  int64_t fc_out() const { return swiglu ? 2 * ffn() : ffn(); }  // local c_fc rows
+  int64_t q_dim() const { return hq() * head_dim; }
+  int64_t kv_dim() const { return hkv() * head_dim; }
+  // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1).
+  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
 };
 extern const loom_param_spec kSchema[];
 extern const size_t kSchemaSize;
-Options parse_options(const loom::Config& cfg, const loom_model_create_args& args);
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
+                      const loom::tp::Group& tp);
 
 // ----- parameters (params.cpp) -------------------------------------------------------------
 enum class Init { kNormal, kZeros, kOnes };
@@ -44,6 +55,10 @@ struct Param {
   double std = 0.0;    // for kNormal
   int64_t offset = 0;  // elements into the flat buffers
   View value, grad;    // views into the flat buffers
+  // Global extents of the blocks along tp_split_dim (q|k|v, gate;up); empty = one block.
+  std::vector<int64_t> blocks;
+  int32_t pipeline_duplicate = 0;  // the last stage's copy of the tied wte
+  bool sp_partial = false;         // gradient partial per rank under sequence parallelism
   int64_t numel() const;
 };
 
@@ -53,8 +68,9 @@ struct Param {
 // parameter aligned to 16 elements; the list order (get_param) is the HF GPT-2 order.
 class ParamStore {
  public:
-  int add(std::string name, std::vector<int64_t> shape, int weight_decay, int32_t tp_split_dim,
-          Init init, double std = 0.0);
+  // shape: this rank's local shard; blocks: global block extents along tp_split_dim.
+  Param& add(std::string name, std::vector<int64_t> shape, int weight_decay, int32_t tp_split_dim,
+             Init init, double std = 0.0, std::vector<int64_t> blocks = {});
   void allocate(const Ctx& ctx);  // after the last add
   Param& operator[](size_t i) { return params_[i]; }
   Param& at(const std::string& name);
@@ -62,6 +78,7 @@ class ParamStore {
   DLTensor* grads() const { return grad_flat_.get(); }
   // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
   void init(const Ctx& ctx, uint64_t seed);
+  std::vector<Param>& all() { return params_; }
 
  private:
   std::vector<Param> params_;
@@ -69,21 +86,10 @@ class ParamStore {
 };
 
 // ----- slots -------------------------------------------------------------------------------
-// linear.cpp. Rows [row0, row0 + out) of a (rows, in) weight: a whole layer, or the q, k or
-// v part of the fused c_attn.
-struct Linear {
-  const DLTensor* w = nullptr;
-  DLTensor* dw = nullptr;
-  mutable View b, db;  // (out) slices of the bias and its gradient (when has_bias)
-  bool has_bias = false;
-  int64_t row0 = 0, out = 0, in = 0;
-
-  static Linear make(Param& w, Param* b, int64_t row0, int64_t out);
-  void forward(const Ctx& c, DLTensor* y, const DLTensor* x, int64_t n) const;
-  // dx (=, or += when accumulate_dx) = dy W; dW += dy^T x; db += colsum(dy).
-  void backward(const Ctx& c, DLTensor* dx, bool accumulate_dx, const DLTensor* dy,
-                const DLTensor* x, int64_t n) const;
-};
+// linear.cpp. Rows [row0, row0 + out) of a local (rows, in) weight: a whole layer, or the
+// local q, k or v part of the fused c_attn (loom::tp::LocalLinear does the gemms).
+using Linear = loom::tp::LocalLinear;
+Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out);
 
 // norm.cpp
 struct Norm {
@@ -99,9 +105,13 @@ struct Norm {
                 const DLTensor* mean, const DLTensor* rstd) const;
 };
 
-// Activations of one layer, saved by forward for backward. Capacity `rows` tokens.
+// Activations of one layer, saved by forward for backward. Capacity `rows` tokens; with
+// sequence parallelism the norms and residuals hold this rank's N/tp rows and ln1_full,
+// ln2_full the gathered (N,C) inputs of the column-parallel projections. Heads and MLP
+// columns are this rank's (local extents).
 struct LayerActs {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N,C), (N), (N)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (Nl,C), (Nl), (Nl)
+  Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only
   Tensor q, k, v;                  // (B,T,Hq,D), (B,T,Hkv,D) x2, after RoPE
   Tensor att, lse;                 // (B,T,Hq,D) attention output, (B,Hq,T) f32
   Tensor res2;                     // (N,C) residual after the attention half
@@ -113,7 +123,7 @@ struct LayerActs {
 
 // Gradient scratch shared by all layers during backward.
 struct GradScratch {
-  Tensor dres;  // (N,C) gradient of the residual stream, flows down the stack
+  Tensor dres;  // (Nl,C) gradient of the residual stream, flows down the stack
   Tensor dtmp;  // (N,C) a norm's input gradient, before it joins dres
   Tensor dln;   // (N,C) gradient of a norm's output; also the attention output's
   Tensor dq, dk, dv;
@@ -135,13 +145,14 @@ struct LayerCache {
 
 // attention_block.cpp
 struct AttentionBlock {
-  Linear q, k, v, o;
-  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  loom::tp::ColumnParallelLinear qkv;  // parts q, k, v: this rank's heads
+  loom::tp::RowParallelLinear o;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
   bool rope = false;
   double rope_theta = 10000.0;
 
   static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
-  // y(N,C) = attention block of x(N,C) (the ln_1 output); saves q, k, v, att, lse in a.
+  // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.
   // With a cache, the new k/v are appended at positions [pos0, pos0+T) and the queries
   // attend to the cache (generation; no lse saved).
   void forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a, DLTensor* y,
@@ -153,7 +164,8 @@ struct AttentionBlock {
 
 // mlp.cpp
 struct Mlp {
-  Linear fc, proj;
+  loom::tp::ColumnParallelLinear fc;
+  loom::tp::RowParallelLinear proj;
   bool swiglu = false;
 
   static Mlp make(const Options& o, ParamStore& ps, const std::string& prefix);
@@ -177,11 +189,15 @@ struct Layer {
                 const LayerActs& a, GradScratch& g) const;
 };
 
-// embedding.cpp: tokens (and learned positions) into the residual stream.
+// embedding.cpp: tokens (and learned positions) into the residual stream. With tensor
+// parallelism wte holds this rank's vocabulary rows (loom::tp::VocabParallelEmbedding);
+// learned positions are added after the reduction, to this rank's token rows.
 struct Embedding {
   DLTensor *wte = nullptr, *dwte = nullptr, *wpe = nullptr, *dwpe = nullptr;  // wpe: learned
+  loom::tp::VocabParallelEmbedding vp;
 
-  static Embedding make(const Options& o, ParamStore& ps);
+  static Embedding make(const Options& o, ParamStore& ps, const Ctx& c);
+  // Single-rank (and generation) lookup: out(N,C) = wte[tokens] + wpe[positions].
   void forward(const Ctx& c, DLTensor* out, const DLTensor* tokens,
                const DLTensor* positions) const;
   void backward(const Ctx& c, const DLTensor* dout, const DLTensor* tokens,
@@ -189,14 +205,16 @@ struct Embedding {
 };
 
 // loss.cpp: the LM head over the real vocabulary and the fused softmax cross-entropy.
-// Padding: only the first `vocab` rows of the (padded_vocab, C) head are multiplied, so the
-// padded logits never exist and cannot affect the loss; their rows get zero gradient.
+// Padding: only the real rows of the (padded_vocab, C) head (of this rank's shard) are
+// multiplied, so the padded logits never exist and cannot affect the loss; their rows get
+// zero gradient.
 struct LmHead {
-  const DLTensor* w = nullptr;  // wte (tied) or lm_head.weight, (padded_vocab, C)
+  const DLTensor* w = nullptr;  // wte (tied) or lm_head.weight, (padded_vocab/tp, C)
   DLTensor* dw = nullptr;
-  int64_t vocab = 0, C = 0;
+  int64_t vocab = 0, C = 0;  // vocab: the real rows of this rank's shard
+  loom::tp::VocabShard shard;
 
-  static LmHead make(const Options& o, ParamStore& ps);
+  static LmHead make(const Options& o, ParamStore& ps, const Ctx& c);
   // logits(n, vocab) = x(n,C) W[:vocab]^T; x rows `row_pitch` elements apart from `x_off`
   void forward(const Ctx& c, DLTensor* logits, const DLTensor* x, int64_t n, int64_t row_pitch,
                int64_t x_off) const;
@@ -205,7 +223,22 @@ struct LmHead {
                 int64_t n) const;
 };
 
-// ----- the model (gpt.cpp, decode.cpp) ---------------------------------------------------
+// One micro-batch in flight through this stage (stage.cpp): its activations from forward
+// to backward. Slots are allocated on first use and reused after their backward.
+struct Slot {
+  Step s;
+  int64_t n = 0, nl = 0;  // tokens; this rank's rows (n/tp with sequence parallelism)
+  bool pending = false;   // forward with gradients done, backward not yet
+  double loss_scale = 0.0;
+  std::vector<Tensor> res;  // (Nl,C) x layers+1: the input of each layer, then ln_f's
+  std::vector<LayerActs> acts;
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse, stats, gathered;
+  Tensor tokens, targets, positions, emb_ids, emb_rows;  // i32 (N)
+  int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
+  View out;               // the stage's output handed to the caller
+};
+
+// ----- the model (gpt.cpp, stage.cpp, decode.cpp) ------------------------------------------
 class Model {
  public:
   Model(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args);
@@ -214,7 +247,13 @@ class Model {
   void get_param(size_t i, loom_model_param* out);
   void init_params(uint64_t seed) { params_.init(ctx_, seed); }
   void zero_grad();
+  // forward_backward / forward: the whole model on slot 0 (refused with pipeline stages).
   void run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens);
+  void stage_info(loom_stage_info* out) const;
+  void stage_forward(int64_t slot, const loom_microbatch& mb, const DLTensor* input, bool no_grad,
+                     DLTensor** output, double* loss_sum, int64_t* tokens);
+  void stage_backward(int64_t slot, const DLTensor* doutput, DLTensor** dinput);
+  void finish_grads();
   double flops_per_token() const;
   // Learned positions bound the context; RoPE does not (quality beyond training aside).
   int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
@@ -224,6 +263,11 @@ class Model {
 
  private:
   void build();
+  Slot& slot(int64_t i);
+  void embed_forward(Slot& S, const loom_microbatch& mb);
+  void embed_backward(Slot& S);
+  double head_forward(Slot& S, const loom_microbatch& mb, bool grad);
+  void head_backward(Slot& S);
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
 
@@ -232,16 +276,18 @@ class Model {
   loom_model_create_args args_{};
   ParamStore params_;
   Embedding emb_;
-  std::vector<Layer> layers_;
+  std::vector<Layer> layers_;  // this stage's layers
   Norm ln_f_;
   LmHead head_;
+  loom::tp::VocabParallelCrossEntropy ce_;
+  loom_comm_ref comm_{nullptr, nullptr};
+  loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage
 
-  // training activations, sized for micro_batch * seq_len tokens
-  std::vector<Tensor> res_;  // (N,C) x n_layer+1: the input of each layer, then ln_f's
-  std::vector<LayerActs> acts_;
-  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
-  Tensor tokens_, targets_, positions_;  // i32 (N)
+  // training: activations per slot, gradient scratch shared by the backwards
+  std::vector<std::unique_ptr<Slot>> slots_;
   GradScratch grads_;
+  SpScratch sp_;
+  View dinput_;
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;

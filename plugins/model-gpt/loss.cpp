@@ -6,12 +6,13 @@
 
 namespace gpt {
 
-LmHead LmHead::make(const Options& o, ParamStore& ps) {
+LmHead LmHead::make(const Options& o, ParamStore& ps, const Ctx& c) {
   LmHead h;
   Param& w = ps.at(o.tie_embeddings ? "wte" : "lm_head.weight");
   h.w = w.value.get();
   h.dw = w.grad.get();
-  h.vocab = o.vocab;
+  h.shard = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, c.tp);
+  h.vocab = h.shard.real;
   h.C = o.n_embd;
   return h;
 }

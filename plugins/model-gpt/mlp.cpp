@@ -1,5 +1,7 @@
-// model/gpt MLP slot: c_fc, GELU (tanh) or SwiGLU, c_proj.
-// SwiGLU: c_fc.weight is (2F, C) with rows [gate; up]; a = silu(gate) * up (loom_ops).
+// model/gpt MLP slot: c_fc (column-parallel), GELU (tanh) or SwiGLU, c_proj (row-parallel).
+// SwiGLU: c_fc.weight is (2F, C) with rows [gate; up]; a = silu(gate) * up (loom_ops). With
+// tensor parallelism each rank holds its slice of gate and of up (blocks {F, F}), so its
+// local rows are again [gate; up] and SwiGLU applies to the local columns unchanged.
 #include "gpt.hpp"
 
 namespace gpt {
@@ -7,35 +9,42 @@ namespace gpt {
 Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Mlp m;
   m.swiglu = o.swiglu;
-  m.fc = Linear::make(ps.at(prefix + ".c_fc.weight"),
-                      o.bias ? &ps.at(prefix + ".c_fc.bias") : nullptr, 0, o.fc_out());
-  m.proj = Linear::make(ps.at(prefix + ".c_proj.weight"),
-                        o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
+  m.fc.parts = {make_linear(ps.at(prefix + ".c_fc.weight"),
+                            o.bias ? &ps.at(prefix + ".c_fc.bias") : nullptr, 0, o.fc_out())};
+  m.proj.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
+                           o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
   return m;
 }
 
-// y(n,C) = c_proj(act(c_fc(x))); saves h = c_fc(x) and a = act(h).
+// y(nl,C) = c_proj(act(c_fc(x))); saves h = c_fc(x) and a = act(h) for the n tokens.
 void Mlp::forward(const Ctx& c, int64_t n, const DLTensor* x, LayerActs& a, DLTensor* y) const {
-  View h = view(a.h, {n, fc.out}), act = view(a.a, {n, proj.in});
-  fc.forward(c, h, x, n);
+  const int64_t F = proj.lin.in, C = proj.lin.out;
+  View h = view(a.h, {n, fc.parts[0].out}), act = view(a.a, {n, F});
+  View xf = view(a.ln2_full, {n, C}), yf = view(c.sp ? c.sp->y_full.get() : nullptr, {n, C});
+  fc.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, n, {h.get()});
   if (swiglu)
     c.call(&loom_ops::swiglu_forward, act.get(), (const DLTensor*)h);
   else
     c.call(&loom_ops::gelu_forward, act.get(), (const DLTensor*)h);
-  proj.forward(c, y, act, n);
+  proj.forward(c.be, c.tp, act, n, yf.get(), y);
 }
 
 // dx (=) = d(input of c_fc) from dy; parameter gradients +=.
 void Mlp::backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& a,
                    const DLTensor* dy, DLTensor* dx, GradScratch& g) const {
-  View h = view(a.h, {n, fc.out}), act = view(a.a, {n, proj.in});
-  View dh = view(g.dh, {n, fc.out}), da = view(g.da, {n, proj.in});
-  proj.backward(c, da, false, dy, act, n);
+  const int64_t F = proj.lin.in, C = proj.lin.out;
+  const bool sp = c.tp.sequence_parallel;
+  View h = view(a.h, {n, fc.parts[0].out}), act = view(a.a, {n, F});
+  View dh = view(g.dh, {n, fc.parts[0].out}), da = view(g.da, {n, F});
+  View xf = view(a.ln2_full, {n, C});
+  View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {n, C});
+  View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {n, C});
+  proj.backward(c.be, c.tp, dy, dyf.get(), act, n, da);
   if (swiglu)
     c.call(&loom_ops::swiglu_backward, dh.get(), (const DLTensor*)h, (const DLTensor*)da);
   else
     c.call(&loom_ops::gelu_backward, dh.get(), (const DLTensor*)h, (const DLTensor*)da);
-  fc.backward(c, dx, false, dh, x, n);
+  fc.backward(c.be, c.tp, {dh.get()}, sp ? (const DLTensor*)xf : x, n, dx, dxf.get());
 }
 
 }  // namespace gpt

@@ -8,6 +8,7 @@
 
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
+#include "loom/cpp/tensor_parallel.hpp"
 
 namespace gpt {
 
@@ -21,11 +22,20 @@ struct Mat {
   int64_t off = 0;
 };
 
+// Sequence-parallel scratch: (N, C) full-token buffers around the gathers and
+// reduce-scatters, shared by every layer (only allocated with sequence parallelism).
+struct SpScratch {
+  Tensor y_full, dy_full, dx_full;
+  Tensor picked;  // (N,C) the vocabulary-parallel embedding's looked-up rows (tp > 1)
+};
+
 struct Ctx {
   const loom_host* host = nullptr;
   loom::Backend be;
   loom_attention_ref attn{nullptr, nullptr};
   DLDataType dtype{};  // compute dtype of parameters and activations (f32, or f64 in tests)
+  loom::tp::Group tp;  // the tensor-parallel group (size 1 = no tensor parallelism)
+  SpScratch* sp = nullptr;
 
   template <class Fn, class... Args>
   void call(Fn loom_ops::*op, Args&&... args) const {

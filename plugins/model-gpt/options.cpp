@@ -42,7 +42,8 @@ namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
-Options parse_options(const loom::Config& cfg, const loom_model_create_args& args) {
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
+                      const loom::tp::Group& tp) {
   Options o;
   o.n_layer = cfg.get_int("n_layer");
   o.n_head = cfg.get_int("n_head");
@@ -82,7 +83,24 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                 "model/gpt: seq_len " + s(args.seq_len) + " exceeds max_seq_len " +
                     s(o.max_seq_len) + " (the learned position table); raise max_seq_len");
   o.vocab = args.vocab_size;
-  o.padded_vocab = (o.vocab + o.pad_vocab_to - 1) / o.pad_vocab_to * o.pad_vocab_to;
+  // Megatron pads to make-vocab-size-divisible-by x TP, so every rank holds equal rows.
+  o.tp = tp.size;
+  o.padded_vocab = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, tp).padded;
+  const std::string t = " is not divisible by tensor = " + s(o.tp);
+  loom::require(o.n_head % o.tp == 0, "model/gpt: n_head = " + s(o.n_head) + t);
+  loom::require(o.n_kv_head % o.tp == 0, "model/gpt: n_kv_head = " + s(o.n_kv_head) + t);
+  loom::require(o.ffn_hidden % o.tp == 0, "model/gpt: ffn_hidden = " + s(o.ffn_hidden) + t);
+  if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V1_1 && args.pipeline_stages > 1) {
+    o.stages = args.pipeline_stages;
+    o.stage = args.pipeline_stage;
+  }
+  loom::require(o.stage >= 0 && o.stage < o.stages,
+                "model/gpt: pipeline_stage " + s(o.stage) + " is outside [0, " + s(o.stages) + ")");
+  loom::require(o.n_layer % o.stages == 0,
+                "model/gpt: n_layer = " + s(o.n_layer) +
+                    " is not divisible by pipeline_stages = " + s(o.stages));
+  o.layer0 = o.stage * o.n_layer / o.stages;
+  o.layer1 = (o.stage + 1) * o.n_layer / o.stages;
   return o;
 }
 

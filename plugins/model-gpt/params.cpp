@@ -59,9 +59,10 @@ int64_t Param::numel() const {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
-int ParamStore::add(std::string name, std::vector<int64_t> shape, int weight_decay,
-                    int32_t tp_split_dim, Init init, double std) {
+Param& ParamStore::add(std::string name, std::vector<int64_t> shape, int weight_decay,
+                       int32_t tp_split_dim, Init init, double std, std::vector<int64_t> blocks) {
   Param p;
+  p.blocks = std::move(blocks);
   p.name = std::move(name);
   p.shape = std::move(shape);
   p.weight_decay = weight_decay;
@@ -69,7 +70,7 @@ int ParamStore::add(std::string name, std::vector<int64_t> shape, int weight_dec
   p.init = init;
   p.std = std;
   params_.push_back(std::move(p));
-  return (int)params_.size() - 1;
+  return params_.back();
 }
 
 Param& ParamStore::at(const std::string& name) {
@@ -94,10 +95,34 @@ void ParamStore::allocate(const Ctx& ctx) {
   }
 }
 
+namespace {
+
+// Runs of a local shard in the full tensor's flat element order: local row r (of `cols`
+// elements) is global elements [first(r), first(r) + cols). Split dim 0: the row sits in
+// one block, at this rank's slice of that block; split dim 1: the rows are the full
+// tensor's rows and this rank's columns a contiguous slice of each.
+int64_t global_first(const Param& p, int64_t r, int64_t cols, int tp, int rank) {
+  if (tp == 1 || p.tp_split_dim < 0) return r * cols;
+  if (p.tp_split_dim == 1) return r * cols * tp + rank * cols;
+  const std::vector<int64_t> blocks =
+      p.blocks.empty() ? std::vector<int64_t>{p.shape[0] * tp} : p.blocks;
+  int64_t local0 = 0, global0 = 0;
+  for (int64_t b : blocks) {
+    const int64_t lb = b / tp;
+    if (r < local0 + lb) return (global0 + rank * lb + (r - local0)) * cols;
+    local0 += lb;
+    global0 += b;
+  }
+  throw loom::Error(LOOM_ERR_INTERNAL, "model/gpt: row outside the blocks of " + p.name);
+}
+
+}  // namespace
+
 // GPT-2 init: normal(0, std) for matrices and embeddings (std already holds the
 // 1/sqrt(2*n_layer) scale of residual projections), zeros for biases, ones for norm
-// weights. Each parameter's stream is keyed by (seed, name), so a model holding a subset of
-// the layers (a pipeline stage) or a slice of a tensor draws the same values.
+// weights. Each parameter's stream is keyed by (seed, name) and drawn per element of the
+// full tensor, so a model holding a subset of the layers (a pipeline stage) or a tensor-
+// parallel shard draws the values the full tensor has there.
 void ParamStore::init(const Ctx& ctx, uint64_t seed) {
   const bool f64 = ctx.dtype.bits == 64;
   std::vector<float> buf32;
@@ -109,12 +134,17 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
     }
     const int64_t n = p.numel();
     const uint64_t key = mix64(seed ^ mix64(fnv1a(p.name)));
-    if (f64) {
+    const int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1, rows = n / cols;
+    if (f64)
       buf64.resize(n);
-      fill_normal(buf64.data(), 0, n, key, p.std);
-    } else {
+    else
       buf32.resize(n);
-      fill_normal(buf32.data(), 0, n, key, p.std);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t first = global_first(p, r, cols, ctx.tp.size, ctx.tp.rank);
+      if (f64)
+        fill_normal(buf64.data() + r * cols, first, cols, key, p.std);
+      else
+        fill_normal(buf32.data() + r * cols, first, cols, key, p.std);
     }
     const void* src = f64 ? (const void*)buf64.data() : (const void*)buf32.data();
     loom::check(ctx.host, ctx.be.api()->from_host(ctx.be.self(), p.value.get(), src,

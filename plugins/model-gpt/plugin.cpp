@@ -47,10 +47,42 @@ loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logit
   return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
 }
 int64_t max_context(loom_model* m) { return self(m)->max_context(); }
+loom_error* stage_info(loom_model* m, loom_stage_info* out) {
+  return loom::guard(self(m)->host(), [&] { self(m)->stage_info(out); });
+}
+loom_error* stage_forward(loom_model* m, int64_t slot, const loom_microbatch* mb,
+                          const DLTensor* input, int no_grad, DLTensor** output, double* loss_sum,
+                          int64_t* tokens) {
+  return loom::guard(self(m)->host(), [&] {
+    loom::require(mb != nullptr, "model/gpt: stage_forward needs a microbatch");
+    self(m)->stage_forward(slot, *mb, input, no_grad != 0, output, loss_sum, tokens);
+  });
+}
+loom_error* stage_backward(loom_model* m, int64_t slot, const DLTensor* doutput,
+                           DLTensor** dinput) {
+  return loom::guard(self(m)->host(), [&] { self(m)->stage_backward(slot, doutput, dinput); });
+}
+loom_error* finish_grads(loom_model* m) {
+  return loom::guard(self(m)->host(), [&] { self(m)->finish_grads(); });
+}
 
-const loom_model_api kApi = {
-    LOOM_MODEL_API_SIZE_V1, create,  destroy,         num_params, get_param, init_params, zero_grad,
-    forward_backward,       forward, flops_per_token, kv_reset,   decode,    max_context};
+const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V1_1,
+                             create,
+                             destroy,
+                             num_params,
+                             get_param,
+                             init_params,
+                             zero_grad,
+                             forward_backward,
+                             forward,
+                             flops_per_token,
+                             kv_reset,
+                             decode,
+                             max_context,
+                             stage_info,
+                             stage_forward,
+                             stage_backward,
+                             finish_grads};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,

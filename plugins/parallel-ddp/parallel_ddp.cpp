@@ -9,6 +9,10 @@
 // so copying into buckets would only cost time. The bucket plan is made once at create
 // (the host keeps the gradient tensors, and their shapes, for the instance's life) and is
 // the same on every rank because every rank has the same gradients in the same order.
+//
+// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT) on an ABI 1.1 host
+// (gradients are averaged over data x context replicas; the host owns the group), else the
+// whole world, as a group of our own.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -57,26 +61,36 @@ class Ddp {
     for (size_t i = 0; i < num_grads; ++i)
       loom::require(grads[i] != nullptr,
                     "parallel/ddp: gradient " + std::to_string(i) + " is NULL");
-    // The data-parallel group is the whole world for now: every rank gets color 0. When the
-    // engine composes DP with tensor/pipeline parallelism it will pass the DP layout to
-    // create (a later ABI minor of parallel.h); then the colors come from there.
-    const int world = api().world_size(comm_.self);
-    loom::require(world >= 1, "parallel/ddp: the comm reports world size " + std::to_string(world));
-    std::vector<int> colors(static_cast<size_t>(world), 0);
-    loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
+    if (host->struct_size >= LOOM_HOST_SIZE_V1_1 && host->get_group) {
+      loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
+    } else {  // an ABI 1.0 host has no layout: every rank is a data-parallel replica
+      const int world = api().world_size(comm_.self);
+      loom::require(world >= 1,
+                    "parallel/ddp: the comm reports world size " + std::to_string(world));
+      std::vector<int> colors(static_cast<size_t>(world), 0);
+      loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
+      own_group_ = true;
+    }
     try {
       plan(bucket_mb, grads, num_grads);
     } catch (...) {
-      api().group_destroy(comm_.self, group_);
+      if (own_group_) api().group_destroy(comm_.self, group_);
       throw;
     }
   }
 
-  ~Ddp() { api().group_destroy(comm_.self, group_); }
+  ~Ddp() {
+    if (own_group_) api().group_destroy(comm_.self, group_);
+  }
   Ddp(const Ddp&) = delete;
   Ddp& operator=(const Ddp&) = delete;
 
   const loom_host* host() const { return host_; }
+
+  // The bucket buffer, per gradient element (ddp keeps nothing else).
+  double bytes_per_param() const {
+    return numel_ == 0 ? 0.0 : static_cast<double>(buffer_bytes_) / static_cast<double>(numel_);
+  }
 
   void reduce_gradients() {
     for (Bucket& b : buckets_) {
@@ -124,16 +138,21 @@ class Ddp {
       Bucket& b = buckets_.back();
       b.grads.push_back(g);
       b.bytes += n;
+      numel_ += loom_tensor_numel(g);
       if (b.grads.size() > 1 && b.bytes > largest) largest = b.bytes;
     }
     if (largest > 0) buffer_.reset(new char[largest]);
+    buffer_bytes_ = largest;
   }
 
   const loom_host* host_;
   loom_comm_ref comm_{nullptr, nullptr};
-  loom_comm_group* group_ = nullptr;
+  loom_comm_group* group_ = nullptr;  // NULL = the world
+  bool own_group_ = false;            // made here (ABI 1.0 host) rather than the host's
   std::vector<Bucket> buckets_;
   std::unique_ptr<char[]> buffer_;  // the largest packed bucket
+  size_t buffer_bytes_ = 0;
+  int64_t numel_ = 0;
 };
 
 Ddp* cast(loom_parallel* p) { return reinterpret_cast<Ddp*>(p); }
@@ -152,7 +171,16 @@ loom_error* reduce_gradients(loom_parallel* p) {
   return loom::guard(cast(p)->host(), [&] { cast(p)->reduce_gradients(); });
 }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1, create, destroy, reduce_gradients};
+double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
+
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
+                                create,
+                                destroy,
+                                reduce_gradients,
+                                nullptr,  // run_pipeline: a schedule's job
+                                nullptr,  // shard_params: nothing is sharded
+                                nullptr,  // after_step: parameters are already identical
+                                bytes_per_param};
 
 const loom_param_spec kParams[] = {
     loom::param("bucket_mb", LOOM_PARAM_FLOAT, "25",

@@ -74,6 +74,7 @@ Listing build() {
   F(struct_size) F(abi_major) F(abi_minor) F(ctx) F(error_new) F(error_code) F(error_message)
   F(error_free) F(log) F(config_get_bool) F(config_get_int) F(config_get_float)
   F(config_get_string) F(get_backend) F(get_attention) F(get_tokenizer) F(get_comm) F(rng_seed)
+  F(get_layout) F(get_group)
   END
   STRUCT(loom_backend_ref) F(api) F(self) END
   STRUCT(loom_attention_ref) F(api) F(self) END
@@ -94,6 +95,7 @@ Listing build() {
   F(layernorm_backward) F(rmsnorm_forward) F(rmsnorm_backward) F(gelu_forward) F(gelu_backward)
   F(swiglu_forward) F(swiglu_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy) F(adamw_step) F(sgd_step)
+  F(vocab_ce_stats) F(vocab_ce_backward)
   END
   STRUCT(loom_backend_info)
   F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak)
@@ -112,10 +114,12 @@ Listing build() {
   STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
   // model.h
   STRUCT(loom_model_create_args)
-  F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype)
+  F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)
+  F(pipeline_stages)
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
+  F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate)
   END
   STRUCT(loom_microbatch)
   F(struct_size) F(tokens) F(targets) F(batch) F(seq_len) F(loss_scale)
@@ -123,6 +127,7 @@ Listing build() {
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
   F(forward_backward) F(forward) F(flops_per_token) F(kv_reset) F(decode) F(max_context)
+  F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
   END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
@@ -131,7 +136,21 @@ Listing build() {
   F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
   END
   // parallel.h
-  STRUCT(loom_parallel_api) F(struct_size) F(create) F(destroy) F(reduce_gradients) END
+  STRUCT(loom_parallel_layout)
+  F(struct_size) F(world) F(tensor) F(context) F(data) F(pipeline) F(expert) F(virtual_stages)
+  F(tensor_rank) F(context_rank) F(data_rank) F(pipeline_rank) F(expert_rank)
+  F(sequence_parallel)
+  END
+  STRUCT(loom_stage_info) F(struct_size) F(is_first) F(is_last) F(hidden) F(dtype) END
+  STRUCT(loom_pipeline_args)
+  F(struct_size) F(model_api) F(chunks) F(num_chunks) F(num_microbatches) F(get_microbatch)
+  F(user) F(forward_only) F(loss_sum) F(tokens)
+  END
+  STRUCT(loom_param_shard) F(struct_size) F(param) F(grad) F(offset) END
+  STRUCT(loom_parallel_api)
+  F(struct_size) F(create) F(destroy) F(reduce_gradients) F(run_pipeline) F(shard_params)
+  F(after_step) F(bytes_per_param)
+  END
   // tokenizer.h
   STRUCT(loom_tokenizer_api)
   F(struct_size) F(create) F(destroy) F(vocab_size) F(eod_id) F(encode) F(decode)

@@ -76,7 +76,7 @@ TEST_CASE("an ABI-mismatched plugin is refused; selecting it exits 2") {
   CHECK(r.code == 2);
   CHECK(error_line(r) == "loom: error: " + recipe.string() +
                              ":2: plugin optimizer/tiny refused: " + LOOM_TEST_TINY2_DIR +
-                             "/loom-optimizer-tiny.so: built for Loom ABI 2.0, this host is 1.0\n");
+                             "/loom-optimizer-tiny.so: built for Loom ABI 2.0, this host is 1.1\n");
   // The ABI-1 build of the same plugin validates.
   r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_TINY1_DIR);
   CHECK(r.code == 0);
@@ -112,14 +112,17 @@ TEST_CASE("a duplicate kind/name is refused; the first one found wins") {
                             LOOM_TEST_TINY1_DIR + "/loom-optimizer-tiny.so"));
 }
 
-TEST_CASE("validate prints one ok line naming the plugins") {
+TEST_CASE("validate prints the layout and one ok line naming the plugins") {
   TempDir dir;
   fs::path recipe = write_file(dir / "r.toml", "[train]\niters = 1\n");
   Result r = run_loom("validate " + q(recipe.string()));
   CHECK(r.code == 0);
-  CHECK(r.out == "ok: " + recipe.string() +
-                     ": 1 section, plugins: backend/cpu comm/single model/gpt attention/reference "
-                     "parallel/ddp optimizer/adamw tokenizer/byte dataset/mock\n");
+  CHECK(r.out.rfind("layout: world 1 = tensor 1 x context 1 x data 1 x pipeline 1", 0) == 0);
+  CHECK(contains(r.out, "  layers per stage: 12 (1 stage)\n"));
+  CHECK(contains(r.out, "\nok: " + recipe.string() +
+                            ": 1 section, plugins: backend/cpu comm/single model/gpt "
+                            "attention/reference parallel/ddp optimizer/adamw tokenizer/byte "
+                            "dataset/mock\n"));
   r = run_loom("validate " + q(recipe.string()) + " --set train.iters=7 --print");
   CHECK(r.code == 0);
   CHECK(contains(r.out, "[train]\nseed = 1234\niters = 7\n"));
@@ -164,14 +167,14 @@ TEST_CASE("--help and version exit 0") {
   CHECK(r.code == 0);
   r = run_loom("version");
   CHECK(r.code == 0);
-  CHECK(contains(r.out, "plugin ABI 1.0"));
+  CHECK(contains(r.out, "plugin ABI 1.1"));
 }
 
 TEST_CASE("plugins lists a table and describe shows a schema") {
   Result r = run_loom("plugins");
   CHECK(r.code == 0);
   CHECK(r.out.rfind("KIND       NAME", 0) == 0);
-  CHECK(contains(r.out, "optimizer  adamw      0.0.1    1.0  Loom tests  " + kStubs +
+  CHECK(contains(r.out, "optimizer  adamw      0.0.1    1.1  Loom tests  " + kStubs +
                             "/loom-optimizer-adamw.so"));
   CHECK_FALSE(contains(r.out, "refused:"));
   r = run_loom("plugins describe model/gpt");
@@ -189,4 +192,48 @@ TEST_CASE("plugins lists a table and describe shows a schema") {
   r = run_loom("plugins describe modle/gpt");
   CHECK(r.code == 2);
   CHECK(contains(error_line(r), "unknown plugin kind 'modle'; did you mean 'model'?"));
+}
+
+// With the real plugins (the schedules and model/gpt's head counts).
+TEST_CASE("invalid parallel layouts are refused at validation with the numbers involved") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml",
+                               "[train]\nmicro_batch_size = 2\nglobal_batch_size = 8\n"
+                               "[model]\nn_layer = 4\nn_head = 6\n");
+  auto refused = [&](const std::string& args, const std::string& why) {
+    Result r = run_loom("validate " + q(recipe.string()) + " " + args, LOOM_TEST_PLUGIN_DIR);
+    CAPTURE(args);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, why));
+  };
+  refused("--world 6 --set parallel.tensor=4",
+          "parallel layout for 6 ranks: world size 6 is not divisible by tensor (4) x context "
+          "(1) x pipeline (1) = 4");
+  refused("--world 3 --set parallel.pipeline=3",
+          "n_layer = 4 is not divisible by pipeline (3) x virtual_stages (1) = 3 stages");
+  refused("--world 4 --set parallel.tensor=4", "n_head = 6 is not divisible by tensor = 4");
+  refused("--world 4 --set parallel.pipeline=2 --set parallel.virtual_stages=2",
+          "virtual_stages = 2 needs parallel.schedule = \"interleaved-1f1b\" (it is \"1f1b\")");
+  refused("--world 2 --set parallel.sequence_parallel=true", "sequence_parallel needs tensor > 1");
+  refused("--world 3",
+          "train.global_batch_size = 8 is not a multiple of micro_batch_size (2) x "
+          "data-parallel size (3)");
+  refused(
+      "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
+      "--set parallel.schedule=interleaved-1f1b --set train.global_batch_size=6",
+      "virtual_stages = 2 needs micro-batches per step (3) divisible by pipeline (2)");
+  // every problem is named, not just the first
+  refused("--world 12 --set parallel.tensor=4 --set parallel.pipeline=3",
+          "n_layer = 4 is not divisible by pipeline (3) x virtual_stages (1) = 3 stages; n_head "
+          "= 6 is not divisible by tensor = 4");
+  Result ok = run_loom("validate " + q(recipe.string()) +
+                           " --world 8 --set parallel.tensor=2 --set parallel.pipeline=2",
+                       LOOM_TEST_PLUGIN_DIR);
+  CHECK(ok.code == 0);
+  CHECK(contains(ok.out, "layout: world 8 = tensor 2 x context 1 x data 2 x pipeline 2"));
+  CHECK(contains(ok.out, "  tensor groups: [0 1] [2 3] [4 5] [6 7]\n"));
+  CHECK(contains(ok.out, "  data groups: [0 2] [1 3] [4 6] [5 7]\n"));
+  CHECK(contains(ok.out, "  pipeline groups: [0 4] [1 5] [2 6] [3 7]\n"));
+  CHECK(contains(ok.out, "  layers per stage: 2 (2 stages)\n"));
+  CHECK(contains(ok.out, "  micro-batches per step: 2 of 2 x 64 on each of 2 data-parallel ranks"));
 }

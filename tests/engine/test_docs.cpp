@@ -35,7 +35,8 @@ TEST_CASE("the generator marks its parts and documents plugins with their keys")
   CHECK(parts.count("parallel/ddp") == 1);
   CHECK(contains(parts["engine"], "### [train]"));
   CHECK(contains(parts["engine"], "| `seed` | int | `1234` | >= 0 |"));
-  CHECK(contains(parts["engine"], "| `dtype` | string | `\"fp32\"` | one of fp32, bf16, fp16 |"));
+  CHECK(contains(parts["engine"],
+                 "| `dtype` | string | `\"fp32\"` | one of fp32, bf16, fp16, fp64 |"));
   CHECK(contains(parts["engine"], "| `split` | string | `\"98,2,0\"` |"));
   CHECK(contains(parts["model/gpt"], "| `n_layer` | int | `12` | >= 1 | transformer layers |"));
   CHECK(contains(parts["dataset/needs"], "| `path` | string | *required* |"));

@@ -248,7 +248,7 @@ TEST_CASE("install refuses a tampered package and leaves the folder untouched") 
   abi2.replace(abi2.find("abi_major = 1"), 13, "abi_major = 2");
   r = install(make_archive(dir, "abi2.tar.gz", with({file_entry(top + "manifest.toml", abi2)})));
   CHECK(r.code == 2);
-  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.0"));
+  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.1"));
 
   // Not an archive.
   r = install(write_file(dir / "junk.tar.gz", "junk"));
@@ -295,5 +295,5 @@ TEST_CASE("pack refuses folders it cannot package") {
       pack_source(dir2, fs::path(LOOM_TEST_TINY2_DIR) / "loom-optimizer-tiny.so", "LICENSE.txt");
   r = run_loom("pack " + q(src2.string()));
   CHECK(r.code == 2);
-  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.0"));
+  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.1"));
 }

@@ -195,13 +195,14 @@ TEST_CASE("wrong types, ranges and choices are refused with file:line") {
   check_one("train", "iters = -1", "train.iters must be >= 0, got -1");
   check_one("lr", "wsd_decay_fraction = 2", "lr.wsd_decay_fraction must be between 0 and 1, got 2");
   check_one("precision", "dtype = \"fp8\"",
-            "precision.dtype must be one of fp32|bf16|fp16, got \"fp8\"");
-  check_one("precision", "dtype = \"bf61\"",
-            "precision.dtype must be one of fp32|bf16|fp16, got \"bf61\"; did you mean 'bf16'?");
+            "precision.dtype must be one of fp32|bf16|fp16|fp64, got \"fp8\"");
+  check_one(
+      "precision", "dtype = \"bf61\"",
+      "precision.dtype must be one of fp32|bf16|fp16|fp64, got \"bf61\"; did you mean 'bf16'?");
   check_one("model", "activation = \"relu\"",
             "model.activation must be one of gelu|swiglu, got \"relu\"; did you mean 'gelu'?");
   check_one("parallel", "schedule = \"zb\"",
-            "parallel.schedule must be one of 1f1b|interleaved-1f1b|gpipe, got \"zb\"");
+            "no plugin parallel/zb (available parallel plugins: 1f1b, ddp)");
   check_one("data", "split = \"1,2,3,4\"",
             "data.split has more than three weights (train, valid, test): \"1,2,3,4\"");
   check_one("data", "split = \"a,b\"",

@@ -19,8 +19,10 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
   CHECK(std::string(d->params[2].name) == "measure_gemm");
   auto* api = static_cast<const loom_backend_api*>(d->api);
   CHECK(api->struct_size >= LOOM_BACKEND_API_SIZE_V1);
-  CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V1);
+  CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V1_1);
   CHECK((api->ops->sgd_step != nullptr));
+  CHECK((api->ops->vocab_ce_stats != nullptr));
+  CHECK((api->ops->vocab_ce_backward != nullptr));
 }
 
 TEST_CASE("get_info: device name names the CPU features and the BLAS core") {

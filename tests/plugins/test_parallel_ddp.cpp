@@ -1,7 +1,9 @@
 // parallel/ddp: at world size 1 over comm/single the gradients are their mean over the one
 // rank, i.e. bitwise unchanged. A recording comm (defined here, behind the same ABI)
 // checks that every gradient goes through an AVG all-reduce, with and without bucketing,
-// and simulates a second rank to check that packed buckets unpack to the right places.
+// over the host's data x context group (ABI 1.1) or a world group of its own (ABI 1.0
+// host), and simulates a second rank to check that packed buckets unpack to the right
+// places.
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +22,14 @@ struct loom_comm_fake {
   std::vector<loom_reduce_op> ops;
   std::vector<int64_t> numels;
   std::vector<const void*> buffers;
+  std::vector<loom_comm_group*> groups;  // the group of each all-reduce
   std::vector<int> colors;
   int groups_alive = 0;
+  std::vector<int> kinds_asked;  // of the host's get_group
 };
 loom_comm_fake g_fake;
+int g_host_group;  // the address stands for the host's data x context group
+loom_comm_group* host_group() { return reinterpret_cast<loom_comm_group*>(&g_host_group); }
 
 loom_comm_fake* fake(loom_comm*) { return &g_fake; }
 
@@ -39,9 +45,10 @@ void fake_group_destroy(loom_comm* c, loom_comm_group* g) {
 int fake_world_size(loom_comm* c) { return fake(c)->world; }
 int fake_rank(loom_comm*) { return 0; }
 int fake_group_size(loom_comm* c, loom_comm_group*) { return fake(c)->world; }
-loom_error* fake_all_reduce(loom_comm* c, loom_comm_group*, DLTensor* t, loom_reduce_op op) {
+loom_error* fake_all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
   loom_comm_fake* f = fake(c);
   f->ops.push_back(op);
+  f->groups.push_back(g);
   f->numels.push_back(loom_tensor_numel(t));
   f->buffers.push_back(t->data);
   if (f->world > 1 && op == LOOM_REDUCE_AVG && loom_dtype_eq(t->dtype, loom_f32())) {
@@ -66,9 +73,20 @@ loom_comm_api make_fake_api() {
 }
 const loom_comm_api kFakeApi = make_fake_api();
 
-// The test host's table, with get_comm answering the recording comm.
-loom_host with_fake_comm(const loom_host* base) {
+// The test host's table, with get_comm answering the recording comm and get_group the
+// host's group; `abi_1_0` truncates it to an ABI 1.0 host (no layout, no groups).
+loom_host with_fake_comm(const loom_host* base, bool abi_1_0 = false) {
   loom_host h = *base;
+  h.get_group = [](loom_host_context*, loom_group_kind k, loom_comm_group** out) -> loom_error* {
+    g_fake.kinds_asked.push_back(k);
+    *out = host_group();
+    return nullptr;
+  };
+  if (abi_1_0) {
+    h.struct_size = LOOM_HOST_SIZE_V1;
+    h.get_layout = nullptr;
+    h.get_group = nullptr;
+  }
   h.get_comm = [](loom_host_context*, loom_comm_ref* out) -> loom_error* {
     out->api = &kFakeApi;
     out->self = reinterpret_cast<loom_comm*>(&g_fake);
@@ -91,6 +109,7 @@ class Ddp {
   ~Ddp() { api_->destroy(self_); }
   const ptest::Outcome& created() const { return created_; }
   ptest::Outcome reduce() { return ptest::outcome(api_->reduce_gradients(self_)); }
+  double bytes_per_param() { return api_->bytes_per_param(self_); }
 
  private:
   const loom_parallel_api* api_ = nullptr;
@@ -154,13 +173,16 @@ TEST_CASE("parallel/ddp: at world size 1 each gradient is all-reduced in place w
   {
     Ddp ddp(&h, g.ptrs());
     REQUIRE_MESSAGE(ddp.created().ok(), ddp.created().message);
-    CHECK(g_fake.colors == std::vector<int>{0});
+    CHECK(g_fake.colors.empty());  // no group of its own: the host's data x context group
+    CHECK(g_fake.kinds_asked == std::vector<int>{LOOM_GROUP_DATA_CONTEXT});
     REQUIRE(ddp.reduce().ok());
+    CHECK(ddp.bytes_per_param() == 0.0);  // nothing packed at one rank
   }
-  CHECK(g_fake.groups_alive == 0);  // the group was destroyed with the instance
+  CHECK(g_fake.groups_alive == 0);
   REQUIRE(g_fake.ops.size() == g.ts.size());
   for (size_t i = 0; i < g.ts.size(); ++i) {
     CHECK(g_fake.ops[i] == LOOM_REDUCE_AVG);
+    CHECK(g_fake.groups[i] == host_group());
     CHECK(g_fake.buffers[i] == g.ts[i]->data.data());  // no copy into a bucket
     CHECK(g.ts[i]->data == g.before[i]);
   }
@@ -176,11 +198,26 @@ TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average cor
     reset_fake(2);
     Ddp ddp(&h, g.ptrs());
     REQUIRE(ddp.created().ok());
-    CHECK(g_fake.colors == std::vector<int>{0, 0});  // the whole world is the DP group
     REQUIRE(ddp.reduce().ok());
     REQUIRE(g_fake.ops.size() == 1);
     CHECK(g_fake.ops[0] == LOOM_REDUCE_AVG);
+    CHECK(g_fake.groups[0] == host_group());
     CHECK(g_fake.numels[0] == total);
+    CHECK(ddp.bytes_per_param() == 4.0);  // one f32 bucket as large as the gradients
+  }
+  SUBCASE("an ABI 1.0 host: a world group of its own, destroyed with the instance") {
+    reset_fake(2);
+    loom_host old = with_fake_comm(th.host(), true);
+    {
+      Ddp ddp(&old, g.ptrs());
+      REQUIRE(ddp.created().ok());
+      CHECK(g_fake.colors == std::vector<int>{0, 0});  // the whole world is the DP group
+      CHECK(g_fake.groups_alive == 1);
+      REQUIRE(ddp.reduce().ok());
+      REQUIRE(g_fake.ops.size() == 1);
+      CHECK(g_fake.groups[0] == reinterpret_cast<loom_comm_group*>(&g_fake));
+    }
+    CHECK(g_fake.groups_alive == 0);
   }
   SUBCASE("small buckets: several all-reduces, a large tensor alone and in place") {
     reset_fake(2);
@@ -207,6 +244,7 @@ TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average cor
     REQUIRE(ddp.created().ok());
     REQUIRE(ddp.reduce().ok());
     CHECK(g_fake.ops.size() == g.ts.size());
+    CHECK(ddp.bytes_per_param() == 0.0);
   }
   // the other rank holds 3x this rank's gradient: the average is exactly 2x everywhere
   for (size_t i = 0; i < g.ts.size(); ++i)
@@ -232,6 +270,12 @@ TEST_CASE("parallel/ddp: no comm, NULL gradients and the schema") {
   CHECK(empty.reduce().ok());
 
   auto* d = loomtest::load_descriptor("parallel", "ddp");
+  const auto* api = static_cast<const loom_parallel_api*>(d->api);
+  CHECK(api->struct_size == LOOM_PARALLEL_API_SIZE_V1_1);
+  CHECK((api->run_pipeline == nullptr));
+  CHECK((api->shard_params == nullptr));
+  CHECK((api->after_step == nullptr));
+  CHECK((api->bytes_per_param != nullptr));
   REQUIRE(d->num_params == 1);
   CHECK(std::string(d->params[0].name) == "bucket_mb");
   CHECK(d->params[0].type == LOOM_PARAM_FLOAT);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/layout.hpp"
 #include "loom/loom.h"
 
 struct loom_error {
@@ -111,9 +112,47 @@ class TestHost {
       for (const char* p = stream; *p; ++p) h = h * 1099511628211ull ^ (uint8_t)*p;
       return h;
     };
+    layout_ = loom::layout::coordinates(loom::layout::Degrees{}, 1, 0);
+    host_.struct_size = LOOM_HOST_SIZE_V1_1;
+    host_.get_layout = [](loom_host_context* ctx, loom_parallel_layout* out) -> loom_error* {
+      auto* self = reinterpret_cast<TestHost*>(ctx);
+      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V1_1)
+        return new loom_error{LOOM_ERR_INVALID_ARGUMENT, "get_layout: struct_size too small"};
+      const size_t size = out->struct_size;
+      *out = self->layout_;
+      out->struct_size = size;
+      return nullptr;
+    };
+    host_.get_group = [](loom_host_context* ctx, loom_group_kind kind,
+                         loom_comm_group** out) -> loom_error* {
+      auto* self = reinterpret_cast<TestHost*>(ctx);
+      if ((int)kind < 0 || (int)kind >= kNumGroups)
+        return new loom_error{LOOM_ERR_INVALID_ARGUMENT, "get_group: unknown group kind"};
+      *out = self->groups_[kind];
+      return nullptr;
+    };
   }
+
+  // Lays the loaded comm's world out as the engine does (tensor fastest, then context,
+  // data, pipeline) and creates every group; plugins see them through get_layout and
+  // get_group. COLLECTIVE over the world.
+  void setup_parallel(const loom::layout::Degrees& d) {
+    if (!comm_.self) throw std::runtime_error("setup_parallel: load a comm first");
+    const int world = comm_.api->world_size(comm_.self);
+    const int rank = comm_.api->world_rank(comm_.self);
+    auto problems = loom::layout::problems(d, world);
+    if (!problems.empty()) throw std::runtime_error("setup_parallel: " + problems[0]);
+    layout_ = loom::layout::coordinates(d, world, rank);
+    for (loom_group_kind k : loom::layout::kAllGroups) {
+      std::vector<int> colors = loom::layout::colors(d, world, k);
+      check(comm_.api->group_create(comm_.self, colors.data(), &groups_[k]));
+    }
+  }
+  const loom_parallel_layout& layout() const { return layout_; }
   ~TestHost() {
     if (dataset_api_ && dataset_) dataset_api_->destroy(dataset_);
+    for (loom_comm_group*& g : groups_)
+      if (g && comm_.self) comm_.api->group_destroy(comm_.self, g);
     if (tokenizer_.self) tokenizer_.api->destroy(tokenizer_.self);
     if (attention_.self) attention_.api->destroy(attention_.self);
     if (comm_.self) comm_.api->destroy(comm_.self);
@@ -184,7 +223,10 @@ class TestHost {
     return new loom_error{LOOM_ERR_INVALID_ARGUMENT, std::string("no config key ") + k};
   }
 
+  static constexpr int kNumGroups = 9;
   loom_host host_{};
+  loom_parallel_layout layout_{};
+  loom_comm_group* groups_[kNumGroups] = {};
   loom_backend_ref backend_{nullptr, nullptr};
   loom_attention_ref attention_{nullptr, nullptr};
   loom_tokenizer_ref tokenizer_{nullptr, nullptr};

@@ -229,7 +229,7 @@ loom_error* cpu_get_info(loom_backend* be, loom_backend_info* out) noexcept {
 // ---- the tables --------------------------------------------------------------------------------
 
 constexpr loom_ops kOps = {
-    LOOM_OPS_SIZE_V1,
+    LOOM_OPS_SIZE_V1_1,
     op_gemm,
     op_bias_add,
     op_bias_backward,
@@ -255,6 +255,8 @@ constexpr loom_ops kOps = {
     op_softmax_cross_entropy,
     op_adamw_step,
     op_sgd_step,
+    op_vocab_ce_stats,
+    op_vocab_ce_backward,
 };
 
 constexpr loom_backend_api kApi = {

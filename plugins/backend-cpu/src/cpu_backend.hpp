@@ -177,6 +177,11 @@ loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
 loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                      const DLTensor* logits, const DLTensor* targets,
                                      double dloss) noexcept;
+loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start) noexcept;
+loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                                 const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                                 double dloss) noexcept;
 // kernels_optim.cpp
 loom_error* op_adamw_step(loom_backend* be, const loom_adamw_args* args) noexcept;
 loom_error* op_sgd_step(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,

@@ -5,6 +5,11 @@
 // logits: a row's loss terms are all read before the row is overwritten, which lets the
 // caller skip a second N x V buffer (the largest activation of a GPT).
 // Numerically stable: exponents are taken of logits - rowmax, so nothing overflows.
+//
+// Vocab-parallel pieces (ABI v1.1), for logits split by vocabulary over tensor-parallel ranks:
+//   vocab_ce_stats:    stats(N,3) = {rowmax m, sum exp(x - m), x[target - vocab_start] or 0}
+//   vocab_ce_backward: dlogits = dloss * (exp(x - lse[n]) - onehot(target - vocab_start))
+// The caller all-reduces the stats into the global lse and loss; no rank sees the full row.
 #include <omp.h>
 
 #include <algorithm>
@@ -65,7 +70,111 @@ LOOM_CPU_CLONES void cross_entropy_kernel(T* losses, T* dlogits, const T* logits
   }
 }
 
+// Per-row local statistics of one vocabulary slice [vs, vs + V). Ignored rows (target -1)
+// still get m and s: they are cheap and keep the combined lse finite for every row.
+template <class T>
+LOOM_CPU_CLONES void vocab_stats_kernel(T* stats, const T* logits, const int32_t* targets,
+                                        int64_t N, int64_t V, int64_t vs, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * V;
+    T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += vexp(x[j] - mx);
+    int64_t local = targets[n] < 0 ? -1 : int64_t{targets[n]} - vs;
+    stats[3 * n + 0] = mx;
+    stats[3 * n + 1] = sum;
+    stats[3 * n + 2] = (local >= 0 && local < V) ? x[local] : T(0);
+  }
+}
+
+template <class T>
+LOOM_CPU_CLONES void vocab_backward_kernel(T* dlogits, const T* logits, const int32_t* targets,
+                                           const T* lse, int64_t N, int64_t V, int64_t vs, T dloss,
+                                           int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * V;
+    T* d = dlogits + n * V;
+    if (targets[n] < 0) {  // ignored position
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) d[j] = T(0);
+      continue;
+    }
+    // Same index read and written, so a dlogits aliasing logits is fine.
+    T l = lse[n];
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) d[j] = dloss * vexp(x[j] - l);
+    int64_t local = int64_t{targets[n]} - vs;
+    if (local >= 0 && local < V) d[local] -= dloss;
+  }
+}
+
+// Shared checks of the two vocab ops: logits(N,Vl) floating, targets(N) i32 in {-1} or >= 0
+// (global ids: this rank cannot bound them by the full vocabulary), vocab_start >= 0.
+int64_t check_vocab_args(const Check& ck, const DLTensor* logits, const DLTensor* targets,
+                         int64_t vocab_start, int64_t* rows) {
+  ck.tensor("logits", logits);
+  ck.tensor("targets", targets);
+  ck.floating("logits", logits);
+  int64_t V = ck.last_dim("logits", logits);
+  if (V <= 0) ck.fail("logits has an empty vocabulary dimension");
+  if (vocab_start < 0) ck.fail("vocab_start = " + std::to_string(vocab_start) + " is negative");
+  int64_t N = loom_tensor_numel(logits) / V;
+  ck.dtype("targets", targets, loom_i32());
+  ck.numel("targets", targets, N);
+  const int32_t* tg = data_of<const int32_t>(targets);
+  for (int64_t n = 0; n < N; ++n)
+    if (tg[n] < -1)
+      ck.fail("targets[" + std::to_string(n) + "] = " + std::to_string(tg[n]) +
+              " is negative and not -1 (ignore)");
+  *rows = N;
+  return V;
+}
+
 }  // namespace
+
+loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start) noexcept {
+  return run_op(be, "vocab_ce_stats", [&](loom_backend& b) {
+    Check ck{"vocab_ce_stats"};
+    int64_t N = 0;
+    int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
+    ck.tensor("stats", stats);
+    ck.same_dtype("stats", stats, "logits", logits);
+    ck.numel("stats", stats, 3 * N);
+    dispatch_float(ck, "logits", logits, [&](auto tag) {
+      using T = decltype(tag);
+      vocab_stats_kernel(data_of<T>(stats), data_of<const T>(logits),
+                         data_of<const int32_t>(targets), N, V, vocab_start, b.threads);
+    });
+  });
+}
+
+loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                                 const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                                 double dloss) noexcept {
+  return run_op(be, "vocab_ce_backward", [&](loom_backend& b) {
+    Check ck{"vocab_ce_backward"};
+    int64_t N = 0;
+    int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
+    ck.tensor("dlogits", dlogits);
+    ck.same_dtype("dlogits", dlogits, "logits", logits);
+    ck.numel("dlogits", dlogits, N * V);
+    ck.tensor("lse", lse);
+    ck.same_dtype("lse", lse, "logits", logits);
+    ck.numel("lse", lse, N);
+    dispatch_float(ck, "logits", logits, [&](auto tag) {
+      using T = decltype(tag);
+      vocab_backward_kernel(data_of<T>(dlogits), data_of<const T>(logits),
+                            data_of<const int32_t>(targets), data_of<const T>(lse), N, V,
+                            vocab_start, static_cast<T>(dloss), b.threads);
+    });
+  });
+}
 
 loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                      const DLTensor* logits, const DLTensor* targets,

@@ -142,8 +142,23 @@ typedef struct loom_ops {
   loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
                           double lr, double momentum, double weight_decay, double grad_scale);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+
+  /* ABI v1.1: vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
+   * [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global
+   * ids (-1 ignored). stats(N,3), logits' dtype: the local row max m, sum exp(logit - m),
+   * and the target's logit (0 where the target is outside this slice or ignored). The
+   * caller combines the ranks' stats into the global log-sum-exp. */
+  loom_error* (*vocab_ce_stats)(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                                const DLTensor* targets, int64_t vocab_start);
+  /* dlogits(N,Vl) = dloss * (exp(logit - lse[n]) - onehot(target - vocab_start)); rows with
+   * target -1 get 0. lse(N) the global log-sum-exp, logits' dtype. dlogits may alias
+   * logits. */
+  loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                                   const DLTensor* targets, int64_t vocab_start,
+                                   const DLTensor* lse, double dloss);
 } loom_ops;
 #define LOOM_OPS_SIZE_V1 LOOM_STRUCT_SIZE(loom_ops, sgd_step)
+#define LOOM_OPS_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
 
 typedef struct loom_backend_info {
   size_t struct_size;

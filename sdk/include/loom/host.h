@@ -25,6 +25,7 @@ struct loom_tokenizer_api;
 struct loom_tokenizer;
 struct loom_comm_api;
 struct loom_comm;
+struct loom_comm_group;
 
 typedef struct loom_backend_ref {
   const struct loom_backend_api* api;
@@ -42,6 +43,32 @@ typedef struct loom_comm_ref {
   const struct loom_comm_api* api;
   struct loom_comm* self;
 } loom_comm_ref;
+
+/* The run's parallel layout (ABI v1.1). Ranks are laid out as Megatron-Core does, tensor
+ * fastest, then context, data, pipeline: world rank = tp + TP*(cp + CP*(dp + DP*pp)).
+ * Expert groups are carved from the data x context ranks. */
+typedef struct loom_parallel_layout {
+  size_t struct_size;
+  int32_t world;
+  int32_t tensor, context, data, pipeline, expert, virtual_stages; /* degrees */
+  int32_t tensor_rank, context_rank, data_rank, pipeline_rank, expert_rank;
+  int32_t sequence_parallel; /* norm/dropout regions sharded over the tensor group */
+} loom_parallel_layout;
+#define LOOM_PARALLEL_LAYOUT_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_parallel_layout, sequence_parallel)
+
+/* Process groups of this rank (ABI v1.1), for the comm from get_comm. */
+typedef enum loom_group_kind {
+  LOOM_GROUP_WORLD = 0,
+  LOOM_GROUP_TENSOR = 1,       /* same context, data, pipeline coordinates */
+  LOOM_GROUP_CONTEXT = 2,      /* same tensor, data, pipeline */
+  LOOM_GROUP_DATA = 3,         /* same tensor, context, pipeline: gradient replicas */
+  LOOM_GROUP_PIPELINE = 4,     /* same tensor, context, data; ordered by stage */
+  LOOM_GROUP_DATA_CONTEXT = 5, /* data x context: where gradients are averaged */
+  LOOM_GROUP_MODEL = 6,        /* tensor x pipeline (x context): one model replica */
+  LOOM_GROUP_EMBEDDING = 7,    /* first and last pipeline stage (tied embeddings); a rank
+                                * on neither stage is alone in its group */
+  LOOM_GROUP_EXPERT = 8        /* expert-parallel ranks, carved from data x context */
+} loom_group_kind;
 
 typedef enum loom_log_level {
   LOOM_LOG_DEBUG = 0,
@@ -83,8 +110,15 @@ typedef struct loom_host {
    * plugin that asks for "init" or "dropout" gets the same value on every rank and run. */
   uint64_t (*rng_seed)(loom_host_context* ctx, const char* stream);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+
+  /* ABI v1.1: the parallel layout (caller sets out->struct_size) and this rank's groups.
+   * A group handle is valid for the run and belongs to the host. */
+  loom_error* (*get_layout)(loom_host_context* ctx, loom_parallel_layout* out);
+  loom_error* (*get_group)(loom_host_context* ctx, loom_group_kind kind,
+                           struct loom_comm_group** out);
 } loom_host;
 #define LOOM_HOST_SIZE_V1 LOOM_STRUCT_SIZE(loom_host, rng_seed)
+#define LOOM_HOST_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_host, get_group)
 
 #ifdef __cplusplus
 }

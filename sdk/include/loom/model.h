@@ -23,8 +23,16 @@ typedef struct loom_model_create_args {
   int64_t seq_len;     /* tokens per sample in training */
   int64_t micro_batch; /* samples per micro-batch in training */
   DLDataType dtype;    /* compute dtype of activations */
+  /* ABI v1.1, pipeline parallelism: this instance holds virtual stage `pipeline_stage` of
+   * `pipeline_stages` (= pipeline x virtual_stages; 0 or 1 = the whole model). Stage s holds
+   * layers [s*L/S, (s+1)*L/S); the first stage adds the embedding, the last the final norm,
+   * the head and the loss. Chunk v of pipeline rank p holds stage v*pipeline + p. Tensor and
+   * sequence parallelism come from host.get_layout. */
+  int32_t pipeline_stage;
+  int32_t pipeline_stages;
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_create_args, dtype)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
 
 typedef struct loom_model_param {
   size_t struct_size;
@@ -33,8 +41,20 @@ typedef struct loom_model_param {
   DLTensor* grad;       /* same shape; accumulated (+=) by forward_backward */
   int weight_decay;     /* 0 for biases, norms (Megatron's no-decay rule) */
   int32_t tp_split_dim; /* dimension split across tensor-parallel ranks, -1 = replicated */
+  /* ABI v1.1: how this rank's shard sits in the full tensor. Along tp_split_dim the full
+   * tensor is tp_num_blocks blocks of global extents tp_block_sizes[] (the q|k|v rows of a
+   * fused projection, the gate;up rows of SwiGLU), each split evenly over the tensor
+   * group; the local tensor is the concatenation of this rank's slice of every block.
+   * tp_num_blocks 0 means one block. */
+  int32_t tp_num_blocks;
+  const int64_t* tp_block_sizes; /* tp_num_blocks entries; valid until destroy */
+  /* 1: a copy of a parameter that another pipeline stage owns (the tied embedding held by
+   * the last stage for the head): kept equal by the model, never saved nor counted twice
+   * in the gradient norm */
+  int32_t pipeline_duplicate;
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_param, tp_split_dim)
+#define LOOM_MODEL_PARAM_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_param, pipeline_duplicate)
 
 typedef struct loom_microbatch {
   size_t struct_size;
@@ -45,6 +65,14 @@ typedef struct loom_microbatch {
   double loss_scale;      /* d(objective)/d(sum of token losses), e.g. 1/(tokens in step) */
 } loom_microbatch;
 #define LOOM_MICROBATCH_SIZE_V1 LOOM_STRUCT_SIZE(loom_microbatch, loss_scale)
+
+typedef struct loom_stage_info {
+  size_t struct_size;
+  int32_t is_first, is_last; /* holds the embedding / the head and loss */
+  int64_t hidden;            /* channels of the hidden state between stages */
+  DLDataType dtype;          /* its dtype */
+} loom_stage_info;
+#define LOOM_STAGE_INFO_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_stage_info, dtype)
 
 typedef struct loom_model_api {
   size_t struct_size;
@@ -75,8 +103,33 @@ typedef struct loom_model_api {
    * when the model has no fixed limit. The host caps generation with it. */
   int64_t (*max_context)(loom_model* m);
   /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+
+  /* ABI v1.1: pipeline stages, driven by a parallel plugin's schedule. Activations of up to
+   * any number of micro-batches in flight live in numbered slots (grown on demand); a slot
+   * is reused after its backward. Between stages flows the hidden state, (tokens, hidden)
+   * in the compute dtype, tokens = B*T (B*T/tensor with sequence parallelism). */
+  loom_error* (*stage_info)(loom_model* m, loom_stage_info* out);
+  /* Forward of micro-batch `mb` into `slot`. input: the previous stage's output, NULL on
+   * the first stage (which reads mb->tokens). *output: model-owned, valid until the slot's
+   * backward; NULL on the last stage, which computes the loss from mb->targets (loss_sum,
+   * tokens as forward_backward; zero elsewhere). With `no_grad` nothing is kept for a
+   * backward (evaluation) and the slot is free again on return. */
+  loom_error* (*stage_forward)(loom_model* m, int64_t slot, const loom_microbatch* mb,
+                               const DLTensor* input, int no_grad, DLTensor** output,
+                               double* loss_sum, int64_t* tokens);
+  /* Backward of the micro-batch in `slot`: doutput = gradient of its output (NULL on the
+   * last stage, which starts from the loss). Parameter gradients +=. *dinput: gradient of
+   * the input, model-owned, valid until the next stage call; NULL on the first stage. */
+  loom_error* (*stage_backward)(loom_model* m, int64_t slot, const DLTensor* doutput,
+                                DLTensor** dinput);
+  /* Once per step after the last backward, before the data-parallel reduction: the model
+   * completes gradients its own parallelism leaves partial (sequence-parallel norm weights
+   * over the tensor group, the tied embedding over the embedding group). COLLECTIVE over
+   * the model-parallel ranks. */
+  loom_error* (*finish_grads)(loom_model* m);
 } loom_model_api;
 #define LOOM_MODEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_api, max_context)
+#define LOOM_MODEL_API_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_api, finish_grads)
 
 #ifdef __cplusplus
 }

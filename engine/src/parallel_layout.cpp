@@ -1,0 +1,129 @@
+// Parallel layout checks and description (see parallel_layout.hpp).
+#include "parallel_layout.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "errors.hpp"
+#include "recipe.hpp"
+
+namespace loom::engine {
+
+namespace {
+
+// An int key of the [model] section when the model's schema has it, else 0.
+int64_t model_int(const Recipe& recipe, const char* key) {
+  const loom_config& m = recipe.section("model");
+  auto it = m.values.find(key);
+  if (it == m.values.end() || it->second.type != LOOM_PARAM_INT) return 0;
+  return it->second.i;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? " " : "") << ranks[i];
+  s << "]";
+  return s.str();
+}
+
+}  // namespace
+
+layout::Degrees layout_degrees(const Recipe& recipe) {
+  layout::Degrees d;
+  d.tensor = (int32_t)recipe.get_int("parallel", "tensor");
+  d.context = (int32_t)recipe.get_int("parallel", "context");
+  d.pipeline = (int32_t)recipe.get_int("parallel", "pipeline");
+  d.expert = (int32_t)recipe.get_int("parallel", "expert");
+  d.virtual_stages = (int32_t)recipe.get_int("parallel", "virtual_stages");
+  d.sequence_parallel = recipe.get_bool("parallel", "sequence_parallel");
+  return d;
+}
+
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(var)) {
+      int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  return 0;
+}
+
+int64_t microbatches_per_step(const Recipe& recipe, int data_parallel) {
+  const int64_t mbs = recipe.get_int("train", "micro_batch_size");
+  int64_t gbs = recipe.get_int("train", "global_batch_size");
+  if (gbs == 0) gbs = mbs * data_parallel;
+  return gbs / (mbs * data_parallel);
+}
+
+void check_layout(const Recipe& recipe, int world) {
+  layout::Degrees d = layout_degrees(recipe);
+  std::vector<std::string> problems =
+      layout::problems(d, world, model_int(recipe, "n_layer"), model_int(recipe, "n_head"),
+                       model_int(recipe, "n_kv_head"));
+  if (problems.empty()) {
+    const int dp = world / (d.tensor * d.context * d.pipeline);
+    const int64_t mbs = recipe.get_int("train", "micro_batch_size");
+    const int64_t gbs = recipe.get_int("train", "global_batch_size");
+    if (gbs != 0 && gbs % (mbs * dp) != 0)
+      problems.push_back("train.global_batch_size = " + std::to_string(gbs) +
+                         " is not a multiple of micro_batch_size (" + std::to_string(mbs) +
+                         ") x data-parallel size (" + std::to_string(dp) + ")");
+    const int64_t micro = microbatches_per_step(recipe, dp);
+    if (problems.empty() && d.virtual_stages > 1 && micro % d.pipeline != 0)
+      problems.push_back("virtual_stages = " + std::to_string(d.virtual_stages) + " needs " +
+                         "micro-batches per step (" + std::to_string(micro) +
+                         ") divisible by pipeline (" + std::to_string(d.pipeline) +
+                         "), as Megatron's interleaved schedule does");
+    const std::string schedule = recipe.get_string("parallel", "schedule");
+    if (d.virtual_stages > 1 && schedule != "interleaved-1f1b")
+      problems.push_back("virtual_stages = " + std::to_string(d.virtual_stages) +
+                         " needs parallel.schedule = \"interleaved-1f1b\" (it is \"" + schedule +
+                         "\")");
+  }
+  if (problems.empty()) return;
+  std::string msg = "parallel layout for " + std::to_string(world) + " rank" +
+                    (world == 1 ? "" : "s") + ": " + problems.front();
+  for (size_t i = 1; i < problems.size(); ++i) msg += "; " + problems[i];
+  throw UsageError(msg);
+}
+
+std::string describe_layout(const Recipe& recipe, int world) {
+  layout::Degrees d = layout_degrees(recipe);
+  loom_parallel_layout l = layout::coordinates(d, world, 0);
+  std::ostringstream o;
+  o << "layout: world " << world << " = tensor " << l.tensor << " x context " << l.context
+    << " x data " << l.data << " x pipeline " << l.pipeline;
+  if (l.virtual_stages > 1) o << " (x " << l.virtual_stages << " virtual stages)";
+  if (l.expert > 1) o << ", expert " << l.expert;
+  if (l.sequence_parallel) o << ", sequence parallel";
+  o << "; schedule " << recipe.get_string("parallel", "schedule") << ", gradients "
+    << recipe.get_string("parallel", "data") << "\n";
+  for (loom_group_kind k : {LOOM_GROUP_TENSOR, LOOM_GROUP_CONTEXT, LOOM_GROUP_DATA,
+                            LOOM_GROUP_PIPELINE, LOOM_GROUP_EMBEDDING}) {
+    std::vector<int> colors = layout::colors(d, world, k);
+    std::map<int, std::vector<int>> groups;
+    for (int r = 0; r < world; ++r) groups[colors[r]].push_back(r);
+    o << "  " << layout::group_name(k) << " groups:";
+    for (auto& [c, ranks] : groups)
+      if (k != LOOM_GROUP_EMBEDDING || ranks.size() > 1 || l.pipeline == 1)
+        o << " " << join_ranks(ranks);
+    o << "\n";
+  }
+  const int64_t layers = model_int(recipe, "n_layer");
+  const int stages = l.pipeline * l.virtual_stages;
+  if (layers > 0) {
+    o << "  layers per stage: " << layers / stages << " (" << stages << " stage"
+      << (stages == 1 ? "" : "s");
+    if (l.virtual_stages > 1) o << "; pipeline rank p holds stages p, p+" << l.pipeline << ", ...";
+    o << ")\n";
+  }
+  const int64_t micro = microbatches_per_step(recipe, l.data);
+  o << "  micro-batches per step: " << micro << " of "
+    << recipe.get_int("train", "micro_batch_size") << " x " << recipe.get_int("train", "seq_len")
+    << " on each of " << l.data << " data-parallel rank" << (l.data == 1 ? "" : "s") << "\n";
+  return o.str();
+}
+
+}  // namespace loom::engine

@@ -1,0 +1,33 @@
+// The recipe's parallel degrees, their check against the world size and the model, and the
+// resolved layout that `loom validate` prints.
+#pragma once
+
+#include <string>
+
+#include "loom/cpp/layout.hpp"
+
+namespace loom::engine {
+
+class Recipe;
+
+// parallel.tensor/context/pipeline/expert/virtual_stages/sequence_parallel.
+layout::Degrees layout_degrees(const Recipe& recipe);
+
+// The world size the launcher announces (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), or 0
+// when the process was not started by one.
+int launcher_world_size();
+
+// Throws UsageError naming every number involved when the layout does not fit `world` ranks,
+// the model's layers and heads (read from the [model] section when it has n_layer, n_head,
+// n_kv_head) or the batch (global batch a multiple of micro-batch x data-parallel size; the
+// interleaved schedule needs micro-batches per step divisible by the pipeline size).
+void check_layout(const Recipe& recipe, int world);
+
+// Micro-batches per step on each data-parallel rank.
+int64_t microbatches_per_step(const Recipe& recipe, int data_parallel);
+
+// A few lines: degrees, this layout's groups (world ranks of each), layers per stage and
+// micro-batches per step.
+std::string describe_layout(const Recipe& recipe, int world);
+
+}  // namespace loom::engine

@@ -1,0 +1,546 @@
+// comm/nccl: collectives and point-to-point over NCCL, on compact tensors in GPU memory
+// (kDLCUDA, on this rank's device).
+//  - One GPU per rank: the device is the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+//    MPI_LOCALRANKID, SLURM_LOCALID, else the rank among the processes sharing this node's
+//    memory) modulo the visible device count. create makes it the calling thread's current
+//    device, so a GPU backend created afterwards finds it; every call restores the caller's
+//    current device when it returns.
+//  - MPI is only the bootstrap: create initialises it like comm/mpi does (and the last
+//    destroy finalises it if it was ours), rank 0 of each group makes an ncclUniqueId and
+//    MPI_Bcast hands it to the others. group_create is MPI_Comm_split(world, colors[rank],
+//    key = world rank), so group ranks follow world order, plus one NCCL communicator per
+//    group. A NULL group means the world.
+//  - Each communicator has its own CUDA stream, created blocking, so work the caller queued
+//    on the legacy default stream runs first; work on other streams must be finished (or
+//    synchronised) by the caller. Every call blocks until its stream is done, watching
+//    ncclCommGetAsyncError meanwhile: a communicator that fails asynchronously is aborted
+//    and every later call on it says so instead of hanging.
+//  - AVG is ncclAvg, on floating-point tensors only: NCCL's integer average (a post-division)
+//    is defined for unsigned types alone, so integer AVG is refused rather than rounded one
+//    way here and another in comm/mpi.
+//  - send/recv: NCCL has no tags; messages between two ranks of a group match in call
+//    order. A 16-byte MPI header (size, tag) goes ahead of each message so the receiver can
+//    name a size or tag mismatch (draining the message, so the sender is not left waiting)
+//    rather than corrupt memory. A blocking send waits for the matching recv: order the
+//    calls (e.g. even ranks send first) so no ring of sends waits forever.
+//  - Argument errors (dtype, shape, device, op, root, peer) are found before any NCCL call;
+//    they are the same on every rank when every rank passes matching tensors, so no rank is
+//    left waiting in a collective the others skipped.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+#include "nccl_support.hpp"
+
+using comm_nccl::DeviceBuffer;
+using comm_nccl::DeviceGuard;
+
+// One process group: its MPI communicator (bootstrap and p2p headers) and its NCCL
+// communicator with the stream its work runs on. The world is one too.
+struct loom_comm_group {
+  MPI_Comm mpi = MPI_COMM_NULL;
+  ncclComm_t nccl = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<DeviceBuffer> flag;  // barrier's all-reduced integer
+  std::string aborted;                 // why NCCL was aborted; empty while usable
+
+  ~loom_comm_group() {
+    DeviceGuard on(device, false);
+    if (nccl != nullptr) ncclCommDestroy(nccl);  // every call already waited: nothing pending
+    flag.reset();
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&mpi);
+  }
+};
+
+namespace {
+
+using namespace comm_nccl;
+
+// Takes ownership of `mpi` (leaving MPI_COMM_NULL there; the group frees it even when this
+// throws) and makes the group's NCCL communicator over its ranks. COLLECTIVE over `mpi`.
+std::unique_ptr<loom_comm_group> make_group(MPI_Comm& mpi_in, int device, const char* fn) {
+  auto g = std::make_unique<loom_comm_group>();
+  g->mpi = mpi_in;
+  mpi_in = MPI_COMM_NULL;
+  g->device = device;
+  MPI_Comm mpi = g->mpi;
+  mpi_check(MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN), fn, "MPI_Comm_set_errhandler");
+  mpi_check(MPI_Comm_rank(mpi, &g->rank), fn, "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(mpi, &g->size), fn, "MPI_Comm_size");
+  DeviceGuard on(device);
+  // Rank 0's result travels with the id, so when ncclGetUniqueId fails every rank says so
+  // instead of the others waiting in ncclCommInitRank for a root that never comes.
+  struct {
+    ncclResult_t made;
+    ncclUniqueId id;
+  } boot{ncclSuccess, {}};
+  if (g->rank == 0) boot.made = ncclGetUniqueId(&boot.id);
+  mpi_check(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi), fn, "MPI_Bcast of the ncclUniqueId");
+  nccl_check(boot.made, fn, "ncclGetUniqueId on group rank 0");
+  nccl_check(ncclCommInitRank(&g->nccl, g->size, boot.id, g->rank), fn, "ncclCommInitRank");
+  cuda_check(cudaStreamCreate(&g->stream), fn, "cudaStreamCreate");
+  g->flag = std::make_unique<DeviceBuffer>(sizeof(int32_t), fn);
+  cuda_check(cudaMemset(g->flag->get(), 0, sizeof(int32_t)), fn, "cudaMemset");
+  return g;
+}
+
+// Blocks until the group's stream is idle, failing (and aborting the communicator) when
+// NCCL reports an asynchronous error, e.g. a peer that died.
+void wait(loom_comm_group& g, const char* fn) {
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(g.stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cuda_check(e, fn, "cudaStreamQuery");
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(g.nccl, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const char* last = ncclGetLastError(g.nccl);
+      g.aborted =
+          std::string(ncclGetErrorString(async)) + (last && *last ? ": " : "") + (last ? last : "");
+      ncclCommAbort(g.nccl);
+      g.nccl = nullptr;
+      fail(LOOM_ERR_INTERNAL, fn, "NCCL failed asynchronously (" + g.aborted + ")");
+    }
+    std::this_thread::yield();
+  }
+}
+
+// Enqueues one NCCL call (or a group of them) on the group's stream and waits for it.
+template <class Enqueue>
+void run(loom_comm_group& g, const char* fn, const char* call, Enqueue&& enqueue) {
+  if (!g.aborted.empty())
+    fail(LOOM_ERR_INTERNAL, fn,
+         "the communicator was aborted after an earlier error (" + g.aborted +
+             "); recreate the comm");
+  DeviceGuard on(g.device);
+  nccl_check(enqueue(), fn, call, g.nccl);
+  wait(g, fn);
+}
+
+// A tensor NCCL can read as one contiguous run of `count` elements of `type`; `nbytes`
+// covers it. Reductions pass their element type; data movement goes as bytes.
+struct Buf {
+  char* ptr;
+  size_t count;
+  ncclDataType_t type;
+  size_t nbytes;
+};
+
+Buf check_tensor(const loom_comm_group& g, const DLTensor* t, const char* fn, const char* what,
+                 bool reduce) {
+  const std::string name = what;
+  if (t == nullptr) fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " is NULL");
+  const int64_t n = loom_tensor_numel(t);
+  if (t->data == nullptr && n > 0) fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " has no data");
+  if (t->device.device_type != kDLCUDA)
+    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+         name + " is on " + device_str(t->device) +
+             "; comm/nccl reaches GPU memory only (kDLCUDA; use comm \"mpi\" for CPU tensors)");
+  if (t->device.device_id != g.device)
+    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+         name + " is on " + device_str(t->device) + " but this rank's communicator uses cuda:" +
+             std::to_string(g.device) + " (the local rank modulo the device count)");
+  if (t->strides != nullptr) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; --d) {
+      if (t->shape[d] != 1 && t->strides[d] != expect)
+        fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " " + shape_str(t) + " is not compact");
+      expect *= t->shape[d];
+    }
+  }
+  char* ptr = static_cast<char*>(t->data) + t->byte_offset;
+  if (n > 0) {
+    // A host pointer labelled kDLCUDA would make NCCL fault on the GPU; name it here.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) cudaGetLastError();
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+      fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+           name + " says " + device_str(t->device) + " but its data is not GPU memory");
+  }
+  const size_t nbytes = static_cast<size_t>(n) * loom_dtype_bytes(t->dtype);
+  if (reduce) return Buf{ptr, static_cast<size_t>(n), reduce_type(t->dtype, fn), nbytes};
+  return Buf{ptr, nbytes, ncclUint8, nbytes};
+}
+
+bool is_float(DLDataType d) { return d.code == kDLFloat || d.code == kDLBfloat; }
+
+void check_avg(ncclRedOp_t op, DLDataType d, const char* fn) {
+  if (op == ncclAvg && !is_float(d))
+    fail(LOOM_ERR_UNIMPLEMENTED, fn,
+         "AVG of " + dtype_str(d) + " is not supported (floating-point dtypes only; use SUM)");
+}
+
+void check_same_dtype(const DLTensor* in, const DLTensor* out, const char* fn) {
+  if (!loom_dtype_eq(in->dtype, out->dtype))
+    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+         "in is " + dtype_str(in->dtype) + " but out is " + dtype_str(out->dtype));
+}
+
+bool overlap(const Buf& a, const Buf& b) {
+  return a.nbytes > 0 && b.nbytes > 0 && a.ptr < b.ptr + b.nbytes && b.ptr < a.ptr + a.nbytes;
+}
+
+// `in`'s bytes, copied aside on the group's stream when they share memory with `out` in a
+// way NCCL does not allow (`allowed`: NCCL's own in-place layout, if the call has one).
+const char* source(loom_comm_group& g, const Buf& in, const Buf& out, bool allowed,
+                   std::unique_ptr<DeviceBuffer>& scratch, const char* fn) {
+  if (allowed || !overlap(in, out)) return in.ptr;
+  DeviceGuard on(g.device);
+  scratch = std::make_unique<DeviceBuffer>(in.nbytes, fn);
+  cuda_check(cudaMemcpyAsync(scratch->get(), in.ptr, in.nbytes, cudaMemcpyDeviceToDevice, g.stream),
+             fn, "cudaMemcpyAsync");
+  return scratch->get();
+}
+
+int local_rank(MPI_Comm world) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
+  // No launcher variable: rank among the processes that share this node's memory.
+  MPI_Comm node = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "create",
+            "MPI_Comm_split_type");
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+int live_instances = 0;       // comm/nccl instances in this process
+bool we_initialised = false;  // MPI_Init_thread was ours: the last destroy finalises
+
+void finalise_if_ours() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (live_instances == 0 && we_initialised && !finalized) {
+    MPI_Finalize();
+    we_initialised = false;
+  }
+}
+
+class NcclComm {
+ public:
+  explicit NcclComm(const loom_host* host) : host_(host) {
+    // Asked before MPI so the reason survives; agreed over MPI so every rank fails together.
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    std::string no_device;
+    if (e != cudaSuccess)
+      no_device = "cudaGetDeviceCount failed: " + cuda_text(e);
+    else if (count == 0)
+      no_device = "cudaGetDeviceCount found 0 devices";
+    init_mpi();
+    MPI_Comm world = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "create", "MPI_Comm_dup");
+    try {
+      MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+      int rank = 0, size = 1;
+      mpi_check(MPI_Comm_rank(world, &rank), "create", "MPI_Comm_rank");
+      mpi_check(MPI_Comm_size(world, &size), "create", "MPI_Comm_size");
+      int first_without = no_device.empty() ? size : rank;
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first_without, 1, MPI_INT, MPI_MIN, world), "create",
+                "MPI_Allreduce");
+      if (!no_device.empty())
+        fail(LOOM_ERR_INVALID_ARGUMENT, "create",
+             "no CUDA device on world rank " + std::to_string(rank) + " (" + no_device +
+                 "); comm/nccl needs one GPU per rank (comm \"mpi\" or \"single\" run on CPUs)");
+      if (first_without < size)
+        fail(LOOM_ERR_INVALID_ARGUMENT, "create",
+             "world rank " + std::to_string(first_without) +
+                 " has no CUDA device; comm/nccl needs one GPU per rank");
+      device_ = local_rank(world) % count;
+      cuda_check(cudaSetDevice(device_), "create", "cudaSetDevice");
+      world_ = make_group(world, device_, "create");
+    } catch (...) {
+      if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
+      finalise_if_ours();
+      throw;
+    }
+    ++live_instances;
+  }
+  ~NcclComm() {
+    world_.reset();
+    --live_instances;
+    finalise_if_ours();
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  const loom_host* host() const { return host_; }
+  int device() const { return device_; }
+  loom_comm_group& group(loom_comm_group* g) const { return g ? *g : *world_; }
+
+ private:
+  // MPI_THREAD_FUNNELED: every call comes from the thread that created the comm.
+  void init_mpi() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    loom::require(!finalized,
+                  "comm/nccl: create: MPI is already finalised in this process and cannot be "
+                  "initialised again (keep one comm/nccl instance for the whole run)",
+                  LOOM_ERR_INTERNAL);
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (initialised) return;
+    int provided = MPI_THREAD_SINGLE;
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "create",
+              "MPI_Init_thread");
+    we_initialised = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  }
+
+  const loom_host* host_;
+  int device_ = 0;
+  std::unique_ptr<loom_comm_group> world_;
+};
+
+NcclComm* cast(loom_comm* c) { return reinterpret_cast<NcclComm*>(c); }
+
+loom_error* create(const loom_host* host, const loom_config*, loom_comm** out) {
+  return loom::guard(host, [&] { *out = reinterpret_cast<loom_comm*>(new NcclComm(host)); });
+}
+void destroy(loom_comm* c) { delete cast(c); }
+int world_rank(loom_comm* c) { return cast(c)->group(nullptr).rank; }
+int world_size(loom_comm* c) { return cast(c)->group(nullptr).size; }
+
+loom_error* group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom::require(colors != nullptr, "comm/nccl: group_create: colors is NULL");
+    loom::require(out != nullptr, "comm/nccl: group_create: out is NULL");
+    loom_comm_group& w = m->group(nullptr);
+    const int color = colors[w.rank];
+    loom::require(color >= 0, "comm/nccl: group_create: rank " + std::to_string(w.rank) +
+                                  " has color " + std::to_string(color) +
+                                  "; colors must be >= 0 (every rank joins a group)");
+    MPI_Comm comm = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split(w.mpi, color, w.rank, &comm), "group_create", "MPI_Comm_split");
+    *out = make_group(comm, m->device(), "group_create").release();
+  });
+}
+void group_destroy(loom_comm*, loom_comm_group* g) { delete g; }
+int group_rank(loom_comm* c, loom_comm_group* g) { return cast(c)->group(g).rank; }
+int group_size(loom_comm* c, loom_comm_group* g) { return cast(c)->group(g).size; }
+
+loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const ncclRedOp_t o = nccl_op(&op, "all_reduce");
+    loom_comm_group& G = m->group(g);
+    const Buf b = check_tensor(G, t, "all_reduce", "tensor", true);
+    check_avg(o, t->dtype, "all_reduce");
+    run(G, "all_reduce", "ncclAllReduce",
+        [&] { return ncclAllReduce(b.ptr, b.ptr, b.count, b.type, o, G.nccl, G.stream); });
+  });
+}
+
+loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                           loom_reduce_op op) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const ncclRedOp_t o = nccl_op(&op, "reduce_scatter");
+    loom_comm_group& G = m->group(g);
+    const Buf bi = check_tensor(G, in, "reduce_scatter", "in", true);
+    const Buf bo = check_tensor(G, out, "reduce_scatter", "out", true);
+    check_same_dtype(in, out, "reduce_scatter");
+    check_avg(o, in->dtype, "reduce_scatter");
+    if (bo.count * G.size != bi.count)
+      fail(LOOM_ERR_INVALID_ARGUMENT, "reduce_scatter",
+           "in " + shape_str(in) + " must hold group size (" + std::to_string(G.size) +
+               ") times out's " + std::to_string(bo.count) + " elements, but holds " +
+               std::to_string(bi.count));
+    std::unique_ptr<DeviceBuffer> scratch;
+    const bool in_place = bo.ptr == bi.ptr + G.rank * bo.nbytes;  // NCCL's in-place layout
+    const char* src = source(G, bi, bo, in_place, scratch, "reduce_scatter");
+    run(G, "reduce_scatter", "ncclReduceScatter",
+        [&] { return ncclReduceScatter(src, bo.ptr, bo.count, bo.type, o, G.nccl, G.stream); });
+  });
+}
+
+loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const Buf bi = check_tensor(G, in, "all_gather", "in", false);
+    const Buf bo = check_tensor(G, out, "all_gather", "out", false);
+    check_same_dtype(in, out, "all_gather");
+    const size_t esize = loom_dtype_bytes(in->dtype);
+    if (bi.nbytes * G.size != bo.nbytes)
+      fail(LOOM_ERR_INVALID_ARGUMENT, "all_gather",
+           "out " + shape_str(out) + " must hold group size (" + std::to_string(G.size) +
+               ") times in's " + std::to_string(bi.nbytes / esize) + " elements, but holds " +
+               std::to_string(bo.nbytes / esize));
+    std::unique_ptr<DeviceBuffer> scratch;
+    const bool in_place = bi.ptr == bo.ptr + G.rank * bi.nbytes;  // NCCL's in-place layout
+    const char* src = source(G, bi, bo, in_place, scratch, "all_gather");
+    run(G, "all_gather", "ncclAllGather",
+        [&] { return ncclAllGather(src, bo.ptr, bi.count, ncclUint8, G.nccl, G.stream); });
+  });
+}
+
+loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const Buf b = check_tensor(G, t, "broadcast", "tensor", false);
+    if (root < 0 || root >= G.size)
+      fail(LOOM_ERR_INVALID_ARGUMENT, "broadcast",
+           "root " + std::to_string(root) + " is not a rank of a group of " +
+               std::to_string(G.size));
+    run(G, "broadcast", "ncclBroadcast",
+        [&] { return ncclBroadcast(b.ptr, b.ptr, b.count, ncclUint8, root, G.nccl, G.stream); });
+  });
+}
+
+loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const Buf bi = check_tensor(G, in, "all_to_all", "in", false);
+    const Buf bo = check_tensor(G, out, "all_to_all", "out", false);
+    check_same_dtype(in, out, "all_to_all");
+    for (const DLTensor* t : {in, static_cast<const DLTensor*>(out)})
+      if (t->ndim < 1 || t->shape[0] % G.size != 0)
+        fail(LOOM_ERR_INVALID_ARGUMENT, "all_to_all",
+             std::string(t == in ? "in " : "out ") + shape_str(t) +
+                 " must split into group size (" + std::to_string(G.size) +
+                 ") equal chunks along dim 0");
+    if (bi.nbytes != bo.nbytes)
+      fail(
+          LOOM_ERR_INVALID_ARGUMENT, "all_to_all",
+          "in " + shape_str(in) + " and out " + shape_str(out) + " must have equal element counts");
+    std::unique_ptr<DeviceBuffer> scratch;
+    const char* src = source(G, bi, bo, false, scratch, "all_to_all");
+    const size_t chunk = bi.nbytes / G.size;
+    run(G, "all_to_all", "ncclSend/ncclRecv", [&] {
+      ncclResult_t r = ncclGroupStart();
+      for (int j = 0; j < G.size && r == ncclSuccess; ++j) {
+        r = ncclSend(src + j * chunk, chunk, ncclUint8, j, G.nccl, G.stream);
+        if (r == ncclSuccess)
+          r = ncclRecv(bo.ptr + j * chunk, chunk, ncclUint8, j, G.nccl, G.stream);
+      }
+      const ncclResult_t end = ncclGroupEnd();  // always closes the group
+      return r != ncclSuccess ? r : end;
+    });
+  });
+}
+
+loom_error* barrier(loom_comm* c, loom_comm_group* g) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    // NCCL has no barrier: an all-reduce of one integer returns on no rank before every rank
+    // has entered it, and (calls being synchronous) after all earlier work on the group.
+    loom_comm_group& G = m->group(g);
+    run(G, "barrier", "ncclAllReduce", [&] {
+      return ncclAllReduce(G.flag->get(), G.flag->get(), 1, ncclInt32, ncclSum, G.nccl, G.stream);
+    });
+  });
+}
+
+// The header that goes over MPI ahead of each message: its byte count and the sender's tag.
+struct Header {
+  int64_t nbytes;
+  int64_t tag;
+};
+
+void check_peer(const loom_comm_group& G, int peer, const char* fn) {
+  if (peer < 0 || peer >= G.size)
+    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+         "peer " + std::to_string(peer) + " is not a rank of a group of " + std::to_string(G.size));
+  if (peer == G.rank)
+    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
+         "peer " + std::to_string(peer) +
+             " is this rank; a blocking NCCL send or recv to itself would never complete");
+}
+
+loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const Buf b = check_tensor(G, t, "send", "tensor", false);
+    check_peer(G, peer, "send");
+    Header h{static_cast<int64_t>(b.nbytes), tag};
+    mpi_check(MPI_Send(&h, sizeof h, MPI_BYTE, peer, 0, G.mpi), "send", "MPI_Send of the header");
+    run(G, "send", "ncclSend",
+        [&] { return ncclSend(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
+  });
+}
+
+loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const Buf b = check_tensor(G, t, "recv", "tensor", false);
+    check_peer(G, peer, "recv");
+    Header h{};
+    mpi_check(MPI_Recv(&h, sizeof h, MPI_BYTE, peer, 0, G.mpi, MPI_STATUS_IGNORE), "recv",
+              "MPI_Recv of the header");
+    if (h.nbytes == static_cast<int64_t>(b.nbytes) && h.tag == tag) {
+      run(G, "recv", "ncclRecv",
+          [&] { return ncclRecv(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
+      return;
+    }
+    // The sender is already in ncclSend: take its message aside, then report the mismatch.
+    DeviceGuard on(G.device);
+    DeviceBuffer drain(static_cast<size_t>(h.nbytes), "recv");
+    run(G, "recv", "ncclRecv", [&] {
+      return ncclRecv(drain.get(), static_cast<size_t>(h.nbytes), ncclUint8, peer, G.nccl,
+                      G.stream);
+    });
+    fail(LOOM_ERR_INVALID_ARGUMENT, "recv",
+         "from " + std::to_string(peer) + " with tag " + std::to_string(tag) + " expected " +
+             std::to_string(b.nbytes) + " bytes but the next message has " +
+             std::to_string(h.nbytes) + " bytes and tag " + std::to_string(h.tag) +
+             " (NCCL matches messages by order, not by tag)");
+  });
+}
+
+const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
+                            create,
+                            destroy,
+                            world_rank,
+                            world_size,
+                            group_create,
+                            group_destroy,
+                            group_rank,
+                            group_size,
+                            all_reduce,
+                            reduce_scatter,
+                            all_gather,
+                            broadcast,
+                            all_to_all,
+                            barrier,
+                            send,
+                            recv};
+
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+                                            LOOM_ABI_MAJOR,
+                                            LOOM_ABI_MINOR,
+                                            LOOM_KIND_COMM,
+                                            "nccl",
+                                            "0.1.0",
+                                            "Loom",
+                                            "Apache-2.0",
+                                            "collectives and send/recv over NCCL on GPU tensors, "
+                                            "one GPU per rank; start ranks with mpirun",
+                                            nullptr,
+                                            0,
+                                            &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,186 @@
+// comm/nccl support: errors from MPI, CUDA and NCCL turned into loom errors that name the
+// function and the failing call; the device guard and device buffer the communicator uses;
+// the names of dtypes, devices and shapes in messages, and the ABI's op and dtype mapped to
+// NCCL's. Included by comm_nccl.cpp only.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+
+namespace comm_nccl {
+
+inline constexpr const char* kPrefix = "comm/nccl: ";
+
+[[noreturn]] inline void fail(loom_status code, const char* fn, const std::string& what) {
+  throw loom::Error(code, std::string(kPrefix) + fn + ": " + what);
+}
+
+inline void mpi_check(int err, const char* fn, const char* call) {
+  if (err == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (MPI_Error_string(err, text, &len) != MPI_SUCCESS) std::strcpy(text, "unknown MPI error");
+  fail(LOOM_ERR_INTERNAL, fn, std::string(call) + " failed: " + text);
+}
+
+inline std::string cuda_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+inline void cuda_check(cudaError_t e, const char* fn, const char* call) {
+  if (e == cudaSuccess) return;
+  fail(e == cudaErrorMemoryAllocation ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL, fn,
+       std::string(call) + " failed: " + cuda_text(e));
+}
+
+// NCCL's error name plus its last message, which says what was wrong in detail.
+inline void nccl_check(ncclResult_t r, const char* fn, const char* call,
+                       ncclComm_t comm = nullptr) {
+  if (r == ncclSuccess) return;
+  std::string text = std::string(call) + " failed: " + ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
+  if (r == ncclSystemError || r == ncclRemoteError || r == ncclInternalError)
+    text += "; NCCL_DEBUG=WARN prints NCCL's own diagnosis";
+  const bool caller = r == ncclInvalidArgument || r == ncclInvalidUsage;
+  fail(caller ? LOOM_ERR_INVALID_ARGUMENT : LOOM_ERR_INTERNAL, fn, text);
+}
+
+// Makes `device` current for the life of the object, then restores the caller's device.
+// `strict` = false (destructors) ignores a failure to switch instead of throwing.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device, bool strict = true) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    if (prev_ == device) return;
+    const cudaError_t e = cudaSetDevice(device);
+    if (strict) cuda_check(e, "device", "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (prev_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != prev_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// Device memory freed with the object: scratch copies and the barrier's one integer.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t bytes, const char* fn) {
+    if (bytes > 0) cuda_check(cudaMalloc(&ptr_, bytes), fn, "cudaMalloc");
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* get() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// The op arrives from C, where any int fits in the enum; read its bytes as an int so an
+// out-of-range value is reported instead of being undefined behaviour in C++.
+inline ncclRedOp_t nccl_op(const loom_reduce_op* op, const char* fn) {
+  std::underlying_type_t<loom_reduce_op> v;
+  static_assert(sizeof v == sizeof *op);
+  std::memcpy(&v, op, sizeof v);
+  switch (v) {
+    case LOOM_REDUCE_SUM:
+      return ncclSum;
+    case LOOM_REDUCE_MAX:
+      return ncclMax;
+    case LOOM_REDUCE_MIN:
+      return ncclMin;
+    case LOOM_REDUCE_AVG:
+      return ncclAvg;
+    default:
+      fail(LOOM_ERR_INVALID_ARGUMENT, fn, "unknown reduce op " + std::to_string(v));
+  }
+}
+
+inline std::string dtype_str(DLDataType d) {
+  std::string s;
+  switch (d.code) {
+    case kDLFloat:
+      s = "f";
+      break;
+    case kDLInt:
+      s = "i";
+      break;
+    case kDLUInt:
+      s = "u";
+      break;
+    case kDLBfloat:
+      s = "bf";
+      break;
+    default:
+      s = "code";
+      s += std::to_string(d.code);
+      s += '_';
+  }
+  s += std::to_string(d.bits);
+  if (d.lanes != 1) {
+    s += 'x';
+    s += std::to_string(d.lanes);
+  }
+  return s;
+}
+
+// The NCCL type NCCL reduces `d` as; moving data only needs bytes (ncclUint8).
+inline ncclDataType_t reduce_type(DLDataType d, const char* fn) {
+  if (d.lanes == 1) {
+    if (d.code == kDLFloat && d.bits == 16) return ncclFloat16;
+    if (d.code == kDLFloat && d.bits == 32) return ncclFloat32;
+    if (d.code == kDLFloat && d.bits == 64) return ncclFloat64;
+    if (d.code == kDLBfloat && d.bits == 16) return ncclBfloat16;
+    if (d.code == kDLInt && d.bits == 8) return ncclInt8;
+    if (d.code == kDLInt && d.bits == 32) return ncclInt32;
+    if (d.code == kDLInt && d.bits == 64) return ncclInt64;
+    if (d.code == kDLUInt && d.bits == 8) return ncclUint8;
+    if (d.code == kDLUInt && d.bits == 32) return ncclUint32;
+    if (d.code == kDLUInt && d.bits == 64) return ncclUint64;
+  }
+  fail(LOOM_ERR_UNIMPLEMENTED, fn,
+       "dtype " + dtype_str(d) +
+           " cannot be reduced (f16, bf16, f32, f64, i8, i32, i64, u8, u32, u64 can)");
+}
+
+inline std::string device_str(DLDevice d) {
+  switch (d.device_type) {
+    case kDLCPU:
+      return "cpu";
+    case kDLCUDA:
+      return "cuda:" + std::to_string(d.device_id);
+    case kDLCUDAHost:
+      return "cuda_host (pinned CPU memory)";
+    case kDLCUDAManaged:
+      return "cuda_managed";
+    default:
+      return "device type " + std::to_string(d.device_type);
+  }
+}
+
+inline std::string shape_str(const DLTensor* t) {
+  std::string s = "(";
+  for (int d = 0; d < t->ndim; ++d) {
+    if (d > 0) s += ',';
+    s += std::to_string(t->shape[d]);
+  }
+  return s + ")";
+}
+
+}  // namespace comm_nccl

@@ -1,0 +1,262 @@
+// model/gpt pipeline stages: per-slot activations, the stage's forward and backward (the
+// embedding on the first stage, the head and loss on the last), forward_backward as the
+// one-stage case, and finish_grads (what the model's own parallelism leaves partial).
+#include <string>
+
+#include "gpt.hpp"
+
+namespace gpt {
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+// Slot i, allocated on first use for micro_batch x seq_len tokens.
+Slot& Model::slot(int64_t i) {
+  loom::require(i >= 0 && i < (1 << 16), "model/gpt: slot " + s(i) + " is outside [0, 65536)");
+  if ((size_t)i >= slots_.size()) slots_.resize(i + 1);
+  if (slots_[i]) return *slots_[i];
+  auto S = std::make_unique<Slot>();
+  const Options& o = opt_;
+  const int64_t N = args_.micro_batch * args_.seq_len, C = o.n_embd;
+  const int64_t nl = ctx_.tp.sequence_parallel ? (N + o.tp - 1) / o.tp : N;
+  const DLDataType st = ctx_.stat_dtype();
+  for (size_t l = 0; l <= layers_.size(); ++l) S->res.push_back(ctx_.alloc({nl, C}));
+  S->acts.resize(layers_.size());
+  for (auto& a : S->acts) a.ensure(ctx_, o, N);
+  S->tokens = ctx_.alloc(loom_i32(), {N});
+  S->targets = ctx_.alloc(loom_i32(), {N});
+  S->positions = ctx_.alloc(loom_i32(), {N});
+  if (o.first() && ctx_.tp.active()) {
+    S->emb_ids = ctx_.alloc(loom_i32(), {N});
+    S->emb_rows = ctx_.alloc(loom_i32(), {N});
+  }
+  if (o.last()) {
+    S->lnf = ctx_.alloc({nl, C});
+    if (!o.rmsnorm) S->lnf_mean = ctx_.alloc(st, {nl});
+    S->lnf_rstd = ctx_.alloc(st, {nl});
+    if (ctx_.tp.sequence_parallel) S->lnf_full = ctx_.alloc({N, C});
+    if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.vocab});
+    if (ctx_.tp.active()) {
+      S->lse = ctx_.alloc({N});
+      S->stats = ctx_.alloc({N, 3});
+      S->gathered = ctx_.alloc({(int64_t)o.tp * N, 3});
+    } else {
+      S->losses = ctx_.alloc({N});
+    }
+  }
+  slots_[i] = std::move(S);
+  return *slots_[i];
+}
+
+void Model::stage_info(loom_stage_info* out) const {
+  loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V1_1,
+                "model/gpt: stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V1_1");
+  out->is_first = opt_.first();
+  out->is_last = opt_.last();
+  out->hidden = opt_.n_embd;
+  out->dtype = ctx_.dtype;
+}
+
+// ----- first stage: the embedding ----------------------------------------------------------
+void Model::embed_forward(Slot& S, const loom_microbatch& mb) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  const loom::tp::Group& g = ctx_.tp;
+  upload_ids(S.tokens, mb.tokens, N, false);
+  if (!opt_.rope) upload_positions(S.positions, S.s);
+  View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  if (!g.active()) {
+    emb_.forward(ctx_, x0, tok, pos);
+    return;
+  }
+  S.emb_count = emb_.vp.stage(ctx_.be, mb.tokens, N, S.emb_ids, S.emb_rows);
+  View yf = view(sp_.y_full, {N, C});
+  emb_.vp.forward(ctx_.be, g, emb_.wte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, yf, x0);
+  if (emb_.wpe) {  // the positions of this rank's rows, after the reduction: added once
+    View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    ctx_.call(&loom_ops::embedding_forward, x0.get(), (const DLTensor*)mine,
+              (const DLTensor*)emb_.wpe, 1);
+  }
+}
+
+void Model::embed_backward(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  const loom::tp::Group& g = ctx_.tp;
+  View dres = view(grads_.dres, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  if (!g.active()) {
+    emb_.backward(ctx_, dres, tok, pos);
+    return;
+  }
+  View dyf = view(sp_.dy_full, {N, C});
+  emb_.vp.backward(ctx_.be, g, emb_.dwte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, dres,
+                   dyf);
+  if (emb_.wpe) {
+    View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    ctx_.call(&loom_ops::embedding_backward, emb_.dwpe, (const DLTensor*)mine,
+              (const DLTensor*)dres);
+  }
+}
+
+// ----- last stage: final norm, head, loss --------------------------------------------------
+// The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
+// or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
+double Model::head_forward(Slot& S, const loom_microbatch& mb, bool grad) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
+  const loom::tp::Group& g = ctx_.tp;
+  upload_ids(S.targets, mb.targets, N, true);
+  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
+  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
+  ln_f_.forward(ctx_, lnf, mean, rstd, xl);
+  View full = view(S.lnf_full, {N, C});
+  if (g.sequence_parallel) loom::tp::GatherFromSequenceRegion::forward(g, lnf, full);
+  const DLTensor* x = g.sequence_parallel ? full.get() : lnf.get();
+  View logits = view(S.logits, {N, V}), tgt = view(S.targets, {N});
+  if (V > 0) head_.forward(ctx_, logits, x, N, C, 0);
+  if (g.active()) {
+    const double sum =
+        ce_.forward(ctx_.be, g, S.logits, tgt, mb.targets, N, S.stats, S.gathered, S.lse);
+    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, mb.loss_scale);
+    return sum;
+  }
+  View losses = view(S.losses, {N});
+  ctx_.call(&loom_ops::softmax_cross_entropy, losses.get(), grad ? logits.get() : nullptr,
+            (const DLTensor*)logits, (const DLTensor*)tgt, mb.loss_scale);
+  double sum = 0.0;  // read last, so a device backend is not stalled before the backward
+  if (ctx_.dtype.bits == 64) {
+    host_losses_f64_.resize(N);
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), losses.get(),
+                                                  host_losses_f64_.data(), N * sizeof(double)));
+    for (int64_t i = 0; i < N; ++i) sum += host_losses_f64_[i];
+  } else {
+    host_losses_.resize(N);
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), losses.get(), host_losses_.data(),
+                                                  N * sizeof(float)));
+    for (int64_t i = 0; i < N; ++i) sum += host_losses_[i];
+  }
+  return sum;
+}
+
+// grads_.dres = d(last layer's output) from the dlogits in S.logits.
+void Model::head_backward(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
+  const loom::tp::Group& g = ctx_.tp;
+  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
+  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
+  View full = view(S.lnf_full, {N, C}), dln = view(grads_.dln, {nl, C});
+  View dres = view(grads_.dres, {nl, C}), dxf = view(sp_.dx_full, {N, C});
+  View logits = view(S.logits, {N, V});
+  DLTensor* dx = g.sequence_parallel ? dxf.get() : dln.get();
+  if (V > 0)
+    head_.backward(ctx_, dx, logits, g.sequence_parallel ? full.get() : lnf.get(), N);
+  else  // this rank holds only padding: no contribution
+    ctx_.call(&loom_ops::fill, dx, 0.0);
+  if (g.sequence_parallel)
+    loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
+  else
+    loom::tp::CopyToTensorRegion::backward(g, dln);
+  ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
+}
+
+// ----- the stage ---------------------------------------------------------------------------
+void Model::stage_forward(int64_t si, const loom_microbatch& mb, const DLTensor* input,
+                          bool no_grad, DLTensor** output, double* loss_sum, int64_t* tokens) {
+  loom::require(mb.struct_size >= LOOM_MICROBATCH_SIZE_V1,
+                "model/gpt: microbatch struct_size too small");
+  loom::require(mb.tokens || !opt_.first(), "model/gpt: the first stage needs mb->tokens");
+  loom::require(mb.targets || !opt_.last(), "model/gpt: the last stage needs mb->targets");
+  loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
+                    mb.seq_len <= args_.seq_len,
+                "model/gpt: micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
+                    ") exceeds the create args (" + s(args_.micro_batch) + " x " +
+                    s(args_.seq_len) + ")");
+  Slot& S = slot(si);
+  loom::require(!S.pending, "model/gpt: slot " + s(si) +
+                                " still holds a micro-batch waiting for its stage_backward");
+  S.s = Step{mb.batch, mb.seq_len, 0};
+  S.n = S.s.N();
+  S.nl = ctx_.tp.local_rows(S.n);
+  S.loss_scale = mb.loss_scale;
+  const int64_t C = opt_.n_embd;
+  if (opt_.first()) {
+    embed_forward(S, mb);
+  } else {
+    loom::require(input != nullptr, "model/gpt: stage " + s(opt_.stage) +
+                                        " is not the first: stage_forward needs the input");
+    loom::require(loom_tensor_numel(input) == S.nl * C && loom_dtype_eq(input->dtype, ctx_.dtype),
+                  "model/gpt: stage input has " + s(loom_tensor_numel(input)) +
+                      " elements; expected (" + s(S.nl) + ", " + s(C) + ") in the compute dtype");
+    View x0 = view(S.res[0], {S.nl, C});
+    View in(input, {S.nl, C});
+    ctx_.call(&loom_ops::copy, x0.get(), (const DLTensor*)in);
+  }
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l].forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
+  double loss = 0.0;
+  int64_t count = 0;
+  if (opt_.last()) {
+    loss = head_forward(S, mb, !no_grad);
+    for (int64_t i = 0; i < S.n; ++i) count += mb.targets[i] != -1;
+    if (output) *output = nullptr;
+  } else {
+    S.out = view(S.res[layers_.size()], {S.nl, C});
+    loom::require(output != nullptr, "model/gpt: stage_forward needs `output`");
+    *output = S.out.get();
+  }
+  S.pending = !no_grad;
+  if (loss_sum) *loss_sum = loss;
+  if (tokens) *tokens = count;
+}
+
+void Model::stage_backward(int64_t si, const DLTensor* doutput, DLTensor** dinput) {
+  loom::require(
+      si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
+      "model/gpt: stage_backward of slot " + s(si) + ", which holds no forward with gradients");
+  Slot& S = *slots_[si];
+  const int64_t C = opt_.n_embd;
+  if (opt_.last()) {
+    head_backward(S);
+  } else {
+    loom::require(doutput != nullptr && loom_tensor_numel(doutput) == S.nl * C,
+                  "model/gpt: stage_backward needs doutput of (" + s(S.nl) + ", " + s(C) + ")");
+    View dres = view(grads_.dres, {S.nl, C});
+    View d(doutput, {S.nl, C});
+    ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)d);
+  }
+  for (size_t l = layers_.size(); l-- > 0;)
+    layers_[l].backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
+  if (opt_.first()) {
+    embed_backward(S);
+    if (dinput) *dinput = nullptr;
+  } else {
+    dinput_ = view(grads_.dres, {S.nl, C});
+    loom::require(dinput != nullptr, "model/gpt: stage_backward needs `dinput`");
+    *dinput = dinput_.get();
+  }
+  S.pending = false;
+}
+
+void Model::run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens) {
+  loom::require(opt_.stages == 1,
+                "model/gpt: forward_backward and forward run the whole model; this instance "
+                "is pipeline stage " +
+                    s(opt_.stage) + " of " + s(opt_.stages) +
+                    " (drive it with stage_forward / stage_backward)");
+  loom::require(mb.tokens && mb.targets, "model/gpt: microbatch tokens and targets required");
+  DLTensor* out = nullptr;
+  stage_forward(0, mb, nullptr, !backward, &out, loss_sum, tokens);
+  if (backward) stage_backward(0, nullptr, &out);
+}
+
+// Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this
+// rank's tokens: sum over the tensor group. The tied embedding's two copies (first and last
+// stage) each hold part of the gradient: sum over the embedding group, so both step alike.
+void Model::finish_grads() {
+  if (ctx_.tp.sequence_parallel)
+    for (Param& p : params_.all())
+      if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());
+  if (embedding_group_)
+    loom::check(ctx_.host, comm_.api->all_reduce(comm_.self, embedding_group_,
+                                                 params_.at("wte").grad.get(), LOOM_REDUCE_SUM));
+}
+
+}  // namespace gpt

@@ -1,0 +1,273 @@
+// parallel/distributed-optimizer: Megatron's distributed optimizer (ZeRO stage 1). The
+// gradients, viewed as one flat concatenation in the order of create's tensors and padded
+// to a multiple of the data-parallel size D, are cut into D equal shards; group rank r owns
+// elements [r*S, (r+1)*S). Each step:
+//   reduce_gradients: pack every gradient into the flat buffer, reduce-scatter with AVG
+//     into this rank's shard-gradient buffer (S elements);
+//   the optimizer steps only the owned elements (shard_params hands it views: the
+//     parameter's own memory, the shard-gradient buffer), so its state is 1/D of the model;
+//   after_step: pack the owned, updated parameter elements, all-gather them into the flat
+//     buffer, and copy every parameter back out of it.
+// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT) on an ABI 1.1 host,
+// else the world. Buffers live on the active backend and are moved with its copy op, so the
+// plugin works wherever the backend and the comm agree on memory.
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
+#include "loom/parallel.h"
+
+namespace {
+
+const std::string kPrefix = "parallel/distributed-optimizer: ";
+
+bool compact(const DLTensor* t) {
+  if (t->strides == nullptr) return true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+// A 1-D view of `n` elements of dtype `dt` starting `elem` elements (of dt) into base's
+// memory. Owns its shape, so it must not move once handed out (kept in a deque).
+struct Slice {
+  int64_t n = 0;
+  DLTensor t{};
+  Slice(const DLTensor* base, DLDataType dt, int64_t elem, int64_t count) : n(count) {
+    t.data = base->data;
+    t.device = base->device;
+    t.ndim = 1;
+    t.dtype = dt;
+    t.shape = &n;
+    t.byte_offset = base->byte_offset + static_cast<uint64_t>(elem) * loom_dtype_bytes(dt);
+  }
+  Slice(const Slice&) = delete;
+  Slice& operator=(const Slice&) = delete;
+};
+
+class DistOpt {
+ public:
+  DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads) : host_(host) {
+    loom::require(grads != nullptr || num_grads == 0, kPrefix + "grads is NULL");
+    for (size_t i = 0; i < num_grads; ++i) {
+      const DLTensor* g = grads[i];
+      loom::require(g != nullptr, kPrefix + "gradient " + std::to_string(i) + " is NULL");
+      loom::require(compact(g), kPrefix + "gradient " + std::to_string(i) + " is not compact");
+      if (i == 0) gdt_ = g->dtype;
+      loom::require(loom_dtype_eq(g->dtype, gdt_),
+                    kPrefix + "gradient " + std::to_string(i) +
+                        " has another dtype than gradient 0; the flat shard buffer holds one");
+      grads_.push_back(grads[i]);
+      offsets_.push_back(N_);
+      N_ += loom_tensor_numel(g);
+    }
+    if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
+      const std::string why = host->error_message(err);
+      host->error_free(err);
+      throw loom::Error(
+          LOOM_ERR_INVALID_ARGUMENT,
+          kPrefix + "reduce-scatters gradients and needs a comm plugin (" + why + ")");
+    }
+    backend_ = loom::Backend(host);  // the flat and shard buffers live on the backend
+    if (host->struct_size >= LOOM_HOST_SIZE_V1_1 && host->get_group) {
+      loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
+    } else {  // an ABI 1.0 host has no layout: the world is the data-parallel group
+      std::vector<int> colors(static_cast<size_t>(api().world_size(comm_.self)), 0);
+      loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
+      own_group_ = true;
+    }
+    D_ = api().group_size(comm_.self, group_);
+    r_ = api().group_rank(comm_.self, group_);
+    S_ = (N_ + D_ - 1) / D_;
+    if (N_ == 0) return;  // no gradients: nothing to reduce, no buffers
+    flat_ = loom::Tensor(backend_, gdt_, {D_ * S_});
+    shard_grad_ = loom::Tensor(backend_, gdt_, {S_});
+  }
+  ~DistOpt() {
+    if (own_group_) api().group_destroy(comm_.self, group_);
+  }
+  DistOpt(const DistOpt&) = delete;
+  DistOpt& operator=(const DistOpt&) = delete;
+
+  const loom_host* host() const { return host_; }
+
+  void reduce_gradients() {
+    if (N_ == 0) return;
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      const int64_t n = loom_tensor_numel(grads_[i]);
+      if (n == 0) continue;
+      Slice dst(flat_.get(), gdt_, offsets_[i], n), src(grads_[i], gdt_, 0, n);
+      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    }
+    if (D_ * S_ > N_) {  // padding: zeros, so the last shard's tail stays clean
+      Slice pad(flat_.get(), gdt_, N_, D_ * S_ - N_);
+      backend_.call(&loom_ops::fill, &pad.t, 0.0);
+    }
+    sync();
+    loom::check(host_, api().reduce_scatter(comm_.self, group_, flat_.get(), shard_grad_.get(),
+                                            LOOM_REDUCE_AVG));
+  }
+
+  void shard_params(DLTensor* const* params, loom_param_shard* out) {
+    loom::require(params != nullptr && out != nullptr, kPrefix + "shard_params: NULL argument");
+    loom::require(!sharded_, kPrefix + "shard_params is called once");
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      const DLTensor* p = params[i];
+      const std::string which = kPrefix + "parameter " + std::to_string(i);
+      loom::require(p != nullptr, which + " is NULL");
+      loom::require(loom_tensor_numel(p) == loom_tensor_numel(grads_[i]),
+                    which + " has " + std::to_string(loom_tensor_numel(p)) +
+                        " elements but its gradient " +
+                        std::to_string(loom_tensor_numel(grads_[i])));
+      loom::require(compact(p), which + " is not compact");
+      if (i == 0) pdt_ = p->dtype;
+      loom::require(loom_dtype_eq(p->dtype, pdt_), which + " has another dtype than parameter 0");
+      loom::require(out[i].struct_size >= LOOM_PARAM_SHARD_SIZE_V1_1,
+                    kPrefix + "out[" + std::to_string(i) + "].struct_size is too small");
+      params_.push_back(params[i]);
+    }
+    sharded_ = true;
+    if (N_ == 0) return;
+    // The flat buffer carries the gathered parameters too: widen it if they are wider.
+    if (loom_dtype_bytes(pdt_) > loom_dtype_bytes(gdt_))
+      flat_ = loom::Tensor(backend_, pdt_, {D_ * S_});
+    param_pack_ = loom::Tensor(backend_, pdt_, {S_});
+    const int64_t lo_own = r_ * S_, hi_own = lo_own + S_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t o = offsets_[i], n = loom_tensor_numel(params_[i]);
+      const int64_t lo = std::max(o, lo_own), hi = std::min(o + n, hi_own);
+      const int64_t count = hi > lo ? hi - lo : 0, off = count ? lo - o : 0;
+      param_views_.emplace_back(params_[i], pdt_, off, count);
+      grad_views_.emplace_back(shard_grad_.get(), gdt_, count ? lo - lo_own : 0, count);
+      out[i].param = &param_views_.back().t;
+      out[i].grad = &grad_views_.back().t;
+      out[i].offset = off;
+      shard_off_.push_back(off);
+    }
+    log_memory();
+  }
+
+  void after_step() {
+    loom::require(sharded_, kPrefix + "after_step before shard_params");
+    if (N_ == 0) return;
+    const int64_t lo_own = r_ * S_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Slice& src = param_views_[i];
+      if (src.n == 0) continue;
+      Slice dst(param_pack_.get(), pdt_, offsets_[i] + shard_off_[i] - lo_own, src.n);
+      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    }
+    sync();
+    Slice gathered(flat_.get(), pdt_, 0, D_ * S_);
+    loom::check(host_, api().all_gather(comm_.self, group_, param_pack_.get(), &gathered.t));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t n = loom_tensor_numel(params_[i]);
+      if (n == 0) continue;
+      Slice src(flat_.get(), pdt_, offsets_[i], n), dst(params_[i], pdt_, 0, n);
+      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    }
+  }
+
+  // The plugin's own buffers (flat, shard gradient, parameter pack) per parameter element.
+  double bytes_per_param() const {
+    if (N_ == 0) return 0;
+    return static_cast<double>(flat_.bytes() + shard_grad_.bytes() + param_pack_.bytes()) /
+           static_cast<double>(N_);
+  }
+
+ private:
+  const loom_comm_api& api() const { return *comm_.api; }
+  void sync() const { loom::check(host_, backend_.api()->synchronize(backend_.self())); }
+
+  // Megatron's README table (bytes per parameter with Adam): params and grads replicated,
+  // the fp32 optimizer state (m, v, and fp32 main params/grads when those are narrower)
+  // divided by D.
+  void log_memory() const {
+    const size_t pb = loom_dtype_bytes(pdt_), gb = loom_dtype_bytes(gdt_);
+    const size_t sharded = 8 + (pb < 4 ? 4 : 0) + (gb < 4 ? 4 : 0);
+    std::string state = "8 (Adam m, v)";
+    if (pb < 4) state += " + 4 (fp32 main params)";
+    if (gb < 4) state += " + 4 (fp32 main grads)";
+    char line[512];
+    std::snprintf(
+        line, sizeof line,
+        "D = %lld: this rank owns elements [%lld, %lld) of %lld; memory per parameter "
+        "with Adam (Megatron's table): %zu (param) + %zu (grad) + [%s]/D = %zu + %zu/%lld "
+        "= %.2f bytes, %zu without sharding; own buffers %.2f bytes per parameter",
+        (long long)D_, (long long)std::min(r_ * S_, N_), (long long)std::min((r_ + 1) * S_, N_),
+        (long long)N_, pb, gb, state.c_str(), pb + gb, sharded, (long long)D_,
+        double(pb + gb) + double(sharded) / double(D_), pb + gb + sharded, bytes_per_param());
+    loom::log(host_, LOOM_LOG_INFO, line);
+  }
+
+  const loom_host* host_;
+  loom_comm_ref comm_{nullptr, nullptr};
+  loom_comm_group* group_ = nullptr;
+  bool own_group_ = false;
+  bool sharded_ = false;  // shard_params was called
+  loom::Backend backend_;
+  std::vector<DLTensor*> grads_, params_;
+  std::vector<int64_t> offsets_;    // of each tensor in the flat concatenation
+  std::vector<int64_t> shard_off_;  // first owned element within each parameter
+  int64_t N_ = 0, D_ = 1, r_ = 0, S_ = 0;
+  DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
+  loom::Tensor flat_;                           // (D*S) gradients packed, later parameters gathered
+  loom::Tensor shard_grad_;                     // (S) this rank's averaged gradient shard
+  loom::Tensor param_pack_;                     // (S) this rank's updated parameter shard
+  std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
+};
+
+DistOpt* cast(loom_parallel* p) { return reinterpret_cast<DistOpt*>(p); }
+
+loom_error* create(const loom_host* host, const loom_config*, DLTensor* const* grads,
+                   size_t num_grads, loom_parallel** out) {
+  return loom::guard(
+      host, [&] { *out = reinterpret_cast<loom_parallel*>(new DistOpt(host, grads, num_grads)); });
+}
+void destroy(loom_parallel* p) { delete cast(p); }
+loom_error* reduce_gradients(loom_parallel* p) {
+  return loom::guard(cast(p)->host(), [&] { cast(p)->reduce_gradients(); });
+}
+loom_error* shard_params(loom_parallel* p, DLTensor* const* params, loom_param_shard* out) {
+  return loom::guard(cast(p)->host(), [&] { cast(p)->shard_params(params, out); });
+}
+loom_error* after_step(loom_parallel* p) {
+  return loom::guard(cast(p)->host(), [&] { cast(p)->after_step(); });
+}
+double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
+
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
+                                create,
+                                destroy,
+                                reduce_gradients,
+                                nullptr,  // run_pipeline: the schedule's job
+                                shard_params,
+                                after_step,
+                                bytes_per_param};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_PARALLEL,
+    "distributed-optimizer",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
+    "all-gather parameters",
+    nullptr,
+    0,
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

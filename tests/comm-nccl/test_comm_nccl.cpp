@@ -1,0 +1,526 @@
+// comm/nccl, in two suites run as separate ctest entries:
+//  - "no-device": on a machine without a usable CUDA device, create fails with a loom_error
+//    saying so (no crash, no hang); skipped where a device exists.
+//  - "gpu" (ctest label gpu): every collective on GPU tensors, on the world and on the
+//    groups split by rank parity, against values computed here in float64 from the
+//    rank-determined inputs; point-to-point over a ring when the world has two ranks or
+//    more; the errors a caller can cause. Runs as one process (world size 1) and under
+//    mpirun; skipped where there is no device, or fewer devices than ranks on this node.
+// A skipped suite prints a line starting "SKIPPED:", which ctest reports as Skipped.
+//
+// MPI can be initialised once per process, so one comm instance serves every GPU test case
+// and is destroyed, finalising MPI, when the program exits. Argument errors are provoked
+// identically on every rank, so no rank is left alone inside a collective.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "plugin_test_util.hpp"
+
+namespace {
+
+// Why the GPU suite cannot run here ("" when it can): asked of the CUDA runtime directly,
+// before the plugin is loaded.
+std::string gpu_unavailable() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    return std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+           cudaGetErrorString(e) + ")";
+  if (count == 0) return "no CUDA device (cudaGetDeviceCount found 0)";
+  int local = 1;  // ranks mpirun started on this node
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* v = std::getenv(var)) local = std::max(local, std::atoi(v));
+  if (local > count)
+    return std::to_string(local) + " ranks on this node but only " + std::to_string(count) +
+           " CUDA device(s); NCCL needs one GPU per rank";
+  return "";
+}
+
+// Prints the skip line once per process and tells the caller to return.
+bool skip_gpu() {
+  static const std::string reason = gpu_unavailable();
+  static bool said = false;
+  if (reason.empty()) return false;
+  if (!said) std::printf("SKIPPED: comm/nccl GPU tests: %s\n", reason.c_str());
+  said = true;
+  return true;
+}
+
+bool has(const ptest::Outcome& o, const std::string& s) {
+  return o.message.find(s) != std::string::npos;
+}
+
+struct World {
+  loomtest::TestHost host;
+  loom_comm_ref ref;
+  int rank = 0;
+  int size = 1;
+  int device = 0;  // the device create made current: the one the plugin chose
+  World() : ref(host.load_comm("nccl")) {
+    rank = ref.api->world_rank(ref.self);
+    size = ref.api->world_size(ref.self);
+    REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  }
+};
+
+World& world() {
+  static World w;
+  return w;
+}
+const loom_comm_api& api() { return *world().ref.api; }
+loom_comm* self() { return world().ref.self; }
+void ok(loom_error* e) { world().host.check(e); }
+
+// A compact tensor in this rank's GPU memory, filled from and read back to the host.
+template <class T>
+class DeviceTensor {
+ public:
+  DeviceTensor(std::vector<int64_t> shape, DLDataType dtype) : shape_(std::move(shape)) {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    n_ = static_cast<size_t>(n);
+    REQUIRE(cudaMalloc(&ptr_, std::max<size_t>(n_, 1) * sizeof(T)) == cudaSuccess);
+    t_.data = ptr_;
+    t_.device = DLDevice{kDLCUDA, world().device};
+    t_.ndim = static_cast<int>(shape_.size());
+    t_.dtype = dtype;
+    t_.shape = shape_.data();
+  }
+  ~DeviceTensor() { cudaFree(ptr_); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  DLTensor* get() { return &t_; }
+  void upload(const std::vector<T>& v) {
+    REQUIRE(v.size() == n_);
+    REQUIRE(cudaMemcpy(ptr_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> v(n_);
+    REQUIRE(cudaMemcpy(v.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return v;
+  }
+
+ private:
+  std::vector<int64_t> shape_;
+  size_t n_ = 0;
+  void* ptr_ = nullptr;
+  DLTensor t_{};
+};
+
+// A process group as the test sees it: its members' world ranks in group-rank order.
+struct Group {
+  loom_comm_group* g = nullptr;  // NULL: the world
+  std::vector<int> members;
+  int rank = 0;  // this rank's place in `members`
+  int size() const { return static_cast<int>(members.size()); }
+};
+
+Group world_group() {
+  Group G;
+  for (int r = 0; r < world().size; ++r) G.members.push_back(r);
+  G.rank = world().rank;
+  return G;
+}
+
+// colors = rank % 2: the even ranks and the odd ranks, each in world order.
+Group parity_group() {
+  Group G;
+  std::vector<int> colors;
+  for (int r = 0; r < world().size; ++r) colors.push_back(r % 2);
+  ok(api().group_create(self(), colors.data(), &G.g));
+  for (int r = 0; r < world().size; ++r)
+    if (r % 2 == world().rank % 2) {
+      if (r == world().rank) G.rank = G.size();
+      G.members.push_back(r);
+    }
+  return G;
+}
+
+// The value world rank r holds at element i: exact in f32 and i32, different per rank.
+double value(int r, int64_t i) {
+  return 0.5 * r + 0.25 * static_cast<double>(i % 7) - 3.0 * (r == 1);
+}
+double ivalue(int r, int64_t i) { return 10 * r - static_cast<double>(i % 5) + (r == 2 ? 7 : 0); }
+
+template <class T>
+std::vector<T> inputs(int r, size_t n, bool integer) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<T>(integer ? ivalue(r, static_cast<int64_t>(i))
+                                  : value(r, static_cast<int64_t>(i)));
+  return v;
+}
+
+// The reduction over the group of element i of every member's input.
+double reduce(const Group& G, int64_t i, loom_reduce_op op, bool integer) {
+  double acc = 0;
+  for (int k = 0; k < G.size(); ++k) {
+    const double v = integer ? ivalue(G.members[k], i) : value(G.members[k], i);
+    if (k == 0)
+      acc = v;
+    else if (op == LOOM_REDUCE_MAX)
+      acc = std::max(acc, v);
+    else if (op == LOOM_REDUCE_MIN)
+      acc = std::min(acc, v);
+    else
+      acc += v;
+  }
+  return op == LOOM_REDUCE_AVG ? acc / G.size() : acc;
+}
+
+template <class T>
+void check_values(const std::vector<T>& got, const std::vector<double>& want, const char* what) {
+  REQUIRE(got.size() == want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(static_cast<double>(got[i]) - want[i]) > 1e-6 * (1 + std::fabs(want[i]))) {
+      if (++bad <= 3)
+        FAIL_CHECK(what << ": element " << i << " is " << got[i] << ", expected " << want[i]);
+    }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " wrong elements");
+}
+
+template <class T>
+void all_reduce_case(const Group& G, DLDataType dt, bool integer) {
+  for (loom_reduce_op op : {LOOM_REDUCE_SUM, LOOM_REDUCE_MAX, LOOM_REDUCE_MIN, LOOM_REDUCE_AVG}) {
+    if (integer && op == LOOM_REDUCE_AVG) continue;  // refused: see the error test
+    CAPTURE(op);
+    DeviceTensor<T> t({3, 5}, dt);
+    t.upload(inputs<T>(world().rank, 15, integer));
+    ok(api().all_reduce(self(), G.g, t.get(), op));
+    std::vector<double> want;
+    for (int64_t i = 0; i < 15; ++i) want.push_back(reduce(G, i, op, integer));
+    check_values(t.download(), want, "all_reduce");
+  }
+}
+
+// reduce_scatter of a (size*2, 3) tensor, then all_gather of the chunks: the round trip
+// equals the all_reduce of the whole tensor.
+void scatter_gather_case(const Group& G, loom_reduce_op op) {
+  CAPTURE(op);
+  const int n = G.size();
+  DeviceTensor<double> in({2 * n, 3}, loom_f64());
+  in.upload(inputs<double>(world().rank, 6 * n, false));
+  DeviceTensor<double> chunk({2, 3}, loom_f64());
+  ok(api().reduce_scatter(self(), G.g, in.get(), chunk.get(), op));
+  std::vector<double> mine;
+  for (int64_t i = 0; i < 6; ++i) mine.push_back(reduce(G, 6 * G.rank + i, op, false));
+  check_values(chunk.download(), mine, "reduce_scatter");
+  DeviceTensor<double> all({2 * n, 3}, loom_f64());
+  ok(api().all_gather(self(), G.g, chunk.get(), all.get()));
+  std::vector<double> want;
+  for (int64_t i = 0; i < 6 * n; ++i) want.push_back(reduce(G, i, op, false));
+  check_values(all.download(), want, "all_gather of reduce_scatter");
+}
+
+// Chunk j of rank r's input is the message for group rank j: (r, j, i) encoded in a float.
+double a2a(int r, int j, int i) { return 100.0 * r + 10.0 * j + i; }
+
+void all_to_all_case(const Group& G, bool same_buffer) {
+  CAPTURE(same_buffer);
+  const int n = G.size();
+  DeviceTensor<float> in({2 * n, 2}, loom_f32());
+  std::vector<float> v(4 * n);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < 4; ++i) v[4 * j + i] = static_cast<float>(a2a(G.rank, j, i));
+  in.upload(v);
+  DeviceTensor<float> out({2 * n, 2}, loom_f32());
+  DeviceTensor<float>& dst = same_buffer ? in : out;
+  ok(api().all_to_all(self(), G.g, in.get(), dst.get()));
+  std::vector<double> want;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < 4; ++i) want.push_back(a2a(j, G.rank, i));
+  check_values(dst.download(), want, "all_to_all");
+}
+
+void broadcast_case(const Group& G) {
+  const int root = G.size() - 1;  // the last rank: not 0 whenever the group has two
+  DeviceTensor<double> t({7}, loom_f64());
+  t.upload(inputs<double>(G.members[G.rank], 7, false));
+  ok(api().broadcast(self(), G.g, t.get(), root));
+  std::vector<double> want;
+  for (int64_t i = 0; i < 7; ++i) want.push_back(value(G.members[root], i));
+  check_values(t.download(), want, "broadcast");
+}
+
+// Every rank sends to the next group rank and receives from the previous one; even ranks
+// send first and odd ranks receive first, so blocking calls cannot all wait at once.
+void ring_case(const Group& G, int tag) {
+  const int n = G.size();
+  const int next = (G.rank + 1) % n;
+  const int prev = (G.rank + n - 1) % n;
+  DeviceTensor<int32_t> out({4}, loom_i32());
+  out.upload({1000 * G.rank + tag, 1000 * G.rank + tag + 1, 1000 * G.rank + tag + 2,
+              1000 * G.rank + tag + 3});
+  DeviceTensor<int32_t> in({2, 2}, loom_i32());
+  if (G.rank % 2 == 0) {
+    ok(api().send(self(), G.g, out.get(), next, tag));
+    ok(api().recv(self(), G.g, in.get(), prev, tag));
+  } else {
+    ok(api().recv(self(), G.g, in.get(), prev, tag));
+    ok(api().send(self(), G.g, out.get(), next, tag));
+  }
+  std::vector<double> want;
+  for (int i = 0; i < 4; ++i) want.push_back(1000 * prev + tag + i);
+  check_values(in.download(), want, "recv from the previous rank");
+}
+
+#define GPU_TEST_START    \
+  if (skip_gpu()) return; \
+  INFO("world rank " << world().rank << " of " << world().size)
+
+}  // namespace
+
+TEST_SUITE("no-device") {
+  TEST_CASE("comm/nccl: create without a CUDA device fails with a clear error") {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+      std::printf("SKIPPED: comm/nccl no-device test: this machine has %d CUDA device(s)\n", count);
+      return;
+    }
+    const loom_plugin_descriptor* d = loomtest::load_descriptor("comm", "nccl");
+    CHECK(std::string(d->name) == "nccl");
+    CHECK(d->kind == LOOM_KIND_COMM);
+    auto* a = static_cast<const loom_comm_api*>(d->api);
+    CHECK(a->struct_size >= LOOM_COMM_API_SIZE_V1);
+    loomtest::TestHost host;
+    loom_config cfg = loomtest::TestHost::config(d);
+    loom_comm* c = nullptr;
+    ptest::Outcome o = ptest::outcome(a->create(host.host(), &cfg, &c));
+    MESSAGE("create said: " << o.message);
+    CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
+    CHECK(has(o, "comm/nccl: create: no CUDA device"));
+    CHECK(has(o, "cudaGetDeviceCount"));
+    CHECK(c == nullptr);
+    a->destroy(nullptr);  // accepted, like every destroy
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("comm/nccl: world and parity groups have the expected ranks and sizes") {
+    GPU_TEST_START;
+    CHECK(world().rank >= 0);
+    CHECK(world().rank < world().size);
+    CHECK(api().group_rank(self(), nullptr) == world().rank);
+    CHECK(api().group_size(self(), nullptr) == world().size);
+    Group P = parity_group();
+    CHECK(api().group_rank(self(), P.g) == P.rank);
+    CHECK(api().group_size(self(), P.g) == P.size());
+    ok(api().barrier(self(), P.g));
+    ok(api().barrier(self(), nullptr));
+    api().group_destroy(self(), P.g);
+    api().group_destroy(self(), nullptr);
+    // The world gathers its ranks in order.
+    DeviceTensor<int32_t> mine({1}, loom_i32());
+    mine.upload({world().rank});
+    DeviceTensor<int32_t> all({world().size}, loom_i32());
+    ok(api().all_gather(self(), nullptr, mine.get(), all.get()));
+    std::vector<int32_t> got = all.download();
+    for (int r = 0; r < world().size; ++r) CHECK(got[r] == r);
+  }
+
+  TEST_CASE("comm/nccl: all_reduce SUM, MAX, MIN, AVG in f32, f64 and i32") {
+    GPU_TEST_START;
+    Group W = world_group();
+    Group P = parity_group();
+    for (const Group* G : {&W, &P}) {
+      CAPTURE(G->size());
+      all_reduce_case<float>(*G, loom_f32(), false);
+      all_reduce_case<double>(*G, loom_f64(), false);
+      all_reduce_case<int32_t>(*G, loom_i32(), true);
+    }
+    api().group_destroy(self(), P.g);
+  }
+
+  TEST_CASE("comm/nccl: reduce_scatter then all_gather is an all_reduce") {
+    GPU_TEST_START;
+    Group W = world_group();
+    Group P = parity_group();
+    for (const Group* G : {&W, &P}) {
+      CAPTURE(G->size());
+      scatter_gather_case(*G, LOOM_REDUCE_SUM);
+      scatter_gather_case(*G, LOOM_REDUCE_AVG);
+      scatter_gather_case(*G, LOOM_REDUCE_MAX);
+    }
+    api().group_destroy(self(), P.g);
+  }
+
+  TEST_CASE("comm/nccl: in and out sharing memory are read before they are written") {
+    GPU_TEST_START;
+    const int n = world().size;
+    const int r = world().rank;
+    Group W = world_group();
+    std::vector<double> sums;
+    for (int i = 0; i < 2 * n; ++i) sums.push_back(reduce(W, i, LOOM_REDUCE_SUM, false));
+    int64_t chunk_shape[1] = {2};
+    {  // this rank's chunk lands at the front of the same buffer (a scratch copy on rank > 0)
+      DeviceTensor<float> buf({2 * n}, loom_f32());
+      buf.upload(inputs<float>(r, 2 * n, false));
+      DLTensor out = *buf.get();
+      out.shape = chunk_shape;
+      ok(api().reduce_scatter(self(), nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
+      std::vector<float> got = buf.download();
+      check_values(std::vector<float>(got.begin(), got.begin() + 2), {sums[2 * r], sums[2 * r + 1]},
+                   "reduce_scatter into the front of in");
+    }
+    {  // NCCL's in-place layouts: out is in's chunk at this rank, and back again
+      DeviceTensor<float> buf({2 * n}, loom_f32());
+      buf.upload(inputs<float>(r, 2 * n, false));
+      DLTensor chunk = *buf.get();
+      chunk.shape = chunk_shape;
+      chunk.byte_offset = 2 * sizeof(float) * r;
+      ok(api().reduce_scatter(self(), nullptr, buf.get(), &chunk, LOOM_REDUCE_SUM));
+      ok(api().all_gather(self(), nullptr, &chunk, buf.get()));
+      check_values(buf.download(), sums, "in-place reduce_scatter then all_gather");
+    }
+  }
+
+  TEST_CASE("comm/nccl: all_to_all sends chunk j to rank j") {
+    GPU_TEST_START;
+    Group W = world_group();
+    Group P = parity_group();
+    for (bool same : {false, true}) {
+      all_to_all_case(W, same);
+      all_to_all_case(P, same);
+    }
+    api().group_destroy(self(), P.g);
+  }
+
+  TEST_CASE("comm/nccl: broadcast from a non-zero root") {
+    GPU_TEST_START;
+    Group W = world_group();
+    Group P = parity_group();
+    broadcast_case(W);
+    broadcast_case(P);
+    api().group_destroy(self(), P.g);
+  }
+
+  TEST_CASE("comm/nccl: send and recv around a ring, in the world and in a group") {
+    GPU_TEST_START;
+    if (world().size == 1) {
+      MESSAGE("world size 1: NCCL cannot send to itself in a blocking call, p2p not tested");
+      return;
+    }
+    Group W = world_group();
+    Group P = parity_group();
+    ring_case(W, 3);
+    if (P.size() > 1) ring_case(P, 11);
+    api().group_destroy(self(), P.g);
+  }
+
+  TEST_CASE("comm/nccl: a recv of another size or tag fails on the receiver only") {
+    GPU_TEST_START;
+    if (world().size == 1) return;
+    Group W = world_group();
+    const int n = W.size();
+    const int next = (W.rank + 1) % n;
+    const int prev = (W.rank + n - 1) % n;
+    for (int sent : {2, 6, 4}) {  // shorter, longer, then the right size with another tag
+      CAPTURE(sent);
+      DeviceTensor<float> out({sent}, loom_f32());
+      DeviceTensor<float> in({4}, loom_f32());
+      const int tag = sent == 4 ? 8 : 7;
+      ptest::Outcome o;
+      if (W.rank % 2 == 0) {
+        ok(api().send(self(), nullptr, out.get(), next, tag));
+        o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
+      } else {
+        o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
+        ok(api().send(self(), nullptr, out.get(), next, tag));
+      }
+      CHECK_FALSE(o.ok());
+      CHECK(has(o, "expected 16 bytes but the next message has " + std::to_string(4 * sent) +
+                       " bytes and tag " + std::to_string(tag)));
+    }
+    ok(api().barrier(self(), nullptr));  // the communicator still works
+  }
+
+  TEST_CASE("comm/nccl: argument errors are named, identically on every rank") {
+    GPU_TEST_START;
+    const int n = world().size;
+    const int dev = world().device;
+    {
+      ptest::HostTensor<float> h({4}, loom_f32());
+      ptest::Outcome o =
+          ptest::outcome(api().all_reduce(self(), nullptr, h.get(), LOOM_REDUCE_SUM));
+      CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
+      CHECK(has(o, "comm/nccl: all_reduce: tensor is on cpu; comm/nccl reaches GPU memory only"));
+      h.t.device = DLDevice{kDLCUDA, dev};  // a host pointer labelled as GPU memory
+      o = ptest::outcome(api().all_reduce(self(), nullptr, h.get(), LOOM_REDUCE_SUM));
+      CHECK(has(o, "its data is not GPU memory"));
+    }
+    {
+      DeviceTensor<float> t({4}, loom_f32());
+      DLTensor other = *t.get();
+      other.device.device_id = dev + 1;
+      ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, &other, 0));
+      CHECK(has(o, "is on cuda:" + std::to_string(dev + 1) +
+                       " but this rank's communicator uses cuda:" + std::to_string(dev)));
+      o = ptest::outcome(
+          api().all_reduce(self(), nullptr, t.get(), static_cast<loom_reduce_op>(9)));
+      CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
+      CHECK(has(o, "unknown reduce op 9"));
+      CHECK_FALSE(ptest::outcome(api().all_reduce(self(), nullptr, nullptr, LOOM_REDUCE_SUM)).ok());
+      o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), n));
+      CHECK(has(o, "root " + std::to_string(n) + " is not a rank"));
+      o = ptest::outcome(api().send(self(), nullptr, t.get(), world().rank, 0));
+      CHECK(has(o, "is this rank"));
+      o = ptest::outcome(api().recv(self(), nullptr, t.get(), n, 0));
+      CHECK(has(o, "peer " + std::to_string(n) + " is not a rank"));
+    }
+    {
+      DeviceTensor<int32_t> t({4}, loom_i32());
+      ptest::Outcome o =
+          ptest::outcome(api().all_reduce(self(), nullptr, t.get(), LOOM_REDUCE_AVG));
+      CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
+      CHECK(has(o, "AVG of i32 is not supported"));
+      DeviceTensor<uint16_t> u({4}, loom_dtype(kDLUInt, 16));
+      o = ptest::outcome(api().all_reduce(self(), nullptr, u.get(), LOOM_REDUCE_SUM));
+      CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
+      CHECK(has(o, "dtype u16 cannot be reduced"));
+    }
+    {
+      DeviceTensor<float> t({2, 3}, loom_f32());
+      int64_t strides[2] = {1, 2};  // column-major: not compact
+      t.get()->strides = strides;
+      ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), 0));
+      CHECK(has(o, "not compact"));
+    }
+    {
+      DeviceTensor<float> in({n * 2 + 1}, loom_f32());
+      DeviceTensor<float> out({2}, loom_f32());
+      ptest::Outcome o = ptest::outcome(
+          api().reduce_scatter(self(), nullptr, in.get(), out.get(), LOOM_REDUCE_SUM));
+      CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
+      CHECK(has(o, "times out's 2 elements"));
+      DeviceTensor<double> dout({2}, loom_f64());
+      DeviceTensor<float> in2({n * 2}, loom_f32());
+      o = ptest::outcome(
+          api().reduce_scatter(self(), nullptr, in2.get(), dout.get(), LOOM_REDUCE_SUM));
+      CHECK(has(o, "in is f32 but out is f64"));
+      DeviceTensor<float> gathered({n * 2 + 1}, loom_f32());
+      o = ptest::outcome(api().all_gather(self(), nullptr, out.get(), gathered.get()));
+      CHECK(has(o, "times in's 2 elements"));
+    }
+    {
+      DeviceTensor<float> a({n, 2}, loom_f32());
+      DeviceTensor<float> b({n, 3}, loom_f32());
+      ptest::Outcome o = ptest::outcome(api().all_to_all(self(), nullptr, a.get(), b.get()));
+      CHECK(has(o, "equal element counts"));
+      if (n > 1) {
+        DeviceTensor<float> c({n + 1, 2}, loom_f32());  // never n equal chunks (n > 1)
+        o = ptest::outcome(api().all_to_all(self(), nullptr, c.get(), c.get()));
+        CHECK(has(o, "equal chunks along dim 0"));
+      }
+    }
+    ok(api().barrier(self(), nullptr));  // nothing above reached NCCL: it still works
+  }
+}

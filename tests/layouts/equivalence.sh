@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Every parallel layout trains the same model. A tiny GPT (or Llama-style GPT with GQA)
+# trains 20 iterations on one rank, then under `mpirun` in LAYOUT with the same seed and
+# global batch, and the final parameters are merged from the ranks' checkpoint shards into
+# full tensors (`loom checkpoint diff`). Twice:
+#  - fp32 (what users train): loss and gradient norm of every iteration within 1e-5
+#    relative; every parameter tensor within 1e-5 in ||a-b|| / ||a||. (Per element, Adam's
+#    normalisation amplifies the rounding of a different summation order for the elements
+#    with the smallest gradients: max |a-b| / max |a| reaches ~1.1e-5 after 20 steps with
+#    tensor parallelism, against 1e-7 for the loss.)
+#  - fp64: the same runs in float64 must agree within 1e-9, element by element (max |a-b|
+#    / max |a|): what remains is rounding, so a layout that computes anything differently
+#    cannot hide below the tolerance.
+#   equivalence.sh LOOM MPIEXEC MODEL LAYOUT
+#   MODEL: gpt | llama
+#   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
+set -euo pipefail
+loom=$1 mpiexec=$2 model=$3 layout=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cat > "$dir/base.toml" <<'TOML'
+[train]
+seed = 7
+iters = 20
+micro_batch_size = 2
+global_batch_size = 8
+seq_len = 16
+log_interval = 5
+eval_interval = 10
+eval_iters = 2
+[lr]
+max = 3e-3
+warmup_iters = 2
+[optimizer]
+plugin = "adamw"
+# The attention's key bias has an exactly zero gradient (softmax is shift-invariant per
+# query), so what backward computes for it is rounding noise (~1e-10), and any change of
+# summation order changes that noise. With eps = 1e-8 AdamW turns it into steps of about
+# lr * |g| / eps, up to 1% of lr, which would make the key bias differ between layouts by
+# more than the tolerance while every other tensor agrees to 1e-7. eps = 1e-6 keeps that
+# amplified noise below the tolerance; a real error in a gradient (>= 1e-6) still shows.
+eps = 1e-6
+[backend]
+plugin = "cpu"
+measure_gemm = false
+threads = 1   # ranks share 2 cores; more threads per rank only contend
+[model]
+plugin = "gpt"
+n_layer = 4
+n_head = 4
+n_embd = 32
+max_seq_len = 16
+[tokenizer]
+plugin = "byte"
+[data]
+plugin = "mock"
+num_documents = 200
+doc_length = 64
+[checkpoint]
+interval = 0
+TOML
+case $model in
+  gpt) model_set=() ;;
+  llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
+                    --set model.position=rope --set model.n_kv_head=2
+                    --set model.tie_embeddings=false --set model.bias=false) ;;
+  *) echo "unknown model $model" >&2; exit 2 ;;
+esac
+case $layout in
+  tp2) np=2 sets=(--set parallel.tensor=2) ;;
+  tp2sp) np=2 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true) ;;
+  pp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=1f1b) ;;
+  pp2vp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
+                     --set parallel.schedule=interleaved-1f1b) ;;
+  pp4gpipe) np=4 sets=(--set parallel.pipeline=4 --set parallel.schedule=gpipe) ;;
+  dp2) np=2 sets=() ;;
+  dp2dist) np=2 sets=(--set parallel.data=distributed-optimizer) ;;
+  tp2pp2) np=4 sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
+  tp2dp2dist) np=4 sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
+  *) echo "unknown layout $layout" >&2; exit 2 ;;
+esac
+cd "$dir"
+check() {  # check DTYPE TOL DIFF_OPTS...
+  local dtype=$1 tol=$2
+  shift 2
+  "$loom" run base.toml "${model_set[@]}" --set precision.dtype="$dtype" \
+    --set train.metrics=one-$dtype.jsonl --set checkpoint.save=one-$dtype 2> one.log ||
+    { cat one.log; exit 1; }
+  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+    "$loom" run base.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
+    --set precision.dtype="$dtype" --set train.metrics=par-$dtype.jsonl \
+    --set checkpoint.save=par-$dtype 2> par.log || { tail -30 par.log; exit 1; }
+  python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl par-$dtype.jsonl <<'PY'
+import json, sys
+what, tol = sys.argv[1], float(sys.argv[2])
+one = [json.loads(l) for l in open(sys.argv[3])]
+par = [json.loads(l) for l in open(sys.argv[4])]
+assert len(one) == len(par) == 22, (len(one), len(par))  # 20 steps, 2 evaluations
+worst = 0.0
+for a, b in zip(one, par):
+    for k in ("loss", "grad_norm", "eval_loss"):
+        if k not in a:
+            continue
+        rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
+        worst = max(worst, rel)
+        if rel > tol:
+            sys.exit(f"{what} iter {a['iter']} {k}: 1 rank {a[k]!r} vs parallel {b[k]!r}")
+print(f"{what}: loss and grad norm of 20 iterations (and 2 eval losses) match 1 rank within {tol:g}; "
+      f"worst relative difference {worst:.2e}; final loss {par[-2]['loss']:.4f}")
+PY
+  "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$tol" "$@"
+}
+check fp32 1e-5 --norm
+check fp64 1e-9

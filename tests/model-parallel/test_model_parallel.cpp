@@ -1,0 +1,392 @@
+// model/gpt under tensor (TP), sequence (SP) and pipeline (PP) parallelism. Every rank
+// builds two models from the same seed: a whole-model reference on a host with comm/single
+// (tensor = pipeline = 1) and its part of the parallel model on a host with comm/mpi laid
+// out by setup_parallel. Both run the same two micro-batches; the loss must match and every
+// gradient (and initial value), assembled from the tensor-parallel shards into the full
+// tensor with tp_split_dim and tp_block_sizes, must match the reference's. float64, so a
+// mismatch is a bug, not rounding. Pipeline stages are driven by hand: forward on stage 0,
+// the activation sent to stage 1, forward and backward there, the gradient sent back.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_host.hpp"
+
+namespace {
+
+using Overrides = std::map<std::string, std::string>;
+using loom::layout::Degrees;
+
+constexpr int64_t kB = 2, kT = 16, kN = kB * kT;
+constexpr uint64_t kSeed = 1234;
+
+// comm/mpi finalises MPI when its last instance goes; this one lives for the process.
+loomtest::TestHost& mpi_anchor() {
+  static loomtest::TestHost h;
+  static bool loaded = (h.load_comm("mpi"), true);
+  (void)loaded;
+  return h;
+}
+int world_size() {
+  loom_comm_ref c{};
+  mpi_anchor().check(mpi_anchor().host()->get_comm(mpi_anchor().host()->ctx, &c));
+  return c.api->world_size(c.self);
+}
+
+// A GPT-2-style and a Llama-style tiny model, with vocabularies whose padded shards leave
+// the second tensor rank with no real rows (100 of 256) or some (300 of 384).
+struct Config {
+  const char* name;
+  Overrides options;
+  int64_t vocab;
+};
+const Config kGpt2{
+    "gpt2", {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}}, 100};
+const Config kLlama{"llama",
+                    {{"n_layer", "4"},
+                     {"n_head", "4"},
+                     {"n_kv_head", "2"},
+                     {"n_embd", "32"},
+                     {"ffn_hidden", "48"},
+                     {"norm", "rmsnorm"},
+                     {"activation", "swiglu"},
+                     {"position", "rope"},
+                     {"bias", "false"},
+                     {"tie_embeddings", "false"},
+                     {"pad_vocab_to", "64"}},
+                    300};
+
+DLTensor host_tensor(std::vector<double>& v, int64_t& shape) {
+  shape = (int64_t)v.size();
+  DLTensor t{};
+  t.data = v.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = loom_f64();
+  t.shape = &shape;
+  return t;
+}
+
+std::vector<double> download(const loom_backend_ref& be, const DLTensor* t) {
+  std::vector<double> out(loom_tensor_numel(t));
+  REQUIRE(be.api->to_host(be.self, t, out.data(), out.size() * sizeof(double)) == nullptr);
+  return out;
+}
+
+// One model instance on its own host: backend/cpu, attention/reference, and a comm.
+struct Instance {
+  loomtest::TestHost th;
+  loom_backend_ref be{};
+  loom_comm_ref comm{};
+  const loom_model_api* api = nullptr;
+  loom_model* m = nullptr;
+  loom_config cfg;
+  std::vector<loom_model_param> params;
+
+  // d == nullptr: the whole model; else this rank's stage and shard of layout d.
+  Instance(const std::string& comm_name, const Degrees* d, const Config& c) {
+    // one thread per rank: the ranks already share the cores
+    be = th.load_backend("cpu", {{"measure_gemm", "false"}, {"threads", "1"}});
+    th.load_attention("reference");
+    comm = th.load_comm(comm_name);
+    if (d) th.setup_parallel(*d);
+    const int stage = th.layout().pipeline_rank, stages = th.layout().pipeline;
+    auto* desc = loomtest::load_descriptor("model", "gpt");
+    api = static_cast<const loom_model_api*>(desc->api);
+    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V1_1);
+    cfg = loomtest::TestHost::config(desc, c.options);
+    loom_model_create_args a{};
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1_1;
+    a.vocab_size = c.vocab;
+    a.seq_len = kT;
+    a.micro_batch = kB;
+    a.dtype = loom_f64();
+    a.pipeline_stage = stage;
+    a.pipeline_stages = stages;
+    th.check(api->create(th.host(), &cfg, &a, &m));
+    for (size_t i = 0; i < api->num_params(m); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      th.check(api->get_param(m, i, &p));
+      params.push_back(p);
+    }
+    th.check(api->init_params(m, kSeed));
+    th.check(api->zero_grad(m));
+  }
+  ~Instance() { api->destroy(m); }
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  loom_comm_group* group(loom_group_kind k) {
+    loom_comm_group* g = nullptr;
+    th.check(th.host()->get_group(th.host()->ctx, k, &g));
+    return g;
+  }
+  const loom_model_param* find(const std::string& name) const {
+    for (auto& p : params)
+      if (name == p.name) return &p;
+    return nullptr;
+  }
+};
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  loom_microbatch mb{};
+};
+// Deterministic micro-batch k, the same on every rank; every 7th target ignored.
+Batch make_batch(int k, int64_t vocab) {
+  Batch b;
+  for (int64_t i = 0; i < kN; ++i) {
+    b.tokens.push_back((int32_t)((i * 37 + k * 11 + (i * i) % 13) % vocab));
+    b.targets.push_back(i % 7 == 3 ? -1 : (int32_t)((i * 53 + k * 29 + 5) % vocab));
+  }
+  b.mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+  b.mb.tokens = b.tokens.data();
+  b.mb.targets = b.targets.data();
+  b.mb.batch = kB;
+  b.mb.seq_len = kT;
+  b.mb.loss_scale = 1.0 / 50.0;
+  return b;
+}
+
+// The full tensor from every tensor rank's shard of `local` (collective over the group).
+std::vector<double> assemble(Instance& in, const loom_model_param& p, std::vector<double> local,
+                             std::vector<int64_t>* full_shape) {
+  const DLTensor* t = p.value;
+  std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
+  const int tp = in.th.layout().tensor;
+  if (tp == 1 || p.tp_split_dim < 0) {
+    *full_shape = shape;
+    return local;
+  }
+  std::vector<double> all(local.size() * tp);
+  int64_t s_in = 0, s_out = 0;
+  DLTensor ti = host_tensor(local, s_in), to = host_tensor(all, s_out);
+  in.th.check(in.comm.api->all_gather(in.comm.self, in.group(LOOM_GROUP_TENSOR), &ti, &to));
+  const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+  const int64_t n = (int64_t)local.size();
+  std::vector<double> full(all.size());
+  if (p.tp_split_dim == 1) {
+    *full_shape = {rows, cols * tp};
+    for (int r = 0; r < tp; ++r)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          full[i * cols * tp + r * cols + j] = all[r * n + i * cols + j];
+    return full;
+  }
+  *full_shape = shape;
+  (*full_shape)[0] = rows * tp;
+  std::vector<int64_t> blocks{rows * tp};
+  if (p.tp_num_blocks > 0) blocks.assign(p.tp_block_sizes, p.tp_block_sizes + p.tp_num_blocks);
+  for (int r = 0; r < tp; ++r) {
+    int64_t local0 = 0, global0 = 0;
+    for (int64_t b : blocks) {
+      const int64_t lb = b / tp;
+      for (int64_t i = 0; i < lb; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          full[(global0 + r * lb + i) * cols + j] = all[r * n + (local0 + i) * cols + j];
+      local0 += lb;
+      global0 += b;
+    }
+    REQUIRE(local0 == rows);
+  }
+  return full;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// Loss of two micro-batches through this rank's stage (stage 0 <-> stage 1 by hand), and
+// finish_grads. Returns the loss the last stage saw (0 elsewhere).
+double run_parallel(Instance& in, Batch* batches, int nb) {
+  const loom_parallel_layout& L = in.th.layout();
+  double loss = 0;
+  if (L.pipeline == 1) {
+    for (int k = 0; k < nb; ++k) {
+      double l = 0;
+      int64_t n = 0;
+      in.th.check(in.api->forward_backward(in.m, &batches[k].mb, &l, &n));
+      loss += l;
+    }
+  } else {
+    REQUIRE(L.pipeline == 2);
+    loom_stage_info info{};
+    info.struct_size = LOOM_STAGE_INFO_SIZE_V1_1;
+    in.th.check(in.api->stage_info(in.m, &info));
+    CHECK(info.is_first == (L.pipeline_rank == 0));
+    CHECK(info.is_last == (L.pipeline_rank == 1));
+    loom_comm_group* pg = in.group(LOOM_GROUP_PIPELINE);
+    const int64_t rows = L.sequence_parallel ? kN / L.tensor : kN;
+    DLTensor* buf = nullptr;
+    const int64_t shape[2] = {rows, info.hidden};
+    in.th.check(in.be.api->alloc_tensor(in.be.self, info.dtype, 2, shape, &buf));
+    auto& cm = in.comm;
+    if (info.is_first) {  // forward both micro-batches (slots 0, 1), then both backwards
+      for (int k = 0; k < nb; ++k) {
+        DLTensor* out = nullptr;
+        in.th.check(
+            in.api->stage_forward(in.m, k, &batches[k].mb, nullptr, 0, &out, nullptr, nullptr));
+        in.th.check(cm.api->send(cm.self, pg, out, 1, k));
+      }
+      for (int k = 0; k < nb; ++k) {
+        in.th.check(cm.api->recv(cm.self, pg, buf, 1, 100 + k));
+        DLTensor* din = nullptr;
+        in.th.check(in.api->stage_backward(in.m, k, buf, &din));
+        CHECK(din == nullptr);
+      }
+    } else {
+      for (int k = 0; k < nb; ++k) {
+        in.th.check(cm.api->recv(cm.self, pg, buf, 0, k));
+        DLTensor* out = buf;
+        double l = 0;
+        int64_t n = 0;
+        in.th.check(in.api->stage_forward(in.m, k, &batches[k].mb, buf, 0, &out, &l, &n));
+        CHECK(out == nullptr);
+        loss += l;
+      }
+      for (int k = 0; k < nb; ++k) {
+        DLTensor* din = nullptr;
+        in.th.check(in.api->stage_backward(in.m, k, nullptr, &din));
+        REQUIRE(din != nullptr);
+        in.th.check(cm.api->send(cm.self, pg, din, 0, 100 + k));
+      }
+    }
+    in.be.api->free_tensor(in.be.self, buf);
+  }
+  in.th.check(in.api->finish_grads(in.m));
+  return loss;
+}
+
+void check_layout(const Config& c, Degrees d) {
+  const int world = world_size();
+  if (world % (d.tensor * d.pipeline) != 0) return;
+  const std::string config = c.name;
+  CAPTURE(config);
+  CAPTURE(d.tensor);
+  CAPTURE(d.pipeline);
+  CAPTURE(d.sequence_parallel);
+  mpi_anchor();
+  Batch batches[2] = {make_batch(0, c.vocab), make_batch(1, c.vocab)};
+
+  Instance ref("single", nullptr, c);
+  double ref_loss = 0;
+  for (auto& b : batches) {
+    double l = 0;
+    int64_t n = 0;
+    ref.th.check(ref.api->forward_backward(ref.m, &b.mb, &l, &n));
+    ref_loss += l;
+  }
+  ref.th.check(ref.api->finish_grads(ref.m));  // a no-op at tensor = pipeline = 1
+
+  Instance par("mpi", &d, c);
+  const loom_parallel_layout& L = par.th.layout();
+  const double loss = run_parallel(par, batches, 2);
+  if (L.pipeline_rank == L.pipeline - 1)
+    CHECK(std::fabs(loss - ref_loss) <= 1e-5 * std::fabs(ref_loss));
+
+  // every parameter of this stage: shards assembled, values and gradients vs the reference
+  int layers = 0;
+  for (const loom_model_param& p : par.params) {
+    const std::string name = p.name;
+    CAPTURE(name);
+    const loom_model_param* r = ref.find(p.name);
+    REQUIRE(r != nullptr);
+    if (std::string(p.name).find(".ln_1.weight") != std::string::npos) ++layers;
+    CHECK(p.pipeline_duplicate ==
+          (std::string(p.name) == "wte" && L.pipeline > 1 && L.pipeline_rank == L.pipeline - 1));
+    std::vector<int64_t> vshape, gshape;
+    const std::vector<double> value = assemble(par, p, download(par.be, p.value), &vshape);
+    const std::vector<double> grad = assemble(par, p, download(par.be, p.grad), &gshape);
+    const std::vector<double> rvalue = download(ref.be, r->value),
+                              rgrad = download(ref.be, r->grad);
+    // The vocabulary is padded to pad_vocab_to x tensor, so wte / lm_head may have more
+    // (padding) rows than the reference's: the shared rows must match, the extra rows take
+    // no gradient.
+    const std::vector<int64_t> rshape(r->value->shape, r->value->shape + r->value->ndim);
+    const bool vocab_rows = name == "wte" || name == "lm_head.weight";
+    REQUIRE(vshape.size() == rshape.size());
+    CHECK((vocab_rows ? vshape[0] >= rshape[0] : vshape[0] == rshape[0]));
+    for (size_t k = 1; k < vshape.size(); ++k) CHECK(vshape[k] == rshape[k]);
+    const size_t shared = std::min(value.size(), rvalue.size());
+    double dv = 0, dg = 0;
+    for (size_t i = 0; i < shared; ++i) {
+      dv = std::max(dv, std::fabs(value[i] - rvalue[i]));
+      dg = std::max(dg, std::fabs(grad[i] - rgrad[i]));
+    }
+    int64_t padding_grads = 0;
+    for (size_t i = shared; i < grad.size(); ++i) padding_grads += grad[i] != 0.0;
+    CHECK(padding_grads == 0);
+    CHECK(dv <= 1e-12 * std::max(1.0, max_abs(rvalue)));
+    CHECK(max_abs(rgrad) > 0);  // every parameter takes part in the loss
+    CHECK(dg <= 1e-5 * max_abs(rgrad));
+  }
+  CHECK(layers == 4 / L.pipeline);
+}
+
+TEST_CASE("model/gpt: tensor parallel = 2 matches one rank") {
+  Degrees d;
+  d.tensor = 2;
+  check_layout(kGpt2, d);
+  check_layout(kLlama, d);
+}
+
+TEST_CASE("model/gpt: tensor parallel = 2 with sequence parallelism matches one rank") {
+  Degrees d;
+  d.tensor = 2;
+  d.sequence_parallel = true;
+  check_layout(kGpt2, d);
+  check_layout(kLlama, d);
+}
+
+TEST_CASE("model/gpt: pipeline = 2 stages match one rank") {
+  Degrees d;
+  d.pipeline = 2;
+  check_layout(kGpt2, d);
+  check_layout(kLlama, d);
+}
+
+TEST_CASE("model/gpt: tensor = 2 x pipeline = 2 (with and without sequence parallelism)") {
+  Degrees d;
+  d.tensor = 2;
+  d.pipeline = 2;
+  check_layout(kGpt2, d);
+  check_layout(kLlama, d);
+  d.sequence_parallel = true;
+  check_layout(kGpt2, d);
+  check_layout(kLlama, d);
+}
+
+TEST_CASE("model/gpt: layouts the model cannot split are refused with the numbers") {
+  if (world_size() % 2 != 0) return;
+  Degrees d;
+  d.tensor = 2;
+  Config odd = kGpt2;
+  odd.options["n_head"] = "1";
+  std::string msg;
+  try {
+    Instance bad("mpi", &d, odd);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("n_head = 1 is not divisible by tensor = 2") != std::string::npos);
+  Degrees p;
+  p.pipeline = 2;
+  Config three = kGpt2;
+  three.options["n_layer"] = "3";
+  msg.clear();
+  try {
+    Instance bad("mpi", &p, three);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("n_layer = 3 is not divisible by pipeline_stages = 2") != std::string::npos);
+}
+
+}  // namespace
