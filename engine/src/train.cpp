@@ -242,6 +242,24 @@ void run_training(Recipe& recipe, Registry& registry) {
       norm_grads.push_back(grad);
   }
   auto [oapi, opt] = session.optimizer(opt_params.data(), opt_params.size());
+  {  // measured, to set beside Megatron's table (docs/parallelism.md)
+    double value_bytes = 0, state_bytes = 0;
+    for (size_t i = 0; i < nparams; ++i)
+      value_bytes += (double)loom_tensor_numel(values[i]) * loom_dtype_bytes(values[i]->dtype);
+    for (size_t i = 0; i < oapi->num_state(opt); ++i) {
+      const char* name = nullptr;
+      DLTensor* t = nullptr;
+      check(oapi->get_state(opt, i, &name, &t), "listing optimizer state");
+      state_bytes += (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
+    }
+    const double n = (double)std::max<int64_t>(local_params, 1);
+    const double own = v11 && papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
+    spdlog::info(
+        "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {:.2f} "
+        "(optimizer state) = {:.2f} bytes, plus {:.2f} of parallel/{} buffers",
+        value_bytes / n, value_bytes / n, state_bytes / n, (2 * value_bytes + state_bytes) / n, own,
+        recipe.get_string("parallel", "data"));
+  }
   std::pair<const loom_parallel_api*, loom_parallel*> sched{nullptr, nullptr};
   if (staged) sched = session.schedule();
   // The squared gradient norm is summed over the model-parallel ranks, and over the

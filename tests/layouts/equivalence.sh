@@ -111,4 +111,11 @@ PY
   "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$tol" "$@"
 }
 check fp32 1e-5 --norm
+# Memory per parameter as in Megatron's README table (fp32 params and grads, Adam):
+# 4 + 4 + 8 = 16 bytes with whole replicas, 4 + 4 + 8/D with the distributed optimizer.
+want="4.00 (param) + 4.00 (grad) + 8.00 (optimizer state) = 16.00 bytes"
+case $layout in *dist) want="4.00 (param) + 4.00 (grad) + 4.00 (optimizer state) = 12.00 bytes" ;; esac
+grep -q "memory per parameter on this rank: $want" par.log ||
+  { echo "memory per parameter: expected '$want' in:"; grep "memory per" par.log; exit 1; }
+echo "memory per parameter: $want"
 check fp64 1e-9
