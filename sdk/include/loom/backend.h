@@ -3,11 +3,17 @@
  * Conventions for every op:
  *  - tensors are compact row-major DLTensors on the backend's device; every floating
  *    tensor of one call has the same dtype (f32 always; a backend may also take f64 — the
- *    CPU backend does, for finite-difference tests — and reports others as UNIMPLEMENTED);
+ *    CPU backend does, for finite-difference tests — and reports others as UNIMPLEMENTED),
+ *    except under mixed precision (ABI 1.1): activations, their gradients and the model's
+ *    parameter values may be bf16 or f16 (the compute dtype, one per call), while parameter
+ *    gradients (gemm's C when accumulating a weight gradient with beta = 1, dweight/dbias of
+ *    the norms, dbias of bias_backward, dtable of embedding_backward) and the optimizer's
+ *    parameters, gradients and state are f32 (Megatron's main params and main grads);
+ *    losses are f32; arithmetic accumulates in f32 whatever the storage dtype;
  *  - shapes are in the comments: N rows (tokens), C channels, V vocabulary, H hidden;
  *  - parameter gradients accumulate (+=); activation gradients are written (=);
- *  - saved statistics (mean, rstd, lse) and optimizer state are f32, or the data dtype
- *    when that is f64;
+ *  - saved statistics (mean, rstd, lse, vocab_ce stats) and optimizer state are f32, or
+ *    the data dtype when that is f64;
  *  - ops may run asynchronously on the backend's stream; synchronize() waits.
  * Thread contract: one instance is driven from one thread at a time. */
 #ifndef LOOM_BACKEND_H
@@ -145,13 +151,13 @@ typedef struct loom_ops {
 
   /* ABI v1.1: vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
    * [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global
-   * ids (-1 ignored). stats(N,3), logits' dtype: the local row max m, sum exp(logit - m),
-   * and the target's logit (0 where the target is outside this slice or ignored). The
-   * caller combines the ranks' stats into the global log-sum-exp. */
+   * ids (-1 ignored). stats(N,3) (f32; f64 with f64 logits): the local row max m, sum exp(logit -
+   * m), and the target's logit (0 where the target is outside this slice or ignored). The caller
+   * combines the ranks' stats into the global log-sum-exp. */
   loom_error* (*vocab_ce_stats)(loom_backend* be, DLTensor* stats, const DLTensor* logits,
                                 const DLTensor* targets, int64_t vocab_start);
   /* dlogits(N,Vl) = dloss * (exp(logit - lse[n]) - onehot(target - vocab_start)); rows with
-   * target -1 get 0. lse(N) the global log-sum-exp, logits' dtype. dlogits may alias
+   * target -1 get 0. lse(N) the global log-sum-exp (as stats). dlogits may alias
    * logits. */
   loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                                    const DLTensor* targets, int64_t vocab_start,

@@ -1,0 +1,87 @@
+// backend/cuda internals shared by every file: the instance, the op wrapper that keeps
+// exceptions inside the plugin, CUDA/cuBLAS error checks that name the op, and the entry
+// points the ops table (cuda_backend.cpp) is built from. Kernel files (*.cu) include this
+// header; it must stay valid C++17 for nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "loom/cpp/plugin.hpp"
+#include "loom/loom.h"
+
+namespace loom_cuda {
+class CachingAllocator;  // allocator.hpp
+struct Blas;             // gemm.cpp: cuBLASLt handle, workspace, plan cache
+}  // namespace loom_cuda
+
+// The opaque instance of backend.h: one device, one stream every op is queued on.
+struct loom_backend {
+  const loom_host* host = nullptr;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  loom_cuda::CachingAllocator* alloc = nullptr;
+  loom_cuda::Blas* blas = nullptr;
+  bool allow_tf32 = false;  // fp32 GEMMs on tensor cores (recipe: backend.tf32)
+  std::string device_name;
+  double peak_gflops = 0;   // dense bf16 tensor-core peak of the device (MFU denominator)
+  void* scratch = nullptr;  // small device scratch for reductions (sum_squares, CE stats)
+  size_t scratch_bytes = 0;
+};
+
+namespace loom_cuda {
+
+// An error that names the op: thrown inside ops, turned into a loom_error by run_op.
+[[noreturn]] inline void fail(const char* op, const std::string& what,
+                              loom_status code = LOOM_ERR_INVALID_ARGUMENT) {
+  throw loom::Error(code, std::string("backend/cuda: ") + op + ": " + what);
+}
+
+// Checks a CUDA runtime call: "backend/cuda: layernorm_forward: cudaLaunchKernel failed:
+// invalid configuration argument".
+inline void check_cuda(cudaError_t e, const char* op, const char* call) {
+  if (e != cudaSuccess)
+    fail(op, std::string(call) + " failed: " + cudaGetErrorString(e),
+         e == cudaErrorMemoryAllocation ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL);
+}
+#define LOOM_CUDA_CHECK(op, call) ::loom_cuda::check_cuda((call), (op), #call)
+// After a kernel launch: launch-configuration errors surface here, not later.
+#define LOOM_CUDA_LAUNCHED(op) ::loom_cuda::check_cuda(cudaGetLastError(), (op), "kernel launch")
+
+// The host of the most recent create(), for an op called with a NULL backend.
+const loom_host* last_host() noexcept;
+
+// The body of every op: a NULL backend is refused, exceptions become host-made errors, the
+// instance's device is made current first (ranks or threads may have switched it).
+template <class Fn>
+loom_error* run_op(loom_backend* be, const char* op, Fn&& fn) noexcept {
+  if (be == nullptr) {
+    const loom_host* host = last_host();
+    if (host == nullptr) std::abort();  // no host was ever seen: no error object can be made
+    return host->error_new(LOOM_ERR_INVALID_ARGUMENT,
+                           (std::string("backend/cuda: ") + op + ": backend is NULL").c_str());
+  }
+  return loom::guard(be->host, [&] {
+    LOOM_CUDA_CHECK(op, cudaSetDevice(be->device));
+    fn(*be);
+  });
+}
+
+// ---- dtypes and tensors ------------------------------------------------------------------
+inline bool is_f32(DLDataType d) { return loom_dtype_eq(d, loom_f32()); }
+inline bool is_bf16(DLDataType d) { return loom_dtype_eq(d, loom_bf16()); }
+inline bool is_f16(DLDataType d) { return loom_dtype_eq(d, loom_f16()); }
+inline bool is_i32(DLDataType d) { return loom_dtype_eq(d, loom_i32()); }
+inline bool is_float(DLDataType d) { return is_f32(d) || is_bf16(d) || is_f16(d); }
+
+// The element pointer of a compact device tensor (data + byte_offset), after checking it is
+// on this backend's device, compact, and of `expect_numel` elements when >= 0.
+void* device_ptr(const loom_backend& be, const DLTensor* t, const char* op, const char* name,
+                 int64_t expect_numel = -1);
+int64_t numel(const DLTensor* t);
+
+}  // namespace loom_cuda
