@@ -76,13 +76,11 @@ void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Col
       const std::string f = entry.path().filename().string();
       files[f] = {{"sha256", sha256_of_file(entry.path())}, {"bytes", fs::file_size(entry.path())}};
     }
-    nlohmann::json manifest = {{"format", "loom-checkpoint"},
-                               {"version", 1},
-                               {"iteration", ckpt.iteration},
-                               {"consumed_samples", ckpt.consumed_samples},
-                               {"seed", ckpt.seed},
-                               {"parallel", ckpt.parallel},
-                               {"files", files}};
+    nlohmann::json manifest = {
+        {"format", "loom-checkpoint"}, {"version", 1},
+        {"iteration", ckpt.iteration}, {"consumed_samples", ckpt.consumed_samples},
+        {"seed", ckpt.seed},           {"parallel", ckpt.parallel},
+        {"state", ckpt.state},         {"files", files}};
     write_text(tmp / "manifest.json", manifest.dump(2) + "\n");
     fsync_path(tmp);
 
@@ -156,6 +154,7 @@ Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
   c.consumed_samples = m.at("consumed_samples").get<int64_t>();
   c.seed = m.at("seed").get<uint64_t>();
   c.recipe_toml = read_text(path / "recipe.toml");
+  if (m.contains("state")) c.state = m.at("state").get<std::map<std::string, double>>();
   c.model_file = model_file;
   c.optimizer_file = optimizer_file;
   for (auto [file, tensors, meta] : {std::tuple{model_file, &c.model, &c.model_meta},

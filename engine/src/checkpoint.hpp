@@ -34,6 +34,7 @@ struct Checkpoint {
   StFile model, optimizer;
   std::map<std::string, std::string> model_meta, optimizer_meta;
   std::map<std::string, int64_t> parallel = {{"tensor", 1}, {"pipeline", 1}, {"data", 1}};
+  std::map<std::string, double> state;  // the loop's own state (the fp16 loss scale, ...)
 };
 
 // How the ranks of a run save one checkpoint together: every rank writes its files into

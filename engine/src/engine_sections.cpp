@@ -42,9 +42,22 @@ constexpr loom_param_spec kCheckpoint[] = {
 
 constexpr loom_param_spec kPrecision[] = {
     param("dtype", kString, "fp32",
-          "compute dtype of activations (parameters stay fp32); fp64 computes everything in "
-          "float64, for checking that parallel layouts agree to rounding",
+          "compute dtype of the model: fp32; bf16 or fp16 (mixed precision: values and "
+          "activations in that dtype, gradients and the optimizer's main parameters in fp32); "
+          "fp64 computes everything in float64, for checking that parallel layouts agree",
           1, 0, "fp32|bf16|fp16|fp64"),
+    param("loss_scale", kFloat, "0",
+          "static loss scale; 0 = dynamic loss scaling with fp16 and none otherwise", 0, kInf),
+    param("initial_loss_scale", kFloat, "4294967296",
+          "fp16 dynamic loss scaling: the first scale (Megatron's 2^32)", 1, kInf),
+    param("min_loss_scale", kFloat, "1",
+          "fp16 dynamic loss scaling: the scale never backs off "
+          "below this",
+          0, kInf),
+    param("loss_scale_window", kInt, "1000",
+          "fp16 dynamic loss scaling: clean steps in a row before the scale doubles", 1, kInf),
+    param("hysteresis", kInt, "2",
+          "fp16 dynamic loss scaling: overflowing steps in a row before the scale halves", 1, kInf),
 };
 
 constexpr loom_param_spec kLr[] = {

@@ -9,12 +9,15 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
 #include "errors.hpp"
 #include "host.hpp"
 #include "parallel_layout.hpp"
+#include "precision.hpp"
 #include "sampler.hpp"
 #include "schedule.hpp"
 
@@ -40,6 +43,34 @@ StTensor download(const loom_backend_ref& be, const DLTensor* t) {
   s.data.resize((size_t)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype));
   check(be.api->to_host(be.self, t, s.data.data(), s.data.size()), "reading a tensor");
   return s;
+}
+
+// A tensor as f32 checkpoint data: bf16/f16 values are widened exactly.
+StTensor download_f32(const loom_backend_ref& be, const DLTensor* t) {
+  if (loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()))
+    return download(be, t);
+  DLTensor* wide = nullptr;
+  check(be.api->alloc_tensor(be.self, loom_f32(), t->ndim, t->shape, &wide), "widening a tensor");
+  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> hold(
+      wide, [&](DLTensor* w) { be.api->free_tensor(be.self, w); });
+  check(be.api->ops->copy(be.self, wide, t), "widening a tensor");
+  return download(be, wide);
+}
+
+void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
+            const std::string& where);
+
+// upload into a bf16/f16 tensor from f32 checkpoint data (values saved by download_f32).
+void upload_cast(const loom_backend_ref& be, const StFile& file, const std::string& name,
+                 DLTensor* t, const std::string& where) {
+  if (loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()))
+    return upload(be, file, name, t, where);
+  DLTensor* wide = nullptr;
+  check(be.api->alloc_tensor(be.self, loom_f32(), t->ndim, t->shape, &wide), "widening a tensor");
+  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> hold(
+      wide, [&](DLTensor* w) { be.api->free_tensor(be.self, w); });
+  upload(be, file, name, wide, where);
+  check(be.api->ops->copy(be.self, t, wide), "loading " + name);
 }
 
 void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
@@ -139,11 +170,8 @@ void run_training(Recipe& recipe, Registry& registry) {
       throw UsageError("parallel." + std::string(key) + " = " + std::to_string(v) +
                        ": context and expert parallelism are not available yet; use 1");
   }
-  std::string dtype = recipe.get_string("precision", "dtype");
-  if (dtype != "fp32" && dtype != "fp64")
-    throw UsageError("precision.dtype = \"" + dtype +
-                     "\": mixed precision is not available yet; use \"fp32\"");
-  const DLDataType compute = dtype == "fp64" ? loom_f64() : loom_f32();
+  const DLDataType compute = compute_dtype(recipe.get_string("precision", "dtype"));
+  LossScaler scaler = LossScaler::from_recipe(recipe);
 
   const uint64_t seed = (uint64_t)recipe.get_int("train", "seed");
   const int64_t iters = recipe.get_int("train", "iters");
@@ -218,6 +246,7 @@ void run_training(Recipe& recipe, Registry& registry) {
   }
   for (loom_model* m : chunks)
     check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
+  // f32 main parameters when the model computes in bf16/fp16: the optimizer steps these.
   auto [papi, par] = session.parallel(grads.data(), grads.size());
   const bool v11 = papi->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1;
 
@@ -230,8 +259,16 @@ void run_training(Recipe& recipe, Registry& registry) {
     for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
     check(papi->shard_params(par, values.data(), shards.data()), "sharding the optimizer");
   }
+  // f32 main parameters when the model computes in bf16/fp16 — of this rank's shards only
+  // when the optimizer is sharded (Megatron's 6 + 12/d bytes per parameter): the optimizer
+  // steps these, and they are cast into the model (then gathered) after each step.
+  std::vector<DLTensor*> mirrored = values;
+  if (sharded)
+    for (size_t i = 0; i < nparams; ++i) mirrored[i] = shards[i].param;
+  MainParams main(be, mirrored);
+  main.from_model();
   for (size_t i = 0; i < nparams; ++i) {
-    DLTensor* value = sharded ? shards[i].param : params[i].value;
+    DLTensor* value = main.main(i);
     DLTensor* grad = sharded ? shards[i].grad : params[i].grad;
     if (loom_tensor_numel(value) == 0) continue;
     opt_params.push_back(
@@ -254,10 +291,16 @@ void run_training(Recipe& recipe, Registry& registry) {
     }
     const double n = (double)std::max<int64_t>(local_params, 1);
     const double own = v11 && papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
+    double grad_bytes = 0;
+    for (size_t i = 0; i < nparams; ++i)
+      grad_bytes += (double)loom_tensor_numel(grads[i]) * loom_dtype_bytes(grads[i]->dtype);
+    const double main_bytes = main.bytes() / n;
     spdlog::info(
-        "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {:.2f} "
+        "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {}{:.2f} "
         "(optimizer state) = {:.2f} bytes, plus {:.2f} of parallel/{} buffers",
-        value_bytes / n, value_bytes / n, state_bytes / n, (2 * value_bytes + state_bytes) / n, own,
+        value_bytes / n, grad_bytes / n,
+        main.mixed() ? fmt::format("{:.2f} (f32 main param) + ", main_bytes) : "", state_bytes / n,
+        (value_bytes + grad_bytes + state_bytes) / n + main_bytes, own,
         recipe.get_string("parallel", "data"));
   }
   std::pair<const loom_parallel_api*, loom_parallel*> sched{nullptr, nullptr};
@@ -292,12 +335,22 @@ void run_training(Recipe& recipe, Registry& registry) {
   const bool writes_opt = writes_model || sharded;
 
   int64_t start_iter = 0, consumed = 0;
+  int64_t opt_steps = 0;  // steps the optimizer took: iterations less fp16's skipped ones
   std::string load_dir = recipe.get_string("checkpoint", "load");
   if (!load_dir.empty() && !resolve_checkpoint(load_dir).empty()) {
     Checkpoint ck = load_checkpoint(load_dir, model_file, opt_file);
     std::string where = resolve_checkpoint(load_dir).string();
-    for (auto& p : params)
-      if (!p.pipeline_duplicate) upload(be, ck.model, p.name, p.value, where);
+    // The model file holds f32 main parameters, or (sharded optimizer) the model's values in
+    // f32, with the main shards in this rank's optimizer file.
+    for (size_t i = 0; i < nparams; ++i) {
+      if (sharded && main.main(i) != shards[i].param)  // every rank's own, duplicates too
+        upload(be, ck.optimizer, std::string("main.") + params[i].name, main.main(i), where);
+      if (params[i].pipeline_duplicate) continue;
+      if (sharded)
+        upload_cast(be, ck.model, params[i].name, params[i].value, where);
+      else
+        upload(be, ck.model, params[i].name, main.main(i), where);
+    }
     for (size_t i = 0; i < oapi->num_state(opt); ++i) {
       const char* name = nullptr;
       DLTensor* t = nullptr;
@@ -306,13 +359,17 @@ void run_training(Recipe& recipe, Registry& registry) {
     }
     // The tied embedding's copy on the last stage follows its first-stage tensor.
     if (L.pipeline > 1)
-      for (auto& p : params)
-        if (std::string(p.name) == "wte") {
-          DLTensor t = *p.value;
+      for (size_t i = 0; i < nparams; ++i)
+        if (std::string(params[i].name) == "wte") {
+          DLTensor t = *(sharded ? params[i].value : main.main(i));
           loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
           if (comm.api->group_size(comm.self, g) > 1)
             check(comm.api->broadcast(comm.self, g, &t, 0), "syncing the tied embedding");
         }
+    if (!sharded) main.to_model();
+    scaler.load(ck.state);
+    auto taken = ck.state.find("optimizer_steps");
+    opt_steps = taken != ck.state.end() ? (int64_t)taken->second : ck.iteration;
     start_iter = ck.iteration;
     consumed = ck.consumed_samples;
     spdlog::info("resumed from {} at iteration {} ({} samples consumed)", where, start_iter,
@@ -359,11 +416,15 @@ void run_training(Recipe& recipe, Registry& registry) {
     ck.model_file = writes_model ? model_file : "";
     ck.optimizer_file = writes_opt ? opt_file : "";
     nlohmann::json entries = nlohmann::json::object();
-    for (auto& p : params) {
-      if (p.pipeline_duplicate) continue;
-      ck.model[p.name] = download(be, p.value);
-      entries[p.name] = shard_entry(p, L);
+    for (size_t i = 0; i < nparams; ++i) {
+      if (sharded && main.main(i) != shards[i].param)
+        ck.optimizer[std::string("main.") + params[i].name] = download(be, main.main(i));
+      if (params[i].pipeline_duplicate) continue;
+      ck.model[params[i].name] = download_f32(be, sharded ? params[i].value : main.main(i));
+      entries[params[i].name] = shard_entry(params[i], L);
     }
+    if (scaler.dynamic) ck.state = scaler.state();
+    ck.state["optimizer_steps"] = (double)opt_steps;
     ck.model_meta["loom.shards"] = entries.dump();
     nlohmann::json opt_entries = nlohmann::json::object();
     for (size_t i = 0; i < oapi->num_state(opt); ++i) {
@@ -455,7 +516,7 @@ void run_training(Recipe& recipe, Registry& registry) {
     // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
     feed.sampler = &train;
     feed.first = consumed;
-    feed.loss_scale = 1.0 / (double)(num_micro * mbs * seq_len);
+    feed.loss_scale = scaler.scale / (double)(num_micro * mbs * seq_len);
     auto [loss_sum, tokens] = run_micro(num_micro, false);
     consumed += gbs;
     if (staged)
@@ -472,17 +533,29 @@ void run_training(Recipe& recipe, Registry& registry) {
       sq += s;
     }
     sum_over(comm, norm_group, &sq, 1);
-    const double grad_norm = std::sqrt(sq);
-    if (!std::isfinite(grad_norm))
+    // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
+    const double used_scale = scaler.scale;
+    const double grad_norm = std::sqrt(sq) / used_scale;
+    const bool finite = std::isfinite(grad_norm);
+    const bool stepped = scaler.update(finite);
+    if (!finite && !scaler.dynamic)
       throw RunError("iteration " + std::to_string(it + 1) +
                      ": gradient norm is not finite (loss " + std::to_string(loss_sum / tokens) +
                      "); lower lr.max or check the data");
-    double scale = 1.0;
-    if (grad_clip > 0 && grad_norm > grad_clip) scale = grad_clip / (grad_norm + 1e-6);
     const double cur_lr = lr.at(it);
-    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V1, cur_lr, it + 1, scale};
-    check(oapi->step(opt, &step), "optimizer step");
-    if (v11 && papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+    if (stepped) {
+      double scale = 1.0 / used_scale;
+      if (grad_clip > 0 && grad_norm > grad_clip) scale *= grad_clip / (grad_norm + 1e-6);
+      loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V1, cur_lr, ++opt_steps, scale};
+      check(oapi->step(opt, &step), "optimizer step");
+      main.to_model();  // (sharded: this rank's slices of the values, gathered next)
+      if (v11 && papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+    } else {
+      spdlog::warn(
+          "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "
+          "now {:g}",
+          it + 1, used_scale, scaler.scale);
+    }
     check(be.api->synchronize(be.self), "synchronize");
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double loss = loss_sum / (double)std::max<int64_t>(tokens, 1);
@@ -499,6 +572,8 @@ void run_training(Recipe& recipe, Registry& registry) {
                              {"tokens_per_s", tps},
                              {"mfu", mfu},
                              {"mem_bytes", info.mem_peak},
+                             {"skipped", !stepped},
+                             {"loss_scale", used_scale},
                              {"step_s", secs}};
       metrics << line.dump() << "\n" << std::flush;
     }

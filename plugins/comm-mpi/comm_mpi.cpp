@@ -1,5 +1,8 @@
 // comm/mpi: collectives and point-to-point over MPI, on tensors in CPU memory (kDLCPU or
-// kDLCUDAHost), laid out compactly, of dtype f32, f64 or i32.
+// kDLCUDAHost), laid out compactly, of dtype f32, f64, i32, bf16 or f16.
+//  - MPI has no bf16/f16 type: they move as 16-bit words, and the reductions (all_reduce,
+//    reduce_scatter) convert to f32, reduce in f32 and round back to nearest even, which is
+//    what mixed-precision activations need (an f32 sum of the ranks' partial results).
 //  - create initialises MPI (MPI_THREAD_FUNNELED: every call comes from the thread that
 //    created the comm) unless the host already did, and then finalises it when the last
 //    instance it made is destroyed. MPI cannot be initialised twice in a process, so a
@@ -22,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "half.hpp"  // backend/cpu's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
 
@@ -117,9 +121,11 @@ MPI_Datatype mpi_type(DLDataType d, const char* fn) {
     if (d.code == kDLFloat && d.bits == 32) return MPI_FLOAT;
     if (d.code == kDLFloat && d.bits == 64) return MPI_DOUBLE;
     if (d.code == kDLInt && d.bits == 32) return MPI_INT32_T;
+    if ((d.code == kDLBfloat || d.code == kDLFloat) && d.bits == 16) return MPI_UINT16_T;
   }
   throw loom::Error(LOOM_ERR_UNIMPLEMENTED, std::string(kPrefix) + fn + ": dtype " + dtype_str(d) +
-                                                " is not supported (only f32, f64 and i32)");
+                                                " is not supported (only f32, f64, i32, bf16 "
+                                                "and f16)");
 }
 
 std::string shape_str(const DLTensor* t) {
@@ -139,6 +145,8 @@ struct Buf {
   int count;
   MPI_Datatype type;
   size_t nbytes;
+  DLDataType dtype;
+  bool half() const { return dtype.bits == 16; }
 };
 
 Buf check_tensor(const DLTensor* t, const char* fn, const char* what) {
@@ -162,7 +170,7 @@ Buf check_tensor(const DLTensor* t, const char* fn, const char* what) {
   loom::require(n <= INT_MAX, where + " has " + std::to_string(n) +
                                   " elements; MPI counts stop at " + std::to_string(INT_MAX));
   return Buf{bytes_of(t), static_cast<int>(n), type,
-             static_cast<size_t>(n) * loom_dtype_bytes(t->dtype)};
+             static_cast<size_t>(n) * loom_dtype_bytes(t->dtype), t->dtype};
 }
 
 void check_same_dtype(const DLTensor* in, const DLTensor* out, const char* fn) {
@@ -195,6 +203,27 @@ void average(const Buf& b, int group_size) {
     divide<double>(b.ptr, b.count, group_size);
   else
     divide<int32_t>(b.ptr, b.count, group_size);
+}
+
+// A 16-bit float buffer as f32 (to reduce it with MPI_FLOAT), and back, rounding.
+std::vector<float> widen(const Buf& b) {
+  std::vector<float> f(static_cast<size_t>(b.count));
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(b.ptr);
+  const bool bf = b.dtype.code == kDLBfloat;
+  for (int i = 0; i < b.count; ++i)
+    f[i] = bf ? loom_cpu::bf16_to_f32(h[i]) : loom_cpu::f16_to_f32(h[i]);
+  return f;
+}
+void narrow(const std::vector<float>& f, const Buf& b) {
+  uint16_t* h = reinterpret_cast<uint16_t*>(b.ptr);
+  const bool bf = b.dtype.code == kDLBfloat;
+  for (int i = 0; i < b.count; ++i)
+    h[i] = bf ? loom_cpu::f32_to_bf16(f[i]) : loom_cpu::f32_to_f16(f[i]);
+}
+// The f32 view of a 16-bit buffer: same pointer and count, MPI_FLOAT elements.
+Buf as_f32(const Buf& b, std::vector<float>& f) {
+  return Buf{reinterpret_cast<char*>(f.data()), b.count, MPI_FLOAT, f.size() * sizeof(float),
+             loom_f32()};
 }
 
 int live_instances = 0;       // comm/mpi instances in this process
@@ -309,11 +338,15 @@ loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduc
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const loom_reduce_op o = check_op(&op, "all_reduce");
-    const Buf b = check_tensor(t, "all_reduce", "tensor");
+    const Buf b16 = check_tensor(t, "all_reduce", "tensor");
+    std::vector<float> wide;
+    if (b16.half()) wide = widen(b16);
+    const Buf b = b16.half() ? as_f32(b16, wide) : b16;
     MPI_Comm comm = m->comm(g);
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, b.ptr, b.count, b.type, mpi_op(o), comm), "all_reduce",
               "MPI_Allreduce");
     if (o == LOOM_REDUCE_AVG) average(b, comm_size(comm));
+    if (b16.half()) narrow(wide, b16);
   });
 }
 
@@ -322,9 +355,17 @@ loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in,
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const loom_reduce_op o = check_op(&op, "reduce_scatter");
-    const Buf bi = check_tensor(in, "reduce_scatter", "in");
-    const Buf bo = check_tensor(out, "reduce_scatter", "out");
+    const Buf bi16 = check_tensor(in, "reduce_scatter", "in");
+    const Buf bo16 = check_tensor(out, "reduce_scatter", "out");
     check_same_dtype(in, out, "reduce_scatter");
+    // 16-bit floats reduce as f32 copies (the input copy also ends any aliasing with out)
+    std::vector<float> wide_in, wide_out;
+    if (bi16.half()) {
+      wide_in = widen(bi16);
+      wide_out.resize(static_cast<size_t>(bo16.count));
+    }
+    const Buf bi = bi16.half() ? as_f32(bi16, wide_in) : bi16;
+    const Buf bo = bo16.half() ? as_f32(bo16, wide_out) : bo16;
     MPI_Comm comm = m->comm(g);
     const int n = comm_size(comm);
     loom::require(static_cast<int64_t>(bo.count) * n == bi.count,
@@ -336,6 +377,7 @@ loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in,
                                        mpi_op(o), comm),
               "reduce_scatter", "MPI_Reduce_scatter_block");
     if (o == LOOM_REDUCE_AVG) average(bo, n);
+    if (bo16.half()) narrow(wide_out, bo16);
   });
 }
 
@@ -447,7 +489,7 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "Loom",
                                             "Apache-2.0",
                                             "collectives and send/recv over MPI on CPU tensors "
-                                            "(f32, f64, i32); start ranks with mpirun",
+                                            "(f32, f64, i32, bf16, f16); start ranks with mpirun",
                                             nullptr,
                                             0,
                                             &kApi};

@@ -98,9 +98,12 @@ Model::Model(const loom_host* host, const loom_config* cfg, const loom_model_cre
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
-  const bool f32 = loom_dtype_eq(a.dtype, loom_f32()), f64 = loom_dtype_eq(a.dtype, loom_f64());
-  loom::require(f32 || f64,
-                "model/gpt: dtype must be f32 (or f64 for tests); got code " +
+  // bf16/f16: mixed precision (parameter values and activations in that dtype; parameter
+  // gradients, normalisation statistics and losses in f32).
+  const bool ok = loom_dtype_eq(a.dtype, loom_f32()) || loom_dtype_eq(a.dtype, loom_f64()) ||
+                  loom_dtype_eq(a.dtype, loom_bf16()) || loom_dtype_eq(a.dtype, loom_f16());
+  loom::require(ok,
+                "model/gpt: dtype must be f32, bf16 or f16 (or f64 for tests); got code " +
                     std::to_string(a.dtype.code) + " bits " + std::to_string(a.dtype.bits),
                 LOOM_ERR_UNIMPLEMENTED);
   ctx_.dtype = a.dtype;

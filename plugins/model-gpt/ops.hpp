@@ -33,7 +33,9 @@ struct Ctx {
   const loom_host* host = nullptr;
   loom::Backend be;
   loom_attention_ref attn{nullptr, nullptr};
-  DLDataType dtype{};  // compute dtype of parameters and activations (f32, or f64 in tests)
+  // Compute dtype of parameter values and activations: f32, bf16 or f16 (mixed precision),
+  // or f64 in tests.
+  DLDataType dtype{};
   loom::tp::Group tp;  // the tensor-parallel group (size 1 = no tensor parallelism)
   SpScratch* sp = nullptr;
 
@@ -67,7 +69,11 @@ struct Ctx {
   }
   // Saved normalisation statistics: f32, or f64 in f64 runs so that finite-difference
   // tests see exact values (backend/cpu accepts both). The attention lse is always f32.
+  // Losses and the vocab-parallel loss statistics use the same rule.
   DLDataType stat_dtype() const { return dtype.bits == 64 ? loom_f64() : loom_f32(); }
+  // Parameter gradients: Megatron's main_grad, f32 under mixed precision (accumulated in f32
+  // across micro-batches, what the optimizer steps from), f64 in f64 runs.
+  DLDataType grad_dtype() const { return dtype.bits == 64 ? loom_f64() : loom_f32(); }
   Tensor alloc(DLDataType dt, std::vector<int64_t> shape) const { return Tensor(be, dt, shape); }
   Tensor alloc(std::vector<int64_t> shape) const { return Tensor(be, dtype, shape); }
 };

@@ -9,7 +9,7 @@ namespace gpt {
 
 namespace {
 
-constexpr int64_t kAlign = 16;  // elements; keeps every view 64-byte aligned in f32
+constexpr int64_t kAlign = 16;  // elements; every view 64-byte aligned in f32, 32 in bf16
 
 uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -88,7 +88,7 @@ void ParamStore::allocate(const Ctx& ctx) {
         total += (p.numel() + kAlign - 1) / kAlign * kAlign;
       }
   value_flat_ = ctx.alloc({total});
-  grad_flat_ = ctx.alloc({total});
+  grad_flat_ = ctx.alloc(ctx.grad_dtype(), {total});
   for (auto& p : params_) {
     p.value = View(value_flat_.get(), p.shape, p.offset);
     p.grad = View(grad_flat_.get(), p.shape, p.offset);
@@ -147,8 +147,15 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
         fill_normal(buf32.data() + r * cols, first, cols, key, p.std);
     }
     const void* src = f64 ? (const void*)buf64.data() : (const void*)buf32.data();
-    loom::check(ctx.host, ctx.be.api()->from_host(ctx.be.self(), p.value.get(), src,
-                                                  (size_t)n * loom_dtype_bytes(ctx.dtype)));
+    if (f64 || loom_dtype_eq(ctx.dtype, loom_f32())) {
+      loom::check(ctx.host, ctx.be.api()->from_host(ctx.be.self(), p.value.get(), src,
+                                                    (size_t)n * loom_dtype_bytes(ctx.dtype)));
+    } else {  // bf16/f16: drawn in f32, rounded to nearest even by the backend's cast
+      Tensor tmp = ctx.alloc(loom_f32(), p.shape);
+      loom::check(ctx.host, ctx.be.api()->from_host(ctx.be.self(), tmp.get(), src,
+                                                    (size_t)n * sizeof(float)));
+      ctx.call(&loom_ops::copy, p.value.get(), (const DLTensor*)tmp.get());
+    }
   }
 }
 

@@ -37,12 +37,13 @@ Slot& Model::slot(int64_t i) {
     S->lnf_rstd = ctx_.alloc(st, {nl});
     if (ctx_.tp.sequence_parallel) S->lnf_full = ctx_.alloc({N, C});
     if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.vocab});
+    // losses and the loss statistics: f32 under mixed precision (backend.h)
     if (ctx_.tp.active()) {
-      S->lse = ctx_.alloc({N});
-      S->stats = ctx_.alloc({N, 3});
-      S->gathered = ctx_.alloc({(int64_t)o.tp * N, 3});
+      S->lse = ctx_.alloc(st, {N});
+      S->stats = ctx_.alloc(st, {N, 3});
+      S->gathered = ctx_.alloc(st, {(int64_t)o.tp * N, 3});
     } else {
-      S->losses = ctx_.alloc({N});
+      S->losses = ctx_.alloc(st, {N});
     }
   }
   slots_[i] = std::move(S);

@@ -16,10 +16,20 @@ namespace modeltest {
 
 using Overrides = std::map<std::string, std::string>;
 
-// Host copies of a device tensor (f32 or f64) as doubles, and back.
+// Host copies of a device tensor (f32, f64, or bf16/f16 cast to f32 by the backend's copy)
+// as doubles, and back (f32 and f64 only).
 inline std::vector<double> download(const loom_backend_ref& be, const DLTensor* t) {
   const int64_t n = loom_tensor_numel(t);
   std::vector<double> out(n);
+  if (t->dtype.bits == 16) {
+    DLTensor* f = nullptr;
+    REQUIRE(be.api->alloc_tensor(be.self, loom_f32(), 1, &n, &f) == nullptr);
+    loom_error* e = be.api->ops->copy(be.self, f, t);
+    std::vector<double> v = e ? std::vector<double>{} : download(be, f);
+    be.api->free_tensor(be.self, f);
+    REQUIRE(e == nullptr);
+    return v;
+  }
   if (t->dtype.bits == 64) {
     REQUIRE(be.api->to_host(be.self, t, out.data(), n * sizeof(double)) == nullptr);
   } else {

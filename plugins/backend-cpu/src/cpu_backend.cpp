@@ -286,7 +286,8 @@ const loom_plugin_descriptor kDescriptor = {
     "0.1.0",
     "Loom",
     "Apache-2.0",
-    "Host CPU: OpenBLAS GEMM (core chosen from cpuid) and OpenMP kernels, f32 and f64",
+    "Host CPU: OpenBLAS GEMM (core chosen from cpuid) and OpenMP kernels, f32 and f64; bf16/f16 "
+    "through f32 staging",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,

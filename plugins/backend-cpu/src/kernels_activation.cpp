@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 #include "vec_math.hpp"
 
 namespace loom_cpu {
@@ -87,6 +88,13 @@ LOOM_CPU_CLONES void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout
 loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
   return run_op(be, "gelu_forward", [&](loom_backend& b) {
     Check ck{"gelu_forward"};
+    if (Staging::any_half({out, inp})) {
+      Staging st(ck, b.threads);
+      const DLTensor* inp_ = st.in("inp", inp);
+      DLTensor* out_ = st.out("out", out);
+      st.run(b, [&] { return op_gelu_forward(&b, out_, inp_); });
+      return;
+    }
     ck.tensor("out", out);
     ck.tensor("inp", inp);
     ck.same_dtype("out", out, "inp", inp);
@@ -103,6 +111,14 @@ loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* i
                              const DLTensor* dout) noexcept {
   return run_op(be, "gelu_backward", [&](loom_backend& b) {
     Check ck{"gelu_backward"};
+    if (Staging::any_half({dinp, inp, dout})) {
+      Staging st(ck, b.threads);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* dout_ = st.in("dout", dout);
+      DLTensor* dinp_ = st.out("dinp", dinp);
+      st.run(b, [&] { return op_gelu_backward(&b, dinp_, inp_, dout_); });
+      return;
+    }
     ck.tensor("dinp", dinp);
     ck.tensor("inp", inp);
     ck.tensor("dout", dout);
@@ -139,6 +155,13 @@ std::pair<int64_t, int64_t> check_swiglu(const Check& ck, const DLTensor* inp,
 loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
   return run_op(be, "swiglu_forward", [&](loom_backend& b) {
     Check ck{"swiglu_forward"};
+    if (Staging::any_half({out, inp})) {
+      Staging st(ck, b.threads);
+      const DLTensor* inp_ = st.in("inp", inp);
+      DLTensor* out_ = st.out("out", out);
+      st.run(b, [&] { return op_swiglu_forward(&b, out_, inp_); });
+      return;
+    }
     auto [N, H] = check_swiglu(ck, inp, "out", out);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
@@ -151,6 +174,14 @@ loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor*
                                const DLTensor* dout) noexcept {
   return run_op(be, "swiglu_backward", [&](loom_backend& b) {
     Check ck{"swiglu_backward"};
+    if (Staging::any_half({dinp, inp, dout})) {
+      Staging st(ck, b.threads);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* dout_ = st.in("dout", dout);
+      DLTensor* dinp_ = st.out("dinp", dinp);
+      st.run(b, [&] { return op_swiglu_backward(&b, dinp_, inp_, dout_); });
+      return;
+    }
     auto [N, H] = check_swiglu(ck, inp, "dout", dout);
     ck.tensor("dinp", dinp);
     ck.same_dtype("dinp", dinp, "inp", inp);

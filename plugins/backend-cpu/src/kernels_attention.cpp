@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 #include "vec_math.hpp"
 
 namespace loom_cpu {
@@ -114,6 +115,13 @@ void rope_kernel(T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos_
 void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, int64_t pos_offset,
              double theta, int sign) {
   ck.tensor(name, x);
+  if (Staging::any_half({x})) {
+    Staging st(ck, b.threads);
+    DLTensor* x32 = st.out(name, x);
+    auto op = sign > 0 ? op_rope_forward : op_rope_backward;
+    st.run(b, [&] { return op(&b, x32, pos_offset, theta); });
+    return;
+  }
   ck.ndim(name, x, 4);
   int64_t B = x->shape[0], Tn = x->shape[1], H = x->shape[2], D = x->shape[3];
   if (D <= 0 || D % 2 != 0)
@@ -134,6 +142,14 @@ loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, dou
                                int causal) noexcept {
   return run_op(be, "softmax_forward", [&](loom_backend& b) {
     Check ck{"softmax_forward"};
+    if (Staging::any_half({s})) {
+      Staging st(ck, b.threads);
+      st.f32_only("lse", lse);
+      DLTensor* s_ = st.out("s", s);
+      DLTensor* lse_ = st.out("lse", lse);
+      st.run(b, [&] { return op_softmax_forward(&b, s_, lse_, scale, causal); });
+      return;
+    }
     ck.tensor("s", s);
     if (s->ndim < 2) ck.fail("s must have at least 2 dimensions (Tq, Tk)");
     int64_t Tq = s->shape[s->ndim - 2], Tk = s->shape[s->ndim - 1];
@@ -162,6 +178,14 @@ loom_error* op_softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* 
                                 const DLTensor* dp, double scale) noexcept {
   return run_op(be, "softmax_backward", [&](loom_backend& b) {
     Check ck{"softmax_backward"};
+    if (Staging::any_half({ds, p, dp})) {
+      Staging st(ck, b.threads);
+      const DLTensor* p_ = st.in("p", p);
+      const DLTensor* dp_ = st.in("dp", dp);
+      DLTensor* ds_ = st.out("ds", ds);
+      st.run(b, [&] { return op_softmax_backward(&b, ds_, p_, dp_, scale); });
+      return;
+    }
     ck.tensor("ds", ds);
     ck.tensor("p", p);
     ck.tensor("dp", dp);

@@ -11,6 +11,7 @@
 
 #include "cpu_backend.hpp"
 #include "half.hpp"
+#include "mixed.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -136,6 +137,14 @@ loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexce
 loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept {
   return run_op(be, "add", [&](loom_backend& bk) {
     Check ck{"add"};
+    if (Staging::any_half({out, a, b})) {
+      Staging st(ck, bk.threads);
+      const DLTensor* a_ = st.in("a", a);
+      const DLTensor* b_ = st.in("b", b);
+      DLTensor* out_ = st.out("out", out);
+      st.run(bk, [&] { return op_add(&bk, out_, a_, b_); });
+      return;
+    }
     ck.tensor("out", out);
     ck.tensor("a", a);
     ck.tensor("b", b);
@@ -155,6 +164,13 @@ loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor
                      double beta) noexcept {
   return run_op(be, "axpby", [&](loom_backend& b) {
     Check ck{"axpby"};
+    if (Staging::any_half({y, x})) {
+      Staging st(ck, b.threads);
+      const DLTensor* x_ = st.in("x", x);
+      DLTensor* y_ = st.out("y", y);
+      st.run(b, [&] { return op_axpby(&b, y_, alpha, x_, beta); });
+      return;
+    }
     ck.tensor("y", y);
     ck.tensor("x", x);
     ck.same_dtype("x", x, "y", y);
@@ -171,6 +187,12 @@ loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor
 loom_error* op_sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     Check ck{"sum_squares"};
+    if (Staging::any_half({x})) {
+      Staging st(ck, b.threads);
+      const DLTensor* x_ = st.in("x", x);
+      st.run(b, [&] { return op_sum_squares(&b, x_, out); });
+      return;
+    }
     ck.tensor("x", x);
     if (out == nullptr) ck.fail("out is NULL");
     dispatch_float(ck, "x", x, [&](auto tag) {

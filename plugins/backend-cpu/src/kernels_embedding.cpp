@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -83,6 +84,14 @@ loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor
                                  const DLTensor* table, int accumulate) noexcept {
   return run_op(be, "embedding_forward", [&](loom_backend& b) {
     Check ck{"embedding_forward"};
+    if (Staging::any_half({out, table})) {
+      Staging st(ck, b.threads);
+      const DLTensor* ids_ = st.in("ids", ids);
+      const DLTensor* table_ = st.in("table", table);
+      DLTensor* out_ = st.out("out", out);
+      st.run(b, [&] { return op_embedding_forward(&b, out_, ids_, table_, accumulate); });
+      return;
+    }
     Dims d = check_embedding(ck, "out", out, ids, "table", table);
     dispatch_float(ck, "table", table, [&](auto tag) {
       using T = decltype(tag);
@@ -96,6 +105,14 @@ loom_error* op_embedding_backward(loom_backend* be, DLTensor* dtable, const DLTe
                                   const DLTensor* dout) noexcept {
   return run_op(be, "embedding_backward", [&](loom_backend& b) {
     Check ck{"embedding_backward"};
+    if (Staging::any_half({dtable, dout})) {
+      Staging st(ck, b.threads);
+      const DLTensor* ids_ = st.in("ids", ids);
+      const DLTensor* dout_ = st.in("dout", dout);
+      DLTensor* dtable_ = st.out("dtable", dtable);
+      st.run(b, [&] { return op_embedding_backward(&b, dtable_, ids_, dout_); });
+      return;
+    }
     Dims d = check_embedding(ck, "dout", dout, ids, "dtable", dtable);
     dispatch_float(ck, "dtable", dtable, [&](auto tag) {
       using T = decltype(tag);

@@ -10,6 +10,7 @@
 
 #include "blas.hpp"
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -55,6 +56,56 @@ void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, 
                (int)g.ldb, g.beta, ci, (int)g.ldc);
 }
 
+// One stored matrix (rows x cols, row pitch ld) of a 16-bit tensor into compact f32, or a
+// compact f32 one back into it.
+void load_matrix(DLDataType dt, const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
+                 float* dst, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) half_to_f32(dt, src + r * ld, dst + r * cols, cols, 1);
+}
+void store_matrix(DLDataType dt, const float* src, int64_t rows, int64_t cols, uint16_t* dst,
+                  int64_t ld, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) f32_to_half(dt, src + r * cols, dst + r * ld, cols, 1);
+}
+
+// Mixed-precision gemm: each matrix of A and B (and of C when C is 16-bit) converted to
+// compact f32, one sgemm, C rounded back. Only the matrices the call touches are converted,
+// so per-head slices of a large tensor (attention) cost what they read. An f32 C (the main
+// grad) is accumulated in place at full precision.
+void gemm_mixed(loom_backend& b, const loom_gemm_args& g) {
+  const DLDataType dt = g.a->dtype;
+  const bool c16 = !is_f32(g.c->dtype);
+  const int64_t ar = g.trans_a ? g.k : g.m, ac = g.trans_a ? g.m : g.k;
+  const int64_t br = g.trans_b ? g.n : g.k, bc = g.trans_b ? g.k : g.n;
+  std::vector<float> fa(static_cast<size_t>(ar * ac)), fb(static_cast<size_t>(br * bc));
+  std::vector<float> fc(c16 ? static_cast<size_t>(g.m * g.n) : 0);
+  const uint16_t* a = data_of<const uint16_t>(g.a);
+  const uint16_t* bm = data_of<const uint16_t>(g.b);
+  int ta = g.trans_a ? Blas::kTrans : Blas::kNoTrans;
+  int tb = g.trans_b ? Blas::kTrans : Blas::kNoTrans;
+  for (int64_t i = 0; i < g.batch; ++i) {
+    load_matrix(dt, a + g.offset_a + i * g.stride_a, g.lda, ar, ac, fa.data(), b.threads);
+    load_matrix(dt, bm + g.offset_b + i * g.stride_b, g.ldb, br, bc, fb.data(), b.threads);
+    float* c = nullptr;
+    int64_t ldc = g.ldc;
+    uint16_t* c_half = nullptr;
+    if (c16) {
+      c_half = data_of<uint16_t>(g.c) + g.offset_c + i * g.stride_c;
+      c = fc.data();
+      ldc = g.n;
+      // beta == 0: C is not read (BLAS convention), so garbage in it does not matter
+      if (g.beta != 0.0) load_matrix(dt, c_half, g.ldc, g.m, g.n, c, b.threads);
+    } else {
+      c = data_of<float>(g.c) + g.offset_c + i * g.stride_c;
+    }
+    b.blas->sgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, (float)g.alpha, fa.data(),
+                  (int)std::max<int64_t>(1, ac), fb.data(), (int)std::max<int64_t>(1, bc),
+                  (float)g.beta, c, (int)ldc);
+    if (c16) store_matrix(dt, c, g.m, g.n, c_half, g.ldc, b.threads);
+  }
+}
+
 template <class T>
 void bias_add_kernel(T* out, const T* bias, int64_t N, int64_t C, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
@@ -97,9 +148,21 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
     ck.tensor("a", g.a);
     ck.tensor("b", g.b);
     ck.tensor("c", g.c);
-    ck.floating("c", g.c);
-    ck.same_dtype("a", g.a, "c", g.c);
-    ck.same_dtype("b", g.b, "c", g.c);
+    const bool mixed = Staging::any_half({g.a, g.b, g.c});
+    if (mixed) {
+      // Mixed precision: a and b in the compute dtype, c the same or f32 (a weight
+      // gradient accumulating into the f32 main grad).
+      if (!loom_dtype_eq(g.a->dtype, g.b->dtype) || !is_half(g.a->dtype) ||
+          !(loom_dtype_eq(g.c->dtype, g.a->dtype) || is_f32(g.c->dtype)))
+        ck.fail("a is " + dtype_name(g.a->dtype) + ", b " + dtype_name(g.b->dtype) + ", c " +
+                dtype_name(g.c->dtype) +
+                "; mixed precision takes a and b both bf16 or both f16, and c in their dtype "
+                "or f32");
+    } else {
+      ck.floating("c", g.c);
+      ck.same_dtype("a", g.a, "c", g.c);
+      ck.same_dtype("b", g.b, "c", g.c);
+    }
     if (g.m < 0 || g.n < 0 || g.k < 0)
       ck.fail("m, n, k = " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
               std::to_string(g.k) + " must be >= 0");
@@ -119,6 +182,10 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
     if (g.m == 0 || g.n == 0) return;
 
     b.blas->use_threads(b.threads);
+    if (mixed) {
+      gemm_mixed(b, g);
+      return;
+    }
     dispatch_float(ck, "c", g.c, [&](auto tag) {
       using T = decltype(tag);
       const T* a = data_of<const T>(g.a);
@@ -138,6 +205,13 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
 loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept {
   return run_op(be, "bias_add", [&](loom_backend& b) {
     Check ck{"bias_add"};
+    if (Staging::any_half({out, bias})) {
+      Staging st(ck, b.threads);
+      const DLTensor* bias_ = st.in("bias", bias);
+      DLTensor* out_ = st.out("out", out);
+      st.run(b, [&] { return op_bias_add(&b, out_, bias_); });
+      return;
+    }
     ck.tensor("out", out);
     ck.tensor("bias", bias);
     int64_t C = ck.last_dim("out", out);
@@ -154,6 +228,13 @@ loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) n
 loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept {
   return run_op(be, "bias_backward", [&](loom_backend& b) {
     Check ck{"bias_backward"};
+    if (Staging::any_half({dbias, dout})) {
+      Staging st(ck, b.threads);
+      const DLTensor* dout_ = st.in("dout", dout);
+      DLTensor* dbias_ = st.out("dbias", dbias);
+      st.run(b, [&] { return op_bias_backward(&b, dbias_, dout_); });
+      return;
+    }
     ck.tensor("dbias", dbias);
     ck.tensor("dout", dout);
     int64_t C = ck.last_dim("dout", dout);

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 #include "vec_math.hpp"
 
 namespace loom_cpu {
@@ -141,6 +142,15 @@ loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor*
                               const DLTensor* targets, int64_t vocab_start) noexcept {
   return run_op(be, "vocab_ce_stats", [&](loom_backend& b) {
     Check ck{"vocab_ce_stats"};
+    if (Staging::any_half({logits})) {
+      Staging st(ck, b.threads);
+      st.f32_only("stats", stats);
+      const DLTensor* logits_ = st.in("logits", logits);
+      const DLTensor* targets_ = st.in("targets", targets);
+      DLTensor* stats_ = st.out("stats", stats);
+      st.run(b, [&] { return op_vocab_ce_stats(&b, stats_, logits_, targets_, vocab_start); });
+      return;
+    }
     int64_t N = 0;
     int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
     ck.tensor("stats", stats);
@@ -159,6 +169,18 @@ loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTe
                                  double dloss) noexcept {
   return run_op(be, "vocab_ce_backward", [&](loom_backend& b) {
     Check ck{"vocab_ce_backward"};
+    if (Staging::any_half({dlogits, logits})) {
+      Staging st(ck, b.threads);
+      st.f32_only("lse", lse);
+      const DLTensor* logits_ = st.in("logits", logits);
+      const DLTensor* targets_ = st.in("targets", targets);
+      const DLTensor* lse_ = st.in("lse", lse);
+      DLTensor* dlogits_ = st.out("dlogits", dlogits);
+      st.run(b, [&] {
+        return op_vocab_ce_backward(&b, dlogits_, logits_, targets_, vocab_start, lse_, dloss);
+      });
+      return;
+    }
     int64_t N = 0;
     int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
     ck.tensor("dlogits", dlogits);
@@ -181,6 +203,18 @@ loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTenso
                                      double dloss) noexcept {
   return run_op(be, "softmax_cross_entropy", [&](loom_backend& b) {
     Check ck{"softmax_cross_entropy"};
+    if (Staging::any_half({logits, dlogits})) {
+      Staging st(ck, b.threads);
+      st.f32_only("losses", losses);
+      const DLTensor* logits_ = st.in("logits", logits);
+      const DLTensor* targets_ = st.in("targets", targets);
+      DLTensor* losses_ = st.out("losses", losses);
+      DLTensor* dlogits_ = st.out("dlogits", dlogits);
+      st.run(b, [&] {
+        return op_softmax_cross_entropy(&b, losses_, dlogits_, logits_, targets_, dloss);
+      });
+      return;
+    }
     ck.tensor("logits", logits);
     ck.tensor("losses", losses);
     ck.tensor("targets", targets);

@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "cpu_backend.hpp"
+#include "mixed.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -187,6 +188,21 @@ loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean
                                  double eps) noexcept {
   return run_op(be, "layernorm_forward", [&](loom_backend& b) {
     Check ck{"layernorm_forward"};
+    if (Staging::any_half({out, inp, weight, bias})) {
+      Staging st(ck, b.threads);
+      st.f32_only("mean", mean);
+      st.f32_only("rstd", rstd);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* weight_ = st.in("weight", weight);
+      const DLTensor* bias_ = st.in("bias", bias);
+      DLTensor* out_ = st.out("out", out);
+      DLTensor* mean_ = st.out("mean", mean);
+      DLTensor* rstd_ = st.out("rstd", rstd);
+      st.run(b, [&] {
+        return op_layernorm_forward(&b, out_, mean_, rstd_, inp_, weight_, bias_, eps);
+      });
+      return;
+    }
     Rows r = check_rows(ck, inp);
     check_like(ck, "out", out, inp, r.N * r.C);
     check_like(ck, "weight", weight, inp, r.C);
@@ -212,6 +228,24 @@ loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dw
                                   const DLTensor* rstd) noexcept {
   return run_op(be, "layernorm_backward", [&](loom_backend& b) {
     Check ck{"layernorm_backward"};
+    if (Staging::any_half({dinp, dweight, dbias, dout, inp, weight})) {
+      Staging st(ck, b.threads);
+      st.f32_only("mean", mean);
+      st.f32_only("rstd", rstd);
+      const DLTensor* dout_ = st.in("dout", dout);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* weight_ = st.in("weight", weight);
+      const DLTensor* mean_ = st.in("mean", mean);
+      const DLTensor* rstd_ = st.in("rstd", rstd);
+      DLTensor* dinp_ = st.out("dinp", dinp);
+      DLTensor* dweight_ = st.out("dweight", dweight);
+      DLTensor* dbias_ = st.out("dbias", dbias);
+      st.run(b, [&] {
+        return op_layernorm_backward(&b, dinp_, dweight_, dbias_, dout_, inp_, weight_, mean_,
+                                     rstd_);
+      });
+      return;
+    }
     Rows r = check_rows(ck, inp);
     check_like(ck, "dinp", dinp, inp, r.N * r.C);
     check_like(ck, "dout", dout, inp, r.N * r.C);
@@ -236,6 +270,16 @@ loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, 
                                const DLTensor* weight, double eps) noexcept {
   return run_op(be, "rmsnorm_forward", [&](loom_backend& b) {
     Check ck{"rmsnorm_forward"};
+    if (Staging::any_half({out, inp, weight})) {
+      Staging st(ck, b.threads);
+      st.f32_only("rstd", rstd);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* weight_ = st.in("weight", weight);
+      DLTensor* out_ = st.out("out", out);
+      DLTensor* rstd_ = st.out("rstd", rstd);
+      st.run(b, [&] { return op_rmsnorm_forward(&b, out_, rstd_, inp_, weight_, eps); });
+      return;
+    }
     Rows r = check_rows(ck, inp);
     check_like(ck, "out", out, inp, r.N * r.C);
     check_like(ck, "weight", weight, inp, r.C);
@@ -255,6 +299,19 @@ loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dwei
                                 const DLTensor* rstd) noexcept {
   return run_op(be, "rmsnorm_backward", [&](loom_backend& b) {
     Check ck{"rmsnorm_backward"};
+    if (Staging::any_half({dinp, dweight, dout, inp, weight})) {
+      Staging st(ck, b.threads);
+      st.f32_only("rstd", rstd);
+      const DLTensor* dout_ = st.in("dout", dout);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* weight_ = st.in("weight", weight);
+      const DLTensor* rstd_ = st.in("rstd", rstd);
+      DLTensor* dinp_ = st.out("dinp", dinp);
+      DLTensor* dweight_ = st.out("dweight", dweight);
+      st.run(b,
+             [&] { return op_rmsnorm_backward(&b, dinp_, dweight_, dout_, inp_, weight_, rstd_); });
+      return;
+    }
     Rows r = check_rows(ck, inp);
     check_like(ck, "dinp", dinp, inp, r.N * r.C);
     check_like(ck, "dout", dout, inp, r.N * r.C);

@@ -83,5 +83,31 @@ inline bool is_float(DLDataType d) { return is_f32(d) || is_bf16(d) || is_f16(d)
 void* device_ptr(const loom_backend& be, const DLTensor* t, const char* op, const char* name,
                  int64_t expect_numel = -1);
 int64_t numel(const DLTensor* t);
+// "f32", "bf16", "f16", "i32", ... or "dtype(code=5,bits=8,lanes=1)", for messages from
+// host-only files (kernel files have kernels_common.cuh's dtype_name).
+std::string dtype_str(DLDataType d);
+// "(4,8)", for messages.
+std::string shape_str(const DLTensor* t);
+
+// ---- GEMM internals (gemm.cpp) -------------------------------------------------------------
+// The cuBLASLt handle, workspace and plan cache of one instance; created by create(),
+// destroyed (NULL accepted) by destroy().
+Blas* blas_create(size_t workspace_bytes);
+void blas_destroy(Blas* blas) noexcept;
+
+// An epilogue fused into one (non-batched) GEMM, for layers that want it later:
+// kBias adds bias(n) to every row of C; kBiasGelu then applies tanh-GELU, saving the
+// pre-activation into `aux` (m, n, leading dimension ldc) for the backward pass.
+enum class Epilogue { kNone, kBias, kBiasGelu };
+// C(m,n) = alpha op(A) op(B) + beta C then the epilogue; arguments as loom_ops gemm (batch 1),
+// bias of C's dtype (or f32 when C is bf16/f16), aux of C's dtype.
+void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
+                DLTensor* aux);
+
+// kernels_elementwise.cu: C = beta * C on `batch` strided matrices (rows x cols, row pitch ld,
+// matrix i at c + i * stride elements; dtype f32/bf16/f16); beta == 0 writes zeros without
+// reading C. GEMM with k == 0, which cuBLASLt does not take.
+void scale_matrices(loom_backend& be, DLDataType dtype, void* c, int64_t rows, int64_t cols,
+                    int64_t ld, int64_t stride, int64_t batch, double beta);
 
 }  // namespace loom_cuda

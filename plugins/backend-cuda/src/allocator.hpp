@@ -1,0 +1,52 @@
+// backend/cuda: the caching device allocator behind alloc_tensor/free_tensor.
+//
+// cudaMalloc/cudaFree synchronise the device and cost tens of microseconds, and a training
+// step frees and re-allocates the same activation sizes every iteration. Blocks are therefore
+// rounded up to a size class (512 B steps below 1 MiB, 2 MiB steps above), a freed block
+// goes back to its class's free list, and cudaMalloc is called only when that list is
+// empty. Every op of an instance runs on its one stream, so a block freed after queuing
+// work that reads it may be handed out again at once: the next user's work is queued behind
+// it (stream order), no event is needed.
+//
+// Thread contract: the one thread that drives the instance (backend.h); no locking.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace loom_cuda {
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+  ~CachingAllocator();  // returns every block, live or cached, to the driver
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least `bytes` (256-byte aligned, as cudaMalloc gives); throws loom::Error
+  // (OUT_OF_MEMORY naming the size and the bytes in use) when the device is full even after
+  // the cache was emptied. `bytes` 0 still gets a unique block.
+  void* allocate(size_t bytes);
+  // Back to its class's free list; false when ptr was not allocated here (or freed already).
+  bool release(void* ptr) noexcept;
+  // cudaFree of every cached (free) block; live blocks stay.
+  void empty_cache() noexcept;
+
+  static size_t round_size(size_t bytes);  // the size class a request is served from
+
+  size_t in_use() const { return in_use_; }  // bytes of live blocks (rounded sizes)
+  size_t peak() const { return peak_; }
+  size_t cached() const { return cached_; }           // bytes of free blocks held for reuse
+  size_t device_mallocs() const { return mallocs_; }  // cudaMalloc calls so far
+  size_t live_blocks() const { return live_.size(); }
+
+ private:
+  int device_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
+  std::unordered_map<void*, size_t> live_;               // block -> its size class
+  size_t in_use_ = 0, peak_ = 0, cached_ = 0, mallocs_ = 0;
+};
+
+}  // namespace loom_cuda

@@ -1,0 +1,387 @@
+// backend/cuda: the plugin descriptor, instance lifecycle (create/destroy/get_info), memory
+// (alloc/free/to_host/from_host through the caching allocator) and the tensor checks every
+// kernel file uses. The ops table is built from ops.hpp.
+#include "cuda_backend.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <type_traits>
+
+#include "allocator.hpp"
+#include "ops.hpp"
+
+namespace loom_cuda {
+namespace {
+
+std::atomic<const loom_host*> g_last_host{nullptr};
+
+constexpr size_t kScratchBytes = size_t(1) << 20;  // reductions' partials (be.scratch)
+
+// ---- memory ------------------------------------------------------------------------------------
+
+// An allocated tensor: the DLTensor handed out is the first member, so free_tensor gets the
+// box back from it; the shape lives alongside.
+struct TensorBox {
+  DLTensor t;
+  int64_t shape[1];  // over-allocated to ndim entries (see make_box)
+};
+static_assert(std::is_standard_layout_v<TensorBox>);
+
+TensorBox* make_box(int ndim) {
+  const size_t n = ndim > 1 ? static_cast<size_t>(ndim) : 1;
+  void* mem = ::operator new(sizeof(TensorBox) + (n - 1) * sizeof(int64_t));
+  return new (mem) TensorBox{};
+}
+void delete_box(TensorBox* box) { ::operator delete(box); }
+
+loom_error* cuda_alloc_tensor(loom_backend* be, DLDataType dtype, int ndim, const int64_t* shape,
+                              DLTensor** out) noexcept {
+  return run_op(be, "alloc_tensor", [&](loom_backend& b) {
+    const char* op = "alloc_tensor";
+    if (out == nullptr) fail(op, "out is NULL");
+    *out = nullptr;
+    if (ndim < 0 || (ndim > 0 && shape == nullptr))
+      fail(op, "ndim " + std::to_string(ndim) + " with " + (shape ? "a" : "a NULL") + " shape");
+    if (dtype.lanes != 1 || dtype.bits == 0 || dtype.bits % 8 != 0)
+      fail(op, "unsupported dtype " + dtype_str(dtype));
+    size_t elems = 1;
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] < 0) fail(op, "dimension " + std::to_string(i) + " is negative");
+      if (shape[i] > 0 && elems > SIZE_MAX / 16 / static_cast<size_t>(shape[i]))
+        fail(op, "tensor too large", LOOM_ERR_OUT_OF_MEMORY);
+      elems *= static_cast<size_t>(shape[i]);
+    }
+    const size_t bytes = elems * loom_dtype_bytes(dtype);
+    void* data = b.alloc->allocate(bytes);
+    // Zero-filled, as backend.h promises; queued on the stream, so it lands before any op.
+    cudaError_t e = cudaMemsetAsync(data, 0, CachingAllocator::round_size(bytes), b.stream);
+    if (e != cudaSuccess) {
+      b.alloc->release(data);
+      check_cuda(e, op, "cudaMemsetAsync");
+    }
+    TensorBox* box = make_box(ndim);
+    for (int i = 0; i < ndim; ++i) box->shape[i] = shape[i];
+    box->t.data = data;
+    box->t.device = DLDevice{kDLCUDA, b.device};
+    box->t.ndim = ndim;
+    box->t.dtype = dtype;
+    box->t.shape = box->shape;
+    box->t.strides = nullptr;
+    box->t.byte_offset = 0;
+    *out = &box->t;
+  });
+}
+
+void cuda_free_tensor(loom_backend* be, DLTensor* t) noexcept {
+  if (t == nullptr || be == nullptr) return;
+  if (!be->alloc->release(t->data)) {
+    // A view, a tensor of another instance, or a double free: leaking it is harmless,
+    // freeing it would not be.
+    loom::log(be->host, LOOM_LOG_ERROR,
+              "backend/cuda: free_tensor: tensor was not allocated by this backend instance "
+              "(or was freed already); ignored");
+    return;
+  }
+  delete_box(reinterpret_cast<TensorBox*>(t));
+}
+
+size_t tensor_bytes(const DLTensor* t) {
+  return static_cast<size_t>(numel(t)) * loom_dtype_bytes(t->dtype);
+}
+
+loom_error* cuda_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t bytes) noexcept {
+  return run_op(be, "to_host", [&](loom_backend& b) {
+    const char* p = static_cast<const char*>(device_ptr(b, src, "to_host", "src"));
+    const size_t want = tensor_bytes(src);
+    if (bytes != want)
+      fail("to_host", "asked for " + std::to_string(bytes) + " bytes, src " + shape_str(src) + " " +
+                          dtype_str(src->dtype) + " holds " + std::to_string(want));
+    if (bytes && dst == nullptr) fail("to_host", "dst is NULL");
+    if (bytes == 0) return;
+    LOOM_CUDA_CHECK("to_host", cudaMemcpyAsync(dst, p, bytes, cudaMemcpyDeviceToHost, b.stream));
+    // The caller reads dst when we return: wait, and surface any earlier asynchronous error.
+    LOOM_CUDA_CHECK("to_host", cudaStreamSynchronize(b.stream));
+  });
+}
+
+loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
+                           size_t bytes) noexcept {
+  return run_op(be, "from_host", [&](loom_backend& b) {
+    char* p = static_cast<char*>(device_ptr(b, dst, "from_host", "dst"));
+    const size_t want = tensor_bytes(dst);
+    if (bytes != want)
+      fail("from_host", "got " + std::to_string(bytes) + " bytes, dst " + shape_str(dst) + " " +
+                            dtype_str(dst->dtype) + " holds " + std::to_string(want));
+    if (bytes && src == nullptr) fail("from_host", "src is NULL");
+    if (bytes == 0) return;
+    LOOM_CUDA_CHECK("from_host", cudaMemcpyAsync(p, src, bytes, cudaMemcpyHostToDevice, b.stream));
+    // The caller may reuse src when we return (pageable memory is staged, but only a
+    // synchronised copy is guaranteed to have read it).
+    LOOM_CUDA_CHECK("from_host", cudaStreamSynchronize(b.stream));
+  });
+}
+
+loom_error* cuda_synchronize(loom_backend* be) noexcept {
+  return run_op(be, "synchronize", [](loom_backend& b) {
+    LOOM_CUDA_CHECK("synchronize", cudaStreamSynchronize(b.stream));
+  });
+}
+
+// ---- lifecycle ---------------------------------------------------------------------------------
+
+// The device this rank uses: the recipe's, or the node-local rank's modulo the device count.
+int choose_device(int64_t requested, int count) {
+  if (requested >= 0) {
+    loom::require(requested < count, "backend/cuda: device = " + std::to_string(requested) +
+                                         " but this machine has " + std::to_string(count) +
+                                         " CUDA device(s)");
+    return static_cast<int>(requested);
+  }
+  int local = 0;
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  return (local < 0 ? 0 : local) % count;
+}
+
+// Dense bf16 tensor-core peak in GFLOP/s: the datasheet's for the GPUs it is known for,
+// otherwise an sm_90-class estimate (1024 bf16 FLOPs per clock per SM), 0 when unknown.
+double estimate_peak_gflops(const cudaDeviceProp& prop, int device) {
+  const std::string name = prop.name;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
+    return 989000.0;  // H100 SXM / H200: 989 TFLOP/s dense bf16
+  if (prop.major == 9) {
+    int khz = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess) return 0;
+    return double(prop.multiProcessorCount) * khz * 1e3 * 1024.0 / 1e9;
+  }
+  return 0;
+}
+
+void cuda_destroy(loom_backend* be) noexcept;
+
+loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
+                        loom_backend** out) noexcept {
+  if (host == nullptr) {  // no error can be made without a host: a host bug
+    if (out) *out = nullptr;
+    return nullptr;
+  }
+  return loom::guard(host, [&] {
+    loom::require(out != nullptr, "backend/cuda: create: out is NULL");
+    *out = nullptr;
+    loom::require(host->struct_size >= LOOM_HOST_SIZE_V1 && host->abi_major == LOOM_ABI_MAJOR,
+                  "backend/cuda: host ABI " + std::to_string(host->abi_major) + "." +
+                      std::to_string(host->abi_minor) + " is not compatible with ABI " +
+                      std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
+    g_last_host.store(host);
+    loom::Config conf(host, cfg);
+    const int64_t device = conf.get_int("device");
+    const bool tf32 = conf.get_bool("tf32");
+    const int64_t workspace_mb = conf.get_int("workspace_mb");
+    loom::require(
+        workspace_mb >= 0 && workspace_mb <= 4096,
+        "backend/cuda: workspace_mb = " + std::to_string(workspace_mb) + " must be in [0, 4096]");
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      (void)cudaGetLastError();
+      std::string why = e != cudaSuccess
+                            ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                            : std::string("0 devices");
+      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
+                        "backend/cuda: no CUDA device (cudaGetDeviceCount: " + why +
+                            "); use backend.plugin = \"cpu\" on this machine");
+    }
+
+    // Owned by a unique_ptr with destroy as deleter, so a failure half-way frees what exists.
+    std::unique_ptr<loom_backend, void (*)(loom_backend*)> be(new loom_backend, cuda_destroy);
+    be->host = host;
+    be->device = choose_device(device, count);
+    be->allow_tf32 = tf32;
+    LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
+    LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    // Kernels take short-lived scratch with cudaMallocAsync (norm and embedding backward):
+    // keep freed pool memory instead of returning it to the driver at every synchronize.
+    cudaMemPool_t pool = nullptr;
+    LOOM_CUDA_CHECK("create", cudaDeviceGetDefaultMemPool(&pool, be->device));
+    uint64_t keep = UINT64_MAX;
+    LOOM_CUDA_CHECK("create",
+                    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    be->alloc = new CachingAllocator(be->device);
+    be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20);
+    LOOM_CUDA_CHECK("create", cudaMalloc(&be->scratch, kScratchBytes));
+    be->scratch_bytes = kScratchBytes;
+
+    cudaDeviceProp prop{};
+    LOOM_CUDA_CHECK("create", cudaGetDeviceProperties(&prop, be->device));
+    be->peak_gflops = estimate_peak_gflops(prop, be->device);
+    std::ostringstream name;
+    name << "cuda:" << be->device << ": " << prop.name << " (sm_" << prop.major << prop.minor
+         << ", " << prop.multiProcessorCount << " SMs, " << (prop.totalGlobalMem >> 20) << " MiB)";
+    be->device_name = name.str();
+
+    std::ostringstream msg;
+    msg << be->device_name << ", peak " << be->peak_gflops / 1000 << " TFLOP/s bf16"
+        << (tf32 ? ", tf32 GEMMs" : "") << ", cuBLASLt workspace " << workspace_mb << " MiB";
+    loom::log(host, LOOM_LOG_INFO, msg.str());
+    *out = be.release();
+  });
+}
+
+void cuda_destroy(loom_backend* be) noexcept {
+  if (be == nullptr) return;
+  (void)cudaSetDevice(be->device);
+  if (be->stream) (void)cudaStreamSynchronize(be->stream);
+  if (be->alloc && be->alloc->live_blocks() > 0)
+    loom::log(be->host, LOOM_LOG_WARN,
+              "backend/cuda: destroy: " + std::to_string(be->alloc->live_blocks()) + " tensors (" +
+                  std::to_string(be->alloc->in_use()) +
+                  " bytes) were never freed; freeing their memory");
+  blas_destroy(be->blas);
+  delete be->alloc;  // frees every block, cached or live
+  if (be->scratch) (void)cudaFree(be->scratch);
+  if (be->stream) (void)cudaStreamDestroy(be->stream);
+  delete be;
+}
+
+loom_error* cuda_get_info(loom_backend* be, loom_backend_info* out) noexcept {
+  return run_op(be, "get_info", [&](loom_backend& b) {
+    if (out == nullptr) fail("get_info", "out is NULL");
+    if (LOOM_HAS_FIELD(out, loom_backend_info, device_name))
+      out->device_name = b.device_name.c_str();
+    if (LOOM_HAS_FIELD(out, loom_backend_info, device)) out->device = DLDevice{kDLCUDA, b.device};
+    if (LOOM_HAS_FIELD(out, loom_backend_info, peak_gflops)) out->peak_gflops = b.peak_gflops;
+    if (LOOM_HAS_FIELD(out, loom_backend_info, mem_in_use)) out->mem_in_use = b.alloc->in_use();
+    if (LOOM_HAS_FIELD(out, loom_backend_info, mem_peak)) out->mem_peak = b.alloc->peak();
+  });
+}
+
+// ---- the tables --------------------------------------------------------------------------------
+
+constexpr loom_ops kOps = {
+    LOOM_OPS_SIZE_V1_1,
+    gemm,
+    bias_add,
+    bias_backward,
+    fill,
+    copy,
+    add,
+    axpby,
+    sum_squares,
+    embedding_forward,
+    embedding_backward,
+    layernorm_forward,
+    layernorm_backward,
+    rmsnorm_forward,
+    rmsnorm_backward,
+    gelu_forward,
+    gelu_backward,
+    swiglu_forward,
+    swiglu_backward,
+    softmax_forward,
+    softmax_backward,
+    rope_forward,
+    rope_backward,
+    softmax_cross_entropy,
+    adamw_step,
+    sgd_step,
+    vocab_ce_stats,
+    vocab_ce_backward,
+};
+
+constexpr loom_backend_api kApi = {
+    LOOM_BACKEND_API_SIZE_V1, cuda_create,  cuda_destroy,   cuda_get_info,    cuda_alloc_tensor,
+    cuda_free_tensor,         cuda_to_host, cuda_from_host, cuda_synchronize, &kOps,
+};
+
+constexpr loom_param_spec kParams[] = {
+    loom::param("device", LOOM_PARAM_INT, "-1",
+                "CUDA device ordinal; -1 = this rank's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK "
+                "or SLURM_LOCALID) modulo the device count",
+                -1, 1024),
+    loom::param("tf32", LOOM_PARAM_BOOL, "false",
+                "run f32 GEMMs on tensor cores in TF32 (about 10 mantissa bits; much faster)"),
+    loom::param("workspace_mb", LOOM_PARAM_INT, "32",
+                "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_BACKEND,
+    "cuda",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "One NVIDIA GPU: cuBLASLt GEMM and CUDA kernels, f32 with bf16/f16 mixed precision",
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
+    &kApi,
+};
+
+}  // namespace
+
+// ---- shared helpers (cuda_backend.hpp) ---------------------------------------------------------
+
+const loom_host* last_host() noexcept { return g_last_host.load(); }
+
+std::string dtype_str(DLDataType d) {
+  if (d.lanes == 1) {
+    if (d.code == kDLFloat && (d.bits == 16 || d.bits == 32 || d.bits == 64))
+      return std::string("f") += std::to_string(d.bits);
+    if (d.code == kDLBfloat && d.bits == 16) return "bf16";
+    if (d.code == kDLInt) return std::string("i") += std::to_string(d.bits);
+    if (d.code == kDLUInt) return std::string("u") += std::to_string(d.bits);
+  }
+  return "dtype(code=" + std::to_string(d.code) + ",bits=" + std::to_string(d.bits) +
+         ",lanes=" + std::to_string(d.lanes) + ")";
+}
+
+std::string shape_str(const DLTensor* t) {
+  std::string s = "(";
+  for (int i = 0; i < t->ndim; ++i) {
+    if (i) s += ",";
+    s += std::to_string(t->shape[i]);
+  }
+  return s + ")";
+}
+
+int64_t numel(const DLTensor* t) { return loom_tensor_numel(t); }
+
+void* device_ptr(const loom_backend& be, const DLTensor* t, const char* op, const char* name,
+                 int64_t expect_numel) {
+  const std::string n(name);
+  if (t == nullptr) fail(op, n + " is NULL");
+  if (t->device.device_type != kDLCUDA || t->device.device_id != be.device)
+    fail(op, n + " is on device (type " + std::to_string(t->device.device_type) + ", id " +
+                 std::to_string(t->device.device_id) + "), expected kDLCUDA (2) id " +
+                 std::to_string(be.device));
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == nullptr)) fail(op, n + " has no shape");
+  if (t->strides != nullptr) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      if (t->shape[i] != 1 && t->strides[i] != expect)
+        fail(op, n + " is not compact row-major (strides given)");
+      expect *= t->shape[i];
+    }
+  }
+  const int64_t count = numel(t);
+  if (expect_numel >= 0 && count != expect_numel)
+    fail(op, n + " " + shape_str(t) + " has " + std::to_string(count) + " elements, expected " +
+                 std::to_string(expect_numel));
+  if (t->data == nullptr && count > 0) fail(op, n + " has no data");
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+}  // namespace loom_cuda
+
+LOOM_PLUGIN_ENTRY(loom_cuda::kDescriptor)

@@ -1,0 +1,347 @@
+// Linear algebra: loom_ops gemm through cuBLASLt, plus gemm_fused (bias / bias+GELU
+// epilogues) for layers that want them.
+//   gemm: C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, `batch` times
+//
+// cuBLASLt is column-major. A row-major matrix with pitch ld read column-major is its
+// transpose with the same ld, so the row-major product C = op(A) op(B) is computed as the
+// column-major product C^T(n,m) = op(B)^T(n,k) op(A)^T(k,m): cuBLAS's "A" is our B (op
+// transposed iff trans_b), its "B" is our A (transposed iff trans_a), and its (m, n) is our
+// (n, m). No data moves.
+//
+// Each distinct problem (shape, pitches, strides, dtypes, pointer alignment, epilogue) gets a
+// plan: the matmul descriptor, the four layouts and the heuristic's algorithm, built once and
+// kept for the life of the instance (a training step repeats the same few dozen shapes).
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "cuda_backend.hpp"
+
+namespace loom_cuda {
+
+namespace {
+
+void check_lt(cublasStatus_t s, const char* op, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail(op,
+         std::string(call) + " failed: " + cublasLtGetStatusName(s) + " (" +
+             cublasLtGetStatusString(s) + ")",
+         s == CUBLAS_STATUS_ALLOC_FAILED ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL);
+}
+#define LT_CHECK(op, call) check_lt((call), (op), #call)
+
+// Everything a plan depends on. Pointer alignments are part of it: cuBLASLt's heuristic
+// assumes 256-byte-aligned operands unless told otherwise, and offsets (one head's slice of
+// a (T, H*D) tensor) routinely break that.
+struct Key {
+  int trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  int ab_type, c_type, compute, epilogue, bias_type;
+  uint32_t align_a, align_b, align_c;
+  auto tie() const {
+    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
+                    ab_type, c_type, compute, epilogue, bias_type, align_a, align_b, align_c);
+  }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;  // cuBLAS's A, B, C(=D)
+  cublasLtMatmulAlgo_t algo{};
+  void destroy() noexcept {
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    la = lb = lc = nullptr;
+    desc = nullptr;
+  }
+};
+
+// The largest power of two (at most 256) dividing the byte address of every matrix of a batch.
+uint32_t alignment(const void* p, int64_t stride_elems, size_t elem_bytes, int64_t batch) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p);
+  if (batch > 1) bits |= static_cast<uint64_t>(stride_elems) * elem_bytes;
+  uint32_t a = 256;
+  while (a > 1 && (bits & (a - 1)) != 0) a >>= 1;
+  return a;
+}
+
+cudaDataType_t cuda_type(DLDataType d) {
+  if (is_bf16(d)) return CUDA_R_16BF;
+  if (is_f16(d)) return CUDA_R_16F;
+  return CUDA_R_32F;
+}
+
+// The stored matrix of one operand: rows x cols with row pitch ld, `batch` of them, inside t.
+void check_operand(const char* op, const char* name, const DLTensor* t, int64_t rows, int64_t cols,
+                   int64_t ld, int64_t stride, int64_t offset, int64_t batch) {
+  std::string n(name);
+  if (ld < std::max<int64_t>(1, cols))
+    fail(op, "ld" + n + " = " + std::to_string(ld) + " is less than the " + std::to_string(cols) +
+                 " columns " + n + " has as stored");
+  if (offset < 0 || stride < 0) fail(op, "offset_" + n + " and stride_" + n + " must be >= 0");
+  if (rows == 0 || cols == 0) return;
+  int64_t end = offset + (batch - 1) * stride + (rows - 1) * ld + cols;
+  int64_t have = numel(t);
+  if (end > have)
+    fail(op, n + " needs " + std::to_string(end) + " elements (offset " + std::to_string(offset) +
+                 ", " + std::to_string(batch) + " x " + std::to_string(rows) + "x" +
+                 std::to_string(cols) + " with ld " + std::to_string(ld) + ", stride " +
+                 std::to_string(stride) + ") but has " + std::to_string(have));
+}
+
+}  // namespace
+
+struct Blas {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<Key, Plan> plans;
+};
+
+Blas* blas_create(size_t workspace_bytes) {
+  auto* b = new Blas;
+  try {
+    LT_CHECK("create", cublasLtCreate(&b->handle));
+    if (workspace_bytes) LOOM_CUDA_CHECK("create", cudaMalloc(&b->workspace, workspace_bytes));
+    b->workspace_bytes = workspace_bytes;
+  } catch (...) {
+    blas_destroy(b);
+    throw;
+  }
+  return b;
+}
+
+void blas_destroy(Blas* b) noexcept {
+  if (b == nullptr) return;
+  for (auto& [key, plan] : b->plans) plan.destroy();
+  if (b->workspace) cudaFree(b->workspace);
+  if (b->handle) cublasLtDestroy(b->handle);
+  delete b;
+}
+
+namespace {
+
+// cuBLASLt's layout of one row-major operand: (rows x cols, pitch ld) read column-major.
+cublasLtMatrixLayout_t make_layout(const char* op, cudaDataType_t type, int64_t rows, int64_t cols,
+                                   int64_t ld, int64_t stride, int64_t batch) {
+  cublasLtMatrixLayout_t l = nullptr;
+  // Column-major (cols x rows): the row-major matrix's transpose.
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(cols),
+                                          static_cast<uint64_t>(rows), ld));
+  if (batch > 1) {
+    int32_t count = static_cast<int32_t>(batch);
+    LT_CHECK(op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                  sizeof(count)));
+    LT_CHECK(op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &stride, sizeof(stride)));
+  }
+  return l;
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::kBiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    default:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
+  Blas& blas = *be.blas;
+  auto it = blas.plans.find(key);
+  if (it != blas.plans.end()) return it->second;
+
+  Plan p;
+  cublasLtMatmulPreference_t pref = nullptr;
+  try {
+    auto ab = static_cast<cudaDataType_t>(key.ab_type);
+    auto ct = static_cast<cudaDataType_t>(key.c_type);
+    LT_CHECK(op, cublasLtMatmulDescCreate(&p.desc, static_cast<cublasComputeType_t>(key.compute),
+                                          CUDA_R_32F));
+    // cuBLAS's op(A) is our op(B)^T, its op(B) our op(A)^T (see the top of the file).
+    cublasOperation_t ta = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(op,
+             cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    LT_CHECK(op,
+             cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    auto epi = lt_epilogue(static_cast<Epilogue>(key.epilogue));
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
+      LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof(epi)));
+      int32_t bt = key.bias_type;
+      LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                  sizeof(bt)));
+      if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        int64_t aux_ld = key.ldc;
+        int32_t aux_t = key.c_type;
+        LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &aux_ld, sizeof(aux_ld)));
+        LT_CHECK(op,
+                 cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                &aux_t, sizeof(aux_t)));
+      }
+    }
+    // Stored shapes: our B is (trans_b ? n x k : k x n), our A (trans_a ? k x m : m x k).
+    p.la = make_layout(op, ab, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb,
+                       key.stride_b, key.batch);
+    p.lb = make_layout(op, ab, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
+                       key.stride_a, key.batch);
+    p.lc = make_layout(op, ct, key.m, key.n, key.ldc, key.stride_c, key.batch);
+
+    LT_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = blas.workspace_bytes;
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // cuBLAS's A is our B and vice versa.
+    uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    LT_CHECK(op, cublasLtMatmulAlgoGetHeuristic(blas.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref,
+                                                1, &result, &found));
+    if (found == 0)
+      fail(op,
+           "cuBLASLt has no algorithm for m=" + std::to_string(key.m) +
+               " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (lda/ldb/ldc " +
+               std::to_string(key.lda) + "/" + std::to_string(key.ldb) + "/" +
+               std::to_string(key.ldc) + ", alignment " + std::to_string(key.align_a) + "/" +
+               std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + " bytes)",
+           LOOM_ERR_UNIMPLEMENTED);
+    p.algo = result.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+  } catch (...) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    p.destroy();
+    throw;
+  }
+  return blas.plans.emplace(key, p).first->second;
+}
+
+// Checks the arguments and runs the product (all `batch` matrices in one cuBLASLt call).
+void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epilogue epi,
+              const DLTensor* bias, DLTensor* aux) {
+  if (args == nullptr) fail(op, "args is NULL");
+  if (args->struct_size < LOOM_GEMM_ARGS_SIZE_V1)
+    fail(op, "args->struct_size " + std::to_string(args->struct_size) + " < " +
+                 std::to_string(LOOM_GEMM_ARGS_SIZE_V1) + " (loom_gemm_args v1)");
+  const loom_gemm_args& g = *args;
+  char* a = static_cast<char*>(device_ptr(be, g.a, op, "a"));
+  char* b = static_cast<char*>(device_ptr(be, g.b, op, "b"));
+  char* c = static_cast<char*>(device_ptr(be, g.c, op, "c"));
+  const DLDataType at = g.a->dtype, bt = g.b->dtype, ct = g.c->dtype;
+  // f32 x f32 -> f32; bf16 x bf16 -> bf16 or f32; f16 x f16 -> f16 or f32.
+  const bool ok_types = loom_dtype_eq(at, bt) &&
+                        ((is_f32(at) && is_f32(ct)) ||
+                         ((is_bf16(at) || is_f16(at)) && (loom_dtype_eq(ct, at) || is_f32(ct))));
+  if (!ok_types)
+    fail(op,
+         "a, b, c are " + dtype_str(at) + ", " + dtype_str(bt) + ", " + dtype_str(ct) +
+             "; backend/cuda multiplies f32 x f32 -> f32, bf16 x bf16 -> bf16/f32 and "
+             "f16 x f16 -> f16/f32",
+         LOOM_ERR_UNIMPLEMENTED);
+  if (g.m < 0 || g.n < 0 || g.k < 0)
+    fail(op, "m, n, k = " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
+                 std::to_string(g.k) + " must be >= 0");
+  if (g.batch < 1) fail(op, "batch = " + std::to_string(g.batch) + " must be >= 1");
+  if (g.batch > INT32_MAX) fail(op, "batch = " + std::to_string(g.batch) + " is too large");
+  check_operand(op, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
+                g.offset_a, g.batch);
+  check_operand(op, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
+                g.offset_b, g.batch);
+  check_operand(op, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
+  // Output matrices must be disjoint: stacked one after another, or interleaved side by
+  // side within each row pitch (per-head slices of a (T, H*D) tensor).
+  const bool stacked = g.stride_c >= (g.m - 1) * g.ldc + g.n;
+  const bool interleaved = g.stride_c >= g.n && (g.batch - 1) * g.stride_c + g.n <= g.ldc;
+  if (g.batch > 1 && g.m > 0 && g.n > 0 && !stacked && !interleaved)
+    fail(op, "stride_c = " + std::to_string(g.stride_c) + " makes the " + std::to_string(g.batch) +
+                 " output matrices overlap");
+  if (g.m == 0 || g.n == 0) return;
+
+  const size_t ab_bytes = loom_dtype_bytes(at), c_bytes = loom_dtype_bytes(ct);
+  a += g.offset_a * static_cast<int64_t>(ab_bytes);
+  b += g.offset_b * static_cast<int64_t>(ab_bytes);
+  c += g.offset_c * static_cast<int64_t>(c_bytes);
+  if (g.k == 0) {  // C = beta * C (an empty sum); cuBLASLt takes no k = 0
+    if (epi != Epilogue::kNone) fail(op, "k = 0 with a fused epilogue");
+    scale_matrices(be, ct, c, g.m, g.n, g.ldc, g.stride_c, g.batch, g.beta);
+    return;
+  }
+
+  Key key{};
+  key.trans_a = g.trans_a ? 1 : 0;
+  key.trans_b = g.trans_b ? 1 : 0;
+  key.m = g.m, key.n = g.n, key.k = g.k;
+  key.lda = g.lda, key.ldb = g.ldb, key.ldc = g.ldc;
+  key.stride_a = g.batch > 1 ? g.stride_a : 0;
+  key.stride_b = g.batch > 1 ? g.stride_b : 0;
+  key.stride_c = g.batch > 1 ? g.stride_c : 0;
+  key.batch = g.batch;
+  key.ab_type = cuda_type(at);
+  key.c_type = cuda_type(ct);
+  key.compute = is_f32(at) && be.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  key.epilogue = static_cast<int>(epi);
+  key.align_a = alignment(a, key.stride_a, ab_bytes, g.batch);
+  key.align_b = alignment(b, key.stride_b, ab_bytes, g.batch);
+  key.align_c = alignment(c, key.stride_c, c_bytes, g.batch);
+
+  void* bias_ptr = nullptr;
+  void* aux_ptr = nullptr;
+  if (epi != Epilogue::kNone) {
+    if (g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
+    bias_ptr = device_ptr(be, bias, op, "bias", g.n);
+    if (!(loom_dtype_eq(bias->dtype, ct) || (is_f32(bias->dtype) && !is_f32(ct))))
+      fail(op, "bias is " + dtype_str(bias->dtype) + ", expected " + dtype_str(ct) + " or f32");
+    key.bias_type = cuda_type(bias->dtype);
+    if (epi == Epilogue::kBiasGelu) {
+      aux_ptr = device_ptr(be, aux, op, "aux", g.m * g.ldc);
+      if (!loom_dtype_eq(aux->dtype, ct))
+        fail(op, "aux is " + dtype_str(aux->dtype) + ", expected " + dtype_str(ct));
+    }
+  }
+
+  const Plan& p = get_plan(be, key, op);
+  if (bias_ptr)
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias_ptr, sizeof(bias_ptr)));
+  if (aux_ptr)
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &aux_ptr, sizeof(aux_ptr)));
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  LT_CHECK(
+      op, cublasLtMatmul(be.blas->handle, p.desc, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c, p.lc,
+                         &p.algo, be.blas->workspace, be.blas->workspace_bytes, be.stream));
+}
+
+}  // namespace
+
+loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
+  return run_op(be, "gemm", [&](loom_backend& b) {
+    run_gemm(b, "gemm", args, Epilogue::kNone, nullptr, nullptr);
+  });
+}
+
+void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
+                DLTensor* aux) {
+  run_gemm(be, "gemm_fused", &g, epi, bias, aux);
+}
+
+}  // namespace loom_cuda

@@ -1,0 +1,204 @@
+// Fused softmax + cross-entropy over the vocabulary, and its vocab-parallel pieces.
+//   softmax_cross_entropy: losses(N) = logsumexp(logits[n]) - logits[n, t[n]]            (f32)
+//                          dlogits(N,V) = dloss * (softmax(logits[n]) - onehot(t[n]))
+//                          (when dlogits != NULL; logits' dtype; may alias logits)
+//   vocab_ce_stats:        stats(N,3) f32 = {rowmax m, sum exp(x - m), x[t - vocab_start] or 0}
+//   vocab_ce_backward:     dlogits(N,Vl) = dloss * (exp(x - lse[n]) - onehot(t - vocab_start))
+// targets(N) i32; -1 marks an ignored position (loss 0, gradient row 0). One block per row:
+// max, then sum of exponents (block reductions, fixed order), then the gradient is written in
+// one pass; no f32 copy of the probabilities is ever stored (the N x V logits are the
+// largest activation of a GPT).
+// Targets live on the device, so a bad one cannot be refused without a sync: a target
+// outside [0,V) and not -1 (below -1 for the vocab-parallel ops, whose ids are global) gives
+// a NaN loss (stats[n,2] = NaN) and a NaN gradient row, which the training loop reports.
+#include "kernels_common.cuh"
+#include "ops.hpp"
+
+namespace loom_cuda {
+namespace {
+
+constexpr int kRowThreads = 1024;  // vocabulary rows are long (32k-256k)
+
+__device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fc00000); }
+
+// Block max and sum of exp(x - max) over a row x[0, V).
+template <class T>
+__device__ __forceinline__ void row_max_sumexp(const T* x, int64_t V, float& mx, float& sum) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, to_f32(x[j]));
+  mx = block_max(m);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += expf(to_f32(x[j]) - mx);
+  sum = block_sum(s);
+}
+
+template <class T>
+__device__ __forceinline__ void fill_row(T* d, int64_t V, float v) {
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = from_f32<T>(v);
+}
+
+// losses(N) f32, dlogits(N,V) or NULL, logits(N,V), targets(N).
+template <class T>
+__global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
+                                     const int32_t* targets, int64_t N, int64_t V, float dloss) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* x = logits + n * V;
+    T* d = dlogits != nullptr ? dlogits + n * V : nullptr;
+    const int32_t t = targets[n];
+    if (t == -1 || t < -1 || t >= V) {  // ignored, or bad (see the top); block-uniform
+      const float v = t == -1 ? 0.0f : nan_f32();
+      if (threadIdx.x == 0) losses[n] = v;
+      if (d != nullptr) fill_row(d, V, v);
+      continue;
+    }
+    // Read by every thread before the barriers inside row_max_sumexp, so before any thread
+    // overwrites the row when dlogits aliases logits.
+    const float x_t = to_f32(x[t]);
+    float mx, sum;
+    row_max_sumexp(x, V, mx, sum);
+    // (mx - x_t) first: both are large when logits are, and their difference is exact-ish.
+    if (threadIdx.x == 0) losses[n] = logf(sum) + (mx - x_t);
+    if (d != nullptr) {
+      const float scale = dloss / sum;
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = expf(to_f32(x[j]) - mx) * scale;
+        if (j == t) v -= dloss;
+        d[j] = from_f32<T>(v);  // same index as the read: aliasing logits is fine
+      }
+    }
+  }
+}
+
+// stats(N,3) f32, logits(N,V) holding global ids [vs, vs + V), targets(N) global ids.
+// Ignored rows still get m and s: cheap, and they keep the combined lse finite.
+template <class T>
+__global__ void vocab_stats_kernel(float* stats, const T* logits, const int32_t* targets, int64_t N,
+                                   int64_t V, int64_t vs) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* x = logits + n * V;
+    float mx, sum;
+    row_max_sumexp(x, V, mx, sum);
+    if (threadIdx.x == 0) {
+      const int32_t t = targets[n];
+      const int64_t local = t < 0 ? -1 : int64_t{t} - vs;
+      stats[3 * n + 0] = mx;
+      stats[3 * n + 1] = sum;
+      stats[3 * n + 2] = t < -1 ? nan_f32() : (local >= 0 && local < V ? to_f32(x[local]) : 0.0f);
+    }
+  }
+}
+
+// dlogits(N,V), logits(N,V), targets(N), lse(N) f32 (the global log-sum-exp).
+template <class T>
+__global__ void vocab_backward_kernel(T* dlogits, const T* logits, const int32_t* targets,
+                                      const float* lse, int64_t N, int64_t V, int64_t vs,
+                                      float dloss) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* x = logits + n * V;
+    T* d = dlogits + n * V;
+    const int32_t t = targets[n];
+    if (t < 0) {
+      fill_row(d, V, t == -1 ? 0.0f : nan_f32());
+      continue;
+    }
+    const float l = lse[n];
+    const int64_t local = int64_t{t} - vs;  // may be outside [0, V): another rank's id
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      float v = dloss * expf(to_f32(x[j]) - l);
+      if (j == local) v -= dloss;
+      d[j] = from_f32<T>(v);  // same index read and written: aliasing logits is fine
+    }
+  }
+}
+
+// logits(N,V) floating with V > 0, targets(N) i32; returns V and sets *rows = N.
+int64_t check_logits(const char* op, const DLTensor* logits, const DLTensor* targets,
+                     int64_t* rows) {
+  need(op, "logits", logits);
+  need(op, "targets", targets);
+  need_float(op, "logits", logits);
+  const int64_t V = last_dim(op, "logits", logits);
+  if (V <= 0) fail(op, "logits has an empty vocabulary dimension");
+  need_dtype(op, "targets", targets, loom_i32());
+  *rows = numel(logits) / V;
+  return V;
+}
+
+}  // namespace
+
+loom_error* softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                  const DLTensor* logits, const DLTensor* targets,
+                                  double dloss) noexcept {
+  return run_op(be, "softmax_cross_entropy", [&](loom_backend& b) {
+    const char* op = "softmax_cross_entropy";
+    int64_t N = 0;
+    const int64_t V = check_logits(op, logits, targets, &N);
+    need(op, "losses", losses);
+    need_dtype(op, "losses", losses, loom_f32());
+    if (dlogits != nullptr) need_same_dtype(op, "dlogits", dlogits, "logits", logits);
+    need_finite(op, "dloss", dloss);
+    const void* px = device_ptr(b, logits, op, "logits", N * V);
+    const int32_t* pt = static_cast<const int32_t*>(device_ptr(b, targets, op, "targets", N));
+    float* pl = static_cast<float*>(device_ptr(b, losses, op, "losses", N));
+    void* pd = dlogits ? device_ptr(b, dlogits, op, "dlogits", N * V) : nullptr;
+    if (N == 0) return;
+    dispatch_float(op, "logits", logits, [&](auto tt) {
+      using T = typename decltype(tt)::type;
+      cross_entropy_kernel<T><<<grid_rows(N), row_threads(V, kRowThreads), 0, b.stream>>>(
+          pl, static_cast<T*>(pd), static_cast<const T*>(px), pt, N, V, static_cast<float>(dloss));
+      LOOM_CUDA_LAUNCHED(op);
+    });
+  });
+}
+
+loom_error* vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                           const DLTensor* targets, int64_t vocab_start) noexcept {
+  return run_op(be, "vocab_ce_stats", [&](loom_backend& b) {
+    const char* op = "vocab_ce_stats";
+    int64_t N = 0;
+    const int64_t V = check_logits(op, logits, targets, &N);
+    if (vocab_start < 0) fail(op, "vocab_start = " + std::to_string(vocab_start) + " is negative");
+    need(op, "stats", stats);
+    need_dtype(op, "stats", stats, loom_f32());
+    const void* px = device_ptr(b, logits, op, "logits", N * V);
+    const int32_t* pt = static_cast<const int32_t*>(device_ptr(b, targets, op, "targets", N));
+    float* ps = static_cast<float*>(device_ptr(b, stats, op, "stats", 3 * N));
+    if (N == 0) return;
+    dispatch_float(op, "logits", logits, [&](auto tt) {
+      using T = typename decltype(tt)::type;
+      vocab_stats_kernel<T><<<grid_rows(N), row_threads(V, kRowThreads), 0, b.stream>>>(
+          ps, static_cast<const T*>(px), pt, N, V, vocab_start);
+      LOOM_CUDA_LAUNCHED(op);
+    });
+  });
+}
+
+loom_error* vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                              double dloss) noexcept {
+  return run_op(be, "vocab_ce_backward", [&](loom_backend& b) {
+    const char* op = "vocab_ce_backward";
+    int64_t N = 0;
+    const int64_t V = check_logits(op, logits, targets, &N);
+    if (vocab_start < 0) fail(op, "vocab_start = " + std::to_string(vocab_start) + " is negative");
+    need(op, "dlogits", dlogits);
+    need(op, "lse", lse);
+    need_same_dtype(op, "dlogits", dlogits, "logits", logits);
+    need_dtype(op, "lse", lse, loom_f32());
+    need_finite(op, "dloss", dloss);
+    const void* px = device_ptr(b, logits, op, "logits", N * V);
+    const int32_t* pt = static_cast<const int32_t*>(device_ptr(b, targets, op, "targets", N));
+    void* pd = device_ptr(b, dlogits, op, "dlogits", N * V);
+    const float* pl = static_cast<const float*>(device_ptr(b, lse, op, "lse", N));
+    if (N == 0) return;
+    dispatch_float(op, "logits", logits, [&](auto tt) {
+      using T = typename decltype(tt)::type;
+      vocab_backward_kernel<T><<<grid_rows(N), row_threads(V, kRowThreads), 0, b.stream>>>(
+          static_cast<T*>(pd), static_cast<const T*>(px), pt, pl, N, V, vocab_start,
+          static_cast<float>(dloss));
+      LOOM_CUDA_LAUNCHED(op);
+    });
+  });
+}
+
+}  // namespace loom_cuda

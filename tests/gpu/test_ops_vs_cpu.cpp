@@ -1,0 +1,353 @@
+// Every loom_ops slot on the device backend against backend/cpu, part 1: GEMM, bias, the
+// elementwise ops and the embedding. The cpu runs in f32 on the same numbers the device
+// holds (inputs rounded to the device dtype first); outputs start poisoned (NaN) and
+// accumulated outputs start from the same random values on both sides. Bounds relative to
+// the reference's largest magnitude: f32 1e-5, tf32 1e-3, bf16 1e-2 (gpu_pair.hpp).
+// Shapes mix odd sizes (37, 53, 771: no multiple of 4/8/32, so vector and tile tails run) with
+// GPT-2's (C = 768, 3C, 4C; N = 1024 tokens).
+#include <cmath>
+
+#include "gpu_pair.hpp"
+
+using namespace gputest;
+
+namespace {
+
+// ---- gemm -------------------------------------------------------------------------------
+struct GemmCase {
+  const char* name;
+  int ta = 0, tb = 0;
+  int64_t m = 1, n = 1, k = 1;
+  double alpha = 1, beta = 0;
+  int64_t pad = 0;     // extra columns of row pitch on every operand
+  int64_t batch = 1;   // stacked matrices, each offset_x + i * stride_x
+  int64_t offset = 0;  // leading elements before the first matrix of every operand
+};
+
+// Elements a stored operand of rows x cols (pitch ld, stride) needs, offset included.
+int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t offset,
+             int64_t batch) {
+  return offset + (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+// c starts random; with beta == 0 the elements the gemm writes are poisoned (BLAS: C is not
+// read), the rest (pitch padding, gaps) must come back untouched on both sides.
+void run_gemm(const GemmCase& g, DLDataType ab, DLDataType cdt, double tol,
+              const loom::Backend* device = nullptr) {
+  const std::string name = g.name;
+  CAPTURE(name);
+  const int64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k;
+  const int64_t br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+  const int64_t lda = ac + g.pad, ldb = bc + g.pad, ldc = g.n + g.pad;
+  const int64_t sa = ar * lda + g.pad, sb = br * ldb + g.pad, sc = g.m * ldc + g.pad;
+  const int64_t na = span(ar, ac, lda, sa, g.offset, g.batch);
+  const int64_t nb = span(br, bc, ldb, sb, g.offset, g.batch);
+  const int64_t nc = span(g.m, g.n, ldc, sc, g.offset, g.batch);
+  Pair A(ab, {na}, random_vec(na, 11), device);
+  Pair B(ab, {nb}, random_vec(nb, 12), device);
+  Vec c0 = round_to(cdt, random_vec(nc, 13));
+  if (g.beta == 0)
+    for (int64_t i = 0; i < g.batch; ++i)
+      for (int64_t r = 0; r < g.m; ++r)
+        for (int64_t c = 0; c < g.n; ++c) c0[g.offset + i * sc + r * ldc + c] = NAN;
+  Pair C(cdt, {nc}, c0, device);
+  run_both(
+      [&](const loom::Backend& Bk, int s) {
+        loom_gemm_args a{};
+        a.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+        a.trans_a = g.ta, a.trans_b = g.tb;
+        a.m = g.m, a.n = g.n, a.k = g.k;
+        a.alpha = g.alpha, a.beta = g.beta;
+        a.a = A[s], a.lda = lda, a.stride_a = sa, a.offset_a = g.offset;
+        a.b = B[s], a.ldb = ldb, a.stride_b = sb, a.offset_b = g.offset;
+        a.c = C[s], a.ldc = ldc, a.stride_c = sc, a.offset_c = g.offset;
+        a.batch = g.batch;
+        Bk.call(&loom_ops::gemm, &a);
+      },
+      device);
+  expect_close(C, tol, std::string("gemm ") + g.name);
+}
+
+const GemmCase kGemmCases[] = {
+    {"NN 37x53x29", 0, 0, 37, 53, 29},
+    {"TN alpha 0.5 beta 1", 1, 0, 37, 53, 29, 0.5, 1.0},
+    {"NT padded pitch", 0, 1, 41, 19, 67, 1.0, 0.0, 3},
+    {"TT beta -0.5", 1, 1, 23, 31, 45, 1.0, -0.5, 1},
+    {"NN batch 3 offset 5", 0, 0, 17, 29, 33, 1.0, 0.0, 2, 3, 5},
+    {"NT batch 4 beta 1", 0, 1, 33, 33, 16, 0.125, 1.0, 0, 4, 0},
+    {"GPT-2 qkv x W^T 257x2304x768", 0, 1, 257, 2304, 768},
+    {"GPT-2 dW += dy^T x 2304x768x257", 1, 0, 2304, 768, 257, 1.0, 1.0},
+    {"GPT-2 dx = dy W 257x768x3072", 0, 0, 257, 768, 3072},
+};
+
+// Attention's per-head GEMMs read heads side by side in a (T, H*D) tensor (pitch H*D, head
+// stride D) and P@V writes them back interleaved the same way.
+void run_attention_gemms(DLDataType dt, double tol) {
+  const int64_t T = 37, H = 3, D = 24;
+  Pair q(dt, {T, H * D}, random_vec(T * H * D, 21));
+  Pair k(dt, {T, H * D}, random_vec(T * H * D, 22));
+  Pair S(dt, {H, T, T});
+  run_both([&](const loom::Backend& Bk, int s) {
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V1,
+                     0,
+                     1,
+                     T,
+                     T,
+                     D,
+                     0.2,
+                     0.0,
+                     q[s],
+                     H * D,
+                     D,
+                     0,
+                     k[s],
+                     H * D,
+                     D,
+                     0,
+                     S[s],
+                     T,
+                     T * T,
+                     0,
+                     H};
+    Bk.call(&loom_ops::gemm, &a);
+  });
+  expect_close(S, tol, "gemm q k^T per head");
+  Pair P(dt, {H, T, T}, random_vec(H * T * T, 23, 0.0, 1.0));
+  Pair v(dt, {T, H * D}, random_vec(T * H * D, 24));
+  Pair y(dt, {T, H * D});
+  run_both([&](const loom::Backend& Bk, int s) {
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V1,
+                     0,
+                     0,
+                     T,
+                     D,
+                     T,
+                     1.0,
+                     0.0,
+                     P[s],
+                     T,
+                     T * T,
+                     0,
+                     v[s],
+                     H * D,
+                     D,
+                     0,
+                     y[s],
+                     H * D,
+                     D,
+                     0,
+                     H};
+    Bk.call(&loom_ops::gemm, &a);
+  });
+  expect_close(y, tol, "gemm P v interleaved heads");
+}
+
+}  // namespace
+
+TEST_CASE("gemm f32") {
+  for (const GemmCase& g : kGemmCases) run_gemm(g, f32(), f32(), kTolF32);
+  run_attention_gemms(f32(), kTolF32);
+}
+
+TEST_CASE("gemm tf32") {
+  // The tf32 instance rounds f32 operands to 10 mantissa bits on tensor cores.
+  run_gemm({"tf32 NN 64x96x768", 0, 0, 64, 96, 768}, f32(), f32(), kTolTf32, &dev_tf32());
+  run_gemm(kGemmCases[6], f32(), f32(), kTolTf32, &dev_tf32());
+  run_gemm(kGemmCases[7], f32(), f32(), kTolTf32, &dev_tf32());
+}
+
+TEST_CASE("gemm [bf16]") {
+  for (const GemmCase& g : kGemmCases) {
+    // A weight gradient accumulates into an f32 main grad (beta = 1): C f32, A and B bf16.
+    const bool main_grad = g.beta == 1.0;
+    run_gemm(g, bf16(), main_grad ? f32() : bf16(), kTolBf16);
+  }
+  run_attention_gemms(bf16(), kTolBf16);
+}
+
+// ---- bias ---------------------------------------------------------------------------------
+namespace {
+void run_bias(DLDataType dt, DLDataType grad_dt, int64_t N, int64_t C) {
+  CAPTURE(N);
+  CAPTURE(C);
+  Pair out(dt, {N, C}, random_vec(N * C, 31));
+  Pair bias(dt, {C}, random_vec(C, 32));
+  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::bias_add, out[s], bias[s]); });
+  expect_close(out, tol_for(dt), "bias_add");
+
+  const Vec db0 = random_vec(C, 33);
+  Pair dbias(grad_dt, {C}, db0);
+  Pair dout(dt, {N, C}, random_vec(N * C, 34));
+  run_both(
+      [&](const loom::Backend& B, int s) { B.call(&loom_ops::bias_backward, dbias[s], dout[s]); });
+  expect_close(dbias, tol_for(dt), "bias_backward (+=)");
+  // The same call again from the same start gives the same bits (no order-dependent atomics).
+  const Vec first = download(dbias.dev_side());
+  upload(dbias.dev_side(), round_to(grad_dt, db0));
+  dev().call(&loom_ops::bias_backward, dbias[1], dout[1]);
+  expect_same(download(dbias.dev_side()), first, "bias_backward");
+}
+}  // namespace
+
+TEST_CASE("bias_add, bias_backward f32") {
+  run_bias(f32(), f32(), 37, 771);
+  run_bias(f32(), f32(), 1024, 768);
+}
+TEST_CASE("bias_add, bias_backward [bf16]") {
+  // bf16 activations, f32 dbias (the main grad)
+  run_bias(bf16(), f32(), 37, 771);
+  run_bias(bf16(), f32(), 1024, 768);
+}
+
+// ---- fill, copy ---------------------------------------------------------------------------
+TEST_CASE("fill") {
+  for (DLDataType dt : {f32(), bf16(), f16()}) {
+    const std::string dtype = dtype_name(dt);
+    CAPTURE(dtype);
+    Pair t(dt, {1001});
+    run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::fill, t[s], -0.3); });
+    expect_close(t, tol_for(dt), "fill");
+    CHECK(download(t.dev_side())[1000] == round_to(dt, -0.3));
+  }
+  SUBCASE("i32") {
+    Pair t = Pair::ids({77}, std::vector<int32_t>(77, 5));
+    run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::fill, t[s], 7.0); });
+    CHECK(download(t.dev_side()) == Vec(77, 7.0));
+  }
+  SUBCASE("a view: byte_offset honoured, the rest untouched") {
+    Pair t(f32(), {10, 13}, random_vec(130, 41));
+    run_both([&](const loom::Backend& B, int s) {
+      loom::View rows(t[s], {3, 13}, 4 * 13);  // rows 4..6
+      B.call(&loom_ops::fill, rows.get(), 2.5);
+    });
+    expect_close(t, 0.0, "fill of rows 4..6");
+  }
+}
+
+TEST_CASE("copy and casts") {
+  // Random values plus the edges of each format: ties (to even), f16 overflow to infinity,
+  // f16 subnormals, signed zero.
+  Vec vals = random_vec(997, 51, -100.0, 100.0);
+  for (double x : {0.0, -0.0, 1e-6, -3e-5, 6e-8, 65504.0, 65520.0, -70000.0, 1e30, -1e-30,
+                   1.00390625, 1.01171875, 3.0517578125e-05})
+    vals.push_back(x);
+  const int64_t n = static_cast<int64_t>(vals.size());
+  struct Cast {
+    DLDataType from, to;
+  };
+  for (Cast c : {Cast{f32(), f32()}, Cast{f32(), bf16()}, Cast{bf16(), f32()}, Cast{f32(), f16()},
+                 Cast{f16(), f32()}, Cast{bf16(), bf16()}}) {
+    const std::string cast = dtype_name(c.from) + " -> " + dtype_name(c.to);
+    CAPTURE(cast);
+    // The expected bits: the source's stored values, rounded to nearest-even into `to`.
+    const Vec src_vals = round_to(c.from, vals);
+    loom::Tensor src(dev(), c.from, {n}), dst(dev(), c.to, {n});
+    upload(src, src_vals);
+    poison(dst);
+    dev().call(&loom_ops::copy, dst.get(), src.get());
+    const Vec got = download(dst), want = round_to(c.to, src_vals);
+    for (int64_t i = 0; i < n; ++i)
+      if (!(got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]))) {
+        FAIL_CHECK("element " << i << ": " << src_vals[i] << " became " << got[i] << ", expected "
+                              << want[i]);
+        break;
+      }
+  }
+  SUBCASE("i32") {
+    std::vector<int32_t> ids = random_ids(333, 52, -5, 1 << 30);
+    Pair a = Pair::ids({333}, ids), b = Pair::ids({333}, std::vector<int32_t>(333, 0));
+    run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::copy, b[s], a[s]); });
+    CHECK(download(b.dev_side()) == Vec(ids.begin(), ids.end()));
+  }
+  SUBCASE("between views of one buffer") {
+    Pair t(f32(), {12, 7}, random_vec(84, 53));
+    run_both([&](const loom::Backend& B, int s) {
+      loom::View from(t[s], {3, 7}, 0), to(t[s], {3, 7}, 8 * 7);
+      B.call(&loom_ops::copy, to.get(), static_cast<const DLTensor*>(from.get()));
+    });
+    expect_close(t, 0.0, "copy rows 0..2 to rows 8..10");
+  }
+}
+
+// ---- add, axpby, sum_squares -----------------------------------------------------------------
+namespace {
+void run_elementwise(DLDataType dt) {
+  const double tol = tol_for(dt);
+  const int64_t n = 100003;
+  Pair a(dt, {n}, random_vec(n, 61)), b(dt, {n}, random_vec(n, 62)), out(dt, {n});
+  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::add, out[s], a[s], b[s]); });
+  expect_close(out, tol, "add");
+  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::add, a[s], a[s], b[s]); });
+  expect_close(a, tol, "add, out aliasing a");
+
+  Pair y(dt, {n}, random_vec(n, 63)), x(dt, {n}, random_vec(n, 64));
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::axpby, y[s], 0.75, static_cast<const DLTensor*>(x[s]), -1.25);
+  });
+  expect_close(y, tol, "axpby");
+  y.poison_both();  // beta == 0: y is not read (BLAS convention, as backend/cpu)
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::axpby, y[s], -2.0, static_cast<const DLTensor*>(x[s]), 0.0);
+  });
+  expect_close(y, tol, "axpby beta 0 over NaN");
+
+  for (int64_t len : {int64_t{1}, int64_t{37}, int64_t{1000003}}) {
+    Pair v(dt, {len}, random_vec(len, 65 + len, -2.0, 2.0));
+    double got[2] = {0, 0};
+    run_both([&](const loom::Backend& B, int s) {
+      B.call(&loom_ops::sum_squares, static_cast<const DLTensor*>(v[s]), &got[s]);
+    });
+    // Inputs are exact in f32 on both sides, squares and sums in double: f32-tight for bf16 too.
+    CHECK_MESSAGE(std::fabs(got[1] - got[0]) <= kTolF32 * got[0],
+                  "sum_squares of " << len << ": " << got[1] << " vs " << got[0]);
+  }
+}
+}  // namespace
+
+TEST_CASE("add, axpby, sum_squares f32") { run_elementwise(f32()); }
+TEST_CASE("add, axpby, sum_squares [bf16]") { run_elementwise(bf16()); }
+
+// ---- embedding ------------------------------------------------------------------------------
+namespace {
+void run_embedding(DLDataType dt, int64_t N, int64_t V, int64_t C, int32_t id_hi) {
+  CAPTURE(N);
+  CAPTURE(V);
+  CAPTURE(C);
+  std::vector<int32_t> ids = random_ids(N, 71, 0, id_hi);  // id_hi << V: many repeats
+  ids[0] = 0, ids[N - 1] = static_cast<int32_t>(V - 1);    // both ends of the table
+  Pair id = Pair::ids({N}, ids);
+  Pair table(dt, {V, C}, random_vec(V * C, 72));
+  Pair out(dt, {N, C});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::embedding_forward, out[s], id[s], table[s], 0);
+  });
+  expect_close(out, tol_for(dt), "embedding_forward (=)");
+  out.set(random_vec(N * C, 73));
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::embedding_forward, out[s], id[s], table[s], 1);
+  });
+  expect_close(out, tol_for(dt), "embedding_forward (+=)");
+
+  // dtable is the f32 main grad whatever the activations' dtype.
+  const Vec dt0 = random_vec(V * C, 74);
+  Pair dtable(f32(), {V, C}, dt0);
+  Pair dout(dt, {N, C}, random_vec(N * C, 75));
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::embedding_backward, dtable[s], id[s], dout[s]);
+  });
+  expect_close(dtable, tol_for(dt), "embedding_backward (+=)");
+  const Vec first = download(dtable.dev_side());
+  upload(dtable.dev_side(), dt0);
+  dev().call(&loom_ops::embedding_backward, dtable[1], id[1], dout[1]);
+  expect_same(download(dtable.dev_side()), first, "embedding_backward");
+}
+}  // namespace
+
+TEST_CASE("embedding_forward, embedding_backward f32") {
+  run_embedding(f32(), 333, 1001, 771, 40);
+  run_embedding(f32(), 1024, 8192, 768, 8191);
+}
+TEST_CASE("embedding_forward, embedding_backward [bf16]") {
+  run_embedding(bf16(), 333, 1001, 771, 40);
+  run_embedding(bf16(), 1024, 8192, 768, 8191);
+}

@@ -1,0 +1,324 @@
+// Every loom_ops slot on the device backend against backend/cpu, part 2: normalisation,
+// activations, attention pieces (softmax, RoPE), the losses and the optimizer steps. Same
+// rules as part 1 (test_ops_vs_cpu.cpp): identical inputs, poisoned outputs, f32/bf16 bounds
+// relative to the reference's largest magnitude. Mixed precision as backend.h: bf16
+// activations with f32 statistics (mean, rstd, lse, CE stats), f32 losses, and f32 parameter
+// gradients (dweight, dbias); the optimizers are f32 only.
+#include <cmath>
+
+#include "gpu_pair.hpp"
+
+using namespace gputest;
+
+namespace {
+
+// The cpu's saved statistics, handed to both sides' backward: the backward is then tested
+// on its own, not through the forward's rounding.
+Vec cpu_values(Pair& p) { return download(p.cpu_side()); }
+
+// ---- layernorm / rmsnorm ----------------------------------------------------------------------
+void run_layernorm(DLDataType dt, int64_t N, int64_t C, bool with_bias) {
+  CAPTURE(N);
+  CAPTURE(C);
+  CAPTURE(with_bias);
+  const double tol = tol_for(dt);
+  Pair inp(dt, {N, C}, random_vec(N * C, 101, -2.0, 3.0));  // mean far from 0
+  Pair w(dt, {C}, random_vec(C, 102, 0.5, 1.5)), b(dt, {C}, random_vec(C, 103, -0.5, 0.5));
+  Pair out(dt, {N, C}), mean(f32(), {N}), rstd(f32(), {N});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::layernorm_forward, out[s], mean[s], rstd[s], inp[s], w[s],
+           with_bias ? b[s] : nullptr, 1e-5);
+  });
+  expect_close(out, tol, "layernorm_forward out");
+  expect_close(mean, kTolF32, "layernorm_forward mean");
+  expect_close(rstd, kTolF32, "layernorm_forward rstd");
+
+  mean.set(cpu_values(mean));
+  rstd.set(cpu_values(rstd));
+  Pair dout(dt, {N, C}, random_vec(N * C, 104)), dinp(dt, {N, C});
+  const Vec dw0 = random_vec(C, 105), db0 = random_vec(C, 106);
+  Pair dw(f32(), {C}, dw0), db(f32(), {C}, db0);
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::layernorm_backward, dinp[s], dw[s], with_bias ? db[s] : nullptr, dout[s],
+           inp[s], w[s], mean[s], rstd[s]);
+  });
+  expect_close(dinp, tol, "layernorm_backward dinp (=)");
+  expect_close(dw, tol, "layernorm_backward dweight (+=)");
+  if (with_bias) expect_close(db, tol, "layernorm_backward dbias (+=)");
+  const Vec first = download(dw.dev_side());
+  upload(dw.dev_side(), dw0);
+  dev().call(&loom_ops::layernorm_backward, dinp[1], dw[1], with_bias ? db[1] : nullptr, dout[1],
+             inp[1], w[1], mean[1], rstd[1]);
+  expect_same(download(dw.dev_side()), first, "layernorm_backward dweight");
+}
+
+void run_rmsnorm(DLDataType dt, int64_t N, int64_t C) {
+  CAPTURE(N);
+  CAPTURE(C);
+  const double tol = tol_for(dt);
+  Pair inp(dt, {N, C}, random_vec(N * C, 111, -2.0, 3.0));
+  Pair w(dt, {C}, random_vec(C, 112, 0.5, 1.5));
+  Pair out(dt, {N, C}), rstd(f32(), {N});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::rmsnorm_forward, out[s], rstd[s], inp[s], w[s], 1e-5);
+  });
+  expect_close(out, tol, "rmsnorm_forward out");
+  expect_close(rstd, kTolF32, "rmsnorm_forward rstd");
+
+  rstd.set(cpu_values(rstd));
+  Pair dout(dt, {N, C}, random_vec(N * C, 113)), dinp(dt, {N, C});
+  const Vec dw0 = random_vec(C, 114);
+  Pair dw(f32(), {C}, dw0);
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::rmsnorm_backward, dinp[s], dw[s], dout[s], inp[s], w[s], rstd[s]);
+  });
+  expect_close(dinp, tol, "rmsnorm_backward dinp (=)");
+  expect_close(dw, tol, "rmsnorm_backward dweight (+=)");
+  const Vec first = download(dw.dev_side());
+  upload(dw.dev_side(), dw0);
+  dev().call(&loom_ops::rmsnorm_backward, dinp[1], dw[1], dout[1], inp[1], w[1], rstd[1]);
+  expect_same(download(dw.dev_side()), first, "rmsnorm_backward dweight");
+}
+
+void run_norms(DLDataType dt) {
+  run_layernorm(dt, 37, 771, true);
+  run_layernorm(dt, 37, 771, false);
+  run_layernorm(dt, 256, 768, true);
+  run_layernorm(dt, 3, 2048, true);
+  run_rmsnorm(dt, 37, 771);
+  run_rmsnorm(dt, 256, 768);
+  run_rmsnorm(dt, 3, 2048);
+}
+
+// ---- gelu / swiglu --------------------------------------------------------------------------
+void run_activations(DLDataType dt, int64_t N, int64_t H) {
+  CAPTURE(N);
+  CAPTURE(H);
+  const double tol = tol_for(dt);
+  Pair x(dt, {N, H}, random_vec(N * H, 121, -6.0, 6.0)), y(dt, {N, H});
+  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::gelu_forward, y[s], x[s]); });
+  expect_close(y, tol, "gelu_forward");
+  Pair dy(dt, {N, H}, random_vec(N * H, 122)), dx(dt, {N, H});
+  run_both(
+      [&](const loom::Backend& B, int s) { B.call(&loom_ops::gelu_backward, dx[s], x[s], dy[s]); });
+  expect_close(dx, tol, "gelu_backward");
+
+  Pair gu(dt, {N, 2 * H}, random_vec(N * 2 * H, 123, -6.0, 6.0)), h(dt, {N, H});
+  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::swiglu_forward, h[s], gu[s]); });
+  expect_close(h, tol, "swiglu_forward");
+  Pair dgu(dt, {N, 2 * H});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::swiglu_backward, dgu[s], gu[s], dy[s]);
+  });
+  expect_close(dgu, tol, "swiglu_backward");
+}
+
+// ---- softmax / rope ----------------------------------------------------------------------------
+void run_softmax(DLDataType dt, int64_t Bt, int64_t Tq, int64_t Tk, bool causal, bool with_lse) {
+  CAPTURE(Bt);
+  CAPTURE(Tq);
+  CAPTURE(Tk);
+  CAPTURE(causal);
+  const double tol = tol_for(dt);
+  Pair s_(dt, {Bt, Tq, Tk}, random_vec(Bt * Tq * Tk, 131, -4.0, 4.0));
+  Pair lse(f32(), {Bt, Tq});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_forward, s_[s], with_lse ? lse[s] : nullptr, 0.35, causal ? 1 : 0);
+  });
+  expect_close(s_, tol, "softmax_forward probabilities");
+  if (with_lse) expect_close(lse, kTolF32, "softmax_forward lse");
+
+  Pair p(dt, {Bt, Tq, Tk}, cpu_values(s_));
+  Pair dp(dt, {Bt, Tq, Tk}, random_vec(Bt * Tq * Tk, 132)), ds(dt, {Bt, Tq, Tk});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_backward, ds[s], p[s], dp[s], 0.35);
+  });
+  expect_close(ds, tol, "softmax_backward");
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_backward, dp[s], p[s], dp[s], 0.35);
+  });
+  expect_close(dp, tol, "softmax_backward, ds aliasing dp");
+}
+
+void run_rope(DLDataType dt, int64_t B_, int64_t T, int64_t H, int64_t D, int64_t pos,
+              double theta) {
+  CAPTURE(T);
+  CAPTURE(D);
+  CAPTURE(pos);
+  CAPTURE(theta);
+  const int64_t n = B_ * T * H * D;
+  Pair x(dt, {B_, T, H, D}, random_vec(n, 141));
+  run_both(
+      [&](const loom::Backend& B, int s) { B.call(&loom_ops::rope_forward, x[s], pos, theta); });
+  expect_close(x, tol_for(dt), "rope_forward");
+  x.set(random_vec(n, 142));
+  run_both(
+      [&](const loom::Backend& B, int s) { B.call(&loom_ops::rope_backward, x[s], pos, theta); });
+  expect_close(x, tol_for(dt), "rope_backward");
+}
+
+}  // namespace
+
+TEST_CASE("layernorm, rmsnorm f32") { run_norms(f32()); }
+TEST_CASE("layernorm, rmsnorm [bf16]") { run_norms(bf16()); }
+
+TEST_CASE("gelu, swiglu f32") {
+  run_activations(f32(), 37, 771);
+  run_activations(f32(), 64, 3072);
+}
+TEST_CASE("gelu, swiglu [bf16]") {
+  run_activations(bf16(), 37, 771);
+  run_activations(bf16(), 64, 3072);
+}
+
+namespace {
+void run_softmaxes(DLDataType dt) {
+  run_softmax(dt, 5, 33, 33, false, true);
+  run_softmax(dt, 5, 33, 33, true, true);
+  run_softmax(dt, 3, 7, 45, true, true);      // Tq < Tk: queries are the last 7 of 45 positions
+  run_softmax(dt, 2, 9, 5, true, true);       // Tq > Tk: the first 4 rows fully masked (lse -inf)
+  run_softmax(dt, 4, 17, 17, true, false);    // no lse
+  run_softmax(dt, 12, 256, 256, true, true);  // GPT-2 heads
+  run_softmax(dt, 2, 3, 1029, false, true);   // a row longer than any block
+}
+void run_ropes(DLDataType dt) {
+  run_rope(dt, 2, 7, 3, 64, 0, 10000.0);
+  run_rope(dt, 1, 5, 2, 6, 5, 10000.0);  // D/2 = 3: odd half
+  // Positions of a 2048/4096-token context: angles must be as exact as the cpu's (double).
+  run_rope(dt, 1, 4, 2, 128, 4090, 500000.0);
+  run_rope(dt, 2, 64, 4, 64, 0, 10000.0);
+}
+}  // namespace
+
+TEST_CASE("softmax_forward, softmax_backward f32") { run_softmaxes(f32()); }
+TEST_CASE("softmax_forward, softmax_backward [bf16]") { run_softmaxes(bf16()); }
+TEST_CASE("rope_forward, rope_backward f32") { run_ropes(f32()); }
+TEST_CASE("rope_forward, rope_backward [bf16]") { run_ropes(bf16()); }
+
+// ---- losses -------------------------------------------------------------------------------------
+namespace {
+// Targets over [0, V) with every 5th ignored (-1).
+std::vector<int32_t> targets_for(int64_t N, int32_t V, uint64_t seed) {
+  std::vector<int32_t> t = random_ids(N, seed, 0, V - 1);
+  for (int64_t i = 0; i < N; i += 5) t[i] = -1;
+  return t;
+}
+
+void run_cross_entropy(DLDataType dt, int64_t N, int64_t V) {
+  CAPTURE(N);
+  CAPTURE(V);
+  const double tol = tol_for(dt);
+  Pair logits(dt, {N, V}, random_vec(N * V, 151, -5.0, 5.0));
+  Pair tg = Pair::ids({N}, targets_for(N, static_cast<int32_t>(V), 152));
+  Pair losses(f32(), {N}), dlogits(dt, {N, V});
+  const double dloss = 1.0 / 29;
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_cross_entropy, losses[s], dlogits[s], logits[s], tg[s], dloss);
+  });
+  // Losses are f32 but computed from bf16 logits: the f32 bound holds (same inputs).
+  expect_close(losses, kTolF32, "softmax_cross_entropy losses");
+  expect_close(dlogits, tol, "softmax_cross_entropy dlogits");
+  losses.poison_both();
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_cross_entropy, losses[s], nullptr, logits[s], tg[s], dloss);
+  });
+  expect_close(losses, kTolF32, "softmax_cross_entropy losses, no dlogits");
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::softmax_cross_entropy, losses[s], logits[s], logits[s], tg[s], dloss);
+  });
+  expect_close(logits, tol, "softmax_cross_entropy dlogits aliasing logits");
+}
+
+// One vocabulary slice [vs, vs + Vl) of a larger vocabulary; targets anywhere in it.
+void run_vocab_ce(DLDataType dt, int64_t N, int64_t Vl, int64_t vs) {
+  CAPTURE(N);
+  CAPTURE(Vl);
+  CAPTURE(vs);
+  Pair logits(dt, {N, Vl}, random_vec(N * Vl, 161, -5.0, 5.0));
+  std::vector<int32_t> t = targets_for(N, static_cast<int32_t>(vs + Vl + 500), 162);
+  for (int64_t i = 1; i < N; i += 3) t[i] = static_cast<int32_t>(vs + (i * 7919) % Vl);  // in slice
+  Pair tg = Pair::ids({N}, t);
+  Pair stats(f32(), {N, 3});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::vocab_ce_stats, stats[s], logits[s], tg[s], vs);
+  });
+  expect_close(stats, kTolF32, "vocab_ce_stats");
+
+  // A global lse as if another slice held as much mass again: lse = m + log(2 s).
+  const Vec st = cpu_values(stats);
+  Vec lse(N);
+  for (int64_t n = 0; n < N; ++n) lse[n] = st[3 * n] + std::log(2 * st[3 * n + 1]);
+  Pair l(f32(), {N}, lse), dlogits(dt, {N, Vl});
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::vocab_ce_backward, dlogits[s], logits[s], tg[s], vs, l[s], 0.25);
+  });
+  expect_close(dlogits, tol_for(dt), "vocab_ce_backward");
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::vocab_ce_backward, logits[s], logits[s], tg[s], vs, l[s], 0.25);
+  });
+  expect_close(logits, tol_for(dt), "vocab_ce_backward aliasing logits");
+}
+
+void run_losses(DLDataType dt) {
+  run_cross_entropy(dt, 37, 1001);
+  run_cross_entropy(dt, 64, 50257);  // GPT-2's vocabulary
+  run_vocab_ce(dt, 37, 1001, 0);
+  run_vocab_ce(dt, 37, 1001, 1000);
+  run_vocab_ce(dt, 32, 25129, 25128);  // half of GPT-2's vocabulary at tensor = 2
+}
+}  // namespace
+
+TEST_CASE("softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward f32") { run_losses(f32()); }
+TEST_CASE("softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward [bf16]") { run_losses(bf16()); }
+
+// ---- optimizer steps (f32 main params, grads and state) -----------------------------------------
+namespace {
+// A step moves parameters of magnitude ~1 by ~lr: compare the updates themselves (p - p0), so
+// the bound measures the step, not the parameter's last bits.
+void expect_update_close(Pair& p, const Vec& p0, double tol, const std::string& what) {
+  Vec got = download(p.dev_side()), want = download(p.cpu_side());
+  for (size_t i = 0; i < p0.size(); ++i) got[i] -= p0[i], want[i] -= p0[i];
+  expect_close(got, want, tol, what);
+}
+}  // namespace
+
+TEST_CASE("adamw_step") {
+  const int64_t n = 100003;
+  const Vec p0 = random_vec(n, 171);
+  Pair p(f32(), {n}, p0), g(f32(), {n}, random_vec(n, 172)), m(f32(), {n}, random_vec(n, 173));
+  Pair v(f32(), {n}, random_vec(n, 174, 1e-6, 1e-3));
+  for (int64_t step : {int64_t{1}, int64_t{2}, int64_t{10}}) {
+    CAPTURE(step);
+    const Vec before = download(p.cpu_side());
+    p.set(before);  // both sides start the step from the cpu's parameters
+    run_both([&](const loom::Backend& B, int s) {
+      loom_adamw_args a{
+          LOOM_ADAMW_ARGS_SIZE_V1, p[s], g[s], m[s], v[s], 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
+      B.call(&loom_ops::adamw_step, &a);
+    });
+    expect_update_close(p, before, 1e-3, "adamw_step param update");
+    expect_close(m, kTolF32, "adamw_step m");
+    expect_close(v, kTolF32, "adamw_step v");
+    m.set(download(m.cpu_side()));
+    v.set(download(v.cpu_side()));
+    g.set(random_vec(n, 175 + step));
+  }
+}
+
+TEST_CASE("sgd_step") {
+  const int64_t n = 100003;
+  const Vec p0 = random_vec(n, 181);
+  Pair p(f32(), {n}, p0), g(f32(), {n}, random_vec(n, 182)), buf(f32(), {n}, random_vec(n, 183));
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::sgd_step, p[s], g[s], buf[s], 0.01, 0.9, 0.01, 0.5);
+  });
+  expect_update_close(p, p0, 1e-3, "sgd_step momentum param update");
+  expect_close(buf, kTolF32, "sgd_step momentum buffer");
+
+  const Vec p1 = download(p.cpu_side());
+  p.set(p1);
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::sgd_step, p[s], g[s], nullptr, 0.01, 0.0, 0.01, 0.5);
+  });
+  expect_update_close(p, p1, 1e-3, "sgd_step plain (buf NULL) param update");
+}
