@@ -46,26 +46,7 @@ struct Ctx {
   // c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta * c
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Mat a, Mat b, DLTensor* c,
             int64_t ldc, int64_t offc, double beta) const {
-    loom_gemm_args g{};
-    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
-    g.trans_a = ta;
-    g.trans_b = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.alpha = 1.0;
-    g.beta = beta;
-    g.a = a.t;
-    g.lda = a.ld;
-    g.offset_a = a.off;
-    g.b = b.t;
-    g.ldb = b.ld;
-    g.offset_b = b.off;
-    g.c = c;
-    g.ldc = ldc;
-    g.offset_c = offc;
-    g.batch = 1;
-    be.call(&loom_ops::gemm, &g);
+    loom::gemm(be, ta, tb, m, n, k, a.t, a.ld, a.off, b.t, b.ld, b.off, c, ldc, offc, beta);
   }
   // Saved normalisation statistics: f32, or f64 in f64 runs so that finite-difference
   // tests see exact values (backend/cpu accepts both). The attention lse is always f32.

@@ -20,6 +20,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
 #include "loom/parallel.h"
 
 namespace {
@@ -28,15 +29,6 @@ size_t nbytes(const DLTensor* t) {
   return static_cast<size_t>(loom_tensor_numel(t)) * loom_dtype_bytes(t->dtype);
 }
 char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
-bool compact(const DLTensor* t) {
-  if (t->strides == nullptr) return true;
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
-    expect *= t->shape[d];
-  }
-  return true;
-}
 
 // Consecutive gradients reduced by one all-reduce: packed when there are several,
 // in place when there is one.
@@ -130,7 +122,7 @@ class Ddp {
       DLTensor* g = grads[i];
       const size_t n = nbytes(g);
       const bool packable =
-          group_size > 1 && g->device.device_type == kDLCPU && compact(g) && n < limit;
+          group_size > 1 && g->device.device_type == kDLCPU && loom::is_compact(g) && n < limit;
       const Bucket* last = buckets_.empty() ? nullptr : &buckets_.back();
       const bool fits = packable && last && last->packed && loom_dtype_eq(last->dtype, g->dtype) &&
                         last->bytes + n <= limit;

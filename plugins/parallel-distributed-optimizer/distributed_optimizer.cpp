@@ -26,16 +26,6 @@ namespace {
 
 const std::string kPrefix = "parallel/distributed-optimizer: ";
 
-bool compact(const DLTensor* t) {
-  if (t->strides == nullptr) return true;
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
-    expect *= t->shape[d];
-  }
-  return true;
-}
-
 // A 1-D view of `n` elements of dtype `dt` starting `elem` elements (of dt) into base's
 // memory. Owns its shape, so it must not move once handed out (kept in a deque).
 struct Slice {
@@ -60,7 +50,8 @@ class DistOpt {
     for (size_t i = 0; i < num_grads; ++i) {
       const DLTensor* g = grads[i];
       loom::require(g != nullptr, kPrefix + "gradient " + std::to_string(i) + " is NULL");
-      loom::require(compact(g), kPrefix + "gradient " + std::to_string(i) + " is not compact");
+      loom::require(loom::is_compact(g),
+                    kPrefix + "gradient " + std::to_string(i) + " is not compact");
       if (i == 0) gdt_ = g->dtype;
       loom::require(loom_dtype_eq(g->dtype, gdt_),
                     kPrefix + "gradient " + std::to_string(i) +
@@ -127,7 +118,7 @@ class DistOpt {
                     which + " has " + std::to_string(loom_tensor_numel(p)) +
                         " elements but its gradient " +
                         std::to_string(loom_tensor_numel(grads_[i])));
-      loom::require(compact(p), which + " is not compact");
+      loom::require(loom::is_compact(p), which + " is not compact");
       if (i == 0) pdt_ = p->dtype;
       loom::require(loom_dtype_eq(p->dtype, pdt_), which + " has another dtype than parameter 0");
       loom::require(out[i].struct_size >= LOOM_PARAM_SHARD_SIZE_V1_1,

@@ -111,4 +111,42 @@ class View {
   DLTensor t_{};
 };
 
+// Whether a tensor's elements are contiguous in row-major order (no strides, or strides
+// that say so; extents of 1 may have any stride).
+inline bool is_compact(const DLTensor* t) {
+  if (t->strides == nullptr) return true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+// c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets.
+inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                 const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
+                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta) {
+  loom_gemm_args g{};
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = 1.0;
+  g.beta = beta;
+  g.a = a;
+  g.lda = lda;
+  g.offset_a = offa;
+  g.b = b;
+  g.ldb = ldb;
+  g.offset_b = offb;
+  g.c = c;
+  g.ldc = ldc;
+  g.offset_c = offc;
+  g.batch = 1;
+  be.call(&loom_ops::gemm, &g);
+}
+
 }  // namespace loom

@@ -103,32 +103,6 @@ struct ReduceScatterToSequenceRegion {
   }
 };
 
-// c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets.
-inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                 const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
-                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta) {
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = 1.0;
-  g.beta = beta;
-  g.a = a;
-  g.lda = lda;
-  g.offset_a = offa;
-  g.b = b;
-  g.ldb = ldb;
-  g.offset_b = offb;
-  g.c = c;
-  g.ldc = ldc;
-  g.offset_c = offc;
-  g.batch = 1;
-  be.call(&loom_ops::gemm, &g);
-}
-
 // Rows [row0, row0 + out) of a local (rows, in) weight: the shard of one block of a fused
 // projection (q, k or v of c_attn) or a whole column-parallel shard.
 struct LocalLinear {
