@@ -1,0 +1,425 @@
+// attention/cudnn: fused flash attention (forward saving the softmax statistics, backward)
+// through cuDNN 9's backend graph API. Each pass is one operation graph of matmul,
+// pointwise, reduction and reshape nodes in the shape cudnn_frontend's SDPA node lowers to,
+// which cuDNN's runtime-fusion engine recognises and compiles into one flash-attention
+// kernel. Plans are built once per shape key and cached; the workspace is grown, never freed
+// until destroy.
+//
+// Layouts (attention.h): q(B,T,Hq,D), k/v(B,S,Hkv,D), out(B,T,Hq,D), lse(B,Hq,T) f32.
+// cuDNN works in (b,h,s,d) dims with arbitrary strides, so loom's BTHD buffers are handed
+// over as they are: dims (B,H,T,D), strides (T*H*D, D, H*D, 1); K^T is K's buffer seen with
+// its last two strides swapped. lse is cuDNN's "stats" (max + log sum exp of the scaled
+// scores, per row), dims (B,H,T,1).
+//
+// Limits, refused with a message: bf16/f16 only; Hq == Hkv (GQA needs a per-group reduction
+// of dK/dV this plugin does not build yet); causal only with T == S (cuDNN's GEN_INDEX mask
+// here is row >= col, top-left aligned; loom's is bottom-right, equal only when T == S).
+//
+// Stream: backend/cuda's stream is not reachable through the ABI (v1.1), so each call
+// synchronises the device before (the inputs are complete) and after (the outputs are).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cudnn_backend.hpp"
+#include "loom/cpp/plugin.hpp"
+
+namespace {
+
+using cudnn_attn::Desc;
+using cudnn_attn::Kind;
+using cudnn_attn::Plan;
+
+void cuda_check(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return;
+  throw loom::Error(
+      e == cudaErrorMemoryAllocation ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL,
+      "attention/cudnn: " + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+// Unique ids of the buffers in the variant pack. K and V appear twice in the backward
+// (as K^T / V^T for the score matmuls, as K for dQ): same memory, different descriptors.
+// What masked scores become: the most negative finite float, so exp() gives exactly 0 with
+// no inf arithmetic (no row is fully masked: causal here keeps the diagonal).
+constexpr float kMaskValue = std::numeric_limits<float>::lowest();
+
+enum Uid : int64_t {
+  kQ = 1,
+  kKT,
+  kVT,
+  kO,
+  kStats,
+  kScale,
+  kNegInf,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kSum,
+  kK,
+  kV,
+  kVirtual = 100  // virtual intermediates count up from here
+};
+
+struct Shape {
+  int64_t B, T, S, H, D;
+  bool f16, causal;
+  auto key() const { return std::tuple(B, T, S, H, D, f16, causal); }
+};
+
+// A cached pass: every descriptor the plan was built from (kept alive with it) and the plan.
+struct Graph {
+  std::vector<std::unique_ptr<Desc>> descs;
+  Plan plan;
+  int64_t next_virtual = kVirtual;
+
+  const Desc& add(Desc d) {
+    descs.push_back(std::make_unique<Desc>(std::move(d)));
+    return *descs.back();
+  }
+  const Desc& buffer(const char* name, int64_t uid, cudnnDataType_t dt, std::vector<int64_t> dims,
+                     std::vector<int64_t> strides) {
+    return add(cudnn_attn::tensor(name, uid, dt, dims, strides, Kind::Buffer));
+  }
+  const Desc& scalar(const char* name, int64_t uid) {
+    return add(
+        cudnn_attn::tensor(name, uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, Kind::ByValue));
+  }
+  const Desc& virt(const char* name, std::vector<int64_t> dims,
+                   cudnnDataType_t dt = CUDNN_DATA_FLOAT) {
+    std::vector<int64_t> strides(dims.size(), 1);  // compact row-major
+    for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+    return add(cudnn_attn::tensor(name, next_virtual++, dt, dims, strides, Kind::Virtual));
+  }
+};
+
+// Dims/strides of a BTHD buffer seen as (b,h,rows,d), and of its transpose (b,h,d,rows).
+std::vector<int64_t> bhsd_dims(const Shape& s, int64_t rows) { return {s.B, s.H, rows, s.D}; }
+std::vector<int64_t> bhsd_strides(const Shape& s, int64_t rows) {
+  return {rows * s.H * s.D, s.D, s.H * s.D, 1};
+}
+std::vector<int64_t> bhds_dims(const Shape& s, int64_t rows) { return {s.B, s.H, s.D, rows}; }
+std::vector<int64_t> bhds_strides(const Shape& s, int64_t rows) {
+  return {rows * s.H * s.D, s.D, 1, s.H * s.D};
+}
+
+// Scores (b,h,T,S) = scale * Q K^T, with the causal mask applied when asked: the shared
+// front of both passes. Returns the masked, scaled scores.
+const Desc& scaled_scores(Graph& g, std::vector<const Desc*>& ops, const Shape& s, const Desc& q,
+                          const Desc& kt, const Desc& scale) {
+  const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S};
+  const Desc& raw = g.virt("qk", sdims);
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm q@k^T", q, kt, raw)));
+  const Desc& scaled = g.virt("qk_scaled", sdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("scale", CUDNN_POINTWISE_MUL, raw, &scale, nullptr, scaled)));
+  if (!s.causal) return scaled;
+  // mask = row >= col (T == S here); masked = mask ? scaled : lowest float (as cudnn_frontend
+  // does).
+  const Desc& row = g.virt("row_index", sdims, CUDNN_DATA_INT32);
+  ops.push_back(&g.add(cudnn_attn::pointwise("gen row index", CUDNN_POINTWISE_GEN_INDEX, scaled,
+                                             nullptr, nullptr, row, CUDNN_DATA_INT32, 2)));
+  const Desc& col = g.virt("col_index", sdims, CUDNN_DATA_INT32);
+  ops.push_back(&g.add(cudnn_attn::pointwise("gen col index", CUDNN_POINTWISE_GEN_INDEX, scaled,
+                                             nullptr, nullptr, col, CUDNN_DATA_INT32, 3)));
+  const Desc& mask = g.virt("causal_mask", sdims, CUDNN_DATA_BOOLEAN);
+  ops.push_back(&g.add(cudnn_attn::pointwise("row >= col", CUDNN_POINTWISE_CMP_GE, row, &col,
+                                             nullptr, mask, CUDNN_DATA_BOOLEAN)));
+  const Desc& neg_inf = g.scalar("neg_inf", kNegInf);
+  const Desc& masked = g.virt("qk_masked", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("causal select", CUDNN_POINTWISE_BINARY_SELECT, scaled,
+                                             &neg_inf, &mask, masked)));
+  return masked;
+}
+
+// Forward: stats = max + log(sum exp(x - max)), P = exp(x - max) / sum, O = P V.
+void build_forward(Graph& g, cudnnHandle_t h, const Shape& s) {
+  const cudnnDataType_t io = s.f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+  const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S}, rdims{s.B, s.H, s.T, 1};
+  std::vector<const Desc*> ops;
+  const Desc& q = g.buffer("q", kQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& kt = g.buffer("k^T", kKT, io, bhds_dims(s, s.S), bhds_strides(s, s.S));
+  const Desc& v = g.buffer("v", kV, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
+  const Desc& o = g.buffer("o", kO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& stats = g.buffer("stats", kStats, CUDNN_DATA_FLOAT, rdims, {s.H * s.T, s.T, 1, 1});
+  const Desc& scale = g.scalar("attn_scale", kScale);
+  const Desc& x = scaled_scores(g, ops, s, q, kt, scale);
+  const Desc& mx = g.virt("row_max", rdims);
+  ops.push_back(&g.add(cudnn_attn::reduction("row max", CUDNN_REDUCE_TENSOR_MAX, x, mx)));
+  const Desc& xm = g.virt("x_minus_max", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("x - max", CUDNN_POINTWISE_SUB, x, &mx, nullptr, xm)));
+  const Desc& e = g.virt("exp", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("exp", CUDNN_POINTWISE_EXP, xm, nullptr, nullptr, e)));
+  const Desc& sum = g.virt("row_sum", rdims);
+  ops.push_back(&g.add(cudnn_attn::reduction("row sum", CUDNN_REDUCE_TENSOR_ADD, e, sum)));
+  const Desc& lg = g.virt("log_sum", rdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("log", CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, lg)));
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("stats", CUDNN_POINTWISE_ADD, mx, &lg, nullptr, stats)));
+  const Desc& p = g.virt("probs", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("softmax", CUDNN_POINTWISE_DIV, e, &sum, nullptr, p)));
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm p@v", p, v, o)));
+  g.plan = cudnn_attn::make_plan(h, ops, "forward");
+}
+
+// Backward (FlashAttention-2): sum_i = rowsum(dO * O) (into a f32 buffer of ours),
+// P = exp(x - stats), dV = P^T dO, dP = dO V^T, dS = scale * P * (dP - sum),
+// dQ = dS K, dK = dS^T Q.
+void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
+  const cudnnDataType_t io = s.f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+  const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S}, rdims{s.B, s.H, s.T, 1};
+  const std::vector<int64_t> rstrides{s.H * s.T, s.T, 1, 1};
+  std::vector<const Desc*> ops;
+  const Desc& q = g.buffer("q", kQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& kt = g.buffer("k^T", kKT, io, bhds_dims(s, s.S), bhds_strides(s, s.S));
+  const Desc& k = g.buffer("k", kK, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
+  const Desc& vt = g.buffer("v^T", kVT, io, bhds_dims(s, s.S), bhds_strides(s, s.S));
+  const Desc& o = g.buffer("o", kO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& dout = g.buffer("dO", kDO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& stats = g.buffer("stats", kStats, CUDNN_DATA_FLOAT, rdims, rstrides);
+  const Desc& rowsum = g.buffer("softmax_sum", kSum, CUDNN_DATA_FLOAT, rdims, rstrides);
+  const Desc& dq = g.buffer("dQ", kDQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
+  const Desc& dk = g.buffer("dK", kDK, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
+  const Desc& dv = g.buffer("dV", kDV, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
+  const Desc& scale = g.scalar("attn_scale", kScale);
+
+  const Desc& dot = g.virt("dO*O", bhsd_dims(s, s.T));
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("dO * O", CUDNN_POINTWISE_MUL, dout, &o, nullptr, dot)));
+  ops.push_back(
+      &g.add(cudnn_attn::reduction("rowsum(dO*O)", CUDNN_REDUCE_TENSOR_ADD, dot, rowsum)));
+
+  const Desc& x = scaled_scores(g, ops, s, q, kt, scale);
+  const Desc& xs = g.virt("x_minus_stats", sdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("x - stats", CUDNN_POINTWISE_SUB, x, &stats, nullptr, xs)));
+  const Desc& p = g.virt("probs", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("exp", CUDNN_POINTWISE_EXP, xs, nullptr, nullptr, p)));
+
+  // (b,h,S,T) views of (b,h,T,S) virtuals: same memory order, last two strides swapped.
+  auto transposed = [&](const char* name, const Desc& src) -> const Desc& {
+    const Desc& t =
+        g.add(cudnn_attn::tensor(name, g.next_virtual++, CUDNN_DATA_FLOAT, {s.B, s.H, s.S, s.T},
+                                 {s.H * s.T * s.S, s.T * s.S, 1, s.S}, Kind::Virtual));
+    ops.push_back(&g.add(cudnn_attn::reshape(std::string("transpose ") + name, src, t)));
+    return t;
+  };
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm p^T@dO", transposed("p^T", p), dout, dv)));
+
+  const Desc& dp = g.virt("dP", sdims);
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm dO@v^T", dout, vt, dp)));
+  const Desc& dpm = g.virt("dP-sum", sdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("dP - sum", CUDNN_POINTWISE_SUB, dp, &rowsum, nullptr, dpm)));
+  const Desc& ds = g.virt("dS_unscaled", sdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("P * (dP - sum)", CUDNN_POINTWISE_MUL, p, &dpm, nullptr, ds)));
+  const Desc& dss = g.virt("dS", sdims);
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("dS * scale", CUDNN_POINTWISE_MUL, ds, &scale, nullptr, dss)));
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq)));
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm dS^T@q", transposed("dS^T", dss), q, dk)));
+  g.plan = cudnn_attn::make_plan(h, ops, "backward");
+}
+
+void* data(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+
+bool compact(const DLTensor* t) {
+  if (!t->strides) return true;
+  int64_t expect = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+    expect *= t->shape[i];
+  }
+  return true;
+}
+
+// Checks one tensor operand: on a CUDA device, compact, 16-byte aligned, of the dtype.
+void check_operand(const DLTensor* t, const char* name, DLDataType dt, std::vector<int64_t> shape) {
+  const std::string n = std::string("attention/cudnn: ") + name;
+  loom::require(t != nullptr, n + " is required");
+  loom::require(t->device.device_type == kDLCUDA || t->device.device_type == kDLCUDAManaged,
+                n + " is not in CUDA memory (use backend/cuda)");
+  loom::require(loom_dtype_eq(t->dtype, dt), n + " has the wrong dtype");
+  loom::require(t->ndim == static_cast<int>(shape.size()), n + " has the wrong number of dims");
+  for (size_t i = 0; i < shape.size(); ++i)
+    loom::require(t->shape[i] == shape[i], n + " has the wrong shape");
+  loom::require(compact(t), n + " must be compact (row-major)");
+  loom::require(reinterpret_cast<uintptr_t>(data(t)) % 16 == 0, n + " must be 16-byte aligned");
+}
+
+class CudnnAttention {
+ public:
+  explicit CudnnAttention(const loom_host* host) : host_(host) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+      throw loom::Error(
+          LOOM_ERR_UNIMPLEMENTED,
+          std::string("attention/cudnn: no CUDA device (cudaGetDeviceCount: ") +
+              (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                                : std::string("found 0")) +
+              ")");
+    const size_t version = cudnnGetVersion();
+    loom::require(version >= 90000,
+                  "attention/cudnn: needs cuDNN 9 or newer, found " + std::to_string(version),
+                  LOOM_ERR_UNIMPLEMENTED);
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudnn_attn::check(cudnnCreate(&handle_), "cudnnCreate");
+    cudnn_attn::check(cudnnSetStream(handle_, stream_), "cudnnSetStream");
+  }
+  ~CudnnAttention() {
+    graphs_.clear();  // plans before the handle
+    if (handle_) cudnnDestroy(handle_);
+    if (stream_) cudaStreamDestroy(stream_);
+    for (void* p : {workspace_, rowsum_, lse_}) cudaFree(p);
+  }
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  const loom_host* host() const { return host_; }
+
+  void forward(const loom_attention_fwd_args& a) {
+    const Shape s = shape(a.q, a.k, a.v, a.out, a.causal);
+    if (a.lse) check_operand(a.lse, "lse", loom_f32(), {s.B, s.H, s.T});
+    Graph& g = graph(s, /*backward=*/false);
+    void* lse = a.lse ? data(a.lse) : grow(lse_, lse_bytes_, s.B * s.H * s.T * 4, "lse scratch");
+    float scale = static_cast<float>(a.scale), neg_inf = kMaskValue;
+    std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};
+    std::vector<void*> ptrs{data(a.q), data(a.k), data(a.v), data(a.out), lse, &scale};
+    if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
+    run(g, uids, ptrs, "forward");
+  }
+
+  void backward(const loom_attention_bwd_args& a) {
+    const Shape s = shape(a.q, a.k, a.v, a.out, a.causal);
+    const DLDataType dt = a.q->dtype;
+    check_operand(a.dout, "dout", dt, {s.B, s.T, s.H, s.D});
+    check_operand(a.lse, "lse", loom_f32(), {s.B, s.H, s.T});
+    check_operand(a.dq, "dq", dt, {s.B, s.T, s.H, s.D});
+    check_operand(a.dk, "dk", dt, {s.B, s.S, s.H, s.D});
+    check_operand(a.dv, "dv", dt, {s.B, s.S, s.H, s.D});
+    Graph& g = graph(s, /*backward=*/true);
+    void* rowsum = grow(rowsum_, rowsum_bytes_, s.B * s.H * s.T * 4, "softmax_sum");
+    float scale = static_cast<float>(a.scale), neg_inf = kMaskValue;
+    std::vector<int64_t> uids{kQ, kKT, kK, kVT, kO, kDO, kStats, kSum, kDQ, kDK, kDV, kScale};
+    std::vector<void*> ptrs{data(a.q),   data(a.k),    data(a.k),   data(a.v),
+                            data(a.out), data(a.dout), data(a.lse), rowsum,
+                            data(a.dq),  data(a.dk),   data(a.dv),  &scale};
+    if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
+    run(g, uids, ptrs, "backward");
+  }
+
+ private:
+  Shape shape(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+              int causal) {
+    loom::require(q && k && v && o, "attention/cudnn: q, k, v and out are required");
+    loom::require(q->ndim == 4 && k->ndim == 4, "attention/cudnn: q and k must be 4-d (B,T,H,D)");
+    const bool f16 = loom_dtype_eq(q->dtype, loom_f16());
+    loom::require(f16 || loom_dtype_eq(q->dtype, loom_bf16()),
+                  "attention/cudnn: q/k/v must be bf16 or fp16 (cuDNN's fused attention)",
+                  LOOM_ERR_UNIMPLEMENTED);
+    Shape s{q->shape[0], q->shape[1], k->shape[1], q->shape[2], q->shape[3], f16, causal != 0};
+    loom::require(k->shape[2] == s.H,
+                  "attention/cudnn: grouped-query attention (Hq=" + std::to_string(s.H) +
+                      ", Hkv=" + std::to_string(k->shape[2]) +
+                      ") is not supported yet; use attention/reference",
+                  LOOM_ERR_UNIMPLEMENTED);
+    check_operand(q, "q", q->dtype, {s.B, s.T, s.H, s.D});
+    check_operand(k, "k", q->dtype, {s.B, s.S, s.H, s.D});
+    check_operand(v, "v", q->dtype, {s.B, s.S, s.H, s.D});
+    check_operand(o, "out", q->dtype, {s.B, s.T, s.H, s.D});
+    loom::require(s.T <= s.S, "attention/cudnn: more queries than keys (T > S)");
+    loom::require(s.D % 8 == 0, "attention/cudnn: head dim must be a multiple of 8 (16-byte rows)",
+                  LOOM_ERR_UNIMPLEMENTED);
+    loom::require(!s.causal || s.T == s.S,
+                  "attention/cudnn: causal attention with T (" + std::to_string(s.T) + ") != S (" +
+                      std::to_string(s.S) +
+                      ") is not supported (needs a bottom-right aligned mask); use "
+                      "attention/reference",
+                  LOOM_ERR_UNIMPLEMENTED);
+    return s;
+  }
+
+  Graph& graph(const Shape& s, bool backward) {
+    const auto key = std::tuple_cat(s.key(), std::tuple(backward));
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) return *it->second;
+    auto g = std::make_unique<Graph>();
+    if (backward)
+      build_backward(*g, handle_, s);
+    else
+      build_forward(*g, handle_, s);
+    grow(workspace_, workspace_bytes_, g->plan.workspace, "workspace");
+    return *graphs_.emplace(key, std::move(g)).first->second;
+  }
+
+  // Grows a device buffer to at least `bytes` (never shrinks); returns it.
+  static void* grow(void*& p, int64_t& have, int64_t bytes, const char* what) {
+    if (bytes <= have) return p;
+    cuda_check(cudaFree(p), std::string("cudaFree ") + what);
+    p = nullptr;
+    have = 0;
+    cuda_check(cudaMalloc(&p, static_cast<size_t>(bytes)), std::string("cudaMalloc ") + what);
+    have = bytes;
+    return p;
+  }
+
+  void run(const Graph& g, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+           const char* what) {
+    cuda_check(cudaDeviceSynchronize(), std::string(what) + ": synchronize before");
+    cudnn_attn::execute(handle_, g.plan, uids, ptrs, workspace_, what);
+    cuda_check(cudaDeviceSynchronize(), std::string(what) + ": synchronize after");
+  }
+
+  using Key = decltype(std::tuple_cat(std::declval<Shape>().key(), std::tuple(false)));
+  const loom_host* host_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t handle_ = nullptr;
+  std::map<Key, std::unique_ptr<Graph>> graphs_;
+  void* workspace_ = nullptr;
+  void* rowsum_ = nullptr;
+  void* lse_ = nullptr;
+  int64_t workspace_bytes_ = 0, rowsum_bytes_ = 0, lse_bytes_ = 0;
+};
+
+CudnnAttention* cast(loom_attention* a) { return reinterpret_cast<CudnnAttention*>(a); }
+
+loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
+  return loom::guard(host,
+                     [&] { *out = reinterpret_cast<loom_attention*>(new CudnnAttention(host)); });
+}
+void destroy(loom_attention* a) { delete cast(a); }
+loom_error* forward(loom_attention* a, const loom_attention_fwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->forward(*args); });
+}
+loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
+}
+
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_ATTENTION,
+    "cudnn",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA, causal with T == S)",
+    nullptr,
+    0,
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

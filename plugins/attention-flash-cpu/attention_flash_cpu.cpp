@@ -1,0 +1,210 @@
+// attention/flash-cpu: exact attention with FlashAttention-2's tiling on host memory
+// (flash_kernels.hpp), for the CPU backend. Unlike attention/reference it never materialises
+// the (B,Hq,T,S) probabilities and allocates nothing through the backend: per-thread
+// workspace is O((T + S) * D + block_q * block_k). Tensors must be compact kDLCPU tensors
+// of one dtype (f32, f64, bf16 or f16; f32 math for the 16-bit ones); lse is f32 or f64.
+#include <string>
+
+#include "flash_kernels.hpp"
+#include "loom/cpp/plugin.hpp"
+
+namespace {
+
+std::string device_name(DLDeviceType t) {
+  switch (t) {
+    case kDLCPU:
+      return "cpu";
+    case kDLCUDA:
+      return "cuda";
+    case kDLCUDAHost:
+      return "cuda-host";
+    default:
+      return "device type " + std::to_string((int)t);
+  }
+}
+
+// Host pointer of a compact kDLCPU tensor; `what` names it in errors.
+void* host_data(const DLTensor* t, const char* what) {
+  const std::string w = std::string("attention/flash-cpu: ") + what;
+  loom::require(t->device.device_type == kDLCPU,
+                w + " lives on " + device_name(t->device.device_type) +
+                    " memory; flash-cpu runs on host memory only (use backend = \"cpu\", or "
+                    "attention.plugin = \"reference\" on other backends)");
+  if (t->strides) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      loom::require(t->shape[i] == 1 || t->strides[i] == expect, w + " is not compact");
+      expect *= t->shape[i];
+    }
+  }
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+flash::Dims check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                         const DLTensor* out) {
+  loom::require(q && k && v && out, "attention/flash-cpu: q, k, v and out are required");
+  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && out->ndim == 4,
+                "attention/flash-cpu: q, k, v, out must be 4-d (B,T,H,D)");
+  flash::Dims d{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3],
+                0,           0,           0,           0,           false};
+  for (int i = 0; i < 4; ++i) {
+    loom::require(k->shape[i] == v->shape[i], "attention/flash-cpu: k and v shapes differ");
+    loom::require(out->shape[i] == q->shape[i], "attention/flash-cpu: out shape != q shape");
+  }
+  loom::require(k->shape[0] == d.B && k->shape[3] == d.D,
+                "attention/flash-cpu: k/v batch or head dim differs from q");
+  loom::require(d.Hkv > 0 && d.Hq % d.Hkv == 0, "attention/flash-cpu: Hq (" + std::to_string(d.Hq) +
+                                                    ") must be a multiple of Hkv (" +
+                                                    std::to_string(d.Hkv) + ")");
+  loom::require(d.T <= d.S, "attention/flash-cpu: more queries than keys (T > S)");
+  d.G = d.Hq / d.Hkv;
+  return d;
+}
+
+void same_dtype(DLDataType dt, std::initializer_list<const DLTensor*> ts) {
+  for (const DLTensor* t : ts)
+    loom::require(loom_dtype_eq(t->dtype, dt),
+                  "attention/flash-cpu: q, k, v, out and the gradients must share one dtype");
+}
+
+void check_lse(const DLTensor* lse, const flash::Dims& d) {
+  loom::require(loom_tensor_numel(lse) == d.B * d.Hq * d.T,
+                "attention/flash-cpu: lse must hold B*Hq*T values (B,Hq,T)");
+  loom::require(loom_dtype_eq(lse->dtype, loom_f32()) || loom_dtype_eq(lse->dtype, loom_f64()),
+                "attention/flash-cpu: lse must be f32 or f64");
+}
+
+// Calls fn(St{}, A{}) with the storage and accumulation types of `dt`.
+template <class Fn>
+void dispatch(DLDataType dt, Fn&& fn) {
+  if (loom_dtype_eq(dt, loom_f32()))
+    fn(float{}, float{});
+  else if (loom_dtype_eq(dt, loom_f64()))
+    fn(double{}, double{});
+  else if (loom_dtype_eq(dt, loom_bf16()))
+    fn(flash::Bf16{}, float{});
+  else if (loom_dtype_eq(dt, loom_f16()))
+    fn(flash::F16{}, float{});
+  else
+    throw loom::Error(LOOM_ERR_UNIMPLEMENTED,
+                      "attention/flash-cpu: dtype must be f32, f64, bf16 or f16");
+}
+
+class FlashCpuAttention {
+ public:
+  FlashCpuAttention(const loom_host* host, int64_t bq, int64_t bk)
+      : host_(host), bq_(bq), bk_(bk) {}
+
+  void forward(const loom_attention_fwd_args& a) {
+    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
+    same_dtype(a.q->dtype, {a.k, a.v, a.out});
+    tune(d, a.scale, a.causal);
+    if (a.lse) check_lse(a.lse, d);
+    dispatch(a.q->dtype, [&](auto st, auto acc) {
+      using St = decltype(st);
+      using A = decltype(acc);
+      auto* q = static_cast<const St*>(host_data(a.q, "q"));
+      auto* k = static_cast<const St*>(host_data(a.k, "k"));
+      auto* v = static_cast<const St*>(host_data(a.v, "v"));
+      auto* o = static_cast<St*>(host_data(a.out, "out"));
+      if (!a.lse)
+        flash::forward<A, St, float>(d, q, k, v, o, nullptr);
+      else if (a.lse->dtype.bits == 64)
+        flash::forward<A>(d, q, k, v, o, static_cast<double*>(host_data(a.lse, "lse")));
+      else
+        flash::forward<A>(d, q, k, v, o, static_cast<float*>(host_data(a.lse, "lse")));
+    });
+  }
+
+  void backward(const loom_attention_bwd_args& a) {
+    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
+    loom::require(a.dout && a.dq && a.dk && a.dv,
+                  "attention/flash-cpu: dout, dq, dk and dv are required");
+    same_dtype(a.q->dtype, {a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv});
+    for (int i = 0; i < 4; ++i)
+      loom::require(a.dout->shape[i] == a.q->shape[i] && a.dq->shape[i] == a.q->shape[i] &&
+                        a.dk->shape[i] == a.k->shape[i] && a.dv->shape[i] == a.k->shape[i],
+                    "attention/flash-cpu: gradient shapes must match q (dout, dq) and k (dk, dv)");
+    tune(d, a.scale, a.causal);
+    if (a.lse) check_lse(a.lse, d);
+    dispatch(a.q->dtype, [&](auto st, auto acc) {
+      using St = decltype(st);
+      using A = decltype(acc);
+      auto in = [](const DLTensor* t, const char* w) {
+        return static_cast<const St*>(host_data(t, w));
+      };
+      auto io = [](DLTensor* t, const char* w) { return static_cast<St*>(host_data(t, w)); };
+      // An lse coarser than the accumulation (f32 lse of f64 data, as the model saves it)
+      // would cap the gradients at f32 accuracy: recompute it in A instead.
+      const bool coarse = !a.lse || (sizeof(A) == 8 && a.lse->dtype.bits == 32);
+      auto run = [&](const auto* lse) {
+        flash::backward<A>(d, in(a.dout, "dout"), in(a.q, "q"), in(a.k, "k"), in(a.v, "v"),
+                           in(a.out, "out"), lse, coarse, io(a.dq, "dq"), io(a.dk, "dk"),
+                           io(a.dv, "dv"));
+      };
+      if (!a.lse)
+        run(static_cast<const float*>(nullptr));
+      else if (a.lse->dtype.bits == 64)
+        run(static_cast<const double*>(host_data(a.lse, "lse")));
+      else
+        run(static_cast<const float*>(host_data(a.lse, "lse")));
+    });
+  }
+
+  const loom_host* host() const { return host_; }
+
+ private:
+  void tune(flash::Dims& d, double scale, int causal) const {
+    d.bq = bq_;
+    d.bk = bk_;
+    d.scale = scale;
+    d.causal = causal != 0;
+  }
+
+  const loom_host* host_;
+  int64_t bq_, bk_;
+};
+
+FlashCpuAttention* cast(loom_attention* a) { return reinterpret_cast<FlashCpuAttention*>(a); }
+
+loom_error* create(const loom_host* host, const loom_config* cfg, loom_attention** out) {
+  return loom::guard(host, [&] {
+    loom::Config c(host, cfg);
+    const int64_t bq = c.get_int("block_q"), bk = c.get_int("block_k");
+    loom::require(bq >= 1 && bk >= 1, "attention/flash-cpu: block_q and block_k must be >= 1");
+    *out = reinterpret_cast<loom_attention*>(new FlashCpuAttention(host, bq, bk));
+  });
+}
+void destroy(loom_attention* a) { delete cast(a); }
+loom_error* forward(loom_attention* a, const loom_attention_fwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->forward(*args); });
+}
+loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
+}
+
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+
+const loom_param_spec kParams[] = {
+    loom::param("block_q", LOOM_PARAM_INT, "64", "queries per tile", 1, 4096),
+    loom::param("block_k", LOOM_PARAM_INT, "64", "keys per tile", 1, 4096),
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_ATTENTION,
+    "flash-cpu",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "exact tiled attention (FlashAttention-2 online softmax) on host memory; O((T+S)*D) "
+    "workspace, never T x S",
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

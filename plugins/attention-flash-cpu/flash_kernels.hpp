@@ -1,0 +1,260 @@
+// Tiled exact attention on host memory, FlashAttention-2 style (Dao 2023): per (b, h) and tile
+// of queries, tiles of keys with an online softmax (running max m, running sum l, rescaled
+// accumulator), so nothing of size T x S is ever stored; backward recomputes each tile's
+// probabilities from q, k and the saved lse.
+//
+// Layouts (attention.h): q(B,T,Hq,D), k/v(B,S,Hkv,D), out(B,T,Hq,D), lse(B,Hq,T). Query head
+// h reads kv head g = h / G (G = Hq/Hkv); with causal, query t sees keys s <= t + (S - T).
+// exp is backend/cpu's vexp (the same exp its softmax uses: vectorisable in f32, libm's in f64).
+// Storage type St (float, double, Bf16, F16) is widened to the accumulation type A (double
+// for f64 data, float otherwise) when a tile is loaded; all arithmetic runs in A.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "half.hpp"      // backend/cpu: bf16/f16 rounding
+#include "vec_math.hpp"  // backend/cpu: an exp that vectorises (f32)
+
+namespace flash {
+
+// The tile loops compiled for AVX-512, AVX2 and baseline x86-64, the widest picked at load
+// (GCC function multiversioning, as backend/cpu's LOOM_CPU_CLONES): ~2x over SSE2 here.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FLASH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FLASH_CLONES
+#endif
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+inline float widen(float x) { return x; }
+inline double widen(double x) { return x; }
+inline float widen(Bf16 x) { return loom_cpu::bf16_to_f32(x.bits); }
+inline float widen(F16 x) { return loom_cpu::f16_to_f32(x.bits); }
+template <class St, class A>
+St narrow(A x) {
+  if constexpr (std::is_same_v<St, Bf16>)
+    return Bf16{loom_cpu::f32_to_bf16((float)x)};
+  else if constexpr (std::is_same_v<St, F16>)
+    return F16{loom_cpu::f32_to_f16((float)x)};
+  else
+    return static_cast<St>(x);
+}
+
+struct Dims {
+  int64_t B, T, S, Hq, Hkv, D, G;
+  int64_t bq, bk;  // tile sizes (queries, keys)
+  double scale;
+  bool causal;
+  int64_t last_key(int64_t t) const { return causal ? t + S - T : S - 1; }  // inclusive
+};
+
+// dst(rows, D) compact = src rows `pitch` elements apart.
+template <class A, class St>
+void load_rows(const St* src, int64_t pitch, int64_t rows, int64_t D, A* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[r * D + d] = widen(src[r * pitch + d]);
+}
+// dst(D, ld) = the transpose of src's (rows, D), so score rows become axpys over keys.
+template <class A, class St>
+void load_rows_t(const St* src, int64_t pitch, int64_t rows, int64_t D, int64_t ld, A* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[d * ld + r] = widen(src[r * pitch + d]);
+}
+
+// y(n) += a * x(n); restrict: the accumulators never alias the operands, which lets the
+// compiler keep them in registers.
+template <class A>
+inline void axpy(A* __restrict y, const A* __restrict x, A a, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) y[c] += a * x[c];
+}
+
+// s(nq, ld) rows i: s[i][j] = sum_d Q[i][d] * Kt[d][j0 + j] for j < nk (unscaled, as the
+// reference's gemm; the scale multiplies the dot product afterwards).
+template <class A>
+FLASH_CLONES void tile_scores(const A* Q, int64_t nq, const A* Kt, int64_t kld, int64_t j0,
+                              int64_t nk, int64_t D, A* s, int64_t ld) {
+  for (int64_t i = 0; i < nq; ++i) {
+    A* row = s + i * ld;
+    std::fill(row, row + nk, A(0));
+    for (int64_t d = 0; d < D; ++d) axpy(row, Kt + d * kld + j0, Q[i * D + d], nk);
+  }
+}
+
+// Forward: out = softmax(scale * q k^T) v, lse = log sum exp(scale * q k^T) per query row
+// (lse may be NULL). Parallel over (b, h, query tile).
+template <class A, class St, class L>
+FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, St* out, L* lse) {
+  const int64_t D = d.D, nqt = (d.T + d.bq - 1) / d.bq, tasks = d.B * d.Hq * nqt;
+  const int64_t qp = d.Hq * D, kp = d.Hkv * D;  // row pitches
+  const A ninf = -std::numeric_limits<A>::infinity();
+#pragma omp parallel
+  {
+    std::vector<A> Q(d.bq * D), Kt(D * d.bk), V(d.bk * D), s(d.bq * d.bk), acc(d.bq * D);
+    std::vector<A> m(d.bq), l(d.bq);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t b = task / (d.Hq * nqt), h = task / nqt % d.Hq, i0 = task % nqt * d.bq;
+      const int64_t nq = std::min(d.bq, d.T - i0), g = h / d.G;
+      load_rows(q + (b * d.T + i0) * qp + h * D, qp, nq, D, Q.data());
+      std::fill(m.begin(), m.end(), ninf);
+      std::fill(l.begin(), l.end(), A(0));
+      std::fill(acc.begin(), acc.end(), A(0));
+      const int64_t kend = std::min(d.S, d.last_key(i0 + nq - 1) + 1);
+      for (int64_t j0 = 0; j0 < kend; j0 += d.bk) {
+        const int64_t nk = std::min(d.bk, kend - j0);
+        const St* kt = k + (b * d.S + j0) * kp + g * D;
+        load_rows_t(kt, kp, nk, D, d.bk, Kt.data());
+        load_rows(v + (b * d.S + j0) * kp + g * D, kp, nk, D, V.data());
+        tile_scores(Q.data(), nq, Kt.data(), d.bk, 0, nk, D, s.data(), d.bk);
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);  // keys this row sees
+          if (jn <= 0) continue;
+          A* row = s.data() + i * d.bk;
+          A mx = m[i];
+          for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+          const A corr = std::exp(m[i] - mx);  // 0 on the first tile (m = -inf)
+          const A sc = A(d.scale);
+#pragma omp simd
+          for (int64_t j = 0; j < jn; ++j) row[j] = loom_cpu::vexp(sc * row[j] - mx);
+          A sum = 0;  // in order, as a sequential sum
+          for (int64_t j = 0; j < jn; ++j) sum += row[j];
+          l[i] = l[i] * corr + sum;
+          m[i] = mx;
+          A* o = acc.data() + i * D;
+          for (int64_t c = 0; c < D; ++c) o[c] *= corr;
+          for (int64_t j = 0; j < jn; ++j) axpy(o, V.data() + j * D, row[j], D);
+        }
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        St* o = out + (b * d.T + i0 + i) * qp + h * D;
+        const A inv = A(1) / l[i];  // l >= 1: every row sees at least key 0 (T <= S)
+        for (int64_t c = 0; c < D; ++c) o[c] = narrow<St>(acc[i * D + c] * inv);
+        if (lse) lse[(b * d.Hq + h) * d.T + i0 + i] = static_cast<L>(m[i] + std::log(l[i]));
+      }
+    }
+  }
+}
+
+// lse(T) of one head from its widened Q(T,D) and Kt(D,S), the forward's online pass without
+// the output: for backward when the saved lse is coarser than the data (f32 lse, f64 data).
+template <class A>
+FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A* lse) {
+  for (int64_t i0 = 0; i0 < d.T; i0 += d.bq) {
+    const int64_t nq = std::min(d.bq, d.T - i0);
+    for (int64_t i = 0; i < nq; ++i) lse[i0 + i] = -std::numeric_limits<A>::infinity();
+    std::vector<A> l(nq, A(0));
+    const int64_t kend = std::min(d.S, d.last_key(i0 + nq - 1) + 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += d.bk) {
+      const int64_t nk = std::min(d.bk, kend - j0);
+      tile_scores(Q + i0 * d.D, nq, Kt, d.S, j0, nk, d.D, s, d.bk);
+      for (int64_t i = 0; i < nq; ++i) {
+        const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);
+        if (jn <= 0) continue;
+        const A* row = s + i * d.bk;
+        A mx = lse[i0 + i];
+        for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+        A sum = 0;
+        for (int64_t j = 0; j < jn; ++j) sum += std::exp(A(d.scale) * row[j] - mx);
+        l[i] = l[i] * std::exp(lse[i0 + i] - mx) + sum;
+        lse[i0 + i] = mx;
+      }
+    }
+    for (int64_t i = 0; i < nq; ++i) lse[i0 + i] += std::log(l[i]);
+  }
+}
+
+// Backward (FlashAttention-2): with P = exp(scale * q k^T - lse) recomputed per tile and
+// Di = rowsum(dO * O): dV = P^T dO, dP = dO V^T, dS = P * (dP - Di), dQ = scale * dS K,
+// dK = scale * dS^T Q; dk, dv summed over the G query heads of a kv group. dq, dk, dv are
+// written (=). Parallel over (b, kv head), so every output row has one writer. lse == NULL
+// (or recompute) makes it recompute the lse in A.
+template <class A, class St, class L>
+FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St* k, const St* v,
+                           const St* out, const L* lse, bool recompute, St* dq, St* dk, St* dv) {
+  const int64_t D = d.D, T = d.T, S = d.S, qp = d.Hq * D, kp = d.Hkv * D;
+#pragma omp parallel
+  {
+    // Whole heads, widened once: O((T + S) * D) per thread, never T x S.
+    std::vector<A> Q(T * D), dO(T * D), dQ(T * D), Di(T), lh(T);
+    std::vector<A> K(S * D), Kt(D * S), V(S * D), Vt(D * S), dK(S * D), dV(S * D);
+    std::vector<A> p(d.bq * d.bk), ds(d.bq * d.bk);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < d.B * d.Hkv; ++task) {
+      const int64_t b = task / d.Hkv, g = task % d.Hkv;
+      const St* kg = k + b * S * kp + g * D;
+      const St* vg = v + b * S * kp + g * D;
+      load_rows(kg, kp, S, D, K.data());
+      load_rows_t(kg, kp, S, D, S, Kt.data());
+      load_rows(vg, kp, S, D, V.data());
+      load_rows_t(vg, kp, S, D, S, Vt.data());
+      std::fill(dK.begin(), dK.end(), A(0));
+      std::fill(dV.begin(), dV.end(), A(0));
+      for (int64_t h = g * d.G; h < (g + 1) * d.G; ++h) {
+        const int64_t qoff = b * T * qp + h * D;
+        load_rows(q + qoff, qp, T, D, Q.data());
+        load_rows(dout + qoff, qp, T, D, dO.data());
+        for (int64_t t = 0; t < T; ++t) {
+          A acc = 0;
+          for (int64_t c = 0; c < D; ++c) acc += dO[t * D + c] * A(widen(out[qoff + t * qp + c]));
+          Di[t] = acc;
+        }
+        if (recompute) {
+          recompute_lse(d, Q.data(), Kt.data(), p.data(), lh.data());
+        } else {
+          for (int64_t t = 0; t < T; ++t) lh[t] = A(lse[(b * d.Hq + h) * T + t]);
+        }
+        std::fill(dQ.begin(), dQ.end(), A(0));
+        for (int64_t j0 = 0; j0 < S; j0 += d.bk) {
+          const int64_t nk = std::min(d.bk, S - j0);
+          for (int64_t i0 = 0; i0 < T; i0 += d.bq) {
+            const int64_t nq = std::min(d.bq, T - i0);
+            if (d.last_key(i0 + nq - 1) < j0) continue;  // the whole tile is masked
+            tile_scores(Q.data() + i0 * D, nq, Kt.data(), S, j0, nk, D, p.data(), d.bk);
+            tile_scores(dO.data() + i0 * D, nq, Vt.data(), S, j0, nk, D, ds.data(), d.bk);
+            for (int64_t i = 0; i < nq; ++i) {
+              const int64_t jn = std::max<int64_t>(0, std::min(nk, d.last_key(i0 + i) - j0 + 1));
+              A* pr = p.data() + i * d.bk;
+              A* dr = ds.data() + i * d.bk;  // dP in, dS out
+              const A li = lh[i0 + i], di = Di[i0 + i];
+              const A sc = A(d.scale);
+#pragma omp simd
+              for (int64_t j = 0; j < jn; ++j) {
+                pr[j] = loom_cpu::vexp(sc * pr[j] - li);
+                dr[j] = pr[j] * (dr[j] - di);
+              }
+              A* dqr = dQ.data() + (i0 + i) * D;
+              const A* qr = Q.data() + (i0 + i) * D;
+              const A* dor = dO.data() + (i0 + i) * D;
+              for (int64_t j = 0; j < jn; ++j) {
+                const A pj = pr[j], sj = A(d.scale) * dr[j];
+                axpy(dqr, K.data() + (j0 + j) * D, sj, D);
+                axpy(dK.data() + (j0 + j) * D, qr, sj, D);
+                axpy(dV.data() + (j0 + j) * D, dor, pj, D);
+              }
+            }
+          }
+        }
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = 0; c < D; ++c) dq[qoff + t * qp + c] = narrow<St>(dQ[t * D + c]);
+      }
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t c = 0; c < D; ++c) {
+          dk[b * S * kp + s * kp + g * D + c] = narrow<St>(dK[s * D + c]);
+          dv[b * S * kp + s * kp + g * D + c] = narrow<St>(dV[s * D + c]);
+        }
+    }
+  }
+}
+
+}  // namespace flash

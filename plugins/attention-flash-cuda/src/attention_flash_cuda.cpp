@@ -1,0 +1,227 @@
+// attention/flash-cuda: FlashAttention-2 style fused attention for backend/cuda tensors
+// (bf16, f16, and f32 for testing; head dims 64 and 128; causal or not; T <= S; GQA). The
+// kernels are in flash_forward.cu / flash_backward.cu; this file checks arguments, owns the
+// backward's fp32 workspace, and orders the work against the backend.
+//
+// Ordering: the loom_backend struct is opaque to other plugins, so this plugin cannot reach
+// backend/cuda's stream. It runs on its own non-blocking stream and brackets every call with
+// cudaDeviceSynchronize (inputs the backend wrote are complete before we read them) and a
+// sync of its stream (outputs complete before the backend's next op). Correct, but it
+// serialises the device around attention. Follow-up: an ABI slot through which a backend
+// hands out its stream, so attention can be enqueued on it without host syncs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "flash_kernels.hpp"
+#include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  loom::require(e == cudaSuccess,
+                std::string("attention/flash-cuda: ") + what + ": " + cudaGetErrorString(e),
+                LOOM_ERR_INTERNAL);
+}
+
+// Element pointer of a compact CUDA tensor of the expected shape rank.
+void* ptr(const DLTensor* t, const char* name) {
+  loom::require(t != nullptr, std::string("attention/flash-cuda: ") + name + " is required");
+  loom::require(t->device.device_type == kDLCUDA,
+                std::string("attention/flash-cuda: ") + name +
+                    " is not on a CUDA device (this plugin needs backend/cuda)");
+  if (t->strides) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      loom::require(t->shape[i] == 1 || t->strides[i] == expect,
+                    std::string("attention/flash-cuda: ") + name + " is not compact");
+      expect *= t->shape[i];
+    }
+  }
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+flash::Dtype dtype_of(DLDataType d) {
+  if (loom_dtype_eq(d, loom_bf16())) return flash::Dtype::kBF16;
+  if (loom_dtype_eq(d, loom_f16())) return flash::Dtype::kF16;
+  loom::require(loom_dtype_eq(d, loom_f32()), "attention/flash-cuda: q must be bf16, f16 or f32",
+                LOOM_ERR_UNIMPLEMENTED);
+  return flash::Dtype::kF32;
+}
+
+// Shapes as attention.h; every tensor of q's dtype except lse (f32, (B,Hq,T)).
+flash::Dims check(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                  const char* oname) {
+  ptr(q, "q");
+  ptr(k, "k");
+  ptr(v, "v");
+  ptr(o, oname);
+  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && o->ndim == 4,
+                "attention/flash-cuda: q, k, v, out must be 4-d (B,T,H,D)");
+  const flash::Dims d{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3]};
+  for (int i = 0; i < 4; ++i) {
+    loom::require(k->shape[i] == v->shape[i], "attention/flash-cuda: k and v shapes differ");
+    loom::require(o->shape[i] == q->shape[i],
+                  std::string("attention/flash-cuda: ") + oname + " shape != q shape");
+  }
+  loom::require(k->shape[0] == d.B && k->shape[3] == d.D,
+                "attention/flash-cuda: k/v batch or head dim differs from q");
+  loom::require(d.Hkv > 0 && d.Hq % d.Hkv == 0,
+                "attention/flash-cuda: Hq must be a multiple of Hkv");
+  loom::require(d.T <= d.S, "attention/flash-cuda: more queries than keys (T > S)");
+  loom::require(
+      d.D == 64 || d.D == 128,
+      "attention/flash-cuda: head dim " + std::to_string(d.D) + " not supported (64 or 128)",
+      LOOM_ERR_UNIMPLEMENTED);
+  for (const DLTensor* t : {k, v, o})
+    loom::require(loom_dtype_eq(t->dtype, q->dtype),
+                  "attention/flash-cuda: q, k, v and outputs must share one dtype");
+  return d;
+}
+
+void check_lse(const DLTensor* lse, const flash::Dims& d) {
+  ptr(lse, "lse");
+  loom::require(loom_dtype_eq(lse->dtype, loom_f32()), "attention/flash-cuda: lse must be f32");
+  loom::require(loom_tensor_numel(lse) == d.B * d.Hq * d.T,
+                "attention/flash-cuda: lse must hold B*Hq*T elements");
+}
+
+class FlashAttention {
+ public:
+  explicit FlashAttention(const loom_host* host) : host_(host) {}
+  ~FlashAttention() {
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaFree(dq_acc_);
+    cudaFree(delta_);
+  }
+  FlashAttention(const FlashAttention&) = delete;
+  FlashAttention& operator=(const FlashAttention&) = delete;
+
+  void forward(const loom_attention_fwd_args& a) {
+    const flash::Dims d = check(a.q, a.k, a.v, a.out, "out");
+    if (a.lse) check_lse(a.lse, d);
+    begin(a.q);
+    cuda_check(
+        flash::forward(dtype_of(a.q->dtype), d, ptr(a.q, "q"), ptr(a.k, "k"), ptr(a.v, "v"),
+                       ptr(a.out, "out"), a.lse ? static_cast<float*>(ptr(a.lse, "lse")) : nullptr,
+                       static_cast<float>(a.scale), a.causal != 0, stream_),
+        "forward launch");
+    end();
+  }
+
+  void backward(const loom_attention_bwd_args& a) {
+    const flash::Dims d = check(a.q, a.k, a.v, a.out, "out");
+    check(a.q, a.k, a.v, a.dout, "dout");
+    check(a.q, a.k, a.v, a.dq, "dq");
+    check(a.q, a.dk, a.dv, a.q, "q");  // dk, dv: k's shape (checked below) and q's dtype
+    for (int i = 0; i < 4; ++i)
+      loom::require(a.dk->shape[i] == a.k->shape[i], "attention/flash-cuda: dk shape != k shape");
+    check_lse(a.lse, d);
+    begin(a.q);
+    ensure(d);
+    cuda_check(flash::backward(dtype_of(a.q->dtype), d, ptr(a.dout, "dout"), ptr(a.q, "q"),
+                               ptr(a.k, "k"), ptr(a.v, "v"), ptr(a.out, "out"),
+                               static_cast<const float*>(ptr(a.lse, "lse")), ptr(a.dq, "dq"),
+                               ptr(a.dk, "dk"), ptr(a.dv, "dv"), dq_acc_, delta_,
+                               static_cast<float>(a.scale), a.causal != 0, stream_),
+               "backward launch");
+    end();
+  }
+
+  const loom_host* host() const { return host_; }
+
+ private:
+  // Selects the tensors' device, makes the stream there once, and waits for the backend's
+  // outstanding work (see the top of the file).
+  void begin(const DLTensor* q) {
+    const int dev = q->device.device_id;
+    cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+    if (stream_ && dev != device_) {  // tensors moved device: start over there
+      cuda_check(cudaStreamSynchronize(stream_), "stream sync");
+      cudaStreamDestroy(stream_);
+      stream_ = nullptr;
+      release_workspace();
+    }
+    if (!stream_) {
+      cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+      device_ = dev;
+    }
+    cuda_check(cudaDeviceSynchronize(), "device sync before attention");
+  }
+  void end() { cuda_check(cudaStreamSynchronize(stream_), "attention kernels"); }
+
+  // The backward's fp32 workspace: dq accumulator (B,T,Hq,D) and delta (B,Hq,T). Grows
+  // (at least doubling), never shrinks.
+  void ensure(const flash::Dims& d) {
+    const size_t nq = static_cast<size_t>(d.B * d.T * d.Hq * d.D);
+    const size_t nr = static_cast<size_t>(d.B * d.Hq * d.T);
+    grow(dq_acc_, dq_cap_, nq);
+    grow(delta_, delta_cap_, nr);
+  }
+  static void grow(float*& p, size_t& cap, size_t need) {
+    if (need <= cap && p) return;
+    const size_t n = std::max<size_t>({need, 2 * cap, 1});
+    cudaFree(p);
+    p = nullptr;
+    cap = 0;
+    cuda_check(cudaMalloc(&p, n * sizeof(float)), "workspace cudaMalloc");
+    cap = n;
+  }
+  void release_workspace() {
+    cudaFree(dq_acc_);
+    cudaFree(delta_);
+    dq_acc_ = delta_ = nullptr;
+    dq_cap_ = delta_cap_ = 0;
+  }
+
+  const loom_host* host_;
+  cudaStream_t stream_ = nullptr;
+  int device_ = -1;
+  float *dq_acc_ = nullptr, *delta_ = nullptr;
+  size_t dq_cap_ = 0, delta_cap_ = 0;
+};
+
+FlashAttention* cast(loom_attention* a) { return reinterpret_cast<FlashAttention*>(a); }
+
+loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
+  return loom::guard(host, [&] {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // clear the sticky "no device" error
+    loom::require(e == cudaSuccess && n > 0,
+                  std::string("attention/flash-cuda: no CUDA device (cudaGetDeviceCount: ") +
+                      (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")",
+                  LOOM_ERR_UNIMPLEMENTED);
+    *out = reinterpret_cast<loom_attention*>(new FlashAttention(host));
+  });
+}
+void destroy(loom_attention* a) { delete cast(a); }
+loom_error* forward(loom_attention* a, const loom_attention_fwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->forward(*args); });
+}
+loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
+}
+
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_ATTENTION,
+    "flash-cuda",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, head dim "
+    "64 or 128, causal, GQA; O(T) memory)",
+    nullptr,
+    0,
+    &kApi};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
