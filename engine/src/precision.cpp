@@ -16,11 +16,14 @@ DLDataType compute_dtype(const std::string& dtype) {
   throw UsageError("precision.dtype = \"" + dtype + "\": not one of fp32, bf16, fp16, fp64");
 }
 
+bool is_wide(DLDataType dt) {
+  return loom_dtype_eq(dt, loom_f32()) || loom_dtype_eq(dt, loom_f64());
+}
+
 MainParams::MainParams(const loom_backend_ref& be, const std::vector<DLTensor*>& values)
     : be_(be), values_(values) {
   for (DLTensor* v : values) {
-    if (loom_dtype_eq(v->dtype, loom_f32()) || loom_dtype_eq(v->dtype, loom_f64()) ||
-        loom_tensor_numel(v) == 0) {  // f32 already, or an empty shard
+    if (is_wide(v->dtype) || loom_tensor_numel(v) == 0) {  // f32 already, or an empty shard
       main_.push_back(v);
       continue;
     }

@@ -21,6 +21,8 @@ class Recipe;
 
 // precision.dtype -> the model's compute dtype: fp32, bf16, fp16, fp64.
 DLDataType compute_dtype(const std::string& dtype);
+// f32 or f64: a dtype that needs no f32 main copy (and is stored as it is in checkpoints).
+bool is_wide(DLDataType dt);
 
 // f32 main copies of the parameters whose values are not f32 (or f64); for the others the
 // main tensor is the value itself.

@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <functional>
-#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
@@ -45,16 +43,26 @@ StTensor download(const loom_backend_ref& be, const DLTensor* t) {
   return s;
 }
 
+// An f32 backend tensor of t's shape, freed with the object: the staging of a bf16/f16
+// tensor's checkpoint data, which is always f32.
+struct WideCopy {
+  const loom_backend_ref& be;
+  DLTensor* t = nullptr;
+  WideCopy(const loom_backend_ref& b, const DLTensor* like) : be(b) {
+    check(be.api->alloc_tensor(be.self, loom_f32(), like->ndim, like->shape, &t),
+          "widening a tensor");
+  }
+  ~WideCopy() { be.api->free_tensor(be.self, t); }
+  WideCopy(const WideCopy&) = delete;
+  WideCopy& operator=(const WideCopy&) = delete;
+};
+
 // A tensor as f32 checkpoint data: bf16/f16 values are widened exactly.
 StTensor download_f32(const loom_backend_ref& be, const DLTensor* t) {
-  if (loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()))
-    return download(be, t);
-  DLTensor* wide = nullptr;
-  check(be.api->alloc_tensor(be.self, loom_f32(), t->ndim, t->shape, &wide), "widening a tensor");
-  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> hold(
-      wide, [&](DLTensor* w) { be.api->free_tensor(be.self, w); });
-  check(be.api->ops->copy(be.self, wide, t), "widening a tensor");
-  return download(be, wide);
+  if (is_wide(t->dtype)) return download(be, t);
+  WideCopy wide(be, t);
+  check(be.api->ops->copy(be.self, wide.t, t), "widening a tensor");
+  return download(be, wide.t);
 }
 
 void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
@@ -63,14 +71,10 @@ void upload(const loom_backend_ref& be, const StFile& file, const std::string& n
 // upload into a bf16/f16 tensor from f32 checkpoint data (values saved by download_f32).
 void upload_cast(const loom_backend_ref& be, const StFile& file, const std::string& name,
                  DLTensor* t, const std::string& where) {
-  if (loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()))
-    return upload(be, file, name, t, where);
-  DLTensor* wide = nullptr;
-  check(be.api->alloc_tensor(be.self, loom_f32(), t->ndim, t->shape, &wide), "widening a tensor");
-  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> hold(
-      wide, [&](DLTensor* w) { be.api->free_tensor(be.self, w); });
-  upload(be, file, name, wide, where);
-  check(be.api->ops->copy(be.self, t, wide), "loading " + name);
+  if (is_wide(t->dtype)) return upload(be, file, name, t, where);
+  WideCopy wide(be, t);
+  upload(be, file, name, wide.t, where);
+  check(be.api->ops->copy(be.self, t, wide.t), "loading " + name);
 }
 
 void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,

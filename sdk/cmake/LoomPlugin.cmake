@@ -33,3 +33,49 @@ function(loom_add_plugin target)
     install(TARGETS ${target} LIBRARY DESTINATION ${LOOM_INSTALL_PLUGIN_DIR})
   endif()
 endfunction()
+
+# For a plugin with CUDA sources, first thing in its CMakeLists.txt:
+#   loom_enable_cuda("backend/cuda")
+# A macro, so that it can return() from the caller: where nvcc is missing, or in the
+# sanitizer build (machines without a GPU; the normal build already compiles the plugin), the
+# plugin is skipped with one STATUS line saying why. Otherwise CUDA is enabled for sm_90 plus
+# sm_90 PTX (set CMAKE_CUDA_ARCHITECTURES to choose otherwise), C++17, and the folder's
+# C/C++ warning and sanitizer options are kept off nvcc, which does not take them as such.
+macro(loom_enable_cuda who)
+  if(LOOM_SANITIZE)
+    message(STATUS "${who}: skipped in the sanitizer build (compiled by the normal build)")
+    return()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(STATUS "${who}: skipped (no nvcc)")
+    return()
+  endif()
+  # Before enable_language: it would otherwise cache CMake's own default (an old target).
+  set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING
+      "GPU targets of the CUDA plugins (real = machine code, virtual = PTX)")
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  get_directory_property(_loom_opts COMPILE_OPTIONS)
+  set(_loom_host_opts "")
+  foreach(opt IN LISTS _loom_opts)
+    list(APPEND _loom_host_opts "$<$<COMPILE_LANGUAGE:C,CXX>:${opt}>")
+  endforeach()
+  set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_loom_host_opts}")
+endmacro()
+
+# nvcc options of a CUDA plugin target: the host pass gets the warnings (without -Werror:
+# code nvcc generates is not ours to fix), spills are reported, and the process has one CUDA
+# runtime, the shared one (as CUDA::cudart and comm/nccl use).
+function(loom_cuda_target target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-fvisibility=hidden
+    --expt-relaxed-constexpr -Xptxas=-warn-spills>)
+  set_target_properties(${target} PROPERTIES
+    CUDA_RUNTIME_LIBRARY Shared
+    CUDA_VISIBILITY_PRESET hidden
+    CUDA_SEPARABLE_COMPILATION OFF)
+endfunction()
