@@ -91,6 +91,22 @@ std::pair<std::string, std::string> guess_from_file(const fs::path& so) {
   return {stem.substr(0, dash), stem.substr(dash + 1)};
 }
 
+// What a shared library a plugin may need belongs to, for refusal messages: " (the CUDA
+// runtime)", or "" for one not known here.
+std::string library_role(const std::string& lib) {
+  static const std::pair<const char*, const char*> kRoles[] = {{"libcudart.", "the CUDA runtime"},
+                                                               {"libcuda.", "the NVIDIA driver"},
+                                                               {"libcublasLt.", "cuBLASLt"},
+                                                               {"libcublas.", "cuBLAS"},
+                                                               {"libcudnn", "cuDNN"},
+                                                               {"libnccl.", "NCCL"},
+                                                               {"libmpi.", "MPI"},
+                                                               {"libopenblas", "OpenBLAS"}};
+  for (const auto& [prefix, role] : kRoles)
+    if (lib.starts_with(prefix)) return std::string(" (") + role + ")";
+  return "";
+}
+
 // dlopen's message without the "(dlerror system message: ...)" wrapping and the path.
 std::string dlopen_reason(const std::string& what, const fs::path& so) {
   std::string msg = what;
@@ -102,6 +118,14 @@ std::string dlopen_reason(const std::string& what, const fs::path& so) {
   }
   const std::string prefix = so.string() + ": ";
   if (msg.starts_with(prefix)) msg = msg.substr(prefix.size());
+  // A library the plugin needs is missing (the usual case on a machine without CUDA): name
+  // it, and what it is part of, first.
+  const std::string missing = ": cannot open shared object file";
+  if (size_t end = msg.find(missing); end != std::string::npos) {
+    const std::string lib = msg.substr(0, end);
+    return "cannot load: " + one_line(lib, 80) + " not found" + library_role(lib) +
+           "; install it or add its folder to LD_LIBRARY_PATH";
+  }
   return "cannot load: " + one_line(msg, 200);
 }
 

@@ -5,11 +5,12 @@
 //    memory) modulo the visible device count. create makes it the calling thread's current
 //    device, so a GPU backend created afterwards finds it; every call restores the caller's
 //    current device when it returns.
-//  - MPI is only the bootstrap: create initialises it like comm/mpi does (and the last
-//    destroy finalises it if it was ours), rank 0 of each group makes an ncclUniqueId and
-//    MPI_Bcast hands it to the others. group_create is MPI_Comm_split(world, colors[rank],
-//    key = world rank), so group ranks follow world order, plus one NCCL communicator per
-//    group. A NULL group means the world.
+//  - MPI is only the bootstrap, and only under an MPI launcher (bootstrap.hpp): create
+//    initialises it like comm/mpi does (and the last destroy finalises it if it was ours),
+//    rank 0 of each group makes an ncclUniqueId and MPI_Bcast hands it to the others.
+//    group_create is MPI_Comm_split(world, colors[rank], key = world rank), so group ranks
+//    follow world order, plus one NCCL communicator per group. A NULL group means the world.
+//    Started without a launcher, the world is this one rank and MPI is never loaded.
 //  - Each communicator has its own CUDA stream, created blocking, so work the caller queued
 //    on the legacy default stream runs first; work on other streams must be finished (or
 //    synchronised) by the caller. Every call blocks until its stream is done, watching
@@ -19,15 +20,14 @@
 //    is defined for unsigned types alone, so integer AVG is refused rather than rounded one
 //    way here and another in comm/mpi.
 //  - send/recv: NCCL has no tags; messages between two ranks of a group match in call
-//    order. A 16-byte MPI header (size, tag) goes ahead of each message so the receiver can
-//    name a size or tag mismatch (draining the message, so the sender is not left waiting)
-//    rather than corrupt memory. A blocking send waits for the matching recv: order the
+//    order. A 16-byte header (size, tag) over the bootstrap goes ahead of each message so the
+//    receiver can name a size or tag mismatch (draining the message, so the sender is not left
+//    waiting) rather than corrupt memory. A blocking send waits for the matching recv: order the
 //    calls (e.g. even ranks send first) so no ring of sends waits forever.
 //  - Argument errors (dtype, shape, device, op, root, peer) are found before any NCCL call;
 //    they are the same on every rank when every rank passes matching tensors, so no rank is
 //    left waiting in a collective the others skipped.
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <cstdint>
@@ -37,17 +37,19 @@
 #include <string>
 #include <thread>
 
+#include "bootstrap.hpp"
 #include "loom/comm.h"
+#include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "nccl_support.hpp"
 
 using comm_nccl::DeviceBuffer;
 using comm_nccl::DeviceGuard;
 
-// One process group: its MPI communicator (bootstrap and p2p headers) and its NCCL
+// One process group: its bootstrap (ranks, unique id, p2p headers) and its NCCL
 // communicator with the stream its work runs on. The world is one too.
 struct loom_comm_group {
-  MPI_Comm mpi = MPI_COMM_NULL;
+  std::unique_ptr<comm_nccl::Bootstrap> boot;
   ncclComm_t nccl = nullptr;
   cudaStream_t stream = nullptr;
   int device = 0;
@@ -61,9 +63,6 @@ struct loom_comm_group {
     if (nccl != nullptr) ncclCommDestroy(nccl);  // every call already waited: nothing pending
     flag.reset();
     if (stream != nullptr) cudaStreamDestroy(stream);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&mpi);
   }
 };
 
@@ -71,17 +70,15 @@ namespace {
 
 using namespace comm_nccl;
 
-// Takes ownership of `mpi` (leaving MPI_COMM_NULL there; the group frees it even when this
-// throws) and makes the group's NCCL communicator over its ranks. COLLECTIVE over `mpi`.
-std::unique_ptr<loom_comm_group> make_group(MPI_Comm& mpi_in, int device, const char* fn) {
+// Takes the group's bootstrap and makes its NCCL communicator over its ranks. COLLECTIVE
+// over the bootstrap's ranks.
+std::unique_ptr<loom_comm_group> make_group(std::unique_ptr<Bootstrap> bootstrap, int device,
+                                            const char* fn) {
   auto g = std::make_unique<loom_comm_group>();
-  g->mpi = mpi_in;
-  mpi_in = MPI_COMM_NULL;
+  g->boot = std::move(bootstrap);
   g->device = device;
-  MPI_Comm mpi = g->mpi;
-  mpi_check(MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN), fn, "MPI_Comm_set_errhandler");
-  mpi_check(MPI_Comm_rank(mpi, &g->rank), fn, "MPI_Comm_rank");
-  mpi_check(MPI_Comm_size(mpi, &g->size), fn, "MPI_Comm_size");
+  g->rank = g->boot->rank();
+  g->size = g->boot->size();
   DeviceGuard on(device);
   // Rank 0's result travels with the id, so when ncclGetUniqueId fails every rank says so
   // instead of the others waiting in ncclCommInitRank for a root that never comes.
@@ -90,7 +87,7 @@ std::unique_ptr<loom_comm_group> make_group(MPI_Comm& mpi_in, int device, const 
     ncclUniqueId id;
   } boot{ncclSuccess, {}};
   if (g->rank == 0) boot.made = ncclGetUniqueId(&boot.id);
-  mpi_check(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi), fn, "MPI_Bcast of the ncclUniqueId");
+  g->boot->broadcast(&boot, sizeof boot, fn);
   nccl_check(boot.made, fn, "ncclGetUniqueId on group rank 0");
   nccl_check(ncclCommInitRank(&g->nccl, g->size, boot.id, g->rank), fn, "ncclCommInitRank");
   cuda_check(cudaStreamCreate(&g->stream), fn, "cudaStreamCreate");
@@ -207,75 +204,43 @@ const char* source(loom_comm_group& g, const Buf& in, const Buf& out, bool allow
   return scratch->get();
 }
 
-int local_rank(MPI_Comm world) {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
-  // No launcher variable: rank among the processes that share this node's memory.
-  MPI_Comm node = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "create",
-            "MPI_Comm_split_type");
-  int r = 0;
-  MPI_Comm_rank(node, &r);
-  MPI_Comm_free(&node);
-  return r;
-}
-
-int live_instances = 0;       // comm/nccl instances in this process
-bool we_initialised = false;  // MPI_Init_thread was ours: the last destroy finalises
-
-void finalise_if_ours() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (live_instances == 0 && we_initialised && !finalized) {
-    MPI_Finalize();
-    we_initialised = false;
-  }
-}
+int live_instances = 0;  // comm/nccl instances in this process
 
 class NcclComm {
  public:
   explicit NcclComm(const loom_host* host) : host_(host) {
-    // Asked before MPI so the reason survives; agreed over MPI so every rank fails together.
+    // Asked before the bootstrap so the reason survives; agreed over it so every rank fails
+    // together.
+    const std::string no_device = loom::cuda_unavailable();
     int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    std::string no_device;
-    if (e != cudaSuccess)
-      no_device = "cudaGetDeviceCount failed: " + cuda_text(e);
-    else if (count == 0)
-      no_device = "cudaGetDeviceCount found 0 devices";
-    init_mpi();
-    MPI_Comm world = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "create", "MPI_Comm_dup");
+    if (no_device.empty()) cuda_check(cudaGetDeviceCount(&count), "create", "cudaGetDeviceCount");
+    ++live_instances;  // from here on, the destructor's work is the catch's
     try {
-      MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
-      int rank = 0, size = 1;
-      mpi_check(MPI_Comm_rank(world, &rank), "create", "MPI_Comm_rank");
-      mpi_check(MPI_Comm_size(world, &size), "create", "MPI_Comm_size");
-      int first_without = no_device.empty() ? size : rank;
-      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first_without, 1, MPI_INT, MPI_MIN, world), "create",
-                "MPI_Allreduce");
+      std::string how;
+      std::unique_ptr<Bootstrap> world = world_bootstrap(how);
+      const int rank = world->rank(), size = world->size();
+      const int first_without = world->min(no_device.empty() ? size : rank, "create");
       if (!no_device.empty())
         fail(LOOM_ERR_INVALID_ARGUMENT, "create",
-             "no CUDA device on world rank " + std::to_string(rank) + " (" + no_device +
-                 "); comm/nccl needs one GPU per rank (comm \"mpi\" or \"single\" run on CPUs)");
+             no_device + " on world rank " + std::to_string(rank) +
+                 "; comm/nccl needs one GPU per rank (comm \"mpi\" or \"single\" run on CPUs)");
       if (first_without < size)
         fail(LOOM_ERR_INVALID_ARGUMENT, "create",
              "world rank " + std::to_string(first_without) +
                  " has no CUDA device; comm/nccl needs one GPU per rank");
-      device_ = local_rank(world) % count;
+      device_ = world->local_rank("create") % count;
       cuda_check(cudaSetDevice(device_), "create", "cudaSetDevice");
-      world_ = make_group(world, device_, "create");
+      world_ = make_group(std::move(world), device_, "create");
+      if (rank == 0) loom::log(host_, LOOM_LOG_INFO, "comm/nccl: ranks start as " + how);
     } catch (...) {
-      if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
-      finalise_if_ours();
+      world_.reset();
+      if (--live_instances == 0) bootstrap_release();
       throw;
     }
-    ++live_instances;
   }
   ~NcclComm() {
     world_.reset();
-    --live_instances;
-    finalise_if_ours();
+    if (--live_instances == 0) bootstrap_release();
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -285,24 +250,6 @@ class NcclComm {
   loom_comm_group& group(loom_comm_group* g) const { return g ? *g : *world_; }
 
  private:
-  // MPI_THREAD_FUNNELED: every call comes from the thread that created the comm.
-  void init_mpi() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    loom::require(!finalized,
-                  "comm/nccl: create: MPI is already finalised in this process and cannot be "
-                  "initialised again (keep one comm/nccl instance for the whole run)",
-                  LOOM_ERR_INTERNAL);
-    int initialised = 0;
-    MPI_Initialized(&initialised);
-    if (initialised) return;
-    int provided = MPI_THREAD_SINGLE;
-    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "create",
-              "MPI_Init_thread");
-    we_initialised = true;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  }
-
   const loom_host* host_;
   int device_ = 0;
   std::unique_ptr<loom_comm_group> world_;
@@ -327,9 +274,7 @@ loom_error* group_create(loom_comm* c, const int* colors, loom_comm_group** out)
     loom::require(color >= 0, "comm/nccl: group_create: rank " + std::to_string(w.rank) +
                                   " has color " + std::to_string(color) +
                                   "; colors must be >= 0 (every rank joins a group)");
-    MPI_Comm comm = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split(w.mpi, color, w.rank, &comm), "group_create", "MPI_Comm_split");
-    *out = make_group(comm, m->device(), "group_create").release();
+    *out = make_group(w.boot->split(color, "group_create"), m->device(), "group_create").release();
   });
 }
 void group_destroy(loom_comm*, loom_comm_group* g) { delete g; }
@@ -451,7 +396,8 @@ loom_error* barrier(loom_comm* c, loom_comm_group* g) {
   });
 }
 
-// The header that goes over MPI ahead of each message: its byte count and the sender's tag.
+// The header that goes over the bootstrap ahead of each message: its byte count and the sender's
+// tag.
 struct Header {
   int64_t nbytes;
   int64_t tag;
@@ -474,7 +420,7 @@ loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, 
     const Buf b = check_tensor(G, t, "send", "tensor", false);
     check_peer(G, peer, "send");
     Header h{static_cast<int64_t>(b.nbytes), tag};
-    mpi_check(MPI_Send(&h, sizeof h, MPI_BYTE, peer, 0, G.mpi), "send", "MPI_Send of the header");
+    G.boot->send(&h, sizeof h, peer, "send");
     run(G, "send", "ncclSend",
         [&] { return ncclSend(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
   });
@@ -487,8 +433,7 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
     const Buf b = check_tensor(G, t, "recv", "tensor", false);
     check_peer(G, peer, "recv");
     Header h{};
-    mpi_check(MPI_Recv(&h, sizeof h, MPI_BYTE, peer, 0, G.mpi, MPI_STATUS_IGNORE), "recv",
-              "MPI_Recv of the header");
+    G.boot->recv(&h, sizeof h, peer, "recv");
     if (h.nbytes == static_cast<int64_t>(b.nbytes) && h.tag == tag) {
       run(G, "recv", "ncclRecv",
           [&] { return ncclRecv(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
@@ -527,19 +472,20 @@ const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
                             send,
                             recv};
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
-                                            LOOM_ABI_MAJOR,
-                                            LOOM_ABI_MINOR,
-                                            LOOM_KIND_COMM,
-                                            "nccl",
-                                            "0.1.0",
-                                            "Loom",
-                                            "Apache-2.0",
-                                            "collectives and send/recv over NCCL on GPU tensors, "
-                                            "one GPU per rank; start ranks with mpirun",
-                                            nullptr,
-                                            0,
-                                            &kApi};
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_COMM,
+    "nccl",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "collectives and send/recv over NCCL on GPU tensors, "
+    "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
+    nullptr,
+    0,
+    &kApi};
 
 }  // namespace
 

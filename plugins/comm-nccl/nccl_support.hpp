@@ -1,11 +1,10 @@
-// comm/nccl support: errors from MPI, CUDA and NCCL turned into loom errors that name the
+// comm/nccl support: errors from CUDA and NCCL turned into loom errors that name the
 // function and the failing call; the device guard and device buffer the communicator uses;
 // the names of dtypes, devices and shapes in messages, and the ABI's op and dtype mapped to
-// NCCL's. Included by comm_nccl.cpp only.
+// NCCL's. Included by comm/nccl's own files only.
 #pragma once
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <cstring>
@@ -21,14 +20,6 @@ inline constexpr const char* kPrefix = "comm/nccl: ";
 
 [[noreturn]] inline void fail(loom_status code, const char* fn, const std::string& what) {
   throw loom::Error(code, std::string(kPrefix) + fn + ": " + what);
-}
-
-inline void mpi_check(int err, const char* fn, const char* call) {
-  if (err == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING + 1] = {0};
-  int len = 0;
-  if (MPI_Error_string(err, text, &len) != MPI_SUCCESS) std::strcpy(text, "unknown MPI error");
-  fail(LOOM_ERR_INTERNAL, fn, std::string(call) + " failed: " + text);
 }
 
 inline std::string cuda_text(cudaError_t e) {

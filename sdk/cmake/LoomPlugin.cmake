@@ -38,8 +38,8 @@ endfunction()
 #   loom_enable_cuda("backend/cuda")
 # A macro, so that it can return() from the caller: where nvcc is missing, or in the
 # sanitizer build (machines without a GPU; the normal build already compiles the plugin), the
-# plugin is skipped with one STATUS line saying why. Otherwise CUDA is enabled for sm_90 plus
-# sm_90 PTX (set CMAKE_CUDA_ARCHITECTURES to choose otherwise), C++17, and the folder's
+# plugin is skipped with one STATUS line saying why. Otherwise CUDA is enabled for sm_90a plus
+# compute_90 PTX (set CMAKE_CUDA_ARCHITECTURES to choose otherwise), C++17, and the folder's
 # C/C++ warning and sanitizer options are kept off nvcc, which does not take them as such.
 macro(loom_enable_cuda who)
   if(LOOM_SANITIZE)
@@ -53,7 +53,7 @@ macro(loom_enable_cuda who)
     return()
   endif()
   # Before enable_language: it would otherwise cache CMake's own default (an old target).
-  set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING
+  set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING
       "GPU targets of the CUDA plugins (real = machine code, virtual = PTX)")
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)

@@ -4,20 +4,24 @@
 //  - "gpu" (ctest label gpu): every collective on GPU tensors, on the world and on the
 //    groups split by rank parity, against values computed here in float64 from the
 //    rank-determined inputs; point-to-point over a ring when the world has two ranks or
-//    more; the errors a caller can cause. Runs as one process (world size 1) and under
-//    mpirun; skipped where there is no device, or fewer devices than ranks on this node.
+//    more; the errors a caller can cause. Runs as one process (world size 1, which never
+//    loads MPI) and under mpirun (the MPI bootstrap); skipped where there is no device, or
+//    fewer devices than ranks on this node.
 // A skipped suite prints a line starting "SKIPPED:", which ctest reports as Skipped.
 //
 // MPI can be initialised once per process, so one comm instance serves every GPU test case
-// and is destroyed, finalising MPI, when the program exits. Argument errors are provoked
-// identically on every rank, so no rank is left alone inside a collective.
+// and is destroyed (finalising MPI under mpirun) when the program exits. Argument errors are
+// provoked identically on every rank, so no rank is left alone inside a collective.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -298,9 +302,54 @@ TEST_SUITE("no-device") {
     MESSAGE("create said: " << o.message);
     CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
     CHECK(has(o, "comm/nccl: create: no CUDA device"));
-    CHECK(has(o, "cudaGetDeviceCount"));
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);  // asked independently
+    CHECK(has(o,
+              driver == nullptr ? "no CUDA driver: libcuda.so.1 not found" : "cudaGetDeviceCount"));
+    if (driver != nullptr) dlclose(driver);
     CHECK(c == nullptr);
     a->destroy(nullptr);  // accepted, like every destroy
+  }
+
+  // The bootstrap is chosen before the device is asked for, so its refusals show here too.
+  TEST_CASE("comm/nccl: the bootstrap is chosen by the launcher, and refused by name") {
+    // Started without a launcher, comm/nccl never loads MPI: the copy below has no
+    // nccl-bootstrap/ folder beside it, and create still gets as far as the device.
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("loom-nccl-alone-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path copy = dir / "loom-comm-nccl.so";
+    std::filesystem::copy_file(loomtest::plugin_path("comm", "nccl"), copy,
+                               std::filesystem::copy_options::overwrite_existing);
+    void* h = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE_MESSAGE(h != nullptr, dlerror());
+    auto entry = (loom_plugin_entry_fn)dlsym(h, LOOM_PLUGIN_ENTRY_NAME);
+    REQUIRE(static_cast<bool>(entry));
+    auto* a = static_cast<const loom_comm_api*>(entry(LOOM_ABI_MAJOR, LOOM_ABI_MINOR)->api);
+    loomtest::TestHost host;
+    loom_config cfg;
+    auto create = [&](const char* launcher_var, const char* forced) {
+      if (launcher_var != nullptr) setenv(launcher_var, "1", 1);
+      if (forced != nullptr) setenv("LOOM_NCCL_BOOTSTRAP", forced, 1);
+      loom_comm* c = nullptr;
+      ptest::Outcome o = ptest::outcome(a->create(host.host(), &cfg, &c));
+      if (launcher_var != nullptr) unsetenv(launcher_var);
+      unsetenv("LOOM_NCCL_BOOTSTRAP");
+      MESSAGE("create said: " << o.message);
+      CHECK(c == nullptr);
+      return o;
+    };
+    ptest::Outcome alone = create(nullptr, nullptr);
+    CHECK(has(alone, "comm/nccl: create: no CUDA device"));
+    ptest::Outcome single = create("OMPI_COMM_WORLD_SIZE", "single");
+    CHECK(has(single, "comm/nccl: create: no CUDA device"));
+    ptest::Outcome launched = create("OMPI_COMM_WORLD_SIZE", nullptr);
+    CHECK(launched.code == LOOM_ERR_INVALID_ARGUMENT);
+    CHECK(has(launched, "needs MPI to start its ranks (OMPI_COMM_WORLD_SIZE is set"));
+    CHECK(has(launched, "nccl-bootstrap/libloom-nccl-mpi.so"));
+    CHECK(has(launched, "LOOM_NCCL_BOOTSTRAP=single"));
+    ptest::Outcome bad = create(nullptr, "tcp");
+    CHECK(has(bad, "LOOM_NCCL_BOOTSTRAP is 'tcp'; it takes mpi or single"));
+    std::filesystem::remove_all(dir);
   }
 }
 

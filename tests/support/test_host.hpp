@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -28,8 +29,15 @@ struct loom_config {
 
 namespace loomtest {
 
+// The build tree's plugin folder, or LOOM_TEST_PLUGIN_DIR from the environment when set:
+// tools/gpu-bundle runs these programs far from the tree they were built in.
+inline std::string plugin_dir() {
+  const char* env = std::getenv("LOOM_TEST_PLUGIN_DIR");
+  return env != nullptr && *env != '\0' ? env : LOOM_TEST_PLUGIN_DIR;
+}
+
 inline std::string plugin_path(const std::string& kind, const std::string& name) {
-  return std::string(LOOM_TEST_PLUGIN_DIR) + "/loom-" + kind + "-" + name + ".so";
+  return plugin_dir() + "/loom-" + kind + "-" + name + ".so";
 }
 
 inline const loom_plugin_descriptor* load_descriptor(const std::string& kind,

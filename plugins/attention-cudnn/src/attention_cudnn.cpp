@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cudnn_backend.hpp"
+#include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace {
@@ -258,15 +259,8 @@ void check_operand(const DLTensor* t, const char* name, DLDataType dt, std::vect
 class CudnnAttention {
  public:
   explicit CudnnAttention(const loom_host* host) : host_(host) {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-      throw loom::Error(
-          LOOM_ERR_UNIMPLEMENTED,
-          std::string("attention/cudnn: no CUDA device (cudaGetDeviceCount: ") +
-              (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                                : std::string("found 0")) +
-              ")");
+    if (const std::string why = loom::cuda_unavailable(); !why.empty())
+      throw loom::Error(LOOM_ERR_UNIMPLEMENTED, "attention/cudnn: " + why);
     const size_t version = cudnnGetVersion();
     loom::require(version >= 90000,
                   "attention/cudnn: needs cuDNN 9 or newer, found " + std::to_string(version),

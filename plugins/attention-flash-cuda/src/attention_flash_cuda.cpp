@@ -15,6 +15,7 @@
 #include <string>
 
 #include "flash_kernels.hpp"
+#include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -187,13 +188,8 @@ FlashAttention* cast(loom_attention* a) { return reinterpret_cast<FlashAttention
 
 loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
   return loom::guard(host, [&] {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) (void)cudaGetLastError();  // clear the sticky "no device" error
-    loom::require(e == cudaSuccess && n > 0,
-                  std::string("attention/flash-cuda: no CUDA device (cudaGetDeviceCount: ") +
-                      (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")",
-                  LOOM_ERR_UNIMPLEMENTED);
+    const std::string why = loom::cuda_unavailable();
+    loom::require(why.empty(), "attention/flash-cuda: " + why, LOOM_ERR_UNIMPLEMENTED);
     *out = reinterpret_cast<loom_attention*>(new FlashAttention(host));
   });
 }

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "allocator.hpp"
+#include "loom/cpp/cuda_device.hpp"
 #include "ops.hpp"
 
 namespace loom_cuda {
@@ -189,17 +190,11 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
         workspace_mb >= 0 && workspace_mb <= 4096,
         "backend/cuda: workspace_mb = " + std::to_string(workspace_mb) + " must be in [0, 4096]");
 
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-      (void)cudaGetLastError();
-      std::string why = e != cudaSuccess
-                            ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                            : std::string("0 devices");
+    if (const std::string why = loom::cuda_unavailable(); !why.empty())
       throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
-                        "backend/cuda: no CUDA device (cudaGetDeviceCount: " + why +
-                            "); use backend.plugin = \"cpu\" on this machine");
-    }
+                        "backend/cuda: " + why + "; use backend.plugin = \"cpu\" on this machine");
+    int count = 0;
+    LOOM_CUDA_CHECK("create", cudaGetDeviceCount(&count));
 
     // Owned by a unique_ptr with destroy as deleter, so a failure half-way frees what exists.
     std::unique_ptr<loom_backend, void (*)(loom_backend*)> be(new loom_backend, cuda_destroy);
