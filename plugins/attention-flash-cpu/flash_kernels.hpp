@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "half.hpp"      // backend/cpu: bf16/f16 rounding
-#include "vec_math.hpp"  // backend/cpu: an exp that vectorises (f32)
+#include "loom/cpp/half.hpp"      // bf16/f16 rounding, as backend/cpu rounds
+#include "loom/cpp/vec_math.hpp"  // an exp that vectorises (f32), as backend/cpu uses
 
 namespace flash {
 
@@ -39,14 +39,14 @@ struct F16 {
 
 inline float widen(float x) { return x; }
 inline double widen(double x) { return x; }
-inline float widen(Bf16 x) { return loom_cpu::bf16_to_f32(x.bits); }
-inline float widen(F16 x) { return loom_cpu::f16_to_f32(x.bits); }
+inline float widen(Bf16 x) { return loom::bf16_to_f32(x.bits); }
+inline float widen(F16 x) { return loom::f16_to_f32(x.bits); }
 template <class St, class A>
 St narrow(A x) {
   if constexpr (std::is_same_v<St, Bf16>)
-    return Bf16{loom_cpu::f32_to_bf16((float)x)};
+    return Bf16{loom::f32_to_bf16((float)x)};
   else if constexpr (std::is_same_v<St, F16>)
-    return F16{loom_cpu::f32_to_f16((float)x)};
+    return F16{loom::f32_to_f16((float)x)};
   else
     return static_cast<St>(x);
 }
@@ -126,7 +126,7 @@ FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, 
           const A corr = std::exp(m[i] - mx);  // 0 on the first tile (m = -inf)
           const A sc = A(d.scale);
 #pragma omp simd
-          for (int64_t j = 0; j < jn; ++j) row[j] = loom_cpu::vexp(sc * row[j] - mx);
+          for (int64_t j = 0; j < jn; ++j) row[j] = loom::vexp(sc * row[j] - mx);
           A sum = 0;  // in order, as a sequential sum
           for (int64_t j = 0; j < jn; ++j) sum += row[j];
           l[i] = l[i] * corr + sum;
@@ -230,7 +230,7 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
               const A sc = A(d.scale);
 #pragma omp simd
               for (int64_t j = 0; j < jn; ++j) {
-                pr[j] = loom_cpu::vexp(sc * pr[j] - li);
+                pr[j] = loom::vexp(sc * pr[j] - li);
                 dr[j] = pr[j] * (dr[j] - di);
               }
               A* dqr = dQ.data() + (i0 + i) * D;

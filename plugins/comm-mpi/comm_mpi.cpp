@@ -25,8 +25,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "half.hpp"  // backend/cpu's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/comm.h"
+#include "loom/cpp/half.hpp"  // the SDK's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/cpp/plugin.hpp"
 
 struct loom_comm_group {
@@ -210,15 +210,13 @@ std::vector<float> widen(const Buf& b) {
   std::vector<float> f(static_cast<size_t>(b.count));
   const uint16_t* h = reinterpret_cast<const uint16_t*>(b.ptr);
   const bool bf = b.dtype.code == kDLBfloat;
-  for (int i = 0; i < b.count; ++i)
-    f[i] = bf ? loom_cpu::bf16_to_f32(h[i]) : loom_cpu::f16_to_f32(h[i]);
+  for (int i = 0; i < b.count; ++i) f[i] = bf ? loom::bf16_to_f32(h[i]) : loom::f16_to_f32(h[i]);
   return f;
 }
 void narrow(const std::vector<float>& f, const Buf& b) {
   uint16_t* h = reinterpret_cast<uint16_t*>(b.ptr);
   const bool bf = b.dtype.code == kDLBfloat;
-  for (int i = 0; i < b.count; ++i)
-    h[i] = bf ? loom_cpu::f32_to_bf16(f[i]) : loom_cpu::f32_to_f16(f[i]);
+  for (int i = 0; i < b.count; ++i) h[i] = bf ? loom::f32_to_bf16(f[i]) : loom::f32_to_f16(f[i]);
 }
 // The f32 view of a 16-bit buffer: same pointer and count, MPI_FLOAT elements.
 Buf as_f32(const Buf& b, std::vector<float>& f) {

@@ -3,8 +3,8 @@
 // weight_decay (matrices and embeddings; not biases or norm weights).
 #include <cmath>
 
+#include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
-#include "param_runs.hpp"
 
 namespace {
 
@@ -53,12 +53,12 @@ class AdamW {
   }
 
   const loom_host* host() const { return host_; }
-  loomopt::ParamRuns& runs() { return runs_; }
+  loom::opt::ParamRuns& runs() { return runs_; }
 
  private:
   const loom_host* host_;
   loom::Backend be_;
-  loomopt::ParamRuns runs_;
+  loom::opt::ParamRuns runs_;
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
 };
 
@@ -74,7 +74,7 @@ const loom_plugin_descriptor kDescriptor = {
     "AdamW (decoupled weight decay) via the backend's adamw_step",
     kSchema,
     sizeof(kSchema) / sizeof(kSchema[0]),
-    &loomopt::OptimizerTable<AdamW>::api};
+    &loom::opt::OptimizerTable<AdamW>::api};
 
 }  // namespace
 

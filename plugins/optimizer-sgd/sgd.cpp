@@ -1,8 +1,8 @@
 // optimizer/sgd: torch.optim.SGD (heavy-ball momentum, L2 weight decay coupled into the
 // gradient) through the backend's sgd_step: g += wd*p; buf = momentum*buf + g; p -= lr*buf.
 // Weight decay only on parameters flagged weight_decay. No state when momentum is 0.
+#include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
-#include "param_runs.hpp"
 
 namespace {
 
@@ -41,12 +41,12 @@ class Sgd {
   }
 
   const loom_host* host() const { return host_; }
-  loomopt::ParamRuns& runs() { return runs_; }
+  loom::opt::ParamRuns& runs() { return runs_; }
 
  private:
   const loom_host* host_;
   loom::Backend be_;
-  loomopt::ParamRuns runs_;
+  loom::opt::ParamRuns runs_;
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
@@ -61,7 +61,7 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "SGD with optional momentum via the backend's sgd_step",
                                             kSchema,
                                             sizeof(kSchema) / sizeof(kSchema[0]),
-                                            &loomopt::OptimizerTable<Sgd>::api};
+                                            &loom::opt::OptimizerTable<Sgd>::api};
 
 }  // namespace
 

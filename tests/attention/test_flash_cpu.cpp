@@ -7,7 +7,7 @@
 #include <chrono>
 #include <deque>
 
-#include "half.hpp"  // backend/cpu's bf16/f16 rounding, as flash-cpu uses
+#include "loom/cpp/half.hpp"  // the bf16/f16 rounding backend/cpu and flash-cpu use
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -205,8 +205,8 @@ TEST_CASE("flash-cpu bf16 / f16 storage: f32 math on the rounded values") {
       Vec y(x.size());
       bits.resize(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
-        bits[i] = bf ? loom_cpu::f32_to_bf16((float)x[i]) : loom_cpu::f32_to_f16((float)x[i]);
-        y[i] = bf ? loom_cpu::bf16_to_f32(bits[i]) : loom_cpu::f16_to_f32(bits[i]);
+        bits[i] = bf ? loom::f32_to_bf16((float)x[i]) : loom::f32_to_f16((float)x[i]);
+        y[i] = bf ? loom::bf16_to_f32(bits[i]) : loom::f16_to_f32(bits[i]);
       }
       return y;
     };
@@ -226,7 +226,7 @@ TEST_CASE("flash-cpu bf16 / f16 storage: f32 math on the rounded values") {
     env().host.check(fl.api->forward(fl.self, &f));
     Vec got(ob.size());
     for (size_t i = 0; i < ob.size(); ++i)
-      got[i] = bf ? loom_cpu::bf16_to_f32(ob[i]) : loom_cpu::f16_to_f32(ob[i]);
+      got[i] = bf ? loom::bf16_to_f32(ob[i]) : loom::f16_to_f32(ob[i]);
     check_rel(got, want.out, bf ? 8e-3 : 1e-3, bf ? "bf16 out" : "f16 out");
     check_rel(Vec(lse.begin(), lse.end()), want.lse, 1e-5, "lse");
   }

@@ -10,8 +10,8 @@
 #include <cmath>
 
 #include "cpu_backend.hpp"
+#include "loom/cpp/vec_math.hpp"
 #include "mixed.hpp"
-#include "vec_math.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -29,7 +29,7 @@ LOOM_CPU_CLONES void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
     T u = k0 * (x + k1 * x * x * x);
-    out[i] = x / (T(1) + vexp(T(-2) * u));
+    out[i] = x / (T(1) + loom::vexp(T(-2) * u));
   }
 }
 
@@ -39,7 +39,7 @@ LOOM_CPU_CLONES void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, 
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
-    T s = T(1) / (T(1) + vexp(T(-2) * k0 * (x + k1 * x * x * x)));  // sigmoid(2u)
+    T s = T(1) / (T(1) + loom::vexp(T(-2) * k0 * (x + k1 * x * x * x)));  // sigmoid(2u)
     // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
     T grad = s + T(2) * x * s * (T(1) - s) * k0 * (T(1) + T(3) * k1 * x * x);
     dinp[i] = dout[i] * grad;
@@ -56,7 +56,7 @@ LOOM_CPU_CLONES void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int6
 #pragma omp simd
     for (int64_t h = 0; h < H; ++h) {
       T g = gate[h];
-      T sig = T(1) / (T(1) + vexp(-g));
+      T sig = T(1) / (T(1) + loom::vexp(-g));
       y[h] = g * sig * up[h];
     }
   }
@@ -75,7 +75,7 @@ LOOM_CPU_CLONES void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout
 #pragma omp simd
     for (int64_t h = 0; h < H; ++h) {
       T g = gate[h], u = up[h], d = g_out[h];
-      T sig = T(1) / (T(1) + vexp(-g));
+      T sig = T(1) / (T(1) + loom::vexp(-g));
       // silu'(g) = sig + g sig (1 - sig)
       dgate[h] = d * u * (sig * (T(1) + g * (T(1) - sig)));
       dup[h] = d * g * sig;

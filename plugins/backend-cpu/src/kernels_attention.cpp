@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "loom/cpp/vec_math.hpp"
 #include "mixed.hpp"
-#include "vec_math.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -46,7 +46,7 @@ LOOM_CPU_CLONES void softmax_forward_kernel(T* s, S* lse, int64_t rows, int64_t 
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < valid; ++j) {
-      T e = vexp(scale * x[j] - mx);
+      T e = loom::vexp(scale * x[j] - mx);
       x[j] = e;
       sum += e;
     }

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
-#include "half.hpp"
+#include "loom/cpp/half.hpp"
 #include "mixed.hpp"
 
 namespace loom_cpu {
@@ -81,9 +81,9 @@ loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept {
     } else if (is_f64(t->dtype)) {
       fill_kernel(data_of<double>(t), n, value, b.threads);
     } else if (is_bf16(t->dtype)) {
-      fill_kernel(data_of<uint16_t>(t), n, f32_to_bf16(static_cast<float>(value)), b.threads);
+      fill_kernel(data_of<uint16_t>(t), n, loom::f32_to_bf16(static_cast<float>(value)), b.threads);
     } else if (is_f16(t->dtype)) {
-      fill_kernel(data_of<uint16_t>(t), n, f32_to_f16(static_cast<float>(value)), b.threads);
+      fill_kernel(data_of<uint16_t>(t), n, loom::f32_to_f16(static_cast<float>(value)), b.threads);
     } else if (is_i32(t->dtype)) {
       if (value != std::nearbyint(value) || std::fabs(value) > 2147483647.0)
         ck.fail("value " + std::to_string(value) + " is not an i32");
@@ -116,16 +116,16 @@ loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexce
               [](double v) { return static_cast<float>(v); });
     } else if (is_f32(sd) && is_bf16(dd)) {
       convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
-              [](float v) { return f32_to_bf16(v); });
+              [](float v) { return loom::f32_to_bf16(v); });
     } else if (is_bf16(sd) && is_f32(dd)) {
       convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
-              [](uint16_t v) { return bf16_to_f32(v); });
+              [](uint16_t v) { return loom::bf16_to_f32(v); });
     } else if (is_f32(sd) && is_f16(dd)) {
       convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
-              [](float v) { return f32_to_f16(v); });
+              [](float v) { return loom::f32_to_f16(v); });
     } else if (is_f16(sd) && is_f32(dd)) {
       convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
-              [](uint16_t v) { return f16_to_f32(v); });
+              [](uint16_t v) { return loom::f16_to_f32(v); });
     } else {
       ck.fail("no cast from " + dtype_name(sd) + " to " + dtype_name(dd) +
                   " (casts are f32 <-> f64/bf16/f16; go through f32)",

@@ -3,27 +3,27 @@
 
 #include <omp.h>
 
-#include "half.hpp"
+#include "loom/cpp/half.hpp"
 
 namespace loom_cpu {
 
 void half_to_f32(DLDataType dt, const uint16_t* src, float* dst, int64_t n, int nt) {
   if (is_bf16(dt)) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom::bf16_to_f32(src[i]);
   } else {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f16_to_f32(src[i]);
   }
 }
 
 void f32_to_half(DLDataType dt, const float* src, uint16_t* dst, int64_t n, int nt) {
   if (is_bf16(dt)) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f32_to_bf16(src[i]);
   } else {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f32_to_f16(src[i]);
   }
 }
 

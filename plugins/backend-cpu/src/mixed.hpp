@@ -1,6 +1,6 @@
 // Mixed precision on the CPU (backend.h, ABI 1.1): a call whose activations or parameter
 // values are bf16 or f16 runs the op's own f32 kernel on f32 stand-ins of those tensors and
-// rounds the outputs back to their dtype (round to nearest even, half.hpp). Arithmetic is
+// rounds the outputs back to their dtype (round to nearest even, loom/cpp/half.hpp). Arithmetic is
 // f32 whatever the storage dtype, exactly as the contract asks, and every op keeps one
 // kernel per dtype instead of a third instantiation per storage format. f32 tensors of the
 // call (parameter gradients, statistics, losses) are used in place; i32 ids pass through.

@@ -1,12 +1,13 @@
-// f32 <-> bf16 / f16 conversions, bit-exact and round-to-nearest-even (the IEEE default, and
-// what PyTorch's .to() does), with NaN kept a NaN and overflow going to infinity.
+// Loom SDK C++ helpers: f32 <-> bf16 / f16 conversions on the host, bit-exact and
+// round-to-nearest-even (the IEEE default, and what PyTorch's .to() does), with NaN kept a NaN and
+// overflow going to infinity.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
-namespace loom_cpu {
+namespace loom {
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -52,4 +53,4 @@ inline float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-}  // namespace loom_cpu
+}  // namespace loom

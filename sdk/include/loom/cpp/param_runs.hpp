@@ -1,5 +1,5 @@
-// Shared by the optimizer plugins (adamw, sgd): the parameters grouped into runs that lie
-// back to back in memory, with their optimizer state laid out the same way.
+// Loom SDK C++ helpers for optimizer plugins (adamw and sgd use them): the parameters grouped into
+// runs that lie back to back in memory, with their optimizer state laid out the same way.
 //
 // A model that keeps all parameters in one flat buffer (model/gpt does, weight-decayed
 // tensors first) hands out views that are adjacent; a run of adjacent views with the same
@@ -17,7 +17,7 @@
 
 #include "loom/cpp/tensor.hpp"
 
-namespace loomopt {
+namespace loom::opt {
 
 inline bool is_compact(const DLTensor* t) {
   if (!t->strides) return true;
@@ -164,4 +164,4 @@ struct OptimizerTable {
       LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
 };
 
-}  // namespace loomopt
+}  // namespace loom::opt

@@ -1,6 +1,6 @@
-// exp the compiler can vectorise. glibc's expf is a scalar call that stops a loop from
-// vectorising (its SIMD variant is only declared under -ffast-math), and GELU, SwiGLU, softmax
-// and cross-entropy spend most of their time in it. The f32 version below is branch-free
+// Loom SDK C++ helpers: an exp the compiler can vectorise. glibc's expf is a scalar call that stops
+// a loop from vectorising (its SIMD variant is only declared under -ffast-math), and GELU, SwiGLU,
+// softmax and cross-entropy spend most of their time in it. The f32 version below is branch-free
 // arithmetic, so `#pragma omp simd` loops over it become vector code; the f64 version is
 // libm's (f64 is the finite-difference test path, where accuracy matters and speed does not).
 #pragma once
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace loom_cpu {
+namespace loom {
 
 // exp(x) for f32 with ~1 ulp relative error on [-80, 80]; inputs outside are clamped to it, so
 // the result is never 0 or inf but between ~1.8e-35 and ~5.5e34. Every use tolerates that
@@ -61,4 +61,4 @@ inline double vexp<double>(double x) {
   return std::exp(x);
 }
 
-}  // namespace loom_cpu
+}  // namespace loom
