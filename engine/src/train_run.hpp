@@ -1,0 +1,130 @@
+// One training run's state, and the pieces of the loop around it, one file each:
+//   train_setup.cpp       TrainRun's constructor: the recipe's settings, the plugins, the
+//                         model chunks and their parameters, f32 main parameters, the
+//                         (sharded) optimizer, the schedule, the memory report
+//   train_checkpoint.cpp  TrainRun::resume and TrainRun::save
+//   train_metrics.cpp     Metrics: the metrics file and the log lines
+//   train.cpp             run_training: train_step, evaluate and the loop
+#pragma once
+
+#include <array>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "host.hpp"
+#include "precision.hpp"
+#include "recipe.hpp"
+#include "registry.hpp"
+#include "sampler.hpp"
+#include "schedule.hpp"
+
+namespace loom::engine {
+
+// Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank).
+void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n);
+
+// State the pipeline schedule's get_microbatch callback reads.
+struct Feed {
+  Sampler* sampler = nullptr;
+  int64_t first = 0;  // sample index of micro-batch 0 of data-parallel rank 0
+  int64_t mbs = 0, seq_len = 0, dp = 1, dp_rank = 0;
+  double loss_scale = 0;
+  std::vector<int32_t> tokens, targets;
+
+  static loom_error* get(void* user, int64_t i, loom_microbatch* out);
+};
+
+// What one iteration did, for the log and the metrics file.
+struct StepStats {
+  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  double seconds = 0, tokens_per_s = 0, mfu = 0;
+  bool stepped = true;
+};
+
+struct TrainRun {
+  // Composes the run (COLLECTIVE over the world: every rank builds its part of the layout).
+  TrainRun(Recipe& recipe, Registry& registry);
+  TrainRun(const TrainRun&) = delete;
+  TrainRun& operator=(const TrainRun&) = delete;
+
+  // From checkpoint.load when it holds a checkpoint: parameters, optimizer state, the loss
+  // scaler and the data position. Each rank reads its own files.
+  void resume();
+  // A checkpoint of the current state under checkpoint.save (COLLECTIVE over the world).
+  void save(int64_t iteration);
+
+  Recipe& recipe;
+
+  // The recipe's [train] settings.
+  uint64_t seed = 0;
+  int64_t iters = 0, seq_len = 0, mbs = 0, log_interval = 0, eval_interval = 0, eval_iters = 0;
+  double grad_clip = 0;
+  DLDataType compute{};
+  LossScaler scaler;
+  LrSchedule lr;
+
+  // Plugins and layout. Members are destroyed in reverse order: everything below the session
+  // (samplers, main parameters) goes before the plugin instances it refers to.
+  Session session;
+  loom_comm_ref comm{};
+  int world = 1, rank = 0;
+  loom_parallel_layout layout{};
+  int64_t dp = 1, gbs = 0, num_micro = 1;
+  loom_backend_ref be{};
+  loom_backend_info info{};
+  std::array<std::unique_ptr<Sampler>, 3> samplers;
+  Sampler* train_samples = nullptr;
+  Sampler* valid_samples = nullptr;  // NULL: the recipe's split has no validation part
+
+  // The model: one chunk per virtual stage of this pipeline rank.
+  const loom_model_api* mapi = nullptr;
+  std::vector<loom_model*> chunks;
+  bool staged = false;  // ABI 1.1 stage API (else whole-model forward_backward, ABI 1.0)
+  double flops_per_token = 0;
+  std::vector<loom_model_param> params;
+  std::vector<DLTensor*> grads, values;
+  int64_t local_params = 0;
+
+  // Gradient strategy, optimizer and schedule.
+  std::pair<const loom_parallel_api*, loom_parallel*> grad_strategy{nullptr, nullptr};
+  bool v11 = false;      // the strategy has ABI 1.1's slots
+  bool sharded = false;  // the optimizer steps this rank's shards (ZeRO-1)
+  std::vector<loom_param_shard> shards;
+  std::unique_ptr<MainParams> main;         // f32 main parameters (or the values)
+  std::vector<const DLTensor*> norm_grads;  // gradients of the norm, each counted once
+  std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
+  std::pair<const loom_parallel_api*, loom_parallel*> schedule{nullptr, nullptr};
+  loom_comm_group* norm_group = nullptr;  // where the squared gradient norm is summed
+  loom_comm_group* data_group = nullptr;  // where losses are summed
+
+  // Checkpoint files of this rank, and who writes what.
+  std::string model_file, opt_file;
+  bool writes_model = true, writes_opt = true;
+
+  // Progress.
+  int64_t start_iter = 0, consumed = 0;
+  int64_t opt_steps = 0;  // steps the optimizer took: iterations less fp16's skipped ones
+  Feed feed;
+
+ private:
+  void create_model(int64_t vocab);
+  void create_optimizer();
+  void report_memory() const;
+};
+
+// The metrics file (JSON lines, world rank 0) and the log lines of a run.
+class Metrics {
+ public:
+  explicit Metrics(const TrainRun& run);
+  void step(int64_t iter, const StepStats& s, int64_t mem_peak);
+  void eval(int64_t iter, double loss);
+
+ private:
+  const TrainRun& run_;
+  std::ofstream file_;
+};
+
+}  // namespace loom::engine

@@ -1,0 +1,245 @@
+// A training run's set-up (TrainRun's constructor, train_run.hpp): the recipe's settings,
+// the plugins and process groups, the samplers, the model chunks and their parameters, f32
+// main parameters, the (sharded) optimizer and the pipeline schedule.
+#include <spdlog/spdlog.h>
+
+#include "errors.hpp"
+#include "parallel_layout.hpp"
+#include "train_run.hpp"
+
+namespace loom::engine {
+namespace {
+
+// Refused before any plugin is created: what this engine cannot train yet.
+Recipe& refuse_unsupported(Recipe& recipe) {
+  for (const char* key : {"context", "expert"}) {
+    int64_t v = recipe.get_int("parallel", key);
+    if (v != 1)
+      throw UsageError("parallel." + std::string(key) + " = " + std::to_string(v) +
+                       ": context and expert parallelism are not available yet; use 1");
+  }
+  return recipe;
+}
+
+}  // namespace
+
+void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n) {
+  if (comm.api->world_size(comm.self) == 1) return;
+  if (group && comm.api->group_size(comm.self, group) == 1) return;
+  int64_t shape[1] = {n};
+  DLTensor t{};
+  t.data = values;
+  t.device = {kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = loom_f64();
+  t.shape = shape;
+  check(comm.api->all_reduce(comm.self, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
+}
+
+loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
+  auto* f = static_cast<Feed*>(user);
+  try {
+    // Data-parallel rank r takes samples r*mbs .. of each block of dp*mbs.
+    const int64_t base = f->first + (i * f->dp + f->dp_rank) * f->mbs;
+    for (int64_t b = 0; b < f->mbs; ++b)
+      f->sampler->sample(base + b, f->tokens.data() + b * f->seq_len,
+                         f->targets.data() + b * f->seq_len);
+  } catch (const std::exception& e) {
+    return host_abi::error_new(LOOM_ERR_IO, e.what());
+  }
+  *out = loom_microbatch{LOOM_MICROBATCH_SIZE_V1,
+                         f->tokens.data(),
+                         f->targets.data(),
+                         f->mbs,
+                         f->seq_len,
+                         f->loss_scale};
+  return nullptr;
+}
+
+TrainRun::TrainRun(Recipe& r, Registry& registry)
+    : recipe(r),
+      seed((uint64_t)r.get_int("train", "seed")),
+      iters(r.get_int("train", "iters")),
+      seq_len(r.get_int("train", "seq_len")),
+      mbs(r.get_int("train", "micro_batch_size")),
+      log_interval(r.get_int("train", "log_interval")),
+      eval_interval(r.get_int("train", "eval_interval")),
+      eval_iters(r.get_int("train", "eval_iters")),
+      grad_clip(r.get_float("train", "grad_clip")),
+      compute(compute_dtype(r.get_string("precision", "dtype"))),
+      scaler(LossScaler::from_recipe(r)),
+      session(refuse_unsupported(r), registry) {
+  lr.kind = recipe.get_string("lr", "schedule");
+  lr.max = recipe.get_float("lr", "max");
+  lr.min = recipe.get_float("lr", "min");
+  lr.warmup = recipe.get_int("lr", "warmup_iters");
+  lr.decay_iters = recipe.get_int("lr", "decay_iters");
+  if (lr.decay_iters == 0) lr.decay_iters = iters;
+  lr.wsd_decay_fraction = recipe.get_float("lr", "wsd_decay_fraction");
+
+  comm = session.comm();
+  world = comm.api->world_size(comm.self);
+  rank = comm.api->world_rank(comm.self);
+  layout = session.layout();  // checks the layout, makes the groups
+  dp = layout.data;
+  gbs = recipe.get_int("train", "global_batch_size");
+  if (gbs == 0) gbs = mbs * dp;
+  num_micro = microbatches_per_step(recipe, (int)dp);
+  if (rank == 0) {
+    std::string text = describe_layout(recipe, world);
+    if (world > 1) spdlog::info("{}", text.substr(0, text.find('\n')));
+  }
+
+  be = session.backend();
+  loom_tokenizer_ref tok = session.tokenizer();
+  const int64_t vocab = tok.api->vocab_size(tok.self);
+  // Megatron's GPT dataset: samples wanted per split decide epochs and index arrays. The
+  // loop reads train samples from `consumed` on, and evaluation k (0, 1, ...) reads valid
+  // samples [k, k+1) x eval_iters x global batch, so both resume from the iteration alone.
+  std::array<int64_t, 3> wanted = samples_wanted(iters, gbs, eval_interval, eval_iters);
+  wanted[kTest] = 0;  // the loop does not test
+  samplers = build_samplers(recipe, session, wanted, seq_len);
+  if (!samplers[kTrain])
+    throw RunError("the training split is empty (data.split = \"" +
+                   recipe.get_string("data", "split") + "\")");
+  train_samples = samplers[kTrain].get();
+  valid_samples = samplers[kValid].get();
+
+  create_model(vocab);
+  create_optimizer();
+  report_memory();
+  if (staged) schedule = session.schedule();
+  // The squared gradient norm is summed over the model-parallel ranks, and over the
+  // data-parallel ranks too when each holds a different shard.
+  norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
+  data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
+  {
+    double counts[1] = {(double)local_params};
+    sum_over(comm, session.group(LOOM_GROUP_MODEL), counts, 1);
+    spdlog::info(
+        "model: {} parameters on this rank ({} tensors, {} in the model-parallel "
+        "group); {} micro-batches of {} x {} per step",
+        local_params, params.size(), (int64_t)counts[0], num_micro, mbs, seq_len);
+  }
+
+  // This rank's checkpoint files; replicas of a data-parallel group write nothing their
+  // group's rank 0 writes.
+  const bool model_parallel = layout.tensor * layout.pipeline > 1;
+  char tag[64];
+  std::snprintf(tag, sizeof tag, "-tp%02d-pp%03d", layout.tensor_rank, layout.pipeline_rank);
+  model_file = model_parallel ? "model" + std::string(tag) + ".safetensors" : "model.safetensors";
+  opt_file = model_parallel ? "optimizer" + std::string(tag) : "optimizer";
+  if (sharded && dp > 1) opt_file += "-dp" + std::to_string(layout.data_rank);
+  opt_file += ".safetensors";
+  writes_model = layout.data_rank == 0 && layout.context_rank == 0;
+  writes_opt = writes_model || sharded;
+
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+  check(be.api->get_info(be.self, &info), "backend info");
+  flops_per_token = mapi->flops_per_token(chunks[0]);
+  feed.mbs = mbs;
+  feed.seq_len = seq_len;
+  feed.dp = dp;
+  feed.dp_rank = layout.data_rank;
+  feed.tokens.resize((size_t)(mbs * seq_len));
+  feed.targets.resize((size_t)(mbs * seq_len));
+}
+
+// The model chunks of this pipeline rank, their parameters (initialised) and the gradient
+// strategy over their gradients.
+void TrainRun::create_model(int64_t vocab) {
+  const int stages = layout.pipeline * layout.virtual_stages;
+  for (int v = 0; v < layout.virtual_stages; ++v) {
+    loom_model_create_args margs{
+        LOOM_MODEL_CREATE_ARGS_SIZE_V1_1,           vocab, seq_len, mbs, compute,
+        v * layout.pipeline + layout.pipeline_rank, stages};
+    auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
+    mapi = api;
+    chunks.push_back(m);
+  }
+  staged = mapi->struct_size >= LOOM_MODEL_API_SIZE_V1_1 && mapi->stage_forward;
+  if (!staged && (stages > 1 || layout.tensor > 1))
+    throw UsageError("model/" + recipe.plugin("model") +
+                     " has no pipeline-stage API (ABI 1.1); it trains at tensor = pipeline = 1");
+
+  for (loom_model* m : chunks)
+    for (size_t i = 0; i < mapi->num_params(m); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      check(mapi->get_param(m, i, &p), "listing model parameters");
+      if (p.struct_size < LOOM_MODEL_PARAM_SIZE_V1_1) p.tp_num_blocks = 0, p.pipeline_duplicate = 0;
+      params.push_back(p);
+    }
+  for (const loom_model_param& p : params) {
+    grads.push_back(p.grad);
+    values.push_back(p.value);
+    local_params += loom_tensor_numel(p.value);
+  }
+  for (loom_model* m : chunks)
+    check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
+  grad_strategy = session.parallel(grads.data(), grads.size());
+  v11 = grad_strategy.first->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1;
+}
+
+// The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1), in f32 main
+// copies when the model computes in bf16/fp16 — of this rank's shards only when sharded
+// (Megatron's 6 + 12/d bytes per parameter); they are cast into the model (then gathered)
+// after each step.
+void TrainRun::create_optimizer() {
+  const auto [papi, par] = grad_strategy;
+  const size_t nparams = params.size();
+  sharded = v11 && papi->shard_params;
+  shards.resize(nparams);
+  if (sharded) {
+    for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
+    check(papi->shard_params(par, values.data(), shards.data()), "sharding the optimizer");
+  }
+  std::vector<DLTensor*> mirrored = values;
+  if (sharded)
+    for (size_t i = 0; i < nparams; ++i) mirrored[i] = shards[i].param;
+  main = std::make_unique<MainParams>(be, mirrored);
+  main->from_model();
+  std::vector<loom_opt_param> opt_params;
+  for (size_t i = 0; i < nparams; ++i) {
+    DLTensor* value = main->main(i);
+    DLTensor* grad = sharded ? shards[i].grad : params[i].grad;
+    if (loom_tensor_numel(value) == 0) continue;
+    opt_params.push_back(
+        {LOOM_OPT_PARAM_SIZE_V1, params[i].name, value, grad, params[i].weight_decay});
+    // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
+    // duplicate (the tied embedding on the last stage) is its first stage's tensor.
+    if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) && !params[i].pipeline_duplicate)
+      norm_grads.push_back(grad);
+  }
+  optimizer = session.optimizer(opt_params.data(), opt_params.size());
+}
+
+// Bytes per parameter on this rank, measured, to set beside Megatron's table
+// (docs/parallelism.md).
+void TrainRun::report_memory() const {
+  const auto [oapi, opt] = optimizer;
+  const auto [papi, par] = grad_strategy;
+  double value_bytes = 0, state_bytes = 0, grad_bytes = 0;
+  for (const DLTensor* v : values)
+    value_bytes += (double)loom_tensor_numel(v) * loom_dtype_bytes(v->dtype);
+  for (const DLTensor* g : grads)
+    grad_bytes += (double)loom_tensor_numel(g) * loom_dtype_bytes(g->dtype);
+  for (size_t i = 0; i < oapi->num_state(opt); ++i) {
+    const char* name = nullptr;
+    DLTensor* t = nullptr;
+    check(oapi->get_state(opt, i, &name, &t), "listing optimizer state");
+    state_bytes += (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
+  }
+  const double n = (double)std::max<int64_t>(local_params, 1);
+  const double own = v11 && papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
+  const double main_bytes = main->bytes() / n;
+  spdlog::info(
+      "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {}{:.2f} "
+      "(optimizer state) = {:.2f} bytes, plus {:.2f} of parallel/{} buffers",
+      value_bytes / n, grad_bytes / n,
+      main->mixed() ? fmt::format("{:.2f} (f32 main param) + ", main_bytes) : "", state_bytes / n,
+      (value_bytes + grad_bytes + state_bytes) / n + main_bytes, own,
+      recipe.get_string("parallel", "data"));
+}
+
+}  // namespace loom::engine
