@@ -1,4 +1,5 @@
-// optimizer/adamw and optimizer/sgd against a host implementation of their update rules, on
+// optimizer/adamw, optimizer/sgd and optimizer/lion against a float64 host implementation of
+// their update rules (Lion's as lion-pytorch writes it), on
 // parameters that share one flat buffer (the layout model/gpt hands out: adjacent views are
 // stepped together) plus one separate tensor, with weight decay only where flagged.
 #include <cmath>
@@ -145,4 +146,45 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
     }
     api->destroy(opt);
   }
+}
+
+TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params; state") {
+  Host h;
+  Params p(h);
+  std::mt19937 rng(13);
+  std::vector<double> P = randv(13, rng);
+  p.flat_p.set_host({P.begin(), P.begin() + 10});
+  p.sep_p.set_host({P.begin() + 10, P.end()});
+  const loom_optimizer_api* api;
+  loom_config cfg;
+  const double lr = 0.01, b1 = 0.8, b2 = 0.95, wd = 0.5, gs = 0.25;
+  loom_optimizer* opt =
+      make(h, "lion", {{"beta1", "0.8"}, {"beta2", "0.95"}, {"weight_decay", "0.5"}}, p, &api, cfg);
+  REQUIRE(api->num_state(opt) == 3);  // exp_avg only
+  const int wdflag[13] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+  std::vector<double> m(13, 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<double> G = randv(13, rng);
+    if (step == 1) G[4] = 0.0;  // sign(0) = 0: a zero gradient on a zero momentum moves nothing
+    p.flat_g.set_host({G.begin(), G.begin() + 10});
+    p.sep_g.set_host({G.begin() + 10, G.end()});
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, lr, step, gs};
+    h.th.check(api->step(opt, &a));
+    for (int i = 0; i < 13; ++i) {
+      const double g = gs * G[i];
+      const double c = b1 * m[i] + (1 - b1) * g;
+      P[i] = P[i] * (1 - lr * (wdflag[i] ? wd : 0.0)) - lr * ((c > 0) - (c < 0));
+      m[i] = b2 * m[i] + (1 - b2) * g;
+    }
+  }
+  auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
+  got.insert(got.end(), sep.begin(), sep.end());
+  for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-14));
+  const char* name = nullptr;
+  DLTensor* t = nullptr;
+  h.th.check(api->get_state(opt, 2, &name, &t));
+  CHECK(std::string(name) == "exp_avg.b.weight");
+  auto state = download(h.be, t);
+  for (int i = 0; i < 3; ++i) CHECK(state[i] == doctest::Approx(m[10 + i]).epsilon(1e-14));
+  api->destroy(opt);
 }

@@ -165,3 +165,37 @@ TEST_CASE("training lowers the loss on learnable data") {
   CHECK(evals.back() < 0.8 * evals.front());
   fs::remove_all(dir);
 }
+
+TEST_CASE("optimizer/lion trains the quickstart model: the loss falls") {
+  // recipes/quickstart.toml on its fortune documents, with Lion at a tenth of AdamW's
+  // learning rate and ten times its weight decay (Lion's update is +-lr in every coordinate).
+  REQUIRE_MESSAGE(fs::is_directory("/usr/share/games/fortunes"),
+                  "the fortunes package is missing: tools/install-deps installs it");
+  fs::path dir = temp_dir("lion");
+  fs::create_directories(dir);
+  const std::string docs = (dir / "fortunes.jsonl").string();
+  REQUIRE(
+      std::system((std::string(LOOM_SOURCE_DIR) + "/tools/fortunes-jsonl " + docs + " >/dev/null")
+                      .c_str()) == 0);
+  Result r = run("run " + std::string(LOOM_SOURCE_DIR) + "/recipes/quickstart.toml " +
+                 "--set optimizer.plugin=lion --set optimizer.weight_decay=1.0 " +
+                 "--set lr.max=3e-4 --set lr.min=3e-5 --set train.iters=60 " +
+                 "--set train.log_interval=10 --set train.eval_interval=0 " +
+                 "--set data.path=" + docs + " --set checkpoint.save=" + (dir / "ck").string() +
+                 " --set train.metrics=" + (dir / "m.jsonl").string());
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  std::ifstream m(dir / "m.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(m, line);)
+    losses.push_back(std::stod(line.substr(line.find("\"loss\":") + 7)));
+  REQUIRE(losses.size() == 60);
+  auto mean = [&](size_t from, size_t to) {
+    double s = 0;
+    for (size_t i = from; i < to; ++i) s += losses[i];
+    return s / double(to - from);
+  };
+  INFO("first 5 iterations " << mean(0, 5) << ", last 5 " << mean(55, 60));
+  CHECK(std::isfinite(mean(55, 60)));
+  CHECK(mean(55, 60) < 0.75 * mean(0, 5));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,111 @@
+// optimizer/lion: Lion, "Symbolic Discovery of Optimization Algorithms" (Chen et al., 2023),
+// as lion-pytorch steps it, per element with g = grad * grad_scale:
+//   p *= 1 - lr * weight_decay          (decoupled, only on parameters flagged weight_decay)
+//   p -= lr * sign(beta1 * m + (1 - beta1) * g)
+//   m  = beta2 * m + (1 - beta2) * g
+// One state tensor (exp_avg) per parameter, so half AdamW's optimizer memory. Lion's update
+// has the same size in every coordinate, so it wants a learning rate 3-10x smaller than
+// AdamW's, and a weight decay as much larger.
+//
+// The kernel is the plugin's own (below), not a backend op: tensors must be in host memory
+// (kDLCPU, f32 or f64), which is where backend/cpu keeps them. On another device, create
+// refuses by name.
+#include <omp.h>
+
+#include "loom/cpp/param_runs.hpp"
+#include "loom/cpp/plugin.hpp"
+
+namespace {
+
+using loom::param;
+
+const loom_param_spec kSchema[] = {
+    param("beta1", LOOM_PARAM_FLOAT, "0.9", "interpolation of momentum and gradient for the sign",
+          0.0, 0.999999),
+    param("beta2", LOOM_PARAM_FLOAT, "0.99", "momentum decay", 0.0, 0.999999),
+    param("weight_decay", LOOM_PARAM_FLOAT, "0.0",
+          "decoupled decay (times lr) of parameters flagged weight_decay", 0.0, 100.0),
+};
+
+template <class T>
+void lion_kernel(T* p, const T* g, T* m, int64_t n, double lr, double beta1, double beta2,
+                 double decay, double grad_scale) {
+  const T keep = T(1 - lr * decay), b1 = T(beta1), b2 = T(beta2), s = T(grad_scale), step = T(lr);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = g[i] * s;
+    const T c = b1 * m[i] + (T(1) - b1) * gi;
+    const T sign = T((c > T(0)) - (c < T(0)));
+    p[i] = p[i] * keep - step * sign;
+    m[i] = b2 * m[i] + (T(1) - b2) * gi;
+  }
+}
+
+template <class T>
+T* host_data(const DLTensor* t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
+}
+
+class Lion {
+ public:
+  Lion(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
+      : host_(host), be_(host), runs_(be_, params, n, {"exp_avg"}) {
+    loom::Config c(host, cfg);
+    beta1_ = c.get_float("beta1");
+    beta2_ = c.get_float("beta2");
+    wd_ = c.get_float("weight_decay");
+    for (size_t i = 0; i < n; ++i) {
+      const DLTensor* t = params[i].param;
+      const std::string name = params[i].name ? params[i].name : "param" + std::to_string(i);
+      loom::require(t->device.device_type == kDLCPU,
+                    "optimizer/lion: parameter " + name +
+                        " is not in host memory; lion's kernels run on the CPU (backend/cpu) "
+                        "until ABI 2 lends plugins the backend's device stream",
+                    LOOM_ERR_UNIMPLEMENTED);
+      loom::require(loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()),
+                    "optimizer/lion: parameter " + name + " must be f32 or f64 (main parameters)",
+                    LOOM_ERR_UNIMPLEMENTED);
+    }
+  }
+
+  void step(const loom_opt_step_args& s) {
+    for (auto& r : runs_.runs()) {
+      const DLTensor *p = r.param.get(), *g = r.grad, *m = r.state[0].get();
+      const int64_t n = loom_tensor_numel(p);
+      const double decay = r.weight_decay ? wd_ : 0.0;
+      if (loom_dtype_eq(p->dtype, loom_f64()))
+        lion_kernel(host_data<double>(p), host_data<double>(g), host_data<double>(m), n, s.lr,
+                    beta1_, beta2_, decay, s.grad_scale);
+      else
+        lion_kernel(host_data<float>(p), host_data<float>(g), host_data<float>(m), n, s.lr, beta1_,
+                    beta2_, decay, s.grad_scale);
+    }
+  }
+
+  const loom_host* host() const { return host_; }
+  loom::opt::ParamRuns& runs() { return runs_; }
+
+ private:
+  const loom_host* host_;
+  loom::Backend be_;
+  loom::opt::ParamRuns runs_;
+  double beta1_ = 0.9, beta2_ = 0.99, wd_ = 0.0;
+};
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_OPTIMIZER,
+    "lion",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "Lion (sign of interpolated momentum), its own kernels; host memory (backend/cpu)",
+    kSchema,
+    sizeof(kSchema) / sizeof(kSchema[0]),
+    &loom::opt::OptimizerTable<Lion>::api};
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
