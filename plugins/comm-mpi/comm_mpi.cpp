@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/describe.hpp"
 #include "loom/cpp/half.hpp"  // the SDK's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/cpp/plugin.hpp"
 
@@ -34,6 +35,9 @@ struct loom_comm_group {
 };
 
 namespace {
+
+using loom::dtype_str;
+using loom::shape_str;
 
 constexpr const char* kPrefix = "comm/mpi: ";
 
@@ -88,34 +92,6 @@ MPI_Op mpi_op(loom_reduce_op op) {
   }
 }
 
-std::string dtype_str(DLDataType d) {
-  std::string s;
-  switch (d.code) {
-    case kDLFloat:
-      s = "f";
-      break;
-    case kDLInt:
-      s = "i";
-      break;
-    case kDLUInt:
-      s = "u";
-      break;
-    case kDLBfloat:
-      s = "bf";
-      break;
-    default:
-      s = "code";
-      s += std::to_string(d.code);
-      s += '_';
-  }
-  s += std::to_string(d.bits);
-  if (d.lanes != 1) {
-    s += 'x';
-    s += std::to_string(d.lanes);
-  }
-  return s;
-}
-
 MPI_Datatype mpi_type(DLDataType d, const char* fn) {
   if (d.lanes == 1) {
     if (d.code == kDLFloat && d.bits == 32) return MPI_FLOAT;
@@ -126,15 +102,6 @@ MPI_Datatype mpi_type(DLDataType d, const char* fn) {
   throw loom::Error(LOOM_ERR_UNIMPLEMENTED, std::string(kPrefix) + fn + ": dtype " + dtype_str(d) +
                                                 " is not supported (only f32, f64, i32, bf16 "
                                                 "and f16)");
-}
-
-std::string shape_str(const DLTensor* t) {
-  std::string s = "(";
-  for (int d = 0; d < t->ndim; ++d) {
-    if (d > 0) s += ',';
-    s += std::to_string(t->shape[d]);
-  }
-  return s + ")";
 }
 
 char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }

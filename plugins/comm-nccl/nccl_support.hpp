@@ -12,9 +12,14 @@
 #include <type_traits>
 
 #include "loom/comm.h"
+#include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace comm_nccl {
+
+using loom::device_str;
+using loom::dtype_str;
+using loom::shape_str;
 
 inline constexpr const char* kPrefix = "comm/nccl: ";
 
@@ -103,34 +108,6 @@ inline ncclRedOp_t nccl_op(const loom_reduce_op* op, const char* fn) {
   }
 }
 
-inline std::string dtype_str(DLDataType d) {
-  std::string s;
-  switch (d.code) {
-    case kDLFloat:
-      s = "f";
-      break;
-    case kDLInt:
-      s = "i";
-      break;
-    case kDLUInt:
-      s = "u";
-      break;
-    case kDLBfloat:
-      s = "bf";
-      break;
-    default:
-      s = "code";
-      s += std::to_string(d.code);
-      s += '_';
-  }
-  s += std::to_string(d.bits);
-  if (d.lanes != 1) {
-    s += 'x';
-    s += std::to_string(d.lanes);
-  }
-  return s;
-}
-
 // The NCCL type NCCL reduces `d` as; moving data only needs bytes (ncclUint8).
 inline ncclDataType_t reduce_type(DLDataType d, const char* fn) {
   if (d.lanes == 1) {
@@ -148,30 +125,6 @@ inline ncclDataType_t reduce_type(DLDataType d, const char* fn) {
   fail(LOOM_ERR_UNIMPLEMENTED, fn,
        "dtype " + dtype_str(d) +
            " cannot be reduced (f16, bf16, f32, f64, i8, i32, i64, u8, u32, u64 can)");
-}
-
-inline std::string device_str(DLDevice d) {
-  switch (d.device_type) {
-    case kDLCPU:
-      return "cpu";
-    case kDLCUDA:
-      return "cuda:" + std::to_string(d.device_id);
-    case kDLCUDAHost:
-      return "cuda_host (pinned CPU memory)";
-    case kDLCUDAManaged:
-      return "cuda_managed";
-    default:
-      return "device type " + std::to_string(d.device_type);
-  }
-}
-
-inline std::string shape_str(const DLTensor* t) {
-  std::string s = "(";
-  for (int d = 0; d < t->ndim; ++d) {
-    if (d > 0) s += ',';
-    s += std::to_string(t->shape[d]);
-  }
-  return s + ")";
 }
 
 }  // namespace comm_nccl

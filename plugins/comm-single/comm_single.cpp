@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 
 struct loom_comm_group {
@@ -27,6 +28,8 @@ struct loom_comm_group {
 };
 
 namespace {
+
+using loom::shape_str;
 
 // The op arrives from C, where any int fits in the enum; read its bytes as an int so an
 // out-of-range value is reported instead of being undefined behaviour in C++.
@@ -63,15 +66,6 @@ void check_host_memory(const DLTensor* t, const char* fn, const char* what) {
                   std::string("comm/single: ") + fn + ": " + what + " is not compact");
     expect *= t->shape[d];
   }
-}
-
-std::string shape_str(const DLTensor* t) {
-  std::string s = "(";
-  for (int d = 0; d < t->ndim; ++d) {
-    if (d > 0) s += ',';
-    s += std::to_string(t->shape[d]);
-  }
-  return s + ")";
 }
 
 // in -> out for a group of one: same dtype, same element count.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/cpp/megatron_indexed.hpp"
+#include "test_skip.hpp"
 
 namespace fs = std::filesystem;
 namespace mg = loom::megatron;
@@ -404,11 +405,11 @@ TEST_CASE("gpt2-bpe on Tiny Shakespeare (needs the plugin and ../shared/data)") 
                     merges = shared + "/gpt2/gpt2-merges.txt",
                     text = shared + "/tinyshakespeare/input.txt";
   if (!fs::exists(so)) {
-    MESSAGE("SKIPPED gpt2-bpe preprocessing: " << so << " is not built");
+    loomtest::skip("gpt2-bpe preprocessing: " + so + " is not built");
     return;
   }
   if (!fs::exists(vocab) || !fs::exists(merges) || !fs::exists(text)) {
-    MESSAGE("SKIPPED gpt2-bpe preprocessing: " << shared << " (shared data) is absent");
+    loomtest::skip("gpt2-bpe preprocessing: " + shared + " (shared data) is absent");
     return;
   }
   TempDir dir;

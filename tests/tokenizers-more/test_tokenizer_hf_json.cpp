@@ -3,6 +3,7 @@
 // GPT-2's reference ids; SentencePiece agreement; errors.
 #include <filesystem>
 
+#include "test_skip.hpp"
 #include "tok_util.hpp"
 
 using tokmore::contains;
@@ -55,7 +56,7 @@ void check_against_reference(const std::string& name) {
 
 TEST_CASE("tokenizer/hf-json: GPT-2 byte-level BPE gives GPT-2's reference ids") {
   if (!have_gpt2()) {
-    MESSAGE("skipped: shared/data/gpt2 is absent");
+    loomtest::skip("shared/data/gpt2 is absent");
     return;
   }
   Tok t("hf-json", {{"tokenizer_file", with_gpt2("hf-gpt2-skeleton.json")}});
@@ -70,7 +71,7 @@ TEST_CASE("tokenizer/hf-json: GPT-2 byte-level BPE gives GPT-2's reference ids")
 
 TEST_CASE("tokenizer/hf-json: matches HF tokenizers, GPT-2 layout") {
   if (!have_gpt2()) {
-    MESSAGE("skipped: shared/data/gpt2 is absent");
+    loomtest::skip("shared/data/gpt2 is absent");
     return;
   }
   check_against_reference("hf-gpt2-skeleton.json");
@@ -78,7 +79,7 @@ TEST_CASE("tokenizer/hf-json: matches HF tokenizers, GPT-2 layout") {
 
 TEST_CASE("tokenizer/hf-json: matches HF tokenizers, Llama-3 layout (Split regex + BOS)") {
   if (!have_gpt2()) {
-    MESSAGE("skipped: shared/data/gpt2 is absent");
+    loomtest::skip("shared/data/gpt2 is absent");
     return;
   }
   check_against_reference("hf-llama3-skeleton.json");
@@ -124,7 +125,7 @@ TEST_CASE("tokenizer/hf-json: the Llama-2 conversion agrees with SentencePiece i
 
 TEST_CASE("tokenizer/hf-json: ill-formed UTF-8 is encoded as U+FFFD") {
   if (!have_gpt2()) {
-    MESSAGE("skipped: shared/data/gpt2 is absent");
+    loomtest::skip("shared/data/gpt2 is absent");
     return;
   }
   Tok t("hf-json", {{"tokenizer_file", with_gpt2("hf-gpt2-skeleton.json")}});
@@ -194,7 +195,7 @@ TEST_CASE("tokenizer/hf-json: decode refuses ids outside the vocabulary") {
 TEST_CASE("tokenizer/hf-json: all of Tiny Shakespeare matches HF tokenizers and round-trips") {
   const std::string corpus_path = tokmore::shared("tinyshakespeare/input.txt");
   if (!have_gpt2() || !tokmore::have(corpus_path)) {
-    MESSAGE("skipped: shared/data/gpt2 or tinyshakespeare is absent");
+    loomtest::skip("shared/data/gpt2 or tinyshakespeare is absent");
     return;
   }
   std::ifstream in(corpus_path, std::ios::binary);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "test_host.hpp"
+#include "test_skip.hpp"
 
 namespace toktest {
 
@@ -114,7 +115,7 @@ inline bool have_files(const std::string& what, const std::vector<std::string>& 
   for (const std::string& p : paths) {
     if (std::filesystem::exists(p)) continue;
     if (reported.insert(what + "\n" + p).second)
-      MESSAGE("SKIPPED " << what << ": " << p << " is absent (shared data, ../shared/data)");
+      loomtest::skip(what + ": " + p + " is absent (shared data, ../shared/data)");
     return false;
   }
   return true;

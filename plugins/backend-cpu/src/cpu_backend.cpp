@@ -21,15 +21,6 @@ std::atomic<const loom_host*> g_last_host{nullptr};
 
 // ---- argument-check helpers ------------------------------------------------------------------
 
-std::string shape_str(const DLTensor* t) {
-  std::string s = "(";
-  for (int i = 0; i < t->ndim; ++i) {
-    if (i) s += ",";
-    s += std::to_string(t->shape[i]);
-  }
-  return s + ")";
-}
-
 // ---- memory ------------------------------------------------------------------------------------
 
 // An allocated tensor: the DLTensor handed out is the first member, so free_tensor gets the
@@ -51,7 +42,7 @@ loom_error* cpu_alloc_tensor(loom_backend* be, DLDataType dtype, int ndim, const
     if (ndim < 0 || (ndim > 0 && shape == nullptr))
       ck.fail("ndim " + std::to_string(ndim) + " with " + (shape ? "a" : "a NULL") + " shape");
     if (dtype.lanes != 1 || dtype.bits == 0 || dtype.bits % 8 != 0)
-      ck.fail("unsupported dtype " + dtype_name(dtype));
+      ck.fail("unsupported dtype " + dtype_str(dtype));
     size_t elems = 1;
     for (int i = 0; i < ndim; ++i) {
       if (shape[i] < 0) ck.fail("dimension " + std::to_string(i) + " is negative");
@@ -125,7 +116,7 @@ loom_error* cpu_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t
     size_t want = static_cast<size_t>(loom_tensor_numel(src)) * loom_dtype_bytes(src->dtype);
     if (bytes != want)
       ck.fail("asked for " + std::to_string(bytes) + " bytes, src " + shape_str(src) + " " +
-              dtype_name(src->dtype) + " holds " + std::to_string(want));
+              dtype_str(src->dtype) + " holds " + std::to_string(want));
     if (bytes && dst == nullptr) ck.fail("dst is NULL");
     if (bytes) std::memcpy(dst, data_of<char>(src), bytes);
   });
@@ -138,7 +129,7 @@ loom_error* cpu_from_host(loom_backend* be, DLTensor* dst, const void* src, size
     size_t want = static_cast<size_t>(loom_tensor_numel(dst)) * loom_dtype_bytes(dst->dtype);
     if (bytes != want)
       ck.fail("got " + std::to_string(bytes) + " bytes, dst " + shape_str(dst) + " " +
-              dtype_name(dst->dtype) + " holds " + std::to_string(want));
+              dtype_str(dst->dtype) + " holds " + std::to_string(want));
     if (bytes && src == nullptr) ck.fail("src is NULL");
     if (bytes) std::memcpy(data_of<char>(dst), src, bytes);
   });
@@ -301,18 +292,6 @@ const loom_plugin_descriptor kDescriptor = {
 const loom_host* last_host() noexcept { return g_last_host.load(); }
 void set_last_host(const loom_host* host) noexcept { g_last_host.store(host); }
 
-std::string dtype_name(DLDataType d) {
-  if (d.lanes == 1) {
-    if (d.code == kDLFloat && (d.bits == 16 || d.bits == 32 || d.bits == 64))
-      return std::string("f") += std::to_string(d.bits);
-    if (d.code == kDLBfloat && d.bits == 16) return "bf16";
-    if (d.code == kDLInt) return std::string("i") += std::to_string(d.bits);
-    if (d.code == kDLUInt) return std::string("u") += std::to_string(d.bits);
-  }
-  return "dtype(code=" + std::to_string(d.code) + ",bits=" + std::to_string(d.bits) +
-         ",lanes=" + std::to_string(d.lanes) + ")";
-}
-
 void Check::fail(const std::string& what, loom_status code) const {
   throw loom::Error(code, std::string(op) + ": " + what);
 }
@@ -338,7 +317,7 @@ const DLTensor* Check::tensor(const char* name, const DLTensor* t) const {
 
 void Check::floating(const char* name, const DLTensor* t) const {
   if (!is_f32(t->dtype) && !is_f64(t->dtype))
-    fail(std::string(name) + " is " + dtype_name(t->dtype) +
+    fail(std::string(name) + " is " + dtype_str(t->dtype) +
              "; backend/cpu runs this op in f32 "
              "or f64",
          LOOM_ERR_UNIMPLEMENTED);
@@ -346,20 +325,20 @@ void Check::floating(const char* name, const DLTensor* t) const {
 
 void Check::dtype(const char* name, const DLTensor* t, DLDataType want) const {
   if (!loom_dtype_eq(t->dtype, want))
-    fail(std::string(name) + " is " + dtype_name(t->dtype) + ", expected " + dtype_name(want));
+    fail(std::string(name) + " is " + dtype_str(t->dtype) + ", expected " + dtype_str(want));
 }
 
 void Check::same_dtype(const char* name, const DLTensor* t, const char* ref_name,
                        const DLTensor* ref) const {
   if (!loom_dtype_eq(t->dtype, ref->dtype))
-    fail(std::string(name) + " is " + dtype_name(t->dtype) + ", expected " +
-         dtype_name(ref->dtype) + " (the dtype of " + ref_name + ")");
+    fail(std::string(name) + " is " + dtype_str(t->dtype) + ", expected " + dtype_str(ref->dtype) +
+         " (the dtype of " + ref_name + ")");
 }
 
 void Check::stat_dtype(const char* name, const DLTensor* t, const DLTensor* data) const {
   if (!is_f32(t->dtype) && !loom_dtype_eq(t->dtype, data->dtype))
-    fail(std::string(name) + " is " + dtype_name(t->dtype) + ", expected f32 or " +
-         dtype_name(data->dtype));
+    fail(std::string(name) + " is " + dtype_str(t->dtype) + ", expected f32 or " +
+         dtype_str(data->dtype));
 }
 
 void Check::numel(const char* name, const DLTensor* t, int64_t want) const {

@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/loom.h"
 
@@ -78,7 +79,9 @@ inline bool is_f64(DLDataType d) { return loom_dtype_eq(d, loom_f64()); }
 inline bool is_bf16(DLDataType d) { return loom_dtype_eq(d, loom_bf16()); }
 inline bool is_f16(DLDataType d) { return loom_dtype_eq(d, loom_f16()); }
 inline bool is_i32(DLDataType d) { return loom_dtype_eq(d, loom_i32()); }
-std::string dtype_name(DLDataType d);  // "f32", "bf16", "i32", or "dtype(code=5,bits=8,lanes=1)"
+// "f32", "bf16", ... and "(4,8)" in messages: the SDK's names (loom/cpp/describe.hpp).
+using loom::dtype_str;
+using loom::shape_str;
 
 template <class T>
 inline T* data_of(const DLTensor* t) {

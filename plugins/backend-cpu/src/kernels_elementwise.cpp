@@ -89,7 +89,7 @@ loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept {
         ck.fail("value " + std::to_string(value) + " is not an i32");
       fill_kernel(data_of<int32_t>(t), n, static_cast<int32_t>(value), b.threads);
     } else {
-      ck.fail("t is " + dtype_name(t->dtype) + "; fill supports f32, f64, bf16, f16 and i32",
+      ck.fail("t is " + dtype_str(t->dtype) + "; fill supports f32, f64, bf16, f16 and i32",
               LOOM_ERR_UNIMPLEMENTED);
     }
   });
@@ -127,7 +127,7 @@ loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexce
       convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
               [](uint16_t v) { return loom::f16_to_f32(v); });
     } else {
-      ck.fail("no cast from " + dtype_name(sd) + " to " + dtype_name(dd) +
+      ck.fail("no cast from " + dtype_str(sd) + " to " + dtype_str(dd) +
                   " (casts are f32 <-> f64/bf16/f16; go through f32)",
               LOOM_ERR_UNIMPLEMENTED);
     }

@@ -154,8 +154,8 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
       // gradient accumulating into the f32 main grad).
       if (!loom_dtype_eq(g.a->dtype, g.b->dtype) || !is_half(g.a->dtype) ||
           !(loom_dtype_eq(g.c->dtype, g.a->dtype) || is_f32(g.c->dtype)))
-        ck.fail("a is " + dtype_name(g.a->dtype) + ", b " + dtype_name(g.b->dtype) + ", c " +
-                dtype_name(g.c->dtype) +
+        ck.fail("a is " + dtype_str(g.a->dtype) + ", b " + dtype_str(g.b->dtype) + ", c " +
+                dtype_str(g.c->dtype) +
                 "; mixed precision takes a and b both bf16 or both f16, and c in their dtype "
                 "or f32");
     } else {

@@ -29,7 +29,7 @@ void f32_to_half(DLDataType dt, const float* src, uint16_t* dst, int64_t n, int 
 
 void Staging::f32_only(const char* name, const DLTensor* t) const {
   if (t && !is_f32(t->dtype))
-    ck_.fail(std::string(name) + " is " + dtype_name(t->dtype) +
+    ck_.fail(std::string(name) + " is " + dtype_str(t->dtype) +
              "; in a bf16/f16 mixed-precision call saved statistics and losses are f32");
 }
 
@@ -39,15 +39,15 @@ DLTensor* Staging::stage(const char* name, const DLTensor* t, bool write) {
   DLDataType d = t->dtype;
   if (is_f32(d) || is_i32(d)) return const_cast<DLTensor*>(t);
   if (!is_half(d))
-    ck_.fail(std::string(name) + " is " + dtype_name(d) +
+    ck_.fail(std::string(name) + " is " + dtype_str(d) +
              "; a mixed-precision call takes bf16 or f16 tensors with f32 ones (f64 runs are "
              "all f64)");
   if (half_name_ == nullptr) {
     half_name_ = name;
     half_ = d;
   } else if (!loom_dtype_eq(d, half_)) {
-    ck_.fail(std::string(name) + " is " + dtype_name(d) + " but " + half_name_ + " is " +
-             dtype_name(half_) + "; one call has one compute dtype");
+    ck_.fail(std::string(name) + " is " + dtype_str(d) + " but " + half_name_ + " is " +
+             dtype_str(half_) + "; one call has one compute dtype");
   }
   const char* bytes = static_cast<const char*>(t->data) + t->byte_offset;
   const int64_t n = loom_tensor_numel(t);

@@ -329,27 +329,6 @@ const loom_plugin_descriptor kDescriptor = {
 
 const loom_host* last_host() noexcept { return g_last_host.load(); }
 
-std::string dtype_str(DLDataType d) {
-  if (d.lanes == 1) {
-    if (d.code == kDLFloat && (d.bits == 16 || d.bits == 32 || d.bits == 64))
-      return std::string("f") += std::to_string(d.bits);
-    if (d.code == kDLBfloat && d.bits == 16) return "bf16";
-    if (d.code == kDLInt) return std::string("i") += std::to_string(d.bits);
-    if (d.code == kDLUInt) return std::string("u") += std::to_string(d.bits);
-  }
-  return "dtype(code=" + std::to_string(d.code) + ",bits=" + std::to_string(d.bits) +
-         ",lanes=" + std::to_string(d.lanes) + ")";
-}
-
-std::string shape_str(const DLTensor* t) {
-  std::string s = "(";
-  for (int i = 0; i < t->ndim; ++i) {
-    if (i) s += ",";
-    s += std::to_string(t->shape[i]);
-  }
-  return s + ")";
-}
-
 int64_t numel(const DLTensor* t) { return loom_tensor_numel(t); }
 
 void* device_ptr(const loom_backend& be, const DLTensor* t, const char* op, const char* name,

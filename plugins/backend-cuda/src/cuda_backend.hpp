@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/loom.h"
 
@@ -83,11 +84,9 @@ inline bool is_float(DLDataType d) { return is_f32(d) || is_bf16(d) || is_f16(d)
 void* device_ptr(const loom_backend& be, const DLTensor* t, const char* op, const char* name,
                  int64_t expect_numel = -1);
 int64_t numel(const DLTensor* t);
-// "f32", "bf16", "f16", "i32", ... or "dtype(code=5,bits=8,lanes=1)", for messages from
-// host-only files (kernel files have kernels_common.cuh's dtype_name).
-std::string dtype_str(DLDataType d);
-// "(4,8)", for messages.
-std::string shape_str(const DLTensor* t);
+// "f32", "bf16", ... and "(4,8)" in messages: the SDK's names (loom/cpp/describe.hpp).
+using loom::dtype_str;
+using loom::shape_str;
 
 // ---- GEMM internals (gemm.cpp) -------------------------------------------------------------
 // The cuBLASLt handle, workspace and plan cache of one instance; created by create(),

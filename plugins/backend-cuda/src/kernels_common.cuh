@@ -205,16 +205,6 @@ inline DLDataType dtype_of<__half>() {
   return loom_f16();
 }
 
-inline std::string dtype_name(DLDataType d) {
-  if (is_f32(d)) return "f32";
-  if (is_bf16(d)) return "bf16";
-  if (is_f16(d)) return "f16";
-  if (is_i32(d)) return "i32";
-  if (d.code == kDLFloat && d.bits == 64 && d.lanes == 1) return "f64";
-  return "dtype(code=" + std::to_string(d.code) + ",bits=" + std::to_string(d.bits) +
-         ",lanes=" + std::to_string(d.lanes) + ")";
-}
-
 inline const DLTensor* need(const char* op, const char* name, const DLTensor* t) {
   if (t == nullptr) fail(op, std::string(name) + " is NULL");
   return t;
@@ -223,19 +213,19 @@ inline const DLTensor* need(const char* op, const char* name, const DLTensor* t)
 inline void need_float(const char* op, const char* name, const DLTensor* t) {
   if (!is_float(t->dtype))
     fail(op,
-         std::string(name) + " is " + dtype_name(t->dtype) +
+         std::string(name) + " is " + dtype_str(t->dtype) +
              "; backend/cuda supports f32, bf16 and f16",
          LOOM_ERR_UNIMPLEMENTED);
 }
 inline void need_dtype(const char* op, const char* name, const DLTensor* t, DLDataType want) {
   if (!loom_dtype_eq(t->dtype, want))
-    fail(op, std::string(name) + " is " + dtype_name(t->dtype) + ", expected " + dtype_name(want));
+    fail(op, std::string(name) + " is " + dtype_str(t->dtype) + ", expected " + dtype_str(want));
 }
 inline void need_same_dtype(const char* op, const char* name, const DLTensor* t,
                             const char* ref_name, const DLTensor* ref) {
   if (!loom_dtype_eq(t->dtype, ref->dtype))
-    fail(op, std::string(name) + " is " + dtype_name(t->dtype) + " but " + ref_name + " is " +
-                 dtype_name(ref->dtype) + "; they must match");
+    fail(op, std::string(name) + " is " + dtype_str(t->dtype) + " but " + ref_name + " is " +
+                 dtype_str(ref->dtype) + "; they must match");
 }
 // The size of the last dimension (ndim >= 1).
 inline int64_t last_dim(const char* op, const char* name, const DLTensor* t) {
@@ -266,8 +256,8 @@ void dispatch_param(const char* op, const char* name, const DLTensor* t, Tag<T>,
   else if (is_f32(t->dtype))
     fn(Tag<float>{});
   else
-    fail(op, std::string(name) + " is " + dtype_name(t->dtype) + "; expected " +
-                 dtype_name(dtype_of<T>()) + " (the activations' dtype) or f32");
+    fail(op, std::string(name) + " is " + dtype_str(t->dtype) + "; expected " +
+                 dtype_str(dtype_of<T>()) + " (the activations' dtype) or f32");
 }
 
 }  // namespace loom_cuda

@@ -156,7 +156,7 @@ void dispatch_storage(const char* op, const char* name, DLDataType d, Fn&& fn) {
     fn(Tag<__half>{});
   else
     fail(op,
-         std::string(name) + " is " + dtype_name(d) + "; backend/cuda supports f32, bf16 and f16",
+         std::string(name) + " is " + dtype_str(d) + "; backend/cuda supports f32, bf16 and f16",
          LOOM_ERR_UNIMPLEMENTED);
 }
 
@@ -203,8 +203,8 @@ void dispatch_compute(const char* op,
   if (half == nullptr) return fn(Tag<float>{});
   for (const auto& [name, t] : ts)
     if (!is_f32(t->dtype) && !loom_dtype_eq(t->dtype, half->dtype))
-      fail(op, std::string(name) + " is " + dtype_name(t->dtype) + " but " + half_name + " is " +
-                   dtype_name(half->dtype) + "; one call mixes f32 with one 16-bit dtype only");
+      fail(op, std::string(name) + " is " + dtype_str(t->dtype) + " but " + half_name + " is " +
+                   dtype_str(half->dtype) + "; one call mixes f32 with one 16-bit dtype only");
   if (is_bf16(half->dtype))
     fn(Tag<__nv_bfloat16>{});
   else
@@ -225,7 +225,7 @@ loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept {
                                                           static_cast<int32_t>(value));
     } else {
       if (!is_float(t->dtype))
-        fail("fill", "t is " + dtype_name(t->dtype) + "; fill supports f32, bf16, f16 and i32",
+        fail("fill", "t is " + dtype_str(t->dtype) + "; fill supports f32, bf16, f16 and i32",
              LOOM_ERR_UNIMPLEMENTED);
       dispatch_storage("fill", "t", t->dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -259,7 +259,7 @@ loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept 
         (is_f32(sd) && (is_bf16(dd) || is_f16(dd))) || ((is_bf16(sd) || is_f16(sd)) && is_f32(dd));
     if (!cast)
       fail("copy",
-           "no cast from " + dtype_name(sd) + " to " + dtype_name(dd) +
+           "no cast from " + dtype_str(sd) + " to " + dtype_str(dd) +
                " (backend/cuda casts f32 <-> bf16/f16; go through f32)",
            LOOM_ERR_UNIMPLEMENTED);
     if (n == 0) return;

@@ -90,7 +90,7 @@ void check_f32(const char* op, const char* name, const DLTensor* t) {
   need(op, name, t);
   if (!is_f32(t->dtype))
     fail(op,
-         std::string(name) + " is " + dtype_name(t->dtype) +
+         std::string(name) + " is " + dtype_str(t->dtype) +
              "; backend/cuda steps f32 parameters, gradients and state only",
          is_float(t->dtype) || (t->dtype.code == kDLFloat && t->dtype.bits == 64)
              ? LOOM_ERR_UNIMPLEMENTED
