@@ -83,6 +83,8 @@ class Recipe {
   };
 
  private:
+  friend class RecipeValidator;  // recipe_validate.cpp fills sections_ and order_
+
   std::filesystem::path path_;
   std::map<std::string, RawSection> raw_;
   std::map<std::string, loom_config> sections_;
@@ -116,6 +118,14 @@ const std::vector<PluginSection>&
 plugin_sections();  // backend comm model attention optimizer tokenizer data
 const EngineSection* find_engine_section(const std::string& name);
 const PluginSection* find_plugin_section(const std::string& name);
+// Value::file of a value set by --set, and of a schema's default.
+inline constexpr const char* kSetFile = "<--set>";
+inline constexpr const char* kDefaultFile = "<default>";
+
+// The shortest text that reads back as `x`, in plain decimal notation for magnitudes from
+// 1e-5 to 1e15 (0.0003, not 3e-04).
+std::string shortest_decimal(double x);
+
 // [parallel] `data` selects a parallel plugin whose keys join [parallel]'s own.
 constexpr const char* kParallelSelector = "data";
 

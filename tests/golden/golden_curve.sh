@@ -15,8 +15,11 @@
 # refactor must not change the numbers (the ABI 2 redesign, say).
 #
 # Curves:
-#   quickstart-50   recipes/quickstart.toml, 50 iterations, fortune documents from
-#                   tools/fortunes-jsonl (Debian's fortunes 1:1.99.1-7.3), backend threads 2
+#   quickstart-50        recipes/quickstart.toml, 50 iterations, fortune documents from
+#                        tools/fortunes-jsonl (Debian's fortunes 1:1.99.1-7.3), 2 threads
+#   gpt2-shakespeare-10  recipes/gpt2-tinyshakespeare.toml (GPT-2 BPE, dataset/indexed), 10
+#                        iterations on Tiny Shakespeare preprocessed by `loom preprocess`
+#                        with gpt2-bpe; needs LOOM_SHARED_DATA (../shared/data), 2 threads
 set -uo pipefail
 loom=${1:?usage: golden_curve.sh LOOM NAME [--update]}
 name=${2:?usage: golden_curve.sh LOOM NAME [--update]}
@@ -33,13 +36,32 @@ case "$name" in
       echo "SKIPPED: the fortunes package is not installed (tools/install-deps)"; exit 77
     fi
     "$repo/tools/fortunes-jsonl" "$work/docs.jsonl" >/dev/null || exit 1
-    recipe=$repo/recipes/quickstart.toml
+    recipe=recipes/quickstart.toml
     sets=(train.iters=50 train.log_interval=1 train.eval_interval=0 backend.threads=2
           "data.path=$work/docs.jsonl" "checkpoint.save=$work/ckpt" "train.metrics=$work/m.jsonl")
+    data_file=$work/docs.jsonl
+    ;;
+  gpt2-shakespeare-10)
+    shared=${LOOM_SHARED_DATA:-$repo/../shared/data}
+    vocab=$shared/gpt2/gpt2-vocab.json merges=$shared/gpt2/gpt2-merges.txt
+    text=$shared/tinyshakespeare/input.txt
+    for f in "$vocab" "$merges" "$text"; do
+      [ -f "$f" ] || { echo "SKIPPED: $f (shared data) is absent"; exit 77; }
+    done
+    "$repo/tools/tinyshakespeare-jsonl" "$work/ts.jsonl" "$text" >/dev/null || exit 1
+    "$loom" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" --tokenizer gpt2-bpe \
+      --vocab-file "$vocab" --merge-file "$merges" --append-eod --workers 2 \
+      >"$work/preprocess.log" 2>&1 || { echo "FAIL: loom preprocess"; cat "$work/preprocess.log"; exit 1; }
+    recipe=recipes/gpt2-tinyshakespeare.toml
+    sets=(train.iters=10 train.log_interval=1 train.eval_interval=0 backend.threads=2
+          "tokenizer.vocab_file=$vocab" "tokenizer.merge_file=$merges"
+          "data.prefix=$work/ts_text_document" "checkpoint.save=$work/ckpt"
+          "train.metrics=$work/m.jsonl")
+    data_file=$work/ts_text_document.bin
     ;;
   *) echo "golden_curve.sh: no curve named $name" >&2; exit 2 ;;
 esac
-data_sha=$(sha256sum "$work/docs.jsonl" | cut -d' ' -f1)
+data_sha=$(sha256sum "$data_file" | cut -d' ' -f1)
 
 if [ "$mode" = compare ]; then
   [ -f "$golden" ] || { echo "FAIL: $golden is missing (make it with --update)"; exit 1; }
@@ -52,18 +74,20 @@ fi
 
 args=()
 for s in "${sets[@]}"; do args+=(--set "$s"); done
-if ! "$loom" run "$recipe" "${args[@]}" >"$work/run.log" 2>&1; then
+if ! "$loom" run "$repo/$recipe" "${args[@]}" >"$work/run.log" 2>&1; then
   echo "FAIL: loom run"; tail -20 "$work/run.log"; exit 1
 fi
 
-python3 - "$work/m.jsonl" "$golden" "$mode" "$data_sha" "${sets[*]}" <<'PY'
+python3 - "$work/m.jsonl" "$golden" "$mode" "$data_sha" "${sets[*]}" "$recipe" "${shared:-}" <<'PY'
 import json, os, sys
-metrics, golden, mode, sha, sets = sys.argv[1:6]
+metrics, golden, mode, sha, sets, recipe, shared = sys.argv[1:8]
 rows = [json.loads(l) for l in open(metrics) if '"loss"' in l]
 got = [{k: r[k] for k in ("iter", "loss", "grad_norm", "lr")} for r in rows]
 if mode == "--update":
     sets = sets.replace(os.path.dirname(metrics), "$WORK")
-    head = {"recipe": "recipes/quickstart.toml", "set": sets, "data_sha256": sha,
+    if shared:
+        sets = sets.replace(shared, "$LOOM_SHARED_DATA")
+    head = {"recipe": recipe, "set": sets, "data_sha256": sha,
             "rtol": {"loss": 1e-5, "grad_norm": 1e-5, "lr": 0}}
     with open(golden, "w") as f:
         f.write(json.dumps(head) + "\n")
