@@ -6,6 +6,7 @@
 #include <string>
 
 #include "flash_kernels.hpp"
+#include "loom/cpp/attention_args.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace {
@@ -40,25 +41,11 @@ void* host_data(const DLTensor* t, const char* what) {
   return static_cast<char*>(t->data) + t->byte_offset;
 }
 
+// attention.h's shape contract (loom/cpp/attention_args.hpp); tiles and scale come later.
 flash::Dims check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v,
                          const DLTensor* out) {
-  loom::require(q && k && v && out, "attention/flash-cpu: q, k, v and out are required");
-  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && out->ndim == 4,
-                "attention/flash-cpu: q, k, v, out must be 4-d (B,T,H,D)");
-  flash::Dims d{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3],
-                0,           0,           0,           0,           false};
-  for (int i = 0; i < 4; ++i) {
-    loom::require(k->shape[i] == v->shape[i], "attention/flash-cpu: k and v shapes differ");
-    loom::require(out->shape[i] == q->shape[i], "attention/flash-cpu: out shape != q shape");
-  }
-  loom::require(k->shape[0] == d.B && k->shape[3] == d.D,
-                "attention/flash-cpu: k/v batch or head dim differs from q");
-  loom::require(d.Hkv > 0 && d.Hq % d.Hkv == 0, "attention/flash-cpu: Hq (" + std::to_string(d.Hq) +
-                                                    ") must be a multiple of Hkv (" +
-                                                    std::to_string(d.Hkv) + ")");
-  loom::require(d.T <= d.S, "attention/flash-cpu: more queries than keys (T > S)");
-  d.G = d.Hq / d.Hkv;
-  return d;
+  const loom::AttentionDims a = loom::attention_dims("attention/flash-cpu", q, k, v, out);
+  return flash::Dims{a.B, a.T, a.S, a.Hq, a.Hkv, a.D, a.G, 0, 0, 0, false};
 }
 
 void same_dtype(DLDataType dt, std::initializer_list<const DLTensor*> ts) {
@@ -68,8 +55,7 @@ void same_dtype(DLDataType dt, std::initializer_list<const DLTensor*> ts) {
 }
 
 void check_lse(const DLTensor* lse, const flash::Dims& d) {
-  loom::require(loom_tensor_numel(lse) == d.B * d.Hq * d.T,
-                "attention/flash-cpu: lse must hold B*Hq*T values (B,Hq,T)");
+  loom::attention_lse("attention/flash-cpu", lse, {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G});
   loom::require(loom_dtype_eq(lse->dtype, loom_f32()) || loom_dtype_eq(lse->dtype, loom_f64()),
                 "attention/flash-cpu: lse must be f32 or f64");
 }
@@ -118,13 +104,9 @@ class FlashCpuAttention {
 
   void backward(const loom_attention_bwd_args& a) {
     flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
-    loom::require(a.dout && a.dq && a.dk && a.dv,
-                  "attention/flash-cpu: dout, dq, dk and dv are required");
+    loom::attention_dims("attention/flash-cpu", a.q, a.k, a.v, a.dout, "dout");
+    loom::attention_grads("attention/flash-cpu", a.q, a.k, a.dq, a.dk, a.dv);
     same_dtype(a.q->dtype, {a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv});
-    for (int i = 0; i < 4; ++i)
-      loom::require(a.dout->shape[i] == a.q->shape[i] && a.dq->shape[i] == a.q->shape[i] &&
-                        a.dk->shape[i] == a.k->shape[i] && a.dv->shape[i] == a.k->shape[i],
-                    "attention/flash-cpu: gradient shapes must match q (dout, dq) and k (dk, dv)");
     tune(d, a.scale, a.causal);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/attention_args.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -24,23 +25,11 @@ struct Shape {
   int64_t kpitch() const { return Hkv * D; }  // row pitch of k, v, dk, dv
 };
 
-Shape check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* out) {
-  loom::require(q && k && v && out, "attention/reference: q, k, v and out are required");
-  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && out->ndim == 4,
-                "attention/reference: q, k, v, out must be 4-d (B,T,H,D)");
-  Shape s{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], 0};
-  for (int i = 0; i < 4; ++i) {
-    loom::require(k->shape[i] == v->shape[i], "attention/reference: k and v shapes differ");
-    loom::require(out->shape[i] == q->shape[i], "attention/reference: out shape != q shape");
-  }
-  loom::require(k->shape[0] == s.B && k->shape[3] == s.D,
-                "attention/reference: k/v batch or head dim differs from q");
-  loom::require(s.Hkv > 0 && s.Hq % s.Hkv == 0, "attention/reference: Hq (" + std::to_string(s.Hq) +
-                                                    ") must be a multiple of Hkv (" +
-                                                    std::to_string(s.Hkv) + ")");
-  loom::require(s.T <= s.S, "attention/reference: more queries than keys (T > S)");
-  s.G = s.Hq / s.Hkv;
-  return s;
+// attention.h's shape contract (loom/cpp/attention_args.hpp), with the row pitches above.
+Shape check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* out,
+                   const char* out_name) {
+  const loom::AttentionDims d = loom::attention_dims("attention/reference", q, k, v, out, out_name);
+  return Shape{d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G};
 }
 
 class ReferenceAttention {
@@ -48,7 +37,7 @@ class ReferenceAttention {
   explicit ReferenceAttention(const loom_host* host) : host_(host), be_(host) {}
 
   void forward(const loom_attention_fwd_args& a) {
-    const Shape s = check_shapes(a.q, a.k, a.v, a.out);
+    const Shape s = check_shapes(a.q, a.k, a.v, a.out, "out");
     ensure(s, a.q->dtype, /*backward=*/false);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
     DLTensor* lse = a.lse;
@@ -69,8 +58,8 @@ class ReferenceAttention {
   // dP = dO V^T, dS = softmax_backward (scale folded in), dQ = dS K, dK = sum_j dS^T Q,
   // dV = sum_j P^T dO, the sums running over the G query heads that share a kv head.
   void backward(const loom_attention_bwd_args& a) {
-    const Shape s = check_shapes(a.q, a.k, a.v, a.dout);
-    loom::require(a.dq && a.dk && a.dv, "attention/reference: dq, dk and dv are required");
+    const Shape s = check_shapes(a.q, a.k, a.v, a.dout, "dout");
+    loom::attention_grads("attention/reference", a.q, a.k, a.dq, a.dk, a.dv);
     ensure(s, a.q->dtype, /*backward=*/true);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
     loom::View dp(dprobs_, {s.B * s.Hq, s.T, s.S});

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm_args.hpp"
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/half.hpp"  // the SDK's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/cpp/plugin.hpp"
@@ -73,12 +74,7 @@ void mpi_check(int err, const char* fn, const char* call) {
 // The op arrives from C, where any int fits in the enum; read its bytes as an int so an
 // out-of-range value is reported instead of being undefined behaviour in C++.
 loom_reduce_op check_op(const loom_reduce_op* op, const char* fn) {
-  std::underlying_type_t<loom_reduce_op> v;
-  static_assert(sizeof v == sizeof *op);
-  std::memcpy(&v, op, sizeof v);
-  loom::require(v >= LOOM_REDUCE_SUM && v <= LOOM_REDUCE_AVG,
-                std::string(kPrefix) + fn + ": unknown reduce op " + std::to_string(v));
-  return static_cast<loom_reduce_op>(v);
+  return loom::comm_reduce_op(std::string(kPrefix) + fn, op);
 }
 
 MPI_Op mpi_op(loom_reduce_op op) {
@@ -118,21 +114,12 @@ struct Buf {
 
 Buf check_tensor(const DLTensor* t, const char* fn, const char* what) {
   const std::string where = std::string(kPrefix) + fn + ": " + what;
-  loom::require(t != nullptr, where + " is NULL");
+  loom::comm_tensor(std::string(kPrefix) + fn, what, t);
   const int64_t n = loom_tensor_numel(t);
-  loom::require(t->data != nullptr || n == 0, where + " has no data");
   const int dev = t->device.device_type;
   loom::require(dev == kDLCPU || dev == kDLCUDAHost,
                 where + " is on device type " + std::to_string(dev) +
                     "; comm/mpi reaches CPU memory only (use comm \"nccl\" for GPU tensors)");
-  if (t->strides != nullptr) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; --d) {
-      loom::require(t->shape[d] == 1 || t->strides[d] == expect,
-                    where + " " + shape_str(t) + " is not compact");
-      expect *= t->shape[d];
-    }
-  }
   MPI_Datatype type = mpi_type(t->dtype, fn);
   loom::require(n <= INT_MAX, where + " has " + std::to_string(n) +
                                   " elements; MPI counts stop at " + std::to_string(INT_MAX));
@@ -141,9 +128,7 @@ Buf check_tensor(const DLTensor* t, const char* fn, const char* what) {
 }
 
 void check_same_dtype(const DLTensor* in, const DLTensor* out, const char* fn) {
-  loom::require(loom_dtype_eq(in->dtype, out->dtype), std::string(kPrefix) + fn + ": in is " +
-                                                          dtype_str(in->dtype) + " but out is " +
-                                                          dtype_str(out->dtype));
+  loom::comm_same_dtype(std::string(kPrefix) + fn, in, out);
 }
 
 bool overlap(const Buf& a, const Buf& b) {
@@ -371,8 +356,7 @@ loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
     const Buf b = check_tensor(t, "broadcast", "tensor");
     MPI_Comm comm = m->comm(g);
     const int n = comm_size(comm);
-    loom::require(root >= 0 && root < n, "comm/mpi: broadcast: root " + std::to_string(root) +
-                                             " is not a rank of a group of " + std::to_string(n));
+    loom::comm_rank("comm/mpi: broadcast", "root", root, n);
     mpi_check(MPI_Bcast(b.ptr, b.count, b.type, root, comm), "broadcast", "MPI_Bcast");
   });
 }

@@ -39,6 +39,7 @@
 
 #include "bootstrap.hpp"
 #include "loom/comm.h"
+#include "loom/cpp/comm_args.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "nccl_support.hpp"
@@ -141,9 +142,8 @@ struct Buf {
 Buf check_tensor(const loom_comm_group& g, const DLTensor* t, const char* fn, const char* what,
                  bool reduce) {
   const std::string name = what;
-  if (t == nullptr) fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " is NULL");
+  loom::comm_tensor(std::string(kPrefix) + fn, what, t);
   const int64_t n = loom_tensor_numel(t);
-  if (t->data == nullptr && n > 0) fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " has no data");
   if (t->device.device_type != kDLCUDA)
     fail(LOOM_ERR_INVALID_ARGUMENT, fn,
          name + " is on " + device_str(t->device) +
@@ -152,14 +152,6 @@ Buf check_tensor(const loom_comm_group& g, const DLTensor* t, const char* fn, co
     fail(LOOM_ERR_INVALID_ARGUMENT, fn,
          name + " is on " + device_str(t->device) + " but this rank's communicator uses cuda:" +
              std::to_string(g.device) + " (the local rank modulo the device count)");
-  if (t->strides != nullptr) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; --d) {
-      if (t->shape[d] != 1 && t->strides[d] != expect)
-        fail(LOOM_ERR_INVALID_ARGUMENT, fn, name + " " + shape_str(t) + " is not compact");
-      expect *= t->shape[d];
-    }
-  }
   char* ptr = static_cast<char*>(t->data) + t->byte_offset;
   if (n > 0) {
     // A host pointer labelled kDLCUDA would make NCCL fault on the GPU; name it here.
@@ -183,9 +175,7 @@ void check_avg(ncclRedOp_t op, DLDataType d, const char* fn) {
 }
 
 void check_same_dtype(const DLTensor* in, const DLTensor* out, const char* fn) {
-  if (!loom_dtype_eq(in->dtype, out->dtype))
-    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
-         "in is " + dtype_str(in->dtype) + " but out is " + dtype_str(out->dtype));
+  loom::comm_same_dtype(std::string(kPrefix) + fn, in, out);
 }
 
 bool overlap(const Buf& a, const Buf& b) {
@@ -342,10 +332,7 @@ loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
     const Buf b = check_tensor(G, t, "broadcast", "tensor", false);
-    if (root < 0 || root >= G.size)
-      fail(LOOM_ERR_INVALID_ARGUMENT, "broadcast",
-           "root " + std::to_string(root) + " is not a rank of a group of " +
-               std::to_string(G.size));
+    loom::comm_rank(std::string(kPrefix) + "broadcast", "root", root, G.size);
     run(G, "broadcast", "ncclBroadcast",
         [&] { return ncclBroadcast(b.ptr, b.ptr, b.count, ncclUint8, root, G.nccl, G.stream); });
   });
@@ -404,9 +391,7 @@ struct Header {
 };
 
 void check_peer(const loom_comm_group& G, int peer, const char* fn) {
-  if (peer < 0 || peer >= G.size)
-    fail(LOOM_ERR_INVALID_ARGUMENT, fn,
-         "peer " + std::to_string(peer) + " is not a rank of a group of " + std::to_string(G.size));
+  loom::comm_rank(std::string(kPrefix) + fn, "peer", peer, G.size);
   if (peer == G.rank)
     fail(LOOM_ERR_INVALID_ARGUMENT, fn,
          "peer " + std::to_string(peer) +

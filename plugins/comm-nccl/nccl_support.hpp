@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm_args.hpp"
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 
@@ -88,13 +89,9 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
-// The op arrives from C, where any int fits in the enum; read its bytes as an int so an
-// out-of-range value is reported instead of being undefined behaviour in C++.
+// The ABI's op (checked by the SDK: it arrives from C, where any int fits) as NCCL's.
 inline ncclRedOp_t nccl_op(const loom_reduce_op* op, const char* fn) {
-  std::underlying_type_t<loom_reduce_op> v;
-  static_assert(sizeof v == sizeof *op);
-  std::memcpy(&v, op, sizeof v);
-  switch (v) {
+  switch (loom::comm_reduce_op(std::string(kPrefix) + fn, op)) {
     case LOOM_REDUCE_SUM:
       return ncclSum;
     case LOOM_REDUCE_MAX:
@@ -103,9 +100,8 @@ inline ncclRedOp_t nccl_op(const loom_reduce_op* op, const char* fn) {
       return ncclMin;
     case LOOM_REDUCE_AVG:
       return ncclAvg;
-    default:
-      fail(LOOM_ERR_INVALID_ARGUMENT, fn, "unknown reduce op " + std::to_string(v));
   }
+  fail(LOOM_ERR_INTERNAL, fn, "reduce op out of range after the check");
 }
 
 // The NCCL type NCCL reduces `d` as; moving data only needs bytes (ncclUint8).

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm_args.hpp"
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 
@@ -33,18 +34,12 @@ using loom::shape_str;
 
 // The op arrives from C, where any int fits in the enum; read its bytes as an int so an
 // out-of-range value is reported instead of being undefined behaviour in C++.
-void check_op(const loom_reduce_op* op, const char* fn) {
-  std::underlying_type_t<loom_reduce_op> v;
-  static_assert(sizeof v == sizeof *op);
-  std::memcpy(&v, op, sizeof v);
-  loom::require(v >= LOOM_REDUCE_SUM && v <= LOOM_REDUCE_AVG,
-                std::string("comm/single: ") + fn + ": unknown reduce op " + std::to_string(v));
-}
+std::string at(const char* fn) { return std::string("comm/single: ") + fn; }
+
+void check_op(const loom_reduce_op* op, const char* fn) { loom::comm_reduce_op(at(fn), op); }
 
 void check_tensor(const DLTensor* t, const char* fn, const char* what) {
-  loom::require(t != nullptr, std::string("comm/single: ") + fn + ": " + what + " is NULL");
-  loom::require(t->data != nullptr || loom_tensor_numel(t) == 0,
-                std::string("comm/single: ") + fn + ": " + what + " has no data");
+  loom::comm_tensor(at(fn), what, t);
 }
 
 char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
@@ -52,28 +47,19 @@ size_t nbytes(const DLTensor* t) {
   return static_cast<size_t>(loom_tensor_numel(t)) * loom_dtype_bytes(t->dtype);
 }
 
-// The memory must be readable by memcpy and laid out compactly.
+// The memory must be readable by memcpy (compactness is check_tensor's).
 void check_host_memory(const DLTensor* t, const char* fn, const char* what) {
   const int dev = t->device.device_type;
   loom::require(dev == kDLCPU || dev == kDLCUDAHost,
-                std::string("comm/single: ") + fn + ": " + what + " is on device type " +
-                    std::to_string(dev) +
+                at(fn) + ": " + what + " is on device type " + std::to_string(dev) +
                     "; comm/single copies CPU memory only (use comm \"nccl\" for GPU tensors)");
-  if (t->strides == nullptr) return;
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    loom::require(t->shape[d] == 1 || t->strides[d] == expect,
-                  std::string("comm/single: ") + fn + ": " + what + " is not compact");
-    expect *= t->shape[d];
-  }
 }
 
 // in -> out for a group of one: same dtype, same element count.
 void copy_through(const DLTensor* in, DLTensor* out, const char* fn) {
   check_tensor(in, fn, "in");
   check_tensor(out, fn, "out");
-  loom::require(loom_dtype_eq(in->dtype, out->dtype),
-                std::string("comm/single: ") + fn + ": in and out dtypes differ");
+  loom::comm_same_dtype(at(fn), in, out);
   loom::require(loom_tensor_numel(in) == loom_tensor_numel(out),
                 std::string("comm/single: ") + fn + ": in " + shape_str(in) + " and out " +
                     shape_str(out) + " must have equal element counts in a group of 1");
@@ -174,8 +160,7 @@ loom_error* all_gather(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTen
 }
 loom_error* broadcast(loom_comm* c, loom_comm_group*, DLTensor* t, int root) {
   return loom::guard(cast(c)->host(), [&] {
-    loom::require(root == 0, "comm/single: broadcast: root " + std::to_string(root) +
-                                 " is not a rank of a group of 1 (only 0 is)");
+    loom::comm_rank(at("broadcast"), "root", root, 1);
     check_tensor(t, "broadcast", "tensor");
   });
 }

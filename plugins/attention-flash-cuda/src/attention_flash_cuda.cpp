@@ -15,6 +15,7 @@
 #include <string>
 
 #include "flash_kernels.hpp"
+#include "loom/cpp/attention_args.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -59,19 +60,8 @@ flash::Dims check(const DLTensor* q, const DLTensor* k, const DLTensor* v, const
   ptr(k, "k");
   ptr(v, "v");
   ptr(o, oname);
-  loom::require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && o->ndim == 4,
-                "attention/flash-cuda: q, k, v, out must be 4-d (B,T,H,D)");
-  const flash::Dims d{q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3]};
-  for (int i = 0; i < 4; ++i) {
-    loom::require(k->shape[i] == v->shape[i], "attention/flash-cuda: k and v shapes differ");
-    loom::require(o->shape[i] == q->shape[i],
-                  std::string("attention/flash-cuda: ") + oname + " shape != q shape");
-  }
-  loom::require(k->shape[0] == d.B && k->shape[3] == d.D,
-                "attention/flash-cuda: k/v batch or head dim differs from q");
-  loom::require(d.Hkv > 0 && d.Hq % d.Hkv == 0,
-                "attention/flash-cuda: Hq must be a multiple of Hkv");
-  loom::require(d.T <= d.S, "attention/flash-cuda: more queries than keys (T > S)");
+  const loom::AttentionDims a = loom::attention_dims("attention/flash-cuda", q, k, v, o, oname);
+  const flash::Dims d{a.B, a.T, a.S, a.Hq, a.Hkv, a.D};
   loom::require(
       d.D == 64 || d.D == 128,
       "attention/flash-cuda: head dim " + std::to_string(d.D) + " not supported (64 or 128)",
@@ -85,8 +75,8 @@ flash::Dims check(const DLTensor* q, const DLTensor* k, const DLTensor* v, const
 void check_lse(const DLTensor* lse, const flash::Dims& d) {
   ptr(lse, "lse");
   loom::require(loom_dtype_eq(lse->dtype, loom_f32()), "attention/flash-cuda: lse must be f32");
-  loom::require(loom_tensor_numel(lse) == d.B * d.Hq * d.T,
-                "attention/flash-cuda: lse must hold B*Hq*T elements");
+  loom::attention_lse("attention/flash-cuda", lse,
+                      {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.Hkv > 0 ? d.Hq / d.Hkv : 0});
 }
 
 class FlashAttention {
