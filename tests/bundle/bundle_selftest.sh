@@ -12,7 +12,8 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export LOOM_BUNDLE_BUILD=$build LOOM_BUNDLE_NO_BUILD=1
-tools/gpu-bundle "$work/loom-gpu-bundle.tar.xz" || exit 1
+echo "== tools/gpu-bundle $work/loom-gpu-bundle.tar.xz (from $build)"
+tools/gpu-bundle "$work/loom-gpu-bundle.tar.xz" || { echo "FAIL: tools/gpu-bundle exited $?"; exit 1; }
 tools/gpu-bundle --selftest "$work/loom-gpu-bundle.tar.xz"
 rc=$?
 [ $rc -eq 0 ] || exit $rc

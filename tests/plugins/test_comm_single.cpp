@@ -1,9 +1,11 @@
-// comm/single: every collective's semantics in a world of one, shape/dtype/device errors,
-// and send/recv to self through the per-tag loopback queue.
+// comm/single: the comm conformance suite in a world of one, then what is its own: every
+// collective as an identity or a copy, shape/dtype/device errors, and send/recv to self
+// through the per-tag loopback queue.
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "conformance.hpp"
 #include "plugin_test_util.hpp"
 
 using ptest::HostTensor;
@@ -27,7 +29,26 @@ bool has(const ptest::Outcome& o, const std::string& s) {
   return o.message.find(s) != std::string::npos;
 }
 
+Comm& shared() {
+  static Comm c;
+  return c;
+}
+void shared_ok(loom_error* e) { shared().host.check(e); }
+
 }  // namespace
+
+// The comm conformance suite (tests/comm/conformance.hpp), as every comm plugin runs it.
+TEST_CASE("comm/single: the conformance suite in a world of one") {
+  Comm& c = shared();
+  commconf::Suite<HostTensor> s(commconf::Target{&c.api(), c.self(), 0, 1, &shared_ok, true, true});
+  s.groups();
+  s.all_reduce();
+  s.scatter_gather();
+  s.shared_memory();
+  s.all_to_all();
+  s.broadcast();
+  s.ring();
+}
 
 TEST_CASE("comm/single: a world of one, groups of one") {
   Comm c;

@@ -1,0 +1,292 @@
+// The comm conformance suite: the properties every comm plugin has, written once and run
+// against comm/single, comm/mpi (as a singleton and under mpirun -np 2 and 3) and comm/nccl
+// (on GPUs). Each rank checks its own results against float64 values computed here from
+// rank-determined inputs, on the world and on the groups split by rank parity.
+//
+// A plugin's test supplies the comm (Target) and a tensor type that lives where the plugin
+// reaches, host memory or this rank's GPU:
+//   template <class T> struct Tensor {
+//     Tensor(std::vector<int64_t> shape, DLDataType dtype);
+//     DLTensor* get();
+//     void upload(const std::vector<T>&);
+//     std::vector<T> download();
+//   };
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/comm.h"
+
+namespace commconf {
+
+struct Target {
+  const loom_comm_api* api = nullptr;
+  loom_comm* self = nullptr;
+  int rank = 0, size = 1;
+  void (*ok)(loom_error*) = nullptr;  // fails the test on an error
+  bool integer_avg = true;            // AVG of integers (truncated); comm/nccl refuses it by name
+  bool self_p2p = true;  // a rank may send to itself (comm/nccl's blocking calls cannot)
+};
+
+// A process group as the test sees it: its members' world ranks in group-rank order.
+struct Group {
+  loom_comm_group* g = nullptr;  // NULL: the world
+  std::vector<int> members;
+  int rank = 0;  // this rank's place in `members`
+  int size() const { return static_cast<int>(members.size()); }
+};
+
+// The value world rank r holds at element i: exact in f32 and i32, different per rank.
+inline double value(int r, int64_t i) {
+  return 0.5 * r + 0.25 * static_cast<double>(i % 7) - 3.0 * (r == 1);
+}
+inline double ivalue(int r, int64_t i) {
+  return 10 * r - static_cast<double>(i % 5) + (r == 2 ? 7 : 0);
+}
+
+template <class T>
+std::vector<T> inputs(int r, size_t n, bool integer) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<T>(integer ? ivalue(r, static_cast<int64_t>(i))
+                                  : value(r, static_cast<int64_t>(i)));
+  return v;
+}
+
+// The reduction over the group of element i of every member's input.
+inline double reduce(const Group& G, int64_t i, loom_reduce_op op, bool integer) {
+  double acc = 0;
+  for (int k = 0; k < G.size(); ++k) {
+    const double v = integer ? ivalue(G.members[k], i) : value(G.members[k], i);
+    if (k == 0)
+      acc = v;
+    else if (op == LOOM_REDUCE_MAX)
+      acc = std::max(acc, v);
+    else if (op == LOOM_REDUCE_MIN)
+      acc = std::min(acc, v);
+    else
+      acc += v;
+  }
+  if (op == LOOM_REDUCE_AVG) acc = integer ? std::trunc(acc / G.size()) : acc / G.size();
+  return acc;
+}
+
+template <class T>
+void check_values(const std::vector<T>& got, const std::vector<double>& want, const char* what_c) {
+  const std::string what = what_c;  // (doctest prints a const char* as its address)
+  REQUIRE(got.size() == want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(static_cast<double>(got[i]) - want[i]) > 1e-6 * (1 + std::fabs(want[i]))) {
+      if (++bad <= 3)
+        FAIL_CHECK(what << ": element " << i << " is " << got[i] << ", expected " << want[i]);
+    }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " wrong elements");
+}
+
+// Chunk j of rank r's input is the message for group rank j: (r, j, i) encoded in a float.
+inline double a2a(int r, int j, int i) { return 100.0 * r + 10.0 * j + i; }
+
+template <template <class> class Tensor>
+class Suite {
+ public:
+  explicit Suite(const Target& t) : t_(t) {}
+
+  Group world_group() const {
+    Group G;
+    for (int r = 0; r < t_.size; ++r) G.members.push_back(r);
+    G.rank = t_.rank;
+    return G;
+  }
+
+  // colors = rank % 2: the even ranks and the odd ranks, each in world order.
+  Group parity_group() const {
+    Group G;
+    std::vector<int> colors;
+    for (int r = 0; r < t_.size; ++r) colors.push_back(r % 2);
+    t_.ok(t_.api->group_create(t_.self, colors.data(), &G.g));
+    for (int r = 0; r < t_.size; ++r)
+      if (r % 2 == t_.rank % 2) {
+        if (r == t_.rank) G.rank = G.size();
+        G.members.push_back(r);
+      }
+    return G;
+  }
+
+  // Ranks and sizes of the world and the parity groups; barriers; the world gathers its
+  // ranks in order.
+  void groups() const {
+    CHECK(t_.rank >= 0);
+    CHECK(t_.rank < t_.size);
+    CHECK(t_.api->group_rank(t_.self, nullptr) == t_.rank);
+    CHECK(t_.api->group_size(t_.self, nullptr) == t_.size);
+    Group P = parity_group();
+    CHECK(t_.api->group_rank(t_.self, P.g) == P.rank);
+    CHECK(t_.api->group_size(t_.self, P.g) == P.size());
+    t_.ok(t_.api->barrier(t_.self, P.g));
+    t_.ok(t_.api->barrier(t_.self, nullptr));
+    t_.api->group_destroy(t_.self, P.g);
+    t_.api->group_destroy(t_.self, nullptr);  // accepted, and the world stays
+    Tensor<int32_t> mine({1}, loom_i32());
+    mine.upload({t_.rank});
+    Tensor<int32_t> all({t_.size}, loom_i32());
+    t_.ok(t_.api->all_gather(t_.self, nullptr, mine.get(), all.get()));
+    std::vector<int32_t> got = all.download();
+    for (int r = 0; r < t_.size; ++r) CHECK(got[r] == r);
+  }
+
+  // SUM, MAX, MIN, AVG in f32, f64 and i32, on the world and the parity groups.
+  void all_reduce() const {
+    for_groups([&](const Group& G) {
+      all_reduce_case<float>(G, loom_f32(), false);
+      all_reduce_case<double>(G, loom_f64(), false);
+      all_reduce_case<int32_t>(G, loom_i32(), true);
+    });
+  }
+
+  // reduce_scatter of a (size*2, 3) tensor, then all_gather of the chunks: the round trip
+  // equals the all_reduce of the whole tensor.
+  void scatter_gather() const {
+    for_groups([&](const Group& G) {
+      for (loom_reduce_op op : {LOOM_REDUCE_SUM, LOOM_REDUCE_AVG, LOOM_REDUCE_MAX}) {
+        CAPTURE(op);
+        const int n = G.size();
+        Tensor<double> in({2 * n, 3}, loom_f64());
+        in.upload(inputs<double>(t_.rank, 6 * n, false));
+        Tensor<double> chunk({2, 3}, loom_f64());
+        t_.ok(t_.api->reduce_scatter(t_.self, G.g, in.get(), chunk.get(), op));
+        std::vector<double> mine;
+        for (int64_t i = 0; i < 6; ++i) mine.push_back(reduce(G, 6 * G.rank + i, op, false));
+        check_values(chunk.download(), mine, "reduce_scatter");
+        Tensor<double> all({2 * n, 3}, loom_f64());
+        t_.ok(t_.api->all_gather(t_.self, G.g, chunk.get(), all.get()));
+        std::vector<double> want;
+        for (int64_t i = 0; i < 6 * n; ++i) want.push_back(reduce(G, i, op, false));
+        check_values(all.download(), want, "all_gather of reduce_scatter");
+      }
+    });
+  }
+
+  // A reduce_scatter whose out is the front of its own in: in is read before out is written.
+  void shared_memory() const {
+    const int n = t_.size;
+    Group W = world_group();
+    Tensor<float> buf({2 * n}, loom_f32());
+    buf.upload(inputs<float>(t_.rank, 2 * n, false));
+    DLTensor out = *buf.get();
+    int64_t chunk_shape[1] = {2};
+    out.shape = chunk_shape;
+    t_.ok(t_.api->reduce_scatter(t_.self, nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
+    std::vector<float> got = buf.download();
+    check_values(std::vector<float>(got.begin(), got.begin() + 2),
+                 {reduce(W, 2 * t_.rank, LOOM_REDUCE_SUM, false),
+                  reduce(W, 2 * t_.rank + 1, LOOM_REDUCE_SUM, false)},
+                 "reduce_scatter into the front of in");
+  }
+
+  // Chunk j goes to group rank j; also with out the same buffer as in.
+  void all_to_all() const {
+    for_groups([&](const Group& G) {
+      for (bool same : {false, true}) {
+        CAPTURE(same);
+        const int n = G.size();
+        Tensor<float> in({2 * n, 2}, loom_f32());
+        std::vector<float> v(4 * n);
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < 4; ++i) v[4 * j + i] = static_cast<float>(a2a(G.rank, j, i));
+        in.upload(v);
+        Tensor<float> out({2 * n, 2}, loom_f32());
+        Tensor<float>& dst = same ? in : out;
+        t_.ok(t_.api->all_to_all(t_.self, G.g, in.get(), dst.get()));
+        std::vector<double> want;
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < 4; ++i) want.push_back(a2a(j, G.rank, i));
+        check_values(dst.download(), want, "all_to_all");
+      }
+    });
+  }
+
+  // From the last rank of the group, which is not 0 whenever the group has two.
+  void broadcast() const {
+    for_groups([&](const Group& G) {
+      const int root = G.size() - 1;
+      Tensor<double> t({7}, loom_f64());
+      t.upload(inputs<double>(G.members[G.rank], 7, false));
+      t_.ok(t_.api->broadcast(t_.self, G.g, t.get(), root));
+      std::vector<double> want;
+      for (int64_t i = 0; i < 7; ++i) want.push_back(value(G.members[root], i));
+      check_values(t.download(), want, "broadcast");
+    });
+  }
+
+  // Every rank sends to the next group rank and receives from the previous one; even ranks
+  // send first and odd ranks receive first, so blocking calls cannot all wait at once.
+  void ring() const {
+    Group W = world_group();
+    Group P = parity_group();
+    int tag = 3;
+    for (const Group* G : {&W, &P}) {
+      CAPTURE(G->size());
+      if (G->size() > 1 || t_.self_p2p) ring_case(*G, tag);
+      tag += 8;
+    }
+    t_.api->group_destroy(t_.self, P.g);
+  }
+
+ private:
+  // fn on the world, then on the parity groups (destroyed afterwards).
+  template <class Fn>
+  void for_groups(Fn&& fn) const {
+    Group W = world_group();
+    Group P = parity_group();
+    for (const Group* G : {&W, &P}) {
+      CAPTURE(G->size());
+      fn(*G);
+    }
+    t_.api->group_destroy(t_.self, P.g);
+  }
+
+  template <class T>
+  void all_reduce_case(const Group& G, DLDataType dt, bool integer) const {
+    for (loom_reduce_op op : {LOOM_REDUCE_SUM, LOOM_REDUCE_MAX, LOOM_REDUCE_MIN, LOOM_REDUCE_AVG}) {
+      if (integer && op == LOOM_REDUCE_AVG && !t_.integer_avg) continue;
+      CAPTURE(op);
+      Tensor<T> t({3, 5}, dt);
+      t.upload(inputs<T>(t_.rank, 15, integer));
+      t_.ok(t_.api->all_reduce(t_.self, G.g, t.get(), op));
+      std::vector<double> want;
+      for (int64_t i = 0; i < 15; ++i) want.push_back(reduce(G, i, op, integer));
+      check_values(t.download(), want, "all_reduce");
+    }
+  }
+
+  void ring_case(const Group& G, int tag) const {
+    const int n = G.size();
+    const int next = (G.rank + 1) % n;
+    const int prev = (G.rank + n - 1) % n;
+    Tensor<int32_t> out({4}, loom_i32());
+    out.upload({1000 * G.rank + tag, 1000 * G.rank + tag + 1, 1000 * G.rank + tag + 2,
+                1000 * G.rank + tag + 3});
+    Tensor<int32_t> in({2, 2}, loom_i32());
+    if (G.rank % 2 == 0) {
+      t_.ok(t_.api->send(t_.self, G.g, out.get(), next, tag));
+      t_.ok(t_.api->recv(t_.self, G.g, in.get(), prev, tag));
+    } else {
+      t_.ok(t_.api->recv(t_.self, G.g, in.get(), prev, tag));
+      t_.ok(t_.api->send(t_.self, G.g, out.get(), next, tag));
+    }
+    std::vector<double> want;
+    for (int i = 0; i < 4; ++i) want.push_back(1000 * prev + tag + i);
+    check_values(in.download(), want, "recv from the previous rank");
+  }
+
+  Target t_;
+};
+
+}  // namespace commconf
