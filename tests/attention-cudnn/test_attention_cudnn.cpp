@@ -10,7 +10,6 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/half.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "test_host.hpp"
 
@@ -34,26 +34,20 @@ Side* g_dev = nullptr;
 
 using Vec = std::vector<float>;
 
-uint16_t to_bf16(float f) {  // round to nearest even (finite inputs only)
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
-uint16_t to_f16(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
-float from_f16(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 bool is_bf16(DLDataType dt) { return loom_dtype_eq(dt, loom_bf16()); }
 
 Vec rounded(DLDataType dt, Vec v) {
-  for (float& x : v) x = is_bf16(dt) ? from_bf16(to_bf16(x)) : from_f16(to_f16(x));
+  for (float& x : v)
+    x = is_bf16(dt) ? loom::bf16_to_f32(loom::f32_to_bf16(x))
+                    : loom::f16_to_f32(loom::f32_to_f16(x));
   return v;
 }
 void upload(loom::Tensor& t, const Vec& v) {
   const DLDataType dt = t.get()->dtype;
   if (loom_dtype_eq(dt, loom_f32())) return t.upload(v);
   std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = is_bf16(dt) ? to_bf16(v[i]) : to_f16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = is_bf16(dt) ? loom::f32_to_bf16(v[i]) : loom::f32_to_f16(v[i]);
   t.upload(h);
 }
 Vec download(const loom::Tensor& t) {
@@ -61,7 +55,8 @@ Vec download(const loom::Tensor& t) {
   if (loom_dtype_eq(dt, loom_f32())) return t.download<float>();
   auto h = t.download<uint16_t>();
   Vec v(h.size());
-  for (size_t i = 0; i < h.size(); ++i) v[i] = is_bf16(dt) ? from_bf16(h[i]) : from_f16(h[i]);
+  for (size_t i = 0; i < h.size(); ++i)
+    v[i] = is_bf16(dt) ? loom::bf16_to_f32(h[i]) : loom::f16_to_f32(h[i]);
   return v;
 }
 // NaN everywhere: anything the plugin fails to write shows up as a mismatch.

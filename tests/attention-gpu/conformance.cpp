@@ -16,7 +16,6 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/cpp/half.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "test_host.hpp"
 
@@ -42,19 +42,10 @@ Side* g_dev = nullptr;
 
 using Vec = std::vector<float>;
 
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
-uint16_t to_f16(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
-float from_f16(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
-
 Vec rounded(DLDataType dt, Vec v) {
   for (float& x : v) {
-    if (loom_dtype_eq(dt, loom_bf16())) x = from_bf16(to_bf16(x));
-    if (loom_dtype_eq(dt, loom_f16())) x = from_f16(to_f16(x));
+    if (loom_dtype_eq(dt, loom_bf16())) x = loom::bf16_to_f32(loom::f32_to_bf16(x));
+    if (loom_dtype_eq(dt, loom_f16())) x = loom::f16_to_f32(loom::f32_to_f16(x));
   }
   return v;
 }
@@ -64,7 +55,7 @@ void upload(loom::Tensor& t, const Vec& v) {
   if (loom_dtype_eq(dt, loom_f32())) return t.upload(v);
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i)
-    h[i] = loom_dtype_eq(dt, loom_bf16()) ? to_bf16(v[i]) : to_f16(v[i]);
+    h[i] = loom_dtype_eq(dt, loom_bf16()) ? loom::f32_to_bf16(v[i]) : loom::f32_to_f16(v[i]);
   t.upload(h);
 }
 
@@ -74,7 +65,7 @@ Vec download(const loom::Tensor& t) {
   auto h = t.download<uint16_t>();
   Vec v(h.size());
   for (size_t i = 0; i < h.size(); ++i)
-    v[i] = loom_dtype_eq(dt, loom_bf16()) ? from_bf16(h[i]) : from_f16(h[i]);
+    v[i] = loom_dtype_eq(dt, loom_bf16()) ? loom::bf16_to_f32(h[i]) : loom::f16_to_f32(h[i]);
   return v;
 }
 

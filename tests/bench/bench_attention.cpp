@@ -12,7 +12,6 @@
 // warm-up, each ended by the backend's synchronize; inputs are uniform random (never zeros,
 // which can run faster than real data). A plugin that cannot run says why on its line.
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/half.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "test_host.hpp"
 
@@ -90,13 +90,6 @@ double visible_pairs(const Options& o) {
   return n;
 }
 
-uint16_t to_half_bits(float f, bool bf16) {
-  if (!bf16) return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // A tensor of uniform random values in [-amp, amp] in the benchmark's dtype.
 loom::Tensor random_tensor(const loom::Backend& be, DLDataType dt, std::vector<int64_t> shape,
                            std::mt19937& rng, float amp) {
@@ -108,7 +101,8 @@ loom::Tensor random_tensor(const loom::Backend& be, DLDataType dt, std::vector<i
     t.upload(v);
   } else {
     std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = to_half_bits(v[i], dt.code == kDLBfloat);
+    for (size_t i = 0; i < v.size(); ++i)
+      h[i] = dt.code == kDLBfloat ? loom::f32_to_bf16(v[i]) : loom::f32_to_f16(v[i]);
     t.upload(h);
   }
   return t;
