@@ -76,7 +76,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     if (eod < 0) throw UsageError("the prompt is empty and the tokenizer has no EOD token");
     prompt.push_back((int32_t)eod);  // start a fresh document
   }
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V1_1,
+  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
                                vocab,
                                recipe.get_int("train", "seq_len"),
                                1,
@@ -84,8 +84,11 @@ void generate(const GenerateOptions& opts, Registry& registry) {
                                0,
                                1};
   auto [mapi, model] = session.model(margs);
+  const auto* dec = reinterpret_cast<const loom_decode_ext*>(
+      require_ext(registry.get(LOOM_KIND_MODEL, recipe.get_string("model", "plugin")),
+                  LOOM_EXT_DECODE, LOOM_DECODE_EXT_SIZE_V1, "`loom generate`"));
   int64_t max_new = opts.max_new_tokens;
-  const int64_t limit = mapi->max_context(model);
+  const int64_t limit = dec->max_context(model);
   if (limit > 0 && (int64_t)prompt.size() + max_new > limit) {
     if ((int64_t)prompt.size() >= limit)
       throw UsageError("the prompt is " + std::to_string(prompt.size()) +
@@ -97,7 +100,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
   const int64_t max_len = (int64_t)prompt.size() + max_new;
   for (size_t i = 0; i < mapi->num_params(model); ++i) {
     loom_model_param p{};
-    p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
+    p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
     check(mapi->get_param(model, i, &p), "listing parameters");
     auto it = weights.find(p.name);
     if (it == weights.end()) throw RunError(dir.string() + ": no tensor " + p.name);
@@ -111,12 +114,12 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     check(be.api->from_host(be.self, p.value, it->second.data.data(), bytes),
           "loading " + std::string(p.name));
   }
-  check(mapi->kv_reset(model, 1, max_len), "allocating the KV cache");
+  check(dec->kv_reset(model, 1, max_len), "allocating the KV cache");
   std::vector<float> logits((size_t)vocab);
   std::mt19937_64 rng(opts.seed);
   std::fwrite(opts.prompt.data(), 1, opts.prompt.size(), stdout);
   std::fflush(stdout);
-  check(mapi->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
+  check(dec->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
   const int64_t eod = tok.api->eod_id(tok.self);
   for (int64_t i = 0; i < max_new; ++i) {
     int32_t next = sample_token(logits, opts, rng);
@@ -126,7 +129,7 @@ void generate(const GenerateOptions& opts, Registry& registry) {
     check(tok.api->decode(tok.self, &next, 1, &text, &len), "decoding");
     std::fwrite(text, 1, len, stdout);
     std::fflush(stdout);
-    if (i + 1 < max_new) check(mapi->decode(model, &next, 1, logits.data()), "decode");
+    if (i + 1 < max_new) check(dec->decode(model, &next, 1, logits.data()), "decode");
   }
   std::fputc('\n', stdout);
 }

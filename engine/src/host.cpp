@@ -54,7 +54,7 @@ void log_as(const char* who, loom_log_level level, const char* message) noexcept
 loom_host common_table(loom_host_context* ctx,
                        void (*log)(loom_host_context*, loom_log_level, const char*) noexcept) {
   loom_host h{};
-  h.struct_size = LOOM_HOST_SIZE_V1;  // the lookup slots of v1.1 are the caller's
+  h.struct_size = LOOM_HOST_SIZE_V2;  // every 2.0 slot
   h.abi_major = LOOM_ABI_MAJOR;
   h.abi_minor = LOOM_ABI_MINOR;
   h.ctx = ctx;
@@ -161,11 +161,11 @@ const loom_host* Session::host_for(const std::string& who) {
   h.rng_seed = [](loom_host_context* c, const char* stream) noexcept -> uint64_t {
     return stream_seed((uint64_t)c->session->impl_->recipe.get_int("train", "seed"), stream);
   };
-  h.struct_size = LOOM_HOST_SIZE_V1_1;
+  h.struct_size = LOOM_HOST_SIZE_V2;
   h.get_layout = [](loom_host_context* c, loom_parallel_layout* out) {
     return host_call([&] {
-      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V1_1)
-        throw RunError("get_layout: out->struct_size is smaller than ABI 1.1's");
+      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V2)
+        throw RunError("get_layout: out->struct_size is smaller than ABI 2.0's");
       const size_t size = out->struct_size;
       *out = c->session->layout();
       out->struct_size = size;
@@ -210,7 +210,7 @@ loom_comm_group* Session::group(loom_group_kind kind) {
 }
 
 // Creates (once) the instance of the plugin the recipe selects for `section`, after
-// checking its kind's table is at least the size ABI 1.0 requires. `extra` are the
+// checking its kind's table is at least the size ABI 2.0 requires. `extra` are the
 // kind-specific create arguments between the config and the out-pointer.
 template <class Api, class Self, class... Extra>
 static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl& impl,
@@ -224,7 +224,7 @@ static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl
   std::string who = kind_name(kind) + "/" + name;
   if (!api || api->struct_size < min_size)
     throw UsageError("plugin " + who + " (" + info.path.string() +
-                     ") has a function table smaller than ABI 1.0 requires");
+                     ") has a function table smaller than ABI 2.0 requires");
   Self* self = nullptr;
   check(api->create(session.host_for(who), &impl.recipe.section(section), extra..., &self),
         "creating " + who);
@@ -235,26 +235,26 @@ static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl
 
 loom_backend_ref Session::backend() {
   auto& s = create_once(*this, *impl_, impl_->backend, LOOM_KIND_BACKEND, "backend",
-                        LOOM_BACKEND_API_SIZE_V1);
+                        LOOM_BACKEND_API_SIZE_V2);
   return {s.first, s.second};
 }
 loom_attention_ref Session::attention() {
   auto& s = create_once(*this, *impl_, impl_->attention, LOOM_KIND_ATTENTION, "attention",
-                        LOOM_ATTENTION_API_SIZE_V1);
+                        LOOM_ATTENTION_API_SIZE_V2);
   return {s.first, s.second};
 }
 loom_tokenizer_ref Session::tokenizer() {
   auto& s = create_once(*this, *impl_, impl_->tokenizer, LOOM_KIND_TOKENIZER, "tokenizer",
-                        LOOM_TOKENIZER_API_SIZE_V1);
+                        LOOM_TOKENIZER_API_SIZE_V2);
   return {s.first, s.second};
 }
 loom_comm_ref Session::comm() {
-  auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm", LOOM_COMM_API_SIZE_V1);
+  auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm", LOOM_COMM_API_SIZE_V2);
   return {s.first, s.second};
 }
 std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {
   return create_once(*this, *impl_, impl_->dataset, LOOM_KIND_DATASET, "data",
-                     LOOM_DATASET_API_SIZE_V1);
+                     LOOM_DATASET_API_SIZE_V2);
 }
 std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> Session::datasets(
     const std::vector<std::string>& prefixes) {
@@ -269,8 +269,8 @@ std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> Session::datasets
     const PluginInfo& info = impl_->registry.get(LOOM_KIND_DATASET, name);
     auto* api = static_cast<const loom_dataset_api*>(info.desc->api);
     std::string who = "dataset/" + name;
-    if (!api || api->struct_size < LOOM_DATASET_API_SIZE_V1)
-      throw UsageError("plugin " + who + " has a function table smaller than ABI 1.0 requires");
+    if (!api || api->struct_size < LOOM_DATASET_API_SIZE_V2)
+      throw UsageError("plugin " + who + " has a function table smaller than ABI 2.0 requires");
     std::string key;
     for (size_t i = 0; i < info.desc->num_params && key.empty(); ++i)
       if (std::string(info.desc->params[i].name) == "prefix") key = "prefix";
@@ -297,18 +297,18 @@ std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> Session::datasets
   return out;
 }
 std::pair<const loom_model_api*, loom_model*> Session::model(const loom_model_create_args& args) {
-  return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1,
+  return create_once(*this, *impl_, impl_->model, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V2,
                      &args);
 }
 std::pair<const loom_model_api*, loom_model*> Session::model_chunk(
     const loom_model_create_args& args) {
   std::pair<const loom_model_api*, loom_model*> fresh{nullptr, nullptr};
-  return create_once(*this, *impl_, fresh, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V1, &args);
+  return create_once(*this, *impl_, fresh, LOOM_KIND_MODEL, "model", LOOM_MODEL_API_SIZE_V2, &args);
 }
 std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
     const loom_opt_param* params, size_t n) {
   return create_once(*this, *impl_, impl_->optimizer, LOOM_KIND_OPTIMIZER, "optimizer",
-                     LOOM_OPTIMIZER_API_SIZE_V1, params, n);
+                     LOOM_OPTIMIZER_API_SIZE_V2, params, n);
 }
 
 std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* const* grads,
@@ -318,8 +318,8 @@ std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* 
     const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
     auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
     std::string who = "parallel/" + name;
-    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V1)
-      throw UsageError("plugin " + who + " has a function table smaller than ABI 1.0 requires");
+    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V2)
+      throw UsageError("plugin " + who + " has a function table smaller than ABI 2.0 requires");
     // [parallel] is the engine's section; it names the data-parallel plugin with `data`
     // and also carries that plugin's own keys, validated against its schema.
     loom_parallel* self = nullptr;
@@ -337,9 +337,9 @@ std::pair<const loom_parallel_api*, loom_parallel*> Session::schedule() {
     const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
     auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
     std::string who = "parallel/" + name;
-    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V1_1 || !api->run_pipeline)
+    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V2 || !api->run_pipeline)
       throw UsageError("parallel.schedule = \"" + name + "\": plugin " + who +
-                       " is not a pipeline schedule (no run_pipeline in its ABI 1.1 table)");
+                       " is not a pipeline schedule (no run_pipeline in its table)");
     loom_parallel* self = nullptr;
     check(api->create(host_for(who), &impl_->recipe.section("parallel"), nullptr, 0, &self),
           "creating " + who);

@@ -201,7 +201,13 @@ int describe(Registry& registry, const std::string& what) {
   if (!p.description.empty()) std::cout << ": " << p.description;
   std::cout << "\n  vendor " << (p.vendor.empty() ? "?" : p.vendor) << ", license "
             << (p.license.empty() ? "?" : p.license) << ", ABI " << p.abi_major << "."
-            << p.abi_minor << "\n  " << p.path.string() << "\n\n";
+            << p.abi_minor << "\n  " << p.path.string() << "\n";
+  if (!p.capabilities.empty()) {
+    std::cout << "  capabilities:";
+    for (const std::string& c : p.capabilities) std::cout << " " << c;
+    std::cout << "\n";
+  }
+  std::cout << "\n";
   std::cout << "selected with [" << section << "] "
             << (kind == LOOM_KIND_PARALLEL ? "data" : "plugin") << " = \"" << p.name << "\"";
   if (p.desc->num_params == 0) {

@@ -415,9 +415,7 @@ InstallResult install_package(const fs::path& pkg, const fs::path& dir_arg) {
   if (!reason.empty()) refuse(reason);
   if (!kind_from_name(m.kind)) refuse("unknown plugin kind '" + m.kind + "'");
   if (m.abi_major != LOOM_ABI_MAJOR)
-    refuse("built for Loom ABI " + std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor) +
-           ", this host is " + std::to_string(LOOM_ABI_MAJOR) + "." +
-           std::to_string(LOOM_ABI_MINOR));
+    refuse(abi_mismatch((uint64_t)m.abi_major, (uint64_t)m.abi_minor));
   const fs::path so = folder / m.file;
   if (!fs::is_regular_file(so, ec))
     refuse("manifest names '" + m.file + "' but the package lacks it");

@@ -111,9 +111,9 @@ TokenizerFactory::TokenizerFactory(Registry& registry, const TokenizerFlags& fla
   const loom_plugin_descriptor* d = info.desc;
   who_ = "tokenizer/" + name;
   api_ = static_cast<const loom_tokenizer_api*>(d->api);
-  if (!api_ || api_->struct_size < LOOM_TOKENIZER_API_SIZE_V1)
+  if (!api_ || api_->struct_size < LOOM_TOKENIZER_API_SIZE_V2)
     throw UsageError("plugin " + who_ + " (" + info.path.string() +
-                     ") has a function table smaller than ABI 1.0 requires");
+                     ") has a function table smaller than ABI 2.0 requires");
 
   cfg_.section = "tokenizer";
   for (size_t i = 0; i < d->num_params; ++i) {

@@ -352,7 +352,7 @@ class RecipeValidator {
       note.clear();
       Value v;
       loom_param_spec spec = loom_param_spec{
-          LOOM_PARAM_SPEC_SIZE_V1, key.c_str(), LOOM_PARAM_STRING, fallback, "", 1, 0, nullptr};
+          LOOM_PARAM_SPEC_SIZE_V2, key.c_str(), LOOM_PARAM_STRING, fallback, "", 1, 0, nullptr};
       std::string problem = convert(it->second, spec, v);
       if (!problem.empty()) throw UsageError(at + ": " + section + "." + key + " " + problem);
       name = v.s;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -36,25 +37,25 @@ std::string abi_text(uint64_t major, uint64_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-// Size of the function table each kind must provide at ABI 1.0.
-size_t api_size_v1(loom_plugin_kind kind) {
+// Size of the function table each kind must provide at ABI 2.0.
+size_t api_size_v2(loom_plugin_kind kind) {
   switch (kind) {
     case LOOM_KIND_BACKEND:
-      return LOOM_BACKEND_API_SIZE_V1;
+      return LOOM_BACKEND_API_SIZE_V2;
     case LOOM_KIND_COMM:
-      return LOOM_COMM_API_SIZE_V1;
+      return LOOM_COMM_API_SIZE_V2;
     case LOOM_KIND_MODEL:
-      return LOOM_MODEL_API_SIZE_V1;
+      return LOOM_MODEL_API_SIZE_V2;
     case LOOM_KIND_ATTENTION:
-      return LOOM_ATTENTION_API_SIZE_V1;
+      return LOOM_ATTENTION_API_SIZE_V2;
     case LOOM_KIND_PARALLEL:
-      return LOOM_PARALLEL_API_SIZE_V1;
+      return LOOM_PARALLEL_API_SIZE_V2;
     case LOOM_KIND_OPTIMIZER:
-      return LOOM_OPTIMIZER_API_SIZE_V1;
+      return LOOM_OPTIMIZER_API_SIZE_V2;
     case LOOM_KIND_TOKENIZER:
-      return LOOM_TOKENIZER_API_SIZE_V1;
+      return LOOM_TOKENIZER_API_SIZE_V2;
     case LOOM_KIND_DATASET:
-      return LOOM_DATASET_API_SIZE_V1;
+      return LOOM_DATASET_API_SIZE_V2;
   }
   return 0;
 }
@@ -141,9 +142,9 @@ bool has_elf_header(const fs::path& so) {
 // Checks one schema entry as the recipe validator will read it.
 std::string check_param(const loom_param_spec& p, size_t i) {
   std::string at = "parameter " + std::to_string(i);
-  if (p.struct_size < LOOM_PARAM_SPEC_SIZE_V1)
-    return at + ": struct_size " + std::to_string(p.struct_size) + " is smaller than ABI 1.0's " +
-           std::to_string(LOOM_PARAM_SPEC_SIZE_V1);
+  if (p.struct_size < LOOM_PARAM_SPEC_SIZE_V2)
+    return at + ": struct_size " + std::to_string(p.struct_size) + " is smaller than ABI 2.0's " +
+           std::to_string(LOOM_PARAM_SPEC_SIZE_V2);
   if (p.name == nullptr || *p.name == '\0') return at + " has no name";
   at = "parameter '" + std::string(p.name) + "'";
   const int type = raw_enum(p.type);
@@ -157,6 +158,45 @@ std::string check_param(const loom_param_spec& p, size_t i) {
   return "";
 }
 
+// An extension id: a name of [a-z0-9._-], a slash and a version number ("loom.decode/1").
+bool valid_ext_id(const char* id) {
+  if (id == nullptr) return false;
+  const char* slash = std::strchr(id, '/');
+  if (slash == nullptr || slash == id || slash[1] == '\0') return false;
+  for (const char* c = id; c < slash; ++c)
+    if (!(std::islower((unsigned char)*c) || std::isdigit((unsigned char)*c) || *c == '.' ||
+          *c == '-' || *c == '_'))
+      return false;
+  for (const char* c = slash + 1; *c; ++c)
+    if (!std::isdigit((unsigned char)*c)) return false;
+  return std::strlen(id) <= 128;
+}
+
+// The capabilities list and the ext chain: well-formed ids, listed once, and every table on
+// the chain announced in the list (the host finds tables by what the plugin declares).
+std::string check_capabilities(const loom_plugin_descriptor* d) {
+  std::set<std::string> ids;
+  for (size_t i = 0; d->capabilities != nullptr && d->capabilities[i] != nullptr; ++i) {
+    if (i >= 256) return "descriptor lists an implausible number of capabilities";
+    const char* id = d->capabilities[i];
+    if (!valid_ext_id(id))
+      return "capability '" + one_line(id, 60) +
+             "' is not an id of the form name/version (\"loom.decode/1\")";
+    if (!ids.insert(id).second) return "capability '" + std::string(id) + "' is listed twice";
+  }
+  size_t n = 0;
+  for (const loom_ext* e = d->ext; e != nullptr; e = e->next) {
+    if (++n > 256) return "the descriptor's ext chain is too long (a cycle?)";
+    if (e->struct_size < LOOM_EXT_SIZE_V2)
+      return "an extension on the descriptor's ext chain has struct_size " +
+             std::to_string(e->struct_size) + ", smaller than its header";
+    if (e->id == nullptr || ids.count(e->id) == 0)
+      return "extension '" + one_line(e->id ? e->id : "(null)", 60) +
+             "' on the descriptor's ext chain is not listed in its capabilities";
+  }
+  return "";
+}
+
 // The descriptor's one-line problem, or "".
 std::string check_descriptor(const loom_plugin_descriptor* d) {
   if (d == nullptr)
@@ -165,12 +205,10 @@ std::string check_descriptor(const loom_plugin_descriptor* d) {
   const size_t bootstrap = offsetof(loom_plugin_descriptor, abi_minor) + sizeof(uint32_t);
   if (d->struct_size < bootstrap)
     return "descriptor struct_size " + std::to_string(d->struct_size) + " is too small";
-  if (d->abi_major != LOOM_ABI_MAJOR)
-    return "built for Loom ABI " + abi_text(d->abi_major, d->abi_minor) + ", this host is " +
-           abi_text(LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
-  if (d->struct_size < LOOM_PLUGIN_DESCRIPTOR_SIZE_V1)
+  if (d->abi_major != LOOM_ABI_MAJOR) return abi_mismatch(d->abi_major, d->abi_minor);
+  if (d->struct_size < LOOM_PLUGIN_DESCRIPTOR_SIZE_V2)
     return "descriptor struct_size " + std::to_string(d->struct_size) +
-           " is smaller than ABI 1.0's " + std::to_string(LOOM_PLUGIN_DESCRIPTOR_SIZE_V1);
+           " is smaller than ABI 2.0's " + std::to_string(LOOM_PLUGIN_DESCRIPTOR_SIZE_V2);
   if (!valid_kind(raw_enum(d->kind)))
     return "unknown plugin kind " + std::to_string(raw_enum(d->kind));
   if (!valid_plugin_name(d->name))
@@ -190,11 +228,13 @@ std::string check_descriptor(const loom_plugin_descriptor* d) {
     if (std::strcmp(d->params[i].name, "plugin") == 0)
       return "parameter 'plugin' is reserved for the engine (it selects the plugin)";
   }
+  std::string problem = check_capabilities(d);
+  if (!problem.empty()) return problem;
   if (d->api == nullptr) return "descriptor has no function table (api is NULL)";
   size_t api_size = *static_cast<const size_t*>(d->api);  // every table starts with struct_size
-  if (api_size < api_size_v1(d->kind))
+  if (api_size < api_size_v2(d->kind))
     return kind_name(d->kind) + " function table struct_size " + std::to_string(api_size) +
-           " is smaller than ABI 1.0's " + std::to_string(api_size_v1(d->kind));
+           " is smaller than ABI 2.0's " + std::to_string(api_size_v2(d->kind));
   return "";
 }
 
@@ -212,6 +252,9 @@ void fill_info(PluginInfo& info, const fs::path& so, const loom_plugin_descripto
   info.abi_minor = d->abi_minor;
   info.from_manifest = false;
   info.desc = d;
+  info.capabilities.clear();
+  for (size_t i = 0; d->capabilities != nullptr && d->capabilities[i] != nullptr; ++i)
+    info.capabilities.emplace_back(d->capabilities[i]);
 }
 
 using Library = std::unique_ptr<boost::dll::shared_library>;
@@ -232,6 +275,17 @@ std::string load_library(const fs::path& so, Library& lib, const loom_plugin_des
   loom_plugin_entry_fn entry =
       &lib->get<const loom_plugin_descriptor*(uint32_t, uint32_t)>(LOOM_PLUGIN_ENTRY_NAME);
   desc = entry(LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
+  if (desc == nullptr) {
+    // A plugin of an older major answers only a host of its own major (its SDK's
+    // LOOM_PLUGIN_ENTRY did so). Ask as each older major, only to name it in the refusal:
+    // the descriptor of another major is never read past its version fields.
+    for (uint32_t major = LOOM_ABI_MAJOR - 1; major >= 1; --major) {
+      const loom_plugin_descriptor* old = entry(major, UINT32_MAX);
+      const size_t bootstrap = offsetof(loom_plugin_descriptor, abi_minor) + sizeof(uint32_t);
+      if (old != nullptr && old->struct_size >= bootstrap && old->abi_major == major)
+        return abi_mismatch(old->abi_major, old->abi_minor);
+    }
+  }
   std::string problem = check_descriptor(desc);
   if (problem.empty()) {
     // An accepted plugin stays mapped until the process exits, after the registry is gone:
@@ -265,6 +319,38 @@ fs::path executable_dir() {
 }  // namespace
 
 const char* engine_version() { return LOOM_VERSION; }
+
+std::string abi_mismatch(uint64_t major, uint64_t minor) {
+  std::string s = "built for Loom ABI " + abi_text(major, minor) + ", this host is " +
+                  abi_text(LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
+  if (major < LOOM_ABI_MAJOR)
+    return s + " (rebuild it against the Loom " + std::to_string(LOOM_ABI_MAJOR) + " SDK)";
+  return s + " (it needs a newer Loom)";
+}
+
+bool PluginInfo::has_capability(const std::string& id) const {
+  return std::find(capabilities.begin(), capabilities.end(), id) != capabilities.end();
+}
+
+const loom_ext* PluginInfo::find_ext(const char* id) const {
+  return desc == nullptr ? nullptr : loom_ext_find(desc->ext, id);
+}
+
+const loom_ext* require_ext(const PluginInfo& info, const char* id, size_t min_size,
+                            const std::string& needed_for) {
+  const std::string who = kind_name(info.kind) + "/" + info.name;
+  std::string listed;
+  for (const std::string& c : info.capabilities) listed += (listed.empty() ? "" : ", ") + c;
+  if (!info.has_capability(id))
+    throw UsageError(needed_for + " needs capability '" + id + "', which plugin " + who +
+                     " does not implement (its capabilities: " +
+                     (listed.empty() ? std::string("none") : listed) + ")");
+  const loom_ext* e = info.find_ext(id);
+  if (e == nullptr || e->struct_size < min_size)
+    throw UsageError("plugin " + who + " lists capability '" + id +
+                     "' but its table is missing or smaller than the host expects");
+  return e;
+}
 
 std::string kind_name(loom_plugin_kind kind) {
   int k = static_cast<int>(kind);
@@ -316,7 +402,7 @@ struct Registry::Impl {
     std::string reason = load_library(so, lib, d);
     if (!reason.empty()) {
       // Name the refusal from the descriptor when it was readable enough to trust.
-      if (d != nullptr && d->struct_size >= LOOM_PLUGIN_DESCRIPTOR_SIZE_V1 &&
+      if (d != nullptr && d->struct_size >= LOOM_PLUGIN_DESCRIPTOR_SIZE_V2 &&
           valid_plugin_name(d->name) && valid_kind(raw_enum(d->kind))) {
         gkind = kind_name(d->kind);
         gname = d->name;
@@ -340,9 +426,7 @@ struct Registry::Impl {
     if (!reason.empty()) return fail(reason);
     auto kind = kind_from_name(m.kind);
     if (!kind) return fail("manifest names unknown plugin kind '" + m.kind + "'");
-    if (m.abi_major != LOOM_ABI_MAJOR)
-      return fail("built for Loom ABI " + abi_text(m.abi_major, m.abi_minor) + ", this host is " +
-                  abi_text(LOOM_ABI_MAJOR, LOOM_ABI_MINOR));
+    if (m.abi_major != LOOM_ABI_MAJOR) return fail(abi_mismatch(m.abi_major, m.abi_minor));
     std::error_code ec;
     if (!fs::is_regular_file(so, ec))
       return fail("manifest names '" + m.file + "' but the package has no such file");

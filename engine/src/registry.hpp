@@ -14,6 +14,9 @@ namespace loom::engine {
 
 const char* engine_version();  // Loom's own version, "0.1.0"
 
+// "built for Loom ABI 1.1, this host is 2.0 (rebuild it against the Loom 2 SDK)".
+std::string abi_mismatch(uint64_t major, uint64_t minor);
+
 std::string kind_name(loom_plugin_kind kind);  // "backend", ...
 std::optional<loom_plugin_kind> kind_from_name(const std::string& name);
 // Indexed by the kind's enum value (index 0 is ""): the recipe section that selects and
@@ -27,6 +30,11 @@ struct PluginInfo {
   uint32_t abi_major = 0, abi_minor = 0;
   bool from_manifest = false;                    // described by a package manifest, not loaded yet
   const loom_plugin_descriptor* desc = nullptr;  // set once loaded
+  std::vector<std::string> capabilities;         // extension ids the plugin implements
+  bool has_capability(const std::string& id) const;
+  // The table of capability `id` on the descriptor's ext chain, or NULL (also when the
+  // plugin is not loaded).
+  const loom_ext* find_ext(const char* id) const;
 };
 
 struct Refusal {
@@ -59,6 +67,11 @@ class Registry {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The table of capability `id` that `info`'s plugin provides, at least `min_size` bytes, or
+// a UsageError naming the plugin, the id and `needed_for` ("`loom generate`").
+const loom_ext* require_ext(const PluginInfo& info, const char* id, size_t min_size,
+                            const std::string& needed_for);
 
 // Loads `so` just long enough to read and check its descriptor (no duplicate check) and
 // copies it into `out` (out.desc stays null: the library is unloaded on return). Returns

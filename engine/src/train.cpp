@@ -20,7 +20,7 @@ namespace {
 std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
   if (r.schedule.second) {
     loom_pipeline_args a{};
-    a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V1_1;
+    a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
     a.model_api = r.mapi;
     a.chunks = r.chunks.data();
     a.num_chunks = r.chunks.size();
@@ -106,7 +106,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (s.stepped) {
     double scale = 1.0 / s.loss_scale;
     if (r.grad_clip > 0 && s.grad_norm > r.grad_clip) scale *= r.grad_clip / (s.grad_norm + 1e-6);
-    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V1, s.lr, ++r.opt_steps, scale};
+    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale};
     check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
     r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
     if (r.v11 && papi->after_step) check(papi->after_step(par), "gathering updated parameters");

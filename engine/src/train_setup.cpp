@@ -47,7 +47,7 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
   }
-  *out = loom_microbatch{LOOM_MICROBATCH_SIZE_V1,
+  *out = loom_microbatch{LOOM_MICROBATCH_SIZE_V2,
                          f->tokens.data(),
                          f->targets.data(),
                          f->mbs,
@@ -134,7 +134,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   writes_model = layout.data_rank == 0 && layout.context_rank == 0;
   writes_opt = writes_model || sharded;
 
-  info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(be.api->get_info(be.self, &info), "backend info");
   flops_per_token = mapi->flops_per_token(chunks[0]);
   feed.mbs = mbs;
@@ -150,14 +150,18 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
 void TrainRun::create_model(int64_t vocab) {
   const int stages = layout.pipeline * layout.virtual_stages;
   for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs{
-        LOOM_MODEL_CREATE_ARGS_SIZE_V1_1,           vocab, seq_len, mbs, compute,
-        v * layout.pipeline + layout.pipeline_rank, stages};
+    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+                                 vocab,
+                                 seq_len,
+                                 mbs,
+                                 compute,
+                                 v * layout.pipeline + layout.pipeline_rank,
+                                 stages};
     auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
     mapi = api;
     chunks.push_back(m);
   }
-  staged = mapi->struct_size >= LOOM_MODEL_API_SIZE_V1_1 && mapi->stage_forward;
+  staged = mapi->struct_size >= LOOM_MODEL_API_SIZE_V2 && mapi->stage_forward;
   if (!staged && (stages > 1 || layout.tensor > 1))
     throw UsageError("model/" + recipe.plugin("model") +
                      " has no pipeline-stage API (ABI 1.1); it trains at tensor = pipeline = 1");
@@ -165,9 +169,9 @@ void TrainRun::create_model(int64_t vocab) {
   for (loom_model* m : chunks)
     for (size_t i = 0; i < mapi->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
       check(mapi->get_param(m, i, &p), "listing model parameters");
-      if (p.struct_size < LOOM_MODEL_PARAM_SIZE_V1_1) p.tp_num_blocks = 0, p.pipeline_duplicate = 0;
+      if (p.struct_size < LOOM_MODEL_PARAM_SIZE_V2) p.tp_num_blocks = 0, p.pipeline_duplicate = 0;
       params.push_back(p);
     }
   for (const loom_model_param& p : params) {
@@ -178,7 +182,7 @@ void TrainRun::create_model(int64_t vocab) {
   for (loom_model* m : chunks)
     check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
   grad_strategy = session.parallel(grads.data(), grads.size());
-  v11 = grad_strategy.first->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1;
+  v11 = grad_strategy.first->struct_size >= LOOM_PARALLEL_API_SIZE_V2;
 }
 
 // The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1), in f32 main
@@ -191,7 +195,7 @@ void TrainRun::create_optimizer() {
   sharded = v11 && papi->shard_params;
   shards.resize(nparams);
   if (sharded) {
-    for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
+    for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V2;
     check(papi->shard_params(par, values.data(), shards.data()), "sharding the optimizer");
   }
   std::vector<DLTensor*> mirrored = values;
@@ -205,7 +209,7 @@ void TrainRun::create_optimizer() {
     DLTensor* grad = sharded ? shards[i].grad : params[i].grad;
     if (loom_tensor_numel(value) == 0) continue;
     opt_params.push_back(
-        {LOOM_OPT_PARAM_SIZE_V1, params[i].name, value, grad, params[i].weight_decay});
+        {LOOM_OPT_PARAM_SIZE_V2, params[i].name, value, grad, params[i].weight_decay});
     // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
     // duplicate (the tied embedding on the last stage) is its first stage's tensor.
     if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) && !params[i].pipeline_duplicate)

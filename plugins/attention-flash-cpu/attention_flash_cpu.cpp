@@ -165,7 +165,7 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
 
 const loom_param_spec kParams[] = {
     loom::param("block_q", LOOM_PARAM_INT, "64", "queries per tile", 1, 4096),
@@ -173,7 +173,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_ATTENTION,
@@ -185,7 +185,9 @@ const loom_plugin_descriptor kDescriptor = {
     "workspace, never T x S",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

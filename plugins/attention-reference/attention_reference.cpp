@@ -113,7 +113,7 @@ class ReferenceAttention {
             int64_t sb, int64_t ob, DLTensor* c, int64_t ldc, int64_t sc, int64_t oc,
             int64_t batch) {
     loom_gemm_args g{};
-    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+    g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
     g.trans_a = ta;
     g.trans_b = tb;
     g.m = m;
@@ -172,10 +172,10 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_ATTENTION,
@@ -186,7 +186,9 @@ const loom_plugin_descriptor kDescriptor = {
     "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
     nullptr,
     0,
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

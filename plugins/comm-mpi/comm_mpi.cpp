@@ -411,7 +411,7 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
+const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
                             create,
                             destroy,
                             world_rank,
@@ -429,7 +429,7 @@ const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
                             send,
                             recv};
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
                                             LOOM_KIND_COMM,
@@ -441,7 +441,9 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "(f32, f64, i32, bf16, f16); start ranks with mpirun",
                                             nullptr,
                                             0,
-                                            &kApi};
+                                            &kApi,
+                                            nullptr,   // capabilities
+                                            nullptr};  // ext
 
 }  // namespace
 

@@ -439,7 +439,7 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
+const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
                             create,
                             destroy,
                             world_rank,
@@ -458,7 +458,7 @@ const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
                             recv};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_COMM,
@@ -470,7 +470,9 @@ const loom_plugin_descriptor kDescriptor = {
     "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
     nullptr,
     0,
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -175,7 +175,7 @@ loom_error* recv(loom_comm* c, loom_comm_group*, DLTensor* t, int peer, int tag)
   return loom::guard(cast(c)->host(), [&] { cast(c)->recv(t, peer, tag); });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
+const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
                             create,
                             destroy,
                             world_rank,
@@ -194,7 +194,7 @@ const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V1,
                             recv};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_COMM,
@@ -205,7 +205,9 @@ const loom_plugin_descriptor kDescriptor = {
     "one process, no communication: collectives are identities, send/recv to self queue",
     nullptr,
     0,
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -74,7 +74,7 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
 const char* cache_prefix(loom_dataset* d) { return cast(d)->prefix().c_str(); }
 
 const loom_dataset_api kApi = {
-    LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document, cache_prefix};
+    LOOM_DATASET_API_SIZE_V2, create, destroy, num_documents, document, cache_prefix};
 
 const loom_param_spec kParams[] = {
     loom::param("prefix", LOOM_PARAM_STRING, nullptr,
@@ -82,7 +82,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_DATASET,
@@ -94,7 +94,9 @@ const loom_plugin_descriptor kDescriptor = {
     "per sequence",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

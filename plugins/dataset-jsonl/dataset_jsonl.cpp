@@ -133,7 +133,7 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
 const char* cache_prefix(loom_dataset* d) { return cast(d)->path().c_str(); }
 
 const loom_dataset_api kApi = {
-    LOOM_DATASET_API_SIZE_V1, create, destroy, num_documents, document, cache_prefix};
+    LOOM_DATASET_API_SIZE_V2, create, destroy, num_documents, document, cache_prefix};
 
 const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,
@@ -145,7 +145,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_DATASET,
@@ -156,7 +156,9 @@ const loom_plugin_descriptor kDescriptor = {
     "JSON-lines text, one document per line, tokenised at load with the run's tokenizer",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -43,7 +43,7 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   }
   const double scale = 1.0 / std::sqrt((double)D);
   loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V1;
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.scale = scale;
   f.causal = 1;
   if (!cache) {
@@ -99,7 +99,7 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
   View dv = view(g.dv, {B, T, Hkv, D});
   loom_attention_bwd_args b{};
-  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V1;
+  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V2;
   b.dout = datt;
   b.q = qv;
   b.k = kv;

@@ -111,7 +111,7 @@ Model::Model(const loom_host* host, const loom_config* cfg, const loom_model_cre
   ctx_.sp = &sp_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp);
   if (ctx_.tp.active())
-    loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V1_1,
+    loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
                   "model/gpt: tensor parallelism needs a backend with the ABI 1.1 ops "
                   "(vocab_ce_stats, vocab_ce_backward)",
                   LOOM_ERR_UNIMPLEMENTED);
@@ -202,15 +202,15 @@ void Model::get_param(size_t i, loom_model_param* out) {
   loom::require(i < params_.size(), "model/gpt: parameter index " + std::to_string(i) +
                                         " out of range (" + std::to_string(params_.size()) +
                                         " parameters)");
-  loom::require(out && out->struct_size >= LOOM_MODEL_PARAM_SIZE_V1,
-                "model/gpt: get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V1");
+  loom::require(out && out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2,
+                "model/gpt: get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2");
   Param& p = params_[i];
   out->name = p.name.c_str();
   out->value = p.value.get();
   out->grad = p.grad.get();
   out->weight_decay = p.weight_decay;
   out->tp_split_dim = p.tp_split_dim;
-  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V1_1) {
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2) {
     const bool blocked = p.tp_split_dim >= 0 && p.blocks.size() > 1;
     out->tp_num_blocks = blocked ? (int32_t)p.blocks.size() : 0;
     out->tp_block_sizes = blocked ? p.blocks.data() : nullptr;

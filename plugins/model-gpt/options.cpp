@@ -90,7 +90,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   loom::require(o.n_head % o.tp == 0, "model/gpt: n_head = " + s(o.n_head) + t);
   loom::require(o.n_kv_head % o.tp == 0, "model/gpt: n_kv_head = " + s(o.n_kv_head) + t);
   loom::require(o.ffn_hidden % o.tp == 0, "model/gpt: ffn_hidden = " + s(o.ffn_hidden) + t);
-  if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V1_1 && args.pipeline_stages > 1) {
+  if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2 && args.pipeline_stages > 1) {
     o.stages = args.pipeline_stages;
     o.stage = args.pipeline_stage;
   }

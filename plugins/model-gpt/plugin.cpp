@@ -10,7 +10,7 @@ Model* self(loom_model* m) { return reinterpret_cast<Model*>(m); }
 loom_error* create(const loom_host* host, const loom_config* cfg,
                    const loom_model_create_args* args, loom_model** out) {
   return loom::guard(host, [&] {
-    loom::require(args && args->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V1,
+    loom::require(args && args->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2,
                   "model/gpt: create args missing or too old");
     *out = reinterpret_cast<loom_model*>(new Model(host, cfg, *args));
   });
@@ -66,7 +66,7 @@ loom_error* finish_grads(loom_model* m) {
   return loom::guard(self(m)->host(), [&] { self(m)->finish_grads(); });
 }
 
-const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V1_1,
+const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V2,
                              create,
                              destroy,
                              num_params,
@@ -76,16 +76,18 @@ const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V1_1,
                              forward_backward,
                              forward,
                              flops_per_token,
-                             kv_reset,
-                             decode,
-                             max_context,
                              stage_info,
                              stage_forward,
                              stage_backward,
                              finish_grads};
 
+// Generation with a KV cache, the optional loom.decode/1 capability.
+const loom_decode_ext kDecode = {
+    {sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, nullptr}, kv_reset, decode, max_context};
+const char* const kCapabilities[] = {LOOM_EXT_DECODE, nullptr};
+
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_MODEL,
@@ -96,7 +98,9 @@ const loom_plugin_descriptor kDescriptor = {
     "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
     gpt::kSchema,
     gpt::kSchemaSize,
-    &kApi};
+    &kApi,
+    kCapabilities,
+    &kDecode.base};
 
 }  // namespace
 

@@ -51,8 +51,8 @@ Slot& Model::slot(int64_t i) {
 }
 
 void Model::stage_info(loom_stage_info* out) const {
-  loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V1_1,
-                "model/gpt: stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V1_1");
+  loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V2,
+                "model/gpt: stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
   out->is_first = opt_.first();
   out->is_last = opt_.last();
   out->hidden = opt_.n_embd;
@@ -161,7 +161,7 @@ void Model::head_backward(Slot& S) {
 // ----- the stage ---------------------------------------------------------------------------
 void Model::stage_forward(int64_t si, const loom_microbatch& mb, const DLTensor* input,
                           bool no_grad, DLTensor** output, double* loss_sum, int64_t* tokens) {
-  loom::require(mb.struct_size >= LOOM_MICROBATCH_SIZE_V1,
+  loom::require(mb.struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 "model/gpt: microbatch struct_size too small");
   loom::require(mb.tokens || !opt_.first(), "model/gpt: the first stage needs mb->tokens");
   loom::require(mb.targets || !opt_.last(), "model/gpt: the last stage needs mb->targets");

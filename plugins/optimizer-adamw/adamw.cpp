@@ -36,7 +36,7 @@ class AdamW {
     loom::require(s.step >= 1, "optimizer/adamw: step is 1-based, got " + std::to_string(s.step));
     for (auto& r : runs_.runs()) {
       loom_adamw_args a{};
-      a.struct_size = LOOM_ADAMW_ARGS_SIZE_V1;
+      a.struct_size = LOOM_ADAMW_ARGS_SIZE_V2;
       a.param = r.param;
       a.grad = r.grad;
       a.m = r.state[0];
@@ -63,7 +63,7 @@ class AdamW {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_OPTIMIZER,
@@ -74,7 +74,9 @@ const loom_plugin_descriptor kDescriptor = {
     "AdamW (decoupled weight decay) via the backend's adamw_step",
     kSchema,
     sizeof(kSchema) / sizeof(kSchema[0]),
-    &loom::opt::OptimizerTable<AdamW>::api};
+    &loom::opt::OptimizerTable<AdamW>::api,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -93,7 +93,7 @@ class Lion {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_OPTIMIZER,
@@ -104,7 +104,9 @@ const loom_plugin_descriptor kDescriptor = {
     "Lion (sign of interpolated momentum), its own kernels; host memory (backend/cpu)",
     kSchema,
     sizeof(kSchema) / sizeof(kSchema[0]),
-    &loom::opt::OptimizerTable<Lion>::api};
+    &loom::opt::OptimizerTable<Lion>::api,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

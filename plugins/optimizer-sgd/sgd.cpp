@@ -50,7 +50,7 @@ class Sgd {
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
                                             LOOM_KIND_OPTIMIZER,
@@ -61,7 +61,9 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "SGD with optional momentum via the backend's sgd_step",
                                             kSchema,
                                             sizeof(kSchema) / sizeof(kSchema[0]),
-                                            &loom::opt::OptimizerTable<Sgd>::api};
+                                            &loom::opt::OptimizerTable<Sgd>::api,
+                                            nullptr,   // capabilities
+                                            nullptr};  // ext
 
 }  // namespace
 

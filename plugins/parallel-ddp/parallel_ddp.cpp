@@ -53,7 +53,7 @@ class Ddp {
     for (size_t i = 0; i < num_grads; ++i)
       loom::require(grads[i] != nullptr,
                     "parallel/ddp: gradient " + std::to_string(i) + " is NULL");
-    if (host->struct_size >= LOOM_HOST_SIZE_V1_1 && host->get_group) {
+    if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_group) {
       loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
     } else {  // an ABI 1.0 host has no layout: every rank is a data-parallel replica
       const int world = api().world_size(comm_.self);
@@ -165,7 +165,7 @@ loom_error* reduce_gradients(loom_parallel* p) {
 
 double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
                                 create,
                                 destroy,
                                 reduce_gradients,
@@ -182,7 +182,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_PARALLEL,
@@ -193,7 +193,9 @@ const loom_plugin_descriptor kDescriptor = {
     "data parallel: all-reduce (average) every gradient over the data-parallel group",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

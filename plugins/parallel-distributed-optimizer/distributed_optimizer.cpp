@@ -68,7 +68,7 @@ class DistOpt {
           kPrefix + "reduce-scatters gradients and needs a comm plugin (" + why + ")");
     }
     backend_ = loom::Backend(host);  // the flat and shard buffers live on the backend
-    if (host->struct_size >= LOOM_HOST_SIZE_V1_1 && host->get_group) {
+    if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_group) {
       loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
     } else {  // an ABI 1.0 host has no layout: the world is the data-parallel group
       std::vector<int> colors(static_cast<size_t>(api().world_size(comm_.self)), 0);
@@ -121,7 +121,7 @@ class DistOpt {
       loom::require(loom::is_compact(p), which + " is not compact");
       if (i == 0) pdt_ = p->dtype;
       loom::require(loom_dtype_eq(p->dtype, pdt_), which + " has another dtype than parameter 0");
-      loom::require(out[i].struct_size >= LOOM_PARAM_SHARD_SIZE_V1_1,
+      loom::require(out[i].struct_size >= LOOM_PARAM_SHARD_SIZE_V2,
                     kPrefix + "out[" + std::to_string(i) + "].struct_size is too small");
       params_.push_back(params[i]);
     }
@@ -235,7 +235,7 @@ loom_error* after_step(loom_parallel* p) {
 }
 double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
                                 create,
                                 destroy,
                                 reduce_gradients,
@@ -245,7 +245,7 @@ const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
                                 bytes_per_param};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_PARALLEL,
@@ -257,7 +257,9 @@ const loom_plugin_descriptor kDescriptor = {
     "all-gather parameters",
     nullptr,
     0,
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

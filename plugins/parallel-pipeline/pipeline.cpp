@@ -75,9 +75,9 @@ struct Slots {
 class Pipeline {
  public:
   explicit Pipeline(const loom_host* host) : host_(host) {
-    loom::require(host->struct_size >= LOOM_HOST_SIZE_V1_1 && host->get_layout && host->get_group,
-                  kPrefix + "needs a host of ABI 1.1 or later (get_layout, get_group)");
-    layout_.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V1_1;
+    loom::require(host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout && host->get_group,
+                  kPrefix + "needs a host with get_layout and get_group");
+    layout_.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
     loom::check(host, host->get_layout(host->ctx, &layout_));
     P_ = layout_.pipeline;
     rank_ = layout_.pipeline_rank;
@@ -109,14 +109,14 @@ class Pipeline {
   const loom_host* host() const { return host_; }
 
   void run(loom_pipeline_args* a) {
-    loom::require(a != nullptr && a->struct_size >= LOOM_PIPELINE_ARGS_SIZE_V1_1,
-                  kPrefix + "run_pipeline: args NULL or older than ABI 1.1");
+    loom::require(a != nullptr && a->struct_size >= LOOM_PIPELINE_ARGS_SIZE_V2,
+                  kPrefix + "run_pipeline: args NULL or smaller than ABI 2.0's");
     const loom_model_api* m = a->model_api;
-    loom::require(m != nullptr && m->struct_size >= LOOM_MODEL_API_SIZE_V1_1 && m->stage_info &&
+    loom::require(m != nullptr && m->struct_size >= LOOM_MODEL_API_SIZE_V2 && m->stage_info &&
                       m->stage_forward && m->stage_backward,
                   kPrefix +
-                      "the model plugin has no stage API (ABI 1.1 stage_info, "
-                      "stage_forward, stage_backward)");
+                      "the model plugin has no stage API (stage_info, stage_forward, "
+                      "stage_backward)");
     loom::require(a->num_chunks == static_cast<size_t>(V_),
                   kPrefix + "got " + std::to_string(a->num_chunks) +
                       " model chunks but the layout has virtual_stages = " + std::to_string(V_));
@@ -132,7 +132,7 @@ class Pipeline {
     info_.assign(V_, loom_stage_info{});
     for (int v = 0; v < V_; ++v) {
       loom::require(a->chunks[v] != nullptr, kPrefix + "chunk " + std::to_string(v) + " is NULL");
-      info_[v].struct_size = LOOM_STAGE_INFO_SIZE_V1_1;
+      info_[v].struct_size = LOOM_STAGE_INFO_SIZE_V2;
       loom::check(host_, m->stage_info(a->chunks[v], &info_[v]));
       const int64_t s = stage(v), S = int64_t(P_) * V_;
       loom::require((info_[v].is_first != 0) == (s == 0) && (info_[v].is_last != 0) == (s == S - 1),
@@ -162,7 +162,7 @@ class Pipeline {
 
   loom_microbatch fetch(int64_t i) const {
     loom_microbatch mb{};
-    mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+    mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
     loom::check(host_, a_->get_microbatch(a_->user, i, &mb));
     return mb;
   }
@@ -357,7 +357,7 @@ loom_error* run_pipeline(loom_parallel* p, loom_pipeline_args* args) {
   return loom::guard(cast(p)->host(), [&] { cast(p)->run(args); });
 }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
+const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
                                 create,
                                 destroy,
                                 nullptr,  // reduce_gradients: the gradient strategy's job
@@ -366,7 +366,7 @@ const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V1_1,
                                 nullptr,
                                 nullptr};
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
                                             LOOM_KIND_PARALLEL,
@@ -377,7 +377,9 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             kDescription,
                                             nullptr,
                                             0,
-                                            &kApi};
+                                            &kApi,
+                                            nullptr,   // capabilities
+                                            nullptr};  // ext
 
 }  // namespace
 

@@ -81,7 +81,7 @@ loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const 
 }
 
 const loom_tokenizer_api kApi = {
-    LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+    LOOM_TOKENIZER_API_SIZE_V2, create, destroy, vocab_size, eod_id, encode, decode};
 
 const loom_param_spec kParams[] = {
     loom::param("eod_text", LOOM_PARAM_STRING, "",
@@ -89,7 +89,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_TOKENIZER,
@@ -100,7 +100,9 @@ const loom_plugin_descriptor kDescriptor = {
     "one token per byte (ids 0-255) plus end-of-document 256; lossless for any bytes",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -402,7 +402,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_TOKENIZER,
@@ -413,7 +413,9 @@ const loom_plugin_descriptor kDescriptor = {
     "Hugging Face tokenizer.json (BPE: byte-level or byte_fallback) with added tokens",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 }  // namespace hfjson

@@ -225,7 +225,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_TOKENIZER,
@@ -236,7 +236,9 @@ const loom_plugin_descriptor kDescriptor = {
     "BERT WordPiece as Megatron-LM's BertWordPiece tokenizers; EOD = [EOS] (appended if absent)",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -64,10 +64,11 @@ Listing build() {
   STRUCT(loom_param_spec)
   F(struct_size) F(name) F(type) F(default_value) F(doc) F(min_value) F(max_value) F(choices)
   END
+  STRUCT(loom_ext) F(struct_size) F(id) F(flags) F(next) END
   // plugin.h
   STRUCT(loom_plugin_descriptor)
   F(struct_size) F(abi_major) F(abi_minor) F(kind) F(name) F(version) F(vendor) F(license)
-  F(description) F(params) F(num_params) F(api)
+  F(description) F(params) F(num_params) F(api) F(capabilities) F(ext)
   END
   // host.h
   STRUCT(loom_host)
@@ -126,9 +127,10 @@ Listing build() {
   END
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
-  F(forward_backward) F(forward) F(flops_per_token) F(kv_reset) F(decode) F(max_context)
+  F(forward_backward) F(forward) F(flops_per_token)
   F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
   END
+  STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
   STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) END

@@ -3,6 +3,7 @@
 // clang-format off
 #define LOOM_ABI_STRUCTS(X) \
   X(loom_param_spec) \
+  X(loom_ext) \
   X(loom_plugin_descriptor) \
   X(loom_host) \
   X(loom_backend_ref) \
@@ -21,6 +22,7 @@
   X(loom_model_param) \
   X(loom_microbatch) \
   X(loom_model_api) \
+  X(loom_decode_ext) \
   X(loom_opt_param) \
   X(loom_opt_step_args) \
   X(loom_optimizer_api) \

@@ -1,5 +1,5 @@
 // loom-abi-dump: prints the public ABI's layout in the golden-file format.
-//   build/bin/loom-abi-dump > tests/abi/abi_v1.golden
+//   build/bin/loom-abi-dump > tests/abi/abi_v2.golden
 #include <cstdio>
 
 #include "abi_layout.hpp"

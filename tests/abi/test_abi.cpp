@@ -89,7 +89,7 @@ TEST_CASE("the field listing covers every field the compiler counts") {
   CHECK_MESSAGE(loomabi::listing_problems() == "", loomabi::listing_problems());
 }
 
-TEST_CASE("every Loom struct but the *_ref pairs starts with size_t struct_size") {
+TEST_CASE("every Loom struct starts with size_t struct_size, an extension with its loom_ext") {
   std::set<std::string> types;
   for (const auto& r : loomabi::layout())
     if (r.type.rfind("loom_", 0) == 0 && r.field == "(fields)") types.insert(r.type);
@@ -98,6 +98,12 @@ TEST_CASE("every Loom struct but the *_ref pairs starts with size_t struct_size"
   for (const std::string& t : types) {
     if (t.size() > 4 && t.compare(t.size() - 4, 4, "_ref") == 0) continue;
     CAPTURE(t);
+    if (t != "loom_ext" && t.size() > 4 && t.compare(t.size() - 4, 4, "_ext") == 0) {
+      REQUIRE(rows.count({t, "base"}) == 1);  // the loom_ext header, whose struct_size is first
+      CHECK(rows[{t, "base"}].offset == 0);
+      CHECK(rows[{t, "base"}].size == sizeof(loom_ext));
+      continue;
+    }
     REQUIRE(rows.count({t, "struct_size"}) == 1);
     CHECK(rows[{t, "struct_size"}].offset == 0);
     CHECK(rows[{t, "struct_size"}].size == sizeof(size_t));

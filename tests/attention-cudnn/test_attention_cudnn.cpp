@@ -108,7 +108,7 @@ void run_case(DLDataType dt, const Case& c) {
     upload(tq, q), upload(tk, k), upload(tv, v), upload(tdo, dout);
     loom::Tensor to = poisoned(be, io, qs), tl = poisoned(be, loom_f32(), ls),
                  tdq = poisoned(be, io, qs), tdk = poisoned(be, io, ks), tdv = poisoned(be, io, ks);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1,
+    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
                               tq.get(),
                               tk.get(),
                               tv.get(),
@@ -117,7 +117,7 @@ void run_case(DLDataType dt, const Case& c) {
                               scale,
                               c.causal};
     side->host.check(side->att.api->forward(side->att.self, &f));
-    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V1,
+    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                               tdo.get(),
                               tq.get(),
                               tk.get(),
@@ -160,7 +160,7 @@ void expect_refused(std::vector<int64_t> qs, std::vector<int64_t> ks, DLDataType
                     const char* says) {
   const loom::Backend& be = g_dev->be;
   loom::Tensor q(be, dt, qs), k(be, dt, ks), v(be, dt, ks), out(be, dt, qs);
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1,
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
                             q.get(),
                             k.get(),
                             v.get(),

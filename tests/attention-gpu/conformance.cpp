@@ -152,7 +152,7 @@ void run_case(DLDataType dt, const Case& c) {
     loom::Tensor to = poisoned(be, loom_f32(), qs), tl = poisoned(be, loom_f32(), ls),
                  tdq = poisoned(be, loom_f32(), qs), tdk = poisoned(be, loom_f32(), ks),
                  tdv = poisoned(be, loom_f32(), ks);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1,
+    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
                               tq.get(),
                               tk.get(),
                               tv.get(),
@@ -161,7 +161,7 @@ void run_case(DLDataType dt, const Case& c) {
                               scale,
                               c.causal};
     check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &f));
-    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V1,
+    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                               tdo.get(),
                               tq.get(),
                               tk.get(),
@@ -185,7 +185,7 @@ void run_case(DLDataType dt, const Case& c) {
     upload(tq, q), upload(tk, k), upload(tv, v), upload(tdo, dout);
     loom::Tensor to = poisoned(be, dt, qs), tl = poisoned(be, loom_f32(), ls),
                  tdq = poisoned(be, dt, qs), tdk = poisoned(be, dt, ks), tdv = poisoned(be, dt, ks);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1,
+    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
                               tq.get(),
                               tk.get(),
                               tv.get(),
@@ -194,7 +194,7 @@ void run_case(DLDataType dt, const Case& c) {
                               scale,
                               c.causal};
     if (refused(g_dev->att.api->forward(g_dev->att.self, &f))) return;
-    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V1,
+    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                               tdo.get(),
                               tq.get(),
                               tk.get(),
@@ -249,7 +249,7 @@ TEST_CASE("flash-cuda refuses unsupported head dims" *
   const loom::Backend& be = g_dev->be;
   loom::Tensor q(be, loom_bf16(), {1, 8, 1, 96}), out(be, loom_bf16(), {1, 8, 1, 96});
   loom_attention_fwd_args f{
-      LOOM_ATTENTION_FWD_ARGS_SIZE_V1, q.get(), q.get(), q.get(), out.get(), nullptr, 0.1, 0};
+      LOOM_ATTENTION_FWD_ARGS_SIZE_V2, q.get(), q.get(), q.get(), out.get(), nullptr, 0.1, 0};
   CHECK_THROWS_WITH_AS(check(g_dev->host, g_dev->att.api->forward(g_dev->att.self, &f)),
                        doctest::Contains("head dim 96"), std::runtime_error);
 }

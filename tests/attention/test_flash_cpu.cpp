@@ -66,13 +66,13 @@ Result run(Att att, DLDataType dt, DLDataType lse_dt, const Case& c, const Vec& 
   loom::Tensor O(B(), dt, {c.B, c.T, c.Hq, c.D}), L(B(), lse_dt, {c.B, c.Hq, c.T});
   loom::Tensor dQ(B(), dt, {c.B, c.T, c.Hq, c.D}), dK(B(), dt, {c.B, c.S, c.Hkv, c.D});
   loom::Tensor dV(B(), dt, {c.B, c.S, c.Hkv, c.D});
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1, Q,     K,       V, O,
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q,     K,       V, O,
                             with_lse ? L.get() : nullptr,    scale, c.causal};
   env().host.check(att.api->forward(att.self, &f));
   Result r{get(O), with_lse ? get(L) : Vec{}, {}, {}, {}};
   if (dout.empty()) return r;
   loom_attention_bwd_args b{
-      LOOM_ATTENTION_BWD_ARGS_SIZE_V1, dO, Q, K, V, O, L, dQ, dK, dV, scale, c.causal};
+      LOOM_ATTENTION_BWD_ARGS_SIZE_V2, dO, Q, K, V, O, L, dQ, dK, dV, scale, c.causal};
   env().host.check(att.api->backward(att.self, &b));
   r.dq = get(dQ);
   r.dk = get(dK);
@@ -176,13 +176,13 @@ TEST_CASE("flash-cpu: a 4096 x 4096 forward allocates nothing through the backen
   loom::Tensor O(B(), loom_f32(), {1, T, 1, D}), L(B(), loom_f32(), {1, 1, T});
   auto peak = [] {
     loom_backend_info info{};
-    info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+    info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
     env().host.check(B().api()->get_info(B().self(), &info));
     return info.mem_peak;
   };
   const size_t before = peak();
   Att fl = flash();
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1, Q, K, V, O, L, 0.125, 1};
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q, K, V, O, L, 0.125, 1};
   env().host.check(fl.api->forward(fl.self, &f));
   CHECK(peak() - before < (size_t)(T * T * 4));
   CHECK(peak() == before);
@@ -222,7 +222,7 @@ TEST_CASE("flash-cpu bf16 / f16 storage: f32 math on the rounded values") {
     DLTensor V{vb.data(), cpu, 4, dt, ks, nullptr, 0}, O{ob.data(), cpu, 4, dt, qs, nullptr, 0};
     DLTensor L{lse.data(), cpu, 3, loom_f32(), ls, nullptr, 0};
     Att fl = flash(8, 8);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1, &Q, &K, &V, &O, &L, 0.25, 1};
+    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &Q, &K, &V, &O, &L, 0.25, 1};
     env().host.check(fl.api->forward(fl.self, &f));
     Vec got(ob.size());
     for (size_t i = 0; i < ob.size(); ++i)
@@ -239,7 +239,7 @@ TEST_CASE("flash-cpu refuses tensors that are not on host memory, naming the dev
   DLTensor gpu = q;
   gpu.device = {kDLCUDA, 0};
   Att fl = flash();
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1, &q, &gpu, &q, &q, nullptr, 1.0, 1};
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &q, &gpu, &q, &q, nullptr, 1.0, 1};
   loom_error* e = fl.api->forward(fl.self, &f);
   REQUIRE(e != nullptr);
   const std::string m = e->message;

@@ -143,7 +143,7 @@ Result bench_one(const Options& o, const std::string& name) {
   loom::Tensor out(be, dt, qs), lse(be, loom_f32(), {o.B, o.H, o.T}), dq(be, dt, qs),
       dk(be, dt, ks), dv(be, dt, ks);
   const double scale = 1.0 / std::sqrt(double(o.D));
-  const loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V1,
+  const loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
                                   q.get(),
                                   k.get(),
                                   v.get(),
@@ -151,7 +151,7 @@ Result bench_one(const Options& o, const std::string& name) {
                                   lse.get(),
                                   scale,
                                   o.causal};
-  const loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V1,
+  const loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                                   dout.get(),
                                   q.get(),
                                   k.get(),

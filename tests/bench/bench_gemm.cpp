@@ -71,7 +71,7 @@ std::pair<double, double> time_gemm(const loom::Backend& be, int64_t m, int64_t 
   be.call(&loom_ops::fill, A.get(), 0.01);
   be.call(&loom_ops::fill, B.get(), 0.02);
   loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.trans_a = ta;
   g.trans_b = tb;
   g.m = m;
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
         "cpu", {{"threads", o.threads}, {"blas_coretype", o.coretype}, {"measure_gemm", "false"}});
     loom::Backend be(host.host());
     loom_backend_info info{};
-    info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+    info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
     loom::check(host.host(), be.api()->get_info(be.self(), &info));
     std::string dev = info.device_name;
     std::string core = field_after(dev, "OpenBLAS ");

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     host.load_backend("cpu", {{"threads", threads}, {"measure_gemm", "false"}});
     loom::Backend be(host.host());
     loom_backend_info info{};
-    info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+    info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
     loom::check(host.host(), be.api()->get_info(be.self(), &info));
     std::printf("device: %s\n", info.device_name);
 
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       std::function<void()> fn;
     };
     loom_adamw_args aw{};
-    aw.struct_size = LOOM_ADAMW_ARGS_SIZE_V1;
+    aw.struct_size = LOOM_ADAMW_ARGS_SIZE_V2;
     aw.param = param;
     aw.grad = grad;
     aw.m = m;

@@ -150,7 +150,7 @@ TEST_SUITE("no-device") {
     CHECK(std::string(d->name) == "nccl");
     CHECK(d->kind == LOOM_KIND_COMM);
     auto* a = static_cast<const loom_comm_api*>(d->api);
-    CHECK(a->struct_size >= LOOM_COMM_API_SIZE_V1);
+    CHECK(a->struct_size >= LOOM_COMM_API_SIZE_V2);
     loomtest::TestHost host;
     loom_config cfg = loomtest::TestHost::config(d);
     loom_comm* c = nullptr;

@@ -71,14 +71,16 @@ TEST_CASE("a truncated ELF file is refused with dlopen's reason on one line") {
 TEST_CASE("an ABI-mismatched plugin is refused; selecting it exits 2") {
   TempDir dir;
   fs::path recipe = write_file(dir / "r.toml", "[optimizer]\nplugin = \"tiny\"\n");
-  const std::string path = kStubs + ":" + LOOM_TEST_TINY2_DIR;
+  const std::string path = kStubs + ":" + LOOM_TEST_TINY_OTHER_DIR;
   Result r = run_loom("validate " + q(recipe.string()), path);
   CHECK(r.code == 2);
-  CHECK(error_line(r) == "loom: error: " + recipe.string() +
-                             ":2: plugin optimizer/tiny refused: " + LOOM_TEST_TINY2_DIR +
-                             "/loom-optimizer-tiny.so: built for Loom ABI 2.0, this host is 1.1\n");
-  // The ABI-1 build of the same plugin validates.
-  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_TINY1_DIR);
+  CHECK(error_line(r) ==
+        "loom: error: " + recipe.string() +
+            ":2: plugin optimizer/tiny refused: " + LOOM_TEST_TINY_OTHER_DIR +
+            "/loom-optimizer-tiny.so: built for Loom ABI 3.0, this host is 2.0 (it needs a newer "
+            "Loom)\n");
+  // The build of the same plugin for this ABI validates.
+  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_TINY_DIR);
   CHECK(r.code == 0);
   CHECK(contains(r.out, "optimizer/tiny"));
 }
@@ -91,7 +93,7 @@ TEST_CASE("libraries without the entry symbol or with a NULL descriptor are refu
   CHECK(contains(r.out, "loom-optimizer-badkind.so: unknown plugin kind 42\n"));
   CHECK(contains(r.out,
                  "loom-optimizer-small.so: descriptor struct_size 24 is smaller than "
-                 "ABI 1.0's 88\n"));
+                 "ABI 2.0's 104\n"));
   TempDir dir;
   fs::path recipe = write_file(dir / "r.toml", "[model]\nplugin = \"noentry\"\n");
   r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_ODD_DIR);
@@ -99,17 +101,46 @@ TEST_CASE("libraries without the entry symbol or with a NULL descriptor are refu
   CHECK(contains(error_line(r), "plugin model/noentry refused: "));
 }
 
+TEST_CASE("a plugin built against the 1.1 SDK is refused, naming both majors") {
+  // Its entry answers only a host of major 1: the host asks again as 1.x to name it.
+  Result r = run_loom("plugins", LOOM_TEST_ABI1_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out,
+                 "loom-optimizer-old.so: built for Loom ABI 1.1, this host is 2.0 "
+                 "(rebuild it against the Loom 2 SDK)\n"));
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[optimizer]\nplugin = \"old\"\n");
+  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_ABI1_DIR);
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "plugin optimizer/old refused: "));
+  CHECK(contains(error_line(r), "built for Loom ABI 1.1, this host is 2.0"));
+}
+
+TEST_CASE("capability ids are checked: name/version, and every ext id listed") {
+  Result r = run_loom("plugins", LOOM_TEST_ABI1_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out,
+                 "loom-optimizer-badcap.so: capability 'loom.decode' is not an id "
+                 "of the form name/version (\"loom.decode/1\")\n"));
+  CHECK(contains(r.out,
+                 "loom-optimizer-unlisted.so: extension 'loom.test-unlisted/1' on the "
+                 "descriptor's ext chain is not listed in its capabilities\n"));
+  // A good plugin shows its capabilities.
+  r = run_loom("plugins describe optimizer/tiny", LOOM_TEST_TINY_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "capabilities: loom.test-listed/1"));
+}
+
 TEST_CASE("a duplicate kind/name is refused; the first one found wins") {
   TempDir dir;
   fs::create_directories(dir / "second");
-  fs::copy_file(fs::path(LOOM_TEST_TINY1_DIR) / "loom-optimizer-tiny.so",
+  fs::copy_file(fs::path(LOOM_TEST_TINY_DIR) / "loom-optimizer-tiny.so",
                 dir / "second/loom-optimizer-tiny.so");
-  Result r =
-      run_loom("plugins", std::string(LOOM_TEST_TINY1_DIR) + ":" + (dir / "second").string());
+  Result r = run_loom("plugins", std::string(LOOM_TEST_TINY_DIR) + ":" + (dir / "second").string());
   CHECK(r.code == 0);
   CHECK(contains(r.out, (dir / "second/loom-optimizer-tiny.so").string() +
                             ": duplicates optimizer/tiny already loaded from " +
-                            LOOM_TEST_TINY1_DIR + "/loom-optimizer-tiny.so"));
+                            LOOM_TEST_TINY_DIR + "/loom-optimizer-tiny.so"));
 }
 
 TEST_CASE("validate prints the layout and one ok line naming the plugins") {
@@ -167,14 +198,14 @@ TEST_CASE("--help and version exit 0") {
   CHECK(r.code == 0);
   r = run_loom("version");
   CHECK(r.code == 0);
-  CHECK(contains(r.out, "plugin ABI 1.1"));
+  CHECK(contains(r.out, "plugin ABI 2.0"));
 }
 
 TEST_CASE("plugins lists a table and describe shows a schema") {
   Result r = run_loom("plugins");
   CHECK(r.code == 0);
   CHECK(r.out.rfind("KIND       NAME", 0) == 0);
-  CHECK(contains(r.out, "optimizer  adamw      0.0.1    1.1  Loom tests  " + kStubs +
+  CHECK(contains(r.out, "optimizer  adamw      0.0.1    2.0  Loom tests  " + kStubs +
                             "/loom-optimizer-adamw.so"));
   CHECK_FALSE(contains(r.out, "refused:"));
   r = run_loom("plugins describe model/gpt");

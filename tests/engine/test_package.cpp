@@ -12,7 +12,7 @@ using namespace enginetest;
 namespace {
 
 const std::string kStubs = LOOM_TEST_STUB_DIR;
-const fs::path kTinySo = fs::path(LOOM_TEST_TINY1_DIR) / "loom-optimizer-tiny.so";
+const fs::path kTinySo = fs::path(LOOM_TEST_TINY_DIR) / "loom-optimizer-tiny.so";
 
 // A folder ready for `loom pack`: the tiny plugin and a licence.
 fs::path pack_source(const TempDir& dir, const fs::path& so = kTinySo,
@@ -35,7 +35,7 @@ std::vector<std::string> visible(const fs::path& dir) {
 
 std::string manifest_for(const std::string& sha,
                          const std::string& file = "loom-optimizer-tiny.so") {
-  return "kind = \"optimizer\"\nname = \"tiny\"\nabi_major = 1\nabi_minor = 0\nversion = "
+  return "kind = \"optimizer\"\nname = \"tiny\"\nabi_major = 2\nabi_minor = 0\nversion = "
          "\"0.1.0\"\n"
          "vendor = \"x\"\nlicense = \"MIT\"\nfile = \"" +
          file + "\"\nsha256 = \"" + sha + "\"\n";
@@ -102,7 +102,7 @@ TEST_CASE("pack -> install -> plugins lists the package; validate loads it") {
   REQUIRE(read_manifest(folder / "manifest.toml", m) == "");
   CHECK(m.kind == "optimizer");
   CHECK(m.name == "tiny");
-  CHECK(m.abi_major == 1);
+  CHECK(m.abi_major == 2);
   CHECK(m.abi_minor == 0);
   CHECK(m.version == "0.1.0");
   CHECK(m.vendor == "Loom tests");
@@ -114,7 +114,7 @@ TEST_CASE("pack -> install -> plugins lists the package; validate loads it") {
   const std::string path = inst.string() + ":" + kStubs;
   r = run_loom("plugins", path);
   CHECK(r.code == 0);
-  CHECK(contains(r.out, "optimizer  tiny       0.1.0    1.0  Loom tests  " +
+  CHECK(contains(r.out, "optimizer  tiny       0.1.0    2.0  Loom tests  " +
                             (folder / "loom-optimizer-tiny.so").string()));
   CHECK_FALSE(contains(r.out, "refused"));
   fs::path recipe = write_file(dir / "r.toml", "[optimizer]\nplugin = \"tiny\"\nbeta = 0.5\n");
@@ -243,12 +243,15 @@ TEST_CASE("install refuses a tampered package and leaves the folder untouched") 
   CHECK(r.code == 2);
   CHECK(contains(r.err, "exactly one top folder"));
 
-  // Another ABI major.
-  std::string abi2 = manifest_for(good);
-  abi2.replace(abi2.find("abi_major = 1"), 13, "abi_major = 2");
-  r = install(make_archive(dir, "abi2.tar.gz", with({file_entry(top + "manifest.toml", abi2)})));
-  CHECK(r.code == 2);
-  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.1"));
+  // Another ABI major: an older one and a newer one.
+  for (const char* major : {"1", "3"}) {
+    std::string other = manifest_for(good);
+    other.replace(other.find("abi_major = 2"), 13, std::string("abi_major = ") + major);
+    r = install(make_archive(dir, std::string("abi") + major + ".tar.gz",
+                             with({file_entry(top + "manifest.toml", other)})));
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, std::string("built for Loom ABI ") + major + ".0, this host is 2.0"));
+  }
 
   // Not an archive.
   r = install(write_file(dir / "junk.tar.gz", "junk"));
@@ -291,9 +294,9 @@ TEST_CASE("pack refuses folders it cannot package") {
   CHECK(contains(r.err, "holds 2 .so files"));
 
   TempDir dir2;
-  fs::path src2 =
-      pack_source(dir2, fs::path(LOOM_TEST_TINY2_DIR) / "loom-optimizer-tiny.so", "LICENSE.txt");
+  fs::path src2 = pack_source(dir2, fs::path(LOOM_TEST_TINY_OTHER_DIR) / "loom-optimizer-tiny.so",
+                              "LICENSE.txt");
   r = run_loom("pack " + q(src2.string()));
   CHECK(r.code == 2);
-  CHECK(contains(r.err, "built for Loom ABI 2.0, this host is 1.1"));
+  CHECK(contains(r.err, "built for Loom ABI 3.0, this host is 2.0"));
 }

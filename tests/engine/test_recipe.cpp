@@ -346,7 +346,7 @@ TEST_CASE("engine schemas are well formed") {
     for (size_t i = 0; i < s.num_params; ++i) {
       const loom_param_spec& p = s.params[i];
       CAPTURE(p.name);
-      CHECK(p.struct_size == LOOM_PARAM_SPEC_SIZE_V1);
+      CHECK(p.struct_size == LOOM_PARAM_SPEC_SIZE_V2);
       CHECK(p.doc != nullptr);
       CHECK(std::string(p.doc).size() > 5);
       Value v;

@@ -54,7 +54,7 @@ void run_gemm(const GemmCase& g, DLDataType ab, DLDataType cdt, double tol,
   run_both(
       [&](const loom::Backend& Bk, int s) {
         loom_gemm_args a{};
-        a.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+        a.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
         a.trans_a = g.ta, a.trans_b = g.tb;
         a.m = g.m, a.n = g.n, a.k = g.k;
         a.alpha = g.alpha, a.beta = g.beta;
@@ -88,7 +88,7 @@ void run_attention_gemms(DLDataType dt, double tol) {
   Pair k(dt, {T, H * D}, random_vec(T * H * D, 22));
   Pair S(dt, {H, T, T});
   run_both([&](const loom::Backend& Bk, int s) {
-    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V1,
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V2,
                      0,
                      1,
                      T,
@@ -116,7 +116,7 @@ void run_attention_gemms(DLDataType dt, double tol) {
   Pair v(dt, {T, H * D}, random_vec(T * H * D, 24));
   Pair y(dt, {T, H * D});
   run_both([&](const loom::Backend& Bk, int s) {
-    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V1,
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V2,
                      0,
                      0,
                      T,

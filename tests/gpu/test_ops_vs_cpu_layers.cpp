@@ -293,7 +293,7 @@ TEST_CASE("adamw_step") {
     p.set(before);  // both sides start the step from the cpu's parameters
     run_both([&](const loom::Backend& B, int s) {
       loom_adamw_args a{
-          LOOM_ADAMW_ARGS_SIZE_V1, p[s], g[s], m[s], v[s], 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
+          LOOM_ADAMW_ARGS_SIZE_V2, p[s], g[s], m[s], v[s], 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step};
       B.call(&loom_ops::adamw_step, &a);
     });
     expect_update_close(p, before, 1e-3, "adamw_step param update");

@@ -97,10 +97,10 @@ struct Instance {
     const int stage = th.layout().pipeline_rank, stages = th.layout().pipeline;
     auto* desc = loomtest::load_descriptor("model", "gpt");
     api = static_cast<const loom_model_api*>(desc->api);
-    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V1_1);
+    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
     cfg = loomtest::TestHost::config(desc, c.options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1_1;
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
     a.vocab_size = c.vocab;
     a.seq_len = kT;
     a.micro_batch = kB;
@@ -110,7 +110,7 @@ struct Instance {
     th.check(api->create(th.host(), &cfg, &a, &m));
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
       th.check(api->get_param(m, i, &p));
       params.push_back(p);
     }
@@ -144,7 +144,7 @@ Batch make_batch(int k, int64_t vocab) {
     b.tokens.push_back((int32_t)((i * 37 + k * 11 + (i * i) % 13) % vocab));
     b.targets.push_back(i % 7 == 3 ? -1 : (int32_t)((i * 53 + k * 29 + 5) % vocab));
   }
-  b.mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+  b.mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
   b.mb.tokens = b.tokens.data();
   b.mb.targets = b.targets.data();
   b.mb.batch = kB;
@@ -218,7 +218,7 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
   } else {
     REQUIRE(L.pipeline == 2);
     loom_stage_info info{};
-    info.struct_size = LOOM_STAGE_INFO_SIZE_V1_1;
+    info.struct_size = LOOM_STAGE_INFO_SIZE_V2;
     in.th.check(in.api->stage_info(in.m, &info));
     CHECK(info.is_first == (L.pipeline_rank == 0));
     CHECK(info.is_last == (L.pipeline_rank == 1));

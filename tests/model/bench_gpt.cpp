@@ -50,7 +50,7 @@ int main(int argc, char** argv) try {
       "cpu", {{"measure_gemm", "false"}, {"threads", std::to_string(args.get("threads", 0))}});
   host.load_attention("reference");
   loom_backend_info info{};
-  info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   host.check(be.api->get_info(be.self, &info));
 
   auto* md = loomtest::load_descriptor("model", "gpt");
@@ -59,7 +59,7 @@ int main(int argc, char** argv) try {
       loomtest::TestHost::config(md, {{"n_layer", std::to_string(args.get("n_layer", 12))},
                                       {"n_embd", std::to_string(args.get("n_embd", 768))},
                                       {"n_head", std::to_string(args.get("n_head", 12))}});
-  loom_model_create_args ca{LOOM_MODEL_CREATE_ARGS_SIZE_V1_1, V, T, B, loom_f32(), 0, 1};
+  loom_model_create_args ca{LOOM_MODEL_CREATE_ARGS_SIZE_V2, V, T, B, loom_f32(), 0, 1};
   loom_model* model = nullptr;
   host.check(mapi->create(host.host(), &mcfg, &ca, &model));
   host.check(mapi->init_params(model, 1337));
@@ -68,10 +68,10 @@ int main(int argc, char** argv) try {
   std::vector<loom_opt_param> oparams;
   int64_t nparams = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i].struct_size = LOOM_MODEL_PARAM_SIZE_V1;
+    params[i].struct_size = LOOM_MODEL_PARAM_SIZE_V2;
     host.check(mapi->get_param(model, i, &params[i]));
     nparams += loom_tensor_numel(params[i].value);
-    oparams.push_back({LOOM_OPT_PARAM_SIZE_V1, params[i].name, params[i].value, params[i].grad,
+    oparams.push_back({LOOM_OPT_PARAM_SIZE_V2, params[i].name, params[i].value, params[i].grad,
                        params[i].weight_decay});
   }
   auto* od = loomtest::load_descriptor("optimizer", "adamw");
@@ -93,14 +93,14 @@ int main(int argc, char** argv) try {
   for (int64_t s = 1; s <= warmup + steps; ++s) {
     for (auto& t : tokens) t = tokdist(rng);
     for (auto& t : targets) t = tokdist(rng);
-    loom_microbatch mb{LOOM_MICROBATCH_SIZE_V1, tokens.data(), targets.data(), B, T,
+    loom_microbatch mb{LOOM_MICROBATCH_SIZE_V2, tokens.data(), targets.data(), B, T,
                        1.0 / (double)(B * T)};
     double t0 = now(), loss = 0;
     int64_t n = 0;
     host.check(mapi->zero_grad(model));
     host.check(mapi->forward_backward(model, &mb, &loss, &n));
     double t1 = now();
-    loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V1, 3e-4, s, 1.0};
+    loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0};
     host.check(oapi->step(opt, &sa));
     host.check(be.api->synchronize(be.self));
     double t2 = now();

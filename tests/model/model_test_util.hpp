@@ -91,7 +91,7 @@ class Gpt {
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1;
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
     a.vocab_size = vocab;
     a.seq_len = seq_len;
     a.micro_batch = micro_batch;
@@ -99,7 +99,7 @@ class Gpt {
     h.th.check(api_->create(h.th.host(), &cfg_, &a, &m_));
     for (size_t i = 0; i < api_->num_params(m_); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
       h.th.check(api_->get_param(m_, i, &p));
       params.push_back(p);
     }
@@ -109,6 +109,13 @@ class Gpt {
   Gpt& operator=(const Gpt&) = delete;
 
   const loom_model_api* api() const { return api_; }
+  // The model's loom.decode/1 table (KV-cache generation), which model/gpt must provide.
+  const loom_decode_ext* decode_ext() const {
+    const loom_ext* e = loom_ext_find(desc_->ext, LOOM_EXT_DECODE);
+    REQUIRE(e != nullptr);
+    REQUIRE(e->struct_size >= LOOM_DECODE_EXT_SIZE_V1);
+    return reinterpret_cast<const loom_decode_ext*>(e);
+  }
   loom_model* self() const { return m_; }
   void check(loom_error* e) const { h_.th.check(e); }
 
@@ -130,7 +137,7 @@ class Gpt {
                                  const std::vector<int32_t>& targets, int64_t B, int64_t T,
                                  double loss_scale, bool backward) {
     loom_microbatch mb{};
-    mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+    mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
     mb.tokens = tokens.data();
     mb.targets = targets.data();
     mb.batch = B;
@@ -162,7 +169,7 @@ class Optimizer {
     cfg_ = loomtest::TestHost::config(d, options);
     for (auto& p : model.params) {
       loom_opt_param o{};
-      o.struct_size = LOOM_OPT_PARAM_SIZE_V1;
+      o.struct_size = LOOM_OPT_PARAM_SIZE_V2;
       o.name = p.name;
       o.param = p.value;
       o.grad = p.grad;
@@ -176,7 +183,7 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
   void step(double lr, int64_t step, double grad_scale = 1.0) {
     loom_opt_step_args a{};
-    a.struct_size = LOOM_OPT_STEP_ARGS_SIZE_V1;
+    a.struct_size = LOOM_OPT_STEP_ARGS_SIZE_V2;
     a.lr = lr;
     a.step = step;
     a.grad_scale = grad_scale;

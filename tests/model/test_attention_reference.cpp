@@ -81,7 +81,7 @@ void run_case(Host& h, const Case& c, DLDataType dt, double fwd_tol, bool finite
   const double scale = 1.0 / std::sqrt((double)d.D);
 
   loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V1;
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.q = q;
   f.k = k;
   f.v = v;
@@ -106,7 +106,7 @@ void run_case(Host& h, const Case& c, DLDataType dt, double fwd_tol, bool finite
   dout.set_host(wh);
   dk.set_host(std::vector<double>(loom_tensor_numel(dk), 7.0));  // must be overwritten (=)
   loom_attention_bwd_args b{};
-  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V1;
+  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V2;
   b.dout = dout;
   b.q = q;
   b.k = k;
@@ -187,7 +187,7 @@ TEST_CASE("attention/reference: generation call without lse, then a larger batch
     k.set_host(kh);
     v.set_host(vh);
     loom_attention_fwd_args f{};
-    f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V1;
+    f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
     f.q = q;
     f.k = k;
     f.v = v;
@@ -208,7 +208,7 @@ TEST_CASE("attention/reference: bad shapes are refused with a message") {
   DevTensor q(h.be, loom_f32(), {1, 2, 3, 4}), k(h.be, loom_f32(), {1, 2, 2, 4});
   DevTensor out(h.be, loom_f32(), {1, 2, 3, 4});
   loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V1;
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.q = q;
   f.k = k;
   f.v = k;

@@ -152,30 +152,30 @@ void check_decode(const Overrides& o, DLDataType dt = loom_f32()) {
   // full[t]: logits (B, V) after decoding tokens [0, t] in one call
   std::vector<std::vector<float>> full(T, std::vector<float>(B * V));
   for (int64_t t = 0; t < T; ++t) {
-    m.check(m.api()->kv_reset(m.self(), B, T));
-    m.check(m.api()->decode(m.self(), prefix(0, t + 1).data(), t + 1, full[t].data()));
+    m.check(m.decode_ext()->kv_reset(m.self(), B, T));
+    m.check(m.decode_ext()->decode(m.self(), prefix(0, t + 1).data(), t + 1, full[t].data()));
   }
   // token by token
-  m.check(m.api()->kv_reset(m.self(), B, T + 4));
+  m.check(m.decode_ext()->kv_reset(m.self(), B, T + 4));
   std::vector<float> out(B * V);
   double worst = 0;
   for (int64_t t = 0; t < T; ++t) {
-    m.check(m.api()->decode(m.self(), prefix(t, 1).data(), 1, out.data()));
+    m.check(m.decode_ext()->decode(m.self(), prefix(t, 1).data(), 1, out.data()));
     for (int64_t i = 0; i < B * V; ++i)
       worst = std::max(worst, (double)std::fabs(out[i] - full[t][i]));
   }
   CHECK(worst < 1e-5);
   // chunks of 3, 2, 3
-  m.check(m.api()->kv_reset(m.self(), B, T));
+  m.check(m.decode_ext()->kv_reset(m.self(), B, T));
   int64_t at = 0;
   for (int64_t n : {3, 2, 3}) {
-    m.check(m.api()->decode(m.self(), prefix(at, n).data(), n, out.data()));
+    m.check(m.decode_ext()->decode(m.self(), prefix(at, n).data(), n, out.data()));
     at += n;
     for (int64_t i = 0; i < B * V; ++i)
       CHECK(out[i] == doctest::Approx(full[at - 1][i]).epsilon(1e-4));
   }
   // overflow of the cache is an error, not a crash
-  loom_error* e = m.api()->decode(m.self(), prefix(0, 1).data(), 1, out.data());
+  loom_error* e = m.decode_ext()->decode(m.self(), prefix(0, 1).data(), 1, out.data());
   REQUIRE(e != nullptr);
   CHECK(std::string(e->message).find("KV cache") != std::string::npos);
   delete e;
@@ -250,7 +250,7 @@ TEST_CASE("model/gpt: configuration and input errors name the problem") {
   auto* d = loomtest::load_descriptor("model", "gpt");
   auto* api = static_cast<const loom_model_api*>(d->api);
   loom_model_create_args a{};
-  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1;
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
   a.vocab_size = 64;
   a.seq_len = 8;
   a.micro_batch = 1;
@@ -272,7 +272,7 @@ TEST_CASE("model/gpt: configuration and input errors name the problem") {
   std::vector<int32_t> tok(8, 1), tgt(8, 2);
   tok[3] = 64;
   loom_microbatch mb{};
-  mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+  mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
   mb.tokens = tok.data();
   mb.targets = tgt.data();
   mb.batch = 1;

@@ -129,22 +129,22 @@ TEST_CASE("model/gpt mixed precision: bf16 decode writes f32 logits close to the
   std::vector<int32_t> tok(B * T);
   for (int64_t i = 0; i < B * T; ++i) tok[i] = (int32_t)((7 * i + 3) % V);
   std::vector<float> l32(B * V), lmp(B * V);
-  ref.check(ref.api()->kv_reset(ref.self(), B, T));
-  mp.check(mp.api()->kv_reset(mp.self(), B, T));
-  ref.check(ref.api()->decode(ref.self(), tok.data(), T, l32.data()));
-  mp.check(mp.api()->decode(mp.self(), tok.data(), T, lmp.data()));
+  ref.check(ref.decode_ext()->kv_reset(ref.self(), B, T));
+  mp.check(mp.decode_ext()->kv_reset(mp.self(), B, T));
+  ref.check(ref.decode_ext()->decode(ref.self(), tok.data(), T, l32.data()));
+  mp.check(mp.decode_ext()->decode(mp.self(), tok.data(), T, lmp.data()));
   std::vector<double> a(lmp.begin(), lmp.end()), b(l32.begin(), l32.end());
   // logits are a bf16 tensor cast to f32: the f32 model's within bf16 rounding of each layer
   CHECK(rel_err(a, b) <= 5e-2);
   // one more token through the cache
   std::vector<int32_t> next = {1, 2};
   std::vector<float> n32(B * V), nmp(B * V);
-  ref.check(ref.api()->kv_reset(ref.self(), B, T + 1));
-  mp.check(mp.api()->kv_reset(mp.self(), B, T + 1));
-  ref.check(ref.api()->decode(ref.self(), tok.data(), T, l32.data()));
-  mp.check(mp.api()->decode(mp.self(), tok.data(), T, lmp.data()));
-  ref.check(ref.api()->decode(ref.self(), next.data(), 1, n32.data()));
-  mp.check(mp.api()->decode(mp.self(), next.data(), 1, nmp.data()));
+  ref.check(ref.decode_ext()->kv_reset(ref.self(), B, T + 1));
+  mp.check(mp.decode_ext()->kv_reset(mp.self(), B, T + 1));
+  ref.check(ref.decode_ext()->decode(ref.self(), tok.data(), T, l32.data()));
+  mp.check(mp.decode_ext()->decode(mp.self(), tok.data(), T, lmp.data()));
+  ref.check(ref.decode_ext()->decode(ref.self(), next.data(), 1, n32.data()));
+  mp.check(mp.decode_ext()->decode(mp.self(), next.data(), 1, nmp.data()));
   CHECK(rel_err(std::vector<double>(nmp.begin(), nmp.end()),
                 std::vector<double>(n32.begin(), n32.end())) <= 5e-2);
 }

@@ -76,7 +76,7 @@ struct Instance {
     api = static_cast<const loom_model_api*>(desc->api);
     cfg = loomtest::TestHost::config(desc, options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V1_1;
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
     a.vocab_size = kVocab;
     a.seq_len = kT;
     a.micro_batch = kB;
@@ -85,7 +85,7 @@ struct Instance {
     th.check(api->create(th.host(), &cfg, &a, &m));
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V1_1;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
       th.check(api->get_param(m, i, &p));
       params.push_back(p);
     }
@@ -103,7 +103,7 @@ struct Instance {
       tgt[i] = i % 7 == 3 ? -1 : (int32_t)((i * 53 + 11) % kVocab);
     }
     loom_microbatch mb{};
-    mb.struct_size = LOOM_MICROBATCH_SIZE_V1;
+    mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
     mb.tokens = tok.data();
     mb.targets = tgt.data();
     mb.batch = kB;

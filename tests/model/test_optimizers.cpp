@@ -35,9 +35,9 @@ struct Params {
     p1 = view(flat_p, s1, 1, 6);
     g0 = view(flat_g, s0, 2, 0);
     g1 = view(flat_g, s1, 1, 6);
-    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "a.weight", &p0, &g0, 1});
-    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "a.bias", &p1, &g1, 0});
-    list.push_back({LOOM_OPT_PARAM_SIZE_V1, "b.weight", sep_p.get(), sep_g.get(), 1});
+    list.push_back({LOOM_OPT_PARAM_SIZE_V2, "a.weight", &p0, &g0, 1});
+    list.push_back({LOOM_OPT_PARAM_SIZE_V2, "a.bias", &p1, &g1, 0});
+    list.push_back({LOOM_OPT_PARAM_SIZE_V2, "b.weight", sep_p.get(), sep_g.get(), 1});
   }
 };
 
@@ -77,7 +77,7 @@ TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state nam
     std::vector<double> G = randv(13, rng);
     p.flat_g.set_host({G.begin(), G.begin() + 10});
     p.sep_g.set_host({G.begin() + 10, G.end()});
-    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, lr, step, gs};
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
       const double g = gs * G[i];
@@ -128,7 +128,7 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
       std::vector<double> G = randv(13, rng);
       p.flat_g.set_host({G.begin(), G.begin() + 10});
       p.sep_g.set_host({G.begin() + 10, G.end()});
-      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, 0.1, step, 2.0};
+      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.1, step, 2.0};
       h.th.check(api->step(opt, &a));
       for (int i = 0; i < 13; ++i) {
         buf[i] = mom * buf[i] + 2.0 * G[i] + (wdflag[i] ? 0.1 : 0.0) * P[i];  // torch.optim.SGD
@@ -168,7 +168,7 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
     if (step == 1) G[4] = 0.0;  // sign(0) = 0: a zero gradient on a zero momentum moves nothing
     p.flat_g.set_host({G.begin(), G.begin() + 10});
     p.sep_g.set_host({G.begin() + 10, G.end()});
-    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V1, lr, step, gs};
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
       const double g = gs * G[i];

@@ -18,8 +18,8 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
   CHECK(std::string(d->params[1].name) == "blas_coretype");
   CHECK(std::string(d->params[2].name) == "measure_gemm");
   auto* api = static_cast<const loom_backend_api*>(d->api);
-  CHECK(api->struct_size >= LOOM_BACKEND_API_SIZE_V1);
-  CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V1_1);
+  CHECK(api->struct_size >= LOOM_BACKEND_API_SIZE_V2);
+  CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V2);
   CHECK((api->ops->sgd_step != nullptr));
   CHECK((api->ops->vocab_ce_stats != nullptr));
   CHECK((api->ops->vocab_ce_backward != nullptr));
@@ -27,7 +27,7 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
 
 TEST_CASE("get_info: device name names the CPU features and the BLAS core") {
   loom_backend_info info{};
-  info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   loom::check(B().host(), B().api()->get_info(B().self(), &info));
   REQUIRE(info.device_name != nullptr);
   std::string name = info.device_name;
@@ -42,7 +42,7 @@ TEST_CASE("get_info: device name names the CPU features and the BLAS core") {
 TEST_CASE("alloc_tensor: 64-byte aligned, zero-filled, accounted in mem_in_use/mem_peak") {
   auto read = [] {
     loom_backend_info i{};
-    i.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+    i.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
     loom::check(B().host(), B().api()->get_info(B().self(), &i));
     return i;
   };
@@ -114,7 +114,7 @@ TEST_CASE("a second instance: threads=1, measured GEMM rate, same reductions as 
   loom::check(B().host(), api->create(B().host(), &cfg, &one));
   REQUIRE(one != nullptr);
   loom_backend_info info{};
-  info.struct_size = LOOM_BACKEND_INFO_SIZE_V1;
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   loom::check(B().host(), api->get_info(one, &info));
   MESSAGE("threads=1 instance: " << std::string(info.device_name) << ", sgemm 1024^3 "
                                  << info.peak_gflops << " GFLOP/s");

@@ -51,7 +51,7 @@ Vec run_gemm(DLDataType dt, const GemmCase& g, const Layout& la, const Vec& a, c
   auto Bm = make(dt, {lb.total}, b);
   auto C = make(dt, {lc.total}, c0);
   loom_gemm_args args{};
-  args.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  args.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   args.trans_a = g.ta;
   args.trans_b = g.tb;
   args.m = g.m;
@@ -118,7 +118,7 @@ TEST_CASE("gemm: interleaved outputs, per-head slices of a (T, H*D) tensor") {
     auto V = make(dt, {T, H * D}, v);
     auto O = make(dt, {T, H * D}, o0);
     loom_gemm_args g{};
-    g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+    g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
     g.m = T, g.n = D, g.k = D, g.alpha = 1, g.beta = 0, g.batch = H;
     g.a = Q, g.lda = H * D, g.stride_a = D;  // O_h = Q_h (T,D) @ V_h^T restricted to (D,D)
     g.b = V, g.ldb = H * D, g.stride_b = D, g.trans_b = 1;
@@ -154,7 +154,7 @@ TEST_CASE("gemm: argument errors name the problem") {
   auto C = make64({4}, Vec(4, 0.0));
   auto F = make(loom_f32(), {4}, Vec(4, 0.0));
   loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.m = 2;
   g.n = 2;
   g.k = 3;

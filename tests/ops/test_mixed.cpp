@@ -67,7 +67,7 @@ const char* name_of(DLDataType dt) { return dt.code == kDLBfloat ? "bf16" : "f16
 loom_gemm_args gemm_args(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double beta,
                          const DLTensor* a, const DLTensor* b, DLTensor* c) {
   loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.trans_a = ta;
   g.trans_b = tb;
   g.m = m;

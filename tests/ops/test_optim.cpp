@@ -48,7 +48,7 @@ TEST_CASE("adamw_step: 3 steps match PyTorch's AdamW formula (f64 exactly, f32 c
     for (int64_t t = 1; t <= 3; ++t) {
       auto G = make(dt, {n}, grads[t - 1]);
       loom_adamw_args a{};
-      a.struct_size = LOOM_ADAMW_ARGS_SIZE_V1;
+      a.struct_size = LOOM_ADAMW_ARGS_SIZE_V2;
       a.param = P;
       a.grad = G;
       a.m = M;
@@ -74,7 +74,7 @@ TEST_CASE("adamw_step: argument errors") {
   auto G = make64({4}, Vec(4, 1.0));
   loom::Tensor M(B(), loom_f64(), {4}), V3(B(), loom_f64(), {3}), M32(B(), loom_f32(), {4});
   loom_adamw_args a{};
-  a.struct_size = LOOM_ADAMW_ARGS_SIZE_V1;
+  a.struct_size = LOOM_ADAMW_ARGS_SIZE_V2;
   a.param = P;
   a.grad = G;
   a.m = M;

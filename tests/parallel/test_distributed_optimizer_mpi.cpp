@@ -83,14 +83,14 @@ void exercise(const loom_host* host) {
   Model m;
   Plugin p(host, Model::ptrs(m.grads));
   REQUIRE_MESSAGE(p.created.ok(), p.created.message);
-  REQUIRE(p.api->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1);
+  REQUIRE(p.api->struct_size >= LOOM_PARALLEL_API_SIZE_V2);
   CHECK((p.api->run_pipeline == nullptr));
 
   for (size_t t = 0; t < kShapes.size(); ++t)
     for (size_t j = 0; j < m.params[t]->data.size(); ++j)
       m.params[t]->data[j] = -1.0f - float(w.rank);  // garbage that differs per rank
   std::vector<loom_param_shard> shards(kShapes.size());
-  for (auto& s : shards) s.struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
+  for (auto& s : shards) s.struct_size = LOOM_PARAM_SHARD_SIZE_V2;
   auto params = Model::ptrs(m.params);
   REQUIRE(ptest::outcome(p.api->shard_params(p.self, params.data(), shards.data())).ok());
 
@@ -170,7 +170,7 @@ TEST_CASE("distributed-optimizer: reduce-scatter, exact tiling, all-gather (ABI 
 
 TEST_CASE("distributed-optimizer: an ABI 1.0 host (no groups) shards over the world") {
   loom_host h = *world().host.host();
-  h.struct_size = LOOM_HOST_SIZE_V1;
+  h.struct_size = LOOM_HOST_SIZE_V2;
   h.get_layout = nullptr;
   h.get_group = nullptr;
   exercise(&h);
@@ -208,7 +208,7 @@ TEST_CASE("distributed-optimizer: refusals") {
   HostTensor<float> wrong({5}, loom_f32());
   DLTensor* params[] = {wrong.get()};
   loom_param_shard out[1] = {};
-  out[0].struct_size = LOOM_PARAM_SHARD_SIZE_V1_1;
+  out[0].struct_size = LOOM_PARAM_SHARD_SIZE_V2;
   CHECK(ptest::outcome(p.api->shard_params(p.self, params, out)).message.find("has 5 elements") !=
         std::string::npos);
 }

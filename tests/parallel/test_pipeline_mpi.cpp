@@ -209,7 +209,7 @@ loom_error* toy_stage_backward(loom_model* m, int64_t slot, const DLTensor* dout
 
 loom_model_api make_toy_api() {
   loom_model_api api{};
-  api.struct_size = LOOM_MODEL_API_SIZE_V1_1;
+  api.struct_size = LOOM_MODEL_API_SIZE_V2;
   api.stage_info = toy_stage_info;
   api.stage_forward = toy_stage_forward;
   api.stage_backward = toy_stage_backward;
@@ -354,14 +354,14 @@ Run run(const Parallel& par, const std::string& schedule, int64_t M, bool forwar
   }
   auto* d = loomtest::load_descriptor("parallel", schedule);
   const auto* api = static_cast<const loom_parallel_api*>(d->api);
-  REQUIRE(api->struct_size >= LOOM_PARALLEL_API_SIZE_V1_1);
+  REQUIRE(api->struct_size >= LOOM_PARALLEL_API_SIZE_V2);
   CHECK((api->reduce_gradients == nullptr));
   loom_config cfg = loomtest::TestHost::config(d);
   loom_parallel* self = nullptr;
   r.created = ptest::outcome(api->create(&par.host, &cfg, nullptr, 0, &self));
   if (!r.created.ok()) return r;
   loom_pipeline_args a{};
-  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V1_1;
+  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
   a.model_api = &kToyApi;
   a.chunks = ptrs.data();
   a.num_chunks = ptrs.size();
@@ -489,7 +489,7 @@ TEST_CASE("pipeline refusals: chunk count, model without a stage API, wrong stag
   loom_model* chunks[2] = {&m, &m};
   Feed feed;
   loom_pipeline_args a{};
-  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V1_1;
+  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
   a.model_api = &kToyApi;
   a.chunks = chunks;
   a.num_chunks = 2;
@@ -501,7 +501,7 @@ TEST_CASE("pipeline refusals: chunk count, model without a stage API, wrong stag
         std::string::npos);
   a.num_chunks = 1;
   loom_model_api old = kToyApi;
-  old.struct_size = LOOM_MODEL_API_SIZE_V1;
+  old.struct_size = offsetof(loom_model_api, stage_info);  // a table that stops short
   a.model_api = &old;
   o = ptest::outcome(api->run_pipeline(self, &a));
   CHECK(o.message.find("no stage API") != std::string::npos);

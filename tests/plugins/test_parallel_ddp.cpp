@@ -61,7 +61,7 @@ loom_error* fake_all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_
 
 loom_comm_api make_fake_api() {
   loom_comm_api api{};
-  api.struct_size = LOOM_COMM_API_SIZE_V1;
+  api.struct_size = LOOM_COMM_API_SIZE_V2;
   api.world_rank = fake_rank;
   api.world_size = fake_world_size;
   api.group_create = fake_group_create;
@@ -83,7 +83,7 @@ loom_host with_fake_comm(const loom_host* base, bool abi_1_0 = false) {
     return nullptr;
   };
   if (abi_1_0) {
-    h.struct_size = LOOM_HOST_SIZE_V1;
+    h.struct_size = LOOM_HOST_SIZE_V2;
     h.get_layout = nullptr;
     h.get_group = nullptr;
   }
@@ -271,7 +271,7 @@ TEST_CASE("parallel/ddp: no comm, NULL gradients and the schema") {
 
   auto* d = loomtest::load_descriptor("parallel", "ddp");
   const auto* api = static_cast<const loom_parallel_api*>(d->api);
-  CHECK(api->struct_size == LOOM_PARALLEL_API_SIZE_V1_1);
+  CHECK(api->struct_size == LOOM_PARALLEL_API_SIZE_V2);
   CHECK((api->run_pipeline == nullptr));
   CHECK((api->shard_params == nullptr));
   CHECK((api->after_step == nullptr));

@@ -22,7 +22,7 @@ struct FakeDs {
 };
 loom_dataset_api fake_api() {
   loom_dataset_api a{};
-  a.struct_size = LOOM_DATASET_API_SIZE_V1;
+  a.struct_size = LOOM_DATASET_API_SIZE_V2;
   a.num_documents = [](loom_dataset* d) {
     return (int64_t) reinterpret_cast<FakeDs*>(d)->docs.size();
   };

@@ -73,7 +73,7 @@ loom_error* be_from_host(loom_backend*, DLTensor* dst, const void* src, size_t b
 }
 loom_backend_api make_backend_api() {
   loom_backend_api api{};
-  api.struct_size = LOOM_BACKEND_API_SIZE_V1;
+  api.struct_size = LOOM_BACKEND_API_SIZE_V2;
   api.alloc_tensor = be_alloc;
   api.free_tensor = be_free;
   api.to_host = be_to_host;
@@ -113,7 +113,7 @@ float sgn(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f); }
 
 TEST_CASE("example plugin: descriptor") {
   load();
-  CHECK(g_desc->struct_size >= LOOM_PLUGIN_DESCRIPTOR_SIZE_V1);
+  CHECK(g_desc->struct_size >= LOOM_PLUGIN_DESCRIPTOR_SIZE_V2);
   CHECK(g_desc->abi_major == LOOM_ABI_MAJOR);
   CHECK(g_desc->kind == LOOM_KIND_OPTIMIZER);
   CHECK(std::string(g_desc->name) == "signsgd");
@@ -123,7 +123,7 @@ TEST_CASE("example plugin: descriptor") {
   CHECK(std::string(g_desc->params[0].name) == "momentum");
   CHECK(std::string(g_desc->params[1].name) == "weight_decay");
   for (size_t i = 0; i < g_desc->num_params; ++i)
-    CHECK(g_desc->params[i].struct_size >= LOOM_PARAM_SPEC_SIZE_V1);
+    CHECK(g_desc->params[i].struct_size >= LOOM_PARAM_SPEC_SIZE_V2);
   // the entry refuses a host of another ABI major, and is side-effect free (same answer)
   CHECK(g_entry(LOOM_ABI_MAJOR + 1, 0) == nullptr);
   CHECK(g_entry(LOOM_ABI_MAJOR, LOOM_ABI_MINOR) == g_desc);
@@ -132,7 +132,7 @@ TEST_CASE("example plugin: descriptor") {
 TEST_CASE("example plugin: optimizer/signsgd steps match Signum") {
   load();
   const auto* api = static_cast<const loom_optimizer_api*>(g_desc->api);
-  REQUIRE(api->struct_size >= LOOM_OPTIMIZER_API_SIZE_V1);
+  REQUIRE(api->struct_size >= LOOM_OPTIMIZER_API_SIZE_V2);
   loomtest::TestHost th;
   loom_host host = host_with_backend(th.host());
 
@@ -141,8 +141,8 @@ TEST_CASE("example plugin: optimizer/signsgd steps match Signum") {
     F32 w({0.5f, -0.25f, 0.0f, 2.0f}), g({1.0f, -2.0f, 0.0f, -0.1f});
     F32 b({1.0f, 1.0f}), gb({-3.0f, 0.5f});
     loom_opt_param params[2] = {
-        {LOOM_OPT_PARAM_SIZE_V1, "h.0.w", &w.t, &g.t, 1},
-        {LOOM_OPT_PARAM_SIZE_V1, "h.0.b", &b.t, &gb.t, 0},
+        {LOOM_OPT_PARAM_SIZE_V2, "h.0.w", &w.t, &g.t, 1},
+        {LOOM_OPT_PARAM_SIZE_V2, "h.0.b", &b.t, &gb.t, 0},
     };
     loom_config cfg = loomtest::TestHost::config(
         g_desc, {{"momentum", std::to_string(beta)}, {"weight_decay", "0.5"}});
@@ -153,7 +153,7 @@ TEST_CASE("example plugin: optimizer/signsgd steps match Signum") {
     std::vector<float> rw = w.v, rb = b.v, mw(4, 0.0f), mb(2, 0.0f);
     const float lr = 0.1f, wd = 0.5f, scale = 0.5f, bt = static_cast<float>(beta);
     for (int s = 1; s <= 2; ++s) {
-      loom_opt_step_args args{LOOM_OPT_STEP_ARGS_SIZE_V1, lr, s, scale};
+      loom_opt_step_args args{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, s, scale};
       th.check(api->step(opt, &args));
       auto ref = [&](std::vector<float>& p, std::vector<float>& m, const std::vector<float>& gr,
                      float decay) {
@@ -202,7 +202,7 @@ TEST_CASE("example plugin: errors come back as ABI errors, not exceptions") {
   t.ndim = 1;
   t.dtype = loom_i32();
   t.shape = &shape;
-  loom_opt_param p{LOOM_OPT_PARAM_SIZE_V1, "ints", &t, &t, 0};
+  loom_opt_param p{LOOM_OPT_PARAM_SIZE_V2, "ints", &t, &t, 0};
   loom_config cfg = loomtest::TestHost::config(g_desc);
   loom_optimizer* opt = nullptr;
   loom_error* e = api->create(&host, &cfg, &p, 1, &opt);

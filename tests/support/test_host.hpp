@@ -55,7 +55,7 @@ inline const loom_plugin_descriptor* load_descriptor(const std::string& kind,
 class TestHost {
  public:
   TestHost() {
-    host_.struct_size = LOOM_HOST_SIZE_V1;
+    host_.struct_size = LOOM_HOST_SIZE_V2;
     host_.abi_major = LOOM_ABI_MAJOR;
     host_.abi_minor = LOOM_ABI_MINOR;
     host_.ctx = reinterpret_cast<loom_host_context*>(this);
@@ -121,10 +121,10 @@ class TestHost {
       return h;
     };
     layout_ = loom::layout::coordinates(loom::layout::Degrees{}, 1, 0);
-    host_.struct_size = LOOM_HOST_SIZE_V1_1;
+    host_.struct_size = LOOM_HOST_SIZE_V2;
     host_.get_layout = [](loom_host_context* ctx, loom_parallel_layout* out) -> loom_error* {
       auto* self = reinterpret_cast<TestHost*>(ctx);
-      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V1_1)
+      if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V2)
         return new loom_error{LOOM_ERR_INVALID_ARGUMENT, "get_layout: struct_size too small"};
       const size_t size = out->struct_size;
       *out = self->layout_;

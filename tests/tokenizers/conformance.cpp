@@ -298,7 +298,7 @@ TEST_CASE("conformance: descriptor, vocabulary and end-of-document id") {
     CHECK(std::string(d->name) == c.plugin);
     CHECK(d->abi_major == LOOM_ABI_MAJOR);
     REQUIRE(d->api != nullptr);
-    CHECK(tok.api()->struct_size >= LOOM_TOKENIZER_API_SIZE_V1);
+    CHECK(tok.api()->struct_size >= LOOM_TOKENIZER_API_SIZE_V2);
     for (size_t i = 0; i < d->num_params; ++i) {
       CAPTURE(d->params[i].name);
       CHECK(d->params[i].doc != nullptr);

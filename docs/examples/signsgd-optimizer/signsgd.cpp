@@ -67,7 +67,7 @@ class SignSgd {
 
   void step(const loom_opt_step_args& args) {
     // Structs grow at the end in later ABI minors: accept any size >= the one we know.
-    loom::require(args.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1,
+    loom::require(args.struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V2,
                   "optimizer/signsgd: step args older than ABI 1.0");
     const float lr = static_cast<float>(args.lr);
     const float scale = static_cast<float>(args.grad_scale);
@@ -128,7 +128,7 @@ loom_error* get_state(loom_optimizer* o, size_t i, const char** name, DLTensor**
 }
 
 const loom_optimizer_api kApi = {
-    LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
+    LOOM_OPTIMIZER_API_SIZE_V2, create, destroy, step, num_state, get_state};
 
 // The recipe keys of [optimizer]; the host validates them and fills defaults before create.
 const loom_param_spec kParams[] = {
@@ -139,7 +139,7 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_OPTIMIZER,
@@ -150,7 +150,9 @@ const loom_plugin_descriptor kDescriptor = {
     "Signum: sign of the gradient momentum as the update (example out-of-tree plugin)",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

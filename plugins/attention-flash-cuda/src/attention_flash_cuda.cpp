@@ -191,10 +191,10 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V1, create, destroy, forward, backward};
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_ATTENTION,
@@ -206,7 +206,9 @@ const loom_plugin_descriptor kDescriptor = {
     "64 or 128, causal, GQA; O(T) memory)",
     nullptr,
     0,
-    &kApi};
+    &kApi,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

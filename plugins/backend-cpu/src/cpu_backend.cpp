@@ -151,7 +151,7 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
   return loom::guard(host, [&] {
     loom::require(out != nullptr, "backend/cpu: create: out is NULL");
     *out = nullptr;
-    loom::require(host->struct_size >= LOOM_HOST_SIZE_V1 && host->abi_major == LOOM_ABI_MAJOR,
+    loom::require(host->struct_size >= LOOM_HOST_SIZE_V2 && host->abi_major == LOOM_ABI_MAJOR,
                   "backend/cpu: host ABI " + std::to_string(host->abi_major) + "." +
                       std::to_string(host->abi_minor) + " is not compatible with ABI " +
                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
@@ -220,7 +220,7 @@ loom_error* cpu_get_info(loom_backend* be, loom_backend_info* out) noexcept {
 // ---- the tables --------------------------------------------------------------------------------
 
 constexpr loom_ops kOps = {
-    LOOM_OPS_SIZE_V1_1,
+    LOOM_OPS_SIZE_V2,
     op_gemm,
     op_bias_add,
     op_bias_backward,
@@ -251,7 +251,7 @@ constexpr loom_ops kOps = {
 };
 
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V1, cpu_create,  cpu_destroy,   cpu_get_info,    cpu_alloc_tensor,
+    LOOM_BACKEND_API_SIZE_V2, cpu_create,  cpu_destroy,   cpu_get_info,    cpu_alloc_tensor,
     cpu_free_tensor,          cpu_to_host, cpu_from_host, cpu_synchronize, &kOps,
 };
 
@@ -269,7 +269,7 @@ constexpr loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_BACKEND,
@@ -282,7 +282,8 @@ const loom_plugin_descriptor kDescriptor = {
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
-};
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

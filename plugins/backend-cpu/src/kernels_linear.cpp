@@ -141,9 +141,9 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
   return run_op(be, "gemm", [&](loom_backend& b) {
     Check ck{"gemm"};
     if (args == nullptr) ck.fail("args is NULL");
-    if (args->struct_size < LOOM_GEMM_ARGS_SIZE_V1)
+    if (args->struct_size < LOOM_GEMM_ARGS_SIZE_V2)
       ck.fail("args->struct_size " + std::to_string(args->struct_size) + " < " +
-              std::to_string(LOOM_GEMM_ARGS_SIZE_V1) + " (loom_gemm_args v1)");
+              std::to_string(LOOM_GEMM_ARGS_SIZE_V2) + " (loom_gemm_args v1)");
     const loom_gemm_args& g = *args;
     ck.tensor("a", g.a);
     ck.tensor("b", g.b);

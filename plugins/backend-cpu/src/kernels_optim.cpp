@@ -66,9 +66,9 @@ loom_error* op_adamw_step(loom_backend* be, const loom_adamw_args* args) noexcep
   return run_op(be, "adamw_step", [&](loom_backend& b) {
     Check ck{"adamw_step"};
     if (args == nullptr) ck.fail("args is NULL");
-    if (args->struct_size < LOOM_ADAMW_ARGS_SIZE_V1)
+    if (args->struct_size < LOOM_ADAMW_ARGS_SIZE_V2)
       ck.fail("args->struct_size " + std::to_string(args->struct_size) + " < " +
-              std::to_string(LOOM_ADAMW_ARGS_SIZE_V1) + " (loom_adamw_args v1)");
+              std::to_string(LOOM_ADAMW_ARGS_SIZE_V2) + " (loom_adamw_args v1)");
     const loom_adamw_args& a = *args;
     ck.tensor("param", a.param);
     ck.floating("param", a.param);

@@ -177,7 +177,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
   return loom::guard(host, [&] {
     loom::require(out != nullptr, "backend/cuda: create: out is NULL");
     *out = nullptr;
-    loom::require(host->struct_size >= LOOM_HOST_SIZE_V1 && host->abi_major == LOOM_ABI_MAJOR,
+    loom::require(host->struct_size >= LOOM_HOST_SIZE_V2 && host->abi_major == LOOM_ABI_MAJOR,
                   "backend/cuda: host ABI " + std::to_string(host->abi_major) + "." +
                       std::to_string(host->abi_minor) + " is not compatible with ABI " +
                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
@@ -262,7 +262,7 @@ loom_error* cuda_get_info(loom_backend* be, loom_backend_info* out) noexcept {
 // ---- the tables --------------------------------------------------------------------------------
 
 constexpr loom_ops kOps = {
-    LOOM_OPS_SIZE_V1_1,
+    LOOM_OPS_SIZE_V2,
     gemm,
     bias_add,
     bias_backward,
@@ -293,7 +293,7 @@ constexpr loom_ops kOps = {
 };
 
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V1, cuda_create,  cuda_destroy,   cuda_get_info,    cuda_alloc_tensor,
+    LOOM_BACKEND_API_SIZE_V2, cuda_create,  cuda_destroy,   cuda_get_info,    cuda_alloc_tensor,
     cuda_free_tensor,         cuda_to_host, cuda_from_host, cuda_synchronize, &kOps,
 };
 
@@ -309,7 +309,7 @@ constexpr loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_BACKEND,
@@ -321,7 +321,8 @@ const loom_plugin_descriptor kDescriptor = {
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
-};
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -103,9 +103,9 @@ loom_error* adamw_step(loom_backend* be, const loom_adamw_args* args) noexcept {
   return run_op(be, "adamw_step", [&](loom_backend& b) {
     const char* op = "adamw_step";
     if (args == nullptr) fail(op, "args is NULL");
-    if (args->struct_size < LOOM_ADAMW_ARGS_SIZE_V1)
+    if (args->struct_size < LOOM_ADAMW_ARGS_SIZE_V2)
       fail(op, "args->struct_size " + std::to_string(args->struct_size) + " < " +
-                   std::to_string(LOOM_ADAMW_ARGS_SIZE_V1) + " (loom_adamw_args v1)");
+                   std::to_string(LOOM_ADAMW_ARGS_SIZE_V2) + " (loom_adamw_args v1)");
     const loom_adamw_args& a = *args;
     check_f32(op, "param", a.param);
     check_f32(op, "grad", a.grad);

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — attention plugins: the attention core for one backend.
+/* Loom SDK, ABI 2 — attention plugins: the attention core for one backend.
  *
  * q(B,T,Hq,D), k and v (B,S,Hkv,D) with Hq a multiple of Hkv (grouped-query attention:
  * query head h reads kv head h / (Hq/Hkv)); out(B,T,Hq,D); lse(B,Hq,T) f32 saved by forward
@@ -27,7 +27,7 @@ typedef struct loom_attention_fwd_args {
   double scale;  /* usually 1/sqrt(D) */
   int causal;
 } loom_attention_fwd_args;
-#define LOOM_ATTENTION_FWD_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_fwd_args, causal)
+#define LOOM_ATTENTION_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_fwd_args, causal)
 
 typedef struct loom_attention_bwd_args {
   size_t struct_size;
@@ -43,7 +43,7 @@ typedef struct loom_attention_bwd_args {
   double scale;
   int causal;
 } loom_attention_bwd_args;
-#define LOOM_ATTENTION_BWD_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_bwd_args, causal)
+#define LOOM_ATTENTION_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_bwd_args, causal)
 
 typedef struct loom_attention_api {
   size_t struct_size;
@@ -51,9 +51,9 @@ typedef struct loom_attention_api {
   void (*destroy)(loom_attention* att); /* accepts NULL */
   loom_error* (*forward)(loom_attention* att, const loom_attention_fwd_args* args);
   loom_error* (*backward)(loom_attention* att, const loom_attention_bwd_args* args);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_attention_api;
-#define LOOM_ATTENTION_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_api, backward)
+#define LOOM_ATTENTION_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_api, backward)
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,10 @@
-/* Loom SDK, ABI v1 — backend plugins: a device's memory and its kernel table (loom_ops).
+/* Loom SDK, ABI 2 — backend plugins: a device's memory and its kernel table (loom_ops).
  *
  * Conventions for every op:
  *  - tensors are compact row-major DLTensors on the backend's device; every floating
  *    tensor of one call has the same dtype (f32 always; a backend may also take f64 — the
  *    CPU backend does, for finite-difference tests — and reports others as UNIMPLEMENTED),
- *    except under mixed precision (ABI 1.1): activations, their gradients and the model's
+ *    except under mixed precision: activations, their gradients and the model's
  *    parameter values may be bf16 or f16 (the compute dtype, one per call), while parameter
  *    gradients (gemm's C when accumulating a weight gradient with beta = 1, dweight/dbias of
  *    the norms, dbias of bias_backward, dtable of embedding_backward) and the optimizer's
@@ -44,7 +44,7 @@ typedef struct loom_gemm_args {
   int64_t ldc, stride_c, offset_c;
   int64_t batch; /* >= 1 */
 } loom_gemm_args;
-#define LOOM_GEMM_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
+#define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
 
 /* One AdamW (decoupled weight decay) step on one tensor; grad is multiplied by grad_scale
  * first (gradient clipping and loss-scale undo). m, v: same shape and dtype as param. */
@@ -57,7 +57,7 @@ typedef struct loom_adamw_args {
   double lr, beta1, beta2, eps, weight_decay, grad_scale;
   int64_t step; /* 1-based, for bias correction */
 } loom_adamw_args;
-#define LOOM_ADAMW_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_adamw_args, step)
+#define LOOM_ADAMW_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_adamw_args, step)
 
 typedef struct loom_ops {
   size_t struct_size;
@@ -147,9 +147,8 @@ typedef struct loom_ops {
    * param -= lr * buf (buf may be NULL when momentum == 0: param -= lr * g) */
   loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
                           double lr, double momentum, double weight_decay, double grad_scale);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 
-  /* ABI v1.1: vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
+  /* Vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
    * [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global
    * ids (-1 ignored). stats(N,3) (f32; f64 with f64 logits): the local row max m, sum exp(logit -
    * m), and the target's logit (0 where the target is outside this slice or ignored). The caller
@@ -162,9 +161,9 @@ typedef struct loom_ops {
   loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                                    const DLTensor* targets, int64_t vocab_start,
                                    const DLTensor* lse, double dloss);
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_ops;
-#define LOOM_OPS_SIZE_V1 LOOM_STRUCT_SIZE(loom_ops, sgd_step)
-#define LOOM_OPS_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
+#define LOOM_OPS_SIZE_V2 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
 
 typedef struct loom_backend_info {
   size_t struct_size;
@@ -174,7 +173,7 @@ typedef struct loom_backend_info {
   size_t mem_in_use;  /* bytes allocated through this backend now */
   size_t mem_peak;    /* and at most since creation */
 } loom_backend_info;
-#define LOOM_BACKEND_INFO_SIZE_V1 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
+#define LOOM_BACKEND_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
 
 typedef struct loom_backend_api {
   size_t struct_size;
@@ -191,9 +190,9 @@ typedef struct loom_backend_api {
   loom_error* (*from_host)(loom_backend* be, DLTensor* dst, const void* src, size_t bytes);
   loom_error* (*synchronize)(loom_backend* be);
   const loom_ops* ops; /* static storage */
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_backend_api;
-#define LOOM_BACKEND_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_backend_api, ops)
+#define LOOM_BACKEND_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_api, ops)
 
 #ifdef __cplusplus
 }

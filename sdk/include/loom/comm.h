@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — comm plugins: collectives and point-to-point over process groups.
+/* Loom SDK, ABI 2 — comm plugins: collectives and point-to-point over process groups.
  *
  * Every collective is COLLECTIVE over its group: all ranks of the group call it, in the
  * same order, with tensors of the same shape and dtype; it blocks until this rank's part
@@ -51,9 +51,9 @@ typedef struct loom_comm_api {
   /* point-to-point within a group; blocking */
   loom_error* (*send)(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag);
   loom_error* (*recv)(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_comm_api;
-#define LOOM_COMM_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_comm_api, recv)
+#define LOOM_COMM_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_api, recv)
 
 #ifdef __cplusplus
 }

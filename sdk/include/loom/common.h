@@ -1,26 +1,39 @@
-/* Loom SDK, ABI v1 — common definitions shared by every plugin kind.
+/* Loom SDK, ABI 2 — common definitions shared by every plugin kind.
  *
  * Contract for every header in this folder:
  *  - pure C11; only C types cross the boundary (no C++, no exceptions, no STL);
  *  - every struct that crosses starts with `size_t struct_size`; a callee accepts any
- *    size >= the one it was built with and reads only the fields it knows;
- *  - function tables only grow at the end; minor versions add, majors break;
+ *    size >= the 2.0 size (the LOOM_*_SIZE_V2 macros) and reads the fields of later minors
+ *    only when LOOM_HAS_FIELD says they are there;
+ *  - within a major, structs and function tables only grow at the end: 2.x is append-only.
+ *    A plugin built for another major is refused by the host, naming both;
+ *  - a caller never relies on a callee silently ignoring what it does not know. Optional
+ *    behaviour is an extension with an id ("loom.decode/1"); a plugin lists the ids it
+ *    implements in its descriptor's `capabilities`, and the host refuses a run that needs
+ *    an id the plugin does not list, naming both. An extension on a chain marked
+ *    LOOM_EXT_REQUIRED whose id the callee does not know makes the callee fail with
+ *    LOOM_ERR_UNIMPLEMENTED naming the id: it never falls back;
  *  - a function returning `loom_error*` returns NULL on success; a non-NULL error was made
  *    by the host (loom_host.error_new) and is owned by whoever receives it, who frees it
- *    with loom_host.error_free.
+ *    with loom_host.error_free;
+ *  - pointers are borrowed for the call unless the comment says who owns them;
+ *  - every slot's comment carries its contract tags where they are not the default:
+ *    the default is "any thread that owns the instance, returns when done, local".
+ *    COLLECTIVE(group) means every rank of the group calls it in the same order.
  */
 #ifndef LOOM_COMMON_H
 #define LOOM_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 1
+#define LOOM_ABI_MAJOR 2
+#define LOOM_ABI_MINOR 0
 
 /* Size of a struct up to and including `last_field`: what `struct_size` holds for the
  * version of the struct whose last field is `last_field`. */
@@ -29,6 +42,28 @@ extern "C" {
 
 /* True when a struct of reported size `size` carries `field`. */
 #define LOOM_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= LOOM_STRUCT_SIZE(type, field))
+
+/* The header of every extension: a struct that starts with a loom_ext and is found by id on
+ * a chain (a plugin descriptor's `ext`, or an args struct's `ext`). An id is a name, a
+ * slash and a version: "loom.decode/1". A new version of an extension is a new id. */
+typedef struct loom_ext {
+  size_t struct_size;          /* of the whole extension struct, not just this header */
+  const char* id;              /* static storage */
+  uint32_t flags;              /* LOOM_EXT_REQUIRED */
+  const struct loom_ext* next; /* NULL ends the chain */
+} loom_ext;
+#define LOOM_EXT_SIZE_V2 LOOM_STRUCT_SIZE(loom_ext, next)
+
+/* On an args struct's chain: the callee must understand this extension or refuse the call
+ * with LOOM_ERR_UNIMPLEMENTED naming the id (a mask it cannot apply, for instance). */
+#define LOOM_EXT_REQUIRED 1u
+
+/* The first extension on `chain` with this id, or NULL. */
+static inline const loom_ext* loom_ext_find(const loom_ext* chain, const char* id) {
+  for (; chain != NULL; chain = chain->next)
+    if (chain->id != NULL && strcmp(chain->id, id) == 0) return chain;
+  return NULL;
+}
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -77,7 +112,7 @@ typedef struct loom_param_spec {
   double max_value;
   const char* choices; /* strings only: "a|b|c", or NULL for any string */
 } loom_param_spec;
-#define LOOM_PARAM_SPEC_SIZE_V1 LOOM_STRUCT_SIZE(loom_param_spec, choices)
+#define LOOM_PARAM_SPEC_SIZE_V2 LOOM_STRUCT_SIZE(loom_param_spec, choices)
 
 /* Opaque, read-only view of the plugin's recipe section, validated and with defaults
  * filled by the host before the plugin is created. Read it with loom_host.config_get_*. */

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — dataset plugins: a storage format read as documents of token ids.
+/* Loom SDK, ABI 2 — dataset plugins: a storage format read as documents of token ids.
  *
  * The host's sampler splits documents into train/valid/test, shuffles and packs them into
  * samples. A dataset that tokenises text gets the run's tokenizer from host.get_tokenizer.
@@ -27,9 +27,9 @@ typedef struct loom_dataset_api {
    * sampler's index arrays: "<prefix>.<hash>.doc_idx.npy" ...), e.g. the indexed dataset's
    * own prefix; NULL when the data has no home on disk. Valid until destroy. */
   const char* (*cache_prefix)(loom_dataset* ds);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_dataset_api;
-#define LOOM_DATASET_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_dataset_api, cache_prefix)
+#define LOOM_DATASET_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_dataset_api, cache_prefix)
 
 #ifdef __cplusplus
 }

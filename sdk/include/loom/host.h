@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — the host services table.
+/* Loom SDK, ABI 2 — the host services table.
  *
  * The host hands this table to every plugin instance it creates. It is how a plugin reaches
  * the rest of the run: errors, logging, its validated recipe section, the active backend,
@@ -44,7 +44,7 @@ typedef struct loom_comm_ref {
   struct loom_comm* self;
 } loom_comm_ref;
 
-/* The run's parallel layout (ABI v1.1). Ranks are laid out as Megatron-Core does, tensor
+/* The run's parallel layout. Ranks are laid out as Megatron-Core does, tensor
  * fastest, then context, data, pipeline: world rank = tp + TP*(cp + CP*(dp + DP*pp)).
  * Expert groups are carved from the data x context ranks. */
 typedef struct loom_parallel_layout {
@@ -54,9 +54,9 @@ typedef struct loom_parallel_layout {
   int32_t tensor_rank, context_rank, data_rank, pipeline_rank, expert_rank;
   int32_t sequence_parallel; /* norm/dropout regions sharded over the tensor group */
 } loom_parallel_layout;
-#define LOOM_PARALLEL_LAYOUT_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_parallel_layout, sequence_parallel)
+#define LOOM_PARALLEL_LAYOUT_SIZE_V2 LOOM_STRUCT_SIZE(loom_parallel_layout, sequence_parallel)
 
-/* Process groups of this rank (ABI v1.1), for the comm from get_comm. */
+/* Process groups of this rank, for the comm from get_comm. */
 typedef enum loom_group_kind {
   LOOM_GROUP_WORLD = 0,
   LOOM_GROUP_TENSOR = 1,       /* same context, data, pipeline coordinates */
@@ -109,16 +109,15 @@ typedef struct loom_host {
   /* A 64-bit seed for the named stream, derived from the recipe's train.seed, so every
    * plugin that asks for "init" or "dropout" gets the same value on every rank and run. */
   uint64_t (*rng_seed)(loom_host_context* ctx, const char* stream);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 
-  /* ABI v1.1: the parallel layout (caller sets out->struct_size) and this rank's groups.
+  /* The parallel layout (caller sets out->struct_size) and this rank's groups.
    * A group handle is valid for the run and belongs to the host. */
   loom_error* (*get_layout)(loom_host_context* ctx, loom_parallel_layout* out);
   loom_error* (*get_group)(loom_host_context* ctx, loom_group_kind kind,
                            struct loom_comm_group** out);
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_host;
-#define LOOM_HOST_SIZE_V1 LOOM_STRUCT_SIZE(loom_host, rng_seed)
-#define LOOM_HOST_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_host, get_group)
+#define LOOM_HOST_SIZE_V2 LOOM_STRUCT_SIZE(loom_host, get_group)
 
 #ifdef __cplusplus
 }

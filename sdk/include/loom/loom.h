@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — everything a plugin author includes. */
+/* Loom SDK, ABI 2 — everything a plugin author includes. */
 #ifndef LOOM_LOOM_H
 #define LOOM_LOOM_H
 #include "loom/attention.h"

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — model plugins: build a network, list its parameters, run forward and
+/* Loom SDK, ABI 2 — model plugins: build a network, list its parameters, run forward and
  * backward of one micro-batch, and decode with a KV cache for generation.
  *
  * The model allocates its parameters and gradients on the active backend (host.get_backend)
@@ -23,7 +23,7 @@ typedef struct loom_model_create_args {
   int64_t seq_len;     /* tokens per sample in training */
   int64_t micro_batch; /* samples per micro-batch in training */
   DLDataType dtype;    /* compute dtype of activations */
-  /* ABI v1.1, pipeline parallelism: this instance holds virtual stage `pipeline_stage` of
+  /* Pipeline parallelism: this instance holds virtual stage `pipeline_stage` of
    * `pipeline_stages` (= pipeline x virtual_stages; 0 or 1 = the whole model). Stage s holds
    * layers [s*L/S, (s+1)*L/S); the first stage adds the embedding, the last the final norm,
    * the head and the loss. Chunk v of pipeline rank p holds stage v*pipeline + p. Tensor and
@@ -31,8 +31,7 @@ typedef struct loom_model_create_args {
   int32_t pipeline_stage;
   int32_t pipeline_stages;
 } loom_model_create_args;
-#define LOOM_MODEL_CREATE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_create_args, dtype)
-#define LOOM_MODEL_CREATE_ARGS_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
 
 typedef struct loom_model_param {
   size_t struct_size;
@@ -41,7 +40,7 @@ typedef struct loom_model_param {
   DLTensor* grad;       /* same shape; accumulated (+=) by forward_backward */
   int weight_decay;     /* 0 for biases, norms (Megatron's no-decay rule) */
   int32_t tp_split_dim; /* dimension split across tensor-parallel ranks, -1 = replicated */
-  /* ABI v1.1: how this rank's shard sits in the full tensor. Along tp_split_dim the full
+  /* How this rank's shard sits in the full tensor. Along tp_split_dim the full
    * tensor is tp_num_blocks blocks of global extents tp_block_sizes[] (the q|k|v rows of a
    * fused projection, the gate;up rows of SwiGLU), each split evenly over the tensor
    * group; the local tensor is the concatenation of this rank's slice of every block.
@@ -53,8 +52,7 @@ typedef struct loom_model_param {
    * in the gradient norm */
   int32_t pipeline_duplicate;
 } loom_model_param;
-#define LOOM_MODEL_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_param, tp_split_dim)
-#define LOOM_MODEL_PARAM_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_param, pipeline_duplicate)
+#define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, pipeline_duplicate)
 
 typedef struct loom_microbatch {
   size_t struct_size;
@@ -64,7 +62,7 @@ typedef struct loom_microbatch {
   int64_t seq_len;        /* T <= create_args.seq_len */
   double loss_scale;      /* d(objective)/d(sum of token losses), e.g. 1/(tokens in step) */
 } loom_microbatch;
-#define LOOM_MICROBATCH_SIZE_V1 LOOM_STRUCT_SIZE(loom_microbatch, loss_scale)
+#define LOOM_MICROBATCH_SIZE_V2 LOOM_STRUCT_SIZE(loom_microbatch, loss_scale)
 
 typedef struct loom_stage_info {
   size_t struct_size;
@@ -72,7 +70,7 @@ typedef struct loom_stage_info {
   int64_t hidden;            /* channels of the hidden state between stages */
   DLDataType dtype;          /* its dtype */
 } loom_stage_info;
-#define LOOM_STAGE_INFO_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_stage_info, dtype)
+#define LOOM_STAGE_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_info, dtype)
 
 typedef struct loom_model_api {
   size_t struct_size;
@@ -94,17 +92,8 @@ typedef struct loom_model_api {
                          int64_t* tokens);
   /* Model FLOPs per trained token (forward + backward), for MFU. */
   double (*flops_per_token)(loom_model* m);
-  /* Generation: clear the KV cache for `batch` sequences of at most max_len tokens. */
-  loom_error* (*kv_reset)(loom_model* m, int64_t batch, int64_t max_len);
-  /* Append tokens(B,n) (host memory) to the cache and write the next-token logits of the
-   * last position of each sequence to logits(B,vocab_size) host f32. */
-  loom_error* (*decode)(loom_model* m, const int32_t* tokens, int64_t n, float* logits);
-  /* The longest sequence kv_reset accepts (e.g. a learned position table's size), or 0
-   * when the model has no fixed limit. The host caps generation with it. */
-  int64_t (*max_context)(loom_model* m);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 
-  /* ABI v1.1: pipeline stages, driven by a parallel plugin's schedule. Activations of up to
+  /* Pipeline stages, driven by a parallel plugin's schedule. Activations of up to
    * any number of micro-batches in flight live in numbered slots (grown on demand); a slot
    * is reused after its backward. Between stages flows the hidden state, (tokens, hidden)
    * in the compute dtype, tokens = B*T (B*T/tensor with sequence parallelism). */
@@ -127,9 +116,27 @@ typedef struct loom_model_api {
    * over the tensor group, the tied embedding over the embedding group). COLLECTIVE over
    * the model-parallel ranks. */
   loom_error* (*finish_grads)(loom_model* m);
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_model_api;
-#define LOOM_MODEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_model_api, max_context)
-#define LOOM_MODEL_API_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_model_api, finish_grads)
+#define LOOM_MODEL_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_api, finish_grads)
+
+/* Generation with a KV cache: an optional capability. A model that can generate lists
+ * LOOM_EXT_DECODE in its descriptor's capabilities and chains this table on its `ext`;
+ * `loom generate` refuses a model without it, by name. */
+#define LOOM_EXT_DECODE "loom.decode/1"
+typedef struct loom_decode_ext {
+  loom_ext base; /* id LOOM_EXT_DECODE, base.struct_size = sizeof the whole table */
+  /* Clear the KV cache for `batch` sequences of at most max_len tokens. */
+  loom_error* (*kv_reset)(loom_model* m, int64_t batch, int64_t max_len);
+  /* Append tokens(B,n) (host memory) to the cache and write the next-token logits of the
+   * last position of each sequence to logits(B,vocab_size) host f32. */
+  loom_error* (*decode)(loom_model* m, const int32_t* tokens, int64_t n, float* logits);
+  /* The longest sequence kv_reset accepts (e.g. a learned position table's size), or 0
+   * when the model has no fixed limit. The host caps generation with it. */
+  int64_t (*max_context)(loom_model* m);
+  /* --- loom.decode/1 ends here; append new slots below this line only. --- */
+} loom_decode_ext;
+#define LOOM_DECODE_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_decode_ext, max_context)
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — optimizer plugins: an update rule on fp32 parameters.
+/* Loom SDK, ABI 2 — optimizer plugins: an update rule on fp32 parameters.
  *
  * The optimizer allocates its state on the active backend. The host clips gradients by
  * global norm by passing grad_scale; the optimizer multiplies gradients by it first. */
@@ -21,7 +21,7 @@ typedef struct loom_opt_param {
   const DLTensor* grad;
   int weight_decay; /* apply the recipe's weight decay to this tensor */
 } loom_opt_param;
-#define LOOM_OPT_PARAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_param, weight_decay)
+#define LOOM_OPT_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_param, weight_decay)
 
 typedef struct loom_opt_step_args {
   size_t struct_size;
@@ -29,7 +29,7 @@ typedef struct loom_opt_step_args {
   int64_t step;      /* 1-based count of steps taken including this one */
   double grad_scale; /* multiply every gradient by this first */
 } loom_opt_step_args;
-#define LOOM_OPT_STEP_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_step_args, grad_scale)
+#define LOOM_OPT_STEP_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_step_args, grad_scale)
 
 typedef struct loom_optimizer_api {
   size_t struct_size;
@@ -41,9 +41,9 @@ typedef struct loom_optimizer_api {
    * valid while the optimizer lives; the host reads and overwrites them in place. */
   size_t (*num_state)(loom_optimizer* opt);
   loom_error* (*get_state)(loom_optimizer* opt, size_t i, const char** name, DLTensor** t);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_optimizer_api;
-#define LOOM_OPTIMIZER_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_optimizer_api, get_state)
+#define LOOM_OPTIMIZER_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_optimizer_api, get_state)
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — parallel plugins: data-parallel gradient strategies and pipeline
+/* Loom SDK, ABI 2 — parallel plugins: data-parallel gradient strategies and pipeline
  * schedules.
  *
  * A run has one of each, both of this kind: recipe `parallel.data` names the gradient
@@ -21,7 +21,7 @@ extern "C" {
 
 typedef struct loom_parallel loom_parallel;
 
-/* One step's (or one evaluation's) micro-batches through the pipeline (ABI v1.1). */
+/* One step's (or one evaluation's) micro-batches through the pipeline. */
 typedef struct loom_pipeline_args {
   size_t struct_size;
   const loom_model_api* model_api;
@@ -39,7 +39,7 @@ typedef struct loom_pipeline_args {
   double loss_sum;
   int64_t tokens;
 } loom_pipeline_args;
-#define LOOM_PIPELINE_ARGS_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_pipeline_args, tokens)
+#define LOOM_PIPELINE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_pipeline_args, tokens)
 
 /* The part of one parameter this rank's optimizer updates (distributed optimizer). */
 typedef struct loom_param_shard {
@@ -49,7 +49,7 @@ typedef struct loom_param_shard {
   DLTensor* grad;  /* the reduced gradient of those elements */
   int64_t offset;  /* into the flattened (local, tensor-parallel) parameter */
 } loom_param_shard;
-#define LOOM_PARAM_SHARD_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_param_shard, offset)
+#define LOOM_PARAM_SHARD_SIZE_V2 LOOM_STRUCT_SIZE(loom_param_shard, offset)
 
 typedef struct loom_parallel_api {
   size_t struct_size;
@@ -59,9 +59,8 @@ typedef struct loom_parallel_api {
   void (*destroy)(loom_parallel* p); /* accepts NULL */
   /* COLLECTIVE over the data-parallel group */
   loom_error* (*reduce_gradients)(loom_parallel* p);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
 
-  /* ABI v1.1. Pipeline schedules: run the micro-batches through this rank's chunks with
+  /* Pipeline schedules: run the micro-batches through this rank's chunks with
    * point-to-point exchange over the pipeline group. COLLECTIVE over the pipeline group. */
   loom_error* (*run_pipeline)(loom_parallel* p, loom_pipeline_args* args);
   /* Gradient strategies that shard the optimizer (NULL otherwise): params[i] are the
@@ -74,9 +73,9 @@ typedef struct loom_parallel_api {
   /* Bytes of gradient-strategy state per parameter on this rank (buffers for packing,
    * shards), for the memory report; NULL = 0. */
   double (*bytes_per_param)(loom_parallel* p);
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_parallel_api;
-#define LOOM_PARALLEL_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_parallel_api, reduce_gradients)
-#define LOOM_PARALLEL_API_SIZE_V1_1 LOOM_STRUCT_SIZE(loom_parallel_api, bytes_per_param)
+#define LOOM_PARALLEL_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_parallel_api, bytes_per_param)
 
 #ifdef __cplusplus
 }

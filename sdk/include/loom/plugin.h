@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — the one symbol every plugin exports and the descriptor it returns.
+/* Loom SDK, ABI 2 — the one symbol every plugin exports and the descriptor it returns.
  *
  *   LOOM_EXPORT const loom_plugin_descriptor* loom_plugin_entry(uint32_t host_abi_major,
  *                                                               uint32_t host_abi_minor);
@@ -6,8 +6,9 @@
  * The host passes the ABI it implements; the plugin returns its descriptor (static storage,
  * valid while the library is loaded) or NULL when it cannot work with that host. The host
  * refuses a descriptor whose abi_major differs from its own, whose kind is unknown, or whose
- * kind/name is already loaded. Calling the entry must have no side effects: `loom plugins`
- * calls it to list a library without creating anything. */
+ * kind/name is already loaded. When the entry returns NULL the host may call it again with
+ * an older major, only to name the plugin's ABI in its refusal. Calling the entry must have
+ * no side effects: `loom plugins` calls it to list a library without creating anything. */
 #ifndef LOOM_PLUGIN_H
 #define LOOM_PLUGIN_H
 
@@ -34,8 +35,15 @@ typedef struct loom_plugin_descriptor {
   /* The kind's function table: const loom_backend_api* for LOOM_KIND_BACKEND,
    * const loom_model_api* for LOOM_KIND_MODEL, and so on (see the kind's header). */
   const void* api;
+  /* The extension ids the plugin implements, NULL-terminated ("loom.decode/1"), or NULL
+   * for none. The host refuses a run that needs an id a plugin does not list. */
+  const char* const* capabilities;
+  /* The function tables of the listed capabilities that have slots (loom_decode_ext for
+   * "loom.decode/1"), chained; every id on it is also in `capabilities`. NULL for none. */
+  const loom_ext* ext;
+  /* --- ABI 2.0 ends here; append new fields below this line only. --- */
 } loom_plugin_descriptor;
-#define LOOM_PLUGIN_DESCRIPTOR_SIZE_V1 LOOM_STRUCT_SIZE(loom_plugin_descriptor, api)
+#define LOOM_PLUGIN_DESCRIPTOR_SIZE_V2 LOOM_STRUCT_SIZE(loom_plugin_descriptor, ext)
 
 typedef const loom_plugin_descriptor* (*loom_plugin_entry_fn)(uint32_t host_abi_major,
                                                               uint32_t host_abi_minor);

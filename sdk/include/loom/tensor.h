@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — tensors cross the boundary as DLPack descriptors.
+/* Loom SDK, ABI 2 — tensors cross the boundary as DLPack descriptors.
  *
  * A `DLTensor*` passed to a function is a non-owning view, valid for the duration of the
  * call unless the function's documentation says otherwise. Buffers are freed by whoever

@@ -1,4 +1,4 @@
-/* Loom SDK, ABI v1 — tokenizer plugins: text <-> token ids.
+/* Loom SDK, ABI 2 — tokenizer plugins: text <-> token ids.
  *
  * Results are plugin-owned and valid until the next call on the same instance; one
  * instance is used from one thread at a time. */
@@ -24,9 +24,9 @@ typedef struct loom_tokenizer_api {
                         size_t* num_ids);
   loom_error* (*decode)(loom_tokenizer* tok, const int32_t* ids, size_t num_ids, const char** text,
                         size_t* len);
-  /* --- ABI v1.0 ends here; append new slots below this line only. --- */
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_tokenizer_api;
-#define LOOM_TOKENIZER_API_SIZE_V1 LOOM_STRUCT_SIZE(loom_tokenizer_api, decode)
+#define LOOM_TOKENIZER_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_tokenizer_api, decode)
 
 #ifdef __cplusplus
 }

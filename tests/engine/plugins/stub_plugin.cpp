@@ -55,7 +55,7 @@ struct StubApi {
 };
 const StubApi kApi = {sizeof(StubApi), {}};
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
+const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
                                             STUB_KIND,
@@ -66,7 +66,9 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V1,
                                             "stand-in for engine tests",
                                             kParams,
                                             kNumParams,
-                                            &kApi};
+                                            &kApi,
+                                            nullptr,   // capabilities
+                                            nullptr};  // ext
 
 }  // namespace
 

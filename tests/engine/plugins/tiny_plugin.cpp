@@ -1,6 +1,7 @@
-// The smallest optimizer-kind plugin, with its own entry function: built for ABI 1 (to
-// pack and install), for "ABI 2" (the host must refuse it), returning NULL, declaring an
-// unknown kind, and with a descriptor struct_size too small for ABI 1.0.
+// The smallest optimizer-kind plugin, with its own entry function: built for this ABI (to
+// pack and install), for a future "ABI 3" (the host must refuse it), returning NULL,
+// declaring an unknown kind, with a descriptor struct_size too small for ABI 2.0, listing
+// a malformed capability id, and chaining an extension it does not list.
 #include "loom/cpp/plugin.hpp"
 
 #ifndef TINY_VERSION
@@ -19,6 +20,21 @@ struct TinyApi {
 };
 const TinyApi kApi = {sizeof(TinyApi), {}};
 
+#ifndef TINY_ABI_MAJOR
+#define TINY_ABI_MAJOR LOOM_ABI_MAJOR
+#endif
+
+#ifdef TINY_BAD_CAPABILITY
+const char* const kCapabilities[] = {"loom.decode", nullptr};  // no "/version"
+#else
+const char* const kCapabilities[] = {"loom.test-listed/1", nullptr};
+#endif
+#ifdef TINY_UNLISTED_EXT
+const loom_ext kExt = {sizeof(loom_ext), "loom.test-unlisted/1", 0, nullptr};
+#else
+const loom_ext kExt = {sizeof(loom_ext), "loom.test-listed/1", 0, nullptr};
+#endif
+
 #ifndef TINY_NAME
 #define TINY_NAME "tiny"
 #endif
@@ -30,12 +46,12 @@ const TinyApi kApi = {sizeof(TinyApi), {}};
 #ifdef TINY_SMALL
 #define TINY_SIZE offsetof(loom_plugin_descriptor, name)
 #else
-#define TINY_SIZE LOOM_PLUGIN_DESCRIPTOR_SIZE_V1
+#define TINY_SIZE LOOM_PLUGIN_DESCRIPTOR_SIZE_V2
 #endif
 
 const loom_plugin_descriptor kDescriptor = {
-    TINY_SIZE, TINY_ABI_MAJOR,          0,       TINY_KIND, TINY_NAME, TINY_VERSION, "Loom tests",
-    "MIT",     "a tiny test optimizer", kParams, 1,         &kApi};
+    TINY_SIZE, TINY_ABI_MAJOR,          0,       TINY_KIND, TINY_NAME, TINY_VERSION,  "Loom tests",
+    "MIT",     "a tiny test optimizer", kParams, 1,         &kApi,     kCapabilities, &kExt};
 
 }  // namespace
 

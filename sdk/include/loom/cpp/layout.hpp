@@ -54,7 +54,7 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
 // This rank's coordinates; `d` must be valid for `world`.
 inline loom_parallel_layout coordinates(const Degrees& d, int world, int rank) {
   loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V1_1;
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
   l.world = world;
   l.tensor = d.tensor;
   l.context = d.context;

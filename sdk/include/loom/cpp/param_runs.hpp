@@ -53,7 +53,7 @@ class ParamRuns {
     const size_t ns = state_prefixes.size();
     for (size_t i = 0; i < n; ++i) {
       const loom_opt_param& p = params[i];
-      loom::require(p.struct_size >= LOOM_OPT_PARAM_SIZE_V1 && p.param && p.grad,
+      loom::require(p.struct_size >= LOOM_OPT_PARAM_SIZE_V2 && p.param && p.grad,
                     "optimizer: parameter " + std::to_string(i) + " lacks param/grad tensors");
       const std::string name = p.name ? p.name : "param" + std::to_string(i);
       loom::require(is_compact(p.param) && is_compact(p.grad) &&
@@ -151,7 +151,7 @@ struct OptimizerTable {
   static void destroy(loom_optimizer* o) { delete self(o); }
   static loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
     return loom::guard(self(o)->host(), [&] {
-      loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V1,
+      loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V2,
                     "optimizer: step needs loom_opt_step_args of ABI 1.0 or later");
       self(o)->step(*a);
     });
@@ -161,7 +161,7 @@ struct OptimizerTable {
     return loom::guard(self(o)->host(), [&] { self(o)->runs().get_state(i, name, t); });
   }
   static constexpr loom_optimizer_api api = {
-      LOOM_OPTIMIZER_API_SIZE_V1, create, destroy, step, num_state, get_state};
+      LOOM_OPTIMIZER_API_SIZE_V2, create, destroy, step, num_state, get_state};
 };
 
 }  // namespace loom::opt

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,22 @@ loom_error* guard(const loom_host* host, Fn&& fn) noexcept {
   }
 }
 
+// The refusal rule of ABI 2: an extension marked LOOM_EXT_REQUIRED on an args struct's
+// chain whose id is not among `known` makes the call fail, naming the id, instead of being
+// ignored. `who` starts the message ("attention/flash-cpu").
+inline void require_known_exts(const loom_ext* chain, std::initializer_list<const char*> known,
+                               const std::string& who) {
+  for (const loom_ext* e = chain; e != nullptr; e = e->next) {
+    if ((e->flags & LOOM_EXT_REQUIRED) == 0) continue;
+    bool found = false;
+    for (const char* id : known) found = found || (e->id != nullptr && std::string(e->id) == id);
+    if (!found)
+      throw Error(LOOM_ERR_UNIMPLEMENTED, who + ": does not implement extension '" +
+                                              std::string(e->id ? e->id : "(null)") +
+                                              "', which the caller requires");
+  }
+}
+
 // Typed access to the plugin's validated recipe section.
 class Config {
  public:
@@ -90,7 +107,7 @@ inline void log(const loom_host* host, loom_log_level level, const std::string& 
 constexpr loom_param_spec param(const char* name, loom_param_type type, const char* def,
                                 const char* doc, double lo = 1, double hi = 0,
                                 const char* choices = nullptr) {
-  return loom_param_spec{LOOM_PARAM_SPEC_SIZE_V1, name, type, def, doc, lo, hi, choices};
+  return loom_param_spec{LOOM_PARAM_SPEC_SIZE_V2, name, type, def, doc, lo, hi, choices};
 }
 
 }  // namespace loom

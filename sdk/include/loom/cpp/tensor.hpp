@@ -128,7 +128,7 @@ inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int6
                  const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
                  int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta) {
   loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.trans_a = ta;
   g.trans_b = tb;
   g.m = m;

@@ -37,9 +37,9 @@ struct Group {
   static Group from_host(const loom_host* host) {
     Group g;
     g.host = host;
-    if (host->struct_size < LOOM_HOST_SIZE_V1_1 || !host->get_layout) return g;
+    if (host->struct_size < LOOM_HOST_SIZE_V2 || !host->get_layout) return g;
     loom_parallel_layout l{};
-    l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V1_1;
+    l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
     check(host, host->get_layout(host->ctx, &l));
     g.size = l.tensor > 0 ? l.tensor : 1;
     g.rank = l.tensor_rank;

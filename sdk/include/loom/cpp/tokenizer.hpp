@@ -25,7 +25,7 @@ struct TokenizerTable {
     return guard(self(t)->host(), [&] { self(t)->decode(ids, num_ids, text, len); });
   }
   static constexpr loom_tokenizer_api api(CreateFn create) {
-    return {LOOM_TOKENIZER_API_SIZE_V1, create, destroy, vocab_size, eod_id, encode, decode};
+    return {LOOM_TOKENIZER_API_SIZE_V2, create, destroy, vocab_size, eod_id, encode, decode};
   }
 };
 
