@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 
+#include "capability_gate.hpp"
 #include "errors.hpp"
 #include "loom/cpp/layout.hpp"
 #include "parallel_layout.hpp"
@@ -104,6 +105,7 @@ struct Session::Impl {
   std::vector<std::function<void()>> destroyers;  // in creation order
   std::pair<const loom_backend_api*, loom_backend*> backend{nullptr, nullptr};
   std::pair<const loom_attention_api*, loom_attention*> attention{nullptr, nullptr};
+  std::unique_ptr<AttentionGate> attention_gate;  // what plugins are handed
   std::pair<const loom_tokenizer_api*, loom_tokenizer*> tokenizer{nullptr, nullptr};
   std::pair<const loom_comm_api*, loom_comm*> comm{nullptr, nullptr};
   std::pair<const loom_dataset_api*, loom_dataset*> dataset{nullptr, nullptr};
@@ -112,8 +114,8 @@ struct Session::Impl {
   std::deque<loom_config> blend_configs;  // stable addresses
   std::pair<const loom_model_api*, loom_model*> model{nullptr, nullptr};
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
-  std::pair<const loom_parallel_api*, loom_parallel*> parallel{nullptr, nullptr};
-  std::pair<const loom_parallel_api*, loom_parallel*> schedule{nullptr, nullptr};
+  std::pair<const loom_grad_api*, loom_grad*> grad{nullptr, nullptr};
+  std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};
   bool has_layout = false;
   loom_parallel_layout layout{};
   std::map<int, loom_comm_group*> groups;
@@ -241,7 +243,12 @@ loom_backend_ref Session::backend() {
 loom_attention_ref Session::attention() {
   auto& s = create_once(*this, *impl_, impl_->attention, LOOM_KIND_ATTENTION, "attention",
                         LOOM_ATTENTION_API_SIZE_V2);
-  return {s.first, s.second};
+  if (!impl_->attention_gate) {
+    const PluginInfo& info =
+        impl_->registry.get(LOOM_KIND_ATTENTION, impl_->recipe.plugin("attention"));
+    impl_->attention_gate = std::make_unique<AttentionGate>(info, s.first, s.second);
+  }
+  return impl_->attention_gate->ref();
 }
 loom_tokenizer_ref Session::tokenizer() {
   auto& s = create_once(*this, *impl_, impl_->tokenizer, LOOM_KIND_TOKENIZER, "tokenizer",
@@ -311,42 +318,42 @@ std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
                      LOOM_OPTIMIZER_API_SIZE_V2, params, n);
 }
 
-std::pair<const loom_parallel_api*, loom_parallel*> Session::parallel(DLTensor* const* grads,
-                                                                      size_t n) {
-  if (!impl_->parallel.second) {
-    std::string name = impl_->recipe.get_string("parallel", "data");
-    const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
-    auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
-    std::string who = "parallel/" + name;
-    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V2)
-      throw UsageError("plugin " + who + " has a function table smaller than ABI 2.0 requires");
-    // [parallel] is the engine's section; it names the data-parallel plugin with `data`
-    // and also carries that plugin's own keys, validated against its schema.
-    loom_parallel* self = nullptr;
-    check(api->create(host_for(who), &impl_->recipe.section("parallel"), grads, n, &self),
-          "creating " + who);
-    impl_->parallel = {api, self};
-    impl_->destroyers.push_back([api, self] { api->destroy(self); });
-  }
-  return impl_->parallel;
+// grad and schedule plugins share [parallel], the engine's section, which names them with
+// `data` and `schedule` and also carries the grad plugin's own keys, validated against its
+// schema.
+template <class Api, class Self, class Create>
+static std::pair<const Api*, Self*>& create_parallel(Session& session, Session::Impl& impl,
+                                                     std::pair<const Api*, Self*>& slot,
+                                                     loom_plugin_kind kind, size_t min_size,
+                                                     Create create) {
+  if (slot.second) return slot;
+  const std::string name = impl.recipe.get_string("parallel", selector_of_kind(kind));
+  const PluginInfo& info = impl.registry.get(kind, name);
+  auto* api = static_cast<const Api*>(info.desc->api);
+  const std::string who = kind_name(kind) + "/" + name;
+  if (!api || api->struct_size < min_size)
+    throw UsageError("plugin " + who + " has a function table smaller than ABI 2.0 requires");
+  Self* self = nullptr;
+  check(create(api, session.host_for(who), &impl.recipe.section("parallel"), &self),
+        "creating " + who);
+  slot = {api, self};
+  impl.destroyers.push_back([api, self] { api->destroy(self); });
+  return slot;
 }
 
-std::pair<const loom_parallel_api*, loom_parallel*> Session::schedule() {
-  if (!impl_->schedule.second) {
-    std::string name = impl_->recipe.get_string("parallel", "schedule");
-    const PluginInfo& info = impl_->registry.get(LOOM_KIND_PARALLEL, name);
-    auto* api = static_cast<const loom_parallel_api*>(info.desc->api);
-    std::string who = "parallel/" + name;
-    if (!api || api->struct_size < LOOM_PARALLEL_API_SIZE_V2 || !api->run_pipeline)
-      throw UsageError("parallel.schedule = \"" + name + "\": plugin " + who +
-                       " is not a pipeline schedule (no run_pipeline in its table)");
-    loom_parallel* self = nullptr;
-    check(api->create(host_for(who), &impl_->recipe.section("parallel"), nullptr, 0, &self),
-          "creating " + who);
-    impl_->schedule = {api, self};
-    impl_->destroyers.push_back([api, self] { api->destroy(self); });
-  }
-  return impl_->schedule;
+std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n) {
+  const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads, n, nullptr};
+  return create_parallel(
+      *this, *impl_, impl_->grad, LOOM_KIND_GRAD, LOOM_GRAD_API_SIZE_V2,
+      [&](const loom_grad_api* api, const loom_host* host, const loom_config* cfg,
+          loom_grad** out) { return api->create(host, cfg, &args, out); });
+}
+
+std::pair<const loom_schedule_api*, loom_schedule*> Session::schedule() {
+  return create_parallel(
+      *this, *impl_, impl_->schedule, LOOM_KIND_SCHEDULE, LOOM_SCHEDULE_API_SIZE_V2,
+      [](const loom_schedule_api* api, const loom_host* host, const loom_config* cfg,
+         loom_schedule** out) { return api->create(host, cfg, out); });
 }
 
 }  // namespace loom::engine

@@ -58,10 +58,11 @@ class Session {
   loom_comm_group* group(loom_group_kind kind);
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer(const loom_opt_param* params,
                                                                   size_t n);
-  // The data-parallel strategy named by parallel.data, over the model's gradients.
-  std::pair<const loom_parallel_api*, loom_parallel*> parallel(DLTensor* const* grads, size_t n);
-  // The pipeline schedule named by parallel.schedule.
-  std::pair<const loom_parallel_api*, loom_parallel*> schedule();
+  // The data-parallel gradient strategy named by parallel.data (a grad plugin), over the
+  // model's gradients.
+  std::pair<const loom_grad_api*, loom_grad*> grad(DLTensor* const* grads, size_t n);
+  // The pipeline schedule named by parallel.schedule (a schedule plugin).
+  std::pair<const loom_schedule_api*, loom_schedule*> schedule();
 
   struct Impl;  // defined in host.cpp
 

@@ -134,7 +134,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   std::string plugins;
   for (const PluginSection& s : plugin_sections()) {
     plugins += " " + kind_name(s.kind) + "/" + recipe.plugin(s.name);
-    if (s.kind == LOOM_KIND_ATTENTION) plugins += " parallel/" + recipe.plugin("parallel");
+    if (s.kind == LOOM_KIND_ATTENTION)
+      plugins += " grad/" + recipe.get_string("parallel", "data") + " schedule/" +
+                 recipe.get_string("parallel", "schedule");
   }
   int world = c.vm.count("world") ? c.vm["world"].as<int>() : launcher_world_size();
   if (world <= 0) {
@@ -184,7 +186,8 @@ std::pair<loom_plugin_kind, std::string> parse_kind_name(const std::string& text
   auto k = kind_from_name(kind);
   if (!k) {
     std::vector<std::string> kinds;
-    for (int i = 1; i <= 8; ++i) kinds.push_back(kind_name(static_cast<loom_plugin_kind>(i)));
+    for (int i = 1; i <= LOOM_KIND_SCHEDULE; ++i)
+      kinds.push_back(kind_name(static_cast<loom_plugin_kind>(i)));
     std::string guess = nearest(kind, kinds);
     throw UsageError("unknown plugin kind '" + kind + "'" +
                      (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
@@ -208,8 +211,8 @@ int describe(Registry& registry, const std::string& what) {
     std::cout << "\n";
   }
   std::cout << "\n";
-  std::cout << "selected with [" << section << "] "
-            << (kind == LOOM_KIND_PARALLEL ? "data" : "plugin") << " = \"" << p.name << "\"";
+  std::cout << "selected with [" << section << "] " << selector_of_kind(kind) << " = \"" << p.name
+            << "\"";
   if (p.desc->num_params == 0) {
     std::cout << "; it takes no keys\n";
     return 0;

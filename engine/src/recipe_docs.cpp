@@ -91,8 +91,8 @@ std::string recipes_markdown(Registry& registry) {
     out << "\n<!-- loom:begin " << id << " -->\n";
     out << "### " << id << " " << p.version << "\n\n";
     if (!p.description.empty()) out << p.description << "\n\n";
-    out << "Selected with `[" << section << "] "
-        << (p.kind == LOOM_KIND_PARALLEL ? "data" : "plugin") << " = \"" << p.name << "\"`.";
+    out << "Selected with `[" << section << "] " << selector_of_kind(p.kind) << " = \"" << p.name
+        << "\"`.";
     if (p.desc->num_params == 0) {
       out << " It takes no keys.\n";
     } else {

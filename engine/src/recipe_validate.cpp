@@ -322,7 +322,7 @@ class RecipeValidator {
     }
   }
 
-  // An engine section's keys; [parallel]'s include those of the parallel plugin it selects.
+  // An engine section's keys; [parallel]'s include those of the grad plugin it selects.
   Schema engine_schema(const EngineSection& es) const {
     Schema schema;
     schema.owner = "[" + std::string(es.name) + "]";
@@ -330,9 +330,9 @@ class RecipeValidator {
     if (std::string(es.name) == "parallel") {
       const loom_param_spec* sel = schema.find(kParallelSelector);
       const PluginInfo& info =
-          select(es.name, kParallelSelector, LOOM_KIND_PARALLEL, sel ? sel->default_value : "ddp");
-      schema.owner = "[parallel] and parallel/" + info.name;
-      select(es.name, "schedule", LOOM_KIND_PARALLEL, "1f1b");  // a schedule plugin exists
+          select(es.name, kParallelSelector, LOOM_KIND_GRAD, sel ? sel->default_value : "ddp");
+      schema.owner = "[parallel] and grad/" + info.name;
+      select(es.name, "schedule", LOOM_KIND_SCHEDULE, "1f1b");  // a schedule plugin exists
       for (size_t i = 0; i < info.desc->num_params; ++i)
         if (!schema.find(info.desc->params[i].name)) schema.params.push_back(&info.desc->params[i]);
     }

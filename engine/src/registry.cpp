@@ -29,9 +29,9 @@ namespace loom::engine {
 
 namespace {
 
-const char* const kKindNames[] = {"",         "backend",   "comm",      "model",  "attention",
-                                  "parallel", "optimizer", "tokenizer", "dataset"};
-constexpr int kNumKinds = 8;
+const char* const kKindNames[] = {"",     "backend",   "comm",      "model",   "attention",
+                                  "grad", "optimizer", "tokenizer", "dataset", "schedule"};
+constexpr int kNumKinds = 9;
 
 std::string abi_text(uint64_t major, uint64_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
@@ -48,8 +48,10 @@ size_t api_size_v2(loom_plugin_kind kind) {
       return LOOM_MODEL_API_SIZE_V2;
     case LOOM_KIND_ATTENTION:
       return LOOM_ATTENTION_API_SIZE_V2;
-    case LOOM_KIND_PARALLEL:
-      return LOOM_PARALLEL_API_SIZE_V2;
+    case LOOM_KIND_GRAD:
+      return LOOM_GRAD_API_SIZE_V2;
+    case LOOM_KIND_SCHEDULE:
+      return LOOM_SCHEDULE_API_SIZE_V2;
     case LOOM_KIND_OPTIMIZER:
       return LOOM_OPTIMIZER_API_SIZE_V2;
     case LOOM_KIND_TOKENIZER:
@@ -365,9 +367,17 @@ std::optional<loom_plugin_kind> kind_from_name(const std::string& name) {
 }
 
 const std::vector<std::string>& section_of_kind() {
+  // grad and schedule plugins share [parallel]: `data` selects the one, `schedule` the other.
   static const std::vector<std::string> sections = {
-      "", "backend", "comm", "model", "attention", "parallel", "optimizer", "tokenizer", "data"};
+      "",         "backend",   "comm",      "model", "attention",
+      "parallel", "optimizer", "tokenizer", "data",  "parallel"};
   return sections;
+}
+
+std::string selector_of_kind(loom_plugin_kind kind) {
+  if (kind == LOOM_KIND_GRAD) return "data";
+  if (kind == LOOM_KIND_SCHEDULE) return "schedule";
+  return "plugin";
 }
 
 struct Registry::Impl {

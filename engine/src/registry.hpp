@@ -22,6 +22,9 @@ std::optional<loom_plugin_kind> kind_from_name(const std::string& name);
 // Indexed by the kind's enum value (index 0 is ""): the recipe section that selects and
 // configures a plugin of that kind ("data" for LOOM_KIND_DATASET).
 const std::vector<std::string>& section_of_kind();
+// The key of that section that names the plugin: "plugin", or for the two kinds that share
+// [parallel], "data" (grad) and "schedule" (schedule).
+std::string selector_of_kind(loom_plugin_kind kind);
 
 struct PluginInfo {
   std::filesystem::path path;  // the .so

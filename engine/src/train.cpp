@@ -19,8 +19,8 @@ namespace {
 // the stage API, one forward(_backward) each); returns {loss sum, tokens} over the pipeline.
 std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
   if (r.schedule.second) {
-    loom_pipeline_args a{};
-    a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
+    loom_schedule_args a{};
+    a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
     a.model_api = r.mapi;
     a.chunks = r.chunks.data();
     a.num_chunks = r.chunks.size();
@@ -28,7 +28,7 @@ std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_on
     a.get_microbatch = &Feed::get;
     a.user = &r.feed;
     a.forward_only = forward_only ? 1 : 0;
-    check(r.schedule.first->run_pipeline(r.schedule.second, &a), "pipeline schedule");
+    check(r.schedule.first->run(r.schedule.second, &a), "pipeline schedule");
     return {a.loss_sum, a.tokens};
   }
   double loss = 0;
@@ -51,12 +51,13 @@ std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_on
 // The squared global gradient norm: each gradient counted once, summed over the ranks that
 // hold different ones.
 double squared_grad_norm(TrainRun& r) {
+  // One backend call (one device read) for every tensor; summed here in a fixed order.
+  std::vector<double> per(r.norm_grads.size());
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, r.norm_grads.data(),
+                                r.norm_grads.size(), per.data()};
+  check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
   double sq = 0;
-  for (const DLTensor* g : r.norm_grads) {
-    double s = 0;
-    check(r.be.api->ops->sum_squares(r.be.self, g, &s), "gradient norm");
-    sq += s;
-  }
+  for (double s : per) sq += s;
   sum_over(r.comm, r.norm_group, &sq, 1);
   return sq;
 }
@@ -87,7 +88,8 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (r.staged)
     for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
-  check(papi->reduce_gradients(par), "reducing gradients");
+  const loom_grad_reduce_args reduce{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
+  check(papi->reduce(par, &reduce), "reducing gradients");
   double totals[2] = {loss_sum, (double)tokens};  // the global batch's, for the log
   sum_over(r.comm, r.data_group, totals, 2);
 
@@ -109,7 +111,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
     loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale};
     check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
     r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
-    if (r.v11 && papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+    if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
   } else {
     spdlog::warn(
         "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "

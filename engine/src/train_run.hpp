@@ -89,14 +89,13 @@ struct TrainRun {
   int64_t local_params = 0;
 
   // Gradient strategy, optimizer and schedule.
-  std::pair<const loom_parallel_api*, loom_parallel*> grad_strategy{nullptr, nullptr};
-  bool v11 = false;      // the strategy has ABI 1.1's slots
+  std::pair<const loom_grad_api*, loom_grad*> grad_strategy{nullptr, nullptr};
   bool sharded = false;  // the optimizer steps this rank's shards (ZeRO-1)
   std::vector<loom_param_shard> shards;
   std::unique_ptr<MainParams> main;         // f32 main parameters (or the values)
   std::vector<const DLTensor*> norm_grads;  // gradients of the norm, each counted once
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
-  std::pair<const loom_parallel_api*, loom_parallel*> schedule{nullptr, nullptr};
+  std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};
   loom_comm_group* norm_group = nullptr;  // where the squared gradient norm is summed
   loom_comm_group* data_group = nullptr;  // where losses are summed
 

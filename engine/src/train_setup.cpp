@@ -181,8 +181,7 @@ void TrainRun::create_model(int64_t vocab) {
   }
   for (loom_model* m : chunks)
     check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
-  grad_strategy = session.parallel(grads.data(), grads.size());
-  v11 = grad_strategy.first->struct_size >= LOOM_PARALLEL_API_SIZE_V2;
+  grad_strategy = session.grad(grads.data(), grads.size());
 }
 
 // The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1), in f32 main
@@ -192,7 +191,7 @@ void TrainRun::create_model(int64_t vocab) {
 void TrainRun::create_optimizer() {
   const auto [papi, par] = grad_strategy;
   const size_t nparams = params.size();
-  sharded = v11 && papi->shard_params;
+  sharded = papi->shard_params != nullptr;
   shards.resize(nparams);
   if (sharded) {
     for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V2;
@@ -235,7 +234,7 @@ void TrainRun::report_memory() const {
     state_bytes += (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
   }
   const double n = (double)std::max<int64_t>(local_params, 1);
-  const double own = v11 && papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
+  const double own = papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
   const double main_bytes = main->bytes() / n;
   spdlog::info(
       "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {}{:.2f} "

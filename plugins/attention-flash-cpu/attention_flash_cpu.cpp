@@ -84,7 +84,7 @@ class FlashCpuAttention {
   void forward(const loom_attention_fwd_args& a) {
     flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
     same_dtype(a.q->dtype, {a.k, a.v, a.out});
-    tune(d, a.scale, a.causal);
+    tune(d, a.scale, a.causal, a.ext);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -107,7 +107,7 @@ class FlashCpuAttention {
     loom::attention_dims("attention/flash-cpu", a.q, a.k, a.v, a.dout, "dout");
     loom::attention_grads("attention/flash-cpu", a.q, a.k, a.dq, a.dk, a.dv);
     same_dtype(a.q->dtype, {a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv});
-    tune(d, a.scale, a.causal);
+    tune(d, a.scale, a.causal, a.ext);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -136,11 +136,12 @@ class FlashCpuAttention {
   const loom_host* host() const { return host_; }
 
  private:
-  void tune(flash::Dims& d, double scale, int causal) const {
+  void tune(flash::Dims& d, double scale, int causal, const loom_ext* ext) const {
     d.bq = bq_;
     d.bk = bk_;
     d.scale = scale;
     d.causal = causal != 0;
+    d.window = loom::attention_window("attention/flash-cpu", ext, causal);
   }
 
   const loom_host* host_;
@@ -172,6 +173,8 @@ const loom_param_spec kParams[] = {
     loom::param("block_k", LOOM_PARAM_INT, "64", "keys per tile", 1, 4096),
 };
 
+const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
+
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
@@ -186,7 +189,7 @@ const loom_plugin_descriptor kDescriptor = {
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
-    nullptr,   // capabilities
+    kCapabilities,
     nullptr};  // ext
 
 }  // namespace

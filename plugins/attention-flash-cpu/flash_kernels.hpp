@@ -4,7 +4,9 @@
 // probabilities from q, k and the saved lse.
 //
 // Layouts (attention.h): q(B,T,Hq,D), k/v(B,S,Hkv,D), out(B,T,Hq,D), lse(B,Hq,T). Query head
-// h reads kv head g = h / G (G = Hq/Hkv); with causal, query t sees keys s <= t + (S - T).
+// h reads kv head g = h / G (G = Hq/Hkv); with causal, query t sees keys s <= t + (S - T),
+// and with a sliding window only the last `window` of those. Tiles wholly outside a row's
+// keys are skipped, so a window makes the work O(T * window), not O(T * S).
 // exp is backend/cpu's vexp (the same exp its softmax uses: vectorisable in f32, libm's in f64).
 // Storage type St (float, double, Bf16, F16) is widened to the accumulation type A (double
 // for f64 data, float otherwise) when a tile is loaded; all arithmetic runs in A.
@@ -56,7 +58,13 @@ struct Dims {
   int64_t bq, bk;  // tile sizes (queries, keys)
   double scale;
   bool causal;
+  int64_t window = 0;  // > 0: query t sees keys (last_key(t) - window, last_key(t)]
   int64_t last_key(int64_t t) const { return causal ? t + S - T : S - 1; }  // inclusive
+  int64_t first_key(int64_t t) const {
+    return window > 0 ? std::max<int64_t>(0, last_key(t) - window + 1) : 0;
+  }
+  // The first key tile any of queries [i0, ...) sees, aligned to bk.
+  int64_t first_tile(int64_t i0) const { return first_key(i0) / bk * bk; }
 };
 
 // dst(rows, D) compact = src rows `pitch` elements apart.
@@ -111,29 +119,31 @@ FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, 
       std::fill(l.begin(), l.end(), A(0));
       std::fill(acc.begin(), acc.end(), A(0));
       const int64_t kend = std::min(d.S, d.last_key(i0 + nq - 1) + 1);
-      for (int64_t j0 = 0; j0 < kend; j0 += d.bk) {
+      for (int64_t j0 = d.first_tile(i0); j0 < kend; j0 += d.bk) {
         const int64_t nk = std::min(d.bk, kend - j0);
         const St* kt = k + (b * d.S + j0) * kp + g * D;
         load_rows_t(kt, kp, nk, D, d.bk, Kt.data());
         load_rows(v + (b * d.S + j0) * kp + g * D, kp, nk, D, V.data());
         tile_scores(Q.data(), nq, Kt.data(), d.bk, 0, nk, D, s.data(), d.bk);
         for (int64_t i = 0; i < nq; ++i) {
-          const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);  // keys this row sees
-          if (jn <= 0) continue;
+          // Keys [j0 + j1, j0 + jn) of this tile are the ones this row sees.
+          const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);
+          const int64_t j1 = std::max<int64_t>(0, d.first_key(i0 + i) - j0);
+          if (jn <= j1) continue;
           A* row = s.data() + i * d.bk;
           A mx = m[i];
-          for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+          for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
           const A corr = std::exp(m[i] - mx);  // 0 on the first tile (m = -inf)
           const A sc = A(d.scale);
 #pragma omp simd
-          for (int64_t j = 0; j < jn; ++j) row[j] = loom::vexp(sc * row[j] - mx);
+          for (int64_t j = j1; j < jn; ++j) row[j] = loom::vexp(sc * row[j] - mx);
           A sum = 0;  // in order, as a sequential sum
-          for (int64_t j = 0; j < jn; ++j) sum += row[j];
+          for (int64_t j = j1; j < jn; ++j) sum += row[j];
           l[i] = l[i] * corr + sum;
           m[i] = mx;
           A* o = acc.data() + i * D;
           for (int64_t c = 0; c < D; ++c) o[c] *= corr;
-          for (int64_t j = 0; j < jn; ++j) axpy(o, V.data() + j * D, row[j], D);
+          for (int64_t j = j1; j < jn; ++j) axpy(o, V.data() + j * D, row[j], D);
         }
       }
       for (int64_t i = 0; i < nq; ++i) {
@@ -155,17 +165,18 @@ FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A*
     for (int64_t i = 0; i < nq; ++i) lse[i0 + i] = -std::numeric_limits<A>::infinity();
     std::vector<A> l(nq, A(0));
     const int64_t kend = std::min(d.S, d.last_key(i0 + nq - 1) + 1);
-    for (int64_t j0 = 0; j0 < kend; j0 += d.bk) {
+    for (int64_t j0 = d.first_tile(i0); j0 < kend; j0 += d.bk) {
       const int64_t nk = std::min(d.bk, kend - j0);
       tile_scores(Q + i0 * d.D, nq, Kt, d.S, j0, nk, d.D, s, d.bk);
       for (int64_t i = 0; i < nq; ++i) {
         const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);
-        if (jn <= 0) continue;
+        const int64_t j1 = std::max<int64_t>(0, d.first_key(i0 + i) - j0);
+        if (jn <= j1) continue;
         const A* row = s + i * d.bk;
         A mx = lse[i0 + i];
-        for (int64_t j = 0; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+        for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
         A sum = 0;
-        for (int64_t j = 0; j < jn; ++j) sum += std::exp(A(d.scale) * row[j] - mx);
+        for (int64_t j = j1; j < jn; ++j) sum += std::exp(A(d.scale) * row[j] - mx);
         l[i] = l[i] * std::exp(lse[i0 + i] - mx) + sum;
         lse[i0 + i] = mx;
       }
@@ -219,24 +230,26 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
           const int64_t nk = std::min(d.bk, S - j0);
           for (int64_t i0 = 0; i0 < T; i0 += d.bq) {
             const int64_t nq = std::min(d.bq, T - i0);
-            if (d.last_key(i0 + nq - 1) < j0) continue;  // the whole tile is masked
+            // The whole tile is masked: above the diagonal, or left of every row's window.
+            if (d.last_key(i0 + nq - 1) < j0 || d.first_key(i0) >= j0 + nk) continue;
             tile_scores(Q.data() + i0 * D, nq, Kt.data(), S, j0, nk, D, p.data(), d.bk);
             tile_scores(dO.data() + i0 * D, nq, Vt.data(), S, j0, nk, D, ds.data(), d.bk);
             for (int64_t i = 0; i < nq; ++i) {
               const int64_t jn = std::max<int64_t>(0, std::min(nk, d.last_key(i0 + i) - j0 + 1));
+              const int64_t j1 = std::min(jn, std::max<int64_t>(0, d.first_key(i0 + i) - j0));
               A* pr = p.data() + i * d.bk;
               A* dr = ds.data() + i * d.bk;  // dP in, dS out
               const A li = lh[i0 + i], di = Di[i0 + i];
               const A sc = A(d.scale);
 #pragma omp simd
-              for (int64_t j = 0; j < jn; ++j) {
+              for (int64_t j = j1; j < jn; ++j) {
                 pr[j] = loom::vexp(sc * pr[j] - li);
                 dr[j] = pr[j] * (dr[j] - di);
               }
               A* dqr = dQ.data() + (i0 + i) * D;
               const A* qr = Q.data() + (i0 + i) * D;
               const A* dor = dO.data() + (i0 + i) * D;
-              for (int64_t j = 0; j < jn; ++j) {
+              for (int64_t j = j1; j < jn; ++j) {
                 const A pj = pr[j], sj = A(d.scale) * dr[j];
                 axpy(dqr, K.data() + (j0 + j) * D, sj, D);
                 axpy(dK.data() + (j0 + j) * D, qr, sj, D);

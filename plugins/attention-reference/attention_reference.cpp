@@ -44,7 +44,7 @@ class ReferenceAttention {
     loom::View lse_ws(lse_, {s.B * s.Hq, s.T});
     if (!lse) lse = lse_ws;
     scores(s, a.q, a.k, p);
-    be_.call(&loom_ops::softmax_forward, p.get(), lse, a.scale, a.causal);
+    softmax(p, lse, a.scale, a.causal, a.ext);
     // out_h(T,D) = P_h(T,S) @ v_g(S,D)
     for (int64_t h = 0; h < s.Hq; ++h) {
       const Head x = head(s, h);
@@ -65,7 +65,7 @@ class ReferenceAttention {
     loom::View dp(dprobs_, {s.B * s.Hq, s.T, s.S});
     loom::View lse(lse_, {s.B * s.Hq, s.T});
     scores(s, a.q, a.k, p);
-    be_.call(&loom_ops::softmax_forward, p.get(), lse.get(), a.scale, a.causal);
+    softmax(p, lse, a.scale, a.causal, a.ext);
     for (int64_t h = 0; h < s.Hq; ++h) {  // dP_h(T,S) = dO_h(T,D) @ v_g(S,D)^T
       const Head x = head(s, h);
       gemm(0, 1, s.T, s.S, s.D, 1.0, 0.0, a.dout, s.qpitch(), x.qstride, x.qoff,  //
@@ -99,6 +99,13 @@ class ReferenceAttention {
     return {h * s.D, s.T * s.qpitch(), g * s.D, s.S * s.kpitch(), h * s.T * s.S, s.Hq * s.T * s.S};
   }
 
+  // P = softmax(scale * S) over the keys each query sees: causal, and a sliding window when
+  // the args' ext chain asks for one. Masked probabilities are exactly 0, so the gemms of
+  // the backward need no mask of their own.
+  void softmax(DLTensor* p, DLTensor* lse, double scale, int causal, const loom_ext* ext) {
+    loom::softmax_forward(be_, p, lse, scale, causal != 0,
+                          loom::attention_window("attention/reference", ext, causal));
+  }
   // S_h(T,S) = q_h(T,D) @ k_g(S,D)^T into p (the scale is applied by softmax_forward).
   void scores(const Shape& s, const DLTensor* q, const DLTensor* k, DLTensor* p) {
     for (int64_t h = 0; h < s.Hq; ++h) {
@@ -174,12 +181,20 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
 
 const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
 
+#ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
+const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
+#define LOOM_REFERENCE_NAME "reference"
+#else  // tests/train's attention/causal-only: a plugin that does not list windows
+const char* const* const kCapabilities = nullptr;
+#define LOOM_REFERENCE_NAME "causal-only"
+#endif
+
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_ATTENTION,
-    "reference",
+    LOOM_REFERENCE_NAME,
     "0.1.0",
     "Loom",
     "Apache-2.0",
@@ -187,7 +202,7 @@ const loom_plugin_descriptor kDescriptor = {
     nullptr,
     0,
     &kApi,
-    nullptr,   // capabilities
+    kCapabilities,
     nullptr};  // ext
 
 }  // namespace

@@ -19,6 +19,9 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
   a.head_dim = o.head_dim;
   a.rope = o.rope;
   a.rope_theta = o.rope_theta;
+  a.window = {
+      {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
+      o.attention_window};
   Param& w = ps.at(prefix + ".c_attn.weight");
   Param* b = o.bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
   a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
@@ -46,6 +49,7 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.scale = scale;
   f.causal = 1;
+  f.ext = window.window > 0 ? &window.base : nullptr;
   if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
     f.q = qv;
@@ -111,6 +115,7 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   b.dv = dv;
   b.scale = 1.0 / std::sqrt((double)D);
   b.causal = 1;
+  b.ext = window.window > 0 ? &window.base : nullptr;
   loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
   if (rope) {  // gradients w.r.t. the q, k before rotation
     c.call(&loom_ops::rope_backward, dq.get(), s.pos0, rope_theta);

@@ -22,6 +22,7 @@ struct Options {
   int64_t max_seq_len = 1024, pad_vocab_to = 128;
   bool rmsnorm = false, swiglu = false, rope = false, bias = true, tie_embeddings = true;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
   // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
@@ -150,6 +151,8 @@ struct AttentionBlock {
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
   bool rope = false;
   double rope_theta = 10000.0;
+  // Sliding window, asked of the attention plugin as a required extension (0 = none).
+  loom_attention_window window{};
 
   static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
   // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.

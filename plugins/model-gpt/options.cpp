@@ -31,6 +31,11 @@ const loom_param_spec kSchema[] = {
           0.0, 10.0),
     param("max_seq_len", LOOM_PARAM_INT, "1024",
           "longest sequence: rows of the learned position table wpe", 1, 1 << 24),
+    param("attention_window", LOOM_PARAM_INT, "0",
+          "sliding-window attention: each position sees its last N positions, itself "
+          "included (Mistral's sliding_window); 0 = full causal. Needs an attention plugin "
+          "with loom.attention-window/1",
+          0, 1 << 30),
     param("pad_vocab_to", LOOM_PARAM_INT, "128",
           "pad the embedding vocabulary to a multiple of this (padded logits are never "
           "computed)",
@@ -61,6 +66,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   o.max_seq_len = cfg.get_int("max_seq_len");
   o.pad_vocab_to = cfg.get_int("pad_vocab_to");
   o.ffn_hidden = cfg.get_int("ffn_hidden");
+  o.attention_window = cfg.get_int("attention_window");
   if (o.ffn_hidden == 0)
     o.ffn_hidden = o.swiglu ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
 

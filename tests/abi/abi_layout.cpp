@@ -90,6 +90,8 @@ Listing build() {
   F(struct_size) F(param) F(grad) F(m) F(v) F(lr) F(beta1) F(beta2) F(eps) F(weight_decay)
   F(grad_scale) F(step)
   END
+  STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) END
+  STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(layernorm_forward)
@@ -107,11 +109,13 @@ Listing build() {
   END
   // attention.h
   STRUCT(loom_attention_fwd_args)
-  F(struct_size) F(q) F(k) F(v) F(out) F(lse) F(scale) F(causal)
+  F(struct_size) F(q) F(k) F(v) F(out) F(lse) F(scale) F(causal) F(ext)
   END
   STRUCT(loom_attention_bwd_args)
   F(struct_size) F(dout) F(q) F(k) F(v) F(out) F(lse) F(dq) F(dk) F(dv) F(scale) F(causal)
+  F(ext)
   END
+  STRUCT(loom_attention_window) F(base) F(window) END
   STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
   // model.h
   STRUCT(loom_model_create_args)
@@ -137,22 +141,27 @@ Listing build() {
   STRUCT(loom_optimizer_api)
   F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
   END
-  // parallel.h
+  // host.h and model.h (layout, stages)
   STRUCT(loom_parallel_layout)
   F(struct_size) F(world) F(tensor) F(context) F(data) F(pipeline) F(expert) F(virtual_stages)
   F(tensor_rank) F(context_rank) F(data_rank) F(pipeline_rank) F(expert_rank)
   F(sequence_parallel)
   END
   STRUCT(loom_stage_info) F(struct_size) F(is_first) F(is_last) F(hidden) F(dtype) END
-  STRUCT(loom_pipeline_args)
-  F(struct_size) F(model_api) F(chunks) F(num_chunks) F(num_microbatches) F(get_microbatch)
-  F(user) F(forward_only) F(loss_sum) F(tokens)
-  END
+  // grad.h
+  STRUCT(loom_grad_create_args) F(struct_size) F(grads) F(num_grads) F(ext) END
+  STRUCT(loom_grad_reduce_args) F(struct_size) F(ext) END
   STRUCT(loom_param_shard) F(struct_size) F(param) F(grad) F(offset) END
-  STRUCT(loom_parallel_api)
-  F(struct_size) F(create) F(destroy) F(reduce_gradients) F(run_pipeline) F(shard_params)
-  F(after_step) F(bytes_per_param)
+  STRUCT(loom_grad_api)
+  F(struct_size) F(create) F(destroy) F(reduce) F(shard_params) F(after_step)
+  F(bytes_per_param)
   END
+  // schedule.h
+  STRUCT(loom_schedule_args)
+  F(struct_size) F(model_api) F(chunks) F(num_chunks) F(num_microbatches) F(get_microbatch)
+  F(user) F(forward_only) F(loss_sum) F(tokens) F(ext)
+  END
+  STRUCT(loom_schedule_api) F(struct_size) F(create) F(destroy) F(run) END
   // tokenizer.h
   STRUCT(loom_tokenizer_api)
   F(struct_size) F(create) F(destroy) F(vocab_size) F(eod_id) F(encode) F(decode)
@@ -179,8 +188,9 @@ Listing build() {
   ENUM(loom_status, LOOM_ERR_IO) ENUM(loom_status, LOOM_ERR_INTERNAL)
   ENUM(loom_plugin_kind, LOOM_KIND_BACKEND) ENUM(loom_plugin_kind, LOOM_KIND_COMM)
   ENUM(loom_plugin_kind, LOOM_KIND_MODEL) ENUM(loom_plugin_kind, LOOM_KIND_ATTENTION)
-  ENUM(loom_plugin_kind, LOOM_KIND_PARALLEL) ENUM(loom_plugin_kind, LOOM_KIND_OPTIMIZER)
+  ENUM(loom_plugin_kind, LOOM_KIND_GRAD) ENUM(loom_plugin_kind, LOOM_KIND_OPTIMIZER)
   ENUM(loom_plugin_kind, LOOM_KIND_TOKENIZER) ENUM(loom_plugin_kind, LOOM_KIND_DATASET)
+  ENUM(loom_plugin_kind, LOOM_KIND_SCHEDULE)
   ENUM(loom_param_type, LOOM_PARAM_BOOL) ENUM(loom_param_type, LOOM_PARAM_INT)
   ENUM(loom_param_type, LOOM_PARAM_FLOAT) ENUM(loom_param_type, LOOM_PARAM_STRING)
   ENUM(loom_log_level, LOOM_LOG_DEBUG) ENUM(loom_log_level, LOOM_LOG_INFO)

@@ -12,11 +12,14 @@
   X(loom_comm_ref) \
   X(loom_gemm_args) \
   X(loom_adamw_args) \
+  X(loom_softmax_args) \
+  X(loom_sum_squares_args) \
   X(loom_ops) \
   X(loom_backend_info) \
   X(loom_backend_api) \
   X(loom_attention_fwd_args) \
   X(loom_attention_bwd_args) \
+  X(loom_attention_window) \
   X(loom_attention_api) \
   X(loom_model_create_args) \
   X(loom_model_param) \
@@ -26,7 +29,8 @@
   X(loom_opt_param) \
   X(loom_opt_step_args) \
   X(loom_optimizer_api) \
-  X(loom_parallel_api) \
+  X(loom_grad_api) \
+  X(loom_schedule_api) \
   X(loom_tokenizer_api) \
   X(loom_dataset_api) \
   X(loom_comm_api) \

@@ -98,8 +98,7 @@ TEST_CASE("every Loom struct starts with size_t struct_size, an extension with i
   for (const std::string& t : types) {
     if (t.size() > 4 && t.compare(t.size() - 4, 4, "_ref") == 0) continue;
     CAPTURE(t);
-    if (t != "loom_ext" && t.size() > 4 && t.compare(t.size() - 4, 4, "_ext") == 0) {
-      REQUIRE(rows.count({t, "base"}) == 1);  // the loom_ext header, whose struct_size is first
+    if (rows.count({t, "base"}) == 1) {  // an extension: the loom_ext header comes first
       CHECK(rows[{t, "base"}].offset == 0);
       CHECK(rows[{t, "base"}].size == sizeof(loom_ext));
       continue;

@@ -115,7 +115,8 @@ void run_case(DLDataType dt, const Case& c) {
                               to.get(),
                               tl.get(),
                               scale,
-                              c.causal};
+                              c.causal,
+                              nullptr};
     side->host.check(side->att.api->forward(side->att.self, &f));
     loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                               tdo.get(),
@@ -128,7 +129,8 @@ void run_case(DLDataType dt, const Case& c) {
                               tdk.get(),
                               tdv.get(),
                               scale,
-                              c.causal};
+                              c.causal,
+                              nullptr};
     side->host.check(side->att.api->backward(side->att.self, &b));
     be.api()->synchronize(be.self());
     Vec* r = dev ? got : want;
@@ -167,7 +169,8 @@ void expect_refused(std::vector<int64_t> qs, std::vector<int64_t> ks, DLDataType
                             out.get(),
                             nullptr,
                             0.125,
-                            causal};
+                            causal,
+                            nullptr};
   CHECK_THROWS_WITH_AS(g_dev->host.check(g_dev->att.api->forward(g_dev->att.self, &f)),
                        doctest::Contains(says), std::runtime_error);
 }

@@ -11,7 +11,9 @@
 //   checking itself on a machine without a GPU; LOOM_ATTN_TEST_DEVICE=cpu says the same).
 // A plugin may refuse a case it does not implement, with LOOM_ERR_UNIMPLEMENTED and a message
 // that names it: never a silent fallback. Only plugins listed in may_refuse() below may refuse
-// at all, and each must still run at least one case per dtype it supports.
+// at all, and each must still run at least one case per dtype it supports. Sliding-window
+// cases (loom.attention-window/1, a required extension) must be refused by name by every
+// plugin that does not list the capability, and computed by every plugin that does.
 // Without the plugins or a CUDA device: "SKIPPED: <reason>", exit 77.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -106,23 +108,71 @@ int g_compared = 0, g_refused = 0;  // cases per dtype (run_all resets them)
 struct Case {
   int64_t B, T, S, Hq, Hkv, D;
   bool causal;
+  int64_t window = 0;  // > 0: sliding window, through the args' ext chain
+};
+
+// The plugin under test lists loom.attention-window/1.
+bool lists_window() {
+  const loom_plugin_descriptor* d = loomtest::load_descriptor("attention", under_test().second);
+  for (size_t i = 0; d->capabilities && d->capabilities[i]; ++i)
+    if (std::string(d->capabilities[i]) == LOOM_EXT_ATTENTION_WINDOW) return true;
+  return false;
+}
+
+struct Io {
+  DLTensor *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv;
+};
+
+// One forward and one backward of case c on `io`, a window on their ext chains when c has
+// one. Holds pointers into itself: not copyable.
+struct Calls {
+  loom_attention_window w{
+      {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr}, 0};
+  loom_attention_fwd_args f{};
+  loom_attention_bwd_args b{};
+  Calls(const Io& io, const Case& c, double scale) {
+    w.window = c.window;
+    const loom_ext* ext = c.window > 0 ? &w.base : nullptr;
+    f = {LOOM_ATTENTION_FWD_ARGS_SIZE_V2, io.q, io.k, io.v, io.out, io.lse, scale, c.causal, ext};
+    b = {LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
+         io.dout,
+         io.q,
+         io.k,
+         io.v,
+         io.out,
+         io.lse,
+         io.dq,
+         io.dk,
+         io.dv,
+         scale,
+         c.causal,
+         ext};
+  }
+  Calls(const Calls&) = delete;
+  Calls& operator=(const Calls&) = delete;
 };
 
 void check(loomtest::TestHost& h, loom_error* e) { h.check(e); }
 
 // A call of the plugin under test: false when it ran; true when it refused the case, which
 // only a plugin that may refuse may do, by name (LOOM_ERR_UNIMPLEMENTED).
-bool refused(loom_error* e) {
-  if (e == nullptr) return false;
+bool refused(loom_error* e, const Case& c) {
+  if (e == nullptr) {
+    // A plugin that does not list the window extension must not compute windowed attention.
+    if (c.window > 0) REQUIRE(lists_window());
+    return false;
+  }
   const loom_host* h = g_dev->host.host();
   const std::string msg = h->error_message(e);
   const loom_status code = h->error_code(e);
   h->error_free(e);
   const std::string name = "attention/" + under_test().second + ":";
   INFO("the plugin said (code " << int(code) << "): " << msg);
-  REQUIRE(may_refuse());
+  const bool window_refused = c.window > 0 && !lists_window();
+  REQUIRE((may_refuse() || window_refused));
   REQUIRE(code == LOOM_ERR_UNIMPLEMENTED);
   REQUIRE(msg.find(name) != std::string::npos);
+  if (window_refused) REQUIRE(msg.find(LOOM_EXT_ATTENTION_WINDOW) != std::string::npos);
   MESSAGE("refused: " << msg);
   ++g_refused;
   return true;
@@ -131,7 +181,7 @@ bool refused(loom_error* e) {
 void run_case(DLDataType dt, const Case& c) {
   const std::vector<int64_t> qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.S, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
   const size_t nq = c.B * c.T * c.Hq * c.D, nk = c.B * c.S * c.Hkv * c.D;
-  std::mt19937 rng(static_cast<unsigned>(c.T * 131 + c.S * 7 + c.D + c.causal));
+  std::mt19937 rng(static_cast<unsigned>(c.T * 131 + c.S * 7 + c.D + c.causal + c.window));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto rnd = [&](size_t n, float amp) {
     Vec v(n);
@@ -152,28 +202,11 @@ void run_case(DLDataType dt, const Case& c) {
     loom::Tensor to = poisoned(be, loom_f32(), qs), tl = poisoned(be, loom_f32(), ls),
                  tdq = poisoned(be, loom_f32(), qs), tdk = poisoned(be, loom_f32(), ks),
                  tdv = poisoned(be, loom_f32(), ks);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
-                              tq.get(),
-                              tk.get(),
-                              tv.get(),
-                              to.get(),
-                              tl.get(),
-                              scale,
-                              c.causal};
-    check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &f));
-    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
-                              tdo.get(),
-                              tq.get(),
-                              tk.get(),
-                              tv.get(),
-                              to.get(),
-                              tl.get(),
-                              tdq.get(),
-                              tdk.get(),
-                              tdv.get(),
-                              scale,
-                              c.causal};
-    check(g_cpu->host, g_cpu->att.api->backward(g_cpu->att.self, &b));
+    Calls x({tq.get(), tk.get(), tv.get(), tdo.get(), to.get(), tl.get(), tdq.get(), tdk.get(),
+             tdv.get()},
+            c, scale);
+    check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &x.f));
+    check(g_cpu->host, g_cpu->att.api->backward(g_cpu->att.self, &x.b));
     want[0] = to.download<float>(), want[1] = tl.download<float>();
     want[2] = tdq.download<float>(), want[3] = tdk.download<float>(),
     want[4] = tdv.download<float>();
@@ -185,28 +218,11 @@ void run_case(DLDataType dt, const Case& c) {
     upload(tq, q), upload(tk, k), upload(tv, v), upload(tdo, dout);
     loom::Tensor to = poisoned(be, dt, qs), tl = poisoned(be, loom_f32(), ls),
                  tdq = poisoned(be, dt, qs), tdk = poisoned(be, dt, ks), tdv = poisoned(be, dt, ks);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
-                              tq.get(),
-                              tk.get(),
-                              tv.get(),
-                              to.get(),
-                              tl.get(),
-                              scale,
-                              c.causal};
-    if (refused(g_dev->att.api->forward(g_dev->att.self, &f))) return;
-    loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
-                              tdo.get(),
-                              tq.get(),
-                              tk.get(),
-                              tv.get(),
-                              to.get(),
-                              tl.get(),
-                              tdq.get(),
-                              tdk.get(),
-                              tdv.get(),
-                              scale,
-                              c.causal};
-    if (refused(g_dev->att.api->backward(g_dev->att.self, &b))) return;
+    Calls x({tq.get(), tk.get(), tv.get(), tdo.get(), to.get(), tl.get(), tdq.get(), tdk.get(),
+             tdv.get()},
+            c, scale);
+    if (refused(g_dev->att.api->forward(g_dev->att.self, &x.f), c)) return;
+    if (refused(g_dev->att.api->backward(g_dev->att.self, &x.b), c)) return;
     be.api()->synchronize(be.self());
     got[0] = download(to), got[1] = tl.download<float>();
     got[2] = download(tdq), got[3] = download(tdk), got[4] = download(tdv);
@@ -225,13 +241,18 @@ const Case kCases[] = {
     {1, 33, 97, 4, 1, 128, false},  // MQA, non-causal T < S
     {2, 129, 129, 3, 1, 64, true},  // GQA 3:1, three query tiles
     {1, 1, 45, 2, 1, 128, true},    // one query (generation)
+    // Sliding windows: shorter than a tile, across tiles, and T < S with GQA.
+    {2, 77, 77, 2, 2, 64, true, 5},
+    {2, 129, 129, 3, 1, 64, true, 40},
+    {1, 50, 131, 4, 2, 128, true, 70},
+    {1, 1, 45, 2, 1, 128, true, 16},  // one query sees its last 16 keys
 };
 
 void run_all(DLDataType dt, const char* name) {
   g_compared = g_refused = 0;
   for (const Case& c : kCases) {
     INFO(name << " B=" << c.B << " T=" << c.T << " S=" << c.S << " Hq=" << c.Hq << " Hkv=" << c.Hkv
-              << " D=" << c.D << " causal=" << c.causal);
+              << " D=" << c.D << " causal=" << c.causal << " window=" << c.window);
     run_case(dt, c);
   }
   MESSAGE(std::string(name) << ": " << g_compared << " cases compared, " << g_refused
@@ -248,8 +269,15 @@ TEST_CASE("flash-cuda refuses unsupported head dims" *
           doctest::skip(under_test().second != "flash-cuda")) {
   const loom::Backend& be = g_dev->be;
   loom::Tensor q(be, loom_bf16(), {1, 8, 1, 96}), out(be, loom_bf16(), {1, 8, 1, 96});
-  loom_attention_fwd_args f{
-      LOOM_ATTENTION_FWD_ARGS_SIZE_V2, q.get(), q.get(), q.get(), out.get(), nullptr, 0.1, 0};
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2,
+                            q.get(),
+                            q.get(),
+                            q.get(),
+                            out.get(),
+                            nullptr,
+                            0.1,
+                            0,
+                            nullptr};
   CHECK_THROWS_WITH_AS(check(g_dev->host, g_dev->att.api->forward(g_dev->att.self, &f)),
                        doctest::Contains("head dim 96"), std::runtime_error);
 }

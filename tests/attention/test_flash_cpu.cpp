@@ -1,6 +1,7 @@
 // attention/flash-cpu against attention/reference (which materialises the probabilities
 // through backend/cpu's gemm and softmax): forward out and lse, backward dq, dk, dv on random
-// inputs, causal and not, T < S and T = S, odd sizes, GQA, several tile sizes; the backward
+// inputs, causal and not, sliding windows, T < S and T = S, odd sizes, GQA, several tile
+// sizes; the backward
 // against central finite differences in f64; memory (nothing allocated through the backend,
 // so a 4096 x 4096 forward leaves mem_peak where it was); bf16 and f16 storage; errors.
 #include <algorithm>
@@ -50,6 +51,7 @@ Att flash(int64_t bq = 64, int64_t bk = 64) {
 struct Case {
   int64_t B, T, S, Hq, Hkv, D;
   bool causal;
+  int64_t window = 0;  // > 0: loom.attention-window/1 on the args' ext chain
 };
 
 struct Result {
@@ -66,13 +68,17 @@ Result run(Att att, DLDataType dt, DLDataType lse_dt, const Case& c, const Vec& 
   loom::Tensor O(B(), dt, {c.B, c.T, c.Hq, c.D}), L(B(), lse_dt, {c.B, c.Hq, c.T});
   loom::Tensor dQ(B(), dt, {c.B, c.T, c.Hq, c.D}), dK(B(), dt, {c.B, c.S, c.Hkv, c.D});
   loom::Tensor dV(B(), dt, {c.B, c.S, c.Hkv, c.D});
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q,     K,       V, O,
-                            with_lse ? L.get() : nullptr,    scale, c.causal};
+  const loom_attention_window w{
+      {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
+      c.window};
+  const loom_ext* ext = c.window > 0 ? &w.base : nullptr;
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q,     K,        V,  O,
+                            with_lse ? L.get() : nullptr,    scale, c.causal, ext};
   env().host.check(att.api->forward(att.self, &f));
   Result r{get(O), with_lse ? get(L) : Vec{}, {}, {}, {}};
   if (dout.empty()) return r;
   loom_attention_bwd_args b{
-      LOOM_ATTENTION_BWD_ARGS_SIZE_V2, dO, Q, K, V, O, L, dQ, dK, dV, scale, c.causal};
+      LOOM_ATTENTION_BWD_ARGS_SIZE_V2, dO, Q, K, V, O, L, dQ, dK, dV, scale, c.causal, ext};
   env().host.check(att.api->backward(att.self, &b));
   r.dq = get(dQ);
   r.dk = get(dK);
@@ -100,6 +106,7 @@ void compare(DLDataType dt, DLDataType lse_dt, const Case& c, double tol, Att fl
   CAPTURE(c.Hkv);
   CAPTURE(c.D);
   CAPTURE(c.causal);
+  CAPTURE(c.window);
   const uint64_t seed = c.T * 131 + c.S * 7 + c.D + c.Hq;
   Vec q = random_vec(c.B * c.T * c.Hq * c.D, seed, -2, 2);
   Vec k = random_vec(c.B * c.S * c.Hkv * c.D, seed + 1, -2, 2);
@@ -115,13 +122,24 @@ void compare(DLDataType dt, DLDataType lse_dt, const Case& c, double tol, Att fl
 }
 
 const Case kCases[] = {
-    {2, 16, 16, 4, 4, 8, true},    {2, 16, 16, 4, 4, 8, false},  // T = S
-    {1, 5, 40, 2, 2, 16, true},    {1, 5, 40, 2, 2, 16, false},  // T < S (decode-like)
-    {1, 1, 33, 2, 1, 8, true},                                   // one new token
-    {2, 37, 53, 2, 2, 6, true},    {2, 37, 53, 2, 2, 6, false},  // odd sizes
-    {1, 37, 53, 2, 1, 64, true},   {1, 37, 53, 2, 1, 64, false},
-    {2, 24, 24, 8, 2, 8, true},    {1, 19, 30, 8, 2, 8, false},  // GQA
-    {1, 150, 150, 2, 1, 16, true},                               // several 64-tiles
+    {2, 16, 16, 4, 4, 8, true},
+    {2, 16, 16, 4, 4, 8, false},  // T = S
+    {1, 5, 40, 2, 2, 16, true},
+    {1, 5, 40, 2, 2, 16, false},  // T < S (decode-like)
+    {1, 1, 33, 2, 1, 8, true},    // one new token
+    {2, 37, 53, 2, 2, 6, true},
+    {2, 37, 53, 2, 2, 6, false},  // odd sizes
+    {1, 37, 53, 2, 1, 64, true},
+    {1, 37, 53, 2, 1, 64, false},
+    {2, 24, 24, 8, 2, 8, true},
+    {1, 19, 30, 8, 2, 8, false},    // GQA
+    {1, 150, 150, 2, 1, 16, true},  // several 64-tiles
+    // Sliding windows: of two keys, inside a tile, across tiles, T < S, GQA.
+    {1, 20, 20, 2, 2, 8, true, 2},
+    {2, 37, 53, 2, 2, 6, true, 4},
+    {1, 150, 150, 2, 1, 16, true, 70},
+    {1, 5, 40, 2, 2, 16, true, 9},
+    {2, 24, 24, 8, 2, 8, true, 7},
 };
 
 }  // namespace
@@ -155,8 +173,9 @@ TEST_CASE("flash-cpu: f64 data with the model's f32 lse; forward with lse NULL")
 }
 
 TEST_CASE("flash-cpu backward matches central finite differences (f64)") {
-  for (bool causal : {true, false}) {
-    const Case c{1, 3, 5, 4, 2, 4, causal};
+  for (const Case& c : {Case{1, 3, 5, 4, 2, 4, true}, Case{1, 3, 5, 4, 2, 4, false},
+                        Case{1, 3, 5, 4, 2, 4, true, 2}}) {
+    CAPTURE(c.window);
     Att fl = flash(2, 2);
     Vec q = random_vec(3 * 4 * 4, 11, -2, 2), k = random_vec(5 * 2 * 4, 12, -2, 2);
     Vec v = random_vec(5 * 2 * 4, 13), w = random_vec(3 * 4 * 4, 14);
@@ -182,7 +201,7 @@ TEST_CASE("flash-cpu: a 4096 x 4096 forward allocates nothing through the backen
   };
   const size_t before = peak();
   Att fl = flash();
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q, K, V, O, L, 0.125, 1};
+  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q, K, V, O, L, 0.125, 1, nullptr};
   env().host.check(fl.api->forward(fl.self, &f));
   CHECK(peak() - before < (size_t)(T * T * 4));
   CHECK(peak() == before);
@@ -222,7 +241,8 @@ TEST_CASE("flash-cpu bf16 / f16 storage: f32 math on the rounded values") {
     DLTensor V{vb.data(), cpu, 4, dt, ks, nullptr, 0}, O{ob.data(), cpu, 4, dt, qs, nullptr, 0};
     DLTensor L{lse.data(), cpu, 3, loom_f32(), ls, nullptr, 0};
     Att fl = flash(8, 8);
-    loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &Q, &K, &V, &O, &L, 0.25, 1};
+    loom_attention_fwd_args f{
+        LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &Q, &K, &V, &O, &L, 0.25, 1, nullptr};
     env().host.check(fl.api->forward(fl.self, &f));
     Vec got(ob.size());
     for (size_t i = 0; i < ob.size(); ++i)
@@ -239,7 +259,8 @@ TEST_CASE("flash-cpu refuses tensors that are not on host memory, naming the dev
   DLTensor gpu = q;
   gpu.device = {kDLCUDA, 0};
   Att fl = flash();
-  loom_attention_fwd_args f{LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &q, &gpu, &q, &q, nullptr, 1.0, 1};
+  loom_attention_fwd_args f{
+      LOOM_ATTENTION_FWD_ARGS_SIZE_V2, &q, &gpu, &q, &q, nullptr, 1.0, 1, nullptr};
   loom_error* e = fl.api->forward(fl.self, &f);
   REQUIRE(e != nullptr);
   const std::string m = e->message;

@@ -529,18 +529,18 @@ TEST_SUITE("gpu") {
     CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
     CHECK(o.message.find("b is f16 but out is bf16") != std::string::npos);
 
-    // sum_squares in double
-    double ss = -1, ref = 0;
+    // sum_squares in double: three tensors (f32, bf16, empty) in one call
+    double ref = 0, refb = 0;
     for (float v : x) ref += double(v) * double(v);
-    OK(ops().sum_squares(in.be, xs.t, &ss));
-    CHECK(std::fabs(ss - ref) <= 1e-12 * ref);
-    double ssb = -1, refb = 0;
     for (uint16_t h : hb) refb += double(from_bf16(h)) * double(from_bf16(h));
-    OK(ops().sum_squares(in.be, tb.t, &ssb));
-    CHECK(std::fabs(ssb - refb) <= 1e-12 * refb);
     Dev e(in, loom_f32(), {0});
-    OK(ops().sum_squares(in.be, e.t, &ss));
-    CHECK(ss == 0);
+    const DLTensor* xs3[3] = {xs.t, tb.t, e.t};
+    double ss3[3] = {-1, -1, -1};
+    const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs3, 3, ss3};
+    OK(ops().sum_squares(in.be, &ssq));
+    CHECK(std::fabs(ss3[0] - ref) <= 1e-12 * ref);
+    CHECK(std::fabs(ss3[1] - refb) <= 1e-12 * refb);
+    CHECK(ss3[2] == 0);
   }
 
   TEST_CASE("backend/cuda: bias_add and bias_backward, f32 and mixed precision") {

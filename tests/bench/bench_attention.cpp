@@ -150,7 +150,8 @@ Result bench_one(const Options& o, const std::string& name) {
                                   out.get(),
                                   lse.get(),
                                   scale,
-                                  o.causal};
+                                  o.causal,
+                                  nullptr};
   const loom_attention_bwd_args b{LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
                                   dout.get(),
                                   q.get(),
@@ -162,7 +163,8 @@ Result bench_one(const Options& o, const std::string& name) {
                                   dk.get(),
                                   dv.get(),
                                   scale,
-                                  o.causal};
+                                  o.causal,
+                                  nullptr};
   auto sync = [&] { loom::check(host.host(), be.api()->synchronize(be.self())); };
   Result r;
   r.fwd_ms =

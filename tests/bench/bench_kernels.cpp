@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         {"gelu_backward (256x3072)", (int)L,
          [&] { be.call(&loom_ops::gelu_backward, dh.get(), h.get(), dh.get()); }},
         {"softmax_forward (48x64x64 causal)", (int)L,
-         [&] { be.call(&loom_ops::softmax_forward, att.get(), lse.get(), 0.125, 1); }},
+         [&] { loom::softmax_forward(be, att.get(), lse.get(), 0.125, 1); }},
         {"softmax_backward (48x64x64)", (int)L,
          [&] { be.call(&loom_ops::softmax_backward, att.get(), att.get(), att.get(), 0.125); }},
         {"rope_forward (4x64x12x64)", 2 * (int)L,
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
                    tg.get(), 1.0 / N);
          }},
         {"fill (zero 124M grads)", 1, [&] { be.call(&loom_ops::fill, grad.get(), 0.0); }},
-        {"sum_squares (124M grads)", 1, [&] { be.call(&loom_ops::sum_squares, grad.get(), &ss); }},
+        {"sum_squares (124M grads)", 1, [&] { ss = loom::sum_squares(be, grad.get()); }},
         {"adamw_step (124M params)", 1, [&] { be.call(&loom_ops::adamw_step, &aw); }},
     };
     double total = 0;

@@ -150,10 +150,11 @@ TEST_CASE("validate prints the layout and one ok line naming the plugins") {
   CHECK(r.code == 0);
   CHECK(r.out.rfind("layout: world 1 = tensor 1 x context 1 x data 1 x pipeline 1", 0) == 0);
   CHECK(contains(r.out, "  layers per stage: 12 (1 stage)\n"));
-  CHECK(contains(r.out, "\nok: " + recipe.string() +
-                            ": 1 section, plugins: backend/cpu comm/single model/gpt "
-                            "attention/reference parallel/ddp optimizer/adamw tokenizer/byte "
-                            "dataset/mock\n"));
+  CHECK(contains(r.out,
+                 "\nok: " + recipe.string() +
+                     ": 1 section, plugins: backend/cpu comm/single model/gpt "
+                     "attention/reference grad/ddp schedule/1f1b optimizer/adamw tokenizer/byte "
+                     "dataset/mock\n"));
   r = run_loom("validate " + q(recipe.string()) + " --set train.iters=7 --print");
   CHECK(r.code == 0);
   CHECK(contains(r.out, "[train]\nseed = 1234\niters = 7\n"));

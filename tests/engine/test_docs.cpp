@@ -32,7 +32,7 @@ TEST_CASE("the generator marks its parts and documents plugins with their keys")
   auto parts = marked_parts(r.out);
   CHECK(parts.count("engine") == 1);
   CHECK(parts.count("model/gpt") == 1);
-  CHECK(parts.count("parallel/ddp") == 1);
+  CHECK(parts.count("grad/ddp") == 1);
   CHECK(contains(parts["engine"], "### [train]"));
   CHECK(contains(parts["engine"], "| `seed` | int | `1234` | >= 0 |"));
   CHECK(contains(parts["engine"],
@@ -40,7 +40,7 @@ TEST_CASE("the generator marks its parts and documents plugins with their keys")
   CHECK(contains(parts["engine"], "| `split` | string | `\"98,2,0\"` |"));
   CHECK(contains(parts["model/gpt"], "| `n_layer` | int | `12` | >= 1 | transformer layers |"));
   CHECK(contains(parts["dataset/needs"], "| `path` | string | *required* |"));
-  CHECK(contains(parts["parallel/ddp"], "Selected with `[parallel] data = \"ddp\"`"));
+  CHECK(contains(parts["grad/ddp"], "Selected with `[parallel] data = \"ddp\"`"));
   CHECK(contains(parts["tokenizer/byte"], "It takes no keys."));
   // Deterministic.
   CHECK(run_loom("docs recipes").out == r.out);

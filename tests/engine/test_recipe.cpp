@@ -202,7 +202,7 @@ TEST_CASE("wrong types, ranges and choices are refused with file:line") {
   check_one("model", "activation = \"relu\"",
             "model.activation must be one of gelu|swiglu, got \"relu\"; did you mean 'gelu'?");
   check_one("parallel", "schedule = \"zb\"",
-            "no plugin parallel/zb (available parallel plugins: 1f1b, ddp)");
+            "no plugin schedule/zb (available schedule plugins: 1f1b)");
   check_one("data", "split = \"1,2,3,4\"",
             "data.split has more than three weights (train, valid, test): \"1,2,3,4\"");
   check_one("data", "split = \"a,b\"",
@@ -233,7 +233,7 @@ TEST_CASE("unknown sections and keys suggest the nearest name or list the valid 
         (dir / "r.toml").string() +
             ":2: unknown key 'optimizer.qqqqqqq' for optimizer/adamw; valid keys: plugin, beta1, "
             "weight_decay");
-  // The selected parallel plugin's keys belong to [parallel].
+  // The selected grad plugin's keys belong to [parallel].
   write_file(dir / "r.toml", "[parallel]\nbucket_mbb = 3\n");
   CHECK(contains(validate_error(dir / "r.toml"), "did you mean 'bucket_mb'?"));
   write_file(dir / "r.toml", "[model]\n[model.sub]\nx = 1\n");
@@ -246,8 +246,7 @@ TEST_CASE("plugin selection errors name the recipe line and the nearest plugin")
   CHECK(validate_error(dir / "r.toml") ==
         (dir / "r.toml").string() + ":2: no plugin model/gtp; did you mean model/gpt?");
   write_file(dir / "r.toml", "[parallel]\ndata = \"dpp\"\n");
-  CHECK(contains(validate_error(dir / "r.toml"),
-                 "no plugin parallel/dpp; did you mean parallel/ddp?"));
+  CHECK(contains(validate_error(dir / "r.toml"), "no plugin grad/dpp; did you mean grad/ddp?"));
   write_file(dir / "r.toml", "[tokenizer]\nplugin = \"wordpiece\"\n");
   CHECK(contains(validate_error(dir / "r.toml"),
                  "no plugin tokenizer/wordpiece (available tokenizer plugins: byte)"));

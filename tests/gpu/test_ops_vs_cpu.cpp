@@ -295,7 +295,7 @@ void run_elementwise(DLDataType dt) {
     Pair v(dt, {len}, random_vec(len, 65 + len, -2.0, 2.0));
     double got[2] = {0, 0};
     run_both([&](const loom::Backend& B, int s) {
-      B.call(&loom_ops::sum_squares, static_cast<const DLTensor*>(v[s]), &got[s]);
+      got[s] = loom::sum_squares(B, static_cast<const DLTensor*>(v[s]));
     });
     // Inputs are exact in f32 on both sides, squares and sums in double: f32-tight for bf16 too.
     CHECK_MESSAGE(std::fabs(got[1] - got[0]) <= kTolF32 * got[0],

@@ -114,16 +114,18 @@ void run_activations(DLDataType dt, int64_t N, int64_t H) {
 }
 
 // ---- softmax / rope ----------------------------------------------------------------------------
-void run_softmax(DLDataType dt, int64_t Bt, int64_t Tq, int64_t Tk, bool causal, bool with_lse) {
+void run_softmax(DLDataType dt, int64_t Bt, int64_t Tq, int64_t Tk, bool causal, bool with_lse,
+                 int64_t window = 0) {
   CAPTURE(Bt);
   CAPTURE(Tq);
   CAPTURE(Tk);
   CAPTURE(causal);
+  CAPTURE(window);
   const double tol = tol_for(dt);
   Pair s_(dt, {Bt, Tq, Tk}, random_vec(Bt * Tq * Tk, 131, -4.0, 4.0));
   Pair lse(f32(), {Bt, Tq});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_forward, s_[s], with_lse ? lse[s] : nullptr, 0.35, causal ? 1 : 0);
+    loom::softmax_forward(B, s_[s], with_lse ? lse[s] : nullptr, 0.35, causal, window);
   });
   expect_close(s_, tol, "softmax_forward probabilities");
   if (with_lse) expect_close(lse, kTolF32, "softmax_forward lse");
@@ -180,6 +182,9 @@ void run_softmaxes(DLDataType dt) {
   run_softmax(dt, 4, 17, 17, true, false);    // no lse
   run_softmax(dt, 12, 256, 256, true, true);  // GPT-2 heads
   run_softmax(dt, 2, 3, 1029, false, true);   // a row longer than any block
+  run_softmax(dt, 5, 33, 33, true, true, 7);  // sliding window
+  run_softmax(dt, 3, 7, 45, true, true, 20);  // sliding window, Tq < Tk
+  run_softmax(dt, 2, 3, 1029, true, true, 600);  // a window longer than a block
 }
 void run_ropes(DLDataType dt) {
   run_rope(dt, 2, 7, 3, 64, 0, 10000.0);

@@ -204,6 +204,36 @@ TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward 
   check_decode(tiny_llama(), loom_f64());  // f64 logits are cast to the f32 output
 }
 
+TEST_CASE("model/gpt: sliding-window attention decodes as it trains; a long window is causal") {
+  Overrides windowed = tiny_llama();
+  windowed.emplace("attention_window", "3");  // T = 8: the window cuts most rows short
+  check_decode(windowed);
+  Overrides gpt2 = tiny_gpt2();
+  gpt2.emplace("attention_window", "3");
+  check_decode(gpt2);
+
+  // A window at least as long as the sequence is plain causal attention, to the bit; a
+  // shorter one is not (it must reach the attention plugin, not be dropped on the way).
+  Host h;
+  const int64_t B = 2, T = 8, V = 50;
+  auto loss_with = [&](const std::string& window) {
+    Overrides o = tiny_llama();
+    o.emplace("attention_window", window);
+    Gpt m(h, o, V, B, T);
+    m.check(m.api()->init_params(m.self(), 5));
+    std::vector<int32_t> tok(B * T), tgt(B * T);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tok[i] = (int32_t)((i * 5 + 1) % V);
+      tgt[i] = (int32_t)((i * 3 + 2) % V);
+    }
+    return m.run(tok, tgt, B, T, 1.0, false).first;
+  };
+  const double full = loss_with("0");
+  CHECK(loss_with("8") == full);
+  CHECK(loss_with("100") == full);
+  CHECK(loss_with("3") != full);
+}
+
 // 30 AdamW steps on a repeating pattern: the loss must collapse.
 double train(const Overrides& o, const std::string& opt, const Overrides& opt_options, double lr,
              int steps, double* first) {

@@ -9,31 +9,36 @@ using namespace opstest;
 
 namespace {
 
-// Naive softmax of scale*s per row, masking j > i + (Tk - Tq) when causal.
+// Naive softmax of scale*s per row, masking j > i + (Tk - Tq) when causal and, with a window
+// W > 0, also j <= i + (Tk - Tq) - W.
 Vec naive_softmax(const Vec& s, int64_t rows, int64_t Tq, int64_t Tk, double scale, bool causal,
-                  Vec* lse) {
+                  Vec* lse, int64_t window = 0) {
   Vec p(s.size(), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t i = r % Tq;
+    auto seen = [&](int64_t j) {
+      const int64_t pos = i + (Tk - Tq);
+      return (!causal || j <= pos) && (window == 0 || j > pos - window);
+    };
     double mx = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < Tk; ++j)
-      if (!causal || j <= i + (Tk - Tq)) mx = std::max(mx, scale * s[r * Tk + j]);
+      if (seen(j)) mx = std::max(mx, scale * s[r * Tk + j]);
     double sum = 0;
     for (int64_t j = 0; j < Tk; ++j)
-      if (!causal || j <= i + (Tk - Tq)) sum += std::exp(scale * s[r * Tk + j] - mx);
+      if (seen(j)) sum += std::exp(scale * s[r * Tk + j] - mx);
     for (int64_t j = 0; j < Tk; ++j)
-      if (!causal || j <= i + (Tk - Tq)) p[r * Tk + j] = std::exp(scale * s[r * Tk + j] - mx) / sum;
+      if (seen(j)) p[r * Tk + j] = std::exp(scale * s[r * Tk + j] - mx) / sum;
     if (lse) (*lse)[r] = sum > 0 ? mx + std::log(sum) : -std::numeric_limits<double>::infinity();
   }
   return p;
 }
 
 Vec run_softmax(DLDataType dt, const std::vector<int64_t>& shape, const Vec& s, double scale,
-                bool causal, Vec* lse = nullptr) {
+                bool causal, Vec* lse = nullptr, int64_t window = 0) {
   auto S = make(dt, shape, s);
   int64_t rows = S.numel() / shape.back();
   loom::Tensor L(B(), dt, {rows});
-  B().call(&loom_ops::softmax_forward, S.get(), L.get(), scale, causal ? 1 : 0);
+  loom::softmax_forward(B(), S.get(), L.get(), scale, causal, window);
   if (lse) *lse = get(L);
   return get(S);
 }
@@ -82,6 +87,35 @@ TEST_CASE("softmax_forward: values and lse, causal with Tq < Tk, plain, 4-D scor
   }
 }
 
+TEST_CASE("softmax_forward: a sliding window keeps each query's last W positions") {
+  for (int64_t W : {1, 2, 3, 5, 9}) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 4, 7}, {3, 6, 6}}) {
+      CAPTURE(W);
+      const int64_t Tk = shape.back(), Tq = shape[1], n = shape[0] * Tq * Tk;
+      Vec s = random_vec(n, 40 + W, -3, 3);
+      Vec lse, ref_lse(n / Tk);
+      Vec p = run_softmax(loom_f64(), shape, s, 0.8, true, &lse, W);
+      check_close(p, naive_softmax(s, n / Tk, Tq, Tk, 0.8, true, &ref_lse, W), 1e-14, 1e-15,
+                  "windowed softmax probabilities");
+      check_close(lse, ref_lse, 1e-14, 1e-14, "windowed softmax lse");
+      // Each row sums to 1 over exactly min(W, position + 1) nonzero entries.
+      for (int64_t r = 0; r < n / Tk; ++r) {
+        const int64_t pos = r % Tq + Tk - Tq;
+        int64_t nonzero = 0;
+        for (int64_t j = 0; j < Tk; ++j) nonzero += p[r * Tk + j] != 0.0;
+        CHECK(nonzero == std::min(W, pos + 1));
+      }
+      // A window as long as the sequence is plain causal attention, to the bit.
+      if (W >= Tk) CHECK(p == run_softmax(loom_f64(), shape, s, 0.8, true, nullptr, 0));
+    }
+  }
+  auto S = make64({1, 2, 3}, Vec(6, 0.5));
+  expect_error([&] { loom::softmax_forward(B(), S.get(), nullptr, 1.0, false, 2); },
+               LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: a sliding window needs causal");
+  expect_error([&] { loom::softmax_forward(B(), S.get(), nullptr, 1.0, true, -1); },
+               LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: window = -1 is negative");
+}
+
 TEST_CASE("softmax_forward: Tq > Tk leaves fully masked rows at 0 with lse -inf") {
   Vec s = random_vec(8, 5);
   Vec lse;
@@ -121,15 +155,13 @@ TEST_CASE("softmax: f32 matches f64, and lse may be f32 or NULL") {
               "softmax f32 vs f64");
   check_close(l32, l64, 1e-5, 1e-6, "lse f32 vs f64");
   auto S = make64({2, 3}, Vec{1, 2, 3, 4, 5, 6});
-  B().call(&loom_ops::softmax_forward, S.get(), static_cast<DLTensor*>(nullptr), 1.0, 0);
+  loom::softmax_forward(B(), S.get(), static_cast<DLTensor*>(nullptr), 1.0, 0);
   CHECK(get(S)[2] == doctest::Approx(naive_softmax({1, 2, 3}, 1, 1, 3, 1.0, false, nullptr)[2]));
   auto L32 = make(loom_f32(), {2}, Vec(2, 0.0));
-  B().call(&loom_ops::softmax_forward, make64({2, 3}, Vec{1, 2, 3, 4, 5, 6}).get(), L32.get(), 1.0,
-           0);
+  loom::softmax_forward(B(), make64({2, 3}, Vec{1, 2, 3, 4, 5, 6}).get(), L32.get(), 1.0, 0);
   CHECK(get(L32)[0] == doctest::Approx(3.0 + std::log(1 + std::exp(-1) + std::exp(-2))));
-  expect_error(
-      [&] { B().call(&loom_ops::softmax_forward, S.get(), make64({3}, Vec(3)).get(), 1.0, 0); },
-      LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: lse has 3 elements, expected 2");
+  expect_error([&] { loom::softmax_forward(B(), S.get(), make64({3}, Vec(3)).get(), 1.0, 0); },
+               LOOM_ERR_INVALID_ARGUMENT, "softmax_forward: lse has 3 elements, expected 2");
 }
 
 TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and matches FD") {

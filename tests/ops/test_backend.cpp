@@ -125,9 +125,10 @@ TEST_CASE("a second instance: threads=1, measured GEMM rate, same reductions as 
   const int64_t n = 300000, N = 200, C = 384;
   Vec v = random_vec(n, 50), d2 = random_vec(N * C, 51);
   auto X = make(loom_f32(), {n}, v);
-  double all = 0, single = 0;
-  B().call(&loom_ops::sum_squares, X.get(), &all);
-  loom::check(B().host(), api->ops->sum_squares(one, X.get(), &single));
+  double all = loom::sum_squares(B(), X.get()), single = 0;
+  const DLTensor* x = X.get();
+  const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &single};
+  loom::check(B().host(), api->ops->sum_squares(one, &ssq));
   CHECK(all == single);
   auto D = make(loom_f32(), {N, C}, d2);
   auto b1 = make(loom_f32(), {C}, Vec(C, 0.0));

@@ -229,10 +229,38 @@ TEST_CASE("sum_squares: double accumulation, chunked, f32 and f64") {
     want32 += xf * xf;
   }
   double got = 0;
-  B().call(&loom_ops::sum_squares, make64({n}, v).get(), &got);
+  got = loom::sum_squares(B(), make64({n}, v).get());
   CHECK(got == doctest::Approx(want).epsilon(1e-13));
-  B().call(&loom_ops::sum_squares, make(loom_f32(), {n}, v).get(), &got);
+  got = loom::sum_squares(B(), make(loom_f32(), {n}, v).get());
   CHECK(got == doctest::Approx(want32).epsilon(1e-13));  // f32 inputs, double sums
+}
+
+TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") {
+  // Mixed dtypes (bf16 staged through f32), an empty tensor, sizes across chunk boundaries.
+  std::vector<loom::Tensor> ts;
+  ts.push_back(make(loom_f32(), {70000}, random_vec(70000, 31)));
+  ts.push_back(make64({5}, random_vec(5, 32)));
+  ts.push_back(make(loom_f32(), {0}, Vec{}));
+  ts.emplace_back(B(), loom_bf16(), std::vector<int64_t>{3, 300});  // a cast of random f32
+  B().call(&loom_ops::copy, ts.back().get(),
+           static_cast<const DLTensor*>(make(loom_f32(), {3, 300}, random_vec(900, 33)).get()));
+  ts.push_back(make(loom_f32(), {2 * 65536 + 7}, random_vec(2 * 65536 + 7, 34)));
+  std::vector<const DLTensor*> xs;
+  for (const auto& t : ts) xs.push_back(t.get());
+  std::vector<double> out(xs.size(), -1.0);
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs.data(), xs.size(), out.data()};
+  B().call(&loom_ops::sum_squares, &a);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(out[i] == loom::sum_squares(B(), xs[i]));
+    if (i == 3) continue;  // bf16: checked against itself alone above
+    double want = 0;       // and against a plain double loop over the stored values
+    for (double v : get(ts[i])) want += v * v;
+    CHECK(out[i] == doctest::Approx(want).epsilon(1e-13));
+  }
+  CHECK(out[2] == 0.0);
+  const loom_sum_squares_args none{LOOM_SUM_SQUARES_ARGS_SIZE_V2, nullptr, 0, nullptr};
+  B().call(&loom_ops::sum_squares, &none);  // nothing to do is not an error
 }
 
 TEST_CASE("embedding forward (= and +=) and backward against finite differences") {

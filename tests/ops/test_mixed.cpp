@@ -166,7 +166,7 @@ TEST_CASE("mixed add, axpby, sum_squares on bf16") {
   check_rel(axpby(h), axpby(kF32), kHalfRel, "axpby");
   double ss = 0, want = 0;
   auto X = T(h, {n}, a);
-  B().call(&loom_ops::sum_squares, (const DLTensor*)X.get(), &ss);
+  ss = loom::sum_squares(B(), (const DLTensor*)X.get());
   for (double v : a) want += v * v;
   CHECK(ss == doctest::Approx(want).epsilon(1e-6));
 }
@@ -288,7 +288,7 @@ TEST_CASE("mixed softmax (bf16 scores, f32 lse, causal) and its backward; RoPE")
   auto run = [&](DLDataType dt, Vec* lse, Vec* ds) {
     auto S = T(dt, {Bt, Tq, Tk}, s), Dp = T(dt, {Bt, Tq, Tk}, dp);
     loom::Tensor L(B(), kF32, {Bt, Tq});
-    B().call(&loom_ops::softmax_forward, S.get(), L.get(), 0.7, 1);
+    loom::softmax_forward(B(), S.get(), L.get(), 0.7, 1);
     B().call(&loom_ops::softmax_backward, Dp.get(), (const DLTensor*)S.get(),
              (const DLTensor*)Dp.get(), 0.7);
     *lse = G(L);

@@ -1,13 +1,13 @@
-// parallel/distributed-optimizer under mpirun (np 2, 3) and as an MPI singleton. Gradient
+// grad/distributed-optimizer under mpirun (np 2, 3) and as an MPI singleton. Gradient
 // tensors of sizes that D does not divide (one smaller than a shard, the total not a
 // multiple of 3) hold values derived from (rank, tensor, element); every rank checks
 // against values it computes itself:
-//  - after reduce_gradients, each shard gradient equals the average over ranks;
+//  - after reduce, each shard gradient equals the average over ranks;
 //  - the shards from shard_params, all-gathered, tile every parameter exactly once;
 //  - after each rank writes known values into its parameter shards and calls after_step,
 //    every rank holds the full parameters with exactly those values (twice, so nothing
 //    stale survives a step).
-// Also with an ABI 1.0 host (no get_group: the world is the group), and the refusals.
+// Also the refusals.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -18,6 +18,8 @@
 using ptest::HostTensor;
 
 namespace {
+
+const loom_grad_reduce_args kReduceAll{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
 
 struct World {
   loomtest::TestHost host;
@@ -61,15 +63,17 @@ struct Model {
 };
 
 struct Plugin {
-  const loom_parallel_api* api = nullptr;
-  loom_parallel* self = nullptr;
+  const loom_grad_api* api = nullptr;
+  loom_grad* self = nullptr;
   loom_config cfg;
   ptest::Outcome created;
   Plugin(const loom_host* host, std::vector<DLTensor*> grads) {
-    auto* d = loomtest::load_descriptor("parallel", "distributed-optimizer");
-    api = static_cast<const loom_parallel_api*>(d->api);
+    auto* d = loomtest::load_descriptor("grad", "distributed-optimizer");
+    api = static_cast<const loom_grad_api*>(d->api);
     cfg = loomtest::TestHost::config(d);
-    created = ptest::outcome(api->create(host, &cfg, grads.data(), grads.size(), &self));
+    const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads.data(), grads.size(),
+                                     nullptr};
+    created = ptest::outcome(api->create(host, &cfg, &args, &self));
   }
   ~Plugin() { api->destroy(self); }
 };
@@ -83,8 +87,7 @@ void exercise(const loom_host* host) {
   Model m;
   Plugin p(host, Model::ptrs(m.grads));
   REQUIRE_MESSAGE(p.created.ok(), p.created.message);
-  REQUIRE(p.api->struct_size >= LOOM_PARALLEL_API_SIZE_V2);
-  CHECK((p.api->run_pipeline == nullptr));
+  REQUIRE(p.api->struct_size >= LOOM_GRAD_API_SIZE_V2);
 
   for (size_t t = 0; t < kShapes.size(); ++t)
     for (size_t j = 0; j < m.params[t]->data.size(); ++j)
@@ -127,7 +130,7 @@ void exercise(const loom_host* host) {
     for (size_t t = 0; t < kShapes.size(); ++t)
       for (size_t j = 0; j < m.grads[t]->data.size(); ++j)
         m.grads[t]->data[j] = float(grad_value(w.rank, t, int64_t(j)) + step);
-    REQUIRE(ptest::outcome(p.api->reduce_gradients(p.self)).ok());
+    REQUIRE(ptest::outcome(p.api->reduce(p.self, &kReduceAll)).ok());
     for (size_t t = 0; t < kShapes.size(); ++t) {
       const float* g = as_f32(shards[t].grad);
       for (int64_t k = 0; k < loom_tensor_numel(shards[t].grad); ++k) {
@@ -157,7 +160,7 @@ void exercise(const loom_host* host) {
 
 std::string g_log;
 
-TEST_CASE("distributed-optimizer: reduce-scatter, exact tiling, all-gather (ABI 1.1 host)") {
+TEST_CASE("distributed-optimizer: reduce-scatter, exact tiling, all-gather") {
   loom_host h = *world().host.host();
   h.log = [](loom_host_context*, loom_log_level, const char* m) { g_log += m; };
   exercise(&h);
@@ -166,14 +169,6 @@ TEST_CASE("distributed-optimizer: reduce-scatter, exact tiling, all-gather (ABI 
   CHECK(g_log.find("4 (param) + 4 (grad) + [8 (Adam m, v)]/D = 8 + 8/" + D) != std::string::npos);
   CHECK(g_log.find("16 without sharding") != std::string::npos);
   MESSAGE(g_log);
-}
-
-TEST_CASE("distributed-optimizer: an ABI 1.0 host (no groups) shards over the world") {
-  loom_host h = *world().host.host();
-  h.struct_size = LOOM_HOST_SIZE_V2;
-  h.get_layout = nullptr;
-  h.get_group = nullptr;
-  exercise(&h);
 }
 
 TEST_CASE("distributed-optimizer: refusals") {
@@ -191,7 +186,7 @@ TEST_CASE("distributed-optimizer: refusals") {
   {
     Plugin none(w.host.host(), {});  // no gradients: every call is a no-op
     REQUIRE(none.created.ok());
-    CHECK(ptest::outcome(none.api->reduce_gradients(none.self)).ok());
+    CHECK(ptest::outcome(none.api->reduce(none.self, &kReduceAll)).ok());
     CHECK(
         ptest::outcome(none.api->shard_params(none.self, nullptr, nullptr)).message.find("NULL") !=
         std::string::npos);

@@ -352,16 +352,16 @@ Run run(const Parallel& par, const std::string& schedule, int64_t M, bool forwar
     ptrs.push_back(m.get());
     r.chunks.push_back(std::move(m));
   }
-  auto* d = loomtest::load_descriptor("parallel", schedule);
-  const auto* api = static_cast<const loom_parallel_api*>(d->api);
-  REQUIRE(api->struct_size >= LOOM_PARALLEL_API_SIZE_V2);
-  CHECK((api->reduce_gradients == nullptr));
+  auto* d = loomtest::load_descriptor("schedule", schedule);
+  REQUIRE(d->kind == LOOM_KIND_SCHEDULE);
+  const auto* api = static_cast<const loom_schedule_api*>(d->api);
+  REQUIRE(api->struct_size >= LOOM_SCHEDULE_API_SIZE_V2);
   loom_config cfg = loomtest::TestHost::config(d);
-  loom_parallel* self = nullptr;
-  r.created = ptest::outcome(api->create(&par.host, &cfg, nullptr, 0, &self));
+  loom_schedule* self = nullptr;
+  r.created = ptest::outcome(api->create(&par.host, &cfg, &self));
   if (!r.created.ok()) return r;
-  loom_pipeline_args a{};
-  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
+  loom_schedule_args a{};
+  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
   a.model_api = &kToyApi;
   a.chunks = ptrs.data();
   a.num_chunks = ptrs.size();
@@ -369,7 +369,7 @@ Run run(const Parallel& par, const std::string& schedule, int64_t M, bool forwar
   a.get_microbatch = get_microbatch;
   a.user = &r.feed;
   a.forward_only = forward_only;
-  r.ran = ptest::outcome(api->run_pipeline(self, &a));
+  r.ran = ptest::outcome(api->run(self, &a));
   r.loss = a.loss_sum;
   r.tokens = a.tokens;
   api->destroy(self);
@@ -478,36 +478,36 @@ TEST_CASE("pipeline schedules equal the sequential network, forward_only gives i
 TEST_CASE("pipeline refusals: chunk count, model without a stage API, wrong stage") {
   World& w = world();
   Parallel par(loom::layout::Degrees{.pipeline = w.size});
-  auto* d = loomtest::load_descriptor("parallel", "1f1b");
-  const auto* api = static_cast<const loom_parallel_api*>(d->api);
+  auto* d = loomtest::load_descriptor("schedule", "1f1b");
+  const auto* api = static_cast<const loom_schedule_api*>(d->api);
   loom_config cfg = loomtest::TestHost::config(d);
-  loom_parallel* self = nullptr;
-  REQUIRE(ptest::outcome(api->create(&par.host, &cfg, nullptr, 0, &self)).ok());
+  loom_schedule* self = nullptr;
+  REQUIRE(ptest::outcome(api->create(&par.host, &cfg, &self)).ok());
   loom_model m;
   m.stage = w.rank;
   m.stages = w.size;
   loom_model* chunks[2] = {&m, &m};
   Feed feed;
-  loom_pipeline_args a{};
-  a.struct_size = LOOM_PIPELINE_ARGS_SIZE_V2;
+  loom_schedule_args a{};
+  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
   a.model_api = &kToyApi;
   a.chunks = chunks;
   a.num_chunks = 2;
   a.num_microbatches = 2;
   a.get_microbatch = get_microbatch;
   a.user = &feed;
-  ptest::Outcome o = ptest::outcome(api->run_pipeline(self, &a));
+  ptest::Outcome o = ptest::outcome(api->run(self, &a));
   CHECK(o.message.find("got 2 model chunks but the layout has virtual_stages = 1") !=
         std::string::npos);
   a.num_chunks = 1;
   loom_model_api old = kToyApi;
   old.struct_size = offsetof(loom_model_api, stage_info);  // a table that stops short
   a.model_api = &old;
-  o = ptest::outcome(api->run_pipeline(self, &a));
+  o = ptest::outcome(api->run(self, &a));
   CHECK(o.message.find("no stage API") != std::string::npos);
   a.model_api = &kToyApi;
   m.lie = true;  // every rank disagrees, so no rank goes on to exchange activations
-  o = ptest::outcome(api->run_pipeline(self, &a));
+  o = ptest::outcome(api->run(self, &a));
   CHECK(o.message.find("reports is_first") != std::string::npos);
   api->destroy(self);
 }

@@ -22,9 +22,10 @@ struct Result {
 };
 
 // Runs loom with `args`; the output holds stdout, and stderr too unless `stdout_only`.
-Result run(const std::string& args, bool stdout_only = false) {
-  std::string cmd =
-      std::string(LOOM_BINARY_DIR) + "/bin/loom " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+// `env` ("NAME=value ...") is set for the run.
+Result run(const std::string& args, bool stdout_only = false, const std::string& env = "") {
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(LOOM_BINARY_DIR) +
+                    "/bin/loom " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -163,6 +164,31 @@ TEST_CASE("training lowers the loss on learnable data") {
   CHECK(losses.back() < 0.8 * losses.front());
   REQUIRE(evals.size() == 15);  // every 10 iterations
   CHECK(evals.back() < 0.8 * evals.front());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a sliding window trains with plugins that list it and is refused by one that does not") {
+  fs::path dir = temp_dir("window");
+  fs::path recipe = write_recipe(dir);
+  const std::string fixture = std::string("LOOM_PLUGIN_PATH=") + LOOM_TEST_FIXTURE_DIR;
+  for (const char* attention : {"reference", "flash-cpu"}) {
+    Result r = run("run " + recipe.string() + " --set model.attention_window=4 " +
+                       "--set train.iters=4 --set attention.plugin=" + attention,
+                   false, fixture);
+    CHECK_MESSAGE(r.code == 0, r.out);
+  }
+  // attention/causal-only would otherwise compute plain causal attention: the host refuses
+  // to hand it the window, naming the plugin and the extension. Without a window it trains.
+  Result r = run("run " + recipe.string() +
+                     " --set model.attention_window=4 --set attention.plugin=causal-only",
+                 false, fixture);
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.out.find("attention/causal-only does not implement "
+                           "'loom.attention-window/1'") != std::string::npos,
+                r.out);
+  r = run("run " + recipe.string() + " --set train.iters=2 --set attention.plugin=causal-only",
+          false, fixture);
+  CHECK_MESSAGE(r.code == 0, r.out);
   fs::remove_all(dir);
 }
 

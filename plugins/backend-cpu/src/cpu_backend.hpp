@@ -141,7 +141,7 @@ loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexce
 loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept;
 loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                      double beta) noexcept;
-loom_error* op_sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept;
+loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
 // kernels_embedding.cpp
 loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
                                  const DLTensor* table, int accumulate) noexcept;
@@ -168,8 +168,7 @@ loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* i
 loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                                const DLTensor* dout) noexcept;
 // kernels_attention.cpp
-loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
-                               int causal) noexcept;
+loom_error* op_softmax_forward(loom_backend* be, const loom_softmax_args* args) noexcept;
 loom_error* op_softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p,
                                 const DLTensor* dp, double scale) noexcept;
 loom_error* op_rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset,

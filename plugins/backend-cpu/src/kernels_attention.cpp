@@ -1,6 +1,7 @@
 // Attention pieces the attention plugins compose with gemm: the row softmax over scores and
 // rotary position embeddings.
-//   softmax_forward:  s(Bt,Tq,Tk) <- softmax(scale * s) per row, causal mask optional;
+//   softmax_forward:  s(Bt,Tq,Tk) <- softmax(scale * s) per row, causal mask optional, and
+//                     with it a sliding window;
 //                     lse(Bt,Tq) = logsumexp of the scaled, masked row
 //   softmax_backward: ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp
 //   rope_forward:     x(B,T,H,D) rotated in place, rotate-half pairs (i, i + D/2) at position
@@ -28,31 +29,34 @@ namespace {
 
 template <class T, class S>
 LOOM_CPU_CLONES void softmax_forward_kernel(T* s, S* lse, int64_t rows, int64_t Tq, int64_t Tk,
-                                            T scale, bool causal, int nt) {
+                                            T scale, bool causal, int64_t window, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (rows * Tk >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = s + r * Tk;
     int64_t i = r % Tq;
-    // Columns [0, valid) take part; with causal, query i sits at key position i + Tk - Tq.
+    // Columns [first, valid) take part; with causal, query i sits at key position
+    // i + Tk - Tq, and a window keeps only its last `window` positions.
     int64_t valid = causal ? std::clamp<int64_t>(i + (Tk - Tq) + 1, 0, Tk) : Tk;
-    if (valid == 0) {
+    int64_t first = window > 0 ? std::clamp<int64_t>(valid - window, 0, Tk) : 0;
+    if (valid == first) {
       for (int64_t j = 0; j < Tk; ++j) x[j] = T(0);
       if (lse) lse[r] = -std::numeric_limits<S>::infinity();
       continue;
     }
     T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, scale * x[j]);
+    for (int64_t j = first; j < valid; ++j) mx = std::max(mx, scale * x[j]);
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < valid; ++j) {
+    for (int64_t j = first; j < valid; ++j) {
       T e = loom::vexp(scale * x[j] - mx);
       x[j] = e;
       sum += e;
     }
     T inv = T(1) / sum;
 #pragma omp simd
-    for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
+    for (int64_t j = first; j < valid; ++j) x[j] *= inv;
+    for (int64_t j = 0; j < first; ++j) x[j] = T(0);
     for (int64_t j = valid; j < Tk; ++j) x[j] = T(0);
     if (lse) lse[r] = static_cast<S>(mx + std::log(sum));
   }
@@ -138,16 +142,23 @@ void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, in
 
 }  // namespace
 
-loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
-                               int causal) noexcept {
+loom_error* op_softmax_forward(loom_backend* be, const loom_softmax_args* a) noexcept {
   return run_op(be, "softmax_forward", [&](loom_backend& b) {
     Check ck{"softmax_forward"};
+    if (a == nullptr || a->struct_size < LOOM_SOFTMAX_ARGS_SIZE_V2)
+      ck.fail("args NULL or smaller than ABI 2.0's loom_softmax_args");
+    DLTensor *s = a->s, *lse = a->lse;
+    const double scale = a->scale;
+    const int64_t window = a->window;
+    if (window < 0) ck.fail("window = " + std::to_string(window) + " is negative");
+    if (window > 0 && !a->causal) ck.fail("a sliding window needs causal");
     if (Staging::any_half({s})) {
       Staging st(ck, b.threads);
       st.f32_only("lse", lse);
-      DLTensor* s_ = st.out("s", s);
-      DLTensor* lse_ = st.out("lse", lse);
-      st.run(b, [&] { return op_softmax_forward(&b, s_, lse_, scale, causal); });
+      loom_softmax_args staged = *a;
+      staged.s = st.out("s", s);
+      staged.lse = st.out("lse", lse);
+      st.run(b, [&] { return op_softmax_forward(&b, &staged); });
       return;
     }
     ck.tensor("s", s);
@@ -165,7 +176,7 @@ loom_error* op_softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, dou
       using T = decltype(t);
       using S = decltype(st);
       softmax_forward_kernel(data_of<T>(s), lse ? data_of<S>(lse) : static_cast<S*>(nullptr), rows,
-                             Tq, Tk, static_cast<T>(scale), causal != 0, b.threads);
+                             Tq, Tk, static_cast<T>(scale), a->causal != 0, window, b.threads);
     };
     if (lse)
       dispatch_float_stat(ck, "s", s, lse, run);

@@ -184,21 +184,33 @@ loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor
   });
 }
 
-loom_error* op_sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept {
+namespace {
+// One tensor's sum of squares into *out.
+void sum_squares_one(loom_backend& b, Check& ck, const DLTensor* x, double* out) {
+  if (Staging::any_half({x})) {
+    Staging st(ck, b.threads);
+    const DLTensor* x_ = st.in("x", x);
+    st.run(b, [&] {
+      loom_sum_squares_args one{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x_, 1, out};
+      return op_sum_squares(&b, &one);
+    });
+    return;
+  }
+  ck.tensor("x", x);
+  dispatch_float(ck, "x", x, [&](auto tag) {
+    using T = decltype(tag);
+    *out = sum_squares_kernel(data_of<const T>(x), loom_tensor_numel(x), b.threads);
+  });
+}
+}  // namespace
+
+loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     Check ck{"sum_squares"};
-    if (Staging::any_half({x})) {
-      Staging st(ck, b.threads);
-      const DLTensor* x_ = st.in("x", x);
-      st.run(b, [&] { return op_sum_squares(&b, x_, out); });
-      return;
-    }
-    ck.tensor("x", x);
-    if (out == nullptr) ck.fail("out is NULL");
-    dispatch_float(ck, "x", x, [&](auto tag) {
-      using T = decltype(tag);
-      *out = sum_squares_kernel(data_of<const T>(x), loom_tensor_numel(x), b.threads);
-    });
+    if (a == nullptr || a->struct_size < LOOM_SUM_SQUARES_ARGS_SIZE_V2)
+      ck.fail("args NULL or smaller than ABI 2.0's loom_sum_squares_args");
+    if (a->n > 0 && (a->x == nullptr || a->out == nullptr)) ck.fail("x or out is NULL");
+    for (size_t i = 0; i < a->n; ++i) sum_squares_one(b, ck, a->x[i], &a->out[i]);
   });
 }
 

@@ -1,6 +1,7 @@
 // Attention pieces the attention plugins compose with gemm: the row softmax over scores and
 // rotary position embeddings. f32/bf16/f16 storage, f32 arithmetic, lse f32.
-//   softmax_forward:  s(Bt,Tq,Tk) <- softmax(scale * s) per row, causal mask optional;
+//   softmax_forward:  s(Bt,Tq,Tk) <- softmax(scale * s) per row, causal mask optional, and
+//                     with it a sliding window;
 //                     lse(Bt,Tq) = logsumexp of the scaled, masked row (may be NULL)
 //   softmax_backward: ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp
 //   rope_forward:     x(B,T,H,D) rotated in place, rotate-half pairs (i, i + D/2) at position
@@ -18,31 +19,35 @@ namespace {
 // s(rows = Bt*Tq, Tk) in place, lse(rows) or NULL. One block per row.
 template <class T>
 __global__ void softmax_forward_kernel(T* s, float* lse, int64_t rows, int64_t Tq, int64_t Tk,
-                                       float scale, bool causal) {
+                                       float scale, bool causal, int64_t window) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* x = s + r * Tk;
-    // Columns [0, valid) take part; with causal, query i sits at key position i + Tk - Tq.
+    // Columns [first, valid) take part; with causal, query i sits at key position
+    // i + Tk - Tq, and a window keeps only its last `window` positions.
     int64_t valid = Tk;
     if (causal) {
       valid = r % Tq + (Tk - Tq) + 1;
       valid = valid < 0 ? 0 : (valid > Tk ? Tk : valid);
     }
-    if (valid == 0) {  // the same for the whole block: no thread skips a barrier alone
+    int64_t first = window > 0 ? valid - window : 0;
+    first = first < 0 ? 0 : first;
+    if (valid == first) {  // the same for the whole block: no thread skips a barrier alone
       for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) x[j] = from_f32<T>(0.0f);
       if (lse != nullptr && threadIdx.x == 0) lse[r] = -INFINITY;
       continue;
     }
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, scale * to_f32(x[j]));
+    for (int64_t j = first + threadIdx.x; j < valid; j += blockDim.x)
+      mx = fmaxf(mx, scale * to_f32(x[j]));
     mx = block_max(mx);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    for (int64_t j = first + threadIdx.x; j < valid; j += blockDim.x)
       sum += expf(scale * to_f32(x[j]) - mx);
     sum = block_sum(sum);
     // The exponent is recomputed rather than parked in s: a bf16 s would round it twice.
     const float inv = 1.0f / sum;
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
-      x[j] = from_f32<T>(j < valid ? expf(scale * to_f32(x[j]) - mx) * inv : 0.0f);
+      x[j] = from_f32<T>(j >= first && j < valid ? expf(scale * to_f32(x[j]) - mx) * inv : 0.0f);
     if (lse != nullptr && threadIdx.x == 0) lse[r] = mx + logf(sum);
   }
 }
@@ -116,10 +121,15 @@ void rope_op(const char* op, loom_backend& b, DLTensor* x, const char* name, int
 
 }  // namespace
 
-loom_error* softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
-                            int causal) noexcept {
+loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* a) noexcept {
   return run_op(be, "softmax_forward", [&](loom_backend& b) {
     const char* op = "softmax_forward";
+    if (a == nullptr || a->struct_size < LOOM_SOFTMAX_ARGS_SIZE_V2)
+      fail(op, "args NULL or smaller than ABI 2.0's loom_softmax_args");
+    DLTensor *s = a->s, *lse = a->lse;
+    const double scale = a->scale;
+    if (a->window < 0) fail(op, "window must be >= 0");
+    if (a->window > 0 && !a->causal) fail(op, "a sliding window needs causal");
     need(op, "s", s);
     need_float(op, "s", s);
     if (s->ndim < 2) fail(op, "s must have at least 2 dimensions (Tq, Tk)");
@@ -133,7 +143,8 @@ loom_error* softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double
     dispatch_float(op, "s", s, [&](auto tt) {
       using T = typename decltype(tt)::type;
       softmax_forward_kernel<T><<<grid_rows(rows), row_threads(Tk, 256), 0, b.stream>>>(
-          static_cast<T*>(ps), pl, rows, Tq, Tk, static_cast<float>(scale), causal != 0);
+          static_cast<T*>(ps), pl, rows, Tq, Tk, static_cast<float>(scale), a->causal != 0,
+          a->window);
       LOOM_CUDA_LAUNCHED(op);
     });
   });

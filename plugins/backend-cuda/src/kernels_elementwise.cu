@@ -3,7 +3,7 @@
 //   copy:          dst = src, casting f32 <-> bf16/f16, or any same-dtype copy
 //   add:           out(n) = a(n) + b(n)              (out may alias a or b)
 //   axpby:         y(n) = alpha x(n) + beta y(n)     (beta == 0: y is not read)
-//   sum_squares:   *out = sum x^2 in double          (synchronous)
+//   sum_squares:   out[i] = sum x[i]^2 in double, many tensors, one copy back (synchronous)
 //   bias_add:      out(N,C) += bias(C)
 //   bias_backward: dbias(C) += colsum dout(N,C)      (parameter gradient: +=)
 // A tensor is treated as its numel elements (shapes only have to agree in element count), as
@@ -315,33 +315,42 @@ loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x
   });
 }
 
-loom_error* sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept {
+loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
-    const void* px = device_ptr(b, x, "sum_squares", "x");
-    if (out == nullptr) fail("sum_squares", "out is NULL");
-    const int64_t n = numel(x);
-    static_assert((kSsqBlocks + 1) * sizeof(double) <= (size_t(1) << 20), "scratch too small");
-    if (b.scratch_bytes < (kSsqBlocks + 1) * sizeof(double))
-      fail("sum_squares", "scratch buffer too small", LOOM_ERR_INTERNAL);
+    const char* op = "sum_squares";
+    if (a == nullptr || a->struct_size < LOOM_SUM_SQUARES_ARGS_SIZE_V2)
+      fail(op, "args NULL or smaller than ABI 2.0's loom_sum_squares_args");
+    if (a->n == 0) return;
+    if (a->x == nullptr || a->out == nullptr) fail(op, "x or out is NULL");
+    // Scratch: the partials of the tensor in flight (reused: the stream orders each
+    // tensor's two passes before the next one's), then one result per tensor, copied back
+    // together: one synchronisation for the whole list.
+    const size_t max_n = b.scratch_bytes / sizeof(double) - kSsqBlocks;
     double* partial = static_cast<double*>(b.scratch);
-    double* result = partial + kSsqBlocks;
-    dispatch_float("sum_squares", "x", x, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if (n == 0) {
-        *out = 0;
-        return;
+    double* results = partial + kSsqBlocks;
+    for (size_t first = 0; first < a->n; first += max_n) {
+      const size_t count = std::min(max_n, a->n - first);
+      for (size_t i = 0; i < count; ++i) {
+        const DLTensor* x = a->x[first + i];
+        const void* px = device_ptr(b, x, op, "x");
+        const int64_t n = numel(x);
+        dispatch_float(op, "x", x, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if (n == 0) {
+            LOOM_CUDA_CHECK(op, cudaMemsetAsync(results + i, 0, sizeof(double), b.stream));
+            return;
+          }
+          sum_squares_partial<<<kSsqBlocks, kThreads, 0, b.stream>>>(static_cast<const T*>(px), n,
+                                                                     partial);
+          LOOM_CUDA_LAUNCHED(op);
+          sum_squares_final<<<1, kThreads, 0, b.stream>>>(partial, kSsqBlocks, results + i);
+          LOOM_CUDA_LAUNCHED(op);
+        });
       }
-      sum_squares_partial<<<kSsqBlocks, kThreads, 0, b.stream>>>(static_cast<const T*>(px), n,
-                                                                 partial);
-      LOOM_CUDA_LAUNCHED("sum_squares");
-      sum_squares_final<<<1, kThreads, 0, b.stream>>>(partial, kSsqBlocks, result);
-      LOOM_CUDA_LAUNCHED("sum_squares");
-      double host = 0;
-      LOOM_CUDA_CHECK("sum_squares", cudaMemcpyAsync(&host, result, sizeof(double),
-                                                     cudaMemcpyDeviceToHost, b.stream));
-      LOOM_CUDA_CHECK("sum_squares", cudaStreamSynchronize(b.stream));
-      *out = host;
-    });
+      LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, count * sizeof(double),
+                                          cudaMemcpyDeviceToHost, b.stream));
+      LOOM_CUDA_CHECK(op, cudaStreamSynchronize(b.stream));
+    }
   });
 }
 

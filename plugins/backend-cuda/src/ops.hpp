@@ -15,7 +15,7 @@ loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
 loom_error* add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept;
 loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                   double beta) noexcept;
-loom_error* sum_squares(loom_backend* be, const DLTensor* x, double* out) noexcept;
+loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
 loom_error* embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
                               const DLTensor* table, int accumulate) noexcept;
 loom_error* embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
@@ -37,8 +37,7 @@ loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
 loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                             const DLTensor* dout) noexcept;
-loom_error* softmax_forward(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
-                            int causal) noexcept;
+loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* args) noexcept;
 loom_error* softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p, const DLTensor* dp,
                              double scale) noexcept;
 loom_error* rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta) noexcept;

@@ -3,6 +3,9 @@
  * q(B,T,Hq,D), k and v (B,S,Hkv,D) with Hq a multiple of Hkv (grouped-query attention:
  * query head h reads kv head h / (Hq/Hkv)); out(B,T,Hq,D); lse(B,Hq,T) f32 saved by forward
  * for backward. With causal, query t (the last T of S positions) sees keys s <= t + S - T.
+ * Masks beyond that come as extensions on the args' `ext` chain, flagged LOOM_EXT_REQUIRED:
+ * a plugin that does not list one in its capabilities never receives it (the host refuses
+ * the call, naming both), and a plugin must refuse a required id it does not know.
  * Tensors live on the active backend's device. Instances may keep workspace between calls
  * but no state that depends on the order of calls. */
 #ifndef LOOM_ATTENTION_H
@@ -26,8 +29,9 @@ typedef struct loom_attention_fwd_args {
   DLTensor* lse; /* may be NULL when no backward follows (generation) */
   double scale;  /* usually 1/sqrt(D) */
   int causal;
+  const loom_ext* ext; /* masks (loom_attention_window), NULL for none; borrowed for the call */
 } loom_attention_fwd_args;
-#define LOOM_ATTENTION_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_fwd_args, causal)
+#define LOOM_ATTENTION_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_fwd_args, ext)
 
 typedef struct loom_attention_bwd_args {
   size_t struct_size;
@@ -42,8 +46,19 @@ typedef struct loom_attention_bwd_args {
   DLTensor* dv; /* written (=) */
   double scale;
   int causal;
+  const loom_ext* ext; /* the forward's masks */
 } loom_attention_bwd_args;
-#define LOOM_ATTENTION_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_bwd_args, causal)
+#define LOOM_ATTENTION_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_bwd_args, ext)
+
+/* Sliding-window attention (Mistral's sliding_window; Megatron's --window-size W-1,0): with
+ * causal, query t at key position p = t + S - T sees keys p - window < s <= p, its last
+ * `window` positions including itself. */
+#define LOOM_EXT_ATTENTION_WINDOW "loom.attention-window/1"
+typedef struct loom_attention_window {
+  loom_ext base;  /* id LOOM_EXT_ATTENTION_WINDOW, flags LOOM_EXT_REQUIRED */
+  int64_t window; /* >= 1 */
+} loom_attention_window;
+#define LOOM_ATTENTION_WINDOW_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_window, window)
 
 typedef struct loom_attention_api {
   size_t struct_size;

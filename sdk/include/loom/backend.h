@@ -59,6 +59,31 @@ typedef struct loom_adamw_args {
 } loom_adamw_args;
 #define LOOM_ADAMW_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_adamw_args, step)
 
+/* sum_squares: out[i] = the sum of x[i]'s squared elements, accumulated in double in an
+ * order that depends only on x[i]'s size (so a run repeats to the bit). */
+typedef struct loom_sum_squares_args {
+  size_t struct_size;
+  const DLTensor* const* x; /* n tensors of any float dtype; borrowed for the call */
+  size_t n;
+  double* out; /* host double[n], written before the call returns */
+} loom_sum_squares_args;
+#define LOOM_SUM_SQUARES_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_sum_squares_args, out)
+
+/* softmax_forward: row softmax of scale * s, in place: s(Bt,Tq,Tk) scores in,
+ * probabilities out; lse(Bt,Tq) = logsumexp of the scaled, masked row (-inf for a row with
+ * every column masked, whose probabilities are 0). Query row i sits at key position
+ * p = i + (Tk - Tq) (queries are the last Tq of Tk positions). */
+typedef struct loom_softmax_args {
+  size_t struct_size;
+  DLTensor* s;   /* in place */
+  DLTensor* lse; /* may be NULL */
+  double scale;
+  int causal;     /* mask columns j > p */
+  int64_t window; /* > 0 (with causal): also mask columns j <= p - window, so a query sees
+                     its last `window` positions, itself included (sliding window); 0 = off */
+} loom_softmax_args;
+#define LOOM_SOFTMAX_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_softmax_args, window)
+
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
@@ -76,8 +101,9 @@ typedef struct loom_ops {
   loom_error* (*add)(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b);
   /* y = alpha * x + beta * y */
   loom_error* (*axpby)(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x, double beta);
-  /* *out = sum of x^2, accumulated in double; synchronous */
-  loom_error* (*sum_squares)(loom_backend* be, const DLTensor* x, double* out);
+  /* Sums of squares of many tensors in one call (loom_sum_squares_args): one device read
+   * for the gradient norm of a whole model. Synchronous. */
+  loom_error* (*sum_squares)(loom_backend* be, const loom_sum_squares_args* args);
 
   /* --- embedding ---------------------------------------------------------------- */
   /* out(N,C) (= or += when accumulate) table(V,C)[ids(N)]; ids i32, each in [0,V) */
@@ -116,12 +142,8 @@ typedef struct loom_ops {
                                  const DLTensor* dout);
 
   /* --- attention pieces ---------------------------------------------------------- */
-  /* Row softmax of scale * s, in place: s(Bt,Tq,Tk) scores in, probabilities out;
-   * lse(Bt,Tq) = logsumexp of the scaled, masked row (may be NULL; -inf for a row with
-   * every column masked, whose probabilities are 0). With causal, column j of row i
-   * is masked when j > i + (Tk - Tq) (queries are the last Tq of Tk positions). */
-  loom_error* (*softmax_forward)(loom_backend* be, DLTensor* s, DLTensor* lse, double scale,
-                                 int causal);
+  /* Row softmax of attention scores, in place (loom_softmax_args). */
+  loom_error* (*softmax_forward)(loom_backend* be, const loom_softmax_args* args);
   /* ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp */
   loom_error* (*softmax_backward)(loom_backend* be, DLTensor* ds, const DLTensor* p,
                                   const DLTensor* dp, double scale);

@@ -88,10 +88,11 @@ typedef enum loom_plugin_kind {
   LOOM_KIND_COMM = 2,
   LOOM_KIND_MODEL = 3,
   LOOM_KIND_ATTENTION = 4,
-  LOOM_KIND_PARALLEL = 5,
+  LOOM_KIND_GRAD = 5, /* the data-parallel gradient strategy (recipe parallel.data) */
   LOOM_KIND_OPTIMIZER = 6,
   LOOM_KIND_TOKENIZER = 7,
-  LOOM_KIND_DATASET = 8
+  LOOM_KIND_DATASET = 8,
+  LOOM_KIND_SCHEDULE = 9 /* the pipeline schedule (recipe parallel.schedule) */
 } loom_plugin_kind;
 
 typedef enum loom_param_type {

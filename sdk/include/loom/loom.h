@@ -6,11 +6,12 @@
 #include "loom/comm.h"
 #include "loom/common.h"
 #include "loom/dataset.h"
+#include "loom/grad.h"
 #include "loom/host.h"
 #include "loom/model.h"
 #include "loom/optimizer.h"
-#include "loom/parallel.h"
 #include "loom/plugin.h"
+#include "loom/schedule.h"
 #include "loom/tensor.h"
 #include "loom/tokenizer.h"
 #endif

@@ -19,7 +19,7 @@ constexpr loom_param_spec kParams[] = {
     param("bias", LOOM_PARAM_BOOL, "true", "linear layers have biases"),
     param("name", LOOM_PARAM_STRING, "", "free-form label"),
 };
-#elif defined(STUB_SCHEMA_parallel_ddp)
+#elif defined(STUB_SCHEMA_grad_ddp)
 constexpr loom_param_spec kParams[] = {
     param("bucket_mb", LOOM_PARAM_INT, "25", "gradient bucket size in MiB", 1, kInf),
 };
@@ -40,7 +40,7 @@ constexpr loom_param_spec kParams[] = {
 constexpr const loom_param_spec* kParams = nullptr;
 #endif
 
-#if defined(STUB_SCHEMA_model_gpt) || defined(STUB_SCHEMA_parallel_ddp) ||     \
+#if defined(STUB_SCHEMA_model_gpt) || defined(STUB_SCHEMA_grad_ddp) ||         \
     defined(STUB_SCHEMA_dataset_mock) || defined(STUB_SCHEMA_dataset_needs) || \
     defined(STUB_SCHEMA_optimizer_adamw)
 constexpr size_t kNumParams = sizeof(kParams) / sizeof(kParams[0]);

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "loom/attention.h"
 #include "loom/cpp/plugin.hpp"
 #include "loom/tensor.h"
 
@@ -57,6 +58,22 @@ inline void attention_lse(const std::string& who, const DLTensor* lse, const Att
   require(lse != nullptr, who + ": lse is required");
   require(loom_tensor_numel(lse) == d.B * d.Hq * d.T,
           who + ": lse must hold B*Hq*T values (B,Hq,T)");
+}
+
+// The sliding window the args' ext chain asks for (0: none), for a plugin that implements
+// LOOM_EXT_ATTENTION_WINDOW (and lists it in its capabilities). Any other required
+// extension is refused, naming it. A plugin without windows calls
+// require_known_exts(args.ext, {}, who) instead.
+inline int64_t attention_window(const std::string& who, const loom_ext* ext, int causal) {
+  require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW}, who);
+  const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_WINDOW);
+  if (e == nullptr) return 0;
+  require(e->struct_size >= LOOM_ATTENTION_WINDOW_SIZE_V1,
+          who + ": the " LOOM_EXT_ATTENTION_WINDOW " extension is smaller than its version 1");
+  const int64_t w = reinterpret_cast<const loom_attention_window*>(e)->window;
+  require(w >= 1, who + ": window = " + std::to_string(w) + ", expected >= 1");
+  require(causal != 0, who + ": a sliding window needs causal attention");
+  return w;
 }
 
 }  // namespace loom

@@ -149,4 +149,26 @@ inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int6
   be.call(&loom_ops::gemm, &g);
 }
 
+// s <- softmax(scale * s) per row in place, causal and optionally a sliding window
+// (loom_softmax_args); lse may be NULL.
+inline void softmax_forward(const Backend& be, DLTensor* s, DLTensor* lse, double scale,
+                            bool causal, int64_t window = 0) {
+  loom_softmax_args a{};
+  a.struct_size = LOOM_SOFTMAX_ARGS_SIZE_V2;
+  a.s = s;
+  a.lse = lse;
+  a.scale = scale;
+  a.causal = causal ? 1 : 0;
+  a.window = window;
+  be.call(&loom_ops::softmax_forward, &a);
+}
+
+// The sum of x's squared elements in double (one tensor of loom_sum_squares_args).
+inline double sum_squares(const Backend& be, const DLTensor* x) {
+  double out = 0;
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &out};
+  be.call(&loom_ops::sum_squares, &a);
+  return out;
+}
+
 }  // namespace loom

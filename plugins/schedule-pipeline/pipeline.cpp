@@ -1,4 +1,4 @@
-// parallel/gpipe, parallel/1f1b, parallel/interleaved-1f1b: pipeline schedules. One source
+// schedule/gpipe, schedule/1f1b, schedule/interleaved-1f1b: pipeline schedules. One source
 // built three times (LOOM_SCHEDULE selects the schedule); schedule.hpp holds the orders and
 // the deadlock-free communication plan, this file runs a plan against the model's stage API
 // and the comm's blocking send/recv over the pipeline group.
@@ -17,7 +17,7 @@
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
-#include "loom/parallel.h"
+#include "loom/schedule.h"
 #include "schedule.hpp"
 
 namespace {
@@ -45,7 +45,7 @@ constexpr const char* kDescription =
 #error "LOOM_SCHEDULE must be 0 (gpipe), 1 (1f1b) or 2 (interleaved-1f1b)"
 #endif
 
-const std::string kPrefix = std::string("parallel/") + kName + ": ";
+const std::string kPrefix = std::string("schedule/") + kName + ": ";
 constexpr int kTagAct = 0, kTagGrad = 1;
 
 std::string shape_key(DLDataType dt, const std::vector<int64_t>& shape) {
@@ -108,9 +108,10 @@ class Pipeline {
 
   const loom_host* host() const { return host_; }
 
-  void run(loom_pipeline_args* a) {
-    loom::require(a != nullptr && a->struct_size >= LOOM_PIPELINE_ARGS_SIZE_V2,
-                  kPrefix + "run_pipeline: args NULL or smaller than ABI 2.0's");
+  void run(loom_schedule_args* a) {
+    loom::require(a != nullptr && a->struct_size >= LOOM_SCHEDULE_ARGS_SIZE_V2,
+                  kPrefix + "run: args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(a->ext, {}, kPrefix + "run");
     const loom_model_api* m = a->model_api;
     loom::require(m != nullptr && m->struct_size >= LOOM_MODEL_API_SIZE_V2 && m->stage_info &&
                       m->stage_forward && m->stage_backward,
@@ -121,7 +122,7 @@ class Pipeline {
                   kPrefix + "got " + std::to_string(a->num_chunks) +
                       " model chunks but the layout has virtual_stages = " + std::to_string(V_));
     loom::require(a->chunks != nullptr && a->get_microbatch != nullptr,
-                  kPrefix + "run_pipeline: chunks or get_microbatch is NULL");
+                  kPrefix + "run: chunks or get_microbatch is NULL");
     loom::require(a->num_microbatches >= 0, kPrefix + "num_microbatches < 0");
     if (kKind == pp::Kind::kInterleaved && V_ > 1)
       loom::require(a->num_microbatches % P_ == 0,
@@ -341,35 +342,27 @@ class Pipeline {
   loom_comm_group* group_ = nullptr;  // host-owned
   loom::Backend backend_;
   std::map<std::string, std::vector<loom::Tensor>> pool_;  // free receive buffers by shape
-  loom_pipeline_args* a_ = nullptr;                        // during run()
+  loom_schedule_args* a_ = nullptr;                        // during run()
   std::vector<loom_stage_info> info_;
   std::vector<Slots> slots_;
 };
 
-Pipeline* cast(loom_parallel* p) { return reinterpret_cast<Pipeline*>(p); }
+Pipeline* cast(loom_schedule* s) { return reinterpret_cast<Pipeline*>(s); }
 
-loom_error* create(const loom_host* host, const loom_config*, DLTensor* const*, size_t,
-                   loom_parallel** out) {
-  return loom::guard(host, [&] { *out = reinterpret_cast<loom_parallel*>(new Pipeline(host)); });
+loom_error* create(const loom_host* host, const loom_config*, loom_schedule** out) {
+  return loom::guard(host, [&] { *out = reinterpret_cast<loom_schedule*>(new Pipeline(host)); });
 }
-void destroy(loom_parallel* p) { delete cast(p); }
-loom_error* run_pipeline(loom_parallel* p, loom_pipeline_args* args) {
-  return loom::guard(cast(p)->host(), [&] { cast(p)->run(args); });
+void destroy(loom_schedule* s) { delete cast(s); }
+loom_error* run(loom_schedule* s, loom_schedule_args* args) {
+  return loom::guard(cast(s)->host(), [&] { cast(s)->run(args); });
 }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
-                                create,
-                                destroy,
-                                nullptr,  // reduce_gradients: the gradient strategy's job
-                                run_pipeline,
-                                nullptr,
-                                nullptr,
-                                nullptr};
+const loom_schedule_api kApi = {LOOM_SCHEDULE_API_SIZE_V2, create, destroy, run};
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,
                                             LOOM_ABI_MINOR,
-                                            LOOM_KIND_PARALLEL,
+                                            LOOM_KIND_SCHEDULE,
                                             kName,
                                             "0.1.0",
                                             "Loom",

@@ -1,9 +1,8 @@
-// parallel/ddp: at world size 1 over comm/single the gradients are their mean over the one
+// grad/ddp: at world size 1 over comm/single the gradients are their mean over the one
 // rank, i.e. bitwise unchanged. A recording comm (defined here, behind the same ABI)
 // checks that every gradient goes through an AVG all-reduce, with and without bucketing,
-// over the host's data x context group (ABI 1.1) or a world group of its own (ABI 1.0
-// host), and simulates a second rank to check that packed buckets unpack to the right
-// places.
+// over the host's data x context group, and simulates a second rank to check that packed buckets
+// unpack to the right places.
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,19 +73,14 @@ loom_comm_api make_fake_api() {
 const loom_comm_api kFakeApi = make_fake_api();
 
 // The test host's table, with get_comm answering the recording comm and get_group the
-// host's group; `abi_1_0` truncates it to an ABI 1.0 host (no layout, no groups).
-loom_host with_fake_comm(const loom_host* base, bool abi_1_0 = false) {
+// host's group.
+loom_host with_fake_comm(const loom_host* base) {
   loom_host h = *base;
   h.get_group = [](loom_host_context*, loom_group_kind k, loom_comm_group** out) -> loom_error* {
     g_fake.kinds_asked.push_back(k);
     *out = host_group();
     return nullptr;
   };
-  if (abi_1_0) {
-    h.struct_size = LOOM_HOST_SIZE_V2;
-    h.get_layout = nullptr;
-    h.get_group = nullptr;
-  }
   h.get_comm = [](loom_host_context*, loom_comm_ref* out) -> loom_error* {
     out->api = &kFakeApi;
     out->self = reinterpret_cast<loom_comm*>(&g_fake);
@@ -95,25 +89,30 @@ loom_host with_fake_comm(const loom_host* base, bool abi_1_0 = false) {
   return h;
 }
 
-// A parallel/ddp instance over the given gradients.
+// A grad/ddp instance over the given gradients.
 class Ddp {
  public:
   Ddp(const loom_host* host, std::vector<DLTensor*> grads,
       const std::map<std::string, std::string>& values = {})
       : grads_(std::move(grads)) {
-    auto* d = loomtest::load_descriptor("parallel", "ddp");
-    api_ = static_cast<const loom_parallel_api*>(d->api);
+    auto* d = loomtest::load_descriptor("grad", "ddp");
+    api_ = static_cast<const loom_grad_api*>(d->api);
     cfg_ = loomtest::TestHost::config(d, values);
-    created_ = ptest::outcome(api_->create(host, &cfg_, grads_.data(), grads_.size(), &self_));
+    const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads_.data(), grads_.size(),
+                                     nullptr};
+    created_ = ptest::outcome(api_->create(host, &cfg_, &args, &self_));
   }
   ~Ddp() { api_->destroy(self_); }
   const ptest::Outcome& created() const { return created_; }
-  ptest::Outcome reduce() { return ptest::outcome(api_->reduce_gradients(self_)); }
+  ptest::Outcome reduce() {
+    const loom_grad_reduce_args all{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
+    return ptest::outcome(api_->reduce(self_, &all));
+  }
   double bytes_per_param() { return api_->bytes_per_param(self_); }
 
  private:
-  const loom_parallel_api* api_ = nullptr;
-  loom_parallel* self_ = nullptr;
+  const loom_grad_api* api_ = nullptr;
+  loom_grad* self_ = nullptr;
   loom_config cfg_;
   std::vector<DLTensor*> grads_;
   ptest::Outcome created_;
@@ -153,7 +152,7 @@ void reset_fake(int world) {
 
 }  // namespace
 
-TEST_CASE("parallel/ddp: at world size 1 (comm/single) gradients equal their mean: unchanged") {
+TEST_CASE("grad/ddp: at world size 1 (comm/single) gradients equal their mean: unchanged") {
   loomtest::TestHost h;
   h.load_comm("single");
   Grads g;
@@ -165,7 +164,7 @@ TEST_CASE("parallel/ddp: at world size 1 (comm/single) gradients equal their mea
   for (size_t i = 0; i < g.ts.size(); ++i) CHECK(g.ts[i]->data == g.before[i]);
 }
 
-TEST_CASE("parallel/ddp: at world size 1 each gradient is all-reduced in place with AVG") {
+TEST_CASE("grad/ddp: at world size 1 each gradient is all-reduced in place with AVG") {
   loomtest::TestHost th;
   loom_host h = with_fake_comm(th.host());
   reset_fake(1);
@@ -188,7 +187,7 @@ TEST_CASE("parallel/ddp: at world size 1 each gradient is all-reduced in place w
   }
 }
 
-TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average correctly") {
+TEST_CASE("grad/ddp: buckets pack small gradients and unpack the average correctly") {
   loomtest::TestHost th;
   loom_host h = with_fake_comm(th.host());
   Grads g;
@@ -204,20 +203,6 @@ TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average cor
     CHECK(g_fake.groups[0] == host_group());
     CHECK(g_fake.numels[0] == total);
     CHECK(ddp.bytes_per_param() == 4.0);  // one f32 bucket as large as the gradients
-  }
-  SUBCASE("an ABI 1.0 host: a world group of its own, destroyed with the instance") {
-    reset_fake(2);
-    loom_host old = with_fake_comm(th.host(), true);
-    {
-      Ddp ddp(&old, g.ptrs());
-      REQUIRE(ddp.created().ok());
-      CHECK(g_fake.colors == std::vector<int>{0, 0});  // the whole world is the DP group
-      CHECK(g_fake.groups_alive == 1);
-      REQUIRE(ddp.reduce().ok());
-      REQUIRE(g_fake.ops.size() == 1);
-      CHECK(g_fake.groups[0] == reinterpret_cast<loom_comm_group*>(&g_fake));
-    }
-    CHECK(g_fake.groups_alive == 0);
   }
   SUBCASE("small buckets: several all-reduces, a large tensor alone and in place") {
     reset_fake(2);
@@ -252,7 +237,7 @@ TEST_CASE("parallel/ddp: buckets pack small gradients and unpack the average cor
       REQUIRE(g.ts[i]->data[j] == 2.0f * g.before[i][j]);
 }
 
-TEST_CASE("parallel/ddp: no comm, NULL gradients and the schema") {
+TEST_CASE("grad/ddp: no comm, NULL gradients and the schema") {
   loomtest::TestHost h;  // no comm loaded
   Grads g;
   Ddp none(h.host(), g.ptrs());
@@ -269,10 +254,11 @@ TEST_CASE("parallel/ddp: no comm, NULL gradients and the schema") {
   REQUIRE(empty.created().ok());
   CHECK(empty.reduce().ok());
 
-  auto* d = loomtest::load_descriptor("parallel", "ddp");
-  const auto* api = static_cast<const loom_parallel_api*>(d->api);
-  CHECK(api->struct_size == LOOM_PARALLEL_API_SIZE_V2);
-  CHECK((api->run_pipeline == nullptr));
+  auto* d = loomtest::load_descriptor("grad", "ddp");
+  CHECK(d->kind == LOOM_KIND_GRAD);
+  const auto* api = static_cast<const loom_grad_api*>(d->api);
+  CHECK(api->struct_size == LOOM_GRAD_API_SIZE_V2);
+  CHECK((api->shard_params == nullptr));
   CHECK((api->shard_params == nullptr));
   CHECK((api->after_step == nullptr));
   CHECK((api->bytes_per_param != nullptr));

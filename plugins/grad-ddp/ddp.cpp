@@ -1,5 +1,5 @@
-// parallel/ddp: classic data parallelism. Every rank holds the whole model; after the last
-// micro-batch's backward, reduce_gradients all-reduces every gradient with AVG over the
+// grad/ddp: classic data parallelism. Every rank holds the whole model; after the last
+// micro-batch's backward, reduce all-reduces every gradient with AVG over the
 // data-parallel group, so all ranks step with the same averaged gradient.
 //
 // Small CPU gradients are packed into flat buckets of at most bucket_mb (one all-reduce
@@ -10,9 +10,8 @@
 // (the host keeps the gradient tensors, and their shapes, for the instance's life) and is
 // the same on every rank because every rank has the same gradients in the same order.
 //
-// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT) on an ABI 1.1 host
-// (gradients are averaged over data x context replicas; the host owns the group), else the
-// whole world, as a group of our own.
+// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT): gradients are
+// averaged over data x context replicas; the host owns the group.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,7 +20,7 @@
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
-#include "loom/parallel.h"
+#include "loom/grad.h"
 
 namespace {
 
@@ -43,37 +42,19 @@ class Ddp {
  public:
   Ddp(const loom_host* host, double bucket_mb, DLTensor* const* grads, size_t num_grads)
       : host_(host) {
-    loom::require(grads != nullptr || num_grads == 0, "parallel/ddp: grads is NULL");
+    loom::require(grads != nullptr || num_grads == 0, "grad/ddp: grads is NULL");
     if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
       const std::string why = host->error_message(err);
       host->error_free(err);
       throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
-                        "parallel/ddp all-reduces gradients and needs a comm plugin (" + why + ")");
+                        "grad/ddp all-reduces gradients and needs a comm plugin (" + why + ")");
     }
     for (size_t i = 0; i < num_grads; ++i)
-      loom::require(grads[i] != nullptr,
-                    "parallel/ddp: gradient " + std::to_string(i) + " is NULL");
-    if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_group) {
-      loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
-    } else {  // an ABI 1.0 host has no layout: every rank is a data-parallel replica
-      const int world = api().world_size(comm_.self);
-      loom::require(world >= 1,
-                    "parallel/ddp: the comm reports world size " + std::to_string(world));
-      std::vector<int> colors(static_cast<size_t>(world), 0);
-      loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
-      own_group_ = true;
-    }
-    try {
-      plan(bucket_mb, grads, num_grads);
-    } catch (...) {
-      if (own_group_) api().group_destroy(comm_.self, group_);
-      throw;
-    }
+      loom::require(grads[i] != nullptr, "grad/ddp: gradient " + std::to_string(i) + " is NULL");
+    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
+    plan(bucket_mb, grads, num_grads);
   }
 
-  ~Ddp() {
-    if (own_group_) api().group_destroy(comm_.self, group_);
-  }
   Ddp(const Ddp&) = delete;
   Ddp& operator=(const Ddp&) = delete;
 
@@ -140,39 +121,45 @@ class Ddp {
   const loom_host* host_;
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* group_ = nullptr;  // NULL = the world
-  bool own_group_ = false;            // made here (ABI 1.0 host) rather than the host's
   std::vector<Bucket> buckets_;
   std::unique_ptr<char[]> buffer_;  // the largest packed bucket
   size_t buffer_bytes_ = 0;
   int64_t numel_ = 0;
 };
 
-Ddp* cast(loom_parallel* p) { return reinterpret_cast<Ddp*>(p); }
+Ddp* cast(loom_grad* g) { return reinterpret_cast<Ddp*>(g); }
 
-loom_error* create(const loom_host* host, const loom_config* cfg, DLTensor* const* grads,
-                   size_t num_grads, loom_parallel** out) {
+loom_error* create(const loom_host* host, const loom_config* cfg, const loom_grad_create_args* args,
+                   loom_grad** out) {
   return loom::guard(host, [&] {
+    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
+                  "grad/ddp: create args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(args->ext, {}, "grad/ddp");
     loom::Config c(host, cfg);
     const double bucket_mb = c.get_float("bucket_mb");
-    loom::require(bucket_mb >= 0, "parallel/ddp: bucket_mb must be >= 0");
-    *out = reinterpret_cast<loom_parallel*>(new Ddp(host, bucket_mb, grads, num_grads));
+    loom::require(bucket_mb >= 0, "grad/ddp: bucket_mb must be >= 0");
+    *out = reinterpret_cast<loom_grad*>(new Ddp(host, bucket_mb, args->grads, args->num_grads));
   });
 }
-void destroy(loom_parallel* p) { delete cast(p); }
-loom_error* reduce_gradients(loom_parallel* p) {
-  return loom::guard(cast(p)->host(), [&] { cast(p)->reduce_gradients(); });
+void destroy(loom_grad* g) { delete cast(g); }
+loom_error* reduce(loom_grad* g, const loom_grad_reduce_args* args) {
+  return loom::guard(cast(g)->host(), [&] {
+    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_REDUCE_ARGS_SIZE_V2,
+                  "grad/ddp: reduce args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(args->ext, {}, "grad/ddp");
+    cast(g)->reduce_gradients();
+  });
 }
 
-double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
+double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
-                                create,
-                                destroy,
-                                reduce_gradients,
-                                nullptr,  // run_pipeline: a schedule's job
-                                nullptr,  // shard_params: nothing is sharded
-                                nullptr,  // after_step: parameters are already identical
-                                bytes_per_param};
+const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2,
+                            create,
+                            destroy,
+                            reduce,
+                            nullptr,  // shard_params: nothing is sharded
+                            nullptr,  // after_step: parameters are already identical
+                            bytes_per_param};
 
 const loom_param_spec kParams[] = {
     loom::param("bucket_mb", LOOM_PARAM_FLOAT, "25",
@@ -185,7 +172,7 @@ const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
-    LOOM_KIND_PARALLEL,
+    LOOM_KIND_GRAD,
     "ddp",
     "0.1.0",
     "Loom",

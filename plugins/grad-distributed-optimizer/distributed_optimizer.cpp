@@ -1,4 +1,4 @@
-// parallel/distributed-optimizer: Megatron's distributed optimizer (ZeRO stage 1). The
+// grad/distributed-optimizer: Megatron's distributed optimizer (ZeRO stage 1). The
 // gradients, viewed as one flat concatenation in the order of create's tensors and padded
 // to a multiple of the data-parallel size D, are cut into D equal shards; group rank r owns
 // elements [r*S, (r+1)*S). Each step:
@@ -20,11 +20,11 @@
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
-#include "loom/parallel.h"
+#include "loom/grad.h"
 
 namespace {
 
-const std::string kPrefix = "parallel/distributed-optimizer: ";
+const std::string kPrefix = "grad/distributed-optimizer: ";
 
 // A 1-D view of `n` elements of dtype `dt` starting `elem` elements (of dt) into base's
 // memory. Owns its shape, so it must not move once handed out (kept in a deque).
@@ -68,13 +68,7 @@ class DistOpt {
           kPrefix + "reduce-scatters gradients and needs a comm plugin (" + why + ")");
     }
     backend_ = loom::Backend(host);  // the flat and shard buffers live on the backend
-    if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_group) {
-      loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
-    } else {  // an ABI 1.0 host has no layout: the world is the data-parallel group
-      std::vector<int> colors(static_cast<size_t>(api().world_size(comm_.self)), 0);
-      loom::check(host, api().group_create(comm_.self, colors.data(), &group_));
-      own_group_ = true;
-    }
+    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
     D_ = api().group_size(comm_.self, group_);
     r_ = api().group_rank(comm_.self, group_);
     S_ = (N_ + D_ - 1) / D_;
@@ -82,9 +76,7 @@ class DistOpt {
     flat_ = loom::Tensor(backend_, gdt_, {D_ * S_});
     shard_grad_ = loom::Tensor(backend_, gdt_, {S_});
   }
-  ~DistOpt() {
-    if (own_group_) api().group_destroy(comm_.self, group_);
-  }
+  ~DistOpt() = default;
   DistOpt(const DistOpt&) = delete;
   DistOpt& operator=(const DistOpt&) = delete;
 
@@ -201,9 +193,8 @@ class DistOpt {
 
   const loom_host* host_;
   loom_comm_ref comm_{nullptr, nullptr};
-  loom_comm_group* group_ = nullptr;
-  bool own_group_ = false;
-  bool sharded_ = false;  // shard_params was called
+  loom_comm_group* group_ = nullptr;  // the host's
+  bool sharded_ = false;              // shard_params was called
   loom::Backend backend_;
   std::vector<DLTensor*> grads_, params_;
   std::vector<int64_t> offsets_;    // of each tensor in the flat concatenation
@@ -216,39 +207,42 @@ class DistOpt {
   std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
 };
 
-DistOpt* cast(loom_parallel* p) { return reinterpret_cast<DistOpt*>(p); }
+DistOpt* cast(loom_grad* g) { return reinterpret_cast<DistOpt*>(g); }
 
-loom_error* create(const loom_host* host, const loom_config*, DLTensor* const* grads,
-                   size_t num_grads, loom_parallel** out) {
-  return loom::guard(
-      host, [&] { *out = reinterpret_cast<loom_parallel*>(new DistOpt(host, grads, num_grads)); });
+loom_error* create(const loom_host* host, const loom_config*, const loom_grad_create_args* args,
+                   loom_grad** out) {
+  return loom::guard(host, [&] {
+    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
+                  kPrefix + "create args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
+    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads));
+  });
 }
-void destroy(loom_parallel* p) { delete cast(p); }
-loom_error* reduce_gradients(loom_parallel* p) {
-  return loom::guard(cast(p)->host(), [&] { cast(p)->reduce_gradients(); });
+void destroy(loom_grad* g) { delete cast(g); }
+loom_error* reduce(loom_grad* g, const loom_grad_reduce_args* args) {
+  return loom::guard(cast(g)->host(), [&] {
+    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_REDUCE_ARGS_SIZE_V2,
+                  kPrefix + "reduce args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
+    cast(g)->reduce_gradients();
+  });
 }
-loom_error* shard_params(loom_parallel* p, DLTensor* const* params, loom_param_shard* out) {
-  return loom::guard(cast(p)->host(), [&] { cast(p)->shard_params(params, out); });
+loom_error* shard_params(loom_grad* g, DLTensor* const* params, loom_param_shard* out) {
+  return loom::guard(cast(g)->host(), [&] { cast(g)->shard_params(params, out); });
 }
-loom_error* after_step(loom_parallel* p) {
-  return loom::guard(cast(p)->host(), [&] { cast(p)->after_step(); });
+loom_error* after_step(loom_grad* g) {
+  return loom::guard(cast(g)->host(), [&] { cast(g)->after_step(); });
 }
-double bytes_per_param(loom_parallel* p) { return cast(p)->bytes_per_param(); }
+double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
 
-const loom_parallel_api kApi = {LOOM_PARALLEL_API_SIZE_V2,
-                                create,
-                                destroy,
-                                reduce_gradients,
-                                nullptr,  // run_pipeline: the schedule's job
-                                shard_params,
-                                after_step,
-                                bytes_per_param};
+const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2, create,     destroy,        reduce,
+                            shard_params,          after_step, bytes_per_param};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
-    LOOM_KIND_PARALLEL,
+    LOOM_KIND_GRAD,
     "distributed-optimizer",
     "0.1.0",
     "Loom",

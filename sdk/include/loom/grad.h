@@ -1,0 +1,71 @@
+/* Loom SDK, ABI 2 — grad plugins: the data-parallel gradient strategy of a run.
+ *
+ * Recipe `parallel.data` names it (ddp, distributed-optimizer; later fsdp). The host calls
+ * reduce once per step after the last micro-batch's backward; the strategy leaves every rank
+ * with gradients averaged over the data-parallel group (ddp: all-reduce; distributed-
+ * optimizer: reduce-scatter into this rank's shard, and all-gather of the updated
+ * parameters in after_step). */
+#ifndef LOOM_GRAD_H
+#define LOOM_GRAD_H
+
+#include "loom/host.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_grad loom_grad;
+
+typedef struct loom_grad_create_args {
+  size_t struct_size;
+  /* the gradient tensors of the local model; borrowed, valid while the instance lives */
+  DLTensor* const* grads;
+  size_t num_grads;
+  const loom_ext* ext; /* NULL */
+} loom_grad_create_args;
+#define LOOM_GRAD_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_create_args, ext)
+
+/* One reduction of the step's gradients. Every gradient today; a later minor appends a
+ * bucket list here, so that reduction can overlap the backward pass without a break. */
+typedef struct loom_grad_reduce_args {
+  size_t struct_size;
+  const loom_ext* ext; /* NULL */
+} loom_grad_reduce_args;
+#define LOOM_GRAD_REDUCE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_reduce_args, ext)
+
+/* The part of one parameter this rank's optimizer updates (distributed optimizer). */
+typedef struct loom_param_shard {
+  size_t struct_size;
+  DLTensor* param; /* 1-D view of elements [offset, offset+numel) of the flattened
+                    * parameter; numel 0 = this rank owns none of it */
+  DLTensor* grad;  /* the reduced gradient of those elements */
+  int64_t offset;  /* into the flattened (local, tensor-parallel) parameter */
+} loom_param_shard;
+#define LOOM_PARAM_SHARD_SIZE_V2 LOOM_STRUCT_SIZE(loom_param_shard, offset)
+
+typedef struct loom_grad_api {
+  size_t struct_size;
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg,
+                        const loom_grad_create_args* args, loom_grad** out);
+  void (*destroy)(loom_grad* g); /* accepts NULL */
+  /* COLLECTIVE(data-parallel group), blocks */
+  loom_error* (*reduce)(loom_grad* g, const loom_grad_reduce_args* args);
+  /* Strategies that shard the optimizer (NULL otherwise): params[i] are the parameter
+   * tensors in the order of create's grads; fills out[i] (caller sets struct_size) with the
+   * views this rank's optimizer steps. Called once after create. */
+  loom_error* (*shard_params)(loom_grad* g, DLTensor* const* params, loom_param_shard* out);
+  /* After every optimizer step (NULL when nothing is needed): sharded strategies
+   * all-gather the updated parameters. COLLECTIVE(data-parallel group), blocks. */
+  loom_error* (*after_step)(loom_grad* g);
+  /* Bytes of strategy state per parameter on this rank (buffers for packing, shards), for
+   * the memory report; NULL = 0. */
+  double (*bytes_per_param)(loom_grad* g);
+  /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+} loom_grad_api;
+#define LOOM_GRAD_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_api, bytes_per_param)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_GRAD_H */
