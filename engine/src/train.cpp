@@ -15,37 +15,20 @@
 namespace loom::engine {
 namespace {
 
-// Runs `micro` micro-batches from r.feed.first through the schedule (or, for a model without
-// the stage API, one forward(_backward) each); returns {loss sum, tokens} over the pipeline.
+// Runs `micro` micro-batches from r.feed.first through the schedule; returns {loss sum,
+// tokens} over the pipeline.
 std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
-  if (r.schedule.second) {
-    loom_schedule_args a{};
-    a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
-    a.model_api = r.mapi;
-    a.chunks = r.chunks.data();
-    a.num_chunks = r.chunks.size();
-    a.num_microbatches = micro;
-    a.get_microbatch = &Feed::get;
-    a.user = &r.feed;
-    a.forward_only = forward_only ? 1 : 0;
-    check(r.schedule.first->run(r.schedule.second, &a), "pipeline schedule");
-    return {a.loss_sum, a.tokens};
-  }
-  double loss = 0;
-  int64_t count = 0;
-  for (int64_t m = 0; m < micro; ++m) {
-    loom_microbatch mb{};
-    check(Feed::get(&r.feed, m, &mb), "reading a micro-batch");
-    double l = 0;
-    int64_t n = 0;
-    if (forward_only)
-      check(r.mapi->forward(r.chunks[0], &mb, &l, &n), "evaluation forward");
-    else
-      check(r.mapi->forward_backward(r.chunks[0], &mb, &l, &n), "forward/backward");
-    loss += l;
-    count += n;
-  }
-  return {loss, count};
+  loom_schedule_args a{};
+  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
+  a.model_api = r.mapi;
+  a.chunks = r.chunks.data();
+  a.num_chunks = r.chunks.size();
+  a.num_microbatches = micro;
+  a.get_microbatch = &Feed::get;
+  a.user = &r.feed;
+  a.forward_only = forward_only ? 1 : 0;
+  check(r.schedule.first->run(r.schedule.second, &a), "pipeline schedule");
+  return {a.loss_sum, a.tokens};
 }
 
 // The squared global gradient norm: each gradient counted once, summed over the ranks that
@@ -85,8 +68,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
   auto [loss_sum, tokens] = run_micro(r, r.num_micro, false);
   r.consumed += r.gbs;
-  if (r.staged)
-    for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
+  for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
   const loom_grad_reduce_args reduce{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
   check(papi->reduce(par, &reduce), "reducing gradients");

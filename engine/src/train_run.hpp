@@ -82,7 +82,6 @@ struct TrainRun {
   // The model: one chunk per virtual stage of this pipeline rank.
   const loom_model_api* mapi = nullptr;
   std::vector<loom_model*> chunks;
-  bool staged = false;  // ABI 1.1 stage API (else whole-model forward_backward, ABI 1.0)
   double flops_per_token = 0;
   std::vector<loom_model_param> params;
   std::vector<DLTensor*> grads, values;

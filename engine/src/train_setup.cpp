@@ -108,7 +108,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   create_model(vocab);
   create_optimizer();
   report_memory();
-  if (staged) schedule = session.schedule();
+  schedule = session.schedule();
   // The squared gradient norm is summed over the model-parallel ranks, and over the
   // data-parallel ranks too when each holds a different shard.
   norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
@@ -161,10 +161,11 @@ void TrainRun::create_model(int64_t vocab) {
     mapi = api;
     chunks.push_back(m);
   }
-  staged = mapi->struct_size >= LOOM_MODEL_API_SIZE_V2 && mapi->stage_forward;
-  if (!staged && (stages > 1 || layout.tensor > 1))
+  // Every ABI 2 model is driven through its stages (a whole model is stage 0 of 1).
+  if (!mapi->stage_info || !mapi->stage_forward || !mapi->stage_backward || !mapi->finish_grads)
     throw UsageError("model/" + recipe.plugin("model") +
-                     " has no pipeline-stage API (ABI 1.1); it trains at tensor = pipeline = 1");
+                     " leaves a stage slot NULL (stage_info, stage_forward, stage_backward, "
+                     "finish_grads): ABI 2 drives every model through its stages");
 
   for (loom_model* m : chunks)
     for (size_t i = 0; i < mapi->num_params(m); ++i) {

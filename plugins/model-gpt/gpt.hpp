@@ -250,8 +250,6 @@ class Model {
   void get_param(size_t i, loom_model_param* out);
   void init_params(uint64_t seed) { params_.init(ctx_, seed); }
   void zero_grad();
-  // forward_backward / forward: the whole model on slot 0 (refused with pipeline stages).
-  void run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens);
   void stage_info(loom_stage_info* out) const;
   void stage_forward(int64_t slot, const loom_microbatch& mb, const DLTensor* input, bool no_grad,
                      DLTensor** output, double* loss_sum, int64_t* tokens);

@@ -26,19 +26,6 @@ loom_error* init_params(loom_model* m, uint64_t seed) {
 loom_error* zero_grad(loom_model* m) {
   return loom::guard(self(m)->host(), [&] { self(m)->zero_grad(); });
 }
-loom_error* forward_backward(loom_model* m, const loom_microbatch* mb, double* loss_sum,
-                             int64_t* tokens) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(mb != nullptr, "model/gpt: forward_backward needs a microbatch");
-    self(m)->run(*mb, true, loss_sum, tokens);
-  });
-}
-loom_error* forward(loom_model* m, const loom_microbatch* mb, double* loss_sum, int64_t* tokens) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(mb != nullptr, "model/gpt: forward needs a microbatch");
-    self(m)->run(*mb, false, loss_sum, tokens);
-  });
-}
 double flops_per_token(loom_model* m) { return self(m)->flops_per_token(); }
 loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
   return loom::guard(self(m)->host(), [&] { self(m)->kv_reset(batch, max_len); });
@@ -73,8 +60,6 @@ const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V2,
                              get_param,
                              init_params,
                              zero_grad,
-                             forward_backward,
-                             forward,
                              flops_per_token,
                              stage_info,
                              stage_forward,

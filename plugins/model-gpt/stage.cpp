@@ -1,6 +1,6 @@
 // model/gpt pipeline stages: per-slot activations, the stage's forward and backward (the
-// embedding on the first stage, the head and loss on the last), forward_backward as the
-// one-stage case, and finish_grads (what the model's own parallelism leaves partial).
+// embedding on the first stage, the head and loss on the last), and finish_grads (what the model's
+// own parallelism leaves partial).
 #include <string>
 
 #include "gpt.hpp"
@@ -234,18 +234,6 @@ void Model::stage_backward(int64_t si, const DLTensor* doutput, DLTensor** dinpu
     *dinput = dinput_.get();
   }
   S.pending = false;
-}
-
-void Model::run(const loom_microbatch& mb, bool backward, double* loss_sum, int64_t* tokens) {
-  loom::require(opt_.stages == 1,
-                "model/gpt: forward_backward and forward run the whole model; this instance "
-                "is pipeline stage " +
-                    s(opt_.stage) + " of " + s(opt_.stages) +
-                    " (drive it with stage_forward / stage_backward)");
-  loom::require(mb.tokens && mb.targets, "model/gpt: microbatch tokens and targets required");
-  DLTensor* out = nullptr;
-  stage_forward(0, mb, nullptr, !backward, &out, loss_sum, tokens);
-  if (backward) stage_backward(0, nullptr, &out);
 }
 
 // Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this

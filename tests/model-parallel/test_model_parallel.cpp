@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
 namespace {
@@ -212,7 +213,7 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
     for (int k = 0; k < nb; ++k) {
       double l = 0;
       int64_t n = 0;
-      in.th.check(in.api->forward_backward(in.m, &batches[k].mb, &l, &n));
+      in.th.check(loom::model_step(in.api, in.m, &batches[k].mb, true, &l, &n));
       loss += l;
     }
   } else {
@@ -280,7 +281,7 @@ void check_layout(const Config& c, Degrees d) {
   for (auto& b : batches) {
     double l = 0;
     int64_t n = 0;
-    ref.th.check(ref.api->forward_backward(ref.m, &b.mb, &l, &n));
+    ref.th.check(loom::model_step(ref.api, ref.m, &b.mb, true, &l, &n));
     ref_loss += l;
   }
   ref.th.check(ref.api->finish_grads(ref.m));  // a no-op at tensor = pipeline = 1

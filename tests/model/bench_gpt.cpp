@@ -1,6 +1,6 @@
 // loom-bench-gpt: GPT-2 124M training-step throughput on backend/cpu through the plugin ABI.
 // micro-batch 4 x seq 64, f32, AdamW, random tokens; 2 warm-up + 5 timed steps of
-// zero_grad + forward_backward + optimizer step. Prints tokens/s and model GFLOP/s
+// zero_grad + forward and backward (one stage) + optimizer step. Prints tokens/s and model GFLOP/s
 // (flops_per_token x tokens/s).
 //
 //   loom-bench-gpt [--batch=4] [--seq=64] [--warmup=2] [--steps=5] [--threads=0]
@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
 namespace {
@@ -98,7 +99,7 @@ int main(int argc, char** argv) try {
     double t0 = now(), loss = 0;
     int64_t n = 0;
     host.check(mapi->zero_grad(model));
-    host.check(mapi->forward_backward(model, &mb, &loss, &n));
+    host.check(loom::model_step(mapi, model, &mb, true, &loss, &n));
     double t1 = now();
     loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0};
     host.check(oapi->step(opt, &sa));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
 namespace modeltest {
@@ -145,8 +146,7 @@ class Gpt {
     mb.loss_scale = loss_scale;
     double loss = 0;
     int64_t count = 0;
-    check(backward ? api_->forward_backward(m_, &mb, &loss, &count)
-                   : api_->forward(m_, &mb, &loss, &count));
+    check(loom::model_step(api_, m_, &mb, backward, &loss, &count));
     return {loss, count};
   }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "loom/cpp/model_step.hpp"
 #include "model_test_util.hpp"
 
 using namespace modeltest;
@@ -310,13 +311,13 @@ TEST_CASE("model/gpt: configuration and input errors name the problem") {
   mb.loss_scale = 1;
   double loss;
   int64_t n;
-  loom_error* e = m.api()->forward(m.self(), &mb, &loss, &n);
+  loom_error* e = loom::model_step(m.api(), m.self(), &mb, false, &loss, &n);
   REQUIRE(e != nullptr);
   CHECK(std::string(e->message).find("outside the vocabulary") != std::string::npos);
   delete e;
   mb.batch = 2;
   tok[3] = 1;
-  e = m.api()->forward(m.self(), &mb, &loss, &n);
+  e = loom::model_step(m.api(), m.self(), &mb, false, &loss, &n);
   REQUIRE(e != nullptr);
   CHECK(std::string(e->message).find("exceeds the create args") != std::string::npos);
   delete e;

@@ -34,7 +34,7 @@ double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
   return s > 0 ? e / s : e;
 }
 
-// The same model in f32 and in `dt` from seed 5, one forward_backward each: the losses and
+// The same model in f32 and in `dt` from seed 5, one forward and backward each: the losses and
 // every parameter's gradient compared.
 //
 // Tolerances. The loss sums f32 token losses of logits that went through a few bf16

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
 namespace {
@@ -111,7 +112,7 @@ struct Instance {
     mb.loss_scale = 1.0 / 14;
     double loss = 0;
     int64_t n = 0;
-    th.check(api->forward_backward(m, &mb, &loss, &n));
+    th.check(loom::model_step(api, m, &mb, true, &loss, &n));
     th.check(api->finish_grads(m));
     return loss;
   }

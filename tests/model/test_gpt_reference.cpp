@@ -1,7 +1,7 @@
 // The whole-model check: model/gpt against an independent PyTorch float64 implementation
 // (tests/model/make_reference.py; data in tests/model/data, no Python at test time). Loads
 // the reference parameters, fills the padded vocabulary rows with junk, runs one
-// forward_backward and compares the loss and every parameter gradient.
+// forward and backward and compares the loss and every parameter gradient.
 #include <fstream>
 #include <sstream>
 

@@ -37,7 +37,7 @@ typedef struct loom_model_param {
   size_t struct_size;
   const char* name;     /* "h.3.attn.qkv.weight"; valid until destroy */
   DLTensor* value;      /* valid until destroy; the optimizer updates it in place */
-  DLTensor* grad;       /* same shape; accumulated (+=) by forward_backward */
+  DLTensor* grad;       /* same shape; accumulated (+=) by stage_backward */
   int weight_decay;     /* 0 for biases, norms (Megatron's no-decay rule) */
   int32_t tp_split_dim; /* dimension split across tensor-parallel ranks, -1 = replicated */
   /* How this rank's shard sits in the full tensor. Along tp_split_dim the full
@@ -83,17 +83,12 @@ typedef struct loom_model_api {
   /* Initialises every parameter from `seed` (the same values on any layout). */
   loom_error* (*init_params)(loom_model* m, uint64_t seed);
   loom_error* (*zero_grad)(loom_model* m);
-  /* Forward and backward of one micro-batch: gradients += d(loss_scale * sum of token
-   * losses)/dθ; *loss_sum = sum of token losses, *tokens = number of counted targets. */
-  loom_error* (*forward_backward)(loom_model* m, const loom_microbatch* mb, double* loss_sum,
-                                  int64_t* tokens);
-  /* Forward only (evaluation). */
-  loom_error* (*forward)(loom_model* m, const loom_microbatch* mb, double* loss_sum,
-                         int64_t* tokens);
   /* Model FLOPs per trained token (forward + backward), for MFU. */
   double (*flops_per_token)(loom_model* m);
 
-  /* Pipeline stages, driven by a parallel plugin's schedule. Activations of up to
+  /* Pipeline stages, driven by a schedule plugin; every model has them, often just one
+   * (a whole model is stage 0 of 1; loom/cpp/model_step.hpp runs it one micro-batch at a
+   * time). Activations of up to
    * any number of micro-batches in flight live in numbered slots (grown on demand); a slot
    * is reused after its backward. Between stages flows the hidden state, (tokens, hidden)
    * in the compute dtype, tokens = B*T (B*T/tensor with sequence parallelism). */
@@ -101,7 +96,8 @@ typedef struct loom_model_api {
   /* Forward of micro-batch `mb` into `slot`. input: the previous stage's output, NULL on
    * the first stage (which reads mb->tokens). *output: model-owned, valid until the slot's
    * backward; NULL on the last stage, which computes the loss from mb->targets (loss_sum,
-   * tokens as forward_backward; zero elsewhere). With `no_grad` nothing is kept for a
+   * tokens = the sum of its token losses and the number of counted targets; zero elsewhere;
+   * gradients follow d(loss_scale * loss sum)/dθ). With `no_grad` nothing is kept for a
    * backward (evaluation) and the slot is free again on return. */
   loom_error* (*stage_forward)(loom_model* m, int64_t slot, const loom_microbatch* mb,
                                const DLTensor* input, int no_grad, DLTensor** output,
