@@ -132,10 +132,11 @@ void TrainRun::resume() {
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
   for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
-  // The tied embedding's copy on the last stage follows its first-stage tensor.
+  // A tied tensor's copies follow the first stage's (tie group "embedding", checked at
+  // setup to be the only one there is).
   if (layout.pipeline > 1)
     for (size_t i = 0; i < params.size(); ++i)
-      if (std::string(params[i].name) == "wte") {
+      if (params[i].tie_group != nullptr) {
         DLTensor t = *(sharded ? params[i].value : main->main(i));
         loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
         if (comm.api->group_size(comm.self, g) > 1)

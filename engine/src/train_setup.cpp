@@ -10,6 +10,19 @@
 namespace loom::engine {
 namespace {
 
+// The groups a parameter names must be ones this host implements: a gradient averaged over
+// another group, or a tie it does not re-synchronise, would train a different model.
+void check_param_groups(const loom_model_param& p, const std::string& model) {
+  const std::string who = "model/" + model + ": parameter " + p.name;
+  if (p.reduce_group != LOOM_GROUP_DATA_CONTEXT)
+    throw UsageError(who + " asks for reduce group " + std::to_string(p.reduce_group) +
+                     "; this host averages gradients over data x context only (expert "
+                     "parallelism is not available yet)");
+  if (p.tie_group != nullptr && std::string(p.tie_group) != "embedding")
+    throw UsageError(who + " is in tie group '" + p.tie_group +
+                     "'; the host knows only 'embedding'");
+}
+
 // Refused before any plugin is created: what this engine cannot train yet.
 Recipe& refuse_unsupported(Recipe& recipe) {
   for (const char* key : {"context", "expert"}) {
@@ -172,7 +185,7 @@ void TrainRun::create_model(int64_t vocab) {
       loom_model_param p{};
       p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
       check(mapi->get_param(m, i, &p), "listing model parameters");
-      if (p.struct_size < LOOM_MODEL_PARAM_SIZE_V2) p.tp_num_blocks = 0, p.pipeline_duplicate = 0;
+      check_param_groups(p, recipe.plugin("model"));
       params.push_back(p);
     }
   for (const loom_model_param& p : params) {

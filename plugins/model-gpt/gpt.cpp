@@ -216,6 +216,9 @@ void Model::get_param(size_t i, loom_model_param* out) {
     out->tp_block_sizes = blocked ? p.blocks.data() : nullptr;
     out->pipeline_duplicate = p.pipeline_duplicate;
   }
+  out->reduce_group = LOOM_GROUP_DATA_CONTEXT;
+  // The tied embedding is one tensor on the first stage and a copy on the last.
+  out->tie_group = opt_.tie_embeddings && p.name == "wte" ? "embedding" : nullptr;
 }
 
 void Model::zero_grad() { ctx_.call(&loom_ops::fill, params_.grads(), 0.0); }

@@ -124,7 +124,7 @@ Listing build() {
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
-  F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate)
+  F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate) F(reduce_group) F(tie_group)
   END
   STRUCT(loom_microbatch)
   F(struct_size) F(tokens) F(targets) F(batch) F(seq_len) F(loss_scale)

@@ -58,17 +58,24 @@ TEST_CASE("model/gpt: parameter names, shapes, weight decay and TP split dims") 
   CHECK(m.param("h.0.mlp.c_proj.weight").tp_split_dim == 1);
   CHECK(std::string(m.params.back().name) == "ln_f.bias");
   CHECK(m.params.size() == 2 + 2 * 12 + 2);
-  // every view shares one flat buffer, and so do the gradients
+  // every view shares one flat buffer, and so do the gradients; every gradient is averaged
+  // over data x context; only the tied embedding is in a tie group
   for (auto& p : m.params) {
     CHECK(p.value->data == wte.value->data);
     CHECK(p.grad->data == wte.grad->data);
+    CHECK(p.reduce_group == LOOM_GROUP_DATA_CONTEXT);
+    if (&p != &wte) CHECK(p.tie_group == nullptr);
   }
+  REQUIRE(wte.tie_group != nullptr);
+  CHECK(std::string(wte.tie_group) == "embedding");
 
   Gpt l(h, tiny_llama(), 100, 2, 8);
   CHECK(l.params.size() == 1 + 2 * 6 + 1 + 1);  // wte, 6 per layer, ln_f, lm_head
   CHECK(l.param("h.0.attn.c_attn.weight").value->shape[0] == 16 + 2 * 8);  // GQA: Hkv = 1
   CHECK(l.param("h.0.mlp.c_fc.weight").value->shape[0] == 48);             // [gate; up]
   CHECK(l.param("lm_head.weight").tp_split_dim == 0);
+  CHECK(l.param("wte").tie_group == nullptr);  // untied: the head has its own matrix
+  CHECK(l.param("lm_head.weight").tie_group == nullptr);
   CHECK(l.api()->flops_per_token(l.self()) > 0);
 }
 

@@ -51,8 +51,17 @@ typedef struct loom_model_param {
    * the last stage for the head): kept equal by the model, never saved nor counted twice
    * in the gradient norm */
   int32_t pipeline_duplicate;
+  /* The group over which the host averages this parameter's gradient (a loom_group_kind):
+   * LOOM_GROUP_DATA_CONTEXT for dense parameters; expert parameters of a mixture of experts
+   * will name their expert-data group. */
+  int32_t reduce_group;
+  /* One logical tensor held by several pipeline stages shares a tie group, kept equal by
+   * the model in training and re-synchronised by the host after loading a checkpoint.
+   * "embedding": wte on the first stage and the head's copy on the last, over
+   * LOOM_GROUP_EMBEDDING (the only tie group the host knows so far). NULL: not tied. */
+  const char* tie_group;
 } loom_model_param;
-#define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, pipeline_duplicate)
+#define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, tie_group)
 
 typedef struct loom_microbatch {
   size_t struct_size;
