@@ -207,7 +207,8 @@ typedef struct loom_backend_api {
   loom_error* (*alloc_tensor)(loom_backend* be, DLDataType dtype, int ndim, const int64_t* shape,
                               DLTensor** out);
   void (*free_tensor)(loom_backend* be, DLTensor* t); /* accepts NULL */
-  /* Copies between host memory and a device tensor: `bytes` must equal the tensor's. */
+  /* Copies between host memory and a device tensor: `bytes` must equal the tensor's.
+   * Blocks: the host memory is ready (to_host) or reusable (from_host) on return. */
   loom_error* (*to_host)(loom_backend* be, const DLTensor* src, void* dst, size_t bytes);
   loom_error* (*from_host)(loom_backend* be, DLTensor* dst, const void* src, size_t bytes);
   loom_error* (*synchronize)(loom_backend* be);

@@ -107,13 +107,16 @@ typedef struct loom_model_api {
    * backward; NULL on the last stage, which computes the loss from mb->targets (loss_sum,
    * tokens = the sum of its token losses and the number of counted targets; zero elsewhere;
    * gradients follow d(loss_scale * loss sum)/dθ). With `no_grad` nothing is kept for a
-   * backward (evaluation) and the slot is free again on return. */
+   * backward (evaluation) and the slot is free again on return.
+   * COLLECTIVE(tensor group) when tensor > 1: the model's own tensor-parallel all-reduces
+   * and all-gathers run inside. */
   loom_error* (*stage_forward)(loom_model* m, int64_t slot, const loom_microbatch* mb,
                                const DLTensor* input, int no_grad, DLTensor** output,
                                double* loss_sum, int64_t* tokens);
   /* Backward of the micro-batch in `slot`: doutput = gradient of its output (NULL on the
    * last stage, which starts from the loss). Parameter gradients +=. *dinput: gradient of
-   * the input, model-owned, valid until the next stage call; NULL on the first stage. */
+   * the input, model-owned, valid until the next stage call; NULL on the first stage.
+   * COLLECTIVE(tensor group) when tensor > 1, as stage_forward. */
   loom_error* (*stage_backward)(loom_model* m, int64_t slot, const DLTensor* doutput,
                                 DLTensor** dinput);
   /* Once per step after the last backward, before the data-parallel reduction: the model

@@ -36,6 +36,8 @@ typedef struct loom_optimizer_api {
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
                         size_t num_params, loom_optimizer** out);
   void (*destroy)(loom_optimizer* opt); /* accepts NULL */
+  /* local (a sharded optimizer steps this rank's shards; the grad plugin gathers them);
+   * may run asynchronously on the backend's stream */
   loom_error* (*step)(loom_optimizer* opt, const loom_opt_step_args* args);
   /* State tensors for checkpoints: name ("exp_avg.h.0.attn.qkv.weight") and tensor, both
    * valid while the optimizer lives; the host reads and overwrites them in place. */
