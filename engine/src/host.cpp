@@ -213,14 +213,18 @@ loom_comm_group* Session::group(loom_group_kind kind) {
 
 // Creates (once) the instance of the plugin the recipe selects for `section`, after
 // checking its kind's table is at least the size ABI 2.0 requires. `extra` are the
-// kind-specific create arguments between the config and the out-pointer.
+// kind-specific create arguments between the config and the out-pointer. grad and schedule
+// plugins share [parallel], the engine's section, which names them with `data` and
+// `schedule` and also carries the grad plugin's own keys.
 template <class Api, class Self, class... Extra>
 static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl& impl,
                                                  std::pair<const Api*, Self*>& slot,
                                                  loom_plugin_kind kind, const std::string& section,
                                                  size_t min_size, Extra... extra) {
   if (slot.second) return slot;
-  std::string name = impl.recipe.plugin(section);
+  const std::string name = section == "parallel"
+                               ? impl.recipe.get_string(section, selector_of_kind(kind))
+                               : impl.recipe.plugin(section);
   const PluginInfo& info = impl.registry.get(kind, name);
   auto* api = static_cast<const Api*>(info.desc->api);
   std::string who = kind_name(kind) + "/" + name;
@@ -318,42 +322,15 @@ std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
                      LOOM_OPTIMIZER_API_SIZE_V2, params, n);
 }
 
-// grad and schedule plugins share [parallel], the engine's section, which names them with
-// `data` and `schedule` and also carries the grad plugin's own keys, validated against its
-// schema.
-template <class Api, class Self, class Create>
-static std::pair<const Api*, Self*>& create_parallel(Session& session, Session::Impl& impl,
-                                                     std::pair<const Api*, Self*>& slot,
-                                                     loom_plugin_kind kind, size_t min_size,
-                                                     Create create) {
-  if (slot.second) return slot;
-  const std::string name = impl.recipe.get_string("parallel", selector_of_kind(kind));
-  const PluginInfo& info = impl.registry.get(kind, name);
-  auto* api = static_cast<const Api*>(info.desc->api);
-  const std::string who = kind_name(kind) + "/" + name;
-  if (!api || api->struct_size < min_size)
-    throw UsageError("plugin " + who + " has a function table smaller than ABI 2.0 requires");
-  Self* self = nullptr;
-  check(create(api, session.host_for(who), &impl.recipe.section("parallel"), &self),
-        "creating " + who);
-  slot = {api, self};
-  impl.destroyers.push_back([api, self] { api->destroy(self); });
-  return slot;
-}
-
 std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n) {
   const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads, n, nullptr};
-  return create_parallel(
-      *this, *impl_, impl_->grad, LOOM_KIND_GRAD, LOOM_GRAD_API_SIZE_V2,
-      [&](const loom_grad_api* api, const loom_host* host, const loom_config* cfg,
-          loom_grad** out) { return api->create(host, cfg, &args, out); });
+  return create_once(*this, *impl_, impl_->grad, LOOM_KIND_GRAD, "parallel", LOOM_GRAD_API_SIZE_V2,
+                     &args);
 }
 
 std::pair<const loom_schedule_api*, loom_schedule*> Session::schedule() {
-  return create_parallel(
-      *this, *impl_, impl_->schedule, LOOM_KIND_SCHEDULE, LOOM_SCHEDULE_API_SIZE_V2,
-      [](const loom_schedule_api* api, const loom_host* host, const loom_config* cfg,
-         loom_schedule** out) { return api->create(host, cfg, out); });
+  return create_once(*this, *impl_, impl_->schedule, LOOM_KIND_SCHEDULE, "parallel",
+                     LOOM_SCHEDULE_API_SIZE_V2);
 }
 
 }  // namespace loom::engine

@@ -33,6 +33,9 @@ const char* const kKindNames[] = {"",     "backend",   "comm",      "model",   "
                                   "grad", "optimizer", "tokenizer", "dataset", "schedule"};
 constexpr int kNumKinds = 9;
 
+// The descriptor's first fields, the same in every major: enough to read its ABI version.
+constexpr size_t kVersionBytes = LOOM_STRUCT_SIZE(loom_plugin_descriptor, abi_minor);
+
 std::string abi_text(uint64_t major, uint64_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
@@ -204,8 +207,7 @@ std::string check_descriptor(const loom_plugin_descriptor* d) {
   if (d == nullptr)
     return "loom_plugin_entry returned NULL: the plugin does not support this host (Loom ABI " +
            abi_text(LOOM_ABI_MAJOR, LOOM_ABI_MINOR) + ")";
-  const size_t bootstrap = offsetof(loom_plugin_descriptor, abi_minor) + sizeof(uint32_t);
-  if (d->struct_size < bootstrap)
+  if (d->struct_size < kVersionBytes)
     return "descriptor struct_size " + std::to_string(d->struct_size) + " is too small";
   if (d->abi_major != LOOM_ABI_MAJOR) return abi_mismatch(d->abi_major, d->abi_minor);
   if (d->struct_size < LOOM_PLUGIN_DESCRIPTOR_SIZE_V2)
@@ -283,8 +285,7 @@ std::string load_library(const fs::path& so, Library& lib, const loom_plugin_des
     // the descriptor of another major is never read past its version fields.
     for (uint32_t major = LOOM_ABI_MAJOR - 1; major >= 1; --major) {
       const loom_plugin_descriptor* old = entry(major, UINT32_MAX);
-      const size_t bootstrap = offsetof(loom_plugin_descriptor, abi_minor) + sizeof(uint32_t);
-      if (old != nullptr && old->struct_size >= bootstrap && old->abi_major == major)
+      if (old != nullptr && old->struct_size >= kVersionBytes && old->abi_major == major)
         return abi_mismatch(old->abi_major, old->abi_minor);
     }
   }
@@ -334,6 +335,12 @@ bool PluginInfo::has_capability(const std::string& id) const {
   return std::find(capabilities.begin(), capabilities.end(), id) != capabilities.end();
 }
 
+std::string PluginInfo::capabilities_text() const {
+  std::string listed;
+  for (const std::string& c : capabilities) listed += (listed.empty() ? "" : ", ") + c;
+  return listed.empty() ? "none" : listed;
+}
+
 const loom_ext* PluginInfo::find_ext(const char* id) const {
   return desc == nullptr ? nullptr : loom_ext_find(desc->ext, id);
 }
@@ -341,12 +348,9 @@ const loom_ext* PluginInfo::find_ext(const char* id) const {
 const loom_ext* require_ext(const PluginInfo& info, const char* id, size_t min_size,
                             const std::string& needed_for) {
   const std::string who = kind_name(info.kind) + "/" + info.name;
-  std::string listed;
-  for (const std::string& c : info.capabilities) listed += (listed.empty() ? "" : ", ") + c;
   if (!info.has_capability(id))
     throw UsageError(needed_for + " needs capability '" + id + "', which plugin " + who +
-                     " does not implement (its capabilities: " +
-                     (listed.empty() ? std::string("none") : listed) + ")");
+                     " does not implement (its capabilities: " + info.capabilities_text() + ")");
   const loom_ext* e = info.find_ext(id);
   if (e == nullptr || e->struct_size < min_size)
     throw UsageError("plugin " + who + " lists capability '" + id +

@@ -35,6 +35,7 @@ struct PluginInfo {
   const loom_plugin_descriptor* desc = nullptr;  // set once loaded
   std::vector<std::string> capabilities;         // extension ids the plugin implements
   bool has_capability(const std::string& id) const;
+  std::string capabilities_text() const;  // "loom.decode/1, ..." or "none", for messages
   // The table of capability `id` on the descriptor's ext chain, or NULL (also when the
   // plugin is not loaded).
   const loom_ext* find_ext(const char* id) const;
