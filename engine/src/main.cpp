@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "batch_check.hpp"
 #include "checkpoint_tools.hpp"
 #include "data_inspect.hpp"
 #include "data_samples.hpp"
@@ -144,6 +145,7 @@ int cmd_validate(const std::vector<std::string>& args) {
     world = d.tensor * d.context * d.pipeline;
   }
   check_layout(recipe, world);
+  check_model_batch(recipe, registry);
   std::cout << describe_layout(recipe, world);
   size_t n = recipe.num_sections_set();
   std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")

@@ -15,20 +15,36 @@
 namespace loom::engine {
 namespace {
 
-// Runs `micro` micro-batches from r.feed.first through the schedule; returns {loss sum,
-// tokens} over the pipeline.
-std::pair<double, int64_t> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
+// Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
+// summed over them and over the data-parallel ranks.
+std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
   loom_schedule_args a{};
   a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
   a.model_api = r.mapi;
   a.chunks = r.chunks.data();
   a.num_chunks = r.chunks.size();
   a.num_microbatches = micro;
+  a.batch = r.mbs;
+  a.seq_len = r.seq_len;
+  a.loss_scale = r.feed.loss_scale;
   a.get_microbatch = &Feed::get;
   a.user = &r.feed;
   a.forward_only = forward_only ? 1 : 0;
   check(r.schedule.first->run(r.schedule.second, &a), "pipeline schedule");
-  return {a.loss_sum, a.tokens};
+  if (a.num_losses == 0 || a.losses == nullptr)
+    throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported no loss terms");
+  std::vector<LossTerm> terms;
+  std::vector<double> sums;
+  for (size_t i = 0; i < a.num_losses; ++i) {
+    terms.push_back({a.losses[i].name, 0, 0, a.losses[i].weight});
+    sums.insert(sums.end(), {a.losses[i].sum, a.losses[i].count});
+  }
+  sum_over(r.comm, r.data_group, sums.data(), (int64_t)sums.size());
+  for (size_t i = 0; i < terms.size(); ++i) {
+    terms[i].sum = sums[2 * i];
+    terms[i].count = sums[2 * i + 1];
+  }
+  return terms;
 }
 
 // The squared global gradient norm: each gradient counted once, summed over the ranks that
@@ -51,10 +67,7 @@ double evaluate(TrainRun& r, int64_t k) {
   r.feed.sampler = r.valid_samples;
   r.feed.first = k * r.eval_iters * r.gbs;
   r.feed.loss_scale = 0.0;
-  auto [loss, count] = run_micro(r, r.eval_iters * r.num_micro, true);
-  double totals[2] = {loss, (double)count};
-  sum_over(r.comm, r.data_group, totals, 2);
-  return totals[0] / std::max(totals[1], 1.0);
+  return run_micro(r, r.eval_iters * r.num_micro, true)[0].mean();
 }
 
 // One iteration (0-based `it`) on the global batch that starts at r.consumed.
@@ -66,17 +79,17 @@ StepStats train_step(TrainRun& r, int64_t it) {
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
-  auto [loss_sum, tokens] = run_micro(r, r.num_micro, false);
+  const std::vector<LossTerm> losses = run_micro(r, r.num_micro, false);
   r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
   const loom_grad_reduce_args reduce{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
   check(papi->reduce(par, &reduce), "reducing gradients");
-  double totals[2] = {loss_sum, (double)tokens};  // the global batch's, for the log
-  sum_over(r.comm, r.data_group, totals, 2);
 
-  StepStats s;
-  s.loss = totals[0] / std::max(totals[1], 1.0);
+  StepStats s;  // losses of the global batch, for the log
+  s.loss = losses[0].mean();
+  for (size_t i = 1; i < losses.size(); ++i)
+    s.extra_losses.emplace_back(losses[i].name, losses[i].mean());
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
   s.loss_scale = r.scaler.scale;
   s.grad_norm = std::sqrt(squared_grad_norm(r)) / s.loss_scale;
@@ -84,8 +97,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   s.stepped = r.scaler.update(finite);
   if (!finite && !r.scaler.dynamic)
     throw RunError("iteration " + std::to_string(it + 1) + ": gradient norm is not finite (loss " +
-                   std::to_string(totals[0] / (int64_t)totals[1]) +
-                   "); lower lr.max or check the data");
+                   std::to_string(s.loss) + "); lower lr.max or check the data");
   s.lr = r.lr.at(it);
   if (s.stepped) {
     double scale = 1.0 / s.loss_scale;

@@ -48,14 +48,18 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
                            {"skipped", !s.stepped},
                            {"loss_scale", s.loss_scale},
                            {"step_s", s.seconds}};
+    for (const auto& [name, value] : s.extra_losses) line["loss_" + name] = value;
     file_ << line.dump() << "\n" << std::flush;
   }
-  if (iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters)
+  if (iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters) {
+    for (const auto& [name, value] : s.extra_losses)
+      spdlog::info("iter {:>6}/{} | {} loss {:.4f}", iter, run_.iters, name, value);
     spdlog::info(
         "iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | "
         "mfu {:.1f}% | mem {}",
         iter, run_.iters, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
         human_bytes((double)mem_peak));
+  }
 }
 
 void Metrics::eval(int64_t iter, double loss) {

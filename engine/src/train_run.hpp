@@ -7,6 +7,7 @@
 //   train.cpp             run_training: train_step, evaluate and the loop
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "host.hpp"
+#include "loom/cpp/model_step.hpp"
 #include "precision.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
@@ -26,19 +28,32 @@ namespace loom::engine {
 // Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank).
 void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n);
 
-// State the pipeline schedule's get_microbatch callback reads.
+// State the pipeline schedule's get_microbatch callback reads: GPT samples (Megatron's
+// GPTDataset), which provide the arrays `kProvides` lists.
 struct Feed {
+  static const loom_array_spec kProvides[2];  // tokens, targets: int32 (B, T)
+
   Sampler* sampler = nullptr;
   int64_t first = 0;  // sample index of micro-batch 0 of data-parallel rank 0
   int64_t mbs = 0, seq_len = 0, dp = 1, dp_rank = 0;
   double loss_scale = 0;
   std::vector<int32_t> tokens, targets;
+  std::unique_ptr<loom::HostBatch> batch;  // names and views of tokens, targets
 
+  void allocate(int64_t micro_batch, int64_t tokens_per_sample);
   static loom_error* get(void* user, int64_t i, loom_microbatch* out);
+};
+
+// One named loss term summed over a step's (or an evaluation's) micro-batches.
+struct LossTerm {
+  std::string name;
+  double sum = 0, count = 0, weight = 0;
+  double mean() const { return sum / std::max(count, 1.0); }
 };
 
 // What one iteration did, for the log and the metrics file.
 struct StepStats {
+  std::vector<std::pair<std::string, double>> extra_losses;  // terms after the main one
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double seconds = 0, tokens_per_s = 0, mfu = 0;
   bool stepped = true;

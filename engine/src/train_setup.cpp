@@ -3,6 +3,7 @@
 // main parameters, the (sharded) optimizer and the pipeline schedule.
 #include <spdlog/spdlog.h>
 
+#include "batch_check.hpp"
 #include "errors.hpp"
 #include "parallel_layout.hpp"
 #include "train_run.hpp"
@@ -49,6 +50,22 @@ void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values,
   check(comm.api->all_reduce(comm.self, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
 }
 
+namespace {
+const int64_t kSampleShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
+}
+const loom_array_spec Feed::kProvides[2] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kSampleShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kSampleShape}};
+
+void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample) {
+  mbs = micro_batch;
+  seq_len = tokens_per_sample;
+  tokens.resize((size_t)(mbs * seq_len));
+  targets.resize((size_t)(mbs * seq_len));
+  batch = std::make_unique<loom::HostBatch>(mbs, seq_len);
+  batch->tokens_targets(tokens.data(), targets.data());
+}
+
 loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   auto* f = static_cast<Feed*>(user);
   try {
@@ -60,12 +77,7 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
   }
-  *out = loom_microbatch{LOOM_MICROBATCH_SIZE_V2,
-                         f->tokens.data(),
-                         f->targets.data(),
-                         f->mbs,
-                         f->seq_len,
-                         f->loss_scale};
+  *out = *f->batch->get();
   return nullptr;
 }
 
@@ -81,7 +93,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
       grad_clip(r.get_float("train", "grad_clip")),
       compute(compute_dtype(r.get_string("precision", "dtype"))),
       scaler(LossScaler::from_recipe(r)),
-      session(refuse_unsupported(r), registry) {
+      session(refuse_unsupported(check_model_batch(r, registry)), registry) {
   lr.kind = recipe.get_string("lr", "schedule");
   lr.max = recipe.get_float("lr", "max");
   lr.min = recipe.get_float("lr", "min");
@@ -150,12 +162,9 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(be.api->get_info(be.self, &info), "backend info");
   flops_per_token = mapi->flops_per_token(chunks[0]);
-  feed.mbs = mbs;
-  feed.seq_len = seq_len;
+  feed.allocate(mbs, seq_len);
   feed.dp = dp;
   feed.dp_rank = layout.data_rank;
-  feed.tokens.resize((size_t)(mbs * seq_len));
-  feed.targets.resize((size_t)(mbs * seq_len));
 }
 
 // The model chunks of this pipeline rank, their parameters (initialised) and the gradient

@@ -41,6 +41,14 @@ struct Options {
 };
 extern const loom_param_spec kSchema[];
 extern const size_t kSchemaSize;
+
+// The micro-batch arrays GPT reads (tokens on the first stage, targets on the last) and its
+// one loss term, next-token cross-entropy.
+inline constexpr int64_t kBatchShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
+inline constexpr loom_array_spec kBatchSpec[2] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
+inline constexpr const char* kLossNames[1] = {"lm"};
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
                       const loom::tp::Group& tp);
 
@@ -239,6 +247,7 @@ struct Slot {
   Tensor tokens, targets, positions, emb_ids, emb_rows;  // i32 (N)
   int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
   View out;               // the stage's output handed to the caller
+  DLTensor* out_ptr = nullptr;
 };
 
 // ----- the model (gpt.cpp, stage.cpp, decode.cpp) ------------------------------------------
@@ -250,10 +259,9 @@ class Model {
   void get_param(size_t i, loom_model_param* out);
   void init_params(uint64_t seed) { params_.init(ctx_, seed); }
   void zero_grad();
-  void stage_info(loom_stage_info* out) const;
-  void stage_forward(int64_t slot, const loom_microbatch& mb, const DLTensor* input, bool no_grad,
-                     DLTensor** output, double* loss_sum, int64_t* tokens);
-  void stage_backward(int64_t slot, const DLTensor* doutput, DLTensor** dinput);
+  void stage_info(loom_stage_info* out);
+  void stage_forward(loom_stage_forward_args& args);
+  void stage_backward(loom_stage_backward_args& args);
   void finish_grads();
   double flops_per_token() const;
   // Learned positions bound the context; RoPE does not (quality beyond training aside).
@@ -265,9 +273,9 @@ class Model {
  private:
   void build();
   Slot& slot(int64_t i);
-  void embed_forward(Slot& S, const loom_microbatch& mb);
+  void embed_forward(Slot& S, const int32_t* tokens);
   void embed_backward(Slot& S);
-  double head_forward(Slot& S, const loom_microbatch& mb, bool grad);
+  double head_forward(Slot& S, const int32_t* targets, bool grad);
   void head_backward(Slot& S);
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
@@ -289,6 +297,12 @@ class Model {
   GradScratch grads_;
   SpScratch sp_;
   View dinput_;
+  DLTensor* dinput_ptr_ = nullptr;  // what stage_backward hands out
+  // what stage_info and stage_forward hand out
+  std::vector<const char*> reads_;
+  loom_stage_tensor hidden_io_{};
+  int64_t hidden_shape_[2] = {0, 0};
+  loom_loss loss_{};
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;

@@ -34,20 +34,29 @@ loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logit
   return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
 }
 int64_t max_context(loom_model* m) { return self(m)->max_context(); }
+// GPT reads tokens (first stage) and targets (last stage), whatever its options.
+loom_error* batch_spec(const loom_host* host, const loom_config*, size_t* num,
+                       const loom_array_spec** specs) {
+  return loom::guard(host, [&] {
+    loom::require(num != nullptr && specs != nullptr, "model/gpt: batch_spec outputs are NULL");
+    *num = std::size(gpt::kBatchSpec);
+    *specs = gpt::kBatchSpec;
+  });
+}
 loom_error* stage_info(loom_model* m, loom_stage_info* out) {
   return loom::guard(self(m)->host(), [&] { self(m)->stage_info(out); });
 }
-loom_error* stage_forward(loom_model* m, int64_t slot, const loom_microbatch* mb,
-                          const DLTensor* input, int no_grad, DLTensor** output, double* loss_sum,
-                          int64_t* tokens) {
+loom_error* stage_forward(loom_model* m, loom_stage_forward_args* args) {
   return loom::guard(self(m)->host(), [&] {
-    loom::require(mb != nullptr, "model/gpt: stage_forward needs a microbatch");
-    self(m)->stage_forward(slot, *mb, input, no_grad != 0, output, loss_sum, tokens);
+    loom::require(args != nullptr, "model/gpt: stage_forward args are NULL");
+    self(m)->stage_forward(*args);
   });
 }
-loom_error* stage_backward(loom_model* m, int64_t slot, const DLTensor* doutput,
-                           DLTensor** dinput) {
-  return loom::guard(self(m)->host(), [&] { self(m)->stage_backward(slot, doutput, dinput); });
+loom_error* stage_backward(loom_model* m, loom_stage_backward_args* args) {
+  return loom::guard(self(m)->host(), [&] {
+    loom::require(args != nullptr, "model/gpt: stage_backward args are NULL");
+    self(m)->stage_backward(*args);
+  });
 }
 loom_error* finish_grads(loom_model* m) {
   return loom::guard(self(m)->host(), [&] { self(m)->finish_grads(); });
@@ -61,6 +70,7 @@ const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V2,
                              init_params,
                              zero_grad,
                              flops_per_token,
+                             batch_spec,
                              stage_info,
                              stage_forward,
                              stage_backward,

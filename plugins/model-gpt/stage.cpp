@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpt.hpp"
+#include "loom/cpp/model_step.hpp"
 
 namespace gpt {
 
@@ -50,27 +51,42 @@ Slot& Model::slot(int64_t i) {
   return *slots_[i];
 }
 
-void Model::stage_info(loom_stage_info* out) const {
+// GPT reads tokens on the first stage and targets on the last; one tensor, the hidden state,
+// flows between stages.
+void Model::stage_info(loom_stage_info* out) {
   loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V2,
                 "model/gpt: stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
   out->is_first = opt_.first();
   out->is_last = opt_.last();
-  out->hidden = opt_.n_embd;
-  out->dtype = ctx_.dtype;
+  reads_.clear();
+  if (opt_.first()) reads_.push_back(LOOM_ARRAY_TOKENS);
+  if (opt_.last()) reads_.push_back(LOOM_ARRAY_TARGETS);
+  out->num_reads = reads_.size();
+  out->reads = reads_.data();
+  const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len);
+  hidden_shape_[0] = rows;
+  hidden_shape_[1] = opt_.n_embd;
+  hidden_io_ = loom_stage_tensor{LOOM_STAGE_TENSOR_SIZE_V2, "hidden", ctx_.dtype, 2, hidden_shape_};
+  out->num_inputs = opt_.first() ? 0 : 1;
+  out->inputs = &hidden_io_;
+  out->num_outputs = opt_.last() ? 0 : 1;
+  out->outputs = &hidden_io_;
+  out->num_losses = 1;
+  out->losses = kLossNames;
 }
 
 // ----- first stage: the embedding ----------------------------------------------------------
-void Model::embed_forward(Slot& S, const loom_microbatch& mb) {
+void Model::embed_forward(Slot& S, const int32_t* tokens) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
-  upload_ids(S.tokens, mb.tokens, N, false);
+  upload_ids(S.tokens, tokens, N, false);
   if (!opt_.rope) upload_positions(S.positions, S.s);
   View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
   if (!g.active()) {
     emb_.forward(ctx_, x0, tok, pos);
     return;
   }
-  S.emb_count = emb_.vp.stage(ctx_.be, mb.tokens, N, S.emb_ids, S.emb_rows);
+  S.emb_count = emb_.vp.stage(ctx_.be, tokens, N, S.emb_ids, S.emb_rows);
   View yf = view(sp_.y_full, {N, C});
   emb_.vp.forward(ctx_.be, g, emb_.wte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, yf, x0);
   if (emb_.wpe) {  // the positions of this rank's rows, after the reduction: added once
@@ -101,10 +117,10 @@ void Model::embed_backward(Slot& S) {
 // ----- last stage: final norm, head, loss --------------------------------------------------
 // The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
 // or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
-double Model::head_forward(Slot& S, const loom_microbatch& mb, bool grad) {
+double Model::head_forward(Slot& S, const int32_t* targets, bool grad) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
-  upload_ids(S.targets, mb.targets, N, true);
+  upload_ids(S.targets, targets, N, true);
   View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
   View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
   ln_f_.forward(ctx_, lnf, mean, rstd, xl);
@@ -115,13 +131,13 @@ double Model::head_forward(Slot& S, const loom_microbatch& mb, bool grad) {
   if (V > 0) head_.forward(ctx_, logits, x, N, C, 0);
   if (g.active()) {
     const double sum =
-        ce_.forward(ctx_.be, g, S.logits, tgt, mb.targets, N, S.stats, S.gathered, S.lse);
-    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, mb.loss_scale);
+        ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse);
+    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale);
     return sum;
   }
   View losses = view(S.losses, {N});
   ctx_.call(&loom_ops::softmax_cross_entropy, losses.get(), grad ? logits.get() : nullptr,
-            (const DLTensor*)logits, (const DLTensor*)tgt, mb.loss_scale);
+            (const DLTensor*)logits, (const DLTensor*)tgt, S.loss_scale);
   double sum = 0.0;  // read last, so a device backend is not stalled before the backward
   if (ctx_.dtype.bits == 64) {
     host_losses_f64_.resize(N);
@@ -159,30 +175,33 @@ void Model::head_backward(Slot& S) {
 }
 
 // ----- the stage ---------------------------------------------------------------------------
-void Model::stage_forward(int64_t si, const loom_microbatch& mb, const DLTensor* input,
-                          bool no_grad, DLTensor** output, double* loss_sum, int64_t* tokens) {
-  loom::require(mb.struct_size >= LOOM_MICROBATCH_SIZE_V2,
-                "model/gpt: microbatch struct_size too small");
-  loom::require(mb.tokens || !opt_.first(), "model/gpt: the first stage needs mb->tokens");
-  loom::require(mb.targets || !opt_.last(), "model/gpt: the last stage needs mb->targets");
+void Model::stage_forward(loom_stage_forward_args& a) {
+  loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
+                "model/gpt: stage_forward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, "model/gpt: stage_forward");
+  loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
+                "model/gpt: stage_forward needs a micro-batch of ABI 2.0's size");
+  const loom_microbatch& mb = *a.mb;
   loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
                     mb.seq_len <= args_.seq_len,
                 "model/gpt: micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
                     ") exceeds the create args (" + s(args_.micro_batch) + " x " +
                     s(args_.seq_len) + ")");
-  Slot& S = slot(si);
-  loom::require(!S.pending, "model/gpt: slot " + s(si) +
+  Slot& S = slot(a.slot);
+  loom::require(!S.pending, "model/gpt: slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   S.s = Step{mb.batch, mb.seq_len, 0};
   S.n = S.s.N();
   S.nl = ctx_.tp.local_rows(S.n);
-  S.loss_scale = mb.loss_scale;
+  S.loss_scale = a.loss_scale;
   const int64_t C = opt_.n_embd;
   if (opt_.first()) {
-    embed_forward(S, mb);
+    embed_forward(S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, "model/gpt"));
   } else {
-    loom::require(input != nullptr, "model/gpt: stage " + s(opt_.stage) +
-                                        " is not the first: stage_forward needs the input");
+    loom::require(a.num_inputs == 1 && a.inputs != nullptr && a.inputs[0] != nullptr,
+                  "model/gpt: stage " + s(opt_.stage) +
+                      " is not the first: stage_forward needs one input, the hidden state");
+    const DLTensor* input = a.inputs[0];
     loom::require(loom_tensor_numel(input) == S.nl * C && loom_dtype_eq(input->dtype, ctx_.dtype),
                   "model/gpt: stage input has " + s(loom_tensor_numel(input)) +
                       " elements; expected (" + s(S.nl) + ", " + s(C) + ") in the compute dtype");
@@ -192,23 +211,32 @@ void Model::stage_forward(int64_t si, const loom_microbatch& mb, const DLTensor*
   }
   for (size_t l = 0; l < layers_.size(); ++l)
     layers_[l].forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
-  double loss = 0.0;
-  int64_t count = 0;
+  a.num_outputs = 0;
+  a.outputs = nullptr;
+  a.num_losses = 0;
+  a.losses = nullptr;
   if (opt_.last()) {
-    loss = head_forward(S, mb, !no_grad);
-    for (int64_t i = 0; i < S.n; ++i) count += mb.targets[i] != -1;
-    if (output) *output = nullptr;
+    const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, "model/gpt");
+    double count = 0;
+    for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
+    loss_ = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0], head_forward(S, targets, !a.no_grad), count,
+                      1.0};
+    a.num_losses = 1;
+    a.losses = &loss_;
   } else {
     S.out = view(S.res[layers_.size()], {S.nl, C});
-    loom::require(output != nullptr, "model/gpt: stage_forward needs `output`");
-    *output = S.out.get();
+    S.out_ptr = S.out.get();
+    a.num_outputs = 1;
+    a.outputs = &S.out_ptr;
   }
-  S.pending = !no_grad;
-  if (loss_sum) *loss_sum = loss;
-  if (tokens) *tokens = count;
+  S.pending = !a.no_grad;
 }
 
-void Model::stage_backward(int64_t si, const DLTensor* doutput, DLTensor** dinput) {
+void Model::stage_backward(loom_stage_backward_args& a) {
+  loom::require(a.struct_size >= LOOM_STAGE_BACKWARD_ARGS_SIZE_V2,
+                "model/gpt: stage_backward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, "model/gpt: stage_backward");
+  const int64_t si = a.slot;
   loom::require(
       si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
       "model/gpt: stage_backward of slot " + s(si) + ", which holds no forward with gradients");
@@ -217,6 +245,7 @@ void Model::stage_backward(int64_t si, const DLTensor* doutput, DLTensor** dinpu
   if (opt_.last()) {
     head_backward(S);
   } else {
+    const DLTensor* doutput = a.num_doutputs == 1 && a.doutputs ? a.doutputs[0] : nullptr;
     loom::require(doutput != nullptr && loom_tensor_numel(doutput) == S.nl * C,
                   "model/gpt: stage_backward needs doutput of (" + s(S.nl) + ", " + s(C) + ")");
     View dres = view(grads_.dres, {S.nl, C});
@@ -227,11 +256,13 @@ void Model::stage_backward(int64_t si, const DLTensor* doutput, DLTensor** dinpu
     layers_[l].backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
   if (opt_.first()) {
     embed_backward(S);
-    if (dinput) *dinput = nullptr;
+    a.num_dinputs = 0;
+    a.dinputs = nullptr;
   } else {
     dinput_ = view(grads_.dres, {S.nl, C});
-    loom::require(dinput != nullptr, "model/gpt: stage_backward needs `dinput`");
-    *dinput = dinput_.get();
+    dinput_ptr_ = dinput_.get();
+    a.num_dinputs = 1;
+    a.dinputs = &dinput_ptr_;
   }
   S.pending = false;
 }

@@ -124,126 +124,214 @@ class Pipeline {
     loom::require(a->chunks != nullptr && a->get_microbatch != nullptr,
                   kPrefix + "run: chunks or get_microbatch is NULL");
     loom::require(a->num_microbatches >= 0, kPrefix + "num_microbatches < 0");
+    loom::require(a->batch > 0 && a->seq_len > 0,
+                  kPrefix + "run: batch and seq_len must be positive");
     if (kKind == pp::Kind::kInterleaved && V_ > 1)
       loom::require(a->num_microbatches % P_ == 0,
                     kPrefix + "needs the number of micro-batches (" +
                         std::to_string(a->num_microbatches) + ") to be a multiple of pipeline (" +
                         std::to_string(P_) + "), as Megatron's interleaved schedule does");
     a_ = a;
-    info_.assign(V_, loom_stage_info{});
+    info_.assign(V_, Chunk{});
     for (int v = 0; v < V_; ++v) {
       loom::require(a->chunks[v] != nullptr, kPrefix + "chunk " + std::to_string(v) + " is NULL");
-      info_[v].struct_size = LOOM_STAGE_INFO_SIZE_V2;
-      loom::check(host_, m->stage_info(a->chunks[v], &info_[v]));
-      const int64_t s = stage(v), S = int64_t(P_) * V_;
-      loom::require((info_[v].is_first != 0) == (s == 0) && (info_[v].is_last != 0) == (s == S - 1),
-                    kPrefix + "chunk " + std::to_string(v) + " holds stage " + std::to_string(s) +
-                        " of " + std::to_string(S) +
-                        " but reports is_first = " + std::to_string(info_[v].is_first) +
-                        ", is_last = " + std::to_string(info_[v].is_last) +
-                        " (was it created with pipeline_stage = " + std::to_string(s) +
-                        ", pipeline_stages = " + std::to_string(S) + "?)");
+      describe(v);
     }
     slots_.assign(V_, Slots{});
-    a->loss_sum = 0;
-    a->tokens = 0;
+    for (loom_loss& l : totals_) l.sum = l.count = l.weight = 0;
     if (P_ == 1)
       run_local();
     else
       run_plan();
+    a->num_losses = totals_.size();
+    a->losses = totals_.data();
     a_ = nullptr;
   }
 
  private:
   using Key = std::pair<int32_t, int64_t>;  // (chunk, micro-batch)
+  using Tensors = std::vector<DLTensor*>;   // a stage's inputs or outputs, in order
+
+  // What stage_info says of one chunk, copied (its pointers live only until the next call).
+  struct Chunk {
+    bool reads = false;  // reads micro-batch arrays: the schedule fetches for it
+    std::vector<std::pair<DLDataType, std::vector<int64_t>>> inputs, outputs;
+  };
 
   int64_t stage(int32_t v) const { return int64_t(v) * P_ + rank_; }
   bool is_last(int32_t v) const { return stage(v) == int64_t(P_) * V_ - 1; }
   const loom_model_api& model() const { return *a_->model_api; }
 
-  loom_microbatch fetch(int64_t i) const {
+  void describe(int32_t v) {
+    loom_stage_info in{};
+    in.struct_size = LOOM_STAGE_INFO_SIZE_V2;
+    in.batch = a_->batch;
+    in.seq_len = a_->seq_len;
+    loom::check(host_, model().stage_info(a_->chunks[v], &in));
+    const int64_t s = stage(v), S = int64_t(P_) * V_;
+    loom::require((in.is_first != 0) == (s == 0) && (in.is_last != 0) == (s == S - 1),
+                  kPrefix + "chunk " + std::to_string(v) + " holds stage " + std::to_string(s) +
+                      " of " + std::to_string(S) + " but reports is_first = " +
+                      std::to_string(in.is_first) + ", is_last = " + std::to_string(in.is_last) +
+                      " (was it created with pipeline_stage = " + std::to_string(s) +
+                      ", pipeline_stages = " + std::to_string(S) + "?)");
+    loom::require(in.num_losses >= 1 && in.losses != nullptr,
+                  kPrefix + "the model lists no loss terms in stage_info");
+    Chunk& c = info_[v];
+    c.reads = in.num_reads > 0;
+    auto copy = [&](size_t n, const loom_stage_tensor* t, auto& to, const char* what) {
+      loom::require(n == 0 || t != nullptr, kPrefix + "stage_info lists " + what + " but no array");
+      for (size_t i = 0; i < n; ++i) {
+        loom::require(t[i].ndim >= 1 && t[i].shape != nullptr,
+                      kPrefix + "stage " + std::to_string(s) + " " + what + " " +
+                          std::to_string(i) + " has no shape (ndim " + std::to_string(t[i].ndim) +
+                          ")");
+        to.emplace_back(t[i].dtype, std::vector<int64_t>(t[i].shape, t[i].shape + t[i].ndim));
+      }
+    };
+    copy(in.num_inputs, in.inputs, c.inputs, "input");
+    copy(in.num_outputs, in.outputs, c.outputs, "output");
+    if (v == 0) {  // the loss terms, the same on every stage
+      loss_names_.assign(in.losses, in.losses + in.num_losses);
+      totals_.assign(in.num_losses, loom_loss{});
+      for (size_t i = 0; i < in.num_losses; ++i)
+        totals_[i] = loom_loss{LOOM_LOSS_SIZE_V2, loss_names_[i].c_str(), 0, 0, 0};
+    }
+  }
+
+  // Micro-batch i as chunk v needs it: fetched only when the chunk reads arrays.
+  loom_microbatch fetch(int32_t v, int64_t i) const {
     loom_microbatch mb{};
     mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
+    mb.batch = a_->batch;
+    mb.seq_len = a_->seq_len;
+    if (!info_[v].reads) return mb;
     loom::check(host_, a_->get_microbatch(a_->user, i, &mb));
+    loom::require(mb.batch == a_->batch && mb.seq_len == a_->seq_len,
+                  kPrefix + "micro-batch " + std::to_string(i) + " is " + std::to_string(mb.batch) +
+                      " x " + std::to_string(mb.seq_len) + "; the run said " +
+                      std::to_string(a_->batch) + " x " + std::to_string(a_->seq_len));
     return mb;
   }
 
-  // Rows of the hidden state between stages for micro-batch mb.
-  int64_t rows(const loom_microbatch& mb) const {
-    int64_t n = mb.batch * mb.seq_len;
-    if (layout_.sequence_parallel) {
-      loom::require(n % layout_.tensor == 0,
-                    kPrefix + "sequence parallelism needs batch x seq_len (" + std::to_string(n) +
-                        ") divisible by tensor (" + std::to_string(layout_.tensor) + ")");
-      n /= layout_.tensor;
+  // Forward of micro-batch i on chunk v; returns its outputs (model-owned).
+  Tensors forward(int32_t v, int64_t slot, int64_t i, const std::vector<const DLTensor*>& in) {
+    const loom_microbatch mb = fetch(v, i);
+    loom_stage_forward_args f{};
+    f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
+    f.slot = slot;
+    f.mb = &mb;
+    f.loss_scale = a_->loss_scale;
+    f.no_grad = a_->forward_only;
+    f.num_inputs = in.size();
+    f.inputs = in.empty() ? nullptr : in.data();
+    loom::check(host_, model().stage_forward(a_->chunks[v], &f));
+    const std::string who = kPrefix + "stage " + std::to_string(stage(v));
+    if (is_last(v)) {
+      loom::require(f.num_losses == totals_.size() && f.losses != nullptr,
+                    who + " reported " + std::to_string(f.num_losses) +
+                        " loss terms; stage_info listed " + std::to_string(totals_.size()));
+      for (size_t k = 0; k < totals_.size(); ++k) {
+        loom::require(f.losses[k].name && loss_names_[k] == f.losses[k].name,
+                      who + ": loss term " + std::to_string(k) + " is not '" + loss_names_[k] +
+                          "' as stage_info listed");
+        totals_[k].sum += f.losses[k].sum;
+        totals_[k].count += f.losses[k].count;
+        totals_[k].weight = f.losses[k].weight;
+      }
+      return {};
     }
-    return n;
+    const auto& want = info_[v].outputs;
+    loom::require(f.num_outputs == want.size() && f.outputs != nullptr,
+                  who + " returned " + std::to_string(f.num_outputs) +
+                      " outputs from stage_forward; stage_info listed " +
+                      std::to_string(want.size()));
+    Tensors out(f.outputs, f.outputs + f.num_outputs);
+    for (size_t k = 0; k < out.size(); ++k)
+      loom::require(
+          out[k] != nullptr && loom_dtype_eq(out[k]->dtype, want[k].first) &&
+              std::vector<int64_t>(out[k]->shape, out[k]->shape + out[k]->ndim) == want[k].second,
+          who + " output " + std::to_string(k) +
+              " differs from the dtype and shape stage_info listed");
+    return out;
   }
 
-  void forward(int32_t v, int64_t slot, const loom_microbatch& mb, const DLTensor* in,
-               DLTensor** out) {
-    double loss = 0;
-    int64_t tokens = 0;
-    *out = nullptr;
-    loom::check(host_, model().stage_forward(a_->chunks[v], slot, &mb, in, a_->forward_only, out,
-                                             &loss, &tokens));
-    if (is_last(v)) {
-      a_->loss_sum += loss;
-      a_->tokens += tokens;
-    } else {
-      loom::require(*out != nullptr, kPrefix + "stage " + std::to_string(stage(v)) +
-                                         " returned no output from stage_forward");
-    }
+  // Backward of the micro-batch in chunk v's slot; returns the input gradients.
+  Tensors backward(int32_t v, int64_t slot, const std::vector<const DLTensor*>& dout) {
+    loom_stage_backward_args b{};
+    b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+    b.slot = slot;
+    b.num_doutputs = dout.size();
+    b.doutputs = dout.empty() ? nullptr : dout.data();
+    loom::check(host_, model().stage_backward(a_->chunks[v], &b));
+    loom::require(b.num_dinputs == info_[v].inputs.size() && (b.num_dinputs == 0 || b.dinputs),
+                  kPrefix + "stage " + std::to_string(stage(v)) + " returned " +
+                      std::to_string(b.num_dinputs) + " input gradients; it has " +
+                      std::to_string(info_[v].inputs.size()) + " inputs");
+    return Tensors(b.dinputs, b.dinputs + b.num_dinputs);
+  }
+
+  static std::vector<const DLTensor*> consts(const Tensors& t) { return {t.begin(), t.end()}; }
+  static std::vector<const DLTensor*> consts(const std::vector<loom::Tensor>& t) {
+    std::vector<const DLTensor*> r;
+    for (const loom::Tensor& x : t) r.push_back(x.get());
+    return r;
   }
 
   // One pipeline rank: each micro-batch through the chunks and back; tensors are handed
   // from chunk to chunk directly.
   void run_local() {
     for (int64_t i = 0; i < a_->num_microbatches; ++i) {
-      const loom_microbatch mb = fetch(i);
       std::vector<int64_t> slot(V_);
-      const DLTensor* x = nullptr;
+      Tensors x;
       for (int32_t v = 0; v < V_; ++v) {
         slot[v] = slots_[v].take();
-        DLTensor* out = nullptr;
-        forward(v, slot[v], mb, x, &out);
+        x = forward(v, slot[v], i, consts(x));
         if (a_->forward_only) slots_[v].give(slot[v]);
-        x = out;
       }
       if (a_->forward_only) continue;
-      const DLTensor* dy = nullptr;
+      Tensors dy;
       for (int32_t v = V_ - 1; v >= 0; --v) {
-        DLTensor* dx = nullptr;
-        loom::check(host_, model().stage_backward(a_->chunks[v], slot[v], dy, &dx));
+        dy = backward(v, slot[v], consts(dy));
         slots_[v].give(slot[v]);
-        dy = dx;
       }
     }
   }
 
-  loom::Tensor take_buffer(DLDataType dt, const std::vector<int64_t>& shape) {
-    auto& list = pool_[shape_key(dt, shape)];
-    if (list.empty()) return loom::Tensor(backend_, dt, shape);
-    loom::Tensor t = std::move(list.back());
-    list.pop_back();
-    return t;
+  std::vector<loom::Tensor> take_buffers(
+      const std::vector<std::pair<DLDataType, std::vector<int64_t>>>& specs) {
+    std::vector<loom::Tensor> r;
+    for (const auto& [dt, shape] : specs) {
+      auto& list = pool_[shape_key(dt, shape)];
+      if (list.empty()) {
+        r.emplace_back(backend_, dt, shape);
+        continue;
+      }
+      r.push_back(std::move(list.back()));
+      list.pop_back();
+    }
+    return r;
   }
-  void give_buffer(std::map<Key, loom::Tensor>& from, const Key& k) {
+  void give_buffers(std::map<Key, std::vector<loom::Tensor>>& from, const Key& k) {
     auto it = from.find(k);
     if (it == from.end()) return;
-    const DLTensor* t = it->second.get();
-    pool_[shape_key(t->dtype, std::vector<int64_t>(t->shape, t->shape + t->ndim))].push_back(
-        std::move(it->second));
+    for (loom::Tensor& t : it->second) {
+      const DLTensor* d = t.get();
+      pool_[shape_key(d->dtype, std::vector<int64_t>(d->shape, d->shape + d->ndim))].push_back(
+          std::move(t));
+    }
     from.erase(it);
   }
 
-  void send(const DLTensor* t, int peer, int tag) {
+  void send(const Tensors& ts, int peer, int tag) {
     // the model's ops may still be running on the backend's stream
     loom::check(host_, backend_.api()->synchronize(backend_.self()));
-    loom::check(host_, comm_.api->send(comm_.self, group_, t, peer, tag));
+    for (const DLTensor* t : ts)
+      loom::check(host_, comm_.api->send(comm_.self, group_, t, peer, tag));
   }
-  void recv(DLTensor* t, int peer, int tag) {
-    loom::check(host_, comm_.api->recv(comm_.self, group_, t, peer, tag));
+  void recv(std::vector<loom::Tensor>& ts, int peer, int tag) {
+    for (loom::Tensor& t : ts)
+      loom::check(host_, comm_.api->recv(comm_.self, group_, t.get(), peer, tag));
   }
 
   void run_plan() {
@@ -254,60 +342,41 @@ class Pipeline {
       throw loom::Error(LOOM_ERR_INTERNAL, kPrefix + e.what());
     }
     std::map<Key, int64_t> slot_of;
-    std::map<Key, DLTensor*> out_of, dinput_of;  // model-owned
-    std::map<Key, loom::Tensor> act_in, grad_in;
+    std::map<Key, Tensors> out_of, dinput_of;  // model-owned
+    std::map<Key, std::vector<loom::Tensor>> act_in, grad_in;
     for (const pp::Op& op : plans[rank_]) {
       const Key k{op.chunk, op.mb};
       const int32_t v = op.chunk;
       switch (op.type) {
         case pp::OpType::kForward: {
-          // fetched right before the forward: the data is valid until the next fetch
-          const loom_microbatch mb = fetch(op.mb);
           const int64_t slot = slots_[v].take();
-          const DLTensor* in = stage(v) == 0 ? nullptr : act_in.at(k).get();
-          DLTensor* out = nullptr;
-          forward(v, slot, mb, in, &out);
-          if (!is_last(v)) {
-            const int64_t want = rows(mb) * info_[v].hidden;
-            loom::require(loom_tensor_numel(out) == want,
-                          kPrefix + "stage " + std::to_string(stage(v)) + " output has " +
-                              std::to_string(loom_tensor_numel(out)) + " elements, expected " +
-                              std::to_string(want) + " (tokens x hidden)");
-            out_of[k] = out;
-          }
+          Tensors out = forward(v, slot, op.mb, consts(act_in[k]));
+          if (!is_last(v)) out_of[k] = out;
           if (a_->forward_only) {
             slots_[v].give(slot);
-            give_buffer(act_in, k);
+            give_buffers(act_in, k);
           } else {
             slot_of[k] = slot;
           }
           break;
         }
         case pp::OpType::kBackward: {
-          const DLTensor* dy = is_last(v) ? nullptr : grad_in.at(k).get();
-          DLTensor* dx = nullptr;
-          loom::check(host_, model().stage_backward(a_->chunks[v], slot_of.at(k), dy, &dx));
+          Tensors dx = backward(v, slot_of.at(k), consts(grad_in[k]));
           slots_[v].give(slot_of.at(k));
           slot_of.erase(k);
           out_of.erase(k);
-          give_buffer(act_in, k);
-          give_buffer(grad_in, k);
-          if (stage(v) > 0) {
-            loom::require(dx != nullptr, kPrefix + "stage " + std::to_string(stage(v)) +
-                                             " returned no input gradient from stage_backward");
-            dinput_of[k] = dx;
-          }
+          give_buffers(act_in, k);
+          give_buffers(grad_in, k);
+          if (stage(v) > 0) dinput_of[k] = dx;
           break;
         }
         case pp::OpType::kSendAct:
           send(out_of.at(k), op.peer, kTagAct);
           if (a_->forward_only) out_of.erase(k);
           break;
-        case pp::OpType::kRecvAct: {
-          // the shape comes from the micro-batch (get_microbatch is a function of i)
-          const int64_t n = rows(fetch(op.mb));
-          loom::Tensor t = take_buffer(info_[v].dtype, {n, info_[v].hidden});
-          recv(t.get(), op.peer, kTagAct);
+        case pp::OpType::kRecvAct: {  // shapes from stage_info: no fetch to learn them
+          std::vector<loom::Tensor> t = take_buffers(info_[v].inputs);
+          recv(t, op.peer, kTagAct);
           act_in[k] = std::move(t);
           break;
         }
@@ -315,24 +384,28 @@ class Pipeline {
           send(dinput_of.at(k), op.peer, kTagGrad);
           dinput_of.erase(k);
           break;
-        case pp::OpType::kRecvGrad: {
-          const DLTensor* out = out_of.at(k);  // the gradient has the output's shape
-          loom::Tensor t =
-              take_buffer(out->dtype, std::vector<int64_t>(out->shape, out->shape + out->ndim));
-          recv(t.get(), op.peer, kTagGrad);
+        case pp::OpType::kRecvGrad: {  // gradients have the outputs' shapes
+          std::vector<loom::Tensor> t = take_buffers(info_[v].outputs);
+          recv(t, op.peer, kTagGrad);
           grad_in[k] = std::move(t);
           break;
         }
       }
     }
-    // The loss lives on the last stage: every rank of the pipeline reports the sum.
-    loom::Tensor sums(backend_, loom_f64(), {2});
-    const std::vector<double> local = {a_->loss_sum, static_cast<double>(a_->tokens)};
+    // The losses live on the last stage: every rank of the pipeline reports the sums (and
+    // the weight, which only the last stage sets).
+    const size_t n = totals_.size();
+    std::vector<double> local;
+    for (const loom_loss& l : totals_) local.insert(local.end(), {l.sum, l.count, l.weight});
+    loom::Tensor sums(backend_, loom_f64(), {int64_t(3 * n)});
     sums.upload(local);
     loom::check(host_, comm_.api->all_reduce(comm_.self, group_, sums.get(), LOOM_REDUCE_SUM));
     const std::vector<double> total = sums.download<double>();
-    a_->loss_sum = total[0];
-    a_->tokens = static_cast<int64_t>(total[1]);
+    for (size_t i = 0; i < n; ++i) {
+      totals_[i].sum = total[3 * i];
+      totals_[i].count = total[3 * i + 1];
+      totals_[i].weight = total[3 * i + 2];
+    }
   }
 
   const loom_host* host_;
@@ -343,7 +416,9 @@ class Pipeline {
   loom::Backend backend_;
   std::map<std::string, std::vector<loom::Tensor>> pool_;  // free receive buffers by shape
   loom_schedule_args* a_ = nullptr;                        // during run()
-  std::vector<loom_stage_info> info_;
+  std::vector<Chunk> info_;
+  std::vector<std::string> loss_names_;
+  std::vector<loom_loss> totals_;  // what run() reports
   std::vector<Slots> slots_;
 };
 

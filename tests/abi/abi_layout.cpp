@@ -126,12 +126,22 @@ Listing build() {
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
   F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate) F(reduce_group) F(tie_group)
   END
+  STRUCT(loom_array_spec) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
   STRUCT(loom_microbatch)
-  F(struct_size) F(tokens) F(targets) F(batch) F(seq_len) F(loss_scale)
+  F(struct_size) F(batch) F(seq_len) F(num_arrays) F(names) F(arrays) F(ext)
+  END
+  STRUCT(loom_stage_tensor) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
+  STRUCT(loom_loss) F(struct_size) F(name) F(sum) F(count) F(weight) END
+  STRUCT(loom_stage_forward_args)
+  F(struct_size) F(slot) F(mb) F(loss_scale) F(no_grad) F(num_inputs) F(inputs)
+  F(num_outputs) F(outputs) F(num_losses) F(losses) F(ext)
+  END
+  STRUCT(loom_stage_backward_args)
+  F(struct_size) F(slot) F(num_doutputs) F(doutputs) F(num_dinputs) F(dinputs) F(ext)
   END
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
-  F(flops_per_token)
+  F(flops_per_token) F(batch_spec)
   F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
   END
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
@@ -147,7 +157,10 @@ Listing build() {
   F(tensor_rank) F(context_rank) F(data_rank) F(pipeline_rank) F(expert_rank)
   F(sequence_parallel)
   END
-  STRUCT(loom_stage_info) F(struct_size) F(is_first) F(is_last) F(hidden) F(dtype) END
+  STRUCT(loom_stage_info)
+  F(struct_size) F(batch) F(seq_len) F(is_first) F(is_last) F(num_reads) F(reads)
+  F(num_inputs) F(inputs) F(num_outputs) F(outputs) F(num_losses) F(losses)
+  END
   // grad.h
   STRUCT(loom_grad_create_args) F(struct_size) F(grads) F(num_grads) F(ext) END
   STRUCT(loom_grad_reduce_args) F(struct_size) F(ext) END
@@ -158,8 +171,9 @@ Listing build() {
   END
   // schedule.h
   STRUCT(loom_schedule_args)
-  F(struct_size) F(model_api) F(chunks) F(num_chunks) F(num_microbatches) F(get_microbatch)
-  F(user) F(forward_only) F(loss_sum) F(tokens) F(ext)
+  F(struct_size) F(model_api) F(chunks) F(num_chunks) F(num_microbatches) F(batch)
+  F(seq_len) F(loss_scale) F(get_microbatch) F(user) F(forward_only) F(num_losses) F(losses)
+  F(ext)
   END
   STRUCT(loom_schedule_api) F(struct_size) F(create) F(destroy) F(run) END
   // tokenizer.h

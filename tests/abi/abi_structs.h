@@ -23,7 +23,13 @@
   X(loom_attention_api) \
   X(loom_model_create_args) \
   X(loom_model_param) \
+  X(loom_array_spec) \
   X(loom_microbatch) \
+  X(loom_stage_tensor) \
+  X(loom_stage_info) \
+  X(loom_loss) \
+  X(loom_stage_forward_args) \
+  X(loom_stage_backward_args) \
   X(loom_model_api) \
   X(loom_decode_ext) \
   X(loom_opt_param) \

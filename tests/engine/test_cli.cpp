@@ -160,6 +160,21 @@ TEST_CASE("validate prints the layout and one ok line naming the plugins") {
   CHECK(contains(r.out, "[train]\nseed = 1234\niters = 7\n"));
 }
 
+TEST_CASE("validate refuses a model that reads a batch array the data does not provide") {
+  // The stub model/typed's batch_spec adds token_types (as BERT's will); GPT samples provide
+  // tokens and targets only. Refused at validate, before anything is created, exit 2.
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[model]\nplugin = \"typed\"\n");
+  Result r = run_loom("validate " + q(recipe.string()));
+  CHECK(r.code == 2);
+  const std::string said = r.err + r.out;
+  CHECK_MESSAGE(contains(said,
+                         "model/typed reads the micro-batch array token_types (int32 B x T), "
+                         "which the data does not provide; it provides tokens (int32 B x T), "
+                         "targets (int32 B x T)"),
+                said);
+}
+
 TEST_CASE("command-line mistakes exit 2 with one line") {
   TempDir dir;
   fs::path recipe = write_file(dir / "r.toml", "");

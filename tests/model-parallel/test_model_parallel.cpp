@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -136,8 +137,10 @@ struct Instance {
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
-  loom_microbatch mb{};
+  std::unique_ptr<loom::HostBatch> hb;  // views of tokens and targets
+  const loom_microbatch* mb() const { return hb->get(); }
 };
+constexpr double kLossScale = 1.0 / 50.0;
 // Deterministic micro-batch k, the same on every rank; every 7th target ignored.
 Batch make_batch(int k, int64_t vocab) {
   Batch b;
@@ -145,12 +148,8 @@ Batch make_batch(int k, int64_t vocab) {
     b.tokens.push_back((int32_t)((i * 37 + k * 11 + (i * i) % 13) % vocab));
     b.targets.push_back(i % 7 == 3 ? -1 : (int32_t)((i * 53 + k * 29 + 5) % vocab));
   }
-  b.mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
-  b.mb.tokens = b.tokens.data();
-  b.mb.targets = b.targets.data();
-  b.mb.batch = kB;
-  b.mb.seq_len = kT;
-  b.mb.loss_scale = 1.0 / 50.0;
+  b.hb = std::make_unique<loom::HostBatch>(kB, kT);
+  b.hb->tokens_targets(b.tokens.data(), b.targets.data());
   return b;
 }
 
@@ -211,52 +210,73 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
   double loss = 0;
   if (L.pipeline == 1) {
     for (int k = 0; k < nb; ++k) {
-      double l = 0;
-      int64_t n = 0;
-      in.th.check(loom::model_step(in.api, in.m, &batches[k].mb, true, &l, &n));
+      double l = 0, n = 0;
+      in.th.check(loom::model_step(in.api, in.m, batches[k].mb(), kLossScale, true, &l, &n));
       loss += l;
     }
   } else {
     REQUIRE(L.pipeline == 2);
     loom_stage_info info{};
     info.struct_size = LOOM_STAGE_INFO_SIZE_V2;
+    info.batch = kB;
+    info.seq_len = kT;
     in.th.check(in.api->stage_info(in.m, &info));
     CHECK(info.is_first == (L.pipeline_rank == 0));
     CHECK(info.is_last == (L.pipeline_rank == 1));
+    // One hidden state between the stages, B*T rows (over tensor with sequence parallelism).
+    const loom_stage_tensor& io = info.is_first ? info.outputs[0] : info.inputs[0];
+    REQUIRE((info.is_first ? info.num_outputs : info.num_inputs) == 1);
+    CHECK(io.ndim == 2);
+    CHECK(io.shape[0] == (L.sequence_parallel ? kN / L.tensor : kN));
     loom_comm_group* pg = in.group(LOOM_GROUP_PIPELINE);
-    const int64_t rows = L.sequence_parallel ? kN / L.tensor : kN;
     DLTensor* buf = nullptr;
-    const int64_t shape[2] = {rows, info.hidden};
-    in.th.check(in.be.api->alloc_tensor(in.be.self, info.dtype, 2, shape, &buf));
+    in.th.check(in.be.api->alloc_tensor(in.be.self, io.dtype, io.ndim, io.shape, &buf));
+    const DLTensor* bufs[1] = {buf};
     auto& cm = in.comm;
+    auto forward = [&](int k, const DLTensor* const* inputs) {
+      loom_stage_forward_args f{};
+      f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
+      f.slot = k;
+      f.mb = batches[k].mb();
+      f.loss_scale = kLossScale;
+      f.num_inputs = inputs ? 1 : 0;
+      f.inputs = inputs;
+      in.th.check(in.api->stage_forward(in.m, &f));
+      return f;
+    };
+    auto backward = [&](int k, const DLTensor* const* doutputs) {
+      loom_stage_backward_args b{};
+      b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+      b.slot = k;
+      b.num_doutputs = doutputs ? 1 : 0;
+      b.doutputs = doutputs;
+      in.th.check(in.api->stage_backward(in.m, &b));
+      return b;
+    };
     if (info.is_first) {  // forward both micro-batches (slots 0, 1), then both backwards
       for (int k = 0; k < nb; ++k) {
-        DLTensor* out = nullptr;
-        in.th.check(
-            in.api->stage_forward(in.m, k, &batches[k].mb, nullptr, 0, &out, nullptr, nullptr));
-        in.th.check(cm.api->send(cm.self, pg, out, 1, k));
+        const loom_stage_forward_args f = forward(k, nullptr);
+        REQUIRE(f.num_outputs == 1);
+        CHECK(f.num_losses == 0);
+        in.th.check(cm.api->send(cm.self, pg, f.outputs[0], 1, k));
       }
       for (int k = 0; k < nb; ++k) {
         in.th.check(cm.api->recv(cm.self, pg, buf, 1, 100 + k));
-        DLTensor* din = nullptr;
-        in.th.check(in.api->stage_backward(in.m, k, buf, &din));
-        CHECK(din == nullptr);
+        CHECK(backward(k, bufs).num_dinputs == 0);
       }
     } else {
       for (int k = 0; k < nb; ++k) {
         in.th.check(cm.api->recv(cm.self, pg, buf, 0, k));
-        DLTensor* out = buf;
-        double l = 0;
-        int64_t n = 0;
-        in.th.check(in.api->stage_forward(in.m, k, &batches[k].mb, buf, 0, &out, &l, &n));
-        CHECK(out == nullptr);
-        loss += l;
+        const loom_stage_forward_args f = forward(k, bufs);
+        CHECK(f.num_outputs == 0);
+        REQUIRE(f.num_losses == 1);
+        CHECK(std::string(f.losses[0].name) == "lm");
+        loss += f.losses[0].sum;
       }
       for (int k = 0; k < nb; ++k) {
-        DLTensor* din = nullptr;
-        in.th.check(in.api->stage_backward(in.m, k, nullptr, &din));
-        REQUIRE(din != nullptr);
-        in.th.check(cm.api->send(cm.self, pg, din, 0, 100 + k));
+        const loom_stage_backward_args b = backward(k, nullptr);
+        REQUIRE(b.num_dinputs == 1);
+        in.th.check(cm.api->send(cm.self, pg, b.dinputs[0], 0, 100 + k));
       }
     }
     in.be.api->free_tensor(in.be.self, buf);
@@ -279,9 +299,8 @@ void check_layout(const Config& c, Degrees d) {
   Instance ref("single", nullptr, c);
   double ref_loss = 0;
   for (auto& b : batches) {
-    double l = 0;
-    int64_t n = 0;
-    ref.th.check(loom::model_step(ref.api, ref.m, &b.mb, true, &l, &n));
+    double l = 0, n = 0;
+    ref.th.check(loom::model_step(ref.api, ref.m, b.mb(), kLossScale, true, &l, &n));
     ref_loss += l;
   }
   ref.th.check(ref.api->finish_grads(ref.m));  // a no-op at tensor = pipeline = 1

@@ -94,12 +94,11 @@ int main(int argc, char** argv) try {
   for (int64_t s = 1; s <= warmup + steps; ++s) {
     for (auto& t : tokens) t = tokdist(rng);
     for (auto& t : targets) t = tokdist(rng);
-    loom_microbatch mb{LOOM_MICROBATCH_SIZE_V2, tokens.data(), targets.data(), B, T,
-                       1.0 / (double)(B * T)};
-    double t0 = now(), loss = 0;
-    int64_t n = 0;
+    loom::HostBatch mb(B, T);
+    mb.tokens_targets(tokens.data(), targets.data());
+    double t0 = now(), loss = 0, n = 0;
     host.check(mapi->zero_grad(model));
-    host.check(loom::model_step(mapi, model, &mb, true, &loss, &n));
+    host.check(loom::model_step(mapi, model, mb.get(), 1.0 / (double)(B * T), true, &loss, &n));
     double t1 = now();
     loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0};
     host.check(oapi->step(opt, &sa));

@@ -137,17 +137,11 @@ class Gpt {
   std::pair<double, int64_t> run(const std::vector<int32_t>& tokens,
                                  const std::vector<int32_t>& targets, int64_t B, int64_t T,
                                  double loss_scale, bool backward) {
-    loom_microbatch mb{};
-    mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
-    mb.tokens = tokens.data();
-    mb.targets = targets.data();
-    mb.batch = B;
-    mb.seq_len = T;
-    mb.loss_scale = loss_scale;
-    double loss = 0;
-    int64_t count = 0;
-    check(loom::model_step(api_, m_, &mb, backward, &loss, &count));
-    return {loss, count};
+    loom::HostBatch mb(B, T);
+    mb.tokens_targets(tokens.data(), targets.data());
+    double loss = 0, count = 0;
+    check(loom::model_step(api_, m_, mb.get(), loss_scale, backward, &loss, &count));
+    return {loss, (int64_t)count};
   }
 
   std::vector<loom_model_param> params;

@@ -103,16 +103,10 @@ struct Instance {
       tok[i] = (int32_t)((i * 37 + 5) % kVocab);
       tgt[i] = i % 7 == 3 ? -1 : (int32_t)((i * 53 + 11) % kVocab);
     }
-    loom_microbatch mb{};
-    mb.struct_size = LOOM_MICROBATCH_SIZE_V2;
-    mb.tokens = tok.data();
-    mb.targets = tgt.data();
-    mb.batch = kB;
-    mb.seq_len = kT;
-    mb.loss_scale = 1.0 / 14;
-    double loss = 0;
-    int64_t n = 0;
-    th.check(loom::model_step(api, m, &mb, true, &loss, &n));
+    loom::HostBatch mb(kB, kT);
+    mb.tokens_targets(tok.data(), tgt.data());
+    double loss = 0, n = 0;
+    th.check(loom::model_step(api, m, mb.get(), 1.0 / 14, true, &loss, &n));
     th.check(api->finish_grads(m));
     return loss;
   }

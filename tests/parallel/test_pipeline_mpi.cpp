@@ -2,7 +2,8 @@
 // singleton, driving a toy model defined here behind loom_model_api: stage s computes
 // y = tanh(W_s x) on (rows, H) f64 activations; the first stage embeds the tokens, the last
 // scores y against the targets. Every rank recomputes the whole network sequentially for
-// every micro-batch and compares the loss, the token count and its own stages' weight
+// every micro-batch and compares the two named loss terms ("toy", which drives the
+// gradients, and "aux", reported with weight 0), the token count and its own stages' weight
 // gradients with what the schedule produced.
 //
 // The toy model is strict about the stage contract, so a schedule that bends it fails:
@@ -10,7 +11,8 @@
 // unchanged; poisons the previous dinput at every stage call (valid "until the next stage
 // call"); poisons a slot's output after its backward; refuses a busy slot. Activations are
 // 128 x 72 f64 (72 KiB), above OpenMPI's eager limit, so every send waits for its receive.
-// Micro-batches alternate between two sequence lengths so receivers must learn shapes.
+// Receivers learn shapes from stage_info, never by fetching: only the stages that read
+// batch arrays (the first reads tokens, the last targets) fetch, once per micro-batch.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/model_step.hpp"
 #include "plugin_test_util.hpp"
 
 namespace {
@@ -27,7 +30,7 @@ constexpr int64_t kH = 72, kB = 2;
 constexpr double kLossScale = 0.01;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-int64_t seq_len(int64_t i) { return i % 2 ? 56 : 64; }
+constexpr int64_t kT = 64;
 int32_t token(int64_t i, int64_t r) { return static_cast<int32_t>((i * 31 + r * 7) % 50); }
 int32_t target(int64_t i, int64_t r) { return (r % 5 == 3) ? -1 : (token(i, r) + 1) % 50; }
 double embed(int32_t tok, int64_t h) { return 0.8 * std::sin(0.1 * tok + 0.3 * h); }
@@ -95,6 +98,7 @@ struct Slot {
   std::vector<int32_t> targets;
   int64_t shape[2] = {0, kH};
   DLTensor out_t{};
+  DLTensor* out_ptr = nullptr;
 };
 
 }  // namespace
@@ -106,6 +110,11 @@ struct loom_model {
   std::vector<double> dx;
   int64_t dx_shape[2] = {0, kH};
   DLTensor dx_t{};
+  DLTensor* dx_ptr = nullptr;
+  std::vector<const char*> reads;
+  loom_stage_tensor io{};
+  int64_t io_shape[2] = {0, kH};
+  loom_loss losses[2]{};
   int64_t forwards = 0, backwards = 0;
   bool lie = false;   // stage_info reports the wrong is_first (a refusal test)
   std::string error;  // the first contract violation seen
@@ -121,29 +130,55 @@ namespace {
 
 loom_error* err(const std::string& m) { return new loom_error{LOOM_ERR_INVALID_ARGUMENT, m}; }
 
+const char* const kLossNames[2] = {"toy", "aux"};
+
+// sum of every y: the "aux" term, reported but not in the objective (weight 0)
+double aux_of(const double* y, int64_t n) {
+  double a = 0;
+  for (int64_t j = 0; j < n * kH; ++j) a += y[j];
+  return a;
+}
+
 loom_error* toy_stage_info(loom_model* m, loom_stage_info* out) {
   out->is_first = m->first() != m->lie;
   out->is_last = m->last();
-  out->hidden = kH;
-  out->dtype = loom_f64();
+  m->reads.clear();
+  if (m->first()) m->reads.push_back(LOOM_ARRAY_TOKENS);
+  if (m->last()) m->reads.push_back(LOOM_ARRAY_TARGETS);
+  out->num_reads = m->reads.size();
+  out->reads = m->reads.data();
+  m->io_shape[0] = out->batch * out->seq_len;
+  m->io = loom_stage_tensor{LOOM_STAGE_TENSOR_SIZE_V2, "y", loom_f64(), 2, m->io_shape};
+  out->num_inputs = m->first() ? 0 : 1;
+  out->inputs = &m->io;
+  out->num_outputs = m->last() ? 0 : 1;
+  out->outputs = &m->io;
+  out->num_losses = 2;
+  out->losses = kLossNames;
   return nullptr;
 }
 
-loom_error* toy_stage_forward(loom_model* m, int64_t slot, const loom_microbatch* mb,
-                              const DLTensor* input, int no_grad, DLTensor** output,
-                              double* loss_sum, int64_t* tokens) {
+const int32_t* ids(const loom_microbatch* mb, const char* name) {
+  const DLTensor* t = loom_microbatch_find(mb, name);
+  return t ? static_cast<const int32_t*>(t->data) : nullptr;
+}
+
+loom_error* toy_stage_forward(loom_model* m, loom_stage_forward_args* a) {
   m->poison_dx();
-  Slot& s = m->slots[slot];
-  if (s.busy) m->fail("forward into busy slot " + std::to_string(slot));
-  const int64_t n = mb->batch * mb->seq_len;
+  Slot& s = m->slots[a->slot];
+  if (s.busy) m->fail("forward into busy slot " + std::to_string(a->slot));
+  const int64_t n = a->mb->batch * a->mb->seq_len;
   s.n = n;
   if (m->first()) {
-    if (input) m->fail("first stage got an input");
+    if (a->num_inputs) m->fail("first stage got an input");
+    const int32_t* tokens = ids(a->mb, LOOM_ARRAY_TOKENS);
+    if (!tokens) return err("toy: the first stage got no tokens");
     s.own_x.resize(n * kH);
     for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < kH; ++h) s.own_x[t * kH + h] = embed(mb->tokens[t], h);
+      for (int64_t h = 0; h < kH; ++h) s.own_x[t * kH + h] = embed(tokens[t], h);
     s.x = s.own_x.data();
   } else {
+    const DLTensor* input = a->num_inputs == 1 ? a->inputs[0] : nullptr;
     if (!input || loom_tensor_numel(input) != n * kH || !loom_dtype_eq(input->dtype, loom_f64()))
       return err("toy: stage " + std::to_string(m->stage) + " input missing or misshapen");
     s.x =
@@ -152,39 +187,47 @@ loom_error* toy_stage_forward(loom_model* m, int64_t slot, const loom_microbatch
   }
   s.y.resize(n * kH);
   stage_fwd(m->W, s.x, n, s.y.data());
-  *loss_sum = 0;
-  *tokens = 0;
-  *output = nullptr;
+  a->num_outputs = a->num_losses = 0;
   if (m->last()) {
-    *loss_sum = loss_of(s.y.data(), mb->targets, n, tokens, nullptr);
-    s.targets.assign(mb->targets, mb->targets + n);
+    const int32_t* targets = ids(a->mb, LOOM_ARRAY_TARGETS);
+    if (!targets) return err("toy: the last stage got no targets");
+    int64_t counted = 0;
+    const double loss = loss_of(s.y.data(), targets, n, &counted, nullptr);
+    s.targets.assign(targets, targets + n);
+    m->losses[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0], loss, double(counted), 1.0};
+    m->losses[1] =
+        loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[1], aux_of(s.y.data(), n), double(n), 0.0};
+    a->num_losses = 2;
+    a->losses = m->losses;
   } else {
     s.out = s.y;
     s.shape[0] = n;
     s.out_t = host_view(s.out.data(), s.shape);
-    *output = &s.out_t;
+    s.out_ptr = &s.out_t;
+    a->num_outputs = 1;
+    a->outputs = &s.out_ptr;
   }
   ++m->forwards;
-  s.busy = !no_grad;
+  s.busy = !a->no_grad;
   return nullptr;
 }
 
-loom_error* toy_stage_backward(loom_model* m, int64_t slot, const DLTensor* doutput,
-                               DLTensor** dinput) {
+loom_error* toy_stage_backward(loom_model* m, loom_stage_backward_args* a) {
   m->poison_dx();
-  auto it = m->slots.find(slot);
+  auto it = m->slots.find(a->slot);
   if (it == m->slots.end() || !it->second.busy)
-    return err("toy: backward of free slot " + std::to_string(slot));
+    return err("toy: backward of free slot " + std::to_string(a->slot));
   Slot& s = it->second;
   const int64_t n = s.n;
   if (!m->first() && !std::equal(s.x_copy.begin(), s.x_copy.end(), s.x))
-    m->fail("input of slot " + std::to_string(slot) + " changed before its backward");
+    m->fail("input of slot " + std::to_string(a->slot) + " changed before its backward");
   std::vector<double> dy(n * kH);
   if (m->last()) {
-    if (doutput) m->fail("last stage got a doutput");
+    if (a->num_doutputs) m->fail("last stage got a doutput");
     int64_t c = 0;
     loss_of(s.y.data(), s.targets.data(), n, &c, dy.data());
   } else {
+    const DLTensor* doutput = a->num_doutputs == 1 ? a->doutputs[0] : nullptr;
     if (!doutput || loom_tensor_numel(doutput) != n * kH)
       return err("toy: stage " + std::to_string(m->stage) + " doutput missing or misshapen");
     const double* g = reinterpret_cast<const double*>(static_cast<const char*>(doutput->data) +
@@ -195,11 +238,13 @@ loom_error* toy_stage_backward(loom_model* m, int64_t slot, const DLTensor* dout
   }
   m->dx.resize(n * kH);
   stage_bwd(m->W, s.x, s.y.data(), dy.data(), n, m->dW, m->first() ? nullptr : m->dx.data());
-  *dinput = nullptr;
+  a->num_dinputs = 0;
   if (!m->first()) {
     m->dx_shape[0] = n;
     m->dx_t = host_view(m->dx.data(), m->dx_shape);
-    *dinput = &m->dx_t;
+    m->dx_ptr = &m->dx_t;
+    a->num_dinputs = 1;
+    a->dinputs = &m->dx_ptr;
   }
   std::fill(s.out.begin(), s.out.end(), kNaN);  // the output is invalid after the backward
   s.busy = false;
@@ -219,32 +264,28 @@ const loom_model_api kToyApi = make_toy_api();
 
 // ---- micro-batches: a buffer that is overwritten (poisoned) at every call --------------
 struct Feed {
-  std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> tokens = std::vector<int32_t>(kB * kT),
+                       targets = std::vector<int32_t>(kB * kT);
+  loom::HostBatch batch{kB, kT};
   std::map<int64_t, int> calls;
+  Feed() { batch.tokens_targets(tokens.data(), targets.data()); }
 };
 loom_error* get_microbatch(void* user, int64_t i, loom_microbatch* out) {
   Feed* f = static_cast<Feed*>(user);
-  const int64_t n = kB * seq_len(i);
   std::fill(f->tokens.begin(), f->tokens.end(), -7);  // stale data from the previous call
   std::fill(f->targets.begin(), f->targets.end(), -7);
-  f->tokens.resize(kB * 64);
-  f->targets.resize(kB * 64);
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = 0; r < kB * kT; ++r) {
     f->tokens[r] = token(i, r);
     f->targets[r] = target(i, r);
   }
-  out->tokens = f->tokens.data();
-  out->targets = f->targets.data();
-  out->batch = kB;
-  out->seq_len = seq_len(i);
-  out->loss_scale = kLossScale;
+  *out = *f->batch.get();
   f->calls[i]++;
   return nullptr;
 }
 
 // ---- the sequential reference: all S stages on one rank -------------------------------
 struct Reference {
-  double loss = 0;
+  double loss = 0, aux = 0;
   int64_t tokens = 0;
   std::vector<std::vector<double>> dW;  // per stage
 };
@@ -255,7 +296,7 @@ Reference reference(int64_t S, int64_t M) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kH * kH; ++j) W[s][j] = weight(s, j / kH, j % kH);
   for (int64_t i = 0; i < M; ++i) {
-    const int64_t n = kB * seq_len(i);
+    const int64_t n = kB * kT;
     std::vector<std::vector<double>> act(S + 1, std::vector<double>(n * kH));
     std::vector<int32_t> tg(n);
     for (int64_t r = 0; r < n; ++r) {
@@ -267,6 +308,7 @@ Reference reference(int64_t S, int64_t M) {
     int64_t c = 0;
     ref.loss += loss_of(act[S].data(), tg.data(), n, &c, dy.data());
     ref.tokens += c;
+    ref.aux += aux_of(act[S].data(), n);
     for (int64_t s = S - 1; s >= 0; --s) {
       stage_bwd(W[s], act[s].data(), act[s + 1].data(), dy.data(), n, ref.dW[s], dx.data());
       dy = dx;
@@ -331,7 +373,7 @@ struct Parallel {
 
 struct Run {
   ptest::Outcome created, ran;
-  double loss = 0;
+  double loss = 0, aux = 0, aux_count = 0, aux_weight = -1;
   int64_t tokens = 0;
   std::vector<std::unique_ptr<loom_model>> chunks;
   Feed feed;
@@ -366,12 +408,24 @@ Run run(const Parallel& par, const std::string& schedule, int64_t M, bool forwar
   a.chunks = ptrs.data();
   a.num_chunks = ptrs.size();
   a.num_microbatches = M;
+  a.batch = kB;
+  a.seq_len = kT;
+  a.loss_scale = kLossScale;
   a.get_microbatch = get_microbatch;
   a.user = &r.feed;
   a.forward_only = forward_only;
   r.ran = ptest::outcome(api->run(self, &a));
-  r.loss = a.loss_sum;
-  r.tokens = a.tokens;
+  if (r.ran.ok()) {
+    REQUIRE(a.num_losses == 2);
+    CHECK(std::string(a.losses[0].name) == "toy");
+    CHECK(std::string(a.losses[1].name) == "aux");
+    r.loss = a.losses[0].sum;
+    r.tokens = static_cast<int64_t>(a.losses[0].count);
+    CHECK(a.losses[0].weight == 1.0);
+    r.aux = a.losses[1].sum;
+    r.aux_count = a.losses[1].count;
+    r.aux_weight = a.losses[1].weight;
+  }
   api->destroy(self);
   return r;
 }
@@ -383,6 +437,9 @@ void check_against_reference(const Run& r, int64_t M, bool forward_only) {
   const Reference ref = reference(S, M);
   CHECK(r.tokens == ref.tokens);
   CHECK(r.loss == doctest::Approx(ref.loss).epsilon(1e-12));
+  CHECK(r.aux == doctest::Approx(ref.aux).epsilon(1e-12));
+  CHECK(r.aux_count == double(M * kB * kT));
+  CHECK(r.aux_weight == 0.0);
   for (const auto& m : r.chunks) {
     CAPTURE(m->stage);
     CHECK_MESSAGE(m->error.empty(), m->error);
@@ -398,7 +455,13 @@ void check_against_reference(const Run& r, int64_t M, bool forward_only) {
     CHECK(worst <= 1e-12 * std::max(scale, 1.0));
     if (!forward_only) CHECK(scale > 1e-6);  // the gradients are not trivially zero
   }
-  for (int64_t i = 0; i < M; ++i) CHECK(r.feed.calls.count(i) == 1);
+  // Fetched once per micro-batch by each chunk that reads the batch, never by the others.
+  int readers = 0;
+  for (const auto& m : r.chunks) readers += m->first() || m->last();
+  for (int64_t i = 0; i < M; ++i) {
+    const auto it = r.feed.calls.find(i);
+    CHECK((it == r.feed.calls.end() ? 0 : it->second) == readers);
+  }
 }
 
 }  // namespace
@@ -414,7 +477,7 @@ TEST_CASE("the toy reference's gradient matches finite differences") {
     W[stage][j] += delta;
     double l = 0;
     for (int64_t i = 0; i < M; ++i) {
-      const int64_t n = kB * seq_len(i);
+      const int64_t n = kB * kT;
       std::vector<double> x(n * kH), y(n * kH);
       std::vector<int32_t> tg(n);
       for (int64_t r = 0; r < n; ++r) {
@@ -494,6 +557,8 @@ TEST_CASE("pipeline refusals: chunk count, model without a stage API, wrong stag
   a.chunks = chunks;
   a.num_chunks = 2;
   a.num_microbatches = 2;
+  a.batch = kB;
+  a.seq_len = kT;
   a.get_microbatch = get_microbatch;
   a.user = &feed;
   ptest::Outcome o = ptest::outcome(api->run(self, &a));

@@ -63,23 +63,130 @@ typedef struct loom_model_param {
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, tie_group)
 
+/* ----- the named batch -----------------------------------------------------------------
+ * A micro-batch is a list of named host arrays. The model declares the arrays it reads
+ * (batch_spec); the host's data source declares what it provides, and the run is refused
+ * before the first step when an array is missing or has another dtype or shape. GPT reads
+ * "tokens" and "targets"; BERT adds "token_types", "loss_mask" and "padding_mask"; T5 its
+ * encoder and decoder tokens. */
+#define LOOM_ARRAY_TOKENS "tokens"   /* int32 (B, T): input token ids */
+#define LOOM_ARRAY_TARGETS "targets" /* int32 (B, T): the next token; -1 = no loss here */
+
+/* A declared extent that follows the micro-batch rather than being fixed. */
+#define LOOM_DIM_BATCH (-1) /* B: samples in the micro-batch */
+#define LOOM_DIM_SEQ (-2)   /* T: tokens per sample */
+
+typedef struct loom_array_spec {
+  size_t struct_size;
+  const char* name; /* "tokens" */
+  DLDataType dtype;
+  int32_t ndim;
+  const int64_t* shape; /* ndim extents: fixed, LOOM_DIM_BATCH or LOOM_DIM_SEQ; owned by
+                         * the declarer, as the name */
+} loom_array_spec;
+#define LOOM_ARRAY_SPEC_SIZE_V2 LOOM_STRUCT_SIZE(loom_array_spec, shape)
+
 typedef struct loom_microbatch {
   size_t struct_size;
-  const int32_t* tokens;  /* (B, T) host memory */
-  const int32_t* targets; /* (B, T) host memory; -1 = no loss at this position */
-  int64_t batch;          /* B <= create_args.micro_batch */
-  int64_t seq_len;        /* T <= create_args.seq_len */
-  double loss_scale;      /* d(objective)/d(sum of token losses), e.g. 1/(tokens in step) */
+  int64_t batch;   /* B <= create_args.micro_batch */
+  int64_t seq_len; /* T <= create_args.seq_len */
+  /* The arrays, host memory (kDLCPU), borrowed until the schedule's next fetch. A stage that
+   * reads none (stage_info.num_reads == 0) may get num_arrays == 0. */
+  size_t num_arrays;
+  const char* const* names;
+  const DLTensor* arrays;
+  const loom_ext* ext; /* NULL */
 } loom_microbatch;
-#define LOOM_MICROBATCH_SIZE_V2 LOOM_STRUCT_SIZE(loom_microbatch, loss_scale)
+#define LOOM_MICROBATCH_SIZE_V2 LOOM_STRUCT_SIZE(loom_microbatch, ext)
+
+/* The array called `name`, or NULL. */
+static inline const DLTensor* loom_microbatch_find(const loom_microbatch* mb, const char* name) {
+  for (size_t i = 0; mb != NULL && i < mb->num_arrays; ++i)
+    if (mb->names[i] != NULL && strcmp(mb->names[i], name) == 0) return &mb->arrays[i];
+  return NULL;
+}
+
+/* ----- stage I/O --------------------------------------------------------------------------
+ * Between pipeline stages flow lists of tensors: stage s's outputs are stage s+1's inputs,
+ * in order. GPT passes one, "hidden" (tokens, channels) in the compute dtype, tokens = B*T
+ * (B*T/tensor with sequence parallelism); T5's decoder stages also pass the encoder's
+ * output. */
+typedef struct loom_stage_tensor {
+  size_t struct_size;
+  const char* name; /* "hidden" */
+  DLDataType dtype;
+  int32_t ndim;
+  const int64_t* shape; /* ndim extents for the micro-batch shape stage_info was asked
+                         * about; owned by the model, as the name */
+} loom_stage_tensor;
+#define LOOM_STAGE_TENSOR_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_tensor, shape)
 
 typedef struct loom_stage_info {
   size_t struct_size;
-  int32_t is_first, is_last; /* holds the embedding / the head and loss */
-  int64_t hidden;            /* channels of the hidden state between stages */
-  DLDataType dtype;          /* its dtype */
+  int64_t batch, seq_len; /* in: the micro-batch shape the tensor shapes below are for */
+  /* out; every pointer is model-owned and valid until the next stage_info call */
+  int32_t is_first, is_last; /* holds the embedding / the head and the losses */
+  size_t num_reads;          /* the batch arrays this stage reads: with none, the schedule */
+  const char* const* reads;  /* need not fetch the micro-batch at all */
+  size_t num_inputs;         /* 0 on the first stage */
+  const loom_stage_tensor* inputs;
+  size_t num_outputs; /* 0 on the last stage */
+  const loom_stage_tensor* outputs;
+  /* The losses the model's last stage reports, in order; the same list on every stage, so
+   * that ranks without the last stage can take part in summing them. The first is the
+   * main loss (GPT's "lm"). */
+  size_t num_losses;
+  const char* const* losses;
 } loom_stage_info;
-#define LOOM_STAGE_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_info, dtype)
+#define LOOM_STAGE_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_info, losses)
+
+/* ----- named losses ----------------------------------------------------------------------
+ * One micro-batch's contribution to one loss term. The objective the gradients follow is
+ * loss_scale * sum over terms of (weight * sum); the host reports each term as the ratio of
+ * its sums over the global batch, sum / count, under its own name. GPT has one term, "lm"
+ * (summed token losses over counted targets, weight 1); a mixture of experts adds
+ * "moe_aux" and "z_loss", BERT "sop". */
+typedef struct loom_loss {
+  size_t struct_size;
+  const char* name; /* as listed by stage_info */
+  double sum;
+  double count;  /* what sum is averaged over (GPT: counted targets) */
+  double weight; /* its coefficient in the objective */
+} loom_loss;
+#define LOOM_LOSS_SIZE_V2 LOOM_STRUCT_SIZE(loom_loss, weight)
+
+typedef struct loom_stage_forward_args {
+  size_t struct_size;
+  int64_t slot;              /* activations are kept in this slot until its backward */
+  const loom_microbatch* mb; /* carries at least the arrays stage_info.reads names */
+  double loss_scale;         /* the last stage's gradients follow d(objective)/dθ with it */
+  int no_grad;               /* evaluation: nothing is kept, the slot is free on return */
+  size_t num_inputs;         /* stage_info's inputs; 0 and NULL on the first stage */
+  const DLTensor* const* inputs;
+  /* out, model-owned: the outputs, valid until the slot's backward (or the next call with
+   * no_grad); none on the last stage */
+  size_t num_outputs;
+  DLTensor* const* outputs;
+  /* out, model-owned, valid until the next call: the last stage's loss terms, in
+   * stage_info's order; none elsewhere */
+  size_t num_losses;
+  const loom_loss* losses;
+  const loom_ext* ext; /* NULL */
+} loom_stage_forward_args;
+#define LOOM_STAGE_FORWARD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_forward_args, ext)
+
+typedef struct loom_stage_backward_args {
+  size_t struct_size;
+  int64_t slot;
+  size_t num_doutputs; /* gradients of the slot's outputs; 0 and NULL on the last stage, */
+  const DLTensor* const* doutputs; /* which starts from the losses */
+  /* out, model-owned, valid until the next stage call: gradients of the inputs; none on
+   * the first stage */
+  size_t num_dinputs;
+  DLTensor* const* dinputs;
+  const loom_ext* ext; /* NULL */
+} loom_stage_backward_args;
+#define LOOM_STAGE_BACKWARD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_backward_args, ext)
 
 typedef struct loom_model_api {
   size_t struct_size;
@@ -95,30 +202,25 @@ typedef struct loom_model_api {
   /* Model FLOPs per trained token (forward + backward), for MFU. */
   double (*flops_per_token)(loom_model* m);
 
-  /* Pipeline stages, driven by a schedule plugin; every model has them, often just one
-   * (a whole model is stage 0 of 1; loom/cpp/model_step.hpp runs it one micro-batch at a
-   * time). Activations of up to
-   * any number of micro-batches in flight live in numbered slots (grown on demand); a slot
-   * is reused after its backward. Between stages flows the hidden state, (tokens, hidden)
-   * in the compute dtype, tokens = B*T (B*T/tensor with sequence parallelism). */
-  loom_error* (*stage_info)(loom_model* m, loom_stage_info* out);
-  /* Forward of micro-batch `mb` into `slot`. input: the previous stage's output, NULL on
-   * the first stage (which reads mb->tokens). *output: model-owned, valid until the slot's
-   * backward; NULL on the last stage, which computes the loss from mb->targets (loss_sum,
-   * tokens = the sum of its token losses and the number of counted targets; zero elsewhere;
-   * gradients follow d(loss_scale * loss sum)/dθ). With `no_grad` nothing is kept for a
-   * backward (evaluation) and the slot is free again on return.
+  /* The arrays a micro-batch must carry for this model (the union over its stages). A
+   * function of the configuration alone, called with no instance: `loom validate` asks it
+   * before anything is created. *specs: plugin-owned, valid until the next call. */
+  loom_error* (*batch_spec)(const loom_host* host, const loom_config* cfg, size_t* num,
+                            const loom_array_spec** specs);
+
+  /* Pipeline stages, driven by a schedule plugin; every model has them, often just one (a
+   * whole model is stage 0 of 1; loom/cpp/model_step.hpp runs it one micro-batch at a
+   * time). Activations of any number of micro-batches in flight live in numbered slots
+   * (grown on demand); a slot is reused after its backward. */
+  loom_error* (*stage_info)(loom_model* m, loom_stage_info* info /* in and out */);
+  /* Forward of one micro-batch into args->slot. The last stage computes the losses and,
+   * unless no_grad, keeps what the backward needs to start from them.
    * COLLECTIVE(tensor group) when tensor > 1: the model's own tensor-parallel all-reduces
    * and all-gathers run inside. */
-  loom_error* (*stage_forward)(loom_model* m, int64_t slot, const loom_microbatch* mb,
-                               const DLTensor* input, int no_grad, DLTensor** output,
-                               double* loss_sum, int64_t* tokens);
-  /* Backward of the micro-batch in `slot`: doutput = gradient of its output (NULL on the
-   * last stage, which starts from the loss). Parameter gradients +=. *dinput: gradient of
-   * the input, model-owned, valid until the next stage call; NULL on the first stage.
+  loom_error* (*stage_forward)(loom_model* m, loom_stage_forward_args* args);
+  /* Backward of the micro-batch in args->slot. Parameter gradients +=.
    * COLLECTIVE(tensor group) when tensor > 1, as stage_forward. */
-  loom_error* (*stage_backward)(loom_model* m, int64_t slot, const DLTensor* doutput,
-                                DLTensor** dinput);
+  loom_error* (*stage_backward)(loom_model* m, loom_stage_backward_args* args);
   /* Once per step after the last backward, before the data-parallel reduction: the model
    * completes gradients its own parallelism leaves partial (sequence-parallel norm weights
    * over the tensor group, the tied embedding over the embedding group). COLLECTIVE over

@@ -24,15 +24,19 @@ typedef struct loom_schedule_args {
                               * v*pipeline + pipeline_rank */
   size_t num_chunks;         /* = layout.virtual_stages */
   int64_t num_microbatches;
-  /* Fills *out for micro-batch i (every stage calls it; the data stays valid until the
-   * next call). */
+  int64_t batch, seq_len; /* the shape of every micro-batch of the run */
+  double loss_scale;      /* passed to the last stage's stage_forward */
+  /* Fills *out for micro-batch i with the arrays the model's batch_spec lists; the data
+   * stays valid until the next call. A function of i: the schedule calls it once per
+   * micro-batch on each stage whose stage_info reads arrays, and never on the others. */
   loom_error* (*get_microbatch)(void* user, int64_t i, loom_microbatch* out);
   void* user;
   int forward_only; /* evaluation: no backward, nothing kept */
-  /* out, on every rank of the pipeline group: the sums over micro-batches of the last
-   * stage's loss_sum and counted tokens */
-  double loss_sum;
-  int64_t tokens;
+  /* out, on every rank of the pipeline group, schedule-owned and valid until the next run:
+   * each loss term of stage_info's list, sum and count summed over the micro-batches,
+   * weight as the last stage reported it */
+  size_t num_losses;
+  const loom_loss* losses;
   const loom_ext* ext; /* NULL */
 } loom_schedule_args;
 #define LOOM_SCHEDULE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_schedule_args, ext)

@@ -1,7 +1,11 @@
 // A stand-in plugin for the engine tests: a descriptor with a schema shaped like the real
 // plugin's of the same kind/name, and a function table of NULL slots (the engine tests
-// load and validate, they never create instances). Built once per kind/name with
+// load and validate, they never create instances) but for a model's batch_spec, which
+// `loom validate` asks: model/gpt reads tokens and targets as the real one does, model/typed
+// also token_types, which GPT samples do not provide. Built once per kind/name with
 // STUB_KIND, STUB_NAME and STUB_SCHEMA_<kind>_<name>.
+#include <string>
+
 #include "loom/cpp/plugin.hpp"
 
 namespace {
@@ -48,12 +52,33 @@ constexpr size_t kNumParams = sizeof(kParams) / sizeof(kParams[0]);
 constexpr size_t kNumParams = 0;
 #endif
 
+#if defined(STUB_SCHEMA_model_gpt) || defined(STUB_SCHEMA_model_typed)
+const int64_t kBT[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
+const loom_array_spec kArrays[] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBT},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBT},
+    {LOOM_ARRAY_SPEC_SIZE_V2, "token_types", {kDLInt, 32, 1}, 2, kBT}};
+loom_error* batch_spec(const loom_host*, const loom_config*, size_t* num,
+                       const loom_array_spec** specs) {
+  *num = std::string(STUB_NAME) == "typed" ? 3 : 2;
+  *specs = kArrays;
+  return nullptr;
+}
+loom_model_api make_api() {
+  loom_model_api api{};
+  api.struct_size = sizeof(loom_model_api);
+  api.batch_spec = batch_spec;
+  return api;
+}
+const loom_model_api kApi = make_api();
+#else
 // Larger than any kind's table; every slot NULL.
 struct StubApi {
   size_t struct_size;
   void* slots[64];
 };
 const StubApi kApi = {sizeof(StubApi), {}};
+#endif
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,

@@ -1,22 +1,88 @@
-// Loom SDK C++ helper: one micro-batch through a model that is a single pipeline stage
-// (stage 0 of 1): forward, then backward unless `backward` is false. What a schedule does at
-// pipeline = 1, for tests, benchmarks and tools that drive a model directly. The caller
-// still calls finish_grads once per step when the model uses tensor or sequence parallelism.
+// Loom SDK C++ helpers for the model contract (loom/model.h):
+//   HostBatch    a micro-batch of named int32 (B, T) host arrays, for hosts, tests and tools
+//   batch_ids    a model's checked read of one such array
+//   model_step   one micro-batch through a model that is a single pipeline stage (stage 0
+//                of 1): forward, then backward unless `backward` is false. What a schedule
+//                does at pipeline = 1. The caller still calls finish_grads once per step
+//                when the model uses tensor or sequence parallelism.
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "loom/cpp/plugin.hpp"
 #include "loom/model.h"
 
 namespace loom {
 
+class HostBatch {
+ public:
+  HostBatch(int64_t batch, int64_t seq_len) : shape_{batch, seq_len} {}
+  // Movable (the views are re-pointed at each get()), not copyable: a copy would still
+  // view the first one's data.
+  HostBatch(HostBatch&&) = default;
+  HostBatch& operator=(HostBatch&&) = default;
+  HostBatch(const HostBatch&) = delete;
+  HostBatch& operator=(const HostBatch&) = delete;
+
+  // Adds the array `name` over data[B*T] (borrowed: it must outlive every use of get()).
+  HostBatch& add(const char* name, const int32_t* data) {
+    names_.push_back(name);
+    DLTensor t{};
+    t.data = const_cast<int32_t*>(data);
+    t.device = {kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = {kDLInt, 32, 1};
+    arrays_.push_back(t);
+    return *this;
+  }
+  // The GPT pair: tokens and targets.
+  HostBatch& tokens_targets(const int32_t* tokens, const int32_t* targets) {
+    return add(LOOM_ARRAY_TOKENS, tokens).add(LOOM_ARRAY_TARGETS, targets);
+  }
+  const loom_microbatch* get() {
+    for (DLTensor& t : arrays_) t.shape = shape_;
+    mb_ = loom_microbatch{LOOM_MICROBATCH_SIZE_V2, shape_[0],      shape_[1], names_.size(),
+                          names_.data(),           arrays_.data(), nullptr};
+    return &mb_;
+  }
+
+ private:
+  int64_t shape_[2];
+  std::vector<const char*> names_;
+  std::vector<DLTensor> arrays_;
+  loom_microbatch mb_{};
+};
+
+// The int32 (B, T) host array `name` of mb; a clear error naming `who` when it is missing or
+// is not what the contract says.
+inline const int32_t* batch_ids(const loom_microbatch& mb, const char* name,
+                                const std::string& who) {
+  const DLTensor* t = loom_microbatch_find(&mb, name);
+  require(t != nullptr, who + ": the micro-batch has no array '" + name + "'");
+  require(t->device.device_type == kDLCPU && t->dtype.code == kDLInt && t->dtype.bits == 32 &&
+              t->dtype.lanes == 1 && t->ndim == 2 && t->shape[0] == mb.batch &&
+              t->shape[1] == mb.seq_len && t->strides == nullptr,
+          who + ": micro-batch array '" + name + "' must be dense host int32 (" +
+              std::to_string(mb.batch) + ", " + std::to_string(mb.seq_len) + ")");
+  return static_cast<const int32_t*>(t->data) + t->byte_offset / sizeof(int32_t);
+}
+
+// Returns the model's first (main) loss term in *loss_sum and *count.
 inline loom_error* model_step(const loom_model_api* api, loom_model* m, const loom_microbatch* mb,
-                              bool backward, double* loss_sum, int64_t* tokens) {
-  DLTensor* out = nullptr;
-  if (loom_error* e =
-          api->stage_forward(m, 0, mb, nullptr, backward ? 0 : 1, &out, loss_sum, tokens))
-    return e;
+                              double loss_scale, bool backward, double* loss_sum, double* count) {
+  loom_stage_forward_args f{};
+  f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
+  f.mb = mb;
+  f.loss_scale = loss_scale;
+  f.no_grad = backward ? 0 : 1;
+  if (loom_error* e = api->stage_forward(m, &f)) return e;
+  if (loss_sum) *loss_sum = f.num_losses > 0 ? f.losses[0].sum : 0.0;
+  if (count) *count = f.num_losses > 0 ? f.losses[0].count : 0.0;
   if (!backward) return nullptr;
-  DLTensor* dinput = nullptr;
-  return api->stage_backward(m, 0, nullptr, &dinput);
+  loom_stage_backward_args b{};
+  b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+  return api->stage_backward(m, &b);
 }
 
 }  // namespace loom
