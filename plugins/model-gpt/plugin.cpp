@@ -1,85 +1,17 @@
-// model/gpt: the C ABI table and descriptor (everything C++ stays behind loom::guard).
-#include "gpt.hpp"
+// model/gpt: GPT-2 and the Llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head through
+// options) — the layer library's decoder with the pre-norm block. Everything else is
+// loom/cpp/layers.
+#include "loom/cpp/layers/model_plugin.hpp"
 
 namespace {
 
-using gpt::Model;
-
-Model* self(loom_model* m) { return reinterpret_cast<Model*>(m); }
-
 loom_error* create(const loom_host* host, const loom_config* cfg,
                    const loom_model_create_args* args, loom_model** out) {
-  return loom::guard(host, [&] {
-    loom::require(args && args->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2,
-                  "model/gpt: create args missing or too old");
-    *out = reinterpret_cast<loom_model*>(new Model(host, cfg, *args));
-  });
-}
-void destroy(loom_model* m) { delete self(m); }
-size_t num_params(loom_model* m) { return self(m)->num_params(); }
-loom_error* get_param(loom_model* m, size_t i, loom_model_param* out) {
-  return loom::guard(self(m)->host(), [&] { self(m)->get_param(i, out); });
-}
-loom_error* init_params(loom_model* m, uint64_t seed) {
-  return loom::guard(self(m)->host(), [&] { self(m)->init_params(seed); });
-}
-loom_error* zero_grad(loom_model* m) {
-  return loom::guard(self(m)->host(), [&] { self(m)->zero_grad(); });
-}
-double flops_per_token(loom_model* m) { return self(m)->flops_per_token(); }
-loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
-  return loom::guard(self(m)->host(), [&] { self(m)->kv_reset(batch, max_len); });
-}
-loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logits) {
-  return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
-}
-int64_t max_context(loom_model* m) { return self(m)->max_context(); }
-// GPT reads tokens (first stage) and targets (last stage), whatever its options.
-loom_error* batch_spec(const loom_host* host, const loom_config*, size_t* num,
-                       const loom_array_spec** specs) {
-  return loom::guard(host, [&] {
-    loom::require(num != nullptr && specs != nullptr, "model/gpt: batch_spec outputs are NULL");
-    *num = std::size(gpt::kBatchSpec);
-    *specs = gpt::kBatchSpec;
-  });
-}
-loom_error* stage_info(loom_model* m, loom_stage_info* out) {
-  return loom::guard(self(m)->host(), [&] { self(m)->stage_info(out); });
-}
-loom_error* stage_forward(loom_model* m, loom_stage_forward_args* args) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(args != nullptr, "model/gpt: stage_forward args are NULL");
-    self(m)->stage_forward(*args);
-  });
-}
-loom_error* stage_backward(loom_model* m, loom_stage_backward_args* args) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(args != nullptr, "model/gpt: stage_backward args are NULL");
-    self(m)->stage_backward(*args);
-  });
-}
-loom_error* finish_grads(loom_model* m) {
-  return loom::guard(self(m)->host(), [&] { self(m)->finish_grads(); });
+  return loom::layers::create_decoder(host, cfg, args, loom::layers::kPreNormBlock, "model/gpt",
+                                      out);
 }
 
-const loom_model_api kApi = {LOOM_MODEL_API_SIZE_V2,
-                             create,
-                             destroy,
-                             num_params,
-                             get_param,
-                             init_params,
-                             zero_grad,
-                             flops_per_token,
-                             batch_spec,
-                             stage_info,
-                             stage_forward,
-                             stage_backward,
-                             finish_grads};
-
-// Generation with a KV cache, the optional loom.decode/1 capability.
-const loom_decode_ext kDecode = {
-    {sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, nullptr}, kv_reset, decode, max_context};
-const char* const kCapabilities[] = {LOOM_EXT_DECODE, nullptr};
+const loom_model_api kApi = loom::layers::decoder_api(create);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
@@ -91,11 +23,11 @@ const loom_plugin_descriptor kDescriptor = {
     "Loom",
     "Apache-2.0",
     "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
-    gpt::kSchema,
-    gpt::kSchemaSize,
+    loom::layers::kTransformerSchema,
+    loom::layers::kTransformerSchemaSize,
     &kApi,
-    kCapabilities,
-    &kDecode.base};
+    loom::layers::kDecoderCapabilities,
+    &loom::layers::kDecoderDecode.base};
 
 }  // namespace
 

@@ -13,7 +13,7 @@
 # Steps 1-4 always run; a failing step fails the test. The last line lists ran/skipped steps.
 set -euo pipefail
 
-CMAKE=cmake NINJA=ninja CXX=c++ BUILD= EXAMPLE= PROBE= LOOM=
+CMAKE=cmake NINJA=ninja CXX=c++ BUILD= EXAMPLE= PROBE= LOOM= NAME=optimizer/signsgd
 while [ $# -gt 0 ]; do
   case "$1" in
     --cmake) CMAKE=$2 ;;
@@ -23,6 +23,7 @@ while [ $# -gt 0 ]; do
     --example) EXAMPLE=$2 ;;
     --probe) PROBE=$2 ;;
     --loom) LOOM=$2 ;;
+    --name) NAME=$2 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -108,9 +109,9 @@ else
   step 7 "loom plugins"
   listing=$(LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins)
   echo "$listing"
-  echo "$listing" | grep -q signsgd || fail "loom plugins does not list optimizer/signsgd"
-  LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins describe optimizer/signsgd ||
-    fail "loom plugins describe optimizer/signsgd failed"
+  echo "$listing" | grep -q "${NAME#*/}" || fail "loom plugins does not list $NAME"
+  LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins describe "$NAME" ||
+    fail "loom plugins describe $NAME failed"
   ran+=(list)
 
   plugdir=$BUILD/plugins

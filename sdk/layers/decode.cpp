@@ -1,4 +1,4 @@
-// model/gpt generation: a KV cache per layer and incremental decoding.
+// Loom layer library, generation: a KV cache per layer and incremental decoding.
 //
 // decode(tokens(B,n)) runs the n new tokens of every sequence at positions [cur, cur+n)
 // through the stack; each layer appends their k/v to its cache and the queries attend
@@ -6,18 +6,18 @@
 // position's hidden state goes through the LM head.
 #include <string>
 
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
-void Model::kv_reset(int64_t batch, int64_t max_len) {
+void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
   loom::require(opt_.tp == 1 && opt_.stages == 1,
-                "model/gpt: generation runs at tensor = pipeline = 1; this instance has tensor = " +
+                who_ + ": generation runs at tensor = pipeline = 1; this instance has tensor = " +
                     std::to_string(opt_.tp) + ", pipeline stages = " + std::to_string(opt_.stages),
                 LOOM_ERR_UNIMPLEMENTED);
-  loom::require(batch > 0 && max_len > 0, "model/gpt: kv_reset needs batch and max_len > 0");
+  loom::require(batch > 0 && max_len > 0, who_ + ": kv_reset needs batch and max_len > 0");
   loom::require(opt_.rope || max_len <= opt_.max_seq_len,
-                "model/gpt: kv_reset max_len " + std::to_string(max_len) + " exceeds max_seq_len " +
+                who_ + ": kv_reset max_len " + std::to_string(max_len) + " exceeds max_seq_len " +
                     std::to_string(opt_.max_seq_len) + " (the learned position table)");
   if (batch != cache_batch_ || max_len != cache_max_) {
     cache_.clear();
@@ -32,11 +32,11 @@ void Model::kv_reset(int64_t batch, int64_t max_len) {
   cache_len_ = 0;
 }
 
-void Model::decode(const int32_t* tokens, int64_t n, float* logits) {
-  loom::require(cache_batch_ > 0, "model/gpt: decode before kv_reset");
-  loom::require(tokens && logits && n > 0, "model/gpt: decode needs n > 0 tokens and logits");
+void DecoderModel::decode(const int32_t* tokens, int64_t n, float* logits) {
+  loom::require(cache_batch_ > 0, who_ + ": decode before kv_reset");
+  loom::require(tokens && logits && n > 0, who_ + ": decode needs n > 0 tokens and logits");
   loom::require(cache_len_ + n <= cache_max_,
-                "model/gpt: decode of " + std::to_string(n) + " tokens overflows the KV cache (" +
+                who_ + ": decode of " + std::to_string(n) + " tokens overflows the KV cache (" +
                     std::to_string(cache_len_) + " of " + std::to_string(cache_max_) +
                     " used); call kv_reset with a larger max_len");
   const Step s{cache_batch_, n, cache_len_};
@@ -60,8 +60,8 @@ void Model::decode(const int32_t* tokens, int64_t n, float* logits) {
   View x0 = view(dec_res_[0], {N, C});
   emb_.forward(ctx_, x0, tok, pos);
   for (int64_t l = 0; l < opt_.n_layer; ++l) {
-    layers_[l].forward(ctx_, opt_, s, dec_res_[cur], dec_res_[1 - cur], dec_acts_, &cache_[l],
-                       cache_max_);
+    layers_[l]->forward(ctx_, opt_, s, dec_res_[cur], dec_res_[1 - cur], dec_acts_, &cache_[l],
+                        cache_max_);
     cur = 1 - cur;
   }
   // ln_f over all rows (ln1 as scratch), then the head on each sequence's last row:
@@ -82,4 +82,4 @@ void Model::decode(const int32_t* tokens, int64_t n, float* logits) {
   cache_len_ += n;
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,8 +1,14 @@
-// model/gpt: GPT-2 and the Llama family through options. Explicit forward/backward per
-// layer (no autograd). A transformer layer is composed from slots filled from the options:
-//   {ln_1: Norm, attn: AttentionBlock, residual, ln_2: Norm, mlp: Mlp, residual}
-// Norm is LayerNorm or RMSNorm, the MLP activation GELU or SwiGLU, positions a learned table
-// or RoPE; the attention core is whatever attention plugin the run selected.
+// Loom layer library (Loom::layers, a static library shipped with the SDK): a decoder-only
+// transformer built from slots, the way Megatron-Core fills TransformerLayerSubmodules from a
+// spec. Explicit forward/backward per layer (no autograd), with tensor, sequence and pipeline
+// parallelism, mixed precision and a KV cache for generation.
+//   Options        the transformer's shape (kTransformerSchema's recipe keys, parse_options)
+//   ParamStore     every parameter in one flat buffer, initialised per element from a seed
+//   Norm, AttentionBlock, Mlp, Embedding, LmHead   the layer families
+//   Block          one transformer layer: a slot; BlockSpec declares and builds it
+//                  (kPreNormBlock: GPT-2/Llama's x + attn(ln_1(x)), then + mlp(ln_2(.)))
+//   DecoderModel   the stages, the loss, decode; model plugins wrap it with
+//                  loom/cpp/layers/model_plugin.hpp (model/gpt is kPreNormBlock)
 //
 // Accumulation rule (loom_ops): parameter gradients +=, activation gradients =.
 // Linear layers: weight (out, in), y = x W^T + b.
@@ -12,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "ops.hpp"
+#include "loom/cpp/layers/context.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 // ----- options (options.cpp) --------------------------------------------------------------
 struct Options {
@@ -39,8 +45,10 @@ struct Options {
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
 };
-extern const loom_param_spec kSchema[];
-extern const size_t kSchemaSize;
+// The recipe keys of Options (model/gpt's [model] section); a plugin may use them as its
+// schema, or add its own.
+extern const loom_param_spec kTransformerSchema[];
+extern const size_t kTransformerSchemaSize;
 
 // The micro-batch arrays GPT reads (tokens on the first stage, targets on the last) and its
 // one loss term, next-token cross-entropy.
@@ -49,8 +57,9 @@ inline constexpr loom_array_spec kBatchSpec[2] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
 inline constexpr const char* kLossNames[1] = {"lm"};
+// `who` ("model/gpt") prefixes every error.
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
-                      const loom::tp::Group& tp);
+                      const loom::tp::Group& tp, const std::string& who);
 
 // ----- parameters (params.cpp) -------------------------------------------------------------
 enum class Init { kNormal, kZeros, kOnes };
@@ -185,20 +194,50 @@ struct Mlp {
                 DLTensor* dx, GradScratch& g) const;
 };
 
-// gpt.cpp: one pre-norm transformer layer.
-struct Layer {
-  Norm ln_1;
-  AttentionBlock attn;
-  Norm ln_2;
-  Mlp mlp;
-
-  // out = x + attn(ln_1(x)); out += mlp(ln_2(out)) — with a.res2 holding the middle.
-  void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
-               LayerActs& a, LayerCache* cache, int64_t cache_max) const;
-  // g.dres holds d(out) on entry and d(x) on return.
-  void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
-                const LayerActs& a, GradScratch& g) const;
+// ----- blocks: one transformer layer, a slot of the decoder --------------------------------
+class Block {
+ public:
+  virtual ~Block() = default;
+  // out(Nl,C) = the layer of x(Nl,C); saves in `a` what backward needs. With a cache, the
+  // new keys and values are appended (generation).
+  virtual void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                       DLTensor* out, LayerActs& a, LayerCache* cache, int64_t cache_max) const = 0;
+  // g.dres holds d(out) on entry and d(x) on return; parameter gradients +=. Scratch: g.dln
+  // and g.dtmp (the attention and MLP backwards use neither's contents on entry).
+  virtual void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                        const LayerActs& a, GradScratch& g) const = 0;
 };
+
+// Declares parameters with the tensor-parallel conventions the slots expect.
+class ParamDeclarer {
+ public:
+  ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_parallel);
+  // p.weight (and p.bias): replicated; under sequence parallelism a per-rank partial gradient
+  void norm(const std::string& p);
+  // column-parallel: output rows split (dim 0) by blocks, bias split alike
+  void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std);
+  // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
+  void row(const std::string& p, int64_t out, int64_t in_global, double std);
+  void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
+  void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
+
+  const Options& o;
+  const double std, proj_std;  // init std of matrices, and of the residual projections
+
+ private:
+  ParamStore& ps_;
+  bool sp_;
+};
+
+// A layer kind: its parameters (declared under "h.<l>" in checkpoint order) and its build.
+struct BlockSpec {
+  const char* name;
+  void (*declare)(ParamDeclarer& d, const std::string& prefix);
+  std::unique_ptr<Block> (*make)(const Options& o, ParamStore& ps, const std::string& prefix);
+};
+
+// GPT-2 and Llama: out = x + attn(ln_1(x)); out += mlp(ln_2(out)).
+extern const BlockSpec kPreNormBlock;
 
 // embedding.cpp: tokens (and learned positions) into the residual stream. With tensor
 // parallelism wte holds this rank's vocabulary rows (loom::tp::VocabParallelEmbedding);
@@ -250,10 +289,13 @@ struct Slot {
   DLTensor* out_ptr = nullptr;
 };
 
-// ----- the model (gpt.cpp, stage.cpp, decode.cpp) ------------------------------------------
-class Model {
+// ----- the model (decoder.cpp, stage.cpp, decode.cpp) --------------------------------------
+// Stages of a decoder-only LM whose layers are `spec`'s blocks; `who` ("model/gpt") prefixes
+// every error.
+class DecoderModel {
  public:
-  Model(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args);
+  DecoderModel(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args,
+               const BlockSpec& spec, std::string who);
 
   size_t num_params() const { return params_.size(); }
   void get_param(size_t i, loom_model_param* out);
@@ -273,6 +315,8 @@ class Model {
  private:
   void build();
   Slot& slot(int64_t i);
+  std::string who_;
+  const BlockSpec& spec_;
   void embed_forward(Slot& S, const int32_t* tokens);
   void embed_backward(Slot& S);
   double head_forward(Slot& S, const int32_t* targets, bool grad);
@@ -285,7 +329,7 @@ class Model {
   loom_model_create_args args_{};
   ParamStore params_;
   Embedding emb_;
-  std::vector<Layer> layers_;  // this stage's layers
+  std::vector<std::unique_ptr<Block>> layers_;  // this stage's layers
   Norm ln_f_;
   LmHead head_;
   loom::tp::VocabParallelCrossEntropy ce_;
@@ -315,4 +359,4 @@ class Model {
   Tensor dec_res_[2], dec_tokens_, dec_positions_, dec_logits_, dec_logits_f32_;
 };
 
-}  // namespace gpt
+}  // namespace loom::layers

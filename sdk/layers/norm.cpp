@@ -1,7 +1,7 @@
-// model/gpt normalisation slot: LayerNorm (GPT-2) or RMSNorm (Llama) over the channels.
-#include "gpt.hpp"
+// Loom layer library, normalisation slot: LayerNorm (GPT-2) or RMSNorm (Llama) over the channels.
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 Norm Norm::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Norm n;
@@ -37,4 +37,4 @@ void Norm::backward(const Ctx& c, DLTensor* dinp, const DLTensor* dout, const DL
     c.call(&loom_ops::layernorm_backward, dinp, dw, db, dout, inp, (const DLTensor*)w, mean, rstd);
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,9 +1,9 @@
-// model/gpt embeddings: out(N,C) = wte[tokens] (+ wpe[positions] for learned positions).
+// Loom layer library, embeddings: out(N,C) = wte[tokens] (+ wpe[positions] for learned positions).
 // wte is (padded_vocab, C); token ids are checked against the real vocabulary, so the
 // padded rows are never looked up and keep a zero gradient.
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 Embedding Embedding::make(const Options& o, ParamStore& ps, const Ctx& c) {
   Embedding e;
@@ -32,4 +32,4 @@ void Embedding::backward(const Ctx& c, const DLTensor* dout, const DLTensor* tok
   if (wpe) c.call(&loom_ops::embedding_backward, dwpe, positions, dout);
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,10 +1,10 @@
-// model/gpt LM head and loss. The head multiplies only the first `vocab` rows of its
+// Loom layer library, LM head and loss. The head multiplies only the first `vocab` rows of its
 // (padded_vocab, C) weight: the padded logits are never computed (sliced before the loss),
 // so they cannot affect the loss. dlogits is computed in place over the logits buffer by
-// the fused softmax_cross_entropy (see Model::run).
-#include "gpt.hpp"
+// the fused softmax_cross_entropy (see DecoderModel::run).
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 LmHead LmHead::make(const Options& o, ParamStore& ps, const Ctx& c) {
   LmHead h;
@@ -31,4 +31,4 @@ void LmHead::backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, const
   c.gemm(false, false, n, C, vocab, {dlogits, vocab}, {w, C}, dx, C, 0, 0.0);
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,10 +1,10 @@
-// model/gpt MLP slot: c_fc (column-parallel), GELU (tanh) or SwiGLU, c_proj (row-parallel).
-// SwiGLU: c_fc.weight is (2F, C) with rows [gate; up]; a = silu(gate) * up (loom_ops). With
-// tensor parallelism each rank holds its slice of gate and of up (blocks {F, F}), so its
-// local rows are again [gate; up] and SwiGLU applies to the local columns unchanged.
-#include "gpt.hpp"
+// Loom layer library, MLP slot: c_fc (column-parallel), GELU (tanh) or SwiGLU, c_proj
+// (row-parallel). SwiGLU: c_fc.weight is (2F, C) with rows [gate; up]; a = silu(gate) * up
+// (loom_ops). With tensor parallelism each rank holds its slice of gate and of up (blocks {F, F}),
+// so its local rows are again [gate; up] and SwiGLU applies to the local columns unchanged.
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Mlp m;
@@ -47,4 +47,4 @@ void Mlp::backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& 
   fc.backward(c.be, c.tp, {dh.get()}, sp ? (const DLTensor*)xf : x, n, dx, dxf.get());
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,11 +1,11 @@
-// model/gpt: the parameter list, the layer stack, and one micro-batch's forward/backward.
-#include "gpt.hpp"
+// Loom layer library,  the parameter list, the layer stack, and one micro-batch's forward/backward.
+#include "loom/cpp/layers/decoder.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-namespace gpt {
+namespace loom::layers {
 
 // ----- buffers -----------------------------------------------------------------------------
 namespace {
@@ -56,45 +56,50 @@ void GradScratch::ensure(const Ctx& c, const Options& o, int64_t n) {
   rows = n;
 }
 
-// ----- one layer ---------------------------------------------------------------------------
-// Norms and residual adds run on this rank's Nl token rows (all N without sequence
-// parallelism); the attention and MLP slots gather and reduce-scatter around them.
-void Layer::forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
-                    LayerActs& a, LayerCache* cache, int64_t cache_max) const {
-  const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
-  View xv = view(x, {Nl, C}), ov = view(out, {Nl, C}), res2 = view(a.res2, {Nl, C});
-  View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
-  View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
-  View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
-  ln_1.forward(c, ln1, m1, r1, xv);
-  attn.forward(c, s, ln1, a, res2, cache, cache_max);
-  c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xv);
-  ln_2.forward(c, ln2, m2, r2, res2);
-  mlp.forward(c, N, ln2, a, ov);
-  c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res2);
+// ----- parameters --------------------------------------------------------------------------
+ParamDeclarer::ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_parallel)
+    : o(o),
+      std(o.init_std),
+      proj_std(o.init_std / std::sqrt(2.0 * (double)o.n_layer)),
+      ps_(ps),
+      sp_(sequence_parallel) {}
+
+void ParamDeclarer::norm(const std::string& p) {
+  ps_.add(p + ".weight", {o.n_embd}, 0, -1, Init::kOnes).sp_partial = sp_;
+  if (!o.rmsnorm && o.bias) ps_.add(p + ".bias", {o.n_embd}, 0, -1, Init::kZeros).sp_partial = sp_;
 }
 
-void Layer::backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
-                     const LayerActs& a, GradScratch& g) const {
-  const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
-  View xv = view(x, {Nl, C}), res2 = view(a.res2, {Nl, C});
-  View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
-  View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
-  View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
-  View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
-  // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
-  mlp.backward(c, N, ln2, a, dres, dln, g);
-  ln_2.backward(c, dtmp, dln, res2, m2, r2);
-  c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
-  // attention half: dres = d(res2) -> d(x)
-  attn.backward(c, s, ln1, a, dres, dln, g);
-  ln_1.backward(c, dtmp, dln, xv, m1, r1);
-  c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+void ParamDeclarer::column(const std::string& p, std::vector<int64_t> blocks, int64_t in,
+                           double sd) {
+  int64_t rows = 0;
+  for (int64_t b : blocks) rows += b / o.tp;
+  ps_.add(p + ".weight", {rows, in}, 1, 0, Init::kNormal, sd, blocks);
+  if (o.bias) ps_.add(p + ".bias", {rows}, 0, 0, Init::kZeros, 0.0, blocks);
+}
+
+void ParamDeclarer::row(const std::string& p, int64_t out, int64_t in_global, double sd) {
+  ps_.add(p + ".weight", {out, in_global / o.tp}, 1, 1, Init::kNormal, sd);
+  if (o.bias) ps_.add(p + ".bias", {out}, 0, -1, Init::kZeros).sp_partial = sp_;
+}
+
+void ParamDeclarer::attention(const std::string& p) {
+  const int64_t D = o.head_dim;
+  column(p + ".c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, std);
+  row(p + ".c_proj", o.n_embd, o.n_head * D, proj_std);
+}
+
+void ParamDeclarer::mlp(const std::string& p) {
+  column(p + ".c_fc",
+         o.swiglu ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
+                  : std::vector<int64_t>{o.ffn_hidden},
+         o.n_embd, std);
+  row(p + ".c_proj", o.n_embd, o.ffn_hidden, proj_std);
 }
 
 // ----- the model ---------------------------------------------------------------------------
-Model::Model(const loom_host* host, const loom_config* cfg, const loom_model_create_args& a)
-    : args_(a) {
+DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
+                           const loom_model_create_args& a, const BlockSpec& spec, std::string who)
+    : who_(std::move(who)), spec_(spec), args_(a) {
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
@@ -103,17 +108,18 @@ Model::Model(const loom_host* host, const loom_config* cfg, const loom_model_cre
   const bool ok = loom_dtype_eq(a.dtype, loom_f32()) || loom_dtype_eq(a.dtype, loom_f64()) ||
                   loom_dtype_eq(a.dtype, loom_bf16()) || loom_dtype_eq(a.dtype, loom_f16());
   loom::require(ok,
-                "model/gpt: dtype must be f32, bf16 or f16 (or f64 for tests); got code " +
+                who_ + ": dtype must be f32, bf16 or f16 (or f64 for tests); got code " +
                     std::to_string(a.dtype.code) + " bits " + std::to_string(a.dtype.bits),
                 LOOM_ERR_UNIMPLEMENTED);
   ctx_.dtype = a.dtype;
   ctx_.tp = loom::tp::Group::from_host(host);
   ctx_.sp = &sp_;
-  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp);
+  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_);
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
-                  "model/gpt: tensor parallelism needs a backend with the ABI 1.1 ops "
-                  "(vocab_ce_stats, vocab_ce_backward)",
+                  who_ +
+                      ": tensor parallelism needs a backend with the ABI 1.1 ops "
+                      "(vocab_ce_stats, vocab_ce_backward)",
                   LOOM_ERR_UNIMPLEMENTED);
   if (opt_.stages > 1 && opt_.tie_embeddings && (opt_.first() || opt_.last())) {
     loom::check(host, host->get_comm(host->ctx, &comm_));
@@ -124,49 +130,21 @@ Model::Model(const loom_host* host, const loom_config* cfg, const loom_model_cre
 
 // Declares this stage's parameters (local shards) in HF GPT-2 order, allocates them, and
 // fills the layer slots. Names keep the global layer numbers.
-void Model::build() {
+void DecoderModel::build() {
   const Options& o = opt_;
-  const int64_t C = o.n_embd, L = o.n_layer, tp = o.tp;
+  const int64_t C = o.n_embd, tp = o.tp;
   const bool sp = ctx_.tp.sequence_parallel;
-  const double std = o.init_std, proj_std = o.init_std / std::sqrt(2.0 * (double)L);
   ParamStore& ps = params_;
-  // Norm weights are replicated; under sequence parallelism each rank's gradient covers
-  // only its tokens (summed in finish_grads).
-  auto norm = [&](const std::string& p) {
-    ps.add(p + ".weight", {C}, 0, -1, Init::kOnes).sp_partial = sp;
-    if (!o.rmsnorm && o.bias) ps.add(p + ".bias", {C}, 0, -1, Init::kZeros).sp_partial = sp;
-  };
-  // column-parallel: output rows split (dim 0) by blocks, bias split alike
-  auto column = [&](const std::string& p, std::vector<int64_t> blocks, int64_t in, double sd) {
-    int64_t rows = 0;
-    for (int64_t b : blocks) rows += b / tp;
-    ps.add(p + ".weight", {rows, in}, 1, 0, Init::kNormal, sd, blocks);
-    if (o.bias) ps.add(p + ".bias", {rows}, 0, 0, Init::kZeros, 0.0, blocks);
-  };
-  // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
-  auto row = [&](const std::string& p, int64_t out, int64_t in_global, double sd) {
-    ps.add(p + ".weight", {out, in_global / tp}, 1, 1, Init::kNormal, sd);
-    if (o.bias) ps.add(p + ".bias", {out}, 0, -1, Init::kZeros).sp_partial = sp;
-  };
-  const int64_t vrows = o.padded_vocab / tp, D = o.head_dim;
+  ParamDeclarer d(o, ps, sp);
+  const double std = d.std;
+  const int64_t vrows = o.padded_vocab / tp;
   if (o.first()) {
     ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std);
     if (!o.rope) ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
   }
-  for (int64_t l = o.layer0; l < o.layer1; ++l) {
-    const std::string p = "h." + std::to_string(l);
-    norm(p + ".ln_1");
-    column(p + ".attn.c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, C, std);
-    row(p + ".attn.c_proj", C, o.n_head * D, proj_std);
-    norm(p + ".ln_2");
-    column(p + ".mlp.c_fc",
-           o.swiglu ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
-                    : std::vector<int64_t>{o.ffn_hidden},
-           C, std);
-    row(p + ".mlp.c_proj", C, o.ffn_hidden, proj_std);
-  }
+  for (int64_t l = o.layer0; l < o.layer1; ++l) spec_.declare(d, "h." + std::to_string(l));
   if (o.last()) {
-    norm("ln_f");
+    d.norm("ln_f");
     if (!o.tie_embeddings)
       ps.add("lm_head.weight", {vrows, C}, 1, 0, Init::kNormal, std);
     else if (!o.first())  // the head's own copy of the tied embedding (Megatron's)
@@ -175,12 +153,8 @@ void Model::build() {
   ps.allocate(ctx_);
 
   if (o.first()) emb_ = Embedding::make(o, ps, ctx_);
-  for (int64_t l = o.layer0; l < o.layer1; ++l) {
-    const std::string p = "h." + std::to_string(l);
-    layers_.push_back(Layer{Norm::make(o, ps, p + ".ln_1"),
-                            AttentionBlock::make(o, ps, p + ".attn"),
-                            Norm::make(o, ps, p + ".ln_2"), Mlp::make(o, ps, p + ".mlp")});
-  }
+  for (int64_t l = o.layer0; l < o.layer1; ++l)
+    layers_.push_back(spec_.make(o, ps, "h." + std::to_string(l)));
   if (o.last()) {
     ln_f_ = Norm::make(o, ps, "ln_f");
     head_ = LmHead::make(o, ps, ctx_);
@@ -198,12 +172,12 @@ void Model::build() {
   slot(0);  // the first slot up front: a single-stage run allocates everything at create
 }
 
-void Model::get_param(size_t i, loom_model_param* out) {
-  loom::require(i < params_.size(), "model/gpt: parameter index " + std::to_string(i) +
+void DecoderModel::get_param(size_t i, loom_model_param* out) {
+  loom::require(i < params_.size(), who_ + ": parameter index " + std::to_string(i) +
                                         " out of range (" + std::to_string(params_.size()) +
                                         " parameters)");
   loom::require(out && out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2,
-                "model/gpt: get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2");
+                who_ + ": get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2");
   Param& p = params_[i];
   out->name = p.name.c_str();
   out->value = p.value.get();
@@ -221,14 +195,14 @@ void Model::get_param(size_t i, loom_model_param* out) {
   out->tie_group = opt_.tie_embeddings && p.name == "wte" ? "embedding" : nullptr;
 }
 
-void Model::zero_grad() { ctx_.call(&loom_ops::fill, params_.grads(), 0.0); }
+void DecoderModel::zero_grad() { ctx_.call(&loom_ops::fill, params_.grads(), 0.0); }
 
 // Copies (n) token ids to the device after checking them against the vocabulary
 // (`allow_ignore`: -1 is a valid target). A clear error instead of an out-of-range read.
-void Model::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore) {
+void DecoderModel::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore) {
   for (int64_t i = 0; i < n; ++i)
     loom::require((src[i] >= 0 && src[i] < opt_.vocab) || (allow_ignore && src[i] == -1),
-                  std::string("model/gpt: ") + (allow_ignore ? "target" : "token") + " id " +
+                  std::string(who_ + ": ") + (allow_ignore ? "target" : "token") + " id " +
                       std::to_string(src[i]) + " at position " + std::to_string(i) +
                       " is outside the vocabulary [0, " + std::to_string(opt_.vocab) + ")");
   View v = view(dst, {n});
@@ -236,7 +210,7 @@ void Model::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ig
               ctx_.be.api()->from_host(ctx_.be.self(), v.get(), src, (size_t)n * sizeof(int32_t)));
 }
 
-void Model::upload_positions(Tensor& dst, const Step& s) {
+void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
   pos_host_.resize(s.N());
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t t = 0; t < s.T; ++t) pos_host_[b * s.T + t] = (int32_t)(s.pos0 + t);
@@ -249,7 +223,7 @@ void Model::upload_positions(Tensor& dst, const Step& s) {
 // 4), counting the LM head once (over the real vocabulary) and no embedding lookups, plus
 // attention scores and weighted sum: 12 * n_layer * (n_head * head_dim) * seq_len, without
 // halving for the causal mask.
-double Model::flops_per_token() const {
+double DecoderModel::flops_per_token() const {
   const Options& o = opt_;
   // the whole model's, whatever this rank holds (global extents, all layers)
   const double C = (double)o.n_embd, q = (double)(o.n_head * o.head_dim);
@@ -259,4 +233,4 @@ double Model::flops_per_token() const {
   return 6.0 * matmul + 12.0 * (double)o.n_layer * q * (double)args_.seq_len;
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

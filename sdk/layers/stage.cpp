@@ -1,20 +1,20 @@
-// model/gpt pipeline stages: per-slot activations, the stage's forward and backward (the
+// Loom layer library, pipeline stages: per-slot activations, the stage's forward and backward (the
 // embedding on the first stage, the head and loss on the last), and finish_grads (what the model's
 // own parallelism leaves partial).
 #include <string>
 
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 #include "loom/cpp/model_step.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 // Slot i, allocated on first use for micro_batch x seq_len tokens.
-Slot& Model::slot(int64_t i) {
-  loom::require(i >= 0 && i < (1 << 16), "model/gpt: slot " + s(i) + " is outside [0, 65536)");
+Slot& DecoderModel::slot(int64_t i) {
+  loom::require(i >= 0 && i < (1 << 16), who_ + ": slot " + s(i) + " is outside [0, 65536)");
   if ((size_t)i >= slots_.size()) slots_.resize(i + 1);
   if (slots_[i]) return *slots_[i];
   auto S = std::make_unique<Slot>();
@@ -53,9 +53,9 @@ Slot& Model::slot(int64_t i) {
 
 // GPT reads tokens on the first stage and targets on the last; one tensor, the hidden state,
 // flows between stages.
-void Model::stage_info(loom_stage_info* out) {
+void DecoderModel::stage_info(loom_stage_info* out) {
   loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V2,
-                "model/gpt: stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
+                who_ + ": stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
   out->is_first = opt_.first();
   out->is_last = opt_.last();
   reads_.clear();
@@ -76,7 +76,7 @@ void Model::stage_info(loom_stage_info* out) {
 }
 
 // ----- first stage: the embedding ----------------------------------------------------------
-void Model::embed_forward(Slot& S, const int32_t* tokens) {
+void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.tokens, tokens, N, false);
@@ -96,7 +96,7 @@ void Model::embed_forward(Slot& S, const int32_t* tokens) {
   }
 }
 
-void Model::embed_backward(Slot& S) {
+void DecoderModel::embed_backward(Slot& S) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   View dres = view(grads_.dres, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
@@ -117,7 +117,7 @@ void Model::embed_backward(Slot& S) {
 // ----- last stage: final norm, head, loss --------------------------------------------------
 // The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
 // or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
-double Model::head_forward(Slot& S, const int32_t* targets, bool grad) {
+double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.targets, targets, N, true);
@@ -154,7 +154,7 @@ double Model::head_forward(Slot& S, const int32_t* targets, bool grad) {
 }
 
 // grads_.dres = d(last layer's output) from the dlogits in S.logits.
-void Model::head_backward(Slot& S) {
+void DecoderModel::head_backward(Slot& S) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
   View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
@@ -175,20 +175,20 @@ void Model::head_backward(Slot& S) {
 }
 
 // ----- the stage ---------------------------------------------------------------------------
-void Model::stage_forward(loom_stage_forward_args& a) {
+void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
-                "model/gpt: stage_forward args smaller than ABI 2.0's");
-  loom::require_known_exts(a.ext, {}, "model/gpt: stage_forward");
+                who_ + ": stage_forward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, who_ + ": stage_forward");
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
-                "model/gpt: stage_forward needs a micro-batch of ABI 2.0's size");
+                who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;
   loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
                     mb.seq_len <= args_.seq_len,
-                "model/gpt: micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
+                who_ + ": micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
                     ") exceeds the create args (" + s(args_.micro_batch) + " x " +
                     s(args_.seq_len) + ")");
   Slot& S = slot(a.slot);
-  loom::require(!S.pending, "model/gpt: slot " + s(a.slot) +
+  loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   S.s = Step{mb.batch, mb.seq_len, 0};
   S.n = S.s.N();
@@ -196,27 +196,27 @@ void Model::stage_forward(loom_stage_forward_args& a) {
   S.loss_scale = a.loss_scale;
   const int64_t C = opt_.n_embd;
   if (opt_.first()) {
-    embed_forward(S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, "model/gpt"));
+    embed_forward(S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, who_));
   } else {
     loom::require(a.num_inputs == 1 && a.inputs != nullptr && a.inputs[0] != nullptr,
-                  "model/gpt: stage " + s(opt_.stage) +
+                  who_ + ": stage " + s(opt_.stage) +
                       " is not the first: stage_forward needs one input, the hidden state");
     const DLTensor* input = a.inputs[0];
     loom::require(loom_tensor_numel(input) == S.nl * C && loom_dtype_eq(input->dtype, ctx_.dtype),
-                  "model/gpt: stage input has " + s(loom_tensor_numel(input)) +
+                  who_ + ": stage input has " + s(loom_tensor_numel(input)) +
                       " elements; expected (" + s(S.nl) + ", " + s(C) + ") in the compute dtype");
     View x0 = view(S.res[0], {S.nl, C});
     View in(input, {S.nl, C});
     ctx_.call(&loom_ops::copy, x0.get(), (const DLTensor*)in);
   }
   for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l].forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
+    layers_[l]->forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
   a.num_outputs = 0;
   a.outputs = nullptr;
   a.num_losses = 0;
   a.losses = nullptr;
   if (opt_.last()) {
-    const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, "model/gpt");
+    const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, who_);
     double count = 0;
     for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
     loss_ = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0], head_forward(S, targets, !a.no_grad), count,
@@ -232,14 +232,14 @@ void Model::stage_forward(loom_stage_forward_args& a) {
   S.pending = !a.no_grad;
 }
 
-void Model::stage_backward(loom_stage_backward_args& a) {
+void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_BACKWARD_ARGS_SIZE_V2,
-                "model/gpt: stage_backward args smaller than ABI 2.0's");
-  loom::require_known_exts(a.ext, {}, "model/gpt: stage_backward");
+                who_ + ": stage_backward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, who_ + ": stage_backward");
   const int64_t si = a.slot;
   loom::require(
       si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
-      "model/gpt: stage_backward of slot " + s(si) + ", which holds no forward with gradients");
+      who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
   Slot& S = *slots_[si];
   const int64_t C = opt_.n_embd;
   if (opt_.last()) {
@@ -247,13 +247,13 @@ void Model::stage_backward(loom_stage_backward_args& a) {
   } else {
     const DLTensor* doutput = a.num_doutputs == 1 && a.doutputs ? a.doutputs[0] : nullptr;
     loom::require(doutput != nullptr && loom_tensor_numel(doutput) == S.nl * C,
-                  "model/gpt: stage_backward needs doutput of (" + s(S.nl) + ", " + s(C) + ")");
+                  who_ + ": stage_backward needs doutput of (" + s(S.nl) + ", " + s(C) + ")");
     View dres = view(grads_.dres, {S.nl, C});
     View d(doutput, {S.nl, C});
     ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)d);
   }
   for (size_t l = layers_.size(); l-- > 0;)
-    layers_[l].backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
+    layers_[l]->backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
   if (opt_.first()) {
     embed_backward(S);
     a.num_dinputs = 0;
@@ -270,7 +270,7 @@ void Model::stage_backward(loom_stage_backward_args& a) {
 // Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this
 // rank's tokens: sum over the tensor group. The tied embedding's two copies (first and last
 // stage) each hold part of the gradient: sum over the embedding group, so both step alike.
-void Model::finish_grads() {
+void DecoderModel::finish_grads() {
   if (ctx_.tp.sequence_parallel)
     for (Param& p : params_.all())
       if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());
@@ -279,4 +279,4 @@ void Model::finish_grads() {
                                                  params_.at("wte").grad.get(), LOOM_REDUCE_SUM));
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

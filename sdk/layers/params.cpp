@@ -1,11 +1,11 @@
-// model/gpt parameters: the flat value/gradient buffers, per-parameter views, and the
+// Loom layer library, parameters: the flat value/gradient buffers, per-parameter views, and the
 // layout-independent GPT-2 initialisation.
 #include <cmath>
 #include <numeric>
 
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 namespace {
 
@@ -76,7 +76,7 @@ Param& ParamStore::add(std::string name, std::vector<int64_t> shape, int weight_
 Param& ParamStore::at(const std::string& name) {
   for (auto& p : params_)
     if (p.name == name) return p;
-  throw loom::Error(LOOM_ERR_INTERNAL, "model/gpt: no parameter named " + name);
+  throw loom::Error(LOOM_ERR_INTERNAL, "loom layers: no parameter named " + name);
 }
 
 void ParamStore::allocate(const Ctx& ctx) {
@@ -113,7 +113,7 @@ int64_t global_first(const Param& p, int64_t r, int64_t cols, int tp, int rank) 
     local0 += lb;
     global0 += b;
   }
-  throw loom::Error(LOOM_ERR_INTERNAL, "model/gpt: row outside the blocks of " + p.name);
+  throw loom::Error(LOOM_ERR_INTERNAL, "loom layers: row outside the blocks of " + p.name);
 }
 
 }  // namespace
@@ -159,4 +159,4 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
   }
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

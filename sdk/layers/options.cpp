@@ -1,13 +1,13 @@
-// model/gpt recipe keys: the schema table and its reading into Options.
+// Loom layer library, recipe keys: the schema table and its reading into Options.
 #include <string>
 
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 using loom::param;
 
-const loom_param_spec kSchema[] = {
+const loom_param_spec kTransformerSchema[] = {
     param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),
     param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),
     param("n_kv_head", LOOM_PARAM_INT, "0",
@@ -41,14 +41,14 @@ const loom_param_spec kSchema[] = {
           "computed)",
           1, 1 << 20),
 };
-const size_t kSchemaSize = sizeof(kSchema) / sizeof(kSchema[0]);
+const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
-                      const loom::tp::Group& tp) {
+                      const loom::tp::Group& tp, const std::string& who) {
   Options o;
   o.n_layer = cfg.get_int("n_layer");
   o.n_head = cfg.get_int("n_head");
@@ -71,43 +71,43 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     o.ffn_hidden = o.swiglu ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
 
   loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
-                "model/gpt: n_layer, n_head and n_embd must be positive");
+                who + ": n_layer, n_head and n_embd must be positive");
   loom::require(
       o.n_embd % o.n_head == 0,
-      "model/gpt: n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
+      who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
   loom::require(o.n_kv_head > 0 && o.n_head % o.n_kv_head == 0,
-                "model/gpt: n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
+                who + ": n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
                     s(o.n_kv_head) + ")");
   o.head_dim = o.n_embd / o.n_head;
   loom::require(!o.rope || o.head_dim % 2 == 0,
-                "model/gpt: position = \"rope\" needs an even head dim, got " + s(o.head_dim));
-  loom::require(o.pad_vocab_to > 0, "model/gpt: pad_vocab_to must be >= 1");
-  loom::require(args.vocab_size > 0, "model/gpt: create args vocab_size must be positive");
+                who + ": position = \"rope\" needs an even head dim, got " + s(o.head_dim));
+  loom::require(o.pad_vocab_to > 0, who + ": pad_vocab_to must be >= 1");
+  loom::require(args.vocab_size > 0, who + ": create args vocab_size must be positive");
   loom::require(args.seq_len > 0 && args.micro_batch > 0,
-                "model/gpt: create args seq_len and micro_batch must be positive");
+                who + ": create args seq_len and micro_batch must be positive");
   loom::require(o.rope || args.seq_len <= o.max_seq_len,
-                "model/gpt: seq_len " + s(args.seq_len) + " exceeds max_seq_len " +
-                    s(o.max_seq_len) + " (the learned position table); raise max_seq_len");
+                who + ": seq_len " + s(args.seq_len) + " exceeds max_seq_len " + s(o.max_seq_len) +
+                    " (the learned position table); raise max_seq_len");
   o.vocab = args.vocab_size;
   // Megatron pads to make-vocab-size-divisible-by x TP, so every rank holds equal rows.
   o.tp = tp.size;
   o.padded_vocab = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, tp).padded;
   const std::string t = " is not divisible by tensor = " + s(o.tp);
-  loom::require(o.n_head % o.tp == 0, "model/gpt: n_head = " + s(o.n_head) + t);
-  loom::require(o.n_kv_head % o.tp == 0, "model/gpt: n_kv_head = " + s(o.n_kv_head) + t);
-  loom::require(o.ffn_hidden % o.tp == 0, "model/gpt: ffn_hidden = " + s(o.ffn_hidden) + t);
+  loom::require(o.n_head % o.tp == 0, who + ": n_head = " + s(o.n_head) + t);
+  loom::require(o.n_kv_head % o.tp == 0, who + ": n_kv_head = " + s(o.n_kv_head) + t);
+  loom::require(o.ffn_hidden % o.tp == 0, who + ": ffn_hidden = " + s(o.ffn_hidden) + t);
   if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2 && args.pipeline_stages > 1) {
     o.stages = args.pipeline_stages;
     o.stage = args.pipeline_stage;
   }
   loom::require(o.stage >= 0 && o.stage < o.stages,
-                "model/gpt: pipeline_stage " + s(o.stage) + " is outside [0, " + s(o.stages) + ")");
+                who + ": pipeline_stage " + s(o.stage) + " is outside [0, " + s(o.stages) + ")");
   loom::require(o.n_layer % o.stages == 0,
-                "model/gpt: n_layer = " + s(o.n_layer) +
+                who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
   o.layer0 = o.stage * o.n_layer / o.stages;
   o.layer1 = (o.stage + 1) * o.n_layer / o.stages;
   return o;
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

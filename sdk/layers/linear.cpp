@@ -1,9 +1,9 @@
-// model/gpt linear layers: y(N,out) = x(N,in) W^T + b, W stored (out, in) — possibly a row
-// slice [row0, row0+out) of a fused weight (the q/k/v parts of c_attn). The gemms are
+// Loom layer library, linear layers: y(N,out) = x(N,in) W^T + b, W stored (out, in) — possibly a
+// row slice [row0, row0+out) of a fused weight (the q/k/v parts of c_attn). The gemms are
 // loom::tp::LocalLinear's; the tensor-parallel wrappers around them live in the SDK.
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out) {
   Linear l;
@@ -20,4 +20,4 @@ Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out) {
   return l;
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,4 +1,4 @@
-// model/gpt internals: the context every layer runs in (backend, attention plugin, dtype)
+// Loom layer library, internals: the context every layer runs in (backend, attention plugin, dtype)
 // and the small helpers around loom_ops that the layer files share.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "loom/cpp/tensor.hpp"
 #include "loom/cpp/tensor_parallel.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 using loom::Tensor;
 using loom::View;
@@ -66,4 +66,4 @@ inline View view(const DLTensor* t, std::vector<int64_t> shape, int64_t elem_off
   return View(t, std::move(shape), elem_offset);
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

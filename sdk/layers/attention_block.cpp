@@ -1,4 +1,4 @@
-// model/gpt attention block: fused qkv projection (c_attn), optional RoPE, the attention
+// Loom layer library, attention block: fused qkv projection (c_attn), optional RoPE, the attention
 // core of the run's attention plugin, output projection (c_proj).
 //
 // c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
@@ -8,9 +8,9 @@
 // column-parallel; c_proj is row-parallel over the same heads.
 #include <cmath>
 
-#include "gpt.hpp"
+#include "loom/cpp/layers/decoder.hpp"
 
-namespace gpt {
+namespace loom::layers {
 
 AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   AttentionBlock a;
@@ -128,4 +128,4 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
                dxf.get());
 }
 
-}  // namespace gpt
+}  // namespace loom::layers

@@ -1,0 +1,72 @@
+// Loom layer library, the pre-norm block of GPT-2 and Llama:
+//   out = x + attn(ln_1(x)); out += mlp(ln_2(out))
+// Norms and residual adds run on this rank's Nl token rows (all N without sequence
+// parallelism); the attention and MLP slots gather and reduce-scatter around them.
+#include "loom/cpp/layers/decoder.hpp"
+
+namespace loom::layers {
+namespace {
+
+class PreNormBlock : public Block {
+ public:
+  PreNormBlock(const Options& o, ParamStore& ps, const std::string& p)
+      : ln_1(Norm::make(o, ps, p + ".ln_1")),
+        attn(AttentionBlock::make(o, ps, p + ".attn")),
+        ln_2(Norm::make(o, ps, p + ".ln_2")),
+        mlp(Mlp::make(o, ps, p + ".mlp")) {}
+
+  void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
+               LayerActs& a, LayerCache* cache, int64_t cache_max) const override {
+    const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
+    View xv = view(x, {Nl, C}), ov = view(out, {Nl, C}), res2 = view(a.res2, {Nl, C});
+    View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
+    View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
+    View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
+    ln_1.forward(c, ln1, m1, r1, xv);
+    attn.forward(c, s, ln1, a, res2, cache, cache_max);
+    c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xv);
+    ln_2.forward(c, ln2, m2, r2, res2);
+    mlp.forward(c, N, ln2, a, ov);
+    c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res2);
+  }
+
+  void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                const LayerActs& a, GradScratch& g) const override {
+    const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
+    View xv = view(x, {Nl, C}), res2 = view(a.res2, {Nl, C});
+    View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
+    View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
+    View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
+    View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
+    // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
+    mlp.backward(c, N, ln2, a, dres, dln, g);
+    ln_2.backward(c, dtmp, dln, res2, m2, r2);
+    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+    // attention half: dres = d(res2) -> d(x)
+    attn.backward(c, s, ln1, a, dres, dln, g);
+    ln_1.backward(c, dtmp, dln, xv, m1, r1);
+    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  }
+
+ private:
+  Norm ln_1;
+  AttentionBlock attn;
+  Norm ln_2;
+  Mlp mlp;
+};
+
+}  // namespace
+
+const BlockSpec kPreNormBlock = {
+    "pre-norm",
+    [](ParamDeclarer& d, const std::string& p) {
+      d.norm(p + ".ln_1");
+      d.attention(p + ".attn");
+      d.norm(p + ".ln_2");
+      d.mlp(p + ".mlp");
+    },
+    [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
+      return std::make_unique<PreNormBlock>(o, ps, p);
+    }};
+
+}  // namespace loom::layers
