@@ -7,13 +7,19 @@
 // has the same size in every coordinate, so it wants a learning rate 3-10x smaller than
 // AdamW's, and a weight decay as much larger.
 //
-// The kernel is the plugin's own (below), not a backend op: tensors must be in host memory
-// (kDLCPU, f32 or f64), which is where backend/cpu keeps them. On another device, create
-// refuses by name.
+// The kernels are the plugin's own, not backend ops, so adding Lion touched no backend ABI:
+// the host kernel below for tensors in host memory (backend/cpu; f32 or f64), and, where the
+// plugin was built with nvcc, lion_cuda.cu for tensors on a CUDA GPU (f32), enqueued on the
+// backend's own stream (loom.device-stream/1) with no synchronisation. Anything else is
+// refused by name at create.
 #include <omp.h>
 
 #include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
+#if LOOM_LION_CUDA
+#include "lion_cuda.hpp"
+#endif
 
 namespace {
 
@@ -42,7 +48,7 @@ void lion_kernel(T* p, const T* g, T* m, int64_t n, double lr, double beta1, dou
 }
 
 template <class T>
-T* host_data(const DLTensor* t) {
+T* data_of(const DLTensor* t) {
   return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
 }
 
@@ -54,16 +60,28 @@ class Lion {
     beta1_ = c.get_float("beta1");
     beta2_ = c.get_float("beta2");
     wd_ = c.get_float("weight_decay");
+    const loom_device_stream& ds = be_.device_stream("optimizer/lion");
+    on_gpu_ = ds.device.device_type == kDLCUDA;
+    stream_ = ds.stream;
+#if !LOOM_LION_CUDA
+    loom::require(!on_gpu_,
+                  "optimizer/lion: the backend is on a CUDA GPU but this build of the plugin has "
+                  "no CUDA kernel (nvcc was not found when it was built)",
+                  LOOM_ERR_UNIMPLEMENTED);
+#endif
     for (size_t i = 0; i < n; ++i) {
       const DLTensor* t = params[i].param;
       const std::string name = params[i].name ? params[i].name : "param" + std::to_string(i);
-      loom::require(t->device.device_type == kDLCPU,
-                    "optimizer/lion: parameter " + name +
-                        " is not in host memory; lion's kernels run on the CPU (backend/cpu) "
-                        "until ABI 2 lends plugins the backend's device stream",
+      const int want = on_gpu_ ? kDLCUDA : kDLCPU;
+      loom::require(t->device.device_type == want,
+                    "optimizer/lion: parameter " + name + " is on device type " +
+                        std::to_string(t->device.device_type) + ", the backend's stream on " +
+                        std::to_string(want),
                     LOOM_ERR_UNIMPLEMENTED);
-      loom::require(loom_dtype_eq(t->dtype, loom_f32()) || loom_dtype_eq(t->dtype, loom_f64()),
-                    "optimizer/lion: parameter " + name + " must be f32 or f64 (main parameters)",
+      const bool f32 = loom_dtype_eq(t->dtype, loom_f32());
+      loom::require(f32 || (!on_gpu_ && loom_dtype_eq(t->dtype, loom_f64())),
+                    "optimizer/lion: parameter " + name + " must be f32 (main parameters)" +
+                        (on_gpu_ ? "" : " or f64"),
                     LOOM_ERR_UNIMPLEMENTED);
     }
   }
@@ -73,11 +91,20 @@ class Lion {
       const DLTensor *p = r.param.get(), *g = r.grad, *m = r.state[0].get();
       const int64_t n = loom_tensor_numel(p);
       const double decay = r.weight_decay ? wd_ : 0.0;
+#if LOOM_LION_CUDA
+      if (on_gpu_) {
+        const std::string e =
+            lion_cuda::step(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr,
+                            beta1_, beta2_, decay, s.grad_scale, stream_);
+        loom::require(e.empty(), "optimizer/lion: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
+        continue;
+      }
+#endif
       if (loom_dtype_eq(p->dtype, loom_f64()))
-        lion_kernel(host_data<double>(p), host_data<double>(g), host_data<double>(m), n, s.lr,
-                    beta1_, beta2_, decay, s.grad_scale);
+        lion_kernel(data_of<double>(p), data_of<double>(g), data_of<double>(m), n, s.lr, beta1_,
+                    beta2_, decay, s.grad_scale);
       else
-        lion_kernel(host_data<float>(p), host_data<float>(g), host_data<float>(m), n, s.lr, beta1_,
+        lion_kernel(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr, beta1_,
                     beta2_, decay, s.grad_scale);
     }
   }
@@ -90,6 +117,8 @@ class Lion {
   loom::Backend be_;
   loom::opt::ParamRuns runs_;
   double beta1_ = 0.9, beta2_ = 0.99, wd_ = 0.0;
+  bool on_gpu_ = false;     // the backend's device is a CUDA GPU: lion_cuda.cu's kernel
+  void* stream_ = nullptr;  // the backend's stream there (loom.device-stream/1)
 };
 
 const loom_plugin_descriptor kDescriptor = {
@@ -101,7 +130,8 @@ const loom_plugin_descriptor kDescriptor = {
     "0.1.0",
     "Loom",
     "Apache-2.0",
-    "Lion (sign of interpolated momentum), its own kernels; host memory (backend/cpu)",
+    "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and CUDA "
+    "(backend/cuda, on its stream)",
     kSchema,
     sizeof(kSchema) / sizeof(kSchema[0]),
     &loom::opt::OptimizerTable<Lion>::api,

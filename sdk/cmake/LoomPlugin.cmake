@@ -41,30 +41,42 @@ endfunction()
 # plugin is skipped with one STATUS line saying why. Otherwise CUDA is enabled for sm_90a plus
 # compute_90 PTX (set CMAKE_CUDA_ARCHITECTURES to choose otherwise), C++17, and the folder's
 # C/C++ warning and sanitizer options are kept off nvcc, which does not take them as such.
-macro(loom_enable_cuda who)
+# A plugin whose CUDA code is optional (it runs on the CPU too) calls
+#   loom_try_enable_cuda(<var> "optimizer/lion")
+# instead, which sets <var> to TRUE or FALSE and never returns from the caller.
+macro(loom_try_enable_cuda var who)
+  set(${var} FALSE)
   if(LOOM_SANITIZE)
-    message(STATUS "${who}: skipped in the sanitizer build (compiled by the normal build)")
+    message(STATUS "${who}: CUDA code skipped in the sanitizer build (compiled by the normal build)")
+  else()
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(NOT CMAKE_CUDA_COMPILER)
+      message(STATUS "${who}: CUDA code skipped (no nvcc)")
+    else()
+      # Before enable_language: it would otherwise cache CMake's own default (an old target).
+      set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING
+          "GPU targets of the CUDA plugins (real = machine code, virtual = PTX)")
+      enable_language(CUDA)
+      find_package(CUDAToolkit REQUIRED)
+      set(CMAKE_CUDA_STANDARD 17)
+      set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+      get_directory_property(_loom_opts COMPILE_OPTIONS)
+      set(_loom_host_opts "")
+      foreach(opt IN LISTS _loom_opts)
+        list(APPEND _loom_host_opts "$<$<COMPILE_LANGUAGE:C,CXX>:${opt}>")
+      endforeach()
+      set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_loom_host_opts}")
+      set(${var} TRUE)
+    endif()
+  endif()
+endmacro()
+
+macro(loom_enable_cuda who)
+  loom_try_enable_cuda(_loom_cuda_on "${who}")
+  if(NOT _loom_cuda_on)
     return()
   endif()
-  include(CheckLanguage)
-  check_language(CUDA)
-  if(NOT CMAKE_CUDA_COMPILER)
-    message(STATUS "${who}: skipped (no nvcc)")
-    return()
-  endif()
-  # Before enable_language: it would otherwise cache CMake's own default (an old target).
-  set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING
-      "GPU targets of the CUDA plugins (real = machine code, virtual = PTX)")
-  enable_language(CUDA)
-  find_package(CUDAToolkit REQUIRED)
-  set(CMAKE_CUDA_STANDARD 17)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  get_directory_property(_loom_opts COMPILE_OPTIONS)
-  set(_loom_host_opts "")
-  foreach(opt IN LISTS _loom_opts)
-    list(APPEND _loom_host_opts "$<$<COMPILE_LANGUAGE:C,CXX>:${opt}>")
-  endforeach()
-  set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_loom_host_opts}")
 endmacro()
 
 # nvcc options of a CUDA plugin target: the host pass gets the warnings (without -Werror:

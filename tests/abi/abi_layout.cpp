@@ -105,7 +105,10 @@ Listing build() {
   END
   STRUCT(loom_backend_api)
   F(struct_size) F(create) F(destroy) F(get_info) F(alloc_tensor) F(free_tensor) F(to_host)
-  F(from_host) F(synchronize) F(ops)
+  F(from_host) F(synchronize) F(ops) F(get_ext)
+  END
+  STRUCT(loom_device_stream)
+  F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free)
   END
   // attention.h
   STRUCT(loom_attention_fwd_args)

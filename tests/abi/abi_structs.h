@@ -16,6 +16,7 @@
   X(loom_sum_squares_args) \
   X(loom_ops) \
   X(loom_backend_info) \
+  X(loom_device_stream) \
   X(loom_backend_api) \
   X(loom_attention_fwd_args) \
   X(loom_attention_bwd_args) \

@@ -327,3 +327,54 @@ TEST_CASE("sgd_step") {
   });
   expect_update_close(p, p1, 1e-3, "sgd_step plain (buf NULL) param update");
 }
+
+// optimizer/lion brings its own kernels (ABI 2: no backend op): the host one for backend/cpu
+// and lion_cuda.cu, enqueued on backend/cuda's stream through loom.device-stream/1. Three
+// steps from the same parameters on both sides. Lion's update is +-lr per element, so an
+// element whose interpolated momentum is within rounding of 0 may take the other sign on the
+// device (a fused multiply-add there): at most 1 in 10^4 elements may differ, by 2 lr.
+TEST_CASE("optimizer/lion: its own device kernel on the backend's stream matches its cpu kernel") {
+  const int64_t n = 100003;
+  Pair p(f32(), {n}, random_vec(n, 191)), g(f32(), {n}, random_vec(n, 192));
+  const loom_plugin_descriptor* d = loomtest::load_descriptor("optimizer", "lion");
+  const auto* api = static_cast<const loom_optimizer_api*>(d->api);
+  loom_config cfg = loomtest::TestHost::config(d, {{"weight_decay", "0.5"}});
+  loom_optimizer* opt[2] = {nullptr, nullptr};
+  for (int s = 0; s < 2; ++s) {
+    const loom_opt_param prm{LOOM_OPT_PARAM_SIZE_V2, "w", p[s], g[s], 1};
+    loom::check(side(s).host(), api->create(side(s).host(), &cfg, &prm, 1, &opt[s]));
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    CAPTURE(step);
+    const Vec before = download(p.cpu_side());
+    p.set(before);
+    for (int s = 0; s < 2; ++s) {
+      const loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 1e-3, step, 0.5};
+      loom::check(side(s).host(), api->step(opt[s], &a));
+    }
+    const Vec got = download(p.dev_side()), want = download(p.cpu_side());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double dw = want[i] - before[i], dg = got[i] - before[i];
+      if (std::fabs(dg - dw) > 1e-6) ++differ;
+      REQUIRE(std::fabs(dg - dw) <= 2.0e-3 + 1e-6);  // at worst the other sign
+    }
+    CHECK(differ <= n / 10000);
+    g.set(random_vec(n, 193 + step));
+  }
+  // exp_avg, the one state tensor: the same on both sides
+  std::vector<float> m[2];
+  for (int s = 0; s < 2; ++s) {
+    REQUIRE(api->num_state(opt[s]) == 1);
+    const char* name = nullptr;
+    DLTensor* t = nullptr;
+    loom::check(side(s).host(), api->get_state(opt[s], 0, &name, &t));
+    CHECK(std::string(name).find("exp_avg") != std::string::npos);
+    m[s].resize(n);
+    loom::check(side(s).host(),
+                side(s).api()->to_host(side(s).self(), t, m[s].data(), n * sizeof(float)));
+  }
+  expect_close(Vec(m[1].begin(), m[1].end()), Vec(m[0].begin(), m[0].end()), kTolF32,
+               "lion exp_avg");
+  for (loom_optimizer* o : opt) api->destroy(o);
+}

@@ -25,6 +25,28 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
   CHECK((api->ops->vocab_ce_backward != nullptr));
 }
 
+TEST_CASE("loom.device-stream/1: listed, a NULL stream on the CPU, events that are no-ops") {
+  // Plugins with their own kernels (optimizers, attention) enqueue on the backend's stream
+  // through this table; on the CPU it must exist too, so they keep one code path.
+  const loom_plugin_descriptor* d = loomtest::load_descriptor("backend", "cpu");
+  bool listed = false;
+  for (const char* const* c = d->capabilities; c && *c; ++c)
+    listed = listed || std::string(*c) == LOOM_EXT_DEVICE_STREAM;
+  CHECK(listed);
+  CHECK(B().api()->get_ext(B().self(), "loom.no-such-thing/1") == nullptr);
+  const loom_device_stream& ds = B().device_stream("test");
+  CHECK(std::string(ds.base.id) == LOOM_EXT_DEVICE_STREAM);
+  CHECK(ds.base.struct_size >= LOOM_DEVICE_STREAM_SIZE_V1);
+  CHECK(ds.device.device_type == kDLCPU);
+  CHECK(ds.stream == nullptr);
+  void* event = reinterpret_cast<void*>(1);
+  loom::check(B().host(), ds.event_record(B().self(), &event));
+  CHECK(event == nullptr);  // everything enqueued so far is already done
+  loom::check(B().host(), ds.event_wait(B().self(), event));
+  loom::check(B().host(), ds.event_sync(B().self(), event));
+  ds.event_free(B().self(), event);
+}
+
 TEST_CASE("get_info: device name names the CPU features and the BLAS core") {
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;

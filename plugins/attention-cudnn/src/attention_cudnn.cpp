@@ -15,8 +15,8 @@
 // of dK/dV this plugin does not build yet); causal only with T == S (cuDNN's GEN_INDEX mask
 // here is row >= col, top-left aligned; loom's is bottom-right, equal only when T == S).
 //
-// Stream: backend/cuda's stream is not reachable through the ABI (v1.1), so each call
-// synchronises the device before (the inputs are complete) and after (the outputs are).
+// Stream: cuDNN runs on the backend's own stream, lent through loom.device-stream/1
+// (backend.h), so the backend's ops and attention stay in order with no synchronisation.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,6 +30,7 @@
 #include "cudnn_backend.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
 
 namespace {
 
@@ -265,14 +266,13 @@ class CudnnAttention {
     loom::require(version >= 90000,
                   "attention/cudnn: needs cuDNN 9 or newer, found " + std::to_string(version),
                   LOOM_ERR_UNIMPLEMENTED);
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = loom::backend_cuda_stream(host, "attention/cudnn").stream;
     cudnn_attn::check(cudnnCreate(&handle_), "cudnnCreate");
     cudnn_attn::check(cudnnSetStream(handle_, stream_), "cudnnSetStream");
   }
   ~CudnnAttention() {
-    graphs_.clear();  // plans before the handle
-    if (handle_) cudnnDestroy(handle_);
-    if (stream_) cudaStreamDestroy(stream_);
+    graphs_.clear();                     // plans before the handle
+    if (handle_) cudnnDestroy(handle_);  // the stream is the backend's
     for (void* p : {workspace_, rowsum_, lse_}) cudaFree(p);
   }
   CudnnAttention(const CudnnAttention&) = delete;
@@ -372,14 +372,12 @@ class CudnnAttention {
 
   void run(const Graph& g, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
            const char* what) {
-    cuda_check(cudaDeviceSynchronize(), std::string(what) + ": synchronize before");
-    cudnn_attn::execute(handle_, g.plan, uids, ptrs, workspace_, what);
-    cuda_check(cudaDeviceSynchronize(), std::string(what) + ": synchronize after");
+    cudnn_attn::execute(handle_, g.plan, uids, ptrs, workspace_, what);  // on the backend's stream
   }
 
   using Key = decltype(std::tuple_cat(std::declval<Shape>().key(), std::tuple(false)));
   const loom_host* host_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the backend's (loom.device-stream/1)
   cudnnHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Graph>> graphs_;
   void* workspace_ = nullptr;

@@ -3,12 +3,9 @@
 // kernels are in flash_forward.cu / flash_backward.cu; this file checks arguments, owns the
 // backward's fp32 workspace, and orders the work against the backend.
 //
-// Ordering: the loom_backend struct is opaque to other plugins, so this plugin cannot reach
-// backend/cuda's stream. It runs on its own non-blocking stream and brackets every call with
-// cudaDeviceSynchronize (inputs the backend wrote are complete before we read them) and a
-// sync of its stream (outputs complete before the backend's next op). Correct, but it
-// serialises the device around attention. Follow-up: an ABI slot through which a backend
-// hands out its stream, so attention can be enqueued on it without host syncs.
+// Ordering: the kernels are enqueued on the backend's own stream, which the backend lends
+// through loom.device-stream/1 (backend.h). Inputs the backend wrote are ordered before them
+// and the backend's next op after them, with no synchronisation of the device or the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,8 +79,7 @@ void check_lse(const DLTensor* lse, const flash::Dims& d) {
 class FlashAttention {
  public:
   explicit FlashAttention(const loom_host* host) : host_(host) {}
-  ~FlashAttention() {
-    if (stream_) cudaStreamDestroy(stream_);
+  ~FlashAttention() {  // the stream is the backend's
     cudaFree(dq_acc_);
     cudaFree(delta_);
   }
@@ -128,24 +124,20 @@ class FlashAttention {
   const loom_host* host() const { return host_; }
 
  private:
-  // Selects the tensors' device, makes the stream there once, and waits for the backend's
-  // outstanding work (see the top of the file).
+  // The backend's stream (asked once) and its device, made current (see the top of the file).
   void begin(const DLTensor* q) {
-    const int dev = q->device.device_id;
-    cuda_check(cudaSetDevice(dev), "cudaSetDevice");
-    if (stream_ && dev != device_) {  // tensors moved device: start over there
-      cuda_check(cudaStreamSynchronize(stream_), "stream sync");
-      cudaStreamDestroy(stream_);
-      stream_ = nullptr;
-      release_workspace();
-    }
     if (!stream_) {
-      cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
-      device_ = dev;
+      const loom::CudaStream s = loom::backend_cuda_stream(host_, "attention/flash-cuda");
+      stream_ = s.stream;
+      device_ = s.device;
     }
-    cuda_check(cudaDeviceSynchronize(), "device sync before attention");
+    loom::require(q->device.device_id == device_,
+                  "attention/flash-cuda: tensors on GPU " + std::to_string(q->device.device_id) +
+                      ", the backend's stream on GPU " + std::to_string(device_));
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   }
-  void end() { cuda_check(cudaStreamSynchronize(stream_), "attention kernels"); }
+  // Launch errors surface here; the kernels themselves finish in stream order.
+  void end() { cuda_check(cudaGetLastError(), "attention kernels"); }
 
   // The backward's fp32 workspace: dq accumulator (B,T,Hq,D) and delta (B,Hq,T). Grows
   // (at least doubling), never shrinks.
@@ -164,15 +156,9 @@ class FlashAttention {
     cuda_check(cudaMalloc(&p, n * sizeof(float)), "workspace cudaMalloc");
     cap = n;
   }
-  void release_workspace() {
-    cudaFree(dq_acc_);
-    cudaFree(delta_);
-    dq_acc_ = delta_ = nullptr;
-    dq_cap_ = delta_cap_ = 0;
-  }
 
   const loom_host* host_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the backend's (loom.device-stream/1)
   int device_ = -1;
   float *dq_acc_ = nullptr, *delta_ = nullptr;
   size_t dq_cap_ = 0, delta_cap_ = 0;

@@ -132,6 +132,59 @@ loom_error* cuda_synchronize(loom_backend* be) noexcept {
   });
 }
 
+// ---- loom.device-stream/1: the instance's stream, and events on it ------------------------------
+// Plugins with their own kernels enqueue on `stream`; events order work across streams (a
+// collective library's, an attention plugin's) without the host waiting.
+
+loom_error* cuda_event_record(loom_backend* be, void** event) noexcept {
+  return run_op(be, "event_record", [&](loom_backend& b) {
+    if (event == nullptr) fail("event_record", "event is NULL");
+    cudaEvent_t e = nullptr;
+    LOOM_CUDA_CHECK("event_record", cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    const cudaError_t rc = cudaEventRecord(e, b.stream);
+    if (rc != cudaSuccess) cudaEventDestroy(e);
+    LOOM_CUDA_CHECK("event_record", rc);
+    *event = e;
+  });
+}
+
+loom_error* cuda_event_wait(loom_backend* be, void* event) noexcept {
+  return run_op(be, "event_wait", [&](loom_backend& b) {
+    if (event == nullptr) return;  // nothing to wait for (a CPU-side event)
+    LOOM_CUDA_CHECK("event_wait",
+                    cudaStreamWaitEvent(b.stream, static_cast<cudaEvent_t>(event), 0));
+  });
+}
+
+loom_error* cuda_event_sync(loom_backend* be, void* event) noexcept {
+  return run_op(be, "event_sync", [&](loom_backend&) {
+    if (event == nullptr) return;
+    LOOM_CUDA_CHECK("event_sync", cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  });
+}
+
+void cuda_event_free(loom_backend*, void* event) noexcept {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+loom_device_stream make_device_stream(const loom_backend& b) {
+  return loom_device_stream{{sizeof(loom_device_stream), LOOM_EXT_DEVICE_STREAM, 0, nullptr},
+                            DLDevice{kDLCUDA, b.device},
+                            b.stream,
+                            cuda_event_record,
+                            cuda_event_wait,
+                            cuda_event_sync,
+                            cuda_event_free};
+}
+
+const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
+  if (be == nullptr || id == nullptr || std::strcmp(id, LOOM_EXT_DEVICE_STREAM) != 0)
+    return nullptr;
+  return &be->device_stream.base;
+}
+
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
+
 // ---- lifecycle ---------------------------------------------------------------------------------
 
 // The device this rank uses: the recipe's, or the node-local rank's modulo the device count.
@@ -203,6 +256,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     be->allow_tf32 = tf32;
     LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
     LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    be->device_stream = make_device_stream(*be);
     // Kernels take short-lived scratch with cudaMallocAsync (norm and embedding backward):
     // keep freed pool memory instead of returning it to the driver at every synchronize.
     cudaMemPool_t pool = nullptr;
@@ -293,8 +347,17 @@ constexpr loom_ops kOps = {
 };
 
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V2, cuda_create,  cuda_destroy,   cuda_get_info,    cuda_alloc_tensor,
-    cuda_free_tensor,         cuda_to_host, cuda_from_host, cuda_synchronize, &kOps,
+    LOOM_BACKEND_API_SIZE_V2,
+    cuda_create,
+    cuda_destroy,
+    cuda_get_info,
+    cuda_alloc_tensor,
+    cuda_free_tensor,
+    cuda_to_host,
+    cuda_from_host,
+    cuda_synchronize,
+    &kOps,
+    cuda_get_ext,
 };
 
 constexpr loom_param_spec kParams[] = {
@@ -321,7 +384,7 @@ const loom_plugin_descriptor kDescriptor = {
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
-    nullptr,   // capabilities
+    kCapabilities,
     nullptr};  // ext
 
 }  // namespace

@@ -32,6 +32,7 @@ struct loom_backend {
   double peak_gflops = 0;   // dense bf16 tensor-core peak of the device (MFU denominator)
   void* scratch = nullptr;  // small device scratch for reductions (sum_squares, CE stats)
   size_t scratch_bytes = 0;
+  loom_device_stream device_stream{};  // loom.device-stream/1: this device and `stream`
 };
 
 namespace loom_cuda {

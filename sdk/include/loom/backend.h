@@ -197,6 +197,30 @@ typedef struct loom_backend_info {
 } loom_backend_info;
 #define LOOM_BACKEND_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
 
+/* ----- loom.device-stream/1 ------------------------------------------------------------
+ * The backend instance's device and stream, for plugins that bring their own device code (an
+ * optimizer's update, an attention kernel, a collective library): they enqueue on `stream`
+ * and never synchronise the device, so their work stays ordered with the backend's ops and
+ * the host does not wait. backend/cpu provides it too, with a NULL stream (work is done when
+ * a call returns) and NULL events, so that a plugin has one code path. Reached through the
+ * backend table's get_ext; the backend lists the id in its descriptor's capabilities. */
+#define LOOM_EXT_DEVICE_STREAM "loom.device-stream/1"
+typedef struct loom_device_stream {
+  loom_ext base; /* id LOOM_EXT_DEVICE_STREAM; base.struct_size = sizeof the whole table */
+  DLDevice device;
+  void* stream; /* cudaStream_t on CUDA; NULL on the CPU */
+  /* *event (out; free it with event_free): a mark at the stream's current end. NULL on the
+   * CPU, where everything before is already done. */
+  loom_error* (*event_record)(loom_backend* be, void** event);
+  /* The stream waits for `event` (recorded on another stream): the host does not block. */
+  loom_error* (*event_wait)(loom_backend* be, void* event);
+  /* The host blocks until `event` has passed. */
+  loom_error* (*event_sync)(loom_backend* be, void* event);
+  void (*event_free)(loom_backend* be, void* event); /* accepts NULL */
+  /* --- loom.device-stream/1 ends here; append new slots below this line only. --- */
+} loom_device_stream;
+#define LOOM_DEVICE_STREAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_device_stream, event_free)
+
 typedef struct loom_backend_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_backend** out);
@@ -213,9 +237,12 @@ typedef struct loom_backend_api {
   loom_error* (*from_host)(loom_backend* be, DLTensor* dst, const void* src, size_t bytes);
   loom_error* (*synchronize)(loom_backend* be);
   const loom_ops* ops; /* static storage */
+  /* The instance's table of capability `id` (one its descriptor lists, such as
+   * LOOM_EXT_DEVICE_STREAM), valid until destroy; NULL for an id it does not implement. */
+  const loom_ext* (*get_ext)(loom_backend* be, const char* id);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_backend_api;
-#define LOOM_BACKEND_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_api, ops)
+#define LOOM_BACKEND_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_api, get_ext)
 
 #ifdef __cplusplus
 }

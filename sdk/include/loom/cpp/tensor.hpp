@@ -26,6 +26,18 @@ class Backend {
   void call(Fn loom_ops::*op, Args&&... args) const {
     check(host_, (ops().*op)(ref_.self, std::forward<Args>(args)...));
   }
+  // The instance's loom.device-stream/1 table (backend.h): enqueue your own device work on
+  // its stream, never synchronise the device. Throws, naming `who`, for a backend without it.
+  const loom_device_stream& device_stream(const std::string& who) const {
+    const loom_ext* e = ref_.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && ref_.api->get_ext
+                            ? ref_.api->get_ext(ref_.self, LOOM_EXT_DEVICE_STREAM)
+                            : nullptr;
+    require(e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1,
+            who + ": the backend does not provide " LOOM_EXT_DEVICE_STREAM
+                  " (its device and stream), which this plugin enqueues its work on",
+            LOOM_ERR_UNIMPLEMENTED);
+    return *reinterpret_cast<const loom_device_stream*>(e);
+  }
 
  private:
   const loom_host* host_ = nullptr;

@@ -1,0 +1,15 @@
+// optimizer/lion's CUDA kernel (lion_cuda.cu), compiled where nvcc exists: the host-side
+// launcher, callable from lion.cpp without CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace lion_cuda {
+
+// One Lion step on n f32 elements of device memory, enqueued on `stream` (a cudaStream_t:
+// the backend's, from loom.device-stream/1) with no synchronisation. Returns "" or the CUDA
+// error's text.
+const char* step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
+                 double beta2, double decay, double grad_scale, void* stream);
+
+}  // namespace lion_cuda
