@@ -17,13 +17,14 @@
 #include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
-#if LOOM_LION_CUDA
+#if LOOM_PLUGIN_CUDA
 #include "lion_cuda.hpp"
 #endif
 
 namespace {
 
 using loom::param;
+using loom::opt::data_of;
 
 const loom_param_spec kSchema[] = {
     param("beta1", LOOM_PARAM_FLOAT, "0.9", "interpolation of momentum and gradient for the sign",
@@ -47,43 +48,17 @@ void lion_kernel(T* p, const T* g, T* m, int64_t n, double lr, double beta1, dou
   }
 }
 
-template <class T>
-T* data_of(const DLTensor* t) {
-  return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
-}
-
 class Lion {
  public:
   Lion(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
-      : host_(host), be_(host), runs_(be_, params, n, {"exp_avg"}) {
+      : host_(host),
+        be_(host),
+        site_(be_, "optimizer/lion", LOOM_PLUGIN_CUDA != 0, params, n),
+        runs_(be_, params, n, {"exp_avg"}) {
     loom::Config c(host, cfg);
     beta1_ = c.get_float("beta1");
     beta2_ = c.get_float("beta2");
     wd_ = c.get_float("weight_decay");
-    const loom_device_stream& ds = be_.device_stream("optimizer/lion");
-    on_gpu_ = ds.device.device_type == kDLCUDA;
-    stream_ = ds.stream;
-#if !LOOM_LION_CUDA
-    loom::require(!on_gpu_,
-                  "optimizer/lion: the backend is on a CUDA GPU but this build of the plugin has "
-                  "no CUDA kernel (nvcc was not found when it was built)",
-                  LOOM_ERR_UNIMPLEMENTED);
-#endif
-    for (size_t i = 0; i < n; ++i) {
-      const DLTensor* t = params[i].param;
-      const std::string name = params[i].name ? params[i].name : "param" + std::to_string(i);
-      const int want = on_gpu_ ? kDLCUDA : kDLCPU;
-      loom::require(t->device.device_type == want,
-                    "optimizer/lion: parameter " + name + " is on device type " +
-                        std::to_string(t->device.device_type) + ", the backend's stream on " +
-                        std::to_string(want),
-                    LOOM_ERR_UNIMPLEMENTED);
-      const bool f32 = loom_dtype_eq(t->dtype, loom_f32());
-      loom::require(f32 || (!on_gpu_ && loom_dtype_eq(t->dtype, loom_f64())),
-                    "optimizer/lion: parameter " + name + " must be f32 (main parameters)" +
-                        (on_gpu_ ? "" : " or f64"),
-                    LOOM_ERR_UNIMPLEMENTED);
-    }
   }
 
   void step(const loom_opt_step_args& s) {
@@ -91,11 +66,11 @@ class Lion {
       const DLTensor *p = r.param.get(), *g = r.grad, *m = r.state[0].get();
       const int64_t n = loom_tensor_numel(p);
       const double decay = r.weight_decay ? wd_ : 0.0;
-#if LOOM_LION_CUDA
-      if (on_gpu_) {
+#if LOOM_PLUGIN_CUDA
+      if (site_.gpu) {
         const std::string e =
             lion_cuda::step(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr,
-                            beta1_, beta2_, decay, s.grad_scale, stream_);
+                            beta1_, beta2_, decay, s.grad_scale, site_.stream);
         loom::require(e.empty(), "optimizer/lion: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
@@ -115,6 +90,7 @@ class Lion {
  private:
   const loom_host* host_;
   loom::Backend be_;
+  loom::opt::KernelSite site_;
   loom::opt::ParamRuns runs_;
   double beta1_ = 0.9, beta2_ = 0.99, wd_ = 0.0;
   bool on_gpu_ = false;     // the backend's device is a CUDA GPU: lion_cuda.cu's kernel

@@ -1,8 +1,18 @@
 // optimizer/sgd: torch.optim.SGD (heavy-ball momentum, L2 weight decay coupled into the
-// gradient) through the backend's sgd_step: g += wd*p; buf = momentum*buf + g; p -= lr*buf.
-// Weight decay only on parameters flagged weight_decay. No state when momentum is 0.
+// gradient, no dampening, no Nesterov), per element:
+//   g = grad_scale * grad + wd * p;  buf = momentum * buf + g;  p -= lr * buf
+// (no buffer and no state when momentum is 0: p -= lr * g). Weight decay only on parameters
+// flagged weight_decay. Its own kernels, as optimizer/adamw: the host one below (backend/cpu,
+// f32 or f64) and sgd_cuda.cu on backend/cuda's stream where the plugin was built with nvcc.
+#include <omp.h>
+
+#include <cmath>
+
 #include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
+#if LOOM_PLUGIN_CUDA
+#include "sgd_cuda.hpp"
+#endif
 
 namespace {
 
@@ -15,6 +25,24 @@ const loom_param_spec kSchema[] = {
           "decay (times lr) of parameters flagged weight_decay", 0.0, 10.0),
 };
 
+// Below this many elements a pass stays on the calling thread (waking the team costs more).
+constexpr int64_t kParallelMin = 1 << 15;
+
+template <class T>
+void sgd_kernel(T* p, const T* grad, T* buf, int64_t n, T lr, T mom, T wd, T gs) {
+  if (buf) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      T b = mom * buf[i] + (gs * grad[i] + wd * p[i]);
+      buf[i] = b;
+      p[i] -= lr * b;
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (gs * grad[i] + wd * p[i]);  // buf = g
+  }
+}
+
 std::vector<std::string> state_kinds(const loom_host* host, const loom_config* cfg) {
   if (loom::Config(host, cfg).get_float("momentum") == 0.0) return {};
   return {"momentum"};
@@ -23,7 +51,10 @@ std::vector<std::string> state_kinds(const loom_host* host, const loom_config* c
 class Sgd {
  public:
   Sgd(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
-      : host_(host), be_(host), runs_(be_, params, n, state_kinds(host, cfg)) {
+      : host_(host),
+        be_(host),
+        site_(be_, "optimizer/sgd", LOOM_PLUGIN_CUDA != 0, params, n),
+        runs_(be_, params, n, state_kinds(host, cfg)) {
     loom::Config c(host, cfg);
     momentum_ = c.get_float("momentum");
     wd_ = c.get_float("weight_decay");
@@ -33,10 +64,31 @@ class Sgd {
   }
 
   void step(const loom_opt_step_args& s) {
+    loom::require(std::isfinite(s.lr) && std::isfinite(s.grad_scale),
+                  "optimizer/sgd: lr and grad_scale must be finite");
+    using loom::opt::data_of;
     for (auto& r : runs_.runs()) {
-      DLTensor* buf = r.state.empty() ? nullptr : r.state[0].get();
-      be_.call(&loom_ops::sgd_step, r.param.get(), (const DLTensor*)r.grad, buf, s.lr, momentum_,
-               r.weight_decay ? wd_ : 0.0, s.grad_scale);
+      const DLTensor *p = r.param.get(), *g = r.grad.get();
+      const DLTensor* buf = r.state.empty() ? nullptr : r.state[0].get();
+      const int64_t n = loom_tensor_numel(p);
+      const double wd = r.weight_decay ? wd_ : 0.0;
+#if LOOM_PLUGIN_CUDA
+      if (site_.gpu) {
+        const std::string e = sgd_cuda::step(data_of<float>(p), data_of<const float>(g),
+                                             buf ? data_of<float>(buf) : nullptr, n, s.lr,
+                                             momentum_, wd, s.grad_scale, site_.stream);
+        loom::require(e.empty(), "optimizer/sgd: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
+        continue;
+      }
+#endif
+      if (loom_dtype_eq(p->dtype, loom_f64()))
+        sgd_kernel<double>(data_of<double>(p), data_of<const double>(g),
+                           buf ? data_of<double>(buf) : nullptr, n, s.lr, momentum_, wd,
+                           s.grad_scale);
+      else
+        sgd_kernel<float>(data_of<float>(p), data_of<const float>(g),
+                          buf ? data_of<float>(buf) : nullptr, n, float(s.lr), float(momentum_),
+                          float(wd), float(s.grad_scale));
     }
   }
 
@@ -46,24 +98,26 @@ class Sgd {
  private:
   const loom_host* host_;
   loom::Backend be_;
+  loom::opt::KernelSite site_;
   loom::opt::ParamRuns runs_;
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-                                            LOOM_ABI_MAJOR,
-                                            LOOM_ABI_MINOR,
-                                            LOOM_KIND_OPTIMIZER,
-                                            "sgd",
-                                            "0.1.0",
-                                            "Loom",
-                                            "Apache-2.0",
-                                            "SGD with optional momentum via the backend's sgd_step",
-                                            kSchema,
-                                            sizeof(kSchema) / sizeof(kSchema[0]),
-                                            &loom::opt::OptimizerTable<Sgd>::api,
-                                            nullptr,   // capabilities
-                                            nullptr};  // ext
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_OPTIMIZER,
+    "sgd",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA (backend/cuda)",
+    kSchema,
+    sizeof(kSchema) / sizeof(kSchema[0]),
+    &loom::opt::OptimizerTable<Sgd>::api,
+    nullptr,   // capabilities
+    nullptr};  // ext
 
 }  // namespace
 

@@ -1,16 +1,33 @@
-# loom_add_plugin(<target> KIND <kind> NAME <name> SOURCES <src>... [LIBRARIES <lib>...])
+# loom_add_plugin(<target> KIND <kind> NAME <name> SOURCES <src>... [LIBRARIES <lib>...]
+#                 [CUDA <bool> CUDA_SOURCES <src.cu>...])
 #
 # Builds one Loom plugin: a MODULE library named loom-<kind>-<name>.so that links the SDK,
 # hides every symbol but loom_plugin_entry, and lands in LOOM_PLUGIN_OUTPUT_DIR (the build
 # tree's plugins/ folder in-tree; the current binary dir out of tree).
+#
+# A plugin that runs on the CPU and brings optional CUDA kernels (an optimizer) calls
+# loom_try_enable_cuda(<var> ...) first and passes CUDA ${<var>}: with it true, CUDA_SOURCES
+# are built in, with the static CUDA runtime so that the plugin still loads where no CUDA
+# library exists, and LOOM_PLUGIN_CUDA is 1 (0 otherwise) for the C++ sources to test.
 set(_LOOM_PLUGIN_MAP "${CMAKE_CURRENT_LIST_DIR}/plugin.map")
 
 function(loom_add_plugin target)
-  cmake_parse_arguments(P "" "KIND;NAME" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(P "" "KIND;NAME;CUDA" "SOURCES;LIBRARIES;CUDA_SOURCES" ${ARGN})
   if(NOT P_KIND OR NOT P_NAME OR NOT P_SOURCES)
     message(FATAL_ERROR "loom_add_plugin(${target}): KIND, NAME and SOURCES are required")
   endif()
+  if(P_CUDA)
+    list(APPEND P_SOURCES ${P_CUDA_SOURCES})
+  endif()
   add_library(${target} MODULE ${P_SOURCES})
+  if(P_CUDA)
+    target_link_libraries(${target} PRIVATE CUDA::cudart_static)
+    target_compile_definitions(${target} PRIVATE LOOM_PLUGIN_CUDA=1)
+    loom_cuda_target(${target})
+    set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  elseif(P_CUDA_SOURCES)
+    target_compile_definitions(${target} PRIVATE LOOM_PLUGIN_CUDA=0)
+  endif()
   if(TARGET Loom::sdk)
     target_link_libraries(${target} PRIVATE Loom::sdk)
   else()

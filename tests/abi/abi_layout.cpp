@@ -86,10 +86,6 @@ Listing build() {
   F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(alpha) F(beta) F(a) F(lda) F(stride_a)
   F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
   END
-  STRUCT(loom_adamw_args)
-  F(struct_size) F(param) F(grad) F(m) F(v) F(lr) F(beta1) F(beta2) F(eps) F(weight_decay)
-  F(grad_scale) F(step)
-  END
   STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) END
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) END
   STRUCT(loom_ops)
@@ -97,7 +93,7 @@ Listing build() {
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(layernorm_forward)
   F(layernorm_backward) F(rmsnorm_forward) F(rmsnorm_backward) F(gelu_forward) F(gelu_backward)
   F(swiglu_forward) F(swiglu_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
-  F(rope_backward) F(softmax_cross_entropy) F(adamw_step) F(sgd_step)
+  F(rope_backward) F(softmax_cross_entropy)
   F(vocab_ce_stats) F(vocab_ce_backward)
   END
   STRUCT(loom_backend_info)

@@ -11,7 +11,6 @@
   X(loom_tokenizer_ref) \
   X(loom_comm_ref) \
   X(loom_gemm_args) \
-  X(loom_adamw_args) \
   X(loom_softmax_args) \
   X(loom_sum_squares_args) \
   X(loom_ops) \

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     loom::Tensor logits(be, f32, {N, V}), losses(be, f32, {N}), tg(be, loom_i32(), {N});
     loom::Tensor q(be, f32, {Bsz, T, H, C / H});
     loom::Tensor wte(be, f32, {V, C}), ids(be, loom_i32(), {N});
-    loom::Tensor param(be, f32, {P}), grad(be, f32, {P}), m(be, f32, {P}), v(be, f32, {P});
+    loom::Tensor grad(be, f32, {P});  // (the AdamW step is optimizer/adamw's: loom-bench-gpt)
     be.call(&loom_ops::fill, w.get(), 1.0);
     be.call(&loom_ops::fill, x.get(), 0.5);
     be.call(&loom_ops::fill, h.get(), 0.3);
@@ -75,19 +75,6 @@ int main(int argc, char** argv) {
       int count;  // calls per training step
       std::function<void()> fn;
     };
-    loom_adamw_args aw{};
-    aw.struct_size = LOOM_ADAMW_ARGS_SIZE_V2;
-    aw.param = param;
-    aw.grad = grad;
-    aw.m = m;
-    aw.v = v;
-    aw.lr = 6e-4;
-    aw.beta1 = 0.9;
-    aw.beta2 = 0.95;
-    aw.eps = 1e-8;
-    aw.weight_decay = 0.1;
-    aw.grad_scale = 1;
-    aw.step = 1;
     double ss = 0;
     std::vector<Row> rows = {
         {"layernorm_forward (256x768)", 2 * (int)L + 1,
@@ -127,7 +114,6 @@ int main(int argc, char** argv) {
          }},
         {"fill (zero 124M grads)", 1, [&] { be.call(&loom_ops::fill, grad.get(), 0.0); }},
         {"sum_squares (124M grads)", 1, [&] { ss = loom::sum_squares(be, grad.get()); }},
-        {"adamw_step (124M params)", 1, [&] { be.call(&loom_ops::adamw_step, &aw); }},
     };
     double total = 0;
     for (const Row& r : rows) {

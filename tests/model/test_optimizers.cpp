@@ -188,3 +188,24 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
   for (int i = 0; i < 3; ++i) CHECK(state[i] == doctest::Approx(m[10 + i]).epsilon(1e-14));
   api->destroy(opt);
 }
+
+TEST_CASE("optimizers step f32 main parameters (f64 on the CPU): bf16 is refused by name") {
+  // Mixed precision keeps f32 main parameters for the optimizer (Megatron's); a bf16 tensor
+  // handed to one is a host bug, refused at create rather than stepped in the wrong dtype.
+  Host h;
+  DevTensor p(h.be, loom_bf16(), {8}), g(h.be, loom_bf16(), {8});
+  const loom_opt_param prm{LOOM_OPT_PARAM_SIZE_V2, "w", p.get(), g.get(), 1};
+  for (const char* name : {"adamw", "sgd", "lion"}) {
+    CAPTURE(name);
+    auto* d = loomtest::load_descriptor("optimizer", name);
+    auto* api = static_cast<const loom_optimizer_api*>(d->api);
+    loom_config cfg = loomtest::TestHost::config(d);
+    loom_optimizer* opt = nullptr;
+    loom_error* e = api->create(h.th.host(), &cfg, &prm, 1, &opt);
+    REQUIRE(e != nullptr);
+    CHECK(e->code == LOOM_ERR_UNIMPLEMENTED);
+    CHECK(std::string(e->message) ==
+          std::string("optimizer/") + name + ": parameter w must be f32 (main parameters) or f64");
+    delete e;
+  }
+}

@@ -20,7 +20,6 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
   auto* api = static_cast<const loom_backend_api*>(d->api);
   CHECK(api->struct_size >= LOOM_BACKEND_API_SIZE_V2);
   CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V2);
-  CHECK((api->ops->sgd_step != nullptr));
   CHECK((api->ops->vocab_ce_stats != nullptr));
   CHECK((api->ops->vocab_ce_backward != nullptr));
 }

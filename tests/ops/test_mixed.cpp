@@ -376,12 +376,4 @@ TEST_CASE("mixed precision: unsupported dtype combinations are refused, naming t
   loom_gemm_args g = gemm_args(false, false, 2, 2, 4, 0.0, X.get(), F.get(), C.get());
   expect_error([&] { B().call(&loom_ops::gemm, &g); }, LOOM_ERR_INVALID_ARGUMENT,
                "a is bf16, b f32, c bf16");
-  // the optimizer steps f32 main params only
-  auto P = T(bf, {8}, Vec(8, 0.5)), Gr = T(bf, {8}, Vec(8, 0.1));
-  expect_error(
-      [&] {
-        B().call(&loom_ops::sgd_step, P.get(), (const DLTensor*)Gr.get(), nullptr, 0.1, 0.0, 0.0,
-                 1.0);
-      },
-      LOOM_ERR_UNIMPLEMENTED, "bf16");
 }

@@ -244,8 +244,6 @@ constexpr loom_ops kOps = {
     op_rope_forward,
     op_rope_backward,
     op_softmax_cross_entropy,
-    op_adamw_step,
-    op_sgd_step,
     op_vocab_ce_stats,
     op_vocab_ce_backward,
 };

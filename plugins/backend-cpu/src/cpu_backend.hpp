@@ -13,6 +13,7 @@
 
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/vec_math.hpp"
 #include "loom/loom.h"
 
 namespace loom_cpu {
@@ -43,11 +44,7 @@ namespace loom_cpu {
 // loaded (GCC function multiversioning: an ifunc per function, and per OpenMP-outlined body).
 // GELU, SwiGLU and softmax run ~4x faster with AVX-512 than with SSE2; the baseline build
 // keeps the plugin loadable on any x86-64. Memory-bound loops gain nothing and are not cloned.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LOOM_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LOOM_CPU_CLONES
-#endif
+// (LOOM_CPU_CLONES itself is the SDK's, loom/cpp/vec_math.hpp.)
 
 // Work (elements) below which a kernel stays on the calling thread: waking the OpenMP team
 // costs a few microseconds, more than a small elementwise pass.
@@ -184,10 +181,5 @@ loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor*
 loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                                  const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
                                  double dloss) noexcept;
-// kernels_optim.cpp
-loom_error* op_adamw_step(loom_backend* be, const loom_adamw_args* args) noexcept;
-loom_error* op_sgd_step(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
-                        double lr, double momentum, double weight_decay,
-                        double grad_scale) noexcept;
 
 }  // namespace loom_cpu

@@ -340,8 +340,6 @@ constexpr loom_ops kOps = {
     rope_forward,
     rope_backward,
     softmax_cross_entropy,
-    adamw_step,
-    sgd_step,
     vocab_ce_stats,
     vocab_ce_backward,
 };

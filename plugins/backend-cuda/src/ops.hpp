@@ -46,9 +46,6 @@ loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
 loom_error* softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                   const DLTensor* logits, const DLTensor* targets,
                                   double dloss) noexcept;
-loom_error* adamw_step(loom_backend* be, const loom_adamw_args* args) noexcept;
-loom_error* sgd_step(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
-                     double lr, double momentum, double weight_decay, double grad_scale) noexcept;
 loom_error* vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
                            const DLTensor* targets, int64_t vocab_start) noexcept;
 loom_error* vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,

@@ -7,14 +7,16 @@
  *    except under mixed precision: activations, their gradients and the model's
  *    parameter values may be bf16 or f16 (the compute dtype, one per call), while parameter
  *    gradients (gemm's C when accumulating a weight gradient with beta = 1, dweight/dbias of
- *    the norms, dbias of bias_backward, dtable of embedding_backward) and the optimizer's
- *    parameters, gradients and state are f32 (Megatron's main params and main grads);
+ *    the norms, dbias of bias_backward, dtable of embedding_backward) are f32 (Megatron's
+ *    main grads);
  *    losses are f32; arithmetic accumulates in f32 whatever the storage dtype;
  *  - shapes are in the comments: N rows (tokens), C channels, V vocabulary, H hidden;
  *  - parameter gradients accumulate (+=); activation gradients are written (=);
- *  - saved statistics (mean, rstd, lse, vocab_ce stats) and optimizer state are f32, or
- *    the data dtype when that is f64;
- *  - ops may run asynchronously on the backend's stream; synchronize() waits.
+ *  - saved statistics (mean, rstd, lse, vocab_ce stats) are f32, or the data dtype when
+ *    that is f64;
+ *  - ops may run asynchronously on the backend's stream; synchronize() waits;
+ *  - optimizer updates are not ops: optimizer plugins bring their own kernels and run them
+ *    on the backend's stream (loom.device-stream/1, below).
  * Thread contract: one instance is driven from one thread at a time. */
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
@@ -45,19 +47,6 @@ typedef struct loom_gemm_args {
   int64_t batch; /* >= 1 */
 } loom_gemm_args;
 #define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
-
-/* One AdamW (decoupled weight decay) step on one tensor; grad is multiplied by grad_scale
- * first (gradient clipping and loss-scale undo). m, v: same shape and dtype as param. */
-typedef struct loom_adamw_args {
-  size_t struct_size;
-  DLTensor* param;
-  const DLTensor* grad;
-  DLTensor* m;
-  DLTensor* v;
-  double lr, beta1, beta2, eps, weight_decay, grad_scale;
-  int64_t step; /* 1-based, for bias correction */
-} loom_adamw_args;
-#define LOOM_ADAMW_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_adamw_args, step)
 
 /* sum_squares: out[i] = the sum of x[i]'s squared elements, accumulated in double in an
  * order that depends only on x[i]'s size (so a run repeats to the bit). */
@@ -161,14 +150,6 @@ typedef struct loom_ops {
   loom_error* (*softmax_cross_entropy)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                        const DLTensor* logits, const DLTensor* targets,
                                        double dloss);
-
-  /* --- optimizer steps -------------------------------------------------------------- */
-  loom_error* (*adamw_step)(loom_backend* be, const loom_adamw_args* args);
-  /* PyTorch SGD (weight decay coupled into the gradient, no dampening, no Nesterov):
-   * g = grad_scale * grad + weight_decay * param; buf = momentum * buf + g;
-   * param -= lr * buf (buf may be NULL when momentum == 0: param -= lr * g) */
-  loom_error* (*sgd_step)(loom_backend* be, DLTensor* param, const DLTensor* grad, DLTensor* buf,
-                          double lr, double momentum, double weight_decay, double grad_scale);
 
   /* Vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
    * [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global

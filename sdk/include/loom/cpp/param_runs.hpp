@@ -135,6 +135,50 @@ class ParamRuns {
   std::vector<Run> runs_;
 };
 
+// Where an optimizer with its own kernels runs them: on the backend's device and stream
+// (loom.device-stream/1). `cuda_kernels`: the plugin was built with its CUDA kernels. Refuses,
+// naming `who`, a CUDA backend without them, parameters off the backend's device, and dtypes
+// the kernels lack (f32 everywhere; f64 too on the CPU, the finite-difference path).
+struct KernelSite {
+  bool gpu = false;        // the backend is a CUDA GPU: the plugin's CUDA kernels
+  void* stream = nullptr;  // the backend's stream there (NULL on the CPU)
+
+  KernelSite(const Backend& be, const std::string& who, bool cuda_kernels,
+             const loom_opt_param* params, size_t n) {
+    const loom_device_stream& ds = be.device_stream(who);
+    gpu = ds.device.device_type == kDLCUDA;
+    stream = ds.stream;
+    require(!gpu || cuda_kernels,
+            who +
+                ": the backend is on a CUDA GPU but this build of the plugin has no CUDA "
+                "kernels (nvcc was not found when it was built)",
+            LOOM_ERR_UNIMPLEMENTED);
+    require(gpu || ds.device.device_type == kDLCPU,
+            who + ": the backend's device type " + std::to_string(ds.device.device_type) +
+                " is neither the CPU nor a CUDA GPU",
+            LOOM_ERR_UNIMPLEMENTED);
+    for (size_t i = 0; i < n; ++i) {
+      const DLTensor* t = params[i].param;
+      const std::string name = params[i].name ? params[i].name : "param" + std::to_string(i);
+      require(t != nullptr && t->device.device_type == ds.device.device_type,
+              who + ": parameter " + name + " is not on the backend's device",
+              LOOM_ERR_UNIMPLEMENTED);
+      const bool f32 = loom_dtype_eq(t->dtype, loom_f32());
+      require(
+          f32 || (!gpu && loom_dtype_eq(t->dtype, loom_f64())),
+          who + ": parameter " + name + " must be f32 (main parameters)" + (gpu ? "" : " or f64"),
+          LOOM_ERR_UNIMPLEMENTED);
+    }
+  }
+};
+
+// A host pointer to a compact tensor's first element (on the CPU) or a device pointer (on the
+// GPU): data + byte_offset.
+template <class T>
+T* data_of(const DLTensor* t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
+}
+
 // The C function table of an optimizer class `Opt`, which has a constructor
 // (host, cfg, params, n), step(const loom_opt_step_args&), host() and runs(). Every entry
 // point goes through loom::guard, so exceptions become ABI errors.

@@ -9,6 +9,16 @@
 #include <cmath>
 #include <cstdint>
 
+// Function multiversioning for compute-bound host loops: GCC compiles the function for
+// AVX-512, AVX2 and baseline x86-64 and picks one at load time, so a plugin stays loadable on
+// any x86-64 yet runs wide where it can. Every plugin that must reproduce another's results
+// to the bit (backend/cpu's kernels, optimizer/adamw's) uses this one definition.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LOOM_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LOOM_CPU_CLONES
+#endif
+
 namespace loom {
 
 // exp(x) for f32 with ~1 ulp relative error on [-80, 80]; inputs outside are clamped to it, so

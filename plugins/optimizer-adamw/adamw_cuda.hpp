@@ -1,0 +1,16 @@
+// optimizer/adamw's CUDA kernel (adamw_cuda.cu), compiled where nvcc exists: the host-side
+// launcher, callable from adamw.cpp without CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace adamw_cuda {
+
+// One AdamW step on n f32 elements of device memory (adamw.cpp's formula and step-wide
+// constants), enqueued on `stream` (the backend's cudaStream_t) with no synchronisation.
+// Returns "" or the CUDA error's text.
+const char* step(float* p, const float* g, float* m, float* v, int64_t n, double grad_scale,
+                 double decay, double beta1, double beta2, double step_size, double inv_sqrt_bc2,
+                 double eps, void* stream);
+
+}  // namespace adamw_cuda

@@ -1,0 +1,48 @@
+// optimizer/sgd on CUDA: sgd.cpp's per-element update in f32, grid-stride, on the backend's
+// stream.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "sgd_cuda.hpp"
+
+namespace sgd_cuda {
+namespace {
+
+template <bool kBuf>
+__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad,
+                           float* __restrict__ buf, int64_t n, float lr, float mom, float wd,
+                           float gs) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float g = gs * grad[i] + wd * p[i];
+    if constexpr (kBuf) {
+      const float b = mom * buf[i] + g;
+      buf[i] = b;
+      p[i] -= lr * b;
+    } else {
+      p[i] -= lr * g;
+    }
+  }
+}
+
+}  // namespace
+
+const char* step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                 double weight_decay, double grad_scale, void* stream) {
+  if (n <= 0) return "";
+  constexpr int kThreads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const float f_lr = static_cast<float>(lr), f_mom = static_cast<float>(momentum),
+              f_wd = static_cast<float>(weight_decay), f_gs = static_cast<float>(grad_scale);
+  if (buf != nullptr)
+    sgd_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, buf, n, f_lr, f_mom, f_wd, f_gs);
+  else
+    sgd_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, buf, n, f_lr, f_mom, f_wd, f_gs);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? "" : cudaGetErrorString(e);
+}
+
+}  // namespace sgd_cuda

@@ -1,0 +1,14 @@
+// optimizer/sgd's CUDA kernel (sgd_cuda.cu), compiled where nvcc exists: the host-side
+// launcher, callable from sgd.cpp without CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace sgd_cuda {
+
+// One SGD step on n f32 elements of device memory (buf NULL: no momentum buffer), enqueued
+// on `stream` (the backend's cudaStream_t). Returns "" or the CUDA error's text.
+const char* step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                 double weight_decay, double grad_scale, void* stream);
+
+}  // namespace sgd_cuda
