@@ -6,9 +6,9 @@
 // the attention plugin takes, so nothing is copied. With tensor parallelism the weight is
 // this rank's rows of each block (blocks {Hq*D, Hkv*D, Hkv*D}): its heads of q, k and v,
 // column-parallel; c_proj is row-parallel over the same heads.
-#include <cmath>
+#include "loom/cpp/layers/attention_block.hpp"
 
-#include "loom/cpp/layers/decoder.hpp"
+#include <cmath>
 
 namespace loom::layers {
 

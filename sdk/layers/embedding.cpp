@@ -1,7 +1,7 @@
 // Loom layer library, embeddings: out(N,C) = wte[tokens] (+ wpe[positions] for learned positions).
 // wte is (padded_vocab, C); token ids are checked against the real vocabulary, so the
 // padded rows are never looked up and keep a zero gradient.
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/embedding.hpp"
 
 namespace loom::layers {
 

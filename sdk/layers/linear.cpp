@@ -1,7 +1,7 @@
 // Loom layer library, linear layers: y(N,out) = x(N,in) W^T + b, W stored (out, in) — possibly a
 // row slice [row0, row0+out) of a fused weight (the q/k/v parts of c_attn). The gemms are
 // loom::tp::LocalLinear's; the tensor-parallel wrappers around them live in the SDK.
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/params.hpp"
 
 namespace loom::layers {
 

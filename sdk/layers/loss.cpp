@@ -2,7 +2,7 @@
 // (padded_vocab, C) weight: the padded logits are never computed (sliced before the loss),
 // so they cannot affect the loss. dlogits is computed in place over the logits buffer by
 // the fused softmax_cross_entropy (see DecoderModel::run).
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/head.hpp"
 
 namespace loom::layers {
 

@@ -2,7 +2,7 @@
 // (row-parallel). SwiGLU: c_fc.weight is (2F, C) with rows [gate; up]; a = silu(gate) * up
 // (loom_ops). With tensor parallelism each rank holds its slice of gate and of up (blocks {F, F}),
 // so its local rows are again [gate; up] and SwiGLU applies to the local columns unchanged.
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/mlp.hpp"
 
 namespace loom::layers {
 

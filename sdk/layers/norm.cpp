@@ -1,5 +1,5 @@
 // Loom layer library, normalisation slot: LayerNorm (GPT-2) or RMSNorm (Llama) over the channels.
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/norm.hpp"
 
 namespace loom::layers {
 

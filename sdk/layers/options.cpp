@@ -1,7 +1,7 @@
 // Loom layer library, recipe keys: the schema table and its reading into Options.
 #include <string>
 
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/config.hpp"
 
 namespace loom::layers {
 

@@ -1,9 +1,9 @@
 // Loom layer library, parameters: the flat value/gradient buffers, per-parameter views, and the
 // layout-independent GPT-2 initialisation.
+#include "loom/cpp/layers/params.hpp"
+
 #include <cmath>
 #include <numeric>
-
-#include "loom/cpp/layers/decoder.hpp"
 
 namespace loom::layers {
 

@@ -2,7 +2,10 @@
 //   out = x + attn(ln_1(x)); out += mlp(ln_2(out))
 // Norms and residual adds run on this rank's Nl token rows (all N without sequence
 // parallelism); the attention and MLP slots gather and reduce-scatter around them.
-#include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/attention_block.hpp"
+#include "loom/cpp/layers/block.hpp"
+#include "loom/cpp/layers/mlp.hpp"
+#include "loom/cpp/layers/norm.hpp"
 
 namespace loom::layers {
 namespace {

@@ -1,0 +1,47 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): what one layer saves for its
+// backward, the shared gradient scratch, the step shape and the KV cache.
+#pragma once
+
+#include "loom/cpp/layers/config.hpp"
+
+namespace loom::layers {
+
+// Activations of one layer, saved by forward for backward. Capacity `rows` tokens; with
+// sequence parallelism the norms and residuals hold this rank's N/tp rows and ln1_full,
+// ln2_full the gathered (N,C) inputs of the column-parallel projections. Heads and MLP
+// columns are this rank's (local extents).
+struct LayerActs {
+  Tensor ln1, ln1_mean, ln1_rstd;  // (Nl,C), (Nl), (Nl)
+  Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only
+  Tensor q, k, v;                  // (B,T,Hq,D), (B,T,Hkv,D) x2, after RoPE
+  Tensor att, lse;                 // (B,T,Hq,D) attention output, (B,Hq,T) f32
+  Tensor res2;                     // (N,C) residual after the attention half
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor h, a;  // (N, fc_out) MLP pre-activation, (N, F) post-activation
+  int64_t rows = 0;
+  void ensure(const Ctx& c, const Options& o, int64_t rows);
+};
+
+// Gradient scratch shared by all layers during backward.
+struct GradScratch {
+  Tensor dres;  // (Nl,C) gradient of the residual stream, flows down the stack
+  Tensor dtmp;  // (N,C) a norm's input gradient, before it joins dres
+  Tensor dln;   // (N,C) gradient of a norm's output; also the attention output's
+  Tensor dq, dk, dv;
+  Tensor dh, da;  // (N, fc_out), (N, F)
+  int64_t rows = 0;
+  void ensure(const Ctx& c, const Options& o, int64_t rows);
+};
+
+// The shape of one forward call: B sequences of T new tokens at positions [pos0, pos0 + T).
+struct Step {
+  int64_t B = 0, T = 0, pos0 = 0;
+  int64_t N() const { return B * T; }
+};
+
+// KV cache of one layer for generation: (B, max_len, Hkv, D) each.
+struct LayerCache {
+  Tensor k, v;
+};
+
+}  // namespace loom::layers

@@ -1,0 +1,33 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): the attention block (fused
+// qkv, RoPE, the attention plugin, output projection).
+#pragma once
+
+#include <string>
+
+#include "loom/cpp/layers/acts.hpp"
+#include "loom/cpp/layers/params.hpp"
+
+namespace loom::layers {
+
+// attention_block.cpp
+struct AttentionBlock {
+  loom::tp::ColumnParallelLinear qkv;  // parts q, k, v: this rank's heads
+  loom::tp::RowParallelLinear o;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
+  bool rope = false;
+  double rope_theta = 10000.0;
+  // Sliding window, asked of the attention plugin as a required extension (0 = none).
+  loom_attention_window window{};
+
+  static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
+  // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.
+  // With a cache, the new k/v are appended at positions [pos0, pos0+T) and the queries
+  // attend to the cache (generation; no lse saved).
+  void forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a, DLTensor* y,
+               LayerCache* cache, int64_t cache_max) const;
+  // dx (=) from dy; parameter gradients +=. Uses g.dln as scratch for d(att).
+  void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                const DLTensor* dy, DLTensor* dx, GradScratch& g) const;
+};
+
+}  // namespace loom::layers

@@ -1,0 +1,45 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): the transformer's shape and
+// its recipe keys.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/context.hpp"
+
+namespace loom::layers {
+
+// ----- options (options.cpp) --------------------------------------------------------------
+struct Options {
+  int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
+  int64_t max_seq_len = 1024, pad_vocab_to = 128;
+  bool rmsnorm = false, swiglu = false, rope = false, bias = true, tie_embeddings = true;
+  double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
+  // derived from the options and the create args
+  int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
+  // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
+  // this rank's local extents (the whole model's at tp = 1).
+  int64_t tp = 1;
+  int64_t hq() const { return n_head / tp; }
+  int64_t hkv() const { return n_kv_head / tp; }
+  int64_t ffn() const { return ffn_hidden / tp; }
+  int64_t fc_out() const { return swiglu ? 2 * ffn() : ffn(); }  // local c_fc rows
+  int64_t q_dim() const { return hq() * head_dim; }
+  int64_t kv_dim() const { return hkv() * head_dim; }
+  // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1).
+  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
+// The recipe keys of Options (model/gpt's [model] section); a plugin may use them as its
+// schema, or add its own.
+extern const loom_param_spec kTransformerSchema[];
+extern const size_t kTransformerSchemaSize;
+
+// `who` ("model/gpt") prefixes every error.
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
+                      const loom::tp::Group& tp, const std::string& who);
+
+}  // namespace loom::layers

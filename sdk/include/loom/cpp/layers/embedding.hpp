@@ -1,0 +1,24 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): token (and learned position)
+// embeddings.
+#pragma once
+
+#include "loom/cpp/layers/params.hpp"
+
+namespace loom::layers {
+
+// embedding.cpp: tokens (and learned positions) into the residual stream. With tensor
+// parallelism wte holds this rank's vocabulary rows (loom::tp::VocabParallelEmbedding);
+// learned positions are added after the reduction, to this rank's token rows.
+struct Embedding {
+  DLTensor *wte = nullptr, *dwte = nullptr, *wpe = nullptr, *dwpe = nullptr;  // wpe: learned
+  loom::tp::VocabParallelEmbedding vp;
+
+  static Embedding make(const Options& o, ParamStore& ps, const Ctx& c);
+  // Single-rank (and generation) lookup: out(N,C) = wte[tokens] + wpe[positions].
+  void forward(const Ctx& c, DLTensor* out, const DLTensor* tokens,
+               const DLTensor* positions) const;
+  void backward(const Ctx& c, const DLTensor* dout, const DLTensor* tokens,
+                const DLTensor* positions) const;
+};
+
+}  // namespace loom::layers

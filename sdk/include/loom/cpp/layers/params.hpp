@@ -1,0 +1,80 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): parameters in one flat
+// buffer, their declaration with the tensor-parallel conventions, and the linear-layer view.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/config.hpp"
+
+namespace loom::layers {
+
+// ----- parameters (params.cpp) -------------------------------------------------------------
+enum class Init { kNormal, kZeros, kOnes };
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  int weight_decay = 0;
+  int32_t tp_split_dim = -1;
+  Init init = Init::kZeros;
+  double std = 0.0;    // for kNormal
+  int64_t offset = 0;  // elements into the flat buffers
+  View value, grad;    // views into the flat buffers
+  // Global extents of the blocks along tp_split_dim (q|k|v, gate;up); empty = one block.
+  std::vector<int64_t> blocks;
+  int32_t pipeline_duplicate = 0;  // the last stage's copy of the tied wte
+  bool sp_partial = false;         // gradient partial per rank under sequence parallelism
+  int64_t numel() const;
+};
+
+// Every parameter lives in one flat buffer and every gradient in another (one fill zeroes
+// all gradients; an optimizer can treat adjacent views as one tensor). Matrices and
+// embeddings (weight decay 1) come first in memory, then biases and norm weights, each
+// parameter aligned to 16 elements; the list order (get_param) is the HF GPT-2 order.
+class ParamStore {
+ public:
+  // shape: this rank's local shard; blocks: global block extents along tp_split_dim.
+  Param& add(std::string name, std::vector<int64_t> shape, int weight_decay, int32_t tp_split_dim,
+             Init init, double std = 0.0, std::vector<int64_t> blocks = {});
+  void allocate(const Ctx& ctx);  // after the last add
+  Param& operator[](size_t i) { return params_[i]; }
+  Param& at(const std::string& name);
+  size_t size() const { return params_.size(); }
+  DLTensor* grads() const { return grad_flat_.get(); }
+  // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
+  void init(const Ctx& ctx, uint64_t seed);
+  std::vector<Param>& all() { return params_; }
+
+ private:
+  std::vector<Param> params_;
+  Tensor value_flat_, grad_flat_;
+};
+
+// Declares parameters with the tensor-parallel conventions the slots expect.
+class ParamDeclarer {
+ public:
+  ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_parallel);
+  // p.weight (and p.bias): replicated; under sequence parallelism a per-rank partial gradient
+  void norm(const std::string& p);
+  // column-parallel: output rows split (dim 0) by blocks, bias split alike
+  void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std);
+  // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
+  void row(const std::string& p, int64_t out, int64_t in_global, double std);
+  void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
+  void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
+
+  const Options& o;
+  const double std, proj_std;  // init std of matrices, and of the residual projections
+
+ private:
+  ParamStore& ps_;
+  bool sp_;
+};
+
+// linear.cpp. Rows [row0, row0 + out) of a local (rows, in) weight: a whole layer, or the
+// local q, k or v part of the fused c_attn (loom::tp::LocalLinear does the gemms).
+using Linear = loom::tp::LocalLinear;
+Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out);
+
+}  // namespace loom::layers
