@@ -318,8 +318,9 @@ std::pair<const loom_model_api*, loom_model*> Session::model_chunk(
 }
 std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
     const loom_opt_param* params, size_t n) {
+  const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, params, n, nullptr};
   return create_once(*this, *impl_, impl_->optimizer, LOOM_KIND_OPTIMIZER, "optimizer",
-                     LOOM_OPTIMIZER_API_SIZE_V2, params, n);
+                     LOOM_OPTIMIZER_API_SIZE_V2, &args);
 }
 
 std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n) {

@@ -102,7 +102,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (s.stepped) {
     double scale = 1.0 / s.loss_scale;
     if (r.grad_clip > 0 && s.grad_norm > r.grad_clip) scale *= r.grad_clip / (s.grad_norm + 1e-6);
-    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale};
+    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale, nullptr};
     check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
     r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
     if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");

@@ -230,7 +230,10 @@ double DecoderModel::flops_per_token() const {
   const double kv = (double)(o.n_kv_head * o.head_dim), F = (double)o.ffn_hidden;
   const double per_layer = C * (q + 2 * kv) + q * C + C * (o.swiglu ? 2 * F : F) + F * C;
   const double matmul = (double)o.n_layer * per_layer + (double)o.vocab * C;
-  return 6.0 * matmul + 12.0 * (double)o.n_layer * q * (double)args_.seq_len;
+  // Each query attends to min(T, window) keys under a sliding window.
+  const int64_t keys =
+      o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;
+  return 6.0 * matmul + 12.0 * (double)o.n_layer * q * (double)keys;
 }
 
 }  // namespace loom::layers

@@ -146,7 +146,8 @@ Listing build() {
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
-  STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) END
+  STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END
+  STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) F(ext) END
   STRUCT(loom_optimizer_api)
   F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
   END

@@ -33,6 +33,7 @@
   X(loom_model_api) \
   X(loom_decode_ext) \
   X(loom_opt_param) \
+  X(loom_opt_create_args) \
   X(loom_opt_step_args) \
   X(loom_optimizer_api) \
   X(loom_grad_api) \

@@ -295,14 +295,15 @@ void check_optimizer(const std::string& name, const std::map<std::string, std::s
   loom_optimizer* opt[2] = {nullptr, nullptr};
   for (int s = 0; s < 2; ++s) {
     const loom_opt_param prm{LOOM_OPT_PARAM_SIZE_V2, "w", p[s], g[s], 1};
-    loom::check(side(s).host(), api->create(side(s).host(), &cfg, &prm, 1, &opt[s]));
+    const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, &prm, 1, nullptr};
+    loom::check(side(s).host(), api->create(side(s).host(), &cfg, &args, &opt[s]));
   }
   for (int64_t step = 1; step <= 3; ++step) {
     CAPTURE(step);
     const Vec before = download(p.cpu_side());
     p.set(before);
     for (int s = 0; s < 2; ++s) {
-      const loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 1e-3, step, 0.5};
+      const loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 1e-3, step, 0.5, nullptr};
       loom::check(side(s).host(), api->step(opt[s], &a));
     }
     Vec got = download(p.dev_side()), want = download(p.cpu_side());

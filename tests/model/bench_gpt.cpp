@@ -79,7 +79,9 @@ int main(int argc, char** argv) try {
   auto* oapi = static_cast<const loom_optimizer_api*>(od->api);
   loom_config ocfg = loomtest::TestHost::config(od);
   loom_optimizer* opt = nullptr;
-  host.check(oapi->create(host.host(), &ocfg, oparams.data(), oparams.size(), &opt));
+  const loom_opt_create_args oargs{LOOM_OPT_CREATE_ARGS_SIZE_V2, oparams.data(), oparams.size(),
+                                   nullptr};
+  host.check(oapi->create(host.host(), &ocfg, &oargs, &opt));
 
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tokdist(0, (int32_t)(V - 1));
@@ -100,7 +102,7 @@ int main(int argc, char** argv) try {
     host.check(mapi->zero_grad(model));
     host.check(loom::model_step(mapi, model, mb.get(), 1.0 / (double)(B * T), true, &loss, &n));
     double t1 = now();
-    loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0};
+    loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0, nullptr};
     host.check(oapi->step(opt, &sa));
     host.check(be.api->synchronize(be.self));
     double t2 = now();

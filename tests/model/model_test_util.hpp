@@ -170,7 +170,9 @@ class Optimizer {
       o.weight_decay = p.weight_decay;
       ops_.push_back(o);
     }
-    h.th.check(api_->create(h.th.host(), &cfg_, ops_.data(), ops_.size(), &o_));
+    const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, ops_.data(), ops_.size(),
+                                    nullptr};
+    h.th.check(api_->create(h.th.host(), &cfg_, &args, &o_));
   }
   ~Optimizer() { api_->destroy(o_); }
   Optimizer(const Optimizer&) = delete;

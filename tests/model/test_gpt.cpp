@@ -85,6 +85,9 @@ TEST_CASE("model/gpt: flops_per_token of GPT-2 124M (6N + 12 L C T)") {
   const double C = 768, L = 12, V = 50257, T = 1024;
   const double n = L * (C * 3 * C + C * C + 2 * 4 * C * C) + V * C;
   CHECK(m.api()->flops_per_token(m.self()) == doctest::Approx(6 * n + 12 * L * C * T));
+  // A sliding window of 256 positions: each query attends to 256 keys, not 1024.
+  Gpt w(h, {{"attention_window", "256"}}, 50257, 1, 1024);
+  CHECK(w.api()->flops_per_token(w.self()) == doctest::Approx(6 * n + 12 * L * C * 256));
 }
 
 TEST_CASE("model/gpt: init_params is seeded, layout-independent, GPT-2 statistics") {

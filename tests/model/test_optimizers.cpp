@@ -54,7 +54,9 @@ loom_optimizer* make(Host& h, const std::string& name, const Overrides& o, Param
   *api = static_cast<const loom_optimizer_api*>(d->api);
   cfg = loomtest::TestHost::config(d, o);
   loom_optimizer* opt = nullptr;
-  h.th.check((*api)->create(h.th.host(), &cfg, p.list.data(), p.list.size(), &opt));
+  const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, p.list.data(), p.list.size(),
+                                  nullptr};
+  h.th.check((*api)->create(h.th.host(), &cfg, &args, &opt));
   return opt;
 }
 
@@ -77,7 +79,7 @@ TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state nam
     std::vector<double> G = randv(13, rng);
     p.flat_g.set_host({G.begin(), G.begin() + 10});
     p.sep_g.set_host({G.begin() + 10, G.end()});
-    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs};
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs, nullptr};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
       const double g = gs * G[i];
@@ -128,7 +130,7 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
       std::vector<double> G = randv(13, rng);
       p.flat_g.set_host({G.begin(), G.begin() + 10});
       p.sep_g.set_host({G.begin() + 10, G.end()});
-      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.1, step, 2.0};
+      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.1, step, 2.0, nullptr};
       h.th.check(api->step(opt, &a));
       for (int i = 0; i < 13; ++i) {
         buf[i] = mom * buf[i] + 2.0 * G[i] + (wdflag[i] ? 0.1 : 0.0) * P[i];  // torch.optim.SGD
@@ -168,7 +170,7 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
     if (step == 1) G[4] = 0.0;  // sign(0) = 0: a zero gradient on a zero momentum moves nothing
     p.flat_g.set_host({G.begin(), G.begin() + 10});
     p.sep_g.set_host({G.begin() + 10, G.end()});
-    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs};
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs, nullptr};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
       const double g = gs * G[i];
@@ -201,7 +203,8 @@ TEST_CASE("optimizers step f32 main parameters (f64 on the CPU): bf16 is refused
     auto* api = static_cast<const loom_optimizer_api*>(d->api);
     loom_config cfg = loomtest::TestHost::config(d);
     loom_optimizer* opt = nullptr;
-    loom_error* e = api->create(h.th.host(), &cfg, &prm, 1, &opt);
+    const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, &prm, 1, nullptr};
+    loom_error* e = api->create(h.th.host(), &cfg, &args, &opt);
     REQUIRE(e != nullptr);
     CHECK(e->code == LOOM_ERR_UNIMPLEMENTED);
     CHECK(std::string(e->message) ==

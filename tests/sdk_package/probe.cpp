@@ -147,14 +147,15 @@ TEST_CASE("example plugin: optimizer/signsgd steps match Signum") {
     loom_config cfg = loomtest::TestHost::config(
         g_desc, {{"momentum", std::to_string(beta)}, {"weight_decay", "0.5"}});
     loom_optimizer* opt = nullptr;
-    th.check(api->create(&host, &cfg, params, 2, &opt));
+    const loom_opt_create_args args{LOOM_OPT_CREATE_ARGS_SIZE_V2, params, 2, nullptr};
+    th.check(api->create(&host, &cfg, &args, &opt));
 
     // reference: the same two steps in plain C++
     std::vector<float> rw = w.v, rb = b.v, mw(4, 0.0f), mb(2, 0.0f);
     const float lr = 0.1f, wd = 0.5f, scale = 0.5f, bt = static_cast<float>(beta);
     for (int s = 1; s <= 2; ++s) {
-      loom_opt_step_args args{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, s, scale};
-      th.check(api->step(opt, &args));
+      loom_opt_step_args step_args{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, s, scale, nullptr};
+      th.check(api->step(opt, &step_args));
       auto ref = [&](std::vector<float>& p, std::vector<float>& m, const std::vector<float>& gr,
                      float decay) {
         for (size_t i = 0; i < p.size(); ++i) {
@@ -205,13 +206,15 @@ TEST_CASE("example plugin: errors come back as ABI errors, not exceptions") {
   loom_opt_param p{LOOM_OPT_PARAM_SIZE_V2, "ints", &t, &t, 0};
   loom_config cfg = loomtest::TestHost::config(g_desc);
   loom_optimizer* opt = nullptr;
-  loom_error* e = api->create(&host, &cfg, &p, 1, &opt);
+  const loom_opt_create_args one{LOOM_OPT_CREATE_ARGS_SIZE_V2, &p, 1, nullptr};
+  loom_error* e = api->create(&host, &cfg, &one, &opt);
   REQUIRE(e != nullptr);
   CHECK(std::string(th.host()->error_message(e)).find("ints must be float32") != std::string::npos);
   th.host()->error_free(e);
 
   loom_config bad = loomtest::TestHost::config(g_desc, {{"momentum", "1.5"}});
-  e = api->create(&host, &bad, nullptr, 0, &opt);
+  const loom_opt_create_args none{LOOM_OPT_CREATE_ARGS_SIZE_V2, nullptr, 0, nullptr};
+  e = api->create(&host, &bad, &none, &opt);
   REQUIRE(e != nullptr);
   CHECK(std::string(th.host()->error_message(e)).find("momentum") != std::string::npos);
   th.host()->error_free(e);

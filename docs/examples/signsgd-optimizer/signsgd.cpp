@@ -112,10 +112,14 @@ class SignSgd {
 SignSgd* cast(loom_optimizer* o) { return reinterpret_cast<SignSgd*>(o); }
 
 // The C functions of the table: each body runs inside loom::guard, so no exception crosses.
-loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
-                   size_t num_params, loom_optimizer** out) {
+loom_error* create(const loom_host* host, const loom_config* cfg, const loom_opt_create_args* args,
+                   loom_optimizer** out) {
   return loom::guard(host, [&] {
-    *out = reinterpret_cast<loom_optimizer*>(new SignSgd(host, cfg, params, num_params));
+    loom::require(args && args->struct_size >= LOOM_OPT_CREATE_ARGS_SIZE_V2,
+                  "optimizer/signsgd: create args missing or older than ABI 2.0");
+    loom::require_known_exts(args->ext, {}, "optimizer/signsgd");  // refuse what we don't know
+    *out =
+        reinterpret_cast<loom_optimizer*>(new SignSgd(host, cfg, args->params, args->num_params));
   });
 }
 void destroy(loom_optimizer* o) { delete cast(o); }  // delete nullptr is a no-op

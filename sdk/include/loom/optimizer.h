@@ -23,18 +23,28 @@ typedef struct loom_opt_param {
 } loom_opt_param;
 #define LOOM_OPT_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_param, weight_decay)
 
+typedef struct loom_opt_create_args {
+  size_t struct_size;
+  const loom_opt_param* params; /* num_params entries, borrowed for the call (the tensors
+                                 * they point to live as long as the optimizer) */
+  size_t num_params;
+  const loom_ext* ext; /* NULL; a required extension the plugin does not know is refused */
+} loom_opt_create_args;
+#define LOOM_OPT_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_create_args, ext)
+
 typedef struct loom_opt_step_args {
   size_t struct_size;
   double lr;
-  int64_t step;      /* 1-based count of steps taken including this one */
-  double grad_scale; /* multiply every gradient by this first */
+  int64_t step;        /* 1-based count of steps taken including this one */
+  double grad_scale;   /* multiply every gradient by this first */
+  const loom_ext* ext; /* NULL */
 } loom_opt_step_args;
-#define LOOM_OPT_STEP_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_step_args, grad_scale)
+#define LOOM_OPT_STEP_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_step_args, ext)
 
 typedef struct loom_optimizer_api {
   size_t struct_size;
-  loom_error* (*create)(const loom_host* host, const loom_config* cfg, const loom_opt_param* params,
-                        size_t num_params, loom_optimizer** out);
+  loom_error* (*create)(const loom_host* host, const loom_config* cfg,
+                        const loom_opt_create_args* args, loom_optimizer** out);
   void (*destroy)(loom_optimizer* opt); /* accepts NULL */
   /* local (a sharded optimizer steps this rank's shards; the grad plugin gathers them);
    * may run asynchronously on the backend's stream */

@@ -186,17 +186,22 @@ template <class Opt>
 struct OptimizerTable {
   static Opt* self(loom_optimizer* o) { return reinterpret_cast<Opt*>(o); }
   static loom_error* create(const loom_host* host, const loom_config* cfg,
-                            const loom_opt_param* params, size_t n, loom_optimizer** out) {
+                            const loom_opt_create_args* args, loom_optimizer** out) {
     return loom::guard(host, [&] {
       loom::require(out != nullptr, "optimizer: create needs an out pointer");
-      *out = reinterpret_cast<loom_optimizer*>(new Opt(host, cfg, params, n));
+      loom::require(args != nullptr && args->struct_size >= LOOM_OPT_CREATE_ARGS_SIZE_V2 &&
+                        (args->params != nullptr || args->num_params == 0),
+                    "optimizer: create needs loom_opt_create_args of ABI 2.0");
+      loom::require_known_exts(args->ext, {}, "optimizer: create");
+      *out = reinterpret_cast<loom_optimizer*>(new Opt(host, cfg, args->params, args->num_params));
     });
   }
   static void destroy(loom_optimizer* o) { delete self(o); }
   static loom_error* step(loom_optimizer* o, const loom_opt_step_args* a) {
     return loom::guard(self(o)->host(), [&] {
       loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V2,
-                    "optimizer: step needs loom_opt_step_args of ABI 1.0 or later");
+                    "optimizer: step needs loom_opt_step_args of ABI 2.0");
+      loom::require_known_exts(a->ext, {}, "optimizer: step");
       self(o)->step(*a);
     });
   }
