@@ -71,6 +71,25 @@ Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
     throw UsageError("model/" + model + ": batch_spec: " + why);
   }
   check_batch_spec(wants, num, Feed::kProvides, std::size(Feed::kProvides), model);
+
+  // What the model will ask of the attention plugin (a sliding window's extension) must be
+  // on that plugin's capability list: otherwise the first attention call is refused mid-run.
+  if (api->attention_requires == nullptr) return recipe;
+  const char* const* ids = nullptr;
+  if (loom_error* e = api->attention_requires(&host, &recipe.section("model"), &ids)) {
+    const std::string why = host_abi::error_message(e);
+    host_abi::error_free(e);
+    throw UsageError("model/" + model + ": attention_requires: " + why);
+  }
+  const std::string attention = recipe.plugin("attention");
+  const PluginInfo& attn = registry.get(LOOM_KIND_ATTENTION, attention);
+  for (; ids && *ids; ++ids)
+    if (!attn.has_capability(*ids))
+      throw UsageError("model/" + model + " with this recipe needs '" + *ids +
+                       "' of its attention plugin, and attention/" + attention +
+                       " does not list it (its capabilities: " + attn.capabilities_text() +
+                       "); choose an attention plugin that does (loom plugins describe "
+                       "attention/NAME)");
   return recipe;
 }
 

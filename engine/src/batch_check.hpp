@@ -17,7 +17,8 @@ void check_batch_spec(const loom_array_spec* wants, size_t num_wants,
                       const std::string& model);
 
 // The recipe's model plugin's batch_spec (asked with its [model] section, no instance)
-// against the arrays GPT samples provide. Returns `recipe`, so that set-up can chain it.
+// against the arrays GPT samples provide, and its attention_requires against the attention
+// plugin's capabilities. Returns `recipe`, so that set-up can chain it.
 Recipe& check_model_batch(Recipe& recipe, Registry& registry);
 
 }  // namespace loom::engine

@@ -37,6 +37,15 @@ loom_error* batch_spec(const loom_host* host, const loom_config*, size_t* num,
     *specs = kBatchSpec;
   });
 }
+// A sliding window (recipe key attention_window > 0) needs loom.attention-window/1.
+loom_error* attention_requires(const loom_host* host, const loom_config* cfg,
+                               const char* const** ids) {
+  static const char* const kWindow[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
+  return loom::guard(host, [&] {
+    loom::require(ids != nullptr, "attention_requires: ids is NULL");
+    *ids = loom::Config(host, cfg).get_int("attention_window") > 0 ? kWindow : nullptr;
+  });
+}
 loom_error* stage_info(loom_model* m, loom_stage_info* out) {
   return loom::guard(self(m)->host(), [&] { self(m)->stage_info(out); });
 }
@@ -78,6 +87,7 @@ loom_model_api decoder_api(CreateFn create) {
                         zero_grad,
                         flops_per_token,
                         batch_spec,
+                        attention_requires,
                         stage_info,
                         stage_forward,
                         stage_backward,

@@ -140,7 +140,7 @@ Listing build() {
   END
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
-  F(flops_per_token) F(batch_spec)
+  F(flops_per_token) F(batch_spec) F(attention_requires)
   F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
   END
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END

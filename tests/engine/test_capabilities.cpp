@@ -2,6 +2,7 @@
 // list, naming both; a callee refuses a required extension it does not know.
 #include <doctest/doctest.h>
 
+#include "capability_gate.hpp"
 #include "engine_test_util.hpp"
 #include "errors.hpp"
 #include "loom/cpp/plugin.hpp"
@@ -60,4 +61,24 @@ TEST_CASE("a callee refuses a required extension it does not know, and only a re
           "attention/x: does not implement extension 'loom.attention-window/1', which the "
           "caller requires");
   }
+}
+
+TEST_CASE("the attention gate: a required extension the plugin does not list is named") {
+  // What the host's AttentionGate checks before every forward and backward: a run that got
+  // past `loom validate` (whose model declared nothing) is still never computed as plain
+  // causal attention by a plugin that does not list the window.
+  PluginInfo attn;
+  attn.kind = LOOM_KIND_ATTENTION;
+  attn.name = "causal-only";
+  const loom_attention_window window{
+      {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr}, 4};
+  CHECK(unlisted_required_ext(&window.base, attn) ==
+        "attention/causal-only does not implement 'loom.attention-window/1', which this run "
+        "needs (its capabilities: none); choose another attention plugin, one that lists it "
+        "(loom plugins describe attention/NAME)");
+  attn.capabilities.push_back(LOOM_EXT_ATTENTION_WINDOW);
+  CHECK(unlisted_required_ext(&window.base, attn).empty());
+  // An optional extension the plugin does not list is no reason to refuse.
+  loom_ext optional{sizeof(loom_ext), "loom.test-optional/1", 0, nullptr};
+  CHECK(unlisted_required_ext(&optional, attn).empty());
 }

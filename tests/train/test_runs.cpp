@@ -177,15 +177,21 @@ TEST_CASE("a sliding window trains with plugins that list it and is refused by o
                    false, fixture);
     CHECK_MESSAGE(r.code == 0, r.out);
   }
-  // attention/causal-only would otherwise compute plain causal attention: the host refuses
-  // to hand it the window, naming the plugin and the extension. Without a window it trains.
-  Result r = run("run " + recipe.string() +
-                     " --set model.attention_window=4 --set attention.plugin=causal-only",
-                 false, fixture);
-  CHECK(r.code == 1);
-  CHECK_MESSAGE(r.out.find("attention/causal-only does not implement "
-                           "'loom.attention-window/1'") != std::string::npos,
-                r.out);
+  // attention/causal-only would otherwise compute plain causal attention: the model says the
+  // window needs loom.attention-window/1, so validate and run refuse the recipe (exit 2)
+  // before anything runs, naming both. Without a window it trains.
+  for (const char* cmd : {"validate ", "run "}) {
+    Result r = run(cmd + recipe.string() +
+                       " --set model.attention_window=4 --set attention.plugin=causal-only",
+                   false, fixture);
+    CAPTURE(cmd);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.out.find("model/gpt with this recipe needs 'loom.attention-window/1' of its "
+                             "attention plugin, and attention/causal-only does not list it") !=
+                      std::string::npos,
+                  r.out);
+  }
+  Result r{};
   r = run("run " + recipe.string() + " --set train.iters=2 --set attention.plugin=causal-only",
           false, fixture);
   CHECK_MESSAGE(r.code == 0, r.out);

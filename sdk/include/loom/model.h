@@ -207,6 +207,13 @@ typedef struct loom_model_api {
    * before anything is created. *specs: plugin-owned, valid until the next call. */
   loom_error* (*batch_spec)(const loom_host* host, const loom_config* cfg, size_t* num,
                             const loom_array_spec** specs);
+  /* The capability ids this configuration will require of the run's attention plugin (a
+   * sliding window: LOOM_EXT_ATTENTION_WINDOW), in *ids: NULL-terminated, plugin-owned,
+   * valid until the next call; NULL or empty for none. A function of the configuration
+   * alone, like batch_spec: `loom validate` refuses an attention plugin that does not list
+   * one, before anything runs (the host's gate still refuses it at the first call). */
+  loom_error* (*attention_requires)(const loom_host* host, const loom_config* cfg,
+                                    const char* const** ids);
 
   /* Pipeline stages, driven by a schedule plugin; every model has them, often just one (a
    * whole model is stage 0 of 1; loom/cpp/model_step.hpp runs it one micro-batch at a
