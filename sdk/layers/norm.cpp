@@ -22,19 +22,19 @@ Norm Norm::make(const Options& o, ParamStore& ps, const std::string& prefix) {
 void Norm::forward(const Ctx& c, DLTensor* out, DLTensor* mean, DLTensor* rstd,
                    const DLTensor* inp) const {
   if (rms)
-    c.call(&loom_ops::rmsnorm_forward, out, rstd, inp, (const DLTensor*)w, eps);
+    loom::rmsnorm_forward(c.be, out, rstd, inp, (const DLTensor*)w, eps);
   else
-    c.call(&loom_ops::layernorm_forward, out, mean, rstd, inp, (const DLTensor*)w,
-           (const DLTensor*)b, eps);
+    loom::layernorm_forward(c.be, out, mean, rstd, inp, (const DLTensor*)w, (const DLTensor*)b,
+                            eps);
 }
 
 // dinp (=) from dout; dw, db +=.
 void Norm::backward(const Ctx& c, DLTensor* dinp, const DLTensor* dout, const DLTensor* inp,
                     const DLTensor* mean, const DLTensor* rstd) const {
   if (rms)
-    c.call(&loom_ops::rmsnorm_backward, dinp, dw, dout, inp, (const DLTensor*)w, rstd);
+    loom::rmsnorm_backward(c.be, dinp, dw, dout, inp, (const DLTensor*)w, rstd);
   else
-    c.call(&loom_ops::layernorm_backward, dinp, dw, db, dout, inp, (const DLTensor*)w, mean, rstd);
+    loom::layernorm_backward(c.be, dinp, dw, db, dout, inp, (const DLTensor*)w, mean, rstd);
 }
 
 }  // namespace loom::layers

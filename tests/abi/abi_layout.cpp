@@ -90,8 +90,8 @@ Listing build() {
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
-  F(sum_squares) F(embedding_forward) F(embedding_backward) F(layernorm_forward)
-  F(layernorm_backward) F(rmsnorm_forward) F(rmsnorm_backward) F(gelu_forward) F(gelu_backward)
+  F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
+  F(norm_backward) F(gelu_forward) F(gelu_backward)
   F(swiglu_forward) F(swiglu_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy)
   F(vocab_ce_stats) F(vocab_ce_backward)

@@ -79,13 +79,13 @@ int main(int argc, char** argv) {
     std::vector<Row> rows = {
         {"layernorm_forward (256x768)", 2 * (int)L + 1,
          [&] {
-           be.call(&loom_ops::layernorm_forward, y.get(), mean.get(), rstd.get(), x.get(), w.get(),
-                   b.get(), 1e-5);
+           loom::layernorm_forward(be, y.get(), mean.get(), rstd.get(), x.get(), w.get(), b.get(),
+                                   1e-5);
          }},
         {"layernorm_backward", 2 * (int)L + 1,
          [&] {
-           be.call(&loom_ops::layernorm_backward, y.get(), dw.get(), db.get(), x.get(), x.get(),
-                   w.get(), mean.get(), rstd.get());
+           loom::layernorm_backward(be, y.get(), dw.get(), db.get(), x.get(), x.get(), w.get(),
+                                    mean.get(), rstd.get());
          }},
         {"add residual (256x768)", 2 * (int)L,
          [&] { be.call(&loom_ops::add, y.get(), x.get(), y.get()); }},

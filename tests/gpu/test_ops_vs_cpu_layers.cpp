@@ -26,8 +26,8 @@ void run_layernorm(DLDataType dt, int64_t N, int64_t C, bool with_bias) {
   Pair w(dt, {C}, random_vec(C, 102, 0.5, 1.5)), b(dt, {C}, random_vec(C, 103, -0.5, 0.5));
   Pair out(dt, {N, C}), mean(f32(), {N}), rstd(f32(), {N});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::layernorm_forward, out[s], mean[s], rstd[s], inp[s], w[s],
-           with_bias ? b[s] : nullptr, 1e-5);
+    loom::layernorm_forward(B, out[s], mean[s], rstd[s], inp[s], w[s], with_bias ? b[s] : nullptr,
+                            1e-5);
   });
   expect_close(out, tol, "layernorm_forward out");
   expect_close(mean, kTolF32, "layernorm_forward mean");
@@ -39,16 +39,16 @@ void run_layernorm(DLDataType dt, int64_t N, int64_t C, bool with_bias) {
   const Vec dw0 = random_vec(C, 105), db0 = random_vec(C, 106);
   Pair dw(f32(), {C}, dw0), db(f32(), {C}, db0);
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::layernorm_backward, dinp[s], dw[s], with_bias ? db[s] : nullptr, dout[s],
-           inp[s], w[s], mean[s], rstd[s]);
+    loom::layernorm_backward(B, dinp[s], dw[s], with_bias ? db[s] : nullptr, dout[s], inp[s], w[s],
+                             mean[s], rstd[s]);
   });
   expect_close(dinp, tol, "layernorm_backward dinp (=)");
   expect_close(dw, tol, "layernorm_backward dweight (+=)");
   if (with_bias) expect_close(db, tol, "layernorm_backward dbias (+=)");
   const Vec first = download(dw.dev_side());
   upload(dw.dev_side(), dw0);
-  dev().call(&loom_ops::layernorm_backward, dinp[1], dw[1], with_bias ? db[1] : nullptr, dout[1],
-             inp[1], w[1], mean[1], rstd[1]);
+  loom::layernorm_backward(dev(), dinp[1], dw[1], with_bias ? db[1] : nullptr, dout[1], inp[1],
+                           w[1], mean[1], rstd[1]);
   expect_same(download(dw.dev_side()), first, "layernorm_backward dweight");
 }
 
@@ -60,7 +60,7 @@ void run_rmsnorm(DLDataType dt, int64_t N, int64_t C) {
   Pair w(dt, {C}, random_vec(C, 112, 0.5, 1.5));
   Pair out(dt, {N, C}), rstd(f32(), {N});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::rmsnorm_forward, out[s], rstd[s], inp[s], w[s], 1e-5);
+    loom::rmsnorm_forward(B, out[s], rstd[s], inp[s], w[s], 1e-5);
   });
   expect_close(out, tol, "rmsnorm_forward out");
   expect_close(rstd, kTolF32, "rmsnorm_forward rstd");
@@ -70,13 +70,13 @@ void run_rmsnorm(DLDataType dt, int64_t N, int64_t C) {
   const Vec dw0 = random_vec(C, 114);
   Pair dw(f32(), {C}, dw0);
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::rmsnorm_backward, dinp[s], dw[s], dout[s], inp[s], w[s], rstd[s]);
+    loom::rmsnorm_backward(B, dinp[s], dw[s], dout[s], inp[s], w[s], rstd[s]);
   });
   expect_close(dinp, tol, "rmsnorm_backward dinp (=)");
   expect_close(dw, tol, "rmsnorm_backward dweight (+=)");
   const Vec first = download(dw.dev_side());
   upload(dw.dev_side(), dw0);
-  dev().call(&loom_ops::rmsnorm_backward, dinp[1], dw[1], dout[1], inp[1], w[1], rstd[1]);
+  loom::rmsnorm_backward(dev(), dinp[1], dw[1], dout[1], inp[1], w[1], rstd[1]);
   expect_same(download(dw.dev_side()), first, "rmsnorm_backward dweight");
 }
 

@@ -207,13 +207,13 @@ TEST_CASE("mixed layernorm: out/dinp 16-bit, mean/rstd f32, dweight/dbias f32 +=
     auto run = [&](DLDataType dt) {
       auto X = T(dt, {N, C}, x), W = T(dt, {C}, w), Bb = T(dt, {C}, b), Gd = T(dt, {N, C}, g);
       loom::Tensor Y(B(), dt, {N, C}), M(B(), kF32, {N}), Rs(B(), kF32, {N});
-      B().call(&loom_ops::layernorm_forward, Y.get(), M.get(), Rs.get(), (const DLTensor*)X.get(),
-               (const DLTensor*)W.get(), (const DLTensor*)Bb.get(), 1e-5);
+      loom::layernorm_forward(B(), Y.get(), M.get(), Rs.get(), (const DLTensor*)X.get(),
+                              (const DLTensor*)W.get(), (const DLTensor*)Bb.get(), 1e-5);
       auto Dw = T(kF32, {C}, dw0), Db = T(kF32, {C}, db0);
       // dinp written over dout (aliasing allowed)
-      B().call(&loom_ops::layernorm_backward, Gd.get(), Dw.get(), Db.get(),
-               (const DLTensor*)Gd.get(), (const DLTensor*)X.get(), (const DLTensor*)W.get(),
-               (const DLTensor*)M.get(), (const DLTensor*)Rs.get());
+      loom::layernorm_backward(B(), Gd.get(), Dw.get(), Db.get(), (const DLTensor*)Gd.get(),
+                               (const DLTensor*)X.get(), (const DLTensor*)W.get(),
+                               (const DLTensor*)M.get(), (const DLTensor*)Rs.get());
       return Out{G(Y), G(M), G(Rs), G(Gd), G(Dw), G(Db)};
     };
     Out got = run(h), ref = run(kF32);
@@ -233,11 +233,12 @@ TEST_CASE("mixed rmsnorm: bf16 out/dinp, f32 rstd and dweight +=") {
   auto run = [&](DLDataType dt, Vec* rstd, Vec* dx, Vec* dw) {
     auto X = T(dt, {N, C}, x), W = T(dt, {C}, w), Gd = T(dt, {N, C}, g);
     loom::Tensor Y(B(), dt, {N, C}), Rs(B(), kF32, {N}), Dx(B(), dt, {N, C});
-    B().call(&loom_ops::rmsnorm_forward, Y.get(), Rs.get(), (const DLTensor*)X.get(),
-             (const DLTensor*)W.get(), 1e-5);
+    loom::rmsnorm_forward(B(), Y.get(), Rs.get(), (const DLTensor*)X.get(),
+                          (const DLTensor*)W.get(), 1e-5);
     auto Dw = T(kF32, {C}, dw0);
-    B().call(&loom_ops::rmsnorm_backward, Dx.get(), Dw.get(), (const DLTensor*)Gd.get(),
-             (const DLTensor*)X.get(), (const DLTensor*)W.get(), (const DLTensor*)Rs.get());
+    loom::rmsnorm_backward(B(), Dx.get(), Dw.get(), (const DLTensor*)Gd.get(),
+                           (const DLTensor*)X.get(), (const DLTensor*)W.get(),
+                           (const DLTensor*)Rs.get());
     *rstd = G(Rs);
     *dx = G(Dx);
     *dw = G(Dw);
@@ -367,8 +368,8 @@ TEST_CASE("mixed precision: unsupported dtype combinations are refused, naming t
   loom::Tensor M(B(), bf, {2}), Rs(B(), kF32, {2}), O(B(), bf, {2, 4});
   expect_error(
       [&] {
-        B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), (const DLTensor*)X.get(),
-                 (const DLTensor*)W.get(), nullptr, 1e-5);
+        loom::layernorm_forward(B(), O.get(), M.get(), Rs.get(), (const DLTensor*)X.get(),
+                                (const DLTensor*)W.get(), nullptr, 1e-5);
       },
       LOOM_ERR_INVALID_ARGUMENT, "mean is bf16");
   auto F = T(kF32, {4, 2}, Vec(8, 0.5));

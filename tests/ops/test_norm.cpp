@@ -1,6 +1,8 @@
 // layernorm and rmsnorm: forward against naive double loops, backward against central finite
 // differences in f64 (inp, weight, bias), the = / += accumulation rules, in-place dinp, f32
 // against f64, and shape errors.
+#include <cstddef>
+
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -49,8 +51,8 @@ Vec run_layernorm(DLDataType dt, const Vec& x, const Vec& w, const Vec* b, int64
   loom::Tensor Bb;
   if (b) Bb = make(dt, {C}, *b);
   loom::Tensor O(B(), dt, {N, C}), M(B(), dt, {N}), R(B(), dt, {N});
-  B().call(&loom_ops::layernorm_forward, O.get(), M.get(), R.get(), X.get(), W.get(),
-           b ? Bb.get() : nullptr, kEps);
+  loom::layernorm_forward(B(), O.get(), M.get(), R.get(), X.get(), W.get(), b ? Bb.get() : nullptr,
+                          kEps);
   if (mean) *mean = get(M);
   if (rstd) *rstd = get(R);
   return get(O);
@@ -82,15 +84,14 @@ TEST_CASE("layernorm_backward against finite differences (inp, weight, bias)") {
   auto W = make64({C}, w);
   auto Bb = make64({C}, b);
   loom::Tensor O(B(), loom_f64(), {N, C}), M(B(), loom_f64(), {N}), Rs(B(), loom_f64(), {N});
-  B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), X.get(), W.get(), Bb.get(),
-           kEps);
+  loom::layernorm_forward(B(), O.get(), M.get(), Rs.get(), X.get(), W.get(), Bb.get(), kEps);
   // dinp starts as garbage (it is written), dweight/dbias as nonzero (they accumulate).
   Vec dw0 = random_vec(C, 14), db0 = random_vec(C, 15);
   auto dX = make64({N, C}, random_vec(N * C, 16, 1e3, 2e3));
   auto dW = make64({C}, dw0);
   auto dB = make64({C}, db0);
-  B().call(&loom_ops::layernorm_backward, dX.get(), dW.get(), dB.get(), make64({N, C}, R).get(),
-           X.get(), W.get(), M.get(), Rs.get());
+  loom::layernorm_backward(B(), dX.get(), dW.get(), dB.get(), make64({N, C}, R).get(), X.get(),
+                           W.get(), M.get(), Rs.get());
   Vec gw = get(dW), gb = get(dB);
   for (int64_t c = 0; c < C; ++c) {
     gw[c] -= dw0[c];
@@ -103,8 +104,8 @@ TEST_CASE("layernorm_backward against finite differences (inp, weight, bias)") {
   // dinp may alias dout, and dbias may be NULL.
   auto dO = make64({N, C}, R);
   auto dW2 = make64({C}, Vec(C, 0.0));
-  B().call(&loom_ops::layernorm_backward, dO.get(), dW2.get(), nullptr, dO.get(), X.get(), W.get(),
-           M.get(), Rs.get());
+  loom::layernorm_backward(B(), dO.get(), dW2.get(), nullptr, dO.get(), X.get(), W.get(), M.get(),
+                           Rs.get());
   check_close(get(dO), fd_x, kFdRtol, kFdAtol, "layernorm dinp in place of dout");
   check_close(get(dW2), fd_w, kFdRtol, kFdAtol, "layernorm dweight (dinp aliasing dout)");
 }
@@ -116,7 +117,7 @@ TEST_CASE("rmsnorm forward and backward against finite differences") {
     auto X = make64({N, C}, xv);
     auto W = make64({C}, wv);
     loom::Tensor O(B(), loom_f64(), {N, C}), Rs(B(), loom_f64(), {N});
-    B().call(&loom_ops::rmsnorm_forward, O.get(), Rs.get(), X.get(), W.get(), kEps);
+    loom::rmsnorm_forward(B(), O.get(), Rs.get(), X.get(), W.get(), kEps);
     if (rstd) *rstd = get(Rs);
     return get(O);
   };
@@ -129,8 +130,8 @@ TEST_CASE("rmsnorm forward and backward against finite differences") {
   Vec dw0 = random_vec(C, 23);
   auto dX = make64({N, C}, Vec(N * C, 99.0));
   auto dW = make64({C}, dw0);
-  B().call(&loom_ops::rmsnorm_backward, dX.get(), dW.get(), make64({N, C}, R).get(),
-           make64({N, C}, x).get(), make64({C}, w).get(), make64({N}, rstd).get());
+  loom::rmsnorm_backward(B(), dX.get(), dW.get(), make64({N, C}, R).get(), make64({N, C}, x).get(),
+                         make64({C}, w).get(), make64({N}, rstd).get());
   Vec gw = get(dW);
   for (int64_t c = 0; c < C; ++c) gw[c] -= dw0[c];
   check_close(get(dX), fd_x, kFdRtol, kFdAtol, "rmsnorm dinp vs FD");
@@ -151,9 +152,9 @@ TEST_CASE("layernorm and rmsnorm: f32 (f32 statistics) matches f64") {
     auto W = make(dts[k], {C}, w);
     loom::Tensor O(B(), dts[k], {N, C}), Rs(B(), dts[k], {N}), dX(B(), dts[k], {N, C});
     auto dW = make(dts[k], {C}, Vec(C, 0.0));
-    B().call(&loom_ops::rmsnorm_forward, O.get(), Rs.get(), X.get(), W.get(), kEps);
-    B().call(&loom_ops::rmsnorm_backward, dX.get(), dW.get(), make(dts[k], {N, C}, R).get(),
-             X.get(), W.get(), Rs.get());
+    loom::rmsnorm_forward(B(), O.get(), Rs.get(), X.get(), W.get(), kEps);
+    loom::rmsnorm_backward(B(), dX.get(), dW.get(), make(dts[k], {N, C}, R).get(), X.get(), W.get(),
+                           Rs.get());
     grads[k] = get(dX);
   }
   check_close(grads[0], grads[1], 1e-5, 1e-5, "rmsnorm_backward f32 vs f64");
@@ -165,8 +166,7 @@ TEST_CASE("layernorm: f64 data with f32 statistics is accepted (backend.h's f32 
   auto X = make64({N, C}, x);
   auto W = make64({C}, w);
   loom::Tensor O(B(), loom_f64(), {N, C}), M(B(), loom_f32(), {N}), Rs(B(), loom_f32(), {N});
-  B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), X.get(), W.get(), nullptr,
-           kEps);
+  loom::layernorm_forward(B(), O.get(), M.get(), Rs.get(), X.get(), W.get(), nullptr, kEps);
   check_close(get(O), naive_layernorm(x, w, nullptr, N, C).out, 1e-12, 1e-12,
               "layernorm f64 with f32 stats");
 }
@@ -178,27 +178,58 @@ TEST_CASE("norms: shape and dtype errors name the op and the mismatch") {
   loom::Tensor O(B(), loom_f32(), {N, C}), M(B(), loom_f32(), {N}), Rs(B(), loom_f32(), {N});
   expect_error(
       [&] {
-        B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), X.get(), W.get(),
-                 nullptr, kEps);
+        loom::layernorm_forward(B(), O.get(), M.get(), Rs.get(), X.get(), W.get(), nullptr, kEps);
       },
       LOOM_ERR_INVALID_ARGUMENT, "layernorm_forward: weight has 767 elements, expected 768");
   auto W64 = make64({C}, Vec(C, 1.0));
-  expect_error(
-      [&] { B().call(&loom_ops::rmsnorm_forward, O.get(), Rs.get(), X.get(), W64.get(), kEps); },
-      LOOM_ERR_INVALID_ARGUMENT, "rmsnorm_forward: weight is f64, expected f32 (the dtype of inp)");
+  expect_error([&] { loom::rmsnorm_forward(B(), O.get(), Rs.get(), X.get(), W64.get(), kEps); },
+               LOOM_ERR_INVALID_ARGUMENT,
+               "rmsnorm_forward: weight is f64, expected f32 (the dtype of inp)");
   loom::Tensor M3(B(), loom_f32(), {N + 1});
   auto Wok = make(loom_f32(), {C}, Vec(C, 1.0));
   expect_error(
       [&] {
-        B().call(&loom_ops::layernorm_forward, O.get(), M3.get(), Rs.get(), X.get(), Wok.get(),
-                 nullptr, kEps);
+        loom::layernorm_forward(B(), O.get(), M3.get(), Rs.get(), X.get(), Wok.get(), nullptr,
+                                kEps);
       },
       LOOM_ERR_INVALID_ARGUMENT, "layernorm_forward: mean has 3 elements, expected 2");
   loom::Tensor Xb(B(), loom_i32(), {N, C});  // bf16/f16: mixed precision (test_mixed.cpp)
   expect_error(
       [&] {
-        B().call(&loom_ops::layernorm_forward, O.get(), M.get(), Rs.get(), Xb.get(), Wok.get(),
-                 nullptr, kEps);
+        loom::layernorm_forward(B(), O.get(), M.get(), Rs.get(), Xb.get(), Wok.get(), nullptr,
+                                kEps);
       },
       LOOM_ERR_UNIMPLEMENTED, "layernorm_forward: inp is i32");
+}
+
+TEST_CASE(
+    "norm_forward/norm_backward: args of an unknown kind, short or with an unknown required "
+    "extension are refused") {
+  loom::Tensor X = make(loom_f32(), {2, 4}, Vec(8, 0.5)), W = make(loom_f32(), {4}, Vec(4, 1.0));
+  loom::Tensor O(B(), loom_f32(), {2, 4}), R(B(), loom_f32(), {2});
+  loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                       7,
+                       O.get(),
+                       nullptr,
+                       R.get(),
+                       X.get(),
+                       W.get(),
+                       nullptr,
+                       1e-5,
+                       nullptr};
+  expect_error([&] { B().call(&loom_ops::norm_forward, &a); }, LOOM_ERR_INVALID_ARGUMENT,
+               "norm_forward: args NULL, older than ABI 2.0, of an unknown kind");
+  a.kind = LOOM_NORM_RMS;
+  const loom_ext future{sizeof(loom_ext), "loom.norm-future/1", LOOM_EXT_REQUIRED, nullptr};
+  a.ext = &future;  // e.g. a groupwise norm this backend was built before
+  expect_error([&] { B().call(&loom_ops::norm_forward, &a); }, LOOM_ERR_INVALID_ARGUMENT,
+               "unknown required extension");
+  a.ext = nullptr;
+  a.struct_size = offsetof(loom_norm_fwd_args, ext);
+  expect_error([&] { B().call(&loom_ops::norm_forward, &a); }, LOOM_ERR_INVALID_ARGUMENT,
+               "older than ABI 2.0");
+  a.struct_size = LOOM_NORM_FWD_ARGS_SIZE_V2;
+  B().call(&loom_ops::norm_forward, &a);  // a valid RMSNorm goes through
+  expect_error([&] { B().call(&loom_ops::norm_backward, nullptr); }, LOOM_ERR_INVALID_ARGUMENT,
+               "norm_backward: args NULL");
 }

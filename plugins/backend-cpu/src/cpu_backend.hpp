@@ -145,6 +145,8 @@ loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor
 loom_error* op_embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
                                   const DLTensor* dout) noexcept;
 // kernels_norm.cpp
+loom_error* op_norm_forward(loom_backend* be, const loom_norm_fwd_args* args) noexcept;
+loom_error* op_norm_backward(loom_backend* be, const loom_norm_bwd_args* args) noexcept;
 loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
                                  const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
                                  double eps) noexcept;

@@ -20,6 +20,8 @@ loom_error* embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* i
                               const DLTensor* table, int accumulate) noexcept;
 loom_error* embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
                                const DLTensor* dout) noexcept;
+loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* args) noexcept;
+loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* args) noexcept;
 loom_error* layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
                               const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
                               double eps) noexcept;

@@ -73,6 +73,43 @@ typedef struct loom_softmax_args {
 } loom_softmax_args;
 #define LOOM_SOFTMAX_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_softmax_args, window)
 
+/* Normalisation over the channels of inp(N,C), LayerNorm or RMSNorm (`kind`):
+ *   LayerNorm: out = (inp - mean) * rstd * weight + bias (bias may be NULL), mean and rstd
+ *              (N) saved;
+ *   RMSNorm:   out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps) (N) saved; no
+ *              mean, no bias (NULL). */
+typedef enum loom_norm_kind { LOOM_NORM_LAYER = 0, LOOM_NORM_RMS = 1 } loom_norm_kind;
+
+typedef struct loom_norm_fwd_args {
+  size_t struct_size;
+  int32_t kind;           /* a loom_norm_kind */
+  DLTensor* out;          /* (N,C) */
+  DLTensor* mean;         /* (N), LayerNorm only */
+  DLTensor* rstd;         /* (N) */
+  const DLTensor* inp;    /* (N,C) */
+  const DLTensor* weight; /* (C) */
+  const DLTensor* bias;   /* (C) or NULL */
+  double eps;
+  const loom_ext* ext; /* NULL */
+} loom_norm_fwd_args;
+#define LOOM_NORM_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_norm_fwd_args, ext)
+
+/* dinp(N,C) =; dweight(C) +=; dbias(C) += (LayerNorm, may be NULL) */
+typedef struct loom_norm_bwd_args {
+  size_t struct_size;
+  int32_t kind; /* a loom_norm_kind */
+  DLTensor* dinp;
+  DLTensor* dweight;
+  DLTensor* dbias;
+  const DLTensor* dout;
+  const DLTensor* inp;
+  const DLTensor* weight;
+  const DLTensor* mean; /* LayerNorm only */
+  const DLTensor* rstd;
+  const loom_ext* ext; /* NULL */
+} loom_norm_bwd_args;
+#define LOOM_NORM_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_norm_bwd_args, ext)
+
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
@@ -102,23 +139,9 @@ typedef struct loom_ops {
   loom_error* (*embedding_backward)(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
                                     const DLTensor* dout);
 
-  /* --- normalisation ------------------------------------------------------------ */
-  /* out(N,C) = (inp - mean) * rstd * weight(C) + bias(C); mean, rstd (N) saved.
-   * bias may be NULL. */
-  loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
-                                   const DLTensor* inp, const DLTensor* weight,
-                                   const DLTensor* bias, double eps);
-  /* dinp(N,C) =; dweight(C) +=; dbias(C) += (may be NULL) */
-  loom_error* (*layernorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
-                                    DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
-                                    const DLTensor* weight, const DLTensor* mean,
-                                    const DLTensor* rstd);
-  /* out(N,C) = inp * rstd * weight(C), rstd = 1/sqrt(mean(inp^2) + eps) (N) saved */
-  loom_error* (*rmsnorm_forward)(loom_backend* be, DLTensor* out, DLTensor* rstd,
-                                 const DLTensor* inp, const DLTensor* weight, double eps);
-  loom_error* (*rmsnorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
-                                  const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
-                                  const DLTensor* rstd);
+  /* --- normalisation (LayerNorm and RMSNorm, loom_norm_fwd_args / loom_norm_bwd_args) --- */
+  loom_error* (*norm_forward)(loom_backend* be, const loom_norm_fwd_args* args);
+  loom_error* (*norm_backward)(loom_backend* be, const loom_norm_bwd_args* args);
 
   /* --- activations -------------------------------------------------------------- */
   /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */

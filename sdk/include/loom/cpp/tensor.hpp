@@ -183,4 +183,67 @@ inline double sum_squares(const Backend& be, const DLTensor* x) {
   return out;
 }
 
+// The norm ops with positional arguments, over loom_ops::norm_forward/norm_backward.
+inline void layernorm_forward(const Backend& be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                              const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
+                              double eps) {
+  const loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                             LOOM_NORM_LAYER,
+                             out,
+                             mean,
+                             rstd,
+                             inp,
+                             weight,
+                             bias,
+                             eps,
+                             nullptr};
+  be.call(&loom_ops::norm_forward, &a);
+}
+inline void rmsnorm_forward(const Backend& be, DLTensor* out, DLTensor* rstd, const DLTensor* inp,
+                            const DLTensor* weight, double eps) {
+  const loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                             LOOM_NORM_RMS,
+                             out,
+                             nullptr,
+                             rstd,
+                             inp,
+                             weight,
+                             nullptr,
+                             eps,
+                             nullptr};
+  be.call(&loom_ops::norm_forward, &a);
+}
+inline void layernorm_backward(const Backend& be, DLTensor* dinp, DLTensor* dweight,
+                               DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                               const DLTensor* weight, const DLTensor* mean, const DLTensor* rstd) {
+  const loom_norm_bwd_args a{LOOM_NORM_BWD_ARGS_SIZE_V2,
+                             LOOM_NORM_LAYER,
+                             dinp,
+                             dweight,
+                             dbias,
+                             dout,
+                             inp,
+                             weight,
+                             mean,
+                             rstd,
+                             nullptr};
+  be.call(&loom_ops::norm_backward, &a);
+}
+inline void rmsnorm_backward(const Backend& be, DLTensor* dinp, DLTensor* dweight,
+                             const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                             const DLTensor* rstd) {
+  const loom_norm_bwd_args a{LOOM_NORM_BWD_ARGS_SIZE_V2,
+                             LOOM_NORM_RMS,
+                             dinp,
+                             dweight,
+                             nullptr,
+                             dout,
+                             inp,
+                             weight,
+                             nullptr,
+                             rstd,
+                             nullptr};
+  be.call(&loom_ops::norm_backward, &a);
+}
+
 }  // namespace loom
