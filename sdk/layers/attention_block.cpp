@@ -41,8 +41,8 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
               {qv.get(), kv.get(), vv.get()});
   if (rope) {
-    c.call(&loom_ops::rope_forward, qv.get(), s.pos0, rope_theta);
-    c.call(&loom_ops::rope_forward, kv.get(), s.pos0, rope_theta);
+    loom::rope_forward(c.be, qv.get(), s.pos0, rope_theta);
+    loom::rope_forward(c.be, kv.get(), s.pos0, rope_theta);
   }
   const double scale = 1.0 / std::sqrt((double)D);
   loom_attention_fwd_args f{};
@@ -118,8 +118,8 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   b.ext = window.window > 0 ? &window.base : nullptr;
   loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
   if (rope) {  // gradients w.r.t. the q, k before rotation
-    c.call(&loom_ops::rope_backward, dq.get(), s.pos0, rope_theta);
-    c.call(&loom_ops::rope_backward, dk.get(), s.pos0, rope_theta);
+    loom::rope_backward(c.be, dq.get(), s.pos0, rope_theta);
+    loom::rope_backward(c.be, dk.get(), s.pos0, rope_theta);
   }
   // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
   View xf = view(a.ln1_full, {N, C});

@@ -87,6 +87,15 @@ Listing build() {
   F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
   END
   STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) END
+  STRUCT(loom_norm_fwd_args)
+  F(struct_size) F(kind) F(out) F(mean) F(rstd) F(inp) F(weight) F(bias) F(eps) F(ext)
+  END
+  STRUCT(loom_norm_bwd_args)
+  F(struct_size) F(kind) F(dinp) F(dweight) F(dbias) F(dout) F(inp) F(weight) F(mean) F(rstd)
+  F(ext)
+  END
+  ENUM(loom_norm_kind, LOOM_NORM_LAYER) ENUM(loom_norm_kind, LOOM_NORM_RMS)
+  STRUCT(loom_rope_args) F(struct_size) F(x) F(pos_offset) F(theta) F(ext) END
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)

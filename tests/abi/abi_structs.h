@@ -12,6 +12,9 @@
   X(loom_comm_ref) \
   X(loom_gemm_args) \
   X(loom_softmax_args) \
+  X(loom_norm_fwd_args) \
+  X(loom_norm_bwd_args) \
+  X(loom_rope_args) \
   X(loom_sum_squares_args) \
   X(loom_ops) \
   X(loom_backend_info) \

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
         {"softmax_backward (48x64x64)", (int)L,
          [&] { be.call(&loom_ops::softmax_backward, att.get(), att.get(), att.get(), 0.125); }},
         {"rope_forward (4x64x12x64)", 2 * (int)L,
-         [&] { be.call(&loom_ops::rope_forward, q.get(), int64_t{0}, 10000.0); }},
+         [&] { loom::rope_forward(be, q.get(), int64_t{0}, 10000.0); }},
         {"embedding_forward (256 of 50257x768)", 1,
          [&] { be.call(&loom_ops::embedding_forward, y.get(), ids.get(), wte.get(), 0); }},
         {"embedding_backward", 1,

@@ -150,12 +150,10 @@ void run_rope(DLDataType dt, int64_t B_, int64_t T, int64_t H, int64_t D, int64_
   CAPTURE(theta);
   const int64_t n = B_ * T * H * D;
   Pair x(dt, {B_, T, H, D}, random_vec(n, 141));
-  run_both(
-      [&](const loom::Backend& B, int s) { B.call(&loom_ops::rope_forward, x[s], pos, theta); });
+  run_both([&](const loom::Backend& B, int s) { loom::rope_forward(B, x[s], pos, theta); });
   expect_close(x, tol_for(dt), "rope_forward");
   x.set(random_vec(n, 142));
-  run_both(
-      [&](const loom::Backend& B, int s) { B.call(&loom_ops::rope_backward, x[s], pos, theta); });
+  run_both([&](const loom::Backend& B, int s) { loom::rope_backward(B, x[s], pos, theta); });
   expect_close(x, tol_for(dt), "rope_backward");
 }
 

@@ -1,6 +1,7 @@
 // Attention pieces: the row softmax (scale, causal mask with Tq < Tk and Tq > Tk, lse,
 // flattened leading dims) and RoPE (rotate-half), forward against naive loops, backward
 // against central finite differences in f64.
+#include <cstddef>
 #include <limits>
 
 #include "ops_support.hpp"
@@ -62,7 +63,7 @@ Vec naive_rope(const Vec& x, int64_t Bn, int64_t T, int64_t H, int64_t D, int64_
 Vec run_rope(DLDataType dt, const Vec& x, std::vector<int64_t> shape, int64_t off, double theta,
              bool backward = false) {
   auto X = make(dt, shape, x);
-  B().call(backward ? &loom_ops::rope_backward : &loom_ops::rope_forward, X.get(), off, theta);
+  (backward ? loom::rope_backward : loom::rope_forward)(B(), X.get(), off, theta);
   return get(X);
 }
 
@@ -186,9 +187,25 @@ TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and
               "rope f32 vs f64 at large positions");
 
   auto X = make64({2, 3, 7}, Vec(42, 0.0));
-  expect_error([&] { B().call(&loom_ops::rope_forward, X.get(), int64_t{0}, theta); },
+  expect_error([&] { loom::rope_forward(B(), X.get(), int64_t{0}, theta); },
                LOOM_ERR_INVALID_ARGUMENT, "rope_forward: x has shape (2,3,7), expected 4");
   auto Y = make64({1, 2, 1, 7}, Vec(14, 0.0));
-  expect_error([&] { B().call(&loom_ops::rope_backward, Y.get(), int64_t{0}, theta); },
+  expect_error([&] { loom::rope_backward(B(), Y.get(), int64_t{0}, theta); },
                LOOM_ERR_INVALID_ARGUMENT, "head dimension D = 7");
+}
+
+TEST_CASE(
+    "rope_forward/rope_backward: NULL or short args, or an unknown required extension, are "
+    "refused") {
+  loom::Tensor X = make(loom_f32(), {1, 2, 1, 4}, Vec(8, 0.5));
+  loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, X.get(), 0, 10000.0, nullptr};
+  B().call(&loom_ops::rope_forward, &a);  // valid
+  const loom_ext scaling{sizeof(loom_ext), "loom.rope-scaling/1", LOOM_EXT_REQUIRED, nullptr};
+  a.ext = &scaling;  // e.g. Llama 3's frequency scaling, unknown to this backend
+  expect_error([&] { B().call(&loom_ops::rope_forward, &a); }, LOOM_ERR_INVALID_ARGUMENT,
+               "unknown required extension");
+  a.ext = nullptr;
+  a.struct_size = offsetof(loom_rope_args, ext);
+  expect_error([&] { B().call(&loom_ops::rope_backward, &a); }, LOOM_ERR_INVALID_ARGUMENT,
+               "rope_backward: args NULL, older than ABI 2.0");
 }

@@ -229,4 +229,22 @@ loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
   });
 }
 
+// The table's entries (loom_rope_args), refused when loom::usable_ops_args says so.
+loom_error* op_rope_forward_args(loom_backend* be, const loom_rope_args* a) noexcept {
+  if (!loom::usable_ops_args(a, LOOM_ROPE_ARGS_SIZE_V2))
+    return run_op(be, "rope_forward", [](loom_backend&) {
+      Check{"rope_forward"}.fail(
+          "args NULL, older than ABI 2.0 or with an unknown required extension");
+    });
+  return op_rope_forward(be, a->x, a->pos_offset, a->theta);
+}
+loom_error* op_rope_backward_args(loom_backend* be, const loom_rope_args* a) noexcept {
+  if (!loom::usable_ops_args(a, LOOM_ROPE_ARGS_SIZE_V2))
+    return run_op(be, "rope_backward", [](loom_backend&) {
+      Check{"rope_backward"}.fail(
+          "args NULL, older than ABI 2.0 or with an unknown required extension");
+    });
+  return op_rope_backward(be, a->x, a->pos_offset, a->theta);
+}
+
 }  // namespace loom_cpu

@@ -189,4 +189,20 @@ loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
   });
 }
 
+// The table's entries (loom_rope_args), refused when loom::usable_ops_args says so.
+loom_error* rope_forward_args(loom_backend* be, const loom_rope_args* a) noexcept {
+  if (!loom::usable_ops_args(a, LOOM_ROPE_ARGS_SIZE_V2))
+    return run_op(be, "rope_forward", [](loom_backend&) {
+      fail("rope_forward", "args NULL, older than ABI 2.0 or with an unknown required extension");
+    });
+  return rope_forward(be, a->x, a->pos_offset, a->theta);
+}
+loom_error* rope_backward_args(loom_backend* be, const loom_rope_args* a) noexcept {
+  if (!loom::usable_ops_args(a, LOOM_ROPE_ARGS_SIZE_V2))
+    return run_op(be, "rope_backward", [](loom_backend&) {
+      fail("rope_backward", "args NULL, older than ABI 2.0 or with an unknown required extension");
+    });
+  return rope_backward(be, a->x, a->pos_offset, a->theta);
+}
+
 }  // namespace loom_cuda

@@ -42,6 +42,8 @@ loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* in
 loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* args) noexcept;
 loom_error* softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p, const DLTensor* dp,
                              double scale) noexcept;
+loom_error* rope_forward_args(loom_backend* be, const loom_rope_args* args) noexcept;
+loom_error* rope_backward_args(loom_backend* be, const loom_rope_args* args) noexcept;
 loom_error* rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta) noexcept;
 loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
                           double theta) noexcept;

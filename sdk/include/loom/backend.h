@@ -110,6 +110,19 @@ typedef struct loom_norm_bwd_args {
 } loom_norm_bwd_args;
 #define LOOM_NORM_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_norm_bwd_args, ext)
 
+/* Rotary embedding in place on x(B,T,H,D), rotate-half (GPT-NeoX/Llama) layout: pairs
+ * (i, i + D/2) of position pos_offset + t turn by pos * theta^(-2i/D). Partial rotation,
+ * frequency scaling and per-token positions (packed sequences) will be appended fields or
+ * extensions. */
+typedef struct loom_rope_args {
+  size_t struct_size;
+  DLTensor* x; /* (B,T,H,D), in place: q or k forward, their gradients backward */
+  int64_t pos_offset;
+  double theta;
+  const loom_ext* ext; /* NULL */
+} loom_rope_args;
+#define LOOM_ROPE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_rope_args, ext)
+
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
@@ -159,11 +172,10 @@ typedef struct loom_ops {
   /* ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp */
   loom_error* (*softmax_backward)(loom_backend* be, DLTensor* ds, const DLTensor* p,
                                   const DLTensor* dp, double scale);
-  /* Rotary embedding in place on x(B,T,H,D), rotate-half (GPT-NeoX/Llama) layout: pairs
-   * (i, i + D/2) of position pos_offset + t turn by (pos) * theta^(-2i/D). */
-  loom_error* (*rope_forward)(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta);
-  /* dx in place: the inverse rotation (the transpose of rope_forward's linear map) */
-  loom_error* (*rope_backward)(loom_backend* be, DLTensor* dx, int64_t pos_offset, double theta);
+  /* Rotary embedding (loom_rope_args), in place; backward applies the inverse rotation to
+   * a gradient (the transpose of the forward's linear map). */
+  loom_error* (*rope_forward)(loom_backend* be, const loom_rope_args* args);
+  loom_error* (*rope_backward)(loom_backend* be, const loom_rope_args* args);
 
   /* --- loss ------------------------------------------------------------------------ */
   /* Fused softmax + cross-entropy. losses(N) = logsumexp(logits[n]) - logits[n, t[n]];

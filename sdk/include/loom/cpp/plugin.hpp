@@ -113,14 +113,17 @@ constexpr loom_param_spec param(const char* name, loom_param_type type, const ch
 // A backend's check of loom_norm_fwd_args / loom_norm_bwd_args (backend.h): present, at
 // least `want` bytes, a known kind, and no required extension on the chain (a backend built
 // before one was defined must refuse it, ABI 2's rule).
-template <class NormArgs>
-bool usable_norm_args(const NormArgs* a, size_t want) {
-  if (a == nullptr || a->struct_size < want ||
-      (a->kind != LOOM_NORM_LAYER && a->kind != LOOM_NORM_RMS))
-    return false;
+// The same for any ops args struct with an ext chain (loom_rope_args, ...).
+template <class Args>
+bool usable_ops_args(const Args* a, size_t want) {
+  if (a == nullptr || a->struct_size < want) return false;
   for (const loom_ext* e = a->ext; e != nullptr; e = e->next)
     if (e->flags & LOOM_EXT_REQUIRED) return false;
   return true;
+}
+template <class NormArgs>
+bool usable_norm_args(const NormArgs* a, size_t want) {
+  return usable_ops_args(a, want) && (a->kind == LOOM_NORM_LAYER || a->kind == LOOM_NORM_RMS);
 }
 
 }  // namespace loom
