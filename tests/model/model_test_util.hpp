@@ -82,13 +82,14 @@ struct Host {
   }
 };
 
-// A model/gpt instance on a Host; destroyed before the host's backend.
+// A model/gpt instance on a Host (or of another model plugin on the layer library, given its
+// descriptor); destroyed before the host's backend.
 class Gpt {
  public:
   Gpt(Host& h, const Overrides& options, int64_t vocab, int64_t micro_batch, int64_t seq_len,
-      DLDataType dtype = loom_f32())
+      DLDataType dtype = loom_f32(), const loom_plugin_descriptor* desc = nullptr)
       : h_(h) {
-    desc_ = loomtest::load_descriptor("model", "gpt");
+    desc_ = desc ? desc : loomtest::load_descriptor("model", "gpt");
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};

@@ -19,6 +19,7 @@
 namespace {
 
 using modeltest::download;
+using modeltest::Gpt;
 using modeltest::Host;
 using modeltest::Overrides;
 using modeltest::upload;
@@ -42,39 +43,25 @@ const loom_plugin_descriptor* example() {
 
 const Overrides kShape = {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "16"}};
 
-// One instance of a model plugin (f64, one micro-batch of kB x kT) on a Host.
+// One instance of a model plugin (f64, one micro-batch of kB x kT) on a Host, initialised
+// from one seed, its parameters by name.
 class Model {
  public:
-  Model(Host& h, const loom_plugin_descriptor* d) : h_(h) {
-    api_ = static_cast<const loom_model_api*>(d->api);
-    cfg_ = loomtest::TestHost::config(d, kShape);
-    loom_model_create_args a{LOOM_MODEL_CREATE_ARGS_SIZE_V2, kVocab, kT, kB, loom_f64(), 0, 1};
-    h.th.check(api_->create(h.th.host(), &cfg_, &a, &m_));
-    h.th.check(api_->init_params(m_, 1234));
-    for (size_t i = 0; i < api_->num_params(m_); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      h.th.check(api_->get_param(m_, i, &p));
-      params[p.name] = p;
-    }
+  Model(Host& h, const loom_plugin_descriptor* d)
+      : h_(h), m_(h, kShape, kVocab, kB, kT, loom_f64(), d) {
+    m_.check(m_.api()->init_params(m_.self(), 1234));
+    for (const loom_model_param& p : m_.params) params[p.name] = p;
   }
-  ~Model() { api_->destroy(m_); }
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
 
-  // Sum of token losses of a fixed micro-batch; with `grad`, gradients += d(sum)/dθ.
+  // Sum of token losses of a fixed micro-batch; with `grad`, gradients = d(sum)/dθ.
   double loss(bool grad) {
     std::vector<int32_t> tok(kB * kT), tgt(kB * kT);
     for (int64_t i = 0; i < kB * kT; ++i) {
       tok[i] = (int32_t)((i * 7 + 3) % kVocab);
       tgt[i] = i % 5 == 4 ? -1 : (int32_t)((i * 11 + 1) % kVocab);
     }
-    loom::HostBatch mb(kB, kT);
-    mb.tokens_targets(tok.data(), tgt.data());
-    double sum = 0, count = 0;
-    if (grad) h_.th.check(api_->zero_grad(m_));
-    h_.th.check(loom::model_step(api_, m_, mb.get(), 1.0, grad, &sum, &count));
-    return sum;
+    if (grad) m_.check(m_.api()->zero_grad(m_.self()));
+    return m_.run(tok, tgt, kB, kT, 1.0, grad).first;
   }
   void zero(const std::string& suffix) {  // every parameter whose name ends so
     for (auto& [name, p] : params)
@@ -86,9 +73,7 @@ class Model {
 
  private:
   Host& h_;
-  const loom_model_api* api_ = nullptr;
-  loom_config cfg_;
-  loom_model* m_ = nullptr;
+  Gpt m_;
 };
 
 }  // namespace
