@@ -9,6 +9,7 @@
 
 #include "errors.hpp"
 #include "host.hpp"
+#include "loom/cpp/describe.hpp"
 #include "registry.hpp"
 #include "train_run.hpp"
 
@@ -20,8 +21,7 @@ void log_model(loom_host_context*, loom_log_level level, const char* message) no
 }
 
 std::string describe(const loom_array_spec& a) {
-  std::string r = std::string(a.name) + " (" + (a.dtype.code == kDLInt ? "int" : "float") +
-                  std::to_string(a.dtype.bits);
+  std::string r = std::string(a.name) + " (" + loom::dtype_str(a.dtype);
   for (int32_t d = 0; d < a.ndim; ++d) {
     r += d == 0 ? " " : " x ";
     r += a.shape[d] == LOOM_DIM_BATCH ? "B"

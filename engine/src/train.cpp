@@ -53,7 +53,7 @@ double squared_grad_norm(TrainRun& r) {
   // One backend call (one device read) for every tensor; summed here in a fixed order.
   std::vector<double> per(r.norm_grads.size());
   const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, r.norm_grads.data(),
-                                r.norm_grads.size(), per.data()};
+                                r.norm_grads.size(), per.data(), nullptr};
   check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
   double sq = 0;
   for (double s : per) sq += s;

@@ -71,7 +71,7 @@ class ReferenceAttention {
       gemm(0, 1, s.T, s.S, s.D, 1.0, 0.0, a.dout, s.qpitch(), x.qstride, x.qoff,  //
            a.v, s.kpitch(), x.kstride, x.koff, dprobs_, s.S, x.pstride, x.poff, s.B);
     }
-    be_.call(&loom_ops::softmax_backward, dp.get(), p.get(), dp.get(), a.scale);
+    loom::softmax_backward(be_, dp.get(), p.get(), dp.get(), a.scale);
     for (int64_t h = 0; h < s.Hq; ++h) {
       const Head x = head(s, h);
       const double beta = h % s.G == 0 ? 0.0 : 1.0;  // a group's first head writes, others add

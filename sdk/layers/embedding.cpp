@@ -21,15 +21,15 @@ Embedding Embedding::make(const Options& o, ParamStore& ps, const Ctx& c) {
 
 void Embedding::forward(const Ctx& c, DLTensor* out, const DLTensor* tokens,
                         const DLTensor* positions) const {
-  c.call(&loom_ops::embedding_forward, out, tokens, (const DLTensor*)wte, 0);
-  if (wpe) c.call(&loom_ops::embedding_forward, out, positions, (const DLTensor*)wpe, 1);
+  loom::embedding_forward(c.be, out, tokens, wte, false);
+  if (wpe) loom::embedding_forward(c.be, out, positions, wpe, true);
 }
 
 // dwte[tokens] += dout; dwpe[positions] += dout.
 void Embedding::backward(const Ctx& c, const DLTensor* dout, const DLTensor* tokens,
                          const DLTensor* positions) const {
-  c.call(&loom_ops::embedding_backward, dwte, tokens, dout);
-  if (wpe) c.call(&loom_ops::embedding_backward, dwpe, positions, dout);
+  loom::embedding_backward(c.be, dwte, tokens, dout);
+  if (wpe) loom::embedding_backward(c.be, dwpe, positions, dout);
 }
 
 }  // namespace loom::layers

@@ -8,7 +8,7 @@ namespace loom::layers {
 
 Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Mlp m;
-  m.swiglu = o.swiglu;
+  m.act = o.swiglu ? LOOM_ACT_SWIGLU : LOOM_ACT_GELU_TANH;
   m.fc.parts = {make_linear(ps.at(prefix + ".c_fc.weight"),
                             o.bias ? &ps.at(prefix + ".c_fc.bias") : nullptr, 0, o.fc_out())};
   m.proj.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
@@ -22,10 +22,7 @@ void Mlp::forward(const Ctx& c, int64_t n, const DLTensor* x, LayerActs& a, DLTe
   View h = view(a.h, {n, fc.parts[0].out}), act = view(a.a, {n, F});
   View xf = view(a.ln2_full, {n, C}), yf = view(c.sp ? c.sp->y_full.get() : nullptr, {n, C});
   fc.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, n, {h.get()});
-  if (swiglu)
-    c.call(&loom_ops::swiglu_forward, act.get(), (const DLTensor*)h);
-  else
-    c.call(&loom_ops::gelu_forward, act.get(), (const DLTensor*)h);
+  loom::act_forward(c.be, this->act, act.get(), h);
   proj.forward(c.be, c.tp, act, n, yf.get(), y);
 }
 
@@ -40,10 +37,7 @@ void Mlp::backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& 
   View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {n, C});
   View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {n, C});
   proj.backward(c.be, c.tp, dy, dyf.get(), act, n, da);
-  if (swiglu)
-    c.call(&loom_ops::swiglu_backward, dh.get(), (const DLTensor*)h, (const DLTensor*)da);
-  else
-    c.call(&loom_ops::gelu_backward, dh.get(), (const DLTensor*)h, (const DLTensor*)da);
+  loom::act_backward(c.be, this->act, dh.get(), h, da);
   fc.backward(c.be, c.tp, {dh.get()}, sp ? (const DLTensor*)xf : x, n, dx, dxf.get());
 }
 

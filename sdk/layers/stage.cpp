@@ -91,8 +91,7 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
   emb_.vp.forward(ctx_.be, g, emb_.wte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, yf, x0);
   if (emb_.wpe) {  // the positions of this rank's rows, after the reduction: added once
     View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
-    ctx_.call(&loom_ops::embedding_forward, x0.get(), (const DLTensor*)mine,
-              (const DLTensor*)emb_.wpe, 1);
+    loom::embedding_forward(ctx_.be, x0.get(), mine, emb_.wpe, true);
   }
 }
 
@@ -109,8 +108,7 @@ void DecoderModel::embed_backward(Slot& S) {
                    dyf);
   if (emb_.wpe) {
     View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
-    ctx_.call(&loom_ops::embedding_backward, emb_.dwpe, (const DLTensor*)mine,
-              (const DLTensor*)dres);
+    loom::embedding_backward(ctx_.be, emb_.dwpe, mine, dres);
   }
 }
 
@@ -136,8 +134,8 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad) {
     return sum;
   }
   View losses = view(S.losses, {N});
-  ctx_.call(&loom_ops::softmax_cross_entropy, losses.get(), grad ? logits.get() : nullptr,
-            (const DLTensor*)logits, (const DLTensor*)tgt, S.loss_scale);
+  loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
+                              S.loss_scale);
   double sum = 0.0;  // read last, so a device backend is not stalled before the backward
   if (ctx_.dtype.bits == 64) {
     host_losses_f64_.resize(N);

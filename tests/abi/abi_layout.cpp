@@ -85,8 +85,28 @@ Listing build() {
   STRUCT(loom_gemm_args)
   F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(alpha) F(beta) F(a) F(lda) F(stride_a)
   F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
+  F(ext)
   END
-  STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) END
+  STRUCT(loom_bias_add_args) F(struct_size) F(out) F(bias) F(ext) END
+  STRUCT(loom_bias_bwd_args) F(struct_size) F(dbias) F(dout) F(ext) END
+  STRUCT(loom_embedding_fwd_args)
+  F(struct_size) F(out) F(ids) F(table) F(accumulate) F(ext)
+  END
+  STRUCT(loom_embedding_bwd_args) F(struct_size) F(dtable) F(ids) F(dout) F(ext) END
+  STRUCT(loom_act_fwd_args) F(struct_size) F(kind) F(out) F(inp) F(ext) END
+  STRUCT(loom_act_bwd_args) F(struct_size) F(kind) F(dinp) F(inp) F(dout) F(ext) END
+  ENUM(loom_act_kind, LOOM_ACT_GELU_TANH) ENUM(loom_act_kind, LOOM_ACT_SWIGLU)
+  STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) F(ext) END
+  STRUCT(loom_softmax_bwd_args) F(struct_size) F(ds) F(p) F(dp) F(scale) F(ext) END
+  STRUCT(loom_cross_entropy_args)
+  F(struct_size) F(losses) F(dlogits) F(logits) F(targets) F(dloss) F(ext)
+  END
+  STRUCT(loom_vocab_ce_stats_args)
+  F(struct_size) F(stats) F(logits) F(targets) F(vocab_start) F(ext)
+  END
+  STRUCT(loom_vocab_ce_bwd_args)
+  F(struct_size) F(dlogits) F(logits) F(targets) F(vocab_start) F(lse) F(dloss) F(ext)
+  END
   STRUCT(loom_norm_fwd_args)
   F(struct_size) F(kind) F(out) F(mean) F(rstd) F(inp) F(weight) F(bias) F(eps) F(ext)
   END
@@ -96,12 +116,11 @@ Listing build() {
   END
   ENUM(loom_norm_kind, LOOM_NORM_LAYER) ENUM(loom_norm_kind, LOOM_NORM_RMS)
   STRUCT(loom_rope_args) F(struct_size) F(x) F(pos_offset) F(theta) F(ext) END
-  STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) END
+  STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) F(ext) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
-  F(norm_backward) F(gelu_forward) F(gelu_backward)
-  F(swiglu_forward) F(swiglu_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
+  F(norm_backward) F(act_forward) F(act_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy)
   F(vocab_ce_stats) F(vocab_ce_backward)
   END

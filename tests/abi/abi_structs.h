@@ -11,7 +11,17 @@
   X(loom_tokenizer_ref) \
   X(loom_comm_ref) \
   X(loom_gemm_args) \
+  X(loom_bias_add_args) \
+  X(loom_bias_bwd_args) \
+  X(loom_embedding_fwd_args) \
+  X(loom_embedding_bwd_args) \
+  X(loom_act_fwd_args) \
+  X(loom_act_bwd_args) \
   X(loom_softmax_args) \
+  X(loom_softmax_bwd_args) \
+  X(loom_cross_entropy_args) \
+  X(loom_vocab_ce_stats_args) \
+  X(loom_vocab_ce_bwd_args) \
   X(loom_norm_fwd_args) \
   X(loom_norm_bwd_args) \
   X(loom_rope_args) \

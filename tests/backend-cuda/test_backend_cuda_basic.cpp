@@ -536,7 +536,7 @@ TEST_SUITE("gpu") {
     Dev e(in, loom_f32(), {0});
     const DLTensor* xs3[3] = {xs.t, tb.t, e.t};
     double ss3[3] = {-1, -1, -1};
-    const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs3, 3, ss3};
+    const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs3, 3, ss3, nullptr};
     OK(ops().sum_squares(in.be, &ssq));
     CHECK(std::fabs(ss3[0] - ref) <= 1e-12 * ref);
     CHECK(std::fabs(ss3[1] - refb) <= 1e-12 * refb);
@@ -546,6 +546,14 @@ TEST_SUITE("gpu") {
   TEST_CASE("backend/cuda: bias_add and bias_backward, f32 and mixed precision") {
     skip_gpu_suite_without_device();
     Instance in;
+    auto bias_add = [&](DLTensor* out, const DLTensor* bias) {
+      const loom_bias_add_args a{LOOM_BIAS_ADD_ARGS_SIZE_V2, out, bias, nullptr};
+      return ops().bias_add(in.be, &a);
+    };
+    auto bias_backward = [&](DLTensor* dbias, const DLTensor* dout) {
+      const loom_bias_bwd_args a{LOOM_BIAS_BWD_ARGS_SIZE_V2, dbias, dout, nullptr};
+      return ops().bias_backward(in.be, &a);
+    };
     for (int64_t N : {1, 7, 4099})
       for (int64_t C : {1, 33, 768}) {
         CAPTURE(N);
@@ -555,13 +563,13 @@ TEST_SUITE("gpu") {
         // f32: out += bias; dbias += colsum(out)
         Dev o(in, loom_f32(), {N, C}), bb(in, loom_f32(), {C}), db(in, loom_f32(), {C});
         o.put(out), bb.put(bias), db.put(db0);
-        OK(ops().bias_add(in.be, o.t, bb.t));
+        OK(bias_add(o.t, bb.t));
         std::vector<float> got = o.get<float>();
         bool ok = true;
         for (int64_t i = 0; i < N * C; ++i)
           ok &= got[size_t(i)] == out[size_t(i)] + bias[size_t(i % C)];
         CHECK(ok);
-        OK(ops().bias_backward(in.be, db.t, o.t));
+        OK(bias_backward(db.t, o.t));
         std::vector<double> g, w;
         for (float v : db.get<float>()) g.push_back(v);
         for (int64_t c = 0; c < C; ++c) {
@@ -576,13 +584,13 @@ TEST_SUITE("gpu") {
         for (size_t i = 0; i < out.size(); ++i) ob[i] = to_bf16(out[i]);
         Dev obd(in, loom_bf16(), {N, C}), dbf(in, loom_f32(), {C});
         obd.put(ob), dbf.put(db0);
-        OK(ops().bias_add(in.be, obd.t, bb.t));
+        OK(bias_add(obd.t, bb.t));
         std::vector<uint16_t> gb = obd.get<uint16_t>();
         ok = true;
         for (int64_t i = 0; i < N * C; ++i)
           ok &= gb[size_t(i)] == to_bf16(from_bf16(ob[size_t(i)]) + bias[size_t(i % C)]);
         CHECK(ok);
-        OK(ops().bias_backward(in.be, dbf.t, obd.t));
+        OK(bias_backward(dbf.t, obd.t));
         g.clear(), w.clear();
         for (float v : dbf.get<float>()) g.push_back(v);
         for (int64_t c = 0; c < C; ++c) {
@@ -593,7 +601,7 @@ TEST_SUITE("gpu") {
         CHECK(rel_err(g, w) < 1e-5);
       }
     Dev o(in, loom_f32(), {4, 8}), wrong(in, loom_f32(), {7});
-    Outcome r = outcome(ops().bias_add(in.be, o.t, wrong.t));
+    Outcome r = outcome(bias_add(o.t, wrong.t));
     CHECK(r.code == LOOM_ERR_INVALID_ARGUMENT);
     CHECK(r.message.find("bias") != std::string::npos);
   }

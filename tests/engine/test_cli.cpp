@@ -169,9 +169,9 @@ TEST_CASE("validate refuses a model that reads a batch array the data does not p
   CHECK(r.code == 2);
   const std::string said = r.err + r.out;
   CHECK_MESSAGE(contains(said,
-                         "model/typed reads the micro-batch array token_types (int32 B x T), "
-                         "which the data does not provide; it provides tokens (int32 B x T), "
-                         "targets (int32 B x T)"),
+                         "model/typed reads the micro-batch array token_types (i32 B x T), "
+                         "which the data does not provide; it provides tokens (i32 B x T), "
+                         "targets (i32 B x T)"),
                 said);
 }
 

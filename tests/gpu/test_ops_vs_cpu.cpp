@@ -108,7 +108,8 @@ void run_attention_gemms(DLDataType dt, double tol) {
                      T,
                      T * T,
                      0,
-                     H};
+                     H,
+                     nullptr};
     Bk.call(&loom_ops::gemm, &a);
   });
   expect_close(S, tol, "gemm q k^T per head");
@@ -136,7 +137,8 @@ void run_attention_gemms(DLDataType dt, double tol) {
                      H * D,
                      D,
                      0,
-                     H};
+                     H,
+                     nullptr};
     Bk.call(&loom_ops::gemm, &a);
   });
   expect_close(y, tol, "gemm P v interleaved heads");
@@ -172,19 +174,18 @@ void run_bias(DLDataType dt, DLDataType grad_dt, int64_t N, int64_t C) {
   CAPTURE(C);
   Pair out(dt, {N, C}, random_vec(N * C, 31));
   Pair bias(dt, {C}, random_vec(C, 32));
-  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::bias_add, out[s], bias[s]); });
+  run_both([&](const loom::Backend& B, int s) { loom::bias_add(B, out[s], bias[s]); });
   expect_close(out, tol_for(dt), "bias_add");
 
   const Vec db0 = random_vec(C, 33);
   Pair dbias(grad_dt, {C}, db0);
   Pair dout(dt, {N, C}, random_vec(N * C, 34));
-  run_both(
-      [&](const loom::Backend& B, int s) { B.call(&loom_ops::bias_backward, dbias[s], dout[s]); });
+  run_both([&](const loom::Backend& B, int s) { loom::bias_backward(B, dbias[s], dout[s]); });
   expect_close(dbias, tol_for(dt), "bias_backward (+=)");
   // The same call again from the same start gives the same bits (no order-dependent atomics).
   const Vec first = download(dbias.dev_side());
   upload(dbias.dev_side(), round_to(grad_dt, db0));
-  dev().call(&loom_ops::bias_backward, dbias[1], dout[1]);
+  loom::bias_backward(dev(), dbias[1], dout[1]);
   expect_same(download(dbias.dev_side()), first, "bias_backward");
 }
 }  // namespace
@@ -319,12 +320,12 @@ void run_embedding(DLDataType dt, int64_t N, int64_t V, int64_t C, int32_t id_hi
   Pair table(dt, {V, C}, random_vec(V * C, 72));
   Pair out(dt, {N, C});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::embedding_forward, out[s], id[s], table[s], 0);
+    loom::embedding_forward(B, out[s], id[s], table[s], 0);
   });
   expect_close(out, tol_for(dt), "embedding_forward (=)");
   out.set(random_vec(N * C, 73));
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::embedding_forward, out[s], id[s], table[s], 1);
+    loom::embedding_forward(B, out[s], id[s], table[s], 1);
   });
   expect_close(out, tol_for(dt), "embedding_forward (+=)");
 
@@ -333,12 +334,12 @@ void run_embedding(DLDataType dt, int64_t N, int64_t V, int64_t C, int32_t id_hi
   Pair dtable(f32(), {V, C}, dt0);
   Pair dout(dt, {N, C}, random_vec(N * C, 75));
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::embedding_backward, dtable[s], id[s], dout[s]);
+    loom::embedding_backward(B, dtable[s], id[s], dout[s]);
   });
   expect_close(dtable, tol_for(dt), "embedding_backward (+=)");
   const Vec first = download(dtable.dev_side());
   upload(dtable.dev_side(), dt0);
-  dev().call(&loom_ops::embedding_backward, dtable[1], id[1], dout[1]);
+  loom::embedding_backward(dev(), dtable[1], id[1], dout[1]);
   expect_same(download(dtable.dev_side()), first, "embedding_backward");
 }
 }  // namespace

@@ -96,19 +96,22 @@ void run_activations(DLDataType dt, int64_t N, int64_t H) {
   CAPTURE(H);
   const double tol = tol_for(dt);
   Pair x(dt, {N, H}, random_vec(N * H, 121, -6.0, 6.0)), y(dt, {N, H});
-  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::gelu_forward, y[s], x[s]); });
+  run_both(
+      [&](const loom::Backend& B, int s) { loom::act_forward(B, LOOM_ACT_GELU_TANH, y[s], x[s]); });
   expect_close(y, tol, "gelu_forward");
   Pair dy(dt, {N, H}, random_vec(N * H, 122)), dx(dt, {N, H});
-  run_both(
-      [&](const loom::Backend& B, int s) { B.call(&loom_ops::gelu_backward, dx[s], x[s], dy[s]); });
+  run_both([&](const loom::Backend& B, int s) {
+    loom::act_backward(B, LOOM_ACT_GELU_TANH, dx[s], x[s], dy[s]);
+  });
   expect_close(dx, tol, "gelu_backward");
 
   Pair gu(dt, {N, 2 * H}, random_vec(N * 2 * H, 123, -6.0, 6.0)), h(dt, {N, H});
-  run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::swiglu_forward, h[s], gu[s]); });
+  run_both(
+      [&](const loom::Backend& B, int s) { loom::act_forward(B, LOOM_ACT_SWIGLU, h[s], gu[s]); });
   expect_close(h, tol, "swiglu_forward");
   Pair dgu(dt, {N, 2 * H});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::swiglu_backward, dgu[s], gu[s], dy[s]);
+    loom::act_backward(B, LOOM_ACT_SWIGLU, dgu[s], gu[s], dy[s]);
   });
   expect_close(dgu, tol, "swiglu_backward");
 }
@@ -132,13 +135,11 @@ void run_softmax(DLDataType dt, int64_t Bt, int64_t Tq, int64_t Tk, bool causal,
 
   Pair p(dt, {Bt, Tq, Tk}, cpu_values(s_));
   Pair dp(dt, {Bt, Tq, Tk}, random_vec(Bt * Tq * Tk, 132)), ds(dt, {Bt, Tq, Tk});
-  run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_backward, ds[s], p[s], dp[s], 0.35);
-  });
+  run_both(
+      [&](const loom::Backend& B, int s) { loom::softmax_backward(B, ds[s], p[s], dp[s], 0.35); });
   expect_close(ds, tol, "softmax_backward");
-  run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_backward, dp[s], p[s], dp[s], 0.35);
-  });
+  run_both(
+      [&](const loom::Backend& B, int s) { loom::softmax_backward(B, dp[s], p[s], dp[s], 0.35); });
   expect_close(dp, tol, "softmax_backward, ds aliasing dp");
 }
 
@@ -216,18 +217,18 @@ void run_cross_entropy(DLDataType dt, int64_t N, int64_t V) {
   Pair losses(f32(), {N}), dlogits(dt, {N, V});
   const double dloss = 1.0 / 29;
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_cross_entropy, losses[s], dlogits[s], logits[s], tg[s], dloss);
+    loom::softmax_cross_entropy(B, losses[s], dlogits[s], logits[s], tg[s], dloss);
   });
   // Losses are f32 but computed from bf16 logits: the f32 bound holds (same inputs).
   expect_close(losses, kTolF32, "softmax_cross_entropy losses");
   expect_close(dlogits, tol, "softmax_cross_entropy dlogits");
   losses.poison_both();
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_cross_entropy, losses[s], nullptr, logits[s], tg[s], dloss);
+    loom::softmax_cross_entropy(B, losses[s], nullptr, logits[s], tg[s], dloss);
   });
   expect_close(losses, kTolF32, "softmax_cross_entropy losses, no dlogits");
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::softmax_cross_entropy, losses[s], logits[s], logits[s], tg[s], dloss);
+    loom::softmax_cross_entropy(B, losses[s], logits[s], logits[s], tg[s], dloss);
   });
   expect_close(logits, tol, "softmax_cross_entropy dlogits aliasing logits");
 }
@@ -243,7 +244,7 @@ void run_vocab_ce(DLDataType dt, int64_t N, int64_t Vl, int64_t vs) {
   Pair tg = Pair::ids({N}, t);
   Pair stats(f32(), {N, 3});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::vocab_ce_stats, stats[s], logits[s], tg[s], vs);
+    loom::vocab_ce_stats(B, stats[s], logits[s], tg[s], vs);
   });
   expect_close(stats, kTolF32, "vocab_ce_stats");
 
@@ -253,11 +254,11 @@ void run_vocab_ce(DLDataType dt, int64_t N, int64_t Vl, int64_t vs) {
   for (int64_t n = 0; n < N; ++n) lse[n] = st[3 * n] + std::log(2 * st[3 * n + 1]);
   Pair l(f32(), {N}, lse), dlogits(dt, {N, Vl});
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::vocab_ce_backward, dlogits[s], logits[s], tg[s], vs, l[s], 0.25);
+    loom::vocab_ce_backward(B, dlogits[s], logits[s], tg[s], vs, l[s], 0.25);
   });
   expect_close(dlogits, tol_for(dt), "vocab_ce_backward");
   run_both([&](const loom::Backend& B, int s) {
-    B.call(&loom_ops::vocab_ce_backward, logits[s], logits[s], tg[s], vs, l[s], 0.25);
+    loom::vocab_ce_backward(B, logits[s], logits[s], tg[s], vs, l[s], 0.25);
   });
   expect_close(logits, tol_for(dt), "vocab_ce_backward aliasing logits");
 }

@@ -14,13 +14,13 @@ double silu_ref(double g) { return g / (1.0 + std::exp(-g)); }
 Vec run_gelu(DLDataType dt, const Vec& x) {
   auto X = make(dt, {static_cast<int64_t>(x.size())}, x);
   loom::Tensor O(B(), dt, {static_cast<int64_t>(x.size())});
-  B().call(&loom_ops::gelu_forward, O.get(), X.get());
+  loom::act_forward(B(), LOOM_ACT_GELU_TANH, O.get(), X.get());
   return get(O);
 }
 Vec run_swiglu(DLDataType dt, const Vec& x, int64_t N, int64_t H) {
   auto X = make(dt, {N, 2 * H}, x);
   loom::Tensor O(B(), dt, {N, H});
-  B().call(&loom_ops::swiglu_forward, O.get(), X.get());
+  loom::act_forward(B(), LOOM_ACT_SWIGLU, O.get(), X.get());
   return get(O);
 }
 
@@ -38,12 +38,12 @@ TEST_CASE("gelu forward and backward") {
   Vec fd = fd_grad(x, L);
   int64_t n = static_cast<int64_t>(x.size());
   auto dX = make64({n}, Vec(n, 7.0));  // written, not accumulated
-  B().call(&loom_ops::gelu_backward, dX.get(), make64({n}, x).get(), make64({n}, R).get());
+  loom::act_backward(B(), LOOM_ACT_GELU_TANH, dX.get(), make64({n}, x).get(), make64({n}, R).get());
   check_close(get(dX), fd, kFdRtol, kFdAtol, "gelu_backward vs FD");
 
   // In place: dinp aliasing dout.
   auto dO = make64({n}, R);
-  B().call(&loom_ops::gelu_backward, dO.get(), make64({n}, x).get(), dO.get());
+  loom::act_backward(B(), LOOM_ACT_GELU_TANH, dO.get(), make64({n}, x).get(), dO.get());
   check_close(get(dO), fd, kFdRtol, kFdAtol, "gelu_backward in place");
 }
 
@@ -58,8 +58,8 @@ TEST_CASE("gelu: f32 matches f64 across the range, incl. saturation") {
   DLDataType dts[2] = {loom_f32(), loom_f64()};
   for (int k = 0; k < 2; ++k) {
     loom::Tensor dX(B(), dts[k], {n});
-    B().call(&loom_ops::gelu_backward, dX.get(), make(dts[k], {n}, x).get(),
-             make(dts[k], {n}, R).get());
+    loom::act_backward(B(), LOOM_ACT_GELU_TANH, dX.get(), make(dts[k], {n}, x).get(),
+                       make(dts[k], {n}, R).get());
     g[k] = get(dX);
   }
   check_close(g[0], g[1], 1e-5, 1e-6, "gelu_backward f32 vs f64");
@@ -77,8 +77,8 @@ TEST_CASE("swiglu forward and backward") {
   auto L = [&] { return dot(run_swiglu(loom_f64(), x, N, H), R); };
   Vec fd = fd_grad(x, L);
   auto dX = make64({N, 2 * H}, Vec(N * 2 * H, -3.0));
-  B().call(&loom_ops::swiglu_backward, dX.get(), make64({N, 2 * H}, x).get(),
-           make64({N, H}, R).get());
+  loom::act_backward(B(), LOOM_ACT_SWIGLU, dX.get(), make64({N, 2 * H}, x).get(),
+                     make64({N, H}, R).get());
   check_close(get(dX), fd, kFdRtol, kFdAtol, "swiglu_backward vs FD");
 
   Vec big = random_vec(64 * 2 * 512, 12, -10, 10);
@@ -88,10 +88,10 @@ TEST_CASE("swiglu forward and backward") {
 
 TEST_CASE("activations: shape errors") {
   loom::Tensor a(B(), loom_f32(), {4, 6}), b(B(), loom_f32(), {4, 4}), c(B(), loom_f32(), {4, 5});
-  expect_error([&] { B().call(&loom_ops::gelu_forward, b.get(), a.get()); },
+  expect_error([&] { loom::act_forward(B(), LOOM_ACT_GELU_TANH, b.get(), a.get()); },
                LOOM_ERR_INVALID_ARGUMENT, "gelu_forward: out has 16 elements, expected 24");
-  expect_error([&] { B().call(&loom_ops::swiglu_forward, b.get(), a.get()); },
+  expect_error([&] { loom::act_forward(B(), LOOM_ACT_SWIGLU, b.get(), a.get()); },
                LOOM_ERR_INVALID_ARGUMENT, "swiglu_forward: out has 16 elements, expected 12");
-  expect_error([&] { B().call(&loom_ops::swiglu_forward, b.get(), c.get()); },
+  expect_error([&] { loom::act_forward(B(), LOOM_ACT_SWIGLU, b.get(), c.get()); },
                LOOM_ERR_INVALID_ARGUMENT, "inp's last dimension is 5, expected an even 2H");
 }

@@ -111,12 +111,13 @@ TEST_CASE("alloc/copy errors: negative dims, byte count mismatch, strided and fo
   gpu.device.device_type = kDLCUDA;
   expect_error([&] { B().call(&loom_ops::fill, &gpu, 1.0); }, LOOM_ERR_INVALID_ARGUMENT,
                "fill: t is on device type 2, expected kDLCPU");
-  expect_error([&] { B().call(&loom_ops::gelu_forward, x.get(), static_cast<DLTensor*>(nullptr)); },
-               LOOM_ERR_INVALID_ARGUMENT, "gelu_forward: inp is NULL");
+  expect_error(
+      [&] { loom::act_forward(B(), LOOM_ACT_GELU_TANH, x.get(), static_cast<DLTensor*>(nullptr)); },
+      LOOM_ERR_INVALID_ARGUMENT, "gelu_forward: inp is NULL");
   // bf16/f16 are mixed precision (test_mixed.cpp); integers are no op's data dtype
   loom::Tensor h(B(), loom_i32(), {4});
-  expect_error([&] { B().call(&loom_ops::gelu_forward, h.get(), h.get()); }, LOOM_ERR_UNIMPLEMENTED,
-               "gelu_forward: inp is i32");
+  expect_error([&] { loom::act_forward(B(), LOOM_ACT_GELU_TANH, h.get(), h.get()); },
+               LOOM_ERR_UNIMPLEMENTED, "gelu_forward: inp is i32");
 }
 
 TEST_CASE("views: ops honour byte_offset (loom::View slices rows)") {
@@ -148,14 +149,15 @@ TEST_CASE("a second instance: threads=1, measured GEMM rate, same reductions as 
   auto X = make(loom_f32(), {n}, v);
   double all = loom::sum_squares(B(), X.get()), single = 0;
   const DLTensor* x = X.get();
-  const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &single};
+  const loom_sum_squares_args ssq{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &single, nullptr};
   loom::check(B().host(), api->ops->sum_squares(one, &ssq));
   CHECK(all == single);
   auto D = make(loom_f32(), {N, C}, d2);
   auto b1 = make(loom_f32(), {C}, Vec(C, 0.0));
   auto b2 = make(loom_f32(), {C}, Vec(C, 0.0));
-  B().call(&loom_ops::bias_backward, b1.get(), D.get());
-  loom::check(B().host(), api->ops->bias_backward(one, b2.get(), D.get()));
+  loom::bias_backward(B(), b1.get(), D.get());
+  const loom_bias_bwd_args bb{LOOM_BIAS_BWD_ARGS_SIZE_V2, b2.get(), D.get(), nullptr};
+  loom::check(B().host(), api->ops->bias_backward(one, &bb));
   CHECK(b1.download<float>() == b2.download<float>());
   // free_tensor ignores what this instance did not allocate (a view, another instance's
   // tensor); destroy frees what is still allocated (both log, which the test host prints).

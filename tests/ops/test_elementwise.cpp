@@ -248,7 +248,8 @@ TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") 
   std::vector<const DLTensor*> xs;
   for (const auto& t : ts) xs.push_back(t.get());
   std::vector<double> out(xs.size(), -1.0);
-  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs.data(), xs.size(), out.data()};
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs.data(), xs.size(), out.data(),
+                                nullptr};
   B().call(&loom_ops::sum_squares, &a);
   for (size_t i = 0; i < xs.size(); ++i) {
     CAPTURE(i);
@@ -259,7 +260,7 @@ TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") 
     CHECK(out[i] == doctest::Approx(want).epsilon(1e-13));
   }
   CHECK(out[2] == 0.0);
-  const loom_sum_squares_args none{LOOM_SUM_SQUARES_ARGS_SIZE_V2, nullptr, 0, nullptr};
+  const loom_sum_squares_args none{LOOM_SUM_SQUARES_ARGS_SIZE_V2, nullptr, 0, nullptr, nullptr};
   B().call(&loom_ops::sum_squares, &none);  // nothing to do is not an error
 }
 
@@ -270,35 +271,35 @@ TEST_CASE("embedding forward (= and +=) and backward against finite differences"
   auto I = make_i32({N}, ids);
   auto T = make64({V, C}, table);
   auto O = make64({N, C}, base);
-  B().call(&loom_ops::embedding_forward, O.get(), I.get(), T.get(), 0);
+  loom::embedding_forward(B(), O.get(), I.get(), T.get(), 0);
   Vec want(N * C);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) want[n * C + c] = table[ids[n] * C + c];
   check_close(get(O), want, 0, 0, "embedding_forward =");
-  B().call(&loom_ops::embedding_forward, O.get(), I.get(), T.get(), 1);
+  loom::embedding_forward(B(), O.get(), I.get(), T.get(), 1);
   for (auto& x : want) x *= 2;
   check_close(get(O), want, 0, 0, "embedding_forward +=");
 
   auto L = [&] {
     auto o = make64({N, C}, Vec(N * C, 0.0));
-    B().call(&loom_ops::embedding_forward, o.get(), I.get(), make64({V, C}, table).get(), 0);
+    loom::embedding_forward(B(), o.get(), I.get(), make64({V, C}, table).get(), 0);
     return dot(get(o), R);
   };
   Vec fd = fd_grad(table, L);
   Vec dt0 = random_vec(V * C, 43);
   auto dT = make64({V, C}, dt0);
-  B().call(&loom_ops::embedding_backward, dT.get(), I.get(), make64({N, C}, R).get());
+  loom::embedding_backward(B(), dT.get(), I.get(), make64({N, C}, R).get());
   Vec got = get(dT);
   for (size_t k = 0; k < got.size(); ++k) got[k] -= dt0[k];
   check_close(got, fd, kFdRtol, kFdAtol, "embedding_backward vs FD");
 
   auto bad = make_i32({N}, {3, 0, 6, 3, 3, 1, 0});
-  expect_error([&] { B().call(&loom_ops::embedding_forward, O.get(), bad.get(), T.get(), 0); },
+  expect_error([&] { loom::embedding_forward(B(), O.get(), bad.get(), T.get(), 0); },
                LOOM_ERR_INVALID_ARGUMENT, "embedding_forward: ids[2] = 6 is outside [0, 6)");
   auto f32ids = make(loom_f32(), {N}, Vec(N, 0.0));
   expect_error(
       [&] {
-        B().call(&loom_ops::embedding_backward, dT.get(), f32ids.get(), make64({N, C}, R).get());
+        loom::embedding_backward(B(), dT.get(), f32ids.get(), make64({N, C}, R).get());
       },
       LOOM_ERR_INVALID_ARGUMENT, "embedding_backward: ids is f32, expected i32");
 }
@@ -311,7 +312,7 @@ TEST_CASE("embedding: f32 matches f64 on a larger table (parallel paths)") {
   Vec d = random_vec(N * C, 44);
   auto d64 = make64({V, C}, Vec(V * C, 0.0));
   auto d32 = make(loom_f32(), {V, C}, Vec(V * C, 0.0));
-  B().call(&loom_ops::embedding_backward, d64.get(), I.get(), make64({N, C}, d).get());
-  B().call(&loom_ops::embedding_backward, d32.get(), I.get(), make(loom_f32(), {N, C}, d).get());
+  loom::embedding_backward(B(), d64.get(), I.get(), make64({N, C}, d).get());
+  loom::embedding_backward(B(), d32.get(), I.get(), make(loom_f32(), {N, C}, d).get());
   check_close(get(d32), get(d64), 1e-5, 1e-6, "embedding_backward f32 vs f64");
 }

@@ -194,7 +194,7 @@ TEST_CASE("bias_add forward and bias_backward against finite differences") {
   Vec out0 = random_vec(N * C, 1), bias = random_vec(C, 2), R = random_vec(N * C, 3);
   auto O = make64({N, C}, out0);
   auto Bt = make64({C}, bias);
-  B().call(&loom_ops::bias_add, O.get(), Bt.get());
+  loom::bias_add(B(), O.get(), Bt.get());
   Vec want = out0;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) want[n * C + c] += bias[c];
@@ -203,7 +203,7 @@ TEST_CASE("bias_add forward and bias_backward against finite differences") {
   auto L = [&] {
     auto o = make64({N, C}, out0);
     auto b = make64({C}, bias);
-    B().call(&loom_ops::bias_add, o.get(), b.get());
+    loom::bias_add(B(), o.get(), b.get());
     return dot(get(o), R);
   };
   Vec fd = fd_grad(bias, L);
@@ -211,12 +211,12 @@ TEST_CASE("bias_add forward and bias_backward against finite differences") {
   Vec db0 = random_vec(C, 4);
   auto dB = make64({C}, db0);
   auto dO = make64({N, C}, R);
-  B().call(&loom_ops::bias_backward, dB.get(), dO.get());
+  loom::bias_backward(B(), dB.get(), dO.get());
   Vec got = get(dB);
   for (int64_t c = 0; c < C; ++c) got[c] -= db0[c];
   check_close(got, fd, kFdRtol, kFdAtol, "bias_backward vs FD");
 
-  expect_error([&] { B().call(&loom_ops::bias_add, O.get(), make64({C - 1}, Vec(C - 1)).get()); },
+  expect_error([&] { loom::bias_add(B(), O.get(), make64({C - 1}, Vec(C - 1)).get()); },
                LOOM_ERR_INVALID_ARGUMENT, "bias_add: bias has 8 elements, expected 9");
 }
 
@@ -227,7 +227,7 @@ TEST_CASE("bias_backward: f32 matches f64 over many rows") {
   auto d32 = make(loom_f32(), {N, C}, d);
   auto b64 = make64({C}, Vec(C, 0.0));
   auto b32 = make(loom_f32(), {C}, Vec(C, 0.0));
-  B().call(&loom_ops::bias_backward, b64.get(), d64.get());
-  B().call(&loom_ops::bias_backward, b32.get(), d32.get());
+  loom::bias_backward(B(), b64.get(), d64.get());
+  loom::bias_backward(B(), b32.get(), d32.get());
   check_close(get(b32), get(b64), 1e-5, 1e-5, "bias_backward f32 vs f64");
 }

@@ -29,8 +29,7 @@ Vec run_ce(DLDataType dt, const Vec& logits, const std::vector<int32_t>& t, int6
   loom::Tensor Ls(B(), dt, {N});
   loom::Tensor dX;
   if (dlogits) dX = make(dt, {N, V}, Vec(N * V, 42.0));  // written, not accumulated
-  B().call(&loom_ops::softmax_cross_entropy, Ls.get(), dlogits ? dX.get() : nullptr, X.get(),
-           T.get(), dloss);
+  loom::softmax_cross_entropy(B(), Ls.get(), dlogits ? dX.get() : nullptr, X.get(), T.get(), dloss);
   if (dlogits) *dlogits = get(dX);
   return get(Ls);
 }
@@ -60,8 +59,7 @@ TEST_CASE("softmax_cross_entropy: losses, ignore index, gradient against FD") {
   // dlogits aliasing logits.
   auto X = make64({N, V}, x);
   loom::Tensor Ls(B(), loom_f64(), {N});
-  B().call(&loom_ops::softmax_cross_entropy, Ls.get(), X.get(), X.get(), make_i32({N}, t).get(),
-           dloss);
+  loom::softmax_cross_entropy(B(), Ls.get(), X.get(), X.get(), make_i32({N}, t).get(), dloss);
   check_close(get(Ls), losses, 1e-15, 1e-15, "losses with dlogits aliasing logits");
   check_close(get(X), d, 1e-15, 1e-15, "dlogits in place");
 }
@@ -90,22 +88,22 @@ TEST_CASE("softmax_cross_entropy: bad targets and shapes are refused") {
   loom::Tensor Ls(B(), loom_f64(), {2});
   expect_error(
       [&] {
-        B().call(&loom_ops::softmax_cross_entropy, Ls.get(), static_cast<DLTensor*>(nullptr),
-                 X.get(), make_i32({2}, {1, 4}).get(), 1.0);
+        loom::softmax_cross_entropy(B(), Ls.get(), static_cast<DLTensor*>(nullptr), X.get(),
+                                    make_i32({2}, {1, 4}).get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT,
       "softmax_cross_entropy: targets[1] = 4 is outside [0, 4) and not -1");
   expect_error(
       [&] {
-        B().call(&loom_ops::softmax_cross_entropy, Ls.get(), static_cast<DLTensor*>(nullptr),
-                 X.get(), make_i32({3}, {1, 2, 3}).get(), 1.0);
+        loom::softmax_cross_entropy(B(), Ls.get(), static_cast<DLTensor*>(nullptr), X.get(),
+                                    make_i32({3}, {1, 2, 3}).get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "targets has 3 elements, expected 2");
   loom::Tensor L32(B(), loom_f32(), {2});
   expect_error(
       [&] {
-        B().call(&loom_ops::softmax_cross_entropy, L32.get(), static_cast<DLTensor*>(nullptr),
-                 X.get(), make_i32({2}, {1, 2}).get(), 1.0);
+        loom::softmax_cross_entropy(B(), L32.get(), static_cast<DLTensor*>(nullptr), X.get(),
+                                    make_i32({2}, {1, 2}).get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "losses is f32, expected f64 (the dtype of logits)");
 }

@@ -136,13 +136,13 @@ TEST_CASE("mixed bias_add (bf16) and bias_backward (f32 dbias += bf16 dout)") {
   Vec x = rnd(h, N * C, 6), bias = rnd(h, C, 7), db0 = random_vec(C, 8);
   auto add = [&](DLDataType dt) {
     auto X = T(dt, {N, C}, x), Bb = T(dt, {C}, bias);
-    B().call(&loom_ops::bias_add, X.get(), (const DLTensor*)Bb.get());
+    loom::bias_add(B(), X.get(), (const DLTensor*)Bb.get());
     return G(X);
   };
   check_rel(add(h), add(kF32), kHalfRel, "bias_add");
   auto back = [&](DLDataType dt) {
     auto D = T(dt, {N, C}, x), Db = T(kF32, {C}, db0);
-    B().call(&loom_ops::bias_backward, Db.get(), (const DLTensor*)D.get());
+    loom::bias_backward(B(), Db.get(), (const DLTensor*)D.get());
     return G(Db);
   };
   check_rel(back(h), back(kF32), kF32Rel, "bias_backward");
@@ -180,16 +180,15 @@ TEST_CASE("mixed embedding: bf16 table -> bf16 rows; f32 dtable += bf16 dout") {
   for (int acc = 0; acc < 2; ++acc) {
     auto fwd = [&](DLDataType dt) {
       auto Tb = T(dt, {V, C}, table), O = T(dt, {N, C}, out0);
-      B().call(&loom_ops::embedding_forward, O.get(), (const DLTensor*)I.get(),
-               (const DLTensor*)Tb.get(), acc);
+      loom::embedding_forward(B(), O.get(), (const DLTensor*)I.get(), (const DLTensor*)Tb.get(),
+                              acc);
       return G(O);
     };
     check_rel(fwd(h), fwd(kF32), kHalfRel, "embedding_forward");
   }
   auto bwd = [&](DLDataType dt) {
     auto D = T(dt, {N, C}, out0), Dt = T(kF32, {V, C}, dt0);
-    B().call(&loom_ops::embedding_backward, Dt.get(), (const DLTensor*)I.get(),
-             (const DLTensor*)D.get());
+    loom::embedding_backward(B(), Dt.get(), (const DLTensor*)I.get(), (const DLTensor*)D.get());
     return G(Dt);
   };
   check_rel(bwd(h), bwd(kF32), kF32Rel, "embedding_backward");
@@ -259,9 +258,9 @@ TEST_CASE("mixed GELU and SwiGLU forward/backward") {
     auto gelu = [&](DLDataType dt, Vec* dx) {
       auto X = T(dt, {N, 2 * H}, x), D = T(dt, {N, 2 * H}, d);
       loom::Tensor Y(B(), dt, {N, 2 * H});
-      B().call(&loom_ops::gelu_forward, Y.get(), (const DLTensor*)X.get());
-      B().call(&loom_ops::gelu_backward, D.get(), (const DLTensor*)X.get(),
-               (const DLTensor*)D.get());
+      loom::act_forward(B(), LOOM_ACT_GELU_TANH, Y.get(), (const DLTensor*)X.get());
+      loom::act_backward(B(), LOOM_ACT_GELU_TANH, D.get(), (const DLTensor*)X.get(),
+                         (const DLTensor*)D.get());
       *dx = G(D);
       return G(Y);
     };
@@ -271,9 +270,9 @@ TEST_CASE("mixed GELU and SwiGLU forward/backward") {
     auto swiglu = [&](DLDataType dt, Vec* dx) {
       auto X = T(dt, {N, 2 * H}, x), D = T(dt, {N, H}, dh);
       loom::Tensor Y(B(), dt, {N, H}), Dx(B(), dt, {N, 2 * H});
-      B().call(&loom_ops::swiglu_forward, Y.get(), (const DLTensor*)X.get());
-      B().call(&loom_ops::swiglu_backward, Dx.get(), (const DLTensor*)X.get(),
-               (const DLTensor*)D.get());
+      loom::act_forward(B(), LOOM_ACT_SWIGLU, Y.get(), (const DLTensor*)X.get());
+      loom::act_backward(B(), LOOM_ACT_SWIGLU, Dx.get(), (const DLTensor*)X.get(),
+                         (const DLTensor*)D.get());
       *dx = G(Dx);
       return G(Y);
     };
@@ -290,8 +289,7 @@ TEST_CASE("mixed softmax (bf16 scores, f32 lse, causal) and its backward; RoPE")
     auto S = T(dt, {Bt, Tq, Tk}, s), Dp = T(dt, {Bt, Tq, Tk}, dp);
     loom::Tensor L(B(), kF32, {Bt, Tq});
     loom::softmax_forward(B(), S.get(), L.get(), 0.7, 1);
-    B().call(&loom_ops::softmax_backward, Dp.get(), (const DLTensor*)S.get(),
-             (const DLTensor*)Dp.get(), 0.7);
+    loom::softmax_backward(B(), Dp.get(), (const DLTensor*)S.get(), (const DLTensor*)Dp.get(), 0.7);
     *lse = G(L);
     *ds = G(Dp);
     return G(S);
@@ -323,8 +321,8 @@ TEST_CASE("mixed softmax_cross_entropy: bf16 logits, f32 losses, bf16 dlogits in
     auto run = [&](DLDataType dt, Vec* dl) {
       auto X = T(dt, {N, V}, x);
       loom::Tensor L(B(), kF32, {N});
-      B().call(&loom_ops::softmax_cross_entropy, L.get(), X.get(), (const DLTensor*)X.get(),
-               (const DLTensor*)Tg.get(), 0.25);
+      loom::softmax_cross_entropy(B(), L.get(), X.get(), (const DLTensor*)X.get(),
+                                  (const DLTensor*)Tg.get(), 0.25);
       *dl = G(X);
       return G(L);
     };
@@ -343,10 +341,9 @@ TEST_CASE("mixed vocab_ce_stats (f32 stats) and vocab_ce_backward (f32 lse, bf16
   auto run = [&](DLDataType dt, Vec* dl) {
     auto X = T(dt, {N, V}, x), L = T(kF32, {N}, lse);
     loom::Tensor S(B(), kF32, {N, 3});
-    B().call(&loom_ops::vocab_ce_stats, S.get(), (const DLTensor*)X.get(),
-             (const DLTensor*)Tg.get(), start);
-    B().call(&loom_ops::vocab_ce_backward, X.get(), (const DLTensor*)X.get(),
-             (const DLTensor*)Tg.get(), start, (const DLTensor*)L.get(), 0.5);
+    loom::vocab_ce_stats(B(), S.get(), (const DLTensor*)X.get(), (const DLTensor*)Tg.get(), start);
+    loom::vocab_ce_backward(B(), X.get(), (const DLTensor*)X.get(), (const DLTensor*)Tg.get(),
+                            start, (const DLTensor*)L.get(), 0.5);
     *dl = G(X);
     return G(S);
   };

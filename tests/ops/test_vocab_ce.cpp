@@ -54,7 +54,7 @@ SplitResult run_split(DLDataType dt, const Vec& x, const std::vector<int32_t>& t
     X[r] = make(dt, {N, Vl}, slice_cols(x, N, V, cuts[r], cuts[r + 1]));
     loom::Tensor S(B(), dt, {N, 3});
     set(S, Vec(3 * N, 42.0));  // written, not accumulated
-    B().call(&loom_ops::vocab_ce_stats, S.get(), X[r].get(), T.get(), cuts[r]);
+    loom::vocab_ce_stats(B(), S.get(), X[r].get(), T.get(), cuts[r]);
     stats[r] = get(S);
   }
   SplitResult out;
@@ -77,7 +77,7 @@ SplitResult run_split(DLDataType dt, const Vec& x, const std::vector<int32_t>& t
     loom::Tensor D;
     if (!in_place) D = make(dt, {N, Vl}, Vec(N * Vl, 42.0));
     DLTensor* d = in_place ? X[r].get() : D.get();
-    B().call(&loom_ops::vocab_ce_backward, d, X[r].get(), T.get(), cuts[r], L.get(), dloss);
+    loom::vocab_ce_backward(B(), d, X[r].get(), T.get(), cuts[r], L.get(), dloss);
     Vec g = in_place ? get(X[r]) : get(D);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t j = 0; j < Vl; ++j) out.dlogits[n * V + cuts[r] + j] = g[n * Vl + j];
@@ -91,8 +91,7 @@ void run_full(DLDataType dt, const Vec& x, const std::vector<int32_t>& t, int64_
   auto X = make(dt, {N, V}, x);
   loom::Tensor Ls(B(), dt, {N});
   loom::Tensor D(B(), dt, {N, V});
-  B().call(&loom_ops::softmax_cross_entropy, Ls.get(), D.get(), X.get(), make_i32({N}, t).get(),
-           dloss);
+  loom::softmax_cross_entropy(B(), Ls.get(), D.get(), X.get(), make_i32({N}, t).get(), dloss);
   *loss = get(Ls);
   *dlogits = get(D);
 }
@@ -162,7 +161,7 @@ TEST_CASE("vocab_ce_stats: per-slice values, target outside the slice and ignore
   // Slice [10, 14): row 0 target 12 (local 2), row 1 target 3 (another slice), row 2 ignored.
   auto T = make_i32({N}, {12, 3, -1});
   loom::Tensor S(B(), loom_f64(), {N, 3});
-  B().call(&loom_ops::vocab_ce_stats, S.get(), X.get(), T.get(), int64_t{10});
+  loom::vocab_ce_stats(B(), S.get(), X.get(), T.get(), int64_t{10});
   Vec s = get(S);
   for (int64_t n = 0; n < N; ++n) {
     double m = *std::max_element(x.begin() + n * Vl, x.begin() + (n + 1) * Vl);
@@ -194,50 +193,43 @@ TEST_CASE("vocab_ce: bad shapes, dtypes and targets are refused") {
   loom::Tensor L(B(), loom_f64(), {2});
   loom::Tensor D(B(), loom_f64(), {2, 4});
   loom::Tensor S_bad(B(), loom_f64(), {2, 2});
-  expect_error(
-      [&] { B().call(&loom_ops::vocab_ce_stats, S_bad.get(), X.get(), T.get(), int64_t{0}); },
-      LOOM_ERR_INVALID_ARGUMENT, "vocab_ce_stats: stats has 4 elements, expected 6");
+  expect_error([&] { loom::vocab_ce_stats(B(), S_bad.get(), X.get(), T.get(), int64_t{0}); },
+               LOOM_ERR_INVALID_ARGUMENT, "vocab_ce_stats: stats has 4 elements, expected 6");
   loom::Tensor S32(B(), loom_f32(), {2, 3});
-  expect_error(
-      [&] { B().call(&loom_ops::vocab_ce_stats, S32.get(), X.get(), T.get(), int64_t{0}); },
-      LOOM_ERR_INVALID_ARGUMENT, "stats is f32, expected f64");
+  expect_error([&] { loom::vocab_ce_stats(B(), S32.get(), X.get(), T.get(), int64_t{0}); },
+               LOOM_ERR_INVALID_ARGUMENT, "stats is f32, expected f64");
   expect_error(
       [&] {
-        B().call(&loom_ops::vocab_ce_stats, S.get(), X.get(), make_i32({3}, {1, 2, 3}).get(),
-                 int64_t{0});
+        loom::vocab_ce_stats(B(), S.get(), X.get(), make_i32({3}, {1, 2, 3}).get(), int64_t{0});
       },
       LOOM_ERR_INVALID_ARGUMENT, "targets has 3 elements, expected 2");
   expect_error(
       [&] {
-        B().call(&loom_ops::vocab_ce_stats, S.get(), X.get(), make_i32({2}, {1, -2}).get(),
-                 int64_t{0});
+        loom::vocab_ce_stats(B(), S.get(), X.get(), make_i32({2}, {1, -2}).get(), int64_t{0});
       },
       LOOM_ERR_INVALID_ARGUMENT, "targets[1] = -2 is negative and not -1");
-  expect_error([&] { B().call(&loom_ops::vocab_ce_stats, S.get(), X.get(), T.get(), int64_t{-4}); },
+  expect_error([&] { loom::vocab_ce_stats(B(), S.get(), X.get(), T.get(), int64_t{-4}); },
                LOOM_ERR_INVALID_ARGUMENT, "vocab_start = -4 is negative");
   loom::Tensor D_bad(B(), loom_f64(), {2, 5});
   expect_error(
       [&] {
-        B().call(&loom_ops::vocab_ce_backward, D_bad.get(), X.get(), T.get(), int64_t{0}, L.get(),
-                 1.0);
+        loom::vocab_ce_backward(B(), D_bad.get(), X.get(), T.get(), int64_t{0}, L.get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "vocab_ce_backward: dlogits has 10 elements, expected 8");
   loom::Tensor L_bad(B(), loom_f64(), {3});
   expect_error(
       [&] {
-        B().call(&loom_ops::vocab_ce_backward, D.get(), X.get(), T.get(), int64_t{0}, L_bad.get(),
-                 1.0);
+        loom::vocab_ce_backward(B(), D.get(), X.get(), T.get(), int64_t{0}, L_bad.get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "lse has 3 elements, expected 2");
   expect_error(
       [&] {
-        B().call(&loom_ops::vocab_ce_backward, D.get(), X.get(), T.get(), int64_t{0},
-                 static_cast<const DLTensor*>(nullptr), 1.0);
+        loom::vocab_ce_backward(B(), D.get(), X.get(), T.get(), int64_t{0},
+                                static_cast<const DLTensor*>(nullptr), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "vocab_ce_backward: lse");
   auto Xi = make_i32({2, 4}, std::vector<int32_t>(8, 0));
   loom::Tensor Si(B(), loom_i32(), {2, 3});
-  expect_error(
-      [&] { B().call(&loom_ops::vocab_ce_stats, Si.get(), Xi.get(), T.get(), int64_t{0}); },
-      LOOM_ERR_UNIMPLEMENTED, "vocab_ce_stats: logits");
+  expect_error([&] { loom::vocab_ce_stats(B(), Si.get(), Xi.get(), T.get(), int64_t{0}); },
+               LOOM_ERR_UNIMPLEMENTED, "vocab_ce_stats: logits");
 }

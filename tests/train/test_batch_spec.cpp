@@ -43,17 +43,17 @@ TEST_CASE("a model reading an array the data lacks, or with another dtype or sha
   const loom_array_spec bert[2] = {{LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, kI32, 2, kBT},
                                    {LOOM_ARRAY_SPEC_SIZE_V2, "token_types", kI32, 2, kBT}};
   const std::string missing = refusal(bert, 2);
-  CHECK_MESSAGE(missing.find("model/toy reads the micro-batch array token_types (int32 B x T)") !=
+  CHECK_MESSAGE(missing.find("model/toy reads the micro-batch array token_types (i32 B x T)") !=
                     std::string::npos,
                 missing);
   CHECK_MESSAGE(
-      missing.find("it provides tokens (int32 B x T), targets (int32 B x T)") != std::string::npos,
+      missing.find("it provides tokens (i32 B x T), targets (i32 B x T)") != std::string::npos,
       missing);
 
   const loom_array_spec float_targets{LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, kF32, 2, kBT};
-  CHECK(refusal(&float_targets, 1).find("targets (float32 B x T)") != std::string::npos);
+  CHECK(refusal(&float_targets, 1).find("targets (f32 B x T)") != std::string::npos);
   const loom_array_spec fixed{LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, kI32, 2, kB512};
-  CHECK(refusal(&fixed, 1).find("tokens (int32 B x 512)") != std::string::npos);
+  CHECK(refusal(&fixed, 1).find("tokens (i32 B x 512)") != std::string::npos);
   const loom_array_spec flat{LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, kI32, 1, kBT};
-  CHECK(refusal(&flat, 1).find("tokens (int32 B)") != std::string::npos);
+  CHECK(refusal(&flat, 1).find("tokens (i32 B)") != std::string::npos);
 }

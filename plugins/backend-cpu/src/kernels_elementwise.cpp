@@ -191,7 +191,7 @@ void sum_squares_one(loom_backend& b, Check& ck, const DLTensor* x, double* out)
     Staging st(ck, b.threads);
     const DLTensor* x_ = st.in("x", x);
     st.run(b, [&] {
-      loom_sum_squares_args one{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x_, 1, out};
+      loom_sum_squares_args one{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x_, 1, out, nullptr};
       return op_sum_squares(&b, &one);
     });
     return;
@@ -207,8 +207,8 @@ void sum_squares_one(loom_backend& b, Check& ck, const DLTensor* x, double* out)
 loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     Check ck{"sum_squares"};
-    if (a == nullptr || a->struct_size < LOOM_SUM_SQUARES_ARGS_SIZE_V2)
-      ck.fail("args NULL or smaller than ABI 2.0's loom_sum_squares_args");
+    std::string why = loom::ops_args_refusal(a, LOOM_SUM_SQUARES_ARGS_SIZE_V2);
+    if (!why.empty()) ck.fail(why);
     if (a->n > 0 && (a->x == nullptr || a->out == nullptr)) ck.fail("x or out is NULL");
     for (size_t i = 0; i < a->n; ++i) sum_squares_one(b, ck, a->x[i], &a->out[i]);
   });

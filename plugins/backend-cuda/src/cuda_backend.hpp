@@ -54,6 +54,10 @@ inline void check_cuda(cudaError_t e, const char* op, const char* call) {
 // After a kernel launch: launch-configuration errors surface here, not later.
 #define LOOM_CUDA_LAUNCHED(op) ::loom_cuda::check_cuda(cudaGetLastError(), (op), "kernel launch")
 
+// The answer to ops args that loom::ops_args_refusal refuses (`why`), naming the op; defined
+// after run_op below.
+inline loom_error* refuse_args(loom_backend* be, const char* op, const std::string& why) noexcept;
+
 // The host of the most recent create(), for an op called with a NULL backend.
 const loom_host* last_host() noexcept;
 
@@ -71,6 +75,10 @@ loom_error* run_op(loom_backend* be, const char* op, Fn&& fn) noexcept {
     LOOM_CUDA_CHECK(op, cudaSetDevice(be->device));
     fn(*be);
   });
+}
+
+inline loom_error* refuse_args(loom_backend* be, const char* op, const std::string& why) noexcept {
+  return run_op(be, op, [&](loom_backend&) { fail(op, why); });
 }
 
 // ---- dtypes and tensors ------------------------------------------------------------------

@@ -44,9 +44,28 @@ typedef struct loom_gemm_args {
   int64_t ldb, stride_b, offset_b;
   DLTensor* c;
   int64_t ldc, stride_c, offset_c;
-  int64_t batch; /* >= 1 */
+  int64_t batch;       /* >= 1 */
+  const loom_ext* ext; /* NULL */
 } loom_gemm_args;
-#define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, batch)
+#define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, ext)
+
+/* bias_add: out(N,C) += bias(C) on every row. */
+typedef struct loom_bias_add_args {
+  size_t struct_size;
+  DLTensor* out;
+  const DLTensor* bias;
+  const loom_ext* ext; /* NULL */
+} loom_bias_add_args;
+#define LOOM_BIAS_ADD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_bias_add_args, ext)
+
+/* bias_backward: dbias(C) += the sum over rows of dout(N,C). */
+typedef struct loom_bias_bwd_args {
+  size_t struct_size;
+  DLTensor* dbias;
+  const DLTensor* dout;
+  const loom_ext* ext; /* NULL */
+} loom_bias_bwd_args;
+#define LOOM_BIAS_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_bias_bwd_args, ext)
 
 /* sum_squares: out[i] = the sum of x[i]'s squared elements, accumulated in double in an
  * order that depends only on x[i]'s size (so a run repeats to the bit). */
@@ -54,9 +73,58 @@ typedef struct loom_sum_squares_args {
   size_t struct_size;
   const DLTensor* const* x; /* n tensors of any float dtype; borrowed for the call */
   size_t n;
-  double* out; /* host double[n], written before the call returns */
+  double* out;         /* host double[n], written before the call returns */
+  const loom_ext* ext; /* NULL */
 } loom_sum_squares_args;
-#define LOOM_SUM_SQUARES_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_sum_squares_args, out)
+#define LOOM_SUM_SQUARES_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_sum_squares_args, ext)
+
+/* embedding_forward: out(N,C) = (or += when accumulate) table(V,C)[ids(N)]; ids i32, each
+ * in [0,V). */
+typedef struct loom_embedding_fwd_args {
+  size_t struct_size;
+  DLTensor* out;
+  const DLTensor* ids;
+  const DLTensor* table;
+  int32_t accumulate;  /* 0: out =, 1: out += (a second embedding, such as positions) */
+  const loom_ext* ext; /* NULL */
+} loom_embedding_fwd_args;
+#define LOOM_EMBEDDING_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_embedding_fwd_args, ext)
+
+/* embedding_backward: dtable(V,C)[ids(N)] += dout(N,C). */
+typedef struct loom_embedding_bwd_args {
+  size_t struct_size;
+  DLTensor* dtable;
+  const DLTensor* ids;
+  const DLTensor* dout;
+  const loom_ext* ext; /* NULL */
+} loom_embedding_bwd_args;
+#define LOOM_EMBEDDING_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_embedding_bwd_args, ext)
+
+/* MLP activations, by kind (a backend refuses a kind it does not know, by name):
+ *   GELU_TANH: out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) (GPT-2's form), out and
+ *              inp of one shape;
+ *   SWIGLU:    inp(N,2H) = [gate | up], out(N,H) = silu(gate) * up (Llama). */
+typedef enum loom_act_kind { LOOM_ACT_GELU_TANH = 0, LOOM_ACT_SWIGLU = 1 } loom_act_kind;
+
+typedef struct loom_act_fwd_args {
+  size_t struct_size;
+  int32_t kind; /* a loom_act_kind */
+  DLTensor* out;
+  const DLTensor* inp;
+  const loom_ext* ext; /* NULL */
+} loom_act_fwd_args;
+#define LOOM_ACT_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_act_fwd_args, ext)
+
+/* dinp (inp's shape) = dout * act'(inp); dinp may alias inp or dout for GELU_TANH. */
+typedef struct loom_act_bwd_args {
+  size_t struct_size;
+  int32_t kind; /* a loom_act_kind */
+  DLTensor* dinp;
+  const DLTensor* inp;
+  const DLTensor* dout; /* out's shape */
+  const loom_ext* ext;  /* NULL */
+} loom_act_bwd_args;
+#define LOOM_ACT_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_act_bwd_args, ext)
 
 /* softmax_forward: row softmax of scale * s, in place: s(Bt,Tq,Tk) scores in,
  * probabilities out; lse(Bt,Tq) = logsumexp of the scaled, masked row (-inf for a row with
@@ -67,11 +135,24 @@ typedef struct loom_softmax_args {
   DLTensor* s;   /* in place */
   DLTensor* lse; /* may be NULL */
   double scale;
-  int causal;     /* mask columns j > p */
-  int64_t window; /* > 0 (with causal): also mask columns j <= p - window, so a query sees
-                     its last `window` positions, itself included (sliding window); 0 = off */
+  int causal;          /* mask columns j > p */
+  int64_t window;      /* > 0 (with causal): also mask columns j <= p - window, so a query
+                          sees its last `window` positions, itself included (sliding window);
+                          0 = off */
+  const loom_ext* ext; /* NULL */
 } loom_softmax_args;
-#define LOOM_SOFTMAX_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_softmax_args, window)
+#define LOOM_SOFTMAX_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_softmax_args, ext)
+
+/* softmax_backward: ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp. */
+typedef struct loom_softmax_bwd_args {
+  size_t struct_size;
+  DLTensor* ds;
+  const DLTensor* p; /* the forward's probabilities */
+  const DLTensor* dp;
+  double scale;
+  const loom_ext* ext; /* NULL */
+} loom_softmax_bwd_args;
+#define LOOM_SOFTMAX_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_softmax_bwd_args, ext)
 
 /* Normalisation over the channels of inp(N,C), LayerNorm or RMSNorm (`kind`):
  *   LayerNorm: out = (inp - mean) * rstd * weight + bias (bias may be NULL), mean and rstd
@@ -123,16 +204,65 @@ typedef struct loom_rope_args {
 } loom_rope_args;
 #define LOOM_ROPE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_rope_args, ext)
 
+/* softmax_cross_entropy, fused softmax + cross-entropy:
+ *   losses(N) = logsumexp(logits[n]) - logits[n, t[n]];
+ *   when dlogits is not NULL: dlogits(N,V) = dloss * (softmax(logits[n]) - onehot(t[n])).
+ * targets(N) i32; a target of -1 is ignored (loss 0, gradient 0). dlogits may alias
+ * logits. */
+typedef struct loom_cross_entropy_args {
+  size_t struct_size;
+  DLTensor* losses;  /* (N) f32 */
+  DLTensor* dlogits; /* (N,V) or NULL (no gradient) */
+  const DLTensor* logits;
+  const DLTensor* targets;
+  double dloss;
+  const loom_ext* ext; /* NULL */
+} loom_cross_entropy_args;
+#define LOOM_CROSS_ENTROPY_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_cross_entropy_args, ext)
+
+/* vocab_ce_stats, vocab-parallel cross-entropy's forward half. logits(N,Vl) hold vocabulary
+ * ids [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global
+ * ids (-1 ignored). stats(N,3) (f32; f64 with f64 logits): the local row max m,
+ * sum exp(logit - m), and the target's logit (0 where the target is outside this slice or
+ * ignored). The caller combines the ranks' stats into the global log-sum-exp. */
+typedef struct loom_vocab_ce_stats_args {
+  size_t struct_size;
+  DLTensor* stats;
+  const DLTensor* logits;
+  const DLTensor* targets;
+  int64_t vocab_start;
+  const loom_ext* ext; /* NULL */
+} loom_vocab_ce_stats_args;
+#define LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_vocab_ce_stats_args, ext)
+
+/* vocab_ce_backward: dlogits(N,Vl) = dloss * (exp(logit - lse[n]) - onehot(target -
+ * vocab_start)); rows with target -1 get 0. lse(N) is the global log-sum-exp (dtype as
+ * stats). dlogits may alias logits. */
+typedef struct loom_vocab_ce_bwd_args {
+  size_t struct_size;
+  DLTensor* dlogits;
+  const DLTensor* logits;
+  const DLTensor* targets;
+  int64_t vocab_start;
+  const DLTensor* lse;
+  double dloss;
+  const loom_ext* ext; /* NULL */
+} loom_vocab_ce_bwd_args;
+#define LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_vocab_ce_bwd_args, ext)
+
+/* The op table. Every slot that may grow takes one args struct (above): a backend refuses
+ * args that are NULL, older than its ABI (struct_size), of an unknown kind, or that carry a
+ * required extension it does not know (loom/cpp/plugin.hpp's usable_ops_args). The four
+ * memory primitives fill, copy, add and axpby keep positional arguments: their meaning is
+ * fixed, and a variant (a strided copy, say) will be a new slot, never a new field. */
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
   loom_error* (*gemm)(loom_backend* be, const loom_gemm_args* args);
-  /* out(N,C) += bias(C) on every row */
-  loom_error* (*bias_add)(loom_backend* be, DLTensor* out, const DLTensor* bias);
-  /* dbias(C) += sum over rows of dout(N,C) */
-  loom_error* (*bias_backward)(loom_backend* be, DLTensor* dbias, const DLTensor* dout);
+  loom_error* (*bias_add)(loom_backend* be, const loom_bias_add_args* args);
+  loom_error* (*bias_backward)(loom_backend* be, const loom_bias_bwd_args* args);
 
-  /* --- elementwise -------------------------------------------------------------- */
+  /* --- elementwise (positional: see above) ------------------------------------- */
   loom_error* (*fill)(loom_backend* be, DLTensor* t, double value);
   /* dst = src, converting dtype when they differ (f32 <-> bf16/f16/f64): the cast op */
   loom_error* (*copy)(loom_backend* be, DLTensor* dst, const DLTensor* src);
@@ -145,60 +275,30 @@ typedef struct loom_ops {
   loom_error* (*sum_squares)(loom_backend* be, const loom_sum_squares_args* args);
 
   /* --- embedding ---------------------------------------------------------------- */
-  /* out(N,C) (= or += when accumulate) table(V,C)[ids(N)]; ids i32, each in [0,V) */
-  loom_error* (*embedding_forward)(loom_backend* be, DLTensor* out, const DLTensor* ids,
-                                   const DLTensor* table, int accumulate);
-  /* dtable(V,C)[ids(N)] += dout(N,C) */
-  loom_error* (*embedding_backward)(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
-                                    const DLTensor* dout);
+  loom_error* (*embedding_forward)(loom_backend* be, const loom_embedding_fwd_args* args);
+  loom_error* (*embedding_backward)(loom_backend* be, const loom_embedding_bwd_args* args);
 
   /* --- normalisation (LayerNorm and RMSNorm, loom_norm_fwd_args / loom_norm_bwd_args) --- */
   loom_error* (*norm_forward)(loom_backend* be, const loom_norm_fwd_args* args);
   loom_error* (*norm_backward)(loom_backend* be, const loom_norm_bwd_args* args);
 
-  /* --- activations -------------------------------------------------------------- */
-  /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */
-  loom_error* (*gelu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
-  loom_error* (*gelu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
-                               const DLTensor* dout);
-  /* inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up */
-  loom_error* (*swiglu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
-  loom_error* (*swiglu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
-                                 const DLTensor* dout);
+  /* --- activations (GELU, SwiGLU by kind: loom_act_fwd_args / loom_act_bwd_args) --- */
+  loom_error* (*act_forward)(loom_backend* be, const loom_act_fwd_args* args);
+  loom_error* (*act_backward)(loom_backend* be, const loom_act_bwd_args* args);
 
   /* --- attention pieces ---------------------------------------------------------- */
-  /* Row softmax of attention scores, in place (loom_softmax_args). */
+  /* Row softmax of attention scores, in place (loom_softmax_args), and its gradient. */
   loom_error* (*softmax_forward)(loom_backend* be, const loom_softmax_args* args);
-  /* ds(Bt,Tq,Tk) = scale * p * (dp - rowsum(p * dp)); ds may alias dp */
-  loom_error* (*softmax_backward)(loom_backend* be, DLTensor* ds, const DLTensor* p,
-                                  const DLTensor* dp, double scale);
+  loom_error* (*softmax_backward)(loom_backend* be, const loom_softmax_bwd_args* args);
   /* Rotary embedding (loom_rope_args), in place; backward applies the inverse rotation to
    * a gradient (the transpose of the forward's linear map). */
   loom_error* (*rope_forward)(loom_backend* be, const loom_rope_args* args);
   loom_error* (*rope_backward)(loom_backend* be, const loom_rope_args* args);
 
   /* --- loss ------------------------------------------------------------------------ */
-  /* Fused softmax + cross-entropy. losses(N) = logsumexp(logits[n]) - logits[n, t[n]];
-   * when dlogits is not NULL: dlogits(N,V) = dloss * (softmax(logits[n]) - onehot(t[n])).
-   * targets(N) i32; a target of -1 is ignored (loss 0, gradient 0). dlogits may alias
-   * logits. */
-  loom_error* (*softmax_cross_entropy)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
-                                       const DLTensor* logits, const DLTensor* targets,
-                                       double dloss);
-
-  /* Vocab-parallel cross-entropy. logits(N,Vl) hold vocabulary ids
-   * [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global
-   * ids (-1 ignored). stats(N,3) (f32; f64 with f64 logits): the local row max m, sum exp(logit -
-   * m), and the target's logit (0 where the target is outside this slice or ignored). The caller
-   * combines the ranks' stats into the global log-sum-exp. */
-  loom_error* (*vocab_ce_stats)(loom_backend* be, DLTensor* stats, const DLTensor* logits,
-                                const DLTensor* targets, int64_t vocab_start);
-  /* dlogits(N,Vl) = dloss * (exp(logit - lse[n]) - onehot(target - vocab_start)); rows with
-   * target -1 get 0. lse(N) the global log-sum-exp (as stats). dlogits may alias
-   * logits. */
-  loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
-                                   const DLTensor* targets, int64_t vocab_start,
-                                   const DLTensor* lse, double dloss);
+  loom_error* (*softmax_cross_entropy)(loom_backend* be, const loom_cross_entropy_args* args);
+  loom_error* (*vocab_ce_stats)(loom_backend* be, const loom_vocab_ce_stats_args* args);
+  loom_error* (*vocab_ce_backward)(loom_backend* be, const loom_vocab_ce_bwd_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_ops;
 #define LOOM_OPS_SIZE_V2 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)

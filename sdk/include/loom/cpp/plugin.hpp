@@ -110,20 +110,30 @@ constexpr loom_param_spec param(const char* name, loom_param_type type, const ch
   return loom_param_spec{LOOM_PARAM_SPEC_SIZE_V2, name, type, def, doc, lo, hi, choices};
 }
 
-// A backend's check of loom_norm_fwd_args / loom_norm_bwd_args (backend.h): present, at
-// least `want` bytes, a known kind, and no required extension on the chain (a backend built
-// before one was defined must refuse it, ABI 2's rule).
-// The same for any ops args struct with an ext chain (loom_rope_args, ...).
+// A backend's check of an ops args struct (backend.h): why it must be refused, or "" when it
+// is usable. Refused: NULL, smaller than `want` (built against an older ABI), and a required
+// extension on the chain (a backend built before that extension was defined must refuse it,
+// ABI 2's rule: it never runs without it).
 template <class Args>
-bool usable_ops_args(const Args* a, size_t want) {
-  if (a == nullptr || a->struct_size < want) return false;
+std::string ops_args_refusal(const Args* a, size_t want) {
+  if (a == nullptr) return "args NULL";
+  if (a->struct_size < want)
+    return "args older than ABI 2.0 (struct_size " + std::to_string(a->struct_size) + " < " +
+           std::to_string(want) + ")";
   for (const loom_ext* e = a->ext; e != nullptr; e = e->next)
-    if (e->flags & LOOM_EXT_REQUIRED) return false;
-  return true;
+    if (e->flags & LOOM_EXT_REQUIRED)
+      return std::string("unknown required extension ") + (e->id ? e->id : "(no id)");
+  return {};
 }
-template <class NormArgs>
-bool usable_norm_args(const NormArgs* a, size_t want) {
-  return usable_ops_args(a, want) && (a->kind == LOOM_NORM_LAYER || a->kind == LOOM_NORM_RMS);
+// The same for a struct with a `kind` (norm, activation): also refused when the kind is not
+// one of `kinds`, the ones this backend implements.
+template <class Args>
+std::string ops_args_refusal(const Args* a, size_t want, std::initializer_list<int32_t> kinds) {
+  std::string why = ops_args_refusal(a, want);
+  if (!why.empty()) return why;
+  for (int32_t k : kinds)
+    if (a->kind == k) return {};
+  return "args of an unknown kind (" + std::to_string(a->kind) + ")";
 }
 
 }  // namespace loom

@@ -21,7 +21,8 @@ class Backend {
   loom_backend* self() const { return ref_.self; }
   const loom_backend_api* api() const { return ref_.api; }
   const loom_ops& ops() const { return *ref_.api->ops; }
-  // Calls an op: B.call(&loom_ops::gelu_forward, out, inp).
+  // Calls an op: B.call(&loom_ops::copy, dst, src). The ops that take args structs have
+  // positional wrappers below (loom::act_forward, loom::bias_add, ...).
   template <class Fn, class... Args>
   void call(Fn loom_ops::*op, Args&&... args) const {
     check(host_, (ops().*op)(ref_.self, std::forward<Args>(args)...));
@@ -178,7 +179,7 @@ inline void softmax_forward(const Backend& be, DLTensor* s, DLTensor* lse, doubl
 // The sum of x's squared elements in double (one tensor of loom_sum_squares_args).
 inline double sum_squares(const Backend& be, const DLTensor* x) {
   double out = 0;
-  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &out};
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x, 1, &out, nullptr};
   be.call(&loom_ops::sum_squares, &a);
   return out;
 }
@@ -254,6 +255,62 @@ inline void rope_forward(const Backend& be, DLTensor* x, int64_t pos_offset, dou
 inline void rope_backward(const Backend& be, DLTensor* dx, int64_t pos_offset, double theta) {
   const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, dx, pos_offset, theta, nullptr};
   be.call(&loom_ops::rope_backward, &a);
+}
+
+// The other ops with positional arguments, over their args structs (backend.h says what
+// each computes). A caller that needs a field of a later 2.x, or an extension, fills the
+// struct itself and uses Backend::call.
+inline void bias_add(const Backend& be, DLTensor* out, const DLTensor* bias) {
+  const loom_bias_add_args a{LOOM_BIAS_ADD_ARGS_SIZE_V2, out, bias, nullptr};
+  be.call(&loom_ops::bias_add, &a);
+}
+inline void bias_backward(const Backend& be, DLTensor* dbias, const DLTensor* dout) {
+  const loom_bias_bwd_args a{LOOM_BIAS_BWD_ARGS_SIZE_V2, dbias, dout, nullptr};
+  be.call(&loom_ops::bias_backward, &a);
+}
+inline void embedding_forward(const Backend& be, DLTensor* out, const DLTensor* ids,
+                              const DLTensor* table, bool accumulate) {
+  const loom_embedding_fwd_args a{
+      LOOM_EMBEDDING_FWD_ARGS_SIZE_V2, out, ids, table, accumulate ? 1 : 0, nullptr};
+  be.call(&loom_ops::embedding_forward, &a);
+}
+inline void embedding_backward(const Backend& be, DLTensor* dtable, const DLTensor* ids,
+                               const DLTensor* dout) {
+  const loom_embedding_bwd_args a{LOOM_EMBEDDING_BWD_ARGS_SIZE_V2, dtable, ids, dout, nullptr};
+  be.call(&loom_ops::embedding_backward, &a);
+}
+inline void act_forward(const Backend& be, loom_act_kind kind, DLTensor* out, const DLTensor* inp) {
+  const loom_act_fwd_args a{LOOM_ACT_FWD_ARGS_SIZE_V2, kind, out, inp, nullptr};
+  be.call(&loom_ops::act_forward, &a);
+}
+inline void act_backward(const Backend& be, loom_act_kind kind, DLTensor* dinp, const DLTensor* inp,
+                         const DLTensor* dout) {
+  const loom_act_bwd_args a{LOOM_ACT_BWD_ARGS_SIZE_V2, kind, dinp, inp, dout, nullptr};
+  be.call(&loom_ops::act_backward, &a);
+}
+inline void softmax_backward(const Backend& be, DLTensor* ds, const DLTensor* p, const DLTensor* dp,
+                             double scale) {
+  const loom_softmax_bwd_args a{LOOM_SOFTMAX_BWD_ARGS_SIZE_V2, ds, p, dp, scale, nullptr};
+  be.call(&loom_ops::softmax_backward, &a);
+}
+inline void softmax_cross_entropy(const Backend& be, DLTensor* losses, DLTensor* dlogits,
+                                  const DLTensor* logits, const DLTensor* targets, double dloss) {
+  const loom_cross_entropy_args a{
+      LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, losses, dlogits, logits, targets, dloss, nullptr};
+  be.call(&loom_ops::softmax_cross_entropy, &a);
+}
+inline void vocab_ce_stats(const Backend& be, DLTensor* stats, const DLTensor* logits,
+                           const DLTensor* targets, int64_t vocab_start) {
+  const loom_vocab_ce_stats_args a{
+      LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2, stats, logits, targets, vocab_start, nullptr};
+  be.call(&loom_ops::vocab_ce_stats, &a);
+}
+inline void vocab_ce_backward(const Backend& be, DLTensor* dlogits, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                              double dloss) {
+  const loom_vocab_ce_bwd_args a{
+      LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2, dlogits, logits, targets, vocab_start, lse, dloss, nullptr};
+  be.call(&loom_ops::vocab_ce_backward, &a);
 }
 
 }  // namespace loom

@@ -118,7 +118,7 @@ struct LocalLinear {
     gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0);
     if (has_bias && add_bias) {
       View yv(y, {n, out});
-      be.call(&loom_ops::bias_add, yv.get(), (const DLTensor*)b);
+      loom::bias_add(be, yv.get(), b);
     }
   }
   // dW += dy^T x; db += colsum(dy) (when with_bias); dx (=, or += when accumulate) dy W.
@@ -127,7 +127,7 @@ struct LocalLinear {
     gemm(be, true, false, out, in, n, dy, out, 0, x, in, 0, dw, in, row0 * in, 1.0);
     if (has_bias && with_bias) {
       View dyv(dy, {n, out});
-      be.call(&loom_ops::bias_backward, db.get(), (const DLTensor*)dyv);
+      loom::bias_backward(be, db.get(), dyv);
     }
     if (dx)
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
@@ -182,7 +182,7 @@ struct RowParallelLinear {
       ReduceFromTensorRegion::forward(g, part);
     if (lin.has_bias) {
       View yv(y, {g.local_rows(n), lin.out});
-      be.call(&loom_ops::bias_add, yv.get(), (const DLTensor*)lin.b);
+      loom::bias_add(be, yv.get(), lin.b);
     }
   }
   // dy (n, out) or its (n/size, out) shard; dy_full (n, out) scratch; dx (n, in_local) =.
@@ -192,7 +192,7 @@ struct RowParallelLinear {
                 const DLTensor* x, int64_t n, DLTensor* dx) const {
     if (lin.has_bias) {
       View dyv(dy, {g.local_rows(n), lin.out});
-      be.call(&loom_ops::bias_backward, lin.db.get(), (const DLTensor*)dyv);
+      loom::bias_backward(be, lin.db.get(), dyv);
     }
     const DLTensor* dfull = dy;
     if (g.sequence_parallel) {
@@ -258,8 +258,8 @@ struct VocabParallelEmbedding {
     be.call(&loom_ops::fill, part, 0.0);
     if (count > 0) {
       View iv(ids, {count}), rv(rows, {count}), pv(picked, {count, C});
-      be.call(&loom_ops::embedding_forward, pv.get(), (const DLTensor*)iv, table, 0);
-      be.call(&loom_ops::embedding_backward, part, (const DLTensor*)rv, (const DLTensor*)pv);
+      loom::embedding_forward(be, pv.get(), iv, table, false);
+      loom::embedding_backward(be, part, rv, pv);
     }
     if (g.sequence_parallel)
       ReduceScatterToSequenceRegion::forward(g, part, out);
@@ -279,8 +279,8 @@ struct VocabParallelEmbedding {
     }
     if (count == 0) return;
     View iv(ids, {count}), rv(rows, {count}), pv(picked, {count, C});
-    be.call(&loom_ops::embedding_forward, pv.get(), (const DLTensor*)rv, full, 0);
-    be.call(&loom_ops::embedding_backward, dtable, (const DLTensor*)iv, (const DLTensor*)pv);
+    loom::embedding_forward(be, pv.get(), rv, full, false);
+    loom::embedding_backward(be, dtable, iv, pv);
   }
 };
 
@@ -304,8 +304,7 @@ class VocabParallelCrossEntropy {
     if (shard.real > 0) {
       View lg(logits, {n, shard.real});
       View tg(targets, {n});
-      be.call(&loom_ops::vocab_ce_stats, sv.get(), (const DLTensor*)lg, (const DLTensor*)tg,
-              shard.start);
+      loom::vocab_ce_stats(be, sv.get(), lg, tg, shard.start);
     } else {  // all padding: contributes exp(-inf) = 0
       std::vector<double> zero(3 * (size_t)n, 0.0);
       for (int64_t i = 0; i < n; ++i) zero[3 * i] = -std::numeric_limits<double>::infinity();
@@ -340,8 +339,7 @@ class VocabParallelCrossEntropy {
                 const DLTensor* targets, const DLTensor* lse, int64_t n, double dloss) const {
     if (shard.real == 0) return;
     View dv(dlogits, {n, shard.real}), lg(logits, {n, shard.real}), tg(targets, {n}), lv(lse, {n});
-    be.call(&loom_ops::vocab_ce_backward, dv.get(), (const DLTensor*)lg, (const DLTensor*)tg,
-            shard.start, (const DLTensor*)lv, dloss);
+    loom::vocab_ce_backward(be, dv.get(), lg, tg, shard.start, lv, dloss);
   }
 
  private:

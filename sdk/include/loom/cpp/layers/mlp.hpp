@@ -12,7 +12,7 @@ namespace loom::layers {
 struct Mlp {
   loom::tp::ColumnParallelLinear fc;
   loom::tp::RowParallelLinear proj;
-  bool swiglu = false;
+  loom_act_kind act = LOOM_ACT_GELU_TANH;  // the backend activation between the two
 
   static Mlp make(const Options& o, ParamStore& ps, const std::string& prefix);
   void forward(const Ctx& c, int64_t n, const DLTensor* x, LayerActs& a, DLTensor* y) const;

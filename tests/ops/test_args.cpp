@@ -1,0 +1,108 @@
+// ABI 2's rule for the op table, checked on every loom_ops slot that takes an args struct:
+// NULL args, args older than ABI 2.0 (a smaller struct_size) and args carrying a required
+// extension the backend does not know are refused with an error naming the op; an unknown
+// extension that is not required is ignored; a kind the backend does not implement is
+// refused. A backend that ran such a call anyway would compute something other than what the
+// caller asked for, silently.
+#include <cstddef>
+
+#include "ops_support.hpp"
+
+using namespace opstest;
+
+namespace {
+
+// `a` is a valid call of `slot`; each broken copy of it must be refused.
+template <class Args, class Slot>
+void check_refusals(const char* op, Slot loom_ops::*slot, const Args& a) {
+  CAPTURE(op);
+  const std::string name(op);
+  expect_error([&] { B().call(slot, static_cast<const Args*>(nullptr)); },
+               LOOM_ERR_INVALID_ARGUMENT, name + ": args NULL");
+  Args old = a;
+  old.struct_size = offsetof(Args, ext);  // built before ext existed
+  expect_error([&] { B().call(slot, &old); }, LOOM_ERR_INVALID_ARGUMENT,
+               name + ": args older than ABI 2.0");
+  const loom_ext future{sizeof(loom_ext), "loom.test-future/1", LOOM_EXT_REQUIRED, nullptr};
+  const loom_ext hint{sizeof(loom_ext), "loom.test-hint/1", 0, &future};
+  Args req = a;
+  req.ext = &hint;  // the required one second on the chain: the whole chain is read
+  expect_error([&] { B().call(slot, &req); }, LOOM_ERR_INVALID_ARGUMENT,
+               name + ": unknown required extension loom.test-future/1");
+  Args opt = a;
+  const loom_ext alone{sizeof(loom_ext), "loom.test-hint/1", 0, nullptr};
+  opt.ext = &alone;
+  B().call(slot, &opt);  // not required: ignored
+  B().call(slot, &a);
+}
+
+}  // namespace
+
+TEST_CASE("every args-taking op refuses NULL, old or unknown-required args, naming the op") {
+  const int64_t N = 2, C = 4;
+  loom::Tensor X = make(loom_f32(), {N, C}, random_vec(N * C, 1));
+  loom::Tensor Y(B(), loom_f32(), {N, C}), W = make(loom_f32(), {C}, Vec(C, 1.0));
+  loom::Tensor Bias = make(loom_f32(), {C}, Vec(C, 0.5)), DB(B(), loom_f32(), {C});
+  loom::Tensor Sq(B(), loom_f32(), {N, N}), DS(B(), loom_f32(), {1, N, N});
+  loom::Tensor S = make(loom_f32(), {1, N, N}, Vec(N * N, 0.25)), Lse(B(), loom_f32(), {1, N});
+  loom::Tensor Ids = make_i32({N}, {0, 1}), Table = make(loom_f32(), {3, C}, Vec(3 * C, 0.1));
+  loom::Tensor Targets = make_i32({N}, {1, 3}), Losses(B(), loom_f32(), {N});
+  loom::Tensor Stats(B(), loom_f32(), {N, 3}), RowLse = make(loom_f32(), {N}, Vec(N, 2.0));
+  loom::Tensor Rope = make(loom_f32(), {1, N, 1, C}, random_vec(N * C, 2));
+
+  loom_gemm_args g{};
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
+  g.trans_b = 1;
+  g.m = N, g.n = N, g.k = C, g.alpha = 1.0;
+  g.a = X, g.lda = C, g.b = X, g.ldb = C, g.c = Sq, g.ldc = N, g.batch = 1;
+  check_refusals("gemm", &loom_ops::gemm, g);
+  check_refusals("bias_add", &loom_ops::bias_add,
+                 loom_bias_add_args{LOOM_BIAS_ADD_ARGS_SIZE_V2, Y, Bias, nullptr});
+  check_refusals("bias_backward", &loom_ops::bias_backward,
+                 loom_bias_bwd_args{LOOM_BIAS_BWD_ARGS_SIZE_V2, DB, X, nullptr});
+  const DLTensor* xs[] = {X.get()};
+  double ss = 0;
+  check_refusals("sum_squares", &loom_ops::sum_squares,
+                 loom_sum_squares_args{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs, 1, &ss, nullptr});
+  check_refusals(
+      "embedding_forward", &loom_ops::embedding_forward,
+      loom_embedding_fwd_args{LOOM_EMBEDDING_FWD_ARGS_SIZE_V2, Y, Ids, Table, 0, nullptr});
+  check_refusals("embedding_backward", &loom_ops::embedding_backward,
+                 loom_embedding_bwd_args{LOOM_EMBEDDING_BWD_ARGS_SIZE_V2, Table, Ids, X, nullptr});
+  loom::Tensor Rstd(B(), loom_f32(), {N});
+  check_refusals("norm_forward", &loom_ops::norm_forward,
+                 loom_norm_fwd_args{LOOM_NORM_FWD_ARGS_SIZE_V2, LOOM_NORM_RMS, Y, nullptr, Rstd, X,
+                                    W, nullptr, 1e-5, nullptr});
+  check_refusals("act_forward", &loom_ops::act_forward,
+                 loom_act_fwd_args{LOOM_ACT_FWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH, Y, X, nullptr});
+  check_refusals(
+      "act_backward", &loom_ops::act_backward,
+      loom_act_bwd_args{LOOM_ACT_BWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH, Y, X, X, nullptr});
+  check_refusals("softmax_forward", &loom_ops::softmax_forward,
+                 loom_softmax_args{LOOM_SOFTMAX_ARGS_SIZE_V2, S, Lse, 1.0, 1, 0, nullptr});
+  check_refusals("softmax_backward", &loom_ops::softmax_backward,
+                 loom_softmax_bwd_args{LOOM_SOFTMAX_BWD_ARGS_SIZE_V2, DS, S, S, 1.0, nullptr});
+  check_refusals("rope_forward", &loom_ops::rope_forward,
+                 loom_rope_args{LOOM_ROPE_ARGS_SIZE_V2, Rope, 0, 10000.0, nullptr});
+  check_refusals("rope_backward", &loom_ops::rope_backward,
+                 loom_rope_args{LOOM_ROPE_ARGS_SIZE_V2, Rope, 0, 10000.0, nullptr});
+  check_refusals("softmax_cross_entropy", &loom_ops::softmax_cross_entropy,
+                 loom_cross_entropy_args{LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, Losses, nullptr, X,
+                                         Targets, 1.0, nullptr});
+  check_refusals(
+      "vocab_ce_stats", &loom_ops::vocab_ce_stats,
+      loom_vocab_ce_stats_args{LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2, Stats, X, Targets, 0, nullptr});
+  check_refusals("vocab_ce_backward", &loom_ops::vocab_ce_backward,
+                 loom_vocab_ce_bwd_args{LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2, Y, X, Targets, 0, RowLse,
+                                        1.0, nullptr});
+}
+
+TEST_CASE("act_forward/act_backward: a kind the backend does not implement is refused") {
+  loom::Tensor X = make(loom_f32(), {2, 4}, Vec(8, 0.5)), Y(B(), loom_f32(), {2, 4});
+  const loom_act_fwd_args f{LOOM_ACT_FWD_ARGS_SIZE_V2, 9, Y, X, nullptr};
+  expect_error([&] { B().call(&loom_ops::act_forward, &f); }, LOOM_ERR_INVALID_ARGUMENT,
+               "act_forward: args of an unknown kind (9)");
+  const loom_act_bwd_args b{LOOM_ACT_BWD_ARGS_SIZE_V2, -1, Y, X, X, nullptr};
+  expect_error([&] { B().call(&loom_ops::act_backward, &b); }, LOOM_ERR_INVALID_ARGUMENT,
+               "act_backward: args of an unknown kind (-1)");
+}
