@@ -8,6 +8,7 @@
 
 #include "checkpoint.hpp"
 #include "errors.hpp"
+#include "loom/cpp/comm.hpp"
 #include "train_run.hpp"
 
 namespace loom::engine {
@@ -140,7 +141,7 @@ void TrainRun::resume() {
         DLTensor t = *(sharded ? params[i].value : main->main(i));
         loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
         if (comm.api->group_size(comm.self, g) > 1)
-          check(comm.api->broadcast(comm.self, g, &t, 0), "syncing the tied embedding");
+          check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
       }
   if (!sharded) main->to_model();
   scaler.load(ck.state);
@@ -190,7 +191,7 @@ void TrainRun::save(int64_t iteration) {
   Collective coll;
   coll.leader = rank == 0;
   coll.barrier = [&] {
-    if (world > 1) check(comm.api->barrier(comm.self, nullptr), "checkpoint barrier");
+    if (world > 1) check(loom::comm_barrier(comm, nullptr), "checkpoint barrier");
   };
   save_checkpoint(save_dir, ck, coll);
   spdlog::info("saved checkpoint {}/iter_{:07d}", save_dir, iteration);

@@ -5,6 +5,7 @@
 
 #include "batch_check.hpp"
 #include "errors.hpp"
+#include "loom/cpp/comm.hpp"
 #include "parallel_layout.hpp"
 #include "train_run.hpp"
 
@@ -47,7 +48,7 @@ void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values,
   t.ndim = 1;
   t.dtype = loom_f64();
   t.shape = shape;
-  check(comm.api->all_reduce(comm.self, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
+  check(loom::comm_all_reduce(comm, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
 }
 
 namespace {

@@ -27,6 +27,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm_args.hpp"
+#include "loom/cpp/comm_plugin.hpp"
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/half.hpp"  // the SDK's bit-exact bf16/f16 <-> f32 conversions
 #include "loom/cpp/plugin.hpp"
@@ -73,7 +74,7 @@ void mpi_check(int err, const char* fn, const char* call) {
 
 // The op arrives from C, where any int fits in the enum; read its bytes as an int so an
 // out-of-range value is reported instead of being undefined behaviour in C++.
-loom_reduce_op check_op(const loom_reduce_op* op, const char* fn) {
+loom_reduce_op check_op(int32_t op, const char* fn) {
   return loom::comm_reduce_op(std::string(kPrefix) + fn, op);
 }
 
@@ -284,10 +285,12 @@ int group_size(loom_comm* c, loom_comm_group* g) {
   return n;
 }
 
-loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
+const loom_host* host_of(loom_comm* c) { return cast(c)->host(); }
+
+loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const loom_reduce_op o = check_op(&op, "all_reduce");
+    const loom_reduce_op o = check_op(op, "all_reduce");
     const Buf b16 = check_tensor(t, "all_reduce", "tensor");
     std::vector<float> wide;
     if (b16.half()) wide = widen(b16);
@@ -301,10 +304,10 @@ loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduc
 }
 
 loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
-                           loom_reduce_op op) {
+                           int32_t op, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const loom_reduce_op o = check_op(&op, "reduce_scatter");
+    const loom_reduce_op o = check_op(op, "reduce_scatter");
     const Buf bi16 = check_tensor(in, "reduce_scatter", "in");
     const Buf bo16 = check_tensor(out, "reduce_scatter", "out");
     check_same_dtype(in, out, "reduce_scatter");
@@ -331,7 +334,7 @@ loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in,
   });
 }
 
-loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const Buf bi = check_tensor(in, "all_gather", "in");
@@ -350,7 +353,7 @@ loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
   });
 }
 
-loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
+loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const Buf b = check_tensor(t, "broadcast", "tensor");
@@ -361,7 +364,7 @@ loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
   });
 }
 
-loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const Buf bi = check_tensor(in, "all_to_all", "in");
@@ -383,13 +386,13 @@ loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
   });
 }
 
-loom_error* barrier(loom_comm* c, loom_comm_group* g) {
+loom_error* barrier(loom_comm* c, loom_comm_group* g, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(),
                      [&] { mpi_check(MPI_Barrier(m->comm(g)), "barrier", "MPI_Barrier"); });
 }
 
-loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag) {
+loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const Buf b = check_tensor(t, "send", "tensor");
@@ -397,7 +400,7 @@ loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, 
   });
 }
 
-loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag) {
+loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     const Buf b = check_tensor(t, "recv", "tensor");
@@ -411,23 +414,11 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
-                            create,
-                            destroy,
-                            world_rank,
-                            world_size,
-                            group_create,
-                            group_destroy,
-                            group_rank,
-                            group_size,
-                            all_reduce,
-                            reduce_scatter,
-                            all_gather,
-                            broadcast,
-                            all_to_all,
-                            barrier,
-                            send,
-                            recv};
+constexpr loom::CommCalls kCalls{"comm/mpi",     false,      host_of,   all_reduce,
+                                 reduce_scatter, all_gather, broadcast, all_to_all,
+                                 barrier,        send,       recv};
+constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(
+    create, destroy, world_rank, world_size, group_create, group_destroy, group_rank, group_size);
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,

@@ -11,11 +11,15 @@
 //    group_create is MPI_Comm_split(world, colors[rank], key = world rank), so group ranks
 //    follow world order, plus one NCCL communicator per group. A NULL group means the world.
 //    Started without a launcher, the world is this one rank and MPI is never loaded.
-//  - Each communicator has its own CUDA stream, created blocking, so work the caller queued
-//    on the legacy default stream runs first; work on other streams must be finished (or
-//    synchronised) by the caller. Every call blocks until its stream is done, watching
-//    ncclCommGetAsyncError meanwhile: a communicator that fails asynchronously is aborted
-//    and every later call on it says so instead of hanging.
+//  - Given a stream (loom_comm_args.stream: the backend's, from loom.device-stream/1), a call
+//    is enqueued on it, after the work already there, and returns at once: no wait, no device
+//    synchronisation. Scratch memory is then stream-ordered (cudaMallocAsync/cudaFreeAsync).
+//  - Without one, a call runs on the communicator's own CUDA stream, created blocking, so
+//    work the caller queued on the legacy default stream runs first; work on other streams
+//    must be finished (or synchronised) by the caller. It blocks until that stream is done,
+//    watching ncclCommGetAsyncError meanwhile: a communicator that fails asynchronously is
+//    aborted and every later call on it says so instead of hanging. (An enqueued call's
+//    asynchronous error surfaces at the group's next blocking call.)
 //  - AVG is ncclAvg, on floating-point tensors only: NCCL's integer average (a post-division)
 //    is defined for unsigned types alone, so integer AVG is refused rather than rounded one
 //    way here and another in comm/mpi.
@@ -40,6 +44,7 @@
 #include "bootstrap.hpp"
 #include "loom/comm.h"
 #include "loom/cpp/comm_args.hpp"
+#include "loom/cpp/comm_plugin.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "nccl_support.hpp"
@@ -118,16 +123,22 @@ void wait(loom_comm_group& g, const char* fn) {
   }
 }
 
-// Enqueues one NCCL call (or a group of them) on the group's stream and waits for it.
+// Enqueues one NCCL call (or a group of them) on `s`; waits for it when `s` is the group's
+// own stream (the caller gave none), and returns at once on the caller's.
 template <class Enqueue>
-void run(loom_comm_group& g, const char* fn, const char* call, Enqueue&& enqueue) {
+void run(loom_comm_group& g, cudaStream_t s, const char* fn, const char* call, Enqueue&& enqueue) {
   if (!g.aborted.empty())
     fail(LOOM_ERR_INTERNAL, fn,
          "the communicator was aborted after an earlier error (" + g.aborted +
              "); recreate the comm");
   DeviceGuard on(g.device);
   nccl_check(enqueue(), fn, call, g.nccl);
-  wait(g, fn);
+  if (s == g.stream) wait(g, fn);
+}
+
+// The stream a call runs on: the caller's, else the group's own.
+cudaStream_t stream_of(const loom_comm_group& g, void* stream) {
+  return stream != nullptr ? static_cast<cudaStream_t>(stream) : g.stream;
 }
 
 // A tensor NCCL can read as one contiguous run of `count` elements of `type`; `nbytes`
@@ -184,13 +195,13 @@ bool overlap(const Buf& a, const Buf& b) {
 
 // `in`'s bytes, copied aside on the group's stream when they share memory with `out` in a
 // way NCCL does not allow (`allowed`: NCCL's own in-place layout, if the call has one).
-const char* source(loom_comm_group& g, const Buf& in, const Buf& out, bool allowed,
+const char* source(loom_comm_group& g, cudaStream_t s, const Buf& in, const Buf& out, bool allowed,
                    std::unique_ptr<DeviceBuffer>& scratch, const char* fn) {
   if (allowed || !overlap(in, out)) return in.ptr;
   DeviceGuard on(g.device);
-  scratch = std::make_unique<DeviceBuffer>(in.nbytes, fn);
-  cuda_check(cudaMemcpyAsync(scratch->get(), in.ptr, in.nbytes, cudaMemcpyDeviceToDevice, g.stream),
-             fn, "cudaMemcpyAsync");
+  scratch = std::make_unique<DeviceBuffer>(in.nbytes, fn, s == g.stream ? nullptr : s);
+  cuda_check(cudaMemcpyAsync(scratch->get(), in.ptr, in.nbytes, cudaMemcpyDeviceToDevice, s), fn,
+             "cudaMemcpyAsync");
   return scratch->get();
 }
 
@@ -271,24 +282,28 @@ void group_destroy(loom_comm*, loom_comm_group* g) { delete g; }
 int group_rank(loom_comm* c, loom_comm_group* g) { return cast(c)->group(g).rank; }
 int group_size(loom_comm* c, loom_comm_group* g) { return cast(c)->group(g).size; }
 
-loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
+const loom_host* host_of(loom_comm* c) { return cast(c)->host(); }
+
+loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const ncclRedOp_t o = nccl_op(&op, "all_reduce");
+    const ncclRedOp_t o = nccl_op(op, "all_reduce");
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf b = check_tensor(G, t, "all_reduce", "tensor", true);
     check_avg(o, t->dtype, "all_reduce");
-    run(G, "all_reduce", "ncclAllReduce",
-        [&] { return ncclAllReduce(b.ptr, b.ptr, b.count, b.type, o, G.nccl, G.stream); });
+    run(G, s, "all_reduce", "ncclAllReduce",
+        [&] { return ncclAllReduce(b.ptr, b.ptr, b.count, b.type, o, G.nccl, s); });
   });
 }
 
 loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
-                           loom_reduce_op op) {
+                           int32_t op, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const ncclRedOp_t o = nccl_op(&op, "reduce_scatter");
+    const ncclRedOp_t o = nccl_op(op, "reduce_scatter");
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf bi = check_tensor(G, in, "reduce_scatter", "in", true);
     const Buf bo = check_tensor(G, out, "reduce_scatter", "out", true);
     check_same_dtype(in, out, "reduce_scatter");
@@ -300,16 +315,18 @@ loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in,
                std::to_string(bi.count));
     std::unique_ptr<DeviceBuffer> scratch;
     const bool in_place = bo.ptr == bi.ptr + G.rank * bo.nbytes;  // NCCL's in-place layout
-    const char* src = source(G, bi, bo, in_place, scratch, "reduce_scatter");
-    run(G, "reduce_scatter", "ncclReduceScatter",
-        [&] { return ncclReduceScatter(src, bo.ptr, bo.count, bo.type, o, G.nccl, G.stream); });
+    const char* src = source(G, s, bi, bo, in_place, scratch, "reduce_scatter");
+    run(G, s, "reduce_scatter", "ncclReduceScatter",
+        [&] { return ncclReduceScatter(src, bo.ptr, bo.count, bo.type, o, G.nccl, s); });
   });
 }
 
-loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                       void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf bi = check_tensor(G, in, "all_gather", "in", false);
     const Buf bo = check_tensor(G, out, "all_gather", "out", false);
     check_same_dtype(in, out, "all_gather");
@@ -321,27 +338,30 @@ loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
                std::to_string(bo.nbytes / esize));
     std::unique_ptr<DeviceBuffer> scratch;
     const bool in_place = bi.ptr == bo.ptr + G.rank * bi.nbytes;  // NCCL's in-place layout
-    const char* src = source(G, bi, bo, in_place, scratch, "all_gather");
-    run(G, "all_gather", "ncclAllGather",
-        [&] { return ncclAllGather(src, bo.ptr, bi.count, ncclUint8, G.nccl, G.stream); });
+    const char* src = source(G, s, bi, bo, in_place, scratch, "all_gather");
+    run(G, s, "all_gather", "ncclAllGather",
+        [&] { return ncclAllGather(src, bo.ptr, bi.count, ncclUint8, G.nccl, s); });
   });
 }
 
-loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root) {
+loom_error* broadcast(loom_comm* c, loom_comm_group* g, DLTensor* t, int root, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf b = check_tensor(G, t, "broadcast", "tensor", false);
     loom::comm_rank(std::string(kPrefix) + "broadcast", "root", root, G.size);
-    run(G, "broadcast", "ncclBroadcast",
-        [&] { return ncclBroadcast(b.ptr, b.ptr, b.count, ncclUint8, root, G.nccl, G.stream); });
+    run(G, s, "broadcast", "ncclBroadcast",
+        [&] { return ncclBroadcast(b.ptr, b.ptr, b.count, ncclUint8, root, G.nccl, s); });
   });
 }
 
-loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out) {
+loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                       void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf bi = check_tensor(G, in, "all_to_all", "in", false);
     const Buf bo = check_tensor(G, out, "all_to_all", "out", false);
     check_same_dtype(in, out, "all_to_all");
@@ -356,14 +376,13 @@ loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
           LOOM_ERR_INVALID_ARGUMENT, "all_to_all",
           "in " + shape_str(in) + " and out " + shape_str(out) + " must have equal element counts");
     std::unique_ptr<DeviceBuffer> scratch;
-    const char* src = source(G, bi, bo, false, scratch, "all_to_all");
+    const char* src = source(G, s, bi, bo, false, scratch, "all_to_all");
     const size_t chunk = bi.nbytes / G.size;
-    run(G, "all_to_all", "ncclSend/ncclRecv", [&] {
+    run(G, s, "all_to_all", "ncclSend/ncclRecv", [&] {
       ncclResult_t r = ncclGroupStart();
       for (int j = 0; j < G.size && r == ncclSuccess; ++j) {
-        r = ncclSend(src + j * chunk, chunk, ncclUint8, j, G.nccl, G.stream);
-        if (r == ncclSuccess)
-          r = ncclRecv(bo.ptr + j * chunk, chunk, ncclUint8, j, G.nccl, G.stream);
+        r = ncclSend(src + j * chunk, chunk, ncclUint8, j, G.nccl, s);
+        if (r == ncclSuccess) r = ncclRecv(bo.ptr + j * chunk, chunk, ncclUint8, j, G.nccl, s);
       }
       const ncclResult_t end = ncclGroupEnd();  // always closes the group
       return r != ncclSuccess ? r : end;
@@ -371,14 +390,15 @@ loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
   });
 }
 
-loom_error* barrier(loom_comm* c, loom_comm_group* g) {
+loom_error* barrier(loom_comm* c, loom_comm_group* g, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     // NCCL has no barrier: an all-reduce of one integer returns on no rank before every rank
     // has entered it, and (calls being synchronous) after all earlier work on the group.
     loom_comm_group& G = m->group(g);
-    run(G, "barrier", "ncclAllReduce", [&] {
-      return ncclAllReduce(G.flag->get(), G.flag->get(), 1, ncclInt32, ncclSum, G.nccl, G.stream);
+    const cudaStream_t s = stream_of(G, stream);
+    run(G, s, "barrier", "ncclAllReduce", [&] {
+      return ncclAllReduce(G.flag->get(), G.flag->get(), 1, ncclInt32, ncclSum, G.nccl, s);
     });
   });
 }
@@ -398,38 +418,40 @@ void check_peer(const loom_comm_group& G, int peer, const char* fn) {
              " is this rank; a blocking NCCL send or recv to itself would never complete");
 }
 
-loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag) {
+loom_error* send(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag,
+                 void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf b = check_tensor(G, t, "send", "tensor", false);
     check_peer(G, peer, "send");
     Header h{static_cast<int64_t>(b.nbytes), tag};
     G.boot->send(&h, sizeof h, peer, "send");
-    run(G, "send", "ncclSend",
-        [&] { return ncclSend(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
+    run(G, s, "send", "ncclSend",
+        [&] { return ncclSend(b.ptr, b.count, ncclUint8, peer, G.nccl, s); });
   });
 }
 
-loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag) {
+loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
     const Buf b = check_tensor(G, t, "recv", "tensor", false);
     check_peer(G, peer, "recv");
     Header h{};
     G.boot->recv(&h, sizeof h, peer, "recv");
     if (h.nbytes == static_cast<int64_t>(b.nbytes) && h.tag == tag) {
-      run(G, "recv", "ncclRecv",
-          [&] { return ncclRecv(b.ptr, b.count, ncclUint8, peer, G.nccl, G.stream); });
+      run(G, s, "recv", "ncclRecv",
+          [&] { return ncclRecv(b.ptr, b.count, ncclUint8, peer, G.nccl, s); });
       return;
     }
     // The sender is already in ncclSend: take its message aside, then report the mismatch.
     DeviceGuard on(G.device);
-    DeviceBuffer drain(static_cast<size_t>(h.nbytes), "recv");
-    run(G, "recv", "ncclRecv", [&] {
-      return ncclRecv(drain.get(), static_cast<size_t>(h.nbytes), ncclUint8, peer, G.nccl,
-                      G.stream);
+    DeviceBuffer drain(static_cast<size_t>(h.nbytes), "recv", s == G.stream ? nullptr : s);
+    run(G, s, "recv", "ncclRecv", [&] {
+      return ncclRecv(drain.get(), static_cast<size_t>(h.nbytes), ncclUint8, peer, G.nccl, s);
     });
     fail(LOOM_ERR_INVALID_ARGUMENT, "recv",
          "from " + std::to_string(peer) + " with tag " + std::to_string(tag) + " expected " +
@@ -439,23 +461,11 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
-                            create,
-                            destroy,
-                            world_rank,
-                            world_size,
-                            group_create,
-                            group_destroy,
-                            group_rank,
-                            group_size,
-                            all_reduce,
-                            reduce_scatter,
-                            all_gather,
-                            broadcast,
-                            all_to_all,
-                            barrier,
-                            send,
-                            recv};
+constexpr loom::CommCalls kCalls{"comm/nccl",    true,       host_of,   all_reduce,
+                                 reduce_scatter, all_gather, broadcast, all_to_all,
+                                 barrier,        send,       recv};
+constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(
+    create, destroy, world_rank, world_size, group_create, group_destroy, group_rank, group_size);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -75,11 +75,22 @@ class DeviceGuard {
 // Device memory freed with the object: scratch copies and the barrier's one integer.
 class DeviceBuffer {
  public:
-  DeviceBuffer(size_t bytes, const char* fn) {
-    if (bytes > 0) cuda_check(cudaMalloc(&ptr_, bytes), fn, "cudaMalloc");
+  // With `ordered`, allocated and freed in that stream's order (cudaMallocAsync,
+  // cudaFreeAsync): no synchronisation, and the memory lives until the stream's work before
+  // the free is done.
+  DeviceBuffer(size_t bytes, const char* fn, cudaStream_t ordered = nullptr) : ordered_(ordered) {
+    if (bytes == 0) return;
+    if (ordered_ != nullptr)
+      cuda_check(cudaMallocAsync(&ptr_, bytes, ordered_), fn, "cudaMallocAsync");
+    else
+      cuda_check(cudaMalloc(&ptr_, bytes), fn, "cudaMalloc");
   }
   ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ == nullptr) return;
+    if (ordered_ != nullptr)
+      cudaFreeAsync(ptr_, ordered_);
+    else
+      cudaFree(ptr_);
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -87,10 +98,11 @@ class DeviceBuffer {
 
  private:
   void* ptr_ = nullptr;
+  cudaStream_t ordered_ = nullptr;
 };
 
 // The ABI's op (checked by the SDK: it arrives from C, where any int fits) as NCCL's.
-inline ncclRedOp_t nccl_op(const loom_reduce_op* op, const char* fn) {
+inline ncclRedOp_t nccl_op(int32_t op, const char* fn) {
   switch (loom::comm_reduce_op(std::string(kPrefix) + fn, op)) {
     case LOOM_REDUCE_SUM:
       return ncclSum;

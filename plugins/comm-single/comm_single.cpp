@@ -9,7 +9,8 @@
 //  - send/recv to peer 0 (this rank) go through an in-process FIFO per tag: the send
 //    copies the data and returns, a later recv with the same tag takes it. A recv with
 //    nothing queued is an error rather than a deadlock. Any other peer is an error.
-// A NULL group means the world.
+// A NULL group means the world. A stream (loom_comm_args.stream) is accepted and left alone:
+// every call is complete when it returns, identities having nothing to enqueue.
 #include <cstring>
 #include <deque>
 #include <map>
@@ -21,6 +22,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm_args.hpp"
+#include "loom/cpp/comm_plugin.hpp"
 #include "loom/cpp/describe.hpp"
 #include "loom/cpp/plugin.hpp"
 
@@ -36,7 +38,7 @@ using loom::shape_str;
 // out-of-range value is reported instead of being undefined behaviour in C++.
 std::string at(const char* fn) { return std::string("comm/single: ") + fn; }
 
-void check_op(const loom_reduce_op* op, const char* fn) { loom::comm_reduce_op(at(fn), op); }
+void check_op(int32_t op, const char* fn) { loom::comm_reduce_op(at(fn), op); }
 
 void check_tensor(const DLTensor* t, const char* fn, const char* what) {
   loom::comm_tensor(at(fn), what, t);
@@ -141,57 +143,47 @@ void group_destroy(loom_comm*, loom_comm_group* g) { delete g; }
 int group_rank(loom_comm*, loom_comm_group*) { return 0; }
 int group_size(loom_comm*, loom_comm_group*) { return 1; }
 
-loom_error* all_reduce(loom_comm* c, loom_comm_group*, DLTensor* t, loom_reduce_op op) {
+const loom_host* host_of(loom_comm* c) { return cast(c)->host(); }
+
+loom_error* all_reduce(loom_comm* c, loom_comm_group*, DLTensor* t, int32_t op, void*) {
   return loom::guard(cast(c)->host(), [&] {
-    check_op(&op, "all_reduce");
+    check_op(op, "all_reduce");
     check_tensor(t, "all_reduce", "tensor");
     // The reduction of one rank's tensor is that tensor, for every op (AVG divides by 1).
   });
 }
 loom_error* reduce_scatter(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out,
-                           loom_reduce_op op) {
+                           int32_t op, void*) {
   return loom::guard(cast(c)->host(), [&] {
-    check_op(&op, "reduce_scatter");
+    check_op(op, "reduce_scatter");
     copy_through(in, out, "reduce_scatter");
   });
 }
-loom_error* all_gather(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out) {
+loom_error* all_gather(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out, void*) {
   return loom::guard(cast(c)->host(), [&] { copy_through(in, out, "all_gather"); });
 }
-loom_error* broadcast(loom_comm* c, loom_comm_group*, DLTensor* t, int root) {
+loom_error* broadcast(loom_comm* c, loom_comm_group*, DLTensor* t, int root, void*) {
   return loom::guard(cast(c)->host(), [&] {
     loom::comm_rank(at("broadcast"), "root", root, 1);
     check_tensor(t, "broadcast", "tensor");
   });
 }
-loom_error* all_to_all(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out) {
+loom_error* all_to_all(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out, void*) {
   return loom::guard(cast(c)->host(), [&] { copy_through(in, out, "all_to_all"); });
 }
-loom_error* barrier(loom_comm*, loom_comm_group*) { return nullptr; }
-loom_error* send(loom_comm* c, loom_comm_group*, const DLTensor* t, int peer, int tag) {
+loom_error* barrier(loom_comm*, loom_comm_group*, void*) { return nullptr; }
+loom_error* send(loom_comm* c, loom_comm_group*, const DLTensor* t, int peer, int tag, void*) {
   return loom::guard(cast(c)->host(), [&] { cast(c)->send(t, peer, tag); });
 }
-loom_error* recv(loom_comm* c, loom_comm_group*, DLTensor* t, int peer, int tag) {
+loom_error* recv(loom_comm* c, loom_comm_group*, DLTensor* t, int peer, int tag, void*) {
   return loom::guard(cast(c)->host(), [&] { cast(c)->recv(t, peer, tag); });
 }
 
-const loom_comm_api kApi = {LOOM_COMM_API_SIZE_V2,
-                            create,
-                            destroy,
-                            world_rank,
-                            world_size,
-                            group_create,
-                            group_destroy,
-                            group_rank,
-                            group_size,
-                            all_reduce,
-                            reduce_scatter,
-                            all_gather,
-                            broadcast,
-                            all_to_all,
-                            barrier,
-                            send,
-                            recv};
+constexpr loom::CommCalls kCalls{"comm/single",  true,       host_of,   all_reduce,
+                                 reduce_scatter, all_gather, broadcast, all_to_all,
+                                 barrier,        send,       recv};
+constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(
+    create, destroy, world_rank, world_size, group_create, group_destroy, group_rank, group_size);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

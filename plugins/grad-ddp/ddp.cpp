@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -68,7 +69,7 @@ class Ddp {
   void reduce_gradients() {
     for (Bucket& b : buckets_) {
       if (b.grads.size() == 1) {
-        loom::check(host_, api().all_reduce(comm_.self, group_, b.grads[0], LOOM_REDUCE_AVG));
+        loom::check(host_, loom::comm_all_reduce(comm_, group_, b.grads[0], LOOM_REDUCE_AVG));
         continue;
       }
       size_t off = 0;
@@ -83,7 +84,7 @@ class Ddp {
       flat.ndim = 1;
       flat.dtype = b.dtype;
       flat.shape = &numel;
-      loom::check(host_, api().all_reduce(comm_.self, group_, &flat, LOOM_REDUCE_AVG));
+      loom::check(host_, loom::comm_all_reduce(comm_, group_, &flat, LOOM_REDUCE_AVG));
       off = 0;
       for (DLTensor* g : b.grads) {
         std::memcpy(bytes_of(g), buffer_.get() + off, nbytes(g));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -95,8 +96,8 @@ class DistOpt {
       backend_.call(&loom_ops::fill, &pad.t, 0.0);
     }
     sync();
-    loom::check(host_, api().reduce_scatter(comm_.self, group_, flat_.get(), shard_grad_.get(),
-                                            LOOM_REDUCE_AVG));
+    loom::check(host_, loom::comm_reduce_scatter(comm_, group_, flat_.get(), shard_grad_.get(),
+                                                 LOOM_REDUCE_AVG, backend_.stream()));
   }
 
   void shard_params(DLTensor* const* params, loom_param_shard* out) {
@@ -150,7 +151,8 @@ class DistOpt {
     }
     sync();
     Slice gathered(flat_.get(), pdt_, 0, D_ * S_);
-    loom::check(host_, api().all_gather(comm_.self, group_, param_pack_.get(), &gathered.t));
+    loom::check(host_, loom::comm_all_gather(comm_, group_, param_pack_.get(), &gathered.t,
+                                             backend_.stream()));
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t n = loom_tensor_numel(params_[i]);
       if (n == 0) continue;
@@ -168,7 +170,13 @@ class DistOpt {
 
  private:
   const loom_comm_api& api() const { return *comm_.api; }
-  void sync() const { loom::check(host_, backend_.api()->synchronize(backend_.self())); }
+  // Before a collective: a comm that runs on the backend's stream (comm/nccl given it) is
+  // ordered after the backend's work already; one that blocks on host memory needs that work
+  // done. backend/cpu's stream is NULL, and its synchronize returns at once.
+  void sync() const {
+    if (backend_.stream() == nullptr)
+      loom::check(host_, backend_.api()->synchronize(backend_.self()));
+  }
 
   // Megatron's README table (bytes per parameter with Adam): params and grads replicated,
   // the fp32 optimizer state (m, v, and fp32 main params/grads when those are narrower)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/schedule.h"
@@ -323,15 +324,17 @@ class Pipeline {
     from.erase(it);
   }
 
+  // On the backend's stream, after the model's ops that made the tensors; with a NULL stream
+  // (backend/cpu) every call completes before it returns.
   void send(const Tensors& ts, int peer, int tag) {
-    // the model's ops may still be running on the backend's stream
-    loom::check(host_, backend_.api()->synchronize(backend_.self()));
+    void* stream = backend_.stream();
     for (const DLTensor* t : ts)
-      loom::check(host_, comm_.api->send(comm_.self, group_, t, peer, tag));
+      loom::check(host_, loom::comm_send(comm_, group_, t, peer, tag, stream));
   }
   void recv(std::vector<loom::Tensor>& ts, int peer, int tag) {
+    void* stream = backend_.stream();
     for (loom::Tensor& t : ts)
-      loom::check(host_, comm_.api->recv(comm_.self, group_, t.get(), peer, tag));
+      loom::check(host_, loom::comm_recv(comm_, group_, t.get(), peer, tag, stream));
   }
 
   void run_plan() {
@@ -399,7 +402,8 @@ class Pipeline {
     for (const loom_loss& l : totals_) local.insert(local.end(), {l.sum, l.count, l.weight});
     loom::Tensor sums(backend_, loom_f64(), {int64_t(3 * n)});
     sums.upload(local);
-    loom::check(host_, comm_.api->all_reduce(comm_.self, group_, sums.get(), LOOM_REDUCE_SUM));
+    loom::check(host_, loom::comm_all_reduce(comm_, group_, sums.get(), LOOM_REDUCE_SUM,
+                                             backend_.stream()));
     const std::vector<double> total = sums.download<double>();
     for (size_t i = 0; i < n; ++i) {
       totals_[i].sum = total[3 * i];

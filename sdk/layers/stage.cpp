@@ -3,6 +3,7 @@
 // own parallelism leaves partial).
 #include <string>
 
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/layers/decoder.hpp"
 #include "loom/cpp/model_step.hpp"
 
@@ -273,8 +274,9 @@ void DecoderModel::finish_grads() {
     for (Param& p : params_.all())
       if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());
   if (embedding_group_)
-    loom::check(ctx_.host, comm_.api->all_reduce(comm_.self, embedding_group_,
-                                                 params_.at("wte").grad.get(), LOOM_REDUCE_SUM));
+    loom::check(ctx_.host,
+                loom::comm_all_reduce(comm_, embedding_group_, params_.at("wte").grad.get(),
+                                      LOOM_REDUCE_SUM, ctx_.be.stream()));
 }
 
 }  // namespace loom::layers

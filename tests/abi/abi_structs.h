@@ -53,6 +53,7 @@
   X(loom_schedule_api) \
   X(loom_tokenizer_api) \
   X(loom_dataset_api) \
+  X(loom_comm_args) \
   X(loom_comm_api) \
   X(DLTensor) \
   X(DLDataType) \

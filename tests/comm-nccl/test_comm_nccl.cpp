@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "loom/cpp/comm.hpp"
 #include "plugin_test_util.hpp"
 
 namespace {
@@ -81,6 +82,7 @@ World& world() {
 }
 const loom_comm_api& api() { return *world().ref.api; }
 loom_comm* self() { return world().ref.self; }
+const loom_comm_ref& ref() { return world().ref; }
 void ok(loom_error* e) { world().host.check(e); }
 
 // A compact tensor in this rank's GPU memory, filled from and read back to the host.
@@ -124,7 +126,8 @@ commconf::Suite<DeviceTensor>& suite() {
   // NCCL has no integer average (refused by name: see the error test), and its blocking
   // send to itself would never complete.
   static commconf::Suite<DeviceTensor> s(
-      commconf::Target{&api(), self(), world().rank, world().size, &ok, false, false});
+      commconf::Target{&api(), self(), world().rank, world().size, &ok, false, false, true,
+                       [](loom_error* e) { return ptest::outcome(e).message; }});
   return s;
 }
 
@@ -215,6 +218,10 @@ TEST_SUITE("gpu") {
     GPU_TEST_START;
     suite().groups();
   }
+  TEST_CASE("comm/nccl: NULL, old or unknown-required args are refused") {
+    GPU_TEST_START;
+    suite().args();
+  }
   TEST_CASE("comm/nccl: all_reduce SUM, MAX, MIN, AVG in f32, f64 and i32") {
     GPU_TEST_START;
     suite().all_reduce();
@@ -237,7 +244,7 @@ TEST_SUITE("gpu") {
       buf.upload(inputs<float>(r, 2 * n, false));
       DLTensor out = *buf.get();
       out.shape = chunk_shape;
-      ok(api().reduce_scatter(self(), nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
+      ok(loom::comm_reduce_scatter(ref(), nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
       std::vector<float> got = buf.download();
       check_values(std::vector<float>(got.begin(), got.begin() + 2), {sums[2 * r], sums[2 * r + 1]},
                    "reduce_scatter into the front of in");
@@ -248,8 +255,8 @@ TEST_SUITE("gpu") {
       DLTensor chunk = *buf.get();
       chunk.shape = chunk_shape;
       chunk.byte_offset = 2 * sizeof(float) * r;
-      ok(api().reduce_scatter(self(), nullptr, buf.get(), &chunk, LOOM_REDUCE_SUM));
-      ok(api().all_gather(self(), nullptr, &chunk, buf.get()));
+      ok(loom::comm_reduce_scatter(ref(), nullptr, buf.get(), &chunk, LOOM_REDUCE_SUM));
+      ok(loom::comm_all_gather(ref(), nullptr, &chunk, buf.get()));
       check_values(buf.download(), sums, "in-place reduce_scatter then all_gather");
     }
   }
@@ -281,17 +288,17 @@ TEST_SUITE("gpu") {
       const int tag = sent == 4 ? 8 : 7;
       ptest::Outcome o;
       if (W.rank % 2 == 0) {
-        ok(api().send(self(), nullptr, out.get(), next, tag));
-        o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
+        ok(loom::comm_send(ref(), nullptr, out.get(), next, tag));
+        o = ptest::outcome(loom::comm_recv(ref(), nullptr, in.get(), prev, 7));
       } else {
-        o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
-        ok(api().send(self(), nullptr, out.get(), next, tag));
+        o = ptest::outcome(loom::comm_recv(ref(), nullptr, in.get(), prev, 7));
+        ok(loom::comm_send(ref(), nullptr, out.get(), next, tag));
       }
       CHECK_FALSE(o.ok());
       CHECK(has(o, "expected 16 bytes but the next message has " + std::to_string(4 * sent) +
                        " bytes and tag " + std::to_string(tag)));
     }
-    ok(api().barrier(self(), nullptr));  // the communicator still works
+    ok(loom::comm_barrier(ref(), nullptr));  // the communicator still works
   }
 
   TEST_CASE("comm/nccl: argument errors are named, identically on every rank") {
@@ -301,40 +308,41 @@ TEST_SUITE("gpu") {
     {
       ptest::HostTensor<float> h({4}, loom_f32());
       ptest::Outcome o =
-          ptest::outcome(api().all_reduce(self(), nullptr, h.get(), LOOM_REDUCE_SUM));
+          ptest::outcome(loom::comm_all_reduce(ref(), nullptr, h.get(), LOOM_REDUCE_SUM));
       CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
       CHECK(has(o, "comm/nccl: all_reduce: tensor is on cpu; comm/nccl reaches GPU memory only"));
       h.t.device = DLDevice{kDLCUDA, dev};  // a host pointer labelled as GPU memory
-      o = ptest::outcome(api().all_reduce(self(), nullptr, h.get(), LOOM_REDUCE_SUM));
+      o = ptest::outcome(loom::comm_all_reduce(ref(), nullptr, h.get(), LOOM_REDUCE_SUM));
       CHECK(has(o, "its data is not GPU memory"));
     }
     {
       DeviceTensor<float> t({4}, loom_f32());
       DLTensor other = *t.get();
       other.device.device_id = dev + 1;
-      ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, &other, 0));
+      ptest::Outcome o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, &other, 0));
       CHECK(has(o, "is on cuda:" + std::to_string(dev + 1) +
                        " but this rank's communicator uses cuda:" + std::to_string(dev)));
       o = ptest::outcome(
-          api().all_reduce(self(), nullptr, t.get(), static_cast<loom_reduce_op>(9)));
+          loom::comm_all_reduce(ref(), nullptr, t.get(), static_cast<loom_reduce_op>(9)));
       CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
       CHECK(has(o, "unknown reduce op 9"));
-      CHECK_FALSE(ptest::outcome(api().all_reduce(self(), nullptr, nullptr, LOOM_REDUCE_SUM)).ok());
-      o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), n));
+      CHECK_FALSE(
+          ptest::outcome(loom::comm_all_reduce(ref(), nullptr, nullptr, LOOM_REDUCE_SUM)).ok());
+      o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, t.get(), n));
       CHECK(has(o, "root " + std::to_string(n) + " is not a rank"));
-      o = ptest::outcome(api().send(self(), nullptr, t.get(), world().rank, 0));
+      o = ptest::outcome(loom::comm_send(ref(), nullptr, t.get(), world().rank, 0));
       CHECK(has(o, "is this rank"));
-      o = ptest::outcome(api().recv(self(), nullptr, t.get(), n, 0));
+      o = ptest::outcome(loom::comm_recv(ref(), nullptr, t.get(), n, 0));
       CHECK(has(o, "peer " + std::to_string(n) + " is not a rank"));
     }
     {
       DeviceTensor<int32_t> t({4}, loom_i32());
       ptest::Outcome o =
-          ptest::outcome(api().all_reduce(self(), nullptr, t.get(), LOOM_REDUCE_AVG));
+          ptest::outcome(loom::comm_all_reduce(ref(), nullptr, t.get(), LOOM_REDUCE_AVG));
       CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
       CHECK(has(o, "AVG of i32 is not supported"));
       DeviceTensor<uint16_t> u({4}, loom_dtype(kDLUInt, 16));
-      o = ptest::outcome(api().all_reduce(self(), nullptr, u.get(), LOOM_REDUCE_SUM));
+      o = ptest::outcome(loom::comm_all_reduce(ref(), nullptr, u.get(), LOOM_REDUCE_SUM));
       CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
       CHECK(has(o, "dtype u16 cannot be reduced"));
     }
@@ -342,36 +350,36 @@ TEST_SUITE("gpu") {
       DeviceTensor<float> t({2, 3}, loom_f32());
       int64_t strides[2] = {1, 2};  // column-major: not compact
       t.get()->strides = strides;
-      ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), 0));
+      ptest::Outcome o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, t.get(), 0));
       CHECK(has(o, "not compact"));
     }
     {
       DeviceTensor<float> in({n * 2 + 1}, loom_f32());
       DeviceTensor<float> out({2}, loom_f32());
       ptest::Outcome o = ptest::outcome(
-          api().reduce_scatter(self(), nullptr, in.get(), out.get(), LOOM_REDUCE_SUM));
+          loom::comm_reduce_scatter(ref(), nullptr, in.get(), out.get(), LOOM_REDUCE_SUM));
       CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
       CHECK(has(o, "times out's 2 elements"));
       DeviceTensor<double> dout({2}, loom_f64());
       DeviceTensor<float> in2({n * 2}, loom_f32());
       o = ptest::outcome(
-          api().reduce_scatter(self(), nullptr, in2.get(), dout.get(), LOOM_REDUCE_SUM));
+          loom::comm_reduce_scatter(ref(), nullptr, in2.get(), dout.get(), LOOM_REDUCE_SUM));
       CHECK(has(o, "in is f32 but out is f64"));
       DeviceTensor<float> gathered({n * 2 + 1}, loom_f32());
-      o = ptest::outcome(api().all_gather(self(), nullptr, out.get(), gathered.get()));
+      o = ptest::outcome(loom::comm_all_gather(ref(), nullptr, out.get(), gathered.get()));
       CHECK(has(o, "times in's 2 elements"));
     }
     {
       DeviceTensor<float> a({n, 2}, loom_f32());
       DeviceTensor<float> b({n, 3}, loom_f32());
-      ptest::Outcome o = ptest::outcome(api().all_to_all(self(), nullptr, a.get(), b.get()));
+      ptest::Outcome o = ptest::outcome(loom::comm_all_to_all(ref(), nullptr, a.get(), b.get()));
       CHECK(has(o, "equal element counts"));
       if (n > 1) {
         DeviceTensor<float> c({n + 1, 2}, loom_f32());  // never n equal chunks (n > 1)
-        o = ptest::outcome(api().all_to_all(self(), nullptr, c.get(), c.get()));
+        o = ptest::outcome(loom::comm_all_to_all(ref(), nullptr, c.get(), c.get()));
         CHECK(has(o, "equal chunks along dim 0"));
       }
     }
-    ok(api().barrier(self(), nullptr));  // nothing above reached NCCL: it still works
+    ok(loom::comm_barrier(ref(), nullptr));  // nothing above reached NCCL: it still works
   }
 }

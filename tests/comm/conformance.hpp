@@ -17,11 +17,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm.hpp"
 
 namespace commconf {
 
@@ -31,7 +33,10 @@ struct Target {
   int rank = 0, size = 1;
   void (*ok)(loom_error*) = nullptr;  // fails the test on an error
   bool integer_avg = true;            // AVG of integers (truncated); comm/nccl refuses it by name
-  bool self_p2p = true;  // a rank may send to itself (comm/nccl's blocking calls cannot)
+  bool self_p2p = true;   // a rank may send to itself (comm/nccl's blocking calls cannot)
+  bool enqueues = false;  // takes loom_comm_args.stream (comm/nccl, comm/single)
+  // The message of an error, freed; "" for NULL (success).
+  std::string (*message_of)(loom_error*) = nullptr;
 };
 
 // A process group as the test sees it: its members' world ranks in group-rank order.
@@ -129,16 +134,58 @@ class Suite {
     Group P = parity_group();
     CHECK(t_.api->group_rank(t_.self, P.g) == P.rank);
     CHECK(t_.api->group_size(t_.self, P.g) == P.size());
-    t_.ok(t_.api->barrier(t_.self, P.g));
-    t_.ok(t_.api->barrier(t_.self, nullptr));
+    t_.ok(loom::comm_barrier(t_, P.g));
+    t_.ok(loom::comm_barrier(t_, nullptr));
     t_.api->group_destroy(t_.self, P.g);
     t_.api->group_destroy(t_.self, nullptr);  // accepted, and the world stays
     Tensor<int32_t> mine({1}, loom_i32());
     mine.upload({t_.rank});
     Tensor<int32_t> all({t_.size}, loom_i32());
-    t_.ok(t_.api->all_gather(t_.self, nullptr, mine.get(), all.get()));
+    t_.ok(loom::comm_all_gather(t_, nullptr, mine.get(), all.get()));
     std::vector<int32_t> got = all.download();
     for (int r = 0; r < t_.size; ++r) CHECK(got[r] == r);
+  }
+
+  // ABI 2's rule for loom_comm_args, the same on every rank (so no rank enters a collective
+  // the others skipped): NULL args, args older than ABI 2.0 and a required extension the
+  // plugin does not know are refused naming the call; an extension that is not required is
+  // ignored; all_reduce is in place; a plugin on host memory refuses a stream.
+  void args() const {
+    Tensor<float> t({4}, loom_f32());
+    t.upload({1, 2, 3, 4});
+    auto refused = [&](loom_error* e, const std::string& needle) {
+      const std::string m = t_.message_of(e);
+      CHECK_MESSAGE(m.find(needle) != std::string::npos,
+                    "message \"" << m << "\" lacks \"" << needle << "\"");
+    };
+    refused(t_.api->all_reduce(t_.self, nullptr), "all_reduce: args NULL");
+    loom_comm_args a{
+        LOOM_COMM_ARGS_SIZE_V2, nullptr, nullptr, t.get(), LOOM_REDUCE_SUM, 0, 0, nullptr, nullptr};
+    loom_comm_args old = a;
+    old.struct_size = offsetof(loom_comm_args, ext);
+    refused(t_.api->barrier(t_.self, &old), "barrier: args older than ABI 2.0");
+    const loom_ext future{sizeof(loom_ext), "loom.comm-future/1", LOOM_EXT_REQUIRED, nullptr};
+    const loom_ext hint{sizeof(loom_ext), "loom.comm-hint/1", 0, nullptr};
+    loom_comm_args req = a;
+    req.ext = &future;
+    refused(t_.api->all_reduce(t_.self, &req),
+            "all_reduce: unknown required extension "
+            "loom.comm-future/1");
+    loom_comm_args both = a;
+    both.in = t.get();
+    both.out = nullptr;
+    refused(t_.api->all_reduce(t_.self, &both), "all_reduce: works in place on out");
+    if (!t_.enqueues) {
+      loom_comm_args on_stream = a;
+      on_stream.stream = &on_stream;  // any non-NULL stream: refused before it is used
+      refused(t_.api->all_reduce(t_.self, &on_stream), "all_reduce: given a device stream");
+    }
+    loom_comm_args hinted = a;
+    hinted.ext = &hint;
+    t_.ok(t_.api->all_reduce(t_.self, &hinted));  // not required: ignored, and it runs
+    std::vector<double> want;
+    for (int i = 0; i < 4; ++i) want.push_back((i + 1.0) * t_.size);
+    check_values(t.download(), want, "all_reduce with an ignorable extension");
   }
 
   // SUM, MAX, MIN, AVG in f32, f64 and i32, on the world and the parity groups.
@@ -160,12 +207,12 @@ class Suite {
         Tensor<double> in({2 * n, 3}, loom_f64());
         in.upload(inputs<double>(t_.rank, 6 * n, false));
         Tensor<double> chunk({2, 3}, loom_f64());
-        t_.ok(t_.api->reduce_scatter(t_.self, G.g, in.get(), chunk.get(), op));
+        t_.ok(loom::comm_reduce_scatter(t_, G.g, in.get(), chunk.get(), op));
         std::vector<double> mine;
         for (int64_t i = 0; i < 6; ++i) mine.push_back(reduce(G, 6 * G.rank + i, op, false));
         check_values(chunk.download(), mine, "reduce_scatter");
         Tensor<double> all({2 * n, 3}, loom_f64());
-        t_.ok(t_.api->all_gather(t_.self, G.g, chunk.get(), all.get()));
+        t_.ok(loom::comm_all_gather(t_, G.g, chunk.get(), all.get()));
         std::vector<double> want;
         for (int64_t i = 0; i < 6 * n; ++i) want.push_back(reduce(G, i, op, false));
         check_values(all.download(), want, "all_gather of reduce_scatter");
@@ -182,7 +229,7 @@ class Suite {
     DLTensor out = *buf.get();
     int64_t chunk_shape[1] = {2};
     out.shape = chunk_shape;
-    t_.ok(t_.api->reduce_scatter(t_.self, nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
+    t_.ok(loom::comm_reduce_scatter(t_, nullptr, buf.get(), &out, LOOM_REDUCE_SUM));
     std::vector<float> got = buf.download();
     check_values(std::vector<float>(got.begin(), got.begin() + 2),
                  {reduce(W, 2 * t_.rank, LOOM_REDUCE_SUM, false),
@@ -203,7 +250,7 @@ class Suite {
         in.upload(v);
         Tensor<float> out({2 * n, 2}, loom_f32());
         Tensor<float>& dst = same ? in : out;
-        t_.ok(t_.api->all_to_all(t_.self, G.g, in.get(), dst.get()));
+        t_.ok(loom::comm_all_to_all(t_, G.g, in.get(), dst.get()));
         std::vector<double> want;
         for (int j = 0; j < n; ++j)
           for (int i = 0; i < 4; ++i) want.push_back(a2a(j, G.rank, i));
@@ -218,7 +265,7 @@ class Suite {
       const int root = G.size() - 1;
       Tensor<double> t({7}, loom_f64());
       t.upload(inputs<double>(G.members[G.rank], 7, false));
-      t_.ok(t_.api->broadcast(t_.self, G.g, t.get(), root));
+      t_.ok(loom::comm_broadcast(t_, G.g, t.get(), root));
       std::vector<double> want;
       for (int64_t i = 0; i < 7; ++i) want.push_back(value(G.members[root], i));
       check_values(t.download(), want, "broadcast");
@@ -259,7 +306,7 @@ class Suite {
       CAPTURE(op);
       Tensor<T> t({3, 5}, dt);
       t.upload(inputs<T>(t_.rank, 15, integer));
-      t_.ok(t_.api->all_reduce(t_.self, G.g, t.get(), op));
+      t_.ok(loom::comm_all_reduce(t_, G.g, t.get(), op));
       std::vector<double> want;
       for (int64_t i = 0; i < 15; ++i) want.push_back(reduce(G, i, op, integer));
       check_values(t.download(), want, "all_reduce");
@@ -275,11 +322,11 @@ class Suite {
                 1000 * G.rank + tag + 3});
     Tensor<int32_t> in({2, 2}, loom_i32());
     if (G.rank % 2 == 0) {
-      t_.ok(t_.api->send(t_.self, G.g, out.get(), next, tag));
-      t_.ok(t_.api->recv(t_.self, G.g, in.get(), prev, tag));
+      t_.ok(loom::comm_send(t_, G.g, out.get(), next, tag));
+      t_.ok(loom::comm_recv(t_, G.g, in.get(), prev, tag));
     } else {
-      t_.ok(t_.api->recv(t_.self, G.g, in.get(), prev, tag));
-      t_.ok(t_.api->send(t_.self, G.g, out.get(), next, tag));
+      t_.ok(loom::comm_recv(t_, G.g, in.get(), prev, tag));
+      t_.ok(loom::comm_send(t_, G.g, out.get(), next, tag));
     }
     std::vector<double> want;
     for (int i = 0; i < 4; ++i) want.push_back(1000 * prev + tag + i);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conformance.hpp"
+#include "loom/cpp/comm.hpp"
 #include "plugin_test_util.hpp"
 
 using ptest::HostTensor;
@@ -37,6 +38,7 @@ World& world() {
 
 const loom_comm_api& api() { return *world().ref.api; }
 loom_comm* self() { return world().ref.self; }
+const loom_comm_ref& ref() { return world().ref; }
 void ok(loom_error* e) { world().host.check(e); }
 
 bool has(const ptest::Outcome& o, const std::string& s) {
@@ -45,7 +47,8 @@ bool has(const ptest::Outcome& o, const std::string& s) {
 
 commconf::Suite<HostTensor>& suite() {
   static commconf::Suite<HostTensor> s(
-      commconf::Target{&api(), self(), world().rank, world().size, &ok, true, true});
+      commconf::Target{&api(), self(), world().rank, world().size, &ok, true, true, false,
+                       [](loom_error* e) { return ptest::outcome(e).message; }});
   return s;
 }
 
@@ -59,6 +62,10 @@ using commconf::Group;
 TEST_CASE("comm/mpi: world and parity groups have the expected ranks and sizes") {
   RANK_INFO;
   suite().groups();
+}
+TEST_CASE("comm/mpi: NULL, old or unknown-required args and a stream are refused") {
+  RANK_INFO;
+  suite().args();
 }
 TEST_CASE("comm/mpi: all_reduce SUM, MAX, MIN, AVG in f32, f64 and i32") {
   RANK_INFO;
@@ -91,63 +98,65 @@ TEST_CASE("comm/mpi: argument errors are named, identically on every rank") {
   {
     // bf16/f16 are supported (mixed precision; tests/model/test_gpt_mixed_tp.cpp)
     HostTensor<uint8_t> h({4}, loom_dtype(kDLUInt, 8));
-    ptest::Outcome o = ptest::outcome(api().all_reduce(self(), nullptr, h.get(), LOOM_REDUCE_SUM));
+    ptest::Outcome o =
+        ptest::outcome(loom::comm_all_reduce(ref(), nullptr, h.get(), LOOM_REDUCE_SUM));
     CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
     CHECK(has(o, "u8"));
     HostTensor<int64_t> b({4}, loom_dtype(kDLInt, 64));
-    o = ptest::outcome(api().broadcast(self(), nullptr, b.get(), 0));
+    o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, b.get(), 0));
     CHECK(o.code == LOOM_ERR_UNIMPLEMENTED);
     CHECK(has(o, "i64"));
   }
   {
     HostTensor<float> t({4}, loom_f32());
-    ptest::Outcome o =
-        ptest::outcome(api().all_reduce(self(), nullptr, t.get(), static_cast<loom_reduce_op>(9)));
+    ptest::Outcome o = ptest::outcome(
+        loom::comm_all_reduce(ref(), nullptr, t.get(), static_cast<loom_reduce_op>(9)));
     CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
     CHECK(has(o, "unknown reduce op 9"));
-    CHECK_FALSE(ptest::outcome(api().all_reduce(self(), nullptr, nullptr, LOOM_REDUCE_SUM)).ok());
+    CHECK_FALSE(
+        ptest::outcome(loom::comm_all_reduce(ref(), nullptr, nullptr, LOOM_REDUCE_SUM)).ok());
     t.t.device = DLDevice{kDLCUDA, 0};
-    o = ptest::outcome(api().all_reduce(self(), nullptr, t.get(), LOOM_REDUCE_SUM));
+    o = ptest::outcome(loom::comm_all_reduce(ref(), nullptr, t.get(), LOOM_REDUCE_SUM));
     CHECK(has(o, "CPU memory only"));
   }
   {
     HostTensor<float> t({2, 3}, loom_f32());
     int64_t strides[2] = {1, 2};  // column-major: not compact
     t.t.strides = strides;
-    ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), 0));
+    ptest::Outcome o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, t.get(), 0));
     CHECK(has(o, "not compact"));
   }
   {
     HostTensor<float> in({n * 2 + 1}, loom_f32());
     HostTensor<float> out({2}, loom_f32());
-    ptest::Outcome o =
-        ptest::outcome(api().reduce_scatter(self(), nullptr, in.get(), out.get(), LOOM_REDUCE_SUM));
+    ptest::Outcome o = ptest::outcome(
+        loom::comm_reduce_scatter(ref(), nullptr, in.get(), out.get(), LOOM_REDUCE_SUM));
     CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
     CHECK(has(o, "times out's 2 elements"));
     HostTensor<double> dout({2}, loom_f64());
     HostTensor<float> in2({n * 2}, loom_f32());
     o = ptest::outcome(
-        api().reduce_scatter(self(), nullptr, in2.get(), dout.get(), LOOM_REDUCE_SUM));
+        loom::comm_reduce_scatter(ref(), nullptr, in2.get(), dout.get(), LOOM_REDUCE_SUM));
     CHECK(has(o, "in is f32 but out is f64"));
     HostTensor<float> gathered({n * 2 + 1}, loom_f32());
-    o = ptest::outcome(api().all_gather(self(), nullptr, out.get(), gathered.get()));
+    o = ptest::outcome(loom::comm_all_gather(ref(), nullptr, out.get(), gathered.get()));
     CHECK(has(o, "times in's 2 elements"));
   }
   {
     HostTensor<float> in({n + 1, 2}, loom_f32());  // n+1 rows: never n equal chunks (n > 1)
     HostTensor<float> out({n + 1, 2}, loom_f32());
     if (n > 1) {
-      ptest::Outcome o = ptest::outcome(api().all_to_all(self(), nullptr, in.get(), out.get()));
+      ptest::Outcome o = ptest::outcome(loom::comm_all_to_all(ref(), nullptr, in.get(), out.get()));
       CHECK(has(o, "equal chunks along dim 0"));
     }
     HostTensor<float> a({n, 2}, loom_f32());
     HostTensor<float> b({n, 3}, loom_f32());
-    ptest::Outcome o = ptest::outcome(api().all_to_all(self(), nullptr, a.get(), b.get()));
+    ptest::Outcome o = ptest::outcome(loom::comm_all_to_all(ref(), nullptr, a.get(), b.get()));
     CHECK(has(o, "equal element counts"));
   }
   {
     HostTensor<float> t({3}, loom_f32());
-    ptest::Outcome o = ptest::outcome(api().broadcast(self(), nullptr, t.get(), n));
+    ptest::Outcome o = ptest::outcome(loom::comm_broadcast(ref(), nullptr, t.get(), n));
     CHECK(has(o, "root " + std::to_string(n) + " is not a rank"));
   }
 }
@@ -156,11 +165,12 @@ TEST_CASE("comm/mpi: MPI's own errors come back with MPI's text") {
   RANK_INFO;
   const int n = world().size;
   HostTensor<float> t({3}, loom_f32());
-  ptest::Outcome o = ptest::outcome(api().send(self(), nullptr, t.get(), n, 0));  // no such rank
+  ptest::Outcome o =
+      ptest::outcome(loom::comm_send(ref(), nullptr, t.get(), n, 0));  // no such rank
   CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
   CHECK(has(o, "MPI_Send failed"));
   CHECK(has(o, "rank"));
-  o = ptest::outcome(api().send(self(), nullptr, t.get(), 0, -5));  // tags are >= 0
+  o = ptest::outcome(loom::comm_send(ref(), nullptr, t.get(), 0, -5));  // tags are >= 0
   CHECK(o.code == LOOM_ERR_INVALID_ARGUMENT);
   CHECK(has(o, "MPI_Send failed"));
   CHECK(has(o, "tag"));
@@ -178,11 +188,11 @@ TEST_CASE("comm/mpi: recv of a message of another length fails on the receiver")
     HostTensor<float> in({4}, loom_f32());
     ptest::Outcome o;
     if (W.rank % 2 == 0) {
-      ok(api().send(self(), nullptr, out.get(), next, 7));
-      o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
+      ok(loom::comm_send(ref(), nullptr, out.get(), next, 7));
+      o = ptest::outcome(loom::comm_recv(ref(), nullptr, in.get(), prev, 7));
     } else {
-      o = ptest::outcome(api().recv(self(), nullptr, in.get(), prev, 7));
-      ok(api().send(self(), nullptr, out.get(), next, 7));
+      o = ptest::outcome(loom::comm_recv(ref(), nullptr, in.get(), prev, 7));
+      ok(loom::comm_send(ref(), nullptr, out.get(), next, 7));
     }
     CHECK_FALSE(o.ok());
     if (sent < 4)
@@ -190,5 +200,5 @@ TEST_CASE("comm/mpi: recv of a message of another length fails on the receiver")
     else
       CHECK(has(o, "MPI_Recv failed"));
   }
-  ok(api().barrier(self(), nullptr));
+  ok(loom::comm_barrier(ref(), nullptr));
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
@@ -166,7 +167,7 @@ std::vector<double> assemble(Instance& in, const loom_model_param& p, std::vecto
   std::vector<double> all(local.size() * tp);
   int64_t s_in = 0, s_out = 0;
   DLTensor ti = host_tensor(local, s_in), to = host_tensor(all, s_out);
-  in.th.check(in.comm.api->all_gather(in.comm.self, in.group(LOOM_GROUP_TENSOR), &ti, &to));
+  in.th.check(loom::comm_all_gather(in.comm, in.group(LOOM_GROUP_TENSOR), &ti, &to));
   const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
   const int64_t n = (int64_t)local.size();
   std::vector<double> full(all.size());
@@ -258,15 +259,15 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
         const loom_stage_forward_args f = forward(k, nullptr);
         REQUIRE(f.num_outputs == 1);
         CHECK(f.num_losses == 0);
-        in.th.check(cm.api->send(cm.self, pg, f.outputs[0], 1, k));
+        in.th.check(loom::comm_send(cm, pg, f.outputs[0], 1, k));
       }
       for (int k = 0; k < nb; ++k) {
-        in.th.check(cm.api->recv(cm.self, pg, buf, 1, 100 + k));
+        in.th.check(loom::comm_recv(cm, pg, buf, 1, 100 + k));
         CHECK(backward(k, bufs).num_dinputs == 0);
       }
     } else {
       for (int k = 0; k < nb; ++k) {
-        in.th.check(cm.api->recv(cm.self, pg, buf, 0, k));
+        in.th.check(loom::comm_recv(cm, pg, buf, 0, k));
         const loom_stage_forward_args f = forward(k, bufs);
         CHECK(f.num_outputs == 0);
         REQUIRE(f.num_losses == 1);
@@ -276,7 +277,7 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
       for (int k = 0; k < nb; ++k) {
         const loom_stage_backward_args b = backward(k, nullptr);
         REQUIRE(b.num_dinputs == 1);
-        in.th.check(cm.api->send(cm.self, pg, b.dinputs[0], 0, 100 + k));
+        in.th.check(loom::comm_send(cm, pg, b.dinputs[0], 0, 100 + k));
       }
     }
     in.be.api->free_tensor(in.be.self, buf);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "test_host.hpp"
 
@@ -121,7 +122,7 @@ struct Instance {
     t.ndim = 1;
     t.dtype = loom_f64();
     t.shape = &one;
-    th.check(comm.api->all_reduce(comm.self, g, &t, LOOM_REDUCE_SUM));
+    th.check(loom::comm_all_reduce(comm, g, &t, LOOM_REDUCE_SUM));
     return x;
   }
 };
@@ -144,19 +145,19 @@ TEST_CASE("comm/mpi: bf16 and f16 all_reduce / reduce_scatter reduce in f32, mov
       want[i] = (double)(i + 1) / 8 * n * (n + 1) / 2;
     }
     DLTensor* t = upload(be, dt, mine);
-    h.check(c.api->all_reduce(c.self, nullptr, t, LOOM_REDUCE_SUM));
+    h.check(loom::comm_all_reduce(c, nullptr, t, LOOM_REDUCE_SUM));
     CHECK(download(be, t) == want);
     be.api->free_tensor(be.self, t);
 
     DLTensor* in = upload(be, dt, mine);
     DLTensor* out = upload(be, dt, std::vector<double>(m, 0.0));
-    h.check(c.api->reduce_scatter(c.self, nullptr, in, out, LOOM_REDUCE_AVG));
+    h.check(loom::comm_reduce_scatter(c, nullptr, in, out, LOOM_REDUCE_AVG));
     std::vector<double> avg(want.begin() + r * m, want.begin() + (r + 1) * m);
     for (double& x : avg) x /= n;
     CHECK(download(be, out) == avg);
     // all_gather moves the 16-bit words unchanged
     DLTensor* all = upload(be, dt, std::vector<double>(m * n, 0.0));
-    h.check(c.api->all_gather(c.self, nullptr, out, all));
+    h.check(loom::comm_all_gather(c, nullptr, out, all));
     for (auto& x : want) x /= n;
     CHECK(download(be, all) == want);
     for (DLTensor* x : {in, out, all}) be.api->free_tensor(be.self, x);

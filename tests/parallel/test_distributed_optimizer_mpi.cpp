@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/comm.hpp"
 #include "plugin_test_util.hpp"
 
 using ptest::HostTensor;
@@ -106,7 +107,7 @@ void exercise(const loom_host* host) {
     CHECK(loom_tensor_numel(shards[t].grad) == loom_tensor_numel(shards[t].param));
     CHECK(shards[t].param->ndim == 1);
   }
-  w.host.check(w.comm.api->all_gather(w.comm.self, nullptr, mine.get(), all.get()));
+  w.host.check(loom::comm_all_gather(w.comm, nullptr, mine.get(), all.get()));
   int64_t total = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = static_cast<int64_t>(m.params[t]->data.size());

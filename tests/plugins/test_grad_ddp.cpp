@@ -44,8 +44,11 @@ void fake_group_destroy(loom_comm* c, loom_comm_group* g) {
 int fake_world_size(loom_comm* c) { return fake(c)->world; }
 int fake_rank(loom_comm*) { return 0; }
 int fake_group_size(loom_comm* c, loom_comm_group*) { return fake(c)->world; }
-loom_error* fake_all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op) {
+loom_error* fake_all_reduce(loom_comm* c, const loom_comm_args* a) {
   loom_comm_fake* f = fake(c);
+  DLTensor* t = a->out;
+  const loom_reduce_op op = static_cast<loom_reduce_op>(a->op);
+  loom_comm_group* g = a->group;
   f->ops.push_back(op);
   f->groups.push_back(g);
   f->numels.push_back(loom_tensor_numel(t));

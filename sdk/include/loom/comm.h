@@ -1,11 +1,23 @@
 /* Loom SDK, ABI 2 — comm plugins: collectives and point-to-point over process groups.
  *
  * Every collective is COLLECTIVE over its group: all ranks of the group call it, in the
- * same order, with tensors of the same shape and dtype; it blocks until this rank's part
- * is done. Tensors live where the plugin can reach them (CPU memory for "mpi" and
- * "single", GPU memory for "nccl"). Processes are started by the standard launcher
- * (mpirun/srun); a comm plugin never starts processes itself. A NULL group means the
- * world. */
+ * same order, with tensors of the same shape and dtype. Tensors live where the plugin can
+ * reach them (CPU memory for "mpi" and "single", GPU memory for "nccl"). Processes are
+ * started by the standard launcher (mpirun/srun); a comm plugin never starts processes
+ * itself.
+ *
+ * Every call takes one loom_comm_args. Its `stream` says how the call completes:
+ *  - NULL: the call blocks until this rank's part is done; its buffers may be read and
+ *    reused when it returns;
+ *  - a stream (the backend's, from loom.device-stream/1): the call is enqueued on it, after
+ *    the work already there, and returns; work enqueued later on that stream sees the
+ *    result, and the host must not touch the buffers until that stream has passed it
+ *    (backend to_host does). No device-wide synchronisation. A plugin that works on host
+ *    memory only (mpi, single) refuses a stream; the CPU backend's stream is NULL, so one
+ *    caller serves both.
+ * A comm refuses, naming the call, args that are NULL, older than its ABI (struct_size) or
+ * that carry a required extension it does not know (loom/cpp/plugin.hpp's
+ * ops_args_refusal). */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 
@@ -26,6 +38,22 @@ typedef enum loom_reduce_op {
   LOOM_REDUCE_AVG = 3
 } loom_reduce_op;
 
+/* The arguments of every collective and point-to-point call; each slot says which fields it
+ * reads, and the others must be 0/NULL. Tensors are borrowed for the call (with a stream:
+ * until the stream has passed the call). */
+typedef struct loom_comm_args {
+  size_t struct_size;
+  loom_comm_group* group; /* NULL: the world */
+  const DLTensor* in;     /* what this rank contributes, when it is not `out` */
+  DLTensor* out;          /* the result; in place for all_reduce and broadcast */
+  int32_t op;             /* a loom_reduce_op: all_reduce, reduce_scatter */
+  int32_t peer;           /* broadcast: the root; send/recv: the other rank (group ranks) */
+  int32_t tag;            /* send/recv: matched between the two ranks */
+  void* stream;           /* NULL: blocking; else enqueue on it (see above) */
+  const loom_ext* ext;    /* NULL */
+} loom_comm_args;
+#define LOOM_COMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_args, ext)
+
 typedef struct loom_comm_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_comm** out);
@@ -38,19 +66,25 @@ typedef struct loom_comm_api {
   void (*group_destroy)(loom_comm* c, loom_comm_group* g); /* accepts NULL */
   int (*group_rank)(loom_comm* c, loom_comm_group* g);
   int (*group_size)(loom_comm* c, loom_comm_group* g);
-  loom_error* (*all_reduce)(loom_comm* c, loom_comm_group* g, DLTensor* t, loom_reduce_op op);
-  /* in: group_size equal chunks along dim 0; out: this rank's reduced chunk */
-  loom_error* (*reduce_scatter)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
-                                loom_reduce_op op);
+  /* The calls, each with one loom_comm_args (fields read: group, and those listed).
+   * COLLECTIVE over the group: */
+  /* out(any shape) = the reduction (op) of every rank's out, in place */
+  loom_error* (*all_reduce)(loom_comm* c, const loom_comm_args* args);
+  /* in: group_size equal chunks along dim 0; out: this rank's reduced chunk (op) */
+  loom_error* (*reduce_scatter)(loom_comm* c, const loom_comm_args* args);
   /* out: the ranks' `in` tensors concatenated along dim 0, in group-rank order */
-  loom_error* (*all_gather)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out);
-  loom_error* (*broadcast)(loom_comm* c, loom_comm_group* g, DLTensor* t, int root);
+  loom_error* (*all_gather)(loom_comm* c, const loom_comm_args* args);
+  /* out = root's out, in place (peer = the root) */
+  loom_error* (*broadcast)(loom_comm* c, const loom_comm_args* args);
   /* in and out: group_size chunks along dim 0; chunk j of in goes to rank j */
-  loom_error* (*all_to_all)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out);
-  loom_error* (*barrier)(loom_comm* c, loom_comm_group* g);
-  /* point-to-point within a group; blocking */
-  loom_error* (*send)(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag);
-  loom_error* (*recv)(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag);
+  loom_error* (*all_to_all)(loom_comm* c, const loom_comm_args* args);
+  /* returns (or, with a stream, lets the stream go on) once every rank has entered it */
+  loom_error* (*barrier)(loom_comm* c, const loom_comm_args* args);
+  /* Point-to-point within a group: send `in` to peer, receive into `out` from peer. A
+   * message matches a recv of the same peer and tag; a blocking send may wait for its recv,
+   * so order the calls (even ranks send first, say) so that no ring of sends waits forever. */
+  loom_error* (*send)(loom_comm* c, const loom_comm_args* args);
+  loom_error* (*recv)(loom_comm* c, const loom_comm_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
 } loom_comm_api;
 #define LOOM_COMM_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_api, recv)

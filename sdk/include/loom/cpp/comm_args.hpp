@@ -13,15 +13,12 @@
 
 namespace loom {
 
-// The op arrives from C, where any int fits in the enum: its bytes are read as an int, so an
+// The op arrives as loom_comm_args.op, an int32_t: checked before it becomes the enum, so an
 // out-of-range value is reported instead of being undefined behaviour in C++.
-inline loom_reduce_op comm_reduce_op(const std::string& where, const loom_reduce_op* op) {
-  std::underlying_type_t<loom_reduce_op> v;
-  static_assert(sizeof v == sizeof *op);
-  std::memcpy(&v, op, sizeof v);
-  require(v >= LOOM_REDUCE_SUM && v <= LOOM_REDUCE_AVG,
-          where + ": unknown reduce op " + std::to_string(v));
-  return static_cast<loom_reduce_op>(v);
+inline loom_reduce_op comm_reduce_op(const std::string& where, int32_t op) {
+  require(op >= LOOM_REDUCE_SUM && op <= LOOM_REDUCE_AVG,
+          where + ": unknown reduce op " + std::to_string(op));
+  return static_cast<loom_reduce_op>(op);
 }
 
 // `t` (named `what`) is there, has data unless it is empty, and is compact (row-major).

@@ -27,6 +27,17 @@ class Backend {
   void call(Fn loom_ops::*op, Args&&... args) const {
     check(host_, (ops().*op)(ref_.self, std::forward<Args>(args)...));
   }
+  // The stream of the instance's loom.device-stream/1, or NULL (backend/cpu's, and a backend
+  // without the capability): what a caller passes as loom_comm_args.stream.
+  void* stream() const {
+    const loom_ext* e =
+        ref_.api && ref_.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && ref_.api->get_ext
+            ? ref_.api->get_ext(ref_.self, LOOM_EXT_DEVICE_STREAM)
+            : nullptr;
+    return e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1
+               ? reinterpret_cast<const loom_device_stream*>(e)->stream
+               : nullptr;
+  }
   // The instance's loom.device-stream/1 table (backend.h): enqueue your own device work on
   // its stream, never synchronise the device. Throws, naming `who`, for a backend without it.
   const loom_device_stream& device_stream(const std::string& who) const {

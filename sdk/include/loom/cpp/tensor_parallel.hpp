@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "loom/comm.h"
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/tensor.hpp"
 
 namespace loom::tp {
@@ -33,6 +34,7 @@ struct Group {
   loom_comm_group* group = nullptr;
   int size = 1, rank = 0;
   bool sequence_parallel = false;
+  void* stream = nullptr;  // the backend's (loom_comm_args.stream): collectives enqueue on it
 
   static Group from_host(const loom_host* host) {
     Group g;
@@ -47,6 +49,7 @@ struct Group {
     if (g.size > 1) {
       check(host, host->get_comm(host->ctx, &g.comm));
       check(host, host->get_group(host->ctx, LOOM_GROUP_TENSOR, &g.group));
+      g.stream = Backend(host).stream();
     }
     return g;
   }
@@ -60,13 +63,13 @@ struct Group {
     return n / size;
   }
   void all_reduce(DLTensor* t) const {
-    if (active()) check(host, comm.api->all_reduce(comm.self, group, t, LOOM_REDUCE_SUM));
+    if (active()) check(host, loom::comm_all_reduce(comm, group, t, LOOM_REDUCE_SUM, stream));
   }
   void all_gather(const DLTensor* in, DLTensor* out) const {
-    check(host, comm.api->all_gather(comm.self, group, in, out));
+    check(host, loom::comm_all_gather(comm, group, in, out, stream));
   }
   void reduce_scatter(const DLTensor* in, DLTensor* out) const {
-    check(host, comm.api->reduce_scatter(comm.self, group, in, out, LOOM_REDUCE_SUM));
+    check(host, loom::comm_reduce_scatter(comm, group, in, out, LOOM_REDUCE_SUM, stream));
   }
 };
 

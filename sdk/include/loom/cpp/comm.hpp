@@ -1,0 +1,62 @@
+// Loom SDK C++ helpers for callers of a comm plugin: each call with positional arguments,
+// over loom_comm_args (loom/comm.h). `c` is a loom_comm_ref (or anything with its api and
+// self). `stream`: NULL, the call blocks; the backend's (loom::Backend::stream()), the call is
+// enqueued on it and later work on that stream sees the result. backend/cpu's stream is NULL,
+// so passing the backend's stream is right for every backend and comm pairing that works at
+// all. Each returns the plugin's error (NULL on success) for the caller to check with its own
+// context.
+#pragma once
+
+#include "loom/comm.h"
+
+namespace loom {
+
+template <class Ref>
+loom_error* comm_all_reduce(const Ref& c, loom_comm_group* g, DLTensor* t,
+                            loom_reduce_op op = LOOM_REDUCE_SUM, void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, nullptr, t, op, 0, 0, stream, nullptr};
+  return c.api->all_reduce(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_reduce_scatter(const Ref& c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                                loom_reduce_op op = LOOM_REDUCE_SUM, void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, op, 0, 0, stream, nullptr};
+  return c.api->reduce_scatter(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_all_gather(const Ref& c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                            void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, 0, 0, 0, stream, nullptr};
+  return c.api->all_gather(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_broadcast(const Ref& c, loom_comm_group* g, DLTensor* t, int root,
+                           void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, nullptr, t, 0, root, 0, stream, nullptr};
+  return c.api->broadcast(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_all_to_all(const Ref& c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                            void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, 0, 0, 0, stream, nullptr};
+  return c.api->all_to_all(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_barrier(const Ref& c, loom_comm_group* g, void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, nullptr, nullptr, 0, 0, 0, stream, nullptr};
+  return c.api->barrier(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_send(const Ref& c, loom_comm_group* g, const DLTensor* t, int peer, int tag,
+                      void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, t, nullptr, 0, peer, tag, stream, nullptr};
+  return c.api->send(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_recv(const Ref& c, loom_comm_group* g, DLTensor* t, int peer, int tag,
+                      void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, nullptr, t, 0, peer, tag, stream, nullptr};
+  return c.api->recv(c.self, &a);
+}
+
+}  // namespace loom

@@ -1,0 +1,120 @@
+// Loom SDK C++ helpers for comm plugins: the ABI table's call slots built from plain
+// functions. A plugin writes one function per call with positional arguments and lists them
+// in a constexpr loom::CommCalls; loom::CommSlots<calls> unpacks each loom_comm_args into
+// them, after the checks every comm makes, in one wording:
+//  - args usable (loom::ops_args_refusal: NULL, older than ABI 2.0, an unknown required
+//    extension);
+//  - a stream only for a plugin that can enqueue on one (`enqueues`); one that works on host
+//    memory completes every call before it returns, and refuses a stream by saying so;
+//  - all_reduce and broadcast in place: `in` NULL (or `out`).
+// See comm/mpi for a plugin written this way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/comm.h"
+#include "loom/cpp/plugin.hpp"
+
+namespace loom {
+
+struct CommCalls {
+  const char* name; /* "comm/mpi" */
+  bool enqueues;    /* takes loom_comm_args.stream (a device stream) */
+  const loom_host* (*host)(loom_comm* c);
+  loom_error* (*all_reduce)(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op,
+                            void* stream);
+  loom_error* (*reduce_scatter)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                                int32_t op, void* stream);
+  loom_error* (*all_gather)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                            void* stream);
+  loom_error* (*broadcast)(loom_comm* c, loom_comm_group* g, DLTensor* t, int root, void* stream);
+  loom_error* (*all_to_all)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                            void* stream);
+  loom_error* (*barrier)(loom_comm* c, loom_comm_group* g, void* stream);
+  loom_error* (*send)(loom_comm* c, loom_comm_group* g, const DLTensor* t, int peer, int tag,
+                      void* stream);
+  loom_error* (*recv)(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag,
+                      void* stream);
+};
+
+template <const CommCalls& K>
+struct CommSlots {
+  template <class Fn>
+  static loom_error* call(loom_comm* c, const char* fn, const loom_comm_args* a, bool in_place,
+                          Fn&& run) {
+    const loom_host* host = K.host(c);
+    return guard(host, [&] {
+      const std::string where = std::string(K.name) + ": " + fn;
+      const std::string why = ops_args_refusal(a, LOOM_COMM_ARGS_SIZE_V2);
+      require(why.empty(), where + ": " + why);
+      require(K.enqueues || a->stream == nullptr,
+              where + ": given a device stream, but " + K.name +
+                  " works on host memory and completes every call before it returns (with a "
+                  "GPU backend use comm \"nccl\"; backend/cpu's stream is NULL)");
+      require(!in_place || a->in == nullptr || a->in == a->out,
+              where + ": works in place on out; in must be NULL");
+      check(host, run());
+    });
+  }
+  static loom_error* all_reduce(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "all_reduce", a, true,
+                [&] { return K.all_reduce(c, a->group, a->out, a->op, a->stream); });
+  }
+  static loom_error* reduce_scatter(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "reduce_scatter", a, false,
+                [&] { return K.reduce_scatter(c, a->group, a->in, a->out, a->op, a->stream); });
+  }
+  static loom_error* all_gather(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "all_gather", a, false,
+                [&] { return K.all_gather(c, a->group, a->in, a->out, a->stream); });
+  }
+  static loom_error* broadcast(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "broadcast", a, true,
+                [&] { return K.broadcast(c, a->group, a->out, a->peer, a->stream); });
+  }
+  static loom_error* all_to_all(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "all_to_all", a, false,
+                [&] { return K.all_to_all(c, a->group, a->in, a->out, a->stream); });
+  }
+  static loom_error* barrier(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "barrier", a, false, [&] { return K.barrier(c, a->group, a->stream); });
+  }
+  static loom_error* send(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "send", a, false,
+                [&] { return K.send(c, a->group, a->in, a->peer, a->tag, a->stream); });
+  }
+  // The whole table: the plugin's own instance and group slots, then the eight calls.
+  static constexpr loom_comm_api api(decltype(loom_comm_api::create) create,
+                                     decltype(loom_comm_api::destroy) destroy,
+                                     decltype(loom_comm_api::world_rank) world_rank,
+                                     decltype(loom_comm_api::world_size) world_size,
+                                     decltype(loom_comm_api::group_create) group_create,
+                                     decltype(loom_comm_api::group_destroy) group_destroy,
+                                     decltype(loom_comm_api::group_rank) group_rank,
+                                     decltype(loom_comm_api::group_size) group_size) {
+    return loom_comm_api{LOOM_COMM_API_SIZE_V2,
+                         create,
+                         destroy,
+                         world_rank,
+                         world_size,
+                         group_create,
+                         group_destroy,
+                         group_rank,
+                         group_size,
+                         all_reduce,
+                         reduce_scatter,
+                         all_gather,
+                         broadcast,
+                         all_to_all,
+                         barrier,
+                         send,
+                         recv};
+  }
+  static loom_error* recv(loom_comm* c, const loom_comm_args* a) {
+    return call(c, "recv", a, false,
+                [&] { return K.recv(c, a->group, a->out, a->peer, a->tag, a->stream); });
+  }
+};
+
+}  // namespace loom
