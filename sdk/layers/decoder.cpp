@@ -25,7 +25,7 @@ void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n) {
     ln1_full = c.alloc({n, C});
     ln2_full = c.alloc({n, C});
   }
-  if (!o.rmsnorm) {
+  if (o.norm_mean()) {
     ln1_mean = c.alloc(st, {nl});
     ln2_mean = c.alloc(st, {nl});
   }
@@ -66,7 +66,8 @@ ParamDeclarer::ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_par
 
 void ParamDeclarer::norm(const std::string& p) {
   ps_.add(p + ".weight", {o.n_embd}, 0, -1, Init::kOnes).sp_partial = sp_;
-  if (!o.rmsnorm && o.bias) ps_.add(p + ".bias", {o.n_embd}, 0, -1, Init::kZeros).sp_partial = sp_;
+  if (o.norm_mean() && o.bias)
+    ps_.add(p + ".bias", {o.n_embd}, 0, -1, Init::kZeros).sp_partial = sp_;
 }
 
 void ParamDeclarer::column(const std::string& p, std::vector<int64_t> blocks, int64_t in,
@@ -90,8 +91,8 @@ void ParamDeclarer::attention(const std::string& p) {
 
 void ParamDeclarer::mlp(const std::string& p) {
   column(p + ".c_fc",
-         o.swiglu ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
-                  : std::vector<int64_t>{o.ffn_hidden},
+         o.gated() ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
+                   : std::vector<int64_t>{o.ffn_hidden},
          o.n_embd, std);
   row(p + ".c_proj", o.n_embd, o.ffn_hidden, proj_std);
 }
@@ -228,7 +229,7 @@ double DecoderModel::flops_per_token() const {
   // the whole model's, whatever this rank holds (global extents, all layers)
   const double C = (double)o.n_embd, q = (double)(o.n_head * o.head_dim);
   const double kv = (double)(o.n_kv_head * o.head_dim), F = (double)o.ffn_hidden;
-  const double per_layer = C * (q + 2 * kv) + q * C + C * (o.swiglu ? 2 * F : F) + F * C;
+  const double per_layer = C * (q + 2 * kv) + q * C + C * (o.gated() ? 2 * F : F) + F * C;
   const double matmul = (double)o.n_layer * per_layer + (double)o.vocab * C;
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =

@@ -8,7 +8,7 @@ namespace loom::layers {
 
 Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Mlp m;
-  m.act = o.swiglu ? LOOM_ACT_SWIGLU : LOOM_ACT_GELU_TANH;
+  m.act = o.act;
   m.fc.parts = {make_linear(ps.at(prefix + ".c_fc.weight"),
                             o.bias ? &ps.at(prefix + ".c_fc.bias") : nullptr, 0, o.fc_out())};
   m.proj.lin = make_linear(ps.at(prefix + ".c_proj.weight"),

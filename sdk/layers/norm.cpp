@@ -5,12 +5,12 @@ namespace loom::layers {
 
 Norm Norm::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   Norm n;
-  n.rms = o.rmsnorm;
+  n.kind = o.norm;
   n.eps = o.norm_eps;
   Param& w = ps.at(prefix + ".weight");
   n.w = w.value.get();
   n.dw = w.grad.get();
-  if (!o.rmsnorm && o.bias) {
+  if (o.norm_mean() && o.bias) {
     Param& b = ps.at(prefix + ".bias");
     n.b = b.value.get();
     n.db = b.grad.get();
@@ -21,20 +21,34 @@ Norm Norm::make(const Options& o, ParamStore& ps, const std::string& prefix) {
 // out(N,C) = norm(inp) * w (+ b); saves mean (layernorm only) and rstd (N) f32.
 void Norm::forward(const Ctx& c, DLTensor* out, DLTensor* mean, DLTensor* rstd,
                    const DLTensor* inp) const {
-  if (rms)
-    loom::rmsnorm_forward(c.be, out, rstd, inp, (const DLTensor*)w, eps);
-  else
-    loom::layernorm_forward(c.be, out, mean, rstd, inp, (const DLTensor*)w, (const DLTensor*)b,
-                            eps);
+  const loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                             kind,
+                             out,
+                             kind == LOOM_NORM_LAYER ? mean : nullptr,
+                             rstd,
+                             inp,
+                             w,
+                             b,
+                             eps,
+                             nullptr};
+  c.be.call(&loom_ops::norm_forward, &a);
 }
 
 // dinp (=) from dout; dw, db +=.
 void Norm::backward(const Ctx& c, DLTensor* dinp, const DLTensor* dout, const DLTensor* inp,
                     const DLTensor* mean, const DLTensor* rstd) const {
-  if (rms)
-    loom::rmsnorm_backward(c.be, dinp, dw, dout, inp, (const DLTensor*)w, rstd);
-  else
-    loom::layernorm_backward(c.be, dinp, dw, db, dout, inp, (const DLTensor*)w, mean, rstd);
+  const loom_norm_bwd_args a{LOOM_NORM_BWD_ARGS_SIZE_V2,
+                             kind,
+                             dinp,
+                             dw,
+                             db,
+                             dout,
+                             inp,
+                             w,
+                             kind == LOOM_NORM_LAYER ? mean : nullptr,
+                             rstd,
+                             nullptr};
+  c.be.call(&loom_ops::norm_backward, &a);
 }
 
 }  // namespace loom::layers

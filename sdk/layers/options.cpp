@@ -55,8 +55,9 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   o.n_kv_head = cfg.get_int("n_kv_head");
   if (o.n_kv_head == 0) o.n_kv_head = o.n_head;
   o.n_embd = cfg.get_int("n_embd");
-  o.rmsnorm = cfg.get_string("norm") == "rmsnorm";
-  o.swiglu = cfg.get_string("activation") == "swiglu";
+  // The schema's choices are exactly these words.
+  o.norm = cfg.get_string("norm") == "rmsnorm" ? LOOM_NORM_RMS : LOOM_NORM_LAYER;
+  o.act = cfg.get_string("activation") == "swiglu" ? LOOM_ACT_SWIGLU : LOOM_ACT_GELU_TANH;
   o.rope = cfg.get_string("position") == "rope";
   o.rope_theta = cfg.get_float("rope_theta");
   o.bias = cfg.get_bool("bias");
@@ -68,7 +69,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   o.ffn_hidden = cfg.get_int("ffn_hidden");
   o.attention_window = cfg.get_int("attention_window");
   if (o.ffn_hidden == 0)
-    o.ffn_hidden = o.swiglu ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
+    o.ffn_hidden = o.gated() ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
 
   loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
                 who + ": n_layer, n_head and n_embd must be positive");

@@ -35,7 +35,7 @@ Slot& DecoderModel::slot(int64_t i) {
   }
   if (o.last()) {
     S->lnf = ctx_.alloc({nl, C});
-    if (!o.rmsnorm) S->lnf_mean = ctx_.alloc(st, {nl});
+    if (o.norm_mean()) S->lnf_mean = ctx_.alloc(st, {nl});
     S->lnf_rstd = ctx_.alloc(st, {nl});
     if (ctx_.tp.sequence_parallel) S->lnf_full = ctx_.alloc({N, C});
     if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.vocab});

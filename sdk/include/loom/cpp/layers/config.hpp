@@ -13,7 +13,12 @@ namespace loom::layers {
 struct Options {
   int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
   int64_t max_seq_len = 1024, pad_vocab_to = 128;
-  bool rmsnorm = false, swiglu = false, rope = false, bias = true, tie_embeddings = true;
+  // The block's slots, each a backend op kind (Megatron-Core's normalization and
+  // activation_func/gated_linear_unit): the layers call the op of that kind and never branch
+  // on it, so a new kind is a backend.h value and a recipe word.
+  loom_norm_kind norm = LOOM_NORM_LAYER;   // "layernorm" | "rmsnorm"
+  loom_act_kind act = LOOM_ACT_GELU_TANH;  // "gelu" | "swiglu"
+  bool rope = false, bias = true, tie_embeddings = true;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
   // derived from the options and the create args
@@ -24,7 +29,9 @@ struct Options {
   int64_t hq() const { return n_head / tp; }
   int64_t hkv() const { return n_kv_head / tp; }
   int64_t ffn() const { return ffn_hidden / tp; }
-  int64_t fc_out() const { return swiglu ? 2 * ffn() : ffn(); }  // local c_fc rows
+  bool gated() const { return act == LOOM_ACT_SWIGLU; }           // c_fc holds [gate; up]
+  bool norm_mean() const { return norm == LOOM_NORM_LAYER; }      // saves a mean (and has a bias)
+  int64_t fc_out() const { return gated() ? 2 * ffn() : ffn(); }  // local c_fc rows
   int64_t q_dim() const { return hq() * head_dim; }
   int64_t kv_dim() const { return hkv() * head_dim; }
   // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1).

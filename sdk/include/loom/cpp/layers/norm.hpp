@@ -9,7 +9,7 @@ namespace loom::layers {
 
 // norm.cpp
 struct Norm {
-  bool rms = false;
+  loom_norm_kind kind = LOOM_NORM_LAYER;
   double eps = 1e-5;
   DLTensor *w = nullptr, *dw = nullptr, *b = nullptr, *db = nullptr;  // b null: no bias
 
