@@ -73,6 +73,10 @@ TEST_CASE("every args-taking op refuses NULL, old or unknown-required args, nami
   check_refusals("norm_forward", &loom_ops::norm_forward,
                  loom_norm_fwd_args{LOOM_NORM_FWD_ARGS_SIZE_V2, LOOM_NORM_RMS, Y, nullptr, Rstd, X,
                                     W, nullptr, 1e-5, nullptr});
+  loom::Tensor DW(B(), loom_f32(), {C});
+  check_refusals("norm_backward", &loom_ops::norm_backward,
+                 loom_norm_bwd_args{LOOM_NORM_BWD_ARGS_SIZE_V2, LOOM_NORM_RMS, Y, DW, nullptr, X, X,
+                                    W, nullptr, Rstd, nullptr});
   check_refusals("act_forward", &loom_ops::act_forward,
                  loom_act_fwd_args{LOOM_ACT_FWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH, Y, X, nullptr});
   check_refusals(
