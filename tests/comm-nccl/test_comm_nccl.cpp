@@ -261,6 +261,44 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("comm/nccl: on a caller's stream, calls are enqueued behind its work and return") {
+    GPU_TEST_START;
+    // The caller's stream is busy with a copy into `t` when the all-reduce is enqueued
+    // behind it: the reduction must see the copied values (stream order), and the values
+    // are read only after the stream is synchronised (the host does not wait in the call).
+    cudaStream_t s = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    const int64_t n = 1 << 16;
+    DeviceTensor<float> src({n}, loom_f32()), t({n}, loom_f32());
+    src.upload(inputs<float>(world().rank, static_cast<size_t>(n), false));
+    t.upload(std::vector<float>(static_cast<size_t>(n), -1.0f));
+    REQUIRE(cudaMemcpyAsync(t.get()->data, src.get()->data, n * sizeof(float),
+                            cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+    ok(loom::comm_all_reduce(ref(), nullptr, t.get(), LOOM_REDUCE_SUM, s));
+    // A reduce_scatter whose out is the front of its in: the copy aside is stream-ordered.
+    const int w = world().size;
+    DeviceTensor<float> buf({2 * w}, loom_f32());
+    buf.upload(inputs<float>(world().rank, static_cast<size_t>(2 * w), false));
+    DLTensor front = *buf.get();
+    int64_t two = 2;
+    front.shape = &two;
+    front.ndim = 1;
+    ok(loom::comm_reduce_scatter(ref(), nullptr, buf.get(), &front, LOOM_REDUCE_SUM, s));
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    Group W;
+    for (int r = 0; r < w; ++r) W.members.push_back(r);
+    W.rank = world().rank;
+    std::vector<double> want;
+    for (int64_t i = 0; i < n; ++i) want.push_back(reduce(W, i, LOOM_REDUCE_SUM, false));
+    check_values(t.download(), want, "all_reduce on the caller's stream");
+    std::vector<double> mine;
+    for (int64_t i = 0; i < 2; ++i)
+      mine.push_back(reduce(W, 2 * W.rank + i, LOOM_REDUCE_SUM, false));
+    std::vector<float> got = buf.download();
+    got.resize(2);
+    check_values(got, mine, "reduce_scatter into its own input, on the caller's stream");
+    cudaStreamDestroy(s);
+  }
   TEST_CASE("comm/nccl: all_to_all sends chunk j to rank j") {
     GPU_TEST_START;
     suite().all_to_all();
