@@ -3,9 +3,8 @@
 // reach (host, one GPU) is its own check.
 #pragma once
 
-#include <cstring>
+#include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "loom/comm.h"
 #include "loom/cpp/describe.hpp"

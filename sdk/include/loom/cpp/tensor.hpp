@@ -30,28 +30,32 @@ class Backend {
   // The stream of the instance's loom.device-stream/1, or NULL (backend/cpu's, and a backend
   // without the capability): what a caller passes as loom_comm_args.stream.
   void* stream() const {
+    const loom_device_stream* ds = find_device_stream();
+    return ds ? ds->stream : nullptr;
+  }
+  // The instance's loom.device-stream/1 table (backend.h): enqueue your own device work on
+  // its stream, never synchronise the device. Throws, naming `who`, for a backend without it.
+  const loom_device_stream& device_stream(const std::string& who) const {
+    const loom_device_stream* ds = find_device_stream();
+    require(ds != nullptr,
+            who + ": the backend does not provide " LOOM_EXT_DEVICE_STREAM
+                  " (its device and stream), which this plugin enqueues its work on",
+            LOOM_ERR_UNIMPLEMENTED);
+    return *ds;
+  }
+
+ private:
+  // loom.device-stream/1 as the instance lends it, or NULL when it does not.
+  const loom_device_stream* find_device_stream() const {
     const loom_ext* e =
         ref_.api && ref_.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && ref_.api->get_ext
             ? ref_.api->get_ext(ref_.self, LOOM_EXT_DEVICE_STREAM)
             : nullptr;
     return e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1
-               ? reinterpret_cast<const loom_device_stream*>(e)->stream
+               ? reinterpret_cast<const loom_device_stream*>(e)
                : nullptr;
   }
-  // The instance's loom.device-stream/1 table (backend.h): enqueue your own device work on
-  // its stream, never synchronise the device. Throws, naming `who`, for a backend without it.
-  const loom_device_stream& device_stream(const std::string& who) const {
-    const loom_ext* e = ref_.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && ref_.api->get_ext
-                            ? ref_.api->get_ext(ref_.self, LOOM_EXT_DEVICE_STREAM)
-                            : nullptr;
-    require(e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1,
-            who + ": the backend does not provide " LOOM_EXT_DEVICE_STREAM
-                  " (its device and stream), which this plugin enqueues its work on",
-            LOOM_ERR_UNIMPLEMENTED);
-    return *reinterpret_cast<const loom_device_stream*>(e);
-  }
 
- private:
   const loom_host* host_ = nullptr;
   loom_backend_ref ref_{nullptr, nullptr};
 };
