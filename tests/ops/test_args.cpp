@@ -6,6 +6,7 @@
 // caller asked for, silently.
 #include <cstddef>
 
+#include "loom/cpp/ops_plugin.hpp"
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -109,4 +110,81 @@ TEST_CASE("act_forward/act_backward: a kind the backend does not implement is re
   const loom_act_bwd_args b{LOOM_ACT_BWD_ARGS_SIZE_V2, -1, Y, X, X, nullptr};
   expect_error([&] { B().call(&loom_ops::act_backward, &b); }, LOOM_ERR_INVALID_ARGUMENT,
                "act_backward: args of an unknown kind (-1)");
+}
+
+// loom::OpsSlots (the SDK's table builder both backends use): a kind is implemented exactly
+// when the backend gives its kernels, and the args are unpacked into the right parameters.
+namespace {
+
+DLTensor slot_tensors[6];  // stand-ins: only their addresses are compared
+std::string g_refused;     // the last refusal, "op: why"
+std::string g_ran;         // the last kernel run, with what it was given
+char g_error_tag;
+
+loom_error* fake_refuse(loom_backend*, const char* op, const std::string& why) {
+  g_refused = std::string(op) + ": " + why;
+  return reinterpret_cast<loom_error*>(&g_error_tag);
+}
+loom_error* fake_layernorm(loom_backend*, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                           const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
+                           double eps) {
+  const bool in_order = out == &slot_tensors[0] && mean == &slot_tensors[1] &&
+                        rstd == &slot_tensors[2] && inp == &slot_tensors[3] &&
+                        weight == &slot_tensors[4] && bias == &slot_tensors[5];
+  g_ran = std::string("layernorm ") + (in_order ? "in order " : "shuffled ") + std::to_string(eps);
+  return nullptr;
+}
+loom_error* fake_gelu(loom_backend*, DLTensor* out, const DLTensor* inp) {
+  g_ran = std::string("gelu ") +
+          (out == &slot_tensors[0] && inp == &slot_tensors[1] ? "in order" : "shuffled");
+  return nullptr;
+}
+
+constexpr loom::OpsCalls kLayerNormOnly = [] {
+  loom::OpsCalls k{};
+  k.refuse = fake_refuse;
+  k.layernorm_forward = fake_layernorm;
+  k.gelu_forward = fake_gelu;
+  return k;
+}();
+using Slots = loom::OpsSlots<kLayerNormOnly>;
+
+}  // namespace
+
+TEST_CASE("OpsSlots: a kind without kernels is refused; args reach the kernel in order") {
+  constexpr loom_ops ops = Slots::ops();
+  DLTensor* t = slot_tensors;
+  const loom_norm_fwd_args ln{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                              LOOM_NORM_LAYER,
+                              t,
+                              t + 1,
+                              t + 2,
+                              t + 3,
+                              t + 4,
+                              t + 5,
+                              1e-5,
+                              nullptr};
+  g_ran.clear();
+  CHECK(ops.norm_forward(nullptr, &ln) == nullptr);
+  CHECK(g_ran == "layernorm in order " + std::to_string(1e-5));
+
+  loom_norm_fwd_args rms = ln;
+  rms.kind = LOOM_NORM_RMS;  // no rmsnorm kernels given
+  g_ran.clear();
+  CHECK(ops.norm_forward(nullptr, &rms) != nullptr);
+  CHECK(g_refused ==
+        "norm_forward: args of an unknown kind (" + std::to_string(LOOM_NORM_RMS) + ")");
+  CHECK(g_ran.empty());
+
+  const loom_act_fwd_args gelu{LOOM_ACT_FWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH, t, t + 1, nullptr};
+  CHECK(ops.act_forward(nullptr, &gelu) == nullptr);
+  CHECK(g_ran == "gelu in order");
+  loom_act_fwd_args swiglu = gelu;
+  swiglu.kind = LOOM_ACT_SWIGLU;
+  CHECK(ops.act_forward(nullptr, &swiglu) != nullptr);
+  CHECK(g_refused ==
+        "act_forward: args of an unknown kind (" + std::to_string(LOOM_ACT_SWIGLU) + ")");
+  // The refusal rule runs before any kernel, on every slot, whatever the backend gives.
+  CHECK(ops.gemm(nullptr, nullptr) != nullptr);
+  CHECK(g_refused == "gemm: args NULL");
 }

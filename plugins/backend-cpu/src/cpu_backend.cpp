@@ -13,6 +13,7 @@
 
 #include "blas.hpp"
 #include "cpu_features.hpp"
+#include "loom/cpp/ops_plugin.hpp"
 
 namespace loom_cpu {
 namespace {
@@ -219,23 +220,27 @@ loom_error* cpu_get_info(loom_backend* be, loom_backend_info* out) noexcept {
 
 // ---- the tables --------------------------------------------------------------------------------
 
-constexpr loom_ops kOps = {
-    LOOM_OPS_SIZE_V2,
+constexpr loom::OpsCalls kCalls = {
+    refuse_args,
     op_gemm,
-    op_bias_add,
-    op_bias_backward,
+    op_sum_squares,
+    op_softmax_forward,
     op_fill,
     op_copy,
     op_add,
     op_axpby,
-    op_sum_squares,
+    op_bias_add,
+    op_bias_backward,
     op_embedding_forward,
     op_embedding_backward,
-    op_norm_forward,
-    op_norm_backward,
-    op_act_forward,
-    op_act_backward,
-    op_softmax_forward,
+    op_layernorm_forward,
+    op_layernorm_backward,
+    op_rmsnorm_forward,
+    op_rmsnorm_backward,
+    op_gelu_forward,
+    op_gelu_backward,
+    op_swiglu_forward,
+    op_swiglu_backward,
     op_softmax_backward,
     op_rope_forward,
     op_rope_backward,
@@ -243,6 +248,7 @@ constexpr loom_ops kOps = {
     op_vocab_ce_stats,
     op_vocab_ce_backward,
 };
+constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
 // loom.device-stream/1 on the CPU: no stream, work is done when an op returns, so there is
 // nothing to record or wait for. The same table serves every instance.

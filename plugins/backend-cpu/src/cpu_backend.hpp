@@ -105,7 +105,7 @@ struct Check {
   void ndim(const char* name, const DLTensor* t, int want) const;
 };
 
-// The answer to ops args that loom::ops_args_refusal refuses (`why`), naming the op.
+// The answer to ops args that loom::OpsSlots refuses (`why`), naming the op.
 inline loom_error* refuse_args(loom_backend* be, const char* op, const std::string& why) noexcept {
   return run_op(be, op, [&](loom_backend&) { Check{op}.fail(why); });
 }
@@ -133,12 +133,13 @@ void dispatch_float_stat(const Check& ck, const char* name, const DLTensor* t, c
 }
 
 // ---- the kernels (one file per family; see backend.h for the contracts) --------------------
-// The table's entries take the args structs; each checks them (ops_args_refusal) and calls the
-// positional function beside it, which the mixed-precision staging also re-enters.
+// Positional, as loom::OpsCalls lists them: cpu_backend.cpp builds the loom_ops table from
+// them through loom::OpsSlots, which checks and unpacks the args structs. The mixed-precision
+// staging re-enters the same functions.
 // kernels_linear.cpp
 loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
-loom_error* op_bias_add(loom_backend* be, const loom_bias_add_args* args) noexcept;
-loom_error* op_bias_backward(loom_backend* be, const loom_bias_bwd_args* args) noexcept;
+loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
+loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 // kernels_elementwise.cpp
 loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
@@ -147,23 +148,46 @@ loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor
                      double beta) noexcept;
 loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
 // kernels_embedding.cpp
-loom_error* op_embedding_forward(loom_backend* be, const loom_embedding_fwd_args* args) noexcept;
-loom_error* op_embedding_backward(loom_backend* be, const loom_embedding_bwd_args* args) noexcept;
+loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
+                                 const DLTensor* table, int accumulate) noexcept;
+loom_error* op_embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
+                                  const DLTensor* dout) noexcept;
 // kernels_norm.cpp
-loom_error* op_norm_forward(loom_backend* be, const loom_norm_fwd_args* args) noexcept;
-loom_error* op_norm_backward(loom_backend* be, const loom_norm_bwd_args* args) noexcept;
+loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                                 const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
+                                 double eps) noexcept;
+loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                  DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                                  const DLTensor* weight, const DLTensor* mean,
+                                  const DLTensor* rstd) noexcept;
+loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, const DLTensor* inp,
+                               const DLTensor* weight, double eps) noexcept;
+loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                                const DLTensor* rstd) noexcept;
 // kernels_activation.cpp
-loom_error* op_act_forward(loom_backend* be, const loom_act_fwd_args* args) noexcept;
-loom_error* op_act_backward(loom_backend* be, const loom_act_bwd_args* args) noexcept;
+loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                             const DLTensor* dout) noexcept;
+loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout) noexcept;
 // kernels_attention.cpp
 loom_error* op_softmax_forward(loom_backend* be, const loom_softmax_args* args) noexcept;
-loom_error* op_softmax_backward(loom_backend* be, const loom_softmax_bwd_args* args) noexcept;
-loom_error* op_rope_forward(loom_backend* be, const loom_rope_args* args) noexcept;
-loom_error* op_rope_backward(loom_backend* be, const loom_rope_args* args) noexcept;
+loom_error* op_softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p,
+                                const DLTensor* dp, double scale) noexcept;
+loom_error* op_rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset,
+                            double theta) noexcept;
+loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
+                             double theta) noexcept;
 // kernels_loss.cpp
-loom_error* op_softmax_cross_entropy(loom_backend* be,
-                                     const loom_cross_entropy_args* args) noexcept;
-loom_error* op_vocab_ce_stats(loom_backend* be, const loom_vocab_ce_stats_args* args) noexcept;
-loom_error* op_vocab_ce_backward(loom_backend* be, const loom_vocab_ce_bwd_args* args) noexcept;
+loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                     const DLTensor* logits, const DLTensor* targets,
+                                     double dloss) noexcept;
+loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start) noexcept;
+loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                                 const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                                 double dloss) noexcept;
 
 }  // namespace loom_cpu

@@ -194,20 +194,4 @@ loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor*
   });
 }
 
-// The table's entries: one args struct for every kind (backend.h).
-loom_error* op_act_forward(loom_backend* be, const loom_act_fwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_ACT_FWD_ARGS_SIZE_V2, {LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU});
-  if (!why.empty()) return refuse_args(be, "act_forward", why);
-  if (a->kind == LOOM_ACT_SWIGLU) return op_swiglu_forward(be, a->out, a->inp);
-  return op_gelu_forward(be, a->out, a->inp);
-}
-loom_error* op_act_backward(loom_backend* be, const loom_act_bwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_ACT_BWD_ARGS_SIZE_V2, {LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU});
-  if (!why.empty()) return refuse_args(be, "act_backward", why);
-  if (a->kind == LOOM_ACT_SWIGLU) return op_swiglu_backward(be, a->dinp, a->inp, a->dout);
-  return op_gelu_backward(be, a->dinp, a->inp, a->dout);
-}
-
 }  // namespace loom_cpu

@@ -122,8 +122,10 @@ void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, in
   if (Staging::any_half({x})) {
     Staging st(ck, b.threads);
     DLTensor* x32 = st.out(name, x);
-    const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, x32, pos_offset, theta, nullptr};
-    st.run(b, [&] { return sign > 0 ? op_rope_forward(&b, &a) : op_rope_backward(&b, &a); });
+    st.run(b, [&] {
+      return sign > 0 ? op_rope_forward(&b, x32, pos_offset, theta)
+                      : op_rope_backward(&b, x32, pos_offset, theta);
+    });
     return;
   }
   ck.ndim(name, x, 4);
@@ -145,8 +147,6 @@ void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, in
 loom_error* op_softmax_forward(loom_backend* be, const loom_softmax_args* a) noexcept {
   return run_op(be, "softmax_forward", [&](loom_backend& b) {
     Check ck{"softmax_forward"};
-    std::string why = loom::ops_args_refusal(a, LOOM_SOFTMAX_ARGS_SIZE_V2);
-    if (!why.empty()) ck.fail(why);
     DLTensor *s = a->s, *lse = a->lse;
     const double scale = a->scale;
     const int64_t window = a->window;
@@ -227,23 +227,6 @@ loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
   return run_op(be, "rope_backward", [&](loom_backend& b) {
     rope_op(Check{"rope_backward"}, b, dx, "dx", pos_offset, theta, -1);
   });
-}
-
-// The table's entries (backend.h's args structs).
-loom_error* op_softmax_backward(loom_backend* be, const loom_softmax_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_SOFTMAX_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "softmax_backward", why);
-  return op_softmax_backward(be, a->ds, a->p, a->dp, a->scale);
-}
-loom_error* op_rope_forward(loom_backend* be, const loom_rope_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_ROPE_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "rope_forward", why);
-  return op_rope_forward(be, a->x, a->pos_offset, a->theta);
-}
-loom_error* op_rope_backward(loom_backend* be, const loom_rope_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_ROPE_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "rope_backward", why);
-  return op_rope_backward(be, a->x, a->pos_offset, a->theta);
 }
 
 }  // namespace loom_cpu

@@ -122,16 +122,4 @@ loom_error* op_embedding_backward(loom_backend* be, DLTensor* dtable, const DLTe
   });
 }
 
-// The table's entries (backend.h's args structs).
-loom_error* op_embedding_forward(loom_backend* be, const loom_embedding_fwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_EMBEDDING_FWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "embedding_forward", why);
-  return op_embedding_forward(be, a->out, a->ids, a->table, a->accumulate);
-}
-loom_error* op_embedding_backward(loom_backend* be, const loom_embedding_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_EMBEDDING_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "embedding_backward", why);
-  return op_embedding_backward(be, a->dtable, a->ids, a->dout);
-}
-
 }  // namespace loom_cpu

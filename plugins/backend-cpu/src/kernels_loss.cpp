@@ -244,22 +244,4 @@ loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTenso
   });
 }
 
-// The table's entries (backend.h's args structs).
-loom_error* op_softmax_cross_entropy(loom_backend* be, const loom_cross_entropy_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_CROSS_ENTROPY_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "softmax_cross_entropy", why);
-  return op_softmax_cross_entropy(be, a->losses, a->dlogits, a->logits, a->targets, a->dloss);
-}
-loom_error* op_vocab_ce_stats(loom_backend* be, const loom_vocab_ce_stats_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "vocab_ce_stats", why);
-  return op_vocab_ce_stats(be, a->stats, a->logits, a->targets, a->vocab_start);
-}
-loom_error* op_vocab_ce_backward(loom_backend* be, const loom_vocab_ce_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "vocab_ce_backward", why);
-  return op_vocab_ce_backward(be, a->dlogits, a->logits, a->targets, a->vocab_start, a->lse,
-                              a->dloss);
-}
-
 }  // namespace loom_cpu

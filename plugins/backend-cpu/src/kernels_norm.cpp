@@ -328,25 +328,4 @@ loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dwei
   });
 }
 
-// The table's entries: one args struct for both kinds (backend.h).
-
-loom_error* op_norm_forward(loom_backend* be, const loom_norm_fwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_NORM_FWD_ARGS_SIZE_V2, {LOOM_NORM_LAYER, LOOM_NORM_RMS});
-  if (!why.empty()) return refuse_args(be, "norm_forward", why);
-  if (a->kind == LOOM_NORM_RMS)
-    return op_rmsnorm_forward(be, a->out, a->rstd, a->inp, a->weight, a->eps);
-  return op_layernorm_forward(be, a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->eps);
-}
-
-loom_error* op_norm_backward(loom_backend* be, const loom_norm_bwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_NORM_BWD_ARGS_SIZE_V2, {LOOM_NORM_LAYER, LOOM_NORM_RMS});
-  if (!why.empty()) return refuse_args(be, "norm_backward", why);
-  if (a->kind == LOOM_NORM_RMS)
-    return op_rmsnorm_backward(be, a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd);
-  return op_layernorm_backward(be, a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight,
-                               a->mean, a->rstd);
-}
-
 }  // namespace loom_cpu

@@ -13,6 +13,7 @@
 
 #include "allocator.hpp"
 #include "loom/cpp/cuda_device.hpp"
+#include "loom/cpp/ops_plugin.hpp"
 #include "ops.hpp"
 
 namespace loom_cuda {
@@ -315,23 +316,27 @@ loom_error* cuda_get_info(loom_backend* be, loom_backend_info* out) noexcept {
 
 // ---- the tables --------------------------------------------------------------------------------
 
-constexpr loom_ops kOps = {
-    LOOM_OPS_SIZE_V2,
+constexpr loom::OpsCalls kCalls = {
+    refuse_args,
     gemm,
-    bias_add,
-    bias_backward,
+    sum_squares,
+    softmax_forward,
     fill,
     copy,
     add,
     axpby,
-    sum_squares,
+    bias_add,
+    bias_backward,
     embedding_forward,
     embedding_backward,
-    norm_forward,
-    norm_backward,
-    act_forward,
-    act_backward,
-    softmax_forward,
+    layernorm_forward,
+    layernorm_backward,
+    rmsnorm_forward,
+    rmsnorm_backward,
+    gelu_forward,
+    gelu_backward,
+    swiglu_forward,
+    swiglu_backward,
     softmax_backward,
     rope_forward,
     rope_backward,
@@ -339,6 +344,7 @@ constexpr loom_ops kOps = {
     vocab_ce_stats,
     vocab_ce_backward,
 };
+constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,

@@ -221,20 +221,4 @@ loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* in
   });
 }
 
-// The table's entries: one args struct for every kind (backend.h).
-loom_error* act_forward(loom_backend* be, const loom_act_fwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_ACT_FWD_ARGS_SIZE_V2, {LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU});
-  if (!why.empty()) return refuse_args(be, "act_forward", why);
-  if (a->kind == LOOM_ACT_SWIGLU) return swiglu_forward(be, a->out, a->inp);
-  return gelu_forward(be, a->out, a->inp);
-}
-loom_error* act_backward(loom_backend* be, const loom_act_bwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_ACT_BWD_ARGS_SIZE_V2, {LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU});
-  if (!why.empty()) return refuse_args(be, "act_backward", why);
-  if (a->kind == LOOM_ACT_SWIGLU) return swiglu_backward(be, a->dinp, a->inp, a->dout);
-  return gelu_backward(be, a->dinp, a->inp, a->dout);
-}
-
 }  // namespace loom_cuda

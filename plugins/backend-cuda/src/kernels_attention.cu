@@ -124,8 +124,6 @@ void rope_op(const char* op, loom_backend& b, DLTensor* x, const char* name, int
 loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* a) noexcept {
   return run_op(be, "softmax_forward", [&](loom_backend& b) {
     const char* op = "softmax_forward";
-    std::string why = loom::ops_args_refusal(a, LOOM_SOFTMAX_ARGS_SIZE_V2);
-    if (!why.empty()) fail(op, why);
     DLTensor *s = a->s, *lse = a->lse;
     const double scale = a->scale;
     if (a->window < 0) fail(op, "window must be >= 0");
@@ -187,23 +185,6 @@ loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
   return run_op(be, "rope_backward", [&](loom_backend& b) {
     rope_op("rope_backward", b, dx, "dx", pos_offset, theta, -1.0);
   });
-}
-
-// The table's entries (backend.h's args structs).
-loom_error* softmax_backward(loom_backend* be, const loom_softmax_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_SOFTMAX_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "softmax_backward", why);
-  return softmax_backward(be, a->ds, a->p, a->dp, a->scale);
-}
-loom_error* rope_forward(loom_backend* be, const loom_rope_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_ROPE_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "rope_forward", why);
-  return rope_forward(be, a->x, a->pos_offset, a->theta);
-}
-loom_error* rope_backward(loom_backend* be, const loom_rope_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_ROPE_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "rope_backward", why);
-  return rope_backward(be, a->x, a->pos_offset, a->theta);
 }
 
 }  // namespace loom_cuda

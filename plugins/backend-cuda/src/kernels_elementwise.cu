@@ -318,8 +318,6 @@ loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x
 loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     const char* op = "sum_squares";
-    std::string why = loom::ops_args_refusal(a, LOOM_SUM_SQUARES_ARGS_SIZE_V2);
-    if (!why.empty()) fail(op, why);
     if (a->n == 0) return;
     if (a->x == nullptr || a->out == nullptr) fail(op, "x or out is NULL");
     // Scratch: the partials of the tensor in flight (reused: the stream orders each
@@ -416,18 +414,6 @@ void scale_matrices(loom_backend& be, DLDataType dtype, void* c, int64_t rows, i
         static_cast<T*>(c), rows, cols, ld, stride, batch, static_cast<float>(beta));
   });
   LOOM_CUDA_LAUNCHED("gemm");
-}
-
-// The table's entries (backend.h's args structs).
-loom_error* bias_add(loom_backend* be, const loom_bias_add_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_BIAS_ADD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "bias_add", why);
-  return bias_add(be, a->out, a->bias);
-}
-loom_error* bias_backward(loom_backend* be, const loom_bias_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_BIAS_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "bias_backward", why);
-  return bias_backward(be, a->dbias, a->dout);
 }
 
 }  // namespace loom_cuda

@@ -178,16 +178,4 @@ loom_error* embedding_backward(loom_backend* be, DLTensor* dtable, const DLTenso
   });
 }
 
-// The table's entries (backend.h's args structs).
-loom_error* embedding_forward(loom_backend* be, const loom_embedding_fwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_EMBEDDING_FWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "embedding_forward", why);
-  return embedding_forward(be, a->out, a->ids, a->table, a->accumulate);
-}
-loom_error* embedding_backward(loom_backend* be, const loom_embedding_bwd_args* a) noexcept {
-  std::string why = loom::ops_args_refusal(a, LOOM_EMBEDDING_BWD_ARGS_SIZE_V2);
-  if (!why.empty()) return refuse_args(be, "embedding_backward", why);
-  return embedding_backward(be, a->dtable, a->ids, a->dout);
-}
-
 }  // namespace loom_cuda

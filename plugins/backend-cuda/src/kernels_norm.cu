@@ -314,25 +314,4 @@ loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight
   });
 }
 
-// The table's entries: one args struct for both kinds (backend.h).
-
-loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_NORM_FWD_ARGS_SIZE_V2, {LOOM_NORM_LAYER, LOOM_NORM_RMS});
-  if (!why.empty()) return refuse_args(be, "norm_forward", why);
-  if (a->kind == LOOM_NORM_RMS)
-    return rmsnorm_forward(be, a->out, a->rstd, a->inp, a->weight, a->eps);
-  return layernorm_forward(be, a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->eps);
-}
-
-loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* a) noexcept {
-  std::string why =
-      loom::ops_args_refusal(a, LOOM_NORM_BWD_ARGS_SIZE_V2, {LOOM_NORM_LAYER, LOOM_NORM_RMS});
-  if (!why.empty()) return refuse_args(be, "norm_backward", why);
-  if (a->kind == LOOM_NORM_RMS)
-    return rmsnorm_backward(be, a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd);
-  return layernorm_backward(be, a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean,
-                            a->rstd);
-}
-
 }  // namespace loom_cuda

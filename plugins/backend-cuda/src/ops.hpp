@@ -1,34 +1,62 @@
-// backend/cuda: the entry point of every loom_ops slot, one per op, with the slot's exact
-// signature. cuda_backend.cpp builds the table from these; each is defined in the file of
-// its family (gemm.cpp, kernels_<family>.cu). An entry that takes an args struct checks it
-// (loom::ops_args_refusal) and calls the positional function of the same name beside it.
+// backend/cuda: every op's kernel entry, positional as loom::OpsCalls lists them.
+// cuda_backend.cpp builds the loom_ops table from these through loom::OpsSlots, which checks
+// and unpacks the args structs; each is defined in the file of its family (gemm.cpp,
+// kernels_<family>.cu).
 #pragma once
 
 #include "cuda_backend.hpp"
 
 namespace loom_cuda {
 
+// gemm.cpp, kernels_elementwise.cu
 loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
-loom_error* bias_add(loom_backend* be, const loom_bias_add_args* args) noexcept;
-loom_error* bias_backward(loom_backend* be, const loom_bias_bwd_args* args) noexcept;
+loom_error* bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
+loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
 loom_error* add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept;
 loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                   double beta) noexcept;
 loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
-loom_error* embedding_forward(loom_backend* be, const loom_embedding_fwd_args* args) noexcept;
-loom_error* embedding_backward(loom_backend* be, const loom_embedding_bwd_args* args) noexcept;
-loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* args) noexcept;
-loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* args) noexcept;
-loom_error* act_forward(loom_backend* be, const loom_act_fwd_args* args) noexcept;
-loom_error* act_backward(loom_backend* be, const loom_act_bwd_args* args) noexcept;
+// kernels_embedding.cu
+loom_error* embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
+                              const DLTensor* table, int accumulate) noexcept;
+loom_error* embedding_backward(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
+                               const DLTensor* dout) noexcept;
+// kernels_norm.cu
+loom_error* layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                              const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,
+                              double eps) noexcept;
+loom_error* layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight, DLTensor* dbias,
+                               const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                               const DLTensor* mean, const DLTensor* rstd) noexcept;
+loom_error* rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, const DLTensor* inp,
+                            const DLTensor* weight, double eps) noexcept;
+loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                             const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                             const DLTensor* rstd) noexcept;
+// kernels_activation.cu
+loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                          const DLTensor* dout) noexcept;
+loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                            const DLTensor* dout) noexcept;
+// kernels_attention.cu
 loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* args) noexcept;
-loom_error* softmax_backward(loom_backend* be, const loom_softmax_bwd_args* args) noexcept;
-loom_error* rope_forward(loom_backend* be, const loom_rope_args* args) noexcept;
-loom_error* rope_backward(loom_backend* be, const loom_rope_args* args) noexcept;
-loom_error* softmax_cross_entropy(loom_backend* be, const loom_cross_entropy_args* args) noexcept;
-loom_error* vocab_ce_stats(loom_backend* be, const loom_vocab_ce_stats_args* args) noexcept;
-loom_error* vocab_ce_backward(loom_backend* be, const loom_vocab_ce_bwd_args* args) noexcept;
+loom_error* softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p, const DLTensor* dp,
+                             double scale) noexcept;
+loom_error* rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta) noexcept;
+loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
+                          double theta) noexcept;
+// kernels_loss.cu
+loom_error* softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                  const DLTensor* logits, const DLTensor* targets,
+                                  double dloss) noexcept;
+loom_error* vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                           const DLTensor* targets, int64_t vocab_start) noexcept;
+loom_error* vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                              const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
+                              double dloss) noexcept;
 
 }  // namespace loom_cuda

@@ -125,16 +125,6 @@ std::string ops_args_refusal(const Args* a, size_t want) {
       return std::string("unknown required extension ") + (e->id ? e->id : "(no id)");
   return {};
 }
-// The same for a struct with a `kind` (norm, activation): also refused when the kind is not
-// one of `kinds`, the ones this backend implements.
-template <class Args>
-std::string ops_args_refusal(const Args* a, size_t want, std::initializer_list<int32_t> kinds) {
-  std::string why = ops_args_refusal(a, want);
-  if (!why.empty()) return why;
-  for (int32_t k : kinds)
-    if (a->kind == k) return {};
-  return "args of an unknown kind (" + std::to_string(a->kind) + ")";
-}
 
 }  // namespace loom
 

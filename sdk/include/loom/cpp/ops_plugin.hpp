@@ -1,0 +1,215 @@
+// Loom SDK C++ helpers for backend plugins: the loom_ops table built from plain kernels. A
+// backend writes one function per op with positional arguments (the form its own
+// mixed-precision staging re-enters, too) and lists them in a constexpr loom::OpsCalls;
+// loom::OpsSlots<calls>::ops() is the whole table. Each slot that takes an args struct first
+// applies the one refusal rule (loom::ops_args_refusal: NULL, older than ABI 2.0, an unknown
+// required extension, a kind the backend lacks), then unpacks the struct into the kernel.
+//
+// A kind is implemented exactly when its kernel is given: a backend without RMSNorm leaves
+// rmsnorm_forward/_backward NULL and norm_forward refuses LOOM_NORM_RMS by name. Adding a
+// kind to backend.h means one more pair of fields here and one branch in its slot, never a
+// change to each backend's table. See backend/cpu for a backend written this way.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "loom/backend.h"
+#include "loom/cpp/plugin.hpp"
+
+namespace loom {
+
+struct OpsCalls {
+  // The error for args refused with `why` (the backend's wording, e.g. "norm_forward: why").
+  loom_error* (*refuse)(loom_backend* be, const char* op, const std::string& why);
+
+  // Slots whose args are passed through whole (the struct is the kernel's natural argument).
+  loom_error* (*gemm)(loom_backend* be, const loom_gemm_args* args);
+  loom_error* (*sum_squares)(loom_backend* be, const loom_sum_squares_args* args);
+  loom_error* (*softmax_forward)(loom_backend* be, const loom_softmax_args* args);
+
+  // The four memory primitives are positional in the ABI too; they go into the table as is.
+  decltype(loom_ops::fill) fill;
+  decltype(loom_ops::copy) copy;
+  decltype(loom_ops::add) add;
+  decltype(loom_ops::axpby) axpby;
+
+  loom_error* (*bias_add)(loom_backend* be, DLTensor* out, const DLTensor* bias);
+  loom_error* (*bias_backward)(loom_backend* be, DLTensor* dbias, const DLTensor* dout);
+  loom_error* (*embedding_forward)(loom_backend* be, DLTensor* out, const DLTensor* ids,
+                                   const DLTensor* table, int accumulate);
+  loom_error* (*embedding_backward)(loom_backend* be, DLTensor* dtable, const DLTensor* ids,
+                                    const DLTensor* dout);
+  // norm_forward/_backward by kind: LOOM_NORM_LAYER, LOOM_NORM_RMS.
+  loom_error* (*layernorm_forward)(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                                   const DLTensor* inp, const DLTensor* weight,
+                                   const DLTensor* bias, double eps);
+  loom_error* (*layernorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                    DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
+                                    const DLTensor* weight, const DLTensor* mean,
+                                    const DLTensor* rstd);
+  loom_error* (*rmsnorm_forward)(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                 const DLTensor* inp, const DLTensor* weight, double eps);
+  loom_error* (*rmsnorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
+                                  const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
+                                  const DLTensor* rstd);
+  // act_forward/_backward by kind: LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU.
+  loom_error* (*gelu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*gelu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout);
+  loom_error* (*swiglu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*swiglu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                 const DLTensor* dout);
+  loom_error* (*softmax_backward)(loom_backend* be, DLTensor* ds, const DLTensor* p,
+                                  const DLTensor* dp, double scale);
+  loom_error* (*rope_forward)(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta);
+  loom_error* (*rope_backward)(loom_backend* be, DLTensor* dx, int64_t pos_offset, double theta);
+  loom_error* (*softmax_cross_entropy)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                       const DLTensor* logits, const DLTensor* targets,
+                                       double dloss);
+  loom_error* (*vocab_ce_stats)(loom_backend* be, DLTensor* stats, const DLTensor* logits,
+                                const DLTensor* targets, int64_t vocab_start);
+  loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
+                                   const DLTensor* targets, int64_t vocab_start,
+                                   const DLTensor* lse, double dloss);
+};
+
+template <const OpsCalls& K>
+struct OpsSlots {
+  // Runs `run` when `a` passes the refusal rule, else answers K.refuse naming `op`.
+  template <class Args, class Fn>
+  static loom_error* call(loom_backend* be, const char* op, const Args* a, size_t want, Fn&& run) {
+    const std::string why = ops_args_refusal(a, want);
+    return why.empty() ? run() : K.refuse(be, op, why);
+  }
+  // The same for a struct with a kind: `have[i]` says whether kind `kinds[i]` has kernels.
+  template <class Args, class Fn>
+  static loom_error* call_kind(loom_backend* be, const char* op, const Args* a, size_t want,
+                               int32_t kind0, bool have0, int32_t kind1, bool have1, Fn&& run) {
+    std::string why = ops_args_refusal(a, want);
+    if (why.empty() && !((a->kind == kind0 && have0) || (a->kind == kind1 && have1)))
+      why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
+    return why.empty() ? run() : K.refuse(be, op, why);
+  }
+
+  static loom_error* gemm(loom_backend* be, const loom_gemm_args* a) {
+    return call(be, "gemm", a, LOOM_GEMM_ARGS_SIZE_V2, [&] { return K.gemm(be, a); });
+  }
+  static loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) {
+    return call(be, "sum_squares", a, LOOM_SUM_SQUARES_ARGS_SIZE_V2,
+                [&] { return K.sum_squares(be, a); });
+  }
+  static loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* a) {
+    return call(be, "softmax_forward", a, LOOM_SOFTMAX_ARGS_SIZE_V2,
+                [&] { return K.softmax_forward(be, a); });
+  }
+  static loom_error* bias_add(loom_backend* be, const loom_bias_add_args* a) {
+    return call(be, "bias_add", a, LOOM_BIAS_ADD_ARGS_SIZE_V2,
+                [&] { return K.bias_add(be, a->out, a->bias); });
+  }
+  static loom_error* bias_backward(loom_backend* be, const loom_bias_bwd_args* a) {
+    return call(be, "bias_backward", a, LOOM_BIAS_BWD_ARGS_SIZE_V2,
+                [&] { return K.bias_backward(be, a->dbias, a->dout); });
+  }
+  static loom_error* embedding_forward(loom_backend* be, const loom_embedding_fwd_args* a) {
+    return call(be, "embedding_forward", a, LOOM_EMBEDDING_FWD_ARGS_SIZE_V2,
+                [&] { return K.embedding_forward(be, a->out, a->ids, a->table, a->accumulate); });
+  }
+  static loom_error* embedding_backward(loom_backend* be, const loom_embedding_bwd_args* a) {
+    return call(be, "embedding_backward", a, LOOM_EMBEDDING_BWD_ARGS_SIZE_V2,
+                [&] { return K.embedding_backward(be, a->dtable, a->ids, a->dout); });
+  }
+  static loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* a) {
+    return call_kind(be, "norm_forward", a, LOOM_NORM_FWD_ARGS_SIZE_V2, LOOM_NORM_LAYER,
+                     K.layernorm_forward != nullptr, LOOM_NORM_RMS, K.rmsnorm_forward != nullptr,
+                     [&] {
+                       if (a->kind == LOOM_NORM_RMS)
+                         return K.rmsnorm_forward(be, a->out, a->rstd, a->inp, a->weight, a->eps);
+                       return K.layernorm_forward(be, a->out, a->mean, a->rstd, a->inp, a->weight,
+                                                  a->bias, a->eps);
+                     });
+  }
+  static loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* a) {
+    return call_kind(
+        be, "norm_backward", a, LOOM_NORM_BWD_ARGS_SIZE_V2, LOOM_NORM_LAYER,
+        K.layernorm_backward != nullptr, LOOM_NORM_RMS, K.rmsnorm_backward != nullptr, [&] {
+          if (a->kind == LOOM_NORM_RMS)
+            return K.rmsnorm_backward(be, a->dinp, a->dweight, a->dout, a->inp, a->weight, a->rstd);
+          return K.layernorm_backward(be, a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight,
+                                      a->mean, a->rstd);
+        });
+  }
+  static loom_error* act_forward(loom_backend* be, const loom_act_fwd_args* a) {
+    return call_kind(be, "act_forward", a, LOOM_ACT_FWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH,
+                     K.gelu_forward != nullptr, LOOM_ACT_SWIGLU, K.swiglu_forward != nullptr, [&] {
+                       if (a->kind == LOOM_ACT_SWIGLU) return K.swiglu_forward(be, a->out, a->inp);
+                       return K.gelu_forward(be, a->out, a->inp);
+                     });
+  }
+  static loom_error* act_backward(loom_backend* be, const loom_act_bwd_args* a) {
+    return call_kind(be, "act_backward", a, LOOM_ACT_BWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH,
+                     K.gelu_backward != nullptr, LOOM_ACT_SWIGLU, K.swiglu_backward != nullptr,
+                     [&] {
+                       if (a->kind == LOOM_ACT_SWIGLU)
+                         return K.swiglu_backward(be, a->dinp, a->inp, a->dout);
+                       return K.gelu_backward(be, a->dinp, a->inp, a->dout);
+                     });
+  }
+  static loom_error* softmax_backward(loom_backend* be, const loom_softmax_bwd_args* a) {
+    return call(be, "softmax_backward", a, LOOM_SOFTMAX_BWD_ARGS_SIZE_V2,
+                [&] { return K.softmax_backward(be, a->ds, a->p, a->dp, a->scale); });
+  }
+  static loom_error* rope_forward(loom_backend* be, const loom_rope_args* a) {
+    return call(be, "rope_forward", a, LOOM_ROPE_ARGS_SIZE_V2,
+                [&] { return K.rope_forward(be, a->x, a->pos_offset, a->theta); });
+  }
+  static loom_error* rope_backward(loom_backend* be, const loom_rope_args* a) {
+    return call(be, "rope_backward", a, LOOM_ROPE_ARGS_SIZE_V2,
+                [&] { return K.rope_backward(be, a->x, a->pos_offset, a->theta); });
+  }
+  static loom_error* softmax_cross_entropy(loom_backend* be, const loom_cross_entropy_args* a) {
+    return call(be, "softmax_cross_entropy", a, LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, [&] {
+      return K.softmax_cross_entropy(be, a->losses, a->dlogits, a->logits, a->targets, a->dloss);
+    });
+  }
+  static loom_error* vocab_ce_stats(loom_backend* be, const loom_vocab_ce_stats_args* a) {
+    return call(be, "vocab_ce_stats", a, LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2, [&] {
+      return K.vocab_ce_stats(be, a->stats, a->logits, a->targets, a->vocab_start);
+    });
+  }
+  static loom_error* vocab_ce_backward(loom_backend* be, const loom_vocab_ce_bwd_args* a) {
+    return call(be, "vocab_ce_backward", a, LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2, [&] {
+      return K.vocab_ce_backward(be, a->dlogits, a->logits, a->targets, a->vocab_start, a->lse,
+                                 a->dloss);
+    });
+  }
+
+  // The whole loom_ops table.
+  static constexpr loom_ops ops() {
+    return loom_ops{LOOM_OPS_SIZE_V2,
+                    gemm,
+                    bias_add,
+                    bias_backward,
+                    K.fill,
+                    K.copy,
+                    K.add,
+                    K.axpby,
+                    sum_squares,
+                    embedding_forward,
+                    embedding_backward,
+                    norm_forward,
+                    norm_backward,
+                    act_forward,
+                    act_backward,
+                    softmax_forward,
+                    softmax_backward,
+                    rope_forward,
+                    rope_backward,
+                    softmax_cross_entropy,
+                    vocab_ce_stats,
+                    vocab_ce_backward};
+  }
+};
+
+}  // namespace loom
