@@ -311,6 +311,10 @@ TEST_SUITE("gpu") {
     GPU_TEST_START;
     suite().ring();
   }
+  TEST_CASE("comm/nccl: the contract tags hold (a collective takes only its group's ranks)") {
+    GPU_TEST_START;
+    suite().contract();
+  }
 
   TEST_CASE("comm/nccl: a recv of another size or tag fails on the receiver only") {
     GPU_TEST_START;

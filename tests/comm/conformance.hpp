@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "contract_tags.hpp"
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
 
@@ -284,6 +285,80 @@ class Suite {
       tag += 8;
     }
     t_.api->group_destroy(t_.self, P.g);
+  }
+
+  // comm.h's contract tags, observed. Every call tagged COLLECTIVE(args.group) takes only
+  // its group's ranks: the even ranks run each of them on their parity group while the odd
+  // ranks stay out, then the other way round (a plugin that synchronised the world would
+  // hang here, or pair the wrong calls). Each result is read as soon as the call returns,
+  // which is what `stream` promises when no stream is given.
+  void contract() const {
+    const loomtest::ContractTable tags = loomtest::contract_table(
+        std::string(LOOM_SOURCE_DIR) + "/sdk/include/loom/comm.h", "loom_comm_api");
+    std::vector<std::string> collectives;
+    for (const auto& [slot, tag] : tags.tags) {
+      if (tag.scope == "COLLECTIVE(args.group)") collectives.push_back(slot);
+      if (tag.scope == "COLLECTIVE(args.group)" || tag.scope == "PAIR(args.group)")
+        CHECK_MESSAGE(tag.progress == "stream", slot << ": the calls take args.stream");
+    }
+    // The suite knows how to run each of these; a new collective must be added below.
+    CHECK(collectives == std::vector<std::string>{"all_gather", "all_reduce", "all_to_all",
+                                                  "barrier", "broadcast", "reduce_scatter"});
+    Group P = parity_group();
+    for (int turn = 0; turn < 2; ++turn) {
+      if (t_.rank % 2 != turn) continue;
+      for (const std::string& name : collectives) {
+        CAPTURE(name);
+        group_only(name, P);
+      }
+    }
+    t_.ok(loom::comm_barrier(t_, nullptr));
+    t_.api->group_destroy(t_.self, P.g);
+  }
+
+  // One collective on G with a result that depends on every member and on no one else.
+  void group_only(const std::string& name, const Group& G) const {
+    const int n = G.size();
+    const double me = G.members[G.rank];
+    std::vector<double> want;
+    if (name == "all_reduce") {
+      Tensor<double> t({1}, loom_f64());
+      t.upload({me + 1});
+      t_.ok(loom::comm_all_reduce(t_, G.g, t.get(), LOOM_REDUCE_SUM));
+      double sum = 0;
+      for (int m : G.members) sum += m + 1;
+      check_values(t.download(), {sum}, "all_reduce on the group alone");
+    } else if (name == "reduce_scatter") {
+      Tensor<double> in({n}, loom_f64()), out({1}, loom_f64());
+      in.upload(std::vector<double>(n, me));
+      t_.ok(loom::comm_reduce_scatter(t_, G.g, in.get(), out.get(), LOOM_REDUCE_MAX));
+      check_values(out.download(), {static_cast<double>(G.members.back())},
+                   "reduce_scatter on the group alone");
+    } else if (name == "all_gather") {
+      Tensor<double> in({1}, loom_f64()), out({n}, loom_f64());
+      in.upload({me});
+      t_.ok(loom::comm_all_gather(t_, G.g, in.get(), out.get()));
+      for (int m : G.members) want.push_back(m);
+      check_values(out.download(), want, "all_gather on the group alone");
+    } else if (name == "broadcast") {
+      Tensor<double> t({1}, loom_f64());
+      t.upload({me});
+      t_.ok(loom::comm_broadcast(t_, G.g, t.get(), 0));
+      check_values(t.download(), {static_cast<double>(G.members[0])},
+                   "broadcast on the group alone");
+    } else if (name == "all_to_all") {
+      Tensor<double> in({n}, loom_f64()), out({n}, loom_f64());
+      std::vector<double> v;
+      for (int j = 0; j < n; ++j) v.push_back(100 * me + j);
+      in.upload(v);
+      t_.ok(loom::comm_all_to_all(t_, G.g, in.get(), out.get()));
+      for (int m : G.members) want.push_back(100.0 * m + G.rank);
+      check_values(out.download(), want, "all_to_all on the group alone");
+    } else if (name == "barrier") {
+      t_.ok(loom::comm_barrier(t_, G.g));
+    } else {
+      FAIL("no group-only check for " << name);
+    }
   }
 
  private:

@@ -91,6 +91,10 @@ TEST_CASE("comm/mpi: send and recv around a ring, in the world and in a group") 
   RANK_INFO;
   suite().ring();
 }
+TEST_CASE("comm/mpi: the contract tags hold (a collective takes only its group's ranks)") {
+  RANK_INFO;
+  suite().contract();
+}
 
 TEST_CASE("comm/mpi: argument errors are named, identically on every rank") {
   RANK_INFO;

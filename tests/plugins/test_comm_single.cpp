@@ -52,6 +52,7 @@ TEST_CASE("comm/single: the conformance suite in a world of one") {
   s.all_to_all();
   s.broadcast();
   s.ring();
+  s.contract();
 }
 
 TEST_CASE("comm/single: a world of one, groups of one") {

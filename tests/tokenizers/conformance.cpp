@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
+#include "contract_tags.hpp"
 #include "tokenizer_test_util.hpp"
 
 namespace {
@@ -460,6 +463,69 @@ TEST_CASE("conformance: encode's result stays valid and can be passed straight t
       size_t len = 0;
       REQUIRE(toktest::outcome(tok.api()->decode(tok.self(), ids, n, &text, &len)).ok());
       CHECK(std::string(text, len) == expected);
+    }
+  });
+}
+
+TEST_CASE("conformance: the contract's thread tag holds (separate instances, separate threads)") {
+  // tokenizer.h tags encode and decode `owner`: one thread at a time per instance, and
+  // separate instances are independent. `loom preprocess` relies on it (one instance per
+  // worker thread). A plugin with shared mutable state (a global cache, a static buffer)
+  // gives wrong ids here, or a report from the sanitizer build.
+  const loomtest::ContractTable tags = loomtest::contract_table(
+      std::string(LOOM_SOURCE_DIR) + "/sdk/include/loom/tokenizer.h", "loom_tokenizer_api");
+  for (const char* slot : {"create", "encode", "decode"}) {
+    CAPTURE(slot);
+    REQUIRE(tags.tags.count(slot) == 1);
+    REQUIRE(tags.tags.at(slot).thread == "owner");  // else this case must check `any`
+  }
+  for_each_case([](const Case& c, Tokenizer& tok) {
+    const std::vector<Sample> samples = c.samples();
+    std::vector<std::vector<int32_t>> want_ids;
+    std::vector<std::string> want_text;
+    for (const Sample& s : samples) {
+      want_ids.push_back(tok.encode(s.text));
+      want_text.push_back(tok.decode(want_ids.back()));
+    }
+    std::map<std::string, std::string> config;
+    for (const auto& [k, v] : c.config) config[k] = expand(v);
+    constexpr int kThreads = 4, kRounds = 3;
+    std::vector<std::unique_ptr<Tokenizer>> toks;
+    for (int t = 0; t < kThreads; ++t) {
+      toks.push_back(std::make_unique<Tokenizer>(c.plugin, config));
+      REQUIRE(toks.back()->created().ok());
+    }
+    // Workers only count; doctest's assertions stay on this thread.
+    std::vector<int> wrong(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        Tokenizer& mine = *toks[t];
+        for (int round = 0; round < kRounds; ++round)
+          for (size_t i = 0; i < samples.size(); ++i) {
+            // Each thread starts at another sample, so different inputs run at once.
+            const size_t k = (i + static_cast<size_t>(t)) % samples.size();
+            const int32_t* ids = nullptr;
+            size_t n = 0;
+            const std::string& text = samples[k].text;
+            toktest::Outcome e = toktest::outcome(
+                mine.api()->encode(mine.self(), text.data(), text.size(), &ids, &n));
+            if (!e.ok() || std::vector<int32_t>(ids, ids + n) != want_ids[k]) {
+              ++wrong[t];
+              continue;
+            }
+            const char* back = nullptr;
+            size_t len = 0;
+            toktest::Outcome d =
+                toktest::outcome(mine.api()->decode(mine.self(), ids, n, &back, &len));
+            if (!d.ok() || std::string(back, len) != want_text[k]) ++wrong[t];
+          }
+      });
+    for (std::thread& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) {
+      CAPTURE(t);
+      CHECK_MESSAGE(wrong[t] == 0, wrong[t] << " of " << kRounds * samples.size()
+                                            << " results differ from one thread's");
     }
   });
 }

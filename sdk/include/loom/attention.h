@@ -60,12 +60,15 @@ typedef struct loom_attention_window {
 } loom_attention_window;
 #define LOOM_ATTENTION_WINDOW_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_window, window)
 
+/* Contract tags (common.h):
+ *   create, destroy: owner, local, blocks
+ *   forward, backward: owner, local, stream */
 typedef struct loom_attention_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_attention** out);
   void (*destroy)(loom_attention* att); /* accepts NULL */
-  /* local; may run asynchronously on the backend's stream (flash-cuda and cudnn still
-   * synchronise until loom.device-stream/1) */
+  /* Enqueued on the backend's stream (flash-cuda and cudnn; no device synchronisation);
+   * done on return on the CPU. */
   loom_error* (*forward)(loom_attention* att, const loom_attention_fwd_args* args);
   loom_error* (*backward)(loom_attention* att, const loom_attention_bwd_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */

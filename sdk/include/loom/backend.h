@@ -255,6 +255,12 @@ typedef struct loom_vocab_ce_bwd_args {
  * required extension it does not know (loom/cpp/plugin.hpp's usable_ops_args). The four
  * memory primitives fill, copy, add and axpby keep positional arguments: their meaning is
  * fixed, and a variant (a strided copy, say) will be a new slot, never a new field. */
+/* Contract tags (common.h):
+ *   gemm, bias_add, bias_backward, fill, copy, add, axpby, embedding_forward, embedding_backward,
+ *      norm_forward, norm_backward, act_forward, act_backward, softmax_forward, softmax_backward,
+ *      rope_forward, rope_backward, softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward:
+ *      owner, local, stream
+ *   sum_squares: owner, local, blocks */
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
@@ -321,6 +327,9 @@ typedef struct loom_backend_info {
  * a call returns) and NULL events, so that a plugin has one code path. Reached through the
  * backend table's get_ext; the backend lists the id in its descriptor's capabilities. */
 #define LOOM_EXT_DEVICE_STREAM "loom.device-stream/1"
+/* Contract tags (common.h):
+ *   event_record, event_wait, event_free: owner, local, stream
+ *   event_sync: owner, local, blocks */
 typedef struct loom_device_stream {
   loom_ext base; /* id LOOM_EXT_DEVICE_STREAM; base.struct_size = sizeof the whole table */
   DLDevice device;
@@ -337,6 +346,9 @@ typedef struct loom_device_stream {
 } loom_device_stream;
 #define LOOM_DEVICE_STREAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_device_stream, event_free)
 
+/* Contract tags (common.h):
+ *   create, destroy, get_info, alloc_tensor, free_tensor, to_host, from_host, synchronize, get_ext:
+ *      owner, local, blocks */
 typedef struct loom_backend_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_backend** out);

@@ -54,6 +54,12 @@ typedef struct loom_comm_args {
 } loom_comm_args;
 #define LOOM_COMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_args, ext)
 
+/* Contract tags (common.h):
+ *   create, destroy, group_create: owner, COLLECTIVE(world), blocks
+ *   world_rank, world_size, group_destroy, group_rank, group_size: owner, local, blocks
+ *   all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, barrier: owner,
+ *      COLLECTIVE(args.group), stream
+ *   send, recv: owner, PAIR(args.group), stream */
 typedef struct loom_comm_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_comm** out);

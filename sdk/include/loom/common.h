@@ -17,9 +17,20 @@
  *    by the host (loom_host.error_new) and is owned by whoever receives it, who frees it
  *    with loom_host.error_free;
  *  - pointers are borrowed for the call unless the comment says who owns them;
- *  - every slot's comment carries its contract tags where they are not the default:
- *    the default is "any thread that owns the instance, returns when done, local".
- *    COLLECTIVE(group) means every rank of the group calls it in the same order.
+ *  - every table (and every struct holding a callback) opens with a comment "Contract
+ *    tags" that lists each of its slots once as "slot, ...: thread, scope, progress":
+ *      thread    any        any thread, concurrently (the callee synchronises);
+ *                owner      one thread at a time per instance; separate instances are
+ *                           independent and may be used from separate threads at once;
+ *      scope     local      this rank alone;
+ *                COLLECTIVE(g)  every rank of group g calls it, in the same order;
+ *                PAIR(g)    two ranks of group g, one sending and one receiving;
+ *      progress  blocks     returns when its work is done;
+ *                stream     enqueues on the backend's device stream when there is one
+ *                           (loom.device-stream/1; for comm, args.stream) and returns;
+ *                           blocks where there is none (the CPU).
+ *    tests/abi/test_contract.cpp checks that every slot has its tags; the conformance
+ *    suites check the tags they can observe.
  */
 #ifndef LOOM_COMMON_H
 #define LOOM_COMMON_H

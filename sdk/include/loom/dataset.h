@@ -14,6 +14,8 @@ extern "C" {
 
 typedef struct loom_dataset loom_dataset;
 
+/* Contract tags (common.h):
+ *   create, destroy, num_documents, document, cache_prefix: owner, local, blocks */
 typedef struct loom_dataset_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_dataset** out);

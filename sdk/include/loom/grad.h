@@ -44,6 +44,9 @@ typedef struct loom_param_shard {
 } loom_param_shard;
 #define LOOM_PARAM_SHARD_SIZE_V2 LOOM_STRUCT_SIZE(loom_param_shard, offset)
 
+/* Contract tags (common.h):
+ *   create, destroy, shard_params, bytes_per_param: owner, local, blocks
+ *   reduce, after_step: owner, COLLECTIVE(data), blocks */
 typedef struct loom_grad_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,

@@ -77,6 +77,11 @@ typedef enum loom_log_level {
   LOOM_LOG_ERROR = 3
 } loom_log_level;
 
+/* Contract tags (common.h):
+ *   error_new, error_code, error_message, error_free, log: any, local, blocks
+ *   config_get_bool, config_get_int, config_get_float, config_get_string, get_backend,
+ *      get_attention, get_tokenizer, get_comm, rng_seed, get_layout, get_group: owner, local,
+ *      blocks */
 typedef struct loom_host {
   size_t struct_size;
   uint32_t abi_major;

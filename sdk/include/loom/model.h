@@ -188,6 +188,11 @@ typedef struct loom_stage_backward_args {
 } loom_stage_backward_args;
 #define LOOM_STAGE_BACKWARD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_backward_args, ext)
 
+/* Contract tags (common.h):
+ *   create, destroy, num_params, get_param, init_params, zero_grad, flops_per_token, batch_spec,
+ *      attention_requires, stage_info: owner, local, blocks
+ *   stage_forward, stage_backward: owner, COLLECTIVE(tensor), blocks
+ *   finish_grads: owner, COLLECTIVE(model-parallel), blocks */
 typedef struct loom_model_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,
@@ -241,6 +246,9 @@ typedef struct loom_model_api {
  * LOOM_EXT_DECODE in its descriptor's capabilities and chains this table on its `ext`;
  * `loom generate` refuses a model without it, by name. */
 #define LOOM_EXT_DECODE "loom.decode/1"
+/* Contract tags (common.h):
+ *   kv_reset, max_context: owner, local, blocks
+ *   decode: owner, COLLECTIVE(tensor), blocks */
 typedef struct loom_decode_ext {
   loom_ext base; /* id LOOM_EXT_DECODE, base.struct_size = sizeof the whole table */
   /* Clear the KV cache for `batch` sequences of at most max_len tokens. */

@@ -41,6 +41,9 @@ typedef struct loom_opt_step_args {
 } loom_opt_step_args;
 #define LOOM_OPT_STEP_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_step_args, ext)
 
+/* Contract tags (common.h):
+ *   create, destroy, num_state, get_state: owner, local, blocks
+ *   step: owner, local, stream */
 typedef struct loom_optimizer_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,

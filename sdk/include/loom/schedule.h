@@ -17,6 +17,8 @@ extern "C" {
 
 typedef struct loom_schedule loom_schedule;
 
+/* Contract tags (common.h):
+ *   get_microbatch: owner, local, blocks */
 typedef struct loom_schedule_args {
   size_t struct_size;
   const loom_model_api* model_api;
@@ -41,6 +43,9 @@ typedef struct loom_schedule_args {
 } loom_schedule_args;
 #define LOOM_SCHEDULE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_schedule_args, ext)
 
+/* Contract tags (common.h):
+ *   create, destroy: owner, local, blocks
+ *   run: owner, COLLECTIVE(pipeline), blocks */
 typedef struct loom_schedule_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_schedule** out);

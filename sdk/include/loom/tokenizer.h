@@ -13,6 +13,8 @@ extern "C" {
 
 typedef struct loom_tokenizer loom_tokenizer;
 
+/* Contract tags (common.h):
+ *   create, destroy, vocab_size, eod_id, encode, decode: owner, local, blocks */
 typedef struct loom_tokenizer_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_tokenizer** out);
