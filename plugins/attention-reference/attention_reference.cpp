@@ -184,7 +184,7 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, fo
 #ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
 #define LOOM_REFERENCE_NAME "reference"
-#else  // tests/train's attention/causal-only: a plugin that does not list windows
+#else  // tests/engine's attention/causal-only: a plugin that does not list windows
 const char* const* const kCapabilities = nullptr;
 #define LOOM_REFERENCE_NAME "causal-only"
 #endif

@@ -24,7 +24,7 @@ max = 3e-3
 warmup_iters = 2
 [optimizer]
 plugin = "adamw"
-eps = 1e-6   # see tests/layouts/equivalence.sh: keeps AdamW from amplifying rounding noise
+eps = 1e-6   # see tests/training/equivalence.sh: keeps AdamW from amplifying rounding noise
 [backend]
 plugin = "cpu"
 measure_gemm = false

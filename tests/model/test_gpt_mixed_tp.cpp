@@ -3,7 +3,7 @@
 // tensor + sequence parallelism against the same bf16 model on one rank (comm/single).
 // Rounding differs between the two (the parallel model rounds partial sums to bf16 before
 // reducing them), so the comparison has mixed-precision tolerances; the f64 equivalence of
-// the layouts is tests/model-parallel's.
+// the layouts is tests/model's.
 #include <doctest/doctest.h>
 
 #include <algorithm>

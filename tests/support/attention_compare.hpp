@@ -1,6 +1,6 @@
 // Helpers of the attention suites that compare a plugin on its device with
-// attention/reference on backend/cpu (tests/attention-gpu/conformance.cpp,
-// tests/attention-cudnn): both sides' host and plugins, f32 values rounded to and moved in
+// attention/reference on backend/cpu (tests/attention/conformance.cpp,
+// tests/attention): both sides' host and plugins, f32 values rounded to and moved in
 // the tested dtype, NaN-poisoned outputs, and a comparison relative to the reference's
 // largest magnitude.
 #pragma once

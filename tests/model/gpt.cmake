@@ -1,0 +1,49 @@
+# model/gpt, attention/reference and the optimizers, each loaded through the ABI alone by
+# loomtest::TestHost with backend/cpu. The whole-model reference data in data/ comes from
+# make_reference.py (PyTorch, float64); Python is not needed at test time.
+set(_model_plugins loom_backend_cpu loom_attention_reference loom_model_gpt
+                   loom_optimizer_adamw loom_optimizer_sgd loom_optimizer_lion)
+
+function(loom_model_test name)
+  add_executable(${name} ${name}.cpp)
+  target_link_libraries(${name} PRIVATE loom_test_main)
+  target_compile_definitions(${name} PRIVATE
+    LOOM_MODEL_TEST_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  add_dependencies(${name} ${_model_plugins})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "model" TIMEOUT 300)
+endfunction()
+
+loom_model_test(test_attention_reference)
+loom_model_test(test_gpt_reference)
+loom_model_test(test_gpt)
+loom_model_test(test_gpt_mixed)
+loom_model_test(test_optimizers)
+
+# Benchmark (not a test): GPT-2 124M forward+backward+AdamW on the CPU backend.
+add_executable(loom_bench_gpt bench_gpt.cpp)
+set_target_properties(loom_bench_gpt PROPERTIES OUTPUT_NAME loom-bench-gpt)
+target_include_directories(loom_bench_gpt PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/../support)
+target_compile_definitions(loom_bench_gpt PRIVATE LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
+target_link_libraries(loom_bench_gpt PRIVATE loom_sdk ${CMAKE_DL_LIBS})
+add_dependencies(loom_bench_gpt ${_model_plugins})
+
+# Mixed precision across 2 ranks (comm/mpi bf16/f16 collectives, model/gpt bf16 under tensor
+# + sequence parallelism), run by mpirun; skipped where no MPI was found.
+find_package(MPI COMPONENTS C QUIET)
+if(MPI_C_FOUND AND TARGET loom_comm_mpi)
+  add_executable(test_gpt_mixed_tp test_gpt_mixed_tp.cpp)
+  target_link_libraries(test_gpt_mixed_tp PRIVATE loom_test_main)
+  add_dependencies(test_gpt_mixed_tp ${_model_plugins} loom_comm_mpi loom_comm_single)
+  add_test(NAME model.mixed_tp.np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                   --allow-run-as-root --mca btl self,vader $<TARGET_FILE:test_gpt_mixed_tp>)
+  # as tests/comm: root in a container, more ranks than cores, shared memory and loopback
+  set(_mpi_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader)
+  if(LOOM_SANITIZE)
+    list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)  # see tests/comm
+  endif()
+  set_tests_properties(model.mixed_tp.np2 PROPERTIES LABELS "model" TIMEOUT 180
+    ENVIRONMENT "${_mpi_env}")
+endif()

@@ -1,0 +1,50 @@
+# Parallel plugins: the pipeline schedules (plans checked without MPI; the three schedule
+# plugins driving a toy model under mpirun against a sequential reference) and the
+# distributed optimizer (ZeRO-1 shards under mpirun against host-computed averages).
+add_executable(test_pipeline_schedule test_pipeline_schedule.cpp)
+target_link_libraries(test_pipeline_schedule PRIVATE loom_test_main)
+target_include_directories(test_pipeline_schedule PRIVATE
+  ${PROJECT_SOURCE_DIR}/plugins/schedule-pipeline)
+add_test(NAME parallel.pipeline_schedule COMMAND test_pipeline_schedule)
+set_tests_properties(parallel.pipeline_schedule PROPERTIES LABELS "parallel" TIMEOUT 60)
+
+find_package(MPI COMPONENTS C QUIET)
+if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
+  return()
+endif()
+
+# Same launcher settings as tests/comm: root in a container, more ranks than cores,
+# shared memory and loopback only.
+set(_mpi_env
+  OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_ALLOW_RUN_AS_ROOT=1
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_btl=self,vader)
+if(LOOM_SANITIZE)
+  # OpenMPI's never-freed MCA allocations (see tests/comm/CMakeLists.txt)
+  list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
+endif()
+
+# name, world sizes, plugins
+function(loom_parallel_mpi_test name sizes)
+  add_executable(${name} ${name}.cpp)
+  target_link_libraries(${name} PRIVATE loom_test_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
+  add_dependencies(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
+  set(_tests)
+  foreach(np ${sizes})
+    add_test(NAME parallel.${name}.np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                     --allow-run-as-root --mca btl self,vader $<TARGET_FILE:${name}>)
+    list(APPEND _tests parallel.${name}.np${np})
+  endforeach()
+  add_test(NAME parallel.${name}.singleton COMMAND ${name})
+  list(APPEND _tests parallel.${name}.singleton)
+  # ASan + oversubscribed ranks: np 4 takes ~2 minutes in the sanitizer build (10 s in release)
+  set_tests_properties(${_tests} PROPERTIES LABELS "parallel" TIMEOUT 600
+                       ENVIRONMENT "${_mpi_env}")
+endfunction()
+
+loom_parallel_mpi_test(test_pipeline_mpi "2;4" loom_schedule_gpipe loom_schedule_1f1b
+                       loom_schedule_interleaved_1f1b)
+loom_parallel_mpi_test(test_distributed_optimizer_mpi "2;3" loom_grad_distributed_optimizer)
