@@ -13,6 +13,7 @@
 
 #include "capability_gate.hpp"
 #include "errors.hpp"
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/layout.hpp"
 #include "parallel_layout.hpp"
 #include "recipe.hpp"
@@ -191,7 +192,7 @@ const loom_parallel_layout& Session::layout() {
     loom_comm_group* g = nullptr;
     if (k != LOOM_GROUP_WORLD) {
       std::vector<int> colors = layout::colors(d, world, k);
-      check(c.api->group_create(c.self, colors.data(), &g),
+      check(loom::comm_group_create(c, colors.data(), layout::group_name(k), &g),
             std::string("creating the ") + layout::group_name(k) + " group");
       auto api = c.api;
       auto self = c.self;

@@ -39,7 +39,7 @@ std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
     terms.push_back({a.losses[i].name, 0, 0, a.losses[i].weight});
     sums.insert(sums.end(), {a.losses[i].sum, a.losses[i].count});
   }
-  sum_over(r.comm, r.data_group, sums.data(), (int64_t)sums.size());
+  sum_over(r.be, r.comm, r.data_group, sums.data(), (int64_t)sums.size());
   for (size_t i = 0; i < terms.size(); ++i) {
     terms[i].sum = sums[2 * i];
     terms[i].count = sums[2 * i + 1];
@@ -57,7 +57,7 @@ double squared_grad_norm(TrainRun& r) {
   check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
   double sq = 0;
   for (double s : per) sq += s;
-  sum_over(r.comm, r.norm_group, &sq, 1);
+  sum_over(r.be, r.comm, r.norm_group, &sq, 1);
   return sq;
 }
 

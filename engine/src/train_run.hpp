@@ -25,8 +25,10 @@
 
 namespace loom::engine {
 
-// Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank).
-void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n);
+// Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank),
+// through a tensor of backend `be` (blocks: the sums are in `values` on return).
+void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
+              double* values, int64_t n);
 
 // State the pipeline schedule's get_microbatch callback reads: GPT samples (Megatron's
 // GPTDataset), which provide the arrays `kProvides` lists.

@@ -3,9 +3,13 @@
 // main parameters, the (sharded) optimizer and the pipeline schedule.
 #include <spdlog/spdlog.h>
 
+#include <functional>
+#include <memory>
+
 #include "batch_check.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/tensor.hpp"
 #include "parallel_layout.hpp"
 #include "train_run.hpp"
 
@@ -38,17 +42,23 @@ Recipe& refuse_unsupported(Recipe& recipe) {
 
 }  // namespace
 
-void sum_over(const loom_comm_ref& comm, loom_comm_group* group, double* values, int64_t n) {
+void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
+              double* values, int64_t n) {
   if (comm.api->world_size(comm.self) == 1) return;
   if (group && comm.api->group_size(comm.self, group) == 1) return;
-  int64_t shape[1] = {n};
-  DLTensor t{};
-  t.data = values;
-  t.device = {kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = loom_f64();
-  t.shape = shape;
-  check(loom::comm_all_reduce(comm, group, &t, LOOM_REDUCE_SUM), "summing over ranks");
+  // Through a tensor of the backend's, enqueued on its stream: each comm reduces the memory
+  // of the backends it pairs with (comm/nccl device memory only, comm/mpi host memory).
+  const int64_t shape[1] = {n};
+  const size_t bytes = static_cast<size_t>(n) * sizeof(double);
+  DLTensor* t = nullptr;
+  check(be.api->alloc_tensor(be.self, loom_f64(), 1, shape, &t), "summing over ranks");
+  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> owned(
+      t, [&](DLTensor* p) { be.api->free_tensor(be.self, p); });
+  const loom_device_stream* ds = loom::find_device_stream(be);
+  check(be.api->from_host(be.self, t, values, bytes), "summing over ranks");
+  check(loom::comm_all_reduce(comm, group, t, LOOM_REDUCE_SUM, ds ? ds->stream : nullptr),
+        "summing over ranks");
+  check(be.api->to_host(be.self, t, values, bytes), "summing over ranks");
 }
 
 namespace {
@@ -141,7 +151,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
   {
     double counts[1] = {(double)local_params};
-    sum_over(comm, session.group(LOOM_GROUP_MODEL), counts, 1);
+    sum_over(be, comm, session.group(LOOM_GROUP_MODEL), counts, 1);
     spdlog::info(
         "model: {} parameters on this rank ({} tensors, {} in the model-parallel "
         "group); {} micro-batches of {} x {} per step",

@@ -251,18 +251,12 @@ void destroy(loom_comm* c) { delete cast(c); }
 int world_rank(loom_comm* c) { return cast(c)->rank(); }
 int world_size(loom_comm* c) { return cast(c)->size(); }
 
-loom_error* group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
+loom_error* group_create(loom_comm* c, const int* colors, const char* name, loom_comm_group** out) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    loom::require(colors != nullptr, "comm/mpi: group_create: colors is NULL");
-    loom::require(out != nullptr, "comm/mpi: group_create: out is NULL");
-    const int color = colors[m->rank()];
-    loom::require(color >= 0, "comm/mpi: group_create: rank " + std::to_string(m->rank()) +
-                                  " has color " + std::to_string(color) +
-                                  "; colors must be >= 0 (every rank joins a group)");
     MPI_Comm comm = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split(m->comm(nullptr), color, m->rank(), &comm), "group_create",
-              "MPI_Comm_split");
+    mpi_check(MPI_Comm_split(m->comm(nullptr), colors[m->rank()], m->rank(), &comm),
+              loom::group_create_what(name).c_str(), "MPI_Comm_split");
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     *out = new loom_comm_group{comm};
   });
@@ -414,11 +408,11 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-constexpr loom::CommCalls kCalls{"comm/mpi",     false,      host_of,   all_reduce,
-                                 reduce_scatter, all_gather, broadcast, all_to_all,
-                                 barrier,        send,       recv};
-constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(
-    create, destroy, world_rank, world_size, group_create, group_destroy, group_rank, group_size);
+constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank, group_create,
+                                 all_reduce, reduce_scatter, all_gather, broadcast,  all_to_all,
+                                 barrier,    send,           recv};
+constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(create, destroy, world_size,
+                                                            group_destroy, group_rank, group_size);
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,

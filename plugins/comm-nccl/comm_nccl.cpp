@@ -265,17 +265,13 @@ void destroy(loom_comm* c) { delete cast(c); }
 int world_rank(loom_comm* c) { return cast(c)->group(nullptr).rank; }
 int world_size(loom_comm* c) { return cast(c)->group(nullptr).size; }
 
-loom_error* group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
+loom_error* group_create(loom_comm* c, const int* colors, const char* name, loom_comm_group** out) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    loom::require(colors != nullptr, "comm/nccl: group_create: colors is NULL");
-    loom::require(out != nullptr, "comm/nccl: group_create: out is NULL");
     loom_comm_group& w = m->group(nullptr);
-    const int color = colors[w.rank];
-    loom::require(color >= 0, "comm/nccl: group_create: rank " + std::to_string(w.rank) +
-                                  " has color " + std::to_string(color) +
-                                  "; colors must be >= 0 (every rank joins a group)");
-    *out = make_group(w.boot->split(color, "group_create"), m->device(), "group_create").release();
+    const std::string what = loom::group_create_what(name);
+    *out = make_group(w.boot->split(colors[w.rank], what.c_str()), m->device(), what.c_str())
+               .release();
   });
 }
 void group_destroy(loom_comm*, loom_comm_group* g) { delete g; }
@@ -461,11 +457,11 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-constexpr loom::CommCalls kCalls{"comm/nccl",    true,       host_of,   all_reduce,
-                                 reduce_scatter, all_gather, broadcast, all_to_all,
-                                 barrier,        send,       recv};
-constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(
-    create, destroy, world_rank, world_size, group_create, group_destroy, group_rank, group_size);
+constexpr loom::CommCalls kCalls{"comm/nccl", true,           host_of,    world_rank, group_create,
+                                 all_reduce,  reduce_scatter, all_gather, broadcast,  all_to_all,
+                                 barrier,     send,           recv};
+constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(create, destroy, world_size,
+                                                            group_destroy, group_rank, group_size);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -216,6 +216,9 @@ Listing build() {
   STRUCT(loom_comm_args)
   F(struct_size) F(group) F(in) F(out) F(op) F(peer) F(tag) F(stream) F(ext)
   END
+  STRUCT(loom_group_create_args)
+  F(struct_size) F(colors) F(name) F(ext)
+  END
   STRUCT(loom_comm_api)
   F(struct_size) F(create) F(destroy) F(world_rank) F(world_size) F(group_create)
   F(group_destroy) F(group_rank) F(group_size) F(all_reduce) F(reduce_scatter) F(all_gather)

@@ -54,6 +54,7 @@
   X(loom_tokenizer_api) \
   X(loom_dataset_api) \
   X(loom_comm_args) \
+  X(loom_group_create_args) \
   X(loom_comm_api) \
   X(DLTensor) \
   X(DLDataType) \

@@ -116,7 +116,7 @@ class Suite {
     Group G;
     std::vector<int> colors;
     for (int r = 0; r < t_.size; ++r) colors.push_back(r % 2);
-    t_.ok(t_.api->group_create(t_.self, colors.data(), &G.g));
+    t_.ok(loom::comm_group_create(t_, colors.data(), "parity", &G.g));
     for (int r = 0; r < t_.size; ++r)
       if (r % 2 == t_.rank % 2) {
         if (r == t_.rank) G.rank = G.size();
@@ -181,6 +181,15 @@ class Suite {
       on_stream.stream = &on_stream;  // any non-NULL stream: refused before it is used
       refused(t_.api->all_reduce(t_.self, &on_stream), "all_reduce: given a device stream");
     }
+    // group_create, refused identically on every rank (so no rank enters the collective):
+    // NULL args, and a partition in which no rank has a group; the group's name is in the
+    // message.
+    loom_comm_group* none = nullptr;
+    refused(t_.api->group_create(t_.self, nullptr, &none), "group_create: args NULL");
+    const std::vector<int> lost(static_cast<size_t>(t_.size), -1);
+    refused(loom::comm_group_create(t_, lost.data(), "orphans", &none),
+            "group_create(orphans): rank " + std::to_string(t_.rank) + " has color -1");
+    CHECK(none == nullptr);
     loom_comm_args hinted = a;
     hinted.ext = &hint;
     t_.ok(t_.api->all_reduce(t_.self, &hinted));  // not required: ignored, and it runs

@@ -19,7 +19,7 @@ struct Comm {
   loom_comm_group* group = nullptr;
   Comm() : ref(host.load_comm("single")) {
     int colors[1] = {0};
-    host.check(api().group_create(ref.self, colors, &group));
+    host.check(loom::comm_group_create(ref, colors, "test", &group));
   }
   ~Comm() { api().group_destroy(ref.self, group); }
   const loom_comm_api& api() const { return *ref.api; }
@@ -63,7 +63,7 @@ TEST_CASE("comm/single: a world of one, groups of one") {
   CHECK(c.api().group_size(c.self(), c.group) == 1);
   int colors[1] = {5};
   loom_comm_group* g2 = nullptr;
-  c.host.check(c.api().group_create(c.self(), colors, &g2));
+  c.host.check(loom::comm_group_create(c.ref, colors, nullptr, &g2));
   CHECK(g2 != nullptr);
   CHECK(c.api().group_size(c.self(), g2) == 1);
   c.api().group_destroy(c.self(), g2);

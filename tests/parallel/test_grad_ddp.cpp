@@ -32,8 +32,9 @@ loom_comm_group* host_group() { return reinterpret_cast<loom_comm_group*>(&g_hos
 
 loom_comm_fake* fake(loom_comm*) { return &g_fake; }
 
-loom_error* fake_group_create(loom_comm* c, const int* colors, loom_comm_group** out) {
-  fake(c)->colors.assign(colors, colors + fake(c)->world);
+loom_error* fake_group_create(loom_comm* c, const loom_group_create_args* a,
+                              loom_comm_group** out) {
+  fake(c)->colors.assign(a->colors, a->colors + fake(c)->world);
   fake(c)->groups_alive++;
   *out = reinterpret_cast<loom_comm_group*>(&g_fake);
   return nullptr;

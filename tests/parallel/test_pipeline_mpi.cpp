@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "plugin_test_util.hpp"
 
@@ -351,7 +352,8 @@ struct Parallel {
     groups.assign(9, nullptr);
     for (loom_group_kind k : loom::layout::kAllGroups) {
       std::vector<int> colors = loom::layout::colors(d, w.size, k);
-      w.host.check(w.comm.api->group_create(w.comm.self, colors.data(), &groups[k]));
+      w.host.check(
+          loom::comm_group_create(w.comm, colors.data(), loom::layout::group_name(k), &groups[k]));
     }
     host = *w.host.host();
     host.get_layout = [](loom_host_context*, loom_parallel_layout* out) -> loom_error* {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/comm.hpp"
 #include "loom/cpp/layout.hpp"
 #include "loom/loom.h"
 
@@ -153,7 +154,8 @@ class TestHost {
     layout_ = loom::layout::coordinates(d, world, rank);
     for (loom_group_kind k : loom::layout::kAllGroups) {
       std::vector<int> colors = loom::layout::colors(d, world, k);
-      check(comm_.api->group_create(comm_.self, colors.data(), &groups_[k]));
+      check(
+          loom::comm_group_create(comm_, colors.data(), loom::layout::group_name(k), &groups_[k]));
     }
   }
   const loom_parallel_layout& layout() const { return layout_; }

@@ -54,6 +54,16 @@ typedef struct loom_comm_args {
 } loom_comm_args;
 #define LOOM_COMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_args, ext)
 
+/* group_create's arguments. Every rank passes the full partition of world ranks into groups;
+ * this rank gets its own group. Group ranks follow world ranks. */
+typedef struct loom_group_create_args {
+  size_t struct_size;
+  const int* colors;   /* world_size entries: colors[r] >= 0, the group of world rank r */
+  const char* name;    /* what the group is for ("tensor", "data"), for messages; may be NULL */
+  const loom_ext* ext; /* NULL */
+} loom_group_create_args;
+#define LOOM_GROUP_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_group_create_args, ext)
+
 /* Contract tags (common.h):
  *   create, destroy, group_create: owner, COLLECTIVE(world), blocks
  *   world_rank, world_size, group_destroy, group_rank, group_size: owner, local, blocks
@@ -66,9 +76,9 @@ typedef struct loom_comm_api {
   void (*destroy)(loom_comm* c); /* accepts NULL; COLLECTIVE over the world */
   int (*world_rank)(loom_comm* c);
   int (*world_size)(loom_comm* c);
-  /* COLLECTIVE over the world: every rank passes the full partition of world ranks into
-   * groups (`colors[r]` = group of rank r); this rank gets its own group. */
-  loom_error* (*group_create)(loom_comm* c, const int* colors, loom_comm_group** out);
+  /* *out (out; free it with group_destroy): this rank's group of args->colors. */
+  loom_error* (*group_create)(loom_comm* c, const loom_group_create_args* args,
+                              loom_comm_group** out);
   void (*group_destroy)(loom_comm* c, loom_comm_group* g); /* accepts NULL */
   int (*group_rank)(loom_comm* c, loom_comm_group* g);
   int (*group_size)(loom_comm* c, loom_comm_group* g);

@@ -11,6 +11,14 @@
 
 namespace loom {
 
+// This rank's group of `colors` (world_size entries, every rank passes the same); `name`
+// ("tensor") appears in the plugin's messages. COLLECTIVE over the world.
+template <class Ref>
+loom_error* comm_group_create(const Ref& c, const int* colors, const char* name,
+                              loom_comm_group** out) {
+  const loom_group_create_args a{LOOM_GROUP_CREATE_ARGS_SIZE_V2, colors, name, nullptr};
+  return c.api->group_create(c.self, &a, out);
+}
 template <class Ref>
 loom_error* comm_all_reduce(const Ref& c, loom_comm_group* g, DLTensor* t,
                             loom_reduce_op op = LOOM_REDUCE_SUM, void* stream = nullptr) {

@@ -6,7 +6,9 @@
 //    extension);
 //  - a stream only for a plugin that can enqueue on one (`enqueues`); one that works on host
 //    memory completes every call before it returns, and refuses a stream by saying so;
-//  - all_reduce and broadcast in place: `in` NULL (or `out`).
+//  - all_reduce and broadcast in place: `in` NULL (or `out`);
+//  - group_create: colors and out given, this rank's colour >= 0; the group's name (if any)
+//    in every message.
 // See comm/mpi for a plugin written this way.
 #pragma once
 
@@ -22,6 +24,11 @@ struct CommCalls {
   const char* name; /* "comm/mpi" */
   bool enqueues;    /* takes loom_comm_args.stream (a device stream) */
   const loom_host* (*host)(loom_comm* c);
+  int (*world_rank)(loom_comm* c);
+  // This rank's group; colors, out and this rank's colour (>= 0) are checked already, and
+  // `name` is never NULL ("" when the caller gave none).
+  loom_error* (*group_create)(loom_comm* c, const int* colors, const char* name,
+                              loom_comm_group** out);
   loom_error* (*all_reduce)(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op,
                             void* stream);
   loom_error* (*reduce_scatter)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
@@ -37,6 +44,12 @@ struct CommCalls {
   loom_error* (*recv)(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag,
                       void* stream);
 };
+
+// "group_create(tensor)", or "group_create" for a group without a name: how messages name
+// the call.
+inline std::string group_create_what(const char* name) {
+  return name && *name ? std::string("group_create(") + name + ")" : std::string("group_create");
+}
 
 template <const CommCalls& K>
 struct CommSlots {
@@ -55,6 +68,25 @@ struct CommSlots {
       require(!in_place || a->in == nullptr || a->in == a->out,
               where + ": works in place on out; in must be NULL");
       check(host, run());
+    });
+  }
+  static loom_error* group_create(loom_comm* c, const loom_group_create_args* a,
+                                  loom_comm_group** out) {
+    const loom_host* host = K.host(c);
+    return guard(host, [&] {
+      const std::string name = a && a->struct_size >= LOOM_GROUP_CREATE_ARGS_SIZE_V2 && a->name
+                                   ? std::string(a->name)
+                                   : std::string();
+      const std::string where = std::string(K.name) + ": " + group_create_what(name.c_str());
+      const std::string why = ops_args_refusal(a, LOOM_GROUP_CREATE_ARGS_SIZE_V2);
+      require(why.empty(), where + ": " + why);
+      require(a->colors != nullptr, where + ": colors is NULL");
+      require(out != nullptr, where + ": out is NULL");
+      const int rank = K.world_rank(c);
+      require(a->colors[rank] >= 0, where + ": rank " + std::to_string(rank) + " has color " +
+                                        std::to_string(a->colors[rank]) +
+                                        "; colors must be >= 0 (every rank joins a group)");
+      check(host, K.group_create(c, a->colors, name.c_str(), out));
     });
   }
   static loom_error* all_reduce(loom_comm* c, const loom_comm_args* a) {
@@ -84,19 +116,18 @@ struct CommSlots {
     return call(c, "send", a, false,
                 [&] { return K.send(c, a->group, a->in, a->peer, a->tag, a->stream); });
   }
-  // The whole table: the plugin's own instance and group slots, then the eight calls.
+  // The whole table: the plugin's own instance and group slots, then group_create and the
+  // eight calls built here.
   static constexpr loom_comm_api api(decltype(loom_comm_api::create) create,
                                      decltype(loom_comm_api::destroy) destroy,
-                                     decltype(loom_comm_api::world_rank) world_rank,
                                      decltype(loom_comm_api::world_size) world_size,
-                                     decltype(loom_comm_api::group_create) group_create,
                                      decltype(loom_comm_api::group_destroy) group_destroy,
                                      decltype(loom_comm_api::group_rank) group_rank,
                                      decltype(loom_comm_api::group_size) group_size) {
     return loom_comm_api{LOOM_COMM_API_SIZE_V2,
                          create,
                          destroy,
-                         world_rank,
+                         K.world_rank,
                          world_size,
                          group_create,
                          group_destroy,

@@ -46,19 +46,24 @@ class Backend {
 
  private:
   // loom.device-stream/1 as the instance lends it, or NULL when it does not.
-  const loom_device_stream* find_device_stream() const {
-    const loom_ext* e =
-        ref_.api && ref_.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && ref_.api->get_ext
-            ? ref_.api->get_ext(ref_.self, LOOM_EXT_DEVICE_STREAM)
-            : nullptr;
-    return e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1
-               ? reinterpret_cast<const loom_device_stream*>(e)
-               : nullptr;
-  }
+  const loom_device_stream* find_device_stream() const;
 
   const loom_host* host_ = nullptr;
   loom_backend_ref ref_{nullptr, nullptr};
 };
+
+// The loom.device-stream/1 table of a backend instance, or NULL for one without it.
+inline const loom_device_stream* find_device_stream(const loom_backend_ref& be) {
+  const loom_ext* e = be.api && be.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && be.api->get_ext
+                          ? be.api->get_ext(be.self, LOOM_EXT_DEVICE_STREAM)
+                          : nullptr;
+  return e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1
+             ? reinterpret_cast<const loom_device_stream*>(e)
+             : nullptr;
+}
+inline const loom_device_stream* Backend::find_device_stream() const {
+  return loom::find_device_stream(ref_);
+}
 
 // An owning tensor allocated on a backend (zero-filled), freed on destruction.
 class Tensor {
