@@ -33,24 +33,11 @@ StTensor download(const loom_backend_ref& be, const DLTensor* t) {
   return s;
 }
 
-// An f32 backend tensor of t's shape, freed with the object: the staging of a bf16/f16
-// tensor's checkpoint data, which is always f32.
-struct WideCopy {
-  const loom_backend_ref& be;
-  DLTensor* t = nullptr;
-  WideCopy(const loom_backend_ref& b, const DLTensor* like) : be(b) {
-    check(be.api->alloc_tensor(be.self, loom_f32(), like->ndim, like->shape, &t),
-          "widening a tensor");
-  }
-  ~WideCopy() { be.api->free_tensor(be.self, t); }
-  WideCopy(const WideCopy&) = delete;
-  WideCopy& operator=(const WideCopy&) = delete;
-};
-
-// A tensor as f32 checkpoint data: bf16/f16 values are widened exactly.
+// A tensor as f32 checkpoint data (always f32): bf16/f16 values are widened exactly, through
+// an f32 backend tensor of t's shape.
 StTensor download_f32(const loom_backend_ref& be, const DLTensor* t) {
   if (is_wide(t->dtype)) return download(be, t);
-  WideCopy wide(be, t);
+  ScratchTensor wide(be, loom_f32(), t->ndim, t->shape, "widening a tensor");
   check(be.api->ops->copy(be.self, wide.t, t), "widening a tensor");
   return download(be, wide.t);
 }
@@ -71,7 +58,7 @@ void upload(const loom_backend_ref& be, const StFile& file, const std::string& n
 void upload_cast(const loom_backend_ref& be, const StFile& file, const std::string& name,
                  DLTensor* t, const std::string& where) {
   if (is_wide(t->dtype)) return upload(be, file, name, t, where);
-  WideCopy wide(be, t);
+  ScratchTensor wide(be, loom_f32(), t->ndim, t->shape, "widening a tensor");
   upload(be, file, name, wide.t, where);
   check(be.api->ops->copy(be.self, t, wide.t), "loading " + name);
 }

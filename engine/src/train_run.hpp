@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "errors.hpp"
 #include "host.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "precision.hpp"
@@ -27,6 +28,21 @@ namespace loom::engine {
 
 // Sums `n` host doubles over the ranks of `group` (NULL: the world; a no-op on one rank),
 // through a tensor of backend `be` (blocks: the sums are in `values` on return).
+// A tensor of backend `be` (zero-filled), freed with the object: the engine's scratch for
+// staging checkpoint data and cross-rank sums. `what` names the work in an allocation error.
+struct ScratchTensor {
+  const loom_backend_ref& be;
+  DLTensor* t = nullptr;
+  ScratchTensor(const loom_backend_ref& b, DLDataType dtype, int ndim, const int64_t* shape,
+                const char* what)
+      : be(b) {
+    check(be.api->alloc_tensor(be.self, dtype, ndim, shape, &t), what);
+  }
+  ~ScratchTensor() { be.api->free_tensor(be.self, t); }
+  ScratchTensor(const ScratchTensor&) = delete;
+  ScratchTensor& operator=(const ScratchTensor&) = delete;
+};
+
 void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
               double* values, int64_t n);
 

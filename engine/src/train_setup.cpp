@@ -3,9 +3,6 @@
 // main parameters, the (sharded) optimizer and the pipeline schedule.
 #include <spdlog/spdlog.h>
 
-#include <functional>
-#include <memory>
-
 #include "batch_check.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
@@ -50,10 +47,8 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
   // of the backends it pairs with (comm/nccl device memory only, comm/mpi host memory).
   const int64_t shape[1] = {n};
   const size_t bytes = static_cast<size_t>(n) * sizeof(double);
-  DLTensor* t = nullptr;
-  check(be.api->alloc_tensor(be.self, loom_f64(), 1, shape, &t), "summing over ranks");
-  std::unique_ptr<DLTensor, std::function<void(DLTensor*)>> owned(
-      t, [&](DLTensor* p) { be.api->free_tensor(be.self, p); });
+  ScratchTensor scratch(be, loom_f64(), 1, shape, "summing over ranks");
+  DLTensor* t = scratch.t;
   const loom_device_stream* ds = loom::find_device_stream(be);
   check(be.api->from_host(be.self, t, values, bytes), "summing over ranks");
   check(loom::comm_all_reduce(comm, group, t, LOOM_REDUCE_SUM, ds ? ds->stream : nullptr),
