@@ -40,19 +40,8 @@ void skip_gpu_suite_without_device() {
   std::exit(77);
 }
 
-struct Outcome {
-  loom_status code = LOOM_OK;
-  std::string message;
-};
-Outcome outcome(loom_error* e) {
-  Outcome o;
-  if (e) {
-    o.code = e->code;
-    o.message = e->message;
-    delete e;
-  }
-  return o;
-}
+using loomtest::Outcome;
+using loomtest::outcome;
 #define OK(call)                                     \
   do {                                               \
     Outcome o_ = outcome(call);                      \

@@ -13,21 +13,8 @@
 
 namespace ptest {
 
-// The code and message of a call's error (freed here); code LOOM_OK when it succeeded.
-struct Outcome {
-  loom_status code = LOOM_OK;
-  std::string message;
-  bool ok() const { return code == LOOM_OK; }
-};
-inline Outcome outcome(loom_error* e) {
-  Outcome o;
-  if (e) {
-    o.code = e->code;
-    o.message = e->message;
-    delete e;
-  }
-  return o;
-}
+using loomtest::Outcome;  // a call's error as (code, message)
+using loomtest::outcome;
 
 // A dataset plugin instance created with the test host; destroyed with the object.
 class Dataset {

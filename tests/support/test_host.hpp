@@ -30,6 +30,22 @@ struct loom_config {
 
 namespace loomtest {
 
+// The code and message of a call's error (freed here); code LOOM_OK when it succeeded.
+struct Outcome {
+  loom_status code = LOOM_OK;
+  std::string message;
+  bool ok() const { return code == LOOM_OK; }
+};
+inline Outcome outcome(loom_error* e) {
+  Outcome o;
+  if (e) {
+    o.code = e->code;
+    o.message = e->message;
+    delete e;
+  }
+  return o;
+}
+
 // The build tree's plugin folder, or LOOM_TEST_PLUGIN_DIR from the environment when set:
 // tools/gpu-bundle runs these programs far from the tree they were built in.
 inline std::string plugin_dir() {

@@ -36,10 +36,7 @@ inline void write_file(const std::string& path, const std::string& text) {
   REQUIRE(out.good());
 }
 
-struct Outcome {
-  loom_status code = LOOM_OK;
-  std::string message;
-};
+using loomtest::Outcome;  // a call's error as (code, message)
 
 // A tokenizer instance, or the error its create returned.
 class Tok {

@@ -20,21 +20,8 @@
 
 namespace toktest {
 
-// The code and message of a call's error (freed here); code LOOM_OK when it succeeded.
-struct Outcome {
-  loom_status code = LOOM_OK;
-  std::string message;
-  bool ok() const { return code == LOOM_OK; }
-};
-inline Outcome outcome(loom_error* e) {
-  Outcome o;
-  if (e) {
-    o.code = e->code;
-    o.message = e->message;
-    delete e;
-  }
-  return o;
-}
+using loomtest::Outcome;  // a call's error as (code, message)
+using loomtest::outcome;
 
 // One tokenizer instance, created from the plugin's schema defaults overridden by `values`.
 // Creation may fail: check created() (the other calls REQUIRE that it succeeded).
