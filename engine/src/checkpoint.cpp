@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "package.hpp"
 
@@ -69,6 +70,8 @@ void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Col
     write_safetensors(tmp / ckpt.model_file, ckpt.model, ckpt.model_meta);
   if (!ckpt.optimizer_file.empty())
     write_safetensors(tmp / ckpt.optimizer_file, ckpt.optimizer, ckpt.optimizer_meta);
+  for (const Checkpoint::File& f : ckpt.more_files)
+    write_safetensors(tmp / f.name, f.tensors, f.meta);
   coll.barrier();
   if (coll.leader) {
     nlohmann::json files = nlohmann::json::object();
@@ -155,6 +158,8 @@ Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
   c.seed = m.at("seed").get<uint64_t>();
   c.recipe_toml = read_text(path / "recipe.toml");
   if (m.contains("state")) c.state = m.at("state").get<std::map<std::string, double>>();
+  if (m.contains("parallel")) c.parallel = m.at("parallel").get<std::map<std::string, int64_t>>();
+  c.folder = path;
   c.model_file = model_file;
   c.optimizer_file = optimizer_file;
   for (auto [file, tensors, meta] : {std::tuple{model_file, &c.model, &c.model_meta},
@@ -173,60 +178,8 @@ Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
 
 namespace loom::engine {
 
-// Metadata "loom.shards" of a rank's model file: {name: {"shape": full shape, "split_dim": d,
-// "blocks": [full extents along d], "tp_rank": r, "tp_size": n}}; a tensor without an entry
-// (or with split_dim -1) is whole.
 StFile merge_model(const fs::path& dir) {
-  auto [path, m] = verified(dir);
-  StFile out;
-  for (auto& [f, info] : m.at("files").items()) {
-    (void)info;
-    if (f.rfind("model", 0) != 0 || fs::path(f).extension() != ".safetensors") continue;
-    std::map<std::string, std::string> meta;
-    StFile part = read_safetensors(path / f, &meta);
-    nlohmann::json shards = nlohmann::json::object();
-    if (auto it = meta.find("loom.shards"); it != meta.end())
-      shards = nlohmann::json::parse(it->second);
-    for (auto& [name, t] : part) {
-      const nlohmann::json* s = shards.contains(name) ? &shards.at(name) : nullptr;
-      const int d = s ? s->at("split_dim").get<int>() : -1;
-      if (d < 0) {
-        if (!out.count(name)) out[name] = std::move(t);
-        continue;
-      }
-      const int tp = s->at("tp_size").get<int>(), r = s->at("tp_rank").get<int>();
-      std::vector<int64_t> full = s->at("shape").get<std::vector<int64_t>>();
-      std::vector<int64_t> blocks = s->value("blocks", std::vector<int64_t>{full[d]});
-      const size_t es = dtype_size(t.dtype);
-      StTensor& dst = out[name];
-      if (dst.data.empty()) {
-        dst.dtype = t.dtype;
-        dst.shape = full;
-        int64_t n = 1;
-        for (int64_t v : full) n *= v;
-        dst.data.assign((size_t)n * es, 0);
-      }
-      int64_t outer = 1, inner = 1;
-      for (int i = 0; i < d; ++i) outer *= full[i];
-      for (size_t i = d + 1; i < full.size(); ++i) inner *= full[i];
-      const int64_t local_d = full[d] / tp;
-      if (t.shape.size() != full.size() || t.shape[d] != local_d)
-        throw RunError((path / f).string() + ": tensor " + name +
-                       " does not have the shard shape its metadata describes");
-      // local row i of block k sits at global row (start of block k) + r * (block / tp) + i
-      int64_t lrow = 0, gstart = 0;
-      for (int64_t b : blocks) {
-        const int64_t lb = b / tp;
-        for (int64_t i = 0; i < lb; ++i, ++lrow)
-          for (int64_t o = 0; o < outer; ++o)
-            std::memcpy(dst.data.data() + ((o * full[d] + gstart + r * lb + i) * inner) * es,
-                        t.data.data() + ((o * local_d + lrow) * inner) * es, (size_t)inner * es);
-        gstart += b;
-      }
-    }
-  }
-  if (out.empty()) throw RunError(path.string() + ": no model tensors");
-  return out;
+  return merge_checkpoint(verified(dir).first, false).model;
 }
 
 }  // namespace loom::engine

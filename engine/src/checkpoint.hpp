@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "safetensors.hpp"
 
@@ -35,6 +36,14 @@ struct Checkpoint {
   std::map<std::string, std::string> model_meta, optimizer_meta;
   std::map<std::string, int64_t> parallel = {{"tensor", 1}, {"pipeline", 1}, {"data", 1}};
   std::map<std::string, double> state;  // the loop's own state (the fp16 loss scale, ...)
+  std::filesystem::path folder;         // where it was loaded from (verified)
+  // Files this process writes besides its own: an offline conversion writes every rank's.
+  struct File {
+    std::string name;
+    StFile tensors;
+    std::map<std::string, std::string> meta;
+  };
+  std::vector<File> more_files;
 };
 
 // How the ranks of a run save one checkpoint together: every rank writes its files into

@@ -7,9 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "checkpoint_shards.hpp"
 #include "errors.hpp"
+#include "host.hpp"
+#include "recipe.hpp"
 #include "safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -90,6 +94,98 @@ int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm
             << "difference " << worst << (worst_name.empty() ? "" : " (" + worst_name + ")")
             << ", tolerance " << rtol << "\n";
   return bad ? 1 : 0;
+}
+
+namespace {
+
+// One rank's files of the target layout: its parameters' shards (main values, f32 or as
+// saved) in the model file and their optimizer state in the optimizer file, listed by the
+// model plugin itself for that rank (Session::assume_rank), so the split dims, q|k|v
+// blocks, stage boundaries and tied copies are the model's own.
+void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
+                  const FullCheckpoint& full, Checkpoint& out) {
+  Session session(recipe, registry);
+  session.assume_rank(world, rank);
+  const loom_parallel_layout& l = session.layout();
+  loom_tokenizer_ref tok = session.tokenizer();
+  const int64_t vocab = tok.api->vocab_size(tok.self);
+  Checkpoint::File model{checkpoint_file("model", l, false), {}, {}};
+  Checkpoint::File opt{checkpoint_file("optimizer", l, false), {}, {}};
+  nlohmann::json model_entries = nlohmann::json::object(), opt_entries = model_entries;
+  for (int v = 0; v < l.virtual_stages; ++v) {
+    loom_model_create_args args{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+                                vocab,
+                                recipe.get_int("train", "seq_len"),
+                                recipe.get_int("train", "micro_batch_size"),
+                                loom_f32(),
+                                v * l.pipeline + l.pipeline_rank,
+                                l.pipeline * l.virtual_stages};
+    auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
+    for (size_t i = 0; i < api->num_params(m); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+      check(api->get_param(m, i, &p), "listing model parameters");
+      const std::string name = p.name;
+      const nlohmann::json entry = shard_entry(p, l);
+      const ShardSpec spec = ShardSpec::parse(entry, name);
+      auto src = full.main.find(name);
+      if (src == full.main.end()) throw RunError("the checkpoint has no tensor " + name);
+      if (!p.pipeline_duplicate) {
+        model.tensors[name] = take_shard(spec, src->second, vocab, name);
+        model_entries[name] = entry;
+      }
+      opt_entries[name] = {{"param", entry}};
+      const std::string suffix = "." + name;
+      for (auto& [state, t] : full.optimizer)
+        if (state.size() > suffix.size() &&
+            state.compare(state.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+            state.find('.') == state.size() - suffix.size())
+          opt.tensors[state] = take_shard(spec, t, vocab, state);
+    }
+  }
+  model.meta = {{"loom.shards", model_entries.dump()}, {"loom.vocab", std::to_string(vocab)}};
+  opt.meta = {{"loom.shards", opt_entries.dump()}};
+  out.more_files.push_back(std::move(model));
+  if (!full.optimizer.empty()) out.more_files.push_back(std::move(opt));
+}
+
+}  // namespace
+
+void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, int pipeline,
+                        int virtual_stages, const std::vector<std::string>& overrides,
+                        Registry& registry) {
+  const Checkpoint in = load_checkpoint(src, "", "");
+  const FullCheckpoint full = merge_checkpoint(in.folder, true);
+  std::vector<std::string> sets = {"parallel.tensor=" + std::to_string(tensor),
+                                   "parallel.pipeline=" + std::to_string(pipeline),
+                                   "parallel.virtual_stages=" + std::to_string(virtual_stages),
+                                   "parallel.context=1",
+                                   "parallel.data=ddp",
+                                   "comm.plugin=single"};
+  if (tensor == 1) sets.push_back("parallel.sequence_parallel=false");
+  if (virtual_stages > 1) sets.push_back("parallel.schedule=interleaved-1f1b");
+  sets.insert(sets.end(), overrides.begin(), overrides.end());
+  Recipe recipe = Recipe::load(in.folder / "recipe.toml", sets);
+  recipe.validate(registry);
+  Checkpoint out;
+  out.iteration = in.iteration;
+  out.consumed_samples = in.consumed_samples;
+  out.seed = in.seed;
+  out.state = in.state;
+  out.recipe_toml = recipe.to_toml();
+  out.model_file = out.optimizer_file = "";
+  out.parallel = {{"tensor", tensor},
+                  {"pipeline", pipeline},
+                  {"virtual_stages", virtual_stages},
+                  {"data", 1},
+                  {"sharded_optimizer", 0}};
+  const int world = tensor * pipeline;
+  for (int r = 0; r < world; ++r) convert_rank(recipe, registry, world, r, full, out);
+  save_checkpoint(dst, out);
+  std::cout << "converted " << in.folder.string() << " (iteration " << in.iteration << ") to "
+            << dst.string() << ": tensor " << tensor << ", pipeline " << pipeline
+            << ", virtual stages " << virtual_stages << ", " << out.more_files.size() << " files"
+            << (full.optimizer.empty() ? " (no optimizer state in the source)" : "") << "\n";
 }
 
 }  // namespace loom::engine

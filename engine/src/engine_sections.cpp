@@ -36,6 +36,10 @@ constexpr loom_param_spec kTrain[] = {
 constexpr loom_param_spec kCheckpoint[] = {
     param("save", kString, "", "directory to save checkpoints in; \"\" = never save"),
     param("load", kString, "", "checkpoint directory to resume from; \"\" = start fresh"),
+    param("finetune", kString, "",
+          "start from these weights only (a Loom checkpoint of any layout, or a Hugging Face "
+          "GPT-2/Llama directory): a fresh optimizer and iteration 0, as Megatron's "
+          "--finetune; checkpoint.load wins once it holds a checkpoint"),
     param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
           0, kInf),
 };

@@ -119,7 +119,17 @@ void generate(const GenerateOptions& opts, Registry& registry) {
   std::mt19937_64 rng(opts.seed);
   std::fwrite(opts.prompt.data(), 1, opts.prompt.size(), stdout);
   std::fflush(stdout);
-  check(dec->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
+  if (opts.logits_out.empty()) {
+    check(dec->decode(model, prompt.data(), (int64_t)prompt.size(), logits.data()), "decode");
+  } else {  // one position at a time, keeping each position's logits
+    StTensor all{"F32", {(int64_t)prompt.size(), vocab}, {}};
+    for (int32_t t : prompt) {
+      check(dec->decode(model, &t, 1, logits.data()), "decode");
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(logits.data());
+      all.data.insert(all.data.end(), b, b + logits.size() * sizeof(float));
+    }
+    write_safetensors(opts.logits_out, {{"logits", all}});
+  }
   const int64_t eod = tok.api->eod_id(tok.self);
   for (int64_t i = 0; i < max_new; ++i) {
     int32_t next = sample_token(logits, opts, rng);

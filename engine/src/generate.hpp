@@ -19,6 +19,7 @@ struct GenerateOptions {
   int64_t top_k = 0;         // 0 = off
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 1234;
+  std::filesystem::path logits_out;    // "" = none; else every prompt position's logits
   std::vector<std::string> overrides;  // --set section.key=value applied to the saved recipe
 };
 

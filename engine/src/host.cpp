@@ -204,6 +204,13 @@ const loom_parallel_layout& Session::layout() {
   return impl_->layout;
 }
 
+void Session::assume_rank(int world, int rank) {
+  check_layout(impl_->recipe, world);
+  impl_->layout = layout::coordinates(layout_degrees(impl_->recipe), world, rank);
+  for (loom_group_kind k : layout::kAllGroups) impl_->groups[k] = nullptr;
+  impl_->has_layout = true;
+}
+
 loom_comm_group* Session::group(loom_group_kind kind) {
   layout();
   auto it = impl_->groups.find((int)kind);

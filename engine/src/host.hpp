@@ -56,6 +56,11 @@ class Session {
   // first use (COLLECTIVE over the world: every rank calls it at the same point).
   const loom_parallel_layout& layout();
   loom_comm_group* group(loom_group_kind kind);
+  // For offline tools (`loom checkpoint convert`): the layout of rank `rank` of `world`
+  // without asking the comm, every group the NULL (world) group. Plugins created afterwards
+  // may describe their part of the layout (the model its parameters) but must run nothing
+  // collective.
+  void assume_rank(int world, int rank);
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer(const loom_opt_param* params,
                                                                   size_t n);
   // The data-parallel gradient strategy named by parallel.data (a grad plugin), over the

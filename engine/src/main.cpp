@@ -15,6 +15,7 @@
 #include "data_samples.hpp"
 #include "errors.hpp"
 #include "generate.hpp"
+#include "hf_interop.hpp"
 #include "log.hpp"
 #include "package.hpp"
 #include "parallel_layout.hpp"
@@ -44,6 +45,9 @@ const char* const kUsage =
     "  preprocess --input F --output-prefix P    JSON lines -> Megatron .bin/.idx (see --help)\n"
     "  checkpoint merge DIR OUT.safetensors      a checkpoint of any layout as full tensors\n"
     "  checkpoint diff DIR1 DIR2 [--rtol R]      compare two checkpoints' models (--norm)\n"
+    "  checkpoint convert SRC DST --tensor N --pipeline M   rewrite for another layout\n"
+    "  import-hf HF_DIR OUT                      a Hugging Face GPT-2/Llama model as a checkpoint\n"
+    "  export-hf CHECKPOINT OUT_DIR              a checkpoint as a Hugging Face model directory\n"
     "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
     "  install PKG.tar.gz [--dir DIR]            install a plugin package\n"
     "  version                                   Loom and plugin ABI versions\n"
@@ -283,12 +287,16 @@ int cmd_generate(const std::vector<std::string>& args) {
       "top-k", po::value<int64_t>(&o.top_k)->default_value(o.top_k),
       "keep the k likeliest; 0 = off")("top-p", po::value<double>(&o.top_p)->default_value(o.top_p),
                                        "keep the smallest set with this probability mass; 1 = off")(
-      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "sampling seed");
+      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "sampling seed")(
+      "logits-out", po::value<std::string>(),
+      "write the logits of every prompt position to this safetensors file (tensor "
+      "\"logits\", prompt tokens x vocabulary, f32)");
   add_set_option(c);
   if (!c.parse(args)) return 0;
   o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
   o.prompt = c.required<std::string>("prompt", "--prompt TEXT");
   o.overrides = c.list("set");
+  if (c.vm.count("logits-out")) o.logits_out = c.vm["logits-out"].as<std::string>();
   if (o.max_new_tokens < 0) throw UsageError("loom generate: --max-new-tokens must be >= 0");
   if (!(o.temperature >= 0)) throw UsageError("loom generate: --temperature must be >= 0");
   if (o.top_k < 0) throw UsageError("loom generate: --top-k must be >= 0");
@@ -394,22 +402,67 @@ int cmd_docs(const std::vector<std::string>& args) {
 }
 
 int cmd_checkpoint(const std::vector<std::string>& args) {
-  Command c("checkpoint", "merge DIR OUT.safetensors | diff DIR1 DIR2 [--rtol R]");
-  c.hidden.add_options()("what", po::value<std::string>(), "merge or diff")(
+  Command c("checkpoint",
+            "merge DIR OUT.safetensors | diff DIR1 DIR2 [--rtol R] | convert SRC DST --tensor N "
+            "--pipeline M [--virtual-stages V]");
+  c.hidden.add_options()("what", po::value<std::string>(), "merge, diff or convert")(
       "a", po::value<std::string>(), "checkpoint")("b", po::value<std::string>(), "second path");
   c.options.add_options()("rtol", po::value<double>()->default_value(1e-5),
                           "diff: largest max|a-b| / max|a| accepted per tensor")(
-      "norm", "diff: compare ||a-b||_2 / ||a||_2 instead");
+      "norm", "diff: compare ||a-b||_2 / ||a||_2 instead")(
+      "tensor", po::value<int>()->default_value(1), "convert: target tensor-parallel size")(
+      "pipeline", po::value<int>()->default_value(1), "convert: target pipeline-parallel size")(
+      "virtual-stages", po::value<int>()->default_value(1),
+      "convert: target virtual pipeline stages per rank");
+  add_set_option(c);
   c.positional.add("what", 1).add("a", 1).add("b", 1);
   if (!c.parse(args)) return 0;
-  std::string what = c.required<std::string>("what", "merge or diff");
+  std::string what = c.required<std::string>("what", "merge, diff or convert");
   fs::path a = c.required<std::string>("a", "DIR"), b = c.required<std::string>("b", "OUT");
   if (what == "merge") {
     checkpoint_merge(a, b);
     return 0;
   }
   if (what == "diff") return checkpoint_diff(a, b, c.vm["rtol"].as<double>(), c.vm.count("norm"));
-  throw UsageError("loom checkpoint: '" + what + "' is neither merge nor diff");
+  if (what == "convert") {
+    const int t = c.vm["tensor"].as<int>(), p = c.vm["pipeline"].as<int>(),
+              v = c.vm["virtual-stages"].as<int>();
+    if (t < 1 || p < 1 || v < 1)
+      throw UsageError(
+          "loom checkpoint convert: --tensor, --pipeline and --virtual-stages must be >= 1");
+    Registry registry;
+    registry.discover(true);
+    checkpoint_convert(a, b, t, p, v, c.list("set"), registry);
+    return 0;
+  }
+  throw UsageError("loom checkpoint: '" + what + "' is neither merge, diff nor convert");
+}
+
+int cmd_import_hf(const std::vector<std::string>& args) {
+  Command c("import-hf", "HF_DIR OUT_CHECKPOINT");
+  c.hidden.add_options()("hf", po::value<std::string>(), "HF model directory")(
+      "out", po::value<std::string>(), "checkpoint folder to write");
+  c.positional.add("hf", 1).add("out", 1);
+  if (!c.parse(args)) return 0;
+  import_hf(c.required<std::string>("hf", "HF_DIR"), c.required<std::string>("out", "OUT"));
+  return 0;
+}
+
+int cmd_export_hf(const std::vector<std::string>& args) {
+  Command c("export-hf", "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES]");
+  c.hidden.add_options()("ckpt", po::value<std::string>(), "checkpoint")(
+      "out", po::value<std::string>(), "HF directory to write");
+  c.options.add_options()("dtype", po::value<std::string>()->default_value(""),
+                          "float32, bfloat16 or float16 (default: as imported, else float32)")(
+      "max-shard-size", po::value<uint64_t>()->default_value(5000000000ull),
+      "bytes per safetensors file; larger models are sharded with an index");
+  c.positional.add("ckpt", 1).add("out", 1);
+  if (!c.parse(args)) return 0;
+  Registry registry;
+  registry.discover(true);
+  export_hf(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
+            registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>());
+  return 0;
 }
 
 int dispatch(const std::vector<std::string>& argv) {
@@ -430,13 +483,16 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "generate") return cmd_generate(rest);
   if (cmd == "pack") return cmd_pack(rest);
   if (cmd == "checkpoint") return cmd_checkpoint(rest);
+  if (cmd == "import-hf") return cmd_import_hf(rest);
+  if (cmd == "export-hf") return cmd_export_hf(rest);
   if (cmd == "install") return cmd_install(rest);
   if (cmd == "version") return cmd_version(rest);
   if (cmd == "docs") return cmd_docs(rest);
   if (cmd == "data") return cmd_data(rest);
   if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
-  std::string guess = nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install",
-                                    "version", "data", "preprocess", "checkpoint"});
+  std::string guess =
+      nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install", "version", "data",
+                    "preprocess", "checkpoint", "import-hf", "export-hf"});
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }

@@ -12,6 +12,12 @@
 
 namespace loom::engine {
 
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
 size_t dtype_size(const std::string& dtype) {
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "F64" || dtype == "I64") return 8;
@@ -53,20 +59,22 @@ void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
   fsync_path(path);
 }
 
-StFile read_safetensors(const std::filesystem::path& path,
-                        std::map<std::string, std::string>* metadata) {
+namespace {
+
+// The JSON header of an open safetensors file; `n` its length, `file_size` the file's.
+nlohmann::json read_header(std::ifstream& in, const std::filesystem::path& path, uint64_t& n,
+                           uint64_t& file_size) {
   auto fail = [&](const std::string& why) -> RunError {
     return RunError(path.string() + ": " + why);
   };
-  std::ifstream in(path, std::ios::binary);
   if (!in) throw fail("cannot open");
   in.seekg(0, std::ios::end);
-  uint64_t file_size = (uint64_t)in.tellg();
+  file_size = (uint64_t)in.tellg();
   in.seekg(0);
   if (file_size < 8) throw fail("truncated: " + std::to_string(file_size) + " bytes, no header");
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
-  uint64_t n = 0;
+  n = 0;
   for (int i = 0; i < 8; ++i) n |= (uint64_t)len[i] << (8 * i);
   if (n > file_size - 8) throw fail("truncated: header of " + std::to_string(n) + " bytes");
   std::string text(n, '\0');
@@ -78,13 +86,43 @@ StFile read_safetensors(const std::filesystem::path& path,
     throw fail(std::string("corrupt header: ") + e.what());
   }
   if (!header.is_object()) throw fail("corrupt header: not a JSON object");
+  return header;
+}
+
+void read_metadata(const nlohmann::json& v, const std::filesystem::path& path,
+                   std::map<std::string, std::string>& out) {
+  try {
+    for (auto& [k, mv] : v.items()) out[k] = mv.get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw RunError(path.string() + ": corrupt __metadata__ (not strings): " + e.what());
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0, file_size = 0;
+  nlohmann::json header = read_header(in, path, n, file_size);
+  std::map<std::string, std::string> out;
+  if (header.contains("__metadata__")) read_metadata(header["__metadata__"], path, out);
+  return out;
+}
+
+StFile read_safetensors(const std::filesystem::path& path,
+                        std::map<std::string, std::string>* metadata) {
+  auto fail = [&](const std::string& why) -> RunError {
+    return RunError(path.string() + ": " + why);
+  };
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0, file_size = 0;
+  nlohmann::json header = read_header(in, path, n, file_size);
   uint64_t data_size = file_size - 8 - n;
   StFile out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      if (metadata)
-        for (auto& [k, mv] : v.items()) (*metadata)[k] = mv.get<std::string>();
+      if (metadata) read_metadata(v, path, *metadata);
       continue;
     }
     try {

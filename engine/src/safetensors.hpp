@@ -27,6 +27,10 @@ void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
 StFile read_safetensors(const std::filesystem::path& path,
                         std::map<std::string, std::string>* metadata = nullptr);
 
+// The string metadata of a file ("__metadata__"), reading the header only.
+std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path);
+
 size_t dtype_size(const std::string& dtype);
+std::string shape_str(const std::vector<int64_t>& shape);  // "(2, 3)", for messages
 
 }  // namespace loom::engine

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "checkpoint_shards.hpp"
 #include "errors.hpp"
+#include "hf_interop.hpp"
 #include "loom/cpp/comm.hpp"
 #include "train_run.hpp"
 
@@ -42,11 +44,8 @@ StTensor download_f32(const loom_backend_ref& be, const DLTensor* t) {
   return download(be, wide.t);
 }
 
-void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
+void upload(const loom_backend_ref& be, const StTensor& s, const std::string& name, DLTensor* t,
             const std::string& where) {
-  auto it = file.find(name);
-  if (it == file.end()) throw RunError(where + ": no tensor '" + name + "'");
-  const StTensor& s = it->second;
   std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   if (s.dtype != st_dtype(t->dtype) || s.shape != shape)
     throw RunError(where + ": tensor '" + name + "' has dtype/shape " + s.dtype +
@@ -54,33 +53,32 @@ void upload(const loom_backend_ref& be, const StFile& file, const std::string& n
   check(be.api->from_host(be.self, t, s.data.data(), s.data.size()), "loading " + name);
 }
 
+const StTensor& find(const StFile& file, const std::string& name, const std::string& where) {
+  auto it = file.find(name);
+  if (it == file.end()) throw RunError(where + ": no tensor '" + name + "'");
+  return it->second;
+}
+
+void upload(const loom_backend_ref& be, const StFile& file, const std::string& name, DLTensor* t,
+            const std::string& where) {
+  upload(be, find(file, name, where), name, t, where);
+}
+
 // upload into a bf16/f16 tensor from f32 checkpoint data (values saved by download_f32).
-void upload_cast(const loom_backend_ref& be, const StFile& file, const std::string& name,
+void upload_cast(const loom_backend_ref& be, const StTensor& s, const std::string& name,
                  DLTensor* t, const std::string& where) {
-  if (is_wide(t->dtype)) return upload(be, file, name, t, where);
+  if (is_wide(t->dtype)) return upload(be, s, name, t, where);
   ScratchTensor wide(be, loom_f32(), t->ndim, t->shape, "widening a tensor");
-  upload(be, file, name, wide.t, where);
+  upload(be, s, name, wide.t, where);
   check(be.api->ops->copy(be.self, t, wide.t), "loading " + name);
 }
 
-// Where a rank's parameter sits in the full tensor, for the checkpoint metadata that lets
-// `merge_model` (and later a resharding load) put shards together.
-nlohmann::json shard_entry(const loom_model_param& p, const loom_parallel_layout& l) {
-  std::vector<int64_t> shape(p.value->shape, p.value->shape + p.value->ndim);
-  const int d = p.tp_split_dim;
-  nlohmann::json e = {
-      {"split_dim", l.tensor > 1 ? d : -1}, {"tp_rank", l.tensor_rank}, {"tp_size", l.tensor}};
-  if (l.tensor > 1 && d >= 0) {
-    shape[d] *= l.tensor;
-    std::vector<int64_t> blocks;
-    if (p.tp_num_blocks > 1)
-      blocks.assign(p.tp_block_sizes, p.tp_block_sizes + p.tp_num_blocks);
-    else
-      blocks = {shape[d]};
-    e["blocks"] = blocks;
-  }
-  e["shape"] = shape;
-  return e;
+// Elements [offset, offset + n) of a tensor's flattening: a distributed optimizer's shard.
+StTensor flat_slice(const StTensor& s, int64_t offset, int64_t n) {
+  const size_t es = dtype_size(s.dtype);
+  StTensor out{s.dtype, {n}, {}};
+  out.data.assign(s.data.begin() + offset * es, s.data.begin() + (offset + n) * es);
+  return out;
 }
 
 // The optimizer's state tensors by name.
@@ -98,16 +96,63 @@ std::vector<std::pair<const char*, DLTensor*>> optimizer_state(
 
 }  // namespace
 
+// Whether a checkpoint's files are this run's: saved in the same layout, so that each rank
+// reads its own files as they are.
+bool TrainRun::same_layout(const std::map<std::string, int64_t>& saved) const {
+  auto get = [&](const char* k, int64_t dflt) {
+    auto it = saved.find(k);
+    return it == saved.end() ? dflt : it->second;
+  };
+  const bool was_sharded = get("sharded_optimizer", 0) != 0;
+  return get("tensor", 1) == layout.tensor && get("pipeline", 1) == layout.pipeline &&
+         get("virtual_stages", 1) == layout.virtual_stages && was_sharded == sharded &&
+         (!sharded || get("data", 1) == layout.data);
+}
+
 void TrainRun::resume() {
   std::string load_dir = recipe.get_string("checkpoint", "load");
-  if (load_dir.empty()) return;
-  if (resolve_checkpoint(load_dir).empty()) {
-    spdlog::warn("checkpoint.load = \"{}\" holds no checkpoint yet; starting from scratch",
-                 load_dir);
+  const std::string pretrained = recipe.get_string("checkpoint", "finetune");
+  if (load_dir.empty() || resolve_checkpoint(load_dir).empty()) {
+    if (!load_dir.empty())
+      spdlog::warn("checkpoint.load = \"{}\" holds no checkpoint yet; starting {}", load_dir,
+                   pretrained.empty() ? "from scratch" : "from checkpoint.finetune");
+    if (!pretrained.empty()) finetune(pretrained);
     return;
   }
-  Checkpoint ck = load_checkpoint(load_dir, model_file, opt_file);
-  std::string where = resolve_checkpoint(load_dir).string();
+  Checkpoint ck = load_checkpoint(load_dir, "", "");
+  hf_meta = hf_origin(ck.folder);
+  bool has_optimizer = false;
+  for (const auto& e : std::filesystem::directory_iterator(ck.folder))
+    has_optimizer |= e.path().filename().string().rfind("optimizer", 0) == 0;
+  if (!has_optimizer)
+    throw UsageError("checkpoint.load = \"" + load_dir + "\": " + ck.folder.string() +
+                     " holds weights but no optimizer state (an import?); start from it with "
+                     "checkpoint.finetune instead");
+  if (same_layout(ck.parallel)) {
+    ck = load_checkpoint(ck.folder, model_file, opt_file);
+    load_own_files(ck);
+  } else {
+    std::string from;
+    for (auto& [k, v] : ck.parallel) from += " " + k + "=" + std::to_string(v);
+    spdlog::info(
+        "resharding {} (saved with{}) onto tensor={} pipeline={} virtual_stages={} "
+        "data={}{}",
+        ck.folder.string(), from, layout.tensor, layout.pipeline, layout.virtual_stages,
+        layout.data, sharded ? " (distributed optimizer)" : "");
+    load_full(merge_checkpoint(ck.folder, true), ck.folder.string(), true);
+  }
+  scaler.load(ck.state);
+  auto taken = ck.state.find("optimizer_steps");
+  opt_steps = taken != ck.state.end() ? (int64_t)taken->second : ck.iteration;
+  start_iter = ck.iteration;
+  consumed = ck.consumed_samples;
+  spdlog::info("resumed from {} at iteration {} ({} samples consumed)", ck.folder.string(),
+               start_iter, consumed);
+}
+
+// This rank's files of a checkpoint saved in this layout.
+void TrainRun::load_own_files(const Checkpoint& ck) {
+  const std::string where = ck.folder.string();
   // The model file holds f32 main parameters, or (sharded optimizer) the model's values in
   // f32, with the main shards in this rank's optimizer file.
   for (size_t i = 0; i < params.size(); ++i) {
@@ -115,29 +160,65 @@ void TrainRun::resume() {
       upload(be, ck.optimizer, std::string("main.") + params[i].name, main->main(i), where);
     if (params[i].pipeline_duplicate) continue;
     if (sharded)
-      upload_cast(be, ck.model, params[i].name, params[i].value, where);
+      upload_cast(be, find(ck.model, params[i].name, where), params[i].name, params[i].value,
+                  where);
     else
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
   for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
-  // A tied tensor's copies follow the first stage's (tie group "embedding", checked at
-  // setup to be the only one there is).
-  if (layout.pipeline > 1)
-    for (size_t i = 0; i < params.size(); ++i)
-      if (params[i].tie_group != nullptr) {
-        DLTensor t = *(sharded ? params[i].value : main->main(i));
-        loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
-        if (comm.api->group_size(comm.self, g) > 1)
-          check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
-      }
+  sync_tied();
   if (!sharded) main->to_model();
-  scaler.load(ck.state);
-  auto taken = ck.state.find("optimizer_steps");
-  opt_steps = taken != ck.state.end() ? (int64_t)taken->second : ck.iteration;
-  start_iter = ck.iteration;
-  consumed = ck.consumed_samples;
-  spdlog::info("resumed from {} at iteration {} ({} samples consumed)", where, start_iter,
-               consumed);
+}
+
+// Every parameter (and with `with_optimizer` the optimizer's state) cut from full tensors
+// for this rank's place in the layout: a checkpoint of another layout, or pretrained
+// weights.
+void TrainRun::load_full(const FullCheckpoint& full, const std::string& where,
+                         bool with_optimizer) {
+  std::map<std::string, size_t> index;
+  std::vector<ShardSpec> specs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    index[params[i].name] = i;
+    specs.push_back(ShardSpec::parse(shard_entry(params[i], layout), params[i].name));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string name = params[i].name;
+    const StTensor local =
+        take_shard(specs[i], find(full.main, name, where), vocab, where + ": " + name);
+    if (!sharded) {
+      upload(be, local, name, main->main(i), where);
+      continue;
+    }
+    upload_cast(be, local, name, params[i].value, where);
+    if (main->main(i) != shards[i].param && loom_tensor_numel(shards[i].param) > 0)
+      upload(be, flat_slice(local, shards[i].offset, loom_tensor_numel(shards[i].param)), name,
+             main->main(i), where);
+  }
+  if (with_optimizer)
+    for (auto [name, t] : optimizer_state(optimizer)) {
+      const std::string n = name, pname = n.substr(n.find('.') + 1);
+      auto it = index.find(pname);
+      if (it == index.end()) throw RunError("optimizer state " + n + " names no parameter");
+      const size_t i = it->second;
+      StTensor local =
+          take_shard(specs[i], find(full.optimizer, n, where), vocab, where + ": " + n);
+      if (sharded) local = flat_slice(local, shards[i].offset, loom_tensor_numel(t));
+      upload(be, local, n, t, where);
+    }
+  if (!sharded) main->to_model();
+}
+
+// A tied tensor's copies follow the first stage's (tie group "embedding", checked at setup to
+// be the only one there is).
+void TrainRun::sync_tied() {
+  if (layout.pipeline == 1) return;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].tie_group != nullptr) {
+      DLTensor t = *(sharded ? params[i].value : main->main(i));
+      loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
+      if (comm.api->group_size(comm.self, g) > 1)
+        check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
+    }
 }
 
 void TrainRun::save(int64_t iteration) {
@@ -165,16 +246,23 @@ void TrainRun::save(int64_t iteration) {
   if (scaler.dynamic) ck.state = scaler.state();
   ck.state["optimizer_steps"] = (double)opt_steps;
   ck.model_meta["loom.shards"] = entries.dump();
+  ck.model_meta["loom.vocab"] = std::to_string(vocab);  // the rows past it are padding
+  for (auto& [k, v] : hf_meta) ck.model_meta[k] = v;
   for (auto [name, t] : optimizer_state(optimizer)) ck.optimizer[name] = download(be, t);
-  if (sharded) {  // flat offsets of each parameter's shard, for resharding
-    nlohmann::json opt_entries = nlohmann::json::object();
-    for (size_t i = 0; i < params.size(); ++i)
-      if (loom_tensor_numel(shards[i].param) > 0)
-        opt_entries[params[i].name] = {{"flat_offset", shards[i].offset},
-                                       {"numel", loom_tensor_numel(shards[i].param)},
-                                       {"param", shard_entry(params[i], layout)}};
-    ck.optimizer_meta["loom.shards"] = opt_entries.dump();
+  // Where each parameter's state sits, for resharding: its tensor-parallel shard (the
+  // pipeline duplicate's too, which the model file leaves out) and, sharded, the flat
+  // offset of this rank's slice of it.
+  nlohmann::json opt_entries = nlohmann::json::object();
+  for (size_t i = 0; i < params.size(); ++i) {
+    nlohmann::json e = {{"param", shard_entry(params[i], layout)}};
+    if (sharded) {
+      if (loom_tensor_numel(shards[i].param) == 0) continue;
+      e["flat_offset"] = shards[i].offset;
+      e["numel"] = loom_tensor_numel(shards[i].param);
+    }
+    opt_entries[params[i].name] = e;
   }
+  ck.optimizer_meta["loom.shards"] = opt_entries.dump();
   Collective coll;
   coll.leader = rank == 0;
   coll.barrier = [&] {

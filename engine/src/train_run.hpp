@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "checkpoint.hpp"
+#include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "host.hpp"
 #include "loom/cpp/model_step.hpp"
@@ -84,8 +87,11 @@ struct TrainRun {
   TrainRun& operator=(const TrainRun&) = delete;
 
   // From checkpoint.load when it holds a checkpoint: parameters, optimizer state, the loss
-  // scaler and the data position. Each rank reads its own files.
+  // scaler and the data position. Each rank reads its own files, or (another layout) every
+  // file, cutting its part out of the full tensors. Otherwise from checkpoint.finetune.
   void resume();
+  // checkpoint.finetune: pretrained weights only (train_finetune.cpp).
+  void finetune(const std::filesystem::path& dir);
   // A checkpoint of the current state under checkpoint.save (COLLECTIVE over the world).
   void save(int64_t iteration);
 
@@ -106,6 +112,7 @@ struct TrainRun {
   int world = 1, rank = 0;
   loom_parallel_layout layout{};
   int64_t dp = 1, gbs = 0, num_micro = 1;
+  int64_t vocab = 0;  // the tokenizer's (the model pads its embedding beyond it)
   loom_backend_ref be{};
   loom_backend_info info{};
   std::array<std::unique_ptr<Sampler>, 3> samplers;
@@ -137,10 +144,18 @@ struct TrainRun {
 
   // Progress.
   int64_t start_iter = 0, consumed = 0;
-  int64_t opt_steps = 0;  // steps the optimizer took: iterations less fp16's skipped ones
+  int64_t opt_steps = 0;
+  // Where the weights came from when imported from Hugging Face (hf_origin), kept in every
+  // save for export-hf.
+  std::map<std::string, std::string>
+      hf_meta;  // steps the optimizer took: iterations less fp16's skipped ones
   Feed feed;
 
  private:
+  bool same_layout(const std::map<std::string, int64_t>& saved) const;
+  void load_own_files(const Checkpoint& ck);
+  void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer);
+  void sync_tied();
   void create_model(int64_t vocab);
   void create_optimizer();
   void report_memory() const;

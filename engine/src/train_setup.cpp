@@ -123,7 +123,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
 
   be = session.backend();
   loom_tokenizer_ref tok = session.tokenizer();
-  const int64_t vocab = tok.api->vocab_size(tok.self);
+  vocab = tok.api->vocab_size(tok.self);
   // Megatron's GPT dataset: samples wanted per split decide epochs and index arrays. The
   // loop reads train samples from `consumed` on, and evaluation k (0, 1, ...) reads valid
   // samples [k, k+1) x eval_iters x global batch, so both resume from the iteration alone.
@@ -155,13 +155,8 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
 
   // This rank's checkpoint files; replicas of a data-parallel group write nothing their
   // group's rank 0 writes.
-  const bool model_parallel = layout.tensor * layout.pipeline > 1;
-  char tag[64];
-  std::snprintf(tag, sizeof tag, "-tp%02d-pp%03d", layout.tensor_rank, layout.pipeline_rank);
-  model_file = model_parallel ? "model" + std::string(tag) + ".safetensors" : "model.safetensors";
-  opt_file = model_parallel ? "optimizer" + std::string(tag) : "optimizer";
-  if (sharded && dp > 1) opt_file += "-dp" + std::to_string(layout.data_rank);
-  opt_file += ".safetensors";
+  model_file = checkpoint_file("model", layout, false);
+  opt_file = checkpoint_file("optimizer", layout, sharded && dp > 1);
   writes_model = layout.data_rank == 0 && layout.context_rank == 0;
   writes_opt = writes_model || sharded;
 

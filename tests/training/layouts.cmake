@@ -28,3 +28,12 @@ foreach(layout tp2pp2 tp2dp2dist)
   set_tests_properties(layouts.resume.${layout} PROPERTIES
     LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
+
+# A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
+foreach(model gpt llama)
+  add_test(NAME layouts.reshard.${model}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reshard.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
+                   ${model})
+  set_tests_properties(layouts.reshard.${model} PROPERTIES
+    LABELS "layouts" TIMEOUT 600 ENVIRONMENT "${_env}")
+endforeach()

@@ -1,0 +1,63 @@
+// Checkpoints across parallel layouts. Every rank of a run saves its own shards with
+// metadata "loom.shards" saying where each sits in the full tensor; this file puts them
+// together (merge) and cuts a full tensor into another layout's shard (take), so that a
+// checkpoint of any tensor x pipeline x data layout, with or without the distributed
+// optimizer, loads on any other (TrainRun::resume) and converts offline (`loom checkpoint
+// convert`).
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "loom/model.h"
+#include "safetensors.hpp"
+
+namespace loom::engine {
+
+// Where one tensor-parallel rank's shard of a parameter sits in the full tensor. Along
+// split_dim the full tensor is blocks (the q|k|v rows of a fused projection, the gate;up
+// rows of SwiGLU), each split evenly over the tp ranks; the shard is the concatenation of
+// this rank's slice of every block.
+struct ShardSpec {
+  std::vector<int64_t> full;  // the full tensor's shape
+  int split_dim = -1;         // -1: whole on every rank
+  std::vector<int64_t> blocks;
+  int tp = 1, rank = 0;
+
+  // From a "loom.shards" entry ({"shape", "split_dim", "blocks", "tp_rank", "tp_size"}).
+  static ShardSpec parse(const nlohmann::json& entry, const std::string& where);
+  std::vector<int64_t> local_shape() const;
+};
+
+// A rank's checkpoint file of `kind` ("model", "optimizer"): "model.safetensors" on one
+// model-parallel rank, else tagged by tensor and pipeline rank ("model-tp01-pp002...");
+// `per_data_rank` adds the data-parallel rank (the distributed optimizer's shards).
+std::string checkpoint_file(const std::string& kind, const loom_parallel_layout& l,
+                            bool per_data_rank);
+
+// The "loom.shards" entry of a rank's parameter: where its shard sits in the full tensor.
+nlohmann::json shard_entry(const loom_model_param& p, const loom_parallel_layout& l);
+
+// Copies `local` into its place in `full` (allocated to spec.full on first use).
+void put_shard(const ShardSpec& spec, const StTensor& local, StTensor& full,
+               const std::string& what);
+// This rank's shard of `full`. Rows beyond the real vocabulary are padding, whose count
+// follows the tensor-parallel size (Megatron pads to a multiple of pad x TP): when `full`
+// has another number of rows than spec.full along dimension 0 and both keep all `vocab`
+// rows, the padding is cut or zero-filled (padded rows are never looked up nor scored).
+StTensor take_shard(const ShardSpec& spec, const StTensor& full, int64_t vocab,
+                    const std::string& what);
+
+// A checkpoint as full tensors: the model's values, its main (master) parameters (the
+// f32 "main." copies of a sharded mixed-precision run, otherwise the model file's values),
+// and the optimizer's state by its name ("exp_avg.h.0.attn.qkv.weight"), every distributed
+// optimizer's flat shard put back in place.
+struct FullCheckpoint {
+  StFile model, main, optimizer;
+};
+// `folder` is a checkpoint folder whose files were verified (load_checkpoint).
+FullCheckpoint merge_checkpoint(const std::filesystem::path& folder, bool with_optimizer);
+
+}  // namespace loom::engine

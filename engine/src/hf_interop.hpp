@@ -1,0 +1,72 @@
+// Hugging Face interop: `loom import-hf` and `loom export-hf`, and pretrained weights for
+// `checkpoint.finetune`. A Hugging Face model directory (config.json, model.safetensors or
+// shards with model.safetensors.index.json, tokenizer files) of GPT2LMHeadModel or
+// LlamaForCausalLM maps exactly onto model/gpt; anything that does not map (a key, a shape,
+// a config value) is refused by name, never dropped. docs/interop.md has the tables.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "safetensors.hpp"
+
+namespace loom::engine {
+
+class Registry;
+
+// One Loom tensor made of Hugging Face tensors: concatenated along dimension 0 (q|k|v,
+// gate;up), each stored transposed when `transpose` (GPT-2's Conv1D keeps (in, out)).
+struct HfRule {
+  std::string loom;
+  std::vector<std::string> hf;
+  std::vector<std::vector<int64_t>> shapes;  // as stored in the HF file
+  bool transpose = false;
+  bool vocab = false;  // rows are the vocabulary: padded in Loom, exact in HF
+};
+
+// An architecture's mapping for one config.
+struct HfArch {
+  std::string name;                               // "gpt2" | "llama"
+  std::map<std::string, std::string> model_keys;  // Loom [model] keys as TOML literals
+  std::vector<HfRule> rules;
+  std::vector<std::string> ignored_suffixes;  // non-parameter buffers HF may store
+  std::string tied_head;                      // HF key of a tied head, "" when untied
+  int64_t vocab = 0;
+};
+
+// The mapping for a config.json; refuses a config value that does not map, naming it.
+HfArch hf_arch_from_config(const nlohmann::json& config, const std::string& where);
+// The mapping and config.json for a Loom [model] section (resolved values, TOML literals)
+// and its real vocabulary; `base` (a config this model was imported from, or null) keeps
+// keys Loom does not own (token ids, ...).
+std::pair<HfArch, nlohmann::json> hf_arch_from_model(
+    const std::map<std::string, std::string>& model_keys, int64_t vocab, const nlohmann::json& base,
+    const std::string& torch_dtype);
+
+// A Hugging Face directory read into full Loom tensors (f32, vocabulary rows unpadded).
+struct HfModel {
+  HfArch arch;
+  nlohmann::json config;
+  StFile tensors;
+  std::string dtype;  // of the HF tensors: "F32" | "BF16" | "F16"
+};
+bool is_hf_dir(const std::filesystem::path& dir);
+// The "loom.hf_config" and "loom.hf_dtype" metadata of a checkpoint folder's model file (or
+// of an HF directory's model): what it was imported from, carried by every later save so
+// that export-hf writes the same config keys (token ids, ...) and dtype.
+std::map<std::string, std::string> hf_origin(const std::filesystem::path& folder);
+HfModel read_hf(const std::filesystem::path& dir);
+
+// `loom import-hf HF_DIR OUT`: a Loom checkpoint (iteration 0, no optimizer state) whose
+// recipe.toml holds the model keys and a tokenizer from the directory's files.
+void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
+// `loom export-hf CHECKPOINT OUT_DIR`: config.json, safetensors (one file, or shards of at
+// most `max_shard_bytes` with an index) in `dtype` ("" = as imported, else float32), and
+// the tokenizer files.
+void export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
+               Registry& registry, const std::string& dtype, uint64_t max_shard_bytes);
+
+}  // namespace loom::engine

@@ -1,0 +1,111 @@
+// checkpoint.finetune (TrainRun::finetune, train_run.hpp): a run that starts from pretrained
+// weights only, as Megatron's --finetune / --no-load-optim: a Loom checkpoint of any
+// layout, or a Hugging Face GPT-2 / Llama directory, cut for this rank's place in the
+// layout; the optimizer starts fresh and the iteration at 0. The recipe's [model] keys must
+// describe the checkpoint's model; a mismatch names both values.
+#include <spdlog/spdlog.h>
+#include <toml++/toml.h>
+
+#include "hf_interop.hpp"
+#include "train_run.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::engine {
+namespace {
+
+// A Loom checkpoint's [model] keys (its resolved recipe), as TOML literals.
+std::map<std::string, std::string> checkpoint_model_keys(const fs::path& folder) {
+  std::map<std::string, std::string> out;
+  toml::table t;
+  try {
+    t = toml::parse_file((folder / "recipe.toml").string());
+  } catch (const toml::parse_error& e) {
+    throw RunError((folder / "recipe.toml").string() + ": " + std::string(e.description()));
+  }
+  if (const toml::table* m = t["model"].as_table())
+    for (auto& [k, node] : *m) {
+      Value v;
+      if (auto i = node.value<int64_t>(); i && node.is_integer())
+        v.type = LOOM_PARAM_INT, v.i = *i;
+      else if (auto f = node.value<double>(); f && node.is_floating_point())
+        v.type = LOOM_PARAM_FLOAT, v.f = *f;
+      else if (auto b = node.value<bool>())
+        v.type = LOOM_PARAM_BOOL, v.b = *b;
+      else if (auto s = node.value<std::string>())
+        v.type = LOOM_PARAM_STRING, v.s = *s;
+      else
+        continue;
+      out[std::string(k.str())] = toml_literal(v);
+    }
+  return out;
+}
+
+// Keys whose 0 means "derived from the others".
+void resolve_defaults(std::map<std::string, std::string>& k) {
+  if (k.count("n_kv_head") && k["n_kv_head"] == "0" && k.count("n_head"))
+    k["n_kv_head"] = k["n_head"];
+  if (k.count("ffn_hidden") && k["ffn_hidden"] == "0" && k.count("n_embd")) {
+    const int64_t C = std::stoll(k["n_embd"]);
+    const bool gated = k.count("activation") && k["activation"] == "\"swiglu\"";
+    k["ffn_hidden"] = std::to_string(gated ? (8 * C / 3 + 255) / 256 * 256 : 4 * C);
+  }
+}
+
+bool same_value(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  try {
+    size_t i = 0, j = 0;
+    const double x = std::stod(a, &i), y = std::stod(b, &j);
+    return i == a.size() && j == b.size() && x == y;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void TrainRun::finetune(const fs::path& dir) {
+  FullCheckpoint full;
+  std::map<std::string, std::string> theirs;
+  int64_t their_vocab = 0;
+  std::string where = dir.string();
+  if (is_hf_dir(dir)) {
+    HfModel m = read_hf(dir);
+    theirs = m.arch.model_keys;
+    their_vocab = m.arch.vocab;
+    full.main = std::move(m.tensors);
+    hf_meta = {{"loom.hf_config", m.config.dump()}, {"loom.hf_dtype", m.dtype}};
+  } else {
+    Checkpoint ck = load_checkpoint(dir, "", "");
+    where = ck.folder.string();
+    full = merge_checkpoint(ck.folder, false);
+    theirs = checkpoint_model_keys(ck.folder);
+    hf_meta = hf_origin(ck.folder);
+    for (const auto& e : fs::directory_iterator(ck.folder))
+      if (e.path().filename().string().rfind("model", 0) == 0) {
+        auto meta = read_safetensors_metadata(e.path());
+        if (meta.count("loom.vocab")) their_vocab = std::stoll(meta["loom.vocab"]);
+        break;
+      }
+  }
+  std::map<std::string, std::string> ours;
+  for (auto& [k, v] : recipe.section("model").values) ours[k] = toml_literal(v);
+  resolve_defaults(ours);
+  resolve_defaults(theirs);
+  // Initialisation and vocabulary padding do not describe the trained function.
+  for (const char* k : {"init_std", "pad_vocab_to"}) theirs.erase(k);
+  for (auto& [k, v] : theirs) {
+    auto it = ours.find(k);
+    if (it != ours.end() && !same_value(it->second, v))
+      throw UsageError("checkpoint.finetune: model." + k + " is " + it->second +
+                       " in the recipe but " + v + " in " + where);
+  }
+  if (their_vocab > 0 && their_vocab < vocab)
+    throw UsageError("checkpoint.finetune: the recipe's tokenizer has " + std::to_string(vocab) +
+                     " tokens but " + where + " was trained with " + std::to_string(their_vocab));
+  load_full(full, where, false);
+  spdlog::info("finetuning from {}: weights only, a fresh optimizer, iteration 0", where);
+}
+
+}  // namespace loom::engine

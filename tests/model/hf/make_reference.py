@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""Builds the tiny Hugging Face model directories under tests/model/hf/ and their reference
+logits, independently of Loom. Run once with Debian's python3-torch (no `transformers`: the
+forward passes below are written from transformers' GPT2LMHeadModel and LlamaForCausalLM,
+Conv1D, gelu_new, rotate-half RoPE with repeat_kv, RMSNorm), then committed:
+
+    /usr/bin/python3 tests/model/hf/make_reference.py
+
+Each directory holds config.json (the keys save_pretrained writes), the weights in
+safetensors exactly as save_pretrained names and lays them out, prompt.txt (token ids) and
+reference.safetensors ("logits": prompt tokens x vocabulary, float64 computed from the
+stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
+
+  gpt2-f32             GPT2LMHeadModel, "transformer." names, one file
+  gpt2-f16-base        GPT2Model-style names (no prefix) as the hub's gpt2 has, with the
+                       causal-mask buffers h.N.attn.bias that older versions stored, float16
+  llama-gqa-f32        LlamaForCausalLM, 4 query / 2 key-value heads, untied head,
+                       rope_theta 500000 (Llama-3 shape), two shards with an index
+  llama-mqa-tied-bf16  1 key-value head, tied embeddings, bfloat16
+"""
+import json
+import math
+import os
+import struct
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+V, T = 96, 12
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else \
+            t.numpy().tobytes()
+        dt = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+              torch.float64: "F64"}[t.dtype]
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def save(name, config, tensors, logits, prompt, shards=1):
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    names = sorted(tensors)
+    if shards == 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    else:
+        per = math.ceil(len(names) / shards)
+        weight_map = {}
+        for i in range(shards):
+            fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: tensors[n] for n in names[i * per:(i + 1) * per]}
+            write_safetensors(os.path.join(d, fname), part)
+            weight_map.update({n: fname for n in part})
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    write_safetensors(os.path.join(d, "reference.safetensors"), {"logits": logits})
+    with open(os.path.join(d, "prompt.txt"), "w") as f:
+        f.write(" ".join(str(int(i)) for i in prompt) + "\n")
+
+
+def rand(g, *shape, std=0.3, mean=0.0):
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * std + mean).float()
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def causal_attention(q, k, v):  # (H, T, D) each, kv already repeated
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    mask = torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1)
+    return torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
+
+
+def gpt2(w, cfg, prompt, p=""):
+    C, H, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
+    f = {k: t.double() for k, t in w.items()}
+    x = f[p + "wte.weight"][prompt] + f[p + "wpe.weight"][: len(prompt)]
+    for l in range(cfg["n_layer"]):
+        h = f"{p}h.{l}."
+        a = layer_norm(x, f[h + "ln_1.weight"], f[h + "ln_1.bias"], eps)
+        qkv = a @ f[h + "attn.c_attn.weight"] + f[h + "attn.c_attn.bias"]  # Conv1D: x W + b
+        q, k, v = (t.view(len(prompt), H, C // H).transpose(0, 1) for t in qkv.split(C, -1))
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(len(prompt), C)
+        x = x + y @ f[h + "attn.c_proj.weight"] + f[h + "attn.c_proj.bias"]
+        m = layer_norm(x, f[h + "ln_2.weight"], f[h + "ln_2.bias"], eps)
+        m = gelu_new(m @ f[h + "mlp.c_fc.weight"] + f[h + "mlp.c_fc.bias"])
+        x = x + m @ f[h + "mlp.c_proj.weight"] + f[h + "mlp.c_proj.bias"]
+    x = layer_norm(x, f[p + "ln_f.weight"], f[p + "ln_f.bias"], eps)
+    return x @ f[p + "wte.weight"].T
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), -1)
+
+
+def llama(w, cfg, prompt):
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, eps, Tn = C // H, cfg["rms_norm_eps"], len(prompt)
+    f = {k: t.double() for k, t in w.items()}
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.outer(torch.arange(Tn, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), -1)
+    cos, sin = emb.cos(), emb.sin()
+    x = f["model.embed_tokens.weight"][prompt]
+    for l in range(cfg["num_hidden_layers"]):
+        m = f"model.layers.{l}."
+        a = rms_norm(x, f[m + "input_layernorm.weight"], eps)
+        q = (a @ f[m + "self_attn.q_proj.weight"].T).view(Tn, H, D).transpose(0, 1)
+        k = (a @ f[m + "self_attn.k_proj.weight"].T).view(Tn, KV, D).transpose(0, 1)
+        v = (a @ f[m + "self_attn.v_proj.weight"].T).view(Tn, KV, D).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (t.repeat_interleave(H // KV, 0) for t in (k, v))  # repeat_kv
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, C)
+        x = x + y @ f[m + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, f[m + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ f[m + "mlp.gate_proj.weight"].T, h @ f[m + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ f[m + "mlp.down_proj.weight"].T
+    x = rms_norm(x, f["model.norm.weight"], eps)
+    head = f["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else f["lm_head.weight"]
+    return x @ head.T
+
+
+def gpt2_model(g, name, dtype, prefix, buffers):
+    C, L, P = 16, 2, 32
+    cfg = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+           "attn_pdrop": 0.1, "bos_token_id": V - 1, "embd_pdrop": 0.1, "eos_token_id": V - 1,
+           "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+           "n_ctx": P, "n_embd": C, "n_head": 4, "n_inner": None, "n_layer": L,
+           "n_positions": P, "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
+           "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+           "summary_activation": None, "summary_first_dropout": 0.1,
+           "summary_proj_to_labels": True, "summary_type": "cls_index",
+           "summary_use_proj": True, "torch_dtype": {torch.float32: "float32",
+                                                     torch.float16: "float16"}[dtype],
+           "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
+    p = "transformer." if prefix else ""
+    w = {p + "wte.weight": rand(g, V, C), p + "wpe.weight": rand(g, P, C, std=0.1),
+         p + "ln_f.weight": rand(g, C, std=0.1, mean=1.0), p + "ln_f.bias": rand(g, C, std=0.1)}
+    for l in range(L):
+        h = f"{p}h.{l}."
+        for n in ("ln_1", "ln_2"):
+            w[h + n + ".weight"], w[h + n + ".bias"] = rand(g, C, std=0.1, mean=1.0), rand(g, C, std=0.1)
+        w[h + "attn.c_attn.weight"], w[h + "attn.c_attn.bias"] = rand(g, C, 3 * C), rand(g, 3 * C, std=0.1)
+        w[h + "attn.c_proj.weight"], w[h + "attn.c_proj.bias"] = rand(g, C, C), rand(g, C, std=0.1)
+        w[h + "mlp.c_fc.weight"], w[h + "mlp.c_fc.bias"] = rand(g, C, 4 * C), rand(g, 4 * C, std=0.1)
+        w[h + "mlp.c_proj.weight"], w[h + "mlp.c_proj.bias"] = rand(g, 4 * C, C, std=0.15), rand(g, C, std=0.1)
+    w = {k: t.to(dtype) for k, t in w.items()}
+    prompt = torch.randint(0, V, (T,), generator=g)
+    logits = gpt2(w, cfg, prompt, p)
+    if buffers:  # the causal mask older transformers versions saved with the weights
+        for l in range(L):
+            w[f"{p}h.{l}.attn.bias"] = torch.tril(torch.ones(P, P)).view(1, 1, P, P).to(dtype)
+    save(name, cfg, w, logits, prompt)
+
+
+def llama_model(g, name, dtype, kv, tied, theta, shards):
+    C, L, F, H, P = 16, 2, 40, 4, 64
+    cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False,
+           "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "head_dim": C // H,
+           "hidden_act": "silu", "hidden_size": C, "initializer_range": 0.02,
+           "intermediate_size": F, "max_position_embeddings": P, "mlp_bias": False,
+           "model_type": "llama", "num_attention_heads": H, "num_hidden_layers": L,
+           "num_key_value_heads": kv, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+           "rope_scaling": None, "rope_theta": theta, "tie_word_embeddings": tied,
+           "torch_dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
+           "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
+    D = C // H
+    w = {"model.embed_tokens.weight": rand(g, V, C), "model.norm.weight": rand(g, C, std=0.1, mean=1.0)}
+    if not tied:
+        w["lm_head.weight"] = rand(g, V, C)
+    for l in range(L):
+        m = f"model.layers.{l}."
+        w[m + "input_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "post_attention_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "self_attn.q_proj.weight"] = rand(g, H * D, C)
+        w[m + "self_attn.k_proj.weight"] = rand(g, kv * D, C)
+        w[m + "self_attn.v_proj.weight"] = rand(g, kv * D, C)
+        w[m + "self_attn.o_proj.weight"] = rand(g, C, H * D)
+        w[m + "mlp.gate_proj.weight"] = rand(g, F, C)
+        w[m + "mlp.up_proj.weight"] = rand(g, F, C)
+        w[m + "mlp.down_proj.weight"] = rand(g, C, F, std=0.15)
+    w = {k: t.to(dtype) for k, t in w.items()}
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, llama(w, cfg, prompt), prompt, shards)
+
+
+def main():
+    g = torch.Generator().manual_seed(20261124)
+    gpt2_model(g, "gpt2-f32", torch.float32, prefix=True, buffers=False)
+    gpt2_model(g, "gpt2-f16-base", torch.float16, prefix=False, buffers=True)
+    llama_model(g, "llama-gqa-f32", torch.float32, kv=2, tied=False, theta=500000.0, shards=2)
+    llama_model(g, "llama-mqa-tied-bf16", torch.bfloat16, kv=1, tied=True, theta=10000.0, shards=1)
+    print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
+
+
+if __name__ == "__main__":
+    main()

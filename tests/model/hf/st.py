@@ -1,0 +1,72 @@
+"""Reads safetensors files with the standard library only (tests/model/hf_interop.sh), and
+compares them: an independent reader, not Loom's.
+
+  python3 st.py logits LOOM.safetensors REFERENCE.safetensors TOL
+      max |loom - ref| / max(1, max |ref|) over every logit must be <= TOL
+  python3 st.py same DIR_A DIR_B
+      every tensor of HF directory A has the same dtype, shape and bytes in B, under the
+      same name (or A's name with GPT2LMHeadModel's "transformer." prefix); A's causal-mask
+      buffers (attn.bias, attn.masked_bias) excepted, as export does not write them
+"""
+import json
+import os
+import struct
+import sys
+
+
+def read(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def read_dir(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.startswith("model") and f.endswith(".safetensors"):
+            out.update(read(os.path.join(d, f)))
+    return out
+
+
+def floats(dtype, data):
+    code = {"F32": "f", "F64": "d"}[dtype]
+    return struct.unpack("<%d%s" % (len(data) // struct.calcsize(code), code), data)
+
+
+def logits(a, b, tol):
+    (da, sa, xa), (db, sb, xb) = read(a)["logits"], read(b)["logits"]
+    assert sa == sb, (sa, sb)
+    x, y = floats(da, xa), floats(db, xb)
+    scale = max(1.0, max(abs(v) for v in y))
+    err = max(abs(u - v) for u, v in zip(x, y)) / scale
+    print(f"logits {sa[0]} x {sa[1]}: max |loom - reference| / max(1, max |reference|) = {err:.2e}")
+    if not err <= tol:
+        sys.exit(f"logits differ by {err:.2e} > {tol}")
+
+
+def same(a, b):
+    ta, tb = read_dir(a), read_dir(b)
+    n = 0
+    for k, v in ta.items():
+        if k.endswith(".attn.bias") or k.endswith(".attn.masked_bias"):
+            continue
+        w = tb.get(k) or tb.get("transformer." + k)
+        if w is None:
+            sys.exit(f"{k}: missing from {b}")
+        if v != w:
+            sys.exit(f"{k}: {v[0]} {v[1]} in {a} but {w[0]} {w[1]} in {b}, or other bytes")
+        n += 1
+    if n != len(tb):
+        sys.exit(f"{b} has {len(tb)} tensors, {a} {n}")
+    print(f"{n} tensors byte-identical in dtype, shape and data")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "logits":
+        logits(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    else:
+        same(sys.argv[2], sys.argv[3])

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Hugging Face interop against stored PyTorch references (tests/model/hf/make_reference.py):
+#  1. import-hf of each tiny model (GPT-2 f32 and f16 without the "transformer." prefix and
+#     with mask buffers; Llama GQA f32 sharded, untied, rope_theta 5e5; Llama MQA bf16 tied)
+#     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
+#  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
+#     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
+#  3. a Loom-trained GPT and Llama-style model exported, re-imported and exported again give
+#     byte-identical tensors (and every non-vocabulary tensor of the checkpoints is equal);
+#  4. what does not map is refused, naming it (a config key, a config value, a shape, a
+#     tensor with no place);
+#  5. checkpoint.finetune from the HF directory and from its import train the same losses
+#     bitwise on one rank, and within 1e-5 under TP2; a model key that disagrees stops the
+#     run with exit 2 naming both values.
+#   hf_interop.sh LOOM MPIEXEC
+set -euo pipefail
+loom=$1 mpiexec=$2
+here=$(cd "$(dirname "$0")" && pwd)
+st="python3 $here/hf/st.py"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+quiet=(--set backend.measure_gemm=false)
+
+echo "== 1-2: import, logits, export, re-import"
+for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16; do
+  src=$here/hf/$m
+  "$loom" import-hf "$src" $m
+  "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
+    --logits-out $m.logits.safetensors "${quiet[@]}" > /dev/null 2> gen.log || { cat gen.log; exit 1; }
+  $st logits $m.logits.safetensors "$src/reference.safetensors" 1e-5
+  shard=()
+  [ -f "$src/model.safetensors.index.json" ] && shard=(--max-shard-size 20000)
+  "$loom" export-hf $m $m.hf "${shard[@]}"
+  [ ${#shard[@]} = 0 ] || [ -f $m.hf/model.safetensors.index.json ] || { echo "no index"; exit 1; }
+  $st same "$src" $m.hf
+  "$loom" import-hf $m.hf $m.again > /dev/null
+  "$loom" checkpoint diff $m $m.again --rtol 0 | tail -1
+done
+
+echo "== 2b: tokenizer files travel with the model"
+cp -r "$here/hf/llama-gqa-f32" withtok
+cp "$here/../tokenizer/data/hf-llama2-bf.json" withtok/tokenizer.json
+echo '{"model_max_length": 64}' > withtok/tokenizer_config.json
+"$loom" import-hf withtok withtok.loom > /dev/null
+grep -q "^plugin = \"hf-json\"" withtok.loom/iter_0000000/recipe.toml ||
+  { cat withtok.loom/iter_0000000/recipe.toml; exit 1; }
+"$loom" export-hf withtok.loom withtok.hf
+cmp withtok/tokenizer.json withtok.hf/tokenizer.json
+cmp withtok/tokenizer_config.json withtok.hf/tokenizer_config.json
+echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and out unchanged"
+
+echo "== 3: a Loom-trained model out and back"
+cat > t.toml <<'TOML'
+[train]
+iters = 3
+micro_batch_size = 2
+seq_len = 16
+[backend]
+measure_gemm = false
+[model]
+n_layer = 2
+n_head = 4
+n_embd = 32
+max_seq_len = 16
+[tokenizer]
+plugin = "byte"
+[data]
+plugin = "mock"
+TOML
+for style in gpt llama; do
+  sets=()
+  [ $style = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
+    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
+    --set model.bias=false)
+  "$loom" run t.toml "${sets[@]}" --set checkpoint.save=trained-$style 2> run.log ||
+    { tail -20 run.log; exit 1; }
+  "$loom" export-hf trained-$style trained-$style.hf
+  "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
+  # The real vocabulary's rows and every other tensor bitwise (the padded rows past it are
+  # the model's random initialisation in training and zero after an import).
+  out=$("$loom" checkpoint diff trained-$style trained-$style.back --rtol 0 || true)
+  bad=$(echo "$out" | grep -v "^wte\|^lm_head\|^differ\|^match" || true)
+  [ -z "$bad" ] || { echo "$out"; exit 1; }
+  "$loom" export-hf trained-$style.back trained-$style.back.hf > /dev/null
+  $st same trained-$style.hf trained-$style.back.hf
+done
+
+echo "== 4: refusals"
+refuse() {  # refuse WHAT EXPECTED-TEXT: import of bad/ must fail naming it
+  if "$loom" import-hf bad bad.out > out.log 2>&1; then echo "$1: accepted"; exit 1; fi
+  grep -q -- "$2" out.log || { echo "$1: expected '$2' in:"; cat out.log; exit 1; }
+  echo "$1 refused: $(grep -m1 -- "$2" out.log)"
+  rm -rf bad bad.out
+}
+edit() {  # edit MODEL PYTHON: a copy of MODEL whose config.json `c` PYTHON changes
+  rm -rf bad && cp -r "$here/hf/$1" bad
+  python3 -c "import json; c = json.load(open('bad/config.json')); $2; json.dump(c, open('bad/config.json', 'w'))"
+}
+edit llama-gqa-f32 "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
+refuse "Llama-3.1 rope scaling" '"rope_scaling"'
+edit llama-gqa-f32 "c['sliding_window'] = 4096"
+refuse "an unknown config key" '"sliding_window"'
+edit gpt2-f32 "c['n_inner'] = 32"
+refuse "a shape the config contradicts" 'transformer.h.0.mlp.c_fc.weight has shape (16, 64), config.json implies (16, 32)'
+edit gpt2-f32 "c['n_layer'] = 1"
+refuse "a tensor with no place" 'transformer.h.1.* \?.*has no place\|tensor transformer.h.1.'
+edit gpt2-f32 "c['activation_function'] = 'relu'"
+refuse "another activation" '"activation_function" = "relu"'
+
+echo "== 5: finetuning from pretrained weights"
+cat > ft.toml <<TOML
+[train]
+seed = 11
+iters = 4
+micro_batch_size = 2
+global_batch_size = 4
+seq_len = 16
+[backend]
+measure_gemm = false
+threads = 1
+[model]
+n_layer = 2
+n_head = 4
+n_embd = 16
+max_seq_len = 32
+[tokenizer]
+plugin = "null"
+vocab_size = 95
+[data]
+plugin = "mock"
+[checkpoint]
+finetune = "$here/hf/gpt2-f32"
+TOML
+"$loom" run ft.toml --set train.metrics=hf.jsonl 2> ft.log || { tail -20 ft.log; exit 1; }
+grep -q "finetuning from $here/hf/gpt2-f32: weights only" ft.log || { cat ft.log; exit 1; }
+"$loom" run ft.toml --set train.metrics=loom.jsonl --set checkpoint.finetune=gpt2-f32 2> ft.log ||
+  { tail -20 ft.log; exit 1; }
+"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader "$loom" run ft.toml \
+  --set comm.plugin=mpi --set parallel.tensor=2 --set train.metrics=tp2.jsonl 2> ft.log ||
+  { tail -20 ft.log; exit 1; }
+python3 - <<'PY'
+import json
+rows = {n: [json.loads(l) for l in open(n + ".jsonl") if "loss" in l] for n in ("hf", "loom", "tp2")}
+assert [r["iter"] for r in rows["hf"]] == [1, 2, 3, 4], rows["hf"]  # iteration starts at 0
+a, b, c = ([r["loss"] for r in rows[n]] for n in ("hf", "loom", "tp2"))
+assert a == b, (a, b)
+worst = max(abs(x - z) / abs(x) for x, z in zip(a, c))
+assert worst <= 1e-5, (a, c)
+print(f"finetune losses {[round(x, 4) for x in a]}: from HF == from its import (bitwise); "
+      f"TP2 within {worst:.1e}")
+PY
+if "$loom" run ft.toml --set model.n_layer=3 > out.log 2>&1; then echo "n_layer 3 accepted"; exit 1
+else rc=$?; fi
+[ $rc = 2 ] || { echo "exit $rc, expected 2"; cat out.log; exit 1; }
+grep -q "model.n_layer is 3 in the recipe but 2 in" out.log || { cat out.log; exit 1; }
+echo "mismatch refused (exit 2): $(grep -m1 -o 'model.n_layer is 3 in the recipe but 2 in' out.log)"
+if "$loom" run ft.toml --set checkpoint.finetune= --set checkpoint.load=gpt2-f32 > out.log 2>&1; then
+  echo "resuming an import accepted"; exit 1
+else rc=$?; fi
+[ $rc = 2 ] && grep -q "no optimizer state (an import?); start from it with checkpoint.finetune" out.log ||
+  { echo "exit $rc"; cat out.log; exit 1; }
+echo "resuming an import (no optimizer state) refused (exit 2), pointing at checkpoint.finetune"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Hugging Face interop against the real `transformers` (the GPU machine's python3 has it; it
+# needs no GPU, only the library, and skips with exit 77 where it is missing):
+#  1. GPT2LMHeadModel and LlamaForCausalLM (GQA, untied) from tiny random configs,
+#     save_pretrained, `loom import-hf`: Loom's logits of every prompt position match
+#     transformers' within 1e-4 of max |logit| (fp32);
+#  2. a Loom-trained GPT and Llama-style model, `loom export-hf`, from_pretrained unchanged:
+#     transformers' logits match Loom's within 1e-4.
+#   hf_transformers.sh LOOM
+set -euo pipefail
+loom=$1
+python3 -c "import torch, transformers, safetensors" 2> /dev/null ||
+  { echo "skipped: python3 has no torch/transformers/safetensors"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+echo "1 7 42 3 9 90 13 55 0 27 64 8" > prompt.txt
+quiet=(--set backend.measure_gemm=false)
+
+compare() {  # compare LOOM_LOGITS HF_LOGITS WHAT
+  python3 - "$@" <<'PY'
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1])["logits"].double(), load_file(sys.argv[2])["logits"].double()
+assert a.shape == b.shape, (a.shape, b.shape)
+err = ((a - b).abs().max() / max(1.0, b.abs().max().item())).item()
+print(f"{sys.argv[3]}: logits {tuple(a.shape)}, max |loom - transformers| / max(1, max |hf|) = {err:.2e}")
+sys.exit(0 if err <= 1e-4 else 1)
+PY
+}
+
+hf_logits() {  # hf_logits HF_DIR OUT: transformers' logits of prompt.txt
+  python3 - "$@" <<'PY'
+import sys, torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32).eval()
+ids = torch.tensor([[int(t) for t in open("prompt.txt").read().split()]])
+with torch.no_grad():
+    save_file({"logits": m(ids).logits[0].float().contiguous()}, sys.argv[2])
+PY
+}
+
+echo "== transformers -> Loom"
+python3 <<'PY'
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                           initializer_range=0.2)).save_pretrained("hf-gpt2")
+LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=64, rope_theta=500000.0,
+                             tie_word_embeddings=False, initializer_range=0.2)).save_pretrained("hf-llama")
+PY
+for m in gpt2 llama; do
+  "$loom" import-hf hf-$m loom-$m
+  "$loom" generate --checkpoint loom-$m --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
+    --logits-out loom-$m.st "${quiet[@]}" > /dev/null
+  hf_logits hf-$m hf-$m.st
+  compare loom-$m.st hf-$m.st "transformers $m -> loom"
+done
+
+echo "== Loom -> transformers"
+cat > t.toml <<'TOML'
+[train]
+iters = 3
+micro_batch_size = 2
+seq_len = 16
+[backend]
+measure_gemm = false
+[model]
+n_layer = 2
+n_head = 4
+n_embd = 32
+max_seq_len = 32
+[tokenizer]
+plugin = "null"
+vocab_size = 95
+[data]
+plugin = "mock"
+TOML
+for style in gpt llama; do
+  sets=()
+  [ $style = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
+    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
+    --set model.bias=false)
+  "$loom" run t.toml "${sets[@]}" --set checkpoint.save=trained-$style 2> run.log ||
+    { tail -20 run.log; exit 1; }
+  "$loom" generate --checkpoint trained-$style --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
+    --logits-out trained-$style.st "${quiet[@]}" > /dev/null
+  "$loom" export-hf trained-$style trained-$style.hf
+  hf_logits trained-$style.hf trained-$style.hf.st
+  compare trained-$style.st trained-$style.hf.st "loom $style -> transformers"
+done

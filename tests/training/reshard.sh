@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# A checkpoint of one parallel layout resumes on any other and follows the straight run.
+# One rank trains 12 iterations straight. A source layout trains 6 and saves; each target
+# layout loads that checkpoint (model, f32 main parameters, Adam state, the distributed
+# optimizer's flat shards, a vocabulary padded for another TP size) and trains 6 more:
+#  - fp64: the final parameters within 1e-9 of the straight run, element by element
+#    (max |a-b| / max |a|), and every loss of iterations 7..12 within 1e-9 relative;
+#  - fp32: every loss of iterations 7..12 within 1e-5 relative, the final parameters within
+#    1e-5 in ||a-b|| / ||a|| (see equivalence.sh for why not per element).
+# Sources and targets:
+#   tp2pp2     -> tp1pp4, dp2 with the distributed optimizer, 1 rank, tp4, pp2 x vp2
+#   tp2dp2dist -> pp2 (whole optimizer state from flat shards), dp4dist (other flat shards)
+# and offline, `loom checkpoint convert` from tp2pp2 to tp1pp4, tp4 and pp2 x vp2, whose
+# output each target loads as its own files (no resharding at load).
+#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama)
+set -euo pipefail
+loom=$1 mpiexec=$2 model=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cat > "$dir/r.toml" <<'TOML'
+[train]
+seed = 5
+iters = 12
+micro_batch_size = 2
+global_batch_size = 8
+seq_len = 16
+[lr]
+max = 3e-3
+warmup_iters = 2
+decay_iters = 12   # the same schedule for the runs that stop at 6
+[optimizer]
+plugin = "adamw"
+eps = 1e-6         # see equivalence.sh: keeps the key bias's rounding noise small
+[backend]
+measure_gemm = false
+threads = 1
+[model]
+n_layer = 4
+n_head = 4
+n_embd = 32
+max_seq_len = 16
+[tokenizer]
+plugin = "byte"    # 257 tokens: the embedding pads to 384 rows at TP1, 512 at TP2 and TP4
+[data]
+plugin = "mock"
+num_documents = 200
+doc_length = 64
+[checkpoint]
+interval = 0
+TOML
+case $model in
+  gpt) model_set=() ;;
+  # GQA with 8 query and 4 key/value heads, so that TP4 divides both.
+  llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
+                    --set model.position=rope --set model.n_head=8 --set model.n_kv_head=4
+                    --set model.tie_embeddings=false --set model.bias=false) ;;
+  *) echo "unknown model $model" >&2; exit 2 ;;
+esac
+layout() {  # layout NAME -> np and sets
+  case $1 in
+    one) np=1 sets=() ;;
+    tp2pp2) np=4 sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
+    tp2dp2dist) np=4 sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
+    tp1pp4) np=4 sets=(--set parallel.pipeline=4) ;;
+    dp2dist) np=2 sets=(--set parallel.data=distributed-optimizer) ;;
+    dp4dist) np=4 sets=(--set parallel.data=distributed-optimizer) ;;
+    tp4) np=4 sets=(--set parallel.tensor=4) ;;
+    pp2) np=2 sets=(--set parallel.pipeline=2) ;;
+    pp2vp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
+                       --set parallel.schedule=interleaved-1f1b) ;;
+  esac
+}
+cd "$dir"
+run() {  # run LAYOUT DTYPE ARGS...
+  layout "$1"
+  local dtype=$2
+  shift 2
+  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+    "$loom" run r.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
+    --set precision.dtype="$dtype" "$@" 2>> log || { tail -30 log; exit 1; }
+}
+compare() {  # compare DTYPE TOL STRAIGHT.jsonl RESUMED.jsonl WHAT
+  python3 - "$@" <<'PY'
+import json, sys
+dtype, tol, a, b, what = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+straight = {r["iter"]: r for r in map(json.loads, open(a)) if "loss" in r}
+resumed = [r for r in map(json.loads, open(b)) if "loss" in r]
+assert [r["iter"] for r in resumed] == list(range(7, 13)), [r["iter"] for r in resumed]
+worst = 0.0
+for r in resumed:
+    x, y = straight[r["iter"]]["loss"], r["loss"]
+    rel = abs(x - y) / abs(x)
+    worst = max(worst, rel)
+    if rel > tol:
+        sys.exit(f"{what} {dtype} iter {r['iter']}: straight loss {x!r}, resharded {y!r}")
+print(f"{what} {dtype}: losses of iterations 7..12 within {worst:.1e} of the straight run")
+PY
+}
+for dtype in fp64 fp32; do
+  if [ $dtype = fp64 ]; then tol=1e-9 diff=(--rtol 1e-9); else tol=1e-5 diff=(--rtol 1e-5 --norm); fi
+  run one $dtype --set train.metrics=straight-$dtype.jsonl --set checkpoint.save=straight-$dtype
+  for src in tp2pp2 tp2dp2dist; do
+    run $src $dtype --set train.iters=6 --set checkpoint.save=src-$src-$dtype
+    case $src in
+      tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 convert:tp1pp4 convert:tp4 convert:pp2vp2" ;;
+      tp2dp2dist) targets="pp2 dp4dist" ;;
+    esac
+    for dst in $targets; do
+      what="$model $src -> $dst" load=src-$src-$dtype
+      if [[ $dst == convert:* ]]; then  # offline: the target's own files, loaded as they are
+        dst=${dst#convert:}
+        case $dst in
+          tp1pp4) conv=(--pipeline 4) ;;
+          tp4) conv=(--tensor 4) ;;
+          pp2vp2) conv=(--pipeline 2 --virtual-stages 2) ;;
+        esac
+        "$loom" checkpoint convert $load conv "${conv[@]}" 2>> log | tail -1
+        load=conv
+      fi
+      run $dst $dtype --set checkpoint.load=$load --set checkpoint.save=dst-$dtype \
+        --set train.metrics=dst-$src-$load-$dst-$dtype.jsonl
+      if [ $load = conv ]; then
+        ! grep -q "resharding" log || { echo "$what: a converted checkpoint was resharded"; exit 1; }
+        grep -q "resumed from" log || { echo "$what: did not resume"; exit 1; }
+        what="$model $src -> convert -> $dst"
+        rm -rf conv
+      else
+        grep -q "resharding" log || { echo "$what: the load did not reshard"; exit 1; }
+      fi
+      : > log
+      compare $dtype $tol straight-$dtype.jsonl dst-$src-$load-$dst-$dtype.jsonl "$what"
+      "$loom" checkpoint diff straight-$dtype dst-$dtype "${diff[@]}" | tail -3
+      rm -rf dst-$dtype
+    done
+  done
+done
