@@ -191,11 +191,18 @@ std::vector<std::string> files_of(const fs::path& folder, const std::string& kin
 
 ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0}; }
 
+// The parameter an optimizer tensor "<kind>.<parameter>" belongs to.
+std::string param_of(const std::string& state) {
+  const size_t dot = state.find('.');
+  return dot == std::string::npos ? state : state.substr(dot + 1);
+}
+
 void merge_model_files(const fs::path& folder, FullCheckpoint& out,
-                       std::map<std::string, nlohmann::json>& specs_by_tag) {
+                       std::map<std::string, nlohmann::json>& specs_by_tag,
+                       const ParamFilter& want) {
   for (const std::string& f : files_of(folder, "model")) {
     std::map<std::string, std::string> meta;
-    StFile part = read_safetensors(folder / f, &meta);
+    StFile part = read_safetensors(folder / f, &meta, want);
     const nlohmann::json shards = shard_meta(meta);
     specs_by_tag[rank_tag(f, "model")] = shards;
     for (auto& [name, t] : part) {
@@ -204,14 +211,15 @@ void merge_model_files(const fs::path& folder, FullCheckpoint& out,
                 out.model[name], what);
     }
   }
-  if (out.model.empty()) throw RunError(folder.string() + ": no model tensors");
+  if (out.model.empty() && !want) throw RunError(folder.string() + ": no model tensors");
 }
 
 // Optimizer files hold tensors "<kind>.<parameter>": whole or tensor-parallel shards of
 // the parameter, or (distributed optimizer) one data-parallel rank's flat slice of the
 // flattened tensor-parallel shard, at "flat_offset".
 void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
-                           const std::map<std::string, nlohmann::json>& model_specs) {
+                           const std::map<std::string, nlohmann::json>& model_specs,
+                           const ParamFilter& want) {
   struct Flat {
     ShardSpec spec;
     StTensor local;
@@ -221,14 +229,14 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
   std::map<std::string, Flat> flats;  // by rank tag and tensor name
   for (const std::string& f : files_of(folder, "optimizer")) {
     std::map<std::string, std::string> meta;
-    StFile part = read_safetensors(folder / f, &meta);
+    StFile part = read_safetensors(
+        folder / f, &meta, [&](const std::string& name) { return !want || want(param_of(name)); });
     const nlohmann::json shards = shard_meta(meta);
     const std::string tag = rank_tag(f, "optimizer");
     const auto model_it = model_specs.find(tag);
     for (auto& [name, t] : part) {
       const std::string what = (folder / f).string() + ": " + name;
-      const size_t dot = name.find('.');
-      const std::string pname = dot == std::string::npos ? name : name.substr(dot + 1);
+      const std::string pname = param_of(name);
       StFile* dst = name.rfind("main.", 0) == 0 ? &out.main : &out.optimizer;
       const std::string full_name = dst == &out.main ? pname : name;
       const nlohmann::json* e = shards.contains(pname) ? &shards.at(pname) : nullptr;
@@ -266,12 +274,13 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
 
 }  // namespace
 
-FullCheckpoint merge_checkpoint(const fs::path& folder, bool with_optimizer) {
+FullCheckpoint merge_checkpoint(const fs::path& folder, bool with_optimizer,
+                                const ParamFilter& want) {
   FullCheckpoint out;
   std::map<std::string, nlohmann::json> specs_by_tag;
-  merge_model_files(folder, out, specs_by_tag);
+  merge_model_files(folder, out, specs_by_tag, want);
   out.main = out.model;
-  if (with_optimizer) merge_optimizer_files(folder, out, specs_by_tag);
+  if (with_optimizer) merge_optimizer_files(folder, out, specs_by_tag, want);
   return out;
 }
 

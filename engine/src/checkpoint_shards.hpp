@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -57,7 +58,11 @@ StTensor take_shard(const ShardSpec& spec, const StTensor& full, int64_t vocab,
 struct FullCheckpoint {
   StFile model, main, optimizer;
 };
-// `folder` is a checkpoint folder whose files were verified (load_checkpoint).
-FullCheckpoint merge_checkpoint(const std::filesystem::path& folder, bool with_optimizer);
+// `folder` is a checkpoint folder whose files were verified (load_checkpoint). `want`, when
+// given, picks the parameters (by name) to merge, with their optimizer state: a rank of
+// another layout reads only the tensors it will hold.
+using ParamFilter = std::function<bool(const std::string&)>;
+FullCheckpoint merge_checkpoint(const std::filesystem::path& folder, bool with_optimizer,
+                                const ParamFilter& want = {});
 
 }  // namespace loom::engine

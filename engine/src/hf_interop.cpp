@@ -158,6 +158,8 @@ std::map<std::string, std::string> hf_origin(const fs::path& folder) {
 
 HfModel read_hf(const fs::path& dir) {
   HfModel m;
+  if (!fs::exists(dir / "config.json"))
+    throw RunError(dir.string() + ": not a Hugging Face model directory (no config.json)");
   m.config = read_json(dir / "config.json");
   m.arch = hf_arch_from_config(m.config, (dir / "config.json").string());
   StFile raw = read_hf_tensors(dir);

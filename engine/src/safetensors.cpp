@@ -110,7 +110,8 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::filesyst
 }
 
 StFile read_safetensors(const std::filesystem::path& path,
-                        std::map<std::string, std::string>* metadata) {
+                        std::map<std::string, std::string>* metadata,
+                        const std::function<bool(const std::string&)>& want) {
   auto fail = [&](const std::string& why) -> RunError {
     return RunError(path.string() + ": " + why);
   };
@@ -143,11 +144,12 @@ StFile read_safetensors(const std::filesystem::path& path,
       if (numel * es != off[1] - off[0])
         throw fail("tensor " + name + ": " + std::to_string(off[1] - off[0]) +
                    " bytes for shape of " + std::to_string(numel) + " elements");
+      ranges.push_back({off[0], off[1]});
+      if (want && !want(name)) continue;
       t.data.resize(off[1] - off[0]);
       in.seekg((std::streamoff)(8 + n + off[0]));
       in.read(reinterpret_cast<char*>(t.data.data()), (std::streamsize)t.data.size());
       if (!in) throw fail("truncated while reading tensor " + name);
-      ranges.push_back({off[0], off[1]});
       out.emplace(name, std::move(t));
     } catch (const nlohmann::json::exception& e) {
       throw fail("corrupt header entry for " + name + ": " + e.what());

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,8 +25,10 @@ void write_safetensors(const std::filesystem::path& path, const StFile& tensors,
 // Reads and validates a whole file: header well-formed, every range inside the file,
 // sizes consistent with dtype and shape, no overlaps, nothing missing at the end.
 // Throws RunError naming the file and what is wrong.
+// `want`, when given, picks the tensors to read (the header is checked whole either way).
 StFile read_safetensors(const std::filesystem::path& path,
-                        std::map<std::string, std::string>* metadata = nullptr);
+                        std::map<std::string, std::string>* metadata = nullptr,
+                        const std::function<bool(const std::string&)>& want = {});
 
 // The string metadata of a file ("__metadata__"), reading the header only.
 std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path);

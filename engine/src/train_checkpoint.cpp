@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint.hpp"
 #include "checkpoint_shards.hpp"
@@ -139,7 +140,7 @@ void TrainRun::resume() {
         "data={}{}",
         ck.folder.string(), from, layout.tensor, layout.pipeline, layout.virtual_stages,
         layout.data, sharded ? " (distributed optimizer)" : "");
-    load_full(merge_checkpoint(ck.folder, true), ck.folder.string(), true);
+    load_full(merge_checkpoint(ck.folder, true, own_params()), ck.folder.string(), true);
   }
   scaler.load(ck.state);
   auto taken = ck.state.find("optimizer_steps");
@@ -206,6 +207,13 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where,
       upload(be, local, n, t, where);
     }
   if (!sharded) main->to_model();
+}
+
+// Picks this rank's parameters by name: a rank of another layout reads only what it holds.
+ParamFilter TrainRun::own_params() const {
+  auto mine = std::make_shared<std::set<std::string>>();
+  for (const loom_model_param& p : params) mine->insert(p.name);
+  return [mine](const std::string& n) { return mine->count(n) > 0; };
 }
 
 // A tied tensor's copies follow the first stage's (tie group "embedding", checked at setup to

@@ -79,7 +79,7 @@ void TrainRun::finetune(const fs::path& dir) {
   } else {
     Checkpoint ck = load_checkpoint(dir, "", "");
     where = ck.folder.string();
-    full = merge_checkpoint(ck.folder, false);
+    full = merge_checkpoint(ck.folder, false, own_params());
     theirs = checkpoint_model_keys(ck.folder);
     hf_meta = hf_origin(ck.folder);
     for (const auto& e : fs::directory_iterator(ck.folder))

@@ -156,6 +156,7 @@ struct TrainRun {
   void load_own_files(const Checkpoint& ck);
   void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer);
   void sync_tied();
+  ParamFilter own_params() const;
   void create_model(int64_t vocab);
   void create_optimizer();
   void report_memory() const;

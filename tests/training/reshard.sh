@@ -11,7 +11,8 @@
 #   tp2pp2     -> tp1pp4, dp2 with the distributed optimizer, 1 rank, tp4, pp2 x vp2
 #   tp2dp2dist -> pp2 (whole optimizer state from flat shards), dp4dist (other flat shards)
 # and offline, `loom checkpoint convert` from tp2pp2 to tp1pp4, tp4 and pp2 x vp2, whose
-# output each target loads as its own files (no resharding at load).
+# output each target loads as its own files (no resharding at load); and bf16 with the
+# distributed optimizer's f32 main shards through convert and back, bitwise (at the end).
 #   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
@@ -134,3 +135,19 @@ for dtype in fp64 fp32; do
     done
   done
 done
+
+# Mixed precision: the distributed optimizer keeps f32 main parameters apart from the bf16
+# model ("main." flat shards). TP2 + DP2 (distributed optimizer) in bf16 trains 6
+# iterations; `convert` rewrites it as plain TP2 files (whole main parameters and state),
+# and TP2 + DP2 resumes from those by resharding onto the flat shards again. Nothing is
+# rounded on the way, so iterations 7..12 and the final checkpoint equal the straight
+# 12-iteration run bitwise.
+run tp2dp2dist bf16 --set train.metrics=straight-bf16.jsonl --set checkpoint.save=straight-bf16
+run tp2dp2dist bf16 --set train.iters=6 --set checkpoint.save=src-bf16
+"$loom" checkpoint convert src-bf16 conv-bf16 --tensor 2 2>> log | tail -1
+: > log
+run tp2dp2dist bf16 --set checkpoint.load=conv-bf16 --set checkpoint.save=dst-bf16 \
+  --set train.metrics=dst-bf16.jsonl
+grep -q "resharding" log || { echo "bf16: the load did not reshard"; exit 1; }
+compare bf16 0 straight-bf16.jsonl dst-bf16.jsonl "$model tp2dp2dist -> convert tp2 -> tp2dp2dist"
+"$loom" checkpoint diff straight-bf16 dst-bf16 --rtol 0 | tail -1
