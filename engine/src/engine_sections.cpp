@@ -30,6 +30,9 @@ constexpr loom_param_spec kTrain[] = {
     param("eval_iters", kInt, "10", "global batches per evaluation (Megatron's eval-iters)", 0,
           kInf),
     param("metrics", kString, "", "path of the JSON-lines metrics file; \"\" = none"),
+    param("tensorboard", kString, "",
+          "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
+          "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
 };
 

@@ -4,11 +4,14 @@
 // log lines every log_interval.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "tensorboard.hpp"
 #include "train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -25,9 +28,34 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+double steady_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// "42s", "3m07s", "2h05m"
+std::string human_duration(double s) {
+  char buf[32];
+  const int64_t t = (int64_t)std::llround(std::max(s, 0.0));
+  if (t < 60)
+    std::snprintf(buf, sizeof buf, "%llds", (long long)t);
+  else if (t < 3600)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600),
+                  (long long)(t % 3600 / 60));
+  return buf;
+}
+
 }  // namespace
 
-Metrics::Metrics(const TrainRun& run) : run_(run) {
+Metrics::~Metrics() = default;
+
+Metrics::Metrics(const TrainRun& run) : run_(run), started_(steady_s()) {
+  const std::string tb = run.recipe.get_string("train", "tensorboard");
+  if (!tb.empty() && run.rank == 0) {
+    tb_ = std::make_unique<TensorBoardWriter>(tb);
+    spdlog::info("TensorBoard events: {}", tb_->path().string());
+  }
   const std::string path = run.recipe.get_string("train", "metrics");
   if (path.empty() || run.rank != 0) return;
   if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
@@ -51,14 +79,29 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
     for (const auto& [name, value] : s.extra_losses) line["loss_" + name] = value;
     file_ << line.dump() << "\n" << std::flush;
   }
+  if (tb_) {  // Megatron's tag names where it has them
+    tb_->scalar("lm loss", iter, s.loss);
+    for (const auto& [name, value] : s.extra_losses) tb_->scalar(name + " loss", iter, value);
+    tb_->scalar("learning-rate", iter, s.lr);
+    tb_->scalar("grad-norm", iter, s.grad_norm);
+    tb_->scalar("loss-scale", iter, s.loss_scale);
+    tb_->scalar("throughput/tokens-per-second", iter, s.tokens_per_s);
+    tb_->scalar("throughput/mfu", iter, s.mfu);
+    tb_->scalar("memory/peak-bytes", iter, (double)mem_peak);
+    tb_->scalar("iteration-time", iter, s.seconds);
+  }
   if (iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters) {
     for (const auto& [name, value] : s.extra_losses)
       spdlog::info("iter {:>6}/{} | {} loss {:.4f}", iter, run_.iters, name, value);
+    // The ETA extrapolates this run's mean iteration time (evaluations and saves included).
+    const double elapsed = steady_s() - started_;
+    const double done = (double)std::max<int64_t>(iter - run_.start_iter, 1);
     spdlog::info(
         "iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | "
-        "mfu {:.1f}% | mem {}",
+        "mfu {:.1f}% | mem {} | elapsed {} | eta {}",
         iter, run_.iters, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
-        human_bytes((double)mem_peak));
+        human_bytes((double)mem_peak), human_duration(elapsed),
+        human_duration(elapsed / done * (double)(run_.iters - iter)));
   }
 }
 
@@ -67,6 +110,10 @@ void Metrics::eval(int64_t iter, double loss) {
                std::exp(loss));
   if (file_.is_open())
     file_ << nlohmann::json{{"iter", iter}, {"eval_loss", loss}}.dump() << "\n" << std::flush;
+  if (tb_) {
+    tb_->scalar("lm loss validation", iter, loss);
+    tb_->scalar("lm loss validation ppl", iter, std::exp(loss));
+  }
 }
 
 }  // namespace loom::engine

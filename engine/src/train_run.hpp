@@ -80,6 +80,8 @@ struct StepStats {
   bool stepped = true;
 };
 
+class TensorBoardWriter;
+
 struct TrainRun {
   // Composes the run (COLLECTIVE over the world: every rank builds its part of the layout).
   TrainRun(Recipe& recipe, Registry& registry);
@@ -166,12 +168,15 @@ struct TrainRun {
 class Metrics {
  public:
   explicit Metrics(const TrainRun& run);
+  ~Metrics();
   void step(int64_t iter, const StepStats& s, int64_t mem_peak);
   void eval(int64_t iter, double loss);
 
  private:
   const TrainRun& run_;
   std::ofstream file_;
+  std::unique_ptr<TensorBoardWriter> tb_;  // train.tensorboard, world rank 0
+  double started_ = 0;                     // steady-clock seconds at construction
 };
 
 }  // namespace loom::engine
