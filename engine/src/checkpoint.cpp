@@ -160,18 +160,24 @@ Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
   if (m.contains("state")) c.state = m.at("state").get<std::map<std::string, double>>();
   if (m.contains("parallel")) c.parallel = m.at("parallel").get<std::map<std::string, int64_t>>();
   c.folder = path;
+  for (auto& [f, info] : m.at("files").items()) c.files.insert(f);
+  read_rank_files(c, model_file, optimizer_file);
+  return c;
+}
+
+void read_rank_files(Checkpoint& c, const std::string& model_file,
+                     const std::string& optimizer_file) {
   c.model_file = model_file;
   c.optimizer_file = optimizer_file;
   for (auto [file, tensors, meta] : {std::tuple{model_file, &c.model, &c.model_meta},
                                      std::tuple{optimizer_file, &c.optimizer, &c.optimizer_meta}}) {
     if (file.empty()) continue;
-    if (!m.at("files").contains(file))
-      throw RunError(path.string() + ": no " + file +
+    if (!c.files.count(file))
+      throw RunError(c.folder.string() + ": no " + file +
                      " (saved with another parallel layout? the manifest says " +
-                     m.value("parallel", nlohmann::json::object()).dump() + ")");
-    *tensors = read_safetensors(path / file, meta);
+                     nlohmann::json(c.parallel).dump() + ")");
+    *tensors = read_safetensors(c.folder / file, meta);
   }
-  return c;
 }
 
 }  // namespace loom::engine

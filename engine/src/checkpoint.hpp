@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct Checkpoint {
   std::map<std::string, int64_t> parallel = {{"tensor", 1}, {"pipeline", 1}, {"data", 1}};
   std::map<std::string, double> state;  // the loop's own state (the fp16 loss scale, ...)
   std::filesystem::path folder;         // where it was loaded from (verified)
+  std::set<std::string> files;          // the files its manifest lists
   // Files this process writes besides its own: an offline conversion writes every rank's.
   struct File {
     std::string name;
@@ -67,6 +69,11 @@ Checkpoint load_checkpoint(const std::filesystem::path& dir,
 // Every model tensor of a checkpoint as a full tensor: the shards of each rank's model
 // file put in place by their metadata (a single-rank checkpoint is returned as it is).
 StFile merge_model(const std::filesystem::path& dir);
+
+// Reads the named model and optimizer files ("" = none) of a checkpoint load_checkpoint
+// already verified (its folder and manifest list), without hashing everything again.
+void read_rank_files(Checkpoint& c, const std::string& model_file,
+                     const std::string& optimizer_file);
 
 // The folder load_checkpoint would read, or "" when `dir` holds no checkpoint.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir);

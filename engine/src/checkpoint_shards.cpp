@@ -189,13 +189,22 @@ std::vector<std::string> files_of(const fs::path& folder, const std::string& kin
   return out;
 }
 
-ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0}; }
+}  // namespace
 
-// The parameter an optimizer tensor "<kind>.<parameter>" belongs to.
 std::string param_of(const std::string& state) {
   const size_t dot = state.find('.');
   return dot == std::string::npos ? state : state.substr(dot + 1);
 }
+
+std::map<std::string, std::string> model_metadata(const fs::path& folder) {
+  const std::vector<std::string> files = files_of(folder, "model");
+  return files.empty() ? std::map<std::string, std::string>{}
+                       : read_safetensors_metadata(folder / files.front());
+}
+
+namespace {
+
+ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0}; }
 
 void merge_model_files(const fs::path& folder, FullCheckpoint& out,
                        std::map<std::string, nlohmann::json>& specs_by_tag,

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ std::string checkpoint_file(const std::string& kind, const loom_parallel_layout&
 
 // The "loom.shards" entry of a rank's parameter: where its shard sits in the full tensor.
 nlohmann::json shard_entry(const loom_model_param& p, const loom_parallel_layout& l);
+
+// The parameter an optimizer state tensor "<kind>.<parameter>" belongs to.
+std::string param_of(const std::string& state);
+
+// The string metadata of a checkpoint folder's (first) model file: "loom.vocab", what an
+// import came from ("loom.hf_config", "loom.hf_dtype"); empty without a model file.
+std::map<std::string, std::string> model_metadata(const std::filesystem::path& folder);
 
 // Copies `local` into its place in `full` (allocated to spec.full on first use).
 void put_shard(const ShardSpec& spec, const StTensor& local, StTensor& full,

@@ -102,8 +102,10 @@ namespace {
 // saved) in the model file and their optimizer state in the optimizer file, listed by the
 // model plugin itself for that rank (Session::assume_rank), so the split dims, q|k|v
 // blocks, stage boundaries and tied copies are the model's own.
+// `states`: the optimizer state names of each parameter.
 void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
-                  const FullCheckpoint& full, Checkpoint& out) {
+                  const FullCheckpoint& full,
+                  const std::map<std::string, std::vector<std::string>>& states, Checkpoint& out) {
   Session session(recipe, registry);
   session.assume_rank(world, rank);
   const loom_parallel_layout& l = session.layout();
@@ -135,12 +137,9 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
         model_entries[name] = entry;
       }
       opt_entries[name] = {{"param", entry}};
-      const std::string suffix = "." + name;
-      for (auto& [state, t] : full.optimizer)
-        if (state.size() > suffix.size() &&
-            state.compare(state.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-            state.find('.') == state.size() - suffix.size())
-          opt.tensors[state] = take_shard(spec, t, vocab, state);
+      if (auto it = states.find(name); it != states.end())
+        for (const std::string& state : it->second)
+          opt.tensors[state] = take_shard(spec, full.optimizer.at(state), vocab, state);
     }
   }
   model.meta = {{"loom.shards", model_entries.dump()}, {"loom.vocab", std::to_string(vocab)}};
@@ -180,7 +179,9 @@ void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, in
                   {"data", 1},
                   {"sharded_optimizer", 0}};
   const int world = tensor * pipeline;
-  for (int r = 0; r < world; ++r) convert_rank(recipe, registry, world, r, full, out);
+  std::map<std::string, std::vector<std::string>> states;
+  for (const auto& [state, t] : full.optimizer) states[param_of(state)].push_back(state);
+  for (int r = 0; r < world; ++r) convert_rank(recipe, registry, world, r, full, states, out);
   save_checkpoint(dst, out);
   std::cout << "converted " << in.folder.string() << " (iteration " << in.iteration << ") to "
             << dst.string() << ": tensor " << tensor << ", pipeline " << pipeline

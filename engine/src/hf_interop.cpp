@@ -146,13 +146,8 @@ bool is_hf_dir(const fs::path& dir) {
 
 std::map<std::string, std::string> hf_origin(const fs::path& folder) {
   std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(folder))
-    if (e.path().filename().string().rfind("model", 0) == 0 &&
-        e.path().extension() == ".safetensors") {
-      for (auto& [k, v] : read_safetensors_metadata(e.path()))
-        if (k.rfind("loom.hf_", 0) == 0) out[k] = v;
-      break;
-    }
+  for (auto& [k, v] : model_metadata(folder))
+    if (k.rfind("loom.hf_", 0) == 0) out[k] = v;
   return out;
 }
 
@@ -267,12 +262,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
                const std::string& dtype_arg, uint64_t max_shard_bytes) {
   Checkpoint ck = load_checkpoint(checkpoint, "", "");
   const FullCheckpoint full = merge_checkpoint(ck.folder, false);
-  std::map<std::string, std::string> meta;
-  for (const auto& e : fs::directory_iterator(ck.folder))
-    if (e.path().filename().string().rfind("model", 0) == 0) {
-      meta = read_safetensors_metadata(e.path());
-      break;
-    }
+  std::map<std::string, std::string> meta = model_metadata(ck.folder);
   Recipe recipe = Recipe::load(ck.folder / "recipe.toml", {"comm.plugin=single"});
   recipe.validate(registry);
   if (recipe.plugin("model") != "gpt")

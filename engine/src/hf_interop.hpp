@@ -42,9 +42,13 @@ HfArch hf_arch_from_config(const nlohmann::json& config, const std::string& wher
 // The mapping and config.json for a Loom [model] section (resolved values, TOML literals)
 // and its real vocabulary; `base` (a config this model was imported from, or null) keeps
 // keys Loom does not own (token ids, ...).
-std::pair<HfArch, nlohmann::json> hf_arch_from_model(
-    const std::map<std::string, std::string>& model_keys, int64_t vocab, const nlohmann::json& base,
-    const std::string& torch_dtype);
+std::pair<HfArch, nlohmann::json> hf_arch_from_model(std::map<std::string, std::string> model_keys,
+                                                     int64_t vocab, const nlohmann::json& base,
+                                                     const std::string& torch_dtype);
+// [model] keys (TOML literals) with the derived defaults made explicit: n_kv_head 0 = n_head,
+// ffn_hidden 0 = 4 x n_embd (gelu) or 8 x n_embd / 3 rounded up to 256 (swiglu), as
+// model/gpt's options define them.
+void resolve_model_defaults(std::map<std::string, std::string>& model_keys);
 
 // A Hugging Face directory read into full Loom tensors (f32, vocabulary rows unpadded).
 struct HfModel {

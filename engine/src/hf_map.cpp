@@ -157,6 +157,16 @@ const std::initializer_list<const char*> kBenign = {
 
 }  // namespace
 
+void resolve_model_defaults(std::map<std::string, std::string>& k) {
+  if (k.count("n_kv_head") && k["n_kv_head"] == "0" && k.count("n_head"))
+    k["n_kv_head"] = k["n_head"];
+  if (k.count("ffn_hidden") && k["ffn_hidden"] == "0" && k.count("n_embd")) {
+    const int64_t C = std::stoll(k["n_embd"]);
+    const bool gated = k.count("activation") && k["activation"] == "\"swiglu\"";
+    k["ffn_hidden"] = std::to_string(gated ? (8 * C / 3 + 255) / 256 * 256 : 4 * C);
+  }
+}
+
 HfArch hf_arch_from_config(const json& config, const std::string& where) {
   ConfigReader r(config, where);
   r.benign(kBenign);
@@ -227,9 +237,9 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
   return a;
 }
 
-std::pair<HfArch, json> hf_arch_from_model(const std::map<std::string, std::string>& k,
-                                           int64_t vocab, const json& base,
-                                           const std::string& torch_dtype) {
+std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k, int64_t vocab,
+                                           const json& base, const std::string& torch_dtype) {
+  resolve_model_defaults(k);
   auto at = [&](const char* key) {
     auto it = k.find(key);
     if (it == k.end()) throw RunError(std::string("export-hf: the recipe has no model.") + key);
@@ -245,9 +255,7 @@ std::pair<HfArch, json> hf_arch_from_model(const std::map<std::string, std::stri
   const std::string arch = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
   Dims d{};
   d.L = num("n_layer"), d.H = num("n_head"), d.C = num("n_embd"), d.V = vocab;
-  d.KV = num("n_kv_head") > 0 ? num("n_kv_head") : d.H, d.P = num("max_seq_len");
-  d.F = num("ffn_hidden");
-  if (d.F == 0) d.F = llama ? (8 * d.C / 3 + 255) / 256 * 256 : 4 * d.C;
+  d.KV = num("n_kv_head"), d.P = num("max_seq_len"), d.F = num("ffn_hidden");
   need("attention_window", "0", arch);
   json c = base.is_object() ? base : json::object();
   c["torch_dtype"] = torch_dtype;

@@ -4,6 +4,7 @@
 // checkpoint.cpp's atomic, verified directories.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -122,15 +123,14 @@ void TrainRun::resume() {
   }
   Checkpoint ck = load_checkpoint(load_dir, "", "");
   hf_meta = hf_origin(ck.folder);
-  bool has_optimizer = false;
-  for (const auto& e : std::filesystem::directory_iterator(ck.folder))
-    has_optimizer |= e.path().filename().string().rfind("optimizer", 0) == 0;
+  const bool has_optimizer = std::any_of(
+      ck.files.begin(), ck.files.end(), [](const auto& f) { return f.rfind("optimizer", 0) == 0; });
   if (!has_optimizer)
     throw UsageError("checkpoint.load = \"" + load_dir + "\": " + ck.folder.string() +
                      " holds weights but no optimizer state (an import?); start from it with "
                      "checkpoint.finetune instead");
   if (same_layout(ck.parallel)) {
-    ck = load_checkpoint(ck.folder, model_file, opt_file);
+    read_rank_files(ck, model_file, opt_file);
     load_own_files(ck);
   } else {
     std::string from;
@@ -197,8 +197,8 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where,
   }
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) {
-      const std::string n = name, pname = n.substr(n.find('.') + 1);
-      auto it = index.find(pname);
+      const std::string n = name;
+      auto it = index.find(param_of(n));
       if (it == index.end()) throw RunError("optimizer state " + n + " names no parameter");
       const size_t i = it->second;
       StTensor local =

@@ -41,17 +41,6 @@ std::map<std::string, std::string> checkpoint_model_keys(const fs::path& folder)
   return out;
 }
 
-// Keys whose 0 means "derived from the others".
-void resolve_defaults(std::map<std::string, std::string>& k) {
-  if (k.count("n_kv_head") && k["n_kv_head"] == "0" && k.count("n_head"))
-    k["n_kv_head"] = k["n_head"];
-  if (k.count("ffn_hidden") && k["ffn_hidden"] == "0" && k.count("n_embd")) {
-    const int64_t C = std::stoll(k["n_embd"]);
-    const bool gated = k.count("activation") && k["activation"] == "\"swiglu\"";
-    k["ffn_hidden"] = std::to_string(gated ? (8 * C / 3 + 255) / 256 * 256 : 4 * C);
-  }
-}
-
 bool same_value(const std::string& a, const std::string& b) {
   if (a == b) return true;
   try {
@@ -82,17 +71,13 @@ void TrainRun::finetune(const fs::path& dir) {
     full = merge_checkpoint(ck.folder, false, own_params());
     theirs = checkpoint_model_keys(ck.folder);
     hf_meta = hf_origin(ck.folder);
-    for (const auto& e : fs::directory_iterator(ck.folder))
-      if (e.path().filename().string().rfind("model", 0) == 0) {
-        auto meta = read_safetensors_metadata(e.path());
-        if (meta.count("loom.vocab")) their_vocab = std::stoll(meta["loom.vocab"]);
-        break;
-      }
+    const auto meta = model_metadata(ck.folder);
+    if (auto it = meta.find("loom.vocab"); it != meta.end()) their_vocab = std::stoll(it->second);
   }
   std::map<std::string, std::string> ours;
   for (auto& [k, v] : recipe.section("model").values) ours[k] = toml_literal(v);
-  resolve_defaults(ours);
-  resolve_defaults(theirs);
+  resolve_model_defaults(ours);
+  resolve_model_defaults(theirs);
   // Initialisation and vocabulary padding do not describe the trained function.
   for (const char* k : {"init_std", "pad_vocab_to"}) theirs.erase(k);
   for (auto& [k, v] : theirs) {
