@@ -95,6 +95,19 @@ constexpr loom_param_spec kParallel[] = {
           "virtual_stages), gpipe, ..."),
 };
 
+// `loom serve`'s chat template (OpenAI /v1/chat/completions): every message becomes
+// message_template with {role} and {content} replaced, then generation_prompt opens the
+// assistant's turn; the reply ends at stop (or the end-of-document token). The defaults are
+// ChatML's.
+constexpr loom_param_spec kServe[] = {
+    param("chat_template", kString, "<|im_start|>{role}\n{content}<|im_end|>\n",
+          "one chat message as text: {role} and {content} are replaced"),
+    param("chat_generation_prompt", kString, "<|im_start|>assistant\n",
+          "text after the messages that opens the assistant's reply"),
+    param("chat_stop", kString, "<|im_end|>",
+          "the reply ends before this text; \"\" = only at the end-of-document token"),
+};
+
 template <size_t N>
 EngineSection section(const char* name, const loom_param_spec (&params)[N], const char* doc) {
   return EngineSection{name, params, N, doc};
@@ -147,6 +160,7 @@ const std::vector<EngineSection>& engine_sections() {
       section("lr", kLr, "the learning-rate schedule"),
       section("parallel", kParallel,
               "parallel layout; also takes the keys of the parallel plugin named by `data`"),
+      section("serve", kServe, "`loom serve`: the chat template of /v1/chat/completions"),
   };
   return sections;
 }

@@ -3,6 +3,7 @@
 #include "hf_interop.hpp"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -351,6 +352,24 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
               config["architectures"][0].get<std::string>().c_str(), torch_dtype_of(dtype),
               used.size(), shards.size(), shards.size() == 1 ? "" : "s", copied,
               out.string().c_str());
+}
+
+CheckpointSource::CheckpointSource(const fs::path& path) {
+  if (is_hf_dir(path)) {  // through import-hf's own mapping
+    scratch_ = fs::temp_directory_path() /
+               ("loom-import-" + std::to_string(::getpid()) + "-" +
+                std::to_string(std::hash<std::string>{}(fs::absolute(path).string())));
+    fs::remove_all(scratch_);
+    import_hf(path, scratch_);
+    dir_ = resolve_checkpoint(scratch_);
+  } else {
+    dir_ = resolve_checkpoint(path);
+  }
+}
+
+CheckpointSource::~CheckpointSource() {
+  std::error_code ec;
+  if (!scratch_.empty()) fs::remove_all(scratch_, ec);
 }
 
 }  // namespace loom::engine

@@ -64,6 +64,21 @@ bool is_hf_dir(const std::filesystem::path& dir);
 std::map<std::string, std::string> hf_origin(const std::filesystem::path& folder);
 HfModel read_hf(const std::filesystem::path& dir);
 
+// The Loom checkpoint a command reads for `path`: a checkpoint (or its parent with
+// `latest`) as it is, or a Hugging Face directory imported into a scratch checkpoint that is
+// removed with this object. dir() is empty when `path` holds neither.
+class CheckpointSource {
+ public:
+  explicit CheckpointSource(const std::filesystem::path& path);
+  ~CheckpointSource();
+  CheckpointSource(const CheckpointSource&) = delete;
+  CheckpointSource& operator=(const CheckpointSource&) = delete;
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_, scratch_;
+};
+
 // `loom import-hf HF_DIR OUT`: a Loom checkpoint (iteration 0, no optimizer state) whose
 // recipe.toml holds the model keys and a tokenizer from the directory's files.
 void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& out);

@@ -14,6 +14,7 @@
 #include "data_inspect.hpp"
 #include "data_samples.hpp"
 #include "errors.hpp"
+#include "eval.hpp"
 #include "generate.hpp"
 #include "hf_interop.hpp"
 #include "log.hpp"
@@ -23,6 +24,7 @@
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
 #include "registry.hpp"
+#include "serve.hpp"
 #include "train.hpp"
 
 namespace po = boost::program_options;
@@ -40,6 +42,8 @@ const char* const kUsage =
     "  plugins [--load]                          list plugins and refused libraries\n"
     "  plugins describe KIND/NAME                a plugin's description and recipe keys\n"
     "  generate --checkpoint DIR --prompt TEXT   sample text from a checkpoint\n"
+    "  serve --checkpoint DIR [--port 5000]      HTTP: Megatron's /api, OpenAI's /v1/...\n"
+    "  eval --checkpoint DIR --task T --data F   WikiText perplexity or LAMBADA accuracy\n"
     "  data samples RECIPE --split S --count N   the first samples of a split, in training order\n"
     "  data inspect PREFIX [--tokenizer NAME]    what a .bin/.idx indexed dataset holds\n"
     "  preprocess --input F --output-prefix P    JSON lines -> Megatron .bin/.idx (see --help)\n"
@@ -307,6 +311,80 @@ int cmd_generate(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_serve(const std::vector<std::string>& args) {
+  Command c("serve", "--checkpoint DIR [options]");
+  ServeOptions o;
+  c.options.add_options()("checkpoint", po::value<std::string>(),
+                          "checkpoint directory (or its parent, with `latest`), or a Hugging "
+                          "Face GPT-2/Llama directory")(
+      "host", po::value<std::string>(&o.host)->default_value(o.host), "address to listen on")(
+      "port", po::value<int>(&o.port)->default_value(o.port), "port; 0 = any free one")(
+      "port-file", po::value<std::string>(), "write the port listened on to this file")(
+      "model-name", po::value<std::string>(&o.model_name),
+      "the model's id in /v1/models and responses (default: the checkpoint folder's name)")(
+      "max-batch", po::value<int64_t>(&o.max_batch)->default_value(o.max_batch),
+      "sequences decoded together (continuous batching)")(
+      "max-queue", po::value<int64_t>(&o.max_queue)->default_value(o.max_queue),
+      "requests waiting for a free sequence; beyond, 503")(
+      "max-len", po::value<int64_t>(&o.max_len)->default_value(o.max_len),
+      "tokens per sequence, prompt included; 0 = the model's context (or train.seq_len)")(
+      "max-body", po::value<int64_t>(&o.max_body)->default_value(o.max_body),
+      "largest request body in bytes; beyond, 413")(
+      "max-connections", po::value<int64_t>(&o.max_connections)->default_value(o.max_connections),
+      "open connections; beyond, 503");
+  add_set_option(c);
+  if (!c.parse(args)) return 0;
+  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
+  o.overrides = c.list("set");
+  if (c.vm.count("port-file")) o.port_file = c.vm["port-file"].as<std::string>();
+  if (o.port < 0 || o.port > 65535) throw UsageError("loom serve: --port must be 0..65535");
+  for (auto [v, name] : {std::pair{o.max_batch, "--max-batch"},
+                         {o.max_body, "--max-body"},
+                         {o.max_connections, "--max-connections"}})
+    if (v < 1) throw UsageError(std::string("loom serve: ") + name + " must be >= 1");
+  if (o.max_queue < 0 || o.max_len < 0)
+    throw UsageError("loom serve: --max-queue and --max-len must be >= 0");
+  Registry registry;
+  registry.discover(true);
+  serve(o, registry);
+  return 0;
+}
+
+int cmd_eval(const std::vector<std::string>& args) {
+  Command c("eval", "--checkpoint DIR --task wikitext|lambada --data FILE [options]");
+  EvalOptions o;
+  c.options.add_options()("checkpoint", po::value<std::string>(),
+                          "checkpoint directory (any layout), or a Hugging Face GPT-2/Llama "
+                          "directory")("task", po::value<std::string>(&o.task),
+                                       "wikitext (perplexity) or lambada (cloze accuracy)")(
+      "data", po::value<std::string>(),
+      "wikitext: the raw text file (wiki.test.tokens); lambada: JSON lines with \"text\"")(
+      "seq-len", po::value<int64_t>(&o.seq_len)->default_value(0),
+      "tokens per window; 0 = the checkpoint's train.seq_len")(
+      "overlapping-eval", po::value<int64_t>(&o.overlapping)->default_value(o.overlapping),
+      "wikitext: stride of the windows; each window after the first scores its last this many "
+      "tokens (Megatron's --overlapping-eval)")(
+      "strict", po::bool_switch(&o.strict),
+      "lambada: predict the whole last word, not just its last token (Megatron's "
+      "--strict-lambada)")("micro-batch", po::value<int64_t>(&o.micro_batch)->default_value(0),
+                           "samples per micro-batch; 0 = the checkpoint's train.micro_batch_size")(
+      "output", po::value<std::string>(), "also write the results to this JSON file");
+  add_set_option(c);
+  if (!c.parse(args)) return 0;
+  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
+  o.data = c.required<std::string>("data", "--data FILE");
+  if (o.task.empty()) throw UsageError("loom eval: --task wikitext|lambada is required");
+  if (c.vm.count("output")) o.output = c.vm["output"].as<std::string>();
+  o.overrides = c.list("set");
+  if (o.overlapping < 1 || o.seq_len < 0 || o.micro_batch < 0)
+    throw UsageError(
+        "loom eval: --overlapping-eval must be >= 1, --seq-len and --micro-batch >= 0");
+  Registry registry;
+  registry.discover(true);
+  evaluate_checkpoint(o, registry);
+  return 0;
+}
+
 int cmd_pack(const std::vector<std::string>& args) {
   Command c("pack", "DIR [-o OUT.tar.gz]");
   c.hidden.add_options()("dir", po::value<std::string>(),
@@ -481,6 +559,8 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "validate") return cmd_validate(rest);
   if (cmd == "plugins") return cmd_plugins(rest);
   if (cmd == "generate") return cmd_generate(rest);
+  if (cmd == "serve") return cmd_serve(rest);
+  if (cmd == "eval") return cmd_eval(rest);
   if (cmd == "pack") return cmd_pack(rest);
   if (cmd == "checkpoint") return cmd_checkpoint(rest);
   if (cmd == "import-hf") return cmd_import_hf(rest);
@@ -491,8 +571,8 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "data") return cmd_data(rest);
   if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
   std::string guess =
-      nearest(cmd, {"run", "validate", "plugins", "generate", "pack", "install", "version", "data",
-                    "preprocess", "checkpoint", "import-hf", "export-hf"});
+      nearest(cmd, {"run", "validate", "plugins", "generate", "serve", "eval", "pack", "install",
+                    "version", "data", "preprocess", "checkpoint", "import-hf", "export-hf"});
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }

@@ -46,6 +46,9 @@ class Recipe {
   // not parse as one (--set model.activation=gelu); a --set value for a string key is
   // always taken as written.
   static Recipe load(const std::filesystem::path& path, const std::vector<std::string>& overrides);
+  // Forgets what the recipe says in `section` (before validate): a saved run's [data] when
+  // `loom eval` reads its own files.
+  void drop_section(const std::string& section) { raw_.erase(section); }
   // Checks every section and key against the engine's sections and the schemas of the
   // plugins the recipe selects, fills defaults, checks types and ranges.
   // Throws UsageError: "<file>:<line>: unknown key 'model.n_layr'; did you mean 'n_layer'?"

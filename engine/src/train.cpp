@@ -18,19 +18,8 @@ namespace {
 // Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
 // summed over them and over the data-parallel ranks.
 std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
-  loom_schedule_args a{};
-  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
-  a.model_api = r.mapi;
-  a.chunks = r.chunks.data();
-  a.num_chunks = r.chunks.size();
-  a.num_microbatches = micro;
-  a.batch = r.mbs;
-  a.seq_len = r.seq_len;
-  a.loss_scale = r.feed.loss_scale;
-  a.get_microbatch = &Feed::get;
-  a.user = &r.feed;
-  a.forward_only = forward_only ? 1 : 0;
-  check(r.schedule.first->run(r.schedule.second, &a), "pipeline schedule");
+  const loom_schedule_args a =
+      r.run_schedule(micro, forward_only, r.feed.loss_scale, &Feed::get, &r.feed);
   if (a.num_losses == 0 || a.losses == nullptr)
     throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported no loss terms");
   std::vector<LossTerm> terms;
@@ -121,6 +110,25 @@ StepStats train_step(TrainRun& r, int64_t it) {
 }
 
 }  // namespace
+
+loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, double loss_scale,
+                                          loom_error* (*get)(void*, int64_t, loom_microbatch*),
+                                          void* user) {
+  loom_schedule_args a{};
+  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
+  a.model_api = mapi;
+  a.chunks = chunks.data();
+  a.num_chunks = chunks.size();
+  a.num_microbatches = micro;
+  a.batch = mbs;
+  a.seq_len = seq_len;
+  a.loss_scale = loss_scale;
+  a.get_microbatch = get;
+  a.user = user;
+  a.forward_only = forward_only ? 1 : 0;
+  check(schedule.first->run(schedule.second, &a), "pipeline schedule");
+  return a;
+}
 
 void run_training(Recipe& recipe, Registry& registry) {
   TrainRun r(recipe, registry);

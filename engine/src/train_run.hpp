@@ -96,6 +96,10 @@ struct TrainRun {
   void finetune(const std::filesystem::path& dir);
   // A checkpoint of the current state under checkpoint.save (COLLECTIVE over the world).
   void save(int64_t iteration);
+  // Runs `micro` micro-batches of mbs x seq_len from get(user, i, ...) through the pipeline
+  // schedule (COLLECTIVE over the world); the schedule's loss terms are in a.losses.
+  loom_schedule_args run_schedule(int64_t micro, bool forward_only, double loss_scale,
+                                  loom_error* (*get)(void*, int64_t, loom_microbatch*), void* user);
 
   Recipe& recipe;
 

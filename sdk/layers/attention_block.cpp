@@ -40,9 +40,16 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View xf = view(a.ln1_full, {N, C});
   qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
               {qv.get(), kv.get(), vv.get()});
-  if (rope) {
+  if (rope && !s.pos) {
     loom::rope_forward(c.be, qv.get(), s.pos0, rope_theta);
     loom::rope_forward(c.be, kv.get(), s.pos0, rope_theta);
+  } else if (rope) {  // each sequence from its own position
+    for (int64_t b = 0; b < B; ++b) {
+      View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
+      View kb = view(a.k, {1, T, Hkv, D}, b * T * Hkv * D);
+      loom::rope_forward(c.be, qb.get(), s.start(b), rope_theta);
+      loom::rope_forward(c.be, kb.get(), s.start(b), rope_theta);
+    }
   }
   const double scale = 1.0 / std::sqrt((double)D);
   loom_attention_fwd_args f{};
@@ -59,22 +66,21 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     f.lse = lse;
     loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
   } else {
-    // Generation: append the new k/v at [pos0, pos0+T) of each sequence's cache, then let
-    // the T queries (the last T of S = pos0+T positions) attend to the cache, one sequence
-    // at a time so that every operand is a compact view.
-    const int64_t S = s.pos0 + T, kvrow = Hkv * D;
+    // Generation: append the new k/v at [p, p+T) of each sequence's cache row (p its
+    // start), then let its T queries (the last T of S = p+T positions) attend to that row,
+    // one sequence at a time so that every operand is a compact view.
+    const int64_t kvrow = Hkv * D;
     for (int64_t b = 0; b < B; ++b) {
-      View kdst = view(cache->k, {T, Hkv, D}, (b * cache_max + s.pos0) * kvrow);
-      View vdst = view(cache->v, {T, Hkv, D}, (b * cache_max + s.pos0) * kvrow);
+      const int64_t row = s.row(b) * cache_max * kvrow, p = s.start(b), S = p + T;
+      View kdst = view(cache->k, {T, Hkv, D}, row + p * kvrow);
+      View vdst = view(cache->v, {T, Hkv, D}, row + p * kvrow);
       View ksrc = view(a.k, {T, Hkv, D}, b * T * kvrow);
       View vsrc = view(a.v, {T, Hkv, D}, b * T * kvrow);
       c.call(&loom_ops::copy, kdst.get(), (const DLTensor*)ksrc);
       c.call(&loom_ops::copy, vdst.get(), (const DLTensor*)vsrc);
-    }
-    for (int64_t b = 0; b < B; ++b) {
       View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
-      View kb = view(cache->k, {1, S, Hkv, D}, b * cache_max * kvrow);
-      View vb = view(cache->v, {1, S, Hkv, D}, b * cache_max * kvrow);
+      View kb = view(cache->k, {1, S, Hkv, D}, row);
+      View vb = view(cache->v, {1, S, Hkv, D}, row);
       View ob = view(a.att, {1, T, Hq, D}, b * T * Hq * D);
       f.q = qb;
       f.k = kb;

@@ -1,9 +1,11 @@
 // Loom layer library, generation: a KV cache per layer and incremental decoding.
 //
-// decode(tokens(B,n)) runs the n new tokens of every sequence at positions [cur, cur+n)
-// through the stack; each layer appends their k/v to its cache and the queries attend
-// causally to the cache (the attention plugin with T = n, S = cur + n). Only the last
-// position's hidden state goes through the LM head.
+// decode_slots(tokens(B,n)) runs the n new tokens of each listed cache slot at positions
+// [len, len+n) of that slot through the stack; each layer appends their k/v to the slot's
+// cache row and the queries attend causally to it (the attention plugin with T = n,
+// S = len + n). Only the last position's hidden state goes through the LM head. Slots have
+// their own lengths, so sequences join and leave a running batch (continuous batching);
+// decode is decode_slots over every slot.
 #include <string>
 
 #include "loom/cpp/layers/decoder.hpp"
@@ -19,27 +21,55 @@ void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
   loom::require(opt_.rope || max_len <= opt_.max_seq_len,
                 who_ + ": kv_reset max_len " + std::to_string(max_len) + " exceeds max_seq_len " +
                     std::to_string(opt_.max_seq_len) + " (the learned position table)");
-  if (batch != cache_batch_ || max_len != cache_max_) {
+  if (batch != (int64_t)slot_len_.size() || max_len != cache_max_) {
     cache_.clear();
     cache_.resize(opt_.n_layer);
     for (auto& c : cache_) {
       c.k = ctx_.alloc({batch, max_len, opt_.n_kv_head, opt_.head_dim});
       c.v = ctx_.alloc({batch, max_len, opt_.n_kv_head, opt_.head_dim});
     }
-    cache_batch_ = batch;
     cache_max_ = max_len;
   }
-  cache_len_ = 0;
+  slot_len_.assign(batch, 0);
+}
+
+void DecoderModel::kv_clear(int64_t slot) {
+  loom::require(slot >= 0 && slot < (int64_t)slot_len_.size(),
+                who_ + ": kv_clear of slot " + std::to_string(slot) + "; kv_reset made " +
+                    std::to_string(slot_len_.size()));
+  slot_len_[slot] = 0;
 }
 
 void DecoderModel::decode(const int32_t* tokens, int64_t n, float* logits) {
-  loom::require(cache_batch_ > 0, who_ + ": decode before kv_reset");
-  loom::require(tokens && logits && n > 0, who_ + ": decode needs n > 0 tokens and logits");
-  loom::require(cache_len_ + n <= cache_max_,
-                who_ + ": decode of " + std::to_string(n) + " tokens overflows the KV cache (" +
-                    std::to_string(cache_len_) + " of " + std::to_string(cache_max_) +
-                    " used); call kv_reset with a larger max_len");
-  const Step s{cache_batch_, n, cache_len_};
+  loom::require(!slot_len_.empty(), who_ + ": decode before kv_reset");
+  std::vector<int64_t> all(slot_len_.size());
+  for (size_t b = 0; b < all.size(); ++b) all[b] = (int64_t)b;
+  decode_slots(all.data(), (int64_t)all.size(), tokens, n, logits);
+}
+
+// tokens(B,n) of sequences in cache rows slots[b], each appended at its own length.
+void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t* tokens, int64_t n,
+                                float* logits) {
+  loom::require(!slot_len_.empty(), who_ + ": decode before kv_reset");
+  loom::require(tokens && logits && slots && n > 0 && num > 0,
+                who_ + ": decode needs n > 0 tokens of num > 0 slots and logits");
+  dec_start_.resize(num);
+  std::vector<bool> seen(slot_len_.size());
+  for (int64_t b = 0; b < num; ++b) {
+    const int64_t r = slots[b];
+    loom::require(r >= 0 && r < (int64_t)slot_len_.size() && !seen[r],
+                  who_ + ": decode of slot " + std::to_string(r) + ": slots must be distinct and " +
+                      "below kv_reset's batch " + std::to_string(slot_len_.size()));
+    seen[r] = true;
+    loom::require(slot_len_[r] + n <= cache_max_,
+                  who_ + ": decode of " + std::to_string(n) + " tokens overflows the KV cache (" +
+                      std::to_string(slot_len_[r]) + " of " + std::to_string(cache_max_) +
+                      " used); call kv_reset with a larger max_len");
+    dec_start_[b] = slot_len_[r];
+  }
+  Step s{num, n, 0};
+  s.pos = dec_start_.data();
+  s.rows = slots;
   const int64_t N = s.N(), B = s.B, C = opt_.n_embd, V = opt_.vocab;
   if (N > dec_rows_) {
     for (auto& r : dec_res_) r = ctx_.alloc({N, C});
@@ -79,7 +109,7 @@ void DecoderModel::decode(const int32_t* tokens, int64_t n, float* logits) {
     ctx_.call(&loom_ops::copy, o32.get(), (const DLTensor*)out);
     loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), o32.get(), logits, bytes));
   }
-  cache_len_ += n;
+  for (int64_t b = 0; b < num; ++b) slot_len_[slots[b]] += n;
 }
 
 }  // namespace loom::layers

@@ -214,7 +214,7 @@ void DecoderModel::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool a
 void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
   pos_host_.resize(s.N());
   for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < s.T; ++t) pos_host_[b * s.T + t] = (int32_t)(s.pos0 + t);
+    for (int64_t t = 0; t < s.T; ++t) pos_host_[b * s.T + t] = (int32_t)(s.start(b) + t);
   View v = view(dst, {s.N()});
   loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), pos_host_.data(),
                                                   pos_host_.size() * sizeof(int32_t)));

@@ -28,6 +28,14 @@ loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logit
   return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
 }
 int64_t max_context(loom_model* m) { return self(m)->max_context(); }
+loom_error* kv_clear(loom_model* m, int64_t slot) {
+  return loom::guard(self(m)->host(), [&] { self(m)->kv_clear(slot); });
+}
+loom_error* decode_slots(loom_model* m, const int64_t* slots, int64_t num, const int32_t* tokens,
+                         int64_t n, float* logits) {
+  return loom::guard(self(m)->host(),
+                     [&] { self(m)->decode_slots(slots, num, tokens, n, logits); });
+}
 // A decoder reads tokens (first stage) and targets (last stage), whatever its options.
 loom_error* batch_spec(const loom_host* host, const loom_config*, size_t* num,
                        const loom_array_spec** specs) {
@@ -94,9 +102,16 @@ loom_model_api decoder_api(CreateFn create) {
                         finish_grads};
 }
 
-// Generation with a KV cache, the optional loom.decode/1 capability.
+// Generation with a KV cache, the optional loom.decode/1 capability, chained to
+// loom.decode-slots/1 (continuous batching).
+const loom_decode_slots_ext kDecoderDecodeSlots = {
+    {sizeof(loom_decode_slots_ext), LOOM_EXT_DECODE_SLOTS, 0, nullptr}, kv_clear, decode_slots};
 const loom_decode_ext kDecoderDecode = {
-    {sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, nullptr}, kv_reset, decode, max_context};
-const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE, nullptr};
+    {sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, &kDecoderDecodeSlots.base},
+    kv_reset,
+    decode,
+    max_context};
+const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS,
+                                            LOOM_EXT_TOKEN_STATS, nullptr};
 
 }  // namespace loom::layers

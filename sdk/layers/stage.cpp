@@ -116,7 +116,8 @@ void DecoderModel::embed_backward(Slot& S) {
 // ----- last stage: final norm, head, loss --------------------------------------------------
 // The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
 // or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
-double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad) {
+double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
+                                  const loom_token_stats* per_token) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.targets, targets, N, true);
@@ -128,9 +129,16 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad) {
   const DLTensor* x = g.sequence_parallel ? full.get() : lnf.get();
   View logits = view(S.logits, {N, V}), tgt = view(S.targets, {N});
   if (V > 0) head_.forward(ctx_, logits, x, N, C, 0);
-  if (g.active()) {
+  if (g.active() || per_token) {  // the statistics path also tells the most likely token
+    if (!S.stats) {
+      const DLDataType st = ctx_.stat_dtype();
+      S.lse = ctx_.alloc(st, {N});
+      S.stats = ctx_.alloc(st, {N, 3});
+      S.gathered = ctx_.alloc(st, {(int64_t)g.size * N, 3});
+    }
     const double sum =
-        ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse);
+        ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse,
+                    per_token ? per_token->loss : nullptr, per_token ? per_token->top1 : nullptr);
     if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale);
     return sum;
   }
@@ -181,6 +189,12 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;
+  loom::require_known_exts(mb.ext, {LOOM_EXT_TOKEN_STATS}, who_ + ": stage_forward's micro-batch");
+  const auto* per_token =
+      reinterpret_cast<const loom_token_stats*>(loom_ext_find(mb.ext, LOOM_EXT_TOKEN_STATS));
+  loom::require(!per_token || (per_token->base.struct_size >= LOOM_TOKEN_STATS_SIZE_V1 &&
+                               per_token->loss && per_token->top1),
+                who_ + ": loom.token-stats/1 needs its loss and top1 arrays");
   loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
                     mb.seq_len <= args_.seq_len,
                 who_ + ": micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
@@ -218,8 +232,8 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, who_);
     double count = 0;
     for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
-    loss_ = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0], head_forward(S, targets, !a.no_grad), count,
-                      1.0};
+    loss_ = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
+                      head_forward(S, targets, !a.no_grad, per_token), count, 1.0};
     a.num_losses = 1;
     a.losses = &loss_;
   } else {

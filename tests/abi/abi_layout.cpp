@@ -172,6 +172,8 @@ Listing build() {
   F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
   END
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
+  STRUCT(loom_decode_slots_ext) F(base) F(kv_clear) F(decode_slots) END
+  STRUCT(loom_token_stats) F(base) F(loss) F(top1) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
   STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END

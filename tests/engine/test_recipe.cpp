@@ -363,7 +363,7 @@ TEST_CASE("engine schemas are well formed") {
       CHECK(parse_default(s.extra[i], v) == "");
     }
   }
-  CHECK(names.size() == 12);
+  CHECK(names.size() == 13);
 }
 
 TEST_CASE("parse_default reads TOML literal text per type") {

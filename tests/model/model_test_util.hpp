@@ -118,6 +118,13 @@ class Gpt {
     REQUIRE(e->struct_size >= LOOM_DECODE_EXT_SIZE_V1);
     return reinterpret_cast<const loom_decode_ext*>(e);
   }
+  // Its loom.decode-slots/1 table (continuous batching), chained after loom.decode/1.
+  const loom_decode_slots_ext* slots_ext() const {
+    const loom_ext* e = loom_ext_find(desc_->ext, LOOM_EXT_DECODE_SLOTS);
+    REQUIRE(e != nullptr);
+    REQUIRE(e->struct_size >= LOOM_DECODE_SLOTS_EXT_SIZE_V1);
+    return reinterpret_cast<const loom_decode_slots_ext*>(e);
+  }
   loom_model* self() const { return m_; }
   void check(loom_error* e) const { h_.th.check(e); }
 

@@ -95,9 +95,24 @@ typedef struct loom_microbatch {
   size_t num_arrays;
   const char* const* names;
   const DLTensor* arrays;
-  const loom_ext* ext; /* NULL */
+  const loom_ext* ext; /* NULL, or loom_token_stats (ABI 2.1) */
 } loom_microbatch;
 #define LOOM_MICROBATCH_SIZE_V2 LOOM_STRUCT_SIZE(loom_microbatch, ext)
+
+/* Per-token results of an evaluation, asked for on a micro-batch's ext chain (flags
+ * LOOM_EXT_REQUIRED): an optional capability a model lists in its descriptor. The stage
+ * holding the head fills, for each position of the micro-batch (B*T, row-major), its
+ * target's loss (-log p, in float64; 0 where the target is -1) and whether the target is
+ * the model's most likely token there (1 or 0: its logit equals the row's largest; 0 where
+ * -1). Other stages leave both alone. `loom eval` reads LAMBADA's cloze accuracy from it
+ * under any parallel layout. */
+#define LOOM_EXT_TOKEN_STATS "loom.token-stats/1"
+typedef struct loom_token_stats {
+  loom_ext base; /* id LOOM_EXT_TOKEN_STATS, base.struct_size = sizeof the whole struct */
+  double* loss;  /* (B*T) host memory, the host's */
+  int32_t* top1; /* (B*T) host memory, the host's */
+} loom_token_stats;
+#define LOOM_TOKEN_STATS_SIZE_V1 LOOM_STRUCT_SIZE(loom_token_stats, top1)
 
 /* The array called `name`, or NULL. */
 static inline const DLTensor* loom_microbatch_find(const loom_microbatch* mb, const char* name) {
@@ -262,6 +277,28 @@ typedef struct loom_decode_ext {
   /* --- loom.decode/1 ends here; append new slots below this line only. --- */
 } loom_decode_ext;
 #define LOOM_DECODE_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_decode_ext, max_context)
+
+/* Continuous batching over loom.decode/1's cache: an optional capability beside it. After
+ * kv_reset(batch = slots, max_len), each slot holds one sequence with its own length;
+ * decode_slots appends to the listed slots only, so a sequence joins (kv_clear, then its
+ * prompt) or leaves between two decode steps while the others go on. `loom serve` refuses
+ * a model without it, by name. */
+#define LOOM_EXT_DECODE_SLOTS "loom.decode-slots/1"
+/* Contract tags (common.h):
+ *   kv_clear: owner, local, blocks
+ *   decode_slots: owner, COLLECTIVE(tensor), blocks */
+typedef struct loom_decode_slots_ext {
+  loom_ext base; /* id LOOM_EXT_DECODE_SLOTS, base.struct_size = sizeof the whole table */
+  /* Empty slot `slot` < kv_reset's batch: its next decode starts at position 0. */
+  loom_error* (*kv_clear)(loom_model* m, int64_t slot);
+  /* Append tokens(num,n) (host memory) to the distinct slots[0..num), each at its own
+   * length, and write the next-token logits of each one's last position to
+   * logits(num,vocab_size) host f32. */
+  loom_error* (*decode_slots)(loom_model* m, const int64_t* slots, int64_t num,
+                              const int32_t* tokens, int64_t n, float* logits);
+  /* --- loom.decode-slots/1 ends here; append new slots below this line only. --- */
+} loom_decode_slots_ext;
+#define LOOM_DECODE_SLOTS_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_decode_slots_ext, decode_slots)
 
 #ifdef __cplusplus
 }

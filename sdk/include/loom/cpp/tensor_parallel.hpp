@@ -299,9 +299,11 @@ class VocabParallelCrossEntropy {
   // stats (n,3), gathered (size*n, 3), lse (n): scratch of the logits' dtype. targets (n)
   // i32 on the device, host_targets the same on the host. Returns the sum of token losses
   // and writes lse. logits may be NULL on a rank whose slice is all padding (real = 0).
+  // With token_loss and top1 (host, n), also each target's loss and whether it is the most
+  // likely token (0 and 0 where the target is -1).
   double forward(const Backend& be, const Group& g, const DLTensor* logits, const DLTensor* targets,
                  const int32_t* host_targets, int64_t n, DLTensor* stats, DLTensor* gathered,
-                 DLTensor* lse) {
+                 DLTensor* lse, double* token_loss = nullptr, int32_t* top1 = nullptr) {
     const bool f64 = stats->dtype.bits == 64;
     View sv(stats, {n, 3}), gv(gathered, {(int64_t)g.size * n, 3}), lv(lse, {n});
     if (shard.real > 0) {
@@ -332,7 +334,10 @@ class VocabParallelCrossEntropy {
         tgt += st[2];  // only the rank holding the target has a non-zero entry
       }
       l[i] = m + std::log(s);
-      if (host_targets[i] != -1) sum += l[i] - tgt;
+      const bool counted = host_targets[i] != -1;
+      if (counted) sum += l[i] - tgt;
+      if (token_loss) token_loss[i] = counted ? l[i] - tgt : 0.0;
+      if (top1) top1[i] = counted && tgt >= m ? 1 : 0;
     }
     upload(be, lv.get(), l, f64);
     return sum;

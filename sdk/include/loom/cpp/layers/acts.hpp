@@ -34,9 +34,15 @@ struct GradScratch {
 };
 
 // The shape of one forward call: B sequences of T new tokens at positions [pos0, pos0 + T).
+// Generation with continuous batching gives each sequence its own start (pos[b]) and KV
+// cache row (rows[b]); NULL means pos0 and row b.
 struct Step {
   int64_t B = 0, T = 0, pos0 = 0;
+  const int64_t* pos = nullptr;   // (B) host
+  const int64_t* rows = nullptr;  // (B) host
   int64_t N() const { return B * T; }
+  int64_t start(int64_t b) const { return pos ? pos[b] : pos0; }
+  int64_t row(int64_t b) const { return rows ? rows[b] : b; }
 };
 
 // KV cache of one layer for generation: (B, max_len, Hkv, D) each.

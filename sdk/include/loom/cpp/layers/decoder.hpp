@@ -79,6 +79,9 @@ class DecoderModel {
   int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
   void kv_reset(int64_t batch, int64_t max_len);
   void decode(const int32_t* tokens, int64_t n, float* logits);
+  void kv_clear(int64_t slot);
+  void decode_slots(const int64_t* slots, int64_t num, const int32_t* tokens, int64_t n,
+                    float* logits);
   const loom_host* host() const { return ctx_.host; }
 
  private:
@@ -88,7 +91,8 @@ class DecoderModel {
   const BlockSpec& spec_;
   void embed_forward(Slot& S, const int32_t* tokens);
   void embed_backward(Slot& S);
-  double head_forward(Slot& S, const int32_t* targets, bool grad);
+  double head_forward(Slot& S, const int32_t* targets, bool grad,
+                      const loom_token_stats* per_token = nullptr);
   void head_backward(Slot& S);
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
@@ -122,7 +126,9 @@ class DecoderModel {
 
   // generation
   std::vector<LayerCache> cache_;
-  int64_t cache_batch_ = 0, cache_max_ = 0, cache_len_ = 0;
+  int64_t cache_max_ = 0;
+  std::vector<int64_t> slot_len_;   // tokens cached per slot (kv_reset's batch of them)
+  std::vector<int64_t> dec_start_;  // the decoded slots' lengths before this call
   LayerActs dec_acts_;
   int64_t dec_rows_ = 0;
   Tensor dec_res_[2], dec_tokens_, dec_positions_, dec_logits_, dec_logits_f32_;

@@ -26,7 +26,8 @@ using CreateFn = loom_error* (*)(const loom_host*, const loom_config*,
 // Every slot of loom_model_api but `create`, which is the plugin's.
 loom_model_api decoder_api(CreateFn create);
 
-// loom.decode/1 over DecoderModel, and the capability list naming it.
+// loom.decode/1 (chaining loom.decode-slots/1) over DecoderModel, and the capability list
+// naming both.
 extern const loom_decode_ext kDecoderDecode;
 extern const char* const kDecoderCapabilities[];
 

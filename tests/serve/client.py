@@ -1,0 +1,194 @@
+"""`loom serve` through Python's http.client (serve.sh starts the servers).
+
+  client.py PORT PROMPT LOGITS.safetensors GENERATE.txt
+      every endpoint, every bad request, logprobs against a float64 log-softmax of
+      `loom generate --logits-out`, seeded sampling, and concurrent requests (continuous
+      batching) giving what each gives alone
+  client.py --busy PORT      (a server with --max-batch 1 --max-queue 0)
+      a full queue answers 503; a client that disconnects frees its sequence
+"""
+import http.client
+import json
+import math
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "hf"))
+import st  # noqa: E402  (the standard-library safetensors reader of the HF tests)
+
+
+def request(port, method, path, body=None, raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    text = r.read()
+    c.close()
+    return r.status, json.loads(text) if text else None
+
+
+def stream(port, path, body):
+    """The data: events of a streamed request, parsed; [DONE] last."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode())
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream", r.status
+    events = [l[6:].strip() for l in r.read().decode().split("\n") if l.startswith("data: ")]
+    c.close()
+    assert events[-1] == "[DONE]", events[-1]
+    return [json.loads(e) for e in events[:-1]]
+
+
+def check_endpoints(port, prompt, logits_file, generate_file):
+    want = open(generate_file, encoding="utf-8").read()[len(prompt):-1]
+    s, h = request(port, "GET", "/health")
+    assert s == 200 and h["status"] == "ok", h
+    s, m = request(port, "GET", "/v1/models")
+    assert s == 200 and m["data"][0]["id"] == "ck", m
+    s, a = request(port, "PUT", "/api", {"prompts": [prompt], "tokens_to_generate": 40, "top_k": 1})
+    assert s == 200 and a["text"] == [prompt + want], a
+    s, c = request(port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0})
+    assert s == 200 and c["choices"][0]["text"] == want, c
+    chunks = stream(port, "/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0})
+    assert "".join(x["choices"][0]["text"] for x in chunks) == want
+
+    # prompt logprobs (Megatron, tokens_to_generate 0) = log-softmax of generate's logits
+    s, a = request(port, "PUT", "/api", {"prompts": [prompt], "tokens_to_generate": 0, "logprobs": True})
+    assert s == 200, a
+    dtype, shape, raw = st.read(logits_file)["logits"]
+    assert dtype == "F32" and shape[0] == len(prompt), shape
+    import struct
+    vals = struct.unpack("<%df" % (shape[0] * shape[1]), raw)
+    ids = list(prompt.encode())
+    worst = 0.0
+    for i in range(len(ids) - 1):
+        row = vals[i * shape[1]:(i + 1) * shape[1]]
+        mx = max(row)
+        ref = row[ids[i + 1]] - mx - math.log(sum(math.exp(v - mx) for v in row))
+        worst = max(worst, abs(ref - a["logprobs"][0][i]))
+    assert len(a["logprobs"][0]) == len(ids) - 1 and worst < 1e-4, worst
+    # /v1/completions logprobs: the greedy token is each step's most likely one
+    s, c = request(port, "POST", "/v1/completions",
+                   {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 2})
+    lp = c["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == c["choices"][0]["text"], lp
+    for tok, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert len(top) <= 2 and abs(max(top.values()) - l) < 1e-9 and top[tok] == l, (tok, l, top)
+    print(f"http.client: endpoints as curl; prompt logprobs max |server - float64 reference| = {worst:.2e}")
+
+    # seeded sampling repeats, streamed or not; n choices
+    body = {"prompt": prompt, "max_tokens": 30, "temperature": 0.9, "top_k": 20, "seed": 7}
+    texts = [request(port, "POST", "/v1/completions", body)[1]["choices"][0]["text"] for _ in range(2)]
+    streamed = "".join(x["choices"][0]["text"] for x in stream(port, "/v1/completions", body))
+    assert texts[0] == texts[1] == streamed, (texts, streamed)
+    s, c = request(port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0, "n": 3})
+    assert [x["index"] for x in c["choices"]] == [0, 1, 2] and len({x["text"] for x in c["choices"]}) == 1
+    # chat: the template by hand through /v1/completions gives the same reply
+    s, ch = request(port, "POST", "/v1/chat/completions",
+                    {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+                     "max_tokens": 20, "temperature": 0})
+    s2, c = request(port, "POST", "/v1/completions",
+                    {"prompt": "[system] be brief|[user] hi|[assistant] ", "max_tokens": 20,
+                     "temperature": 0, "stop": ["|"]})
+    assert ch["choices"][0]["message"]["content"] == c["choices"][0]["text"], (ch, c)
+    assert ch["choices"][0]["finish_reason"] == c["choices"][0]["finish_reason"]
+
+    # concurrent requests share the decode loop and each gets what it gets alone
+    prompts = [prompt, "To be or not", "x", "Once upon a time, in a land far away", "42"]
+    alone = {p: request(port, "POST", "/v1/completions", {"prompt": p, "max_tokens": 25, "temperature": 0})[1]
+             ["choices"][0]["text"] for p in prompts}
+    got, errors = {}, []
+
+    def worker(i):
+        p = prompts[i % len(prompts)]
+        try:
+            if i % 2:
+                t = "".join(x["choices"][0]["text"] for x in
+                            stream(port, "/v1/completions", {"prompt": p, "max_tokens": 25, "temperature": 0}))
+            else:
+                t = request(port, "POST", "/v1/completions",
+                            {"prompt": p, "max_tokens": 25, "temperature": 0})[1]["choices"][0]["text"]
+            got[i] = (p, t)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(alone[p] == t for p, t in got.values()) and len(got) == 20
+    s, h = request(port, "GET", "/health")
+    print(f"http.client: 20 concurrent requests = each alone ({h['decode_steps']} decode steps, "
+          f"{h['generated_tokens']} tokens so far)")
+
+
+BAD = [  # status, words in the error, method, path, raw body
+    (400, "malformed JSON", "POST", "/v1/completions", b'{"prompt": "a",'),
+    (400, "must be a JSON object", "POST", "/v1/completions", b'["a"]'),
+    (400, "'max_tokens' must be an integer", "POST", "/v1/completions", b'{"prompt": "a", "max_tokens": 2.5}'),
+    (400, "'stream' must be true or false", "POST", "/v1/completions", b'{"prompt": "a", "stream": "yes"}'),
+    (400, "'prompt' must be a string or", "POST", "/v1/completions", b'{"prompt": 5}'),
+    (400, "did you mean 'temperature'", "PUT", "/api", b'{"prompts": ["a"], "temprature": 1}'),
+    (400, "'tokens_to_generate' must be an integer from 0", "PUT", "/api",
+     b'{"prompts": ["a"], "tokens_to_generate": -5}'),
+    (400, "'max_tokens' must be an integer from 0", "POST", "/v1/completions",
+     b'{"prompt": "a", "max_tokens": 99999999999}'),
+    (400, "more than the model's context", "POST", "/v1/completions",
+     json.dumps({"prompt": "y" * 5000}).encode()),
+    (400, "not valid UTF-8", "PUT", "/api", b'{"prompts": ["\xc3\x28"]}'),
+    (413, "larger than", "POST", "/v1/completions", b'{"prompt": "' + b"b" * 1100000 + b'"}'),
+    (400, "beam search is not supported", "PUT", "/api", b'{"prompts": ["a"], "beam_width": 2}'),
+    (400, "'messages' must be a non-empty array", "POST", "/v1/chat/completions", b'{"model": "ck"}'),
+    (404, "no endpoint", "GET", "/nope", None),
+    (405, "takes POST", "GET", "/v1/completions", None),
+]
+
+
+def check_bad(port):
+    print("bad requests (http.client):")
+    for status, words, method, path, raw in BAD:
+        s, body = request(port, method, path, raw=raw)
+        assert s == status, (method, path, raw[:60] if raw else None, s, body)
+        assert words in body["error"]["message"], (words, body)
+        print(f"  {method:4} {path:22} {(raw or b'')[:34]!r:40} -> {s} {body['error']['message'][:60]}")
+    s, h = request(port, "GET", "/health")
+    assert s == 200, h
+
+
+def check_busy(port):
+    # one slot, no queue: a running stream holds it
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"prompt": "z", "max_tokens": 4000, "temperature": 0, "stream": True}).encode())
+    r = c.getresponse()
+    assert r.status == 200
+    assert r.fp.readline().startswith(b"data: ") or True
+    s, body = request(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5})
+    assert s == 503 and "busy" in body["error"]["message"], (s, body)
+    # the client goes away mid-stream: its sequence is cancelled and the slot freed
+    c.sock.close()
+    c.close()
+    for _ in range(500):
+        s, h = request(port, "GET", "/health")
+        if h["running"] == 0:
+            break
+        time.sleep(0.01)
+    assert h["running"] == 0 and h["cancelled"] == 1, h
+    assert h["generated_tokens"] < 4000, h
+    s, body = request(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5})
+    assert s == 200, body
+    print(f"busy: 503 while the one slot is taken; a disconnect cancelled its sequence after "
+          f"{h['generated_tokens']} of 4000 tokens and freed the slot")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--busy":
+        check_busy(int(sys.argv[2]))
+    else:
+        port = int(sys.argv[1])
+        check_endpoints(port, sys.argv[2], sys.argv[3], sys.argv[4])
+        check_bad(port)
