@@ -10,6 +10,7 @@
 
 #include "checkpoint.hpp"
 #include "errors.hpp"
+#include "train_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -57,30 +58,7 @@ DecodeModel::DecodeModel(const fs::path& checkpoint, const std::vector<std::stri
   source_ = std::make_unique<CheckpointSource>(checkpoint);
   dir_ = source_->dir();
   if (dir_.empty()) throw UsageError("no checkpoint in " + checkpoint.string());
-  StFile weights = merge_model(dir_);
-  std::vector<std::string> all = {"parallel.tensor=1",
-                                  "parallel.pipeline=1",
-                                  "parallel.virtual_stages=1",
-                                  "parallel.context=1",
-                                  "parallel.sequence_parallel=false",
-                                  "comm.plugin=single"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  recipe_ = std::make_unique<Recipe>(Recipe::load(dir_ / "recipe.toml", all));
-  recipe_->validate(registry);
-  session_ = std::make_unique<Session>(*recipe_, registry);
-  tok_ = session_->tokenizer();
-  loom_backend_ref be = session_->backend();
-  vocab_ = tok_.api->vocab_size(tok_.self);
-  eod_ = tok_.api->eod_id(tok_.self);
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
-                               vocab_,
-                               recipe_->get_int("train", "seq_len"),
-                               1,
-                               loom_f32(),
-                               0,
-                               1};
-  const loom_model_api* mapi = nullptr;
-  std::tie(mapi, model) = session_->model(margs);
+  recipe_ = std::make_unique<Recipe>(inference_recipe(dir_, overrides, {}, registry));
   const PluginInfo& info = registry.get(LOOM_KIND_MODEL, recipe_->get_string("model", "plugin"));
   dec = reinterpret_cast<const loom_decode_ext*>(
       require_ext(info, LOOM_EXT_DECODE, LOOM_DECODE_EXT_SIZE_V1, who));
@@ -88,6 +66,41 @@ DecodeModel::DecodeModel(const fs::path& checkpoint, const std::vector<std::stri
   if (info.has_capability(LOOM_EXT_DECODE_SLOTS) && s &&
       s->struct_size >= LOOM_DECODE_SLOTS_EXT_SIZE_V1)
     slots = reinterpret_cast<const loom_decode_slots_ext*>(s);
+  if (recipe_->get_int("parallel", "tensor") == 1) {
+    load_one_rank(registry);
+  } else {  // this rank's shard, cut by checkpoint.finetune's loading
+    run_ = std::make_unique<TrainRun>(*recipe_, registry);
+    if (run_->layout.pipeline > 1 || run_->layout.data > 1 || run_->layout.context > 1)
+      throw UsageError(who + " splits a model by tensor parallelism only: the world (" +
+                       std::to_string(run_->world) + " ranks) must equal parallel.tensor (" +
+                       std::to_string(run_->layout.tensor) + ")");
+    run_->resume();
+    model = run_->chunks[0];
+    tok_ = run_->session.tokenizer();
+    be_ = run_->be;
+    comm_ = run_->comm;
+    rank_ = run_->rank;
+    ranks_ = run_->world;
+  }
+  vocab_ = tok_.api->vocab_size(tok_.self);
+  eod_ = tok_.api->eod_id(tok_.self);
+}
+
+// Every tensor of the merged checkpoint into a whole model on this one rank, by name.
+void DecodeModel::load_one_rank(Registry& registry) {
+  StFile weights = merge_model(dir_);
+  session_ = std::make_unique<Session>(*recipe_, registry);
+  tok_ = session_->tokenizer();
+  be_ = session_->backend();
+  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+                               tok_.api->vocab_size(tok_.self),
+                               recipe_->get_int("train", "seq_len"),
+                               1,
+                               loom_f32(),
+                               0,
+                               1};
+  const loom_model_api* mapi = nullptr;
+  std::tie(mapi, model) = session_->model(margs);
   for (size_t i = 0; i < mapi->num_params(model); ++i) {
     loom_model_param p{};
     p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
@@ -101,15 +114,91 @@ DecodeModel::DecodeModel(const fs::path& checkpoint, const std::vector<std::stri
         (it->second.data.size() != bytes && (p.value->ndim != 2 || it->second.shape.size() != 2 ||
                                              it->second.shape[1] != p.value->shape[1])))
       throw RunError(dir_.string() + ": tensor " + p.name + " has another shape than the model's");
-    check(be.api->from_host(be.self, p.value, it->second.data.data(), bytes),
+    check(be_.api->from_host(be_.self, p.value, it->second.data.data(), bytes),
           "loading " + std::string(p.name));
   }
 }
 
 DecodeModel::~DecodeModel() {
+  run_.reset();
   session_.reset();
   recipe_.reset();
   source_.reset();
+}
+
+// ----- the decode loop's calls, repeated by the other ranks ------------------------------
+namespace {
+enum Op { kStop = 0, kReset = 1, kClear = 2, kDecode = 3 };
+}
+
+void DecodeModel::send(std::vector<double>& words) {
+  if (ranks_ == 1) return;
+  if (rank_ != 0) std::fill(words.begin(), words.end(), 0.0);
+  sum_over(be_, comm_, nullptr, words.data(), (int64_t)words.size());  // exact: small integers
+}
+
+void DecodeModel::kv_reset(int64_t batch, int64_t max_len) {
+  std::vector<double> head = {kReset, (double)batch, (double)max_len};
+  if (rank_ == 0) send(head);
+  max_len_ = max_len;
+  check(dec->kv_reset(model, batch, max_len), "allocating the KV cache");
+}
+
+void DecodeModel::kv_clear(int64_t slot) {
+  std::vector<double> head = {kClear, (double)slot, 0};
+  if (rank_ == 0) send(head);
+  if (slots)
+    check(slots->kv_clear(model, slot), "clearing a KV-cache slot");
+  else  // one slot: the whole cache
+    check(dec->kv_reset(model, 1, max_len_), "clearing the KV cache");
+}
+
+void DecodeModel::decode_slots(const int64_t* slot_ids, int64_t num, const int32_t* tokens,
+                               int64_t n, float* logits) {
+  if (rank_ == 0 && ranks_ > 1) {
+    std::vector<double> head = {kDecode, (double)num, (double)n};
+    send(head);
+    std::vector<double> body(slot_ids, slot_ids + num);
+    body.insert(body.end(), tokens, tokens + num * n);
+    send(body);
+  }
+  if (slots) {
+    check(slots->decode_slots(model, slot_ids, num, tokens, n, logits), "decode");
+  } else {
+    if (num != 1 || slot_ids[0] != 0)
+      throw RunError("decode of another slot than 0 without " + std::string(LOOM_EXT_DECODE_SLOTS));
+    check(dec->decode(model, tokens, n, logits), "decode");
+  }
+}
+
+void DecodeModel::follow() {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> toks;
+  std::vector<float> logits;
+  for (;;) {
+    std::vector<double> head(3);
+    send(head);
+    const auto op = (int)head[0];
+    const auto a = (int64_t)head[1], b = (int64_t)head[2];
+    if (op == kStop) return;
+    if (op == kReset) {
+      kv_reset(a, b);
+    } else if (op == kClear) {
+      kv_clear(a);
+    } else {
+      std::vector<double> body((size_t)(a + a * b));
+      send(body);
+      ids.assign(body.begin(), body.begin() + a);
+      toks.assign(body.begin() + a, body.end());
+      logits.resize((size_t)(a * vocab_));
+      decode_slots(ids.data(), a, toks.data(), b, logits.data());
+    }
+  }
+}
+
+void DecodeModel::stop_followers() {
+  std::vector<double> head = {kStop, 0, 0};
+  if (rank_ == 0) send(head);
 }
 
 std::vector<int32_t> DecodeModel::encode(const std::string& text) const {

@@ -131,25 +131,10 @@ void evaluate_checkpoint(const EvalOptions& o, Registry& registry) {
   CheckpointSource source(o.checkpoint);
   if (source.dir().empty())
     throw UsageError("loom eval: no checkpoint in " + o.checkpoint.string());
-  // The saved recipe on a one-rank layout unless --set says otherwise; its data, schedule of
-  // saves and logs are not this run's.
-  std::vector<std::string> sets = {"parallel.tensor=1",
-                                   "parallel.pipeline=1",
-                                   "parallel.virtual_stages=1",
-                                   "parallel.context=1",
-                                   "parallel.sequence_parallel=false",
-                                   "comm.plugin=single"};
-  sets.insert(sets.end(), o.overrides.begin(), o.overrides.end());
-  for (std::string s :
-       {"checkpoint.load=", "checkpoint.save=", "train.metrics=", "train.tensorboard=",
-        "train.eval_interval=0", "train.iters=1", "train.global_batch_size=0"})
-    sets.push_back(s);
-  sets.push_back("checkpoint.finetune=" + source.dir().string());
-  if (o.micro_batch > 0) sets.push_back("train.micro_batch_size=" + std::to_string(o.micro_batch));
-  if (o.seq_len > 0) sets.push_back("train.seq_len=" + std::to_string(o.seq_len));
-  Recipe recipe = Recipe::load(source.dir() / "recipe.toml", sets);
-  recipe.drop_section("data");  // the default: dataset/mock, never read
-  recipe.validate(registry);
+  std::vector<std::string> extra;
+  if (o.micro_batch > 0) extra.push_back("train.micro_batch_size=" + std::to_string(o.micro_batch));
+  if (o.seq_len > 0) extra.push_back("train.seq_len=" + std::to_string(o.seq_len));
+  Recipe recipe = inference_recipe(source.dir(), o.overrides, extra, registry);
   TrainRun r(recipe, registry);
   if (r.layout.context > 1) throw UsageError("loom eval: context parallelism is not supported");
   r.resume();  // checkpoint.finetune: the weights, from any saved layout

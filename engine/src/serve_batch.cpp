@@ -12,13 +12,13 @@
 namespace loom::engine {
 
 Batcher::Batcher(DecodeModel& m, int64_t slots, int64_t max_len, int64_t max_queue)
-    : m_(m), slots_(m.slots ? slots : 1), max_len_(max_len), max_queue_(max_queue) {
-  if (!m.slots && slots > 1)
+    : m_(m), slots_(m.batches() ? slots : 1), max_len_(max_len), max_queue_(max_queue) {
+  if (!m.batches() && slots > 1)
     spdlog::warn(
         "the model does not implement {}: requests are served one at a time, without "
         "continuous batching",
         LOOM_EXT_DECODE_SLOTS);
-  check(m_.dec->kv_reset(m_.model, slots_, max_len_), "allocating the KV cache");
+  m_.kv_reset(slots_, max_len_);
   running_.resize(slots_);
   thread_ = std::thread([this] { loop(); });
 }
@@ -123,18 +123,10 @@ void Batcher::admit(std::shared_ptr<Job> j, int64_t slot) {
   auto r = std::make_unique<Running>();
   r->job = j;
   r->rng.seed(j->params.seed);
-  if (m_.slots)
-    check(m_.slots->kv_clear(m_.model, slot), "clearing a KV-cache slot");
-  else
-    check(m_.dec->kv_reset(m_.model, 1, max_len_), "clearing the KV cache");
+  m_.kv_clear(slot);
   const size_t V = (size_t)m_.vocab();
   std::vector<float> logits(V);
-  auto run = [&](const int32_t* t, int64_t n) {
-    if (m_.slots)
-      check(m_.slots->decode_slots(m_.model, &slot, 1, t, n, logits.data()), "prefill");
-    else
-      check(m_.dec->decode(m_.model, t, n, logits.data()), "prefill");
-  };
+  auto run = [&](const int32_t* t, int64_t n) { m_.decode_slots(&slot, 1, t, n, logits.data()); };
   const std::vector<int32_t>& p = j->prompt;
   if (j->params.prompt_logprobs) {  // one position at a time, keeping each one's log p
     std::vector<double> lps;
@@ -213,12 +205,7 @@ void Batcher::loop() {
         }
       if (slots.empty()) continue;
       logits.resize(slots.size() * V);
-      if (m_.slots)
-        check(m_.slots->decode_slots(m_.model, slots.data(), (int64_t)slots.size(), feed.data(), 1,
-                                     logits.data()),
-              "decode");
-      else
-        check(m_.dec->decode(m_.model, feed.data(), 1, logits.data()), "decode");
+      m_.decode_slots(slots.data(), (int64_t)slots.size(), feed.data(), 1, logits.data());
       steps_++;
       for (size_t i = 0; i < slots.size(); ++i) {
         Running& r = *running_[slots[i]];

@@ -235,6 +235,14 @@ void serve(const ServeOptions& o, Registry& registry) {
   ::signal(SIGPIPE, SIG_IGN);
 
   DecodeModel m(o.checkpoint, o.overrides, registry, "`loom serve`");
+  if (m.rank() != 0) {  // tensor parallelism: repeat rank 0's model calls until it stops
+    m.follow();
+    return;
+  }
+  struct StopFollowers {  // however rank 0 leaves, the other ranks return too
+    DecodeModel& m;
+    ~StopFollowers() { m.stop_followers(); }
+  } stop_followers{m};
   int64_t max_len = o.max_len;
   const int64_t context =
       m.max_context() > 0 ? m.max_context() : m.recipe().get_int("train", "seq_len");

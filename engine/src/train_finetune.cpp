@@ -93,4 +93,25 @@ void TrainRun::finetune(const fs::path& dir) {
   spdlog::info("finetuning from {}: weights only, a fresh optimizer, iteration 0", where);
 }
 
+Recipe inference_recipe(const fs::path& dir, const std::vector<std::string>& overrides,
+                        const std::vector<std::string>& extra, Registry& registry) {
+  std::vector<std::string> sets = {"parallel.tensor=1",
+                                   "parallel.pipeline=1",
+                                   "parallel.virtual_stages=1",
+                                   "parallel.context=1",
+                                   "parallel.sequence_parallel=false",
+                                   "comm.plugin=single"};
+  sets.insert(sets.end(), overrides.begin(), overrides.end());
+  for (std::string s :
+       {"checkpoint.load=", "checkpoint.save=", "train.metrics=", "train.tensorboard=",
+        "train.eval_interval=0", "train.iters=1", "train.global_batch_size=0"})
+    sets.push_back(s);
+  sets.push_back("checkpoint.finetune=" + dir.string());
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  Recipe recipe = Recipe::load(dir / "recipe.toml", sets);
+  recipe.drop_section("data");
+  recipe.validate(registry);
+  return recipe;
+}
+
 }  // namespace loom::engine

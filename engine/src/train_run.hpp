@@ -65,6 +65,13 @@ struct Feed {
   static loom_error* get(void* user, int64_t i, loom_microbatch* out);
 };
 
+// The saved recipe of checkpoint `dir` for a run that only reads its weights (`loom eval`,
+// tensor-parallel `loom serve`): one rank unless `overrides` give a layout, then the
+// weights through checkpoint.finetune (any saved layout), no saves, logs or data of its own
+// (dataset/mock, never read), one iteration; `extra` last.
+Recipe inference_recipe(const std::filesystem::path& dir, const std::vector<std::string>& overrides,
+                        const std::vector<std::string>& extra, Registry& registry);
+
 // One named loss term summed over a step's (or an evaluation's) micro-batches.
 struct LossTerm {
   std::string name;

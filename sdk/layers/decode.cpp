@@ -6,6 +6,7 @@
 // S = len + n). Only the last position's hidden state goes through the LM head. Slots have
 // their own lengths, so sequences join and leave a running batch (continuous batching);
 // decode is decode_slots over every slot.
+#include <algorithm>
 #include <string>
 
 #include "loom/cpp/layers/decoder.hpp"
@@ -13,9 +14,10 @@
 namespace loom::layers {
 
 void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
-  loom::require(opt_.tp == 1 && opt_.stages == 1,
-                who_ + ": generation runs at tensor = pipeline = 1; this instance has tensor = " +
-                    std::to_string(opt_.tp) + ", pipeline stages = " + std::to_string(opt_.stages),
+  loom::require(opt_.stages == 1 && !ctx_.tp.sequence_parallel,
+                who_ + ": generation runs on one pipeline stage without sequence parallelism; " +
+                    "this instance has " + std::to_string(opt_.stages) + " stages" +
+                    (ctx_.tp.sequence_parallel ? ", sequence parallelism" : ""),
                 LOOM_ERR_UNIMPLEMENTED);
   loom::require(batch > 0 && max_len > 0, who_ + ": kv_reset needs batch and max_len > 0");
   loom::require(opt_.rope || max_len <= opt_.max_seq_len,
@@ -25,8 +27,8 @@ void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
     cache_.clear();
     cache_.resize(opt_.n_layer);
     for (auto& c : cache_) {
-      c.k = ctx_.alloc({batch, max_len, opt_.n_kv_head, opt_.head_dim});
-      c.v = ctx_.alloc({batch, max_len, opt_.n_kv_head, opt_.head_dim});
+      c.k = ctx_.alloc({batch, max_len, opt_.hkv(), opt_.head_dim});  // this rank's heads
+      c.v = ctx_.alloc({batch, max_len, opt_.hkv(), opt_.head_dim});
     }
     cache_max_ = max_len;
   }
@@ -71,16 +73,26 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   s.pos = dec_start_.data();
   s.rows = slots;
   const int64_t N = s.N(), B = s.B, C = opt_.n_embd, V = opt_.vocab;
+  const loom::tp::Group& g = ctx_.tp;
+  // the head's columns here: all V, or under tensor parallelism this rank's Vl real ones of
+  // its W = padded/tp (gathered from every rank below)
+  const int64_t W = g.active() ? head_.shard.rows : V, Vl = g.active() ? head_.vocab : V;
   if (N > dec_rows_) {
     for (auto& r : dec_res_) r = ctx_.alloc({N, C});
     dec_tokens_ = ctx_.alloc(loom_i32(), {N});
     dec_positions_ = ctx_.alloc(loom_i32(), {N});
+    if (g.active()) {
+      dec_emb_ids_ = ctx_.alloc(loom_i32(), {N});
+      dec_emb_rows_ = ctx_.alloc(loom_i32(), {N});
+      dec_picked_ = ctx_.alloc({N, C});
+    }
     dec_rows_ = N;
   }
   dec_acts_.ensure(ctx_, opt_, N);
-  if (!dec_logits_ || dec_logits_.numel() < B * V) {
-    dec_logits_ = ctx_.alloc({B, V});
-    if (ctx_.dtype.bits != 32) dec_logits_f32_ = ctx_.alloc(loom_f32(), {B, V});
+  if (!dec_logits_ || dec_logits_.numel() < B * W) {
+    dec_logits_ = ctx_.alloc({B, W});
+    if (ctx_.dtype.bits != 32 || g.active()) dec_logits_f32_ = ctx_.alloc(loom_f32(), {B, W});
+    if (g.active()) dec_gathered_ = ctx_.alloc(loom_f32(), {g.size * B * W});
   }
   upload_ids(dec_tokens_, tokens, N, false);
   if (!opt_.rope) upload_positions(dec_positions_, s);
@@ -88,7 +100,14 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
 
   int cur = 0;
   View x0 = view(dec_res_[0], {N, C});
-  emb_.forward(ctx_, x0, tok, pos);
+  if (!g.active()) {
+    emb_.forward(ctx_, x0, tok, pos);
+  } else {  // the vocabulary-parallel lookup, reduced over the group (no sequence split)
+    const int64_t count = emb_.vp.stage(ctx_.be, tokens, N, dec_emb_ids_, dec_emb_rows_);
+    emb_.vp.forward(ctx_.be, g, emb_.wte, dec_emb_ids_, dec_emb_rows_, count, dec_picked_, nullptr,
+                    x0);
+    if (emb_.wpe) loom::embedding_forward(ctx_.be, x0.get(), pos, emb_.wpe, true);
+  }
   for (int64_t l = 0; l < opt_.n_layer; ++l) {
     layers_[l]->forward(ctx_, opt_, s, dec_res_[cur], dec_res_[1 - cur], dec_acts_, &cache_[l],
                         cache_max_);
@@ -99,15 +118,33 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   View x = view(dec_res_[cur], {N, C}), y = view(dec_acts_.ln1, {N, C});
   View mean = view(dec_acts_.ln1_mean, {N}), rstd = view(dec_acts_.ln1_rstd, {N});
   ln_f_.forward(ctx_, y, mean, rstd, x);
-  View out = view(dec_logits_, {B, V});
-  head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
-  const size_t bytes = (size_t)(B * V) * sizeof(float);
-  if (ctx_.dtype.bits == 32) {
-    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), out.get(), logits, bytes));
-  } else {
+  View out = view(dec_logits_, {B, Vl});
+  if (Vl > 0) head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
+  if (!g.active() && ctx_.dtype.bits == 32) {
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), out.get(), logits,
+                                                  (size_t)(B * V) * sizeof(float)));
+  } else if (!g.active()) {
     View o32 = view(dec_logits_f32_, {B, V});
     ctx_.call(&loom_ops::copy, o32.get(), (const DLTensor*)out);
-    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), o32.get(), logits, bytes));
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), o32.get(), logits,
+                                                  (size_t)(B * V) * sizeof(float)));
+  } else {
+    // every rank's (B, Vl_r) block, each in a (B*W) stretch, gathered rank by rank; on the
+    // host, rank r's columns go to [r*W, r*W + Vl_r) of each row
+    if (Vl > 0) {
+      View o32 = view(dec_logits_f32_, {B, Vl});
+      ctx_.call(&loom_ops::copy, o32.get(), (const DLTensor*)out);
+    }
+    View mine = view(dec_logits_f32_, {B * W}), all = view(dec_gathered_, {g.size * B * W});
+    g.all_gather(mine, all);
+    dec_host_.resize((size_t)(g.size * B * W));
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), all.get(), dec_host_.data(),
+                                                  dec_host_.size() * sizeof(float)));
+    for (int r = 0; r < g.size; ++r) {
+      const int64_t real = std::max<int64_t>(0, std::min(W, V - r * W));
+      for (int64_t b = 0; b < B; ++b)
+        std::copy_n(dec_host_.data() + (r * B * W + b * real), real, logits + b * V + r * W);
+    }
   }
   for (int64_t b = 0; b < num; ++b) slot_len_[slots[b]] += n;
 }

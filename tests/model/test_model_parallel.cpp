@@ -351,6 +351,60 @@ void check_layout(const Config& c, Degrees d) {
   CHECK(layers == 4 / L.pipeline);
 }
 
+// Generation under tensor parallelism: sequences joining and leaving a batch of KV-cache
+// slots get, from every rank, the logits the whole model gives (the vocabulary's shards
+// gathered; the second rank of kGpt2 holds no real row).
+void check_decode(const Config& c, int tensor) {
+  if (world_size() % tensor != 0) return;
+  const std::string config = c.name;
+  CAPTURE(config);
+  mpi_anchor();
+  Degrees d;
+  d.tensor = tensor;
+  Instance ref("single", nullptr, c);
+  Instance par("mpi", &d, c);
+  auto ext = [](Instance& in) {
+    const auto* desc = loomtest::load_descriptor("model", "gpt");
+    const loom_ext* e = loom_ext_find(desc->ext, LOOM_EXT_DECODE_SLOTS);
+    REQUIRE(e != nullptr);
+    (void)in;
+    return reinterpret_cast<const loom_decode_slots_ext*>(e);
+  };
+  const auto* dec = reinterpret_cast<const loom_decode_ext*>(
+      loom_ext_find(loomtest::load_descriptor("model", "gpt")->ext, LOOM_EXT_DECODE));
+  REQUIRE(dec != nullptr);
+  for (Instance* in : {&ref, &par}) in->th.check(dec->kv_reset(in->m, 3, kT));
+  const int64_t V = c.vocab;
+  double worst = 0, scale = 0;
+  auto step = [&](std::vector<int64_t> slots, int64_t n, int k) {
+    std::vector<int32_t> toks;
+    for (size_t i = 0; i < slots.size() * n; ++i) toks.push_back((int32_t)((i * 31 + k * 7) % V));
+    std::vector<float> a(slots.size() * V), b(slots.size() * V);
+    ref.th.check(ext(ref)->decode_slots(ref.m, slots.data(), (int64_t)slots.size(), toks.data(), n,
+                                        a.data()));
+    par.th.check(ext(par)->decode_slots(par.m, slots.data(), (int64_t)slots.size(), toks.data(), n,
+                                        b.data()));
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, (double)std::fabs(a[i] - b[i]));
+      scale = std::max(scale, (double)std::fabs(a[i]));
+    }
+  };
+  step({1}, 5, 0);     // a prompt of 5 in slot 1
+  step({0, 2}, 3, 1);  // two prompts of 3
+  step({2, 1, 0}, 1, 2);
+  for (Instance* in : {&ref, &par}) in->th.check(ext(*in)->kv_clear(in->m, 1));
+  step({1}, 2, 3);  // a new sequence in slot 1
+  step({0, 1, 2}, 1, 4);
+  CHECK(scale > 0);
+  CHECK(worst <= 1e-6 * scale);
+  MESSAGE(config << " tensor " << tensor << ": decode max |parallel - whole| = " << worst);
+}
+
+TEST_CASE("model/gpt: generation under tensor parallelism gives the whole model's logits") {
+  check_decode(kGpt2, 2);
+  check_decode(kLlama, 2);
+}
+
 TEST_CASE("model/gpt: tensor parallel = 2 matches one rank") {
   Degrees d;
   d.tensor = 2;

@@ -4,6 +4,8 @@
       every endpoint, every bad request, logprobs against a float64 log-softmax of
       `loom generate --logits-out`, seeded sampling, and concurrent requests (continuous
       batching) giving what each gives alone
+  client.py --logprobs PORT PROMPT LOGITS.safetensors
+      prints max |server - float64 reference| of the prompt's log-probabilities
   client.py --busy PORT      (a server with --max-batch 1 --max-queue 0)
       a full queue answers 503; a client that disconnects frees its sequence
 """
@@ -11,6 +13,7 @@ import http.client
 import json
 import math
 import os
+import struct
 import sys
 import threading
 import time
@@ -41,6 +44,25 @@ def stream(port, path, body):
     return [json.loads(e) for e in events[:-1]]
 
 
+def prompt_logprob_error(port, prompt, logits_file):
+    """max |server - float64 reference| over the prompt's log-probabilities (Megatron's
+    tokens_to_generate 0), the reference a log-softmax of `loom generate --logits-out`."""
+    s, a = request(port, "PUT", "/api", {"prompts": [prompt], "tokens_to_generate": 0, "logprobs": True})
+    assert s == 200, a
+    dtype, shape, raw = st.read(logits_file)["logits"]
+    assert dtype == "F32" and shape[0] == len(prompt), shape
+    vals = struct.unpack("<%df" % (shape[0] * shape[1]), raw)
+    ids = list(prompt.encode())
+    worst = 0.0
+    for i in range(len(ids) - 1):
+        row = vals[i * shape[1]:(i + 1) * shape[1]]
+        mx = max(row)
+        ref = row[ids[i + 1]] - mx - math.log(sum(math.exp(v - mx) for v in row))
+        worst = max(worst, abs(ref - a["logprobs"][0][i]))
+    assert len(a["logprobs"][0]) == len(ids) - 1 and worst < 1e-4, worst
+    return worst
+
+
 def check_endpoints(port, prompt, logits_file, generate_file):
     want = open(generate_file, encoding="utf-8").read()[len(prompt):-1]
     s, h = request(port, "GET", "/health")
@@ -54,21 +76,7 @@ def check_endpoints(port, prompt, logits_file, generate_file):
     chunks = stream(port, "/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0})
     assert "".join(x["choices"][0]["text"] for x in chunks) == want
 
-    # prompt logprobs (Megatron, tokens_to_generate 0) = log-softmax of generate's logits
-    s, a = request(port, "PUT", "/api", {"prompts": [prompt], "tokens_to_generate": 0, "logprobs": True})
-    assert s == 200, a
-    dtype, shape, raw = st.read(logits_file)["logits"]
-    assert dtype == "F32" and shape[0] == len(prompt), shape
-    import struct
-    vals = struct.unpack("<%df" % (shape[0] * shape[1]), raw)
-    ids = list(prompt.encode())
-    worst = 0.0
-    for i in range(len(ids) - 1):
-        row = vals[i * shape[1]:(i + 1) * shape[1]]
-        mx = max(row)
-        ref = row[ids[i + 1]] - mx - math.log(sum(math.exp(v - mx) for v in row))
-        worst = max(worst, abs(ref - a["logprobs"][0][i]))
-    assert len(a["logprobs"][0]) == len(ids) - 1 and worst < 1e-4, worst
+    worst = prompt_logprob_error(port, prompt, logits_file)
     # /v1/completions logprobs: the greedy token is each step's most likely one
     s, c = request(port, "POST", "/v1/completions",
                    {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 2})
@@ -188,6 +196,8 @@ def check_busy(port):
 if __name__ == "__main__":
     if sys.argv[1] == "--busy":
         check_busy(int(sys.argv[2]))
+    elif sys.argv[1] == "--logprobs":
+        print(f"{prompt_logprob_error(int(sys.argv[2]), sys.argv[3], sys.argv[4]):.1e}")
     else:
         port = int(sys.argv[1])
         check_endpoints(port, sys.argv[2], sys.argv[3], sys.argv[4])

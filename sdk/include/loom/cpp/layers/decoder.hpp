@@ -132,6 +132,8 @@ class DecoderModel {
   LayerActs dec_acts_;
   int64_t dec_rows_ = 0;
   Tensor dec_res_[2], dec_tokens_, dec_positions_, dec_logits_, dec_logits_f32_;
+  Tensor dec_emb_ids_, dec_emb_rows_, dec_picked_, dec_gathered_;  // tensor parallelism
+  std::vector<float> dec_host_;
 };
 
 }  // namespace loom::layers
