@@ -189,8 +189,30 @@ def check_busy(port):
     assert h["generated_tokens"] < 4000, h
     s, body = request(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5})
     assert s == 200, body
+    streamed = h["generated_tokens"]
+    # a non-streamed request's client goes away too: the server notices the closed socket
+    # while it decodes, not only when it writes the answer
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({"prompt": "z", "max_tokens": 4000, "temperature": 0}).encode())
+    for _ in range(500):
+        s, h = request(port, "GET", "/health")
+        if h["running"] == 1:
+            break
+        time.sleep(0.01)
+    assert h["running"] == 1, h
+    c.sock.close()
+    c.close()
+    for _ in range(500):
+        s, h = request(port, "GET", "/health")
+        if h["running"] == 0:
+            break
+        time.sleep(0.01)
+    assert h["running"] == 0 and h["cancelled"] == 2, h
+    plain = h["generated_tokens"] - streamed - 5
+    assert plain < 4000, h
     print(f"busy: 503 while the one slot is taken; a disconnect cancelled its sequence after "
-          f"{h['generated_tokens']} of 4000 tokens and freed the slot")
+          f"{streamed} of 4000 tokens (streamed) and {plain} of 4000 (non-streamed), freeing the slot")
 
 
 if __name__ == "__main__":
