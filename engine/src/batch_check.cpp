@@ -70,7 +70,9 @@ Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
     host_abi::error_free(e);
     throw UsageError("model/" + model + ": batch_spec: " + why);
   }
-  check_batch_spec(wants, num, Feed::kProvides, std::size(Feed::kProvides), model);
+  const std::vector<loom_array_spec> provides =
+      Feed::provides(recipe.get_bool("data", "pack_sequences"));
+  check_batch_spec(wants, num, provides.data(), provides.size(), model);
 
   // What the model will ask of the attention plugin (a sliding window's extension) must be
   // on that plugin's capability list: otherwise the first attention call is refused mid-run.

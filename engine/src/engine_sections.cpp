@@ -142,6 +142,11 @@ constexpr loom_param_spec kData[] = {
     param("cache", kBool, "true",
           "cache the sampler's index arrays as .npy files beside the data (when the dataset has "
           "a home on disk)"),
+    param("pack_sequences", kBool, "false",
+          "packed sequences: each document of a sample attends only to itself and its positions "
+          "restart at 0 after every EOD token (Megatron's --reset-position-ids and "
+          "--reset-attention-mask), and the target after an EOD is not trained on "
+          "(--eod-mask-loss); the micro-batch carries a positions array, which the model reads"),
 };
 
 template <size_t N>

@@ -50,18 +50,20 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
               double* values, int64_t n);
 
 // State the pipeline schedule's get_microbatch callback reads: GPT samples (Megatron's
-// GPTDataset), which provide the arrays `kProvides` lists.
+// GPTDataset), which provide the arrays `provides` lists.
 struct Feed {
-  static const loom_array_spec kProvides[2];  // tokens, targets: int32 (B, T)
+  // tokens, targets: int32 (B, T); with packed sequences also positions
+  static std::vector<loom_array_spec> provides(bool packed);
 
   Sampler* sampler = nullptr;
   int64_t first = 0;  // sample index of micro-batch 0 of data-parallel rank 0
   int64_t mbs = 0, seq_len = 0, dp = 1, dp_rank = 0;
   double loss_scale = 0;
-  std::vector<int32_t> tokens, targets;
-  std::unique_ptr<loom::HostBatch> batch;  // names and views of tokens, targets
+  std::vector<int32_t> tokens, targets, positions;
+  std::unique_ptr<loom::HostBatch> batch;  // names and views of tokens, targets (positions)
+  int64_t eod = -1;  // packed sequences: documents end at this token; -1 = not packed
 
-  void allocate(int64_t micro_batch, int64_t tokens_per_sample);
+  void allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod);
   static loom_error* get(void* user, int64_t i, loom_microbatch* out);
 };
 

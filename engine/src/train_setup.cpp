@@ -58,18 +58,41 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
 
 namespace {
 const int64_t kSampleShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
-}
-const loom_array_spec Feed::kProvides[2] = {
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kSampleShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kSampleShape}};
 
-void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample) {
+// Megatron's get_ltor_masks_and_position_ids with reset_position_ids, reset_attention_mask
+// and eod_mask_loss, for one sample: positions restart after each EOD token, and the
+// target at an EOD (the next document's first token) is not trained on.
+void pack_documents(int32_t eod, int64_t T, const int32_t* tokens, int32_t* targets,
+                    int32_t* positions) {
+  int32_t p = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    positions[t] = p++;
+    if (tokens[t] == eod) targets[t] = -1, p = 0;
+  }
+}
+}  // namespace
+
+std::vector<loom_array_spec> Feed::provides(bool packed) {
+  std::vector<loom_array_spec> a = {
+      {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kSampleShape},
+      {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kSampleShape}};
+  if (packed)
+    a.push_back({LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_POSITIONS, {kDLInt, 32, 1}, 2, kSampleShape});
+  return a;
+}
+
+void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod) {
   mbs = micro_batch;
   seq_len = tokens_per_sample;
+  eod = packed_eod;
   tokens.resize((size_t)(mbs * seq_len));
   targets.resize((size_t)(mbs * seq_len));
   batch = std::make_unique<loom::HostBatch>(mbs, seq_len);
   batch->tokens_targets(tokens.data(), targets.data());
+  if (eod >= 0) {
+    positions.resize((size_t)(mbs * seq_len));
+    batch->add(LOOM_ARRAY_POSITIONS, positions.data());
+  }
 }
 
 loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
@@ -77,9 +100,13 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   try {
     // Data-parallel rank r takes samples r*mbs .. of each block of dp*mbs.
     const int64_t base = f->first + (i * f->dp + f->dp_rank) * f->mbs;
-    for (int64_t b = 0; b < f->mbs; ++b)
-      f->sampler->sample(base + b, f->tokens.data() + b * f->seq_len,
-                         f->targets.data() + b * f->seq_len);
+    for (int64_t b = 0; b < f->mbs; ++b) {
+      const int64_t at = b * f->seq_len;
+      f->sampler->sample(base + b, f->tokens.data() + at, f->targets.data() + at);
+      if (f->eod >= 0)
+        pack_documents((int32_t)f->eod, f->seq_len, f->tokens.data() + at, f->targets.data() + at,
+                       f->positions.data() + at);
+    }
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
   }
@@ -163,7 +190,15 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(be.api->get_info(be.self, &info), "backend info");
   flops_per_token = mapi->flops_per_token(chunks[0]);
-  feed.allocate(mbs, seq_len);
+  int64_t packed_eod = -1;
+  if (recipe.get_bool("data", "pack_sequences")) {
+    packed_eod = tok.api->eod_id(tok.self);
+    if (packed_eod < 0)
+      throw UsageError(
+          "data.pack_sequences = true: the tokenizer has no EOD token to end "
+          "documents with");
+  }
+  feed.allocate(mbs, seq_len, packed_eod);
   feed.dp = dp;
   feed.dp_rank = layout.data_rank;
 }

@@ -3,6 +3,8 @@
 // the (B,Hq,T,S) probabilities and allocates nothing through the backend: per-thread
 // workspace is O((T + S) * D + block_q * block_k). Tensors must be compact kDLCPU tensors
 // of one dtype (f32, f64, bf16 or f16; f32 math for the 16-bit ones); lse is f32 or f64.
+// Variable-length sequences (loom.attention-seqlens/1) run the same kernels once per
+// sequence, on pointers into its batch row: a sequence is a batch of one.
 #include <string>
 
 #include "flash_kernels.hpp"
@@ -42,10 +44,32 @@ void* host_data(const DLTensor* t, const char* what) {
 }
 
 // attention.h's shape contract (loom/cpp/attention_args.hpp); tiles and scale come later.
+const char* const kWho = "attention/flash-cpu";
+
 flash::Dims check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v,
-                         const DLTensor* out) {
-  const loom::AttentionDims a = loom::attention_dims("attention/flash-cpu", q, k, v, out);
+                         const DLTensor* out, int causal) {
+  const loom::AttentionDims a = loom::attention_dims(kWho, q, k, v, out, "out", causal != 0);
   return flash::Dims{a.B, a.T, a.S, a.Hq, a.Hkv, a.D, a.G, 0, 0, 0, false};
+}
+loom::AttentionDims dims(const flash::Dims& d) { return {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G}; }
+
+// fn(sub, qrow, krow, lse0) for the whole batch (the masks' sequences absent), or once per
+// sequence: sub is a batch of one (nq, nk) whose q rows start at row qrow of the flattened
+// (B*T) queries, k rows at krow of the (B*S) keys and lse values at lse0, heads apart by T.
+template <class Fn>
+void for_each_seq(const flash::Dims& d, const loom::AttentionMasks& m, Fn&& fn) {
+  if (!m.varlen) return fn(d, 0, 0, 0);
+  for (const loom::AttentionSeq& s : m.seqs) {
+    flash::Dims sub = d;
+    sub.B = 1, sub.T = s.nq, sub.S = s.nk, sub.lse_pitch = d.T;
+    fn(sub, s.b * d.T + s.t0, s.b * d.S + s.s0, s.b * d.Hq * d.T + s.t0);
+  }
+}
+
+// Zeros a compact tensor: the rows no sequence covers (attention.h).
+template <class St>
+void zero(St* p, const DLTensor* t) {
+  std::fill(p, p + loom_tensor_numel(t), St{});
 }
 
 void same_dtype(DLDataType dt, std::initializer_list<const DLTensor*> ts) {
@@ -55,7 +79,7 @@ void same_dtype(DLDataType dt, std::initializer_list<const DLTensor*> ts) {
 }
 
 void check_lse(const DLTensor* lse, const flash::Dims& d) {
-  loom::attention_lse("attention/flash-cpu", lse, {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G});
+  loom::attention_lse(kWho, lse, {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G});
   loom::require(loom_dtype_eq(lse->dtype, loom_f32()) || loom_dtype_eq(lse->dtype, loom_f64()),
                 "attention/flash-cpu: lse must be f32 or f64");
 }
@@ -82,9 +106,9 @@ class FlashCpuAttention {
       : host_(host), bq_(bq), bk_(bk) {}
 
   void forward(const loom_attention_fwd_args& a) {
-    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
+    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out, a.causal);
     same_dtype(a.q->dtype, {a.k, a.v, a.out});
-    tune(d, a.scale, a.causal, a.ext);
+    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -93,21 +117,30 @@ class FlashCpuAttention {
       auto* k = static_cast<const St*>(host_data(a.k, "k"));
       auto* v = static_cast<const St*>(host_data(a.v, "v"));
       auto* o = static_cast<St*>(host_data(a.out, "out"));
+      auto run = [&](auto* lse) {
+        if (m.varlen) zero(o, a.out);
+        if (m.varlen && lse) zero(lse, a.lse);
+        const int64_t qp = d.Hq * d.D, kp = d.Hkv * d.D;
+        for_each_seq(d, m, [&](const flash::Dims& x, int64_t qr, int64_t kr, int64_t l0) {
+          flash::forward<A>(x, q + qr * qp, k + kr * kp, v + kr * kp, o + qr * qp,
+                            lse ? lse + l0 : lse);
+        });
+      };
       if (!a.lse)
-        flash::forward<A, St, float>(d, q, k, v, o, nullptr);
+        run(static_cast<float*>(nullptr));
       else if (a.lse->dtype.bits == 64)
-        flash::forward<A>(d, q, k, v, o, static_cast<double*>(host_data(a.lse, "lse")));
+        run(static_cast<double*>(host_data(a.lse, "lse")));
       else
-        flash::forward<A>(d, q, k, v, o, static_cast<float*>(host_data(a.lse, "lse")));
+        run(static_cast<float*>(host_data(a.lse, "lse")));
     });
   }
 
   void backward(const loom_attention_bwd_args& a) {
-    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out);
-    loom::attention_dims("attention/flash-cpu", a.q, a.k, a.v, a.dout, "dout");
-    loom::attention_grads("attention/flash-cpu", a.q, a.k, a.dq, a.dk, a.dv);
+    flash::Dims d = check_shapes(a.q, a.k, a.v, a.out, a.causal);
+    loom::attention_dims(kWho, a.q, a.k, a.v, a.dout, "dout", a.causal != 0);
+    loom::attention_grads(kWho, a.q, a.k, a.dq, a.dk, a.dv);
     same_dtype(a.q->dtype, {a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv});
-    tune(d, a.scale, a.causal, a.ext);
+    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -116,13 +149,19 @@ class FlashCpuAttention {
         return static_cast<const St*>(host_data(t, w));
       };
       auto io = [](DLTensor* t, const char* w) { return static_cast<St*>(host_data(t, w)); };
+      St *dq = io(a.dq, "dq"), *dk = io(a.dk, "dk"), *dv = io(a.dv, "dv");
+      if (m.varlen) zero(dq, a.dq), zero(dk, a.dk), zero(dv, a.dv);
       // An lse coarser than the accumulation (f32 lse of f64 data, as the model saves it)
       // would cap the gradients at f32 accuracy: recompute it in A instead.
       const bool coarse = !a.lse || (sizeof(A) == 8 && a.lse->dtype.bits == 32);
+      const int64_t qp = d.Hq * d.D, kp = d.Hkv * d.D;
       auto run = [&](const auto* lse) {
-        flash::backward<A>(d, in(a.dout, "dout"), in(a.q, "q"), in(a.k, "k"), in(a.v, "v"),
-                           in(a.out, "out"), lse, coarse, io(a.dq, "dq"), io(a.dk, "dk"),
-                           io(a.dv, "dv"));
+        for_each_seq(d, m, [&](const flash::Dims& x, int64_t qr, int64_t kr, int64_t l0) {
+          flash::backward<A>(x, in(a.dout, "dout") + qr * qp, in(a.q, "q") + qr * qp,
+                             in(a.k, "k") + kr * kp, in(a.v, "v") + kr * kp,
+                             in(a.out, "out") + qr * qp, lse ? lse + l0 : lse, coarse, dq + qr * qp,
+                             dk + kr * kp, dv + kr * kp);
+        });
       };
       if (!a.lse)
         run(static_cast<const float*>(nullptr));
@@ -136,12 +175,14 @@ class FlashCpuAttention {
   const loom_host* host() const { return host_; }
 
  private:
-  void tune(flash::Dims& d, double scale, int causal, const loom_ext* ext) const {
+  loom::AttentionMasks tune(flash::Dims& d, double scale, int causal, const loom_ext* ext) const {
     d.bq = bq_;
     d.bk = bk_;
     d.scale = scale;
     d.causal = causal != 0;
-    d.window = loom::attention_window("attention/flash-cpu", ext, causal);
+    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(d));
+    d.window = m.window;
+    return m;
   }
 
   const loom_host* host_;
@@ -173,7 +214,8 @@ const loom_param_spec kParams[] = {
     loom::param("block_k", LOOM_PARAM_INT, "64", "keys per tile", 1, 4096),
 };
 
-const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
+                                     nullptr};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -58,10 +58,14 @@ struct Dims {
   int64_t bq, bk;  // tile sizes (queries, keys)
   double scale;
   bool causal;
-  int64_t window = 0;  // > 0: query t sees keys (last_key(t) - window, last_key(t)]
+  int64_t window = 0;     // > 0: query t sees keys (last_key(t) - window, last_key(t)]
+  int64_t lse_pitch = 0;  // lse values between heads (0: T); a sequence of a longer row
   int64_t last_key(int64_t t) const { return causal ? t + S - T : S - 1; }  // inclusive
   int64_t first_key(int64_t t) const {
     return window > 0 ? std::max<int64_t>(0, last_key(t) - window + 1) : 0;
+  }
+  int64_t lse_at(int64_t b, int64_t h, int64_t t) const {
+    return (b * Hq + h) * (lse_pitch ? lse_pitch : T) + t;
   }
   // The first key tile any of queries [i0, ...) sees, aligned to bk.
   int64_t first_tile(int64_t i0) const { return first_key(i0) / bk * bk; }
@@ -150,7 +154,7 @@ FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, 
         St* o = out + (b * d.T + i0 + i) * qp + h * D;
         const A inv = A(1) / l[i];  // l >= 1: every row sees at least key 0 (T <= S)
         for (int64_t c = 0; c < D; ++c) o[c] = narrow<St>(acc[i * D + c] * inv);
-        if (lse) lse[(b * d.Hq + h) * d.T + i0 + i] = static_cast<L>(m[i] + std::log(l[i]));
+        if (lse) lse[d.lse_at(b, h, i0 + i)] = static_cast<L>(m[i] + std::log(l[i]));
       }
     }
   }
@@ -223,7 +227,7 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
         if (recompute) {
           recompute_lse(d, Q.data(), Kt.data(), p.data(), lh.data());
         } else {
-          for (int64_t t = 0; t < T; ++t) lh[t] = A(lse[(b * d.Hq + h) * T + t]);
+          for (int64_t t = 0; t < T; ++t) lh[t] = A(lse[d.lse_at(b, h, t)]);
         }
         std::fill(dQ.begin(), dQ.end(), A(0));
         for (int64_t j0 = 0; j0 < S; j0 += d.bk) {

@@ -7,7 +7,9 @@
 // b*rows*H*D + h*D elements in; query head h reads kv head g = h / (Hq/Hkv). Each gemm below
 // handles one head for all B batch items (stride = one batch item), so its B output
 // matrices are stacked, never interleaved: P and dP (B,Hq,T,S) are ours, and out, dQ, dK,
-// dV of one head are T (or S) rows a whole batch item apart.
+// dV of one head are T (or S) rows a whole batch item apart. Variable-length sequences
+// (loom.attention-seqlens/1) run one at a time, each head of each sequence its own (Lq,Lk)
+// block through the same gemms and softmax, so nothing crosses a sequence's edge.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -26,25 +28,30 @@ struct Shape {
 };
 
 // attention.h's shape contract (loom/cpp/attention_args.hpp), with the row pitches above.
+const char* const kWho = "attention/reference";
+
 Shape check_shapes(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* out,
-                   const char* out_name) {
-  const loom::AttentionDims d = loom::attention_dims("attention/reference", q, k, v, out, out_name);
+                   const char* out_name, int causal) {
+  const loom::AttentionDims d = loom::attention_dims(kWho, q, k, v, out, out_name, causal != 0);
   return Shape{d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.G};
 }
+loom::AttentionDims dims(const Shape& s) { return {s.B, s.T, s.S, s.Hq, s.Hkv, s.D, s.G}; }
 
 class ReferenceAttention {
  public:
   explicit ReferenceAttention(const loom_host* host) : host_(host), be_(host) {}
 
   void forward(const loom_attention_fwd_args& a) {
-    const Shape s = check_shapes(a.q, a.k, a.v, a.out, "out");
+    const Shape s = check_shapes(a.q, a.k, a.v, a.out, "out", a.causal);
+    const loom::AttentionMasks m = loom::attention_masks(kWho, a.ext, a.causal, dims(s));
+    if (m.varlen) return forward_seqs(s, m, a);
     ensure(s, a.q->dtype, /*backward=*/false);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
     DLTensor* lse = a.lse;
     loom::View lse_ws(lse_, {s.B * s.Hq, s.T});
     if (!lse) lse = lse_ws;
     scores(s, a.q, a.k, p);
-    softmax(p, lse, a.scale, a.causal, a.ext);
+    loom::softmax_forward(be_, p, lse, a.scale, a.causal != 0, m.window);
     // out_h(T,D) = P_h(T,S) @ v_g(S,D)
     for (int64_t h = 0; h < s.Hq; ++h) {
       const Head x = head(s, h);
@@ -58,14 +65,16 @@ class ReferenceAttention {
   // dP = dO V^T, dS = softmax_backward (scale folded in), dQ = dS K, dK = sum_j dS^T Q,
   // dV = sum_j P^T dO, the sums running over the G query heads that share a kv head.
   void backward(const loom_attention_bwd_args& a) {
-    const Shape s = check_shapes(a.q, a.k, a.v, a.dout, "dout");
-    loom::attention_grads("attention/reference", a.q, a.k, a.dq, a.dk, a.dv);
+    const Shape s = check_shapes(a.q, a.k, a.v, a.dout, "dout", a.causal);
+    loom::attention_grads(kWho, a.q, a.k, a.dq, a.dk, a.dv);
+    const loom::AttentionMasks m = loom::attention_masks(kWho, a.ext, a.causal, dims(s));
+    if (m.varlen) return backward_seqs(s, m, a);
     ensure(s, a.q->dtype, /*backward=*/true);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
     loom::View dp(dprobs_, {s.B * s.Hq, s.T, s.S});
     loom::View lse(lse_, {s.B * s.Hq, s.T});
     scores(s, a.q, a.k, p);
-    softmax(p, lse, a.scale, a.causal, a.ext);
+    loom::softmax_forward(be_, p, lse, a.scale, a.causal != 0, m.window);
     for (int64_t h = 0; h < s.Hq; ++h) {  // dP_h(T,S) = dO_h(T,D) @ v_g(S,D)^T
       const Head x = head(s, h);
       gemm(0, 1, s.T, s.S, s.D, 1.0, 0.0, a.dout, s.qpitch(), x.qstride, x.qoff,  //
@@ -99,13 +108,63 @@ class ReferenceAttention {
     return {h * s.D, s.T * s.qpitch(), g * s.D, s.S * s.kpitch(), h * s.T * s.S, s.Hq * s.T * s.S};
   }
 
-  // P = softmax(scale * S) over the keys each query sees: causal, and a sliding window when
-  // the args' ext chain asks for one. Masked probabilities are exactly 0, so the gemms of
-  // the backward need no mask of their own.
-  void softmax(DLTensor* p, DLTensor* lse, double scale, int causal, const loom_ext* ext) {
-    loom::softmax_forward(be_, p, lse, scale, causal != 0,
-                          loom::attention_window("attention/reference", ext, causal));
+  // One sequence's head h: where its q rows, k rows and lse values start.
+  struct SeqHead {
+    int64_t qoff, koff, loff;
+  };
+  static SeqHead seq_head(const Shape& s, const loom::AttentionSeq& q, int64_t h) {
+    return {(q.b * s.T + q.t0) * s.qpitch() + h * s.D,
+            (q.b * s.S + q.s0) * s.kpitch() + h / s.G * s.D, (q.b * s.Hq + h) * s.T + q.t0};
   }
+
+  // out_h = softmax(scale * q_h k_g^T) v_g per sequence and head, P of one (Lq,Lk) block in
+  // probs_. Rows of no sequence keep out 0 and lse 0 (attention.h).
+  void forward_seqs(const Shape& s, const loom::AttentionMasks& m,
+                    const loom_attention_fwd_args& a) {
+    ensure_seqs(s, m, a.q->dtype, /*backward=*/false);
+    DLTensor* lse = a.lse;
+    loom::View lse_ws(lse_, {s.B * s.Hq, s.T});
+    if (!lse) lse = lse_ws;
+    be_.call(&loom_ops::fill, a.out, 0.0);
+    be_.call(&loom_ops::fill, lse, 0.0);
+    for (const loom::AttentionSeq& q : m.seqs)
+      for (int64_t h = 0; h < s.Hq; ++h) {
+        const SeqHead x = seq_head(s, q, h);
+        loom::View p(probs_, {1, q.nq, q.nk}), l(lse, {1, q.nq}, x.loff);
+        gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
+             a.k, s.kpitch(), 0, x.koff, probs_, q.nk, 0, 0, 1);
+        loom::softmax_forward(be_, p, l, a.scale, a.causal != 0, m.window);
+        gemm(0, 0, q.nq, s.D, q.nk, 1.0, 0.0, probs_, q.nk, 0, 0,  //
+             a.v, s.kpitch(), 0, x.koff, a.out, s.qpitch(), 0, x.qoff, 1);
+      }
+  }
+
+  // The backward above per sequence and head; dk, dv accumulate over a kv group's heads
+  // from zero, so rows of no sequence keep gradient 0.
+  void backward_seqs(const Shape& s, const loom::AttentionMasks& m,
+                     const loom_attention_bwd_args& a) {
+    ensure_seqs(s, m, a.q->dtype, /*backward=*/true);
+    for (DLTensor* g : {a.dq, a.dk, a.dv}) be_.call(&loom_ops::fill, g, 0.0);
+    for (const loom::AttentionSeq& q : m.seqs)
+      for (int64_t h = 0; h < s.Hq; ++h) {
+        const SeqHead x = seq_head(s, q, h);
+        loom::View p(probs_, {1, q.nq, q.nk}), dp(dprobs_, {1, q.nq, q.nk});
+        loom::View l(lse_, {1, q.nq});
+        gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
+             a.k, s.kpitch(), 0, x.koff, probs_, q.nk, 0, 0, 1);
+        loom::softmax_forward(be_, p, l, a.scale, a.causal != 0, m.window);
+        gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.dout, s.qpitch(), 0, x.qoff,  //
+             a.v, s.kpitch(), 0, x.koff, dprobs_, q.nk, 0, 0, 1);
+        loom::softmax_backward(be_, dp.get(), p.get(), dp.get(), a.scale);
+        gemm(0, 0, q.nq, s.D, q.nk, 1.0, 0.0, dprobs_, q.nk, 0, 0,  //
+             a.k, s.kpitch(), 0, x.koff, a.dq, s.qpitch(), 0, x.qoff, 1);
+        gemm(1, 0, q.nk, s.D, q.nq, 1.0, 1.0, dprobs_, q.nk, 0, 0,  //
+             a.q, s.qpitch(), 0, x.qoff, a.dk, s.kpitch(), 0, x.koff, 1);
+        gemm(1, 0, q.nk, s.D, q.nq, 1.0, 1.0, probs_, q.nk, 0, 0,  //
+             a.dout, s.qpitch(), 0, x.qoff, a.dv, s.kpitch(), 0, x.koff, 1);
+      }
+  }
+
   // S_h(T,S) = q_h(T,D) @ k_g(S,D)^T into p (the scale is applied by softmax_forward).
   void scores(const Shape& s, const DLTensor* q, const DLTensor* k, DLTensor* p) {
     for (int64_t h = 0; h < s.Hq; ++h) {
@@ -160,6 +219,16 @@ class ReferenceAttention {
     if (!lse_ || lse_.numel() < rows) lse_ = loom::Tensor(be_, loom_f32(), {grown(lse_, rows)});
   }
 
+  // Workspace for the largest (Lq,Lk) block of any sequence, and lse for its rows.
+  void ensure_seqs(const Shape& s, const loom::AttentionMasks& m, DLDataType dtype, bool backward) {
+    Shape block = s;
+    block.B = 1, block.Hq = 1, block.T = 1, block.S = 1;
+    for (const loom::AttentionSeq& q : m.seqs)
+      if (q.nq * q.nk > block.T * block.S) block.T = q.nq, block.S = q.nk;
+    ensure(block, dtype, backward);
+    if (lse_.numel() < s.B * s.Hq * s.T) lse_ = loom::Tensor(be_, loom_f32(), {s.B * s.Hq * s.T});
+  }
+
   const loom_host* host_;
   loom::Backend be_;
   loom::Tensor probs_, dprobs_, lse_;
@@ -182,7 +251,8 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
 const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
 
 #ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
-const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
+                                     nullptr};
 #define LOOM_REFERENCE_NAME "reference"
 #else  // tests/engine's attention/causal-only: a plugin that does not list windows
 const char* const* const kCapabilities = nullptr;

@@ -1,5 +1,7 @@
 // Loom layer library, attention block: fused qkv projection (c_attn), optional RoPE, the attention
-// core of the run's attention plugin, output projection (c_proj).
+// core of the run's attention plugin, output projection (c_proj). Packed documents (Step::docs)
+// restart RoPE at each document and reach the attention plugin as its variable-length
+// sequences (loom.attention-seqlens/1), beside a sliding window when there is one.
 //
 // c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
 // by three gemms on row slices straight into compact q, k, v buffers, which is the layout
@@ -11,6 +13,41 @@
 #include <cmath>
 
 namespace loom::layers {
+namespace {
+
+// RoPE of x(B,T,H,D) from each sequence's start, or from 0 in each packed document.
+void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward) {
+  const int64_t T = s.T, H = x->shape[2], D = x->shape[3];
+  auto one = [&](int64_t first_row, int64_t rows, int64_t pos) {
+    View v = view(x, {1, rows, H, D}, first_row * H * D);
+    if (backward)
+      loom::rope_backward(c.be, v.get(), pos, theta);
+    else
+      loom::rope_forward(c.be, v.get(), pos, theta);
+  };
+  if (s.docs) {
+    for (int64_t i = 0; i < s.docs->num_seqs; ++i)
+      one(s.docs->cu_seqlens_q[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
+  } else if (s.pos) {
+    for (int64_t b = 0; b < s.B; ++b) one(b * T, T, s.start(b));
+  } else if (backward) {
+    loom::rope_backward(c.be, x, s.pos0, theta);
+  } else {
+    loom::rope_forward(c.be, x, s.pos0, theta);
+  }
+}
+
+// The masks of one call: the window (when set) chained before the packed documents.
+const loom_ext* masks(const loom_attention_window& window, const Step& s,
+                      loom_attention_window& chained) {
+  const loom_ext* docs = s.docs ? &s.docs->base : nullptr;
+  if (window.window <= 0) return docs;
+  chained = window;
+  chained.base.next = docs;
+  return &chained.base;
+}
+
+}  // namespace
 
 AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   AttentionBlock a;
@@ -40,23 +77,17 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View xf = view(a.ln1_full, {N, C});
   qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
               {qv.get(), kv.get(), vv.get()});
-  if (rope && !s.pos) {
-    loom::rope_forward(c.be, qv.get(), s.pos0, rope_theta);
-    loom::rope_forward(c.be, kv.get(), s.pos0, rope_theta);
-  } else if (rope) {  // each sequence from its own position
-    for (int64_t b = 0; b < B; ++b) {
-      View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
-      View kb = view(a.k, {1, T, Hkv, D}, b * T * Hkv * D);
-      loom::rope_forward(c.be, qb.get(), s.start(b), rope_theta);
-      loom::rope_forward(c.be, kb.get(), s.start(b), rope_theta);
-    }
+  if (rope) {
+    loom::layers::rope(c, s, qv.get(), rope_theta, false);
+    loom::layers::rope(c, s, kv.get(), rope_theta, false);
   }
   const double scale = 1.0 / std::sqrt((double)D);
+  loom_attention_window chained{};
   loom_attention_fwd_args f{};
   f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.scale = scale;
   f.causal = 1;
-  f.ext = window.window > 0 ? &window.base : nullptr;
+  f.ext = masks(window, s, chained);
   if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
     f.q = qv;
@@ -121,11 +152,12 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   b.dv = dv;
   b.scale = 1.0 / std::sqrt((double)D);
   b.causal = 1;
-  b.ext = window.window > 0 ? &window.base : nullptr;
+  loom_attention_window chained{};
+  b.ext = masks(window, s, chained);
   loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
   if (rope) {  // gradients w.r.t. the q, k before rotation
-    loom::rope_backward(c.be, dq.get(), s.pos0, rope_theta);
-    loom::rope_backward(c.be, dk.get(), s.pos0, rope_theta);
+    loom::layers::rope(c, s, dq.get(), rope_theta, true);
+    loom::layers::rope(c, s, dk.get(), rope_theta, true);
   }
   // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
   View xf = view(a.ln1_full, {N, C});

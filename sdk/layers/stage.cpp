@@ -52,8 +52,9 @@ Slot& DecoderModel::slot(int64_t i) {
   return *slots_[i];
 }
 
-// GPT reads tokens on the first stage and targets on the last; one tensor, the hidden state,
-// flows between stages.
+// GPT reads tokens on the first stage and targets on the last, and every stage reads packed
+// documents' positions when the data has them; one tensor, the hidden state, flows between
+// stages.
 void DecoderModel::stage_info(loom_stage_info* out) {
   loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V2,
                 who_ + ": stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
@@ -62,6 +63,7 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   reads_.clear();
   if (opt_.first()) reads_.push_back(LOOM_ARRAY_TOKENS);
   if (opt_.last()) reads_.push_back(LOOM_ARRAY_TARGETS);
+  reads_.push_back(LOOM_ARRAY_POSITIONS);
   out->num_reads = reads_.size();
   out->reads = reads_.data();
   const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len);
@@ -81,7 +83,13 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.tokens, tokens, N, false);
-  if (!opt_.rope) upload_positions(S.positions, S.s);
+  if (!opt_.rope && S.s.docs) {  // learned positions restart with each packed document
+    View v = view(S.positions, {N});
+    loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), S.doc_pos.data(),
+                                                    (size_t)N * sizeof(int32_t)));
+  } else if (!opt_.rope) {
+    upload_positions(S.positions, S.s);
+  }
   View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
   if (!g.active()) {
     emb_.forward(ctx_, x0, tok, pos);
@@ -181,6 +189,35 @@ void DecoderModel::head_backward(Slot& S) {
   ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
 }
 
+// Packed documents (Megatron's reset_position_ids and reset_attention_mask): the positions
+// array restarts at 0 where a document starts and counts up by one inside it; a row starts
+// a document. The documents become the attention's variable-length sequences, back to back.
+void DecoderModel::read_documents(Slot& S, const loom_microbatch& mb) {
+  S.s.docs = nullptr;
+  S.doc_pos.clear();
+  if (!loom_microbatch_find(&mb, LOOM_ARRAY_POSITIONS)) return;
+  const int32_t* pos = loom::batch_ids(mb, LOOM_ARRAY_POSITIONS, who_);
+  const int64_t B = mb.batch, T = mb.seq_len;
+  S.doc_pos.assign(pos, pos + B * T);
+  S.cu_docs.clear();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t p = pos[b * T + t];
+      loom::require(p == 0 || (t > 0 && p == pos[b * T + t - 1] + 1),
+                    who_ + ": positions[" + s(b) + "][" + s(t) + "] = " + s(p) +
+                        ": a position is 0 (a document starts; always so at a row's start) or "
+                        "the previous one plus 1");
+      if (p == 0) S.cu_docs.push_back((int32_t)(b * T + t));
+    }
+  S.cu_docs.push_back((int32_t)(B * T));
+  S.docs = loom_attention_seqlens{};
+  S.docs.base = {sizeof(loom_attention_seqlens), LOOM_EXT_ATTENTION_SEQLENS, LOOM_EXT_REQUIRED,
+                 nullptr};
+  S.docs.num_seqs = (int64_t)S.cu_docs.size() - 1;
+  S.docs.cu_seqlens_q = S.docs.cu_seqlens_k = S.cu_docs.data();
+  S.s.docs = &S.docs;
+}
+
 // ----- the stage ---------------------------------------------------------------------------
 void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
@@ -204,6 +241,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   S.s = Step{mb.batch, mb.seq_len, 0};
+  read_documents(S, mb);
   S.n = S.s.N();
   S.nl = ctx_.tp.local_rows(S.n);
   S.loss_scale = a.loss_scale;

@@ -143,6 +143,9 @@ Listing build() {
   F(ext)
   END
   STRUCT(loom_attention_window) F(base) F(window) END
+  STRUCT(loom_attention_seqlens)
+  F(base) F(num_seqs) F(cu_seqlens_q) F(cu_seqlens_k) F(cu_seqlens_q_padded) F(cu_seqlens_k_padded)
+  END
   STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
   // model.h
   STRUCT(loom_model_create_args)

@@ -33,6 +33,7 @@
   X(loom_attention_fwd_args) \
   X(loom_attention_bwd_args) \
   X(loom_attention_window) \
+  X(loom_attention_seqlens) \
   X(loom_attention_api) \
   X(loom_model_create_args) \
   X(loom_model_param) \

@@ -12,8 +12,9 @@
 // A plugin may refuse a case it does not implement, with LOOM_ERR_UNIMPLEMENTED and a message
 // that names it: never a silent fallback. Only plugins listed in may_refuse() below may refuse
 // at all, and each must still run at least one case per dtype it supports. Sliding-window
-// cases (loom.attention-window/1, a required extension) must be refused by name by every
-// plugin that does not list the capability, and computed by every plugin that does.
+// cases (loom.attention-window/1, a required extension) and packed-document cases
+// (loom.attention-seqlens/1) must be refused by name by every plugin that does not list the
+// capability, and computed by every plugin that does.
 // Without the plugins or a CUDA device: "SKIPPED: <reason>", exit 77.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -62,14 +63,21 @@ struct Case {
   int64_t B, T, S, Hq, Hkv, D;
   bool causal;
   int64_t window = 0;  // > 0: sliding window, through the args' ext chain
+  int64_t docs = 0;    // > 0: each row packs documents of this many tokens (the last shorter)
 };
 
-// The plugin under test lists loom.attention-window/1.
-bool lists_window() {
+// The plugin under test lists capability `id`.
+bool lists(const char* id) {
   const loom_plugin_descriptor* d = loomtest::load_descriptor("attention", under_test().second);
   for (size_t i = 0; d->capabilities && d->capabilities[i]; ++i)
-    if (std::string(d->capabilities[i]) == LOOM_EXT_ATTENTION_WINDOW) return true;
+    if (std::string(d->capabilities[i]) == id) return true;
   return false;
+}
+// The required extension case c carries, or NULL.
+const char* required_ext(const Case& c) {
+  return c.docs > 0     ? LOOM_EXT_ATTENTION_SEQLENS
+         : c.window > 0 ? LOOM_EXT_ATTENTION_WINDOW
+                        : nullptr;
 }
 
 struct Io {
@@ -81,11 +89,24 @@ struct Io {
 struct Calls {
   loom_attention_window w{
       {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr}, 0};
+  std::vector<int32_t> cu;
+  loom_attention_seqlens docs{
+      {sizeof(loom_attention_seqlens), LOOM_EXT_ATTENTION_SEQLENS, LOOM_EXT_REQUIRED, nullptr},
+      0,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr};
   loom_attention_fwd_args f{};
   loom_attention_bwd_args b{};
   Calls(const Io& io, const Case& c, double scale) {
     w.window = c.window;
-    const loom_ext* ext = c.window > 0 ? &w.base : nullptr;
+    for (int64_t r = 0; c.docs > 0 && r < c.B; ++r)
+      for (int64_t t = 0; t < c.T; t += c.docs) cu.push_back((int32_t)(r * c.T + t));
+    cu.push_back((int32_t)(c.B * c.T));
+    docs.num_seqs = (int64_t)cu.size() - 1;
+    docs.cu_seqlens_q = docs.cu_seqlens_k = cu.data();
+    const loom_ext* ext = c.docs > 0 ? &docs.base : c.window > 0 ? &w.base : nullptr;
     f = {LOOM_ATTENTION_FWD_ARGS_SIZE_V2, io.q, io.k, io.v, io.out, io.lse, scale, c.causal, ext};
     b = {LOOM_ATTENTION_BWD_ARGS_SIZE_V2,
          io.dout,
@@ -110,9 +131,10 @@ void check(loomtest::TestHost& h, loom_error* e) { h.check(e); }
 // A call of the plugin under test: false when it ran; true when it refused the case, which
 // only a plugin that may refuse may do, by name (LOOM_ERR_UNIMPLEMENTED).
 bool refused(loom_error* e, const Case& c) {
+  const char* ext = required_ext(c);
   if (e == nullptr) {
-    // A plugin that does not list the window extension must not compute windowed attention.
-    if (c.window > 0) REQUIRE(lists_window());
+    // A plugin that does not list a mask's extension must not compute with it.
+    if (ext) REQUIRE(lists(ext));
     return false;
   }
   const loom_host* h = g_dev->host.host();
@@ -121,11 +143,11 @@ bool refused(loom_error* e, const Case& c) {
   h->error_free(e);
   const std::string name = "attention/" + under_test().second + ":";
   INFO("the plugin said (code " << int(code) << "): " << msg);
-  const bool window_refused = c.window > 0 && !lists_window();
-  REQUIRE((may_refuse() || window_refused));
+  const bool mask_refused = ext && !lists(ext);
+  REQUIRE((may_refuse() || mask_refused));
   REQUIRE(code == LOOM_ERR_UNIMPLEMENTED);
   REQUIRE(msg.find(name) != std::string::npos);
-  if (window_refused) REQUIRE(msg.find(LOOM_EXT_ATTENTION_WINDOW) != std::string::npos);
+  if (mask_refused) REQUIRE(msg.find(ext) != std::string::npos);
   MESSAGE("refused: " << msg);
   ++g_refused;
   return true;
@@ -134,7 +156,7 @@ bool refused(loom_error* e, const Case& c) {
 void run_case(DLDataType dt, const Case& c) {
   const std::vector<int64_t> qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.S, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
   const size_t nq = c.B * c.T * c.Hq * c.D, nk = c.B * c.S * c.Hkv * c.D;
-  std::mt19937 rng(static_cast<unsigned>(c.T * 131 + c.S * 7 + c.D + c.causal + c.window));
+  std::mt19937 rng(static_cast<unsigned>(c.T * 131 + c.S * 7 + c.D + c.causal + c.window + c.docs));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto rnd = [&](size_t n, float amp) {
     Vec v(n);
@@ -199,13 +221,17 @@ const Case kCases[] = {
     {2, 129, 129, 3, 1, 64, true, 40},
     {1, 50, 131, 4, 2, 128, true, 70},
     {1, 1, 45, 2, 1, 128, true, 16},  // one query sees its last 16 keys
+    // Packed documents (loom.attention-seqlens/1): of 30 in rows of 77, of 50 in rows of 129.
+    {2, 77, 77, 2, 2, 64, true, 0, 30},
+    {2, 129, 129, 4, 2, 128, true, 0, 50},
 };
 
 void run_all(DLDataType dt, const char* name) {
   g_compared = g_refused = 0;
   for (const Case& c : kCases) {
     INFO(name << " B=" << c.B << " T=" << c.T << " S=" << c.S << " Hq=" << c.Hq << " Hkv=" << c.Hkv
-              << " D=" << c.D << " causal=" << c.causal << " window=" << c.window);
+              << " D=" << c.D << " causal=" << c.causal << " window=" << c.window
+              << " docs=" << c.docs);
     run_case(dt, c);
   }
   MESSAGE(std::string(name) << ": " << g_compared << " cases compared, " << g_refused

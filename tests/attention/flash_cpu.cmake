@@ -18,3 +18,14 @@ if(TARGET loom AND TARGET loom_model_gpt)
   set_tests_properties(attention.swap PROPERTIES LABELS "attention" TIMEOUT 600
                        ENVIRONMENT "LOOM_PLUGIN_PATH=")
 endif()
+
+# Variable-length sequences (padding, packed documents, cross-attention) through reference
+# and flash-cpu against a float64 recomputation.
+add_executable(loom-test-attention-seqlens test_seqlens.cpp)
+target_link_libraries(loom-test-attention-seqlens PRIVATE loom_test_main)
+target_include_directories(loom-test-attention-seqlens PRIVATE
+  ${PROJECT_SOURCE_DIR}/tests/backend)
+add_dependencies(loom-test-attention-seqlens loom_backend_cpu loom_attention_reference
+  loom_attention_flash_cpu)
+add_test(NAME attention.seqlens COMMAND loom-test-attention-seqlens)
+set_tests_properties(attention.seqlens PROPERTIES LABELS "attention" TIMEOUT 300)

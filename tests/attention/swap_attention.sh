@@ -3,7 +3,9 @@
 # grouped dk/dv sums are exercised) trains 20 iterations with attention/reference and with
 # attention/flash-cpu from the same seed; the loss and gradient norm of every iteration (and
 # the eval losses) must agree within 1e-5 relative in fp32 and 1e-10 in fp64, where what
-# remains is rounding of a different summation order.
+# remains is rounding of a different summation order. The same again with packed sequences
+# (data.pack_sequences: each document attends to itself only, through
+# loom.attention-seqlens/1), whose loss must also differ from the unpacked run's.
 #   swap_attention.sh LOOM
 set -euo pipefail
 loom=$1
@@ -45,13 +47,15 @@ doc_length = 64
 interval = 0
 TOML
 cd "$dir"
-check() {  # check DTYPE TOL
-  local dtype=$1 tol=$2
+check() {  # check DTYPE TOL [PACK]
+  local dtype=$1 tol=$2 pack=${3:-false}
   for att in reference flash-cpu; do
     "$loom" run base.toml --set attention.plugin=$att --set precision.dtype="$dtype" \
-      --set train.metrics=$att-$dtype.jsonl 2> $att.log || { cat $att.log; exit 1; }
+      --set data.pack_sequences=$pack --set train.metrics=$att-$dtype-$pack.jsonl 2> $att.log ||
+      { cat $att.log; exit 1; }
   done
-  python3 - "$dtype" "$tol" reference-$dtype.jsonl flash-cpu-$dtype.jsonl <<'PY'
+  python3 - "$dtype packed=$pack" "$tol" reference-$dtype-$pack.jsonl \
+    flash-cpu-$dtype-$pack.jsonl <<'PY'
 import json, sys
 what, tol = sys.argv[1], float(sys.argv[2])
 ref = [json.loads(l) for l in open(sys.argv[3])]
@@ -73,3 +77,13 @@ PY
 }
 check fp32 1e-5
 check fp64 1e-10
+check fp32 1e-5 true
+check fp64 1e-10 true
+python3 - reference-fp64-false.jsonl reference-fp64-true.jsonl <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+d = abs(a[-1]["eval_loss"] - b[-1]["eval_loss"])
+assert d > 1e-3, f"packing changed nothing: eval loss {a[-1]['eval_loss']} vs {b[-1]['eval_loss']}"
+print(f"packed sequences change the model: final eval loss {b[-1]['eval_loss']:.4f} packed vs "
+      f"{a[-1]['eval_loss']:.4f} unpacked")
+PY

@@ -6,7 +6,6 @@
 // so a 4096 x 4096 forward leaves mem_peak where it was); bf16 and f16 storage; errors.
 #include <algorithm>
 #include <chrono>
-#include <deque>
 
 #include "loom/cpp/half.hpp"  // the bf16/f16 rounding backend/cpu and flash-cpu use
 #include "ops_support.hpp"
@@ -28,24 +27,11 @@ Att reference() {
   return a;
 }
 
-// A flash-cpu instance per tile shape, kept to process exit like the backend (and destroyed
-// then, before the host: LeakSanitizer checks the sanitizer build).
+// A flash-cpu instance per tile shape.
 Att flash(int64_t bq = 64, int64_t bk = 64) {
-  auto* d = loomtest::load_descriptor("attention", "flash-cpu");
-  static std::deque<loom_config> cfgs;  // stable addresses
-  cfgs.push_back(loomtest::TestHost::config(
-      d, {{"block_q", std::to_string(bq)}, {"block_k", std::to_string(bk)}}));
-  Att a{static_cast<const loom_attention_api*>(d->api), nullptr};
-  env().host.check(a.api->create(env().host.host(), &cfgs.back(), &a.self));
-  struct Owned {
-    std::vector<Att> all;
-    ~Owned() {
-      for (Att& x : all) x.api->destroy(x.self);
-    }
-  };
-  static Owned owned;  // constructed after env(), so destroyed before it
-  owned.all.push_back(a);
-  return a;
+  const AttentionInstance a = attention_instance(
+      "flash-cpu", {{"block_q", std::to_string(bq)}, {"block_k", std::to_string(bk)}});
+  return Att{a.api, a.self};
 }
 
 struct Case {

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -36,6 +38,31 @@ inline Env& env() {
   return *e;
 }
 inline const loom::Backend& B() { return env().be; }
+
+// An instance of attention plugin `name` with `cfg` over the backend above, kept to process
+// exit like the backend and destroyed then, before the host (LeakSanitizer checks the
+// sanitizer build).
+struct AttentionInstance {
+  const loom_attention_api* api;
+  loom_attention* self;
+};
+inline AttentionInstance attention_instance(const std::string& name,
+                                            const std::map<std::string, std::string>& cfg = {}) {
+  auto* d = loomtest::load_descriptor("attention", name);
+  static std::deque<loom_config> cfgs;  // stable addresses
+  cfgs.push_back(loomtest::TestHost::config(d, cfg));
+  AttentionInstance a{static_cast<const loom_attention_api*>(d->api), nullptr};
+  env().host.check(a.api->create(env().host.host(), &cfgs.back(), &a.self));
+  struct Owned {
+    std::vector<AttentionInstance> all;
+    ~Owned() {
+      for (AttentionInstance& x : all) x.api->destroy(x.self);
+    }
+  };
+  static Owned owned;  // constructed after env(), so destroyed before it
+  owned.all.push_back(a);
+  return a;
+}
 
 inline Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 rng(seed);

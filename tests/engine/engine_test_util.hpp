@@ -12,9 +12,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "loom/common.h"
+
 namespace enginetest {
 
 namespace fs = std::filesystem;
+
+// This host's ABI as the CLI prints it: "2.2".
+inline const std::string kHostAbi =
+    std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR);
 
 class TempDir {
  public:

@@ -145,8 +145,16 @@ class Gpt {
   std::pair<double, int64_t> run(const std::vector<int32_t>& tokens,
                                  const std::vector<int32_t>& targets, int64_t B, int64_t T,
                                  double loss_scale, bool backward) {
+    return run(tokens, targets, {}, B, T, loss_scale, backward);
+  }
+  // The same with packed documents: `positions` restart at 0 where a document starts.
+  std::pair<double, int64_t> run(const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& targets,
+                                 const std::vector<int32_t>& positions, int64_t B, int64_t T,
+                                 double loss_scale, bool backward) {
     loom::HostBatch mb(B, T);
     mb.tokens_targets(tokens.data(), targets.data());
+    if (!positions.empty()) mb.add(LOOM_ARRAY_POSITIONS, positions.data());
     double loss = 0, count = 0;
     check(loom::model_step(api_, m_, mb.get(), loss_scale, backward, &loss, &count));
     return {loss, (int64_t)count};

@@ -13,7 +13,9 @@
 #    cannot hide below the tolerance.
 #   equivalence.sh LOOM MPIEXEC MODEL LAYOUT
 #   MODEL: gpt | llama
-#   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
+#   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
+#           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
+#           tokens, so that every sample holds two or three, on one rank as in the layout
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3 layout=$4
 dir=$(mktemp -d)
@@ -67,6 +69,9 @@ case $model in
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 case $layout in
+  *-packed) model_set+=(--set data.pack_sequences=true --set data.doc_length=6) ;;
+esac
+case ${layout%-packed} in
   tp2) np=2 sets=(--set parallel.tensor=2) ;;
   tp2sp) np=2 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true) ;;
   pp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=1f1b) ;;

@@ -10,7 +10,8 @@ if(LOOM_SANITIZE)
   list(APPEND _env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)  # see tests/comm
 endif()
 foreach(model gpt llama)
-  foreach(layout tp2 tp2sp pp2 pp2vp2 pp4gpipe dp2 dp2dist tp2pp2 tp2dp2dist)
+  foreach(layout tp2 tp2sp pp2 pp2vp2 pp4gpipe dp2 dp2dist tp2pp2 tp2dp2dist tp2sp-packed
+                 pp2-packed)
     add_test(NAME layouts.${model}.${layout}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                      ${MPIEXEC_EXECUTABLE} ${model} ${layout})

@@ -2,7 +2,8 @@
  *
  * q(B,T,Hq,D), k and v (B,S,Hkv,D) with Hq a multiple of Hkv (grouped-query attention:
  * query head h reads kv head h / (Hq/Hkv)); out(B,T,Hq,D); lse(B,Hq,T) f32 saved by forward
- * for backward. With causal, query t (the last T of S positions) sees keys s <= t + S - T.
+ * for backward. With causal, query t (the last T of S positions) sees keys s <= t + S - T;
+ * without, every key (bidirectional, and cross-attention with T != S).
  * Masks beyond that come as extensions on the args' `ext` chain, flagged LOOM_EXT_REQUIRED:
  * a plugin that does not list one in its capabilities never receives it (the host refuses
  * the call, naming both), and a plugin must refuse a required id it does not know.
@@ -59,6 +60,29 @@ typedef struct loom_attention_window {
   int64_t window; /* >= 1 */
 } loom_attention_window;
 #define LOOM_ATTENTION_WINDOW_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_window, window)
+
+/* Variable-length sequences (ABI 2.2): padded batches, packed sequences and cross-attention
+ * with padding. The B*T query rows and the B*S key rows (q and k flattened over batch and
+ * position) hold num_seqs sequences; sequence i is cu_seqlens_q[i+1] - cu_seqlens_q[i]
+ * queries and cu_seqlens_k[i+1] - cu_seqlens_k[i] keys, FlashAttention's cumulative lengths.
+ * It starts at query row cu_seqlens_q_padded[i] and key row cu_seqlens_k_padded[i]
+ * (Transformer Engine's padded offsets; NULL: the same as the cumulative lengths, sequences
+ * back to back). A sequence's queries attend to its own keys only: with causal, its query j
+ * sees its keys j' <= j + Lk - Lq (bottom-right, as FlashAttention), and a window as above.
+ * Each sequence lies within one batch row of q and the same row of k, Lq <= Lk when causal,
+ * and Lk >= 1 when Lq >= 1; offsets increase, so no two sequences share a row. Query rows in
+ * no sequence (padding) get out 0 and lse 0, and key rows in none get dk = dv = 0. All four
+ * arrays are host memory, borrowed for the call. */
+#define LOOM_EXT_ATTENTION_SEQLENS "loom.attention-seqlens/1"
+typedef struct loom_attention_seqlens {
+  loom_ext base; /* id LOOM_EXT_ATTENTION_SEQLENS, flags LOOM_EXT_REQUIRED */
+  int64_t num_seqs;
+  const int32_t* cu_seqlens_q;        /* num_seqs + 1, from 0 */
+  const int32_t* cu_seqlens_k;        /* num_seqs + 1, from 0 */
+  const int32_t* cu_seqlens_q_padded; /* num_seqs + 1 or NULL */
+  const int32_t* cu_seqlens_k_padded; /* num_seqs + 1 or NULL */
+} loom_attention_seqlens;
+#define LOOM_ATTENTION_SEQLENS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_seqlens, cu_seqlens_k_padded)
 
 /* Contract tags (common.h):
  *   create, destroy: owner, local, blocks

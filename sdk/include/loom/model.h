@@ -71,6 +71,13 @@ typedef struct loom_model_param {
  * encoder and decoder tokens. */
 #define LOOM_ARRAY_TOKENS "tokens"   /* int32 (B, T): input token ids */
 #define LOOM_ARRAY_TARGETS "targets" /* int32 (B, T): the next token; -1 = no loss here */
+/* int32 (B, T), ABI 2.2: each token's position within its own document, so a document
+ * starts wherever it is 0. Packed sequences (data.pack_sequences: Megatron's
+ * reset_position_ids and reset_attention_mask): a model that reads it attends within each
+ * document only and restarts its positions there. An array a model reads when present but
+ * does not need, like this one, is listed in its stages' reads and left out of batch_spec,
+ * which names what a micro-batch must carry. */
+#define LOOM_ARRAY_POSITIONS "positions"
 
 /* A declared extent that follows the micro-batch rather than being fixed. */
 #define LOOM_DIM_BATCH (-1) /* B: samples in the micro-batch */

@@ -2,10 +2,13 @@
 // written once. q (B,T,Hq,D); k and v (B,S,Hkv,D) with Hq a multiple of Hkv; out (and dout,
 // dq) like q; dk and dv like k; T <= S. Messages start with the plugin's name ("attention/
 // flash-cpu: k and v shapes differ"). Device, dtype and layout rules differ between plugins,
-// so each checks those itself.
+// so each checks those itself. attention_masks reads the masks on the args' ext chain (a
+// sliding window, variable-length sequences) into one description every plugin that
+// implements them shares.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "loom/attention.h"
 #include "loom/cpp/plugin.hpp"
@@ -19,9 +22,10 @@ struct AttentionDims {
 };
 
 // q, k, v and `out` (the forward's out, or the backward's dout: `out_name` says which).
+// T <= S is required with causal only: cross-attention (not causal) may have T > S.
 inline AttentionDims attention_dims(const std::string& who, const DLTensor* q, const DLTensor* k,
                                     const DLTensor* v, const DLTensor* out,
-                                    const char* out_name = "out") {
+                                    const char* out_name = "out", bool causal = true) {
   const std::string w = who + ": ";
   require(q && k && v && out, w + "q, k, v and " + out_name + " are required");
   require(q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && out->ndim == 4,
@@ -37,7 +41,7 @@ inline AttentionDims attention_dims(const std::string& who, const DLTensor* q, c
   require(d.Hkv > 0 && d.Hq % d.Hkv == 0, w + "Hq (" + std::to_string(d.Hq) +
                                               ") must be a multiple of Hkv (" +
                                               std::to_string(d.Hkv) + ")");
-  require(d.T <= d.S, w + "more queries than keys (T > S)");
+  require(!causal || d.T <= d.S, w + "more queries than keys (T > S) with causal attention");
   d.G = d.Hq / d.Hkv;
   return d;
 }
@@ -60,12 +64,8 @@ inline void attention_lse(const std::string& who, const DLTensor* lse, const Att
           who + ": lse must hold B*Hq*T values (B,Hq,T)");
 }
 
-// The sliding window the args' ext chain asks for (0: none), for a plugin that implements
-// LOOM_EXT_ATTENTION_WINDOW (and lists it in its capabilities). Any other required
-// extension is refused, naming it. A plugin without windows calls
-// require_known_exts(args.ext, {}, who) instead.
-inline int64_t attention_window(const std::string& who, const loom_ext* ext, int causal) {
-  require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW}, who);
+namespace detail {
+inline int64_t window_of(const std::string& who, const loom_ext* ext, int causal) {
   const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_WINDOW);
   if (e == nullptr) return 0;
   require(e->struct_size >= LOOM_ATTENTION_WINDOW_SIZE_V1,
@@ -74,6 +74,72 @@ inline int64_t attention_window(const std::string& who, const loom_ext* ext, int
   require(w >= 1, who + ": window = " + std::to_string(w) + ", expected >= 1");
   require(causal != 0, who + ": a sliding window needs causal attention");
   return w;
+}
+}  // namespace detail
+
+// The sliding window the args' ext chain asks for (0: none), for a plugin that implements
+// LOOM_EXT_ATTENTION_WINDOW (and lists it in its capabilities) and no other mask. Any other
+// required extension is refused, naming it. A plugin without masks calls
+// require_known_exts(args.ext, {}, who) instead.
+inline int64_t attention_window(const std::string& who, const loom_ext* ext, int causal) {
+  require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW}, who);
+  return detail::window_of(who, ext, causal);
+}
+
+// One sequence of loom.attention-seqlens/1, in the (B,T) and (B,S) layout: batch row b,
+// queries [t0, t0 + nq) and keys [s0, s0 + nk) of that row.
+struct AttentionSeq {
+  int64_t b, t0, nq, s0, nk;
+};
+
+struct AttentionMasks {
+  int64_t window = 0;              // > 0: sliding window (loom.attention-window/1)
+  bool varlen = false;             // the sequences below replace the whole rows
+  std::vector<AttentionSeq> seqs;  // loom.attention-seqlens/1, sequences with queries only
+};
+
+// Every mask on the args' chain, checked against the shapes, for a plugin that implements
+// both LOOM_EXT_ATTENTION_WINDOW and LOOM_EXT_ATTENTION_SEQLENS. Any other required
+// extension is refused, naming it.
+inline AttentionMasks attention_masks(const std::string& who, const loom_ext* ext, int causal,
+                                      const AttentionDims& d) {
+  require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS}, who);
+  AttentionMasks m;
+  m.window = detail::window_of(who, ext, causal);
+  const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_SEQLENS);
+  if (e == nullptr) {
+    require(!causal || d.T <= d.S, who + ": more queries than keys (T > S) with causal attention");
+    return m;
+  }
+  const std::string w = who + ": " LOOM_EXT_ATTENTION_SEQLENS ": ";
+  require(e->struct_size >= LOOM_ATTENTION_SEQLENS_SIZE_V1, w + "smaller than its version 1");
+  const auto& x = *reinterpret_cast<const loom_attention_seqlens*>(e);
+  require(x.num_seqs >= 0 && x.cu_seqlens_q && x.cu_seqlens_k,
+          w + "num_seqs must be >= 0 and cu_seqlens_q, cu_seqlens_k set");
+  m.varlen = true;
+  int64_t q_end = 0, k_end = 0;  // rows before these are taken by earlier sequences
+  for (int64_t i = 0; i < x.num_seqs; ++i) {
+    const std::string at = w + "sequence " + std::to_string(i) + ": ";
+    const int64_t nq = int64_t(x.cu_seqlens_q[i + 1]) - x.cu_seqlens_q[i];
+    const int64_t nk = int64_t(x.cu_seqlens_k[i + 1]) - x.cu_seqlens_k[i];
+    const int64_t q0 = x.cu_seqlens_q_padded ? x.cu_seqlens_q_padded[i] : x.cu_seqlens_q[i];
+    const int64_t k0 = x.cu_seqlens_k_padded ? x.cu_seqlens_k_padded[i] : x.cu_seqlens_k[i];
+    require(nq >= 0 && nk >= 0, at + "cumulative lengths decrease");
+    require(q0 >= q_end && k0 >= k_end, at + "starts before the previous sequence ends");
+    require(q0 + nq <= d.B * d.T && k0 + nk <= d.B * d.S,
+            at + "ends past the " + std::to_string(d.B * d.T) + " query or " +
+                std::to_string(d.B * d.S) + " key rows");
+    q_end = q0 + nq, k_end = k0 + nk;
+    if (nq == 0) continue;
+    const int64_t b = q0 / d.T;
+    require((q0 + nq - 1) / d.T == b, at + "its queries cross a batch row");
+    require(nk >= 1 && k0 / d.S == b && (k0 + nk - 1) / d.S == b,
+            at + "its keys must be at least one, in the same batch row as its queries");
+    require(!causal || nq <= nk, at + std::to_string(nq) + " queries but " + std::to_string(nk) +
+                                     " keys with causal attention");
+    m.seqs.push_back({b, q0 - b * d.T, nq, k0 - b * d.S, nk});
+  }
+  return m;
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 // backward, the shared gradient scratch, the step shape and the KV cache.
 #pragma once
 
+#include "loom/attention.h"
 #include "loom/cpp/layers/config.hpp"
 
 namespace loom::layers {
@@ -40,6 +41,9 @@ struct Step {
   int64_t B = 0, T = 0, pos0 = 0;
   const int64_t* pos = nullptr;   // (B) host
   const int64_t* rows = nullptr;  // (B) host
+  // Packed documents (the micro-batch's positions array), back to back over the B*T
+  // tokens: attention stays within each, and RoPE restarts at each. NULL: whole rows.
+  const loom_attention_seqlens* docs = nullptr;
   int64_t N() const { return B * T; }
   int64_t start(int64_t b) const { return pos ? pos[b] : pos0; }
   int64_t row(int64_t b) const { return rows ? rows[b] : b; }

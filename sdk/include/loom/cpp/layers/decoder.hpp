@@ -34,8 +34,9 @@
 
 namespace loom::layers {
 
-// The micro-batch arrays GPT reads (tokens on the first stage, targets on the last) and its
-// one loss term, next-token cross-entropy.
+// The micro-batch arrays GPT needs (tokens on the first stage, targets on the last; every
+// stage also reads packed documents' positions when the data has them) and its one loss
+// term, next-token cross-entropy.
 inline constexpr int64_t kBatchShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
 inline constexpr loom_array_spec kBatchSpec[2] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
@@ -54,7 +55,11 @@ struct Slot {
   Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse, stats, gathered;
   Tensor tokens, targets, positions, emb_ids, emb_rows;  // i32 (N)
   int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
-  View out;               // the stage's output handed to the caller
+  // Packed documents, from the micro-batch's positions: each token's position in its
+  // document and the documents' cumulative lengths, which s.docs points at.
+  std::vector<int32_t> doc_pos, cu_docs;
+  loom_attention_seqlens docs{};
+  View out;  // the stage's output handed to the caller
   DLTensor* out_ptr = nullptr;
 };
 
@@ -96,6 +101,7 @@ class DecoderModel {
   void head_backward(Slot& S);
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
+  void read_documents(Slot& S, const loom_microbatch& mb);
 
   Ctx ctx_;
   Options opt_;
