@@ -70,8 +70,7 @@ Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
     host_abi::error_free(e);
     throw UsageError("model/" + model + ": batch_spec: " + why);
   }
-  const std::vector<loom_array_spec> provides =
-      Feed::provides(recipe.get_bool("data", "pack_sequences"));
+  const std::vector<loom_array_spec> provides = Feed::provides(recipe, registry);
   check_batch_spec(wants, num, provides.data(), provides.size(), model);
 
   // What the model will ask of the attention plugin (a sliding window's extension) must be

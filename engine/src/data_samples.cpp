@@ -3,6 +3,7 @@
 #include "errors.hpp"
 #include "host.hpp"
 #include "sampler.hpp"
+#include "train_run.hpp"
 
 namespace loom::engine {
 
@@ -37,21 +38,37 @@ void print_samples(Recipe& recipe, Registry& registry, const std::string& split,
   out << "# split " << split << ": " << s.size() << " samples (" << wanted[(size_t)k]
       << " wanted), seq_len " << seq_len << ", seed " << recipe.get_int("train", "seed") << "\n";
   for (size_t d = 0; d < s.num_datasets(); ++d) {
-    const GptIndices& x = s.dataset(d).indices();
-    out << "# dataset " << d << ": " << s.dataset(d).source().name << ", " << s.dataset(d).size()
-        << " samples, " << x.num_epochs << " epoch(s)"
-        << (x.separate_last_epoch ? ", last epoch shuffled separately" : "") << "\n";
+    out << "# dataset " << d << ": " << s.source(d).name << ", " << s.dataset_size(d) << " samples";
+    if (!s.made()) {
+      const GptIndices& x = s.dataset(d).indices();
+      out << ", " << x.num_epochs << " epoch(s)"
+          << (x.separate_last_epoch ? ", last epoch shuffled separately" : "");
+    }
+    out << "\n";
   }
   out << "# sample\tdataset\tname\tindex\tfirst tokens\n";
+  // a sample-making dataset's first (B, T) array is its tokens
+  const std::vector<loom_array_spec> made =
+      s.made() ? Feed::provides(recipe, registry) : std::vector<loom_array_spec>{};
+  Feed feed;
+  feed.sampler = &s;
+  if (s.made()) feed.allocate(1, seq_len, -1, made);
   std::vector<int32_t> text((size_t)(seq_len + 1));
   const int64_t n = std::min(count, s.size());
   for (int64_t i = 0; i < n; ++i) {
     Sampler::Origin o = s.origin(i);
-    s.text(i, text.data());
-    out << i << "\t" << o.dataset << "\t" << s.dataset(o.dataset).source().name << "\t" << o.index
-        << "\t";
-    for (int64_t t = 0; t < std::min<int64_t>(8, seq_len + 1); ++t)
-      out << (t ? " " : "") << text[(size_t)t];
+    const int32_t* first = text.data();
+    if (s.made()) {
+      loom_microbatch mb{};
+      feed.first = i;
+      check(Feed::get(&feed, 0, &mb), "sample " + std::to_string(i));
+      first = static_cast<const int32_t*>(mb.arrays[0].data);
+    } else {
+      s.text(i, text.data());
+    }
+    out << i << "\t" << o.dataset << "\t" << s.source(o.dataset).name << "\t" << o.index << "\t";
+    for (int64_t t = 0; t < std::min<int64_t>(8, seq_len + (s.made() ? 0 : 1)); ++t)
+      out << (t ? " " : "") << first[t];
     out << "\n";
   }
   if (n < count) out << "# the split has only " << s.size() << " samples\n";

@@ -43,6 +43,10 @@ constexpr loom_param_spec kCheckpoint[] = {
           "start from these weights only (a Loom checkpoint of any layout, or a Hugging Face "
           "GPT-2/Llama directory): a fresh optimizer and iteration 0, as Megatron's "
           "--finetune; checkpoint.load wins once it holds a checkpoint"),
+    param("finetune_fresh", kString, "",
+          "with checkpoint.finetune: comma-separated name prefixes of parameters that start "
+          "from their initialisation instead (a new head: \"classifier\"); any other parameter "
+          "the checkpoint lacks is an error"),
     param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
           0, kInf),
 };

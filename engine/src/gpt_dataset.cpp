@@ -13,7 +13,7 @@
 
 #include "errors.hpp"
 #include "log.hpp"
-#include "mt19937.hpp"
+#include "loom/cpp/numpy_random.hpp"
 #include "recipe.hpp"
 
 namespace fs = std::filesystem;
@@ -141,7 +141,7 @@ GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSp
     out.separate_last_epoch = from_last < (int64_t)(0.80 * (double)per_epoch);
   }
 
-  RandomState rng(spec.seed);
+  loom::RandomState rng(spec.seed);
   // Document index: E epochs of the split's documents, shuffled together, or the first
   // E-1 together and the last alone.
   out.doc_idx.resize((size_t)(E * n));

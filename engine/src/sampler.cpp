@@ -22,22 +22,32 @@ std::array<int64_t, 3> samples_wanted(int64_t iters, int64_t gbs, int64_t eval_i
 }
 
 Sampler::Sampler(std::shared_ptr<GptDataset> dataset) { parts_.push_back(std::move(dataset)); }
+Sampler::Sampler(std::shared_ptr<MadeSamples> dataset) { made_.push_back(std::move(dataset)); }
 
 Sampler::Sampler(std::vector<std::shared_ptr<GptDataset>> parts, const std::vector<double>& weights,
                  int64_t size)
     : parts_(std::move(parts)) {
   blend_ = build_blend_index(normalise(weights), size);
-  for (int64_t s = 0; s < size; ++s) {
-    const auto& part = *parts_[(size_t)blend_.dataset[(size_t)s]];
-    if (blend_.sample[(size_t)s] >= part.size())
-      throw RunError("blend: " + part.source().name + " has " + std::to_string(part.size()) +
-                     " samples but the blend asks for sample " +
-                     std::to_string(blend_.sample[(size_t)s]));
+  check_blend();
+}
+Sampler::Sampler(std::vector<std::shared_ptr<MadeSamples>> parts,
+                 const std::vector<double>& weights, int64_t size)
+    : made_(std::move(parts)) {
+  blend_ = build_blend_index(normalise(weights), size);
+  check_blend();
+}
+
+void Sampler::check_blend() const {
+  for (size_t s = 0; s < blend_.dataset.size(); ++s) {
+    const size_t k = (size_t)blend_.dataset[s];
+    if (blend_.sample[s] >= dataset_size(k))
+      throw RunError("blend: " + source(k).name + " has " + std::to_string(dataset_size(k)) +
+                     " samples but the blend asks for sample " + std::to_string(blend_.sample[s]));
   }
 }
 
 int64_t Sampler::size() const {
-  return blend_.dataset.empty() ? parts_[0]->size() : (int64_t)blend_.dataset.size();
+  return blend_.dataset.empty() ? dataset_size(0) : (int64_t)blend_.dataset.size();
 }
 
 Sampler::Origin Sampler::origin(int64_t i) const {
@@ -49,6 +59,7 @@ Sampler::Origin Sampler::origin(int64_t i) const {
 }
 
 void Sampler::text(int64_t i, int32_t* out) const {
+  if (made()) throw RunError(source(0).name + " makes its own samples: they have no plain text");
   Origin o = origin(i);
   parts_[o.dataset]->text(o.index, out);
 }
@@ -59,6 +70,12 @@ void Sampler::sample(int64_t i, int32_t* tokens, int32_t* targets) {
   text(i, buf_.data());
   std::copy(buf_.begin(), buf_.end() - 1, tokens);
   std::copy(buf_.begin() + 1, buf_.end(), targets);
+}
+
+void Sampler::fill(int64_t i, DLTensor* const* row, size_t num) const {
+  if (!made()) throw RunError("the data makes GPT samples, not named arrays");
+  Origin o = origin(i);
+  made_[o.dataset]->fill(o.index, row, num);
 }
 
 namespace {
@@ -118,11 +135,22 @@ struct Builder {
     if (empty > 0)
       throw RunError(key + ": some datasets have no documents in the " + split_name(k) +
                      " split (data.split = \"" + split + "\"); give each enough documents");
+    const bool made = makes_samples(ranges[0].first->api);
+    auto made_part = [&](size_t i, int64_t samples) {
+      auto& [src, r] = ranges[i];
+      return std::make_shared<MadeSamples>(src, r.begin[k], r.end[k], seq_len, seed, samples);
+    };
     if (entries.size() == 1) {
       auto& [src, r] = ranges[0];
+      if (made) return std::make_unique<Sampler>(made_part(0, wanted));
       return std::make_unique<Sampler>(part(src, r.begin[k], r.end[k], wanted));
     }
     std::vector<int64_t> sizes = blend_dataset_sizes(normalise(weights), wanted);
+    if (made) {
+      std::vector<std::shared_ptr<MadeSamples>> parts;
+      for (size_t i = 0; i < ranges.size(); ++i) parts.push_back(made_part(i, sizes[i]));
+      return std::make_unique<Sampler>(std::move(parts), weights, wanted);
+    }
     std::vector<std::shared_ptr<GptDataset>> parts;
     for (size_t i = 0; i < ranges.size(); ++i) {
       auto& [src, r] = ranges[i];

@@ -50,13 +50,13 @@ double squared_grad_norm(TrainRun& r) {
   return sq;
 }
 
-// Mean validation loss of evaluation k, which reads valid samples [k, k+1) x eval_iters x
-// global batch.
-double evaluate(TrainRun& r, int64_t k) {
+// The validation loss terms of evaluation k (the first is the loss; a classifier's accuracy
+// may follow), which reads valid samples [k, k+1) x eval_iters x global batch.
+std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
   r.feed.sampler = r.valid_samples;
   r.feed.first = k * r.eval_iters * r.gbs;
   r.feed.loss_scale = 0.0;
-  return run_micro(r, r.eval_iters * r.num_micro, true)[0].mean();
+  return run_micro(r, r.eval_iters * r.num_micro, true);
 }
 
 // One iteration (0-based `it`) on the global batch that starts at r.consumed.

@@ -174,8 +174,8 @@ void TrainRun::load_own_files(const Checkpoint& ck) {
 // Every parameter (and with `with_optimizer` the optimizer's state) cut from full tensors
 // for this rank's place in the layout: a checkpoint of another layout, or pretrained
 // weights.
-void TrainRun::load_full(const FullCheckpoint& full, const std::string& where,
-                         bool with_optimizer) {
+void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
+                         const std::function<bool(const std::string&)>& fresh) {
   std::map<std::string, size_t> index;
   std::vector<ShardSpec> specs;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -184,6 +184,7 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where,
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string name = params[i].name;
+    if (fresh && fresh(name)) continue;
     const StTensor local =
         take_shard(specs[i], find(full.main, name, where), vocab, where + ": " + name);
     if (!sharded) {

@@ -2,9 +2,13 @@
 // weights only, as Megatron's --finetune / --no-load-optim: a Loom checkpoint of any
 // layout, or a Hugging Face GPT-2 / Llama directory, cut for this rank's place in the
 // layout; the optimizer starts fresh and the iteration at 0. The recipe's [model] keys must
-// describe the checkpoint's model; a mismatch names both values.
+// describe the checkpoint's model; a mismatch names both values. A new head (BERT's
+// classifier) starts from its initialisation when checkpoint.finetune_fresh names it; any
+// other parameter the checkpoint lacks is refused.
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
+
+#include <algorithm>
 
 #include "hf_interop.hpp"
 #include "train_run.hpp"
@@ -78,19 +82,64 @@ void TrainRun::finetune(const fs::path& dir) {
   for (auto& [k, v] : recipe.section("model").values) ours[k] = toml_literal(v);
   resolve_model_defaults(ours);
   resolve_model_defaults(theirs);
+  // Parameters named by checkpoint.finetune_fresh keep their initialisation (a new head).
+  std::vector<std::string> fresh;
+  std::string list = recipe.get_string("checkpoint", "finetune_fresh");
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    std::string p = list.substr(at, comma - at);
+    p.erase(0, p.find_first_not_of(' '));
+    p.erase(p.find_last_not_of(' ') + 1);
+    if (!p.empty()) fresh.push_back(p);
+    at = comma + 1;
+  }
+  // A new head on the same body may be another plugin (model/bert -> model/bert-classifier).
+  if (!fresh.empty()) theirs.erase("plugin");
   // Initialisation and vocabulary padding do not describe the trained function.
   for (const char* k : {"init_std", "pad_vocab_to"}) theirs.erase(k);
   for (auto& [k, v] : theirs) {
     auto it = ours.find(k);
     if (it != ours.end() && !same_value(it->second, v))
       throw UsageError("checkpoint.finetune: model." + k + " is " + it->second +
-                       " in the recipe but " + v + " in " + where);
+                       " in the recipe but " + v + " in " + where +
+                       (k == "plugin" ? "; a new head on the checkpoint's body (its parameters "
+                                        "named by checkpoint.finetune_fresh) may change it"
+                                      : ""));
   }
   if (their_vocab > 0 && their_vocab < vocab)
     throw UsageError("checkpoint.finetune: the recipe's tokenizer has " + std::to_string(vocab) +
                      " tokens but " + where + " was trained with " + std::to_string(their_vocab));
-  load_full(full, where, false);
+  std::vector<std::string> started;
+  auto is_fresh = [&](const std::string& name) {
+    for (const std::string& p : fresh)
+      if (name.compare(0, p.size(), p) == 0) {
+        started.push_back(name);
+        return true;
+      }
+    return false;
+  };
+  std::string missing;  // a parameter the checkpoint lacks is a new head or a wrong checkpoint
+  for (const loom_model_param& p : params) {
+    const std::string name = p.name;
+    const bool named = std::any_of(fresh.begin(), fresh.end(), [&](const std::string& f) {
+      return name.compare(0, f.size(), f) == 0;
+    });
+    if (!named && !full.main.count(name)) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  if (!missing.empty())
+    throw UsageError("checkpoint.finetune: " + where + " has no " + missing +
+                     "; a new head starts fresh when checkpoint.finetune_fresh names it (e.g. "
+                     "\"classifier\")");
+  load_full(full, where, false, is_fresh);
   spdlog::info("finetuning from {}: weights only, a fresh optimizer, iteration 0", where);
+  if (!fresh.empty()) {
+    std::string names;
+    for (const std::string& n : started) names += (names.empty() ? "" : ", ") + n;
+    spdlog::info(
+        "checkpoint.finetune_fresh: {} parameter(s) start from their initialisation "
+        "on this rank: {}",
+        started.size(), names.empty() ? "none" : names);
+  }
 }
 
 Recipe inference_recipe(const fs::path& dir, const std::vector<std::string>& overrides,

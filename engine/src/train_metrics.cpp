@@ -105,14 +105,22 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
   }
 }
 
-void Metrics::eval(int64_t iter, double loss) {
-  spdlog::info("iter {:>6}/{} | eval_loss {:.4f} | eval ppl {:.2f}", iter, run_.iters, loss,
-               std::exp(loss));
-  if (file_.is_open())
-    file_ << nlohmann::json{{"iter", iter}, {"eval_loss", loss}}.dump() << "\n" << std::flush;
+void Metrics::eval(int64_t iter, const std::vector<LossTerm>& terms) {
+  const double loss = terms[0].mean();
+  std::string more;
+  nlohmann::json line{{"iter", iter}, {"eval_loss", loss}};
+  for (size_t i = 1; i < terms.size(); ++i) {
+    more += fmt::format(" | eval {} {:.4f}", terms[i].name, terms[i].mean());
+    line["eval_" + terms[i].name] = terms[i].mean();
+  }
+  spdlog::info("iter {:>6}/{} | eval_loss {:.4f} | eval ppl {:.2f}{}", iter, run_.iters, loss,
+               std::exp(loss), more);
+  if (file_.is_open()) file_ << line.dump() << "\n" << std::flush;
   if (tb_) {
     tb_->scalar("lm loss validation", iter, loss);
     tb_->scalar("lm loss validation ppl", iter, std::exp(loss));
+    for (size_t i = 1; i < terms.size(); ++i)
+      tb_->scalar(terms[i].name + " validation", iter, terms[i].mean());
   }
 }
 

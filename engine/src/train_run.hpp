@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,19 +53,28 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
 // State the pipeline schedule's get_microbatch callback reads: GPT samples (Megatron's
 // GPTDataset), which provide the arrays `provides` lists.
 struct Feed {
-  // tokens, targets: int32 (B, T); with packed sequences also positions
+  // GPT samples: tokens, targets: int32 (B, T); with packed sequences also positions
   static std::vector<loom_array_spec> provides(bool packed);
+  // What the recipe's data provides: a sample-making dataset's arrays, else GPT's.
+  static std::vector<loom_array_spec> provides(const Recipe& recipe, Registry& registry);
 
   Sampler* sampler = nullptr;
   int64_t first = 0;  // sample index of micro-batch 0 of data-parallel rank 0
   int64_t mbs = 0, seq_len = 0, dp = 1, dp_rank = 0;
   double loss_scale = 0;
   std::vector<int32_t> tokens, targets, positions;
-  std::unique_ptr<loom::HostBatch> batch;  // names and views of tokens, targets (positions)
+  std::unique_ptr<loom::HostBatch> batch;  // names and views of the arrays
   int64_t eod = -1;  // packed sequences: documents end at this token; -1 = not packed
+  // A sample-making dataset's arrays (int32 (B) or (B, T)) and their buffers.
+  std::vector<loom_array_spec> made;
+  std::vector<std::vector<int32_t>> made_data;
 
-  void allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod);
+  void allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod,
+                std::vector<loom_array_spec> made_spec = {});
   static loom_error* get(void* user, int64_t i, loom_microbatch* out);
+
+ private:
+  void fill_made(int64_t base);
 };
 
 // The saved recipe of checkpoint `dir` for a run that only reads its weights (`loom eval`,
@@ -169,7 +179,9 @@ struct TrainRun {
  private:
   bool same_layout(const std::map<std::string, int64_t>& saved) const;
   void load_own_files(const Checkpoint& ck);
-  void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer);
+  // `fresh(name)`: that parameter keeps its initialisation (checkpoint.finetune_fresh).
+  void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
+                 const std::function<bool(const std::string&)>& fresh = {});
   void sync_tied();
   ParamFilter own_params() const;
   void create_model(int64_t vocab);
@@ -183,7 +195,8 @@ class Metrics {
   explicit Metrics(const TrainRun& run);
   ~Metrics();
   void step(int64_t iter, const StepStats& s, int64_t mem_peak);
-  void eval(int64_t iter, double loss);
+  // terms[0] is the loss; the others are logged beside it as eval_<name>.
+  void eval(int64_t iter, const std::vector<LossTerm>& terms);
 
  private:
   const TrainRun& run_;

@@ -81,17 +81,58 @@ std::vector<loom_array_spec> Feed::provides(bool packed) {
   return a;
 }
 
-void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod) {
+std::vector<loom_array_spec> Feed::provides(const Recipe& recipe, Registry& registry) {
+  std::vector<loom_array_spec> made = dataset_sample_spec(recipe, registry);
+  if (made.empty()) return provides(recipe.get_bool("data", "pack_sequences"));
+  if (recipe.get_bool("data", "pack_sequences"))
+    throw UsageError("data.pack_sequences = true: dataset/" + recipe.plugin("data") +
+                     " makes its own samples, which the host does not pack");
+  return made;
+}
+
+void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod,
+                    std::vector<loom_array_spec> made_spec) {
   mbs = micro_batch;
   seq_len = tokens_per_sample;
   eod = packed_eod;
+  batch = std::make_unique<loom::HostBatch>(mbs, seq_len);
+  made = std::move(made_spec);
+  if (!made.empty()) {  // int32 (B) or (B, T) each (dataset_sample_spec checked)
+    made_data.resize(made.size());
+    for (size_t k = 0; k < made.size(); ++k) {
+      made_data[k].assign((size_t)(mbs * (made[k].ndim == 2 ? seq_len : 1)), 0);
+      if (made[k].ndim == 2)
+        batch->add(made[k].name, made_data[k].data());
+      else
+        batch->add_per_sample(made[k].name, made_data[k].data());
+    }
+    return;
+  }
   tokens.resize((size_t)(mbs * seq_len));
   targets.resize((size_t)(mbs * seq_len));
-  batch = std::make_unique<loom::HostBatch>(mbs, seq_len);
   batch->tokens_targets(tokens.data(), targets.data());
   if (eod >= 0) {
     positions.resize((size_t)(mbs * seq_len));
     batch->add(LOOM_ARRAY_POSITIONS, positions.data());
+  }
+}
+
+// Samples base .. base + mbs - 1 of a sample-making dataset, each into its row of every array.
+void Feed::fill_made(int64_t base) {
+  std::vector<DLTensor> rows(made.size());
+  std::vector<DLTensor*> ptrs(made.size());
+  for (int64_t b = 0; b < mbs; ++b) {
+    for (size_t k = 0; k < made.size(); ++k) {
+      const int64_t n = made[k].ndim == 2 ? seq_len : 1;
+      rows[k] = DLTensor{};
+      rows[k].data = made_data[k].data() + b * n;
+      rows[k].device = {kDLCPU, 0};
+      rows[k].dtype = {kDLInt, 32, 1};
+      rows[k].ndim = made[k].ndim - 1;
+      rows[k].shape = made[k].ndim == 2 ? &seq_len : nullptr;
+      ptrs[k] = &rows[k];
+    }
+    sampler->fill(base + b, ptrs.data(), ptrs.size());
   }
 }
 
@@ -100,12 +141,16 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   try {
     // Data-parallel rank r takes samples r*mbs .. of each block of dp*mbs.
     const int64_t base = f->first + (i * f->dp + f->dp_rank) * f->mbs;
-    for (int64_t b = 0; b < f->mbs; ++b) {
-      const int64_t at = b * f->seq_len;
-      f->sampler->sample(base + b, f->tokens.data() + at, f->targets.data() + at);
-      if (f->eod >= 0)
-        pack_documents((int32_t)f->eod, f->seq_len, f->tokens.data() + at, f->targets.data() + at,
-                       f->positions.data() + at);
+    if (!f->made.empty()) {
+      f->fill_made(base);
+    } else {
+      for (int64_t b = 0; b < f->mbs; ++b) {
+        const int64_t at = b * f->seq_len;
+        f->sampler->sample(base + b, f->tokens.data() + at, f->targets.data() + at);
+        if (f->eod >= 0)
+          pack_documents((int32_t)f->eod, f->seq_len, f->tokens.data() + at, f->targets.data() + at,
+                         f->positions.data() + at);
+      }
     }
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
@@ -198,7 +243,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
           "data.pack_sequences = true: the tokenizer has no EOD token to end "
           "documents with");
   }
-  feed.allocate(mbs, seq_len, packed_eod);
+  feed.allocate(mbs, seq_len, packed_eod, dataset_sample_spec(recipe, registry));
   feed.dp = dp;
   feed.dp_rank = layout.data_rank;
 }

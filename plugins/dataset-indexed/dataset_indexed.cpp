@@ -54,14 +54,9 @@ IndexedDataset* cast(loom_dataset* d) { return reinterpret_cast<IndexedDataset*>
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
   return loom::guard(host, [&] {
     loom::Config c(host, cfg);
-    std::string prefix = c.get_string("prefix");
-    loom::require(!prefix.empty(), "dataset/indexed: [data] prefix is empty");
     // Accept a path to either file too: "data_text_document.idx" means its prefix.
-    for (const char* ext : {".idx", ".bin"}) {
-      const std::string e = ext;
-      if (prefix.size() > e.size() && prefix.compare(prefix.size() - e.size(), e.size(), e) == 0)
-        prefix.resize(prefix.size() - e.size());
-    }
+    const std::string prefix = loom::megatron::prefix_of(c.get_string("prefix"));
+    loom::require(!prefix.empty(), "dataset/indexed: [data] prefix is empty");
     *out = reinterpret_cast<loom_dataset*>(new IndexedDataset(host, prefix));
   });
 }
@@ -73,8 +68,15 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
 // Index caches go beside the dataset, as Megatron keeps them.
 const char* cache_prefix(loom_dataset* d) { return cast(d)->prefix().c_str(); }
 
-const loom_dataset_api kApi = {
-    LOOM_DATASET_API_SIZE_V2, create, destroy, num_documents, document, cache_prefix};
+const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
+                               create,
+                               destroy,
+                               num_documents,
+                               document,
+                               cache_prefix,
+                               nullptr,
+                               nullptr,
+                               nullptr};  // sample slots: the host makes GPT samples
 
 const loom_param_spec kParams[] = {
     loom::param("prefix", LOOM_PARAM_STRING, nullptr,

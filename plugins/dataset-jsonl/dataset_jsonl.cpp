@@ -132,8 +132,15 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
 // Index caches go beside the JSON-lines file it was tokenised from.
 const char* cache_prefix(loom_dataset* d) { return cast(d)->path().c_str(); }
 
-const loom_dataset_api kApi = {
-    LOOM_DATASET_API_SIZE_V2, create, destroy, num_documents, document, cache_prefix};
+const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
+                               create,
+                               destroy,
+                               num_documents,
+                               document,
+                               cache_prefix,
+                               nullptr,
+                               nullptr,
+                               nullptr};  // sample slots: the host makes GPT samples
 
 const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,

@@ -157,8 +157,15 @@ loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* nu
 // Generated data has no home on disk: nothing to cache beside.
 const char* cache_prefix(loom_dataset*) { return nullptr; }
 
-const loom_dataset_api kApi = {
-    LOOM_DATASET_API_SIZE_V2, create, destroy, num_documents, document, cache_prefix};
+const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
+                               create,
+                               destroy,
+                               num_documents,
+                               document,
+                               cache_prefix,
+                               nullptr,
+                               nullptr,
+                               nullptr};  // sample slots: the host makes GPT samples
 
 const loom_param_spec kParams[] = {
     loom::param("num_documents", LOOM_PARAM_INT, "1000", "number of synthetic documents", 1, 1e15),

@@ -80,8 +80,15 @@ loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const 
   return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
 }
 
-const loom_tokenizer_api kApi = {
-    LOOM_TOKENIZER_API_SIZE_V2, create, destroy, vocab_size, eod_id, encode, decode};
+const loom_tokenizer_api kApi = {LOOM_TOKENIZER_API_SIZE_V2_3,
+                                 create,
+                                 destroy,
+                                 vocab_size,
+                                 eod_id,
+                                 encode,
+                                 decode,
+                                 nullptr,
+                                 nullptr};  // no vocabulary of strings: bytes
 
 const loom_param_spec kParams[] = {
     loom::param("eod_text", LOOM_PARAM_STRING, "",

@@ -105,6 +105,23 @@ class WordPieceTokenizer {
     *len = text_.size();
   }
 
+  // ABI 2.3: the vocabulary as stored ("##" marks a word's continuation pieces).
+  int64_t token_to_id(const char* token, size_t len) const {
+    if (token == nullptr) return -1;
+    auto it = vocab_.find(std::string_view(token, len));
+    return it == vocab_.end() ? -1 : it->second;
+  }
+  void id_to_token(int32_t id, const char** token, size_t* len) const {
+    if (id < 0 || id >= vocab_size())
+      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT, "tokenizer/wordpiece: id " + std::to_string(id) +
+                                                       " is outside the vocabulary [0, " +
+                                                       std::to_string(vocab_size()) + ")");
+    loom::require(token != nullptr && len != nullptr,
+                  "tokenizer/wordpiece: id_to_token outputs are NULL");
+    *token = tokens_[static_cast<size_t>(id)].c_str();
+    *len = tokens_[static_cast<size_t>(id)].size();
+  }
+
  private:
   void load_vocab(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

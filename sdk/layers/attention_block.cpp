@@ -26,8 +26,10 @@ void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward)
       loom::rope_forward(c.be, v.get(), pos, theta);
   };
   if (s.docs) {
+    const int32_t* at =
+        s.docs->cu_seqlens_q_padded ? s.docs->cu_seqlens_q_padded : s.docs->cu_seqlens_q;
     for (int64_t i = 0; i < s.docs->num_seqs; ++i)
-      one(s.docs->cu_seqlens_q[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
+      one(at[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
   } else if (s.pos) {
     for (int64_t b = 0; b < s.B; ++b) one(b * T, T, s.start(b));
   } else if (backward) {
@@ -56,6 +58,7 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
   a.head_dim = o.head_dim;
   a.rope = o.rope;
   a.rope_theta = o.rope_theta;
+  a.causal = o.causal();
   a.window = {
       {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
       o.attention_window};
@@ -86,7 +89,7 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   loom_attention_fwd_args f{};
   f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
   f.scale = scale;
-  f.causal = 1;
+  f.causal = causal ? 1 : 0;
   f.ext = masks(window, s, chained);
   if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
@@ -151,7 +154,7 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   b.dk = dk;
   b.dv = dv;
   b.scale = 1.0 / std::sqrt((double)D);
-  b.causal = 1;
+  b.causal = causal ? 1 : 0;
   loom_attention_window chained{};
   b.ext = masks(window, s, chained);
   loom::check(c.host, c.attn.api->backward(c.attn.self, &b));

@@ -99,7 +99,8 @@ void ParamDeclarer::mlp(const std::string& p) {
 
 // ----- the model ---------------------------------------------------------------------------
 DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
-                           const loom_model_create_args& a, const BlockSpec& spec, std::string who)
+                           const loom_model_create_args& a, const BlockSpec& spec, std::string who,
+                           Family family)
     : who_(std::move(who)), spec_(spec), args_(a) {
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
@@ -115,7 +116,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_.dtype = a.dtype;
   ctx_.tp = loom::tp::Group::from_host(host);
   ctx_.sp = &sp_;
-  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_);
+  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
                   who_ +
@@ -142,14 +143,35 @@ void DecoderModel::build() {
   if (o.first()) {
     ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std);
     if (!o.rope) ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
+    if (o.num_tokentypes > 0)
+      ps.add("tokentype", {o.num_tokentypes, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
   }
   for (int64_t l = o.layer0; l < o.layer1; ++l) spec_.declare(d, "h." + std::to_string(l));
   if (o.last()) {
     d.norm("ln_f");
-    if (!o.tie_embeddings)
+    if (o.classifier) {  // replicated: every rank computes it whole (bert.hpp)
+      ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+      ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("classifier.weight", {o.num_classes, C}, 1, -1, Init::kNormal, std);
+      ps.add("classifier.bias", {o.num_classes}, 0, -1, Init::kZeros);
+    } else if (!o.tie_embeddings) {
       ps.add("lm_head.weight", {vrows, C}, 1, 0, Init::kNormal, std);
-    else if (!o.first())  // the head's own copy of the tied embedding (Megatron's)
+    } else if (!o.first()) {  // the head's own copy of the tied embedding (Megatron's)
       ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std).pipeline_duplicate = 1;
+    }
+    if (o.bert && !o.classifier) {  // replicated heads: every rank computes them whole
+      ps.add("lm_head.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+      ps.add("lm_head.dense.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("lm_head.norm.weight", {C}, 0, -1, Init::kOnes);
+      ps.add("lm_head.norm.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("lm_head.bias", {vrows}, 0, 0, Init::kZeros);
+      if (o.binary_head) {
+        ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+        ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
+        ps.add("binary_head.weight", {2, C}, 1, -1, Init::kNormal, std);
+        ps.add("binary_head.bias", {2}, 0, -1, Init::kZeros);
+      }
+    }
   }
   ps.allocate(ctx_);
 
@@ -158,8 +180,11 @@ void DecoderModel::build() {
     layers_.push_back(spec_.make(o, ps, "h." + std::to_string(l)));
   if (o.last()) {
     ln_f_ = Norm::make(o, ps, "ln_f");
-    head_ = LmHead::make(o, ps, ctx_);
-    ce_.shard = head_.shard;
+    if (!o.classifier) {
+      head_ = LmHead::make(o, ps, ctx_);
+      ce_.shard = head_.shard;
+    }
+    if (o.bert) bert_ = BertHead::make(o, ps, head_.vocab);
   }
 
   const int64_t N = args_.micro_batch * args_.seq_len;

@@ -7,48 +7,72 @@ namespace loom::layers {
 
 using loom::param;
 
-const loom_param_spec kTransformerSchema[] = {
-    param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),
-    param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),
-    param("n_kv_head", LOOM_PARAM_INT, "0",
-          "key/value heads: 0 = n_head (multi-head), fewer = grouped-query attention", 0, 4096),
-    param("n_embd", LOOM_PARAM_INT, "768", "model width; a multiple of n_head", 1, 1 << 20),
-    param("ffn_hidden", LOOM_PARAM_INT, "0",
-          "MLP hidden size; 0 = 4*n_embd (gelu) or 8*n_embd/3 rounded up to 256 (swiglu)", 0,
-          1 << 24),
-    param("norm", LOOM_PARAM_STRING, "layernorm", "normalisation layer", 1, 0, "layernorm|rmsnorm"),
-    param("activation", LOOM_PARAM_STRING, "gelu",
-          "MLP activation; swiglu makes c_fc (2*ffn_hidden, n_embd) = [gate; up]", 1, 0,
-          "gelu|swiglu"),
-    param("position", LOOM_PARAM_STRING, "learned",
-          "position encoding: learned table wpe or rotary (rotate-half)", 1, 0, "learned|rope"),
-    param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),
-    param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),
-    param("tie_embeddings", LOOM_PARAM_BOOL, "true",
-          "LM head reuses wte; false adds lm_head.weight"),
-    param("norm_eps", LOOM_PARAM_FLOAT, "1e-5", "epsilon of layernorm / rmsnorm", 0.0, 1.0),
-    param("init_std", LOOM_PARAM_FLOAT, "0.02", "std of the normal init of matrices and embeddings",
-          0.0, 10.0),
-    param("max_seq_len", LOOM_PARAM_INT, "1024",
-          "longest sequence: rows of the learned position table wpe", 1, 1 << 24),
-    param("attention_window", LOOM_PARAM_INT, "0",
-          "sliding-window attention: each position sees its last N positions, itself "
-          "included (Mistral's sliding_window); 0 = full causal. Needs an attention plugin "
-          "with loom.attention-window/1",
-          0, 1 << 30),
-    param("pad_vocab_to", LOOM_PARAM_INT, "128",
-          "pad the embedding vocabulary to a multiple of this (padded logits are never "
-          "computed)",
-          1, 1 << 20),
-};
+// The transformer's keys, with the activation's default.
+#define LOOM_TRANSFORMER_PARAMS(ACTIVATION)                                                        \
+  param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),                 \
+      param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),                     \
+      param("n_kv_head", LOOM_PARAM_INT, "0",                                                      \
+            "key/value heads: 0 = n_head (multi-head), fewer = grouped-query attention", 0, 4096), \
+      param("n_embd", LOOM_PARAM_INT, "768", "model width; a multiple of n_head", 1, 1 << 20),     \
+      param("ffn_hidden", LOOM_PARAM_INT, "0",                                                     \
+            "MLP hidden size; 0 = 4*n_embd (gelu) or 8*n_embd/3 rounded up to 256 (swiglu)", 0,    \
+            1 << 24),                                                                              \
+      param("norm", LOOM_PARAM_STRING, "layernorm", "normalisation layer", 1, 0,                   \
+            "layernorm|rmsnorm"),                                                                  \
+      param("activation", LOOM_PARAM_STRING, ACTIVATION,                                           \
+            "MLP activation: gelu (tanh form, GPT-2's), gelu_erf (exact, BERT's) or swiglu, "      \
+            "which makes c_fc (2*ffn_hidden, n_embd) = [gate; up]",                                \
+            1, 0, "gelu|gelu_erf|swiglu"),                                                         \
+      param("position", LOOM_PARAM_STRING, "learned",                                              \
+            "position encoding: learned table wpe or rotary (rotate-half)", 1, 0, "learned|rope"), \
+      param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),          \
+      param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),            \
+      param("tie_embeddings", LOOM_PARAM_BOOL, "true",                                             \
+            "LM head reuses wte; false adds lm_head.weight"),                                      \
+      param("norm_eps", LOOM_PARAM_FLOAT, "1e-5", "epsilon of layernorm / rmsnorm", 0.0, 1.0),     \
+      param("init_std", LOOM_PARAM_FLOAT, "0.02",                                                  \
+            "std of the normal init of matrices and embeddings", 0.0, 10.0),                       \
+      param("max_seq_len", LOOM_PARAM_INT, "1024",                                                 \
+            "longest sequence: rows of the learned position table wpe", 1, 1 << 24),               \
+      param("attention_window", LOOM_PARAM_INT, "0",                                               \
+            "sliding-window attention: each position sees its last N positions, itself "           \
+            "included (Mistral's sliding_window); 0 = full causal. Needs an attention plugin "     \
+            "with loom.attention-window/1",                                                        \
+            0, 1 << 30),                                                                           \
+      param("pad_vocab_to", LOOM_PARAM_INT, "128",                                                 \
+            "pad the embedding vocabulary to a multiple of this (padded logits are never "         \
+            "computed)",                                                                           \
+            1, 1 << 20)
+
+const loom_param_spec kTransformerSchema[] = {LOOM_TRANSFORMER_PARAMS("gelu")};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
+
+const loom_param_spec kBertSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    param("binary_head", LOOM_PARAM_BOOL, "true",
+          "the pooler and the binary head trained on sentence order (Megatron's default; "
+          "false = --bert-no-binary-head)"),
+    param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
+          1 << 16),
+};
+const size_t kBertSchemaSize = sizeof(kBertSchema) / sizeof(kBertSchema[0]);
+
+const loom_param_spec kBertClassifierSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
+          1 << 16),
+    param("num_classes", LOOM_PARAM_INT, "3",
+          "classes of the classifier on the pooled [CLS] (MNLI: 3)", 2, 1 << 16),
+};
+const size_t kBertClassifierSchemaSize =
+    sizeof(kBertClassifierSchema) / sizeof(kBertClassifierSchema[0]);
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
-                      const loom::tp::Group& tp, const std::string& who) {
+                      const loom::tp::Group& tp, const std::string& who, Family family) {
   Options o;
   o.n_layer = cfg.get_int("n_layer");
   o.n_head = cfg.get_int("n_head");
@@ -57,7 +81,10 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   o.n_embd = cfg.get_int("n_embd");
   // The schema's choices are exactly these words.
   o.norm = cfg.get_string("norm") == "rmsnorm" ? LOOM_NORM_RMS : LOOM_NORM_LAYER;
-  o.act = cfg.get_string("activation") == "swiglu" ? LOOM_ACT_SWIGLU : LOOM_ACT_GELU_TANH;
+  const std::string act = cfg.get_string("activation");
+  o.act = act == "swiglu"     ? LOOM_ACT_SWIGLU
+          : act == "gelu_erf" ? LOOM_ACT_GELU
+                              : LOOM_ACT_GELU_TANH;
   o.rope = cfg.get_string("position") == "rope";
   o.rope_theta = cfg.get_float("rope_theta");
   o.bias = cfg.get_bool("bias");
@@ -106,6 +133,21 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   loom::require(o.n_layer % o.stages == 0,
                 who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
+  if (family != Family::kGpt) {
+    o.bert = true;
+    o.classifier = family == Family::kBertClassifier;
+    o.binary_head = !o.classifier && cfg.get_bool("binary_head");
+    o.num_tokentypes = cfg.get_int("num_tokentypes");
+    if (o.classifier) o.num_classes = cfg.get_int("num_classes");
+    // the classifier has no output layer to tie to the embedding
+    if (o.classifier) o.tie_embeddings = false;
+    loom::require(!o.rope && (o.tie_embeddings || o.classifier) && o.attention_window == 0 &&
+                      o.bias && o.norm == LOOM_NORM_LAYER && !o.gated(),
+                  who +
+                      ": BERT has learned positions, a tied LM head, full attention, biases, "
+                      "LayerNorm and a plain MLP (position = \"learned\", tie_embeddings, "
+                      "attention_window = 0, bias, norm = \"layernorm\", no swiglu)");
+  }
   o.layer0 = o.stage * o.n_layer / o.stages;
   o.layer1 = (o.stage + 1) * o.n_layer / o.stages;
   return o;

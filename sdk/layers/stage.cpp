@@ -1,6 +1,7 @@
 // Loom layer library, pipeline stages: per-slot activations, the stage's forward and backward (the
 // embedding on the first stage, the head and loss on the last), and finish_grads (what the model's
 // own parallelism leaves partial).
+#include <algorithm>
 #include <string>
 
 #include "loom/cpp/comm.hpp"
@@ -29,6 +30,9 @@ Slot& DecoderModel::slot(int64_t i) {
   S->tokens = ctx_.alloc(loom_i32(), {N});
   S->targets = ctx_.alloc(loom_i32(), {N});
   S->positions = ctx_.alloc(loom_i32(), {N});
+  if (o.first() && o.num_tokentypes > 0) S->types = ctx_.alloc(loom_i32(), {N});
+  if (o.last() && o.bert)
+    S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2);
   if (o.first() && ctx_.tp.active()) {
     S->emb_ids = ctx_.alloc(loom_i32(), {N});
     S->emb_rows = ctx_.alloc(loom_i32(), {N});
@@ -62,8 +66,14 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->is_last = opt_.last();
   reads_.clear();
   if (opt_.first()) reads_.push_back(LOOM_ARRAY_TOKENS);
-  if (opt_.last()) reads_.push_back(LOOM_ARRAY_TARGETS);
-  reads_.push_back(LOOM_ARRAY_POSITIONS);
+  if (opt_.last()) reads_.push_back(opt_.classifier ? LOOM_ARRAY_LABELS : LOOM_ARRAY_TARGETS);
+  if (opt_.bert) {
+    if (opt_.first() && opt_.num_tokentypes > 0) reads_.push_back(LOOM_ARRAY_TOKEN_TYPES);
+    if (opt_.last() && opt_.binary_head) reads_.push_back(LOOM_ARRAY_SOP_LABELS);
+    reads_.push_back(LOOM_ARRAY_PADDING_MASK);
+  } else {
+    reads_.push_back(LOOM_ARRAY_POSITIONS);
+  }
   out->num_reads = reads_.size();
   out->reads = reads_.data();
   const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len);
@@ -74,15 +84,24 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->inputs = &hidden_io_;
   out->num_outputs = opt_.last() ? 0 : 1;
   out->outputs = &hidden_io_;
-  out->num_losses = 1;
-  out->losses = kLossNames;
+  out->num_losses = opt_.classifier || (opt_.bert && opt_.binary_head) ? 2 : 1;
+  out->losses = opt_.classifier ? kClassifierLossNames : opt_.bert ? kBertLossNames : kLossNames;
 }
 
 // ----- first stage: the embedding ----------------------------------------------------------
-void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
+void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* types) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.tokens, tokens, N, false);
+  if (emb_.tte) {
+    for (int64_t i = 0; i < N; ++i)
+      loom::require(types[i] >= 0 && types[i] < opt_.num_tokentypes,
+                    who_ + ": token type " + s(types[i]) + " at position " + s(i) +
+                        " is outside [0, " + s(opt_.num_tokentypes) + ")");
+    View v = view(S.types, {N});
+    loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), types,
+                                                    (size_t)N * sizeof(int32_t)));
+  }
   if (!opt_.rope && S.s.docs) {  // learned positions restart with each packed document
     View v = view(S.positions, {N});
     loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), S.doc_pos.data(),
@@ -91,8 +110,9 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
     upload_positions(S.positions, S.s);
   }
   View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  View typ = view(S.types, {N});
   if (!g.active()) {
-    emb_.forward(ctx_, x0, tok, pos);
+    emb_.forward(ctx_, x0, tok, pos, typ);
     return;
   }
   S.emb_count = emb_.vp.stage(ctx_.be, tokens, N, S.emb_ids, S.emb_rows);
@@ -102,14 +122,19 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens) {
     View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
     loom::embedding_forward(ctx_.be, x0.get(), mine, emb_.wpe, true);
   }
+  if (emb_.tte) {  // token types likewise
+    View mine = view(S.types, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_forward(ctx_.be, x0.get(), mine, emb_.tte, true);
+  }
 }
 
 void DecoderModel::embed_backward(Slot& S) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   View dres = view(grads_.dres, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  View typ = view(S.types, {N});
   if (!g.active()) {
-    emb_.backward(ctx_, dres, tok, pos);
+    emb_.backward(ctx_, dres, tok, pos, typ);
     return;
   }
   View dyf = view(sp_.dy_full, {N, C});
@@ -119,24 +144,39 @@ void DecoderModel::embed_backward(Slot& S) {
     View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
     loom::embedding_backward(ctx_.be, emb_.dwpe, mine, dres);
   }
+  if (emb_.tte) {
+    View mine = view(S.types, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_backward(ctx_.be, emb_.dtte, mine, dres);
+  }
 }
 
 // ----- last stage: final norm, head, loss --------------------------------------------------
+// ln_f over this rank's rows; returns its output for all N rows (gathered from the sequence
+// shards under sequence parallelism).
+const DLTensor* DecoderModel::final_norm(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
+  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
+  ln_f_.forward(ctx_, lnf, mean, rstd, xl);
+  if (!ctx_.tp.sequence_parallel) return S.lnf.get();
+  View full = view(S.lnf_full, {N, C});
+  loom::tp::GatherFromSequenceRegion::forward(ctx_.tp, lnf, full);
+  return S.lnf_full.get();
+}
+
 // The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
 // or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
 double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
                                   const loom_token_stats* per_token) {
-  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
+  const int64_t N = S.n, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.targets, targets, N, true);
-  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
-  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
-  ln_f_.forward(ctx_, lnf, mean, rstd, xl);
-  View full = view(S.lnf_full, {N, C});
-  if (g.sequence_parallel) loom::tp::GatherFromSequenceRegion::forward(g, lnf, full);
-  const DLTensor* x = g.sequence_parallel ? full.get() : lnf.get();
+  const DLTensor* x = final_norm(S);
   View logits = view(S.logits, {N, V}), tgt = view(S.targets, {N});
-  if (V > 0) head_.forward(ctx_, logits, x, N, C, 0);
+  View bn = view(S.bert.n, {N, C});
+  if (opt_.bert) bert_.transform_forward(ctx_, S.bert, x, N);  // the LM head's transform
+  if (V > 0) head_.forward(ctx_, logits, opt_.bert ? bn.get() : x, N, C, 0);
+  if (V > 0 && opt_.bert) loom::bias_add(ctx_.be, logits.get(), bert_.bias);
   if (g.active() || per_token) {  // the statistics path also tells the most likely token
     if (!S.stats) {
       const DLDataType st = ctx_.stat_dtype();
@@ -147,12 +187,12 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
     const double sum =
         ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse,
                     per_token ? per_token->loss : nullptr, per_token ? per_token->top1 : nullptr);
-    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale);
+    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale * S.lm_weight);
     return sum;
   }
   View losses = view(S.losses, {N});
   loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
-                              S.loss_scale);
+                              S.loss_scale * S.lm_weight);
   double sum = 0.0;  // read last, so a device backend is not stalled before the backward
   if (ctx_.dtype.bits == 64) {
     host_losses_f64_.resize(N);
@@ -178,14 +218,22 @@ void DecoderModel::head_backward(Slot& S) {
   View dres = view(grads_.dres, {nl, C}), dxf = view(sp_.dx_full, {N, C});
   View logits = view(S.logits, {N, V});
   DLTensor* dx = g.sequence_parallel ? dxf.get() : dln.get();
-  if (V > 0)
-    head_.backward(ctx_, dx, logits, g.sequence_parallel ? full.get() : lnf.get(), N);
-  else  // this rank holds only padding: no contribution
-    ctx_.call(&loom_ops::fill, dx, 0.0);
-  if (g.sequence_parallel)
-    loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
-  else
-    loom::tp::CopyToTensorRegion::backward(g, dln);
+  if (opt_.bert) {
+    bert_head_backward(S, dx);
+    if (g.sequence_parallel) {  // dx is complete on every rank: keep this rank's rows
+      View mine = view(sp_.dx_full, {nl, C}, g.rank * nl * C);
+      ctx_.call(&loom_ops::copy, dln.get(), (const DLTensor*)mine);
+    }
+  } else {
+    if (V > 0)
+      head_.backward(ctx_, dx, logits, g.sequence_parallel ? full.get() : lnf.get(), N);
+    else  // this rank holds only padding: no contribution
+      ctx_.call(&loom_ops::fill, dx, 0.0);
+    if (g.sequence_parallel)
+      loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
+    else
+      loom::tp::CopyToTensorRegion::backward(g, dln);
+  }
   ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
 }
 
@@ -241,13 +289,18 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   S.s = Step{mb.batch, mb.seq_len, 0};
-  read_documents(S, mb);
+  if (opt_.bert)
+    read_padding(S, mb);
+  else
+    read_documents(S, mb);
   S.n = S.s.N();
   S.nl = ctx_.tp.local_rows(S.n);
   S.loss_scale = a.loss_scale;
   const int64_t C = opt_.n_embd;
   if (opt_.first()) {
-    embed_forward(S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, who_));
+    embed_forward(
+        S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, who_),
+        opt_.num_tokentypes > 0 ? loom::batch_ids(mb, LOOM_ARRAY_TOKEN_TYPES, who_) : nullptr);
   } else {
     loom::require(a.num_inputs == 1 && a.inputs != nullptr && a.inputs[0] != nullptr,
                   who_ + ": stage " + s(opt_.stage) +
@@ -266,14 +319,34 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   a.outputs = nullptr;
   a.num_losses = 0;
   a.losses = nullptr;
-  if (opt_.last()) {
+  if (opt_.last() && opt_.classifier) {
+    classify_forward(S, mb, !a.no_grad);
+    a.num_losses = 2;
+    a.losses = losses_;
+  } else if (opt_.last()) {
     const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, who_);
     double count = 0;
     for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
-    loss_ = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
-                      head_forward(S, targets, !a.no_grad, per_token), count, 1.0};
+    if (opt_.bert)  // padding takes no part: its targets must be -1
+      for (int64_t i = 0; i < S.n; ++i)
+        loom::require(
+            targets[i] == -1 || S.cu_docs[i / S.s.T + 1] - S.cu_docs[i / S.s.T] > i % S.s.T,
+            who_ + ": targets[" + s(i / S.s.T) + "][" + s(i % S.s.T) +
+                "] is set on a padding position");
+    // BERT's masked LM is the mean over the micro-batch's predicted tokens, as Megatron's
+    // (sum / loss_mask.sum()): under the host's scale of 1 / (B T) that is weight B T / count.
+    // GPT's is the sum over all positions (weight 1).
+    S.lm_weight = opt_.bert ? (double)S.n / std::max(count, 1.0) : 1.0;
+    losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
+                           head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
     a.num_losses = 1;
-    a.losses = &loss_;
+    if (opt_.bert && opt_.binary_head) {
+      double sop = 0;
+      const double weight = bert_losses(S, mb, !a.no_grad, &sop);
+      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kBertLossNames[1], sop, (double)S.s.B, weight};
+      a.num_losses = 2;
+    }
+    a.losses = losses_;
   } else {
     S.out = view(S.res[layers_.size()], {S.nl, C});
     S.out_ptr = S.out.get();

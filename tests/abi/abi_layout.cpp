@@ -96,6 +96,7 @@ Listing build() {
   STRUCT(loom_act_fwd_args) F(struct_size) F(kind) F(out) F(inp) F(ext) END
   STRUCT(loom_act_bwd_args) F(struct_size) F(kind) F(dinp) F(inp) F(dout) F(ext) END
   ENUM(loom_act_kind, LOOM_ACT_GELU_TANH) ENUM(loom_act_kind, LOOM_ACT_SWIGLU)
+  ENUM(loom_act_kind, LOOM_ACT_GELU) ENUM(loom_act_kind, LOOM_ACT_TANH)
   STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) F(ext) END
   STRUCT(loom_softmax_bwd_args) F(struct_size) F(ds) F(p) F(dp) F(scale) F(ext) END
   STRUCT(loom_cross_entropy_args)
@@ -212,10 +213,15 @@ Listing build() {
   // tokenizer.h
   STRUCT(loom_tokenizer_api)
   F(struct_size) F(create) F(destroy) F(vocab_size) F(eod_id) F(encode) F(decode)
+  F(token_to_id) F(id_to_token)
   END
   // dataset.h
+  STRUCT(loom_sample_index_args)
+  F(struct_size) F(doc_begin) F(doc_end) F(seq_len) F(num_samples) F(seed) F(ext)
+  END
   STRUCT(loom_dataset_api)
   F(struct_size) F(create) F(destroy) F(num_documents) F(document) F(cache_prefix)
+  F(sample_spec) F(build_samples) F(sample)
   END
   // comm.h
   STRUCT(loom_comm_args)

@@ -1,5 +1,5 @@
-// GELU (tanh form) and SwiGLU: forward against naive formulas, backward against central
-// finite differences in f64, f32 (vectorised exp/tanh) against f64.
+// GELU (tanh form), SwiGLU, GELU (erf) and tanh: forward against naive formulas, backward
+// against central finite differences in f64, f32 (vectorised exp/tanh) against f64.
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -94,4 +94,46 @@ TEST_CASE("activations: shape errors") {
                LOOM_ERR_INVALID_ARGUMENT, "swiglu_forward: out has 16 elements, expected 12");
   expect_error([&] { loom::act_forward(B(), LOOM_ACT_SWIGLU, b.get(), c.get()); },
                LOOM_ERR_INVALID_ARGUMENT, "inp's last dimension is 5, expected an even 2H");
+}
+
+// ABI 2.3's elementwise kinds: BERT's exact GELU (erf) and the pooler's tanh, each against
+// libm's float64 formula, its backward against central finite differences in f64 (also in
+// place), and f32 against f64.
+TEST_CASE("gelu (erf) and tanh forward and backward") {
+  struct Kind {
+    loom_act_kind kind;
+    const char* name;
+    double (*ref)(double);
+  };
+  const Kind kinds[] = {{LOOM_ACT_GELU, "gelu (erf)",
+                         [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},
+                        {LOOM_ACT_TANH, "tanh", [](double x) { return std::tanh(x); }}};
+  for (const Kind& k : kinds) {
+    INFO(k.name);
+    auto run = [&](DLDataType dt, const Vec& x) {
+      auto X = make(dt, {(int64_t)x.size()}, x);
+      loom::Tensor O(B(), dt, {(int64_t)x.size()});
+      loom::act_forward(B(), k.kind, O.get(), X.get());
+      return get(O);
+    };
+    Vec x = random_vec(40, 3, -5, 5);
+    Vec want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = k.ref(x[i]);
+    check_close(run(loom_f64(), x), want, 1e-14, 1e-15, "forward");
+    const int64_t n = (int64_t)x.size();
+    Vec R = random_vec(x.size(), 4);
+    auto L = [&] { return dot(run(loom_f64(), x), R); };
+    Vec fd = fd_grad(x, L);
+    loom::Tensor dX(B(), loom_f64(), {n});
+    loom::act_backward(B(), k.kind, dX.get(), make64({n}, x).get(), make64({n}, R).get());
+    check_close(get(dX), fd, kFdRtol, kFdAtol, "backward vs FD");
+    auto dO = make64({n}, R);
+    loom::act_backward(B(), k.kind, dO.get(), make64({n}, x).get(), dO.get());
+    check_close(get(dO), fd, kFdRtol, kFdAtol, "backward in place");
+    Vec big = random_vec(3000, 5, -12, 12);
+    check_close(run(loom_f32(), big), run(loom_f64(), big), 1e-5, 1e-6, "f32 vs f64");
+  }
+  loom::Tensor a(B(), loom_f32(), {4});
+  expect_error([&] { loom::act_forward(B(), (loom_act_kind)7, a.get(), a.get()); },
+               LOOM_ERR_INVALID_ARGUMENT, "act_forward: args of an unknown kind (7)");
 }

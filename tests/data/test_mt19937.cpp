@@ -4,10 +4,10 @@
 
 #include <numeric>
 
-#include "mt19937.hpp"
+#include "loom/cpp/numpy_random.hpp"
 #include "reference.hpp"
 
-using namespace loom::engine;
+using loom::RandomState;
 
 namespace {
 std::vector<int64_t> permutation(uint32_t seed, size_t n) {

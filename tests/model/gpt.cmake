@@ -1,7 +1,8 @@
 # model/gpt, attention/reference and the optimizers, each loaded through the ABI alone by
 # loomtest::TestHost with backend/cpu. The whole-model reference data in data/ comes from
 # make_reference.py (PyTorch, float64); Python is not needed at test time.
-set(_model_plugins loom_backend_cpu loom_attention_reference loom_model_gpt
+set(_model_plugins loom_backend_cpu loom_attention_reference loom_attention_flash_cpu
+                   loom_model_gpt loom_model_bert loom_model_bert_classifier
                    loom_optimizer_adamw loom_optimizer_sgd loom_optimizer_lion)
 
 function(loom_model_test name)

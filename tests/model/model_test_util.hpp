@@ -71,14 +71,14 @@ class DevTensor {
   DLTensor* t_ = nullptr;
 };
 
-// Backend cpu (no GEMM measurement) + attention reference.
+// Backend cpu (no GEMM measurement) + attention reference (or another attention plugin).
 struct Host {
   loomtest::TestHost th;
   loom_backend_ref be;
   loom_attention_ref attn;
-  Host() {
+  explicit Host(const char* attention = "reference") {
     be = th.load_backend("cpu", {{"measure_gemm", "false"}});
-    attn = th.load_attention("reference");
+    attn = th.load_attention(attention);
   }
 };
 

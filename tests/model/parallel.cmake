@@ -8,7 +8,7 @@ endif()
 
 add_executable(test_model_parallel test_model_parallel.cpp)
 target_link_libraries(test_model_parallel PRIVATE loom_test_main)
-add_dependencies(test_model_parallel loom_backend_cpu loom_attention_reference loom_model_gpt
+add_dependencies(test_model_parallel loom_backend_cpu loom_attention_reference loom_model_gpt loom_model_bert
                  loom_comm_mpi loom_comm_single)
 
 # As tests/comm: root in a container, more ranks than cores, shared memory and loopback only.

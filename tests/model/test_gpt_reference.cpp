@@ -1,76 +1,48 @@
-// The whole-model check: model/gpt against an independent PyTorch float64 implementation
-// (tests/model/make_reference.py; data in tests/model/data, no Python at test time). Loads
-// the reference parameters, fills the padded vocabulary rows with junk, runs one
-// forward and backward and compares the loss and every parameter gradient.
-#include <fstream>
-#include <sstream>
-
+// The whole-model check: model/gpt and model/bert against independent PyTorch float64
+// implementations (tests/model/make_reference.py, make_bert_reference.py; data in
+// tests/model/data, no Python at test time). Loads the reference parameters, fills the padded
+// vocabulary rows with junk, runs one forward and backward and compares the loss terms and
+// every parameter gradient.
 #include "model_test_util.hpp"
+#include "reference_file.hpp"
 
 using namespace modeltest;
 
 namespace {
-
-struct Reference {
-  Overrides options;
-  int64_t vocab = 0, batch = 0, seq = 0;
-  std::vector<int32_t> tokens, targets;
-  double loss_sum = 0, loss_scale = 0;
-  std::map<std::string, std::vector<double>> params, grads;
-};
-
-Reference load(const std::string& name) {
-  const std::string path = std::string(LOOM_MODEL_TEST_DATA) + "/" + name + ".txt";
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(),
-                  "missing reference data " << path << " (run tests/model/make_reference.py)");
-  Reference r;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string kind;
-    in >> kind;
-    if (kind == "option") {
-      std::string k, v;
-      in >> k >> v;
-      r.options[k] = v;
-    } else if (kind == "create") {
-      in >> r.vocab >> r.batch >> r.seq;
-    } else if (kind == "tokens" || kind == "targets") {
-      auto& dst = kind == "tokens" ? r.tokens : r.targets;
-      int32_t t;
-      while (in >> t) dst.push_back(t);
-    } else if (kind == "loss_sum") {
-      in >> r.loss_sum;
-    } else if (kind == "loss_scale") {
-      in >> r.loss_scale;
-    } else if (kind == "param" || kind == "grad") {
-      std::string pname;
-      size_t n = 0;
-      in >> pname >> n;
-      std::vector<double> v(n);
-      for (auto& x : v) in >> x;
-      // parameters are float32 numbers printed with 9 digits: round back to exactly them
-      if (kind == "param")
-        for (auto& x : v) x = (double)(float)x;
-      REQUIRE_MESSAGE(!in.fail(), "truncated " << kind << " " << pname << " in " << path);
-      (kind == "param" ? r.params : r.grads)[pname] = std::move(v);
-    }
-  }
-  REQUIRE(r.tokens.size() == size_t(r.batch * r.seq));
-  return r;
-}
 
 struct Errors {
   double loss_rel = 0, worst_grad = 0;
   std::string worst_name;
 };
 
-Errors compare(const std::string& name, DLDataType dt, double loss_tol, double grad_tol) {
+// The reference's batch through the model: its loss terms (lm, and BERT's sop) and counts.
+std::vector<loom_loss> run(const Gpt& m, const Reference& r, bool backward) {
+  loom::HostBatch mb(r.batch, r.seq);
+  mb.tokens_targets(r.tokens.data(), r.targets.data());
+  if (!r.token_types.empty()) mb.add("token_types", r.token_types.data());
+  if (!r.padding_mask.empty()) mb.add("padding_mask", r.padding_mask.data());
+  if (!r.sop_labels.empty()) mb.add_per_sample("sop_labels", r.sop_labels.data());
+  if (!r.labels.empty()) mb.add_per_sample("labels", r.labels.data());
+  loom_stage_forward_args f{};
+  f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
+  f.mb = mb.get();
+  f.loss_scale = r.loss_scale;
+  f.no_grad = backward ? 0 : 1;
+  m.check(m.api()->stage_forward(m.self(), &f));
+  std::vector<loom_loss> losses(f.losses, f.losses + f.num_losses);
+  if (backward) {
+    loom_stage_backward_args b{};
+    b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+    m.check(m.api()->stage_backward(m.self(), &b));
+  }
+  return losses;
+}
+
+Errors compare(const std::string& name, DLDataType dt, double loss_tol, double grad_tol,
+               const char* model = "gpt", const char* attention = "reference") {
   const Reference r = load(name);
-  Host h;
-  Gpt m(h, r.options, r.vocab, r.batch, r.seq, dt);
+  Host h(attention);
+  Gpt m(h, r.options, r.vocab, r.batch, r.seq, dt, loomtest::load_descriptor("model", model));
   REQUIRE(m.params.size() == r.params.size());
   for (auto& p : m.params) {
     const std::string pname = p.name;
@@ -86,14 +58,36 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
     upload(h.be, p.value, v);
   }
   m.check(m.api()->zero_grad(m.self()));
-  auto [loss, count] = m.run(r.tokens, r.targets, r.batch, r.seq, r.loss_scale, true);
+  const std::vector<loom_loss> losses = run(m, r, true);
+  const bool sop = r.options.count("binary_head") && r.options.at("binary_head") == "true";
+  const bool classifier = std::string(model) == "bert-classifier";
+  REQUIRE(losses.size() == (sop || classifier ? 2u : 1u));
+  const double loss = losses[0].sum;
   int64_t expect_count = 0;
   for (int32_t t : r.targets) expect_count += t != -1;
-  CHECK(count == expect_count);
+  if (classifier) {  // "cls": the mean over sequences (weight T); "accuracy": weight 0
+    CHECK(std::string(losses[0].name) == "cls");
+    CHECK(losses[0].count == r.batch);
+    CHECK(losses[0].weight == r.seq);
+    CHECK(std::string(losses[1].name) == "accuracy");
+    CHECK(losses[1].sum == r.accuracy);
+    CHECK(losses[1].count == r.batch);
+    CHECK(losses[1].weight == 0.0);
+  } else {
+    CHECK(losses[0].count == expect_count);
+  }
+  if (std::string(model) == "bert")  // the mean over masked tokens, under the scale 1/(B T)
+    CHECK(losses[0].weight == doctest::Approx((double)(r.batch * r.seq) / expect_count));
   Errors e;
   e.loss_rel = std::fabs(loss - r.loss_sum) / std::fabs(r.loss_sum);
   INFO(name << ": loss " << loss << " vs reference " << r.loss_sum);
   CHECK(e.loss_rel < loss_tol);
+  if (sop) {  // BERT's sentence order: the mean over sequences, weight T
+    CHECK(std::string(losses[1].name) == "sop");
+    CHECK(losses[1].count == r.batch);
+    CHECK(losses[1].weight == r.seq);
+    CHECK(std::fabs(losses[1].sum - r.sop_sum) < loss_tol * std::fabs(r.sop_sum));
+  }
   for (auto& p : m.params) {
     const std::string pname = p.name;
     const auto g = download(h.be, p.grad);
@@ -110,12 +104,12 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
     }
   }
   // forward() alone gives the same loss
-  auto [loss2, count2] = m.run(r.tokens, r.targets, r.batch, r.seq, r.loss_scale, false);
-  CHECK(loss2 == doctest::Approx(loss).epsilon(1e-12));
-  CHECK(count2 == count);
-  MESSAGE(name << (dt.bits == 64 ? " f64" : " f32") << ": loss rel err " << e.loss_rel
-               << ", worst gradient max|diff|/max|ref| " << e.worst_grad << " (" << e.worst_name
-               << ")");
+  const std::vector<loom_loss> again = run(m, r, false);
+  CHECK(again[0].sum == doctest::Approx(loss).epsilon(1e-12));
+  CHECK(again[0].count == losses[0].count);
+  MESSAGE(name << (dt.bits == 64 ? " f64" : " f32") << " (attention/" << std::string(attention)
+               << "): loss rel err " << e.loss_rel << ", worst gradient max|diff|/max|ref| "
+               << e.worst_grad << " (" << e.worst_name << ")");
   return e;
 }
 
@@ -129,4 +123,26 @@ TEST_CASE("model/gpt GPT-2 (layernorm, gelu, learned positions, tied, padded voc
 TEST_CASE("model/gpt Llama (rmsnorm, swiglu, rope, GQA, no bias, untied) = PyTorch") {
   compare("llama_tiny", loom_f32(), 1e-5, 1e-4);
   compare("llama_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
+TEST_CASE("model/bert (pre-LN, exact GELU, token types, padding, binary head) = PyTorch") {
+  compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert");
+  compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert");
+}
+
+TEST_CASE("model/bert-classifier (pooler + 3-way classifier, MNLI's) = PyTorch") {
+  compare("bert_tiny_classifier", loom_f32(), 1e-5, 1e-4, "bert-classifier");
+  compare("bert_tiny_classifier", loom_f64(), 1e-12, 1e-9, "bert-classifier");
+}
+
+TEST_CASE("model/bert without the binary head and token types = PyTorch") {
+  compare("bert_tiny_nobinary", loom_f32(), 1e-5, 1e-4, "bert");
+  compare("bert_tiny_nobinary", loom_f64(), 1e-12, 1e-9, "bert");
+}
+
+// The swap: attention/flash-cpu applies BERT's padding (loom.attention-seqlens/1) as
+// attention/reference does, so it meets the same PyTorch reference.
+TEST_CASE("model/bert with attention/flash-cpu = PyTorch") {
+  compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert", "flash-cpu");
+  compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert", "flash-cpu");
 }

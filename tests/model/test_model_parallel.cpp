@@ -1,5 +1,5 @@
-// model/gpt under tensor (TP), sequence (SP) and pipeline (PP) parallelism. Every rank
-// builds two models from the same seed: a whole-model reference on a host with comm/single
+// model/gpt and model/bert under tensor (TP), sequence (SP) and pipeline (PP) parallelism. Every
+// rank builds two models from the same seed: a whole-model reference on a host with comm/single
 // (tensor = pipeline = 1) and its part of the parallel model on a host with comm/mpi laid
 // out by setup_parallel. Both run the same two micro-batches; the loss must match and every
 // gradient (and initial value), assembled from the tensor-parallel shards into the full
@@ -46,9 +46,17 @@ struct Config {
   const char* name;
   Overrides options;
   int64_t vocab;
+  const char* model;  // the plugin: gpt or bert
 };
-const Config kGpt2{
-    "gpt2", {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}}, 100};
+const Config kGpt2{"gpt2",
+                   {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}},
+                   100,
+                   "gpt"};
+// BERT: padding, token types, both heads (replicated under TP, on the last stage under PP).
+const Config kBert{"bert",
+                   {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}},
+                   100,
+                   "bert"};
 const Config kLlama{"llama",
                     {{"n_layer", "4"},
                      {"n_head", "4"},
@@ -61,7 +69,8 @@ const Config kLlama{"llama",
                      {"bias", "false"},
                      {"tie_embeddings", "false"},
                      {"pad_vocab_to", "64"}},
-                    300};
+                    300,
+                    "gpt"};
 
 DLTensor host_tensor(std::vector<double>& v, int64_t& shape) {
   shape = (int64_t)v.size();
@@ -98,7 +107,7 @@ struct Instance {
     comm = th.load_comm(comm_name);
     if (d) th.setup_parallel(*d);
     const int stage = th.layout().pipeline_rank, stages = th.layout().pipeline;
-    auto* desc = loomtest::load_descriptor("model", "gpt");
+    auto* desc = loomtest::load_descriptor("model", c.model);
     api = static_cast<const loom_model_api*>(desc->api);
     REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
     cfg = loomtest::TestHost::config(desc, c.options);
@@ -137,20 +146,31 @@ struct Instance {
 };
 
 struct Batch {
-  std::vector<int32_t> tokens, targets;
-  std::unique_ptr<loom::HostBatch> hb;  // views of tokens and targets
+  std::vector<int32_t> tokens, targets, types, padding, sop;
+  std::unique_ptr<loom::HostBatch> hb;  // views of the arrays
   const loom_microbatch* mb() const { return hb->get(); }
 };
 constexpr double kLossScale = 1.0 / 50.0;
-// Deterministic micro-batch k, the same on every rank; every 7th target ignored.
-Batch make_batch(int k, int64_t vocab) {
+// Deterministic micro-batch k, the same on every rank; every 7th target ignored. BERT's:
+// row 1 has 11 real tokens then padding (targets -1), segment B from the middle of each
+// row's real tokens, sentence-order labels k and 1-k.
+Batch make_batch(int k, const Config& c) {
   Batch b;
+  const bool bert = std::string(c.model) == "bert";
   for (int64_t i = 0; i < kN; ++i) {
-    b.tokens.push_back((int32_t)((i * 37 + k * 11 + (i * i) % 13) % vocab));
-    b.targets.push_back(i % 7 == 3 ? -1 : (int32_t)((i * 53 + k * 29 + 5) % vocab));
+    const int64_t row = i / kT, t = i % kT, len = row == 1 && bert ? 11 : kT;
+    b.tokens.push_back((int32_t)((i * 37 + k * 11 + (i * i) % 13) % c.vocab));
+    b.targets.push_back(i % 7 == 3 || t >= len ? -1 : (int32_t)((i * 53 + k * 29 + 5) % c.vocab));
+    b.padding.push_back(t < len ? 1 : 0);
+    b.types.push_back(t < len && t >= len / 2 ? 1 : 0);
   }
+  b.sop = {k % 2, 1 - k % 2};
   b.hb = std::make_unique<loom::HostBatch>(kB, kT);
   b.hb->tokens_targets(b.tokens.data(), b.targets.data());
+  if (bert) {
+    b.hb->add("token_types", b.types.data()).add("padding_mask", b.padding.data());
+    b.hb->add_per_sample("sop_labels", b.sop.data());
+  }
   return b;
 }
 
@@ -270,7 +290,7 @@ double run_parallel(Instance& in, Batch* batches, int nb) {
         in.th.check(loom::comm_recv(cm, pg, buf, 0, k));
         const loom_stage_forward_args f = forward(k, bufs);
         CHECK(f.num_outputs == 0);
-        REQUIRE(f.num_losses == 1);
+        REQUIRE(f.num_losses >= 1);  // BERT adds "sop"
         CHECK(std::string(f.losses[0].name) == "lm");
         loss += f.losses[0].sum;
       }
@@ -295,7 +315,7 @@ void check_layout(const Config& c, Degrees d) {
   CAPTURE(d.pipeline);
   CAPTURE(d.sequence_parallel);
   mpi_anchor();
-  Batch batches[2] = {make_batch(0, c.vocab), make_batch(1, c.vocab)};
+  Batch batches[2] = {make_batch(0, c), make_batch(1, c)};
 
   Instance ref("single", nullptr, c);
   double ref_loss = 0;
@@ -331,7 +351,7 @@ void check_layout(const Config& c, Degrees d) {
     // (padding) rows than the reference's: the shared rows must match, the extra rows take
     // no gradient.
     const std::vector<int64_t> rshape(r->value->shape, r->value->shape + r->value->ndim);
-    const bool vocab_rows = name == "wte" || name == "lm_head.weight";
+    const bool vocab_rows = name == "wte" || name == "lm_head.weight" || name == "lm_head.bias";
     REQUIRE(vshape.size() == rshape.size());
     CHECK((vocab_rows ? vshape[0] >= rshape[0] : vshape[0] == rshape[0]));
     for (size_t k = 1; k < vshape.size(); ++k) CHECK(vshape[k] == rshape[k]);
@@ -410,6 +430,7 @@ TEST_CASE("model/gpt: tensor parallel = 2 matches one rank") {
   d.tensor = 2;
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
+  check_layout(kBert, d);
 }
 
 TEST_CASE("model/gpt: tensor parallel = 2 with sequence parallelism matches one rank") {
@@ -418,6 +439,7 @@ TEST_CASE("model/gpt: tensor parallel = 2 with sequence parallelism matches one 
   d.sequence_parallel = true;
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
+  check_layout(kBert, d);
 }
 
 TEST_CASE("model/gpt: pipeline = 2 stages match one rank") {
@@ -425,6 +447,7 @@ TEST_CASE("model/gpt: pipeline = 2 stages match one rank") {
   d.pipeline = 2;
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
+  check_layout(kBert, d);
 }
 
 TEST_CASE("model/gpt: tensor = 2 x pipeline = 2 (with and without sequence parallelism)") {
@@ -436,6 +459,7 @@ TEST_CASE("model/gpt: tensor = 2 x pipeline = 2 (with and without sequence paral
   d.sequence_parallel = true;
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
+  check_layout(kBert, d);
 }
 
 TEST_CASE("model/gpt: layouts the model cannot split are refused with the numbers") {

@@ -31,6 +31,8 @@ class Dataset {
   Dataset& operator=(const Dataset&) = delete;
 
   const Outcome& created() const { return result_; }
+  const loom_dataset_api* api() const { return api_; }
+  loom_dataset* self() const { return self_; }
   int64_t size() const { return api_->num_documents(self_); }
   std::vector<int32_t> doc(int64_t i) const {
     const int32_t* ids = nullptr;

@@ -420,6 +420,35 @@ TEST_CASE("conformance: decoding an id outside the vocabulary is a clean error n
   });
 }
 
+// ABI 2.3: a tokenizer with a vocabulary of strings lists each entry once: id_to_token and
+// token_to_id are inverse over the whole vocabulary; an unknown string is -1, an id outside
+// the vocabulary a clean error naming it. A tokenizer without one leaves both NULL.
+TEST_CASE("conformance: token_to_id and id_to_token are inverse, or both absent") {
+  for_each_case([](const Case&, Tokenizer& tok) {
+    const loom_tokenizer_api* api = tok.api();
+    const bool has = api->struct_size >= LOOM_TOKENIZER_API_SIZE_V2_3 && api->token_to_id;
+    if (api->struct_size >= LOOM_TOKENIZER_API_SIZE_V2_3)
+      CHECK((api->token_to_id == nullptr) == (api->id_to_token == nullptr));
+    if (!has) return;
+    for (int64_t id = 0; id < tok.vocab_size(); ++id) {
+      const char* t = nullptr;
+      size_t len = 0;
+      const Outcome o = toktest::outcome(api->id_to_token(tok.self(), (int32_t)id, &t, &len));
+      REQUIRE_MESSAGE(o.ok(), o.message);
+      const int64_t back = api->token_to_id(tok.self(), t, len);
+      if (back != id) FAIL_CHECK("id " << id << " -> '" << std::string(t, len) << "' -> " << back);
+    }
+    const std::string none = "\x01no such entry\x02";
+    CHECK(api->token_to_id(tok.self(), none.data(), none.size()) == -1);
+    const char* t = nullptr;
+    size_t len = 0;
+    const Outcome bad =
+        toktest::outcome(api->id_to_token(tok.self(), (int32_t)tok.vocab_size(), &t, &len));
+    CHECK(bad.code == LOOM_ERR_INVALID_ARGUMENT);
+    CHECK(bad.message.find(std::to_string(tok.vocab_size())) != std::string::npos);
+  });
+}
+
 TEST_CASE("conformance: results do not depend on earlier calls") {
   for_each_case([](const Case& c, Tokenizer& tok) {
     const std::vector<Sample> samples = c.samples();

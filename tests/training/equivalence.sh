@@ -12,7 +12,7 @@
 #    / max |a|): what remains is rounding, so a layout that computes anything differently
 #    cannot hide below the tolerance.
 #   equivalence.sh LOOM MPIEXEC MODEL LAYOUT
-#   MODEL: gpt | llama
+#   MODEL: gpt | llama | bert (model/bert on dataset/bert: padding, token types, both heads)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
 #           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
 #           tokens, so that every sample holds two or three, on one rank as in the layout
@@ -20,7 +20,10 @@ set -euo pipefail
 loom=$1 mpiexec=$2 model=$3 layout=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cat > "$dir/base.toml" <<'TOML'
+model_plugin=gpt
+if [ "$model" = bert ]; then model_plugin=bert; fi
+bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
+cat > "$dir/base.toml" <<TOML
 [train]
 seed = 7
 iters = 20
@@ -47,22 +50,37 @@ plugin = "cpu"
 measure_gemm = false
 threads = 1   # ranks share 2 cores; more threads per rank only contend
 [model]
-plugin = "gpt"
+plugin = "${model_plugin}"
 n_layer = 4
 n_head = 4
 n_embd = 32
 max_seq_len = 16
+[checkpoint]
+interval = 0
+TOML
+if [ "$model" = bert ]; then
+  # dataset/bert over the sentences and WordPiece vocabulary of tests/data (make_bert_reference.py)
+  cat >> "$dir/base.toml" <<TOML
+[tokenizer]
+plugin = "wordpiece"
+vocab_file = "$bert_data/vocab.txt"
+[data]
+plugin = "bert"
+prefix = "$bert_data/sentences"
+split = "80,20,0"
+TOML
+else
+  cat >> "$dir/base.toml" <<'TOML'
 [tokenizer]
 plugin = "byte"
 [data]
 plugin = "mock"
 num_documents = 200
 doc_length = 64
-[checkpoint]
-interval = 0
 TOML
+fi
 case $model in
-  gpt) model_set=() ;;
+  gpt | bert) model_set=() ;;
   llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
                     --set model.position=rope --set model.n_kv_head=2
                     --set model.tie_embeddings=false --set model.bias=false) ;;

@@ -8,10 +8,13 @@
 #
 # Each golden is NAME.jsonl: a first line with the command's settings, the input data's
 # sha256 and the tolerance, then one line per iteration. The tolerance is relative, per
-# iteration: 1e-5 on loss and gradient norm, exact on lr. It is not 0 because OpenBLAS picks
-# its kernels by processor model, and another kernel sums in another order; on the machine
-# that made the curve the run is bitwise identical, and the line "bitwise identical: yes"
-# says so. LOOM_GOLDEN_EXACT=1 makes anything short of bitwise a failure: use it when a
+# iteration: 1e-5 on loss, 1e-4 on gradient norm, exact on lr. It is not 0 because OpenBLAS
+# picks its kernels by processor model, and another kernel sums in another order; on the
+# machine that made the curve the run is bitwise identical, and the line "bitwise identical:
+# yes" says so. The gradient norm drifts faster than the loss: on an AMD EPYC with OpenBLAS's
+# SkylakeX kernels, quickstart-50's loss stays within 8e-7 of the curve but its gradient norm
+# reaches 1.7e-5 by iteration 32, the same before and after the BERT work (measured with the
+# previous commit's build). LOOM_GOLDEN_EXACT=1 makes anything short of bitwise a failure: use it when a
 # refactor must not change the numbers (the ABI 2 redesign, say).
 #
 # Curves:
@@ -88,7 +91,7 @@ if mode == "--update":
     if shared:
         sets = sets.replace(shared, "$LOOM_SHARED_DATA")
     head = {"recipe": recipe, "set": sets, "data_sha256": sha,
-            "rtol": {"loss": 1e-5, "grad_norm": 1e-5, "lr": 0}}
+            "rtol": {"loss": 1e-5, "grad_norm": 1e-4, "lr": 0}}
     with open(golden, "w") as f:
         f.write(json.dumps(head) + "\n")
         for g in got:

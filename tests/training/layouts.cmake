@@ -1,5 +1,5 @@
 # Every parallel layout trains the same model as one rank (equivalence.sh), through the real
-# `loom` executable under mpirun, for a GPT-2-style and a Llama-style (GQA) model.
+# `loom` executable under mpirun, for a GPT-2-style and a Llama-style (GQA) model, and BERT.
 find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
@@ -18,6 +18,16 @@ foreach(model gpt llama)
     set_tests_properties(layouts.${model}.${layout} PROPERTIES
       LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
   endforeach()
+endforeach()
+
+# model/bert (padding, token types, both heads) on dataset/bert, in the layouts Megatron
+# trains BERT with.
+foreach(layout tp2 tp2sp pp2 dp2dist)
+  add_test(NAME layouts.bert.${layout}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
+                   ${MPIEXEC_EXECUTABLE} bert ${layout})
+  set_tests_properties(layouts.bert.${layout} PROPERTIES
+    LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data

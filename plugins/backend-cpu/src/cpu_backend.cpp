@@ -247,6 +247,10 @@ constexpr loom::OpsCalls kCalls = {
     op_softmax_cross_entropy,
     op_vocab_ce_stats,
     op_vocab_ce_backward,
+    op_gelu_erf_forward,
+    op_gelu_erf_backward,
+    op_tanh_forward,
+    op_tanh_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -1,6 +1,8 @@
-// MLP activations.
+// Activations.
 //   gelu_forward:    out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's tanh form)
 //   gelu_backward:   dinp = dout * gelu'(inp)
+//   gelu_erf_*:      out = 0.5 x (1 + erf(x / sqrt 2))                         (BERT's exact form)
+//   tanh_*:          out = tanh(x)                                             (BERT's pooler)
 //   swiglu_forward:  inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up
 //   swiglu_backward: dinp(N,2H) = [dout * up * silu'(gate) | dout * silu(gate)]
 // Activation gradients are written (=). Elementwise, so out/dinp may alias inp or dout for
@@ -19,31 +21,62 @@ namespace {
 constexpr double kGeluK0 = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluK1 = 0.044715;
 
-// Evaluated as x * sigmoid(2u), which equals 0.5 x (1 + tanh(u)) exactly but keeps its
-// relative accuracy for negative x: in f32, 1 + tanh(u) cancels to 0 once tanh(u) rounds to
-// -1 (u < -8.3), while sigmoid(2u) = 1 / (1 + exp(-2u)) stays accurate down to ~1e-38.
-template <class T>
-LOOM_CPU_CLONES void gelu_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
-  const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    T x = inp[i];
-    T u = k0 * (x + k1 * x * x * x);
-    out[i] = x / (T(1) + loom::vexp(T(-2) * u));
+// The elementwise activations as f (forward) and df (its derivative), each applied by one
+// kernel pair below. Always inlined: a call left in the multiversioned kernels would run
+// baseline code (no FMA, no vectors) and change the results by rounding.
+#define LOOM_ACT_INLINE __attribute__((always_inline)) inline
+// GELU_TANH is evaluated as x * sigmoid(2u), which equals 0.5 x (1 + tanh(u)) exactly but
+// keeps its relative accuracy for negative x: in f32, 1 + tanh(u) cancels to 0 once tanh(u)
+// rounds to -1 (u < -8.3), while sigmoid(2u) = 1 / (1 + exp(-2u)) stays accurate down to
+// ~1e-38.
+struct GeluTanh {
+  template <class T>
+  LOOM_ACT_INLINE static T f(T x) {
+    const T u = T(kGeluK0) * (x + T(kGeluK1) * x * x * x);
+    return x / (T(1) + loom::vexp(T(-2) * u));
   }
+  // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
+  template <class T>
+  LOOM_ACT_INLINE static T df(T x) {
+    const T k0 = T(kGeluK0), k1 = T(kGeluK1);
+    const T s = T(1) / (T(1) + loom::vexp(T(-2) * k0 * (x + k1 * x * x * x)));  // sigmoid(2u)
+    return s + T(2) * x * s * (T(1) - s) * k0 * (T(1) + T(3) * k1 * x * x);
+  }
+};
+// GELU: 0.5 x (1 + erf(x / sqrt 2)) (BERT's, torch.nn.functional.gelu); d/dx = Phi(x) + x phi(x).
+struct GeluErf {
+  template <class T>
+  LOOM_ACT_INLINE static T f(T x) {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+  }
+  template <class T>
+  LOOM_ACT_INLINE static T df(T x) {
+    return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) +
+           x * T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+  }
+};
+struct Tanh {  // BERT's pooler
+  template <class T>
+  LOOM_ACT_INLINE static T f(T x) {
+    return std::tanh(x);
+  }
+  template <class T>
+  LOOM_ACT_INLINE static T df(T x) {
+    const T t = std::tanh(x);
+    return T(1) - t * t;
+  }
+};
+
+template <class F, class T>
+LOOM_CPU_CLONES void act_forward_kernel(T* out, const T* inp, int64_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = F::f(inp[i]);
 }
 
-template <class T>
-LOOM_CPU_CLONES void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int nt) {
-  const T k0 = static_cast<T>(kGeluK0), k1 = static_cast<T>(kGeluK1);
+template <class F, class T>
+LOOM_CPU_CLONES void act_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    T x = inp[i];
-    T s = T(1) / (T(1) + loom::vexp(T(-2) * k0 * (x + k1 * x * x * x)));  // sigmoid(2u)
-    // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
-    T grad = s + T(2) * x * s * (T(1) - s) * k0 * (T(1) + T(3) * k1 * x * x);
-    dinp[i] = dout[i] * grad;
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * F::df(inp[i]);
 }
 
 template <class T>
@@ -85,14 +118,24 @@ LOOM_CPU_CLONES void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout
 
 }  // namespace
 
-loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
-  return run_op(be, "gelu_forward", [&](loom_backend& b) {
-    Check ck{"gelu_forward"};
+namespace {
+
+using ForwardOp = loom_error* (*)(loom_backend*, DLTensor*, const DLTensor*) noexcept;
+using BackwardOp = loom_error* (*)(loom_backend*, DLTensor*, const DLTensor*,
+                                   const DLTensor*) noexcept;
+
+// An elementwise activation's forward op: checks, 16-bit staging (re-entering `self` in
+// f32), then F's kernel.
+template <class F>
+loom_error* elementwise_forward(loom_backend* be, const char* name, ForwardOp self, DLTensor* out,
+                                const DLTensor* inp) noexcept {
+  return run_op(be, name, [&](loom_backend& b) {
+    Check ck{name};
     if (Staging::any_half({out, inp})) {
       Staging st(ck, b.threads);
       const DLTensor* inp_ = st.in("inp", inp);
       DLTensor* out_ = st.out("out", out);
-      st.run(b, [&] { return op_gelu_forward(&b, out_, inp_); });
+      st.run(b, [&] { return self(&b, out_, inp_); });
       return;
     }
     ck.tensor("out", out);
@@ -102,21 +145,23 @@ loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp
     ck.numel("out", out, n);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
-      gelu_forward_kernel(data_of<T>(out), data_of<const T>(inp), n, b.threads);
+      act_forward_kernel<F>(data_of<T>(out), data_of<const T>(inp), n, b.threads);
     });
   });
 }
 
-loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
-                             const DLTensor* dout) noexcept {
-  return run_op(be, "gelu_backward", [&](loom_backend& b) {
-    Check ck{"gelu_backward"};
+template <class F>
+loom_error* elementwise_backward(loom_backend* be, const char* name, BackwardOp self,
+                                 DLTensor* dinp, const DLTensor* inp,
+                                 const DLTensor* dout) noexcept {
+  return run_op(be, name, [&](loom_backend& b) {
+    Check ck{name};
     if (Staging::any_half({dinp, inp, dout})) {
       Staging st(ck, b.threads);
       const DLTensor* inp_ = st.in("inp", inp);
       const DLTensor* dout_ = st.in("dout", dout);
       DLTensor* dinp_ = st.out("dinp", dinp);
-      st.run(b, [&] { return op_gelu_backward(&b, dinp_, inp_, dout_); });
+      st.run(b, [&] { return self(&b, dinp_, inp_, dout_); });
       return;
     }
     ck.tensor("dinp", dinp);
@@ -129,10 +174,35 @@ loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* i
     ck.numel("dout", dout, n);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
-      gelu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), n,
-                           b.threads);
+      act_backward_kernel<F>(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), n,
+                             b.threads);
     });
   });
+}
+
+}  // namespace
+
+loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return elementwise_forward<GeluTanh>(be, "gelu_forward", op_gelu_forward, out, inp);
+}
+loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                             const DLTensor* dout) noexcept {
+  return elementwise_backward<GeluTanh>(be, "gelu_backward", op_gelu_backward, dinp, inp, dout);
+}
+loom_error* op_gelu_erf_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return elementwise_forward<GeluErf>(be, "gelu_erf_forward", op_gelu_erf_forward, out, inp);
+}
+loom_error* op_gelu_erf_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                 const DLTensor* dout) noexcept {
+  return elementwise_backward<GeluErf>(be, "gelu_erf_backward", op_gelu_erf_backward, dinp, inp,
+                                       dout);
+}
+loom_error* op_tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return elementwise_forward<Tanh>(be, "tanh_forward", op_tanh_forward, out, inp);
+}
+loom_error* op_tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                             const DLTensor* dout) noexcept {
+  return elementwise_backward<Tanh>(be, "tanh_backward", op_tanh_backward, dinp, inp, dout);
 }
 
 namespace {

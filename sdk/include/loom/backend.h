@@ -100,11 +100,18 @@ typedef struct loom_embedding_bwd_args {
 } loom_embedding_bwd_args;
 #define LOOM_EMBEDDING_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_embedding_bwd_args, ext)
 
-/* MLP activations, by kind (a backend refuses a kind it does not know, by name):
+/* Activations, by kind (a backend refuses a kind it does not know, by name):
  *   GELU_TANH: out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) (GPT-2's form), out and
  *              inp of one shape;
- *   SWIGLU:    inp(N,2H) = [gate | up], out(N,H) = silu(gate) * up (Llama). */
-typedef enum loom_act_kind { LOOM_ACT_GELU_TANH = 0, LOOM_ACT_SWIGLU = 1 } loom_act_kind;
+ *   SWIGLU:    inp(N,2H) = [gate | up], out(N,H) = silu(gate) * up (Llama);
+ *   GELU:      out = 0.5 x (1 + erf(x / sqrt 2)) (ABI 2.3: BERT's exact GELU);
+ *   TANH:      out = tanh(x) (ABI 2.3: BERT's pooler). */
+typedef enum loom_act_kind {
+  LOOM_ACT_GELU_TANH = 0,
+  LOOM_ACT_SWIGLU = 1,
+  LOOM_ACT_GELU = 2,
+  LOOM_ACT_TANH = 3
+} loom_act_kind;
 
 typedef struct loom_act_fwd_args {
   size_t struct_size;
@@ -115,7 +122,8 @@ typedef struct loom_act_fwd_args {
 } loom_act_fwd_args;
 #define LOOM_ACT_FWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_act_fwd_args, ext)
 
-/* dinp (inp's shape) = dout * act'(inp); dinp may alias inp or dout for GELU_TANH. */
+/* dinp (inp's shape) = dout * act'(inp); dinp may alias inp or dout for the elementwise
+ * kinds (all but SWIGLU). */
 typedef struct loom_act_bwd_args {
   size_t struct_size;
   int32_t kind; /* a loom_act_kind */

@@ -89,6 +89,13 @@ inline DType dtype_for_vocab(int64_t vocab_size) {
 
 inline std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 inline std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+// A dataset's prefix from what a user may write for it: the prefix, or either file's path.
+inline std::string prefix_of(std::string path) {
+  for (const std::string ext : {".idx", ".bin"})
+    if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
+      path.resize(path.size() - ext.size());
+  return path;
+}
 
 // A file that is missing, unreadable, or not a valid indexed dataset. what() names the file
 // and the problem: "data.bin: truncated: .bin has 1000 bytes, the index needs 1024".

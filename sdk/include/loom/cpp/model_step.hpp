@@ -36,6 +36,12 @@ class HostBatch {
     arrays_.push_back(t);
     return *this;
   }
+  // Adds the per-sample array `name` over data[B], shape (B) (BERT's sop_labels).
+  HostBatch& add_per_sample(const char* name, const int32_t* data) {
+    add(name, data);
+    arrays_.back().ndim = 1;
+    return *this;
+  }
   // The GPT pair: tokens and targets.
   HostBatch& tokens_targets(const int32_t* tokens, const int32_t* targets) {
     return add(LOOM_ARRAY_TOKENS, tokens).add(LOOM_ARRAY_TARGETS, targets);

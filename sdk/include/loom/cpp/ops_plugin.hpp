@@ -54,7 +54,8 @@ struct OpsCalls {
   loom_error* (*rmsnorm_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
                                   const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
                                   const DLTensor* rstd);
-  // act_forward/_backward by kind: LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU.
+  // act_forward/_backward by kind: LOOM_ACT_GELU_TANH, LOOM_ACT_SWIGLU (LOOM_ACT_GELU and
+  // LOOM_ACT_TANH at the end).
   loom_error* (*gelu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
   loom_error* (*gelu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                                const DLTensor* dout);
@@ -73,6 +74,13 @@ struct OpsCalls {
   loom_error* (*vocab_ce_backward)(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                                    const DLTensor* targets, int64_t vocab_start,
                                    const DLTensor* lse, double dloss);
+  // ABI 2.3's activation kinds (NULL: refused by name): LOOM_ACT_GELU, LOOM_ACT_TANH.
+  loom_error* (*gelu_erf_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*gelu_erf_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                   const DLTensor* dout);
+  loom_error* (*tanh_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*tanh_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                               const DLTensor* dout);
 };
 
 template <const OpsCalls& K>
@@ -140,21 +148,30 @@ struct OpsSlots {
                                       a->mean, a->rstd);
         });
   }
+  // Activations by kind; each kind is implemented exactly when its kernel is given.
   static loom_error* act_forward(loom_backend* be, const loom_act_fwd_args* a) {
-    return call_kind(be, "act_forward", a, LOOM_ACT_FWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH,
-                     K.gelu_forward != nullptr, LOOM_ACT_SWIGLU, K.swiglu_forward != nullptr, [&] {
-                       if (a->kind == LOOM_ACT_SWIGLU) return K.swiglu_forward(be, a->out, a->inp);
-                       return K.gelu_forward(be, a->out, a->inp);
-                     });
+    std::string why = ops_args_refusal(a, LOOM_ACT_FWD_ARGS_SIZE_V2);
+    auto* k = !why.empty()                    ? nullptr
+              : a->kind == LOOM_ACT_GELU_TANH ? K.gelu_forward
+              : a->kind == LOOM_ACT_SWIGLU    ? K.swiglu_forward
+              : a->kind == LOOM_ACT_GELU      ? K.gelu_erf_forward
+              : a->kind == LOOM_ACT_TANH      ? K.tanh_forward
+                                              : nullptr;
+    if (why.empty() && k == nullptr)
+      why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
+    return why.empty() ? k(be, a->out, a->inp) : K.refuse(be, "act_forward", why);
   }
   static loom_error* act_backward(loom_backend* be, const loom_act_bwd_args* a) {
-    return call_kind(be, "act_backward", a, LOOM_ACT_BWD_ARGS_SIZE_V2, LOOM_ACT_GELU_TANH,
-                     K.gelu_backward != nullptr, LOOM_ACT_SWIGLU, K.swiglu_backward != nullptr,
-                     [&] {
-                       if (a->kind == LOOM_ACT_SWIGLU)
-                         return K.swiglu_backward(be, a->dinp, a->inp, a->dout);
-                       return K.gelu_backward(be, a->dinp, a->inp, a->dout);
-                     });
+    std::string why = ops_args_refusal(a, LOOM_ACT_BWD_ARGS_SIZE_V2);
+    auto* k = !why.empty()                    ? nullptr
+              : a->kind == LOOM_ACT_GELU_TANH ? K.gelu_backward
+              : a->kind == LOOM_ACT_SWIGLU    ? K.swiglu_backward
+              : a->kind == LOOM_ACT_GELU      ? K.gelu_erf_backward
+              : a->kind == LOOM_ACT_TANH      ? K.tanh_backward
+                                              : nullptr;
+    if (why.empty() && k == nullptr)
+      why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
+    return why.empty() ? k(be, a->dinp, a->inp, a->dout) : K.refuse(be, "act_backward", why);
   }
   static loom_error* softmax_backward(loom_backend* be, const loom_softmax_bwd_args* a) {
     return call(be, "softmax_backward", a, LOOM_SOFTMAX_BWD_ARGS_SIZE_V2,

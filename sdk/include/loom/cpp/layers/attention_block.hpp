@@ -15,6 +15,7 @@ struct AttentionBlock {
   loom::tp::RowParallelLinear o;
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
   bool rope = false;
+  bool causal = true;  // false: bidirectional (BERT)
   double rope_theta = 10000.0;
   // Sliding window, asked of the attention plugin as a required extension (0 = none).
   loom_attention_window window{};

@@ -9,6 +9,9 @@
 
 namespace loom::layers {
 
+// The model family around the transformer layers: each plugin names its own.
+enum class Family { kGpt, kBert, kBertClassifier };
+
 // ----- options (options.cpp) --------------------------------------------------------------
 struct Options {
   int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
@@ -21,6 +24,15 @@ struct Options {
   bool rope = false, bias = true, tie_embeddings = true;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
+  // BERT (model/bert): bidirectional attention within each row's real tokens (the batch's
+  // padding_mask), token-type embeddings, and on the last stage the LM head's transform
+  // (dense, GELU, LayerNorm, output bias) and the pooler with the binary (SOP) head.
+  bool bert = false, binary_head = false;
+  // model/bert-classifier: the pooler and a num_classes-way classifier on [CLS] instead of
+  // the LM head (Megatron's Classification model, for MNLI)
+  bool classifier = false;
+  int64_t num_tokentypes = 0, num_classes = 0;
+  bool causal() const { return !bert; }
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
   // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
@@ -44,9 +56,17 @@ struct Options {
 // schema, or add its own.
 extern const loom_param_spec kTransformerSchema[];
 extern const size_t kTransformerSchemaSize;
+// model/bert's: the transformer's keys (activation "gelu_erf" by default, as Megatron's
+// BERT) and binary_head, num_tokentypes.
+extern const loom_param_spec kBertSchema[];
+extern const size_t kBertSchemaSize;
+// model/bert-classifier's: the transformer's keys, num_tokentypes and num_classes.
+extern const loom_param_spec kBertClassifierSchema[];
+extern const size_t kBertClassifierSchemaSize;
 
-// `who` ("model/gpt") prefixes every error.
+// `who` ("model/gpt") prefixes every error; `family` says which schema's keys to read.
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
-                      const loom::tp::Group& tp, const std::string& who);
+                      const loom::tp::Group& tp, const std::string& who,
+                      Family family = Family::kGpt);
 
 }  // namespace loom::layers

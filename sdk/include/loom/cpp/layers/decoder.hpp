@@ -24,6 +24,7 @@
 
 #include "loom/cpp/layers/acts.hpp"
 #include "loom/cpp/layers/attention_block.hpp"
+#include "loom/cpp/layers/bert.hpp"
 #include "loom/cpp/layers/block.hpp"
 #include "loom/cpp/layers/config.hpp"
 #include "loom/cpp/layers/embedding.hpp"
@@ -42,6 +43,30 @@ inline constexpr loom_array_spec kBatchSpec[2] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
 inline constexpr const char* kLossNames[1] = {"lm"};
+// BERT's (model/bert): tokens, token types and the padding mask on the first stage... the
+// padding mask on every stage, the masked tokens' targets on the last, and with the binary
+// head its sentence-order labels (B) and loss term "sop".
+#define LOOM_ARRAY_TOKEN_TYPES "token_types"   /* int32 (B, T): segment A 0, B 1 */
+#define LOOM_ARRAY_PADDING_MASK "padding_mask" /* int32 (B, T): 1 real token, 0 padding */
+#define LOOM_ARRAY_SOP_LABELS "sop_labels"     /* int32 (B): 1 = the segments were swapped */
+inline constexpr int64_t kSampleShape[1] = {LOOM_DIM_BATCH};
+inline constexpr loom_array_spec kBertBatchSpec[5] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_SOP_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
+inline constexpr const char* kBertLossNames[2] = {"lm", "sop"};
+// model/bert-classifier's: tokens, padding mask, token types and each sequence's class label;
+// the loss term "cls" and "accuracy", the share of sequences whose most likely class is the
+// label (weight 0: reported, not trained on).
+#define LOOM_ARRAY_LABELS "labels" /* int32 (B): a sequence's class */
+inline constexpr loom_array_spec kClassifierBatchSpec[4] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
+inline constexpr const char* kClassifierLossNames[2] = {"cls", "accuracy"};
 
 // One micro-batch in flight through this stage (stage.cpp): its activations from forward
 // to backward. Slots are allocated on first use and reused after their backward.
@@ -50,6 +75,7 @@ struct Slot {
   int64_t n = 0, nl = 0;  // tokens; this rank's rows (n/tp with sequence parallelism)
   bool pending = false;   // forward with gradients done, backward not yet
   double loss_scale = 0.0;
+  double lm_weight = 1.0;   // the lm term's weight in the objective (BERT: B T / masked tokens)
   std::vector<Tensor> res;  // (Nl,C) x layers+1: the input of each layer, then ln_f's
   std::vector<LayerActs> acts;
   Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse, stats, gathered;
@@ -57,9 +83,11 @@ struct Slot {
   int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
   // Packed documents, from the micro-batch's positions: each token's position in its
   // document and the documents' cumulative lengths, which s.docs points at.
-  std::vector<int32_t> doc_pos, cu_docs;
+  std::vector<int32_t> doc_pos, cu_docs, doc_at;  // doc_at: padded starts (BERT)
   loom_attention_seqlens docs{};
-  View out;  // the stage's output handed to the caller
+  Tensor types;   // i32 (N): BERT's token types
+  BertActs bert;  // BERT's heads (last stage)
+  View out;       // the stage's output handed to the caller
   DLTensor* out_ptr = nullptr;
 };
 
@@ -68,8 +96,10 @@ struct Slot {
 // every error.
 class DecoderModel {
  public:
+  // `family`: BERT's embedding, mask and heads around the same layers (model/bert, and
+  // model/bert-classifier with a classifier instead of the LM head).
   DecoderModel(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args,
-               const BlockSpec& spec, std::string who);
+               const BlockSpec& spec, std::string who, Family family = Family::kGpt);
 
   size_t num_params() const { return params_.size(); }
   void get_param(size_t i, loom_model_param* out);
@@ -94,7 +124,7 @@ class DecoderModel {
   Slot& slot(int64_t i);
   std::string who_;
   const BlockSpec& spec_;
-  void embed_forward(Slot& S, const int32_t* tokens);
+  void embed_forward(Slot& S, const int32_t* tokens, const int32_t* types);
   void embed_backward(Slot& S);
   double head_forward(Slot& S, const int32_t* targets, bool grad,
                       const loom_token_stats* per_token = nullptr);
@@ -102,6 +132,11 @@ class DecoderModel {
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
   void read_documents(Slot& S, const loom_microbatch& mb);
+  void read_padding(Slot& S, const loom_microbatch& mb);
+  double bert_losses(Slot& S, const loom_microbatch& mb, bool grad, double* sop);
+  const DLTensor* final_norm(Slot& S);
+  void classify_forward(Slot& S, const loom_microbatch& mb, bool grad);
+  void bert_head_backward(Slot& S, DLTensor* dx_full);
 
   Ctx ctx_;
   Options opt_;
@@ -111,6 +146,7 @@ class DecoderModel {
   std::vector<std::unique_ptr<Block>> layers_;  // this stage's layers
   Norm ln_f_;
   LmHead head_;
+  BertHead bert_;
   loom::tp::VocabParallelCrossEntropy ce_;
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage
@@ -125,7 +161,7 @@ class DecoderModel {
   std::vector<const char*> reads_;
   loom_stage_tensor hidden_io_{};
   int64_t hidden_shape_[2] = {0, 0};
-  loom_loss loss_{};
+  loom_loss losses_[2]{};
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;

@@ -16,15 +16,20 @@
 
 namespace loom::layers {
 
-// A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`.
+// A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`; `bert`: BERT's
+// embedding, padding mask and heads (model/bert).
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args* args, const BlockSpec& spec,
-                           const std::string& who, loom_model** out);
+                           const std::string& who, loom_model** out, Family family = Family::kGpt);
 
 using CreateFn = loom_error* (*)(const loom_host*, const loom_config*,
                                  const loom_model_create_args*, loom_model**);
 // Every slot of loom_model_api but `create`, which is the plugin's.
 loom_model_api decoder_api(CreateFn create);
+// The same with BERT's named batch (kBertBatchSpec) and attention needs.
+loom_model_api bert_api(CreateFn create);
+// model/bert-classifier's: kClassifierBatchSpec, the same attention needs.
+loom_model_api bert_classifier_api(CreateFn create);
 
 // loom.decode/1 (chaining loom.decode-slots/1) over DecoderModel, and the capability list
 // naming both.

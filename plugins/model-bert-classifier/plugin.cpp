@@ -1,0 +1,38 @@
+// model/bert-classifier: Megatron's Classification model (tasks/glue: MNLI): BERT's embedding
+// and layers, the final LayerNorm, the pooler (tanh of a dense layer on [CLS]) and a
+// num_classes-way classifier on the pooled vector, instead of the LM and binary heads. It
+// finetunes a model/bert checkpoint (checkpoint.finetune, with checkpoint.finetune_fresh =
+// "classifier": the classifier starts fresh, the rest is loaded).
+#include "loom/cpp/layers/model_plugin.hpp"
+
+namespace {
+
+loom_error* create(const loom_host* host, const loom_config* cfg,
+                   const loom_model_create_args* args, loom_model** out) {
+  return loom::layers::create_decoder(host, cfg, args, loom::layers::kPreNormBlock,
+                                      "model/bert-classifier", out,
+                                      loom::layers::Family::kBertClassifier);
+}
+
+const loom_model_api kApi = loom::layers::bert_classifier_api(create);
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_MODEL,
+    "bert-classifier",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "BERT with a sequence(-pair) classifier on the pooled [CLS] (Megatron's Classification: "
+    "MNLI finetuning)",
+    loom::layers::kBertClassifierSchema,
+    loom::layers::kBertClassifierSchemaSize,
+    &kApi,
+    nullptr,   // capabilities: no generation
+    nullptr};  // ext
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)

@@ -1,0 +1,35 @@
+// model/bert: Megatron's BERT (pre-LN): word, position and token-type embeddings,
+// bidirectional attention over each row's real tokens, the LM head's transform and the
+// pooler with the binary sentence-order head — the layer library's decoder run with its
+// BERT options, the same pre-norm layers as model/gpt. Everything else is loom/cpp/layers.
+#include "loom/cpp/layers/model_plugin.hpp"
+
+namespace {
+
+loom_error* create(const loom_host* host, const loom_config* cfg,
+                   const loom_model_create_args* args, loom_model** out) {
+  return loom::layers::create_decoder(host, cfg, args, loom::layers::kPreNormBlock, "model/bert",
+                                      out, loom::layers::Family::kBert);
+}
+
+const loom_model_api kApi = loom::layers::bert_api(create);
+
+const loom_plugin_descriptor kDescriptor = {
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_ABI_MAJOR,
+    LOOM_ABI_MINOR,
+    LOOM_KIND_MODEL,
+    "bert",
+    "0.1.0",
+    "Loom",
+    "Apache-2.0",
+    "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
+    loom::layers::kBertSchema,
+    loom::layers::kBertSchemaSize,
+    &kApi,
+    nullptr,   // capabilities: no generation
+    nullptr};  // ext
+
+}  // namespace
+
+LOOM_PLUGIN_ENTRY(kDescriptor)
