@@ -6,7 +6,9 @@
 // \n, \r\n or \r (Python's universal newlines). [UNK], [CLS], [SEP], [PAD] and [MASK] must
 // be present. Like Megatron's _BertWordPieceTokenizer, [BOS] and then [EOS] are appended
 // (ids = current vocabulary size) when the file lacks them, so vocab_size may exceed the
-// line count by up to 2. The end-of-document id is [EOS]'s, as Megatron's `eod`.
+// line count by up to 2. The end-of-document id is [EOS]'s, as Megatron's `eod`. Then,
+// with vocab_extra_ids = n (Megatron's --vocab-extra-ids, T5's sentinels), <extra_id_0> ..
+// <extra_id_{n-1}> are appended the same way (each only when absent).
 // Duplicate tokens are refused (Python's dict would keep the last index and report a
 // vocabulary smaller than the largest id).
 //
@@ -53,9 +55,12 @@ std::string strip_python(std::string_view line) {
 
 class WordPieceTokenizer {
  public:
-  WordPieceTokenizer(const loom_host* host, const std::string& vocab_file, bool lower_case)
+  WordPieceTokenizer(const loom_host* host, const std::string& vocab_file, bool lower_case,
+                     int64_t extra_ids)
       : host_(host), lower_case_(lower_case) {
     load_vocab(vocab_file);
+    for (int64_t i = 0; i < extra_ids; ++i)
+      append_if_absent("<extra_id_" + std::to_string(i) + ">");
   }
   const loom_host* host() const { return host_; }
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
@@ -153,13 +158,17 @@ class WordPieceTokenizer {
                                        "\" lacks the special token(s) " + missing +
                                        " that BERT tokenization needs");
     unk_ = vocab_.at("[UNK]");
-    for (const char* t : {"[BOS]", "[EOS]"})
-      if (!vocab_.count(t)) {
-        vocab_.emplace(t, static_cast<int32_t>(tokens_.size()));
-        tokens_.emplace_back(t);
-      }
-    eos_ = vocab_.at("[EOS]");
     for (const auto& t : tokens_) max_token_bytes_ = std::max(max_token_bytes_, t.size());
+    for (const char* t : {"[BOS]", "[EOS]"}) append_if_absent(t);
+    eos_ = vocab_.at("[EOS]");
+  }
+
+  // Megatron's add_token: a new id at the end, unless the vocabulary has the token.
+  void append_if_absent(const std::string& t) {
+    if (vocab_.count(t)) return;
+    vocab_.emplace(t, static_cast<int32_t>(tokens_.size()));
+    tokens_.push_back(t);
+    max_token_bytes_ = std::max(max_token_bytes_, t.size());
   }
 
   void add(std::string token, const std::string& path) {
@@ -228,7 +237,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer
     const std::string path = c.get_string("vocab_file");
     loom::require(!path.empty(), "tokenizer/wordpiece: set vocab_file to a BERT vocab.txt");
     *out = reinterpret_cast<loom_tokenizer*>(
-        new WordPieceTokenizer(host, path, c.get_bool("lower_case")));
+        new WordPieceTokenizer(host, path, c.get_bool("lower_case"), c.get_int("vocab_extra_ids")));
   });
 }
 const loom_tokenizer_api kApi = loom::TokenizerTable<WordPieceTokenizer>::api(create);
@@ -239,6 +248,10 @@ const loom_param_spec kParams[] = {
     loom::param("lower_case", LOOM_PARAM_BOOL, "true",
                 "lower-case, NFD and strip accents before WordPiece (BertWordPieceLowerCase); "
                 "false keeps case and accents (BertWordPieceCase)"),
+    loom::param("vocab_extra_ids", LOOM_PARAM_INT, "0",
+                "sentinel tokens <extra_id_0> .. <extra_id_{n-1}> appended after [BOS]/[EOS] "
+                "(Megatron's --vocab-extra-ids; T5 uses 100)",
+                0, 100000),
 };
 
 const loom_plugin_descriptor kDescriptor = {

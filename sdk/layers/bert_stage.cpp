@@ -115,4 +115,24 @@ double DecoderModel::bert_losses(Slot& S, const loom_microbatch& mb, bool grad, 
   return (double)T;
 }
 
+// BERT's post-LN: the embeddings' sum (this rank's rows) is normalised in place by emb_ln,
+// its input kept for the backward.
+void DecoderModel::emb_norm_forward(Slot& S) {
+  const int64_t nl = S.nl, C = opt_.n_embd;
+  View x0 = view(S.res[0], {nl, C}), in = view(S.emb_in, {nl, C});
+  View mean = view(S.emb_mean, {nl}), rstd = view(S.emb_rstd, {nl});
+  ctx_.call(&loom_ops::copy, in.get(), (const DLTensor*)x0);
+  emb_ln_.forward(ctx_, x0, mean, rstd, in);
+}
+
+// grads_.dres: d(emb_ln's output) in, d(the embeddings' sum) out.
+void DecoderModel::emb_norm_backward(Slot& S) {
+  const int64_t nl = S.nl, C = opt_.n_embd;
+  View dres = view(grads_.dres, {nl, C}), dtmp = view(grads_.dtmp, {nl, C});
+  View in = view(S.emb_in, {nl, C});
+  View mean = view(S.emb_mean, {nl}), rstd = view(S.emb_rstd, {nl});
+  emb_ln_.backward(ctx_, dtmp, dres, in, mean, rstd);
+  ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)dtmp);
+}
+
 }  // namespace loom::layers

@@ -101,7 +101,7 @@ void ParamDeclarer::mlp(const std::string& p) {
 DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args& a, const BlockSpec& spec, std::string who,
                            Family family)
-    : who_(std::move(who)), spec_(spec), args_(a) {
+    : who_(std::move(who)), spec_(&spec), args_(a) {
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
@@ -117,6 +117,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_.tp = loom::tp::Group::from_host(host);
   ctx_.sp = &sp_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
+  if (opt_.post_norm) spec_ = &kPostNormBlock;
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
                   who_ +
@@ -145,10 +146,11 @@ void DecoderModel::build() {
     if (!o.rope) ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
     if (o.num_tokentypes > 0)
       ps.add("tokentype", {o.num_tokentypes, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
+    if (o.post_norm) d.norm("emb_ln");
   }
-  for (int64_t l = o.layer0; l < o.layer1; ++l) spec_.declare(d, "h." + std::to_string(l));
+  for (int64_t l = o.layer0; l < o.layer1; ++l) spec_->declare(d, "h." + std::to_string(l));
   if (o.last()) {
-    d.norm("ln_f");
+    if (!o.post_norm) d.norm("ln_f");
     if (o.classifier) {  // replicated: every rank computes it whole (bert.hpp)
       ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
       ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
@@ -176,10 +178,11 @@ void DecoderModel::build() {
   ps.allocate(ctx_);
 
   if (o.first()) emb_ = Embedding::make(o, ps, ctx_);
+  if (o.first() && o.post_norm) emb_ln_ = Norm::make(o, ps, "emb_ln");
   for (int64_t l = o.layer0; l < o.layer1; ++l)
-    layers_.push_back(spec_.make(o, ps, "h." + std::to_string(l)));
+    layers_.push_back(spec_->make(o, ps, "h." + std::to_string(l)));
   if (o.last()) {
-    ln_f_ = Norm::make(o, ps, "ln_f");
+    if (!o.post_norm) ln_f_ = Norm::make(o, ps, "ln_f");
     if (!o.classifier) {
       head_ = LmHead::make(o, ps, ctx_);
       ce_.shard = head_.shard;

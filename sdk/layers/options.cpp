@@ -47,8 +47,15 @@ using loom::param;
 const loom_param_spec kTransformerSchema[] = {LOOM_TRANSFORMER_PARAMS("gelu")};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
+#define LOOM_BERT_NORM_POSITION                                                           \
+  param("norm_position", LOOM_PARAM_STRING, "pre",                                        \
+        "pre: pre-LN layers and a final LayerNorm (Megatron's BERT); post: the original " \
+        "BERT's post-LN layers, a LayerNorm on the embeddings and none at the end",       \
+        1, 0, "pre|post")
+
 const loom_param_spec kBertSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    LOOM_BERT_NORM_POSITION,
     param("binary_head", LOOM_PARAM_BOOL, "true",
           "the pooler and the binary head trained on sentence order (Megatron's default; "
           "false = --bert-no-binary-head)"),
@@ -59,6 +66,7 @@ const size_t kBertSchemaSize = sizeof(kBertSchema) / sizeof(kBertSchema[0]);
 
 const loom_param_spec kBertClassifierSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    LOOM_BERT_NORM_POSITION,
     param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
           1 << 16),
     param("num_classes", LOOM_PARAM_INT, "3",
@@ -138,6 +146,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     o.classifier = family == Family::kBertClassifier;
     o.binary_head = !o.classifier && cfg.get_bool("binary_head");
     o.num_tokentypes = cfg.get_int("num_tokentypes");
+    o.post_norm = cfg.get_string("norm_position") == "post";
     if (o.classifier) o.num_classes = cfg.get_int("num_classes");
     // the classifier has no output layer to tie to the embedding
     if (o.classifier) o.tie_embeddings = false;

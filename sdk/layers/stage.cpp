@@ -31,6 +31,11 @@ Slot& DecoderModel::slot(int64_t i) {
   S->targets = ctx_.alloc(loom_i32(), {N});
   S->positions = ctx_.alloc(loom_i32(), {N});
   if (o.first() && o.num_tokentypes > 0) S->types = ctx_.alloc(loom_i32(), {N});
+  if (o.first() && o.post_norm) {
+    S->emb_in = ctx_.alloc({nl, C});
+    S->emb_mean = ctx_.alloc(st, {nl});
+    S->emb_rstd = ctx_.alloc(st, {nl});
+  }
   if (o.last() && o.bert)
     S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2);
   if (o.first() && ctx_.tp.active()) {
@@ -152,12 +157,16 @@ void DecoderModel::embed_backward(Slot& S) {
 
 // ----- last stage: final norm, head, loss --------------------------------------------------
 // ln_f over this rank's rows; returns its output for all N rows (gathered from the sequence
-// shards under sequence parallelism).
+// shards under sequence parallelism). BERT's post-LN has no ln_f: the last layer's output is
+// taken as it is (copied into S.lnf, which the heads read).
 const DLTensor* DecoderModel::final_norm(Slot& S) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
   View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
-  ln_f_.forward(ctx_, lnf, mean, rstd, xl);
+  if (opt_.post_norm)
+    ctx_.call(&loom_ops::copy, lnf.get(), (const DLTensor*)xl);
+  else
+    ln_f_.forward(ctx_, lnf, mean, rstd, xl);
   if (!ctx_.tp.sequence_parallel) return S.lnf.get();
   View full = view(S.lnf_full, {N, C});
   loom::tp::GatherFromSequenceRegion::forward(ctx_.tp, lnf, full);
@@ -234,7 +243,10 @@ void DecoderModel::head_backward(Slot& S) {
     else
       loom::tp::CopyToTensorRegion::backward(g, dln);
   }
-  ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
+  if (opt_.post_norm)
+    ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)dln);
+  else
+    ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
 }
 
 // Packed documents (Megatron's reset_position_ids and reset_attention_mask): the positions
@@ -301,6 +313,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     embed_forward(
         S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, who_),
         opt_.num_tokentypes > 0 ? loom::batch_ids(mb, LOOM_ARRAY_TOKEN_TYPES, who_) : nullptr);
+    if (opt_.post_norm) emb_norm_forward(S);
   } else {
     loom::require(a.num_inputs == 1 && a.inputs != nullptr && a.inputs[0] != nullptr,
                   who_ + ": stage " + s(opt_.stage) +
@@ -379,6 +392,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   for (size_t l = layers_.size(); l-- > 0;)
     layers_[l]->backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
   if (opt_.first()) {
+    if (opt_.post_norm) emb_norm_backward(S);
     embed_backward(S);
     a.num_dinputs = 0;
     a.dinputs = nullptr;

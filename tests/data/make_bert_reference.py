@@ -141,7 +141,8 @@ def sample_index(sizes, doc_starts, num_samples, max_len, short_prob, seed, min_
     return out
 
 
-def masked_lm(ids, target_len, continues, rs):
+def masked_lm(ids, target_len, continues, rs, max_ngram=MAX_NGRAM, geometric=False,
+              mask_always=False):
     cands = []
     for i, t in enumerate(ids):
         if t in (CLS, SEP):
@@ -151,18 +152,21 @@ def masked_lm(ids, target_len, continues, rs):
         else:
             cands.append([i])
     budget = min(MASK_PROB * target_len, max(1, int(round(len(ids) * MASK_PROB))))
-    nvals = np.arange(MAX_NGRAM, dtype=np.int64) + 1
+    nvals = np.arange(max_ngram, dtype=np.int64) + 1
     probs = 1.0 / nvals
     probs = probs / probs.sum(keepdims=True)
     grams = [[cands[k:k + n] for n in nvals] for k in range(len(cands))]
     rs.shuffle(grams)
     out = list(ids)
-    done, taken = [], set()
+    done, taken, spans = [], set(), []
     for g in grams:
         if len(done) >= budget:
             break
-        p = probs[:len(g)] / probs[:len(g)].sum(keepdims=True)
-        n = rs.choice(nvals[:len(g)], p=p)
+        if geometric:  # SpanBERT's, Megatron's T5
+            n = min(rs.geometric(0.2), max_ngram)
+        else:
+            p = probs[:len(g)] / probs[:len(g)].sum(keepdims=True)
+            n = rs.choice(nvals[:len(g)], p=p)
         while True:
             flat = [i for c in g[n - 1] for i in c]
             n -= 1
@@ -173,16 +177,20 @@ def masked_lm(ids, target_len, continues, rs):
                 break
         if flat is None or any(i in taken for i in flat):
             continue
+        spans.append(flat)
         for i in flat:
             taken.add(i)
-            if rs.random() < 0.8:
+            if mask_always:
+                out[i] = MASK
+            elif rs.random() < 0.8:
                 out[i] = MASK
             elif rs.random() >= 0.5:
                 out[i] = int(rs.randint(0, V + 2))
             done.append((i, ids[i]))
     rs.shuffle(grams)
     done.sort()
-    return out, done
+    spans.sort(key=lambda sp: sp[0])
+    return out, done, spans
 
 
 def sample(i, index, sentences, continues):
@@ -205,7 +213,7 @@ def sample(i, index, sentences, continues):
             del seg[-1]
     ids = [CLS] + a + [SEP] + ([*b, SEP] if b else [])
     types = [0] * (len(a) + 2) + ([1] * (len(b) + 1) if b else [])
-    masked, done = masked_lm(ids, target, continues, rs)
+    masked, done, _ = masked_lm(ids, target, continues, rs)
     pad = SEQ_LEN - len(ids)
     targets = [-1] * SEQ_LEN
     for pos, label in done:
@@ -239,6 +247,23 @@ def main():
                               ("token_types", types)):
                 f.write(name + " " + " ".join(map(str, arr)) + "\n")
             f.write(f"sop_labels {sop}\n")
+    # T5's masking (Megatron's T5 dataset): n-grams up to 10 of Geometric(0.2) length, every
+    # prediction [MASK]; over whole sentences of the corpus with RandomState(7 + k)
+    with open(os.path.join(OUT, "t5_masking.txt"), "w") as f:
+        f.write("# make_bert_reference.py: mask_tokens with geometric n-grams (max 10) and "
+                "mask_always, per case: ids, then tokens, positions, labels, spans\n")
+        for k, sent in enumerate(sentences[:24]):
+            if len(sent) > 512:
+                continue
+            ids = [CLS] + sent + [SEP]
+            out, done, spans = masked_lm(ids, len(ids), continues, np.random.RandomState(7 + k),
+                                         max_ngram=10, geometric=True, mask_always=True)
+            f.write(f"case {k}\n")
+            f.write("ids " + " ".join(map(str, ids)) + "\n")
+            f.write("tokens " + " ".join(map(str, out)) + "\n")
+            f.write("positions " + " ".join(str(p) for p, _ in done) + "\n")
+            f.write("labels " + " ".join(str(l) for _, l in done) + "\n")
+            f.write("spans " + " | ".join(" ".join(map(str, sp)) for sp in spans) + "\n")
 
 
 if __name__ == "__main__":

@@ -349,3 +349,66 @@ TEST_CASE("dataset/mnli: columns, cleaning, layout, labels, order") {
   CHECK(by_label[0] ==
         std::vector<int32_t>{cls, id("w26"), sep, id("w28"), id("w29"), sep, pad, pad, pad, pad});
 }
+
+// T5's masking (Megatron's T5MaskedWordPieceDataset, for a T5 dataset to come): n-grams of up
+// to 10 words with lengths from numpy's legacy geometric(0.2), every prediction [MASK]; bit
+// for bit against make_bert_reference.py's numpy transcription (data/bert_masking/t5_masking).
+TEST_CASE("masked_lm: geometric n-grams and always-[MASK] equal numpy (T5's masking)") {
+  std::ifstream f(kDir + "t5_masking.txt");
+  REQUIRE_MESSAGE(f.good(), "missing " << kDir << "t5_masking.txt (make_bert_reference.py)");
+  loom::masked::MaskingSpec m;
+  m.max_ngram = 10;
+  m.geometric = true;
+  m.mask_always = true;
+  m.mask_id = 4;
+  m.vocab = 102;
+  loom::masked::TokenKinds kinds;
+  kinds.cls = 2;
+  kinds.sep = 3;
+  kinds.continues_word = [](int32_t t) { return t >= 5 && t % 3 == 0; };  // "##p<i>"
+  std::map<std::string, std::vector<int64_t>> c;
+  std::vector<std::vector<int64_t>> spans;
+  int cases = 0, multi = 0;
+  auto check_case = [&](int k) {
+    CAPTURE(k);
+    std::vector<int32_t> ids(c["ids"].begin(), c["ids"].end());
+    loom::RandomState rng((uint32_t)(7 + k));
+    const auto r = loom::masked::mask_tokens(ids, (int32_t)ids.size(), m, kinds, rng);
+    CHECK(std::vector<int64_t>(r.tokens.begin(), r.tokens.end()) == c["tokens"]);
+    CHECK(r.positions == c["positions"]);
+    CHECK(std::vector<int64_t>(r.labels.begin(), r.labels.end()) == c["labels"]);
+    CHECK(r.spans == spans);
+    for (const auto& sp : r.spans) multi += sp.size() > 1;
+    ++cases;
+  };
+  std::string line;
+  int k = -1;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "case") {
+      if (k >= 0) check_case(k);
+      in >> k;
+      c.clear();
+      spans.clear();
+    } else if (kind == "spans") {
+      spans.emplace_back();
+      std::string tok;
+      while (in >> tok) {
+        if (tok == "|")
+          spans.emplace_back();
+        else
+          spans.back().push_back(std::stoll(tok));
+      }
+      if (spans.size() == 1 && spans[0].empty()) spans.clear();
+    } else {
+      int64_t v;
+      while (in >> v) c[kind].push_back(v);
+    }
+  }
+  if (k >= 0) check_case(k);
+  CHECK(cases >= 20);
+  CHECK(multi > 0);  // n-grams longer than one word were drawn
+}

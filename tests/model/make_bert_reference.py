@@ -37,6 +37,12 @@ CONFIGS = {
                                               pad_vocab_to=128, num_tokentypes=2,
                                               num_classes=3),
                                  vocab=64, batch=4, seq=8, lengths=[8, 6, 3, 7], seed=31),
+    # the original BERT's post-LN (norm_position = "post"): LayerNorm on the embeddings,
+    # each layer normalising after its residual adds, no final LayerNorm
+    "bert_tiny_postln": dict(options=dict(n_layer=2, n_head=2, n_embd=16, max_seq_len=16,
+                                          pad_vocab_to=128, binary_head="true",
+                                          num_tokentypes=2, norm_position="post"),
+                             vocab=64, batch=3, seq=8, lengths=[8, 4, 6], seed=5),
     "bert_tiny_nobinary": dict(options=dict(n_layer=2, n_head=4, n_embd=16, max_seq_len=16,
                                             pad_vocab_to=128, binary_head="false",
                                             num_tokentypes=0),
@@ -50,6 +56,7 @@ def param_specs(o, vocab):
     specs = [("wte", (vocab, C), "matrix"), ("wpe", (o["max_seq_len"], C), "matrix")]
     if o["num_tokentypes"] > 0:
         specs.append(("tokentype", (o["num_tokentypes"], C), "matrix"))
+    post = o.get("norm_position") == "post"
 
     def norm(p):
         specs.extend([(p + ".weight", (C,), "norm_w"), (p + ".bias", (C,), "norm_b")])
@@ -57,6 +64,8 @@ def param_specs(o, vocab):
     def linear(p, out, inp):
         specs.extend([(p + ".weight", (out, inp), "matrix"), (p + ".bias", (out,), "bias")])
 
+    if post:
+        norm("emb_ln")
     for l in range(L):
         p = f"h.{l}"
         norm(p + ".ln_1")
@@ -65,7 +74,8 @@ def param_specs(o, vocab):
         norm(p + ".ln_2")
         linear(p + ".mlp.c_fc", 4 * C, C)
         linear(p + ".mlp.c_proj", C, 4 * C)
-    norm("ln_f")
+    if not post:
+        norm("ln_f")
     if "num_classes" in o:
         linear("pooler.dense", C, C)
         linear("classifier", o["num_classes"], C)
@@ -105,17 +115,31 @@ def forward(o, P, tokens, types, padding):
     if o["num_tokentypes"] > 0:
         x = x + P["tokentype"][types]
     key_masked = (padding == 0)[:, None, None, :]  # (B, 1, 1, T): padding keys
-    for l in range(L):
-        p = f"h.{l}"
-        q, k, v = linear(norm(x, p + ".ln_1"), p + ".attn.c_attn").split(C, dim=-1)
+    post = o.get("norm_position") == "post"
+
+    def attention(y, p):
+        q, k, v = linear(y, p + ".attn.c_attn").split(C, dim=-1)
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
         s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         s = s.masked_fill(key_masked, float("-inf"))
         a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + linear(a, p + ".attn.c_proj")
-        h = F.gelu(linear(norm(x, p + ".ln_2"), p + ".mlp.c_fc"))  # exact (erf)
-        x = x + linear(h, p + ".mlp.c_proj")
-    x = norm(x, "ln_f")
+        return linear(a, p + ".attn.c_proj")
+
+    def mlp(y, p):
+        return linear(F.gelu(linear(y, p + ".mlp.c_fc")), p + ".mlp.c_proj")  # exact GELU
+
+    if post:
+        x = norm(x, "emb_ln")
+    for l in range(L):
+        p = f"h.{l}"
+        if post:  # h = ln_1(x + attn(x)); x = ln_2(h + mlp(h))
+            h = norm(x + attention(x, p), p + ".ln_1")
+            x = norm(h + mlp(h, p), p + ".ln_2")
+        else:  # x += attn(ln_1(x)); x += mlp(ln_2(x))
+            x = x + attention(norm(x, p + ".ln_1"), p)
+            x = x + mlp(norm(x, p + ".ln_2"), p)
+    if not post:
+        x = norm(x, "ln_f")
     if "num_classes" in o:  # the classifier: logits (B, K)
         return linear(torch.tanh(linear(x[:, 0], "pooler.dense")), "classifier"), None
     h = norm(F.gelu(linear(x, "lm_head.dense")), "lm_head.norm")

@@ -130,6 +130,11 @@ TEST_CASE("model/bert (pre-LN, exact GELU, token types, padding, binary head) = 
   compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert");
 }
 
+TEST_CASE("model/bert post-LN (the original BERT's: embedding LayerNorm, no ln_f) = PyTorch") {
+  compare("bert_tiny_postln", loom_f32(), 1e-5, 1e-4, "bert");
+  compare("bert_tiny_postln", loom_f64(), 1e-12, 1e-9, "bert");
+}
+
 TEST_CASE("model/bert-classifier (pooler + 3-way classifier, MNLI's) = PyTorch") {
   compare("bert_tiny_classifier", loom_f32(), 1e-5, 1e-4, "bert-classifier");
   compare("bert_tiny_classifier", loom_f64(), 1e-12, 1e-9, "bert-classifier");

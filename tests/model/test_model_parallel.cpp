@@ -57,6 +57,15 @@ const Config kBert{"bert",
                    {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}},
                    100,
                    "bert"};
+// The original BERT's post-LN: the embedding LayerNorm on the first stage, no ln_f.
+const Config kBertPost{"bert-post-ln",
+                       {{"n_layer", "4"},
+                        {"n_head", "4"},
+                        {"n_embd", "32"},
+                        {"max_seq_len", "32"},
+                        {"norm_position", "post"}},
+                       100,
+                       "bert"};
 const Config kLlama{"llama",
                     {{"n_layer", "4"},
                      {"n_head", "4"},
@@ -431,6 +440,7 @@ TEST_CASE("model/gpt: tensor parallel = 2 matches one rank") {
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
   check_layout(kBert, d);
+  check_layout(kBertPost, d);
 }
 
 TEST_CASE("model/gpt: tensor parallel = 2 with sequence parallelism matches one rank") {
@@ -440,6 +450,7 @@ TEST_CASE("model/gpt: tensor parallel = 2 with sequence parallelism matches one 
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
   check_layout(kBert, d);
+  check_layout(kBertPost, d);
 }
 
 TEST_CASE("model/gpt: pipeline = 2 stages match one rank") {
@@ -448,6 +459,7 @@ TEST_CASE("model/gpt: pipeline = 2 stages match one rank") {
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
   check_layout(kBert, d);
+  check_layout(kBertPost, d);
 }
 
 TEST_CASE("model/gpt: tensor = 2 x pipeline = 2 (with and without sequence parallelism)") {
@@ -460,6 +472,7 @@ TEST_CASE("model/gpt: tensor = 2 x pipeline = 2 (with and without sequence paral
   check_layout(kGpt2, d);
   check_layout(kLlama, d);
   check_layout(kBert, d);
+  check_layout(kBertPost, d);
 }
 
 TEST_CASE("model/gpt: layouts the model cannot split are refused with the numbers") {

@@ -72,6 +72,29 @@ TEST_CASE("tokenizer/wordpiece: a hand-checked example, and decode's ## merging"
   std::filesystem::remove(path);
 }
 
+// Megatron's --vocab-extra-ids: <extra_id_i> appended after [BOS]/[EOS], in order, each only
+// when the file lacks it; found by token_to_id (ABI 2.3), as a T5 dataset finds its sentinels.
+TEST_CASE("tokenizer/wordpiece: vocab_extra_ids appends T5's sentinels") {
+  const std::string path = temp_path("extra.txt");
+  tokmore::write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n<extra_id_1>\n");
+  const std::map<std::string, std::string> c = {
+      {"vocab_file", path}, {"lower_case", "true"}, {"vocab_extra_ids", "3"}};
+  Tok t("wordpiece", c);
+  REQUIRE_MESSAGE(t.ok(), t.created().message);
+  CHECK(t.vocab_size() == 7 + 2 + 2);  // [BOS] 7, [EOS] 8, <extra_id_0> 9, <extra_id_2> 10
+  auto id = [&](const std::string& s) {
+    return t.api()->token_to_id(t.self(), s.data(), s.size());
+  };
+  CHECK(id("[BOS]") == 7);
+  CHECK(id("[EOS]") == 8);
+  CHECK(id("<extra_id_0>") == 9);
+  CHECK(id("<extra_id_1>") == 6);  // already in the file
+  CHECK(id("<extra_id_2>") == 10);
+  CHECK(id("<extra_id_3>") == -1);
+  CHECK(t.eod() == 8);
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("tokenizer/wordpiece: decode refuses ids outside the vocabulary") {
   Tok t("wordpiece", cfg(kVocab));
   const auto o = t.decode_error({5, static_cast<int32_t>(t.vocab_size())});

@@ -59,6 +59,8 @@ class Tok {
   bool ok() const { return self_ != nullptr; }
   int64_t vocab_size() const { return api_->vocab_size(self_); }
   int64_t eod() const { return api_->eod_id(self_); }
+  const loom_tokenizer_api* api() const { return api_; }
+  loom_tokenizer* self() const { return self_; }
 
   std::vector<int32_t> encode(const std::string& s) {
     REQUIRE_MESSAGE(ok(), created_.message);

@@ -106,8 +106,11 @@ struct MaskingSpec {
   int32_t max_ngram = 3;       // n-grams of 1 .. max_ngram candidates (words or pieces)
   bool whole_word = true;      // a candidate is a whole word (its "##" pieces with it)
   bool longer_ngrams = false;  // favour long n-grams (P(n) proportional to n, not 1/n)
-  int32_t mask_id = -1;        // [MASK]
-  int64_t vocab = 0;           // the random replacement is uniform over [0, vocab)
+  // n ~ Geometric(0.2) clipped to max_ngram instead (SpanBERT's; Megatron's T5 uses it)
+  bool geometric = false;
+  bool mask_always = false;  // every prediction becomes [MASK], with no draw (T5's)
+  int32_t mask_id = -1;      // [MASK]
+  int64_t vocab = 0;         // the random replacement is uniform over [0, vocab)
 };
 
 // What the tokenizer tells about ids: [CLS]/[SEP] are never masked; a "##" piece
@@ -155,11 +158,12 @@ inline double numpy_sum(const double* a, size_t n) {
 // Megatron's _create_masked_lm_predictions (without permutation), drawing from `rng`:
 // candidates are words (whole_word) or pieces, never [CLS]/[SEP]; the number of predictions
 // is min(p * target_len, max(1, round-half-even(len * p))); the candidates are shuffled, and
-// each in turn proposes an n-gram (n drawn by numpy's choice with P(n) proportional to 1/n;
-// Megatron's T5 draws n from a geometric distribution instead, not written yet), shortened until it
-// fits the remaining budget and skipped when it overlaps a masked one; each of its tokens is then
-// [MASK] with probability 0.8, else with probability 0.5 a uniform random id, else itself. The
-// candidates are shuffled once more at the end, as Megatron does, so that the draws after it match.
+// each in turn proposes an n-gram (n drawn by numpy's choice with P(n) proportional to 1/n, or
+// min(Geometric(0.2), max_ngram) with `geometric`), shortened until it fits the remaining
+// budget and skipped when it overlaps a masked one; each of its tokens is then [MASK] with
+// probability 0.8, else with probability 0.5 a uniform random id, else itself (always [MASK],
+// with no draw, with `mask_always`). The candidates are shuffled once more at the end, as
+// Megatron does, so that the draws after it match.
 inline Masked mask_tokens(const std::vector<int32_t>& ids, int32_t target_len, const MaskingSpec& m,
                           const TokenKinds& kinds, RandomState& rng) {
   std::vector<std::vector<int64_t>> candidates;
@@ -200,7 +204,8 @@ inline Masked mask_tokens(const std::vector<int32_t>& ids, int32_t target_len, c
   std::vector<std::pair<int64_t, int32_t>> predictions;
   for (size_t start : order) {
     if ((double)predictions.size() >= budget) break;
-    int32_t n = 1 + (int32_t)rng.choice(cdf);
+    int32_t n = m.geometric ? (int32_t)std::min<int64_t>(rng.geometric(0.2), N)
+                            : 1 + (int32_t)rng.choice(cdf);
     out.drawn.push_back(n);
     std::vector<int64_t> gram;
     bool skip = true;
@@ -219,7 +224,9 @@ inline Masked mask_tokens(const std::vector<int32_t>& ids, int32_t target_len, c
     for (int64_t i : gram) {
       masked[(size_t)i] = 1;
       int32_t replace = ids[(size_t)i];
-      if (rng.random_sample() < 0.8)
+      if (m.mask_always)
+        replace = m.mask_id;
+      else if (rng.random_sample() < 0.8)
         replace = m.mask_id;
       else if (rng.random_sample() >= 0.5)
         replace = (int32_t)rng.randint(0, m.vocab);

@@ -11,11 +11,14 @@
 //   shuffle(a, n)     for i = n-1 down to 1: swap a[i] with a[interval(i)] (arrays and lists)
 //   choice(cdf)       numpy's choice(a, p=p): one random_sample searched in the normalised
 //                     cumulative sums, side "right"
+//   geometric(p)      numpy's legacy geometric: for p >= 1/3 a search over the cumulative
+//                     probabilities, else ceil(log1p(-U) / log(1 - p)), U one random_sample
 // MEGATRON_FORMATS.md section 2 gives check values (tests/data/test_mt19937.cpp holds them).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -78,6 +81,22 @@ class RandomState {
   template <class T>
   void shuffle(std::vector<T>& a) {
     shuffle(a.data(), a.size());
+  }
+
+  // Trials up to the first success, >= 1 (SpanBERT's and T5's span lengths).
+  int64_t geometric(double p) {
+    const double u = random_sample();
+    if (p >= 0.333333333333333333333333) {
+      int64_t x = 1;
+      double sum = p, prod = p;
+      while (u > sum) {
+        prod *= 1.0 - p;
+        sum += prod;
+        ++x;
+      }
+      return x;
+    }
+    return (int64_t)std::ceil(std::log1p(-u) / std::log(1.0 - p));
   }
 
   // The index numpy's choice(len(p), p=p) picks: `cdf` holds p's cumulative sums (numpy

@@ -33,5 +33,7 @@ struct BlockSpec {
 
 // GPT-2 and Llama: out = x + attn(ln_1(x)); out += mlp(ln_2(out)).
 extern const BlockSpec kPreNormBlock;
+// The original BERT's: h = ln_1(x + attn(x)); out = ln_2(h + mlp(h)) (post_norm_block.cpp).
+extern const BlockSpec kPostNormBlock;
 
 }  // namespace loom::layers

@@ -28,6 +28,10 @@ struct Options {
   // padding_mask), token-type embeddings, and on the last stage the LM head's transform
   // (dense, GELU, LayerNorm, output bias) and the pooler with the binary (SOP) head.
   bool bert = false, binary_head = false;
+  // BERT's post-LN (norm_position = "post", the original BERT's): each layer normalises after
+  // its residual adds (kPostNormBlock), the embeddings' sum is normalised (emb_ln), and there
+  // is no final ln_f.
+  bool post_norm = false;
   // model/bert-classifier: the pooler and a num_classes-way classifier on [CLS] instead of
   // the LM head (Megatron's Classification model, for MNLI)
   bool classifier = false;

@@ -85,9 +85,10 @@ struct Slot {
   // document and the documents' cumulative lengths, which s.docs points at.
   std::vector<int32_t> doc_pos, cu_docs, doc_at;  // doc_at: padded starts (BERT)
   loom_attention_seqlens docs{};
-  Tensor types;   // i32 (N): BERT's token types
-  BertActs bert;  // BERT's heads (last stage)
-  View out;       // the stage's output handed to the caller
+  Tensor types;                       // i32 (N): BERT's token types
+  Tensor emb_in, emb_mean, emb_rstd;  // BERT's post-LN: the embeddings' sum and its norm stats
+  BertActs bert;                      // BERT's heads (last stage)
+  View out;                           // the stage's output handed to the caller
   DLTensor* out_ptr = nullptr;
 };
 
@@ -123,7 +124,7 @@ class DecoderModel {
   void build();
   Slot& slot(int64_t i);
   std::string who_;
-  const BlockSpec& spec_;
+  const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
   void embed_forward(Slot& S, const int32_t* tokens, const int32_t* types);
   void embed_backward(Slot& S);
   double head_forward(Slot& S, const int32_t* targets, bool grad,
@@ -135,6 +136,8 @@ class DecoderModel {
   void read_padding(Slot& S, const loom_microbatch& mb);
   double bert_losses(Slot& S, const loom_microbatch& mb, bool grad, double* sop);
   const DLTensor* final_norm(Slot& S);
+  void emb_norm_forward(Slot& S);
+  void emb_norm_backward(Slot& S);
   void classify_forward(Slot& S, const loom_microbatch& mb, bool grad);
   void bert_head_backward(Slot& S, DLTensor* dx_full);
 
@@ -144,7 +147,7 @@ class DecoderModel {
   ParamStore params_;
   Embedding emb_;
   std::vector<std::unique_ptr<Block>> layers_;  // this stage's layers
-  Norm ln_f_;
+  Norm ln_f_, emb_ln_;  // emb_ln_: BERT's post-LN embedding norm (first stage)
   LmHead head_;
   BertHead bert_;
   loom::tp::VocabParallelCrossEntropy ce_;
