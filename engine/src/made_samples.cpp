@@ -35,11 +35,12 @@ std::vector<loom_array_spec> dataset_sample_spec(const Recipe& recipe, Registry&
   std::vector<loom_array_spec> out(specs, specs + num);
   for (const loom_array_spec& a : out) {
     const bool b = a.ndim == 1 && a.shape[0] == LOOM_DIM_BATCH;
-    const bool bt = a.ndim == 2 && a.shape[0] == LOOM_DIM_BATCH && a.shape[1] == LOOM_DIM_SEQ;
+    const bool bt = a.ndim == 2 && a.shape[0] == LOOM_DIM_BATCH &&
+                    (a.shape[1] == LOOM_DIM_SEQ || a.shape[1] > 0);
     if (!loom_dtype_eq(a.dtype, DLDataType{kDLInt, 32, 1}) || !(b || bt))
       throw UsageError("dataset/" + name + ": sample array '" + a.name + "' is " +
                        loom::dtype_str(a.dtype) + " of rank " + std::to_string(a.ndim) +
-                       "; the host feeds int32 arrays of shape (B) or (B, T)");
+                       "; the host feeds int32 arrays of shape (B), (B, T) or (B, K)");
   }
   return out;
 }

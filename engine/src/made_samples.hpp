@@ -21,7 +21,8 @@ bool makes_samples(const loom_dataset_api* api);
 
 // The arrays the recipe's [data] plugin fills per micro-batch, from its configuration alone;
 // empty for a dataset that leaves sample-making to the host (GPT samples). Each is int32
-// (B) or (B, T): the only shapes the host's feed holds (UsageError otherwise).
+// (B), (B, T) or (B, K) for a fixed K (a T5 decoder's length): the shapes the host's feed
+// holds (UsageError otherwise).
 std::vector<loom_array_spec> dataset_sample_spec(const Recipe& recipe, Registry& registry);
 
 // One split of one such dataset: the plugin's sample index over the split's documents.

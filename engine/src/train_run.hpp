@@ -65,9 +65,11 @@ struct Feed {
   std::vector<int32_t> tokens, targets, positions;
   std::unique_ptr<loom::HostBatch> batch;  // names and views of the arrays
   int64_t eod = -1;  // packed sequences: documents end at this token; -1 = not packed
-  // A sample-making dataset's arrays (int32 (B) or (B, T)) and their buffers.
+  // A sample-making dataset's arrays (int32 (B), (B, T) or (B, K)), their buffers and each
+  // one's row length (T or K; 0 for (B)).
   std::vector<loom_array_spec> made;
   std::vector<std::vector<int32_t>> made_data;
+  std::vector<int64_t> made_row;
 
   void allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod,
                 std::vector<loom_array_spec> made_spec = {});

@@ -97,14 +97,21 @@ void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t pack
   eod = packed_eod;
   batch = std::make_unique<loom::HostBatch>(mbs, seq_len);
   made = std::move(made_spec);
-  if (!made.empty()) {  // int32 (B) or (B, T) each (dataset_sample_spec checked)
+  if (!made.empty()) {  // int32 (B), (B, T) or (B, K) each (dataset_sample_spec checked)
     made_data.resize(made.size());
+    made_row.resize(made.size());
     for (size_t k = 0; k < made.size(); ++k) {
-      made_data[k].assign((size_t)(mbs * (made[k].ndim == 2 ? seq_len : 1)), 0);
-      if (made[k].ndim == 2)
+      const int64_t cols = made[k].ndim == 1                  ? 1
+                           : made[k].shape[1] == LOOM_DIM_SEQ ? seq_len
+                                                              : made[k].shape[1];
+      made_row[k] = made[k].ndim == 1 ? 0 : cols;
+      made_data[k].assign((size_t)(mbs * cols), 0);
+      if (made[k].ndim == 1)
+        batch->add_per_sample(made[k].name, made_data[k].data());
+      else if (made[k].shape[1] == LOOM_DIM_SEQ)
         batch->add(made[k].name, made_data[k].data());
       else
-        batch->add_per_sample(made[k].name, made_data[k].data());
+        batch->add_fixed(made[k].name, made_data[k].data(), cols);
     }
     return;
   }
@@ -123,13 +130,13 @@ void Feed::fill_made(int64_t base) {
   std::vector<DLTensor*> ptrs(made.size());
   for (int64_t b = 0; b < mbs; ++b) {
     for (size_t k = 0; k < made.size(); ++k) {
-      const int64_t n = made[k].ndim == 2 ? seq_len : 1;
+      const int64_t n = made[k].ndim == 2 ? made_row[k] : 1;
       rows[k] = DLTensor{};
       rows[k].data = made_data[k].data() + b * n;
       rows[k].device = {kDLCPU, 0};
       rows[k].dtype = {kDLInt, 32, 1};
       rows[k].ndim = made[k].ndim - 1;
-      rows[k].shape = made[k].ndim == 2 ? &seq_len : nullptr;
+      rows[k].shape = made[k].ndim == 2 ? &made_row[k] : nullptr;
       ptrs[k] = &rows[k];
     }
     sampler->fill(base + b, ptrs.data(), ptrs.size());

@@ -27,9 +27,8 @@
 #include <vector>
 
 #include "loom/cpp/dataset.hpp"
-#include "loom/cpp/masked_lm.hpp"
-#include "loom/cpp/megatron_indexed.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/sentence_corpus.hpp"
 #include "loom/cpp/tokenizer.hpp"
 #include "loom/dataset.h"
 
@@ -54,93 +53,36 @@ struct Options {
   bool binary_head = true;
 };
 
-// The tokenizer's special ids and word pieces, through ABI 2.3's token_to_id/id_to_token.
-struct Vocabulary {
-  int32_t cls = -1, sep = -1, mask = -1, pad = -1;
-  int64_t size = 0;
-  std::vector<char> continues;  // id -> its entry starts with "##"
-
-  static Vocabulary from_host(const loom_host* host) {
-    const loom_tokenizer_ref tok = loom::host_tokenizer(host, "dataset/bert");
-    Vocabulary v;
-    v.cls = loom::token_id(tok, "[CLS]", "dataset/bert");
-    v.sep = loom::token_id(tok, "[SEP]", "dataset/bert");
-    v.mask = loom::token_id(tok, "[MASK]", "dataset/bert");
-    v.pad = loom::token_id(tok, "[PAD]", "dataset/bert");
-    v.size = tok.api->vocab_size(tok.self);
-    v.continues.resize((size_t)v.size);
-    for (int64_t i = 0; i < v.size; ++i) {
-      const char* t = nullptr;
-      size_t len = 0;
-      loom::check(host, tok.api->id_to_token(tok.self, (int32_t)i, &t, &len));
-      v.continues[(size_t)i] = len >= 2 && t[0] == '#' && t[1] == '#';
-    }
-    return v;
-  }
-};
-
 class BertDataset {
  public:
-  BertDataset(const loom_host* host, Options o) : host_(host), opt_(std::move(o)) {
-    try {
-      reader_ = std::make_unique<loom::megatron::Reader>(opt_.prefix);
-    } catch (const loom::megatron::FormatError& e) {
-      throw loom::Error(LOOM_ERR_IO, std::string("dataset/bert: ") + e.what());
-    }
-    vocab_ = Vocabulary::from_host(host);
+  BertDataset(const loom_host* host, Options o)
+      : host_(host),
+        opt_(std::move(o)),
+        corpus_("dataset/bert", opt_.prefix),
+        vocab_(loom::masked::WordPieces::from_host(host, "dataset/bert")) {
     opt_.masking.mask_id = vocab_.mask;
     opt_.masking.vocab = vocab_.size;
-    kinds_.cls = vocab_.cls;
-    kinds_.sep = vocab_.sep;
-    kinds_.continues_word = [this](int32_t t) {
-      return t >= 0 && t < vocab_.size && vocab_.continues[(size_t)t];
-    };
-    sizes_.resize((size_t)reader_->num_sequences());
-    for (int64_t i = 0; i < reader_->num_sequences(); ++i) sizes_[(size_t)i] = reader_->length(i);
+    kinds_ = vocab_.kinds();
   }
   const loom_host* host() const { return host_; }
-  const char* cache_prefix() const { return opt_.prefix.c_str(); }
-  int64_t num_documents() const { return reader_->num_documents(); }
+  const char* cache_prefix() const { return corpus_.prefix().c_str(); }
+  int64_t num_documents() const { return corpus_.num_documents(); }
 
   // Document d: its sentences back to back (the host reads the lengths of documents).
   void document(int64_t d, const int32_t** ids, size_t* num_ids) {
-    loom::require(
-        d >= 0 && d < num_documents(),
-        "dataset/bert: document " + s(d) + " out of range [0, " + s(num_documents()) + ")");
-    doc_.clear();
-    for (int64_t i = reader_->document_index(d); i < reader_->document_index(d + 1); ++i) {
-      sentence(i, sent_);
-      doc_.insert(doc_.end(), sent_.begin(), sent_.end());
-    }
+    corpus_.document(d, doc_);
     static const int32_t kNone = 0;
     *ids = doc_.empty() ? &kNone : doc_.data();
     *num_ids = doc_.size();
   }
 
   void build(const loom_sample_index_args& a, int64_t* index, int64_t* num_samples) {
-    loom::require(a.doc_begin >= 0 && a.doc_begin <= a.doc_end && a.doc_end <= num_documents(),
-                  "dataset/bert: documents [" + s(a.doc_begin) + ", " + s(a.doc_end) +
-                      ") outside [0, " + s(num_documents()) + ")");
     loom::require(a.seq_len >= 5, "dataset/bert: seq_len = " + s(a.seq_len) +
                                       " leaves no room for two segments after [CLS] and "
                                       "two [SEP]");
-    loom::masked::SampleIndexSpec spec;
-    for (int64_t d = a.doc_begin; d <= a.doc_end; ++d)
-      spec.doc_starts.push_back(reader_->document_index(d));
-    spec.num_samples = a.num_samples;
-    spec.max_seq_len = (int32_t)(a.seq_len - 3);
-    spec.short_seq_prob = opt_.short_seq_prob;
-    spec.seed = (int32_t)a.seed;
-    spec.min_sentences = opt_.binary_head ? 2 : 1;
     Index ix;
-    try {
-      ix.samples = loom::masked::build_sentence_samples(sizes_, spec);
-    } catch (const std::runtime_error& e) {
-      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT,
-                        "dataset/bert: " + opt_.prefix + ", documents [" + s(a.doc_begin) + ", " +
-                            s(a.doc_end) + "): " + e.what() +
-                            " (was the data preprocessed with --split-sentences?)");
-    }
+    ix.samples =
+        corpus_.index(a, (int32_t)(a.seq_len - 3), opt_.binary_head ? 2 : 1, opt_.short_seq_prob);
     ix.seq_len = a.seq_len;
     ix.seed = a.seed;
     indices_.push_back(std::move(ix));
@@ -156,20 +98,13 @@ class BertDataset {
     int64_t seq_len = 0;
     uint32_t seed = 0;
   };
-  void sentence(int64_t i, std::vector<int32_t>& out) const {
-    try {
-      reader_->read(i, out);
-    } catch (const loom::megatron::FormatError& e) {
-      throw loom::Error(LOOM_ERR_IO, std::string("dataset/bert: ") + e.what());
-    }
-  }
 
   const loom_host* host_;
   Options opt_;
-  std::unique_ptr<loom::megatron::Reader> reader_;
-  Vocabulary vocab_;
+  loom::masked::SentenceCorpus corpus_;
+  loom::masked::WordPieces vocab_;
   loom::masked::TokenKinds kinds_;
-  std::vector<int32_t> sizes_, doc_, sent_;
+  std::vector<int32_t> doc_, sent_;
   std::vector<Index> indices_;
 };
 
@@ -195,7 +130,7 @@ void BertDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* 
   }
   std::vector<int32_t> a, b;
   for (int64_t k = 0; k < n; ++k) {
-    sentence(smp.begin + k, sent_);
+    corpus_.sentence(smp.begin + k, sent_);
     (k < pivot ? a : b).insert((k < pivot ? a : b).end(), sent_.begin(), sent_.end());
   }
   if (swapped) std::swap(a, b);
@@ -237,8 +172,7 @@ void BertDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* 
 Options read_options(const loom_host* host, const loom_config* cfg) {
   loom::Config c(host, cfg);
   Options o;
-  o.prefix = loom::megatron::prefix_of(c.get_string("prefix"));
-  loom::require(!o.prefix.empty(), "dataset/bert: [data] prefix is empty");
+  o.prefix = c.get_string("prefix");
   o.masking.probability = c.get_float("mask_prob");
   o.masking.max_ngram = (int32_t)c.get_int("max_ngram");
   o.masking.whole_word = c.get_bool("whole_word");

@@ -222,6 +222,33 @@ def sample(i, index, sentences, continues):
             int(swapped))
 
 
+T5_SEQ, T5_DEC, T5_EXTRA = 40, 24, 10  # encoder and decoder lengths, sentinels
+BOS, EOS = V, V + 1  # Megatron's tokenizer appends [BOS], [EOS], then <extra_id_k>
+SENTINELS = [V + 2 + k for k in range(T5_EXTRA)]
+
+
+def t5_sample(i, index, sentences, continues):
+    """Megatron's T5MaskedWordPieceDataset.__getitem__: span corruption with sentinels."""
+    beg, end, target = index[i]
+    tokens = [t for k in range(beg, end) for t in sentences[k]][:target]
+    rs = np.random.RandomState((SEED + i) % 2**32)
+    masked, _, spans = masked_lm(tokens, target, continues, rs, max_ngram=10, geometric=True,
+                                 mask_always=True)
+    enc, dec_in, dec_out, at = [], [BOS], [], 0
+    for k, span in enumerate(spans):
+        enc += masked[at:span[0]] + [SENTINELS[k]]
+        labels = [tokens[p] for p in span]
+        dec_in += [SENTINELS[k]] + labels
+        dec_out += [SENTINELS[k]] + labels
+        at = span[-1] + 1
+    enc += masked[at:]
+    dec_out.append(EOS)
+    assert len(enc) <= T5_SEQ and len(dec_in) <= T5_DEC
+    pad = lambda v, n, x: v + [x] * (n - len(v))
+    return (pad(enc, T5_SEQ, PAD), pad([1] * len(enc), T5_SEQ, 0), pad(dec_in, T5_DEC, PAD),
+            pad([1] * len(dec_in), T5_DEC, 0), pad(dec_out, T5_DEC, -1))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     voc = vocab()
@@ -247,6 +274,21 @@ def main():
                               ("token_types", types)):
                 f.write(name + " " + " ".join(map(str, arr)) + "\n")
             f.write(f"sop_labels {sop}\n")
+    # T5's samples: the index (seq_len - 2, one sentence at least), then whole samples
+    t5_index = sample_index(sizes, doc_idx, 100, T5_SEQ - 2, SHORT_SEQ_PROB, SEED, 1)
+    with open(os.path.join(OUT, "t5_samples.txt"), "w") as f:
+        f.write(f"# dataset/t5 reference, written by tests/data/make_bert_reference.py; seq_len "
+                f"{T5_SEQ}, decoder_seq_len {T5_DEC}, vocab_extra_ids {T5_EXTRA}, seed {SEED}, "
+                "100 samples wanted\n")
+        f.write(f"index {len(t5_index)}\n")
+        for beg, end, target in t5_index:
+            f.write(f"{beg} {end} {target}\n")
+        for i in list(range(12)) + [len(t5_index) - 1]:
+            arrays = t5_sample(i, t5_index, sentences, continues)
+            f.write(f"sample {i}\n")
+            for name, arr in zip(("tokens", "padding_mask", "dec_tokens", "dec_padding_mask",
+                                  "dec_targets"), arrays):
+                f.write(name + " " + " ".join(map(str, arr)) + "\n")
     # T5's masking (Megatron's T5 dataset): n-grams up to 10 of Geometric(0.2) length, every
     # prediction [MASK]; over whole sentences of the corpus with RandomState(7 + k)
     with open(os.path.join(OUT, "t5_masking.txt"), "w") as f:

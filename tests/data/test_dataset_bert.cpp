@@ -412,3 +412,72 @@ TEST_CASE("masked_lm: geometric n-grams and always-[MASK] equal numpy (T5's mask
   CHECK(cases >= 20);
   CHECK(multi > 0);  // n-grams longer than one word were drawn
 }
+
+// dataset/t5 (Megatron's T5MaskedWordPieceDataset): the index (seq_len - 2, one sentence at
+// least) and whole samples (span corruption with the tokenizer's <extra_id_k> sentinels,
+// encoder input, decoder input and targets) equal make_bert_reference.py's numpy
+// transcription bit for bit (data/bert_masking/t5_samples.txt).
+TEST_CASE("dataset/t5: samples equal the numpy reference bit for bit") {
+  std::ifstream f(kDir + "t5_samples.txt");
+  REQUIRE_MESSAGE(f.good(), "missing " << kDir << "t5_samples.txt (make_bert_reference.py)");
+  std::map<int64_t, std::map<std::string, std::vector<int32_t>>> want;
+  int64_t index_size = 0, current = -1;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "index") {
+      in >> index_size;
+      for (int64_t i = 0; i < index_size && std::getline(f, line); ++i) {
+      }
+    } else if (kind == "sample") {
+      in >> current;
+    } else {
+      int32_t v;
+      while (in >> v) want[current][kind].push_back(v);
+    }
+  }
+  REQUIRE(want.size() == 13);
+  loomtest::TestHost h;
+  h.load_tokenizer("wordpiece", {{"vocab_file", kDir + "vocab.txt"}, {"vocab_extra_ids", "10"}});
+  ptest::Dataset ds(h.host(), "t5", {{"prefix", kDir + "sentences"}, {"decoder_seq_len", "24"}});
+  REQUIRE_MESSAGE(ds.created().ok(), ds.created().message);
+  constexpr int64_t T = 40, K = 24;
+  const loom_sample_index_args a{
+      LOOM_SAMPLE_INDEX_ARGS_SIZE_V2_3, 0, ds.size(), T, 100, kSeed, nullptr};
+  int64_t index = -1, n = 0;
+  REQUIRE(ptest::outcome(ds.api()->build_samples(ds.self(), &a, &index, &n)).ok());
+  CHECK(n == index_size);
+  const char* names[5] = {"tokens", "padding_mask", "dec_tokens", "dec_padding_mask",
+                          "dec_targets"};
+  for (const auto& [i, arrays] : want) {
+    CAPTURE(i);
+    std::vector<std::vector<int32_t>> data = {std::vector<int32_t>(T), std::vector<int32_t>(T),
+                                              std::vector<int32_t>(K), std::vector<int32_t>(K),
+                                              std::vector<int32_t>(K)};
+    int64_t tshape = T, kshape = K;
+    DLTensor t[5] = {};
+    DLTensor* p[5];
+    for (int k = 0; k < 5; ++k) {
+      t[k].data = data[(size_t)k].data();
+      t[k].device = {kDLCPU, 0};
+      t[k].dtype = {kDLInt, 32, 1};
+      t[k].ndim = 1;
+      t[k].shape = k < 2 ? &tshape : &kshape;
+      p[k] = &t[k];
+    }
+    const ptest::Outcome o = ptest::outcome(ds.api()->sample(ds.self(), index, i, 5, p));
+    REQUIRE_MESSAGE(o.ok(), o.message);
+    for (int k = 0; k < 5; ++k) {
+      CAPTURE(names[k]);
+      CHECK(data[(size_t)k] == arrays.at(names[k]));
+    }
+  }
+  // without sentinels in the vocabulary, dataset/t5 says what to set
+  loomtest::TestHost plain;
+  plain.load_tokenizer("wordpiece", {{"vocab_file", kDir + "vocab.txt"}});
+  ptest::Dataset none(plain.host(), "t5", {{"prefix", kDir + "sentences"}});
+  CHECK(none.created().message.find("set tokenizer.vocab_extra_ids") != std::string::npos);
+}

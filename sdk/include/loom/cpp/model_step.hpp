@@ -7,6 +7,7 @@
 //                when the model uses tensor or sequence parallelism.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ class HostBatch {
     t.ndim = 2;
     t.dtype = {kDLInt, 32, 1};
     arrays_.push_back(t);
+    columns_.push_back(-1);  // T
+    return *this;
+  }
+  // Adds the array `name` over data[B*K], shape (B, K) for a fixed K (T5's decoder arrays).
+  HostBatch& add_fixed(const char* name, const int32_t* data, int64_t K) {
+    add(name, data);
+    columns_.back() = K;
     return *this;
   }
   // Adds the per-sample array `name` over data[B], shape (B) (BERT's sop_labels).
@@ -47,7 +55,11 @@ class HostBatch {
     return add(LOOM_ARRAY_TOKENS, tokens).add(LOOM_ARRAY_TARGETS, targets);
   }
   const loom_microbatch* get() {
-    for (DLTensor& t : arrays_) t.shape = shape_;
+    shapes_.resize(arrays_.size());
+    for (size_t i = 0; i < arrays_.size(); ++i) {
+      shapes_[i] = {shape_[0], columns_[i] < 0 ? shape_[1] : columns_[i]};
+      arrays_[i].shape = shapes_[i].data();
+    }
     mb_ = loom_microbatch{LOOM_MICROBATCH_SIZE_V2, shape_[0],      shape_[1], names_.size(),
                           names_.data(),           arrays_.data(), nullptr};
     return &mb_;
@@ -57,6 +69,8 @@ class HostBatch {
   int64_t shape_[2];
   std::vector<const char*> names_;
   std::vector<DLTensor> arrays_;
+  std::vector<int64_t> columns_;                // -1: T; else a fixed K
+  std::vector<std::array<int64_t, 2>> shapes_;  // each array's (B, T or K)
   loom_microbatch mb_{};
 };
 
