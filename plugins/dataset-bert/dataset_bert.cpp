@@ -46,10 +46,7 @@ constexpr loom_array_spec kSpecs[5] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, "token_types", kI32, 2, kBatchSeq},
     {LOOM_ARRAY_SPEC_SIZE_V2, "sop_labels", kI32, 1, kBatch}};
 
-struct Options {
-  std::string prefix;
-  loom::masked::MaskingSpec masking;
-  double short_seq_prob = 0.1;
+struct Options : loom::masked::CorpusKeys {
   bool binary_head = true;
 };
 
@@ -172,11 +169,7 @@ void BertDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* 
 Options read_options(const loom_host* host, const loom_config* cfg) {
   loom::Config c(host, cfg);
   Options o;
-  o.prefix = c.get_string("prefix");
-  o.masking.probability = c.get_float("mask_prob");
-  o.masking.max_ngram = (int32_t)c.get_int("max_ngram");
-  o.masking.whole_word = c.get_bool("whole_word");
-  o.short_seq_prob = c.get_float("short_seq_prob");
+  static_cast<loom::masked::CorpusKeys&>(o) = loom::masked::CorpusKeys::read(c);
   o.binary_head = c.get_bool("binary_head");
   return o;
 }

@@ -34,10 +34,7 @@ std::string s(int64_t v) { return std::to_string(v); }
 constexpr int64_t kBatchSeq[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
 constexpr DLDataType kI32 = {kDLInt, 32, 1};
 
-struct Options {
-  std::string prefix;
-  loom::masked::MaskingSpec masking;
-  double short_seq_prob = 0.1;
+struct Options : loom::masked::CorpusKeys {
   int64_t decoder_seq_len = 128;
 };
 
@@ -180,11 +177,7 @@ void T5Dataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* ou
 Options read_options(const loom_host* host, const loom_config* cfg) {
   loom::Config c(host, cfg);
   Options o;
-  o.prefix = c.get_string("prefix");
-  o.masking.probability = c.get_float("mask_prob");
-  o.masking.max_ngram = (int32_t)c.get_int("max_ngram");
-  o.masking.whole_word = c.get_bool("whole_word");
-  o.short_seq_prob = c.get_float("short_seq_prob");
+  static_cast<loom::masked::CorpusKeys&>(o) = loom::masked::CorpusKeys::read(c);
   o.decoder_seq_len = c.get_int("decoder_seq_len");
   return o;
 }

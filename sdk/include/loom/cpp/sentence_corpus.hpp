@@ -16,6 +16,23 @@
 
 namespace loom::masked {
 
+// The keys every masked dataset reads: prefix, mask_prob, short_seq_prob, max_ngram and
+// whole_word (their defaults are each plugin's: BERT's n-grams up to 3, T5's up to 10).
+struct CorpusKeys {
+  std::string prefix;
+  MaskingSpec masking;
+  double short_seq_prob = 0.1;
+  static CorpusKeys read(const Config& c) {
+    CorpusKeys k;
+    k.prefix = c.get_string("prefix");
+    k.masking.probability = c.get_float("mask_prob");
+    k.masking.max_ngram = (int32_t)c.get_int("max_ngram");
+    k.masking.whole_word = c.get_bool("whole_word");
+    k.short_seq_prob = c.get_float("short_seq_prob");
+    return k;
+  }
+};
+
 class SentenceCorpus {
  public:
   // `who` ("dataset/bert") prefixes every error; a corrupt or missing dataset is LOOM_ERR_IO.
