@@ -7,11 +7,14 @@
 
 namespace loom::layers {
 
-void BertActs::ensure(const Ctx& c, int64_t N, int64_t B, int64_t C, int64_t K) {
-  if (h && h.numel() >= N * C && pre && pre.numel() >= B * C && blogits.numel() >= B * K) return;
+void BertActs::ensure(const Ctx& c, int64_t N, int64_t B, int64_t C, int64_t K, bool lm) {
+  if ((!lm || (h && h.numel() >= N * C)) && pre && pre.numel() >= B * C && blogits.numel() >= B * K)
+    return;
   const DLDataType st = c.stat_dtype();
-  h = c.alloc({N, C}), g = c.alloc({N, C}), n = c.alloc({N, C}), dn = c.alloc({N, C});
-  n_mean = c.alloc(st, {N}), n_rstd = c.alloc(st, {N});
+  if (lm) {  // the LM head's transform (not the classifier's)
+    h = c.alloc({N, C}), g = c.alloc({N, C}), n = c.alloc({N, C}), dn = c.alloc({N, C});
+    n_mean = c.alloc(st, {N}), n_rstd = c.alloc(st, {N});
+  }
   pre = c.alloc({B, C}), pooled = c.alloc({B, C}), dpooled = c.alloc({B, C});
   blogits = c.alloc({B, K}), blosses = c.alloc(st, {B}), labels = c.alloc(loom_i32(), {B});
 }

@@ -37,7 +37,7 @@ Slot& DecoderModel::slot(int64_t i) {
     S->emb_rstd = ctx_.alloc(st, {nl});
   }
   if (o.last() && o.bert)
-    S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2);
+    S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2, !o.classifier);
   if (o.first() && ctx_.tp.active()) {
     S->emb_ids = ctx_.alloc(loom_i32(), {N});
     S->emb_rows = ctx_.alloc(loom_i32(), {N});

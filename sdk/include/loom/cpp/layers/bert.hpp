@@ -13,7 +13,8 @@ struct BertActs {
   Tensor dn;                        // (N,C) the gradient through the transform
   Tensor pre, pooled, dpooled;      // (B,C) pooler dense out, tanh out, its gradient
   Tensor blogits, blosses, labels;  // (B,K), (B) losses, i32 (B) labels of K classes
-  void ensure(const Ctx& c, int64_t N, int64_t B, int64_t C, int64_t K);
+  // `lm`: the LM head's transform buffers too (model/bert, not the classifier).
+  void ensure(const Ctx& c, int64_t N, int64_t B, int64_t C, int64_t K, bool lm);
 };
 
 // bert_head.cpp. Every tensor-parallel rank runs both heads on all N rows of x, the final
