@@ -66,6 +66,13 @@ DecodeModel::DecodeModel(const fs::path& checkpoint, const std::vector<std::stri
   if (info.has_capability(LOOM_EXT_DECODE_SLOTS) && s &&
       s->struct_size >= LOOM_DECODE_SLOTS_EXT_SIZE_V1)
     slots = reinterpret_cast<const loom_decode_slots_ext*>(s);
+  const loom_ext* e = info.find_ext(LOOM_EXT_ENCODE);
+  if (info.has_capability(LOOM_EXT_ENCODE)) {
+    if (!e || e->struct_size < LOOM_ENCODE_EXT_SIZE_V1)
+      throw RunError("model/" + info.name + " lists " + LOOM_EXT_ENCODE +
+                     " but chains no such table of its size");
+    enc = reinterpret_cast<const loom_encode_ext*>(e);
+  }
   if (recipe_->get_int("parallel", "tensor") == 1) {
     load_one_rank(registry);
   } else {  // this rank's shard, cut by checkpoint.finetune's loading
@@ -84,6 +91,12 @@ DecodeModel::DecodeModel(const fs::path& checkpoint, const std::vector<std::stri
   }
   vocab_ = tok_.api->vocab_size(tok_.self);
   eod_ = tok_.api->eod_id(tok_.self);
+}
+
+int64_t DecodeModel::token_id(const std::string& text) const {
+  std::lock_guard<std::mutex> lock(tok_mu_);
+  if (tok_.api->struct_size < LOOM_TOKENIZER_API_SIZE_V2_3 || !tok_.api->token_to_id) return -1;
+  return tok_.api->token_to_id(tok_.self, text.data(), text.size());
 }
 
 // Every tensor of the merged checkpoint into a whole model on this one rank, by name.

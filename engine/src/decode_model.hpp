@@ -72,6 +72,10 @@ class DecodeModel {
   loom_model* model = nullptr;
   const loom_decode_ext* dec = nullptr;
   const loom_decode_slots_ext* slots = nullptr;  // NULL: the model cannot batch continuously
+  const loom_encode_ext* enc = nullptr;          // loom.encode/1: an encoder-decoder model (T5)
+  // The id of the vocabulary entry `text` ("[EOS]"), or -1 (no such entry, or a tokenizer
+  // without a vocabulary of strings).
+  int64_t token_id(const std::string& text) const;
 
  private:
   void load_one_rank(Registry& registry);

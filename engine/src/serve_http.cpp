@@ -235,6 +235,9 @@ void serve(const ServeOptions& o, Registry& registry) {
   ::signal(SIGPIPE, SIG_IGN);
 
   DecodeModel m(o.checkpoint, o.overrides, registry, "`loom serve`");
+  if (m.enc)
+    throw UsageError("`loom serve` does not serve encoder-decoder models (" +
+                     std::string(LOOM_EXT_ENCODE) + ") yet; `loom generate` runs them");
   if (m.rank() != 0) {  // tensor parallelism: repeat rank 0's model calls until it stops
     m.follow();
     return;

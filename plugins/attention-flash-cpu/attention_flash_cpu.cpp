@@ -4,7 +4,8 @@
 // workspace is O((T + S) * D + block_q * block_k). Tensors must be compact kDLCPU tensors
 // of one dtype (f32, f64, bf16 or f16; f32 math for the 16-bit ones); lse is f32 or f64.
 // Variable-length sequences (loom.attention-seqlens/1) run the same kernels once per
-// sequence, on pointers into its batch row: a sequence is a batch of one.
+// sequence, on pointers into its batch row: a sequence is a batch of one. A bias
+// (loom.attention-bias/1) is added to each tile's scores; its gradient is summed per (b, h).
 #include <string>
 
 #include "flash_kernels.hpp"
@@ -108,7 +109,7 @@ class FlashCpuAttention {
   void forward(const loom_attention_fwd_args& a) {
     flash::Dims d = check_shapes(a.q, a.k, a.v, a.out, a.causal);
     same_dtype(a.q->dtype, {a.k, a.v, a.out});
-    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext);
+    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext, a.q);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -117,13 +118,14 @@ class FlashCpuAttention {
       auto* k = static_cast<const St*>(host_data(a.k, "k"));
       auto* v = static_cast<const St*>(host_data(a.v, "v"));
       auto* o = static_cast<St*>(host_data(a.out, "out"));
+      auto* bias = m.bias ? static_cast<const St*>(host_data(m.bias, "bias")) : nullptr;
       auto run = [&](auto* lse) {
         if (m.varlen) zero(o, a.out);
         if (m.varlen && lse) zero(lse, a.lse);
         const int64_t qp = d.Hq * d.D, kp = d.Hkv * d.D;
         for_each_seq(d, m, [&](const flash::Dims& x, int64_t qr, int64_t kr, int64_t l0) {
           flash::forward<A>(x, q + qr * qp, k + kr * kp, v + kr * kp, o + qr * qp,
-                            lse ? lse + l0 : lse);
+                            lse ? lse + l0 : lse, bias);
         });
       };
       if (!a.lse)
@@ -140,7 +142,7 @@ class FlashCpuAttention {
     loom::attention_dims(kWho, a.q, a.k, a.v, a.dout, "dout", a.causal != 0);
     loom::attention_grads(kWho, a.q, a.k, a.dq, a.dk, a.dv);
     same_dtype(a.q->dtype, {a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv});
-    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext);
+    const loom::AttentionMasks m = tune(d, a.scale, a.causal, a.ext, a.q);
     if (a.lse) check_lse(a.lse, d);
     dispatch(a.q->dtype, [&](auto st, auto acc) {
       using St = decltype(st);
@@ -150,6 +152,8 @@ class FlashCpuAttention {
       };
       auto io = [](DLTensor* t, const char* w) { return static_cast<St*>(host_data(t, w)); };
       St *dq = io(a.dq, "dq"), *dk = io(a.dk, "dk"), *dv = io(a.dv, "dv");
+      const St* bias = m.bias ? in(m.bias, "bias") : nullptr;
+      A* dbias = m.dbias ? static_cast<A*>(host_data(m.dbias, "dbias")) : nullptr;
       if (m.varlen) zero(dq, a.dq), zero(dk, a.dk), zero(dv, a.dv);
       // An lse coarser than the accumulation (f32 lse of f64 data, as the model saves it)
       // would cap the gradients at f32 accuracy: recompute it in A instead.
@@ -160,7 +164,7 @@ class FlashCpuAttention {
           flash::backward<A>(x, in(a.dout, "dout") + qr * qp, in(a.q, "q") + qr * qp,
                              in(a.k, "k") + kr * kp, in(a.v, "v") + kr * kp,
                              in(a.out, "out") + qr * qp, lse ? lse + l0 : lse, coarse, dq + qr * qp,
-                             dk + kr * kp, dv + kr * kp);
+                             dk + kr * kp, dv + kr * kp, bias, dbias);
         });
       };
       if (!a.lse)
@@ -175,13 +179,16 @@ class FlashCpuAttention {
   const loom_host* host() const { return host_; }
 
  private:
-  loom::AttentionMasks tune(flash::Dims& d, double scale, int causal, const loom_ext* ext) const {
+  loom::AttentionMasks tune(flash::Dims& d, double scale, int causal, const loom_ext* ext,
+                            const DLTensor* q) const {
     d.bq = bq_;
     d.bk = bk_;
     d.scale = scale;
     d.causal = causal != 0;
-    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(d));
+    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(d), q);
     d.window = m.window;
+    d.bias_T = d.T;
+    d.bias_S = d.S;
     return m;
   }
 
@@ -215,7 +222,7 @@ const loom_param_spec kParams[] = {
 };
 
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
-                                     nullptr};
+                                     LOOM_EXT_ATTENTION_BIAS, nullptr};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -60,6 +60,9 @@ struct Dims {
   bool causal;
   int64_t window = 0;     // > 0: query t sees keys (last_key(t) - window, last_key(t)]
   int64_t lse_pitch = 0;  // lse values between heads (0: T); a sequence of a longer row
+  // loom.attention-bias/1: the bias (Hq, bias_T, bias_S) of the whole call; a sequence reads
+  // its [0, T) x [0, S) corner
+  int64_t bias_T = 0, bias_S = 0;
   int64_t last_key(int64_t t) const { return causal ? t + S - T : S - 1; }  // inclusive
   int64_t first_key(int64_t t) const {
     return window > 0 ? std::max<int64_t>(0, last_key(t) - window + 1) : 0;
@@ -103,10 +106,21 @@ FLASH_CLONES void tile_scores(const A* Q, int64_t nq, const A* Kt, int64_t kld, 
   }
 }
 
-// Forward: out = softmax(scale * q k^T) v, lse = log sum exp(scale * q k^T) per query row
-// (lse may be NULL). Parallel over (b, h, query tile).
+// A row of scores with the bias added: row[j] = scale * row[j] + brow[j] for j in [j1, jn),
+// after which the row is scaled already (returns the scale still to apply: 1, or `scale`
+// when there is no bias).
+template <class A, class St>
+inline A add_bias(A* row, const St* brow, int64_t j1, int64_t jn, A scale) {
+  if (!brow) return scale;
+  for (int64_t j = j1; j < jn; ++j) row[j] = scale * row[j] + A(widen(brow[j]));
+  return A(1);
+}
+
+// Forward: out = softmax(scale * q k^T + bias) v, lse = log sum exp(scale * q k^T + bias) per
+// query row (lse and bias may be NULL). Parallel over (b, h, query tile).
 template <class A, class St, class L>
-FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, St* out, L* lse) {
+FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, St* out, L* lse,
+                          const St* bias = nullptr) {
   const int64_t D = d.D, nqt = (d.T + d.bq - 1) / d.bq, tasks = d.B * d.Hq * nqt;
   const int64_t qp = d.Hq * D, kp = d.Hkv * D;  // row pitches
   const A ninf = -std::numeric_limits<A>::infinity();
@@ -135,10 +149,11 @@ FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, 
           const int64_t j1 = std::max<int64_t>(0, d.first_key(i0 + i) - j0);
           if (jn <= j1) continue;
           A* row = s.data() + i * d.bk;
+          const St* brow = bias ? bias + (h * d.bias_T + i0 + i) * d.bias_S + j0 : nullptr;
+          const A sc = add_bias(row, brow, j1, jn, A(d.scale));
           A mx = m[i];
-          for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+          for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, sc * row[j]);
           const A corr = std::exp(m[i] - mx);  // 0 on the first tile (m = -inf)
-          const A sc = A(d.scale);
 #pragma omp simd
           for (int64_t j = j1; j < jn; ++j) row[j] = loom::vexp(sc * row[j] - mx);
           A sum = 0;  // in order, as a sequential sum
@@ -162,8 +177,9 @@ FLASH_CLONES void forward(const Dims& d, const St* q, const St* k, const St* v, 
 
 // lse(T) of one head from its widened Q(T,D) and Kt(D,S), the forward's online pass without
 // the output: for backward when the saved lse is coarser than the data (f32 lse, f64 data).
-template <class A>
-FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A* lse) {
+template <class A, class St>
+FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A* lse,
+                                const St* bias_h) {
   for (int64_t i0 = 0; i0 < d.T; i0 += d.bq) {
     const int64_t nq = std::min(d.bq, d.T - i0);
     for (int64_t i = 0; i < nq; ++i) lse[i0 + i] = -std::numeric_limits<A>::infinity();
@@ -176,11 +192,13 @@ FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A*
         const int64_t jn = std::min(nk, d.last_key(i0 + i) - j0 + 1);
         const int64_t j1 = std::max<int64_t>(0, d.first_key(i0 + i) - j0);
         if (jn <= j1) continue;
-        const A* row = s + i * d.bk;
+        A* row = s + i * d.bk;
+        const St* brow = bias_h ? bias_h + (i0 + i) * d.bias_S + j0 : nullptr;
+        const A sc = add_bias(row, brow, j1, jn, A(d.scale));
         A mx = lse[i0 + i];
-        for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, A(d.scale) * row[j]);
+        for (int64_t j = j1; j < jn; ++j) mx = std::max(mx, sc * row[j]);
         A sum = 0;
-        for (int64_t j = j1; j < jn; ++j) sum += std::exp(A(d.scale) * row[j] - mx);
+        for (int64_t j = j1; j < jn; ++j) sum += std::exp(sc * row[j] - mx);
         l[i] = l[i] * std::exp(lse[i0 + i] - mx) + sum;
         lse[i0 + i] = mx;
       }
@@ -193,17 +211,20 @@ FLASH_CLONES void recompute_lse(const Dims& d, const A* Q, const A* Kt, A* s, A*
 // Di = rowsum(dO * O): dV = P^T dO, dP = dO V^T, dS = P * (dP - Di), dQ = scale * dS K,
 // dK = scale * dS^T Q; dk, dv summed over the G query heads of a kv group. dq, dk, dv are
 // written (=). Parallel over (b, kv head), so every output row has one writer. lse == NULL
-// (or recompute) makes it recompute the lse in A.
+// (or recompute) makes it recompute the lse in A. With a bias, P comes from the biased
+// scores and dbias (A, the call's (Hq, bias_T, bias_S)) gains dS, summed over the batch: each
+// (b, h) sums into its own buffer, added to dbias one at a time.
 template <class A, class St, class L>
 FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St* k, const St* v,
-                           const St* out, const L* lse, bool recompute, St* dq, St* dk, St* dv) {
+                           const St* out, const L* lse, bool recompute, St* dq, St* dk, St* dv,
+                           const St* bias = nullptr, A* dbias = nullptr) {
   const int64_t D = d.D, T = d.T, S = d.S, qp = d.Hq * D, kp = d.Hkv * D;
 #pragma omp parallel
   {
     // Whole heads, widened once: O((T + S) * D) per thread, never T x S.
     std::vector<A> Q(T * D), dO(T * D), dQ(T * D), Di(T), lh(T);
     std::vector<A> K(S * D), Kt(D * S), V(S * D), Vt(D * S), dK(S * D), dV(S * D);
-    std::vector<A> p(d.bq * d.bk), ds(d.bq * d.bk);
+    std::vector<A> p(d.bq * d.bk), ds(d.bq * d.bk), dB(dbias ? T * S : 0);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < d.B * d.Hkv; ++task) {
       const int64_t b = task / d.Hkv, g = task % d.Hkv;
@@ -224,8 +245,10 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
           for (int64_t c = 0; c < D; ++c) acc += dO[t * D + c] * A(widen(out[qoff + t * qp + c]));
           Di[t] = acc;
         }
+        const St* bh = bias ? bias + h * d.bias_T * d.bias_S : nullptr;
+        if (dbias) std::fill(dB.begin(), dB.end(), A(0));
         if (recompute) {
-          recompute_lse(d, Q.data(), Kt.data(), p.data(), lh.data());
+          recompute_lse(d, Q.data(), Kt.data(), p.data(), lh.data(), bh);
         } else {
           for (int64_t t = 0; t < T; ++t) lh[t] = A(lse[d.lse_at(b, h, t)]);
         }
@@ -244,12 +267,15 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
               A* pr = p.data() + i * d.bk;
               A* dr = ds.data() + i * d.bk;  // dP in, dS out
               const A li = lh[i0 + i], di = Di[i0 + i];
-              const A sc = A(d.scale);
+              const St* brow = bh ? bh + (i0 + i) * d.bias_S + j0 : nullptr;
+              const A sc = add_bias(pr, brow, j1, jn, A(d.scale));
 #pragma omp simd
               for (int64_t j = j1; j < jn; ++j) {
                 pr[j] = loom::vexp(sc * pr[j] - li);
                 dr[j] = pr[j] * (dr[j] - di);
               }
+              if (dbias)
+                for (int64_t j = j1; j < jn; ++j) dB[(i0 + i) * S + j0 + j] += dr[j];
               A* dqr = dQ.data() + (i0 + i) * D;
               const A* qr = Q.data() + (i0 + i) * D;
               const A* dor = dO.data() + (i0 + i) * D;
@@ -264,6 +290,12 @@ FLASH_CLONES void backward(const Dims& d, const St* dout, const St* q, const St*
         }
         for (int64_t t = 0; t < T; ++t)
           for (int64_t c = 0; c < D; ++c) dq[qoff + t * qp + c] = narrow<St>(dQ[t * D + c]);
+        if (dbias) {
+#pragma omp critical(flash_dbias)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < S; ++j)
+              dbias[(h * d.bias_T + t) * d.bias_S + j] += dB[t * S + j];
+        }
       }
       for (int64_t s = 0; s < S; ++s)
         for (int64_t c = 0; c < D; ++c) {

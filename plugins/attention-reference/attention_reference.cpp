@@ -43,7 +43,7 @@ class ReferenceAttention {
 
   void forward(const loom_attention_fwd_args& a) {
     const Shape s = check_shapes(a.q, a.k, a.v, a.out, "out", a.causal);
-    const loom::AttentionMasks m = loom::attention_masks(kWho, a.ext, a.causal, dims(s));
+    const loom::AttentionMasks m = masks(s, a.ext, a.causal, a.q);
     if (m.varlen) return forward_seqs(s, m, a);
     ensure(s, a.q->dtype, /*backward=*/false);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
@@ -67,7 +67,7 @@ class ReferenceAttention {
   void backward(const loom_attention_bwd_args& a) {
     const Shape s = check_shapes(a.q, a.k, a.v, a.dout, "dout", a.causal);
     loom::attention_grads(kWho, a.q, a.k, a.dq, a.dk, a.dv);
-    const loom::AttentionMasks m = loom::attention_masks(kWho, a.ext, a.causal, dims(s));
+    const loom::AttentionMasks m = masks(s, a.ext, a.causal, a.q);
     if (m.varlen) return backward_seqs(s, m, a);
     ensure(s, a.q->dtype, /*backward=*/true);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
@@ -108,6 +108,38 @@ class ReferenceAttention {
     return {h * s.D, s.T * s.qpitch(), g * s.D, s.S * s.kpitch(), h * s.T * s.S, s.Hq * s.T * s.S};
   }
 
+  // The masks; a bias (loom.attention-bias/1) makes every row a sequence of its own, so that
+  // the per-sequence path below, which adds it, runs the whole batch.
+  static loom::AttentionMasks masks(const Shape& s, const loom_ext* ext, int causal,
+                                    const DLTensor* q) {
+    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(s), q);
+    loom::require(!m.dbias || q->dtype.bits >= 32,
+                  "attention/reference: a bias gradient needs f32 or f64 attention "
+                  "(attention/flash-cpu takes bf16 and f16)",
+                  LOOM_ERR_UNIMPLEMENTED);
+    if (m.bias && !m.varlen) {
+      m.varlen = true;
+      for (int64_t b = 0; b < s.B; ++b) m.seqs.push_back({b, 0, s.T, 0, s.S});
+    }
+    return m;
+  }
+
+  // probs_ (nq, nk) += bias[h, :nq, :nk], or dbias[h, :nq, :nk] += dprobs_ (`grad`), row by
+  // row (the bias rows are S apart).
+  void add_bias(const Shape& s, const loom::AttentionMasks& m, const loom::AttentionSeq& q,
+                int64_t h, bool grad) {
+    for (int64_t i = 0; i < q.nq; ++i) {
+      const int64_t at = (h * s.T + i) * s.S;
+      if (grad) {
+        loom::View dst(m.dbias, {q.nk}, at), src(dprobs_, {q.nk}, i * q.nk);
+        be_.call(&loom_ops::add, dst.get(), (const DLTensor*)dst, (const DLTensor*)src);
+      } else {
+        loom::View dst(probs_, {q.nk}, i * q.nk), src(m.bias, {q.nk}, at);
+        be_.call(&loom_ops::add, dst.get(), (const DLTensor*)dst, (const DLTensor*)src);
+      }
+    }
+  }
+
   // One sequence's head h: where its q rows, k rows and lse values start.
   struct SeqHead {
     int64_t qoff, koff, loff;
@@ -117,8 +149,9 @@ class ReferenceAttention {
             (q.b * s.S + q.s0) * s.kpitch() + h / s.G * s.D, (q.b * s.Hq + h) * s.T + q.t0};
   }
 
-  // out_h = softmax(scale * q_h k_g^T) v_g per sequence and head, P of one (Lq,Lk) block in
-  // probs_. Rows of no sequence keep out 0 and lse 0 (attention.h).
+  // out_h = softmax(scale * q_h k_g^T [+ bias_h]) v_g per sequence and head, P of one (Lq,Lk)
+  // block in probs_. With a bias the scale goes into the score gemm (the bias is added after
+  // it) and the softmax runs unscaled. Rows of no sequence keep out 0 and lse 0 (attention.h).
   void forward_seqs(const Shape& s, const loom::AttentionMasks& m,
                     const loom_attention_fwd_args& a) {
     ensure_seqs(s, m, a.q->dtype, /*backward=*/false);
@@ -127,38 +160,44 @@ class ReferenceAttention {
     if (!lse) lse = lse_ws;
     be_.call(&loom_ops::fill, a.out, 0.0);
     be_.call(&loom_ops::fill, lse, 0.0);
+    const double alpha = m.bias ? a.scale : 1.0, scale = m.bias ? 1.0 : a.scale;
     for (const loom::AttentionSeq& q : m.seqs)
       for (int64_t h = 0; h < s.Hq; ++h) {
         const SeqHead x = seq_head(s, q, h);
         loom::View p(probs_, {1, q.nq, q.nk}), l(lse, {1, q.nq}, x.loff);
-        gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
+        gemm(0, 1, q.nq, q.nk, s.D, alpha, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
              a.k, s.kpitch(), 0, x.koff, probs_, q.nk, 0, 0, 1);
-        loom::softmax_forward(be_, p, l, a.scale, a.causal != 0, m.window);
+        if (m.bias) add_bias(s, m, q, h, false);
+        loom::softmax_forward(be_, p, l, scale, a.causal != 0, m.window);
         gemm(0, 0, q.nq, s.D, q.nk, 1.0, 0.0, probs_, q.nk, 0, 0,  //
              a.v, s.kpitch(), 0, x.koff, a.out, s.qpitch(), 0, x.qoff, 1);
       }
   }
 
   // The backward above per sequence and head; dk, dv accumulate over a kv group's heads
-  // from zero, so rows of no sequence keep gradient 0.
+  // from zero, so rows of no sequence keep gradient 0. With a bias, dS is the gradient of the
+  // biased scores (what dbias gains) and the scale multiplies dQ and dK instead.
   void backward_seqs(const Shape& s, const loom::AttentionMasks& m,
                      const loom_attention_bwd_args& a) {
     ensure_seqs(s, m, a.q->dtype, /*backward=*/true);
     for (DLTensor* g : {a.dq, a.dk, a.dv}) be_.call(&loom_ops::fill, g, 0.0);
+    const double alpha = m.bias ? a.scale : 1.0, scale = m.bias ? 1.0 : a.scale;
     for (const loom::AttentionSeq& q : m.seqs)
       for (int64_t h = 0; h < s.Hq; ++h) {
         const SeqHead x = seq_head(s, q, h);
         loom::View p(probs_, {1, q.nq, q.nk}), dp(dprobs_, {1, q.nq, q.nk});
         loom::View l(lse_, {1, q.nq});
-        gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
+        gemm(0, 1, q.nq, q.nk, s.D, alpha, 0.0, a.q, s.qpitch(), 0, x.qoff,  //
              a.k, s.kpitch(), 0, x.koff, probs_, q.nk, 0, 0, 1);
-        loom::softmax_forward(be_, p, l, a.scale, a.causal != 0, m.window);
+        if (m.bias) add_bias(s, m, q, h, false);
+        loom::softmax_forward(be_, p, l, scale, a.causal != 0, m.window);
         gemm(0, 1, q.nq, q.nk, s.D, 1.0, 0.0, a.dout, s.qpitch(), 0, x.qoff,  //
              a.v, s.kpitch(), 0, x.koff, dprobs_, q.nk, 0, 0, 1);
-        loom::softmax_backward(be_, dp.get(), p.get(), dp.get(), a.scale);
-        gemm(0, 0, q.nq, s.D, q.nk, 1.0, 0.0, dprobs_, q.nk, 0, 0,  //
+        loom::softmax_backward(be_, dp.get(), p.get(), dp.get(), scale);
+        if (m.dbias) add_bias(s, m, q, h, true);
+        gemm(0, 0, q.nq, s.D, q.nk, alpha, 0.0, dprobs_, q.nk, 0, 0,  //
              a.k, s.kpitch(), 0, x.koff, a.dq, s.qpitch(), 0, x.qoff, 1);
-        gemm(1, 0, q.nk, s.D, q.nq, 1.0, 1.0, dprobs_, q.nk, 0, 0,  //
+        gemm(1, 0, q.nk, s.D, q.nq, alpha, 1.0, dprobs_, q.nk, 0, 0,  //
              a.q, s.qpitch(), 0, x.qoff, a.dk, s.kpitch(), 0, x.koff, 1);
         gemm(1, 0, q.nk, s.D, q.nq, 1.0, 1.0, probs_, q.nk, 0, 0,  //
              a.dout, s.qpitch(), 0, x.qoff, a.dv, s.kpitch(), 0, x.koff, 1);
@@ -252,7 +291,7 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, fo
 
 #ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
-                                     nullptr};
+                                     LOOM_EXT_ATTENTION_BIAS, nullptr};
 #define LOOM_REFERENCE_NAME "reference"
 #else  // tests/engine's attention/causal-only: a plugin that does not list windows
 const char* const* const kCapabilities = nullptr;

@@ -39,17 +39,63 @@ void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward)
   }
 }
 
-// The masks of one call: the window (when set) chained before the packed documents.
-const loom_ext* masks(const loom_attention_window& window, const Step& s,
-                      loom_attention_window& chained) {
-  const loom_ext* docs = s.docs ? &s.docs->base : nullptr;
-  if (window.window <= 0) return docs;
-  chained = window;
-  chained.base.next = docs;
-  return &chained.base;
-}
+// The masks of one call: the window (when set) chained before the bias (when set, with its
+// gradient when `grad`) and the packed documents.
+struct Masks {
+  loom_attention_window window{};
+  loom_attention_bias bias{};
+  const loom_ext* chain(const loom_attention_window& w, const loom_attention_seqlens* docs,
+                        const AttentionBias* b, bool grad) {
+    const loom_ext* next = docs ? &docs->base : nullptr;
+    if (b && b->bias) {
+      bias = {{sizeof(loom_attention_bias), LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_REQUIRED, next},
+              b->bias,
+              grad ? b->dbias : nullptr};
+      next = &bias.base;
+    }
+    if (w.window <= 0) return next;
+    window = w;
+    window.base.next = next;
+    return &window.base;
+  }
+};
 
 }  // namespace
+
+void attend(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* out,
+            DLTensor* lse, bool causal, const loom_ext* ext) {
+  loom_attention_fwd_args f{};
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
+  f.q = q;
+  f.k = k;
+  f.v = v;
+  f.out = out;
+  f.lse = lse;
+  f.scale = 1.0 / std::sqrt((double)q->shape[3]);
+  f.causal = causal ? 1 : 0;
+  f.ext = ext;
+  loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+}
+
+void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
+                     DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext) {
+  loom_attention_bwd_args b{};
+  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V2;
+  b.dout = dout;
+  b.q = q;
+  b.k = k;
+  b.v = v;
+  b.out = out;
+  b.lse = lse;
+  b.dq = dq;
+  b.dk = dk;
+  b.dv = dv;
+  b.scale = 1.0 / std::sqrt((double)q->shape[3]);
+  b.causal = causal ? 1 : 0;
+  b.ext = ext;
+  loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
+}
 
 AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   AttentionBlock a;
@@ -84,21 +130,10 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     loom::layers::rope(c, s, qv.get(), rope_theta, false);
     loom::layers::rope(c, s, kv.get(), rope_theta, false);
   }
-  const double scale = 1.0 / std::sqrt((double)D);
-  loom_attention_window chained{};
-  loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
-  f.scale = scale;
-  f.causal = causal ? 1 : 0;
-  f.ext = masks(window, s, chained);
+  Masks masks;
   if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
-    f.q = qv;
-    f.k = kv;
-    f.v = vv;
-    f.out = out;
-    f.lse = lse;
-    loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+    attend(c, qv, kv, vv, out, lse, causal, masks.chain(window, s.docs, s.bias, false));
   } else {
     // Generation: append the new k/v at [p, p+T) of each sequence's cache row (p its
     // start), then let its T queries (the last T of S = p+T positions) attend to that row,
@@ -116,12 +151,8 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
       View kb = view(cache->k, {1, S, Hkv, D}, row);
       View vb = view(cache->v, {1, S, Hkv, D}, row);
       View ob = view(a.att, {1, T, Hq, D}, b * T * Hq * D);
-      f.q = qb;
-      f.k = kb;
-      f.v = vb;
-      f.out = ob;
-      f.lse = nullptr;
-      loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+      attend(c, qb, kb, vb, ob, nullptr, causal,
+             masks.chain(window, s.docs, s.bias ? &s.bias[b] : nullptr, false));
     }
   }
   View yv = view(y, {c.tp.local_rows(N), C});
@@ -142,22 +173,9 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   View lse = view(a.lse, {B, Hq, T});
   View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
   View dv = view(g.dv, {B, T, Hkv, D});
-  loom_attention_bwd_args b{};
-  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V2;
-  b.dout = datt;
-  b.q = qv;
-  b.k = kv;
-  b.v = vv;
-  b.out = out;
-  b.lse = lse;
-  b.dq = dq;
-  b.dk = dk;
-  b.dv = dv;
-  b.scale = 1.0 / std::sqrt((double)D);
-  b.causal = causal ? 1 : 0;
-  loom_attention_window chained{};
-  b.ext = masks(window, s, chained);
-  loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
+  Masks masks;
+  attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
+                  masks.chain(window, s.docs, s.bias, true));
   if (rope) {  // gradients w.r.t. the q, k before rotation
     loom::layers::rope(c, s, dq.get(), rope_theta, true);
     loom::layers::rope(c, s, dk.get(), rope_theta, true);

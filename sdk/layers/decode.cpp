@@ -72,11 +72,8 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   Step s{num, n, 0};
   s.pos = dec_start_.data();
   s.rows = slots;
-  const int64_t N = s.N(), B = s.B, C = opt_.n_embd, V = opt_.vocab;
+  const int64_t N = s.N(), B = s.B, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
-  // the head's columns here: all V, or under tensor parallelism this rank's Vl real ones of
-  // its W = padded/tp (gathered from every rank below)
-  const int64_t W = g.active() ? head_.shard.rows : V, Vl = g.active() ? head_.vocab : V;
   if (N > dec_rows_) {
     for (auto& r : dec_res_) r = ctx_.alloc({N, C});
     dec_tokens_ = ctx_.alloc(loom_i32(), {N});
@@ -89,11 +86,7 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
     dec_rows_ = N;
   }
   dec_acts_.ensure(ctx_, opt_, N);
-  if (!dec_logits_ || dec_logits_.numel() < B * W) {
-    dec_logits_ = ctx_.alloc({B, W});
-    if (ctx_.dtype.bits != 32 || g.active()) dec_logits_f32_ = ctx_.alloc(loom_f32(), {B, W});
-    if (g.active()) dec_gathered_ = ctx_.alloc(loom_f32(), {g.size * B * W});
-  }
+  View out = dec_out_.ensure(ctx_, head_, B);
   upload_ids(dec_tokens_, tokens, N, false);
   if (!opt_.rope) upload_positions(dec_positions_, s);
   View tok = view(dec_tokens_, {N}), pos = view(dec_positions_, {N});
@@ -118,35 +111,56 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   View x = view(dec_res_[cur], {N, C}), y = view(dec_acts_.ln1, {N, C});
   View mean = view(dec_acts_.ln1_mean, {N}), rstd = view(dec_acts_.ln1_rstd, {N});
   ln_f_.forward(ctx_, y, mean, rstd, x);
-  View out = view(dec_logits_, {B, Vl});
-  if (Vl > 0) head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
-  if (!g.active() && ctx_.dtype.bits == 32) {
-    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), out.get(), logits,
-                                                  (size_t)(B * V) * sizeof(float)));
-  } else if (!g.active()) {
-    View o32 = view(dec_logits_f32_, {B, V});
-    ctx_.call(&loom_ops::copy, o32.get(), (const DLTensor*)out);
-    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), o32.get(), logits,
-                                                  (size_t)(B * V) * sizeof(float)));
-  } else {
-    // every rank's (B, Vl_r) block, each in a (B*W) stretch, gathered rank by rank; on the
-    // host, rank r's columns go to [r*W, r*W + Vl_r) of each row
-    if (Vl > 0) {
-      View o32 = view(dec_logits_f32_, {B, Vl});
-      ctx_.call(&loom_ops::copy, o32.get(), (const DLTensor*)out);
-    }
-    View mine = view(dec_logits_f32_, {B * W}), all = view(dec_gathered_, {g.size * B * W});
-    g.all_gather(mine, all);
-    dec_host_.resize((size_t)(g.size * B * W));
-    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), all.get(), dec_host_.data(),
-                                                  dec_host_.size() * sizeof(float)));
-    for (int r = 0; r < g.size; ++r) {
-      const int64_t real = std::max<int64_t>(0, std::min(W, V - r * W));
-      for (int64_t b = 0; b < B; ++b)
-        std::copy_n(dec_host_.data() + (r * B * W + b * real), real, logits + b * V + r * W);
-    }
-  }
+  if (head_.vocab > 0) head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
+  dec_out_.to_host(ctx_, head_, B, opt_.vocab, logits);
   for (int64_t b = 0; b < num; ++b) slot_len_[slots[b]] += n;
+}
+
+View LogitsOut::ensure(const Ctx& c, const LmHead& head, int64_t B) {
+  const loom::tp::Group& g = c.tp;
+  const int64_t W = g.active() ? head.shard.rows : head.vocab;
+  if (!logits || logits.numel() < B * W) {
+    logits = c.alloc({B, W});
+    if (c.dtype.bits != 32 || g.active()) f32 = c.alloc(loom_f32(), {B, W});
+    if (g.active()) gathered = c.alloc(loom_f32(), {g.size * B * W});
+  }
+  return view(logits, {B, head.vocab});
+}
+
+void LogitsOut::to_host(const Ctx& c, const LmHead& head, int64_t B, int64_t V, float* out) {
+  const loom::tp::Group& g = c.tp;
+  // the head's columns here: all V, or under tensor parallelism this rank's Vl real ones of
+  // its W = padded/tp (gathered from every rank below)
+  const int64_t Vl = head.vocab, W = g.active() ? head.shard.rows : Vl;
+  View o = view(logits, {B, Vl});
+  if (!g.active() && c.dtype.bits == 32) {
+    loom::check(c.host,
+                c.be.api()->to_host(c.be.self(), o.get(), out, (size_t)(B * Vl) * sizeof(float)));
+    return;
+  }
+  if (!g.active()) {
+    View o32 = view(f32, {B, Vl});
+    c.call(&loom_ops::copy, o32.get(), (const DLTensor*)o);
+    loom::check(c.host,
+                c.be.api()->to_host(c.be.self(), o32.get(), out, (size_t)(B * Vl) * sizeof(float)));
+    return;
+  }
+  // every rank's (B, Vl_r) block, each in a (B*W) stretch, gathered rank by rank; on the
+  // host, rank r's columns go to [r*W, r*W + Vl_r) of each row
+  if (Vl > 0) {
+    View o32 = view(f32, {B, Vl});
+    c.call(&loom_ops::copy, o32.get(), (const DLTensor*)o);
+  }
+  View mine = view(f32, {B * W}), all = view(gathered, {g.size * B * W});
+  g.all_gather(mine, all);
+  host.resize((size_t)(g.size * B * W));
+  loom::check(c.host, c.be.api()->to_host(c.be.self(), all.get(), host.data(),
+                                          host.size() * sizeof(float)));
+  for (int r = 0; r < g.size; ++r) {
+    const int64_t real = std::max<int64_t>(0, std::min(W, V - r * W));
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(host.data() + (r * B * W + b * real), real, out + b * V + r * W);
+  }
 }
 
 }  // namespace loom::layers

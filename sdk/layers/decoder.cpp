@@ -202,26 +202,9 @@ void DecoderModel::build() {
 }
 
 void DecoderModel::get_param(size_t i, loom_model_param* out) {
-  loom::require(i < params_.size(), who_ + ": parameter index " + std::to_string(i) +
-                                        " out of range (" + std::to_string(params_.size()) +
-                                        " parameters)");
-  loom::require(out && out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2,
-                who_ + ": get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2");
-  Param& p = params_[i];
-  out->name = p.name.c_str();
-  out->value = p.value.get();
-  out->grad = p.grad.get();
-  out->weight_decay = p.weight_decay;
-  out->tp_split_dim = p.tp_split_dim;
-  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2) {
-    const bool blocked = p.tp_split_dim >= 0 && p.blocks.size() > 1;
-    out->tp_num_blocks = blocked ? (int32_t)p.blocks.size() : 0;
-    out->tp_block_sizes = blocked ? p.blocks.data() : nullptr;
-    out->pipeline_duplicate = p.pipeline_duplicate;
-  }
-  out->reduce_group = LOOM_GROUP_DATA_CONTEXT;
   // The tied embedding is one tensor on the first stage and a copy on the last.
-  out->tie_group = opt_.tie_embeddings && p.name == "wte" ? "embedding" : nullptr;
+  const bool tied = opt_.tie_embeddings && i < params_.size() && params_[i].name == "wte";
+  params_.describe(i, out, who_, tied ? "embedding" : nullptr);
 }
 
 void DecoderModel::zero_grad() { ctx_.call(&loom_ops::fill, params_.grads(), 0.0); }

@@ -8,35 +8,8 @@
 namespace loom::layers {
 namespace {
 
-DecoderModel* self(loom_model* m) { return reinterpret_cast<DecoderModel*>(m); }
+using Slots = ModelSlots<DecoderModel>;
 
-void destroy(loom_model* m) { delete self(m); }
-size_t num_params(loom_model* m) { return self(m)->num_params(); }
-loom_error* get_param(loom_model* m, size_t i, loom_model_param* out) {
-  return loom::guard(self(m)->host(), [&] { self(m)->get_param(i, out); });
-}
-loom_error* init_params(loom_model* m, uint64_t seed) {
-  return loom::guard(self(m)->host(), [&] { self(m)->init_params(seed); });
-}
-loom_error* zero_grad(loom_model* m) {
-  return loom::guard(self(m)->host(), [&] { self(m)->zero_grad(); });
-}
-double flops_per_token(loom_model* m) { return self(m)->flops_per_token(); }
-loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
-  return loom::guard(self(m)->host(), [&] { self(m)->kv_reset(batch, max_len); });
-}
-loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logits) {
-  return loom::guard(self(m)->host(), [&] { self(m)->decode(tokens, n, logits); });
-}
-int64_t max_context(loom_model* m) { return self(m)->max_context(); }
-loom_error* kv_clear(loom_model* m, int64_t slot) {
-  return loom::guard(self(m)->host(), [&] { self(m)->kv_clear(slot); });
-}
-loom_error* decode_slots(loom_model* m, const int64_t* slots, int64_t num, const int32_t* tokens,
-                         int64_t n, float* logits) {
-  return loom::guard(self(m)->host(),
-                     [&] { self(m)->decode_slots(slots, num, tokens, n, logits); });
-}
 // A decoder reads tokens (first stage) and targets (last stage), whatever its options.
 loom_error* batch_spec(const loom_host* host, const loom_config*, size_t* num,
                        const loom_array_spec** specs) {
@@ -78,25 +51,6 @@ loom_error* bert_attention_requires(const loom_host* host, const loom_config*,
     *ids = kSeqlens;
   });
 }
-loom_error* stage_info(loom_model* m, loom_stage_info* out) {
-  return loom::guard(self(m)->host(), [&] { self(m)->stage_info(out); });
-}
-loom_error* stage_forward(loom_model* m, loom_stage_forward_args* args) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(args != nullptr, "stage_forward args are NULL");
-    self(m)->stage_forward(*args);
-  });
-}
-loom_error* stage_backward(loom_model* m, loom_stage_backward_args* args) {
-  return loom::guard(self(m)->host(), [&] {
-    loom::require(args != nullptr, "stage_backward args are NULL");
-    self(m)->stage_backward(*args);
-  });
-}
-loom_error* finish_grads(loom_model* m) {
-  return loom::guard(self(m)->host(), [&] { self(m)->finish_grads(); });
-}
-
 }  // namespace
 
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
@@ -110,20 +64,7 @@ loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
 }
 
 loom_model_api decoder_api(CreateFn create) {
-  return loom_model_api{LOOM_MODEL_API_SIZE_V2,
-                        create,
-                        destroy,
-                        num_params,
-                        get_param,
-                        init_params,
-                        zero_grad,
-                        flops_per_token,
-                        batch_spec,
-                        attention_requires,
-                        stage_info,
-                        stage_forward,
-                        stage_backward,
-                        finish_grads};
+  return Slots::api(create, batch_spec, attention_requires);
 }
 
 loom_model_api bert_api(CreateFn create) {
@@ -152,12 +93,14 @@ loom_model_api bert_classifier_api(CreateFn create) {
 // Generation with a KV cache, the optional loom.decode/1 capability, chained to
 // loom.decode-slots/1 (continuous batching).
 const loom_decode_slots_ext kDecoderDecodeSlots = {
-    {sizeof(loom_decode_slots_ext), LOOM_EXT_DECODE_SLOTS, 0, nullptr}, kv_clear, decode_slots};
+    {sizeof(loom_decode_slots_ext), LOOM_EXT_DECODE_SLOTS, 0, nullptr},
+    Slots::kv_clear,
+    Slots::decode_slots};
 const loom_decode_ext kDecoderDecode = {
     {sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, &kDecoderDecodeSlots.base},
-    kv_reset,
-    decode,
-    max_context};
+    Slots::kv_reset,
+    Slots::decode,
+    Slots::max_context};
 const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS,
                                             LOOM_EXT_TOKEN_STATS, nullptr};
 

@@ -7,8 +7,9 @@ namespace loom::layers {
 
 using loom::param;
 
-// The transformer's keys, with the activation's default.
-#define LOOM_TRANSFORMER_PARAMS(ACTIVATION)                                                        \
+// The transformer's keys, with the activation's default and the position encodings a model
+// offers.
+#define LOOM_TRANSFORMER_PARAMS(ACTIVATION, POSITIONS, POSITION_DOC)                               \
   param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),                 \
       param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),                     \
       param("n_kv_head", LOOM_PARAM_INT, "0",                                                      \
@@ -23,8 +24,7 @@ using loom::param;
             "MLP activation: gelu (tanh form, GPT-2's), gelu_erf (exact, BERT's) or swiglu, "      \
             "which makes c_fc (2*ffn_hidden, n_embd) = [gate; up]",                                \
             1, 0, "gelu|gelu_erf|swiglu"),                                                         \
-      param("position", LOOM_PARAM_STRING, "learned",                                              \
-            "position encoding: learned table wpe or rotary (rotate-half)", 1, 0, "learned|rope"), \
+      param("position", LOOM_PARAM_STRING, "learned", POSITION_DOC, 1, 0, POSITIONS),              \
       param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),          \
       param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),            \
       param("tie_embeddings", LOOM_PARAM_BOOL, "true",                                             \
@@ -44,7 +44,8 @@ using loom::param;
             "computed)",                                                                           \
             1, 1 << 20)
 
-const loom_param_spec kTransformerSchema[] = {LOOM_TRANSFORMER_PARAMS("gelu")};
+const loom_param_spec kTransformerSchema[] = {LOOM_TRANSFORMER_PARAMS(
+    "gelu", "learned|rope", "position encoding: learned table wpe or rotary (rotate-half)")};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -54,7 +55,8 @@ const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTrans
         1, 0, "pre|post")
 
 const loom_param_spec kBertSchema[] = {
-    LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
     LOOM_BERT_NORM_POSITION,
     param("binary_head", LOOM_PARAM_BOOL, "true",
           "the pooler and the binary head trained on sentence order (Megatron's default; "
@@ -65,7 +67,8 @@ const loom_param_spec kBertSchema[] = {
 const size_t kBertSchemaSize = sizeof(kBertSchema) / sizeof(kBertSchema[0]);
 
 const loom_param_spec kBertClassifierSchema[] = {
-    LOOM_TRANSFORMER_PARAMS("gelu_erf"),
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
     LOOM_BERT_NORM_POSITION,
     param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
           1 << 16),
@@ -75,8 +78,55 @@ const loom_param_spec kBertClassifierSchema[] = {
 const size_t kBertClassifierSchemaSize =
     sizeof(kBertClassifierSchema) / sizeof(kBertClassifierSchema[0]);
 
+const loom_param_spec kT5Schema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|relative",
+                            "position encoding: learned table wpe, or T5's relative position "
+                            "bias (no wpe)"),
+    param("relative_attention_num_buckets", LOOM_PARAM_INT, "32",
+          "buckets of the relative position bias (position = \"relative\")", 2, 1 << 16),
+    param("relative_attention_max_distance", LOOM_PARAM_INT, "128",
+          "relative distance from which buckets stop growing (position = \"relative\")", 2,
+          1 << 24),
+    param("kv_channels", LOOM_PARAM_INT, "0",
+          "projection size of one attention head (Megatron's --kv-channels); 0 = n_embd / n_head",
+          0, 1 << 16),
+    param("decoder_layers", LOOM_PARAM_INT, "0",
+          "decoder layers (Megatron's --decoder-num-layers); 0 = n_layer, the encoder's", 0, 4096),
+    param("decoder_seq_len", LOOM_PARAM_INT, "128",
+          "decoder tokens per sample (Megatron's --decoder-seq-length); the encoder's is "
+          "train.seq_len. dataset/t5's decoder_seq_len must be the same",
+          1, 1 << 24),
+};
+const size_t kT5SchemaSize = sizeof(kT5Schema) / sizeof(kT5Schema[0]);
+
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
+
+// model/t5's own keys and limits: Megatron's T5 is learned positions, LayerNorm, biases, a
+// plain MLP and the LM head tied to the embedding (with its own output bias).
+void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
+  o.t5 = true;
+  o.dec_layers = cfg.get_int("decoder_layers");
+  if (o.dec_layers == 0) o.dec_layers = o.n_layer;
+  o.dec_seq_len = cfg.get_int("decoder_seq_len");
+  o.relative = cfg.get_string("position") == "relative";
+  o.rel_buckets = cfg.get_int("relative_attention_num_buckets");
+  o.rel_max_distance = cfg.get_int("relative_attention_max_distance");
+  loom::require(!o.rope && o.tie_embeddings && o.attention_window == 0 && o.bias &&
+                    o.norm == LOOM_NORM_LAYER && !o.gated(),
+                who +
+                    ": T5 has learned positions or a relative position bias, a tied LM head, "
+                    "full attention, biases, LayerNorm and a plain MLP (position = \"learned\" "
+                    "or \"relative\", tie_embeddings, attention_window = 0, bias, norm = "
+                    "\"layernorm\", no swiglu)");
+  loom::require(o.stages == 1,
+                who + ": T5 runs on one pipeline stage (pipeline = " + s(o.stages) +
+                    "); Megatron's encoder/decoder pipeline split is not implemented",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(o.dec_seq_len <= o.max_seq_len,
+                who + ": decoder_seq_len " + s(o.dec_seq_len) + " exceeds max_seq_len " +
+                    s(o.max_seq_len) + " (the position table encoder and decoder share)");
+}
 }  // namespace
 
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
@@ -108,13 +158,14 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
 
   loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
                 who + ": n_layer, n_head and n_embd must be positive");
+  const int64_t kv_channels = family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
   loom::require(
-      o.n_embd % o.n_head == 0,
+      kv_channels > 0 || o.n_embd % o.n_head == 0,
       who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
   loom::require(o.n_kv_head > 0 && o.n_head % o.n_kv_head == 0,
                 who + ": n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
                     s(o.n_kv_head) + ")");
-  o.head_dim = o.n_embd / o.n_head;
+  o.head_dim = kv_channels > 0 ? kv_channels : o.n_embd / o.n_head;
   loom::require(!o.rope || o.head_dim % 2 == 0,
                 who + ": position = \"rope\" needs an even head dim, got " + s(o.head_dim));
   loom::require(o.pad_vocab_to > 0, who + ": pad_vocab_to must be >= 1");
@@ -141,7 +192,8 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   loom::require(o.n_layer % o.stages == 0,
                 who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
-  if (family != Family::kGpt) {
+  if (family == Family::kT5) parse_t5(cfg, who, o);
+  if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;
     o.binary_head = !o.classifier && cfg.get_bool("binary_head");

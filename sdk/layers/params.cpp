@@ -159,4 +159,25 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
   }
 }
 
+void ParamStore::describe(size_t i, loom_model_param* out, const std::string& who,
+                          const char* tie_group) {
+  loom::require(i < params_.size(), who + ": parameter index " + std::to_string(i) +
+                                        " out of range (" + std::to_string(params_.size()) +
+                                        " parameters)");
+  loom::require(out && out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2,
+                who + ": get_param needs out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2");
+  Param& p = params_[i];
+  out->name = p.name.c_str();
+  out->value = p.value.get();
+  out->grad = p.grad.get();
+  out->weight_decay = p.weight_decay;
+  out->tp_split_dim = p.tp_split_dim;
+  const bool blocked = p.tp_split_dim >= 0 && p.blocks.size() > 1;
+  out->tp_num_blocks = blocked ? (int32_t)p.blocks.size() : 0;
+  out->tp_block_sizes = blocked ? p.blocks.data() : nullptr;
+  out->pipeline_duplicate = p.pipeline_duplicate;
+  out->reduce_group = LOOM_GROUP_DATA_CONTEXT;
+  out->tie_group = tie_group;
+}
+
 }  // namespace loom::layers

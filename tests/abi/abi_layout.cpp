@@ -147,6 +147,7 @@ Listing build() {
   STRUCT(loom_attention_seqlens)
   F(base) F(num_seqs) F(cu_seqlens_q) F(cu_seqlens_k) F(cu_seqlens_q_padded) F(cu_seqlens_k_padded)
   END
+  STRUCT(loom_attention_bias) F(base) F(bias) F(dbias) END
   STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
   // model.h
   STRUCT(loom_model_create_args)
@@ -177,6 +178,7 @@ Listing build() {
   END
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
   STRUCT(loom_decode_slots_ext) F(base) F(kv_clear) F(decode_slots) END
+  STRUCT(loom_encode_ext) F(base) F(encode) F(decoder_start) END
   STRUCT(loom_token_stats) F(base) F(loss) F(top1) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END

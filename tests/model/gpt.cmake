@@ -2,7 +2,7 @@
 # loomtest::TestHost with backend/cpu. The whole-model reference data in data/ comes from
 # make_reference.py (PyTorch, float64); Python is not needed at test time.
 set(_model_plugins loom_backend_cpu loom_attention_reference loom_attention_flash_cpu
-                   loom_model_gpt loom_model_bert loom_model_bert_classifier
+                   loom_model_gpt loom_model_bert loom_model_bert_classifier loom_model_t5
                    loom_optimizer_adamw loom_optimizer_sgd loom_optimizer_lion)
 
 function(loom_model_test name)
@@ -18,6 +18,8 @@ endfunction()
 loom_model_test(test_attention_reference)
 loom_model_test(test_gpt_reference)
 loom_model_test(test_gpt)
+loom_model_test(test_t5)
+target_link_libraries(test_t5 PRIVATE loom_layers)
 loom_model_test(test_gpt_mixed)
 loom_model_test(test_optimizers)
 

@@ -1,6 +1,6 @@
 // A stored PyTorch float64 reference (tests/model/make_reference.py for model/gpt,
-// make_bert_reference.py for model/bert): the model options, the batch, the parameters, the
-// loss sums and every parameter gradient, as text.
+// make_bert_reference.py for model/bert, make_t5_reference.py for model/t5): the model options, the
+// batch, the parameters, the loss sums and every parameter gradient, as text.
 #pragma once
 
 #include <fstream>
@@ -17,6 +17,7 @@ struct Reference {
   Overrides options;
   int64_t vocab = 0, batch = 0, seq = 0;
   std::vector<int32_t> tokens, targets, token_types, padding_mask, sop_labels, labels;
+  std::vector<int32_t> dec_tokens, dec_targets;  // T5's (B, decoder_seq_len)
   double loss_sum = 0, sop_sum = 0, loss_scale = 0, accuracy = -1;
   std::map<std::string, std::vector<double>> params, grads;
 };
@@ -40,12 +41,15 @@ inline Reference load(const std::string& name) {
     } else if (kind == "create") {
       in >> r.vocab >> r.batch >> r.seq;
     } else if (kind == "tokens" || kind == "targets" || kind == "token_types" ||
-               kind == "padding_mask" || kind == "sop_labels" || kind == "labels") {
+               kind == "padding_mask" || kind == "sop_labels" || kind == "labels" ||
+               kind == "dec_tokens" || kind == "dec_targets") {
       auto& dst = kind == "tokens"         ? r.tokens
                   : kind == "targets"      ? r.targets
                   : kind == "token_types"  ? r.token_types
                   : kind == "padding_mask" ? r.padding_mask
                   : kind == "labels"       ? r.labels
+                  : kind == "dec_tokens"   ? r.dec_tokens
+                  : kind == "dec_targets"  ? r.dec_targets
                                            : r.sop_labels;
       int32_t t;
       while (in >> t) dst.push_back(t);

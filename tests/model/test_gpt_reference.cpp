@@ -1,5 +1,6 @@
-// The whole-model check: model/gpt and model/bert against independent PyTorch float64
-// implementations (tests/model/make_reference.py, make_bert_reference.py; data in
+// The whole-model check: model/gpt, model/bert and model/t5 against independent PyTorch float64
+// implementations (tests/model/make_reference.py, make_bert_reference.py,
+// make_t5_reference.py; data in
 // tests/model/data, no Python at test time). Loads the reference parameters, fills the padded
 // vocabulary rows with junk, runs one forward and backward and compares the loss terms and
 // every parameter gradient.
@@ -18,7 +19,14 @@ struct Errors {
 // The reference's batch through the model: its loss terms (lm, and BERT's sop) and counts.
 std::vector<loom_loss> run(const Gpt& m, const Reference& r, bool backward) {
   loom::HostBatch mb(r.batch, r.seq);
-  mb.tokens_targets(r.tokens.data(), r.targets.data());
+  if (r.dec_tokens.empty()) {
+    mb.tokens_targets(r.tokens.data(), r.targets.data());
+  } else {  // T5: the encoder's tokens, the decoder's (B, K) tokens and targets
+    const int64_t K = (int64_t)r.dec_tokens.size() / r.batch;
+    mb.add(LOOM_ARRAY_TOKENS, r.tokens.data());
+    mb.add_fixed("dec_tokens", r.dec_tokens.data(), K);
+    mb.add_fixed("dec_targets", r.dec_targets.data(), K);
+  }
   if (!r.token_types.empty()) mb.add("token_types", r.token_types.data());
   if (!r.padding_mask.empty()) mb.add("padding_mask", r.padding_mask.data());
   if (!r.sop_labels.empty()) mb.add_per_sample("sop_labels", r.sop_labels.data());
@@ -64,7 +72,7 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   REQUIRE(losses.size() == (sop || classifier ? 2u : 1u));
   const double loss = losses[0].sum;
   int64_t expect_count = 0;
-  for (int32_t t : r.targets) expect_count += t != -1;
+  for (int32_t t : r.dec_tokens.empty() ? r.targets : r.dec_targets) expect_count += t != -1;
   if (classifier) {  // "cls": the mean over sequences (weight T); "accuracy": weight 0
     CHECK(std::string(losses[0].name) == "cls");
     CHECK(losses[0].count == r.batch);
@@ -76,7 +84,8 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   } else {
     CHECK(losses[0].count == expect_count);
   }
-  if (std::string(model) == "bert")  // the mean over masked tokens, under the scale 1/(B T)
+  // BERT's mean over masked tokens and T5's over real decoder targets, under the scale 1/(B T)
+  if (std::string(model) == "bert" || std::string(model) == "t5")
     CHECK(losses[0].weight == doctest::Approx((double)(r.batch * r.seq) / expect_count));
   Errors e;
   e.loss_rel = std::fabs(loss - r.loss_sum) / std::fabs(r.loss_sum);
@@ -150,4 +159,25 @@ TEST_CASE("model/bert without the binary head and token types = PyTorch") {
 TEST_CASE("model/bert with attention/flash-cpu = PyTorch") {
   compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert", "flash-cpu");
   compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert", "flash-cpu");
+}
+
+TEST_CASE("model/t5 (encoder, decoder with cross-attention, kv_channels, padding) = PyTorch") {
+  compare("t5_tiny", loom_f32(), 1e-5, 1e-4, "t5");
+  compare("t5_tiny", loom_f64(), 1e-12, 1e-9, "t5");
+}
+
+// Cross-attention (T != S, encoder padding as variable-length keys) through the other CPU
+// attention plugin: the same loss and gradients.
+TEST_CASE("model/t5 with attention/flash-cpu = PyTorch") {
+  compare("t5_tiny", loom_f32(), 1e-5, 1e-4, "t5", "flash-cpu");
+  compare("t5_tiny", loom_f64(), 1e-12, 1e-9, "t5", "flash-cpu");
+}
+
+// T5's relative position bias (position = "relative"): the buckets, both tables' gradients,
+// through the attention plugins' loom.attention-bias/1.
+TEST_CASE("model/t5 with the relative position bias = PyTorch (reference and flash-cpu)") {
+  for (const char* attention : {"reference", "flash-cpu"}) {
+    compare("t5_tiny_relative", loom_f32(), 1e-5, 1e-4, "t5", attention);
+    compare("t5_tiny_relative", loom_f64(), 1e-12, 1e-9, "t5", attention);
+  }
 }

@@ -13,6 +13,8 @@
 #    cannot hide below the tolerance.
 #   equivalence.sh LOOM MPIEXEC MODEL LAYOUT
 #   MODEL: gpt | llama | bert (model/bert on dataset/bert: padding, token types, both heads)
+#          | t5 (model/t5 on dataset/t5: encoder padding, cross-attention)
+#          | t5rel (the same with T5's relative position bias, whose tables split by heads)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
 #           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
 #           tokens, so that every sample holds two or three, on one rank as in the layout
@@ -21,7 +23,7 @@ loom=$1 mpiexec=$2 model=$3 layout=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 model_plugin=gpt
-if [ "$model" = bert ]; then model_plugin=bert; fi
+case $model in bert | t5) model_plugin=$model ;; t5rel) model_plugin=t5 ;; esac
 bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
 cat > "$dir/base.toml" <<TOML
 [train]
@@ -69,6 +71,20 @@ plugin = "bert"
 prefix = "$bert_data/sentences"
 split = "80,20,0"
 TOML
+elif [ "$model_plugin" = t5 ]; then
+  # dataset/t5's span corruption over the same sentences, with 10 sentinel tokens; decoder
+  # rows of 8 tokens (model keys set below)
+  cat >> "$dir/base.toml" <<TOML
+[tokenizer]
+plugin = "wordpiece"
+vocab_file = "$bert_data/vocab.txt"
+vocab_extra_ids = 10
+[data]
+plugin = "t5"
+prefix = "$bert_data/sentences"
+split = "80,20,0"
+decoder_seq_len = 8
+TOML
 else
   cat >> "$dir/base.toml" <<'TOML'
 [tokenizer]
@@ -81,6 +97,14 @@ TOML
 fi
 case $model in
   gpt | bert) model_set=() ;;
+  # 3 decoder layers against 4 encoder layers, kv_channels != n_embd / n_head
+  t5) model_set=(--set model.decoder_seq_len=8 --set model.decoder_layers=3
+                 --set model.kv_channels=6) ;;
+  # 8 buckets up to distance 10: rows of 16 reach the logarithmic buckets
+  t5rel) model_set=(--set model.decoder_seq_len=8 --set model.decoder_layers=3
+                    --set model.kv_channels=6 --set model.position=relative
+                    --set model.relative_attention_num_buckets=8
+                    --set model.relative_attention_max_distance=10) ;;
   llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
                     --set model.position=rope --set model.n_kv_head=2
                     --set model.tie_embeddings=false --set model.bias=false) ;;

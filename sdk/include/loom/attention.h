@@ -84,6 +84,23 @@ typedef struct loom_attention_seqlens {
 } loom_attention_seqlens;
 #define LOOM_ATTENTION_SEQLENS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_seqlens, cu_seqlens_k_padded)
 
+/* An additive bias on the scores (ABI 2.4): T5's relative position bias (Megatron-Core's
+ * attention_bias, Transformer Engine's post_scale_bias). Query t scores key s as
+ * scale * q_t . k_s + bias[h, t, s], h the query head, t and s counted from the first query and
+ * key of the sequence (of the batch row, or of the variable-length sequence), before the
+ * causal mask and the window. bias (Hq, T, S) in the dtype of q, shared by every batch row;
+ * with variable-length sequences a sequence of Lq queries and Lk keys reads its [0, Lq) x
+ * [0, Lk) corner. Backward adds the gradient of the biased scores, summed over the batch
+ * rows and sequences, to dbias (Hq, T, S; f32, or f64 for f64 q); forward ignores dbias,
+ * and backward may be given NULL when the bias is constant. Both device memory, borrowed. */
+#define LOOM_EXT_ATTENTION_BIAS "loom.attention-bias/1"
+typedef struct loom_attention_bias {
+  loom_ext base; /* id LOOM_EXT_ATTENTION_BIAS, flags LOOM_EXT_REQUIRED */
+  const DLTensor* bias;
+  DLTensor* dbias;
+} loom_attention_bias;
+#define LOOM_ATTENTION_BIAS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_bias, dbias)
+
 /* Contract tags (common.h):
  *   create, destroy: owner, local, blocks
  *   forward, backward: owner, local, stream */

@@ -307,6 +307,27 @@ typedef struct loom_decode_slots_ext {
 } loom_decode_slots_ext;
 #define LOOM_DECODE_SLOTS_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_decode_slots_ext, decode_slots)
 
+/* Encoder-decoder generation (ABI 2.4): a model whose decoder attends to an encoding of the
+ * prompt (T5) lists LOOM_EXT_ENCODE beside LOOM_EXT_DECODE and chains this table after the
+ * decode tables. The host encodes the prompt into a slot, then decodes from decoder_start:
+ * decode's tokens are the decoder's, and the prompt never enters the decoder's cache. A host
+ * that does not know this capability refuses such a model rather than feed it the prompt. */
+#define LOOM_EXT_ENCODE "loom.encode/1"
+/* Contract tags (common.h):
+ *   encode: owner, COLLECTIVE(tensor), blocks
+ *   decoder_start: owner, local, blocks */
+typedef struct loom_encode_ext {
+  loom_ext base; /* id LOOM_EXT_ENCODE, base.struct_size = sizeof the whole table */
+  /* Run the encoder over tokens(n) (host memory) for slot `slot` < kv_reset's batch. The
+   * slot's decoder sequence restarts empty; its decode calls attend to this encoding. */
+  loom_error* (*encode)(loom_model* m, int64_t slot, const int32_t* tokens, int64_t n);
+  /* The token the decoder starts from (Megatron's T5: the tokenizer's [BOS]), or -1 when
+   * the run's tokenizer has none. */
+  int64_t (*decoder_start)(loom_model* m);
+  /* --- loom.encode/1 ends here; append new slots below this line only. --- */
+} loom_encode_ext;
+#define LOOM_ENCODE_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_encode_ext, decoder_start)
+
 #ifdef __cplusplus
 }
 #endif

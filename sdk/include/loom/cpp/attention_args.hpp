@@ -96,16 +96,52 @@ struct AttentionMasks {
   int64_t window = 0;              // > 0: sliding window (loom.attention-window/1)
   bool varlen = false;             // the sequences below replace the whole rows
   std::vector<AttentionSeq> seqs;  // loom.attention-seqlens/1, sequences with queries only
+  // loom.attention-bias/1 (only for a plugin that asks for it): (Hq, T, S) in q's dtype, and
+  // its gradient (f32, f64 for f64 q), which may be NULL
+  const DLTensor* bias = nullptr;
+  DLTensor* dbias = nullptr;
 };
+
+namespace detail {
+// The bias on the chain, checked against the shapes; `q` gives the dtype.
+inline void bias_of(const std::string& who, const loom_ext* ext, const AttentionDims& d,
+                    const DLTensor* q, AttentionMasks& m) {
+  const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_BIAS);
+  if (e == nullptr) return;
+  const std::string w = who + ": " LOOM_EXT_ATTENTION_BIAS ": ";
+  require(e->struct_size >= LOOM_ATTENTION_BIAS_SIZE_V1, w + "smaller than its version 1");
+  const auto& x = *reinterpret_cast<const loom_attention_bias*>(e);
+  auto shaped = [&](const DLTensor* t) {
+    return t->ndim == 3 && t->shape[0] == d.Hq && t->shape[1] == d.T && t->shape[2] == d.S;
+  };
+  std::string want("(");  // appended: GCC 12 misreads "lit" + std::string (-Wrestrict)
+  want.append(std::to_string(d.Hq)).append(", ").append(std::to_string(d.T));
+  want.append(", ").append(std::to_string(d.S)).append(")");
+  require(x.bias != nullptr && shaped(x.bias) && loom_dtype_eq(x.bias->dtype, q->dtype),
+          w + "bias must be (Hq, T, S) = " + want + " in the dtype of q");
+  const DLDataType g = q->dtype.bits == 64 ? loom_f64() : loom_f32();
+  require(x.dbias == nullptr || (shaped(x.dbias) && loom_dtype_eq(x.dbias->dtype, g)),
+          w + "dbias must be " + want + ", " + (g.bits == 64 ? "f64" : "f32"));
+  m.bias = x.bias;
+  m.dbias = x.dbias;
+}
+}  // namespace detail
 
 // Every mask on the args' chain, checked against the shapes, for a plugin that implements
 // both LOOM_EXT_ATTENTION_WINDOW and LOOM_EXT_ATTENTION_SEQLENS. Any other required
 // extension is refused, naming it.
+// `q` (given by a plugin that implements LOOM_EXT_ATTENTION_BIAS too): the bias is read and
+// checked into the masks; without it a bias is refused like any unknown extension.
 inline AttentionMasks attention_masks(const std::string& who, const loom_ext* ext, int causal,
-                                      const AttentionDims& d) {
-  require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS}, who);
+                                      const AttentionDims& d, const DLTensor* q = nullptr) {
+  if (q)
+    require_known_exts(
+        ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS, LOOM_EXT_ATTENTION_BIAS}, who);
+  else
+    require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS}, who);
   AttentionMasks m;
   m.window = detail::window_of(who, ext, causal);
+  if (q) detail::bias_of(who, ext, d, q, m);
   const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_SEQLENS);
   if (e == nullptr) {
     require(!causal || d.T <= d.S, who + ": more queries than keys (T > S) with causal attention");

@@ -76,15 +76,18 @@ class HostBatch {
 
 // The int32 (B, T) host array `name` of mb; a clear error naming `who` when it is missing or
 // is not what the contract says.
-inline const int32_t* batch_ids(const loom_microbatch& mb, const char* name,
-                                const std::string& who) {
+// `cols`: the array's second extent, when it is not the micro-batch's seq_len (T5's decoder
+// arrays, (B, decoder_seq_len)).
+inline const int32_t* batch_ids(const loom_microbatch& mb, const char* name, const std::string& who,
+                                int64_t cols = -1) {
   const DLTensor* t = loom_microbatch_find(&mb, name);
   require(t != nullptr, who + ": the micro-batch has no array '" + name + "'");
+  if (cols < 0) cols = mb.seq_len;
   require(t->device.device_type == kDLCPU && t->dtype.code == kDLInt && t->dtype.bits == 32 &&
               t->dtype.lanes == 1 && t->ndim == 2 && t->shape[0] == mb.batch &&
-              t->shape[1] == mb.seq_len && t->strides == nullptr,
+              t->shape[1] == cols && t->strides == nullptr,
           who + ": micro-batch array '" + name + "' must be dense host int32 (" +
-              std::to_string(mb.batch) + ", " + std::to_string(mb.seq_len) + ")");
+              std::to_string(mb.batch) + ", " + std::to_string(cols) + ")");
   return static_cast<const int32_t*>(t->data) + t->byte_offset / sizeof(int32_t);
 }
 

@@ -34,6 +34,14 @@ struct GradScratch {
   void ensure(const Ctx& c, const Options& o, int64_t rows);
 };
 
+// An additive bias on one attention call's scores (T5's relative position bias), passed to
+// the attention plugin as loom.attention-bias/1: (Hq, T, S) over this rank's heads, and its
+// gradient, which the backwards of every layer sharing it add to.
+struct AttentionBias {
+  const DLTensor* bias = nullptr;
+  DLTensor* dbias = nullptr;
+};
+
 // The shape of one forward call: B sequences of T new tokens at positions [pos0, pos0 + T).
 // Generation with continuous batching gives each sequence its own start (pos[b]) and KV
 // cache row (rows[b]); NULL means pos0 and row b.
@@ -44,6 +52,8 @@ struct Step {
   // Packed documents (the micro-batch's positions array), back to back over the B*T
   // tokens: attention stays within each, and RoPE restarts at each. NULL: whole rows.
   const loom_attention_seqlens* docs = nullptr;
+  // A bias on the scores: one for the call, or with `rows` (generation) one per sequence.
+  const AttentionBias* bias = nullptr;
   int64_t N() const { return B * T; }
   int64_t start(int64_t b) const { return pos ? pos[b] : pos0; }
   int64_t row(int64_t b) const { return rows ? rows[b] : b; }

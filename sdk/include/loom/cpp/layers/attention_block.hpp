@@ -9,7 +9,15 @@
 
 namespace loom::layers {
 
-// attention_block.cpp
+// attention_block.cpp: one call of the run's attention plugin, scaled by 1/sqrt(D): q, out
+// (B,T,Hq,D), k, v (B,S,Hkv,D), lse (B,Hq,T) f32 or NULL (generation); ext: the masks.
+void attend(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* out,
+            DLTensor* lse, bool causal, const loom_ext* ext);
+// Its backward: dq, dk, dv (=) from dout (B,T,Hq,D).
+void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
+                     DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext);
+
 struct AttentionBlock {
   loom::tp::ColumnParallelLinear qkv;  // parts q, k, v: this rank's heads
   loom::tp::RowParallelLinear o;

@@ -10,7 +10,7 @@
 namespace loom::layers {
 
 // The model family around the transformer layers: each plugin names its own.
-enum class Family { kGpt, kBert, kBertClassifier };
+enum class Family { kGpt, kBert, kBertClassifier, kT5 };
 
 // ----- options (options.cpp) --------------------------------------------------------------
 struct Options {
@@ -36,7 +36,16 @@ struct Options {
   // the LM head (Megatron's Classification model, for MNLI)
   bool classifier = false;
   int64_t num_tokentypes = 0, num_classes = 0;
-  bool causal() const { return !bert; }
+  // T5 (model/t5): an encoder of n_layer bidirectional layers and a decoder of dec_layers
+  // causal layers with cross-attention, over encoder rows of seq_len and decoder rows of
+  // dec_seq_len tokens. `bidirectional` marks the encoder's copy of the options.
+  bool t5 = false, bidirectional = false;
+  int64_t dec_layers = 0, dec_seq_len = 0;
+  // T5's relative position bias (position = "relative", Megatron's
+  // --position-embedding-type relative): no wpe; a (heads, buckets) table per stack
+  bool relative = false;
+  int64_t rel_buckets = 32, rel_max_distance = 128;
+  bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
   // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
@@ -67,6 +76,10 @@ extern const size_t kBertSchemaSize;
 // model/bert-classifier's: the transformer's keys, num_tokentypes and num_classes.
 extern const loom_param_spec kBertClassifierSchema[];
 extern const size_t kBertClassifierSchemaSize;
+// model/t5's: the transformer's keys (activation "gelu_erf"), kv_channels, decoder_layers and
+// decoder_seq_len (Megatron's --kv-channels, --decoder-num-layers, --decoder-seq-length).
+extern const loom_param_spec kT5Schema[];
+extern const size_t kT5SchemaSize;
 
 // `who` ("model/gpt") prefixes every error; `family` says which schema's keys to read.
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,

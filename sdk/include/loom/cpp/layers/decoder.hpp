@@ -176,9 +176,9 @@ class DecoderModel {
   std::vector<int64_t> dec_start_;  // the decoded slots' lengths before this call
   LayerActs dec_acts_;
   int64_t dec_rows_ = 0;
-  Tensor dec_res_[2], dec_tokens_, dec_positions_, dec_logits_, dec_logits_f32_;
-  Tensor dec_emb_ids_, dec_emb_rows_, dec_picked_, dec_gathered_;  // tensor parallelism
-  std::vector<float> dec_host_;
+  Tensor dec_res_[2], dec_tokens_, dec_positions_;
+  Tensor dec_emb_ids_, dec_emb_rows_, dec_picked_;  // tensor parallelism
+  LogitsOut dec_out_;
 };
 
 }  // namespace loom::layers

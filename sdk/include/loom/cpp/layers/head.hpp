@@ -1,6 +1,8 @@
 // Loom layer library (loom/cpp/layers/decoder.hpp has the overview): the LM head.
 #pragma once
 
+#include <vector>
+
 #include "loom/cpp/layers/params.hpp"
 
 namespace loom::layers {
@@ -22,6 +24,17 @@ struct LmHead {
   // dx(n,C) = dlogits W[:vocab]; dW[:vocab] += dlogits^T x
   void backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, const DLTensor* x,
                 int64_t n) const;
+};
+
+// decode.cpp: the next-token logits of generation, (B, vocab) f32 on the host, gathered from
+// every tensor-parallel rank's vocabulary shard.
+struct LogitsOut {
+  Tensor logits, f32, gathered;  // (B, this rank's columns) in the compute dtype; f32 copies
+  std::vector<float> host;
+  // The (B, head.vocab) buffer the head writes this rank's logits into.
+  View ensure(const Ctx& c, const LmHead& head, int64_t B);
+  // out (B, V) host f32, V the real vocabulary, from what the head wrote.
+  void to_host(const Ctx& c, const LmHead& head, int64_t B, int64_t V, float* out);
 };
 
 }  // namespace loom::layers

@@ -16,6 +16,82 @@
 
 namespace loom::layers {
 
+// The C slots of a model class M (DecoderModel, T5Model): each forwards to M's method of the
+// same name, every exception caught by loom::guard and returned as a loom_error.
+template <class M>
+struct ModelSlots {
+  static M* self(loom_model* m) { return reinterpret_cast<M*>(m); }
+  template <class F>
+  static loom_error* call(loom_model* m, F&& f) {
+    return loom::guard(self(m)->host(), [&] { f(*self(m)); });
+  }
+  static void destroy(loom_model* m) { delete self(m); }
+  static size_t num_params(loom_model* m) { return self(m)->num_params(); }
+  static loom_error* get_param(loom_model* m, size_t i, loom_model_param* out) {
+    return call(m, [&](M& x) { x.get_param(i, out); });
+  }
+  static loom_error* init_params(loom_model* m, uint64_t seed) {
+    return call(m, [&](M& x) { x.init_params(seed); });
+  }
+  static loom_error* zero_grad(loom_model* m) {
+    return call(m, [](M& x) { x.zero_grad(); });
+  }
+  static double flops_per_token(loom_model* m) { return self(m)->flops_per_token(); }
+  static loom_error* stage_info(loom_model* m, loom_stage_info* out) {
+    return call(m, [&](M& x) { x.stage_info(out); });
+  }
+  static loom_error* stage_forward(loom_model* m, loom_stage_forward_args* args) {
+    return call(m, [&](M& x) {
+      loom::require(args != nullptr, "stage_forward args are NULL");
+      x.stage_forward(*args);
+    });
+  }
+  static loom_error* stage_backward(loom_model* m, loom_stage_backward_args* args) {
+    return call(m, [&](M& x) {
+      loom::require(args != nullptr, "stage_backward args are NULL");
+      x.stage_backward(*args);
+    });
+  }
+  static loom_error* finish_grads(loom_model* m) {
+    return call(m, [](M& x) { x.finish_grads(); });
+  }
+  // loom.decode/1 and loom.decode-slots/1
+  static loom_error* kv_reset(loom_model* m, int64_t batch, int64_t max_len) {
+    return call(m, [&](M& x) { x.kv_reset(batch, max_len); });
+  }
+  static loom_error* decode(loom_model* m, const int32_t* tokens, int64_t n, float* logits) {
+    return call(m, [&](M& x) { x.decode(tokens, n, logits); });
+  }
+  static int64_t max_context(loom_model* m) { return self(m)->max_context(); }
+  static loom_error* kv_clear(loom_model* m, int64_t slot) {
+    return call(m, [&](M& x) { x.kv_clear(slot); });
+  }
+  static loom_error* decode_slots(loom_model* m, const int64_t* slots, int64_t num,
+                                  const int32_t* tokens, int64_t n, float* logits) {
+    return call(m, [&](M& x) { x.decode_slots(slots, num, tokens, n, logits); });
+  }
+
+  // The table with the plugin's own create, batch_spec and attention_requires.
+  static loom_model_api api(decltype(loom_model_api::create) create,
+                            decltype(loom_model_api::batch_spec) batch_spec,
+                            decltype(loom_model_api::attention_requires) attention_requires) {
+    return loom_model_api{LOOM_MODEL_API_SIZE_V2,
+                          create,
+                          destroy,
+                          num_params,
+                          get_param,
+                          init_params,
+                          zero_grad,
+                          flops_per_token,
+                          batch_spec,
+                          attention_requires,
+                          stage_info,
+                          stage_forward,
+                          stage_backward,
+                          finish_grads};
+  }
+};
+
 // A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`; `bert`: BERT's
 // embedding, padding mask and heads (model/bert).
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,

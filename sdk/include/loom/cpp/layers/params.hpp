@@ -45,6 +45,9 @@ class ParamStore {
   // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
   void init(const Ctx& ctx, uint64_t seed);
   std::vector<Param>& all() { return params_; }
+  // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
+  // tie group to name (the tied embedding's "embedding"), or NULL.
+  void describe(size_t i, loom_model_param* out, const std::string& who, const char* tie_group);
 
  private:
   std::vector<Param> params_;
