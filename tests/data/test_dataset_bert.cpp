@@ -101,6 +101,27 @@ struct Bert {
   }
 };
 
+// A sample of `len` pieces for the statistics: [CLS], pieces 1 .. len-2 where piece t starts a
+// word iff (t - 1) % 3 == 0 (words of 3 pieces: ids 3k start words), [SEP].
+std::vector<int32_t> three_piece_words(int64_t len, loom::masked::TokenKinds& kinds) {
+  kinds.cls = 2;
+  kinds.sep = 3;
+  kinds.continues_word = [](int32_t t) { return t % 3 != 0; };
+  std::vector<int32_t> ids((size_t)len);
+  ids.front() = 2;
+  ids.back() = 3;
+  for (int64_t t = 1; t < len - 1; ++t)
+    ids[(size_t)t] = (int32_t)((t - 1) % 3 == 0 ? 6 + 3 * (t % 300) : 4 + 3 * (t % 300));
+  return ids;
+}
+
+// |count - n p| < 5 sd of a binomial(n, p).
+void within_5_sigma(double count, double n, double p, const std::string& what) {
+  const double sd = std::sqrt(n * p * (1 - p));
+  INFO(what << ": " << count << " of " << n << ", expected " << n * p << " +- " << 5 * sd);
+  CHECK(std::fabs(count - n * p) < 5 * sd);
+}
+
 }  // namespace
 
 TEST_CASE("dataset/bert: the sample index equals Megatron's build_mapping (numpy reference)") {
@@ -209,9 +230,6 @@ TEST_CASE("masked_lm: statistics over 10^5 samples match the specification") {
   m.mask_id = 1;
   m.vocab = 1000;
   loom::masked::TokenKinds kinds;
-  kinds.cls = 2;
-  kinds.sep = 3;
-  kinds.continues_word = [](int32_t t) { return t % 3 != 0; };  // ids 3k start words
   constexpr int kSamples = 100000;
   double predicted = 0, expected_predicted = 0, real = 0, masks = 0, same = 0, randoms = 0;
   std::vector<double> drawn(4, 0.0);
@@ -219,12 +237,7 @@ TEST_CASE("masked_lm: statistics over 10^5 samples match the specification") {
   for (int i = 0; i < kSamples; ++i) {
     loom::RandomState rng((uint32_t)(7 + i));
     const int64_t len = 20 + i % 61;
-    // [CLS], pieces 1 .. len-2 where piece t starts a word iff (t - 1) % 3 == 0, [SEP]
-    std::vector<int32_t> ids((size_t)len);
-    ids.front() = 2;
-    ids.back() = 3;
-    for (int64_t t = 1; t < len - 1; ++t)
-      ids[(size_t)t] = (int32_t)((t - 1) % 3 == 0 ? 6 + 3 * (t % 300) : 4 + 3 * (t % 300));
+    const std::vector<int32_t> ids = three_piece_words(len, kinds);
     const int32_t target = (int32_t)len;
     const loom::masked::Masked r = loom::masked::mask_tokens(ids, target, m, kinds, rng);
     const double budget =
@@ -262,24 +275,78 @@ TEST_CASE("masked_lm: statistics over 10^5 samples match the specification") {
                        << same / predicted << ", random " << randoms / predicted);
   // 80 / 10 / 10: [MASK]; unchanged (plus a random draw that hit the original, 1/1000 of 10%);
   // a different random id
-  const double n = predicted;
-  auto within = [&](double count, double p) {
-    const double sd = std::sqrt(n * p * (1 - p));
-    INFO("count " << count << " of " << n << ", expected " << n * p << " +- " << 5 * sd);
-    CHECK(std::fabs(count - n * p) < 5 * sd);
-  };
-  within(masks, 0.8);
-  within(same, 0.1 + 0.1 / 1000.0);  // 0.1 kept + 0.1 * P(random draw == original)
-  within(randoms, 0.1 - 0.1 * 0.001);
+  within_5_sigma(masks, predicted, 0.8, "[MASK]");
+  // 0.1 kept + 0.1 * P(random draw == original)
+  within_5_sigma(same, predicted, 0.1 + 0.1 / 1000.0, "unchanged");
+  within_5_sigma(randoms, predicted, 0.1 - 0.1 * 0.001, "random");
   // n-gram lengths drawn: P(n) = (1/n) / (1 + 1/2 + 1/3) = 6/11, 3/11, 2/11
   const double tries = drawn[1] + drawn[2] + drawn[3];
   const double p[4] = {0, 6.0 / 11, 3.0 / 11, 2.0 / 11};
-  for (int k = 1; k <= 3; ++k) {
-    const double sd = std::sqrt(tries * p[k] * (1 - p[k]));
-    INFO("n = " << k << ": " << drawn[(size_t)k] << " of " << tries);
-    CHECK(std::fabs(drawn[(size_t)k] - tries * p[k]) < 5 * sd);
-  }
+  for (int k = 1; k <= 3; ++k)
+    within_5_sigma(drawn[(size_t)k], tries, p[k], "n = " + std::to_string(k));
   CHECK(spans_checked > kSamples);
+}
+
+// T5's masking (Megatron's T5MaskedWordPieceDataset: geometric spans, every predicted token
+// [MASK]ed, whole words) over 10^5 samples: the span lengths drawn follow min(Geometric(0.2),
+// 10), every span is whole words of at most 10, every predicted token is replaced, and the
+// budget is filled as BERT's.
+TEST_CASE("masked_lm: T5's span statistics over 10^5 samples match the specification") {
+  loom::masked::MaskingSpec m;
+  m.mask_id = 1;
+  m.vocab = 1000;
+  m.max_ngram = 10;
+  m.geometric = true;
+  m.mask_always = true;
+  loom::masked::TokenKinds kinds;
+  constexpr int kSamples = 100000;
+  double predicted = 0, expected_predicted = 0, real = 0, replaced = 0, span_words = 0;
+  std::vector<double> drawn(11, 0.0);
+  int64_t spans = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    loom::RandomState rng((uint32_t)(11 + i));
+    const int64_t len = 40 + i % 81;  // long enough for spans of several words
+    const std::vector<int32_t> ids = three_piece_words(len, kinds);
+    const auto r = loom::masked::mask_tokens(ids, (int32_t)len, m, kinds, rng);
+    const double budget =
+        std::min(0.15 * len, (double)std::max<int64_t>(1, std::llround(len * 0.15)));
+    REQUIRE(r.positions.size() <= budget);
+    predicted += (double)r.positions.size();
+    expected_predicted += 3 * std::floor(budget / 3);
+    real += (double)len;
+    for (size_t k = 0; k < r.positions.size(); ++k)
+      replaced += r.tokens[(size_t)r.positions[k]] == m.mask_id;
+    for (const auto& span : r.spans) {
+      REQUIRE(!span.empty());
+      CHECK((span.front() - 1) % 3 == 0);
+      const int64_t end = span.back() + 1;
+      CHECK((end == len - 1 || (end - 1) % 3 == 0));
+      const int64_t words = ((int64_t)span.size() + 2) / 3;
+      CHECK(words <= m.max_ngram);
+      span_words += (double)words;
+      ++spans;
+    }
+    for (int32_t n : r.drawn) {
+      REQUIRE((n >= 1 && n <= 10));
+      drawn[(size_t)n] += 1;
+    }
+  }
+  CHECK(replaced == predicted);
+  CHECK(predicted / expected_predicted > 0.98);
+  CHECK(predicted / real > 0.12);
+  CHECK(predicted / real <= 0.15);
+  // P(n = k) = 0.2 * 0.8^(k-1) for k < 10; P(n = 10) = 0.8^9 (the clipped tail)
+  double tries = 0;
+  for (int k = 1; k <= 10; ++k) tries += drawn[(size_t)k];
+  for (int k = 1; k <= 10; ++k) {
+    const double p = k < 10 ? 0.2 * std::pow(0.8, k - 1) : std::pow(0.8, 9);
+    within_5_sigma(drawn[(size_t)k], tries, p, "n = " + std::to_string(k));
+  }
+  MESSAGE("T5 masking: predicted "
+          << predicted / real << " of the tokens, " << predicted / expected_predicted
+          << " of the budget; " << tries << " spans drawn, P(n=1) " << drawn[1] / tries
+          << " (0.2), P(n=10) " << drawn[10] / tries << " (" << std::pow(0.8, 9)
+          << "); mean span kept " << span_words / (double)spans << " words");
 }
 
 // dataset/mnli (the 3-column form; GLUE's 12 columns are training.bert_finetune's): the layout

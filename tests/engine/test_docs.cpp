@@ -45,3 +45,19 @@ TEST_CASE("the generator marks its parts and documents plugins with their keys")
   // Deterministic.
   CHECK(run_loom("docs recipes").out == r.out);
 }
+
+// The recipes a user is pointed to must stay valid as schemas change: every recipes/*.toml
+// passes `loom validate` (keys, ranges, plugins, the layout) with the plugins built here.
+TEST_CASE("every shipped recipe validates") {
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(LOOM_SOURCE_DIR) / "recipes")) {
+    if (e.path().extension() != ".toml") continue;
+    CAPTURE(e.path().string());
+    Result r =
+        run_loom("validate " + q(e.path().string()), std::string(LOOM_BINARY_DIR) + "/plugins");
+    INFO(r.err);
+    CHECK(r.code == 0);
+    ++checked;
+  }
+  CHECK(checked >= 11);
+}
