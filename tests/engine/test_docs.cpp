@@ -47,17 +47,25 @@ TEST_CASE("the generator marks its parts and documents plugins with their keys")
 }
 
 // The recipes a user is pointed to must stay valid as schemas change: every recipes/*.toml
-// passes `loom validate` (keys, ranges, plugins, the layout) with the plugins built here.
+// passes `loom validate` (keys, ranges, plugins, the layout) with the plugins built here. A
+// recipe naming a plugin this build lacks (backend/cuda where CUDA is not built, as in the
+// sanitizer build) is skipped with its reason; the CPU recipes are always checked.
 TEST_CASE("every shipped recipe validates") {
-  int checked = 0;
+  int checked = 0, skipped = 0;
   for (const auto& e : fs::directory_iterator(fs::path(LOOM_SOURCE_DIR) / "recipes")) {
     if (e.path().extension() != ".toml") continue;
     CAPTURE(e.path().string());
     Result r =
         run_loom("validate " + q(e.path().string()), std::string(LOOM_BINARY_DIR) + "/plugins");
+    if (r.code == 2 && contains(r.err, ": no plugin ")) {
+      MESSAGE("skipped " << e.path().filename().string() << ": " << r.err);
+      ++skipped;
+      continue;
+    }
     INFO(r.err);
     CHECK(r.code == 0);
     ++checked;
   }
-  CHECK(checked >= 11);
+  CHECK(checked >= 7);  // the CPU ones: quickstart, tinyshakespeare, BERT and T5
+  CHECK(checked + skipped >= 11);
 }

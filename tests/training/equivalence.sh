@@ -127,9 +127,16 @@ case ${layout%-packed} in
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 cd "$dir"
-check() {  # check DTYPE TOL DIFF_OPTS...
-  local dtype=$1 tol=$2
-  shift 2
+# The final parameters in fp32, by norm: 1e-5, except t5rel. Its relative position bias
+# makes the fp32 trajectory more sensitive to the order of the tensor-parallel sums: the
+# parameters differ by 9.6e-6 (release build) and 2.8e-5 (the -O0 sanitizer build) after 20
+# steps while its loss and gradient norm agree within 6.4e-6 and fp64 within 1e-9 element by
+# element, so a wrong gradient still shows there.
+param_tol32=1e-5
+if [ "$model" = t5rel ]; then param_tol32=5e-5; fi
+check() {  # check DTYPE TOL PARAM_TOL DIFF_OPTS...
+  local dtype=$1 tol=$2 param_tol=$3
+  shift 3
   "$loom" run base.toml "${model_set[@]}" --set precision.dtype="$dtype" \
     --set train.metrics=one-$dtype.jsonl --set checkpoint.save=one-$dtype 2> one.log ||
     { cat one.log; exit 1; }
@@ -155,9 +162,9 @@ for a, b in zip(one, par):
 print(f"{what}: loss and grad norm of 20 iterations (and 2 eval losses) match 1 rank within {tol:g}; "
       f"worst relative difference {worst:.2e}; final loss {par[-2]['loss']:.4f}")
 PY
-  "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$tol" "$@"
+  "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$param_tol" "$@"
 }
-check fp32 1e-5 --norm
+check fp32 1e-5 "$param_tol32" --norm
 # Memory per parameter as in Megatron's README table (fp32 params and grads, Adam):
 # 4 + 4 + 8 = 16 bytes with whole replicas, 4 + 4 + 8/D with the distributed optimizer.
 want="4.00 (param) + 4.00 (grad) + 8.00 (optimizer state) = 16.00 bytes"
@@ -165,4 +172,4 @@ case $layout in *dist) want="4.00 (param) + 4.00 (grad) + 4.00 (optimizer state)
 grep -q "memory per parameter on this rank: $want" par.log ||
   { echo "memory per parameter: expected '$want' in:"; grep "memory per" par.log; exit 1; }
 echo "memory per parameter: $want"
-check fp64 1e-9
+check fp64 1e-9 1e-9
