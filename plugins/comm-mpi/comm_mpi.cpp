@@ -380,6 +380,43 @@ loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
   });
 }
 
+// Counts and displacements in elements, from rows of `row` elements each.
+std::vector<int> elements(const int64_t* rows, int n, int64_t row, const char* what) {
+  std::vector<int> out((size_t)n);
+  for (int j = 0; j < n; ++j) {
+    loom::require(rows[j] * row <= INT_MAX, std::string("comm/mpi: all_to_all_v: ") + what + "[" +
+                                                std::to_string(j) + "] exceeds MPI's int counts");
+    out[(size_t)j] = (int)(rows[j] * row);
+  }
+  return out;
+}
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (size_t j = 1; j < counts.size(); ++j) d[j] = d[j - 1] + counts[j - 1];
+  return d;
+}
+
+loom_error* all_to_all_v(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                         const int64_t* send_counts, const int64_t* recv_counts, void*) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    const Buf bi = check_tensor(in, "all_to_all_v", "in");
+    const Buf bo = check_tensor(out, "all_to_all_v", "out");
+    check_same_dtype(in, out, "all_to_all_v");
+    loom::require(!overlap(bi, bo), "comm/mpi: all_to_all_v: in and out overlap");
+    MPI_Comm comm = m->comm(g);
+    const int n = comm_size(comm);
+    int64_t row = 1;
+    for (int32_t d = 1; d < in->ndim; ++d) row *= in->shape[d];
+    const std::vector<int> sc = elements(send_counts, n, row, "send_counts");
+    const std::vector<int> rc = elements(recv_counts, n, row, "recv_counts");
+    const std::vector<int> sd = displacements(sc), rd = displacements(rc);
+    mpi_check(MPI_Alltoallv(bi.ptr, sc.data(), sd.data(), bi.type, bo.ptr, rc.data(), rd.data(),
+                            bo.type, comm),
+              "all_to_all_v", "MPI_Alltoallv");
+  });
+}
+
 loom_error* barrier(loom_comm* c, loom_comm_group* g, void*) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(),
@@ -408,11 +445,11 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank, group_create,
-                                 all_reduce, reduce_scatter, all_gather, broadcast,  all_to_all,
-                                 barrier,    send,           recv};
-constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(create, destroy, world_size,
-                                                            group_destroy, group_rank, group_size);
+constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank,   group_create,
+                                 all_reduce, reduce_scatter, all_gather, broadcast,    all_to_all,
+                                 barrier,    send,           recv,       all_to_all_v, group_size};
+constexpr loom_comm_api kApi =
+    loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             LOOM_ABI_MAJOR,

@@ -386,6 +386,38 @@ loom_error* all_to_all(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
   });
 }
 
+// Uneven chunks: one ncclSend and one ncclRecv per peer in a group call, byte offsets from
+// the counts. in and out may not overlap (no scratch copy, unlike all_to_all).
+loom_error* all_to_all_v(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                         const int64_t* send_counts, const int64_t* recv_counts, void* stream) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(g);
+    const cudaStream_t s = stream_of(G, stream);
+    const Buf bi = check_tensor(G, in, "all_to_all_v", "in", false);
+    const Buf bo = check_tensor(G, out, "all_to_all_v", "out", false);
+    check_same_dtype(in, out, "all_to_all_v");
+    if (bi.nbytes > 0 && bo.nbytes > 0 && bi.ptr < bo.ptr + bo.nbytes &&
+        bo.ptr < bi.ptr + bi.nbytes)
+      fail(LOOM_ERR_INVALID_ARGUMENT, "all_to_all_v", "in and out overlap");
+    size_t row = loom_dtype_bytes(in->dtype);
+    for (int32_t d = 1; d < in->ndim; ++d) row *= (size_t)in->shape[d];
+    run(G, s, "all_to_all_v", "ncclSend/ncclRecv", [&] {
+      ncclResult_t r = ncclGroupStart();
+      size_t so = 0, ro = 0;
+      for (int j = 0; j < G.size && r == ncclSuccess; ++j) {
+        const size_t sn = (size_t)send_counts[j] * row, rn = (size_t)recv_counts[j] * row;
+        if (sn > 0) r = ncclSend(bi.ptr + so, sn, ncclUint8, j, G.nccl, s);
+        if (r == ncclSuccess && rn > 0) r = ncclRecv(bo.ptr + ro, rn, ncclUint8, j, G.nccl, s);
+        so += sn;
+        ro += rn;
+      }
+      const ncclResult_t end = ncclGroupEnd();  // always closes the group
+      return r != ncclSuccess ? r : end;
+    });
+  });
+}
+
 loom_error* barrier(loom_comm* c, loom_comm_group* g, void* stream) {
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
@@ -457,11 +489,12 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-constexpr loom::CommCalls kCalls{"comm/nccl", true,           host_of,    world_rank, group_create,
-                                 all_reduce,  reduce_scatter, all_gather, broadcast,  all_to_all,
-                                 barrier,     send,           recv};
-constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(create, destroy, world_size,
-                                                            group_destroy, group_rank, group_size);
+constexpr loom::CommCalls kCalls{"comm/nccl",  true,         host_of,        world_rank,
+                                 group_create, all_reduce,   reduce_scatter, all_gather,
+                                 broadcast,    all_to_all,   barrier,        send,
+                                 recv,         all_to_all_v, group_size};
+constexpr loom_comm_api kApi =
+    loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

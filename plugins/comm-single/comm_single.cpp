@@ -3,7 +3,8 @@
 //  - all_reduce (SUM, MAX, MIN, AVG over one rank) and broadcast leave the tensor as it
 //    is and never touch its memory, so they accept a tensor on any device: a one-GPU run
 //    can use ddp over comm/single;
-//  - reduce_scatter, all_gather and all_to_all copy `in` to `out` (equal element counts
+//  - reduce_scatter, all_gather, all_to_all and all_to_all_v copy `in` to `out` (equal element
+//  counts
 //    and dtypes, since a group of 1 has one chunk); copying needs CPU memory (kDLCPU or
 //    kDLCUDAHost) unless `in` and `out` are the same buffer;
 //  - send/recv to peer 0 (this rank) go through an in-process FIFO per tag: the send
@@ -175,11 +176,18 @@ loom_error* recv(loom_comm* c, loom_comm_group*, DLTensor* t, int peer, int tag,
   return loom::guard(cast(c)->host(), [&] { cast(c)->recv(t, peer, tag); });
 }
 
-constexpr loom::CommCalls kCalls{
-    "comm/single", true,      host_of,    world_rank, group_create, all_reduce, reduce_scatter,
-    all_gather,    broadcast, all_to_all, barrier,    send,         recv};
-constexpr loom_comm_api kApi = loom::CommSlots<kCalls>::api(create, destroy, world_size,
-                                                            group_destroy, group_rank, group_size);
+// A group of 1 sends its one chunk to itself: out = in.
+loom_error* all_to_all_v(loom_comm* c, loom_comm_group*, const DLTensor* in, DLTensor* out,
+                         const int64_t*, const int64_t*, void*) {
+  return loom::guard(cast(c)->host(), [&] { copy_through(in, out, "all_to_all_v"); });
+}
+
+constexpr loom::CommCalls kCalls{"comm/single", true,         host_of,        world_rank,
+                                 group_create,  all_reduce,   reduce_scatter, all_gather,
+                                 broadcast,     all_to_all,   barrier,        send,
+                                 recv,          all_to_all_v, group_size};
+constexpr loom_comm_api kApi =
+    loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -87,6 +87,10 @@ Listing build() {
   F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
   F(ext)
   END
+  STRUCT(loom_grouped_gemm_args)
+  F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(num_groups) F(sizes) F(alpha) F(beta)
+  F(a) F(b) F(c) F(ext)
+  END
   STRUCT(loom_bias_add_args) F(struct_size) F(out) F(bias) F(ext) END
   STRUCT(loom_bias_bwd_args) F(struct_size) F(dbias) F(dout) F(ext) END
   STRUCT(loom_embedding_fwd_args)
@@ -123,7 +127,7 @@ Listing build() {
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
   F(norm_backward) F(act_forward) F(act_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy)
-  F(vocab_ce_stats) F(vocab_ce_backward)
+  F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm)
   END
   STRUCT(loom_backend_info)
   F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak)
@@ -235,7 +239,7 @@ Listing build() {
   STRUCT(loom_comm_api)
   F(struct_size) F(create) F(destroy) F(world_rank) F(world_size) F(group_create)
   F(group_destroy) F(group_rank) F(group_size) F(all_reduce) F(reduce_scatter) F(all_gather)
-  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv)
+  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv) F(all_to_all_v)
   END
   // DLPack, as it crosses the boundary.
   STRUCT(DLDevice) F(device_type) F(device_id) END

@@ -6,6 +6,7 @@ add_executable(loom-test-ops
   test_backend.cpp
   test_args.cpp
   test_linear.cpp
+  test_grouped_gemm.cpp
   test_elementwise.cpp
   test_norm.cpp
   test_activation.cpp

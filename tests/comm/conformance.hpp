@@ -269,6 +269,40 @@ class Suite {
     });
   }
 
+  // Uneven chunks (ABI 2.5): rank r sends rows(r, j) rows of 3 values to group rank j, some
+  // of them none; every value names its sender, receiver and place. Then a count that does
+  // not cover in is refused naming the counts, on every rank alike.
+  void all_to_all_v() const {
+    auto rows = [](int r, int j) { return static_cast<int64_t>((r + 2 * j) % 3); };
+    auto val = [](int r, int j, int64_t i) { return 1000.0 * r + 100.0 * j + (double)i; };
+    for_groups([&](const Group& G) {
+      const int n = G.size(), me = G.rank;
+      std::vector<int64_t> send(n), recv(n);
+      int64_t ns = 0, nr = 0;
+      for (int j = 0; j < n; ++j) {
+        send[j] = rows(me, j);
+        recv[j] = rows(j, me);
+        ns += send[j];
+        nr += recv[j];
+      }
+      Tensor<double> in({std::max<int64_t>(ns, 0), 3}, loom_f64());
+      Tensor<double> out({std::max<int64_t>(nr, 0), 3}, loom_f64());
+      std::vector<double> v, want;
+      for (int j = 0; j < n; ++j)
+        for (int64_t i = 0; i < 3 * send[j]; ++i) v.push_back(val(me, j, i));
+      for (int j = 0; j < n; ++j)
+        for (int64_t i = 0; i < 3 * recv[j]; ++i) want.push_back(val(j, me, i));
+      in.upload(v);
+      t_.ok(loom::comm_all_to_all_v(t_, G.g, in.get(), out.get(), send.data(), recv.data()));
+      check_values(out.download(), want, "all_to_all_v");
+      std::vector<int64_t> wrong = send;
+      wrong[0] += 1;
+      const std::string m = t_.message_of(
+          loom::comm_all_to_all_v(t_, G.g, in.get(), out.get(), wrong.data(), recv.data()));
+      CHECK_MESSAGE(m.find("all_to_all_v: the counts sum to") != std::string::npos, m);
+    });
+  }
+
   // From the last rank of the group, which is not 0 whenever the group has two.
   void broadcast() const {
     for_groups([&](const Group& G) {
@@ -312,7 +346,8 @@ class Suite {
     }
     // The suite knows how to run each of these; a new collective must be added below.
     CHECK(collectives == std::vector<std::string>{"all_gather", "all_reduce", "all_to_all",
-                                                  "barrier", "broadcast", "reduce_scatter"});
+                                                  "all_to_all_v", "barrier", "broadcast",
+                                                  "reduce_scatter"});
     Group P = parity_group();
     for (int turn = 0; turn < 2; ++turn) {
       if (t_.rank % 2 != turn) continue;
@@ -363,6 +398,15 @@ class Suite {
       t_.ok(loom::comm_all_to_all(t_, G.g, in.get(), out.get()));
       for (int m : G.members) want.push_back(100.0 * m + G.rank);
       check_values(out.download(), want, "all_to_all on the group alone");
+    } else if (name == "all_to_all_v") {  // one value to each member
+      Tensor<double> in({n}, loom_f64()), out({n}, loom_f64());
+      std::vector<double> v;
+      for (int j = 0; j < n; ++j) v.push_back(100 * me + j);
+      in.upload(v);
+      const std::vector<int64_t> ones(n, 1);
+      t_.ok(loom::comm_all_to_all_v(t_, G.g, in.get(), out.get(), ones.data(), ones.data()));
+      for (int m : G.members) want.push_back(100.0 * m + G.rank);
+      check_values(out.download(), want, "all_to_all_v on the group alone");
     } else if (name == "barrier") {
       t_.ok(loom::comm_barrier(t_, G.g));
     } else {

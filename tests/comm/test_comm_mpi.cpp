@@ -83,6 +83,10 @@ TEST_CASE("comm/mpi: all_to_all sends chunk j to rank j") {
   RANK_INFO;
   suite().all_to_all();
 }
+TEST_CASE("comm/mpi: all_to_all_v sends uneven chunks") {
+  RANK_INFO;
+  suite().all_to_all_v();
+}
 TEST_CASE("comm/mpi: broadcast from a non-zero root") {
   RANK_INFO;
   suite().broadcast();

@@ -303,6 +303,10 @@ TEST_SUITE("gpu") {
     GPU_TEST_START;
     suite().all_to_all();
   }
+  TEST_CASE("comm/nccl: all_to_all_v sends uneven chunks") {
+    GPU_TEST_START;
+    suite().all_to_all_v();
+  }
   TEST_CASE("comm/nccl: broadcast from a non-zero root") {
     GPU_TEST_START;
     suite().broadcast();

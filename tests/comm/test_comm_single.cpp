@@ -50,6 +50,7 @@ TEST_CASE("comm/single: the conformance suite in a world of one") {
   s.scatter_gather();
   s.shared_memory();
   s.all_to_all();
+  s.all_to_all_v();
   s.broadcast();
   s.ring();
   s.contract();

@@ -251,6 +251,7 @@ constexpr loom::OpsCalls kCalls = {
     op_gelu_erf_backward,
     op_tanh_forward,
     op_tanh_backward,
+    nullptr,  // grouped_gemm: each group through op_gemm (OpenBLAS threads every one)
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -347,6 +347,7 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,  // not written for CUDA until a GPU session can verify them
     nullptr,
     nullptr,
+    nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (not yet run on a GPU)
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

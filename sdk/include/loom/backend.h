@@ -49,6 +49,35 @@ typedef struct loom_gemm_args {
 } loom_gemm_args;
 #define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, ext)
 
+/* Grouped GEMM (ABI 2.5): one call for a mixture of experts' local experts. For each group
+ * g < num_groups, C_g(m,n) = alpha * op(A_g)(m,k) @ op(B_g)(k,n) + beta * C_g, where m or k
+ * is LOOM_GROUP_SIZE: group g's own extent sizes[g] (host memory, >= 0). An operand whose
+ * stored rows are that extent is packed: the groups' matrices lie back to back along its
+ * rows, group g from row sizes[0] + ... + sizes[g-1]. An operand of fixed shape is stacked:
+ * group g's matrix starts g * rows * cols elements in. Every operand is compact row-major,
+ * of the gemm's dtypes (C f32 when accumulating weight gradients under mixed precision).
+ * So m = LOOM_GROUP_SIZE needs trans_a = 0 (A and C packed, B stacked), and
+ * k = LOOM_GROUP_SIZE needs trans_a = 1 and trans_b = 0 (A and B packed, C stacked); n is
+ * never the group size. A group of k = 0 sets its C_g to beta * C_g.
+ * A mixture of experts' MLP, tokens X (sum of sizes, C) sorted by expert, weights W (E, F, C):
+ *   forward  Y_g = X_g W_g^T   m = LOOM_GROUP_SIZE, n = F, k = C, trans_b = 1
+ *   dX       dX_g = dY_g W_g   m = LOOM_GROUP_SIZE, n = C, k = F
+ *   dW       dW_g += dY_g^T X_g   m = F, n = C, k = LOOM_GROUP_SIZE, trans_a = 1, beta = 1 */
+#define LOOM_GROUP_SIZE (-1)
+typedef struct loom_grouped_gemm_args {
+  size_t struct_size;
+  int trans_a, trans_b;
+  int64_t m, n, k; /* m or k is LOOM_GROUP_SIZE */
+  int64_t num_groups;
+  const int64_t* sizes; /* num_groups entries, host memory */
+  double alpha, beta;
+  const DLTensor* a;
+  const DLTensor* b;
+  DLTensor* c;
+  const loom_ext* ext; /* NULL */
+} loom_grouped_gemm_args;
+#define LOOM_GROUPED_GEMM_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_grouped_gemm_args, ext)
+
 /* bias_add: out(N,C) += bias(C) on every row. */
 typedef struct loom_bias_add_args {
   size_t struct_size;
@@ -266,8 +295,8 @@ typedef struct loom_vocab_ce_bwd_args {
 /* Contract tags (common.h):
  *   gemm, bias_add, bias_backward, fill, copy, add, axpby, embedding_forward, embedding_backward,
  *      norm_forward, norm_backward, act_forward, act_backward, softmax_forward, softmax_backward,
- *      rope_forward, rope_backward, softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward:
- *      owner, local, stream
+ *      rope_forward, rope_backward, softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward,
+ *      grouped_gemm: owner, local, stream
  *   sum_squares: owner, local, blocks */
 typedef struct loom_ops {
   size_t struct_size;
@@ -314,8 +343,12 @@ typedef struct loom_ops {
   loom_error* (*vocab_ce_stats)(loom_backend* be, const loom_vocab_ce_stats_args* args);
   loom_error* (*vocab_ce_backward)(loom_backend* be, const loom_vocab_ce_bwd_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+  /* ABI 2.5: a mixture of experts' GEMMs, one call for every local expert (above). */
+  loom_error* (*grouped_gemm)(loom_backend* be, const loom_grouped_gemm_args* args);
+  /* --- ABI 2.5 ends here; append new slots below this line only. --- */
 } loom_ops;
 #define LOOM_OPS_SIZE_V2 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
+#define LOOM_OPS_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_ops, grouped_gemm)
 
 typedef struct loom_backend_info {
   size_t struct_size;

@@ -67,8 +67,8 @@ typedef struct loom_group_create_args {
 /* Contract tags (common.h):
  *   create, destroy, group_create: owner, COLLECTIVE(world), blocks
  *   world_rank, world_size, group_destroy, group_rank, group_size: owner, local, blocks
- *   all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, barrier: owner,
- *      COLLECTIVE(args.group), stream
+ *   all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, barrier, all_to_all_v:
+ *      owner, COLLECTIVE(args.group), stream
  *   send, recv: owner, PAIR(args.group), stream */
 typedef struct loom_comm_api {
   size_t struct_size;
@@ -102,8 +102,17 @@ typedef struct loom_comm_api {
   loom_error* (*send)(loom_comm* c, const loom_comm_args* args);
   loom_error* (*recv)(loom_comm* c, const loom_comm_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+  /* ABI 2.5: all_to_all of uneven chunks (a mixture of experts' token dispatch). in holds
+   * send_counts[j] rows (extents of dim 0) for group rank j, back to back in rank order; out
+   * receives recv_counts[j] rows from rank j, in rank order. The counts are host memory,
+   * group_size entries each; rank i's send_counts[j] must equal rank j's recv_counts[i], and
+   * the rows' other extents are the same on every rank. in and out may not overlap. */
+  loom_error* (*all_to_all_v)(loom_comm* c, const loom_comm_args* args, const int64_t* send_counts,
+                              const int64_t* recv_counts);
+  /* --- ABI 2.5 ends here; append new slots below this line only. --- */
 } loom_comm_api;
 #define LOOM_COMM_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_api, recv)
+#define LOOM_COMM_API_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_comm_api, all_to_all_v)
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,15 @@ loom_error* comm_all_to_all(const Ref& c, loom_comm_group* g, const DLTensor* in
   const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, 0, 0, 0, stream, nullptr};
   return c.api->all_to_all(c.self, &a);
 }
+// ABI 2.5: rows of in by send_counts[j] to rank j, out by recv_counts[j] from rank j (host
+// arrays of group_size entries).
+template <class Ref>
+loom_error* comm_all_to_all_v(const Ref& c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                              const int64_t* send_counts, const int64_t* recv_counts,
+                              void* stream = nullptr) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, 0, 0, 0, stream, nullptr};
+  return c.api->all_to_all_v(c.self, &a, send_counts, recv_counts);
+}
 template <class Ref>
 loom_error* comm_barrier(const Ref& c, loom_comm_group* g, void* stream = nullptr) {
   const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, nullptr, nullptr, 0, 0, 0, stream, nullptr};

@@ -43,6 +43,10 @@ struct CommCalls {
                       void* stream);
   loom_error* (*recv)(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int tag,
                       void* stream);
+  // ABI 2.5: counts checked (group_size entries, >= 0, summing to in's and out's rows).
+  loom_error* (*all_to_all_v)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
+                              const int64_t* send_counts, const int64_t* recv_counts, void* stream);
+  int (*group_size)(loom_comm* c, loom_comm_group* g);
 };
 
 // "group_create(tensor)", or "group_create" for a group without a name: how messages name
@@ -109,6 +113,35 @@ struct CommSlots {
     return call(c, "all_to_all", a, false,
                 [&] { return K.all_to_all(c, a->group, a->in, a->out, a->stream); });
   }
+  // Uneven chunks: the counts must cover in's and out's rows exactly, and the rows must be
+  // of one size.
+  static loom_error* all_to_all_v(loom_comm* c, const loom_comm_args* a, const int64_t* send,
+                                  const int64_t* recv) {
+    return call(c, "all_to_all_v", a, false, [&]() -> loom_error* {
+      const std::string where = std::string(K.name) + ": all_to_all_v: ";
+      require(send != nullptr && recv != nullptr, where + "send_counts and recv_counts are needed");
+      require(a->in != nullptr && a->out != nullptr && a->in->ndim >= 1 && a->out->ndim >= 1,
+              where + "in and out must be tensors of at least one dimension");
+      int64_t row_in = 1, row_out = 1;
+      for (int32_t d = 1; d < a->in->ndim; ++d) row_in *= a->in->shape[d];
+      for (int32_t d = 1; d < a->out->ndim; ++d) row_out *= a->out->shape[d];
+      require(row_in == row_out, where + "in's rows hold " + std::to_string(row_in) +
+                                     " elements and out's " + std::to_string(row_out));
+      const int n = K.group_size(c, a->group);
+      int64_t ns = 0, nr = 0;
+      for (int j = 0; j < n; ++j) {
+        require(send[j] >= 0 && recv[j] >= 0,
+                where + "negative count for rank " + std::to_string(j));
+        ns += send[j];
+        nr += recv[j];
+      }
+      require(ns == a->in->shape[0] && nr == a->out->shape[0],
+              where + "the counts sum to " + std::to_string(ns) + " rows sent and " +
+                  std::to_string(nr) + " received; in has " + std::to_string(a->in->shape[0]) +
+                  " rows and out " + std::to_string(a->out->shape[0]));
+      return K.all_to_all_v(c, a->group, a->in, a->out, send, recv, a->stream);
+    });
+  }
   static loom_error* barrier(loom_comm* c, const loom_comm_args* a) {
     return call(c, "barrier", a, false, [&] { return K.barrier(c, a->group, a->stream); });
   }
@@ -122,9 +155,8 @@ struct CommSlots {
                                      decltype(loom_comm_api::destroy) destroy,
                                      decltype(loom_comm_api::world_size) world_size,
                                      decltype(loom_comm_api::group_destroy) group_destroy,
-                                     decltype(loom_comm_api::group_rank) group_rank,
-                                     decltype(loom_comm_api::group_size) group_size) {
-    return loom_comm_api{LOOM_COMM_API_SIZE_V2,
+                                     decltype(loom_comm_api::group_rank) group_rank) {
+    return loom_comm_api{LOOM_COMM_API_SIZE_V2_5,
                          create,
                          destroy,
                          K.world_rank,
@@ -132,7 +164,7 @@ struct CommSlots {
                          group_create,
                          group_destroy,
                          group_rank,
-                         group_size,
+                         K.group_size,
                          all_reduce,
                          reduce_scatter,
                          all_gather,
@@ -140,7 +172,8 @@ struct CommSlots {
                          all_to_all,
                          barrier,
                          send,
-                         recv};
+                         recv,
+                         all_to_all_v};
   }
   static loom_error* recv(loom_comm* c, const loom_comm_args* a) {
     return call(c, "recv", a, false,

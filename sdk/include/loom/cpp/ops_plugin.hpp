@@ -16,6 +16,7 @@
 #include <string>
 
 #include "loom/backend.h"
+#include "loom/cpp/grouped_gemm.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace loom {
@@ -81,6 +82,9 @@ struct OpsCalls {
   loom_error* (*tanh_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
   loom_error* (*tanh_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                                const DLTensor* dout);
+  // ABI 2.5's grouped GEMM, its args checked already (loom/cpp/grouped_gemm.hpp). NULL: every
+  // group runs through `gemm` above, one call each.
+  loom_error* (*grouped_gemm)(loom_backend* be, const loom_grouped_gemm_args* args);
 };
 
 template <const OpsCalls& K>
@@ -202,9 +206,19 @@ struct OpsSlots {
     });
   }
 
+  static loom_error* grouped_gemm(loom_backend* be, const loom_grouped_gemm_args* a) {
+    std::string why = ops_args_refusal(a, LOOM_GROUPED_GEMM_ARGS_SIZE_V1);
+    if (why.empty()) why = grouped_gemm_refusal(*a);
+    if (!why.empty()) return K.refuse(be, "grouped_gemm", why);
+    if (K.grouped_gemm) return K.grouped_gemm(be, a);
+    for (const loom_gemm_args& g : grouped_gemm_calls(*a))
+      if (loom_error* e = K.gemm(be, &g)) return e;
+    return nullptr;
+  }
+
   // The whole loom_ops table.
   static constexpr loom_ops ops() {
-    return loom_ops{LOOM_OPS_SIZE_V2,
+    return loom_ops{LOOM_OPS_SIZE_V2_5,
                     gemm,
                     bias_add,
                     bias_backward,
@@ -225,7 +239,8 @@ struct OpsSlots {
                     rope_backward,
                     softmax_cross_entropy,
                     vocab_ce_stats,
-                    vocab_ce_backward};
+                    vocab_ce_backward,
+                    grouped_gemm};
   }
 };
 
