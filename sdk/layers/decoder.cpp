@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "loom/cpp/layers/moe.hpp"
+
 namespace loom::layers {
 
 // ----- buffers -----------------------------------------------------------------------------
@@ -97,6 +99,16 @@ void ParamDeclarer::mlp(const std::string& p) {
   row(p + ".c_proj", o.n_embd, o.ffn_hidden, proj_std);
 }
 
+void ParamDeclarer::moe(const std::string& p) {
+  const int64_t E = o.num_experts, C = o.n_embd, F = o.moe_ffn_hidden;
+  const int64_t fc_out = o.gated() ? 2 * F : F;
+  ps_.add(p + ".router.weight", {E, C}, 1, -1, Init::kNormal, std);
+  ps_.add(p + ".experts.c_fc.weight", {E, fc_out, C}, 1, -1, Init::kNormal, std);
+  if (o.bias) ps_.add(p + ".experts.c_fc.bias", {E, fc_out}, 0, -1, Init::kZeros);
+  ps_.add(p + ".experts.c_proj.weight", {E, C, F}, 1, -1, Init::kNormal, proj_std);
+  if (o.bias) ps_.add(p + ".experts.c_proj.bias", {E, C}, 0, -1, Init::kZeros);
+}
+
 // ----- the model ---------------------------------------------------------------------------
 DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args& a, const BlockSpec& spec, std::string who,
@@ -131,6 +143,11 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   build();
 }
 
+// Layer l's kind: the model's, or a MoE layer's where the options put one.
+const BlockSpec& DecoderModel::layer_spec(int64_t l) const {
+  return opt_.is_moe_layer(l) ? kMoeBlock : *spec_;
+}
+
 // Declares this stage's parameters (local shards) in HF GPT-2 order, allocates them, and
 // fills the layer slots. Names keep the global layer numbers.
 void DecoderModel::build() {
@@ -148,7 +165,7 @@ void DecoderModel::build() {
       ps.add("tokentype", {o.num_tokentypes, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
     if (o.post_norm) d.norm("emb_ln");
   }
-  for (int64_t l = o.layer0; l < o.layer1; ++l) spec_->declare(d, "h." + std::to_string(l));
+  for (int64_t l = o.layer0; l < o.layer1; ++l) layer_spec(l).declare(d, "h." + std::to_string(l));
   if (o.last()) {
     if (!o.post_norm) d.norm("ln_f");
     if (o.classifier) {  // replicated: every rank computes it whole (bert.hpp)
@@ -180,7 +197,7 @@ void DecoderModel::build() {
   if (o.first()) emb_ = Embedding::make(o, ps, ctx_);
   if (o.first() && o.post_norm) emb_ln_ = Norm::make(o, ps, "emb_ln");
   for (int64_t l = o.layer0; l < o.layer1; ++l)
-    layers_.push_back(spec_->make(o, ps, "h." + std::to_string(l)));
+    layers_.push_back(layer_spec(l).make(o, ps, "h." + std::to_string(l)));
   if (o.last()) {
     if (!o.post_norm) ln_f_ = Norm::make(o, ps, "ln_f");
     if (!o.classifier) {
@@ -240,8 +257,14 @@ double DecoderModel::flops_per_token() const {
   // the whole model's, whatever this rank holds (global extents, all layers)
   const double C = (double)o.n_embd, q = (double)(o.n_head * o.head_dim);
   const double kv = (double)(o.n_kv_head * o.head_dim), F = (double)o.ffn_hidden;
-  const double per_layer = C * (q + 2 * kv) + q * C + C * (o.gated() ? 2 * F : F) + F * C;
-  const double matmul = (double)o.n_layer * per_layer + (double)o.vocab * C;
+  const double attn = C * (q + 2 * kv) + q * C;
+  const double mlp = C * (o.gated() ? 2 * F : F) + F * C;
+  // a MoE layer: the router, and the k experts each token visits (Megatron's "active"
+  // parameters), dropped choices included
+  const double Fe = (double)o.moe_ffn_hidden, E = (double)o.num_experts;
+  const double moe = C * E + (double)o.moe_router.topk * (C * (o.gated() ? 2 * Fe : Fe) + Fe * C);
+  double matmul = (double)o.vocab * C;
+  for (int64_t l = 0; l < o.n_layer; ++l) matmul += attn + (o.is_moe_layer(l) ? moe : mlp);
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =
       o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;

@@ -44,8 +44,37 @@ using loom::param;
             "computed)",                                                                           \
             1, 1 << 20)
 
-const loom_param_spec kTransformerSchema[] = {LOOM_TRANSFORMER_PARAMS(
-    "gelu", "learned|rope", "position encoding: learned table wpe or rotary (rotate-half)")};
+// model/gpt's mixture of experts, with Megatron's flag names.
+#define LOOM_MOE_PARAMS                                                                           \
+  param("num_experts", LOOM_PARAM_INT, "0",                                                       \
+        "experts of each MoE layer (Megatron's --num-experts); 0 = a dense model", 0, 1 << 16),   \
+      param("moe_router_topk", LOOM_PARAM_INT, "2", "experts per token", 1, 1 << 16),             \
+      param("moe_ffn_hidden_size", LOOM_PARAM_INT, "0",                                           \
+            "hidden size of each expert's MLP; 0 = ffn_hidden", 0, 1 << 24),                      \
+      param("moe_layer_freq", LOOM_PARAM_INT, "1",                                                \
+            "every moe_layer_freq-th layer, from layer 0, is a MoE layer", 1, 4096),              \
+      param("moe_router_score_function", LOOM_PARAM_STRING, "softmax",                            \
+            "softmax, or sigmoid (DeepSeek-V3's, weights normalised over the chosen experts)", 1, \
+            0, "softmax|sigmoid"),                                                                \
+      param("moe_router_pre_softmax", LOOM_PARAM_BOOL, "false",                                   \
+            "softmax over all experts before the top-k (otherwise over the k chosen logits)"),    \
+      param("moe_router_load_balancing_type", LOOM_PARAM_STRING, "aux_loss",                      \
+            "the balancing loss: Switch's over the micro-batch, per sequence, or none", 1, 0,     \
+            "aux_loss|seq_aux_loss|none"),                                                        \
+      param("moe_aux_loss_coeff", LOOM_PARAM_FLOAT, "0.0",                                        \
+            "coefficient of the balancing loss (Megatron's examples: 1e-2)", 0.0, 1e6),           \
+      param("moe_z_loss_coeff", LOOM_PARAM_FLOAT, "0.0",                                          \
+            "coefficient of the router z-loss (ST-MoE: 1e-3)", 0.0, 1e6),                         \
+      param("moe_expert_capacity_factor", LOOM_PARAM_FLOAT, "0.0",                                \
+            "tokens each expert keeps, as a factor of N k / E; 0 = dropless", 0.0, 1e6),          \
+      param("moe_token_drop_policy", LOOM_PARAM_STRING, "probs",                                  \
+            "over capacity, keep the likeliest tokens (probs) or the first (position)", 1, 0,     \
+            "probs|position")
+
+const loom_param_spec kTransformerSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
+    LOOM_MOE_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -101,6 +130,37 @@ const size_t kT5SchemaSize = sizeof(kT5Schema) / sizeof(kT5Schema[0]);
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
+
+// model/gpt's mixture of experts (num_experts > 0), and what it does not run yet.
+void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
+               const loom::tp::Group& tp, const std::string& who, Options& o) {
+  o.num_experts = cfg.get_int("num_experts");
+  if (o.num_experts == 0) return;
+  o.moe_ffn_hidden = cfg.get_int("moe_ffn_hidden_size");
+  if (o.moe_ffn_hidden == 0) o.moe_ffn_hidden = o.ffn_hidden;
+  o.moe_layer_freq = cfg.get_int("moe_layer_freq");
+  RouterConfig& r = o.moe_router;
+  r.experts = o.num_experts;
+  r.topk = cfg.get_int("moe_router_topk");
+  r.score = cfg.get_string("moe_router_score_function");
+  r.pre_softmax = cfg.get_bool("moe_router_pre_softmax");
+  r.capacity_factor = cfg.get_float("moe_expert_capacity_factor");
+  r.drop_policy = cfg.get_string("moe_token_drop_policy");
+  o.moe_balancing = cfg.get_string("moe_router_load_balancing_type");
+  o.moe_aux_coeff = cfg.get_float("moe_aux_loss_coeff");
+  o.moe_z_coeff = cfg.get_float("moe_z_loss_coeff");
+  loom::require(r.topk <= o.num_experts, who + ": moe_router_topk = " + s(r.topk) +
+                                             " exceeds num_experts = " + s(o.num_experts));
+  loom::require(!r.pre_softmax || r.score == "softmax",
+                who + ": moe_router_pre_softmax applies to the softmax score function only");
+  const bool wide = args.dtype.code == kDLFloat && args.dtype.bits >= 32;
+  loom::require(wide && !tp.sequence_parallel && o.stages == 1,
+                who +
+                    ": a mixture of experts runs in fp32 (or f64), on one pipeline stage, "
+                    "without sequence parallelism, for now (expert parallelism, pipelines and "
+                    "bf16 experts are the next steps of the MoE work)",
+                LOOM_ERR_UNIMPLEMENTED);
+}
 
 // model/t5's own keys and limits: Megatron's T5 is learned positions, LayerNorm, biases, a
 // plain MLP and the LM head tied to the embedding (with its own output bias).
@@ -193,6 +253,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                 who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
   if (family == Family::kT5) parse_t5(cfg, who, o);
+  if (family == Family::kGpt) parse_moe(cfg, args, tp, who, o);
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;

@@ -2,21 +2,43 @@
 //   out = x + attn(ln_1(x)); out += mlp(ln_2(out))
 // Norms and residual adds run on this rank's Nl token rows (all N without sequence
 // parallelism); the attention and MLP slots gather and reduce-scatter around them.
+// The same block serves a mixture of experts (kMoeBlock): its MLP slot is then a MoeMlp
+// ("<layer>.moe"), which takes the whole step (its losses' scale, the sequences).
 #include "loom/cpp/layers/attention_block.hpp"
 #include "loom/cpp/layers/block.hpp"
 #include "loom/cpp/layers/mlp.hpp"
+#include "loom/cpp/layers/moe.hpp"
 #include "loom/cpp/layers/norm.hpp"
 
 namespace loom::layers {
 namespace {
 
+// The MLP slot's calls, for each kind of MLP.
+void ffn_forward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                 DLTensor* y) {
+  m.forward(c, s.N(), x, a, y);
+}
+void ffn_forward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                 DLTensor* y) {
+  m.forward(c, s, x, a, y);
+}
+void ffn_backward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                  const DLTensor* dy, DLTensor* dx, GradScratch& g) {
+  m.backward(c, s.N(), x, a, dy, dx, g);
+}
+void ffn_backward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x,
+                  const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch&) {
+  m.backward(c, s, x, a, dy, dx);
+}
+
+template <class Ffn>  // Mlp or MoeMlp
 class PreNormBlock : public Block {
  public:
-  PreNormBlock(const Options& o, ParamStore& ps, const std::string& p)
+  PreNormBlock(const Options& o, ParamStore& ps, const std::string& p, const char* ffn)
       : ln_1(Norm::make(o, ps, p + ".ln_1")),
         attn(AttentionBlock::make(o, ps, p + ".attn")),
         ln_2(Norm::make(o, ps, p + ".ln_2")),
-        mlp(Mlp::make(o, ps, p + ".mlp")) {}
+        mlp(Ffn::make(o, ps, p + ffn)) {}
 
   void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
                LayerActs& a, LayerCache* cache, int64_t cache_max) const override {
@@ -29,7 +51,7 @@ class PreNormBlock : public Block {
     attn.forward(c, s, ln1, a, res2, cache, cache_max);
     c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xv);
     ln_2.forward(c, ln2, m2, r2, res2);
-    mlp.forward(c, N, ln2, a, ov);
+    ffn_forward(mlp, c, s, ln2, a, ov);
     c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res2);
   }
 
@@ -42,7 +64,7 @@ class PreNormBlock : public Block {
     View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
     View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
     // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
-    mlp.backward(c, N, ln2, a, dres, dln, g);
+    ffn_backward(mlp, c, s, ln2, a, dres, dln, g);
     ln_2.backward(c, dtmp, dln, res2, m2, r2);
     c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
     // attention half: dres = d(res2) -> d(x)
@@ -55,7 +77,7 @@ class PreNormBlock : public Block {
   Norm ln_1;
   AttentionBlock attn;
   Norm ln_2;
-  Mlp mlp;
+  Ffn mlp;
 };
 
 }  // namespace
@@ -69,7 +91,20 @@ const BlockSpec kPreNormBlock = {
       d.mlp(p + ".mlp");
     },
     [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
-      return std::make_unique<PreNormBlock>(o, ps, p);
+      return std::make_unique<PreNormBlock<Mlp>>(o, ps, p, ".mlp");
+    }};
+
+// Without sequence parallelism (refused for MoE models), so every rank holds all N rows.
+const BlockSpec kMoeBlock = {
+    "moe",
+    [](ParamDeclarer& d, const std::string& p) {
+      d.norm(p + ".ln_1");
+      d.attention(p + ".attn");
+      d.norm(p + ".ln_2");
+      d.moe(p + ".moe");
+    },
+    [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
+      return std::make_unique<PreNormBlock<MoeMlp>>(o, ps, p, ".moe");
     }};
 
 }  // namespace loom::layers

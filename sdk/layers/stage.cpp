@@ -89,8 +89,13 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->inputs = &hidden_io_;
   out->num_outputs = opt_.last() ? 0 : 1;
   out->outputs = &hidden_io_;
-  out->num_losses = opt_.classifier || (opt_.bert && opt_.binary_head) ? 2 : 1;
-  out->losses = opt_.classifier ? kClassifierLossNames : opt_.bert ? kBertLossNames : kLossNames;
+  out->num_losses = opt_.num_experts > 0                                 ? 3
+                    : opt_.classifier || (opt_.bert && opt_.binary_head) ? 2
+                                                                         : 1;
+  out->losses = opt_.num_experts > 0 ? kMoeLossNames
+                : opt_.classifier    ? kClassifierLossNames
+                : opt_.bert          ? kBertLossNames
+                                     : kLossNames;
 }
 
 // ----- first stage: the embedding ----------------------------------------------------------
@@ -308,6 +313,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   S.n = S.s.N();
   S.nl = ctx_.tp.local_rows(S.n);
   S.loss_scale = a.loss_scale;
+  S.s.moe_grad_scale = a.no_grad ? 0.0 : a.loss_scale * (double)S.n;
   const int64_t C = opt_.n_embd;
   if (opt_.first()) {
     embed_forward(
@@ -353,6 +359,17 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
                            head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
     a.num_losses = 1;
+    if (opt_.num_experts > 0) {
+      double aux = 0, z = 0;
+      for (const LayerActs& la : S.acts) {
+        aux += la.moe_aux;
+        z += la.moe_z;
+      }
+      const double w = (double)S.n;
+      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
+      losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
+      a.num_losses = 3;
+    }
     if (opt_.bert && opt_.binary_head) {
       double sop = 0;
       const double weight = bert_losses(S, mb, !a.no_grad, &sop);

@@ -22,6 +22,7 @@ loom_model_test(test_t5)
 target_link_libraries(test_t5 PRIVATE loom_layers)
 loom_model_test(test_moe_router)
 target_link_libraries(test_moe_router PRIVATE loom_layers)
+loom_model_test(test_moe)
 loom_model_test(test_gpt_mixed)
 loom_model_test(test_optimizers)
 

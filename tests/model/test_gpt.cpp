@@ -210,6 +210,15 @@ TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward 
   check_decode(tiny_gpt2());
 }
 
+// Dropless routing is per token, so decoding a mixture of experts token by token routes each
+// token as the forward over the whole sequence does.
+TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (MoE)") {
+  Overrides o = tiny_llama();
+  o.emplace("num_experts", "4");
+  o.emplace("moe_router_topk", "2");
+  check_decode(o);
+}
+
 TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (Llama, GQA)") {
   check_decode(tiny_llama());
   check_decode(tiny_llama(), loom_f64());  // f64 logits are cast to the f32 output

@@ -15,6 +15,8 @@
 #   MODEL: gpt | llama | bert (model/bert on dataset/bert: padding, token types, both heads)
 #          | t5 (model/t5 on dataset/t5: encoder padding, cross-attention)
 #          | t5rel (the same with T5's relative position bias, whose tables split by heads)
+#          | moe (GPT with a Mixtral-style mixture of experts: 4 SwiGLU experts, top-2,
+#            balancing and z losses)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
 #           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
 #           tokens, so that every sample holds two or three, on one rank as in the layout
@@ -97,6 +99,9 @@ TOML
 fi
 case $model in
   gpt | bert) model_set=() ;;
+  moe) model_set=(--set model.num_experts=4 --set model.moe_router_topk=2
+                  --set model.activation=swiglu --set model.moe_ffn_hidden_size=24
+                  --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
   # 3 decoder layers against 4 encoder layers, kv_channels != n_embd / n_head
   t5) model_set=(--set model.decoder_seq_len=8 --set model.decoder_layers=3
                  --set model.kv_channels=6) ;;
@@ -152,14 +157,15 @@ par = [json.loads(l) for l in open(sys.argv[4])]
 assert len(one) == len(par) == 22, (len(one), len(par))  # 20 steps, 2 evaluations
 worst = 0.0
 for a, b in zip(one, par):
-    for k in ("loss", "grad_norm", "eval_loss"):
-        if k not in a:
+    # every loss term (lm, BERT's sop, a mixture of experts' moe_aux and moe_z), train and eval
+    for k in sorted(a):
+        if k != "grad_norm" and not k.startswith("eval_") and ("loss" not in k or k == "loss_scale"):
             continue
         rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
         worst = max(worst, rel)
         if rel > tol:
             sys.exit(f"{what} iter {a['iter']} {k}: 1 rank {a[k]!r} vs parallel {b[k]!r}")
-print(f"{what}: loss and grad norm of 20 iterations (and 2 eval losses) match 1 rank within {tol:g}; "
+print(f"{what}: every loss term and the grad norm of 20 iterations (and 2 evaluations) match 1 rank within {tol:g}; "
       f"worst relative difference {worst:.2e}; final loss {par[-2]['loss']:.4f}")
 PY
   "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$param_tol" "$@"

@@ -48,6 +48,17 @@ foreach(layout tp2 dp2dist)
     LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
 
+# A Mixtral-style mixture of experts (model/gpt, num_experts = 4, top-2, balancing and z
+# losses) under data parallelism, the distributed optimizer, and tensor parallelism of the
+# attention with the experts whole on every tensor rank.
+foreach(layout tp2 dp2 dp2dist)
+  add_test(NAME layouts.moe.${layout}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
+                   ${MPIEXEC_EXECUTABLE} moe ${layout})
+  set_tests_properties(layouts.moe.${layout} PROPERTIES
+    LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
+endforeach()
+
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist)

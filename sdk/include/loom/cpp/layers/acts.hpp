@@ -2,6 +2,8 @@
 // backward, the shared gradient scratch, the step shape and the KV cache.
 #pragma once
 
+#include <memory>
+
 #include "loom/attention.h"
 #include "loom/cpp/layers/config.hpp"
 
@@ -11,6 +13,8 @@ namespace loom::layers {
 // sequence parallelism the norms and residuals hold this rank's N/tp rows and ln1_full,
 // ln2_full the gathered (N,C) inputs of the column-parallel projections. Heads and MLP
 // columns are this rank's (local extents).
+struct MoeActs;
+
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (Nl,C), (Nl), (Nl)
   Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only
@@ -19,6 +23,10 @@ struct LayerActs {
   Tensor res2;                     // (N,C) residual after the attention half
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor h, a;  // (N, fc_out) MLP pre-activation, (N, F) post-activation
+  // A MoE layer's routing and expert rows (moe.hpp), and its balancing and z losses of the
+  // last forward.
+  std::shared_ptr<MoeActs> moe;
+  double moe_aux = 0.0, moe_z = 0.0;
   int64_t rows = 0;
   void ensure(const Ctx& c, const Options& o, int64_t rows);
 };
@@ -54,6 +62,9 @@ struct Step {
   const loom_attention_seqlens* docs = nullptr;
   // A bias on the scores: one for the call, or with `rows` (generation) one per sequence.
   const AttentionBias* bias = nullptr;
+  // What the objective's gradient carries per unit of a MoE layer's losses (the host's loss
+  // scale times the terms' weight); 0 outside training.
+  double moe_grad_scale = 0.0;
   int64_t N() const { return B * T; }
   int64_t start(int64_t b) const { return pos ? pos[b] : pos0; }
   int64_t row(int64_t b) const { return rows ? rows[b] : b; }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/cpp/layers/context.hpp"
+#include "loom/cpp/layers/moe_router.hpp"
 
 namespace loom::layers {
 
@@ -45,6 +46,14 @@ struct Options {
   // --position-embedding-type relative): no wpe; a (heads, buckets) table per stack
   bool relative = false;
   int64_t rel_buckets = 32, rel_max_distance = 128;
+  // A mixture of experts (model/gpt, Megatron's --num-experts and --moe-*): num_experts > 0
+  // makes every moe_layer_freq-th layer (from layer 0) a MoE layer (kMoeBlock) of
+  // num_experts experts of moe_ffn_hidden columns, routed by moe_router.
+  int64_t num_experts = 0, moe_ffn_hidden = 0, moe_layer_freq = 1;
+  RouterConfig moe_router;
+  double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
+  std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
+  bool is_moe_layer(int64_t l) const { return num_experts > 0 && l % moe_layer_freq == 0; }
   bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;

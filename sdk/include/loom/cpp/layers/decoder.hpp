@@ -43,6 +43,9 @@ inline constexpr loom_array_spec kBatchSpec[2] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
 inline constexpr const char* kLossNames[1] = {"lm"};
+// A mixture of experts adds its balancing and z losses, each summed over the MoE layers of
+// the micro-batch (weight B T: the host's mean over micro-batches, Megatron's scaling).
+inline constexpr const char* kMoeLossNames[3] = {"lm", "moe_aux", "moe_z"};
 // BERT's (model/bert): tokens, token types and the padding mask on the first stage... the
 // padding mask on every stage, the masked tokens' targets on the last, and with the binary
 // head its sentence-order labels (B) and loss term "sop".
@@ -122,6 +125,7 @@ class DecoderModel {
 
  private:
   void build();
+  const BlockSpec& layer_spec(int64_t l) const;
   Slot& slot(int64_t i);
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
@@ -164,7 +168,7 @@ class DecoderModel {
   std::vector<const char*> reads_;
   loom_stage_tensor hidden_io_{};
   int64_t hidden_shape_[2] = {0, 0};
-  loom_loss losses_[2]{};
+  loom_loss losses_[3]{};
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;

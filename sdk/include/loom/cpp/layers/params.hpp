@@ -66,6 +66,9 @@ class ParamDeclarer {
   void row(const std::string& p, int64_t out, int64_t in_global, double std);
   void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
   void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
+  // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
+  // biases: MoeMlp's, whole on every tensor rank
+  void moe(const std::string& p);
 
   const Options& o;
   const double std, proj_std;  // init std of matrices, and of the residual projections

@@ -1,0 +1,70 @@
+// Loom layer library (loom/cpp/layers/decoder.hpp has the overview): a mixture of experts in
+// place of the MLP (Megatron-Core's MoELayer with its grouped-GEMM experts), moe.cpp.
+//
+//   logits (N,E) = x W_router^T             router.weight (E, C), on every rank
+//   routing on the host (moe_router.hpp): each token's k experts and weights, capacity
+//   xp (M,C) = x[perm]                       the kept choices' tokens, grouped by expert
+//   h = xp W1_e^T (+ b1_e); a = act(h)       experts.c_fc (E, fc_out, C): one grouped GEMM
+//   ye = a W2_e^T (+ b2_e)                   experts.c_proj (E, C, F): one grouped GEMM
+//   y[n] = sum over n's kept choices of prob * ye[row]
+// The balancing and z losses are computed with the routing; their gradients reach the
+// router's logits in backward, scaled like every loss term (Step::moe_grad_scale).
+// Experts are not split under tensor parallelism: every tensor rank runs the whole layer on
+// the same tokens (Megatron's expert tensor parallelism of 1).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/acts.hpp"
+#include "loom/cpp/layers/block.hpp"
+#include "loom/cpp/layers/moe_router.hpp"
+#include "loom/cpp/layers/params.hpp"
+
+namespace loom::layers {
+
+// One MoE layer's forward state, kept for its backward: the routing on the host and the
+// expert rows on the device, with the backward's scratch. M rows: the kept choices.
+struct MoeActs {
+  Routing routing;
+  std::vector<double> logits, dlogits;    // (N,E) host; dlogits: the losses' gradients so far
+  std::vector<int32_t> perm;              // (M) the token of each expert row, expert-major
+  std::vector<int64_t> choice;            // (M) its choice n * k + j
+  std::vector<int64_t> counts;            // (E) rows per expert
+  Tensor logits_dev, perm_dev, prob_dev;  // (N,E), (M) i32, (M)
+  Tensor xp, h, a, ye, out;               // (M,C), (M,fc_out), (M,F), (M,C), (M,C)
+  Tensor d1, d2, dh, da, dprob, dlog;     // backward: (M,C) x2, (M,fc_out), (M,F), (M), (N,E)
+  int64_t n = 0, m = 0, cap_n = 0, cap_m = 0;
+  void ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C, int64_t fc_out,
+              int64_t F);
+};
+
+struct MoeMlp {
+  Param* router = nullptr;  // (E, C)
+  Param *w1 = nullptr, *b1 = nullptr, *w2 = nullptr, *b2 = nullptr;
+  RouterConfig cfg;
+  loom_act_kind act = LOOM_ACT_GELU_TANH;
+  int64_t E = 0, C = 0, F = 0, fc_out = 0;
+  double aux_coeff = 0, z_coeff = 0;
+  // The load-balancing loss (moe_router_load_balancing_type): none, Switch's over the
+  // micro-batch ("aux_loss"), or per sequence ("seq_aux_loss").
+  enum class Balancing { kNone, kMicroBatch, kPerSequence } balancing = Balancing::kMicroBatch;
+
+  static MoeMlp make(const Options& o, ParamStore& ps, const std::string& prefix);
+  // y (N,C) (=) from x (N,C); a.moe holds the state, a.moe_aux and a.moe_z this layer's
+  // losses.
+  void forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a, DLTensor* y) const;
+  // dx (=) from dy; parameter gradients +=.
+  void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                const DLTensor* dy, DLTensor* dx) const;
+
+ private:
+  void experts_forward(const Ctx& c, MoeActs& m) const;
+  void experts_backward(const Ctx& c, MoeActs& m) const;
+};
+
+// The pre-norm block with a mixture of experts as its MLP (pre_norm_block.cpp).
+extern const BlockSpec kMoeBlock;
+
+}  // namespace loom::layers

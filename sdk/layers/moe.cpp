@@ -1,0 +1,296 @@
+// Loom layer library, a mixture of experts as a block's MLP (see loom/cpp/layers/moe.hpp):
+// the router's GEMM, the routing on the host, the experts as grouped GEMMs over the tokens
+// sorted by expert, and the weighted combine, all through backend ops so that the same code
+// runs on any backend. Rows are gathered and scattered with the embedding ops (a table of
+// activations indexed by token), and scaled or dotted per row with batched 1 x 1 GEMMs.
+#include "loom/cpp/layers/moe.hpp"
+
+#include <algorithm>
+
+namespace loom::layers {
+namespace {
+
+// out(M,C) = p(M) * x(M,C), row by row: M GEMMs of (1 x 1) @ (1 x C).
+void scale_rows(const Ctx& c, const DLTensor* p, const DLTensor* x, DLTensor* out, int64_t M,
+                int64_t C) {
+  if (M == 0) return;
+  loom_gemm_args g{};
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
+  g.m = 1;
+  g.n = C;
+  g.k = 1;
+  g.alpha = 1.0;
+  g.a = p;
+  g.lda = 1;
+  g.stride_a = 1;
+  g.b = x;
+  g.ldb = C;
+  g.stride_b = C;
+  g.c = out;
+  g.ldc = C;
+  g.stride_c = C;
+  g.batch = M;
+  c.call(&loom_ops::gemm, &g);
+}
+
+// out(M) = the row dots of a(M,C) and b(M,C): M GEMMs of (1 x C) @ (C x 1).
+void row_dots(const Ctx& c, const DLTensor* a, const DLTensor* b, DLTensor* out, int64_t M,
+              int64_t C) {
+  if (M == 0) return;
+  loom_gemm_args g{};
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
+  g.trans_b = 1;
+  g.m = 1;
+  g.n = 1;
+  g.k = C;
+  g.alpha = 1.0;
+  g.a = a;
+  g.lda = C;
+  g.stride_a = C;
+  g.b = b;
+  g.ldb = C;
+  g.stride_b = C;
+  g.c = out;
+  g.ldc = 1;
+  g.stride_c = 1;
+  g.batch = M;
+  c.call(&loom_ops::gemm, &g);
+}
+
+// One grouped GEMM over the experts' rows (backend.h's grouped_gemm).
+void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, int64_t m,
+             int64_t n, int64_t k, double beta, const DLTensor* a, const DLTensor* b,
+             DLTensor* out) {
+  loom_grouped_gemm_args g{};
+  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.num_groups = (int64_t)sizes.size();
+  g.sizes = sizes.data();
+  g.alpha = 1.0;
+  g.beta = beta;
+  g.a = a;
+  g.b = b;
+  g.c = out;
+  c.call(&loom_ops::grouped_gemm, &g);
+}
+
+// Host doubles <-> a device tensor of any float dtype, through the statistics dtype.
+void download(const Ctx& c, const DLTensor* t, int64_t n, std::vector<double>& out) {
+  out.resize((size_t)n);
+  if (n == 0) return;
+  Tensor wide = c.alloc(c.stat_dtype(), {n});
+  View src = view(t, {n});
+  c.call(&loom_ops::copy, wide.get(), (const DLTensor*)src);
+  if (c.stat_dtype().bits == 64) {
+    loom::check(c.host, c.be.api()->to_host(c.be.self(), wide.get(), out.data(), n * 8));
+  } else {
+    std::vector<float> f((size_t)n);
+    loom::check(c.host, c.be.api()->to_host(c.be.self(), wide.get(), f.data(), n * 4));
+    std::copy(f.begin(), f.end(), out.begin());
+  }
+}
+void upload(const Ctx& c, const std::vector<double>& v, DLTensor* t) {
+  const int64_t n = (int64_t)v.size();
+  if (n == 0) return;
+  Tensor wide = c.alloc(c.stat_dtype(), {n});
+  if (c.stat_dtype().bits == 64) {
+    loom::check(c.host, c.be.api()->from_host(c.be.self(), wide.get(), v.data(), n * 8));
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    loom::check(c.host, c.be.api()->from_host(c.be.self(), wide.get(), f.data(), n * 4));
+  }
+  View dst = view(t, {n});
+  c.call(&loom_ops::copy, dst.get(), (const DLTensor*)wide.get());
+}
+
+}  // namespace
+
+void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C,
+                     int64_t fc_out, int64_t F) {
+  n = n_tokens;
+  m = m_rows;
+  if (n_tokens > cap_n) {
+    logits_dev = c.alloc({n_tokens, E});
+    dlog = c.alloc({n_tokens, E});
+    cap_n = n_tokens;
+  }
+  if (m_rows > cap_m || !perm_dev) {
+    const int64_t r = std::max<int64_t>(m_rows, 1);
+    perm_dev = c.alloc(loom_i32(), {r});
+    prob_dev = c.alloc({r});
+    dprob = c.alloc({r});
+    xp = c.alloc({r, C});
+    h = c.alloc({r, fc_out});
+    a = c.alloc({r, F});
+    ye = c.alloc({r, C});
+    out = c.alloc({r, C});
+    d1 = c.alloc({r, C});
+    d2 = c.alloc({r, C});
+    dh = c.alloc({r, fc_out});
+    da = c.alloc({r, F});
+    cap_m = r;
+  }
+}
+
+MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
+  MoeMlp m;
+  m.E = o.num_experts;
+  m.C = o.n_embd;
+  m.F = o.moe_ffn_hidden;
+  m.fc_out = o.gated() ? 2 * m.F : m.F;
+  m.act = o.act;
+  m.cfg = o.moe_router;
+  m.aux_coeff = o.moe_aux_coeff;
+  m.z_coeff = o.moe_z_coeff;
+  m.router = &ps.at(p + ".router.weight");
+  m.w1 = &ps.at(p + ".experts.c_fc.weight");
+  m.w2 = &ps.at(p + ".experts.c_proj.weight");
+  if (o.bias) {
+    m.b1 = &ps.at(p + ".experts.c_fc.bias");
+    m.b2 = &ps.at(p + ".experts.c_proj.bias");
+  }
+  m.balancing = o.moe_balancing == "none"           ? Balancing::kNone
+                : o.moe_balancing == "seq_aux_loss" ? Balancing::kPerSequence
+                                                    : Balancing::kMicroBatch;
+  return m;
+}
+
+void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                     DLTensor* y) const {
+  if (!a.moe) a.moe = std::make_shared<MoeActs>();
+  MoeActs& m = *a.moe;
+  const int64_t N = s.N(), K = cfg.topk;
+  m.ensure(c, N, m.cap_m, E, C, fc_out, F);
+  // the router in the compute dtype, its logits to the host in float64
+  View lg = view(m.logits_dev, {N, E});
+  c.gemm(false, true, N, E, C, {x, C}, {router->value.get(), C}, lg.get(), E, 0, 0.0);
+  download(c, lg, N * E, m.logits);
+  m.routing = route(cfg, m.logits.data(), N);
+  // the losses now, their gradients (scaled as the objective's terms) kept for backward
+  m.dlogits.assign((size_t)(N * E), 0.0);
+  a.moe_aux = balancing == Balancing::kNone
+                  ? 0.0
+                  : aux_loss(cfg, m.logits.data(), N, aux_coeff,
+                             balancing == Balancing::kPerSequence ? s.T : 0, s.moe_grad_scale,
+                             m.dlogits.data());
+  a.moe_z = z_coeff > 0 ? z_loss(m.logits.data(), N, E, z_coeff, s.moe_grad_scale, m.dlogits.data())
+                        : 0.0;
+  // the kept choices grouped by expert, tokens in order within an expert
+  m.counts.assign((size_t)E, 0);
+  m.perm.clear();
+  m.choice.clear();
+  std::vector<double> prob;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < N * K; ++i)
+      if (m.routing.kept[(size_t)i] && m.routing.expert[(size_t)i] == e) {
+        m.perm.push_back((int32_t)(i / K));
+        m.choice.push_back(i);
+        prob.push_back(m.routing.prob[(size_t)i]);
+        ++m.counts[(size_t)e];
+      }
+  const int64_t M = (int64_t)m.perm.size();
+  m.ensure(c, N, M, E, C, fc_out, F);
+  if (M > 0) {
+    View pd = view(m.perm_dev, {M});
+    loom::check(c.host, c.be.api()->from_host(c.be.self(), pd.get(), m.perm.data(), M * 4));
+    upload(c, prob, m.prob_dev.get());
+  }
+  c.call(&loom_ops::fill, y, 0.0);
+  if (M == 0) return;
+  View xp = view(m.xp, {M, C});
+  loom::embedding_forward(c.be, xp.get(), view(m.perm_dev, {M}), x, false);
+  experts_forward(c, m);
+  // y[n] += prob * ye[row] for every kept choice of n
+  View ye = view(m.ye, {M, C}), out = view(m.out, {M, C});
+  scale_rows(c, view(m.prob_dev, {M}), ye, out.get(), M, C);
+  loom::embedding_backward(c.be, y, view(m.perm_dev, {M}), out);
+}
+
+// fn(e, rows of expert e as a (count, cols) view of t, expert e's (cols) slice of the (E,
+// cols) per-expert tensor w) for every expert with rows.
+template <class Fn>
+static void each_expert(const std::vector<int64_t>& counts, const DLTensor* t, DLTensor* w,
+                        int64_t cols, Fn&& fn) {
+  int64_t r0 = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] > 0) {
+      View rows = view(t, {counts[e], cols}, r0 * cols);
+      View we = view(w, {cols}, (int64_t)e * cols);
+      fn(rows, we);
+    }
+    r0 += counts[e];
+  }
+}
+// out (rows, cols) += the bias (E, cols) of each expert over its rows.
+static void add_expert_bias(const Ctx& c, const std::vector<int64_t>& counts, Param* b,
+                            const DLTensor* out, int64_t cols) {
+  each_expert(counts, out, b->value.get(), cols,
+              [&](View& rows, View& be) { loom::bias_add(c.be, rows.get(), be); });
+}
+// dbias (E, cols) += the column sums of each expert's rows of dout.
+static void expert_bias_backward(const Ctx& c, const std::vector<int64_t>& counts, Param* b,
+                                 const DLTensor* dout, int64_t cols) {
+  each_expert(counts, dout, b->grad.get(), cols,
+              [&](View& rows, View& db) { loom::bias_backward(c.be, db.get(), rows); });
+}
+
+// h = xp W1_e^T + b1_e; a = act(h); ye = a W2_e^T + b2_e, each expert's rows at once.
+void MoeMlp::experts_forward(const Ctx& c, MoeActs& m) const {
+  const int64_t M = m.m;
+  View xp = view(m.xp, {M, C}), h = view(m.h, {M, fc_out}), av = view(m.a, {M, F});
+  View ye = view(m.ye, {M, C});
+  grouped(c, m.counts, false, true, LOOM_GROUP_SIZE, fc_out, C, 0.0, xp, w1->value.get(), h.get());
+  if (b1) add_expert_bias(c, m.counts, b1, h, fc_out);
+  loom::act_forward(c.be, act, av.get(), h);
+  grouped(c, m.counts, false, true, LOOM_GROUP_SIZE, C, F, 0.0, av, w2->value.get(), ye.get());
+  if (b2) add_expert_bias(c, m.counts, b2, ye, C);
+}
+
+// From d(ye) in m.d2: the experts' parameter gradients, and d(xp) into m.d1.
+void MoeMlp::experts_backward(const Ctx& c, MoeActs& m) const {
+  const int64_t M = m.m;
+  View xp = view(m.xp, {M, C}), h = view(m.h, {M, fc_out}), av = view(m.a, {M, F});
+  View dye = view(m.d2, {M, C}), da = view(m.da, {M, F}), dh = view(m.dh, {M, fc_out});
+  View dxp = view(m.d1, {M, C});
+  if (b2) expert_bias_backward(c, m.counts, b2, dye, C);
+  grouped(c, m.counts, true, false, C, F, LOOM_GROUP_SIZE, 1.0, dye, av, w2->grad.get());
+  grouped(c, m.counts, false, false, LOOM_GROUP_SIZE, F, C, 0.0, dye, w2->value.get(), da.get());
+  loom::act_backward(c.be, act, dh.get(), h, da);
+  if (b1) expert_bias_backward(c, m.counts, b1, dh, fc_out);
+  grouped(c, m.counts, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, dh, xp, w1->grad.get());
+  grouped(c, m.counts, false, false, LOOM_GROUP_SIZE, C, fc_out, 0.0, dh, w1->value.get(),
+          dxp.get());
+}
+
+void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                      const DLTensor* dy, DLTensor* dx) const {
+  MoeActs& m = *a.moe;
+  const int64_t N = s.N(), M = m.m, K = cfg.topk;
+  c.call(&loom_ops::fill, dx, 0.0);
+  std::vector<double> dprob((size_t)(N * K), 0.0);
+  if (M > 0) {
+    View perm = view(m.perm_dev, {M}), d1 = view(m.d1, {M, C}), d2 = view(m.d2, {M, C});
+    View ye = view(m.ye, {M, C}), dp = view(m.dprob, {M});
+    loom::embedding_forward(c.be, d1.get(), perm, dy, false);  // d(out) rows = dy[perm]
+    row_dots(c, d1, ye, dp.get(), M, C);                       // d(prob) = d(out) . ye
+    std::vector<double> dpm;
+    download(c, dp, M, dpm);
+    for (int64_t r = 0; r < M; ++r) dprob[(size_t)m.choice[(size_t)r]] = dpm[(size_t)r];
+    scale_rows(c, view(m.prob_dev, {M}), d1, d2.get(), M, C);  // d(ye) = prob * d(out)
+    experts_backward(c, m);
+    loom::embedding_backward(c.be, dx, perm, d1);  // dx[perm] += d(xp)
+  }
+  // the router: the combine weights' gradient and the losses' (from the forward)
+  std::vector<double> dlogits = m.dlogits;
+  route_backward(cfg, m.routing, m.logits.data(), dprob.data(), dlogits.data());
+  View dl = view(m.dlog, {N, E});
+  upload(c, dlogits, dl.get());
+  c.gemm(false, false, N, C, E, {dl, E}, {router->value.get(), C}, dx, C, 0, 1.0);
+  c.gemm(true, false, E, C, N, {dl, E}, {x, C}, router->grad.get(), C, 0, 1.0);
+}
+
+}  // namespace loom::layers

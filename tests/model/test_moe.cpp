@@ -1,0 +1,223 @@
+// model/gpt with a mixture of experts (num_experts > 0):
+//  - every expert a copy of a dense model's MLP, all of them chosen (k = E, softmax after
+//    the top-k: the weights sum to 1), gives the dense model's loss and the dense MLP's
+//    gradient summed over the experts: the dispatch, the grouped GEMMs and the combine
+//    against an independent model, Mixtral's and GELU's MLPs both;
+//  - the whole objective (lm + balancing + z losses, each with its weight) against central
+//    finite differences in float64 for the router, the experts and an attention weight,
+//    under each router: softmax top-2, pre-softmax with the per-sequence loss, sigmoid,
+//    and dropping at capacity;
+//  - the loss terms are named and weighted as stage_info lists them; refusals name the key.
+#include <cmath>
+
+#include "model_test_util.hpp"
+
+using namespace modeltest;
+
+namespace {
+
+Overrides moe(Overrides o, int64_t experts, int64_t k) {
+  o["num_experts"] = std::to_string(experts);
+  o["moe_router_topk"] = std::to_string(k);
+  return o;
+}
+
+// The objective's terms of one micro-batch (forward, then backward when asked).
+struct Terms {
+  std::vector<std::string> names;
+  std::vector<double> sum, weight;
+  double objective(double loss_scale) const {
+    double j = 0;
+    for (size_t i = 0; i < sum.size(); ++i) j += loss_scale * weight[i] * sum[i];
+    return j;
+  }
+};
+Terms step(Gpt& m, const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt, int64_t B,
+           int64_t T, double loss_scale, bool backward) {
+  loom::HostBatch mb(B, T);
+  mb.tokens_targets(tok.data(), tgt.data());
+  loom_stage_forward_args f{};
+  f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
+  f.mb = mb.get();
+  f.loss_scale = loss_scale;
+  f.no_grad = backward ? 0 : 1;
+  m.check(m.api()->stage_forward(m.self(), &f));
+  Terms t;
+  for (size_t i = 0; i < f.num_losses; ++i) {
+    t.names.push_back(f.losses[i].name);
+    t.sum.push_back(f.losses[i].sum);
+    t.weight.push_back(f.losses[i].weight);
+  }
+  if (backward) {
+    loom_stage_backward_args b{};
+    b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+    m.check(m.api()->stage_backward(m.self(), &b));
+  }
+  return t;
+}
+
+void tokens(int64_t B, int64_t T, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  tok.resize(B * T);
+  tgt.resize(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tok[i] = (int32_t)((7 * i + 3) % 50);
+    tgt[i] = (int32_t)((5 * i + 1) % 50);
+  }
+}
+
+void experts_equal_dense(const Overrides& base) {
+  const int64_t B = 2, T = 8, V = 50, E = 3;
+  Host h;
+  Gpt dense(h, base, V, B, T, loom_f64());
+  Overrides mo = moe(base, E, E);
+  Gpt sparse(h, mo, V, B, T, loom_f64());
+  dense.check(dense.api()->init_params(dense.self(), 5));
+  sparse.check(sparse.api()->init_params(sparse.self(), 9));  // its router stays random
+  for (auto& p : dense.params) {
+    const std::string name = p.name;
+    const std::vector<double> v = dense.value(name);
+    const auto at = name.find(".mlp.");
+    if (at == std::string::npos) {
+      upload(h.be, const_cast<DLTensor*>(sparse.param(name).value), v);
+      continue;
+    }
+    std::vector<double> stacked;  // every expert a copy of the dense MLP
+    for (int64_t e = 0; e < E; ++e) stacked.insert(stacked.end(), v.begin(), v.end());
+    const std::string ename = name.substr(0, at) + ".moe.experts." + name.substr(at + 5);
+    upload(h.be, const_cast<DLTensor*>(sparse.param(ename).value), stacked);
+  }
+  std::vector<int32_t> tok, tgt;
+  tokens(B, T, tok, tgt);
+  dense.check(dense.api()->zero_grad(dense.self()));
+  sparse.check(sparse.api()->zero_grad(sparse.self()));
+  const Terms d = step(dense, tok, tgt, B, T, 1.0 / (B * T), true);
+  const Terms s = step(sparse, tok, tgt, B, T, 1.0 / (B * T), true);
+  CHECK(s.sum[0] == doctest::Approx(d.sum[0]).epsilon(1e-12));
+  for (auto& p : dense.params) {
+    const std::string name = p.name;
+    CAPTURE(name);
+    const std::vector<double> gd = dense.grad(name);
+    const auto at = name.find(".mlp.");
+    if (at == std::string::npos) {
+      const std::vector<double> gs = sparse.grad(name);
+      for (size_t i = 0; i < gd.size(); ++i) CHECK(gs[i] == doctest::Approx(gd[i]).epsilon(1e-9));
+      continue;
+    }
+    const std::vector<double> gs =
+        sparse.grad(name.substr(0, at) + ".moe.experts." + name.substr(at + 5));
+    REQUIRE(gs.size() == E * gd.size());
+    // each expert's gradient is its weight's share; together they are the dense gradient
+    for (size_t i = 0; i < gd.size(); ++i) {
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += gs[e * gd.size() + i];
+      CHECK(sum == doctest::Approx(gd[i]).epsilon(1e-9));
+    }
+  }
+}
+
+void check_fd(const Overrides& o, const char* what) {
+  INFO(std::string(what));
+  const int64_t B = 2, T = 6, V = 40;
+  Host h;
+  Gpt m(h, o, V, B, T, loom_f64());
+  m.check(m.api()->init_params(m.self(), 3));
+  std::vector<int32_t> tok, tgt;
+  tokens(B, T, tok, tgt);
+  for (int32_t& t : tok) t %= V;
+  for (int32_t& t : tgt) t %= V;
+  const double ls = 1.0 / (B * T);
+  m.check(m.api()->zero_grad(m.self()));
+  const Terms t = step(m, tok, tgt, B, T, ls, true);
+  REQUIRE(t.names == std::vector<std::string>{"lm", "moe_aux", "moe_z"});
+  CHECK(t.weight[1] == B * T);
+  CHECK(t.sum[1] > 0);
+  CHECK(t.sum[2] > 0);
+  double worst = 0, scale = 0;
+  for (const char* name :
+       {"h.0.moe.router.weight", "h.0.moe.experts.c_fc.weight", "h.0.moe.experts.c_proj.weight",
+        "h.1.moe.router.weight", "h.1.attn.c_attn.weight"}) {
+    const auto& p = m.param(name);
+    const std::vector<double> g = m.grad(name);
+    std::vector<double> v = m.value(name);
+    for (size_t i = 0; i < v.size(); i += std::max<size_t>(1, v.size() / 7)) {
+      const double x = v[i], eps = 1e-6;
+      v[i] = x + eps;
+      upload(h.be, const_cast<DLTensor*>(p.value), v);
+      const double up = step(m, tok, tgt, B, T, ls, false).objective(ls);
+      v[i] = x - eps;
+      upload(h.be, const_cast<DLTensor*>(p.value), v);
+      const double down = step(m, tok, tgt, B, T, ls, false).objective(ls);
+      v[i] = x;
+      upload(h.be, const_cast<DLTensor*>(p.value), v);
+      const double fd = (up - down) / (2 * eps);
+      worst = std::max(worst, std::fabs(fd - g[i]));
+      scale = std::max(scale, std::fabs(fd));
+    }
+  }
+  MESSAGE(std::string(what) << ": max |fd - analytic| " << worst << " over gradients up to "
+                            << scale);
+  CHECK(scale > 1e-4);
+  CHECK(worst <= 1e-7 * scale);
+}
+
+}  // namespace
+
+TEST_CASE("model/gpt MoE: experts that copy the dense MLP give the dense model (GELU, SwiGLU)") {
+  experts_equal_dense(tiny_gpt2());
+  experts_equal_dense(tiny_llama());
+}
+
+TEST_CASE("model/gpt MoE: the objective's gradient equals finite differences (f64)") {
+  Overrides o = moe(tiny_gpt2(), 4, 2);
+  o["moe_aux_loss_coeff"] = "0.1";
+  o["moe_z_loss_coeff"] = "0.01";
+  check_fd(o, "softmax top-2 (Mixtral), GELU experts");
+  Overrides p = moe(tiny_llama(), 4, 2);
+  p["moe_aux_loss_coeff"] = "0.1";
+  p["moe_z_loss_coeff"] = "0.01";
+  p["moe_router_pre_softmax"] = "true";
+  p["moe_router_load_balancing_type"] = "seq_aux_loss";
+  check_fd(p, "pre-softmax, per-sequence balancing, SwiGLU experts");
+  Overrides s = o;
+  s["moe_router_score_function"] = "sigmoid";
+  check_fd(s, "sigmoid scores");
+  Overrides c = o;
+  c["moe_expert_capacity_factor"] = "1.0";
+  check_fd(c, "capacity 1.0, dropping the least likely");
+}
+
+TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals name the key") {
+  Host h;
+  Overrides o = moe(tiny_gpt2(), 4, 2);
+  o["n_layer"] = "3";
+  o["moe_layer_freq"] = "2";
+  Gpt m(h, o, 50, 2, 8);
+  CHECK(m.param("h.0.moe.router.weight").value->shape[0] == 4);
+  CHECK(m.param("h.1.mlp.c_fc.weight").value->shape[1] == 16);
+  CHECK(m.param("h.2.moe.experts.c_fc.weight").value->shape[0] == 4);
+  CHECK(m.param("h.0.moe.experts.c_fc.weight").tp_split_dim == -1);
+  // FLOPs: the router and the top-k experts a token visits, in place of one dense MLP
+  Gpt dense(h, tiny_gpt2(), 50, 2, 8);
+  Gpt all(h, moe(tiny_gpt2(), 4, 2), 50, 2, 8);
+  const double C = 16, F = 64, mlp = 2 * C * F;  // GELU MLP: c_fc + c_proj
+  CHECK(all.api()->flops_per_token(all.self()) ==
+        doctest::Approx(dense.api()->flops_per_token(dense.self()) +
+                        2 * 6.0 * ((2 - 1) * mlp + C * 4)));
+  auto refused = [&](Overrides bad, DLDataType dt, const std::string& needle) {
+    const loom_plugin_descriptor* d = loomtest::load_descriptor("model", "gpt");
+    const auto* api = static_cast<const loom_model_api*>(d->api);
+    loom_config cfg = loomtest::TestHost::config(d, bad);
+    loom_model_create_args a{};
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+    a.vocab_size = 50;
+    a.micro_batch = 2;
+    a.seq_len = 8;
+    a.dtype = dt;
+    loom_model* out = nullptr;
+    const loomtest::Outcome r = loomtest::outcome(api->create(h.th.host(), &cfg, &a, &out));
+    CHECK_MESSAGE(r.message.find(needle) != std::string::npos, r.message);
+    if (out) api->destroy(out);
+  };
+  refused(moe(tiny_gpt2(), 2, 3), loom_f32(), "moe_router_topk = 3 exceeds num_experts = 2");
+  refused(moe(tiny_gpt2(), 4, 2), loom_bf16(), "a mixture of experts runs in fp32");
+}
