@@ -61,7 +61,7 @@ endforeach()
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist)
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist)
   add_test(NAME layouts.resume.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
                    ${layout})
