@@ -5,6 +5,7 @@
 // policies on a case worked by hand, and the expert bias choosing without weighing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -203,4 +204,49 @@ TEST_CASE("moe router: a bad configuration is refused by name") {
   cfg.score = "relu";
   CHECK_THROWS_WITH(loom::layers::route(cfg, logits.data(), 2),
                     doctest::Contains("neither softmax nor sigmoid"));
+}
+
+// The capacity rule recomputed here for whole micro-batches of random logits: per expert, the
+// choices routed to it ordered by weight (ties to the lower token) or by token, the first
+// ceil(N k / E * factor) kept; everything else dropped with weight 0.
+TEST_CASE("moe router: dropping equals a recomputation of the capacity rule (64 tokens)") {
+  const int64_t N = 64, E = 8, K = 2;
+  for (double factor : {0.5, 1.0, 1.25}) {
+    for (const char* policy : {"probs", "position"}) {
+      CAPTURE(factor);
+      CAPTURE(policy);
+      RouterConfig cfg;
+      cfg.experts = E;
+      cfg.topk = K;
+      cfg.capacity_factor = factor;
+      cfg.drop_policy = policy;
+      const Vec logits = random_vec((size_t)(N * E), 42);
+      RouterConfig dropless = cfg;
+      dropless.capacity_factor = 0;
+      const Routing all = loom::layers::route(dropless, logits.data(), N);
+      const Routing r = loom::layers::route(cfg, logits.data(), N);
+      const int64_t cap = (int64_t)std::ceil((double)(N * K) / E * factor);
+      CHECK(r.capacity == cap);
+      std::vector<uint8_t> want((size_t)(N * K), 0);
+      for (int64_t e = 0; e < E; ++e) {
+        std::vector<int64_t> chosen;  // flat choices n * K + j routed to e
+        for (int64_t i = 0; i < N * K; ++i)
+          if (all.expert[(size_t)i] == e) chosen.push_back(i);
+        if (std::string(policy) == "probs")
+          std::stable_sort(chosen.begin(), chosen.end(), [&](int64_t a, int64_t b) {
+            return all.prob[(size_t)a] > all.prob[(size_t)b];
+          });
+        for (size_t j = 0; j < chosen.size() && (int64_t)j < cap; ++j) want[(size_t)chosen[j]] = 1;
+      }
+      int64_t dropped = 0;
+      for (int64_t i = 0; i < N * K; ++i) {
+        CHECK(r.expert[(size_t)i] == all.expert[(size_t)i]);  // dropping never reroutes
+        CHECK(r.kept[(size_t)i] == want[(size_t)i]);
+        CHECK(r.prob[(size_t)i] == (want[(size_t)i] ? all.prob[(size_t)i] : 0.0));
+        dropped += 1 - want[(size_t)i];
+      }
+      for (int64_t e = 0; e < E; ++e) CHECK(r.tokens_per_expert[(size_t)e] <= cap);
+      if (factor < 1.0) CHECK(dropped > 0);  // half the capacity must drop
+    }
+  }
 }
