@@ -107,6 +107,13 @@ void ParamDeclarer::moe(const std::string& p) {
   if (o.bias) ps_.add(p + ".experts.c_fc.bias", {E, fc_out}, 0, -1, Init::kZeros);
   ps_.add(p + ".experts.c_proj.weight", {E, C, F}, 1, -1, Init::kNormal, proj_std);
   if (o.bias) ps_.add(p + ".experts.c_proj.bias", {E, C}, 0, -1, Init::kZeros);
+  if (o.moe_shared_hidden > 0) {  // the shared expert, whole on every rank like the others
+    const int64_t S = o.moe_shared_hidden, s_out = o.gated() ? 2 * S : S;
+    ps_.add(p + ".shared.c_fc.weight", {s_out, C}, 1, -1, Init::kNormal, std);
+    if (o.bias) ps_.add(p + ".shared.c_fc.bias", {s_out}, 0, -1, Init::kZeros);
+    ps_.add(p + ".shared.c_proj.weight", {C, S}, 1, -1, Init::kNormal, proj_std);
+    if (o.bias) ps_.add(p + ".shared.c_proj.bias", {C}, 0, -1, Init::kZeros);
+  }
 }
 
 // ----- the model ---------------------------------------------------------------------------
@@ -262,7 +269,9 @@ double DecoderModel::flops_per_token() const {
   // a MoE layer: the router, and the k experts each token visits (Megatron's "active"
   // parameters), dropped choices included
   const double Fe = (double)o.moe_ffn_hidden, E = (double)o.num_experts;
-  const double moe = C * E + (double)o.moe_router.topk * (C * (o.gated() ? 2 * Fe : Fe) + Fe * C);
+  const double Fs = (double)o.moe_shared_hidden;
+  const double moe = C * E + (double)o.moe_router.topk * (C * (o.gated() ? 2 * Fe : Fe) + Fe * C) +
+                     C * (o.gated() ? 2 * Fs : Fs) + Fs * C;
   double matmul = (double)o.vocab * C;
   for (int64_t l = 0; l < o.n_layer; ++l) matmul += attn + (o.is_moe_layer(l) ? moe : mlp);
   // Each query attends to min(T, window) keys under a sliding window.

@@ -153,6 +153,16 @@ MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
     m.b1 = &ps.at(p + ".experts.c_fc.bias");
     m.b2 = &ps.at(p + ".experts.c_proj.bias");
   }
+  if (o.moe_shared_hidden > 0) {
+    m.S = o.moe_shared_hidden;
+    m.s_fc_out = o.gated() ? 2 * m.S : m.S;
+    m.s1 = &ps.at(p + ".shared.c_fc.weight");
+    m.s2 = &ps.at(p + ".shared.c_proj.weight");
+    if (o.bias) {
+      m.sb1 = &ps.at(p + ".shared.c_fc.bias");
+      m.sb2 = &ps.at(p + ".shared.c_proj.bias");
+    }
+  }
   m.balancing = o.moe_balancing == "none"           ? Balancing::kNone
                 : o.moe_balancing == "seq_aux_loss" ? Balancing::kPerSequence
                                                     : Balancing::kMicroBatch;
@@ -200,6 +210,7 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
     upload(c, prob, m.prob_dev.get());
   }
   c.call(&loom_ops::fill, y, 0.0);
+  if (S > 0) shared_forward(c, m, N, x, y);
   if (M == 0) return;
   View xp = view(m.xp, {M, C});
   loom::embedding_forward(c.be, xp.get(), view(m.perm_dev, {M}), x, false);
@@ -266,11 +277,43 @@ void MoeMlp::experts_backward(const Ctx& c, MoeActs& m) const {
           dxp.get());
 }
 
+// y (N,C) += shared.c_proj(act(shared.c_fc(x))): every token, weight 1.
+void MoeMlp::shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
+                            DLTensor* y) const {
+  if (!m.sh || m.sh.get()->shape[0] < N) {
+    m.sh = c.alloc({N, s_fc_out});
+    m.sa = c.alloc({N, S});
+    m.dsh = c.alloc({N, s_fc_out});
+    m.dsa = c.alloc({N, S});
+  }
+  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
+  c.gemm(false, true, N, s_fc_out, C, {x, C}, {s1->value.get(), C}, h.get(), s_fc_out, 0, 0.0);
+  if (sb1) loom::bias_add(c.be, h.get(), sb1->value.get());
+  loom::act_forward(c.be, act, av.get(), h);
+  c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, y, C, 0, 1.0);
+  if (sb2) loom::bias_add(c.be, y, sb2->value.get());
+}
+
+// The shared expert's parameter gradients from dy (N,C); dx (N,C) += its input gradient.
+void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
+                             const DLTensor* dy, DLTensor* dx) const {
+  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
+  View dh = view(m.dsh, {N, s_fc_out}), da = view(m.dsa, {N, S});
+  if (sb2) loom::bias_backward(c.be, sb2->grad.get(), dy);
+  c.gemm(true, false, C, S, N, {dy, C}, {av, S}, s2->grad.get(), S, 0, 1.0);
+  c.gemm(false, false, N, S, C, {dy, C}, {s2->value.get(), S}, da.get(), S, 0, 0.0);
+  loom::act_backward(c.be, act, dh.get(), h, da);
+  if (sb1) loom::bias_backward(c.be, sb1->grad.get(), dh);
+  c.gemm(true, false, s_fc_out, C, N, {dh, s_fc_out}, {x, C}, s1->grad.get(), C, 0, 1.0);
+  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
+}
+
 void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
                       const DLTensor* dy, DLTensor* dx) const {
   MoeActs& m = *a.moe;
   const int64_t N = s.N(), M = m.m, K = cfg.topk;
   c.call(&loom_ops::fill, dx, 0.0);
+  if (S > 0) shared_backward(c, m, N, x, dy, dx);
   std::vector<double> dprob((size_t)(N * K), 0.0);
   if (M > 0) {
     View perm = view(m.perm_dev, {M}), d1 = view(m.d1, {M, C}), d2 = view(m.d2, {M, C});

@@ -51,6 +51,9 @@ using loom::param;
       param("moe_router_topk", LOOM_PARAM_INT, "2", "experts per token", 1, 1 << 16),             \
       param("moe_ffn_hidden_size", LOOM_PARAM_INT, "0",                                           \
             "hidden size of each expert's MLP; 0 = ffn_hidden", 0, 1 << 24),                      \
+      param("moe_shared_expert_intermediate_size", LOOM_PARAM_INT, "0",                           \
+            "hidden size of the shared expert every token also goes through; 0 = none", 0,        \
+            1 << 24),                                                                             \
       param("moe_layer_freq", LOOM_PARAM_INT, "1",                                                \
             "every moe_layer_freq-th layer, from layer 0, is a MoE layer", 1, 4096),              \
       param("moe_router_score_function", LOOM_PARAM_STRING, "softmax",                            \
@@ -139,6 +142,7 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
   o.moe_ffn_hidden = cfg.get_int("moe_ffn_hidden_size");
   if (o.moe_ffn_hidden == 0) o.moe_ffn_hidden = o.ffn_hidden;
   o.moe_layer_freq = cfg.get_int("moe_layer_freq");
+  o.moe_shared_hidden = cfg.get_int("moe_shared_expert_intermediate_size");
   RouterConfig& r = o.moe_router;
   r.experts = o.num_experts;
   r.topk = cfg.get_int("moe_router_topk");

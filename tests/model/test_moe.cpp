@@ -115,6 +115,44 @@ void experts_equal_dense(const Overrides& base) {
   }
 }
 
+// A shared expert that copies the dense MLP, beside routed experts that output nothing (their
+// c_proj zero, no biases): the dense model again, the shared expert's gradients the dense MLP's.
+void shared_equals_dense() {
+  const int64_t B = 2, T = 8, V = 50;
+  Host h;
+  const Overrides base = tiny_llama();  // no biases
+  Gpt dense(h, base, V, B, T, loom_f64());
+  Overrides mo = moe(base, 4, 2);
+  mo.emplace("moe_shared_expert_intermediate_size", base.at("ffn_hidden"));
+  Gpt sparse(h, mo, V, B, T, loom_f64());
+  dense.check(dense.api()->init_params(dense.self(), 5));
+  sparse.check(sparse.api()->init_params(sparse.self(), 9));
+  auto shared_of = [](const std::string& name) {
+    const auto at = name.find(".mlp.");
+    return at == std::string::npos ? name
+                                   : name.substr(0, at) + ".moe.shared." + name.substr(at + 5);
+  };
+  for (auto& p : dense.params)
+    upload(h.be, const_cast<DLTensor*>(sparse.param(shared_of(p.name)).value), dense.value(p.name));
+  for (const char* zero : {"h.0.moe.experts.c_proj.weight", "h.1.moe.experts.c_proj.weight"}) {
+    const auto& p = sparse.param(zero);
+    upload(h.be, const_cast<DLTensor*>(p.value),
+           std::vector<double>(loom_tensor_numel(p.value), 0.0));
+  }
+  std::vector<int32_t> tok, tgt;
+  tokens(B, T, tok, tgt);
+  dense.check(dense.api()->zero_grad(dense.self()));
+  sparse.check(sparse.api()->zero_grad(sparse.self()));
+  const Terms d = step(dense, tok, tgt, B, T, 1.0 / (B * T), true);
+  const Terms s = step(sparse, tok, tgt, B, T, 1.0 / (B * T), true);
+  CHECK(s.sum[0] == doctest::Approx(d.sum[0]).epsilon(1e-12));
+  for (auto& p : dense.params) {
+    CAPTURE(p.name);
+    const std::vector<double> gd = dense.grad(p.name), gs = sparse.grad(shared_of(p.name));
+    for (size_t i = 0; i < gd.size(); ++i) CHECK(gs[i] == doctest::Approx(gd[i]).epsilon(1e-9));
+  }
+}
+
 void check_fd(const Overrides& o, const char* what) {
   INFO(std::string(what));
   const int64_t B = 2, T = 6, V = 40;
@@ -133,9 +171,14 @@ void check_fd(const Overrides& o, const char* what) {
   CHECK(t.sum[1] > 0);
   CHECK(t.sum[2] > 0);
   double worst = 0, scale = 0;
-  for (const char* name :
-       {"h.0.moe.router.weight", "h.0.moe.experts.c_fc.weight", "h.0.moe.experts.c_proj.weight",
-        "h.1.moe.router.weight", "h.1.attn.c_attn.weight"}) {
+  std::vector<std::string> names = {"h.0.moe.router.weight", "h.0.moe.experts.c_fc.weight",
+                                    "h.0.moe.experts.c_proj.weight", "h.1.moe.router.weight",
+                                    "h.1.attn.c_attn.weight"};
+  if (o.count("moe_shared_expert_intermediate_size"))
+    for (const char* n :
+         {"h.0.moe.shared.c_fc.weight", "h.1.moe.shared.c_proj.weight", "h.1.moe.shared.c_fc.bias"})
+      names.push_back(n);
+  for (const std::string& name : names) {
     const auto& p = m.param(name);
     const std::vector<double> g = m.grad(name);
     std::vector<double> v = m.value(name);
@@ -167,6 +210,10 @@ TEST_CASE("model/gpt MoE: experts that copy the dense MLP give the dense model (
   experts_equal_dense(tiny_llama());
 }
 
+TEST_CASE("model/gpt MoE: a shared expert copying the dense MLP gives the dense model") {
+  shared_equals_dense();
+}
+
 TEST_CASE("model/gpt MoE: the objective's gradient equals finite differences (f64)") {
   Overrides o = moe(tiny_gpt2(), 4, 2);
   o["moe_aux_loss_coeff"] = "0.1";
@@ -184,6 +231,9 @@ TEST_CASE("model/gpt MoE: the objective's gradient equals finite differences (f6
   Overrides c = o;
   c["moe_expert_capacity_factor"] = "1.0";
   check_fd(c, "capacity 1.0, dropping the least likely");
+  Overrides sh = o;
+  sh.emplace("moe_shared_expert_intermediate_size", "20");
+  check_fd(sh, "with a shared expert (GELU, biases)");
 }
 
 TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals name the key") {

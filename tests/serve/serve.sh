@@ -141,10 +141,14 @@ python3 "$here/client.py" --busy "$(cat small.port)"
 # ---- SIGTERM: the request in flight finishes, new connections are refused, exit 0 ----
 curl -s "$url/v1/completions" -d '{"prompt": "x", "max_tokens": 3000, "temperature": 0}' > inflight.json &
 cpid=$!
-for _ in $(seq 200); do  # until the decode loop runs it
-  curl -s "$url/health" | grep -q '"running":1' && break
+# until the decode loop runs it: up to 30 s, since a loaded machine (ctest -j) can be slow
+# to start it, and a SIGTERM before the request is in flight would test nothing
+running=0
+for _ in $(seq 3000); do
+  curl -s "$url/health" | grep -q '"running":1' && { running=1; break; }
   sleep 0.01
 done
+[ "$running" = 1 ] || fail "the in-flight request never started decoding"
 kill -TERM "$(cat main.pid)"
 wait "$cpid"
 python3 -c 'import json; c=json.load(open("inflight.json"))["choices"][0]; assert c["finish_reason"] in ("length", "stop") and c["text"], c'

@@ -15,8 +15,8 @@
 #   MODEL: gpt | llama | bert (model/bert on dataset/bert: padding, token types, both heads)
 #          | t5 (model/t5 on dataset/t5: encoder padding, cross-attention)
 #          | t5rel (the same with T5's relative position bias, whose tables split by heads)
-#          | moe (GPT with a Mixtral-style mixture of experts: 4 SwiGLU experts, top-2,
-#            balancing and z losses)
+#          | moe (GPT with a Mixtral-style mixture of experts: 4 SwiGLU experts, top-2, a
+#            shared expert, balancing and z losses)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
 #           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
 #           tokens, so that every sample holds two or three, on one rank as in the layout
@@ -101,7 +101,8 @@ case $model in
   gpt | bert) model_set=() ;;
   moe) model_set=(--set model.num_experts=4 --set model.moe_router_topk=2
                   --set model.activation=swiglu --set model.moe_ffn_hidden_size=24
-                  --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
+                  --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001
+                  --set model.moe_shared_expert_intermediate_size=16) ;;
   # 3 decoder layers against 4 encoder layers, kv_channels != n_embd / n_head
   t5) model_set=(--set model.decoder_seq_len=8 --set model.decoder_layers=3
                  --set model.kv_channels=6) ;;

@@ -50,6 +50,7 @@ struct Options {
   // makes every moe_layer_freq-th layer (from layer 0) a MoE layer (kMoeBlock) of
   // num_experts experts of moe_ffn_hidden columns, routed by moe_router.
   int64_t num_experts = 0, moe_ffn_hidden = 0, moe_layer_freq = 1;
+  int64_t moe_shared_hidden = 0;  // a shared expert every token goes through (0: none)
   RouterConfig moe_router;
   double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
   std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"

@@ -7,6 +7,7 @@
 //   h = xp W1_e^T (+ b1_e); a = act(h)       experts.c_fc (E, fc_out, C): one grouped GEMM
 //   ye = a W2_e^T (+ b2_e)                   experts.c_proj (E, C, F): one grouped GEMM
 //   y[n] = sum over n's kept choices of prob * ye[row]
+//   y += the shared expert's MLP of x (shared.c_fc, shared.c_proj), when there is one
 // The balancing and z losses are computed with the routing; their gradients reach the
 // router's logits in backward, scaled like every loss term (Step::moe_grad_scale).
 // Experts are not split under tensor parallelism: every tensor rank runs the whole layer on
@@ -35,6 +36,7 @@ struct MoeActs {
   Tensor logits_dev, perm_dev, prob_dev;  // (N,E), (M) i32, (M)
   Tensor xp, h, a, ye, out;               // (M,C), (M,fc_out), (M,F), (M,C), (M,C)
   Tensor d1, d2, dh, da, dprob, dlog;     // backward: (M,C) x2, (M,fc_out), (M,F), (M), (N,E)
+  Tensor sh, sa, dsh, dsa;                // the shared expert: (N,s_fc_out), (N,S) and grads
   int64_t n = 0, m = 0, cap_n = 0, cap_m = 0;
   void ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C, int64_t fc_out,
               int64_t F);
@@ -43,6 +45,8 @@ struct MoeActs {
 struct MoeMlp {
   Param* router = nullptr;  // (E, C)
   Param *w1 = nullptr, *b1 = nullptr, *w2 = nullptr, *b2 = nullptr;
+  Param *s1 = nullptr, *sb1 = nullptr, *s2 = nullptr, *sb2 = nullptr;  // the shared expert
+  int64_t S = 0, s_fc_out = 0;
   RouterConfig cfg;
   loom_act_kind act = LOOM_ACT_GELU_TANH;
   int64_t E = 0, C = 0, F = 0, fc_out = 0;
@@ -62,6 +66,9 @@ struct MoeMlp {
  private:
   void experts_forward(const Ctx& c, MoeActs& m) const;
   void experts_backward(const Ctx& c, MoeActs& m) const;
+  void shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, DLTensor* y) const;
+  void shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, const DLTensor* dy,
+                       DLTensor* dx) const;
 };
 
 // The pre-norm block with a mixture of experts as its MLP (pre_norm_block.cpp).
