@@ -66,22 +66,16 @@ void DecoderModel::classify_forward(Slot& S, const loom_microbatch& mb, bool gra
 // BERT's padding: each row's real tokens (padding_mask 1s, then 0s) are one sequence of the
 // bidirectional attention, at the start of its row; the padding rows take no part.
 void DecoderModel::read_padding(Slot& S, const loom_microbatch& mb) {
-  const int32_t* m = loom::batch_ids(mb, LOOM_ARRAY_PADDING_MASK, who_);
   const int64_t B = mb.batch, T = mb.seq_len;
+  const std::vector<int32_t> len =
+      loom::padding_lengths(loom::batch_ids(mb, LOOM_ARRAY_PADDING_MASK, who_), B, T, who_);
   S.cu_docs.assign(1, 0);
   S.doc_at.clear();
   S.doc_pos.resize((size_t)(B * T));  // learned positions count from each row's start
   for (int64_t i = 0; i < B * T; ++i) S.doc_pos[(size_t)i] = (int32_t)(i % T);
   for (int64_t b = 0; b < B; ++b) {
-    int64_t len = 0;
-    while (len < T && m[b * T + len] == 1) ++len;
-    for (int64_t t = len; t < T; ++t)
-      loom::require(m[b * T + t] == 0, who_ + ": padding_mask[" + s(b) + "][" + s(t) +
-                                           "] = " + s(m[b * T + t]) +
-                                           ": a row is its real tokens (1) then padding (0)");
-    loom::require(len > 0, who_ + ": padding_mask row " + s(b) + " has no real token");
     S.doc_at.push_back((int32_t)(b * T));
-    S.cu_docs.push_back(S.cu_docs.back() + (int32_t)len);
+    S.cu_docs.push_back(S.cu_docs.back() + len[(size_t)b]);
   }
   S.doc_at.push_back((int32_t)(B * T));
   S.docs = loom_attention_seqlens{};

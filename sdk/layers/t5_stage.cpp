@@ -101,21 +101,12 @@ void T5Model::stage_info(loom_stage_info* out) {
 // The encoder's padding: each row's real tokens (padding_mask 1s, then 0s) are one sequence
 // of its bidirectional attention and the keys its decoder row attends to.
 void T5Model::read_padding(T5Slot& S, const loom_microbatch& mb) {
-  const int32_t* m = loom::batch_ids(mb, LOOM_ARRAY_PADDING_MASK, who_);
   const int64_t B = mb.batch, T = mb.seq_len;
-  S.enc_len.clear();
+  S.enc_len = loom::padding_lengths(loom::batch_ids(mb, LOOM_ARRAY_PADDING_MASK, who_), B, T, who_);
   S.cu_enc.assign(1, 0);
   S.at_enc.clear();
   for (int64_t b = 0; b < B; ++b) {
-    int64_t len = 0;
-    while (len < T && m[b * T + len] == 1) ++len;
-    for (int64_t t = len; t < T; ++t)
-      loom::require(m[b * T + t] == 0, who_ + ": padding_mask[" + s(b) + "][" + s(t) +
-                                           "] = " + s(m[b * T + t]) +
-                                           ": a row is its real tokens (1) then padding (0)");
-    loom::require(len > 0, who_ + ": padding_mask row " + s(b) + " has no real token");
-    S.enc_len.push_back((int32_t)len);
-    S.cu_enc.push_back(S.cu_enc.back() + (int32_t)len);
+    S.cu_enc.push_back(S.cu_enc.back() + S.enc_len[(size_t)b]);
     S.at_enc.push_back((int32_t)(b * T));
   }
   S.at_enc.push_back((int32_t)(B * T));

@@ -91,6 +91,26 @@ inline const int32_t* batch_ids(const loom_microbatch& mb, const char* name, con
   return static_cast<const int32_t*>(t->data) + t->byte_offset / sizeof(int32_t);
 }
 
+// The real-token count of each row of a padding mask (B, T) (padding_mask: 1 real, 0
+// padding): every row is its real tokens then padding, with at least one real token, or the
+// error names the row and position (BERT's and T5's encoder padding).
+inline std::vector<int32_t> padding_lengths(const int32_t* mask, int64_t B, int64_t T,
+                                            const std::string& who) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  std::vector<int32_t> lengths((size_t)B);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t len = 0;
+    while (len < T && mask[b * T + len] == 1) ++len;
+    for (int64_t t = len; t < T; ++t)
+      require(mask[b * T + t] == 0, who + ": padding_mask[" + s(b) + "][" + s(t) +
+                                        "] = " + s(mask[b * T + t]) +
+                                        ": a row is its real tokens (1) then padding (0)");
+    require(len > 0, who + ": padding_mask row " + s(b) + " has no real token");
+    lengths[(size_t)b] = (int32_t)len;
+  }
+  return lengths;
+}
+
 // Returns the model's first (main) loss term in *loss_sum and *count.
 inline loom_error* model_step(const loom_model_api* api, loom_model* m, const loom_microbatch* mb,
                               double loss_scale, bool backward, double* loss_sum, double* count) {
