@@ -57,6 +57,8 @@ ShardSpec ShardSpec::parse(const nlohmann::json& e, const std::string& where) {
     s.split_dim = e.value("split_dim", -1);
     s.tp = e.value("tp_size", 1);
     s.rank = e.value("tp_rank", 0);
+    s.ep = e.value("ep_size", 1);
+    s.ep_rank = e.value("ep_rank", 0);
     if (s.split_dim >= 0 && s.tp > 1) {
       if (s.split_dim >= (int)s.full.size()) throw RunError("split_dim outside the shape");
       s.blocks = e.value("blocks", std::vector<int64_t>{s.full[s.split_dim]});
@@ -74,6 +76,10 @@ ShardSpec ShardSpec::parse(const nlohmann::json& e, const std::string& where) {
   if (s.split_dim >= 0 && sum != s.full[s.split_dim])
     throw RunError(where + ": the shard metadata's blocks do not add up to the full extent");
   if (s.rank < 0 || s.rank >= s.tp) throw RunError(where + ": shard rank outside the group");
+  if (s.ep < 1 || s.ep_rank < 0 || s.ep_rank >= s.ep || s.full.empty() || s.full[0] % s.ep != 0)
+    throw RunError(where + ": the expert-parallel shard metadata (ep_rank " +
+                   std::to_string(s.ep_rank) + " of ep_size " + std::to_string(s.ep) +
+                   ") does not cut dimension 0 evenly");
   return s;
 }
 
@@ -85,7 +91,13 @@ std::string checkpoint_file(const std::string& kind, const loom_parallel_layout&
     std::snprintf(tag, sizeof tag, "-tp%02d-pp%03d", l.tensor_rank, l.pipeline_rank);
     f += tag;
   }
-  if (per_data_rank) f += "-dp" + std::to_string(l.data_rank);
+  if (per_data_rank) {
+    f += "-dp" + std::to_string(l.data_rank);
+  } else if (l.expert > 1) {
+    char tag[16];
+    std::snprintf(tag, sizeof tag, "-ep%02d", l.expert_rank);
+    f += tag;
+  }
   return f + ".safetensors";
 }
 
@@ -103,21 +115,37 @@ nlohmann::json shard_entry(const loom_model_param& p, const loom_parallel_layout
       blocks = {shape[d]};
     e["blocks"] = blocks;
   }
+  if (p.reduce_group == LOOM_GROUP_EXPERT_DATA && l.expert > 1) {
+    shape[0] *= l.expert;
+    e["ep_rank"] = l.expert_rank;
+    e["ep_size"] = l.expert;
+  }
   e["shape"] = shape;
   return e;
 }
 
 std::vector<int64_t> ShardSpec::local_shape() const {
   std::vector<int64_t> l = full;
+  if (!l.empty()) l[0] /= ep;
   if (split_dim >= 0) l[split_dim] /= tp;
   return l;
 }
 
-void put_shard(const ShardSpec& spec, const StTensor& local, StTensor& full,
-               const std::string& what) {
-  if (local.shape != spec.local_shape())
-    throw RunError(what + ": shape " + shape_str(local.shape) +
-                   " is not the shard its metadata describes " + shape_str(spec.local_shape()));
+ShardSpec ShardSpec::slab() const {
+  ShardSpec s = *this;
+  if (!s.full.empty()) s.full[0] /= ep;
+  if (s.split_dim == 0)
+    for (int64_t& b : s.blocks) b /= ep;
+  s.ep = 1;
+  s.ep_rank = 0;
+  return s;
+}
+
+namespace {
+// The full tensor a shard goes into: allocated (zeros) by the first shard, which the others
+// must agree with.
+void prepare_full(const ShardSpec& spec, const StTensor& local, StTensor& full,
+                  const std::string& what) {
   if (full.data.empty()) {
     full.dtype = local.dtype;
     full.shape = spec.full;
@@ -126,6 +154,25 @@ void put_shard(const ShardSpec& spec, const StTensor& local, StTensor& full,
     throw RunError(what + ": shards disagree on the full tensor (" + full.dtype +
                    shape_str(full.shape) + " and " + local.dtype + shape_str(spec.full) + ")");
   }
+}
+}  // namespace
+
+void put_shard(const ShardSpec& spec, const StTensor& local, StTensor& full,
+               const std::string& what) {
+  if (spec.ep > 1) {  // into this expert rank's slab of dimension 0, itself tensor-parallel
+    prepare_full(spec, local, full, what);
+    const ShardSpec sub = spec.slab();
+    const size_t bytes = (size_t)numel(sub.full) * dtype_size(local.dtype);
+    uint8_t* at = full.data.data() + (size_t)spec.ep_rank * bytes;
+    StTensor slab{local.dtype, sub.full, std::vector<uint8_t>(at, at + bytes)};
+    put_shard(sub, local, slab, what);
+    std::memcpy(at, slab.data.data(), bytes);
+    return;
+  }
+  if (local.shape != spec.local_shape())
+    throw RunError(what + ": shape " + shape_str(local.shape) +
+                   " is not the shard its metadata describes " + shape_str(spec.local_shape()));
+  prepare_full(spec, local, full, what);
   if (spec.split_dim < 0) {
     full.data = local.data;
     return;
@@ -151,6 +198,13 @@ StTensor take_shard(const ShardSpec& spec, const StTensor& full, int64_t vocab,
     fitted = fit_rows(full, spec.full[0]);
     src = &fitted;
   }
+  if (spec.ep > 1) {  // this expert rank's slab of dimension 0, then its tensor-parallel shard
+    const ShardSpec sub = spec.slab();
+    const size_t bytes = (size_t)numel(sub.full) * dtype_size(src->dtype);
+    const uint8_t* at = src->data.data() + (size_t)spec.ep_rank * bytes;
+    return take_shard(sub, StTensor{src->dtype, sub.full, std::vector<uint8_t>(at, at + bytes)}, 0,
+                      what);
+  }
   StTensor local{src->dtype, spec.local_shape(), {}};
   if (spec.split_dim < 0) {
     local.data = src->data;
@@ -172,10 +226,12 @@ nlohmann::json shard_meta(const std::map<std::string, std::string>& meta) {
 }
 
 // "optimizer-tp01-pp000-dp1.safetensors" -> "-tp01-pp000": the model-parallel rank's tag,
-// which its model file shares ("model-tp01-pp000.safetensors").
+// which its model file shares ("model-tp01-pp000.safetensors"); the expert rank's
+// ("-ep01") goes too, since expert parameters say their slab themselves.
 std::string rank_tag(const std::string& file, const std::string& kind) {
   std::string stem = fs::path(file).stem().string().substr(kind.size());
   if (auto dp = stem.rfind("-dp"); dp != std::string::npos) stem.resize(dp);
+  if (auto ep = stem.rfind("-ep"); ep != std::string::npos) stem.resize(ep);
   return stem;
 }
 
@@ -204,7 +260,7 @@ std::map<std::string, std::string> model_metadata(const fs::path& folder) {
 
 namespace {
 
-ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0}; }
+ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0, 1, 0}; }
 
 void merge_model_files(const fs::path& folder, FullCheckpoint& out,
                        std::map<std::string, nlohmann::json>& specs_by_tag,
@@ -250,7 +306,9 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
       const std::string full_name = dst == &out.main ? pname : name;
       const nlohmann::json* e = shards.contains(pname) ? &shards.at(pname) : nullptr;
       if (e && e->contains("flat_offset")) {
-        Flat& fl = flats[tag + '\n' + full_name];
+        // an expert parameter's flat slices put together per expert rank
+        const std::string slab = std::to_string(e->at("param").value("ep_rank", 0));
+        Flat& fl = flats[tag + '/' + slab + '\n' + full_name];
         if (fl.local.data.empty()) {
           fl.spec = ShardSpec::parse(e->at("param"), what);
           fl.local = {t.dtype, fl.spec.local_shape(), {}};

@@ -22,20 +22,27 @@ namespace loom::engine {
 // split_dim the full tensor is blocks (the q|k|v rows of a fused projection, the gate;up
 // rows of SwiGLU), each split evenly over the tp ranks; the shard is the concatenation of
 // this rank's slice of every block.
+// An expert parameter under expert parallelism is first cut along dimension 0 into ep equal
+// slabs (expert rank e holds slab e); the tensor-parallel rule applies within the slab.
 struct ShardSpec {
   std::vector<int64_t> full;  // the full tensor's shape
   int split_dim = -1;         // -1: whole on every rank
   std::vector<int64_t> blocks;
   int tp = 1, rank = 0;
+  int ep = 1, ep_rank = 0;
 
-  // From a "loom.shards" entry ({"shape", "split_dim", "blocks", "tp_rank", "tp_size"}).
+  // From a "loom.shards" entry ({"shape", "split_dim", "blocks", "tp_rank", "tp_size", and
+  // for an expert parameter under expert parallelism "ep_rank", "ep_size"}).
   static ShardSpec parse(const nlohmann::json& entry, const std::string& where);
   std::vector<int64_t> local_shape() const;
+  // The spec within this rank's expert slab (itself when ep is 1).
+  ShardSpec slab() const;
 };
 
 // A rank's checkpoint file of `kind` ("model", "optimizer"): "model.safetensors" on one
 // model-parallel rank, else tagged by tensor and pipeline rank ("model-tp01-pp002...");
-// `per_data_rank` adds the data-parallel rank (the distributed optimizer's shards).
+// `per_data_rank` adds the data-parallel rank (the distributed optimizer's shards), else
+// expert parallelism adds the expert rank ("model-ep01": that rank's experts).
 std::string checkpoint_file(const std::string& kind, const loom_parallel_layout& l,
                             bool per_data_rank);
 

@@ -87,7 +87,11 @@ constexpr loom_param_spec kParallel[] = {
     param("tensor", kInt, "1", "tensor-parallel degree", 1, kInf),
     param("pipeline", kInt, "1", "pipeline-parallel degree (stages)", 1, kInf),
     param("context", kInt, "1", "context-parallel degree (sequence split for attention)", 1, kInf),
-    param("expert", kInt, "1", "expert-parallel degree (MoE)", 1, kInf),
+    param("expert", kInt, "1",
+          "expert-parallel degree (Megatron's --expert-model-parallel-size): the experts of "
+          "every MoE layer split over this many ranks of data x context, tokens sent to them "
+          "by all-to-all; must divide model.num_experts",
+          1, kInf),
     param("virtual_stages", kInt, "1", "model chunks per pipeline rank (interleaved-1f1b)", 1,
           kInf),
     param("sequence_parallel", kBool, "false",

@@ -246,7 +246,8 @@ void import_hf(const fs::path& hf_dir, const fs::path& out) {
   for (auto& [name, t] : m.tensors) {
     const bool rows = name == "wte" || name == "lm_head.weight";
     ck.model[name] =
-        rows ? take_shard(ShardSpec{{padded, t.shape[1]}, -1, {}, 1, 0}, t, V, name) : std::move(t);
+        rows ? take_shard(ShardSpec{{padded, t.shape[1]}, -1, {}, 1, 0, 1, 0}, t, V, name)
+             : std::move(t);
   }
   ck.model_meta = {{"loom.vocab", std::to_string(V)},
                    {"loom.hf_config", m.config.dump()},
@@ -289,7 +290,8 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     auto it = full.model.find(r.loom);
     if (it == full.model.end()) throw RunError(ck.folder.string() + ": no tensor " + r.loom);
     StTensor t = to_f32(it->second, r.loom);
-    if (r.vocab) t = take_shard(ShardSpec{{vocab, t.shape[1]}, -1, {}, 1, 0}, t, vocab, r.loom);
+    if (r.vocab)
+      t = take_shard(ShardSpec{{vocab, t.shape[1]}, -1, {}, 1, 0, 1, 0}, t, vocab, r.loom);
     size_t off = 0;
     for (size_t i = 0; i < r.hf.size(); ++i) {
       std::vector<int64_t> s = r.shapes[i];

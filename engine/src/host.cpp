@@ -331,8 +331,10 @@ std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
                      LOOM_OPTIMIZER_API_SIZE_V2, &args);
 }
 
-std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n) {
-  const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads, n, nullptr};
+std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n,
+                                                          const int32_t* reduce_groups) {
+  const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2_6, grads, n, nullptr,
+                                   reduce_groups};
   return create_once(*this, *impl_, impl_->grad, LOOM_KIND_GRAD, "parallel", LOOM_GRAD_API_SIZE_V2,
                      &args);
 }

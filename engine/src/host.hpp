@@ -65,7 +65,9 @@ class Session {
                                                                   size_t n);
   // The data-parallel gradient strategy named by parallel.data (a grad plugin), over the
   // model's gradients.
-  std::pair<const loom_grad_api*, loom_grad*> grad(DLTensor* const* grads, size_t n);
+  // reduce_groups: n loom_group_kinds (loom_grad_create_args.reduce_groups), or NULL.
+  std::pair<const loom_grad_api*, loom_grad*> grad(DLTensor* const* grads, size_t n,
+                                                   const int32_t* reduce_groups = nullptr);
   // The pipeline schedule named by parallel.schedule (a schedule plugin).
   std::pair<const loom_schedule_api*, loom_schedule*> schedule();
 

@@ -62,6 +62,17 @@ void check_layout(const Recipe& recipe, int world) {
   std::vector<std::string> problems =
       layout::problems(d, world, model_int(recipe, "n_layer"), model_int(recipe, "n_head"),
                        model_int(recipe, "n_kv_head"));
+  if (d.expert > 1) {  // the experts split evenly over the expert group
+    const int64_t experts = model_int(recipe, "num_experts");
+    const std::string ep = std::to_string(d.expert);
+    if (experts == 0)
+      problems.push_back("expert = " + ep +
+                         " splits a mixture of experts, and model.num_experts is 0 (or the model "
+                         "has none)");
+    else if (experts % d.expert != 0)
+      problems.push_back("model.num_experts = " + std::to_string(experts) +
+                         " is not divisible by expert = " + ep);
+  }
   if (problems.empty()) {
     const int dp = world / (d.tensor * d.context * d.pipeline);
     const int64_t mbs = recipe.get_int("train", "micro_batch_size");
@@ -100,8 +111,10 @@ std::string describe_layout(const Recipe& recipe, int world) {
   if (l.sequence_parallel) o << ", sequence parallel";
   o << "; schedule " << recipe.get_string("parallel", "schedule") << ", gradients "
     << recipe.get_string("parallel", "data") << "\n";
-  for (loom_group_kind k : {LOOM_GROUP_TENSOR, LOOM_GROUP_CONTEXT, LOOM_GROUP_DATA,
-                            LOOM_GROUP_PIPELINE, LOOM_GROUP_EMBEDDING}) {
+  std::vector<loom_group_kind> kinds = {LOOM_GROUP_TENSOR, LOOM_GROUP_CONTEXT, LOOM_GROUP_DATA,
+                                        LOOM_GROUP_PIPELINE, LOOM_GROUP_EMBEDDING};
+  if (l.expert > 1) kinds.insert(kinds.end(), {LOOM_GROUP_EXPERT, LOOM_GROUP_EXPERT_DATA});
+  for (loom_group_kind k : kinds) {
     std::vector<int> colors = layout::colors(d, world, k);
     std::map<int, std::vector<int>> groups;
     for (int r = 0; r < world; ++r) groups[colors[r]].push_back(r);

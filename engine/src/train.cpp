@@ -37,17 +37,22 @@ std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
 }
 
 // The squared global gradient norm: each gradient counted once, summed over the ranks that
-// hold different ones.
+// hold different ones (expert gradients over the expert group too).
 double squared_grad_norm(TrainRun& r) {
-  // One backend call (one device read) for every tensor; summed here in a fixed order.
-  std::vector<double> per(r.norm_grads.size());
-  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, r.norm_grads.data(),
-                                r.norm_grads.size(), per.data(), nullptr};
-  check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
-  double sq = 0;
-  for (double s : per) sq += s;
-  sum_over(r.be, r.comm, r.norm_group, &sq, 1);
-  return sq;
+  // One backend call (one device read) per kind of tensor; summed here in a fixed order.
+  auto sum_squares = [&](const std::vector<const DLTensor*>& grads) {
+    std::vector<double> per(grads.size());
+    const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, grads.data(), grads.size(),
+                                  per.data(), nullptr};
+    if (!grads.empty()) check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
+    double sq = 0;
+    for (double s : per) sq += s;
+    return sq;
+  };
+  double sq[2] = {sum_squares(r.norm_grads), sum_squares(r.expert_norm_grads)};
+  sum_over(r.be, r.comm, r.norm_group, sq, 2);
+  if (r.layout.expert > 1 && r.norm_group) sum_over(r.be, r.comm, r.expert_group, &sq[1], 1);
+  return sq[0] + sq[1];
 }
 
 // The validation loss terms of evaluation k (the first is the loss; a classifier's accuracy

@@ -158,12 +158,14 @@ struct TrainRun {
   std::pair<const loom_grad_api*, loom_grad*> grad_strategy{nullptr, nullptr};
   bool sharded = false;  // the optimizer steps this rank's shards (ZeRO-1)
   std::vector<loom_param_shard> shards;
-  std::unique_ptr<MainParams> main;         // f32 main parameters (or the values)
-  std::vector<const DLTensor*> norm_grads;  // gradients of the norm, each counted once
+  std::unique_ptr<MainParams> main;                // f32 main parameters (or the values)
+  std::vector<const DLTensor*> norm_grads;         // gradients of the norm, each counted once
+  std::vector<const DLTensor*> expert_norm_grads;  // expert parameters' (expert parallelism)
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};
-  loom_comm_group* norm_group = nullptr;  // where the squared gradient norm is summed
-  loom_comm_group* data_group = nullptr;  // where losses are summed
+  loom_comm_group* norm_group = nullptr;    // where the squared gradient norm is summed
+  loom_comm_group* expert_group = nullptr;  // and the experts' part of it, then
+  loom_comm_group* data_group = nullptr;    // where losses are summed
 
   // Checkpoint files of this rank, and who writes what.
   std::string model_file, opt_file;

@@ -3,6 +3,8 @@
 // main parameters, the (sharded) optimizer and the pipeline schedule.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "batch_check.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
@@ -17,10 +19,14 @@ namespace {
 // another group, or a tie it does not re-synchronise, would train a different model.
 void check_param_groups(const loom_model_param& p, const std::string& model) {
   const std::string who = "model/" + model + ": parameter " + p.name;
-  if (p.reduce_group != LOOM_GROUP_DATA_CONTEXT)
+  if (p.reduce_group == LOOM_GROUP_EXPERT_DATA) {
+    if (p.value->ndim < 1)
+      throw UsageError(who + " is an expert parameter (reduce group expert data) of no dimension");
+  } else if (p.reduce_group != LOOM_GROUP_DATA_CONTEXT) {
     throw UsageError(who + " asks for reduce group " + std::to_string(p.reduce_group) +
-                     "; this host averages gradients over data x context only (expert "
-                     "parallelism is not available yet)");
+                     "; this host averages gradients over data x context or, for expert "
+                     "parameters, over the expert-data group");
+  }
   if (p.tie_group != nullptr && std::string(p.tie_group) != "embedding")
     throw UsageError(who + " is in tie group '" + p.tie_group +
                      "'; the host knows only 'embedding'");
@@ -28,12 +34,10 @@ void check_param_groups(const loom_model_param& p, const std::string& model) {
 
 // Refused before any plugin is created: what this engine cannot train yet.
 Recipe& refuse_unsupported(Recipe& recipe) {
-  for (const char* key : {"context", "expert"}) {
-    int64_t v = recipe.get_int("parallel", key);
-    if (v != 1)
-      throw UsageError("parallel." + std::string(key) + " = " + std::to_string(v) +
-                       ": context and expert parallelism are not available yet; use 1");
-  }
+  const int64_t v = recipe.get_int("parallel", "context");
+  if (v != 1)
+    throw UsageError("parallel.context = " + std::to_string(v) +
+                     ": context parallelism is not available yet; use 1");
   return recipe;
 }
 
@@ -220,8 +224,10 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   report_memory();
   schedule = session.schedule();
   // The squared gradient norm is summed over the model-parallel ranks, and over the
-  // data-parallel ranks too when each holds a different shard.
+  // data-parallel ranks too when each holds a different shard; expert gradients (each expert
+  // rank holds other experts) over the expert group too.
   norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
+  expert_group = sharded ? nullptr : session.group(LOOM_GROUP_EXPERT);
   data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
   {
     double counts[1] = {(double)local_params};
@@ -236,7 +242,9 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   // group's rank 0 writes.
   model_file = checkpoint_file("model", layout, false);
   opt_file = checkpoint_file("optimizer", layout, sharded && dp > 1);
-  writes_model = layout.data_rank == 0 && layout.context_rank == 0;
+  // Under expert parallelism the first expert-data replica of every expert rank writes too
+  // (its file has the expert rank's tag): each holds other experts.
+  writes_model = (layout.data_rank * layout.context + layout.context_rank) < layout.expert;
   writes_opt = writes_model || sharded;
 
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
@@ -285,14 +293,23 @@ void TrainRun::create_model(int64_t vocab) {
       check_param_groups(p, recipe.plugin("model"));
       params.push_back(p);
     }
+  std::vector<int32_t> reduce_groups;
+  const bool has_experts = std::any_of(params.begin(), params.end(), [](const auto& p) {
+    return p.reduce_group == LOOM_GROUP_EXPERT_DATA;
+  });
+  if (layout.expert > 1 && !has_experts)
+    throw UsageError("parallel.expert = " + std::to_string(layout.expert) + ": model/" +
+                     recipe.plugin("model") +
+                     " has no expert parameters to split (a mixture of experts has them)");
   for (const loom_model_param& p : params) {
+    reduce_groups.push_back(p.reduce_group);
     grads.push_back(p.grad);
     values.push_back(p.value);
     local_params += loom_tensor_numel(p.value);
   }
   for (loom_model* m : chunks)
     check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
-  grad_strategy = session.grad(grads.data(), grads.size());
+  grad_strategy = session.grad(grads.data(), grads.size(), reduce_groups.data());
 }
 
 // The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1), in f32 main
@@ -323,7 +340,8 @@ void TrainRun::create_optimizer() {
     // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
     // duplicate (the tied embedding on the last stage) is its first stage's tensor.
     if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) && !params[i].pipeline_duplicate)
-      norm_grads.push_back(grad);
+      (params[i].reduce_group == LOOM_GROUP_EXPERT_DATA ? expert_norm_grads : norm_grads)
+          .push_back(grad);
   }
   optimizer = session.optimizer(opt_params.data(), opt_params.size());
 }

@@ -11,8 +11,11 @@
 // the same on every rank because every rank has the same gradients in the same order.
 //
 // The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT): gradients are
-// averaged over data x context replicas; the host owns the group.
+// averaged over data x context replicas; the host owns the group. Since ABI 2.6 a gradient
+// may name another group (an expert parameter's expert-data group); a bucket holds the
+// gradients of one group only.
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,11 +40,14 @@ struct Bucket {
   size_t bytes = 0;
   DLDataType dtype{};
   bool packed = false;  // may take more gradients (CPU, compact, smaller than a bucket)
+  int32_t kind = LOOM_GROUP_DATA_CONTEXT;
+  loom_comm_group* group = nullptr;  // the host's
 };
 
 class Ddp {
  public:
-  Ddp(const loom_host* host, double bucket_mb, DLTensor* const* grads, size_t num_grads)
+  Ddp(const loom_host* host, double bucket_mb, DLTensor* const* grads, size_t num_grads,
+      const int32_t* kinds)
       : host_(host) {
     loom::require(grads != nullptr || num_grads == 0, "grad/ddp: grads is NULL");
     if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
@@ -52,8 +58,7 @@ class Ddp {
     }
     for (size_t i = 0; i < num_grads; ++i)
       loom::require(grads[i] != nullptr, "grad/ddp: gradient " + std::to_string(i) + " is NULL");
-    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
-    plan(bucket_mb, grads, num_grads);
+    plan(bucket_mb, grads, num_grads, kinds);
   }
 
   Ddp(const Ddp&) = delete;
@@ -69,7 +74,7 @@ class Ddp {
   void reduce_gradients() {
     for (Bucket& b : buckets_) {
       if (b.grads.size() == 1) {
-        loom::check(host_, loom::comm_all_reduce(comm_, group_, b.grads[0], LOOM_REDUCE_AVG));
+        loom::check(host_, loom::comm_all_reduce(comm_, b.group, b.grads[0], LOOM_REDUCE_AVG));
         continue;
       }
       size_t off = 0;
@@ -84,7 +89,7 @@ class Ddp {
       flat.ndim = 1;
       flat.dtype = b.dtype;
       flat.shape = &numel;
-      loom::check(host_, loom::comm_all_reduce(comm_, group_, &flat, LOOM_REDUCE_AVG));
+      loom::check(host_, loom::comm_all_reduce(comm_, b.group, &flat, LOOM_REDUCE_AVG));
       off = 0;
       for (DLTensor* g : b.grads) {
         std::memcpy(bytes_of(g), buffer_.get() + off, nbytes(g));
@@ -96,19 +101,32 @@ class Ddp {
  private:
   const loom_comm_api& api() const { return *comm_.api; }
 
-  void plan(double bucket_mb, DLTensor* const* grads, size_t num_grads) {
-    const int group_size = api().group_size(comm_.self, group_);
+  loom_comm_group* group_of(int32_t kind) {
+    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
+                  "grad/ddp: a gradient asks for reduce group " + std::to_string(kind) +
+                      "; ddp averages over data x context or the expert-data group");
+    auto it = groups_.find(kind);
+    if (it != groups_.end()) return it->second;
+    loom_comm_group* g = nullptr;
+    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &g));
+    return groups_[kind] = g;
+  }
+
+  void plan(double bucket_mb, DLTensor* const* grads, size_t num_grads, const int32_t* kinds) {
     const size_t limit = static_cast<size_t>(bucket_mb * 1024.0 * 1024.0);
     size_t largest = 0;
     for (size_t i = 0; i < num_grads; ++i) {
       DLTensor* g = grads[i];
       const size_t n = nbytes(g);
+      const int32_t kind = kinds ? kinds[i] : LOOM_GROUP_DATA_CONTEXT;
+      loom_comm_group* group = group_of(kind);
+      const int group_size = api().group_size(comm_.self, group);
       const bool packable =
           group_size > 1 && g->device.device_type == kDLCPU && loom::is_compact(g) && n < limit;
       const Bucket* last = buckets_.empty() ? nullptr : &buckets_.back();
       const bool fits = packable && last && last->packed && loom_dtype_eq(last->dtype, g->dtype) &&
-                        last->bytes + n <= limit;
-      if (!fits) buckets_.push_back(Bucket{{}, 0, g->dtype, packable});
+                        last->kind == kind && last->bytes + n <= limit;
+      if (!fits) buckets_.push_back(Bucket{{}, 0, g->dtype, packable, kind, group});
       Bucket& b = buckets_.back();
       b.grads.push_back(g);
       b.bytes += n;
@@ -121,7 +139,7 @@ class Ddp {
 
   const loom_host* host_;
   loom_comm_ref comm_{nullptr, nullptr};
-  loom_comm_group* group_ = nullptr;  // NULL = the world
+  std::map<int32_t, loom_comm_group*> groups_;  // the host's, by kind
   std::vector<Bucket> buckets_;
   std::unique_ptr<char[]> buffer_;  // the largest packed bucket
   size_t buffer_bytes_ = 0;
@@ -139,7 +157,10 @@ loom_error* create(const loom_host* host, const loom_config* cfg, const loom_gra
     loom::Config c(host, cfg);
     const double bucket_mb = c.get_float("bucket_mb");
     loom::require(bucket_mb >= 0, "grad/ddp: bucket_mb must be >= 0");
-    *out = reinterpret_cast<loom_grad*>(new Ddp(host, bucket_mb, args->grads, args->num_grads));
+    const int32_t* kinds =
+        args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
+    *out =
+        reinterpret_cast<loom_grad*>(new Ddp(host, bucket_mb, args->grads, args->num_grads, kinds));
   });
 }
 void destroy(loom_grad* g) { delete cast(g); }
@@ -178,7 +199,8 @@ const loom_plugin_descriptor kDescriptor = {
     "0.1.0",
     "Loom",
     "Apache-2.0",
-    "data parallel: all-reduce (average) every gradient over the data-parallel group",
+    "data parallel: all-reduce (average) every gradient over its data-parallel group (data x "
+    "context, or expert data for expert parameters)",
     kParams,
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,

@@ -8,9 +8,11 @@
 //     parameter's own memory, the shard-gradient buffer), so its state is 1/D of the model;
 //   after_step: pack the owned, updated parameter elements, all-gather them into the flat
 //     buffer, and copy every parameter back out of it.
-// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT) on an ABI 1.1 host,
-// else the world. Buffers live on the active backend and are moved with its copy op, so the
-// plugin works wherever the backend and the comm agree on memory.
+// The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT). Since ABI 2.6 the
+// expert parameters of a mixture of experts name the expert-data group: they form a second
+// flat concatenation ("part"), sharded over that group as Megatron shards them. Buffers live
+// on the active backend and are moved with its copy op, so the plugin works wherever the
+// backend and the comm agree on memory.
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -44,10 +46,32 @@ struct Slice {
   Slice& operator=(const Slice&) = delete;
 };
 
+// The gradients averaged over one group, sharded over it: every gradient of a dense model,
+// or (expert parallelism) the expert parameters' over the expert-data group.
+struct Part {
+  int32_t kind = LOOM_GROUP_DATA_CONTEXT;
+  loom_comm_group* group = nullptr;  // the host's
+  std::vector<size_t> members;       // indices into create's tensors
+  std::vector<int64_t> offsets;      // of each member in the part's flat concatenation
+  int64_t N = 0, D = 1, r = 0, S = 0;
+  loom::Tensor flat;        // (D*S) gradients packed, later parameters gathered
+  loom::Tensor shard_grad;  // (S) this rank's averaged gradient shard
+  loom::Tensor param_pack;  // (S) this rank's updated parameter shard
+};
+
 class DistOpt {
  public:
-  DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads) : host_(host) {
+  DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads, const int32_t* kinds)
+      : host_(host) {
     loom::require(grads != nullptr || num_grads == 0, kPrefix + "grads is NULL");
+    if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
+      const std::string why = host->error_message(err);
+      host->error_free(err);
+      throw loom::Error(
+          LOOM_ERR_INVALID_ARGUMENT,
+          kPrefix + "reduce-scatters gradients and needs a comm plugin (" + why + ")");
+    }
+    backend_ = loom::Backend(host);  // the flat and shard buffers live on the backend
     for (size_t i = 0; i < num_grads; ++i) {
       const DLTensor* g = grads[i];
       loom::require(g != nullptr, kPrefix + "gradient " + std::to_string(i) + " is NULL");
@@ -58,24 +82,18 @@ class DistOpt {
                     kPrefix + "gradient " + std::to_string(i) +
                         " has another dtype than gradient 0; the flat shard buffer holds one");
       grads_.push_back(grads[i]);
-      offsets_.push_back(N_);
-      N_ += loom_tensor_numel(g);
+      Part& p = part_of(kinds ? kinds[i] : LOOM_GROUP_DATA_CONTEXT);
+      part_.push_back(&p - parts_.data());
+      p.members.push_back(i);
+      p.offsets.push_back(p.N);
+      p.N += loom_tensor_numel(g);
     }
-    if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
-      const std::string why = host->error_message(err);
-      host->error_free(err);
-      throw loom::Error(
-          LOOM_ERR_INVALID_ARGUMENT,
-          kPrefix + "reduce-scatters gradients and needs a comm plugin (" + why + ")");
+    for (Part& p : parts_) {
+      p.S = (p.N + p.D - 1) / p.D;
+      if (p.N == 0) continue;  // no gradients: nothing to reduce, no buffers
+      p.flat = loom::Tensor(backend_, gdt_, {p.D * p.S});
+      p.shard_grad = loom::Tensor(backend_, gdt_, {p.S});
     }
-    backend_ = loom::Backend(host);  // the flat and shard buffers live on the backend
-    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
-    D_ = api().group_size(comm_.self, group_);
-    r_ = api().group_rank(comm_.self, group_);
-    S_ = (N_ + D_ - 1) / D_;
-    if (N_ == 0) return;  // no gradients: nothing to reduce, no buffers
-    flat_ = loom::Tensor(backend_, gdt_, {D_ * S_});
-    shard_grad_ = loom::Tensor(backend_, gdt_, {S_});
   }
   ~DistOpt() = default;
   DistOpt(const DistOpt&) = delete;
@@ -84,20 +102,23 @@ class DistOpt {
   const loom_host* host() const { return host_; }
 
   void reduce_gradients() {
-    if (N_ == 0) return;
-    for (size_t i = 0; i < grads_.size(); ++i) {
-      const int64_t n = loom_tensor_numel(grads_[i]);
-      if (n == 0) continue;
-      Slice dst(flat_.get(), gdt_, offsets_[i], n), src(grads_[i], gdt_, 0, n);
-      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    for (Part& p : parts_) {
+      if (p.N == 0) continue;
+      for (size_t j = 0; j < p.members.size(); ++j) {
+        DLTensor* g = grads_[p.members[j]];
+        const int64_t n = loom_tensor_numel(g);
+        if (n == 0) continue;
+        Slice dst(p.flat.get(), gdt_, p.offsets[j], n), src(g, gdt_, 0, n);
+        backend_.call(&loom_ops::copy, &dst.t, &src.t);
+      }
+      if (p.D * p.S > p.N) {  // padding: zeros, so the last shard's tail stays clean
+        Slice pad(p.flat.get(), gdt_, p.N, p.D * p.S - p.N);
+        backend_.call(&loom_ops::fill, &pad.t, 0.0);
+      }
+      sync();
+      loom::check(host_, loom::comm_reduce_scatter(comm_, p.group, p.flat.get(), p.shard_grad.get(),
+                                                   LOOM_REDUCE_AVG, backend_.stream()));
     }
-    if (D_ * S_ > N_) {  // padding: zeros, so the last shard's tail stays clean
-      Slice pad(flat_.get(), gdt_, N_, D_ * S_ - N_);
-      backend_.call(&loom_ops::fill, &pad.t, 0.0);
-    }
-    sync();
-    loom::check(host_, loom::comm_reduce_scatter(comm_, group_, flat_.get(), shard_grad_.get(),
-                                                 LOOM_REDUCE_AVG, backend_.stream()));
   }
 
   void shard_params(DLTensor* const* params, loom_param_shard* out) {
@@ -119,53 +140,64 @@ class DistOpt {
       params_.push_back(params[i]);
     }
     sharded_ = true;
-    if (N_ == 0) return;
-    // The flat buffer carries the gathered parameters too: widen it if they are wider.
-    if (loom_dtype_bytes(pdt_) > loom_dtype_bytes(gdt_))
-      flat_ = loom::Tensor(backend_, pdt_, {D_ * S_});
-    param_pack_ = loom::Tensor(backend_, pdt_, {S_});
-    const int64_t lo_own = r_ * S_, hi_own = lo_own + S_;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t o = offsets_[i], n = loom_tensor_numel(params_[i]);
+      const Part& p = parts_[part_[i]];
+      const size_t j = std::find(p.members.begin(), p.members.end(), i) - p.members.begin();
+      const int64_t lo_own = p.r * p.S, hi_own = lo_own + p.S;
+      const int64_t o = p.offsets[j], n = loom_tensor_numel(params_[i]);
       const int64_t lo = std::max(o, lo_own), hi = std::min(o + n, hi_own);
       const int64_t count = hi > lo ? hi - lo : 0, off = count ? lo - o : 0;
       param_views_.emplace_back(params_[i], pdt_, off, count);
-      grad_views_.emplace_back(shard_grad_.get(), gdt_, count ? lo - lo_own : 0, count);
+      grad_views_.emplace_back(p.shard_grad.get(), gdt_, count ? lo - lo_own : 0, count);
       out[i].param = &param_views_.back().t;
       out[i].grad = &grad_views_.back().t;
       out[i].offset = off;
       shard_off_.push_back(off);
+      flat_off_.push_back(o);
+    }
+    for (Part& p : parts_) {
+      if (p.N == 0) continue;
+      // The flat buffer carries the gathered parameters too: widen it if they are wider.
+      if (loom_dtype_bytes(pdt_) > loom_dtype_bytes(gdt_))
+        p.flat = loom::Tensor(backend_, pdt_, {p.D * p.S});
+      p.param_pack = loom::Tensor(backend_, pdt_, {p.S});
     }
     log_memory();
   }
 
   void after_step() {
     loom::require(sharded_, kPrefix + "after_step before shard_params");
-    if (N_ == 0) return;
-    const int64_t lo_own = r_ * S_;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Slice& src = param_views_[i];
-      if (src.n == 0) continue;
-      Slice dst(param_pack_.get(), pdt_, offsets_[i] + shard_off_[i] - lo_own, src.n);
-      backend_.call(&loom_ops::copy, &dst.t, &src.t);
-    }
-    sync();
-    Slice gathered(flat_.get(), pdt_, 0, D_ * S_);
-    loom::check(host_, loom::comm_all_gather(comm_, group_, param_pack_.get(), &gathered.t,
-                                             backend_.stream()));
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t n = loom_tensor_numel(params_[i]);
-      if (n == 0) continue;
-      Slice src(flat_.get(), pdt_, offsets_[i], n), dst(params_[i], pdt_, 0, n);
-      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    for (Part& p : parts_) {
+      if (p.N == 0) continue;
+      const int64_t lo_own = p.r * p.S;
+      for (size_t i : p.members) {
+        Slice& src = param_views_[i];
+        if (src.n == 0) continue;
+        Slice dst(p.param_pack.get(), pdt_, flat_off_[i] + shard_off_[i] - lo_own, src.n);
+        backend_.call(&loom_ops::copy, &dst.t, &src.t);
+      }
+      sync();
+      Slice gathered(p.flat.get(), pdt_, 0, p.D * p.S);
+      loom::check(host_, loom::comm_all_gather(comm_, p.group, p.param_pack.get(), &gathered.t,
+                                               backend_.stream()));
+      for (size_t i : p.members) {
+        const int64_t n = loom_tensor_numel(params_[i]);
+        if (n == 0) continue;
+        Slice src(p.flat.get(), pdt_, flat_off_[i], n), dst(params_[i], pdt_, 0, n);
+        backend_.call(&loom_ops::copy, &dst.t, &src.t);
+      }
     }
   }
 
   // The plugin's own buffers (flat, shard gradient, parameter pack) per parameter element.
   double bytes_per_param() const {
-    if (N_ == 0) return 0;
-    return static_cast<double>(flat_.bytes() + shard_grad_.bytes() + param_pack_.bytes()) /
-           static_cast<double>(N_);
+    double bytes = 0, n = 0;
+    for (const Part& p : parts_) {
+      if (p.N == 0) continue;
+      bytes += static_cast<double>(p.flat.bytes() + p.shard_grad.bytes() + p.param_pack.bytes());
+      n += static_cast<double>(p.N);
+    }
+    return n == 0 ? 0 : bytes / n;
   }
 
  private:
@@ -178,41 +210,75 @@ class DistOpt {
       loom::check(host_, backend_.api()->synchronize(backend_.self()));
   }
 
+  // The part of the gradients averaged over `kind`'s group, made on first use (data x
+  // context first, so that a dense model has the one part it always had).
+  Part& part_of(int32_t kind) {
+    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
+                  kPrefix + "a gradient asks for reduce group " + std::to_string(kind) +
+                      "; the distributed optimizer shards over data x context or the "
+                      "expert-data group");
+    for (Part& p : parts_)
+      if (p.kind == kind) return p;
+    loom::require(parts_.size() < parts_.capacity(), kPrefix + "too many reduce groups");
+    Part& p = parts_.emplace_back();
+    p.kind = kind;
+    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &p.group));
+    p.D = api().group_size(comm_.self, p.group);
+    p.r = api().group_rank(comm_.self, p.group);
+    return p;
+  }
+
   // Megatron's README table (bytes per parameter with Adam): params and grads replicated,
   // the fp32 optimizer state (m, v, and fp32 main params/grads when those are narrower)
-  // divided by D.
+  // divided by D (of the dense part).
   void log_memory() const {
+    if (parts_.empty()) return;
+    const Part& p = parts_.front();
     const size_t pb = loom_dtype_bytes(pdt_), gb = loom_dtype_bytes(gdt_);
     const size_t sharded = 8 + (pb < 4 ? 4 : 0) + (gb < 4 ? 4 : 0);
     std::string state = "8 (Adam m, v)";
     if (pb < 4) state += " + 4 (fp32 main params)";
     if (gb < 4) state += " + 4 (fp32 main grads)";
-    char line[512];
+    char line[640];
     std::snprintf(
         line, sizeof line,
         "D = %lld: this rank owns elements [%lld, %lld) of %lld; memory per parameter "
         "with Adam (Megatron's table): %zu (param) + %zu (grad) + [%s]/D = %zu + %zu/%lld "
         "= %.2f bytes, %zu without sharding; own buffers %.2f bytes per parameter",
-        (long long)D_, (long long)std::min(r_ * S_, N_), (long long)std::min((r_ + 1) * S_, N_),
-        (long long)N_, pb, gb, state.c_str(), pb + gb, sharded, (long long)D_,
-        double(pb + gb) + double(sharded) / double(D_), pb + gb + sharded, bytes_per_param());
+        (long long)p.D, (long long)std::min(p.r * p.S, p.N),
+        (long long)std::min((p.r + 1) * p.S, p.N), (long long)p.N, pb, gb, state.c_str(), pb + gb,
+        sharded, (long long)p.D, double(pb + gb) + double(sharded) / double(p.D), pb + gb + sharded,
+        bytes_per_param());
     loom::log(host_, LOOM_LOG_INFO, line);
+    for (size_t k = 1; k < parts_.size(); ++k) {
+      std::snprintf(line, sizeof line,
+                    "expert parameters: sharded over the expert-data group, D = %lld: this rank "
+                    "owns elements [%lld, %lld) of %lld",
+                    (long long)parts_[k].D,
+                    (long long)std::min(parts_[k].r * parts_[k].S, parts_[k].N),
+                    (long long)std::min((parts_[k].r + 1) * parts_[k].S, parts_[k].N),
+                    (long long)parts_[k].N);
+      loom::log(host_, LOOM_LOG_INFO, line);
+    }
   }
 
   const loom_host* host_;
   loom_comm_ref comm_{nullptr, nullptr};
-  loom_comm_group* group_ = nullptr;  // the host's
-  bool sharded_ = false;              // shard_params was called
+  bool sharded_ = false;  // shard_params was called
   loom::Backend backend_;
+  std::vector<Part> parts_ = reserved(2);  // at most two groups; never reallocated
+  std::vector<size_t> part_;               // the part of each tensor
   std::vector<DLTensor*> grads_, params_;
-  std::vector<int64_t> offsets_;    // of each tensor in the flat concatenation
+  std::vector<int64_t> flat_off_;   // of each tensor in its part's flat concatenation
   std::vector<int64_t> shard_off_;  // first owned element within each parameter
-  int64_t N_ = 0, D_ = 1, r_ = 0, S_ = 0;
   DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
-  loom::Tensor flat_;                           // (D*S) gradients packed, later parameters gathered
-  loom::Tensor shard_grad_;                     // (S) this rank's averaged gradient shard
-  loom::Tensor param_pack_;                     // (S) this rank's updated parameter shard
   std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
+
+  static std::vector<Part> reserved(size_t n) {
+    std::vector<Part> v;
+    v.reserve(n);
+    return v;
+  }
 };
 
 DistOpt* cast(loom_grad* g) { return reinterpret_cast<DistOpt*>(g); }
@@ -223,7 +289,9 @@ loom_error* create(const loom_host* host, const loom_config*, const loom_grad_cr
     loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
                   kPrefix + "create args NULL or smaller than ABI 2.0's");
     loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
-    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads));
+    const int32_t* kinds =
+        args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
+    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads, kinds));
   });
 }
 void destroy(loom_grad* g) { delete cast(g); }

@@ -103,10 +103,15 @@ void ParamDeclarer::moe(const std::string& p) {
   const int64_t E = o.num_experts, C = o.n_embd, F = o.moe_ffn_hidden;
   const int64_t fc_out = o.gated() ? 2 * F : F;
   ps_.add(p + ".router.weight", {E, C}, 1, -1, Init::kNormal, std);
-  ps_.add(p + ".experts.c_fc.weight", {E, fc_out, C}, 1, -1, Init::kNormal, std);
-  if (o.bias) ps_.add(p + ".experts.c_fc.bias", {E, fc_out}, 0, -1, Init::kZeros);
-  ps_.add(p + ".experts.c_proj.weight", {E, C, F}, 1, -1, Init::kNormal, proj_std);
-  if (o.bias) ps_.add(p + ".experts.c_proj.bias", {E, C}, 0, -1, Init::kZeros);
+  const int64_t El = E / o.ep;  // this expert rank's slab
+  auto expert = [&](Param& q) {
+    q.ep_size = (int32_t)o.ep;
+    q.ep_rank = (int32_t)o.ep_rank;
+  };
+  expert(ps_.add(p + ".experts.c_fc.weight", {El, fc_out, C}, 1, -1, Init::kNormal, std));
+  if (o.bias) expert(ps_.add(p + ".experts.c_fc.bias", {El, fc_out}, 0, -1, Init::kZeros));
+  expert(ps_.add(p + ".experts.c_proj.weight", {El, C, F}, 1, -1, Init::kNormal, proj_std));
+  if (o.bias) expert(ps_.add(p + ".experts.c_proj.bias", {El, C}, 0, -1, Init::kZeros));
   if (o.moe_shared_hidden > 0) {  // the shared expert, whole on every rank like the others
     const int64_t S = o.moe_shared_hidden, s_out = o.gated() ? 2 * S : S;
     ps_.add(p + ".shared.c_fc.weight", {s_out, C}, 1, -1, Init::kNormal, std);
@@ -136,6 +141,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_.tp = loom::tp::Group::from_host(host);
   ctx_.sp = &sp_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
+  join_expert_group(host);
   if (opt_.post_norm) spec_ = &kPostNormBlock;
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
@@ -148,6 +154,33 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EMBEDDING, &embedding_group_));
   }
   build();
+}
+
+// Expert parallelism (parallel.expert > 1): this rank's slab of every MoE layer's experts,
+// and the group its tokens are dispatched over.
+void DecoderModel::join_expert_group(const loom_host* host) {
+  if (host->struct_size < LOOM_HOST_SIZE_V2 || !host->get_layout) return;
+  loom_parallel_layout l{};
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+  loom::check(host, host->get_layout(host->ctx, &l));
+  if (l.expert <= 1) return;
+  const std::string ep = std::to_string(l.expert);
+  loom::require(opt_.num_experts > 0,
+                who_ + ": parallel.expert = " + ep +
+                    " splits the experts of a mixture of experts; this "
+                    "model has none (num_experts = 0)",
+                LOOM_ERR_INVALID_ARGUMENT);
+  loom::require(opt_.num_experts % l.expert == 0,
+                who_ + ": num_experts = " + std::to_string(opt_.num_experts) +
+                    " is not divisible by parallel.expert = " + ep,
+                LOOM_ERR_INVALID_ARGUMENT);
+  opt_.ep = l.expert;
+  opt_.ep_rank = l.expert_rank;
+  ctx_.ep.size = l.expert;
+  loom::check(host, host->get_comm(host->ctx, &ctx_.ep.comm));
+  loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EXPERT, &ctx_.ep.group));
+  ctx_.ep.rank = ctx_.ep.comm.api->group_rank(ctx_.ep.comm.self, ctx_.ep.group);
+  ctx_.ep.stream = ctx_.be.stream();
 }
 
 // Layer l's kind: the model's, or a MoE layer's where the options put one.

@@ -59,8 +59,8 @@ void row_dots(const Ctx& c, const DLTensor* a, const DLTensor* b, DLTensor* out,
 
 // One grouped GEMM over the experts' rows (backend.h's grouped_gemm).
 void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, int64_t m,
-             int64_t n, int64_t k, double beta, const DLTensor* a, const DLTensor* b,
-             DLTensor* out) {
+             int64_t n, int64_t k, double beta, const DLTensor* a, const DLTensor* b, DLTensor* out,
+             double alpha = 1.0) {
   loom_grouped_gemm_args g{};
   g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
   g.trans_a = ta;
@@ -70,7 +70,7 @@ void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, 
   g.k = k;
   g.num_groups = (int64_t)sizes.size();
   g.sizes = sizes.data();
-  g.alpha = 1.0;
+  g.alpha = alpha;
   g.beta = beta;
   g.a = a;
   g.b = b;
@@ -107,6 +107,23 @@ void upload(const Ctx& c, const std::vector<double>& v, DLTensor* t) {
   c.call(&loom_ops::copy, dst.get(), (const DLTensor*)wide.get());
 }
 
+// Host doubles summed over the expert group (each rank contributes its own entries).
+void sum_over_experts(const Ctx& c, std::vector<double>& v) {
+  const int64_t n = (int64_t)v.size();
+  Tensor t = c.alloc(loom_f64(), {n});
+  loom::check(c.host, c.be.api()->from_host(c.be.self(), t.get(), v.data(), n * 8));
+  loom::check(c.host,
+              loom::comm_all_reduce(c.ep.comm, c.ep.group, t.get(), LOOM_REDUCE_SUM, c.ep.stream));
+  loom::check(c.host, c.be.api()->to_host(c.be.self(), t.get(), v.data(), n * 8));
+}
+
+// Host row indices to a device i32 tensor.
+void upload_rows(const Ctx& c, const std::vector<int32_t>& rows, const Tensor& t) {
+  if (rows.empty()) return;
+  View v = view(t, {(int64_t)rows.size()});
+  loom::check(c.host, c.be.api()->from_host(c.be.self(), v.get(), rows.data(), rows.size() * 4));
+}
+
 }  // namespace
 
 void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C,
@@ -124,16 +141,33 @@ void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, 
     prob_dev = c.alloc({r});
     dprob = c.alloc({r});
     xp = c.alloc({r, C});
-    h = c.alloc({r, fc_out});
-    a = c.alloc({r, F});
     ye = c.alloc({r, C});
     out = c.alloc({r, C});
     d1 = c.alloc({r, C});
     d2 = c.alloc({r, C});
-    dh = c.alloc({r, fc_out});
-    da = c.alloc({r, F});
     cap_m = r;
   }
+  (void)fc_out;
+  (void)F;
+}
+
+void MoeActs::ensure_local(const Ctx& c, int64_t r_rows, int64_t C, int64_t fc_out, int64_t F) {
+  r = r_rows;
+  if (r_rows <= cap_r && eh) return;
+  const int64_t rr = std::max<int64_t>(r_rows, 1);
+  eh = c.alloc({rr, fc_out});
+  ea = c.alloc({rr, F});
+  edh = c.alloc({rr, fc_out});
+  eda = c.alloc({rr, F});
+  if (c.ep.size > 1) {
+    lperm_dev = c.alloc(loom_i32(), {rr});
+    linv_dev = c.alloc(loom_i32(), {rr});
+    xr = c.alloc({rr, C});
+    xl = c.alloc({rr, C});
+    yl = c.alloc({rr, C});
+    yr = c.alloc({rr, C});
+  }
+  cap_r = rr;
 }
 
 MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
@@ -211,12 +245,21 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
   }
   c.call(&loom_ops::fill, y, 0.0);
   if (S > 0) shared_forward(c, m, N, x, y);
+  if (M == 0 && c.ep.size == 1) return;  // under EP other ranks' rows may still come
+  View xp = view(m.xp, {M, C}), ye = view(m.ye, {M, C});
+  if (M > 0) loom::embedding_forward(c.be, xp.get(), view(m.perm_dev, {M}), x, false);
+  if (c.ep.size == 1) {
+    m.ensure_local(c, M, C, fc_out, F);
+    experts_forward(c, m, m.counts, M, xp, ye.get());
+  } else {
+    dispatch(c, m, xp);
+    View xl = view(m.xl, {m.r, C}), yl = view(m.yl, {m.r, C});
+    experts_forward(c, m, m.lcounts, m.r, xl, yl.get());
+    combine(c, m, yl, ye.get());
+  }
   if (M == 0) return;
-  View xp = view(m.xp, {M, C});
-  loom::embedding_forward(c.be, xp.get(), view(m.perm_dev, {M}), x, false);
-  experts_forward(c, m);
   // y[n] += prob * ye[row] for every kept choice of n
-  View ye = view(m.ye, {M, C}), out = view(m.out, {M, C});
+  View out = view(m.out, {M, C});
   scale_rows(c, view(m.prob_dev, {M}), ye, out.get(), M, C);
   loom::embedding_backward(c.be, y, view(m.perm_dev, {M}), out);
 }
@@ -242,39 +285,100 @@ static void add_expert_bias(const Ctx& c, const std::vector<int64_t>& counts, Pa
   each_expert(counts, out, b->value.get(), cols,
               [&](View& rows, View& be) { loom::bias_add(c.be, rows.get(), be); });
 }
-// dbias (E, cols) += the column sums of each expert's rows of dout.
+// dbias (E, cols) += scale * the column sums of each expert's rows of dout.
 static void expert_bias_backward(const Ctx& c, const std::vector<int64_t>& counts, Param* b,
-                                 const DLTensor* dout, int64_t cols) {
-  each_expert(counts, dout, b->grad.get(), cols,
+                                 const DLTensor* dout, int64_t cols, double scale) {
+  if (scale == 1.0) {
+    each_expert(counts, dout, b->grad.get(), cols,
+                [&](View& rows, View& db) { loom::bias_backward(c.be, db.get(), rows); });
+    return;
+  }
+  Tensor sums = c.alloc(c.grad_dtype(), b->shape);
+  c.call(&loom_ops::fill, sums.get(), 0.0);
+  each_expert(counts, dout, sums.get(), cols,
               [&](View& rows, View& db) { loom::bias_backward(c.be, db.get(), rows); });
+  c.call(&loom_ops::axpby, b->grad.get(), scale, (const DLTensor*)sums.get(), 1.0);
 }
 
-// h = xp W1_e^T + b1_e; a = act(h); ye = a W2_e^T + b2_e, each expert's rows at once.
-void MoeMlp::experts_forward(const Ctx& c, MoeActs& m) const {
-  const int64_t M = m.m;
-  View xp = view(m.xp, {M, C}), h = view(m.h, {M, fc_out}), av = view(m.a, {M, F});
-  View ye = view(m.ye, {M, C});
-  grouped(c, m.counts, false, true, LOOM_GROUP_SIZE, fc_out, C, 0.0, xp, w1->value.get(), h.get());
-  if (b1) add_expert_bias(c, m.counts, b1, h, fc_out);
+// h = x W1_e^T + b1_e; a = act(h); y = a W2_e^T + b2_e, each local expert's rows at once.
+void MoeMlp::experts_forward(const Ctx& c, MoeActs& m, const std::vector<int64_t>& counts,
+                             int64_t R, const DLTensor* x, DLTensor* y) const {
+  if (R == 0) return;
+  View h = view(m.eh, {R, fc_out}), av = view(m.ea, {R, F});
+  grouped(c, counts, false, true, LOOM_GROUP_SIZE, fc_out, C, 0.0, x, w1->value.get(), h.get());
+  if (b1) add_expert_bias(c, counts, b1, h, fc_out);
   loom::act_forward(c.be, act, av.get(), h);
-  grouped(c, m.counts, false, true, LOOM_GROUP_SIZE, C, F, 0.0, av, w2->value.get(), ye.get());
-  if (b2) add_expert_bias(c, m.counts, b2, ye, C);
+  grouped(c, counts, false, true, LOOM_GROUP_SIZE, C, F, 0.0, av, w2->value.get(), y);
+  if (b2) add_expert_bias(c, counts, b2, y, C);
 }
 
-// From d(ye) in m.d2: the experts' parameter gradients, and d(xp) into m.d1.
-void MoeMlp::experts_backward(const Ctx& c, MoeActs& m) const {
-  const int64_t M = m.m;
-  View xp = view(m.xp, {M, C}), h = view(m.h, {M, fc_out}), av = view(m.a, {M, F});
-  View dye = view(m.d2, {M, C}), da = view(m.da, {M, F}), dh = view(m.dh, {M, fc_out});
-  View dxp = view(m.d1, {M, C});
-  if (b2) expert_bias_backward(c, m.counts, b2, dye, C);
-  grouped(c, m.counts, true, false, C, F, LOOM_GROUP_SIZE, 1.0, dye, av, w2->grad.get());
-  grouped(c, m.counts, false, false, LOOM_GROUP_SIZE, F, C, 0.0, dye, w2->value.get(), da.get());
+// From dy: the local experts' parameter gradients (scaled by 1/EP, moe.hpp) and dx (=).
+void MoeMlp::experts_backward(const Ctx& c, MoeActs& m, const std::vector<int64_t>& counts,
+                              int64_t R, const DLTensor* x, const DLTensor* dy,
+                              DLTensor* dx) const {
+  if (R == 0) return;
+  const double g = 1.0 / (double)c.ep.size;
+  View h = view(m.eh, {R, fc_out}), av = view(m.ea, {R, F});
+  View da = view(m.eda, {R, F}), dh = view(m.edh, {R, fc_out});
+  if (b2) expert_bias_backward(c, counts, b2, dy, C, g);
+  grouped(c, counts, true, false, C, F, LOOM_GROUP_SIZE, 1.0, dy, av, w2->grad.get(), g);
+  grouped(c, counts, false, false, LOOM_GROUP_SIZE, F, C, 0.0, dy, w2->value.get(), da.get());
   loom::act_backward(c.be, act, dh.get(), h, da);
-  if (b1) expert_bias_backward(c, m.counts, b1, dh, fc_out);
-  grouped(c, m.counts, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, dh, xp, w1->grad.get());
-  grouped(c, m.counts, false, false, LOOM_GROUP_SIZE, C, fc_out, 0.0, dh, w1->value.get(),
-          dxp.get());
+  if (b1) expert_bias_backward(c, counts, b1, dh, fc_out, g);
+  grouped(c, counts, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, dh, x, w1->grad.get(), g);
+  grouped(c, counts, false, false, LOOM_GROUP_SIZE, C, fc_out, 0.0, dh, w1->value.get(), dx);
+}
+
+// Megatron's all-to-all dispatcher. Every rank learns every rank's rows per expert (one sum
+// over the group), sends each expert's rows to its rank and orders what it receives by local
+// expert, then by source rank: the grouped GEMMs see each local expert's rows together.
+void MoeMlp::dispatch(const Ctx& c, MoeActs& m, const DLTensor* xp) const {
+  const int P = c.ep.size;
+  const int64_t El = E / P, e0 = c.ep.rank * El, M = m.m;
+  std::vector<double> all((size_t)(P * E), 0.0);  // (P, E): rows of rank i for expert e
+  for (int64_t e = 0; e < E; ++e) all[(size_t)(c.ep.rank * E + e)] = (double)m.counts[(size_t)e];
+  sum_over_experts(c, all);
+  auto rows = [&](int64_t i, int64_t le) { return (int64_t)all[(size_t)(i * E + e0 + le)]; };
+  m.send.assign((size_t)P, 0);
+  m.recv.assign((size_t)P, 0);
+  m.lcounts.assign((size_t)El, 0);
+  for (int64_t e = 0; e < E; ++e) m.send[(size_t)(e / El)] += m.counts[(size_t)e];
+  std::vector<int64_t> start((size_t)P, 0);  // of rank i's rows in the received block
+  int64_t R = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    start[(size_t)i] = R;
+    for (int64_t le = 0; le < El; ++le) {
+      m.recv[(size_t)i] += rows(i, le);
+      m.lcounts[(size_t)le] += rows(i, le);
+    }
+    R += m.recv[(size_t)i];
+  }
+  m.lperm.clear();
+  for (int64_t le = 0; le < El; ++le)
+    for (int64_t i = 0; i < P; ++i) {
+      int64_t at = start[(size_t)i];
+      for (int64_t l = 0; l < le; ++l) at += rows(i, l);
+      for (int64_t k = 0; k < rows(i, le); ++k) m.lperm.push_back((int32_t)(at + k));
+    }
+  m.linv.assign((size_t)R, 0);
+  for (int64_t r = 0; r < R; ++r) m.linv[(size_t)m.lperm[(size_t)r]] = (int32_t)r;
+  m.ensure_local(c, R, C, fc_out, F);
+  upload_rows(c, m.lperm, m.lperm_dev);
+  upload_rows(c, m.linv, m.linv_dev);
+  View in = view(xp, {M, C}), xr = view(m.xr, {R, C});
+  loom::check(c.host, loom::comm_all_to_all_v(c.ep.comm, c.ep.group, in, xr.get(), m.send.data(),
+                                              m.recv.data(), c.ep.stream));
+  if (R > 0)
+    loom::embedding_forward(c.be, view(m.xl, {R, C}).get(), view(m.lperm_dev, {R}), xr, false);
+}
+
+// The experts' rows yl (local-expert order) back to the ranks their tokens came from: ye.
+void MoeMlp::combine(const Ctx& c, MoeActs& m, const DLTensor* yl, DLTensor* ye) const {
+  const int64_t R = m.r, M = m.m;
+  View yr = view(m.yr, {R, C}), out = view(ye, {M, C});
+  if (R > 0) loom::embedding_forward(c.be, yr.get(), view(m.linv_dev, {R}), yl, false);
+  loom::check(c.host, loom::comm_all_to_all_v(c.ep.comm, c.ep.group, yr, out.get(), m.recv.data(),
+                                              m.send.data(), c.ep.stream));
 }
 
 // y (N,C) += shared.c_proj(act(shared.c_fc(x))): every token, weight 1.
@@ -315,8 +419,8 @@ void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const Laye
   c.call(&loom_ops::fill, dx, 0.0);
   if (S > 0) shared_backward(c, m, N, x, dy, dx);
   std::vector<double> dprob((size_t)(N * K), 0.0);
+  View perm = view(m.perm_dev, {M}), d1 = view(m.d1, {M, C}), d2 = view(m.d2, {M, C});
   if (M > 0) {
-    View perm = view(m.perm_dev, {M}), d1 = view(m.d1, {M, C}), d2 = view(m.d2, {M, C});
     View ye = view(m.ye, {M, C}), dp = view(m.dprob, {M});
     loom::embedding_forward(c.be, d1.get(), perm, dy, false);  // d(out) rows = dy[perm]
     row_dots(c, d1, ye, dp.get(), M, C);                       // d(prob) = d(out) . ye
@@ -324,9 +428,19 @@ void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const Laye
     download(c, dp, M, dpm);
     for (int64_t r = 0; r < M; ++r) dprob[(size_t)m.choice[(size_t)r]] = dpm[(size_t)r];
     scale_rows(c, view(m.prob_dev, {M}), d1, d2.get(), M, C);  // d(ye) = prob * d(out)
-    experts_backward(c, m);
-    loom::embedding_backward(c.be, dx, perm, d1);  // dx[perm] += d(xp)
   }
+  if (c.ep.size == 1) {
+    experts_backward(c, m, m.counts, M, view(m.xp, {M, C}), d2, d1.get());
+  } else {  // d(ye) to the experts' ranks, d(xp) back (the dispatcher's transpose)
+    const int64_t R = m.r;
+    View dyr = view(m.yr, {R, C}), dyl = view(m.yl, {R, C}), dxl = view(m.xr, {R, C});
+    loom::check(c.host, loom::comm_all_to_all_v(c.ep.comm, c.ep.group, d2, dyr.get(), m.send.data(),
+                                                m.recv.data(), c.ep.stream));
+    if (R > 0) loom::embedding_forward(c.be, dyl.get(), view(m.lperm_dev, {R}), dyr, false);
+    experts_backward(c, m, m.lcounts, R, view(m.xl, {R, C}), dyl, dxl.get());
+    combine(c, m, dxl, d1.get());
+  }
+  if (M > 0) loom::embedding_backward(c.be, dx, perm, d1);  // dx[perm] += d(xp)
   // the router: the combine weights' gradient and the losses' (from the forward)
   std::vector<double> dlogits = m.dlogits;
   route_backward(cfg, m.routing, m.logits.data(), dprob.data(), dlogits.data());

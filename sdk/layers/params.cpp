@@ -102,6 +102,8 @@ namespace {
 // one block, at this rank's slice of that block; split dim 1: the rows are the full
 // tensor's rows and this rank's columns a contiguous slice of each.
 int64_t global_first(const Param& p, int64_t r, int64_t cols, int tp, int rank) {
+  // an expert slab: experts [ep_rank * E/ep, ...) of the full tensor, whole on tensor ranks
+  if (p.ep_size > 1) return p.ep_rank * p.numel() + r * cols;
   if (tp == 1 || p.tp_split_dim < 0) return r * cols;
   if (p.tp_split_dim == 1) return r * cols * tp + rank * cols;
   const std::vector<int64_t> blocks =
@@ -176,7 +178,7 @@ void ParamStore::describe(size_t i, loom_model_param* out, const std::string& wh
   out->tp_num_blocks = blocked ? (int32_t)p.blocks.size() : 0;
   out->tp_block_sizes = blocked ? p.blocks.data() : nullptr;
   out->pipeline_duplicate = p.pipeline_duplicate;
-  out->reduce_group = LOOM_GROUP_DATA_CONTEXT;
+  out->reduce_group = p.ep_size > 0 ? LOOM_GROUP_EXPERT_DATA : LOOM_GROUP_DATA_CONTEXT;
   out->tie_group = tie_group;
 }
 

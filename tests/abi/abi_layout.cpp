@@ -202,7 +202,7 @@ Listing build() {
   F(num_inputs) F(inputs) F(num_outputs) F(outputs) F(num_losses) F(losses)
   END
   // grad.h
-  STRUCT(loom_grad_create_args) F(struct_size) F(grads) F(num_grads) F(ext) END
+  STRUCT(loom_grad_create_args) F(struct_size) F(grads) F(num_grads) F(ext) F(reduce_groups) END
   STRUCT(loom_grad_reduce_args) F(struct_size) F(ext) END
   STRUCT(loom_param_shard) F(struct_size) F(param) F(grad) F(offset) END
   STRUCT(loom_grad_api)
@@ -262,6 +262,11 @@ Listing build() {
   ENUM(loom_log_level, LOOM_LOG_WARN) ENUM(loom_log_level, LOOM_LOG_ERROR)
   ENUM(loom_reduce_op, LOOM_REDUCE_SUM) ENUM(loom_reduce_op, LOOM_REDUCE_MAX)
   ENUM(loom_reduce_op, LOOM_REDUCE_MIN) ENUM(loom_reduce_op, LOOM_REDUCE_AVG)
+  ENUM(loom_group_kind, LOOM_GROUP_WORLD) ENUM(loom_group_kind, LOOM_GROUP_TENSOR)
+  ENUM(loom_group_kind, LOOM_GROUP_CONTEXT) ENUM(loom_group_kind, LOOM_GROUP_DATA)
+  ENUM(loom_group_kind, LOOM_GROUP_PIPELINE) ENUM(loom_group_kind, LOOM_GROUP_DATA_CONTEXT)
+  ENUM(loom_group_kind, LOOM_GROUP_MODEL) ENUM(loom_group_kind, LOOM_GROUP_EMBEDDING)
+  ENUM(loom_group_kind, LOOM_GROUP_EXPERT) ENUM(loom_group_kind, LOOM_GROUP_EXPERT_DATA)
   return out;
 }
 // clang-format on

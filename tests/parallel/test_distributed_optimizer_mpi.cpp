@@ -73,7 +73,7 @@ struct Plugin {
     api = static_cast<const loom_grad_api*>(d->api);
     cfg = loomtest::TestHost::config(d);
     const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads.data(), grads.size(),
-                                     nullptr};
+                                     nullptr, nullptr};
     created = ptest::outcome(api->create(host, &cfg, &args, &self));
   }
   ~Plugin() { api->destroy(self); }

@@ -29,6 +29,8 @@ struct loom_comm_fake {
 loom_comm_fake g_fake;
 int g_host_group;  // the address stands for the host's data x context group
 loom_comm_group* host_group() { return reinterpret_cast<loom_comm_group*>(&g_host_group); }
+int g_expert_group;  // and this one for its expert-data group (ABI 2.6)
+loom_comm_group* expert_group() { return reinterpret_cast<loom_comm_group*>(&g_expert_group); }
 
 loom_comm_fake* fake(loom_comm*) { return &g_fake; }
 
@@ -82,7 +84,7 @@ loom_host with_fake_comm(const loom_host* base) {
   loom_host h = *base;
   h.get_group = [](loom_host_context*, loom_group_kind k, loom_comm_group** out) -> loom_error* {
     g_fake.kinds_asked.push_back(k);
-    *out = host_group();
+    *out = k == LOOM_GROUP_EXPERT_DATA ? expert_group() : host_group();
     return nullptr;
   };
   h.get_comm = [](loom_host_context*, loom_comm_ref* out) -> loom_error* {
@@ -96,14 +98,16 @@ loom_host with_fake_comm(const loom_host* base) {
 // A grad/ddp instance over the given gradients.
 class Ddp {
  public:
+  // kinds: ABI 2.6's reduce group of each gradient (empty: an ABI 2.0 caller, none given)
   Ddp(const loom_host* host, std::vector<DLTensor*> grads,
-      const std::map<std::string, std::string>& values = {})
-      : grads_(std::move(grads)) {
+      const std::map<std::string, std::string>& values = {}, std::vector<int32_t> kinds = {})
+      : grads_(std::move(grads)), kinds_(std::move(kinds)) {
     auto* d = loomtest::load_descriptor("grad", "ddp");
     api_ = static_cast<const loom_grad_api*>(d->api);
     cfg_ = loomtest::TestHost::config(d, values);
-    const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads_.data(), grads_.size(),
-                                     nullptr};
+    const loom_grad_create_args args{
+        kinds_.empty() ? LOOM_GRAD_CREATE_ARGS_SIZE_V2 : LOOM_GRAD_CREATE_ARGS_SIZE_V2_6,
+        grads_.data(), grads_.size(), nullptr, kinds_.empty() ? nullptr : kinds_.data()};
     created_ = ptest::outcome(api_->create(host, &cfg_, &args, &self_));
   }
   ~Ddp() { api_->destroy(self_); }
@@ -119,6 +123,7 @@ class Ddp {
   loom_grad* self_ = nullptr;
   loom_config cfg_;
   std::vector<DLTensor*> grads_;
+  std::vector<int32_t> kinds_;
   ptest::Outcome created_;
 };
 
@@ -239,6 +244,38 @@ TEST_CASE("grad/ddp: buckets pack small gradients and unpack the average correct
   for (size_t i = 0; i < g.ts.size(); ++i)
     for (size_t j = 0; j < g.ts[i]->data.size(); ++j)
       REQUIRE(g.ts[i]->data[j] == 2.0f * g.before[i][j]);
+}
+
+TEST_CASE(
+    "grad/ddp: expert gradients are averaged over the expert-data group, never packed "
+    "with others") {
+  loomtest::TestHost th;
+  loom_host h = with_fake_comm(th.host());
+  reset_fake(2);
+  Grads g;
+  const int32_t D = LOOM_GROUP_DATA_CONTEXT, X = LOOM_GROUP_EXPERT_DATA;
+  // runs: {D, D}, {X, X}, {D}, {X}, {D}: five buckets under the default 25 MiB
+  const std::vector<int32_t> kinds = {D, D, X, X, D, X, D};
+  {
+    Ddp ddp(&h, g.ptrs(), {}, kinds);
+    REQUIRE_MESSAGE(ddp.created().ok(), ddp.created().message);
+    CHECK(g_fake.kinds_asked == std::vector<int>{D, X});  // each group asked for once
+    REQUIRE(ddp.reduce().ok());
+  }
+  const std::vector<int64_t> numels = {16 * 8 + 8, 8 + 8 * 32, 32, 1, 4 * 4 * 2};
+  REQUIRE(g_fake.ops.size() == numels.size());
+  for (size_t i = 0; i < numels.size(); ++i) {
+    CHECK(g_fake.ops[i] == LOOM_REDUCE_AVG);
+    CHECK(g_fake.numels[i] == numels[i]);
+    CHECK(g_fake.groups[i] == (i % 2 == 0 ? host_group() : expert_group()));
+  }
+  for (size_t i = 0; i < g.ts.size(); ++i)  // the average over the fake's 2 ranks: 2x
+    for (size_t j = 0; j < g.ts[i]->data.size(); ++j)
+      REQUIRE(g.ts[i]->data[j] == 2.0f * g.before[i][j]);
+
+  reset_fake(2);
+  Ddp bad(&h, g.ptrs(), {}, {D, D, LOOM_GROUP_TENSOR, X, D, X, D});
+  CHECK(bad.created().message.find("reduce group 1") != std::string::npos);
 }
 
 TEST_CASE("grad/ddp: no comm, NULL gradients and the schema") {

@@ -349,7 +349,7 @@ struct Parallel {
     World& w = world();
     REQUIRE(loom::layout::problems(d, w.size).empty());
     layout = loom::layout::coordinates(d, w.size, w.rank);
-    groups.assign(9, nullptr);
+    groups.assign(loom::layout::kNumGroupKinds, nullptr);
     for (loom_group_kind k : loom::layout::kAllGroups) {
       std::vector<int> colors = loom::layout::colors(d, w.size, k);
       w.host.check(

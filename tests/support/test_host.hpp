@@ -249,7 +249,7 @@ class TestHost {
     return new loom_error{LOOM_ERR_INVALID_ARGUMENT, std::string("no config key ") + k};
   }
 
-  static constexpr int kNumGroups = 9;
+  static constexpr int kNumGroups = loom::layout::kNumGroupKinds;
   loom_host host_{};
   loom_parallel_layout layout_{};
   loom_comm_group* groups_[kNumGroups] = {};

@@ -17,7 +17,8 @@
 #          | t5rel (the same with T5's relative position bias, whose tables split by heads)
 #          | moe (GPT with a Mixtral-style mixture of experts: 4 SwiGLU experts, top-2, a
 #            shared expert, balancing and z losses)
-#   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist, each
+#   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
+#           | ep2 | ep2dp2dist | ep2tp2 (expert parallelism, moe only), each
 #           optionally with -packed: packed sequences (data.pack_sequences) of documents of 6
 #           tokens, so that every sample holds two or three, on one rank as in the layout
 set -euo pipefail
@@ -130,6 +131,10 @@ case ${layout%-packed} in
   dp2dist) np=2 sets=(--set parallel.data=distributed-optimizer) ;;
   tp2pp2) np=4 sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
   tp2dp2dist) np=4 sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
+  # expert parallelism (moe): the 4 experts split over 2 ranks of the data x context ranks
+  ep2) np=2 sets=(--set parallel.expert=2) ;;
+  ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
+  ep2tp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 cd "$dir"
@@ -176,6 +181,12 @@ check fp32 1e-5 "$param_tol32" --norm
 # 4 + 4 + 8 = 16 bytes with whole replicas, 4 + 4 + 8/D with the distributed optimizer.
 want="4.00 (param) + 4.00 (grad) + 8.00 (optimizer state) = 16.00 bytes"
 case $layout in *dist) want="4.00 (param) + 4.00 (grad) + 4.00 (optimizer state) = 12.00 bytes" ;; esac
+# ep2dp2dist shards the dense state over 4 ranks and the experts' over 2. Per rank: 37184
+# dense and 19072 expert parameters (its 2 of the 4 experts), so the state is
+# (37184 x 8/4 + 19072 x 8/2) / 56256 = 2.68 bytes per parameter.
+case $layout in
+  ep2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.68 (optimizer state) = 10.68 bytes" ;;
+esac
 grep -q "memory per parameter on this rank: $want" par.log ||
   { echo "memory per parameter: expected '$want' in:"; grep "memory per" par.log; exit 1; }
 echo "memory per parameter: $want"

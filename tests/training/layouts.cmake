@@ -50,8 +50,10 @@ endforeach()
 
 # A Mixtral-style mixture of experts (model/gpt, num_experts = 4, top-2, balancing and z
 # losses) under data parallelism, the distributed optimizer, and tensor parallelism of the
-# attention with the experts whole on every tensor rank.
-foreach(layout tp2 dp2 dp2dist)
+# attention with the experts whole on every tensor rank; expert parallelism (the all-to-all
+# dispatcher) alone, with the distributed optimizer sharding the experts over the
+# expert-data group, and beside tensor parallelism.
+foreach(layout tp2 dp2 dp2dist ep2 ep2dp2dist ep2tp2)
   add_test(NAME layouts.moe.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                    ${MPIEXEC_EXECUTABLE} moe ${layout})
@@ -61,7 +63,7 @@ endforeach()
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist)
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist)
   add_test(NAME layouts.resume.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
                    ${layout})
@@ -70,7 +72,7 @@ foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist)
 endforeach()
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
-foreach(model gpt llama)
+foreach(model gpt llama moe)
   add_test(NAME layouts.reshard.${model}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/reshard.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
                    ${model})

@@ -2,8 +2,9 @@
 # Sharded checkpoints resume exactly at the same layout: 4 ranks in LAYOUT train 12
 # iterations straight, and 6 + save + (a new run) load + 6; the final checkpoints must be
 # identical (rtol 0) and so must the logged losses of iterations 7..12.
-#   resume.sh LOOM MPIEXEC LAYOUT   (LAYOUT: tp2pp2 | tp2dp2dist | moe-tp2dp2dist, the last
-#   with a mixture of experts: 4 experts, top-2, balancing and z losses)
+#   resume.sh LOOM MPIEXEC LAYOUT   (LAYOUT: tp2pp2 | tp2dp2dist | moe-tp2dp2dist | moe-ep2 |
+#   moe-ep2dp2dist, the moe ones with a mixture of experts: 4 experts, top-2, balancing and z
+#   losses; ep2: expert parallelism of 2 over the 4 data-parallel ranks)
 set -euo pipefail
 loom=$1 mpiexec=$2 layout=$3
 dir=$(mktemp -d)
@@ -39,6 +40,12 @@ case $layout in
   tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
   tp2dp2dist) sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
   moe-tp2dp2dist) sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer
+                        --set model.num_experts=4 --set model.moe_router_topk=2
+                        --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
+  # expert parallelism over 4 data-parallel ranks: the experts in 2 slabs, each on 2 ranks
+  moe-ep2) sets=(--set parallel.expert=2 --set model.num_experts=4 --set model.moe_router_topk=2
+                 --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
+  moe-ep2dp2dist) sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer
                         --set model.num_experts=4 --set model.moe_router_topk=2
                         --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;

@@ -4,7 +4,8 @@
  * reduce once per step after the last micro-batch's backward; the strategy leaves every rank
  * with gradients averaged over the data-parallel group (ddp: all-reduce; distributed-
  * optimizer: reduce-scatter into this rank's shard, and all-gather of the updated
- * parameters in after_step). */
+ * parameters in after_step). Since ABI 2.6 each gradient names its group (create args'
+ * reduce_groups): expert parameters are averaged over the expert-data group. */
 #ifndef LOOM_GRAD_H
 #define LOOM_GRAD_H
 
@@ -23,8 +24,15 @@ typedef struct loom_grad_create_args {
   DLTensor* const* grads;
   size_t num_grads;
   const loom_ext* ext; /* NULL */
+  /* --- ABI 2.0 ends here; append new fields below this line only. --- */
+  /* ABI 2.6: num_grads entries, the loom_group_kind each gradient is averaged over
+   * (loom_model_param.reduce_group): LOOM_GROUP_DATA_CONTEXT, or LOOM_GROUP_EXPERT_DATA for
+   * an expert parameter under expert parallelism. NULL: every gradient over data x context.
+   * A strategy that shards the optimizer shards each gradient over its own group. */
+  const int32_t* reduce_groups;
 } loom_grad_create_args;
 #define LOOM_GRAD_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_create_args, ext)
+#define LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 LOOM_STRUCT_SIZE(loom_grad_create_args, reduce_groups)
 
 /* One reduction of the step's gradients. Every gradient today; a later minor appends a
  * bucket list here, so that reduction can overlap the backward pass without a break. */

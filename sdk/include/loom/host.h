@@ -67,7 +67,10 @@ typedef enum loom_group_kind {
   LOOM_GROUP_MODEL = 6,        /* tensor x pipeline (x context): one model replica */
   LOOM_GROUP_EMBEDDING = 7,    /* first and last pipeline stage (tied embeddings); a rank
                                 * on neither stage is alone in its group */
-  LOOM_GROUP_EXPERT = 8        /* expert-parallel ranks, carved from data x context */
+  LOOM_GROUP_EXPERT = 8,       /* expert-parallel ranks, carved from data x context */
+  /* ABI 2.6: the replicas of one expert-parallel rank's experts (same tensor, pipeline and
+   * expert rank): where expert gradients are averaged and expert optimizer state sharded */
+  LOOM_GROUP_EXPERT_DATA = 9
 } loom_group_kind;
 
 typedef enum loom_log_level {

@@ -52,8 +52,11 @@ typedef struct loom_model_param {
    * in the gradient norm */
   int32_t pipeline_duplicate;
   /* The group over which the host averages this parameter's gradient (a loom_group_kind):
-   * LOOM_GROUP_DATA_CONTEXT for dense parameters; expert parameters of a mixture of experts
-   * will name their expert-data group. */
+   * LOOM_GROUP_DATA_CONTEXT for dense parameters. An expert parameter of a mixture of experts
+   * under expert parallelism (ABI 2.6) names LOOM_GROUP_EXPERT_DATA: its dimension 0 (the
+   * experts) is split evenly over the expert group, expert rank e holding the e-th slab, and
+   * its gradient already sums the expert group's tokens divided by the expert-parallel size,
+   * so that averaging it over the expert-data group averages it over data x context. */
   int32_t reduce_group;
   /* One logical tensor held by several pipeline stages shares a tie group, kept equal by
    * the model in training and re-synchronised by the host after loading a checkpoint.

@@ -115,15 +115,23 @@ inline std::vector<int> colors(const Degrees& d, int world, loom_group_kind kind
         c[r] = tp + T * (pp + l.pipeline * (dc / l.expert));
         break;
       }
+      case LOOM_GROUP_EXPERT_DATA: {  // the same expert rank in every expert group
+        const int dc = dp * C + cp;
+        c[r] = tp + T * (pp + l.pipeline * (dc % l.expert));
+        break;
+      }
     }
   }
   return c;
 }
 
 constexpr loom_group_kind kAllGroups[] = {
-    LOOM_GROUP_WORLD, LOOM_GROUP_TENSOR,    LOOM_GROUP_CONTEXT,
-    LOOM_GROUP_DATA,  LOOM_GROUP_PIPELINE,  LOOM_GROUP_DATA_CONTEXT,
-    LOOM_GROUP_MODEL, LOOM_GROUP_EMBEDDING, LOOM_GROUP_EXPERT};
+    LOOM_GROUP_WORLD,    LOOM_GROUP_TENSOR,       LOOM_GROUP_CONTEXT, LOOM_GROUP_DATA,
+    LOOM_GROUP_PIPELINE, LOOM_GROUP_DATA_CONTEXT, LOOM_GROUP_MODEL,   LOOM_GROUP_EMBEDDING,
+    LOOM_GROUP_EXPERT,   LOOM_GROUP_EXPERT_DATA};
+
+// One past the largest group kind: the size of an array indexed by kind.
+constexpr int kNumGroupKinds = LOOM_GROUP_EXPERT_DATA + 1;
 
 inline const char* group_name(loom_group_kind k) {
   switch (k) {
@@ -145,6 +153,8 @@ inline const char* group_name(loom_group_kind k) {
       return "embedding";
     case LOOM_GROUP_EXPERT:
       return "expert";
+    case LOOM_GROUP_EXPERT_DATA:
+      return "expert data";
   }
   return "?";
 }

@@ -54,6 +54,7 @@ struct Options {
   RouterConfig moe_router;
   double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
   std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
+  int64_t ep = 1, ep_rank = 0;  // expert parallelism: this rank holds experts [ep_rank*E/ep, ..)
   bool is_moe_layer(int64_t l) const { return num_experts > 0 && l % moe_layer_freq == 0; }
   bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args

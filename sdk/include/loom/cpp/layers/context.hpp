@@ -29,6 +29,14 @@ struct SpScratch {
   Tensor picked;  // (N,C) the vocabulary-parallel embedding's looked-up rows (tp > 1)
 };
 
+// The expert-parallel group (host's LOOM_GROUP_EXPERT): size 1 = no expert parallelism.
+struct ExpertGroup {
+  loom_comm_ref comm{nullptr, nullptr};
+  loom_comm_group* group = nullptr;
+  int size = 1, rank = 0;
+  void* stream = nullptr;  // the backend's (loom_comm_args.stream)
+};
+
 struct Ctx {
   const loom_host* host = nullptr;
   loom::Backend be;
@@ -37,6 +45,7 @@ struct Ctx {
   // or f64 in tests.
   DLDataType dtype{};
   loom::tp::Group tp;  // the tensor-parallel group (size 1 = no tensor parallelism)
+  ExpertGroup ep;      // the expert-parallel group
   SpScratch* sp = nullptr;
 
   template <class Fn, class... Args>

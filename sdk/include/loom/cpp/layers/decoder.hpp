@@ -125,6 +125,7 @@ class DecoderModel {
 
  private:
   void build();
+  void join_expert_group(const loom_host* host);
   const BlockSpec& layer_spec(int64_t l) const;
   Slot& slot(int64_t i);
   std::string who_;

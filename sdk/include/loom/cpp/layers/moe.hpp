@@ -12,6 +12,13 @@
 // router's logits in backward, scaled like every loss term (Step::moe_grad_scale).
 // Experts are not split under tensor parallelism: every tensor rank runs the whole layer on
 // the same tokens (Megatron's expert tensor parallelism of 1).
+//
+// Expert parallelism (ctx.ep, EP ranks): this rank holds experts [e0, e0 + E/EP). Megatron's
+// all-to-all token dispatcher: the rows xp of each expert go to the rank that holds it
+// (all_to_all_v), are put in local-expert order, run through the local experts and come back
+// the same way; backward sends d(ye) out and d(xp) back. The expert weights' gradients sum
+// the tokens of every rank of the expert group and are divided by EP, so that the host's
+// average over the expert-data group averages them over data x context.
 #pragma once
 
 #include <memory>
@@ -34,12 +41,20 @@ struct MoeActs {
   std::vector<int64_t> choice;            // (M) its choice n * k + j
   std::vector<int64_t> counts;            // (E) rows per expert
   Tensor logits_dev, perm_dev, prob_dev;  // (N,E), (M) i32, (M)
-  Tensor xp, h, a, ye, out;               // (M,C), (M,fc_out), (M,F), (M,C), (M,C)
-  Tensor d1, d2, dh, da, dprob, dlog;     // backward: (M,C) x2, (M,fc_out), (M,F), (M), (N,E)
+  Tensor xp, ye, out;                     // (M,C) x3
+  Tensor d1, d2, dprob, dlog;             // backward: (M,C) x2, (M), (N,E)
   Tensor sh, sa, dsh, dsa;                // the shared expert: (N,s_fc_out), (N,S) and grads
-  int64_t n = 0, m = 0, cap_n = 0, cap_m = 0;
+  // Expert parallelism: R rows reach this rank's experts.
+  std::vector<int64_t> send, recv;   // (EP) rows to / from each rank of the expert group
+  std::vector<int64_t> lcounts;      // (E/EP) rows per local expert, from every rank
+  std::vector<int32_t> lperm, linv;  // (R) received row of each local row, and back
+  Tensor lperm_dev, linv_dev;        // (R) i32
+  Tensor xr, xl, yl, yr;             // (R,C): received, in local-expert order, out, back
+  Tensor eh, ea, edh, eda;           // (R,fc_out), (R,F) and grads: the experts' own
+  int64_t n = 0, m = 0, r = 0, cap_n = 0, cap_m = 0, cap_r = 0;
   void ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C, int64_t fc_out,
               int64_t F);
+  void ensure_local(const Ctx& c, int64_t r_rows, int64_t C, int64_t fc_out, int64_t F);
 };
 
 struct MoeMlp {
@@ -64,8 +79,16 @@ struct MoeMlp {
                 const DLTensor* dy, DLTensor* dx) const;
 
  private:
-  void experts_forward(const Ctx& c, MoeActs& m) const;
-  void experts_backward(const Ctx& c, MoeActs& m) const;
+  // The local experts over `rows` rows of x grouped by `counts`: y (=).
+  void experts_forward(const Ctx& c, MoeActs& m, const std::vector<int64_t>& counts, int64_t rows,
+                       const DLTensor* x, DLTensor* y) const;
+  // Their parameter gradients (scaled by 1/EP) and dx (=) from dy.
+  void experts_backward(const Ctx& c, MoeActs& m, const std::vector<int64_t>& counts, int64_t rows,
+                        const DLTensor* x, const DLTensor* dy, DLTensor* dx) const;
+  // Expert parallelism: xp's rows to their experts' ranks, into m.xl in local-expert order
+  // (m.r rows); and the experts' outputs m.yl back into ye (M rows).
+  void dispatch(const Ctx& c, MoeActs& m, const DLTensor* xp) const;
+  void combine(const Ctx& c, MoeActs& m, const DLTensor* yl, DLTensor* ye) const;
   void shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, DLTensor* y) const;
   void shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, const DLTensor* dy,
                        DLTensor* dx) const;

@@ -25,6 +25,9 @@ struct Param {
   std::vector<int64_t> blocks;
   int32_t pipeline_duplicate = 0;  // the last stage's copy of the tied wte
   bool sp_partial = false;         // gradient partial per rank under sequence parallelism
+  // An expert parameter (> 0): dimension 0 holds this expert rank's slab (ep_rank of
+  // ep_size) of the experts; its gradient is averaged over the expert-data group.
+  int32_t ep_size = 0, ep_rank = 0;
   int64_t numel() const;
 };
 
@@ -67,7 +70,7 @@ class ParamDeclarer {
   void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
   void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
   // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
-  // biases: MoeMlp's, whole on every tensor rank
+  // biases: MoeMlp's, whole on every tensor rank; the experts' E / EP of this expert rank
   void moe(const std::string& p);
 
   const Options& o;
