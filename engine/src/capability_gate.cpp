@@ -1,5 +1,8 @@
 #include "capability_gate.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "host.hpp"
 
 namespace loom::engine {
@@ -32,9 +35,18 @@ loom_error* gated(const PluginInfo& info, const Args* args, Slot slot) {
 
 AttentionGate::AttentionGate(const PluginInfo& info, const loom_attention_api* api,
                              loom_attention* self)
-    : table_(*api), info_(info), api_(api), self_(self) {
+    : table_{}, info_(info), api_(api), self_(self) {
+  // the plugin's table as far as it goes (an older plugin's is shorter), the rest NULL
+  std::memcpy(&table_, api, std::min(api->struct_size, sizeof table_));
+  table_.struct_size = sizeof table_;
   table_.forward = &AttentionGate::forward;
   table_.backward = &AttentionGate::backward;
+  if (table_.merge) table_.merge = &AttentionGate::merge;
+}
+
+loom_error* AttentionGate::merge(loom_attention* gate, const loom_attention_merge_args* args) {
+  auto* g = reinterpret_cast<AttentionGate*>(gate);
+  return gated(g->info_, args, [&] { return g->api_->merge(g->self_, args); });
 }
 
 loom_error* AttentionGate::forward(loom_attention* gate, const loom_attention_fwd_args* args) {

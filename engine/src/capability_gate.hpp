@@ -23,6 +23,7 @@ class AttentionGate {
  private:
   static loom_error* forward(loom_attention* gate, const loom_attention_fwd_args* args);
   static loom_error* backward(loom_attention* gate, const loom_attention_bwd_args* args);
+  static loom_error* merge(loom_attention* gate, const loom_attention_merge_args* args);
   loom_attention_api table_;
   const PluginInfo& info_;
   const loom_attention_api* api_;

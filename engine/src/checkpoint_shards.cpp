@@ -91,8 +91,8 @@ std::string checkpoint_file(const std::string& kind, const loom_parallel_layout&
     std::snprintf(tag, sizeof tag, "-tp%02d-pp%03d", l.tensor_rank, l.pipeline_rank);
     f += tag;
   }
-  if (per_data_rank) {
-    f += "-dp" + std::to_string(l.data_rank);
+  if (per_data_rank) {  // the rank in data x context: every one holds its own shard
+    f += "-dp" + std::to_string(l.data_rank * l.context + l.context_rank);
   } else if (l.expert > 1) {
     char tag[16];
     std::snprintf(tag, sizeof tag, "-ep%02d", l.expert_rank);

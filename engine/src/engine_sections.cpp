@@ -86,7 +86,14 @@ constexpr loom_param_spec kLr[] = {
 constexpr loom_param_spec kParallel[] = {
     param("tensor", kInt, "1", "tensor-parallel degree", 1, kInf),
     param("pipeline", kInt, "1", "pipeline-parallel degree (stages)", 1, kInf),
-    param("context", kInt, "1", "context-parallel degree (sequence split for attention)", 1, kInf),
+    param("context", kInt, "1",
+          "context-parallel degree (Megatron's --context-parallel-size): each sample's tokens "
+          "split over this many ranks of every data-parallel replica, in 2 x context chunks; "
+          "train.seq_len must be divisible by 2 x context",
+          1, kInf),
+    param("cp_comm_type", kString, "p2p",
+          "context parallelism's attention (Megatron's --cp-comm-type): \"p2p\", ring attention "
+          "passing keys and values round the context group"),
     param("expert", kInt, "1",
           "expert-parallel degree (Megatron's --expert-model-parallel-size): the experts of "
           "every MoE layer split over this many ranks of data x context, tokens sent to them "

@@ -73,6 +73,12 @@ void check_layout(const Recipe& recipe, int world) {
       problems.push_back("model.num_experts = " + std::to_string(experts) +
                          " is not divisible by expert = " + ep);
   }
+  if (d.context > 1) {  // Megatron's load balancing: 2 x context chunks per sample
+    const int64_t T = recipe.get_int("train", "seq_len");
+    if (T % (2 * d.context) != 0)
+      problems.push_back("train.seq_len = " + std::to_string(T) +
+                         " is not divisible by 2 x context = " + std::to_string(2 * d.context));
+  }
   if (problems.empty()) {
     const int dp = world / (d.tensor * d.context * d.pipeline);
     const int64_t mbs = recipe.get_int("train", "micro_batch_size");

@@ -83,7 +83,8 @@ StepStats train_step(TrainRun& r, int64_t it) {
   StepStats s;  // losses of the global batch, for the log
   s.loss = losses[0].mean();
   for (size_t i = 1; i < losses.size(); ++i)
-    s.extra_losses.emplace_back(losses[i].name, losses[i].mean());
+    (losses[i].weight == 0 ? s.stats : s.extra_losses)
+        .emplace_back(losses[i].name, losses[i].mean());
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
   s.loss_scale = r.scaler.scale;
   s.grad_norm = std::sqrt(squared_grad_norm(r)) / s.loss_scale;

@@ -108,7 +108,8 @@ bool TrainRun::same_layout(const std::map<std::string, int64_t>& saved) const {
   const bool was_sharded = get("sharded_optimizer", 0) != 0;
   return get("tensor", 1) == layout.tensor && get("pipeline", 1) == layout.pipeline &&
          get("virtual_stages", 1) == layout.virtual_stages && get("expert", 1) == layout.expert &&
-         was_sharded == sharded && (!sharded || get("data", 1) == layout.data);
+         get("context", 1) == layout.context && was_sharded == sharded &&
+         (!sharded || get("data", 1) == layout.data);
 }
 
 void TrainRun::resume() {
@@ -242,6 +243,7 @@ void TrainRun::save(int64_t iteration) {
                  {"virtual_stages", layout.virtual_stages},
                  {"data", layout.data},
                  {"expert", layout.expert},
+                 {"context", layout.context},
                  {"sharded_optimizer", sharded ? 1 : 0}};
   ck.model_file = writes_model ? model_file : "";
   ck.optimizer_file = writes_opt ? opt_file : "";

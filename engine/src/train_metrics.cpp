@@ -77,11 +77,13 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
                            {"loss_scale", s.loss_scale},
                            {"step_s", s.seconds}};
     for (const auto& [name, value] : s.extra_losses) line["loss_" + name] = value;
+    for (const auto& [name, value] : s.stats) line[name] = value;
     file_ << line.dump() << "\n" << std::flush;
   }
   if (tb_) {  // Megatron's tag names where it has them
     tb_->scalar("lm loss", iter, s.loss);
     for (const auto& [name, value] : s.extra_losses) tb_->scalar(name + " loss", iter, value);
+    for (const auto& [name, value] : s.stats) tb_->scalar(name, iter, value);
     tb_->scalar("learning-rate", iter, s.lr);
     tb_->scalar("grad-norm", iter, s.grad_norm);
     tb_->scalar("loss-scale", iter, s.loss_scale);
@@ -93,6 +95,7 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
   if (iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters) {
     for (const auto& [name, value] : s.extra_losses)
       spdlog::info("iter {:>6}/{} | {} loss {:.4f}", iter, run_.iters, name, value);
+    log_stats(iter, s.stats, "");
     // The ETA extrapolates this run's mean iteration time (evaluations and saves included).
     const double elapsed = steady_s() - started_;
     const double done = (double)std::max<int64_t>(iter - run_.start_iter, 1);
@@ -105,16 +108,41 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
   }
 }
 
+// Statistics one line per group: the names up to their last '.' ("moe_load.h3" for the
+// shares of layer 3's experts "moe_load.h3.e0", "moe_load.h3.e1", ...), values in order.
+void Metrics::log_stats(int64_t iter, const std::vector<std::pair<std::string, double>>& stats,
+                        const std::string& prefix) const {
+  std::string group, values;
+  auto flush = [&] {
+    if (!group.empty())
+      spdlog::info("iter {:>6}/{} | {}{}{}", iter, run_.iters, prefix, group, values);
+    values.clear();
+  };
+  for (const auto& [name, value] : stats) {
+    const size_t dot = name.rfind('.');
+    const std::string g = dot == std::string::npos ? name : name.substr(0, dot);
+    if (g != group) flush();
+    group = g;
+    values += fmt::format(" {:.4f}", value);
+  }
+  flush();
+}
+
 void Metrics::eval(int64_t iter, const std::vector<LossTerm>& terms) {
   const double loss = terms[0].mean();
   std::string more;
   nlohmann::json line{{"iter", iter}, {"eval_loss", loss}};
+  std::vector<std::pair<std::string, double>> stats;
   for (size_t i = 1; i < terms.size(); ++i) {
-    more += fmt::format(" | eval {} {:.4f}", terms[i].name, terms[i].mean());
+    if (terms[i].weight == 0 && terms[i].name.find('.') != std::string::npos)
+      stats.emplace_back(terms[i].name, terms[i].mean());  // grouped below
+    else
+      more += fmt::format(" | eval {} {:.4f}", terms[i].name, terms[i].mean());
     line["eval_" + terms[i].name] = terms[i].mean();
   }
   spdlog::info("iter {:>6}/{} | eval_loss {:.4f} | eval ppl {:.2f}{}", iter, run_.iters, loss,
                std::exp(loss), more);
+  log_stats(iter, stats, "eval ");
   if (file_.is_open()) file_ << line.dump() << "\n" << std::flush;
   if (tb_) {
     tb_->scalar("lm loss validation", iter, loss);

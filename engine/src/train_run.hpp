@@ -95,7 +95,8 @@ struct LossTerm {
 
 // What one iteration did, for the log and the metrics file.
 struct StepStats {
-  std::vector<std::pair<std::string, double>> extra_losses;  // terms after the main one
+  // terms after the main one (name, mean); weight 0: a statistic, not part of the objective
+  std::vector<std::pair<std::string, double>> extra_losses, stats;
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double seconds = 0, tokens_per_s = 0, mfu = 0;
   bool stepped = true;
@@ -201,6 +202,8 @@ class Metrics {
   void step(int64_t iter, const StepStats& s, int64_t mem_peak);
   // terms[0] is the loss; the others are logged beside it as eval_<name>.
   void eval(int64_t iter, const std::vector<LossTerm>& terms);
+  void log_stats(int64_t iter, const std::vector<std::pair<std::string, double>>& stats,
+                 const std::string& prefix) const;
 
  private:
   const TrainRun& run_;

@@ -34,10 +34,12 @@ void check_param_groups(const loom_model_param& p, const std::string& model) {
 
 // Refused before any plugin is created: what this engine cannot train yet.
 Recipe& refuse_unsupported(Recipe& recipe) {
-  const int64_t v = recipe.get_int("parallel", "context");
-  if (v != 1)
-    throw UsageError("parallel.context = " + std::to_string(v) +
-                     ": context parallelism is not available yet; use 1");
+  const std::string cp = recipe.get_string("parallel", "cp_comm_type");
+  if (cp != "p2p")
+    throw UsageError("parallel.cp_comm_type = \"" + cp + "\": " +
+                     (cp == "a2a" ? std::string("the all-to-all (Ulysses) context parallelism is "
+                                                "not implemented yet; use \"p2p\"")
+                                  : std::string("expected \"p2p\"")));
   return recipe;
 }
 
@@ -241,7 +243,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
   // This rank's checkpoint files; replicas of a data-parallel group write nothing their
   // group's rank 0 writes.
   model_file = checkpoint_file("model", layout, false);
-  opt_file = checkpoint_file("optimizer", layout, sharded && dp > 1);
+  opt_file = checkpoint_file("optimizer", layout, sharded && dp * layout.context > 1);
   // Under expert parallelism the first expert-data replica of every expert rank writes too
   // (its file has the expert rank's tag): each holds other experts.
   writes_model = (layout.data_rank * layout.context + layout.context_rank) < layout.expert;
@@ -339,7 +341,10 @@ void TrainRun::create_optimizer() {
         {LOOM_OPT_PARAM_SIZE_V2, params[i].name, value, grad, params[i].weight_decay});
     // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
     // duplicate (the tied embedding on the last stage) is its first stage's tensor.
-    if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) && !params[i].pipeline_duplicate)
+    // Context-parallel replicas hold the same gradients after the reduction too (a sharded
+    // optimizer's shards are distinct already).
+    if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) &&
+        (sharded || layout.context_rank == 0) && !params[i].pipeline_duplicate)
       (params[i].reduce_group == LOOM_GROUP_EXPERT_DATA ? expert_norm_grads : norm_grads)
           .push_back(grad);
   }

@@ -10,6 +10,7 @@
 
 #include "flash_kernels.hpp"
 #include "loom/cpp/attention_args.hpp"
+#include "loom/cpp/attention_merge.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace {
@@ -158,6 +159,9 @@ class FlashCpuAttention {
       // An lse coarser than the accumulation (f32 lse of f64 data, as the model saves it)
       // would cap the gradients at f32 accuracy: recompute it in A instead.
       const bool coarse = !a.lse || (sizeof(A) == 8 && a.lse->dtype.bits == 32);
+      // A merged lse is not this call's: it cannot be recomputed from these keys.
+      loom::require(!m.partial || !coarse, "attention/flash-cpu: " LOOM_EXT_ATTENTION_PARTIAL
+                                           " needs the merged lse, in f64 for f64 data");
       const int64_t qp = d.Hq * d.D, kp = d.Hkv * d.D;
       auto run = [&](const auto* lse) {
         for_each_seq(d, m, [&](const flash::Dims& x, int64_t qr, int64_t kr, int64_t l0) {
@@ -176,6 +180,27 @@ class FlashCpuAttention {
     });
   }
 
+  // attention.h's merge, on the host memory the plugin computes in.
+  void merge(const loom_attention_merge_args& a) {
+    const loom::MergeDims d = loom::merge_dims(kWho, a);
+    dispatch(a.out->dtype, [&](auto st, auto) {
+      using St = decltype(st);
+      auto run = [&](auto* lse, const auto* part_lse) {
+        loom::merge_partial(
+            d, static_cast<St*>(host_data(a.out, "out")), lse,
+            static_cast<const St*>(host_data(a.part_out, "part_out")), part_lse,
+            [](St x) { return (double)flash::widen(x); },
+            [](double x) { return flash::narrow<St>(x); });
+      };
+      if (a.lse->dtype.bits == 64)
+        run(static_cast<double*>(host_data(a.lse, "lse")),
+            static_cast<const double*>(host_data(a.part_lse, "part_lse")));
+      else
+        run(static_cast<float*>(host_data(a.lse, "lse")),
+            static_cast<const float*>(host_data(a.part_lse, "part_lse")));
+    });
+  }
+
   const loom_host* host() const { return host_; }
 
  private:
@@ -185,7 +210,7 @@ class FlashCpuAttention {
     d.bk = bk_;
     d.scale = scale;
     d.causal = causal != 0;
-    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(d), q);
+    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(d), q, true);
     d.window = m.window;
     d.bias_T = d.T;
     d.bias_S = d.S;
@@ -214,7 +239,12 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
+loom_error* merge(loom_attention* a, const loom_attention_merge_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->merge(*args); });
+}
+
+const loom_attention_api kApi = {
+    LOOM_ATTENTION_API_SIZE_V2_7, create, destroy, forward, backward, merge};
 
 const loom_param_spec kParams[] = {
     loom::param("block_q", LOOM_PARAM_INT, "64", "queries per tile", 1, 4096),
@@ -222,7 +252,7 @@ const loom_param_spec kParams[] = {
 };
 
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
-                                     LOOM_EXT_ATTENTION_BIAS, nullptr};
+                                     LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "loom/cpp/attention_args.hpp"
+#include "loom/cpp/attention_merge.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -68,6 +69,7 @@ class ReferenceAttention {
     const Shape s = check_shapes(a.q, a.k, a.v, a.dout, "dout", a.causal);
     loom::attention_grads(kWho, a.q, a.k, a.dq, a.dk, a.dv);
     const loom::AttentionMasks m = masks(s, a.ext, a.causal, a.q);
+    if (m.partial) return backward_partial(s, m, a);
     if (m.varlen) return backward_seqs(s, m, a);
     ensure(s, a.q->dtype, /*backward=*/true);
     loom::View p(probs_, {s.B * s.Hq, s.T, s.S});
@@ -96,9 +98,83 @@ class ReferenceAttention {
     }
   }
 
+  // attention.h's merge, in float64 on the host.
+  void merge(const loom_attention_merge_args& a) {
+    const loom::MergeDims d = loom::merge_dims(kWho, a);
+    std::vector<double> out = fetch(a.out), lse = fetch(a.lse);
+    const std::vector<double> part = fetch(a.part_out), part_lse = fetch(a.part_lse);
+    auto same = [](double x) { return x; };
+    loom::merge_partial(d, out.data(), lse.data(), part.data(), part_lse.data(), same, same);
+    store(a.out, out);
+    store(a.lse, lse);
+  }
+
   const loom_host* host() const { return host_; }
 
  private:
+  // Backward of one call of a partial attention (loom.attention-partial/1): out and lse are
+  // the merge over every call's keys, so P = exp(scale q.k - lse) cannot come from a softmax
+  // over this call's keys alone. FlashAttention-2's equations, spelled out in float64 on the
+  // host: Di = dO_i . O_i, dV_j = sum_i P_ij dO_i, dS_ij = P_ij (dO_i . V_j - Di),
+  // dQ_i = scale sum_j dS_ij K_j, dK_j = scale sum_i dS_ij Q_i.
+  void backward_partial(const Shape& s, const loom::AttentionMasks& m,
+                        const loom_attention_bwd_args& a) {
+    loom::require(!m.varlen && !m.bias && a.lse != nullptr,
+                  "attention/reference: " LOOM_EXT_ATTENTION_PARTIAL
+                  " takes whole rows, no bias, and the merged lse",
+                  LOOM_ERR_UNIMPLEMENTED);
+    const std::vector<double> q = fetch(a.q), k = fetch(a.k), v = fetch(a.v), o = fetch(a.out);
+    const std::vector<double> dout = fetch(a.dout), lse = fetch(a.lse);
+    std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+    const int64_t qp = s.qpitch(), kp = s.kpitch(), D = s.D;
+    auto dot = [D](const double* x, const double* y) {
+      double acc = 0;
+      for (int64_t i = 0; i < D; ++i) acc += x[i] * y[i];
+      return acc;
+    };
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.Hq; ++h)
+        for (int64_t i = 0; i < s.T; ++i) {
+          const int64_t qi = (b * s.T + i) * qp + h * D, g = h / s.G;
+          const double di = dot(&dout[qi], &o[qi]), li = lse[(b * s.Hq + h) * s.T + i];
+          const int64_t last = a.causal ? std::min(i + s.S - s.T, s.S - 1) : s.S - 1;
+          const int64_t first = m.window > 0 ? std::max<int64_t>(last - m.window + 1, 0) : 0;
+          for (int64_t j = first; j <= last; ++j) {
+            const int64_t kj = (b * s.S + j) * kp + g * D;
+            const double p = std::exp(a.scale * dot(&q[qi], &k[kj]) - li);
+            const double ds = p * (dot(&dout[qi], &v[kj]) - di);
+            for (int64_t x = 0; x < D; ++x) {
+              dv[kj + x] += p * dout[qi + x];
+              dq[qi + x] += a.scale * ds * k[kj + x];
+              dk[kj + x] += a.scale * ds * q[qi + x];
+            }
+          }
+        }
+    store(a.dq, dq);
+    store(a.dk, dk);
+    store(a.dv, dv);
+  }
+
+  // A tensor's values in float64 on the host, and back, through the backend (any device,
+  // any float dtype: its copy casts).
+  std::vector<double> fetch(const DLTensor* t) {
+    const int64_t n = loom_tensor_numel(t);
+    std::vector<double> h((size_t)n);
+    if (n == 0) return h;
+    loom::Tensor wide(be_, loom_f64(), {n});
+    loom::View src(t, {n});
+    be_.call(&loom_ops::copy, wide.get(), (const DLTensor*)src);
+    loom::check(host_, be_.api()->to_host(be_.self(), wide.get(), h.data(), (size_t)n * 8));
+    return h;
+  }
+  void store(DLTensor* t, const std::vector<double>& h) {
+    const int64_t n = loom_tensor_numel(t);
+    if (n == 0) return;
+    loom::Tensor wide(be_, loom_f64(), {n});
+    loom::check(host_, be_.api()->from_host(be_.self(), wide.get(), h.data(), (size_t)n * 8));
+    loom::View dst(t, {n});
+    be_.call(&loom_ops::copy, dst.get(), (const DLTensor*)wide.get());
+  }
   // Where head h's matrices start in batch item 0 and how far apart batch items are.
   struct Head {
     int64_t qoff, qstride, koff, kstride, poff, pstride;
@@ -112,7 +188,7 @@ class ReferenceAttention {
   // the per-sequence path below, which adds it, runs the whole batch.
   static loom::AttentionMasks masks(const Shape& s, const loom_ext* ext, int causal,
                                     const DLTensor* q) {
-    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(s), q);
+    loom::AttentionMasks m = loom::attention_masks(kWho, ext, causal, dims(s), q, true);
     loom::require(!m.dbias || q->dtype.bits >= 32,
                   "attention/reference: a bias gradient needs f32 or f64 attention "
                   "(attention/flash-cpu takes bf16 and f16)",
@@ -287,11 +363,16 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
+loom_error* merge(loom_attention* a, const loom_attention_merge_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->merge(*args); });
+}
+
+const loom_attention_api kApi = {
+    LOOM_ATTENTION_API_SIZE_V2_7, create, destroy, forward, backward, merge};
 
 #ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
-                                     LOOM_EXT_ATTENTION_BIAS, nullptr};
+                                     LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 #define LOOM_REFERENCE_NAME "reference"
 #else  // tests/engine's attention/causal-only: a plugin that does not list windows
 const char* const* const kCapabilities = nullptr;

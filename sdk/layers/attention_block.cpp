@@ -12,6 +12,8 @@
 
 #include <cmath>
 
+#include "loom/cpp/layers/context_parallel.hpp"
+
 namespace loom::layers {
 namespace {
 
@@ -30,6 +32,12 @@ void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward)
         s.docs->cu_seqlens_q_padded ? s.docs->cu_seqlens_q_padded : s.docs->cu_seqlens_q;
     for (int64_t i = 0; i < s.docs->num_seqs; ++i)
       one(at[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
+  } else if (c.cp.size > 1) {  // this rank's two chunks of each sample
+    const int64_t Tc = T / 2;
+    for (int64_t b = 0; b < s.B; ++b) {
+      one(b * T, Tc, cp_position(c.cp, Tc, 0));
+      one(b * T + Tc, Tc, cp_position(c.cp, Tc, Tc));
+    }
   } else if (s.pos) {
     for (int64_t b = 0; b < s.B; ++b) one(b * T, T, s.start(b));
   } else if (backward) {
@@ -131,7 +139,9 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     loom::layers::rope(c, s, kv.get(), rope_theta, false);
   }
   Masks masks;
-  if (!cache) {
+  if (!cache && c.cp.size > 1) {
+    ring_attention_forward(c, qv, kv, vv, out, view(a.lse, {B, Hq, T}));
+  } else if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
     attend(c, qv, kv, vv, out, lse, causal, masks.chain(window, s.docs, s.bias, false));
   } else {
@@ -174,8 +184,11 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
   View dv = view(g.dv, {B, T, Hkv, D});
   Masks masks;
-  attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
-                  masks.chain(window, s.docs, s.bias, true));
+  if (c.cp.size > 1)
+    ring_attention_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv);
+  else
+    attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
+                    masks.chain(window, s.docs, s.bias, true));
   if (rope) {  // gradients w.r.t. the q, k before rotation
     loom::layers::rope(c, s, dq.get(), rope_theta, true);
     loom::layers::rope(c, s, dk.get(), rope_theta, true);

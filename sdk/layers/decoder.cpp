@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "loom/cpp/layers/context_parallel.hpp"
 #include "loom/cpp/layers/moe.hpp"
 
 namespace loom::layers {
@@ -37,7 +38,9 @@ void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n) {
   k = c.alloc({n, o.kv_dim()});
   v = c.alloc({n, o.kv_dim()});
   att = c.alloc({n, o.q_dim()});
-  lse = c.alloc(loom_f32(), {n * o.hq()});
+  // f32 as attention.h has it; in f64 runs under context parallelism f64, since the ring's
+  // backward computes its probabilities from the merged lse (loom.attention-partial/1)
+  lse = c.alloc(c.cp.size > 1 ? st : loom_f32(), {n * o.hq()});
   res2 = c.alloc({nl, C});
   h = c.alloc({n, o.fc_out()});
   a = c.alloc({n, o.ffn()});
@@ -142,6 +145,16 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_.sp = &sp_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
   join_expert_group(host);
+  join_context_group(host);
+  if (opt_.num_experts > 0) {  // the loss terms, then the per-expert statistics
+    for (int64_t l = 0; l < opt_.n_layer; ++l)
+      if (opt_.is_moe_layer(l))
+        for (int64_t e = 0; e < opt_.num_experts; ++e)
+          moe_load_names_.push_back("moe_load.h" + std::to_string(l) + ".e" + std::to_string(e));
+    moe_names_.assign(std::begin(kMoeLossNames), std::end(kMoeLossNames));
+    for (const std::string& n : moe_load_names_) moe_names_.push_back(n.c_str());
+    losses_.resize(moe_names_.size());
+  }
   if (opt_.post_norm) spec_ = &kPostNormBlock;
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
@@ -159,10 +172,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
 // Expert parallelism (parallel.expert > 1): this rank's slab of every MoE layer's experts,
 // and the group its tokens are dispatched over.
 void DecoderModel::join_expert_group(const loom_host* host) {
-  if (host->struct_size < LOOM_HOST_SIZE_V2 || !host->get_layout) return;
-  loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
-  loom::check(host, host->get_layout(host->ctx, &l));
+  const loom_parallel_layout l = host_layout(host);
   if (l.expert <= 1) return;
   const std::string ep = std::to_string(l.expert);
   loom::require(opt_.num_experts > 0,
@@ -176,11 +186,31 @@ void DecoderModel::join_expert_group(const loom_host* host) {
                 LOOM_ERR_INVALID_ARGUMENT);
   opt_.ep = l.expert;
   opt_.ep_rank = l.expert_rank;
-  ctx_.ep.size = l.expert;
-  loom::check(host, host->get_comm(host->ctx, &ctx_.ep.comm));
-  loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EXPERT, &ctx_.ep.group));
-  ctx_.ep.rank = ctx_.ep.comm.api->group_rank(ctx_.ep.comm.self, ctx_.ep.group);
-  ctx_.ep.stream = ctx_.be.stream();
+  ctx_.ep = join_group(host, ctx_.be, LOOM_GROUP_EXPERT, l.expert);
+}
+
+// Context parallelism (parallel.context > 1): this rank's chunks of every sample, and the
+// ring its keys and values go round (context_parallel.hpp).
+void DecoderModel::join_context_group(const loom_host* host) {
+  const loom_parallel_layout l = host_layout(host);
+  if (l.context <= 1) return;
+  const std::string cp = "parallel.context = " + std::to_string(l.context);
+  loom::require(!opt_.bert && opt_.num_experts == 0 && opt_.attention_window == 0,
+                who_ + ": " + cp +
+                    " runs causal GPT and Llama models for now (no BERT, mixture of experts or "
+                    "sliding window)",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(args_.seq_len % (2 * l.context) == 0,
+                who_ + ": " + cp + " cuts each sample into 2 x " + std::to_string(l.context) +
+                    " chunks; seq_len = " + std::to_string(args_.seq_len) + " is not divisible",
+                LOOM_ERR_INVALID_ARGUMENT);
+  loom::require(
+      ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 && ctx_.attn.api->merge != nullptr,
+      who_ + ": " + cp +
+          " merges partial attention with the attention plugin's merge (ABI 2.7); "
+          "this one has none (attention/reference and attention/flash-cpu have it)",
+      LOOM_ERR_UNIMPLEMENTED);
+  ctx_.cp = join_group(host, ctx_.be, LOOM_GROUP_CONTEXT, l.context);
 }
 
 // Layer l's kind: the model's, or a MoE layer's where the options put one.
@@ -247,7 +277,7 @@ void DecoderModel::build() {
     if (o.bert) bert_ = BertHead::make(o, ps, head_.vocab);
   }
 
-  const int64_t N = args_.micro_batch * args_.seq_len;
+  const int64_t N = args_.micro_batch * args_.seq_len / ctx_.cp.size;  // this rank's tokens
   grads_.ensure(ctx_, o, N);
   if (sp) {
     sp_.y_full = ctx_.alloc({N, C});
@@ -282,7 +312,8 @@ void DecoderModel::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool a
 void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
   pos_host_.resize(s.N());
   for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < s.T; ++t) pos_host_[b * s.T + t] = (int32_t)(s.start(b) + t);
+    for (int64_t t = 0; t < s.T; ++t)  // under context parallelism this rank's chunks'
+      pos_host_[b * s.T + t] = (int32_t)(s.start(b) + cp_position(ctx_.cp, s.T / 2, t));
   View v = view(dst, {s.N()});
   loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), pos_host_.data(),
                                                   pos_host_.size() * sizeof(int32_t)));

@@ -5,7 +5,9 @@
 #include <string>
 
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/layers/context_parallel.hpp"
 #include "loom/cpp/layers/decoder.hpp"
+#include "loom/cpp/layers/moe.hpp"
 #include "loom/cpp/model_step.hpp"
 
 namespace loom::layers {
@@ -14,14 +16,15 @@ namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
-// Slot i, allocated on first use for micro_batch x seq_len tokens.
+// Slot i, allocated on first use for micro_batch x seq_len tokens (this rank's seq_len / CP
+// under context parallelism).
 Slot& DecoderModel::slot(int64_t i) {
   loom::require(i >= 0 && i < (1 << 16), who_ + ": slot " + s(i) + " is outside [0, 65536)");
   if ((size_t)i >= slots_.size()) slots_.resize(i + 1);
   if (slots_[i]) return *slots_[i];
   auto S = std::make_unique<Slot>();
   const Options& o = opt_;
-  const int64_t N = args_.micro_batch * args_.seq_len, C = o.n_embd;
+  const int64_t N = args_.micro_batch * args_.seq_len / ctx_.cp.size, C = o.n_embd;
   const int64_t nl = ctx_.tp.sequence_parallel ? (N + o.tp - 1) / o.tp : N;
   const DLDataType st = ctx_.stat_dtype();
   for (size_t l = 0; l <= layers_.size(); ++l) S->res.push_back(ctx_.alloc({nl, C}));
@@ -81,7 +84,7 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   }
   out->num_reads = reads_.size();
   out->reads = reads_.data();
-  const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len);
+  const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len / ctx_.cp.size);
   hidden_shape_[0] = rows;
   hidden_shape_[1] = opt_.n_embd;
   hidden_io_ = loom_stage_tensor{LOOM_STAGE_TENSOR_SIZE_V2, "hidden", ctx_.dtype, 2, hidden_shape_};
@@ -89,13 +92,37 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->inputs = &hidden_io_;
   out->num_outputs = opt_.last() ? 0 : 1;
   out->outputs = &hidden_io_;
-  out->num_losses = opt_.num_experts > 0                                 ? 3
+  out->num_losses = opt_.num_experts > 0                                 ? moe_names_.size()
                     : opt_.classifier || (opt_.bert && opt_.binary_head) ? 2
                                                                          : 1;
-  out->losses = opt_.num_experts > 0 ? kMoeLossNames
+  out->losses = opt_.num_experts > 0 ? moe_names_.data()
                 : opt_.classifier    ? kClassifierLossNames
                 : opt_.bert          ? kBertLossNames
                                      : kLossNames;
+}
+
+// The MoE statistics after the losses, from `at` on: each MoE layer's share of its routed
+// choices (the micro-batch's tokens x topk) that every expert kept, weight 0. Returns the
+// number of terms.
+size_t DecoderModel::moe_loads(const Slot& S, size_t at) {
+  const double routed = (double)(S.n * opt_.moe_router.topk);
+  for (size_t l = 0; l < S.acts.size(); ++l) {
+    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
+    const MoeActs* m = S.acts[l].moe.get();
+    for (int64_t e = 0; e < opt_.num_experts; ++e, ++at)
+      losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, moe_names_[at],
+                              m ? (double)m->counts[(size_t)e] : 0.0, routed, 0.0};
+  }
+  return at;
+}
+
+const int32_t* DecoderModel::local_ids(const loom_microbatch& mb, const char* name,
+                                       std::vector<int32_t>& buf) {
+  const int32_t* all = loom::batch_ids(mb, name, who_);
+  if (ctx_.cp.size == 1) return all;
+  buf.resize((size_t)(mb.batch * mb.seq_len / ctx_.cp.size));
+  cp_slice(ctx_.cp, all, mb.batch, mb.seq_len, buf.data());
+  return buf.data();
 }
 
 // ----- first stage: the embedding ----------------------------------------------------------
@@ -305,19 +332,26 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   Slot& S = slot(a.slot);
   loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
-  S.s = Step{mb.batch, mb.seq_len, 0};
+  S.s = Step{mb.batch, mb.seq_len / ctx_.cp.size, 0};  // this rank's chunks under CP
   if (opt_.bert)
     read_padding(S, mb);
   else
     read_documents(S, mb);
+  loom::require(ctx_.cp.size == 1 || (!S.s.docs && !per_token),
+                who_ +
+                    ": context parallelism with packed sequences (data.pack_sequences) or "
+                    "per-token statistics (loom eval) is not implemented",
+                LOOM_ERR_UNIMPLEMENTED);
   S.n = S.s.N();
   S.nl = ctx_.tp.local_rows(S.n);
-  S.loss_scale = a.loss_scale;
+  // Under context parallelism each rank sums the losses of its chunks only, and the host
+  // averages gradients over data x context: times CP, that average is the sum over chunks.
+  S.loss_scale = a.loss_scale * ctx_.cp.size;
   S.s.moe_grad_scale = a.no_grad ? 0.0 : a.loss_scale * (double)S.n;
   const int64_t C = opt_.n_embd;
   if (opt_.first()) {
     embed_forward(
-        S, loom::batch_ids(mb, LOOM_ARRAY_TOKENS, who_),
+        S, local_ids(mb, LOOM_ARRAY_TOKENS, cp_tokens_),
         opt_.num_tokentypes > 0 ? loom::batch_ids(mb, LOOM_ARRAY_TOKEN_TYPES, who_) : nullptr);
     if (opt_.post_norm) emb_norm_forward(S);
   } else {
@@ -341,9 +375,9 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   if (opt_.last() && opt_.classifier) {
     classify_forward(S, mb, !a.no_grad);
     a.num_losses = 2;
-    a.losses = losses_;
+    a.losses = losses_.data();
   } else if (opt_.last()) {
-    const int32_t* targets = loom::batch_ids(mb, LOOM_ARRAY_TARGETS, who_);
+    const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
     double count = 0;
     for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
     if (opt_.bert)  // padding takes no part: its targets must be -1
@@ -368,7 +402,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
       const double w = (double)S.n;
       losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
       losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
-      a.num_losses = 3;
+      a.num_losses = moe_loads(S, 3);
     }
     if (opt_.bert && opt_.binary_head) {
       double sop = 0;
@@ -376,7 +410,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
       losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kBertLossNames[1], sop, (double)S.s.B, weight};
       a.num_losses = 2;
     }
-    a.losses = losses_;
+    a.losses = losses_.data();
   } else {
     S.out = view(S.res[layers_.size()], {S.nl, C});
     S.out_ptr = S.out.get();

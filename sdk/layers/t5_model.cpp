@@ -34,6 +34,11 @@ T5Model::T5Model(const loom_host* host, const loom_config* cfg, const loom_model
                   who_ + ": tensor parallelism needs a backend with the ABI 1.1 ops",
                   LOOM_ERR_UNIMPLEMENTED);
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, Family::kT5);
+  const int32_t context = host_layout(host).context;
+  loom::require(context == 1,
+                who_ + ": context parallelism (parallel.context = " + std::to_string(context) +
+                    ") runs causal decoder models only",
+                LOOM_ERR_UNIMPLEMENTED);
   enc_opt_ = opt_;
   enc_opt_.bidirectional = true;
   build();

@@ -152,7 +152,12 @@ Listing build() {
   F(base) F(num_seqs) F(cu_seqlens_q) F(cu_seqlens_k) F(cu_seqlens_q_padded) F(cu_seqlens_k_padded)
   END
   STRUCT(loom_attention_bias) F(base) F(bias) F(dbias) END
-  STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) END
+  STRUCT(loom_attention_partial) F(base) END
+  STRUCT(loom_attention_merge_args)
+  F(struct_size) F(out) F(lse) F(part_out) F(part_lse) F(row0) F(ext)
+  END
+  STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) F(merge)
+  END
   // model.h
   STRUCT(loom_model_create_args)
   F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)

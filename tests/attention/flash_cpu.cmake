@@ -29,3 +29,14 @@ add_dependencies(loom-test-attention-seqlens loom_backend_cpu loom_attention_ref
   loom_attention_flash_cpu)
 add_test(NAME attention.seqlens COMMAND loom-test-attention-seqlens)
 set_tests_properties(attention.seqlens PROPERTIES LABELS "attention" TIMEOUT 300)
+
+# Partial attention (ABI 2.7): two calls over split keys merged, and their backwards given
+# the merged out and lse, through reference and flash-cpu against a float64 recomputation.
+add_executable(loom-test-attention-partial test_partial.cpp)
+target_link_libraries(loom-test-attention-partial PRIVATE loom_test_main)
+target_include_directories(loom-test-attention-partial PRIVATE
+  ${PROJECT_SOURCE_DIR}/tests/backend)
+add_dependencies(loom-test-attention-partial loom_backend_cpu loom_attention_reference
+  loom_attention_flash_cpu)
+add_test(NAME attention.partial COMMAND loom-test-attention-partial)
+set_tests_properties(attention.partial PROPERTIES LABELS "attention" TIMEOUT 300)

@@ -72,17 +72,6 @@ Result run(Att att, DLDataType dt, DLDataType lse_dt, const Case& c, const Vec& 
   return r;
 }
 
-// max |got - want| <= tol * max |want|.
-void check_rel(const Vec& got, const Vec& want, double tol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  double mx = 0, err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    mx = std::max(mx, std::fabs(want[i]));
-    err = std::max(err, std::fabs(got[i] - want[i]));
-  }
-  CHECK_MESSAGE(err <= tol * mx, what << ": max error " << err << " vs max " << mx);
-}
-
 void compare(DLDataType dt, DLDataType lse_dt, const Case& c, double tol, Att fl,
              bool with_lse = true) {
   CAPTURE(c.B);

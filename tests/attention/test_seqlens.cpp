@@ -156,17 +156,6 @@ Result run(const Att& att, DLDataType dt, const Case& c, const Vec& q, const Vec
   return {get(O), get(L), get(dQ), get(dK), get(dV), get(dBias)};
 }
 
-// max |got - want| <= tol * max |want|.
-void check_rel(const Vec& got, const Vec& want, double tol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  double mx = 0, err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    mx = std::max(mx, std::fabs(want[i]));
-    err = std::max(err, std::isnan(got[i]) ? INFINITY : std::fabs(got[i] - want[i]));
-  }
-  CHECK_MESSAGE(err <= tol * mx, what << ": max error " << err << " vs max " << mx);
-}
-
 const Case kCases[] = {
     // BERT: three padded rows of 12, lengths 12, 7, 1; bidirectional.
     {"padding",

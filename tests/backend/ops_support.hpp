@@ -143,6 +143,17 @@ inline void check_close(const Vec& got, const Vec& want, double rtol, double ato
 // Tolerances for an f64 analytic gradient against f64 central differences (h = 1e-6).
 constexpr double kFdRtol = 1e-6, kFdAtol = 1e-7;
 
+// max |got - want| <= tol * max |want| (a NaN in got fails: an element left unwritten shows).
+inline void check_rel(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  double mx = 0, err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    mx = std::max(mx, std::fabs(want[i]));
+    err = std::max(err, std::isnan(got[i]) ? INFINITY : std::fabs(got[i] - want[i]));
+  }
+  CHECK_MESSAGE(err <= tol * mx, what << ": max error " << err << " vs max " << mx);
+}
+
 // Runs fn, which must throw loom::Error with `code` and a message containing `needle`.
 inline void expect_error(const std::function<void()>& fn, loom_status code,
                          const std::string& needle) {

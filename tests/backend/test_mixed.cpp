@@ -41,8 +41,8 @@ Vec rnd(DLDataType dt, size_t n, uint64_t seed, double lo = -1.0, double hi = 1.
   return R(dt, random_vec(n, seed, lo, hi));
 }
 
-// max |got - want| <= rel * max |want|.
-void check_rel(const Vec& got, const Vec& want, double rel, const std::string& what) {
+// max |got - want| <= rel * max |want|, naming the worst element when it fails.
+void check_rel_at(const Vec& got, const Vec& want, double rel, const std::string& what) {
   REQUIRE_MESSAGE(got.size() == want.size(),
                   what << ": size " << got.size() << " vs " << want.size());
   double scale = 0, err = 0;
@@ -103,8 +103,8 @@ TEST_CASE("mixed gemm: bf16/f16 operands, C in the same dtype or f32 (main grad,
         };
         for (double beta : {0.0, 1.0}) {
           Vec ref = run(kF32, kF32, beta);
-          check_rel(run(h, h, beta), ref, kHalfRel, "gemm, C 16-bit");
-          check_rel(run(h, kF32, beta), ref, kF32Rel, "gemm, C f32");
+          check_rel_at(run(h, h, beta), ref, kHalfRel, "gemm, C 16-bit");
+          check_rel_at(run(h, kF32, beta), ref, kF32Rel, "gemm, C f32");
         }
       }
   }
@@ -127,7 +127,7 @@ TEST_CASE("mixed gemm: batched per-head slices with offsets (the attention plugi
     B().call(&loom_ops::gemm, &g);
     return G(P);
   };
-  check_rel(run(h), run(kF32), kHalfRel, "batched gemm");
+  check_rel_at(run(h), run(kF32), kHalfRel, "batched gemm");
 }
 
 TEST_CASE("mixed bias_add (bf16) and bias_backward (f32 dbias += bf16 dout)") {
@@ -139,13 +139,13 @@ TEST_CASE("mixed bias_add (bf16) and bias_backward (f32 dbias += bf16 dout)") {
     loom::bias_add(B(), X.get(), (const DLTensor*)Bb.get());
     return G(X);
   };
-  check_rel(add(h), add(kF32), kHalfRel, "bias_add");
+  check_rel_at(add(h), add(kF32), kHalfRel, "bias_add");
   auto back = [&](DLDataType dt) {
     auto D = T(dt, {N, C}, x), Db = T(kF32, {C}, db0);
     loom::bias_backward(B(), Db.get(), (const DLTensor*)D.get());
     return G(Db);
   };
-  check_rel(back(h), back(kF32), kF32Rel, "bias_backward");
+  check_rel_at(back(h), back(kF32), kF32Rel, "bias_backward");
 }
 
 TEST_CASE("mixed add, axpby, sum_squares on bf16") {
@@ -157,13 +157,13 @@ TEST_CASE("mixed add, axpby, sum_squares on bf16") {
     B().call(&loom_ops::add, A.get(), (const DLTensor*)A.get(), (const DLTensor*)Bb.get());
     return G(A);
   };
-  check_rel(add(h), add(kF32), kHalfRel, "add in place");
+  check_rel_at(add(h), add(kF32), kHalfRel, "add in place");
   auto axpby = [&](DLDataType dt) {
     auto X = T(dt, {n}, a), Y = T(dt, {n}, b);
     B().call(&loom_ops::axpby, Y.get(), 0.5, (const DLTensor*)X.get(), -2.0);
     return G(Y);
   };
-  check_rel(axpby(h), axpby(kF32), kHalfRel, "axpby");
+  check_rel_at(axpby(h), axpby(kF32), kHalfRel, "axpby");
   double ss = 0, want = 0;
   auto X = T(h, {n}, a);
   ss = loom::sum_squares(B(), (const DLTensor*)X.get());
@@ -184,14 +184,14 @@ TEST_CASE("mixed embedding: bf16 table -> bf16 rows; f32 dtable += bf16 dout") {
                               acc);
       return G(O);
     };
-    check_rel(fwd(h), fwd(kF32), kHalfRel, "embedding_forward");
+    check_rel_at(fwd(h), fwd(kF32), kHalfRel, "embedding_forward");
   }
   auto bwd = [&](DLDataType dt) {
     auto D = T(dt, {N, C}, out0), Dt = T(kF32, {V, C}, dt0);
     loom::embedding_backward(B(), Dt.get(), (const DLTensor*)I.get(), (const DLTensor*)D.get());
     return G(Dt);
   };
-  check_rel(bwd(h), bwd(kF32), kF32Rel, "embedding_backward");
+  check_rel_at(bwd(h), bwd(kF32), kF32Rel, "embedding_backward");
 }
 
 TEST_CASE("mixed layernorm: out/dinp 16-bit, mean/rstd f32, dweight/dbias f32 +=") {
@@ -216,12 +216,12 @@ TEST_CASE("mixed layernorm: out/dinp 16-bit, mean/rstd f32, dweight/dbias f32 +=
       return Out{G(Y), G(M), G(Rs), G(Gd), G(Dw), G(Db)};
     };
     Out got = run(h), ref = run(kF32);
-    check_rel(got.y, ref.y, kHalfRel, "layernorm out");
-    check_rel(got.mean, ref.mean, kF32Rel, "layernorm mean");
-    check_rel(got.rstd, ref.rstd, kF32Rel, "layernorm rstd");
-    check_rel(got.dx, ref.dx, kHalfRel, "layernorm dinp");
-    check_rel(got.dw, ref.dw, kF32Rel, "layernorm dweight");
-    check_rel(got.db, ref.db, kF32Rel, "layernorm dbias");
+    check_rel_at(got.y, ref.y, kHalfRel, "layernorm out");
+    check_rel_at(got.mean, ref.mean, kF32Rel, "layernorm mean");
+    check_rel_at(got.rstd, ref.rstd, kF32Rel, "layernorm rstd");
+    check_rel_at(got.dx, ref.dx, kHalfRel, "layernorm dinp");
+    check_rel_at(got.dw, ref.dw, kF32Rel, "layernorm dweight");
+    check_rel_at(got.db, ref.db, kF32Rel, "layernorm dbias");
   }
 }
 
@@ -244,10 +244,10 @@ TEST_CASE("mixed rmsnorm: bf16 out/dinp, f32 rstd and dweight +=") {
     return G(Y);
   };
   Vec r1, r2, dx1, dx2, dw1, dw2;
-  check_rel(run(h, &r1, &dx1, &dw1), run(kF32, &r2, &dx2, &dw2), kHalfRel, "rmsnorm out");
-  check_rel(r1, r2, kF32Rel, "rmsnorm rstd");
-  check_rel(dx1, dx2, kHalfRel, "rmsnorm dinp");
-  check_rel(dw1, dw2, kF32Rel, "rmsnorm dweight");
+  check_rel_at(run(h, &r1, &dx1, &dw1), run(kF32, &r2, &dx2, &dw2), kHalfRel, "rmsnorm out");
+  check_rel_at(r1, r2, kF32Rel, "rmsnorm rstd");
+  check_rel_at(dx1, dx2, kHalfRel, "rmsnorm dinp");
+  check_rel_at(dw1, dw2, kF32Rel, "rmsnorm dweight");
 }
 
 TEST_CASE("mixed GELU and SwiGLU forward/backward") {
@@ -265,8 +265,8 @@ TEST_CASE("mixed GELU and SwiGLU forward/backward") {
       return G(Y);
     };
     Vec dx1, dx2;
-    check_rel(gelu(h, &dx1), gelu(kF32, &dx2), kHalfRel, "gelu out");
-    check_rel(dx1, dx2, kHalfRel, "gelu dinp");
+    check_rel_at(gelu(h, &dx1), gelu(kF32, &dx2), kHalfRel, "gelu out");
+    check_rel_at(dx1, dx2, kHalfRel, "gelu dinp");
     auto swiglu = [&](DLDataType dt, Vec* dx) {
       auto X = T(dt, {N, 2 * H}, x), D = T(dt, {N, H}, dh);
       loom::Tensor Y(B(), dt, {N, H}), Dx(B(), dt, {N, 2 * H});
@@ -276,8 +276,8 @@ TEST_CASE("mixed GELU and SwiGLU forward/backward") {
       *dx = G(Dx);
       return G(Y);
     };
-    check_rel(swiglu(h, &dx1), swiglu(kF32, &dx2), kHalfRel, "swiglu out");
-    check_rel(dx1, dx2, kHalfRel, "swiglu dinp");
+    check_rel_at(swiglu(h, &dx1), swiglu(kF32, &dx2), kHalfRel, "swiglu out");
+    check_rel_at(dx1, dx2, kHalfRel, "swiglu dinp");
   }
 }
 
@@ -295,9 +295,9 @@ TEST_CASE("mixed softmax (bf16 scores, f32 lse, causal) and its backward; RoPE")
     return G(S);
   };
   Vec l1, l2, d1, d2;
-  check_rel(run(h, &l1, &d1), run(kF32, &l2, &d2), kHalfRel, "softmax probabilities");
-  check_rel(l1, l2, kF32Rel, "softmax lse");
-  check_rel(d1, d2, kHalfRel, "softmax_backward");
+  check_rel_at(run(h, &l1, &d1), run(kF32, &l2, &d2), kHalfRel, "softmax probabilities");
+  check_rel_at(l1, l2, kF32Rel, "softmax lse");
+  check_rel_at(d1, d2, kHalfRel, "softmax_backward");
 
   const int64_t Bs = 2, Tn = 5, H = 3, D = 8;
   Vec x = rnd(h, Bs * Tn * H * D, 29);
@@ -307,7 +307,7 @@ TEST_CASE("mixed softmax (bf16 scores, f32 lse, causal) and its backward; RoPE")
       (back ? loom::rope_backward : loom::rope_forward)(B(), X.get(), int64_t{3}, 10000.0);
       return G(X);
     };
-    check_rel(rope(h), rope(kF32), kHalfRel, back ? "rope_backward" : "rope_forward");
+    check_rel_at(rope(h), rope(kF32), kHalfRel, back ? "rope_backward" : "rope_forward");
   }
 }
 
@@ -327,8 +327,8 @@ TEST_CASE("mixed softmax_cross_entropy: bf16 logits, f32 losses, bf16 dlogits in
       return G(L);
     };
     Vec d1, d2;
-    check_rel(run(h, &d1), run(kF32, &d2), kF32Rel, "cross-entropy losses");
-    check_rel(d1, d2, kHalfRel, "cross-entropy dlogits");
+    check_rel_at(run(h, &d1), run(kF32, &d2), kF32Rel, "cross-entropy losses");
+    check_rel_at(d1, d2, kHalfRel, "cross-entropy dlogits");
   }
 }
 
@@ -348,8 +348,8 @@ TEST_CASE("mixed vocab_ce_stats (f32 stats) and vocab_ce_backward (f32 lse, bf16
     return G(S);
   };
   Vec d1, d2;
-  check_rel(run(h, &d1), run(kF32, &d2), kF32Rel, "vocab_ce_stats");
-  check_rel(d1, d2, kHalfRel, "vocab_ce_backward");
+  check_rel_at(run(h, &d1), run(kF32, &d2), kF32Rel, "vocab_ce_stats");
+  check_rel_at(d1, d2, kHalfRel, "vocab_ce_backward");
 }
 
 TEST_CASE("mixed precision: unsupported dtype combinations are refused, naming the dtypes") {

@@ -267,6 +267,16 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
       "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
       "--set parallel.schedule=interleaved-1f1b --set train.global_batch_size=6",
       "virtual_stages = 2 needs micro-batches per step (3) divisible by pipeline (2)");
+  // context parallelism cuts each sample into 2 x context chunks (seq_len 64 here)
+  refused("--world 6 --set parallel.context=3 --set train.seq_len=64",
+          "train.seq_len = 64 is not divisible by 2 x context = 6");
+  // expert parallelism splits model.num_experts
+  refused("--world 2 --set parallel.expert=2",
+          "expert = 2 splits a mixture of experts, and model.num_experts is 0");
+  refused(
+      "--world 3 --set parallel.expert=3 --set model.num_experts=4 "
+      "--set train.global_batch_size=6",
+      "model.num_experts = 4 is not divisible by expert = 3");
   // every problem is named, not just the first
   refused("--world 12 --set parallel.tensor=4 --set parallel.pipeline=3",
           "n_layer = 4 is not divisible by pipeline (3) x virtual_stages (1) = 3 stages; n_head "
@@ -281,4 +291,19 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
   CHECK(contains(ok.out, "  pipeline groups: [0 4] [1 5] [2 6] [3 7]\n"));
   CHECK(contains(ok.out, "  layers per stage: 2 (2 stages)\n"));
   CHECK(contains(ok.out, "  micro-batches per step: 2 of 2 x 64 on each of 2 data-parallel ranks"));
+  Result ep = run_loom("validate " + q(recipe.string()) +
+                           " --world 4 --set parallel.expert=2 --set model.num_experts=4",
+                       LOOM_TEST_PLUGIN_DIR);
+  CHECK(ep.code == 0);
+  CHECK(contains(ep.out, "  expert groups: [0 1] [2 3]\n"));
+  CHECK(contains(ep.out, "  expert data groups: [0 2] [1 3]\n"));
+  Result cp = run_loom("validate " + q(recipe.string()) +
+                           " --world 4 --set parallel.context=2 --set train.seq_len=64",
+                       LOOM_TEST_PLUGIN_DIR);
+  CHECK(cp.code == 0);
+  CHECK(contains(cp.out, "  context groups: [0 1] [2 3]\n"));
+  Result a2a = run_loom("run " + q(recipe.string()) + " --set parallel.cp_comm_type=a2a",
+                        LOOM_TEST_PLUGIN_DIR);
+  CHECK(a2a.code == 2);
+  CHECK(contains(a2a.err, "the all-to-all (Ulysses) context parallelism is not implemented yet"));
 }

@@ -25,7 +25,7 @@ Overrides moe(Overrides o, int64_t experts, int64_t k) {
 // The objective's terms of one micro-batch (forward, then backward when asked).
 struct Terms {
   std::vector<std::string> names;
-  std::vector<double> sum, weight;
+  std::vector<double> sum, count, weight;
   double objective(double loss_scale) const {
     double j = 0;
     for (size_t i = 0; i < sum.size(); ++i) j += loss_scale * weight[i] * sum[i];
@@ -46,6 +46,7 @@ Terms step(Gpt& m, const std::vector<int32_t>& tok, const std::vector<int32_t>& 
   for (size_t i = 0; i < f.num_losses; ++i) {
     t.names.push_back(f.losses[i].name);
     t.sum.push_back(f.losses[i].sum);
+    t.count.push_back(f.losses[i].count);
     t.weight.push_back(f.losses[i].weight);
   }
   if (backward) {
@@ -166,7 +167,25 @@ void check_fd(const Overrides& o, const char* what) {
   const double ls = 1.0 / (B * T);
   m.check(m.api()->zero_grad(m.self()));
   const Terms t = step(m, tok, tgt, B, T, ls, true);
-  REQUIRE(t.names == std::vector<std::string>{"lm", "moe_aux", "moe_z"});
+  // the losses, then each MoE layer's share of its routed choices per expert (weight 0)
+  const int64_t E = 4, K = 2, layers = 2;
+  REQUIRE(t.names.size() == 3 + layers * E);
+  CHECK(std::vector<std::string>(t.names.begin(), t.names.begin() + 3) ==
+        std::vector<std::string>{"lm", "moe_aux", "moe_z"});
+  for (int64_t l = 0; l < layers; ++l) {
+    double kept = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const size_t i = 3 + l * E + e;
+      CHECK(t.names[i] == "moe_load.h" + std::to_string(l) + ".e" + std::to_string(e));
+      CHECK(t.weight[i] == 0.0);
+      CHECK(t.count[i] == B * T * K);
+      kept += t.sum[i];
+    }
+    if (o.count("moe_expert_capacity_factor"))  // capacity ceil(N k / E) per expert
+      CHECK((kept < B * T * K && kept <= E * std::ceil(B * T * K / (double)E)));
+    else
+      CHECK(kept == B * T * K);  // dropless: every choice kept
+  }
   CHECK(t.weight[1] == B * T);
   CHECK(t.sum[1] > 0);
   CHECK(t.sum[2] > 0);

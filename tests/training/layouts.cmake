@@ -20,6 +20,23 @@ foreach(model gpt llama)
   endforeach()
 endforeach()
 
+# Context parallelism (ring attention with Megatron's load-balanced chunks): CP2, CP4, beside
+# TP2, PP2 and the distributed optimizer for GPT; CP2 for the Llama-style GQA model.
+foreach(layout cp2 cp4 cp2tp2 cp2pp2 cp2dp2dist cp4-flash)
+  add_test(NAME layouts.gpt.${layout}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
+                   ${MPIEXEC_EXECUTABLE} gpt ${layout})
+  set_tests_properties(layouts.gpt.${layout} PROPERTIES
+    LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
+endforeach()
+foreach(layout cp2 cp2tp2 cp2-flash)
+  add_test(NAME layouts.llama.${layout}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
+                   ${MPIEXEC_EXECUTABLE} llama ${layout})
+  set_tests_properties(layouts.llama.${layout} PROPERTIES
+    LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
+endforeach()
+
 # model/bert (padding, token types, both heads) on dataset/bert, in the layouts Megatron
 # trains BERT with.
 foreach(layout tp2 tp2sp pp2 dp2dist)
@@ -63,7 +80,7 @@ endforeach()
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist)
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist cp2dp2 cp2dp2dist)
   add_test(NAME layouts.resume.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
                    ${layout})

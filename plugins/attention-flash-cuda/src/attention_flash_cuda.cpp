@@ -181,7 +181,12 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2, create, destroy, forward, backward};
+const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
+                                 create,
+                                 destroy,
+                                 forward,
+                                 backward,
+                                 nullptr};  // merge: no partial attention (ABI 2.7) yet
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

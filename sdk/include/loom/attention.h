@@ -101,9 +101,37 @@ typedef struct loom_attention_bias {
 } loom_attention_bias;
 #define LOOM_ATTENTION_BIAS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_bias, dbias)
 
+/* Partial attention (ABI 2.7; context parallelism's ring): the keys of a query are split
+ * over several forward calls, whose (out, lse) pairs `merge` combines into the attention over
+ * all of them. On a backward call this extension says that `out` and `lse` are such a merged
+ * result, not this call's own: P = exp(scale * q . k - lse) over this call's keys, and dq, dk,
+ * dv are their share of the merged attention's gradients (dq summed over the calls by the
+ * caller). lse then carries the precision of the data: f64 with f64 q, so that P is exact.
+ * A plugin lists it exactly when its table has `merge`. */
+#define LOOM_EXT_ATTENTION_PARTIAL "loom.attention-partial/1"
+typedef struct loom_attention_partial {
+  loom_ext base; /* id LOOM_EXT_ATTENTION_PARTIAL, flags LOOM_EXT_REQUIRED */
+} loom_attention_partial;
+#define LOOM_ATTENTION_PARTIAL_SIZE_V1 sizeof(loom_attention_partial)
+
+/* merge's arguments (ABI 2.7): folds part (the attention of queries over other keys) into
+ * out and lse: lse' = log(exp(lse) + exp(part_lse)), out' = exp(lse - lse') out +
+ * exp(part_lse - lse') part_out, row by row. Part row i is row row0 + i of out; the other rows
+ * of out are left alone. A row of lse -inf (no key yet) takes part's as it is. */
+typedef struct loom_attention_merge_args {
+  size_t struct_size;
+  DLTensor* out;            /* (B,T,Hq,D), updated */
+  DLTensor* lse;            /* (B,Hq,T) f32, or f64 with f64 out; updated */
+  const DLTensor* part_out; /* (B,Tp,Hq,D), out's dtype */
+  const DLTensor* part_lse; /* (B,Hq,Tp), lse's dtype */
+  int64_t row0;             /* 0 <= row0, row0 + Tp <= T */
+  const loom_ext* ext;      /* NULL */
+} loom_attention_merge_args;
+#define LOOM_ATTENTION_MERGE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_merge_args, ext)
+
 /* Contract tags (common.h):
  *   create, destroy: owner, local, blocks
- *   forward, backward: owner, local, stream */
+ *   forward, backward, merge: owner, local, stream */
 typedef struct loom_attention_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_attention** out);
@@ -113,8 +141,13 @@ typedef struct loom_attention_api {
   loom_error* (*forward)(loom_attention* att, const loom_attention_fwd_args* args);
   loom_error* (*backward)(loom_attention* att, const loom_attention_bwd_args* args);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+  /* ABI 2.7: partial attention's merge (above); NULL when the plugin has none, and then it
+   * does not list loom.attention-partial/1 either. */
+  loom_error* (*merge)(loom_attention* att, const loom_attention_merge_args* args);
+  /* --- ABI 2.7 ends here; append new slots below this line only. --- */
 } loom_attention_api;
 #define LOOM_ATTENTION_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_attention_api, backward)
+#define LOOM_ATTENTION_API_SIZE_V2_7 LOOM_STRUCT_SIZE(loom_attention_api, merge)
 
 #ifdef __cplusplus
 }

@@ -170,7 +170,10 @@ typedef struct loom_stage_info {
  * loss_scale * sum over terms of (weight * sum); the host reports each term as the ratio of
  * its sums over the global batch, sum / count, under its own name. GPT has one term, "lm"
  * (summed token losses over counted targets, weight 1); a mixture of experts adds
- * "moe_aux" and "z_loss", BERT "sop". */
+ * "moe_aux" and "z_loss", BERT "sop". A term of weight 0 is a statistic reported beside the
+ * losses (a classifier's accuracy, a mixture of experts' share of tokens per expert): summed
+ * like them, logged without the word loss; a name with dots is logged grouped by its part
+ * before the last dot ("moe_load.h3.e0", "moe_load.h3.e1" on one line). */
 typedef struct loom_loss {
   size_t struct_size;
   const char* name; /* as listed by stage_info */

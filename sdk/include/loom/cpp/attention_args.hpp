@@ -100,6 +100,8 @@ struct AttentionMasks {
   // its gradient (f32, f64 for f64 q), which may be NULL
   const DLTensor* bias = nullptr;
   DLTensor* dbias = nullptr;
+  // loom.attention-partial/1 (only for a plugin that asks for it): out and lse are a merge
+  bool partial = false;
 };
 
 namespace detail {
@@ -132,14 +134,16 @@ inline void bias_of(const std::string& who, const loom_ext* ext, const Attention
 // extension is refused, naming it.
 // `q` (given by a plugin that implements LOOM_EXT_ATTENTION_BIAS too): the bias is read and
 // checked into the masks; without it a bias is refused like any unknown extension.
+// `partial` (a plugin with merge, ABI 2.7): loom.attention-partial/1 is known and read.
 inline AttentionMasks attention_masks(const std::string& who, const loom_ext* ext, int causal,
-                                      const AttentionDims& d, const DLTensor* q = nullptr) {
-  if (q)
-    require_known_exts(
-        ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS, LOOM_EXT_ATTENTION_BIAS}, who);
-  else
-    require_known_exts(ext, {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS}, who);
+                                      const AttentionDims& d, const DLTensor* q = nullptr,
+                                      bool partial = false) {
+  std::vector<const char*> known = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS};
+  if (q) known.push_back(LOOM_EXT_ATTENTION_BIAS);
+  if (partial) known.push_back(LOOM_EXT_ATTENTION_PARTIAL);
+  require_known_exts(ext, known, who);
   AttentionMasks m;
+  m.partial = partial && loom_ext_find(ext, LOOM_EXT_ATTENTION_PARTIAL) != nullptr;
   m.window = detail::window_of(who, ext, causal);
   if (q) detail::bias_of(who, ext, d, q, m);
   const loom_ext* e = loom_ext_find(ext, LOOM_EXT_ATTENTION_SEQLENS);

@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "loom/loom.h"
 
@@ -56,7 +57,7 @@ loom_error* guard(const loom_host* host, Fn&& fn) noexcept {
 // The refusal rule of ABI 2: an extension marked LOOM_EXT_REQUIRED on an args struct's
 // chain whose id is not among `known` makes the call fail, naming the id, instead of being
 // ignored. `who` starts the message ("attention/flash-cpu").
-inline void require_known_exts(const loom_ext* chain, std::initializer_list<const char*> known,
+inline void require_known_exts(const loom_ext* chain, const std::vector<const char*>& known,
                                const std::string& who) {
   for (const loom_ext* e = chain; e != nullptr; e = e->next) {
     if ((e->flags & LOOM_EXT_REQUIRED) == 0) continue;
@@ -67,6 +68,10 @@ inline void require_known_exts(const loom_ext* chain, std::initializer_list<cons
                                               std::string(e->id ? e->id : "(null)") +
                                               "', which the caller requires");
   }
+}
+inline void require_known_exts(const loom_ext* chain, std::initializer_list<const char*> known,
+                               const std::string& who) {
+  require_known_exts(chain, std::vector<const char*>(known), who);
 }
 
 // Typed access to the plugin's validated recipe section.

@@ -29,13 +29,38 @@ struct SpScratch {
   Tensor picked;  // (N,C) the vocabulary-parallel embedding's looked-up rows (tp > 1)
 };
 
-// The expert-parallel group (host's LOOM_GROUP_EXPERT): size 1 = no expert parallelism.
-struct ExpertGroup {
+// A process group of the run beside the tensor group: the expert-parallel group (host's
+// LOOM_GROUP_EXPERT) or the context-parallel one (LOOM_GROUP_CONTEXT). Size 1 = none.
+struct ProcessGroup {
   loom_comm_ref comm{nullptr, nullptr};
   loom_comm_group* group = nullptr;
   int size = 1, rank = 0;
   void* stream = nullptr;  // the backend's (loom_comm_args.stream)
 };
+using ExpertGroup = ProcessGroup;
+using ContextGroup = ProcessGroup;
+
+// The host's parallel layout; one rank's (every degree 1) from a host older than ABI 1.1.
+inline loom_parallel_layout host_layout(const loom_host* host) {
+  loom_parallel_layout l{};
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+  l.tensor = l.context = l.data = l.pipeline = l.expert = l.virtual_stages = l.world = 1;
+  if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
+    check(host, host->get_layout(host->ctx, &l));
+  return l;
+}
+
+// This rank's group of `kind`, `size` ranks, its collectives on `be`'s stream.
+inline ProcessGroup join_group(const loom_host* host, const Backend& be, loom_group_kind kind,
+                               int size) {
+  ProcessGroup g;
+  g.size = size;
+  check(host, host->get_comm(host->ctx, &g.comm));
+  check(host, host->get_group(host->ctx, kind, &g.group));
+  g.rank = g.comm.api->group_rank(g.comm.self, g.group);
+  g.stream = be.stream();
+  return g;
+}
 
 struct Ctx {
   const loom_host* host = nullptr;
@@ -46,6 +71,7 @@ struct Ctx {
   DLDataType dtype{};
   loom::tp::Group tp;  // the tensor-parallel group (size 1 = no tensor parallelism)
   ExpertGroup ep;      // the expert-parallel group
+  ContextGroup cp;     // the context-parallel group (context_parallel.hpp)
   SpScratch* sp = nullptr;
 
   template <class Fn, class... Args>

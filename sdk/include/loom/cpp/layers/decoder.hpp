@@ -126,6 +126,11 @@ class DecoderModel {
  private:
   void build();
   void join_expert_group(const loom_host* host);
+  void join_context_group(const loom_host* host);
+  // A (B, T) array of the micro-batch, or under context parallelism this rank's (B, T/CP)
+  // rows of it (in `buf`).
+  const int32_t* local_ids(const loom_microbatch& mb, const char* name, std::vector<int32_t>& buf);
+  size_t moe_loads(const Slot& S, size_t at);
   const BlockSpec& layer_spec(int64_t l) const;
   Slot& slot(int64_t i);
   std::string who_;
@@ -169,10 +174,15 @@ class DecoderModel {
   std::vector<const char*> reads_;
   loom_stage_tensor hidden_io_{};
   int64_t hidden_shape_[2] = {0, 0};
-  loom_loss losses_[3]{};
+  std::vector<loom_loss> losses_ = std::vector<loom_loss>(3);
+  // A mixture of experts' terms: lm, moe_aux, moe_z, then the statistics moe_load.hL.eE
+  // (weight 0: the share of layer L's routed tokens that expert E took).
+  std::vector<std::string> moe_load_names_;
+  std::vector<const char*> moe_names_;
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;
+  std::vector<int32_t> cp_tokens_, cp_targets_;  // this rank's rows under context parallelism
 
   // generation
   std::vector<LayerCache> cache_;
