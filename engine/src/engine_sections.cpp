@@ -93,7 +93,8 @@ constexpr loom_param_spec kParallel[] = {
           1, kInf),
     param("cp_comm_type", kString, "p2p",
           "context parallelism's attention (Megatron's --cp-comm-type): \"p2p\", ring attention "
-          "passing keys and values round the context group"),
+          "passing keys and values round the context group; \"a2a\", all-to-all of heads for "
+          "tokens (Ulysses: the heads must divide by tensor x context)"),
     param("expert", kInt, "1",
           "expert-parallel degree (Megatron's --expert-model-parallel-size): the experts of "
           "every MoE layer split over this many ranks of data x context, tokens sent to them "

@@ -189,6 +189,7 @@ HfModel read_hf(const fs::path& dir) {
       loom_t.data.insert(loom_t.data.end(), f.data.begin(), f.data.end());
       used.insert(r.hf[i]);
     }
+    if (!r.loom_shape.empty()) loom_t.shape = r.loom_shape;  // same elements, Loom's dims
     m.tensors[r.loom] = std::move(loom_t);
   }
   if (auto it = raw.find(m.arch.tied_head); it != raw.end() && !m.arch.tied_head.empty()) {

@@ -25,6 +25,9 @@ struct HfRule {
   std::vector<std::vector<int64_t>> shapes;  // as stored in the HF file
   bool transpose = false;
   bool vocab = false;  // rows are the vocabulary: padded in Loom, exact in HF
+  // Loom's shape when it is not the pieces stacked along dimension 0 (a mixture of experts'
+  // (E, 2F, C) from E x (w1, w3)); empty: as stacked.
+  std::vector<int64_t> loom_shape = {};
 };
 
 // An architecture's mapping for one config.

@@ -150,6 +150,39 @@ HfArch llama_arch(const Dims& d, bool tied) {
   return a;
 }
 
+// Mixtral: Llama's attention and norms, and per layer a router and E SwiGLU experts. Loom's
+// experts.c_fc (E, 2F, C) is each expert's w1 (gate) then w3 (up) rows; experts.c_proj
+// (E, C, F) each expert's w2.
+HfArch mixtral_arch(const Dims& d, bool tied, int64_t E) {
+  HfArch a = llama_arch(d, tied);
+  a.name = "mixtral";
+  std::vector<HfRule> rules;
+  for (HfRule& r : a.rules) {
+    const size_t mlp = r.loom.find(".mlp.");
+    if (mlp == std::string::npos) {
+      rules.push_back(std::move(r));
+      continue;
+    }
+    if (r.loom.find("c_fc") == std::string::npos) continue;  // one rule set per layer
+    const std::string h = r.loom.substr(0, mlp);             // "h.3"
+    const std::string m = "model.layers." + h.substr(2) + ".block_sparse_moe.";
+    rules.push_back({h + ".moe.router.weight", {m + "gate.weight"}, {{E, d.C}}});
+    HfRule fc{h + ".moe.experts.c_fc.weight", {}, {}, false, false, {E, 2 * d.F, d.C}};
+    HfRule proj{h + ".moe.experts.c_proj.weight", {}, {}, false, false, {E, d.C, d.F}};
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = m + "experts." + std::to_string(e) + ".";
+      fc.hf.insert(fc.hf.end(), {x + "w1.weight", x + "w3.weight"});
+      fc.shapes.insert(fc.shapes.end(), {{d.F, d.C}, {d.F, d.C}});
+      proj.hf.push_back(x + "w2.weight");
+      proj.shapes.push_back({d.C, d.F});
+    }
+    rules.push_back(std::move(fc));
+    rules.push_back(std::move(proj));
+  }
+  a.rules = std::move(rules);
+  return a;
+}
+
 const std::initializer_list<const char*> kBenign = {
     "architectures", "model_type",   "torch_dtype",         "dtype",        "transformers_version",
     "_name_or_path", "bos_token_id", "eos_token_id",        "pad_token_id", "initializer_range",
@@ -198,7 +231,8 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
         {"n_embd", lit(d.C)},          {"ffn_hidden", lit(d.F)},       {"norm", lit_s("layernorm")},
         {"activation", lit_s("gelu")}, {"position", lit_s("learned")}, {"bias", lit(true)},
         {"tie_embeddings", lit(true)}, {"norm_eps", lit_f(eps)},       {"max_seq_len", lit(d.P)}};
-  } else if (mt == "llama") {
+  } else if (mt == "llama" || mt == "mixtral") {
+    const bool moe = mt == "mixtral";
     Dims d{};
     d.V = r.integer("vocab_size"), d.C = r.integer("hidden_size");
     d.F = r.integer("intermediate_size"), d.L = r.integer("num_hidden_layers");
@@ -220,8 +254,18 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
     const bool tied = r.flag("tie_word_embeddings", false);
     // pretraining_tp only changes how Meta's code sliced its matmuls, not the function.
     r.benign({"attention_dropout", "pretraining_tp"});
+    int64_t E = 0, K = 0;
+    double aux = 0.0;
+    if (moe) {
+      E = r.integer("num_local_experts"), K = r.integer("num_experts_per_tok");
+      if (K < 1 || K > E) r.fail("num_experts_per_tok", "must be in [1, num_local_experts]");
+      aux = r.number("router_aux_loss_coef", 0.0);
+      r.require("router_jitter_noise", {0, 0.0}, "model/gpt's router adds no noise");
+      r.require("sliding_window", {}, "model/gpt maps full attention (attention_window = 0)");
+      r.benign({"output_router_logits"});  // whether HF's forward returns the router logits
+    }
     r.refuse_unread();
-    a = llama_arch(d, tied);
+    a = moe ? mixtral_arch(d, tied, E) : llama_arch(d, tied);
     a.model_keys = {{"n_layer", lit(d.L)},           {"n_head", lit(d.H)},
                     {"n_kv_head", lit(d.KV)},        {"n_embd", lit(d.C)},
                     {"ffn_hidden", lit(d.F)},        {"norm", lit_s("rmsnorm")},
@@ -229,10 +273,16 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
                     {"rope_theta", lit_f(theta)},    {"bias", lit(false)},
                     {"tie_embeddings", lit(tied)},   {"norm_eps", lit_f(eps)},
                     {"max_seq_len", lit(d.P)}};
+    if (moe)  // HF's Mixtral: softmax over the experts, top-k, weights renormalised (Loom's
+              // default softmax after the top-k), the Switch balancing loss
+      a.model_keys.insert({{"num_experts", lit(E)},
+                           {"moe_router_topk", lit(K)},
+                           {"moe_ffn_hidden_size", lit(d.F)},
+                           {"moe_aux_loss_coeff", lit_f(aux)}});
   } else {
     r.fail("model_type", "= " + (type ? type->dump() : std::string("(missing)")) +
-                             ": only \"gpt2\" (GPT2LMHeadModel) and \"llama\" "
-                             "(LlamaForCausalLM) are mapped");
+                             ": only \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) "
+                             "and \"mixtral\" (MixtralForCausalLM) are mapped");
   }
   return a;
 }
@@ -252,11 +302,15 @@ std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k,
                      " does not map onto " + arch + " (which needs " + want + ")");
   };
   const bool llama = at("position") == "\"rope\"";
-  const std::string arch = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  const int64_t E = k.count("num_experts") ? std::stoll(k["num_experts"]) : 0;
+  const std::string arch = E > 0   ? "MixtralForCausalLM"
+                           : llama ? "LlamaForCausalLM"
+                                   : "GPT2LMHeadModel";
   Dims d{};
   d.L = num("n_layer"), d.H = num("n_head"), d.C = num("n_embd"), d.V = vocab;
   d.KV = num("n_kv_head"), d.P = num("max_seq_len"), d.F = num("ffn_hidden");
   need("attention_window", "0", arch);
+  if (E > 0) need("position", "\"rope\"", arch);  // Mixtral is Llama-shaped
   json c = base.is_object() ? base : json::object();
   c["torch_dtype"] = torch_dtype;
   c["vocab_size"] = d.V;
@@ -264,7 +318,18 @@ std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k,
     need("norm", "\"rmsnorm\"", arch), need("activation", "\"swiglu\"", arch);
     need("bias", "false", arch);
     const bool tied = at("tie_embeddings") == "true";
-    c["architectures"] = {arch}, c["model_type"] = "llama";
+    c["architectures"] = {arch}, c["model_type"] = E > 0 ? "mixtral" : "llama";
+    if (E > 0) {  // every layer a mixture: Mixtral's shape of it
+      need("moe_layer_freq", "1", arch), need("moe_shared_expert_intermediate_size", "0", arch);
+      need("moe_router_score_function", "\"softmax\"", arch);
+      need("moe_router_pre_softmax", "false", arch);
+      need("moe_expert_capacity_factor", lit_f(0.0), arch);
+      d.F = num("moe_ffn_hidden_size") > 0 ? num("moe_ffn_hidden_size") : d.F;
+      c["num_local_experts"] = E, c["num_experts_per_tok"] = num("moe_router_topk");
+      c["router_aux_loss_coef"] = std::stod(at("moe_aux_loss_coeff"));
+      c["router_jitter_noise"] = 0.0, c["output_router_logits"] = false;
+      c["sliding_window"] = nullptr;
+    }
     c["hidden_size"] = d.C, c["intermediate_size"] = d.F, c["num_hidden_layers"] = d.L;
     c["num_attention_heads"] = d.H, c["num_key_value_heads"] = d.KV;
     c["max_position_embeddings"] = d.P, c["hidden_act"] = "silu";
@@ -274,7 +339,7 @@ std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k,
       c["rope_parameters"]["rope_theta"] = std::stod(at("rope_theta"));
     else
       c["rope_theta"] = std::stod(at("rope_theta"));
-    return {llama_arch(d, tied), c};
+    return {E > 0 ? mixtral_arch(d, tied, E) : llama_arch(d, tied), c};
   }
   need("norm", "\"layernorm\"", arch), need("activation", "\"gelu\"", arch);
   need("position", "\"learned\"", arch), need("bias", "true", arch);

@@ -169,9 +169,7 @@ const loom_host* Session::host_for(const std::string& who) {
     return host_call([&] {
       if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V2)
         throw RunError("get_layout: out->struct_size is smaller than ABI 2.0's");
-      const size_t size = out->struct_size;
-      *out = c->session->layout();
-      out->struct_size = size;
+      layout::copy_layout(c->session->layout(), out);
     });
   };
   h.get_group = [](loom_host_context* c, loom_group_kind kind, loom_comm_group** out) {

@@ -38,6 +38,8 @@ layout::Degrees layout_degrees(const Recipe& recipe) {
   d.expert = (int32_t)recipe.get_int("parallel", "expert");
   d.virtual_stages = (int32_t)recipe.get_int("parallel", "virtual_stages");
   d.sequence_parallel = recipe.get_bool("parallel", "sequence_parallel");
+  d.cp_comm_type =
+      recipe.get_string("parallel", "cp_comm_type") == "a2a" ? LOOM_CP_A2A : LOOM_CP_P2P;
   return d;
 }
 
@@ -78,6 +80,15 @@ void check_layout(const Recipe& recipe, int world) {
     if (T % (2 * d.context) != 0)
       problems.push_back("train.seq_len = " + std::to_string(T) +
                          " is not divisible by 2 x context = " + std::to_string(2 * d.context));
+    // all-to-all: each context rank takes a share of every tensor rank's heads
+    const int64_t share = (int64_t)d.tensor * d.context;
+    for (const char* heads : {"n_head", "n_kv_head"}) {
+      const int64_t h = model_int(recipe, heads);
+      if (d.cp_comm_type == LOOM_CP_A2A && h > 0 && h % share != 0)
+        problems.push_back("cp_comm_type = \"a2a\" splits the heads: model." + std::string(heads) +
+                           " = " + std::to_string(h) +
+                           " is not divisible by tensor x context = " + std::to_string(share));
+    }
   }
   if (problems.empty()) {
     const int dp = world / (d.tensor * d.context * d.pipeline);
@@ -114,6 +125,7 @@ std::string describe_layout(const Recipe& recipe, int world) {
     << " x data " << l.data << " x pipeline " << l.pipeline;
   if (l.virtual_stages > 1) o << " (x " << l.virtual_stages << " virtual stages)";
   if (l.expert > 1) o << ", expert " << l.expert;
+  if (l.context > 1) o << ", context attention " << (l.cp_comm_type == LOOM_CP_A2A ? "a2a" : "p2p");
   if (l.sequence_parallel) o << ", sequence parallel";
   o << "; schedule " << recipe.get_string("parallel", "schedule") << ", gradients "
     << recipe.get_string("parallel", "data") << "\n";

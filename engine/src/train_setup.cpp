@@ -35,11 +35,8 @@ void check_param_groups(const loom_model_param& p, const std::string& model) {
 // Refused before any plugin is created: what this engine cannot train yet.
 Recipe& refuse_unsupported(Recipe& recipe) {
   const std::string cp = recipe.get_string("parallel", "cp_comm_type");
-  if (cp != "p2p")
-    throw UsageError("parallel.cp_comm_type = \"" + cp + "\": " +
-                     (cp == "a2a" ? std::string("the all-to-all (Ulysses) context parallelism is "
-                                                "not implemented yet; use \"p2p\"")
-                                  : std::string("expected \"p2p\"")));
+  if (cp != "p2p" && cp != "a2a")
+    throw UsageError("parallel.cp_comm_type = \"" + cp + "\": expected \"p2p\" or \"a2a\"");
   return recipe;
 }
 

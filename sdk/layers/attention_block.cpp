@@ -139,7 +139,9 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     loom::layers::rope(c, s, kv.get(), rope_theta, false);
   }
   Masks masks;
-  if (!cache && c.cp.size > 1) {
+  if (!cache && c.cp.size > 1 && c.cp_a2a) {
+    a2a_attention_forward(c, qv, kv, vv, out, view(a.lse, {B, Hq, T}));
+  } else if (!cache && c.cp.size > 1) {
     ring_attention_forward(c, qv, kv, vv, out, view(a.lse, {B, Hq, T}));
   } else if (!cache) {
     View lse = view(a.lse, {B, Hq, T});
@@ -184,7 +186,9 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
   View dv = view(g.dv, {B, T, Hkv, D});
   Masks masks;
-  if (c.cp.size > 1)
+  if (c.cp.size > 1 && c.cp_a2a)
+    a2a_attention_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv);
+  else if (c.cp.size > 1)
     ring_attention_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv);
   else
     attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,

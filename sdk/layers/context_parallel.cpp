@@ -171,4 +171,104 @@ void ring_attention_backward(const Ctx& c, const DLTensor* dout, const DLTensor*
   ring_shift(c, dvb[cur].get(), dv, 4 * P + 1);
 }
 
+// ----- all-to-all (Ulysses) context parallelism ---------------------------------------------
+namespace {
+
+// Row orders of one all-to-all, head vectors of D elements as rows. Local: (B, 2Tc, H, D), this
+// rank's chunks; exchanged: (P, B, 2Tc, H/P, D), block j for (or from) rank j; whole: (B, T,
+// H/P, D), the sequence in order, this rank's head group.
+struct A2aOrder {
+  std::vector<int32_t> to_send;   // exchanged row <- local row (head group j to rank j)
+  std::vector<int32_t> to_whole;  // whole row <- received row (rank i sent chunks i, 2P-1-i)
+  std::vector<int32_t> to_back;   // exchanged row <- whole row (the inverse of to_whole)
+  std::vector<int32_t> to_local;  // local row <- received row (the inverse of to_send)
+  A2aOrder(int P, int64_t B, int64_t Tc, int64_t H) {
+    const int64_t Hg = H / P, T2 = 2 * Tc, n = B * T2 * H;
+    to_send.resize(n), to_whole.resize(n), to_back.resize(n), to_local.resize(n);
+    for (int64_t j = 0; j < P; ++j)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T2; ++t)
+          for (int64_t g = 0; g < Hg; ++g) {
+            const int64_t x = ((j * B + b) * T2 + t) * Hg + g, l = (b * T2 + t) * H + j * Hg + g;
+            to_send[x] = (int32_t)l;
+            to_local[l] = (int32_t)x;
+            // the exchanged row x came from rank j: its local row t is global position p
+            const int64_t c = t < Tc ? j : 2 * P - 1 - j, p = c * Tc + t % Tc;
+            const int64_t w = (b * P * T2 + p) * Hg + g;
+            to_whole[w] = (int32_t)x;
+            to_back[x] = (int32_t)w;
+          }
+  }
+};
+
+// out rows <- in rows by a host index, `width` elements a row (embedding ops gather rows).
+void gather_rows(const Ctx& c, const std::vector<int32_t>& order, const DLTensor* in, DLTensor* out,
+                 int64_t width) {
+  const int64_t n = (int64_t)order.size();
+  Tensor idx = c.alloc(loom_i32(), {n});
+  loom::check(c.host, c.be.api()->from_host(c.be.self(), idx.get(), order.data(), (size_t)n * 4));
+  View o = view(out, {n, width}), t = view(in, {n, width});
+  loom::embedding_forward(c.be, o.get(), idx, t, false);
+}
+
+// One all-to-all between row orders: src rows gathered by `out_order`, exchanged over the
+// context group, then gathered by `in_order` into dst.
+void exchange(const Ctx& c, const std::vector<int32_t>& out_order,
+              const std::vector<int32_t>& in_order, const DLTensor* src, DLTensor* dst, int64_t D) {
+  const int64_t n = loom_tensor_numel(src), P = c.cp.size;
+  Tensor send = c.alloc(src->dtype, {n}), recv = c.alloc(src->dtype, {n});
+  gather_rows(c, out_order, src, send, D);
+  View s = view(send, {P, n / P}), r = view(recv, {P, n / P});
+  loom::check(c.host, loom::comm_all_to_all(c.cp.comm, c.cp.group, s, r.get(), c.cp.stream));
+  gather_rows(c, in_order, recv, dst, D);
+}
+// local (B, 2Tc, H, D) -> whole (B, T, H/P, D), and back.
+void to_heads(const Ctx& c, const A2aOrder& a, const DLTensor* local, DLTensor* whole, int64_t D) {
+  exchange(c, a.to_send, a.to_whole, local, whole, D);
+}
+void from_heads(const Ctx& c, const A2aOrder& a, const DLTensor* whole, DLTensor* local,
+                int64_t D) {
+  exchange(c, a.to_back, a.to_local, whole, local, D);
+}
+
+}  // namespace
+
+void a2a_attention_forward(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                           DLTensor* out, DLTensor* lse) {
+  const Shapes s(q, k);
+  const int P = c.cp.size;
+  const A2aOrder aq(P, s.B, s.Tc, s.Hq), akv(P, s.B, s.Tc, s.Hkv);
+  const int64_t T = s.T * P, hq = s.Hq / P, hkv = s.Hkv / P;
+  Tensor qw = c.alloc({s.B, T, hq, s.D}), kw = c.alloc({s.B, T, hkv, s.D});
+  Tensor vw = c.alloc({s.B, T, hkv, s.D}), ow = c.alloc({s.B, T, hq, s.D});
+  to_heads(c, aq, q, qw, s.D);
+  to_heads(c, akv, k, kw, s.D);
+  to_heads(c, akv, v, vw, s.D);
+  attend(c, qw, kw, vw, ow, view(lse, {s.B, hq, T}), true, nullptr);
+  from_heads(c, aq, ow, out, s.D);
+}
+
+void a2a_attention_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q,
+                            const DLTensor* k, const DLTensor* v, const DLTensor* out,
+                            const DLTensor* lse, DLTensor* dq, DLTensor* dk, DLTensor* dv) {
+  const Shapes s(q, k);
+  const int P = c.cp.size;
+  const A2aOrder aq(P, s.B, s.Tc, s.Hq), akv(P, s.B, s.Tc, s.Hkv);
+  const int64_t T = s.T * P, hq = s.Hq / P, hkv = s.Hkv / P;
+  auto whole = [&](const DLTensor* local, const A2aOrder& a, int64_t h) {
+    Tensor w = c.alloc({s.B, T, h, s.D});
+    to_heads(c, a, local, w, s.D);
+    return w;
+  };
+  // the forward's operands again (one all-to-all each rather than kept per layer)
+  Tensor qw = whole(q, aq, hq), kw = whole(k, akv, hkv), vw = whole(v, akv, hkv);
+  Tensor ow = whole(out, aq, hq), dow = whole(dout, aq, hq);
+  Tensor dqw = c.alloc({s.B, T, hq, s.D}), dkw = c.alloc({s.B, T, hkv, s.D});
+  Tensor dvw = c.alloc({s.B, T, hkv, s.D});
+  attend_backward(c, dow, qw, kw, vw, ow, view(lse, {s.B, hq, T}), dqw, dkw, dvw, true, nullptr);
+  from_heads(c, aq, dqw, dq, s.D);
+  from_heads(c, akv, dkw, dk, s.D);
+  from_heads(c, akv, dvw, dv, s.D);
+}
+
 }  // namespace loom::layers

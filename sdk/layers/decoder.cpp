@@ -204,12 +204,19 @@ void DecoderModel::join_context_group(const loom_host* host) {
                 who_ + ": " + cp + " cuts each sample into 2 x " + std::to_string(l.context) +
                     " chunks; seq_len = " + std::to_string(args_.seq_len) + " is not divisible",
                 LOOM_ERR_INVALID_ARGUMENT);
-  loom::require(
-      ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 && ctx_.attn.api->merge != nullptr,
-      who_ + ": " + cp +
-          " merges partial attention with the attention plugin's merge (ABI 2.7); "
-          "this one has none (attention/reference and attention/flash-cpu have it)",
-      LOOM_ERR_UNIMPLEMENTED);
+  ctx_.cp_a2a = l.struct_size >= LOOM_PARALLEL_LAYOUT_SIZE_V2_8 && l.cp_comm_type == LOOM_CP_A2A;
+  if (ctx_.cp_a2a)
+    loom::require(opt_.hq() % l.context == 0 && opt_.hkv() % l.context == 0,
+                  who_ + ": " + cp + " with cp_comm_type = \"a2a\" splits this rank's " +
+                      std::to_string(opt_.hq()) + " query and " + std::to_string(opt_.hkv()) +
+                      " key/value heads; both must be divisible",
+                  LOOM_ERR_INVALID_ARGUMENT);
+  loom::require(ctx_.cp_a2a || (ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 &&
+                                ctx_.attn.api->merge != nullptr),
+                who_ + ": " + cp +
+                    " merges partial attention with the attention plugin's merge (ABI 2.7); "
+                    "this one has none (attention/reference and attention/flash-cpu have it)",
+                LOOM_ERR_UNIMPLEMENTED);
   ctx_.cp = join_group(host, ctx_.be, LOOM_GROUP_CONTEXT, l.context);
 }
 

@@ -200,7 +200,7 @@ Listing build() {
   STRUCT(loom_parallel_layout)
   F(struct_size) F(world) F(tensor) F(context) F(data) F(pipeline) F(expert) F(virtual_stages)
   F(tensor_rank) F(context_rank) F(data_rank) F(pipeline_rank) F(expert_rank)
-  F(sequence_parallel)
+  F(sequence_parallel) F(cp_comm_type)
   END
   STRUCT(loom_stage_info)
   F(struct_size) F(batch) F(seq_len) F(is_first) F(is_last) F(num_reads) F(reads)

@@ -302,8 +302,16 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
                        LOOM_TEST_PLUGIN_DIR);
   CHECK(cp.code == 0);
   CHECK(contains(cp.out, "  context groups: [0 1] [2 3]\n"));
-  Result a2a = run_loom("run " + q(recipe.string()) + " --set parallel.cp_comm_type=a2a",
+  Result a2a = run_loom("validate " + q(recipe.string()) +
+                            " --world 4 --set parallel.context=4 --set train.seq_len=64 "
+                            "--set parallel.cp_comm_type=a2a",
                         LOOM_TEST_PLUGIN_DIR);
   CHECK(a2a.code == 2);
-  CHECK(contains(a2a.err, "the all-to-all (Ulysses) context parallelism is not implemented yet"));
+  CHECK(contains(a2a.err,
+                 "cp_comm_type = \"a2a\" splits the heads: model.n_head = 6 is not "
+                 "divisible by tensor x context = 4"));
+  Result bad = run_loom("run " + q(recipe.string()) + " --set parallel.cp_comm_type=ring",
+                        LOOM_TEST_PLUGIN_DIR);
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.err, "parallel.cp_comm_type = \"ring\": expected \"p2p\" or \"a2a\""));
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face interop against stored PyTorch references (tests/model/hf/make_reference.py):
 #  1. import-hf of each tiny model (GPT-2 f32 and f16 without the "transformer." prefix and
-#     with mask buffers; Llama GQA f32 sharded, untied, rope_theta 5e5; Llama MQA bf16 tied)
+#     with mask buffers; Llama GQA f32 sharded, untied, rope_theta 5e5; Llama MQA bf16 tied;
+#     Mixtral, 4 experts top-2, GQA f32)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
@@ -23,7 +24,7 @@ cd "$dir"
 quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
-for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16; do
+for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -107,6 +108,10 @@ edit gpt2-f32 "c['n_layer'] = 1"
 refuse "a tensor with no place" 'transformer.h.1.* \?.*has no place\|tensor transformer.h.1.'
 edit gpt2-f32 "c['activation_function'] = 'relu'"
 refuse "another activation" '"activation_function" = "relu"'
+edit mixtral-f32 "c['router_jitter_noise'] = 0.01"
+refuse "Mixtral's router noise" '"router_jitter_noise" = 0.01 does not map'
+edit mixtral-f32 "c['sliding_window'] = 4096"
+refuse "Mixtral's sliding window" '"sliding_window" = 4096 does not map'
 
 echo "== 5: finetuning from pretrained weights"
 cat > ft.toml <<TOML

@@ -357,7 +357,7 @@ struct Parallel {
     }
     host = *w.host.host();
     host.get_layout = [](loom_host_context*, loom_parallel_layout* out) -> loom_error* {
-      *out = current()->layout;
+      loom::layout::copy_layout(current()->layout, out);
       return nullptr;
     };
     host.get_group = [](loom_host_context*, loom_group_kind k,

@@ -143,9 +143,7 @@ class TestHost {
       auto* self = reinterpret_cast<TestHost*>(ctx);
       if (!out || out->struct_size < LOOM_PARALLEL_LAYOUT_SIZE_V2)
         return new loom_error{LOOM_ERR_INVALID_ARGUMENT, "get_layout: struct_size too small"};
-      const size_t size = out->struct_size;
-      *out = self->layout_;
-      out->struct_size = size;
+      loom::layout::copy_layout(self->layout_, out);
       return nullptr;
     };
     host_.get_group = [](loom_host_context* ctx, loom_group_kind kind,

@@ -145,6 +145,11 @@ case ${base_layout%-flash} in
   cp2tp2) np=4 sets=(--set parallel.context=2 --set parallel.tensor=2) ;;
   cp2pp2) np=4 sets=(--set parallel.context=2 --set parallel.pipeline=2) ;;
   cp2dp2dist) np=4 sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;
+  # the all-to-all (Ulysses) variant: heads split over the context ranks
+  cp2a2a) np=2 sets=(--set parallel.context=2 --set parallel.cp_comm_type=a2a) ;;
+  cp4a2a) np=4 sets=(--set parallel.context=4 --set parallel.cp_comm_type=a2a) ;;
+  cp2tp2a2a) np=4 sets=(--set parallel.context=2 --set parallel.tensor=2
+                        --set parallel.cp_comm_type=a2a) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 cd "$dir"

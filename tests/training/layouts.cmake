@@ -22,14 +22,14 @@ endforeach()
 
 # Context parallelism (ring attention with Megatron's load-balanced chunks): CP2, CP4, beside
 # TP2, PP2 and the distributed optimizer for GPT; CP2 for the Llama-style GQA model.
-foreach(layout cp2 cp4 cp2tp2 cp2pp2 cp2dp2dist cp4-flash)
+foreach(layout cp2 cp4 cp2tp2 cp2pp2 cp2dp2dist cp4-flash cp2a2a cp4a2a cp2tp2a2a)
   add_test(NAME layouts.gpt.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                    ${MPIEXEC_EXECUTABLE} gpt ${layout})
   set_tests_properties(layouts.gpt.${layout} PROPERTIES
     LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
-foreach(layout cp2 cp2tp2 cp2-flash)
+foreach(layout cp2 cp2tp2 cp2-flash cp2a2a cp2a2a-flash)
   add_test(NAME layouts.llama.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                    ${MPIEXEC_EXECUTABLE} llama ${layout})

@@ -53,8 +53,15 @@ typedef struct loom_parallel_layout {
   int32_t tensor, context, data, pipeline, expert, virtual_stages; /* degrees */
   int32_t tensor_rank, context_rank, data_rank, pipeline_rank, expert_rank;
   int32_t sequence_parallel; /* norm/dropout regions sharded over the tensor group */
+  /* --- ABI 2.0 ends here; append new fields below this line only. --- */
+  /* ABI 2.8: context parallelism's attention (parallel.cp_comm_type): LOOM_CP_P2P, ring
+   * attention over send/recv; LOOM_CP_A2A, all-to-all of heads for tokens (Ulysses) */
+  int32_t cp_comm_type;
 } loom_parallel_layout;
 #define LOOM_PARALLEL_LAYOUT_SIZE_V2 LOOM_STRUCT_SIZE(loom_parallel_layout, sequence_parallel)
+#define LOOM_PARALLEL_LAYOUT_SIZE_V2_8 LOOM_STRUCT_SIZE(loom_parallel_layout, cp_comm_type)
+#define LOOM_CP_P2P 0
+#define LOOM_CP_A2A 1
 
 /* Process groups of this rank, for the comm from get_comm. */
 typedef enum loom_group_kind {
@@ -118,7 +125,8 @@ typedef struct loom_host {
    * plugin that asks for "init" or "dropout" gets the same value on every rank and run. */
   uint64_t (*rng_seed)(loom_host_context* ctx, const char* stream);
 
-  /* The parallel layout (caller sets out->struct_size) and this rank's groups.
+  /* The parallel layout (caller sets out->struct_size; the host fills the fields that size
+   * holds) and this rank's groups.
    * A group handle is valid for the run and belongs to the host. */
   loom_error* (*get_layout)(loom_host_context* ctx, loom_parallel_layout* out);
   loom_error* (*get_group)(loom_host_context* ctx, loom_group_kind kind,

@@ -17,6 +17,7 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
   llama-gqa-f32        LlamaForCausalLM, 4 query / 2 key-value heads, untied head,
                        rope_theta 500000 (Llama-3 shape), two shards with an index
   llama-mqa-tied-bf16  1 key-value head, tied embeddings, bfloat16
+  mixtral-f32          MixtralForCausalLM: 4 SwiGLU experts, top-2, GQA, untied, rope_theta 1e6
 """
 import json
 import math
@@ -118,6 +119,23 @@ def rotate_half(x):
     return torch.cat((-x2, x1), -1)
 
 
+def mixtral_moe(f, m, h, cfg):
+    """MixtralSparseMoeBlock: softmax over the experts, top-k, the weights renormalised,
+    each expert w2(silu(w1 x) * w3 x)."""
+    E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(h @ f[m + "gate.weight"].T, -1)
+    top, idx = torch.topk(probs, K, -1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        x = f"{m}experts.{e}."
+        y = (torch.nn.functional.silu(h @ f[x + "w1.weight"].T) * (h @ f[x + "w3.weight"].T)) \
+            @ f[x + "w2.weight"].T
+        weight = (top * (idx == e)).sum(-1, keepdim=True)  # 0 where e is not chosen
+        out = out + weight * y
+    return out
+
+
 def llama(w, cfg, prompt):
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps, Tn = C // H, cfg["rms_norm_eps"], len(prompt)
@@ -138,6 +156,9 @@ def llama(w, cfg, prompt):
         y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, C)
         x = x + y @ f[m + "self_attn.o_proj.weight"].T
         h = rms_norm(x, f[m + "post_attention_layernorm.weight"], eps)
+        if "num_local_experts" in cfg:
+            x = x + mixtral_moe(f, m + "block_sparse_moe.", h, cfg)
+            continue
         gate, up = h @ f[m + "mlp.gate_proj.weight"].T, h @ f[m + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(gate) * up) @ f[m + "mlp.down_proj.weight"].T
     x = rms_norm(x, f["model.norm.weight"], eps)
@@ -209,12 +230,44 @@ def llama_model(g, name, dtype, kv, tied, theta, shards):
     save(name, cfg, w, llama(w, cfg, prompt), prompt, shards)
 
 
+def mixtral_model(g, name):
+    C, L, F, H, KV, P, E = 16, 2, 24, 4, 2, 64, 4
+    cfg = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+           "eos_token_id": 2, "head_dim": C // H, "hidden_act": "silu", "hidden_size": C,
+           "initializer_range": 0.02, "intermediate_size": F, "max_position_embeddings": P,
+           "model_type": "mixtral", "num_attention_heads": H, "num_experts_per_tok": 2,
+           "num_hidden_layers": L, "num_key_value_heads": KV, "num_local_experts": E,
+           "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+           "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0, "sliding_window": None,
+           "tie_word_embeddings": False, "torch_dtype": "float32",
+           "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
+    D = C // H
+    w = {"model.embed_tokens.weight": rand(g, V, C), "model.norm.weight": rand(g, C, std=0.1, mean=1.0),
+         "lm_head.weight": rand(g, V, C)}
+    for l in range(L):
+        m = f"model.layers.{l}."
+        w[m + "input_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "post_attention_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "self_attn.q_proj.weight"] = rand(g, H * D, C)
+        w[m + "self_attn.k_proj.weight"] = rand(g, KV * D, C)
+        w[m + "self_attn.v_proj.weight"] = rand(g, KV * D, C)
+        w[m + "self_attn.o_proj.weight"] = rand(g, C, H * D)
+        w[m + "block_sparse_moe.gate.weight"] = rand(g, E, C, std=1.0)
+        for e in range(E):
+            x = f"{m}block_sparse_moe.experts.{e}."
+            w[x + "w1.weight"], w[x + "w3.weight"] = rand(g, F, C), rand(g, F, C)
+            w[x + "w2.weight"] = rand(g, C, F, std=0.15)
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, llama(w, cfg, prompt), prompt)
+
+
 def main():
     g = torch.Generator().manual_seed(20261124)
     gpt2_model(g, "gpt2-f32", torch.float32, prefix=True, buffers=False)
     gpt2_model(g, "gpt2-f16-base", torch.float16, prefix=False, buffers=True)
     llama_model(g, "llama-gqa-f32", torch.float32, kv=2, tied=False, theta=500000.0, shards=2)
     llama_model(g, "llama-mqa-tied-bf16", torch.bfloat16, kv=1, tied=True, theta=10000.0, shards=1)
+    mixtral_model(g, "mixtral-f32")
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace loom::layout {
 struct Degrees {
   int32_t tensor = 1, context = 1, pipeline = 1, expert = 1, virtual_stages = 1;
   bool sequence_parallel = false;
+  int32_t cp_comm_type = LOOM_CP_P2P;
 };
 
 // The problems of a layout for `world` ranks and a model of `layers` layers and `heads`
@@ -54,7 +56,7 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
 // This rank's coordinates; `d` must be valid for `world`.
 inline loom_parallel_layout coordinates(const Degrees& d, int world, int rank) {
   loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_8;
   l.world = world;
   l.tensor = d.tensor;
   l.context = d.context;
@@ -63,6 +65,7 @@ inline loom_parallel_layout coordinates(const Degrees& d, int world, int rank) {
   l.expert = d.expert;
   l.virtual_stages = d.virtual_stages;
   l.sequence_parallel = d.sequence_parallel ? 1 : 0;
+  l.cp_comm_type = d.cp_comm_type;
   int r = rank;
   l.tensor_rank = r % d.tensor;
   r /= d.tensor;
@@ -129,6 +132,13 @@ constexpr loom_group_kind kAllGroups[] = {
     LOOM_GROUP_WORLD,    LOOM_GROUP_TENSOR,       LOOM_GROUP_CONTEXT, LOOM_GROUP_DATA,
     LOOM_GROUP_PIPELINE, LOOM_GROUP_DATA_CONTEXT, LOOM_GROUP_MODEL,   LOOM_GROUP_EMBEDDING,
     LOOM_GROUP_EXPERT,   LOOM_GROUP_EXPERT_DATA};
+
+// get_layout's copy: the fields the caller's struct_size holds (an older plugin's is shorter).
+inline void copy_layout(const loom_parallel_layout& from, loom_parallel_layout* out) {
+  const size_t size = out->struct_size;
+  std::memcpy(out, &from, size < sizeof from ? size : sizeof from);
+  out->struct_size = size;
+}
 
 // One past the largest group kind: the size of an array indexed by kind.
 constexpr int kNumGroupKinds = LOOM_GROUP_EXPERT_DATA + 1;

@@ -43,7 +43,7 @@ using ContextGroup = ProcessGroup;
 // The host's parallel layout; one rank's (every degree 1) from a host older than ABI 1.1.
 inline loom_parallel_layout host_layout(const loom_host* host) {
   loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_8;
   l.tensor = l.context = l.data = l.pipeline = l.expert = l.virtual_stages = l.world = 1;
   if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
     check(host, host->get_layout(host->ctx, &l));
@@ -69,9 +69,10 @@ struct Ctx {
   // Compute dtype of parameter values and activations: f32, bf16 or f16 (mixed precision),
   // or f64 in tests.
   DLDataType dtype{};
-  loom::tp::Group tp;  // the tensor-parallel group (size 1 = no tensor parallelism)
-  ExpertGroup ep;      // the expert-parallel group
-  ContextGroup cp;     // the context-parallel group (context_parallel.hpp)
+  loom::tp::Group tp;   // the tensor-parallel group (size 1 = no tensor parallelism)
+  ExpertGroup ep;       // the expert-parallel group
+  ContextGroup cp;      // the context-parallel group (context_parallel.hpp)
+  bool cp_a2a = false;  // its attention: all-to-all (Ulysses) rather than the ring
   SpScratch* sp = nullptr;
 
   template <class Fn, class... Args>

@@ -40,4 +40,15 @@ void ring_attention_backward(const Ctx& c, const DLTensor* dout, const DLTensor*
                              const DLTensor* k, const DLTensor* v, const DLTensor* out,
                              const DLTensor* lse, DLTensor* dq, DLTensor* dk, DLTensor* dv);
 
+// All-to-all (Ulysses) context parallelism (cp_comm_type "a2a"): q, k, v trade the sequence
+// split for a head split (all_to_all over the context group), the attention runs causal over
+// the whole sequence for this rank's share of the heads, and its output comes back the same
+// way. lse is (B, Hq/CP, T) in the same buffer. Backward exchanges the forward's operands again
+// rather than keeping them per layer.
+void a2a_attention_forward(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                           DLTensor* out, DLTensor* lse);
+void a2a_attention_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q,
+                            const DLTensor* k, const DLTensor* v, const DLTensor* out,
+                            const DLTensor* lse, DLTensor* dq, DLTensor* dk, DLTensor* dv);
+
 }  // namespace loom::layers
