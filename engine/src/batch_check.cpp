@@ -73,6 +73,19 @@ Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
   const std::vector<loom_array_spec> provides = Feed::provides(recipe, registry);
   check_batch_spec(wants, num, provides.data(), provides.size(), model);
 
+  // Ring context parallelism merges partial attention (ABI 2.7): the plugin must list it, or
+  // the first backward would be refused mid-run.
+  const std::string attention = recipe.plugin("attention");
+  const PluginInfo& attn = registry.get(LOOM_KIND_ATTENTION, attention);
+  const int64_t context = recipe.get_int("parallel", "context");
+  if (context > 1 && recipe.get_string("parallel", "cp_comm_type") == "p2p" &&
+      !attn.has_capability(LOOM_EXT_ATTENTION_PARTIAL))
+    throw UsageError("parallel.context = " + std::to_string(context) +
+                     " with cp_comm_type = \"p2p\" (ring attention) merges partial attention ('" +
+                     LOOM_EXT_ATTENTION_PARTIAL + "'), and attention/" + attention +
+                     " does not list it (its capabilities: " + attn.capabilities_text() +
+                     "); use attention/reference or attention/flash-cpu, or cp_comm_type = "
+                     "\"a2a\"");
   // What the model will ask of the attention plugin (a sliding window's extension) must be
   // on that plugin's capability list: otherwise the first attention call is refused mid-run.
   if (api->attention_requires == nullptr) return recipe;
@@ -82,8 +95,6 @@ Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
     host_abi::error_free(e);
     throw UsageError("model/" + model + ": attention_requires: " + why);
   }
-  const std::string attention = recipe.plugin("attention");
-  const PluginInfo& attn = registry.get(LOOM_KIND_ATTENTION, attention);
   for (; ids && *ids; ++ids)
     if (!attn.has_capability(*ids))
       throw UsageError("model/" + model + " with this recipe needs '" + *ids +

@@ -195,6 +195,21 @@ TEST_CASE("a sliding window trains with plugins that list it and is refused by o
   r = run("run " + recipe.string() + " --set train.iters=2 --set attention.plugin=causal-only",
           false, fixture);
   CHECK_MESSAGE(r.code == 0, r.out);
+  // ring context parallelism needs loom.attention-partial/1 of the plugin: refused before
+  // anything runs; the all-to-all variant needs nothing of it
+  r = run("validate " + recipe.string() +
+              " --world 2 --set parallel.context=2 --set attention.plugin=causal-only",
+          false, fixture);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.out.find("parallel.context = 2 with cp_comm_type = \"p2p\" (ring attention) "
+                           "merges partial attention ('loom.attention-partial/1'), and "
+                           "attention/causal-only does not list it") != std::string::npos,
+                r.out);
+  r = run("validate " + recipe.string() +
+              " --world 2 --set parallel.context=2 --set parallel.cp_comm_type=a2a "
+              "--set attention.plugin=causal-only",
+          false, fixture);
+  CHECK_MESSAGE(r.code == 0, r.out);
   fs::remove_all(dir);
 }
 
