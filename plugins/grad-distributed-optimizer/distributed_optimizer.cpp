@@ -219,7 +219,6 @@ class DistOpt {
                       "expert-data group");
     for (Part& p : parts_)
       if (p.kind == kind) return p;
-    loom::require(parts_.size() < parts_.capacity(), kPrefix + "too many reduce groups");
     Part& p = parts_.emplace_back();
     p.kind = kind;
     loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &p.group));
@@ -266,19 +265,13 @@ class DistOpt {
   loom_comm_ref comm_{nullptr, nullptr};
   bool sharded_ = false;  // shard_params was called
   loom::Backend backend_;
-  std::vector<Part> parts_ = reserved(2);  // at most two groups; never reallocated
-  std::vector<size_t> part_;               // the part of each tensor
+  std::vector<Part> parts_;   // one per reduce group; held by index (part_), so may grow
+  std::vector<size_t> part_;  // the part of each tensor
   std::vector<DLTensor*> grads_, params_;
   std::vector<int64_t> flat_off_;   // of each tensor in its part's flat concatenation
   std::vector<int64_t> shard_off_;  // first owned element within each parameter
   DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
   std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
-
-  static std::vector<Part> reserved(size_t n) {
-    std::vector<Part> v;
-    v.reserve(n);
-    return v;
-  }
 };
 
 DistOpt* cast(loom_grad* g) { return reinterpret_cast<DistOpt*>(g); }

@@ -125,7 +125,6 @@ void ring_attention_backward(const Ctx& c, const DLTensor* dout, const DLTensor*
   Tensor dkb[2] = {c.alloc({s.B, s.T, s.Hkv, s.D}), c.alloc({s.B, s.T, s.Hkv, s.D})};
   Tensor dvb[2] = {c.alloc({s.B, s.T, s.Hkv, s.D}), c.alloc({s.B, s.T, s.Hkv, s.D})};
   attend_backward(c, dout, q, k, v, out, lse, dq, dkb[0].get(), dvb[0].get(), true, partial);
-  if (P == 1) return;
   Tensor kh = c.alloc({s.B, s.Tc, s.Hkv, s.D}), vh = c.alloc({s.B, s.Tc, s.Hkv, s.D});
   Tensor dkh = c.alloc({s.B, s.Tc, s.Hkv, s.D}), dvh = c.alloc({s.B, s.Tc, s.Hkv, s.D});
   Tensor dkp = c.alloc({s.B, s.T, s.Hkv, s.D}), dvp = c.alloc({s.B, s.T, s.Hkv, s.D});

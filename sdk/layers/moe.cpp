@@ -126,8 +126,7 @@ void upload_rows(const Ctx& c, const std::vector<int32_t>& rows, const Tensor& t
 
 }  // namespace
 
-void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C,
-                     int64_t fc_out, int64_t F) {
+void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C) {
   n = n_tokens;
   m = m_rows;
   if (n_tokens > cap_n) {
@@ -147,8 +146,6 @@ void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, 
     d2 = c.alloc({r, C});
     cap_m = r;
   }
-  (void)fc_out;
-  (void)F;
 }
 
 void MoeActs::ensure_local(const Ctx& c, int64_t r_rows, int64_t C, int64_t fc_out, int64_t F) {
@@ -208,7 +205,7 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
   if (!a.moe) a.moe = std::make_shared<MoeActs>();
   MoeActs& m = *a.moe;
   const int64_t N = s.N(), K = cfg.topk;
-  m.ensure(c, N, m.cap_m, E, C, fc_out, F);
+  m.ensure(c, N, m.cap_m, E, C);
   // the router in the compute dtype, its logits to the host in float64
   View lg = view(m.logits_dev, {N, E});
   c.gemm(false, true, N, E, C, {x, C}, {router->value.get(), C}, lg.get(), E, 0, 0.0);
@@ -237,7 +234,7 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
         ++m.counts[(size_t)e];
       }
   const int64_t M = (int64_t)m.perm.size();
-  m.ensure(c, N, M, E, C, fc_out, F);
+  m.ensure(c, N, M, E, C);
   if (M > 0) {
     View pd = view(m.perm_dev, {M});
     loom::check(c.host, c.be.api()->from_host(c.be.self(), pd.get(), m.perm.data(), M * 4));

@@ -66,6 +66,18 @@ void tokens(int64_t B, int64_t T, std::vector<int32_t>& tok, std::vector<int32_t
   }
 }
 
+// One training step of both models on the same tokens from zeroed gradients: the dense
+// model's loss and the mixture's lm term agree; their gradients are left to compare.
+void train_step_equal(Gpt& dense, Gpt& sparse, int64_t B, int64_t T) {
+  std::vector<int32_t> tok, tgt;
+  tokens(B, T, tok, tgt);
+  dense.check(dense.api()->zero_grad(dense.self()));
+  sparse.check(sparse.api()->zero_grad(sparse.self()));
+  const Terms d = step(dense, tok, tgt, B, T, 1.0 / (B * T), true);
+  const Terms s = step(sparse, tok, tgt, B, T, 1.0 / (B * T), true);
+  CHECK(s.sum[0] == doctest::Approx(d.sum[0]).epsilon(1e-12));
+}
+
 void experts_equal_dense(const Overrides& base) {
   const int64_t B = 2, T = 8, V = 50, E = 3;
   Host h;
@@ -87,13 +99,7 @@ void experts_equal_dense(const Overrides& base) {
     const std::string ename = name.substr(0, at) + ".moe.experts." + name.substr(at + 5);
     upload(h.be, const_cast<DLTensor*>(sparse.param(ename).value), stacked);
   }
-  std::vector<int32_t> tok, tgt;
-  tokens(B, T, tok, tgt);
-  dense.check(dense.api()->zero_grad(dense.self()));
-  sparse.check(sparse.api()->zero_grad(sparse.self()));
-  const Terms d = step(dense, tok, tgt, B, T, 1.0 / (B * T), true);
-  const Terms s = step(sparse, tok, tgt, B, T, 1.0 / (B * T), true);
-  CHECK(s.sum[0] == doctest::Approx(d.sum[0]).epsilon(1e-12));
+  train_step_equal(dense, sparse, B, T);
   for (auto& p : dense.params) {
     const std::string name = p.name;
     CAPTURE(name);
@@ -140,13 +146,7 @@ void shared_equals_dense() {
     upload(h.be, const_cast<DLTensor*>(p.value),
            std::vector<double>(loom_tensor_numel(p.value), 0.0));
   }
-  std::vector<int32_t> tok, tgt;
-  tokens(B, T, tok, tgt);
-  dense.check(dense.api()->zero_grad(dense.self()));
-  sparse.check(sparse.api()->zero_grad(sparse.self()));
-  const Terms d = step(dense, tok, tgt, B, T, 1.0 / (B * T), true);
-  const Terms s = step(sparse, tok, tgt, B, T, 1.0 / (B * T), true);
-  CHECK(s.sum[0] == doctest::Approx(d.sum[0]).epsilon(1e-12));
+  train_step_equal(dense, sparse, B, T);
   for (auto& p : dense.params) {
     CAPTURE(p.name);
     const std::vector<double> gd = dense.grad(p.name), gs = sparse.grad(shared_of(p.name));

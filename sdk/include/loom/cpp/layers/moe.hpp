@@ -52,8 +52,7 @@ struct MoeActs {
   Tensor xr, xl, yl, yr;             // (R,C): received, in local-expert order, out, back
   Tensor eh, ea, edh, eda;           // (R,fc_out), (R,F) and grads: the experts' own
   int64_t n = 0, m = 0, r = 0, cap_n = 0, cap_m = 0, cap_r = 0;
-  void ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C, int64_t fc_out,
-              int64_t F);
+  void ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C);
   void ensure_local(const Ctx& c, int64_t r_rows, int64_t C, int64_t fc_out, int64_t F);
 };
 
