@@ -100,6 +100,12 @@ constexpr loom_param_spec kParallel[] = {
           "every MoE layer split over this many ranks of data x context, tokens sent to them "
           "by all-to-all; must divide model.num_experts",
           1, kInf),
+    param("expert_tensor", kInt, "1",
+          "expert tensor parallelism (Megatron's --expert-tensor-parallel-size): 1 keeps every "
+          "expert whole on each tensor rank (experts not split); the tensor size splits each "
+          "expert's MLP over the tensor group as a dense MLP is (model.moe_ffn_hidden_size "
+          "must divide by it). Megatron's default is the tensor size; Loom's is 1",
+          1, kInf),
     param("virtual_stages", kInt, "1", "model chunks per pipeline rank (interleaved-1f1b)", 1,
           kInf),
     param("sequence_parallel", kBool, "false",

@@ -238,8 +238,16 @@ static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl
     throw UsageError("plugin " + who + " (" + info.path.string() +
                      ") has a function table smaller than ABI 2.0 requires");
   Self* self = nullptr;
-  check(api->create(session.host_for(who), &impl.recipe.section(section), extra..., &self),
-        "creating " + who);
+  loom_error* err =
+      api->create(session.host_for(who), &impl.recipe.section(section), extra..., &self);
+  // A model refuses only its configuration at create (its keys against each other and the
+  // layout; it reads no file): an invalid argument there is the recipe's, exit 2.
+  if (err && kind == LOOM_KIND_MODEL && err->code == LOOM_ERR_INVALID_ARGUMENT) {
+    const std::string message = "creating " + who + ": " + err->message;
+    free_error(err);
+    throw UsageError(message);
+  }
+  check(err, "creating " + who);
   slot = {api, self};
   impl.destroyers.push_back([api, self] { api->destroy(self); });
   return slot;

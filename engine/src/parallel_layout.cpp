@@ -40,6 +40,7 @@ layout::Degrees layout_degrees(const Recipe& recipe) {
   d.sequence_parallel = recipe.get_bool("parallel", "sequence_parallel");
   d.cp_comm_type =
       recipe.get_string("parallel", "cp_comm_type") == "a2a" ? LOOM_CP_A2A : LOOM_CP_P2P;
+  d.expert_tensor = (int32_t)recipe.get_int("parallel", "expert_tensor");
   return d;
 }
 
@@ -74,6 +75,19 @@ void check_layout(const Recipe& recipe, int world) {
     else if (experts % d.expert != 0)
       problems.push_back("model.num_experts = " + std::to_string(experts) +
                          " is not divisible by expert = " + ep);
+  }
+  if (d.expert_tensor > 1) {  // each expert's MLP columns split over the tensor group
+    const int64_t experts = model_int(recipe, "num_experts");
+    int64_t ffn = model_int(recipe, "moe_ffn_hidden_size");
+    if (ffn == 0) ffn = model_int(recipe, "ffn_hidden");
+    const std::string et = std::to_string(d.expert_tensor);
+    if (experts == 0)
+      problems.push_back("expert_tensor = " + et +
+                         " splits a mixture of experts, and model.num_experts is 0 (or the model "
+                         "has none)");
+    else if (ffn > 0 && ffn % d.expert_tensor != 0)
+      problems.push_back("model.moe_ffn_hidden_size = " + std::to_string(ffn) +
+                         " is not divisible by expert_tensor = " + et);
   }
   if (d.context > 1) {  // Megatron's load balancing: 2 x context chunks per sample
     const int64_t T = recipe.get_int("train", "seq_len");
@@ -125,6 +139,7 @@ std::string describe_layout(const Recipe& recipe, int world) {
     << " x data " << l.data << " x pipeline " << l.pipeline;
   if (l.virtual_stages > 1) o << " (x " << l.virtual_stages << " virtual stages)";
   if (l.expert > 1) o << ", expert " << l.expert;
+  if (l.expert_tensor > 1) o << ", experts split over the tensor group";
   if (l.context > 1) o << ", context attention " << (l.cp_comm_type == LOOM_CP_A2A ? "a2a" : "p2p");
   if (l.sequence_parallel) o << ", sequence parallel";
   o << "; schedule " << recipe.get_string("parallel", "schedule") << ", gradients "

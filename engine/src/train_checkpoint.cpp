@@ -167,6 +167,8 @@ void TrainRun::load_own_files(const Checkpoint& ck) {
     else
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
+  for (const loom_model_param& b : buffers)
+    upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
   for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
   sync_tied();
   if (!sharded) main->to_model();
@@ -197,6 +199,13 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, b
       upload(be, flat_slice(local, shards[i].offset, loom_tensor_numel(shards[i].param)), name,
              main->main(i), where);
   }
+  for (const loom_model_param& b : buffers) {
+    // a buffer the weights lack (finetuning from a model trained without it) starts fresh
+    if (!with_optimizer && !full.main.count(b.name)) continue;
+    const ShardSpec spec = ShardSpec::parse(shard_entry(b, layout), b.name);
+    upload_cast(be, take_shard(spec, find(full.main, b.name, where), vocab, where + ": " + b.name),
+                b.name, b.value, where);
+  }
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) {
       const std::string n = name;
@@ -215,6 +224,7 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, b
 ParamFilter TrainRun::own_params() const {
   auto mine = std::make_shared<std::set<std::string>>();
   for (const loom_model_param& p : params) mine->insert(p.name);
+  for (const loom_model_param& b : buffers) mine->insert(b.name);
   return [mine](const std::string& n) { return mine->count(n) > 0; };
 }
 
@@ -254,6 +264,10 @@ void TrainRun::save(int64_t iteration) {
     if (params[i].pipeline_duplicate) continue;
     ck.model[params[i].name] = download_f32(be, sharded ? params[i].value : main->main(i));
     entries[params[i].name] = shard_entry(params[i], layout);
+  }
+  for (const loom_model_param& b : buffers) {
+    ck.model[b.name] = download_f32(be, b.value);
+    entries[b.name] = shard_entry(b, layout);
   }
   if (scaler.dynamic) ck.state = scaler.state();
   ck.state["optimizer_steps"] = (double)opt_steps;

@@ -152,6 +152,9 @@ struct TrainRun {
   std::vector<loom_model*> chunks;
   double flops_per_token = 0;
   std::vector<loom_model_param> params;
+  // The model's buffers (loom_model_param.buffer, ABI 2.9): saved and loaded with the
+  // parameters, never stepped nor reduced.
+  std::vector<loom_model_param> buffers;
   std::vector<DLTensor*> grads, values;
   int64_t local_params = 0;
 

@@ -287,10 +287,10 @@ void TrainRun::create_model(int64_t vocab) {
   for (loom_model* m : chunks)
     for (size_t i = 0; i < mapi->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_9;
       check(mapi->get_param(m, i, &p), "listing model parameters");
       check_param_groups(p, recipe.plugin("model"));
-      params.push_back(p);
+      (p.buffer ? buffers : params).push_back(p);
     }
   std::vector<int32_t> reduce_groups;
   const bool has_experts = std::any_of(params.begin(), params.end(), [](const auto& p) {

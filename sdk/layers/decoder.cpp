@@ -106,14 +106,24 @@ void ParamDeclarer::moe(const std::string& p) {
   const int64_t E = o.num_experts, C = o.n_embd, F = o.moe_ffn_hidden;
   const int64_t fc_out = o.gated() ? 2 * F : F;
   ps_.add(p + ".router.weight", {E, C}, 1, -1, Init::kNormal, std);
+  if (o.moe_expert_bias) ps_.add(p + ".router.expert_bias", {E}, 0, -1, Init::kZeros).buffer = true;
   const int64_t El = E / o.ep;  // this expert rank's slab
   auto expert = [&](Param& q) {
     q.ep_size = (int32_t)o.ep;
     q.ep_rank = (int32_t)o.ep_rank;
   };
-  expert(ps_.add(p + ".experts.c_fc.weight", {El, fc_out, C}, 1, -1, Init::kNormal, std));
-  if (o.bias) expert(ps_.add(p + ".experts.c_fc.bias", {El, fc_out}, 0, -1, Init::kZeros));
-  expert(ps_.add(p + ".experts.c_proj.weight", {El, C, F}, 1, -1, Init::kNormal, proj_std));
+  // Expert tensor parallelism: c_fc's (gate;up) rows and c_proj's columns split as the dense
+  // MLP's; c_proj's bias whole (added once, by tensor rank 0).
+  const int64_t t = o.etp, split = t > 1 ? 1 : -1;
+  const std::vector<int64_t> blocks =
+      o.gated() ? std::vector<int64_t>{F, F} : std::vector<int64_t>{};
+  expert(ps_.add(p + ".experts.c_fc.weight", {El, fc_out / t, C}, 1, split, Init::kNormal, std,
+                 blocks));
+  if (o.bias)
+    expert(
+        ps_.add(p + ".experts.c_fc.bias", {El, fc_out / t}, 0, split, Init::kZeros, 0.0, blocks));
+  expert(ps_.add(p + ".experts.c_proj.weight", {El, C, F / t}, 1, t > 1 ? 2 : -1, Init::kNormal,
+                 proj_std));
   if (o.bias) expert(ps_.add(p + ".experts.c_proj.bias", {El, C}, 0, -1, Init::kZeros));
   if (o.moe_shared_hidden > 0) {  // the shared expert, whole on every rank like the others
     const int64_t S = o.moe_shared_hidden, s_out = o.gated() ? 2 * S : S;
@@ -146,6 +156,11 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
   join_expert_group(host);
   join_context_group(host);
+  if (opt_.moe_expert_bias) {  // the expert loads of a step span the whole global batch
+    const loom_parallel_layout l = host_layout(host);
+    if (l.data * l.context > 1)
+      loads_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data * l.context);
+  }
   if (opt_.num_experts > 0) {  // the loss terms, then the per-expert statistics
     for (int64_t l = 0; l < opt_.n_layer; ++l)
       if (opt_.is_moe_layer(l))
@@ -173,6 +188,23 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
 // and the group its tokens are dispatched over.
 void DecoderModel::join_expert_group(const loom_host* host) {
   const loom_parallel_layout l = host_layout(host);
+  if (l.struct_size >= LOOM_PARALLEL_LAYOUT_SIZE_V2_9 && l.expert_tensor > 1) {
+    const std::string et = "parallel.expert_tensor = " + std::to_string(l.expert_tensor);
+    loom::require(opt_.num_experts > 0,
+                  who_ + ": " + et +
+                      " splits the experts of a mixture of experts; this model has "
+                      "none (num_experts = 0)",
+                  LOOM_ERR_INVALID_ARGUMENT);
+    loom::require(l.expert_tensor == ctx_.tp.size,
+                  who_ + ": " + et + " must be 1 or the tensor-parallel size (" +
+                      std::to_string(ctx_.tp.size) + ")",
+                  LOOM_ERR_INVALID_ARGUMENT);
+    loom::require(opt_.moe_ffn_hidden % l.expert_tensor == 0,
+                  who_ + ": " + et + " splits each expert's moe_ffn_hidden_size = " +
+                      std::to_string(opt_.moe_ffn_hidden) + ", which is not divisible",
+                  LOOM_ERR_INVALID_ARGUMENT);
+    opt_.etp = l.expert_tensor;
+  }
   if (l.expert <= 1) return;
   const std::string ep = std::to_string(l.expert);
   loom::require(opt_.num_experts > 0,

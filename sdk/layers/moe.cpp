@@ -107,16 +107,6 @@ void upload(const Ctx& c, const std::vector<double>& v, DLTensor* t) {
   c.call(&loom_ops::copy, dst.get(), (const DLTensor*)wide.get());
 }
 
-// Host doubles summed over the expert group (each rank contributes its own entries).
-void sum_over_experts(const Ctx& c, std::vector<double>& v) {
-  const int64_t n = (int64_t)v.size();
-  Tensor t = c.alloc(loom_f64(), {n});
-  loom::check(c.host, c.be.api()->from_host(c.be.self(), t.get(), v.data(), n * 8));
-  loom::check(c.host,
-              loom::comm_all_reduce(c.ep.comm, c.ep.group, t.get(), LOOM_REDUCE_SUM, c.ep.stream));
-  loom::check(c.host, c.be.api()->to_host(c.be.self(), t.get(), v.data(), n * 8));
-}
-
 // Host row indices to a device i32 tensor.
 void upload_rows(const Ctx& c, const std::vector<int32_t>& rows, const Tensor& t) {
   if (rows.empty()) return;
@@ -125,6 +115,18 @@ void upload_rows(const Ctx& c, const std::vector<int32_t>& rows, const Tensor& t
 }
 
 }  // namespace
+
+void update_expert_bias(const Ctx& c, Param& bias, const std::vector<int64_t>& load, double rate) {
+  const int64_t E = (int64_t)load.size();
+  std::vector<double> b, step((size_t)E, 0.0);
+  download(c, bias.value.get(), E, b);
+  update_expert_bias(load, rate, step.data());  // +-rate or 0 per expert
+  // in the buffer's precision, as Megatron's fp32 expert_bias += sign * rate
+  for (int64_t e = 0; e < E; ++e)
+    b[(size_t)e] = c.dtype.bits == 64 ? b[(size_t)e] + step[(size_t)e]
+                                      : (double)((float)b[(size_t)e] + (float)step[(size_t)e]);
+  upload(c, b, bias.value.get());
+}
 
 void MoeActs::ensure(const Ctx& c, int64_t n_tokens, int64_t m_rows, int64_t E, int64_t C) {
   n = n_tokens;
@@ -171,13 +173,15 @@ MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
   MoeMlp m;
   m.E = o.num_experts;
   m.C = o.n_embd;
-  m.F = o.moe_ffn_hidden;
+  m.F = o.moe_ffn_hidden / o.etp;  // this tensor rank's columns of each expert
   m.fc_out = o.gated() ? 2 * m.F : m.F;
+  m.split = o.etp > 1;
   m.act = o.act;
   m.cfg = o.moe_router;
   m.aux_coeff = o.moe_aux_coeff;
   m.z_coeff = o.moe_z_coeff;
   m.router = &ps.at(p + ".router.weight");
+  if (o.moe_expert_bias) m.expert_bias = &ps.at(p + ".router.expert_bias");
   m.w1 = &ps.at(p + ".experts.c_fc.weight");
   m.w2 = &ps.at(p + ".experts.c_proj.weight");
   if (o.bias) {
@@ -210,7 +214,9 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
   View lg = view(m.logits_dev, {N, E});
   c.gemm(false, true, N, E, C, {x, C}, {router->value.get(), C}, lg.get(), E, 0, 0.0);
   download(c, lg, N * E, m.logits);
-  m.routing = route(cfg, m.logits.data(), N);
+  std::vector<double> bias;
+  if (expert_bias) download(c, expert_bias->value.get(), E, bias);
+  m.routing = route(cfg, m.logits.data(), N, expert_bias ? bias.data() : nullptr);
   // the losses now, their gradients (scaled as the objective's terms) kept for backward
   m.dlogits.assign((size_t)(N * E), 0.0);
   a.moe_aux = balancing == Balancing::kNone
@@ -255,6 +261,7 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
     combine(c, m, yl, ye.get());
   }
   if (M == 0) return;
+  if (split) c.tp.all_reduce(ye.get());  // each tensor rank's columns' part of every row
   // y[n] += prob * ye[row] for every kept choice of n
   View out = view(m.out, {M, C});
   scale_rows(c, view(m.prob_dev, {M}), ye, out.get(), M, C);
@@ -306,7 +313,7 @@ void MoeMlp::experts_forward(const Ctx& c, MoeActs& m, const std::vector<int64_t
   if (b1) add_expert_bias(c, counts, b1, h, fc_out);
   loom::act_forward(c.be, act, av.get(), h);
   grouped(c, counts, false, true, LOOM_GROUP_SIZE, C, F, 0.0, av, w2->value.get(), y);
-  if (b2) add_expert_bias(c, counts, b2, y, C);
+  if (b2 && (!split || c.tp.rank == 0)) add_expert_bias(c, counts, b2, y, C);  // once
 }
 
 // From dy: the local experts' parameter gradients (scaled by 1/EP, moe.hpp) and dx (=).
@@ -334,7 +341,7 @@ void MoeMlp::dispatch(const Ctx& c, MoeActs& m, const DLTensor* xp) const {
   const int64_t El = E / P, e0 = c.ep.rank * El, M = m.m;
   std::vector<double> all((size_t)(P * E), 0.0);  // (P, E): rows of rank i for expert e
   for (int64_t e = 0; e < E; ++e) all[(size_t)(c.ep.rank * E + e)] = (double)m.counts[(size_t)e];
-  sum_over_experts(c, all);
+  sum_over(c, c.ep, all);
   auto rows = [&](int64_t i, int64_t le) { return (int64_t)all[(size_t)(i * E + e0 + le)]; };
   m.send.assign((size_t)P, 0);
   m.recv.assign((size_t)P, 0);
@@ -437,6 +444,7 @@ void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const Laye
     experts_backward(c, m, m.lcounts, R, view(m.xl, {R, C}), dyl, dxl.get());
     combine(c, m, dxl, d1.get());
   }
+  if (M > 0 && split) c.tp.all_reduce(d1.get());            // d(xp): a part per rank
   if (M > 0) loom::embedding_backward(c.be, dx, perm, d1);  // dx[perm] += d(xp)
   // the router: the combine weights' gradient and the losses' (from the forward)
   std::vector<double> dlogits = m.dlogits;

@@ -72,7 +72,13 @@ using loom::param;
             "tokens each expert keeps, as a factor of N k / E; 0 = dropless", 0.0, 1e6),          \
       param("moe_token_drop_policy", LOOM_PARAM_STRING, "probs",                                  \
             "over capacity, keep the likeliest tokens (probs) or the first (position)", 1, 0,     \
-            "probs|position")
+            "probs|position"),                                                                    \
+      param("moe_router_enable_expert_bias", LOOM_PARAM_BOOL, "false",                            \
+            "DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the sigmoid scores "     \
+            "picks the experts (never weighs them), moved after each step towards the mean "      \
+            "load (needs moe_router_score_function = \"sigmoid\")"),                              \
+      param("moe_router_bias_update_rate", LOOM_PARAM_FLOAT, "1e-3",                              \
+            "how far each step moves an expert's bias (sign of mean load - its load)", 0.0, 1e6)
 
 const loom_param_spec kTransformerSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
@@ -157,6 +163,13 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
                                              " exceeds num_experts = " + s(o.num_experts));
   loom::require(!r.pre_softmax || r.score == "softmax",
                 who + ": moe_router_pre_softmax applies to the softmax score function only");
+  o.moe_expert_bias = cfg.get_bool("moe_router_enable_expert_bias");
+  o.moe_bias_rate = cfg.get_float("moe_router_bias_update_rate");
+  loom::require(!o.moe_expert_bias || r.score == "sigmoid",
+                who +
+                    ": moe_router_enable_expert_bias biases the sigmoid scores; "
+                    "moe_router_score_function is \"" +
+                    r.score + "\" (set it to \"sigmoid\")");
   const bool wide = args.dtype.code == kDLFloat && args.dtype.bits >= 32;
   loom::require(wide && !tp.sequence_parallel && o.stages == 1,
                 who +

@@ -81,9 +81,11 @@ Param& ParamStore::at(const std::string& name) {
 
 void ParamStore::allocate(const Ctx& ctx) {
   int64_t total = 0;
-  for (int pass = 1; pass >= 0; --pass)  // weight-decayed first, then the rest
+  // weight-decayed first, then the rest, then the buffers (which no optimizer sees, so that
+  // the parameters stay one run of adjacent tensors)
+  for (int pass = 2; pass >= 0; --pass)
     for (auto& p : params_)
-      if (p.weight_decay == pass) {
+      if (p.buffer ? pass == 0 : p.weight_decay + 1 == pass) {
         p.offset = total;
         total += (p.numel() + kAlign - 1) / kAlign * kAlign;
       }
@@ -102,9 +104,20 @@ namespace {
 // one block, at this rank's slice of that block; split dim 1: the rows are the full
 // tensor's rows and this rank's columns a contiguous slice of each.
 int64_t global_first(const Param& p, int64_t r, int64_t cols, int tp, int rank) {
-  // an expert slab: experts [ep_rank * E/ep, ...) of the full tensor, whole on tensor ranks
-  if (p.ep_size > 1) return p.ep_rank * p.numel() + r * cols;
-  if (tp == 1 || p.tp_split_dim < 0) return r * cols;
+  if (tp == 1 || p.tp_split_dim < 0) tp = 1;
+  // An expert parameter (E_local, ...): local expert e is expert ep_rank * E_local + e of the
+  // full tensor, and within it the tensor-parallel rule applies to the expert's own matrix
+  // (expert tensor parallelism splits dimension 1 or 2 of the whole).
+  if (p.ep_size > 0) {
+    Param one = p;
+    one.ep_size = 0;
+    one.shape.erase(one.shape.begin());
+    one.tp_split_dim = tp > 1 ? p.tp_split_dim - 1 : -1;
+    const int64_t local = one.numel(), rows_per = local / cols;
+    const int64_t e = p.ep_rank * p.shape[0] + r / rows_per;
+    return e * local * tp + global_first(one, r % rows_per, cols, tp, rank);
+  }
+  if (tp == 1) return r * cols;
   if (p.tp_split_dim == 1) return r * cols * tp + rank * cols;
   const std::vector<int64_t> blocks =
       p.blocks.empty() ? std::vector<int64_t>{p.shape[0] * tp} : p.blocks;
@@ -116,6 +129,18 @@ int64_t global_first(const Param& p, int64_t r, int64_t cols, int tp, int rank) 
     global0 += b;
   }
   throw loom::Error(LOOM_ERR_INTERNAL, "loom layers: row outside the blocks of " + p.name);
+}
+
+// The run length init draws at once: elements contiguous in the local and in the full
+// tensor. A split on the last dimension keeps its rows whole unless it has blocks (b1 of a
+// SwiGLU expert: gate and up slices sit apart); a split elsewhere keeps what lies after it.
+int64_t init_cols(const Param& p, int tp) {
+  const int d = tp > 1 ? p.tp_split_dim : -1, last = (int)p.shape.size() - 1;
+  if (p.shape.size() < 2) return 1;
+  if (d < 0 || (d == last && p.blocks.size() <= 1)) return p.shape.back();
+  int64_t inner = 1;
+  for (int i = d + 1; i <= last; ++i) inner *= p.shape[(size_t)i];
+  return inner;
 }
 
 }  // namespace
@@ -136,7 +161,7 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
     }
     const int64_t n = p.numel();
     const uint64_t key = mix64(seed ^ mix64(fnv1a(p.name)));
-    const int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1, rows = n / cols;
+    const int64_t cols = init_cols(p, ctx.tp.size), rows = n / cols;
     if (f64)
       buf64.resize(n);
     else
@@ -180,6 +205,8 @@ void ParamStore::describe(size_t i, loom_model_param* out, const std::string& wh
   out->pipeline_duplicate = p.pipeline_duplicate;
   out->reduce_group = p.ep_size > 0 ? LOOM_GROUP_EXPERT_DATA : LOOM_GROUP_DATA_CONTEXT;
   out->tie_group = tie_group;
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_9) out->buffer = p.buffer ? 1 : 0;
+  if (p.buffer) out->grad = nullptr;
 }
 
 }  // namespace loom::layers

@@ -116,6 +116,39 @@ size_t DecoderModel::moe_loads(const Slot& S, size_t at) {
   return at;
 }
 
+void DecoderModel::count_expert_loads(const Slot& S) {
+  const int64_t E = opt_.num_experts;
+  size_t at = 0;
+  for (size_t l = 0; l < S.acts.size(); ++l) {
+    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
+    if (expert_loads_.size() < (at + 1) * (size_t)E) expert_loads_.resize((at + 1) * (size_t)E);
+    const MoeActs& m = *S.acts[l].moe;
+    for (int64_t e = 0; e < E; ++e)
+      expert_loads_[at * (size_t)E + (size_t)e] += (double)m.counts[(size_t)e];
+    ++at;
+  }
+}
+
+// Megatron's aux-loss-free update (its finalize_model_grads): the step's loads summed over
+// the ranks that split the global batch, so every layout moves the bias alike; then each
+// expert's bias moves by the rate towards the mean load. Bias and loads stay on the host
+// between the two downloads: E numbers per layer.
+void DecoderModel::update_expert_biases() {
+  const int64_t E = opt_.num_experts;
+  if (expert_loads_.empty()) return;  // no training forward this step (or no MoE layer here)
+  sum_over(ctx_, loads_group_, expert_loads_);
+  size_t at = 0;
+  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer in layer order
+    if (!bias.buffer) continue;
+    std::vector<int64_t> load((size_t)E);
+    for (int64_t e = 0; e < E; ++e)
+      load[(size_t)e] = (int64_t)expert_loads_[at * (size_t)E + (size_t)e];
+    update_expert_bias(ctx_, bias, load, opt_.moe_bias_rate);
+    ++at;
+  }
+  std::fill(expert_loads_.begin(), expert_loads_.end(), 0.0);
+}
+
 const int32_t* DecoderModel::local_ids(const loom_microbatch& mb, const char* name,
                                        std::vector<int32_t>& buf) {
   const int32_t* all = loom::batch_ids(mb, name, who_);
@@ -368,6 +401,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   }
   for (size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
+  if (opt_.moe_expert_bias && !a.no_grad) count_expert_loads(S);
   a.num_outputs = 0;
   a.outputs = nullptr;
   a.num_losses = 0;
@@ -460,6 +494,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
 // rank's tokens: sum over the tensor group. The tied embedding's two copies (first and last
 // stage) each hold part of the gradient: sum over the embedding group, so both step alike.
 void DecoderModel::finish_grads() {
+  if (opt_.moe_expert_bias) update_expert_biases();
   if (ctx_.tp.sequence_parallel)
     for (Param& p : params_.all())
       if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());

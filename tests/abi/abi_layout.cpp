@@ -166,6 +166,7 @@ Listing build() {
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
   F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate) F(reduce_group) F(tie_group)
+  F(buffer)
   END
   STRUCT(loom_array_spec) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
   STRUCT(loom_microbatch)
@@ -200,7 +201,7 @@ Listing build() {
   STRUCT(loom_parallel_layout)
   F(struct_size) F(world) F(tensor) F(context) F(data) F(pipeline) F(expert) F(virtual_stages)
   F(tensor_rank) F(context_rank) F(data_rank) F(pipeline_rank) F(expert_rank)
-  F(sequence_parallel) F(cp_comm_type)
+  F(sequence_parallel) F(cp_comm_type) F(expert_tensor)
   END
   STRUCT(loom_stage_info)
   F(struct_size) F(batch) F(seq_len) F(is_first) F(is_last) F(num_reads) F(reads)

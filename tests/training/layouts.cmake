@@ -69,18 +69,29 @@ endforeach()
 # losses) under data parallelism, the distributed optimizer, and tensor parallelism of the
 # attention with the experts whole on every tensor rank; expert parallelism (the all-to-all
 # dispatcher) alone, with the distributed optimizer sharding the experts over the
-# expert-data group, and beside tensor parallelism.
-foreach(layout tp2 dp2 dp2dist ep2 ep2dp2dist ep2tp2)
+# expert-data group, and beside tensor parallelism; expert tensor parallelism (each expert's
+# MLP split over the tensor group), alone and with EP2.
+foreach(layout tp2 dp2 dp2dist ep2 ep2dp2dist ep2tp2 etp2 ep2etp2)
   add_test(NAME layouts.moe.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                    ${MPIEXEC_EXECUTABLE} moe ${layout})
   set_tests_properties(layouts.moe.${layout} PROPERTIES
     LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
+# DeepSeek-V3's router: sigmoid scores and the aux-loss-free expert bias, whose update sums
+# the step's loads over the data-parallel ranks, so that every layout routes alike.
+foreach(layout dp2 ep2 ep2dp2dist ep2etp2)
+  add_test(NAME layouts.moebias.${layout}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
+                   ${MPIEXEC_EXECUTABLE} moebias ${layout})
+  set_tests_properties(layouts.moebias.${layout} PROPERTIES
+    LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
+endforeach()
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist cp2dp2 cp2dp2dist)
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moebias-ep2etp2 cp2dp2
+               cp2dp2dist)
   add_test(NAME layouts.resume.${layout}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE}
                    ${layout})

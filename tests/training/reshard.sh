@@ -13,7 +13,8 @@
 # and offline, `loom checkpoint convert` from tp2pp2 to tp1pp4, tp4 and pp2 x vp2, whose
 # output each target loads as its own files (no resharding at load); and bf16 with the
 # distributed optimizer's f32 main shards through convert and back, bitwise (at the end).
-#   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2 (no bf16 part)
+#   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2, ep2etp2 (each
+#   expert's MLP split over the tensor group) (no bf16 part)
 #   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
@@ -78,6 +79,8 @@ layout() {  # layout NAME -> np and sets
                        --set parallel.schedule=interleaved-1f1b) ;;
     ep2) np=2 sets=(--set parallel.expert=2) ;;
     ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
+    ep2etp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
+                        --set parallel.expert_tensor=2) ;;
   esac
 }
 cd "$dir"
@@ -113,7 +116,7 @@ for dtype in fp64 fp32; do
     run $src $dtype --set train.iters=6 --set checkpoint.save=src-$src-$dtype
     case $model:$src in
       *:tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 convert:tp1pp4 convert:tp4 convert:pp2vp2" ;;
-      moe:tp2dp2dist) targets="ep2dp2dist ep2" ;;
+      moe:tp2dp2dist) targets="ep2dp2dist ep2 ep2etp2" ;;
       *:tp2dp2dist) targets="pp2 dp4dist" ;;
       moe:ep2dp2dist) targets="one ep2 tp2dp2dist" ;;
     esac

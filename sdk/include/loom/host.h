@@ -57,9 +57,14 @@ typedef struct loom_parallel_layout {
   /* ABI 2.8: context parallelism's attention (parallel.cp_comm_type): LOOM_CP_P2P, ring
    * attention over send/recv; LOOM_CP_A2A, all-to-all of heads for tokens (Ulysses) */
   int32_t cp_comm_type;
+  /* ABI 2.9: expert tensor parallelism (parallel.expert_tensor, Megatron's
+   * --expert-tensor-parallel-size): 1, every expert whole on each tensor rank; or `tensor`,
+   * each expert's MLP split over the tensor group as a dense MLP is (fc columns, proj rows) */
+  int32_t expert_tensor;
 } loom_parallel_layout;
 #define LOOM_PARALLEL_LAYOUT_SIZE_V2 LOOM_STRUCT_SIZE(loom_parallel_layout, sequence_parallel)
 #define LOOM_PARALLEL_LAYOUT_SIZE_V2_8 LOOM_STRUCT_SIZE(loom_parallel_layout, cp_comm_type)
+#define LOOM_PARALLEL_LAYOUT_SIZE_V2_9 LOOM_STRUCT_SIZE(loom_parallel_layout, expert_tensor)
 #define LOOM_CP_P2P 0
 #define LOOM_CP_A2A 1
 

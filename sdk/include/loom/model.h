@@ -63,8 +63,15 @@ typedef struct loom_model_param {
    * "embedding": wte on the first stage and the head's copy on the last, over
    * LOOM_GROUP_EMBEDDING (the only tie group the host knows so far). NULL: not tied. */
   const char* tie_group;
+  /* ABI 2.9: 1 = a buffer, not a parameter (Megatron's persistent buffers: the router's
+   * expert bias of aux-loss-free balancing). The model updates it itself (in finish_grads);
+   * the host never gives it to the optimizer, the gradient reduction or the gradient norm
+   * (grad is NULL), but saves, loads and reshards it with the parameters. 0 for a plugin
+   * whose struct_size ends before this field. */
+  int32_t buffer;
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, tie_group)
+#define LOOM_MODEL_PARAM_SIZE_V2_9 LOOM_STRUCT_SIZE(loom_model_param, buffer)
 
 /* ----- the named batch -----------------------------------------------------------------
  * A micro-batch is a list of named host arrays. The model declares the arrays it reads

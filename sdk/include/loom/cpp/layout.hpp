@@ -19,6 +19,7 @@ struct Degrees {
   int32_t tensor = 1, context = 1, pipeline = 1, expert = 1, virtual_stages = 1;
   bool sequence_parallel = false;
   int32_t cp_comm_type = LOOM_CP_P2P;
+  int32_t expert_tensor = 1;
 };
 
 // The problems of a layout for `world` ranks and a model of `layers` layers and `heads`
@@ -48,6 +49,9 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
     out.push_back("n_head = " + s(heads) + " is not divisible by tensor = " + s(d.tensor));
   if (kv_heads > 0 && kv_heads % d.tensor != 0)
     out.push_back("n_kv_head = " + s(kv_heads) + " is not divisible by tensor = " + s(d.tensor));
+  if (d.expert_tensor != 1 && d.expert_tensor != d.tensor)
+    out.push_back("expert_tensor = " + s(d.expert_tensor) + " must be 1 or tensor (" + s(d.tensor) +
+                  "): experts split over the whole tensor group or not at all");
   if (d.sequence_parallel && d.tensor == 1)
     out.push_back("sequence_parallel needs tensor > 1 (it shards over the tensor group)");
   return out;
@@ -56,7 +60,7 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
 // This rank's coordinates; `d` must be valid for `world`.
 inline loom_parallel_layout coordinates(const Degrees& d, int world, int rank) {
   loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_8;
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_9;
   l.world = world;
   l.tensor = d.tensor;
   l.context = d.context;
@@ -66,6 +70,7 @@ inline loom_parallel_layout coordinates(const Degrees& d, int world, int rank) {
   l.virtual_stages = d.virtual_stages;
   l.sequence_parallel = d.sequence_parallel ? 1 : 0;
   l.cp_comm_type = d.cp_comm_type;
+  l.expert_tensor = d.expert_tensor;
   int r = rank;
   l.tensor_rank = r % d.tensor;
   r /= d.tensor;

@@ -55,6 +55,14 @@ struct Options {
   double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
   std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
   int64_t ep = 1, ep_rank = 0;  // expert parallelism: this rank holds experts [ep_rank*E/ep, ..)
+  // Expert tensor parallelism (parallel.expert_tensor = tensor): each expert's MLP columns
+  // split over the tensor group as a dense MLP's are; 1 = every expert whole on each rank.
+  int64_t etp = 1;
+  // DeepSeek-V3's aux-loss-free balancing (moe_router_enable_expert_bias): a per-expert bias
+  // buffer added to the sigmoid scores for the top-k only, moved by moe_bias_rate after each
+  // step towards the mean load.
+  bool moe_expert_bias = false;
+  double moe_bias_rate = 1e-3;
   bool is_moe_layer(int64_t l) const { return num_experts > 0 && l % moe_layer_freq == 0; }
   bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args

@@ -43,8 +43,9 @@ using ContextGroup = ProcessGroup;
 // The host's parallel layout; one rank's (every degree 1) from a host older than ABI 1.1.
 inline loom_parallel_layout host_layout(const loom_host* host) {
   loom_parallel_layout l{};
-  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_8;
+  l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2_9;
   l.tensor = l.context = l.data = l.pipeline = l.expert = l.virtual_stages = l.world = 1;
+  l.expert_tensor = 1;
   if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
     check(host, host->get_layout(host->ctx, &l));
   return l;
@@ -100,6 +101,17 @@ struct Ctx {
 inline View view(const DLTensor* t, std::vector<int64_t> shape, int64_t elem_offset = 0) {
   if (!t) return View();
   return View(t, std::move(shape), elem_offset);
+}
+
+// Host doubles summed over group g (each rank contributes its own), through a tensor of the
+// backend's: a comm reduces the memory of the backends it pairs with.
+inline void sum_over(const Ctx& c, const ProcessGroup& g, std::vector<double>& v) {
+  const int64_t n = (int64_t)v.size();
+  if (g.size == 1 || n == 0) return;
+  Tensor t = c.alloc(loom_f64(), {n});
+  check(c.host, c.be.api()->from_host(c.be.self(), t.get(), v.data(), (size_t)n * 8));
+  check(c.host, comm_all_reduce(g.comm, g.group, t.get(), LOOM_REDUCE_SUM, g.stream));
+  check(c.host, c.be.api()->to_host(c.be.self(), t.get(), v.data(), (size_t)n * 8));
 }
 
 }  // namespace loom::layers

@@ -131,6 +131,10 @@ class DecoderModel {
   // rows of it (in `buf`).
   const int32_t* local_ids(const loom_microbatch& mb, const char* name, std::vector<int32_t>& buf);
   size_t moe_loads(const Slot& S, size_t at);
+  // Aux-loss-free balancing: the step's kept choices per expert of each MoE layer of this
+  // stage (accumulated by training forwards), and the bias update that consumes them.
+  void count_expert_loads(const Slot& S);
+  void update_expert_biases();
   const BlockSpec& layer_spec(int64_t l) const;
   Slot& slot(int64_t i);
   std::string who_;
@@ -163,6 +167,8 @@ class DecoderModel {
   loom::tp::VocabParallelCrossEntropy ce_;
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage
+  std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
+  ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
 
   // training: activations per slot, gradient scratch shared by the backwards
   std::vector<std::unique_ptr<Slot>> slots_;

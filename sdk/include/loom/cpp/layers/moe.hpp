@@ -10,8 +10,13 @@
 //   y += the shared expert's MLP of x (shared.c_fc, shared.c_proj), when there is one
 // The balancing and z losses are computed with the routing; their gradients reach the
 // router's logits in backward, scaled like every loss term (Step::moe_grad_scale).
-// Experts are not split under tensor parallelism: every tensor rank runs the whole layer on
-// the same tokens (Megatron's expert tensor parallelism of 1).
+// Under tensor parallelism every tensor rank runs the router and the dispatch on the same
+// tokens. By default the experts are whole on each (Megatron's expert tensor parallelism of
+// 1); with expert_tensor = tensor (Options::etp) each expert's c_fc rows and c_proj columns
+// are split as the dense MLP's, ye is summed over the tensor group after the experts (c_proj's
+// bias added by tensor rank 0 only), and so is d(xp) in backward.
+// With moe_router_enable_expert_bias the router adds router.expert_bias (a buffer) to the
+// sigmoid scores when it picks the top-k; DecoderModel moves it after each step.
 //
 // Expert parallelism (ctx.ep, EP ranks): this rank holds experts [e0, e0 + E/EP). Megatron's
 // all-to-all token dispatcher: the rows xp of each expert go to the rank that holds it
@@ -57,7 +62,9 @@ struct MoeActs {
 };
 
 struct MoeMlp {
-  Param* router = nullptr;  // (E, C)
+  Param* router = nullptr;       // (E, C)
+  Param* expert_bias = nullptr;  // (E) buffer: aux-loss-free balancing, or none
+  bool split = false;            // expert tensor parallelism: F is this tensor rank's share
   Param *w1 = nullptr, *b1 = nullptr, *w2 = nullptr, *b2 = nullptr;
   Param *s1 = nullptr, *sb1 = nullptr, *s2 = nullptr, *sb2 = nullptr;  // the shared expert
   int64_t S = 0, s_fc_out = 0;
@@ -92,6 +99,10 @@ struct MoeMlp {
   void shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, const DLTensor* dy,
                        DLTensor* dx) const;
 };
+
+// Aux-loss-free balancing after a step: bias (E) moves by `rate` towards the mean of load
+// (E, the step's kept choices per expert over the whole batch), in the buffer's precision.
+void update_expert_bias(const Ctx& c, Param& bias, const std::vector<int64_t>& load, double rate);
 
 // The pre-norm block with a mixture of experts as its MLP (pre_norm_block.cpp).
 extern const BlockSpec kMoeBlock;

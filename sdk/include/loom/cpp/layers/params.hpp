@@ -28,6 +28,9 @@ struct Param {
   // An expert parameter (> 0): dimension 0 holds this expert rank's slab (ep_rank of
   // ep_size) of the experts; its gradient is averaged over the expert-data group.
   int32_t ep_size = 0, ep_rank = 0;
+  // A buffer (loom_model_param.buffer): state the model updates itself, with no gradient
+  // (the router's expert bias); laid out after every parameter.
+  bool buffer = false;
   int64_t numel() const;
 };
 
