@@ -121,7 +121,11 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
                                 recipe.get_int("train", "micro_batch_size"),
                                 loom_f32(),
                                 v * l.pipeline + l.pipeline_rank,
-                                l.pipeline * l.virtual_stages};
+                                l.pipeline * l.virtual_stages,
+                                LOOM_RECOMPUTE_NONE,
+                                0,
+                                0,
+                                0};
     auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};

@@ -111,7 +111,11 @@ void DecodeModel::load_one_rank(Registry& registry) {
                                1,
                                loom_f32(),
                                0,
-                               1};
+                               1,
+                               LOOM_RECOMPUTE_NONE,
+                               0,
+                               0,
+                               0};
   const loom_model_api* mapi = nullptr;
   std::tie(mapi, model) = session_->model(margs);
   for (size_t i = 0; i < mapi->num_params(model); ++i) {

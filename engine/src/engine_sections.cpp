@@ -34,6 +34,25 @@ constexpr loom_param_spec kTrain[] = {
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+    param("recompute_granularity", kString, "none",
+          "activation recompute (Megatron's --recompute-granularity): none; selective "
+          "(train.recompute_modules of every layer, recomputed in backward from what the layer "
+          "keeps); full (whole layers from their input, see recompute_method). Losses and "
+          "gradients are bitwise those of none",
+          1, 0, "none|selective|full"),
+    param("recompute_method", kString, "uniform",
+          "full recompute (Megatron's --recompute-method): uniform, groups of "
+          "recompute_num_layers layers keep only their input; block, the first "
+          "recompute_num_layers layers of each pipeline stage are recomputed, the others keep "
+          "everything",
+          1, 0, "uniform|block"),
+    param("recompute_num_layers", kInt, "1",
+          "full recompute: layers per group (uniform) or recomputed layers per stage (block)", 1,
+          kInf),
+    param("recompute_modules", kString, "core_attn",
+          "selective recompute (Megatron's --recompute-modules), comma-separated: core_attn (the "
+          "attention core's output and log-sum-exp), mlp_act (the MLP activation's output), "
+          "layernorm (the pre-norm layers' norm outputs)"),
 };
 
 constexpr loom_param_spec kCheckpoint[] = {

@@ -152,6 +152,10 @@ loom_error* config_get_string(const loom_config* cfg, const char* key, const cha
 // three weights (missing ones 0). Returns "" or what is wrong, for "data.split <problem>".
 std::string parse_split(const std::string& text, std::vector<double>* weights);
 
+// train.recompute_modules ("core_attn,mlp_act"): "" when valid (the LOOM_RECOMPUTE_* bits
+// into *bits when not NULL), else the problem, naming the nearest module to a wrong one.
+std::string parse_recompute_modules(const std::string& text, uint32_t* bits);
+
 // Levenshtein-nearest of `candidates` to `word`, or "" when none is close.
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 

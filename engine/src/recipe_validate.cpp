@@ -181,8 +181,11 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
 
 }  // namespace
 
-std::string parse_split(const std::string& text, std::vector<double>* weights) {
-  std::vector<double> w;
+namespace {
+// The comma-separated parts of `text`, each without its surrounding spaces ("" gives one
+// empty part).
+std::vector<std::string> comma_parts(const std::string& text) {
+  std::vector<std::string> parts;
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
@@ -190,6 +193,16 @@ std::string parse_split(const std::string& text, std::vector<double>* weights) {
     std::string part = text.substr(start, comma - start);
     while (!part.empty() && part.front() == ' ') part.erase(part.begin());
     while (!part.empty() && part.back() == ' ') part.pop_back();
+    parts.push_back(std::move(part));
+    start = comma + 1;
+  }
+  return parts;
+}
+}  // namespace
+
+std::string parse_split(const std::string& text, std::vector<double>* weights) {
+  std::vector<double> w;
+  for (const std::string& part : comma_parts(text)) {
     double x = 0;
     auto res = std::from_chars(part.data(), part.data() + part.size(), x);
     if (part.empty() || res.ec != std::errc() || res.ptr != part.data() + part.size() ||
@@ -197,7 +210,6 @@ std::string parse_split(const std::string& text, std::vector<double>* weights) {
       return "must be one to three comma-separated non-negative weights like \"98,2,0\", got " +
              quoted(text);
     w.push_back(x);
-    start = comma + 1;
   }
   if (w.size() > 3) return "has more than three weights (train, valid, test): " + quoted(text);
   double sum = 0;
@@ -205,6 +217,23 @@ std::string parse_split(const std::string& text, std::vector<double>* weights) {
   if (sum <= 0) return "weights sum to zero: " + quoted(text);
   w.resize(3, 0.0);
   if (weights) *weights = w;
+  return "";
+}
+
+std::string parse_recompute_modules(const std::string& text, uint32_t* bits) {
+  const std::vector<std::string> names = {"core_attn", "mlp_act", "layernorm"};
+  uint32_t out = 0;
+  for (const std::string& part : comma_parts(text)) {
+    const auto it = std::find(names.begin(), names.end(), part);
+    if (it == names.end()) {
+      const std::string guess = nearest(part, names);
+      return "names an unknown module \"" + part + "\"" +
+             (guess.empty() ? "; modules: " + join(names, ", ")
+                            : "; did you mean '" + guess + "'?");
+    }
+    out |= 1u << (it - names.begin());  // LOOM_RECOMPUTE_CORE_ATTN, _MLP_ACT, _LAYERNORM
+  }
+  if (bits) *bits = out;
   return "";
 }
 
@@ -402,6 +431,8 @@ class RecipeValidator {
     std::string problem = convert(raw, *spec, v);
     if (problem.empty()) problem = check_bounds(*spec, v);
     if (problem.empty() && name == "data" && key == "split") problem = parse_split(v.s, nullptr);
+    if (problem.empty() && name == "train" && key == "recompute_modules")
+      problem = parse_recompute_modules(v.s, nullptr);
     if (!problem.empty()) throw UsageError(at + ": " + name + "." + key + " " + problem);
     return v;
   }

@@ -62,6 +62,21 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
 namespace {
 const int64_t kSampleShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
 
+// train.recompute_* into the model's create args (ABI 2.10), the module names checked here.
+void set_recompute(const Recipe& recipe, loom_model_create_args& a) {
+  const std::string g = recipe.get_string("train", "recompute_granularity");
+  a.recompute_granularity = g == "full"        ? LOOM_RECOMPUTE_FULL
+                            : g == "selective" ? LOOM_RECOMPUTE_SELECTIVE
+                                               : LOOM_RECOMPUTE_NONE;
+  a.recompute_method = recipe.get_string("train", "recompute_method") == "block"
+                           ? LOOM_RECOMPUTE_BLOCK
+                           : LOOM_RECOMPUTE_UNIFORM;
+  a.recompute_num_layers = (int32_t)recipe.get_int("train", "recompute_num_layers");
+  uint32_t modules = 0;
+  parse_recompute_modules(recipe.get_string("train", "recompute_modules"), &modules);  // checked
+  a.recompute_modules = modules;
+}
+
 // Megatron's get_ltor_masks_and_position_ids with reset_position_ids, reset_attention_mask
 // and eod_mask_loss, for one sample: positions restart after each EOD token, and the
 // target at an EOD (the next document's first token) is not trained on.
@@ -267,13 +282,18 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
 void TrainRun::create_model(int64_t vocab) {
   const int stages = layout.pipeline * layout.virtual_stages;
   for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_10,
                                  vocab,
                                  seq_len,
                                  mbs,
                                  compute,
                                  v * layout.pipeline + layout.pipeline_rank,
-                                 stages};
+                                 stages,
+                                 LOOM_RECOMPUTE_NONE,
+                                 0,
+                                 0,
+                                 0};
+    set_recompute(recipe, margs);
     auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
     mapi = api;
     chunks.push_back(m);

@@ -17,6 +17,10 @@ loom_error* create(const loom_host* host, const loom_config* cfg, const loom_mod
   return loom::guard(host, [&] {
     loom::require(a && a->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2,
                   "model/t5: create args missing or too old");
+    loom::require(a->struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 ||
+                      a->recompute_granularity == LOOM_RECOMPUTE_NONE,
+                  "model/t5: train.recompute_granularity: activation recompute is not "
+                  "implemented for T5 (model/gpt and model/bert have it)");
     *out = reinterpret_cast<loom_model*>(new T5Model(host, cfg, *a, "model/t5"));
   });
 }

@@ -139,13 +139,8 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     loom::layers::rope(c, s, kv.get(), rope_theta, false);
   }
   Masks masks;
-  if (!cache && c.cp.size > 1 && c.cp_a2a) {
-    a2a_attention_forward(c, qv, kv, vv, out, view(a.lse, {B, Hq, T}));
-  } else if (!cache && c.cp.size > 1) {
-    ring_attention_forward(c, qv, kv, vv, out, view(a.lse, {B, Hq, T}));
-  } else if (!cache) {
-    View lse = view(a.lse, {B, Hq, T});
-    attend(c, qv, kv, vv, out, lse, causal, masks.chain(window, s.docs, s.bias, false));
+  if (!cache) {
+    core(c, s, a);
   } else {
     // Generation: append the new k/v at [p, p+T) of each sequence's cache row (p its
     // start), then let its T queries (the last T of S = p+T positions) attend to that row,
@@ -172,11 +167,26 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   o.forward(c.be, c.tp, out, N, yf.get(), yv.get());
 }
 
+void AttentionBlock::core(const Ctx& c, const Step& s, const LayerActs& a) const {
+  const int64_t B = s.B, T = s.T, D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  View lse = view(a.lse, {B, Hq, T});
+  Masks masks;
+  if (c.cp.size > 1 && c.cp_a2a)
+    a2a_attention_forward(c, qv, kv, vv, out, lse);
+  else if (c.cp.size > 1)
+    ring_attention_forward(c, qv, kv, vv, out, lse);
+  else
+    attend(c, qv, kv, vv, out, lse, causal, masks.chain(window, s.docs, s.bias, false));
+}
+
 void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
                               const DLTensor* dy, DLTensor* dx, GradScratch& g) const {
   const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
   const int64_t C = o.lin.out;
   const bool sp = c.tp.sequence_parallel;
+  if (a.recompute & LOOM_RECOMPUTE_CORE_ATTN) core(c, s, a);  // att and lse, shared scratch
   View datt = view(g.dln, {B, T, Hq, D});
   View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {N, C});
   o.backward(c.be, c.tp, dy, dyf.get(), a.att, N, datt);
@@ -199,6 +209,7 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   }
   // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
   View xf = view(a.ln1_full, {N, C});
+  if (sp) c.tp.all_gather(x, xf);  // the input again: layers share the gathered buffer
   View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {N, C});
   qkv.backward(c.be, c.tp, {dq.get(), dk.get(), dv.get()}, sp ? (const DLTensor*)xf : x, N, dx,
                dxf.get());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "loom/cpp/layers/context_parallel.hpp"
@@ -18,32 +19,48 @@ int64_t local_capacity(const Ctx& c, int64_t n) {
 }
 }  // namespace
 
-void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n) {
+void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n, uint32_t modules,
+                       const LayerActs* shared, bool modules_only) {
   if (n <= rows) return;
   const int64_t C = o.n_embd, nl = local_capacity(c, n);
   const DLDataType st = c.stat_dtype();
-  ln1 = c.alloc({nl, C});
-  ln2 = c.alloc({nl, C});
-  if (c.tp.sequence_parallel) {
-    ln1_full = c.alloc({n, C});
-    ln2_full = c.alloc({n, C});
+  recompute = shared ? modules : 0;
+  // t: its own buffer; or the shared set's (a recomputed module's, `from` the shared tensor);
+  // or, building the shared set itself (modules_only), nothing outside the modules.
+  auto put = [&](Tensor& t, uint32_t module, std::vector<int64_t> shape, DLDataType dt,
+                 Tensor LayerActs::*field) {
+    if (recompute & module)
+      t = Tensor::borrow((shared->*field).get());
+    else if (!modules_only || (modules & module))
+      t = c.alloc(dt, std::move(shape));
+  };
+  put(ln1, LOOM_RECOMPUTE_LAYERNORM, {nl, C}, c.dtype, &LayerActs::ln1);
+  put(ln2, LOOM_RECOMPUTE_LAYERNORM, {nl, C}, c.dtype, &LayerActs::ln2);
+  if (c.tp.sequence_parallel && !modules_only) {
+    // The gathered inputs of the column-parallel projections: one buffer all layers share
+    // (SpScratch::x_full), re-gathered from the kept shard in backward, so that a layer
+    // keeps its norm activations at 1/tp of the tokens, as Megatron's sequence parallelism.
+    const bool shared_full = c.sp && c.sp->x_full && c.sp->x_full.get()->shape[0] >= n;
+    ln1_full = shared_full ? Tensor::borrow(c.sp->x_full.get()) : c.alloc({n, C});
+    ln2_full = shared_full ? Tensor::borrow(c.sp->x_full.get()) : c.alloc({n, C});
   }
   if (o.norm_mean()) {
-    ln1_mean = c.alloc(st, {nl});
-    ln2_mean = c.alloc(st, {nl});
+    put(ln1_mean, 0, {nl}, st, nullptr);
+    put(ln2_mean, 0, {nl}, st, nullptr);
   }
-  ln1_rstd = c.alloc(st, {nl});
-  ln2_rstd = c.alloc(st, {nl});
-  q = c.alloc({n, o.q_dim()});
-  k = c.alloc({n, o.kv_dim()});
-  v = c.alloc({n, o.kv_dim()});
-  att = c.alloc({n, o.q_dim()});
+  put(ln1_rstd, 0, {nl}, st, nullptr);
+  put(ln2_rstd, 0, {nl}, st, nullptr);
+  put(q, 0, {n, o.q_dim()}, c.dtype, nullptr);
+  put(k, 0, {n, o.kv_dim()}, c.dtype, nullptr);
+  put(v, 0, {n, o.kv_dim()}, c.dtype, nullptr);
+  put(att, LOOM_RECOMPUTE_CORE_ATTN, {n, o.q_dim()}, c.dtype, &LayerActs::att);
   // f32 as attention.h has it; in f64 runs under context parallelism f64, since the ring's
   // backward computes its probabilities from the merged lse (loom.attention-partial/1)
-  lse = c.alloc(c.cp.size > 1 ? st : loom_f32(), {n * o.hq()});
-  res2 = c.alloc({nl, C});
-  h = c.alloc({n, o.fc_out()});
-  a = c.alloc({n, o.ffn()});
+  put(lse, LOOM_RECOMPUTE_CORE_ATTN, {n * o.hq()}, c.cp.size > 1 ? st : loom_f32(),
+      &LayerActs::lse);
+  put(res2, 0, {nl, C}, c.dtype, nullptr);
+  put(h, 0, {n, o.fc_out()}, c.dtype, nullptr);
+  put(a, LOOM_RECOMPUTE_MLP_ACT, {n, o.ffn()}, c.dtype, &LayerActs::a);
   rows = n;
 }
 
@@ -138,7 +155,9 @@ void ParamDeclarer::moe(const std::string& p) {
 DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args& a, const BlockSpec& spec, std::string who,
                            Family family)
-    : who_(std::move(who)), spec_(&spec), args_(a) {
+    : who_(std::move(who)), spec_(&spec) {
+  // as much of the args as the host's struct_size holds (an older host's lack the recompute)
+  std::memcpy(&args_, &a, std::min(a.struct_size, sizeof args_));
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
@@ -181,6 +200,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
     loom::check(host, host->get_comm(host->ctx, &comm_));
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EMBEDDING, &embedding_group_));
   }
+  setup_recompute();  // before build, which may allocate the first slot
   build();
 }
 
@@ -320,6 +340,7 @@ void DecoderModel::build() {
   grads_.ensure(ctx_, o, N);
   if (sp) {
     sp_.y_full = ctx_.alloc({N, C});
+    sp_.x_full = ctx_.alloc({N, C});
     sp_.dy_full = ctx_.alloc({N, C});
     sp_.dx_full = ctx_.alloc({N, C});
   }

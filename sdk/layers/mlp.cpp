@@ -36,8 +36,11 @@ void Mlp::backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& 
   View xf = view(a.ln2_full, {n, C});
   View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {n, C});
   View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {n, C});
+  if (a.recompute & LOOM_RECOMPUTE_MLP_ACT)  // a = act(h) again, into the shared scratch
+    loom::act_forward(c.be, this->act, act.get(), h);
   proj.backward(c.be, c.tp, dy, dyf.get(), act, n, da);
   loom::act_backward(c.be, this->act, dh.get(), h, da);
+  if (sp) c.tp.all_gather(x, xf);  // the input again: layers share the gathered buffer
   fc.backward(c.be, c.tp, {dh.get()}, sp ? (const DLTensor*)xf : x, n, dx, dxf.get());
 }
 

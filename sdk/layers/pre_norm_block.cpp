@@ -63,11 +63,16 @@ class PreNormBlock : public Block {
     View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
     View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
     View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
+    // Selective recompute of the norms: their outputs again from the kept inputs (the
+    // statistics come out the same too), into the scratch every layer shares.
+    const bool norms = a.recompute & LOOM_RECOMPUTE_LAYERNORM;
     // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
+    if (norms) ln_2.forward(c, ln2, m2, r2, res2);
     ffn_backward(mlp, c, s, ln2, a, dres, dln, g);
     ln_2.backward(c, dtmp, dln, res2, m2, r2);
     c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
     // attention half: dres = d(res2) -> d(x)
+    if (norms) ln_1.forward(c, ln1, m1, r1, xv);
     attn.backward(c, s, ln1, a, dres, dln, g);
     ln_1.backward(c, dtmp, dln, xv, m1, r1);
     c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);

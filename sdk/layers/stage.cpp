@@ -28,8 +28,7 @@ Slot& DecoderModel::slot(int64_t i) {
   const int64_t nl = ctx_.tp.sequence_parallel ? (N + o.tp - 1) / o.tp : N;
   const DLDataType st = ctx_.stat_dtype();
   for (size_t l = 0; l <= layers_.size(); ++l) S->res.push_back(ctx_.alloc({nl, C}));
-  S->acts.resize(layers_.size());
-  for (auto& a : S->acts) a.ensure(ctx_, o, N);
+  allocate_acts(*S, N);
   S->tokens = ctx_.alloc(loom_i32(), {N});
   S->targets = ctx_.alloc(loom_i32(), {N});
   S->positions = ctx_.alloc(loom_i32(), {N});
@@ -399,8 +398,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     View in(input, {S.nl, C});
     ctx_.call(&loom_ops::copy, x0.get(), (const DLTensor*)in);
   }
-  for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l]->forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], S.acts[l], nullptr, 0);
+  layers_forward(S);
   if (opt_.moe_expert_bias && !a.no_grad) count_expert_loads(S);
   a.num_outputs = 0;
   a.outputs = nullptr;
@@ -474,8 +472,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
     View d(doutput, {S.nl, C});
     ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)d);
   }
-  for (size_t l = layers_.size(); l-- > 0;)
-    layers_[l]->backward(ctx_, opt_, S.s, S.res[l], S.acts[l], grads_);
+  layers_backward(S);
   if (opt_.first()) {
     if (opt_.post_norm) emb_norm_backward(S);
     embed_backward(S);

@@ -161,7 +161,8 @@ Listing build() {
   // model.h
   STRUCT(loom_model_create_args)
   F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)
-  F(pipeline_stages)
+  F(pipeline_stages) F(recompute_granularity) F(recompute_method) F(recompute_num_layers)
+  F(recompute_modules)
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)

@@ -30,8 +30,28 @@ typedef struct loom_model_create_args {
    * sequence parallelism come from host.get_layout. */
   int32_t pipeline_stage;
   int32_t pipeline_stages;
+  /* --- ABI 2.0 ends here; append new fields below this line only. --- */
+  /* ABI 2.10: activation recompute (train.recompute_*, Megatron's flags). A model reads
+   * these only when struct_size covers them (zero: store every activation) and refuses by
+   * name a setting it cannot honour. Losses and gradients must not change, bit for bit. */
+  int32_t recompute_granularity; /* LOOM_RECOMPUTE_NONE, _SELECTIVE, _FULL */
+  int32_t recompute_method;      /* full: LOOM_RECOMPUTE_UNIFORM or LOOM_RECOMPUTE_BLOCK */
+  /* full uniform: layers per group, of which only the group's input is kept; full block:
+   * the first this many layers of each pipeline stage are recomputed, one by one */
+  int32_t recompute_num_layers;
+  uint32_t recompute_modules; /* selective: LOOM_RECOMPUTE_CORE_ATTN | _MLP_ACT | _LAYERNORM */
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 \
+  LOOM_STRUCT_SIZE(loom_model_create_args, recompute_modules)
+#define LOOM_RECOMPUTE_NONE 0
+#define LOOM_RECOMPUTE_SELECTIVE 1 /* parts of each layer, recomputed from what it keeps */
+#define LOOM_RECOMPUTE_FULL 2      /* whole layers, recomputed from their input */
+#define LOOM_RECOMPUTE_UNIFORM 0
+#define LOOM_RECOMPUTE_BLOCK 1
+#define LOOM_RECOMPUTE_CORE_ATTN 1u /* the attention core's output and lse */
+#define LOOM_RECOMPUTE_MLP_ACT 2u   /* the MLP's activation function output */
+#define LOOM_RECOMPUTE_LAYERNORM 4u /* the norms' outputs (pre-norm layers) */
 
 typedef struct loom_model_param {
   size_t struct_size;

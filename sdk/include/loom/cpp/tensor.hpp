@@ -88,6 +88,13 @@ class Tensor {
   }
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
+  // A non-owning alias of `t` (never freed through it): one buffer that several holders
+  // reach by the same field, such as the scratch recomputed activations share.
+  static Tensor borrow(DLTensor* t) {
+    Tensor out;
+    out.t_ = t;
+    return out;
+  }
 
   void reset() {
     if (t_ && be_) be_->api()->free_tensor(be_->self(), t_);

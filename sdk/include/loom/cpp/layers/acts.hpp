@@ -10,14 +10,15 @@
 namespace loom::layers {
 
 // Activations of one layer, saved by forward for backward. Capacity `rows` tokens; with
-// sequence parallelism the norms and residuals hold this rank's N/tp rows and ln1_full,
-// ln2_full the gathered (N,C) inputs of the column-parallel projections. Heads and MLP
-// columns are this rank's (local extents).
+// sequence parallelism the norms and residuals hold this rank's N/tp rows, and ln1_full,
+// ln2_full, the gathered (N,C) inputs of the column-parallel projections, alias one buffer
+// of the model's that backward gathers again. Heads and MLP columns are this rank's (local
+// extents).
 struct MoeActs;
 
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (Nl,C), (Nl), (Nl)
-  Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only
+  Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only: shared, see above
   Tensor q, k, v;                  // (B,T,Hq,D), (B,T,Hkv,D) x2, after RoPE
   Tensor att, lse;                 // (B,T,Hq,D) attention output, (B,Hq,T) f32
   Tensor res2;                     // (N,C) residual after the attention half
@@ -28,7 +29,14 @@ struct LayerActs {
   std::shared_ptr<MoeActs> moe;
   double moe_aux = 0.0, moe_z = 0.0;
   int64_t rows = 0;
-  void ensure(const Ctx& c, const Options& o, int64_t rows);
+  // Selective recompute (LOOM_RECOMPUTE_* module bits): the modules' tensors (att and lse,
+  // a, ln1 and ln2) alias one scratch set that every layer shares, and backward refills
+  // them from what the layer keeps before it reads them.
+  uint32_t recompute = 0;
+  // Allocates for `rows` tokens; the `modules` tensors borrowed from `shared` (allocated).
+  // modules_only (shared NULL): the shared set itself, only the modules' tensors.
+  void ensure(const Ctx& c, const Options& o, int64_t rows, uint32_t modules = 0,
+              const LayerActs* shared = nullptr, bool modules_only = false);
 };
 
 // Gradient scratch shared by all layers during backward.

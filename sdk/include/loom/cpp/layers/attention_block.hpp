@@ -37,6 +37,12 @@ struct AttentionBlock {
   // dx (=) from dy; parameter gradients +=. Uses g.dln as scratch for d(att).
   void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
                 const DLTensor* dy, DLTensor* dx, GradScratch& g) const;
+
+ private:
+  // The attention core of training: a.att and a.lse from a.q, a.k, a.v (after RoPE), by
+  // the attention plugin, or round the context group. Backward calls it again when the
+  // core is recomputed (LOOM_RECOMPUTE_CORE_ATTN): the same call, so the same bits.
+  void core(const Ctx& c, const Step& s, const LayerActs& a) const;
 };
 
 }  // namespace loom::layers

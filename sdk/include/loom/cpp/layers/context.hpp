@@ -26,6 +26,7 @@ struct Mat {
 // reduce-scatters, shared by every layer (only allocated with sequence parallelism).
 struct SpScratch {
   Tensor y_full, dy_full, dx_full;
+  Tensor x_full;  // (N,C) a column-parallel projection's gathered input (LayerActs::ln*_full)
   Tensor picked;  // (N,C) the vocabulary-parallel embedding's looked-up rows (tp > 1)
 };
 

@@ -137,6 +137,16 @@ class DecoderModel {
   void update_expert_biases();
   const BlockSpec& layer_spec(int64_t l) const;
   Slot& slot(int64_t i);
+  // Activation recompute (recompute.cpp): the create args' setting checked against this
+  // stage, the activations of layer l of slot S (a recomputed layer's live in the shared
+  // group scratch), and the forward of layers [first, last] again before their backward.
+  void setup_recompute();
+  void allocate_acts(Slot& S, int64_t tokens);
+  LayerActs& layer_acts(Slot& S, size_t l);
+  void layers_forward(Slot& S);
+  void layers_backward(Slot& S);
+  int64_t group_first(size_t l) const;  // -1: l keeps its activations
+  int64_t group_last(size_t l) const;
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
   void embed_forward(Slot& S, const int32_t* tokens, const int32_t* types);
@@ -167,6 +177,12 @@ class DecoderModel {
   loom::tp::VocabParallelCrossEntropy ce_;
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage
+  // Recompute: granularity, method, layers and modules from the create args (ABI 2.10).
+  int32_t rc_granularity_ = LOOM_RECOMPUTE_NONE, rc_method_ = LOOM_RECOMPUTE_UNIFORM;
+  int64_t rc_layers_ = 1;
+  uint32_t rc_modules_ = 0;
+  LayerActs rc_shared_;               // selective: the recomputed modules' one scratch set
+  std::vector<LayerActs> rc_group_;   // full: the activations of one recomputed group
   std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
   ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
 
