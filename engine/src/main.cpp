@@ -18,6 +18,7 @@
 #include "generate.hpp"
 #include "hf_interop.hpp"
 #include "log.hpp"
+#include "memory_estimate.hpp"
 #include "package.hpp"
 #include "parallel_layout.hpp"
 #include "preprocess.hpp"
@@ -124,13 +125,16 @@ int cmd_run(const std::vector<std::string>& args) {
 }
 
 int cmd_validate(const std::vector<std::string>& args) {
-  Command c("validate", "RECIPE [--set section.key=value]... [--print]");
+  Command c("validate", "RECIPE [--set section.key=value]... [--print] [--world N] [--memory]");
   c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
   c.options.add_options()("print",
                           "print the resolved recipe (every key, defaults filled) as TOML")(
       "world", po::value<int>(),
       "ranks to lay out (default: the launcher's world size, else tensor x context x "
-      "pipeline)");
+      "pipeline)")("memory",
+                   "print what each rank would hold (parameters, gradients, main parameters, "
+                   "optimizer state, buffers, activations), from one step walked through on "
+                   "backend/meta: nothing is computed or allocated");
   add_set_option(c);
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
@@ -155,6 +159,8 @@ int cmd_validate(const std::vector<std::string>& args) {
   check_layout(recipe, world);
   check_model_batch(recipe, registry);
   std::cout << describe_layout(recipe, world);
+  if (c.vm.count("memory"))
+    print_memory(estimate_memory(recipe.path(), c.list("set"), recipe, world, registry), std::cout);
   size_t n = recipe.num_sections_set();
   std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")
             << ", plugins:" << plugins << "\n";

@@ -49,6 +49,8 @@ class Recipe {
   // Forgets what the recipe says in `section` (before validate): a saved run's [data] when
   // `loom eval` reads its own files.
   void drop_section(const std::string& section) { raw_.erase(section); }
+  // One more "section.key=value" as --set gives it (before validate).
+  void set(const std::string& assignment);
   // Checks every section and key against the engine's sections and the schemas of the
   // plugins the recipe selects, fills defaults, checks types and ranges.
   // Throws UsageError: "<file>:<line>: unknown key 'model.n_layr'; did you mean 'n_layer'?"

@@ -165,4 +165,9 @@ Recipe Recipe::load(const fs::path& path, const std::vector<std::string>& overri
   return r;
 }
 
+void Recipe::set(const std::string& assignment) {
+  apply_override(raw_, assignment);
+  validated_ = false;
+}
+
 }  // namespace loom::engine

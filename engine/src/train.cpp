@@ -117,6 +117,15 @@ StepStats train_step(TrainRun& r, int64_t it) {
 
 }  // namespace
 
+void dry_step(TrainRun& r) {
+  for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
+  r.feed.sampler = r.train_samples;
+  r.feed.first = 0;
+  r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
+  run_micro(r, r.num_micro, false);
+  for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
+}
+
 loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, double loss_scale,
                                           loom_error* (*get)(void*, int64_t, loom_microbatch*),
                                           void* user) {

@@ -104,9 +104,17 @@ struct StepStats {
 
 class TensorBoardWriter;
 
+// The bytes a rank's training state holds on the backend: parameter values (and the model's
+// buffers), gradients, f32 main parameters (mixed precision), optimizer state.
+struct StateBytes {
+  double values = 0, grads = 0, main = 0, optimizer = 0;
+};
+
 struct TrainRun {
   // Composes the run (COLLECTIVE over the world: every rank builds its part of the layout).
-  TrainRun(Recipe& recipe, Registry& registry);
+  // walk_through: set up for `loom validate --memory` on backend/meta, whose parameters need
+  // no initialisation (drawing a large model's values on the host would cost minutes).
+  TrainRun(Recipe& recipe, Registry& registry, bool walk_through = false);
   TrainRun(const TrainRun&) = delete;
   TrainRun& operator=(const TrainRun&) = delete;
 
@@ -157,6 +165,8 @@ struct TrainRun {
   std::vector<loom_model_param> buffers;
   std::vector<DLTensor*> grads, values;
   int64_t local_params = 0;
+  double grad_plugin_bytes = 0;  // the gradient plugin's own backend allocations
+  bool walk_through = false;
 
   // Gradient strategy, optimizer and schedule.
   std::pair<const loom_grad_api*, loom_grad*> grad_strategy{nullptr, nullptr};
@@ -195,7 +205,15 @@ struct TrainRun {
   void create_model(int64_t vocab);
   void create_optimizer();
   void report_memory() const;
+
+ public:
+  StateBytes state_bytes() const;  // now, on this rank's backend
 };
+
+// One step's forward and backward of every micro-batch and the model's finish_grads, without
+// the reduction or the optimizer's step: what `loom validate --memory` walks through on
+// backend/meta (train.cpp).
+void dry_step(TrainRun& r);
 
 // The metrics file (JSON lines, world rank 0) and the log lines of a run.
 class Metrics {

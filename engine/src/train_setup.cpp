@@ -184,7 +184,7 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   return nullptr;
 }
 
-TrainRun::TrainRun(Recipe& r, Registry& registry)
+TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
     : recipe(r),
       seed((uint64_t)r.get_int("train", "seed")),
       iters(r.get_int("train", "iters")),
@@ -197,6 +197,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry)
       compute(compute_dtype(r.get_string("precision", "dtype"))),
       scaler(LossScaler::from_recipe(r)),
       session(refuse_unsupported(check_model_batch(r, registry)), registry) {
+  walk_through = walk;
   lr.kind = recipe.get_string("lr", "schedule");
   lr.max = recipe.get_float("lr", "max");
   lr.min = recipe.get_float("lr", "min");
@@ -327,8 +328,17 @@ void TrainRun::create_model(int64_t vocab) {
     local_params += loom_tensor_numel(p.value);
   }
   for (loom_model* m : chunks)
-    check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
+    if (!walk_through)
+      check(mapi->init_params(m, stream_seed(seed, "init")), "initialising parameters");
+  // what the gradient plugin allocates on the backend (the distributed optimizer's flat
+  // buffers; grad/ddp's buckets are host memory), for `loom validate --memory`
+  loom_backend_info info{};
+  info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
+  check(be.api->get_info(be.self, &info), "backend info");
+  const double before = (double)info.mem_in_use;
   grad_strategy = session.grad(grads.data(), grads.size(), reduce_groups.data());
+  check(be.api->get_info(be.self, &info), "backend info");
+  grad_plugin_bytes = (double)info.mem_in_use - before;
 }
 
 // The optimizer steps whole parameters, or this rank's shards of them (ZeRO-1), in f32 main
@@ -370,30 +380,36 @@ void TrainRun::create_optimizer() {
 
 // Bytes per parameter on this rank, measured, to set beside Megatron's table
 // (docs/parallelism.md).
-void TrainRun::report_memory() const {
+StateBytes TrainRun::state_bytes() const {
   const auto [oapi, opt] = optimizer;
-  const auto [papi, par] = grad_strategy;
-  double value_bytes = 0, state_bytes = 0, grad_bytes = 0;
+  StateBytes b;
   for (const DLTensor* v : values)
-    value_bytes += (double)loom_tensor_numel(v) * loom_dtype_bytes(v->dtype);
+    b.values += (double)loom_tensor_numel(v) * loom_dtype_bytes(v->dtype);
   for (const DLTensor* g : grads)
-    grad_bytes += (double)loom_tensor_numel(g) * loom_dtype_bytes(g->dtype);
+    b.grads += (double)loom_tensor_numel(g) * loom_dtype_bytes(g->dtype);
   for (size_t i = 0; i < oapi->num_state(opt); ++i) {
     const char* name = nullptr;
     DLTensor* t = nullptr;
     check(oapi->get_state(opt, i, &name, &t), "listing optimizer state");
-    state_bytes += (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
+    b.optimizer += (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
   }
+  b.main = main->bytes();
+  for (const loom_model_param& p : buffers)
+    b.values += (double)loom_tensor_numel(p.value) * loom_dtype_bytes(p.value->dtype);
+  return b;
+}
+
+void TrainRun::report_memory() const {
+  const auto [papi, par] = grad_strategy;
+  const StateBytes b = state_bytes();
   const double n = (double)std::max<int64_t>(local_params, 1);
   const double own = papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
-  const double main_bytes = main->bytes() / n;
   spdlog::info(
       "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {}{:.2f} "
       "(optimizer state) = {:.2f} bytes, plus {:.2f} of parallel/{} buffers",
-      value_bytes / n, grad_bytes / n,
-      main->mixed() ? fmt::format("{:.2f} (f32 main param) + ", main_bytes) : "", state_bytes / n,
-      (value_bytes + grad_bytes + state_bytes) / n + main_bytes, own,
-      recipe.get_string("parallel", "data"));
+      b.values / n, b.grads / n,
+      main->mixed() ? fmt::format("{:.2f} (f32 main param) + ", b.main / n) : "", b.optimizer / n,
+      (b.values + b.grads + b.optimizer + b.main) / n, own, recipe.get_string("parallel", "data"));
 }
 
 }  // namespace loom::engine

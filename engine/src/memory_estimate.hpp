@@ -1,0 +1,32 @@
+// `loom validate --memory`: per-rank memory of a run before it runs (memory_estimate.cpp).
+#pragma once
+
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "recipe.hpp"
+#include "registry.hpp"
+#include "train_run.hpp"
+
+namespace loom::engine {
+
+// What one rank role holds, in bytes: the training state (StateBytes), the gradient plugin's
+// buffers, and the peak through one step; the rest of the peak is the model's activations and
+// scratch.
+struct MemoryRole {
+  int rank = 0, stage = 0;
+  StateBytes state;
+  double grad_buffers = 0;  // the gradient plugin's backend allocations
+  double peak = 0;
+};
+
+// One role per pipeline stage (its first rank: tensor, context and data rank 0), for the
+// recipe at `path` with `sets` (`recipe`: the same, validated) laid out over `world` ranks.
+std::vector<MemoryRole> estimate_memory(const std::filesystem::path& path,
+                                        const std::vector<std::string>& sets, const Recipe& recipe,
+                                        int world, Registry& registry);
+void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out);
+
+}  // namespace loom::engine

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `loom validate --memory` against the peak a real run measures. For six layouts of a small
+# GPT (1 rank; TP2 with SP; PP2; DP2 with the distributed optimizer; full recompute; a mixture
+# of experts under EP2), the estimate for rank 0, walked through on backend/meta before
+# anything runs, must be within 10% of rank 0's measured backend peak over 3 real iterations
+# (mem_bytes in the metrics file); and the table must name every role (a PP2 run has a first
+# and a last stage).
+#   memory_estimate.sh LOOM MPIEXEC
+set -euo pipefail
+loom=$1 mpiexec=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+cat > base.toml <<'TOML'
+[train]
+seed = 3
+iters = 3
+micro_batch_size = 2
+global_batch_size = 8
+seq_len = 64
+[backend]
+measure_gemm = false
+threads = 1
+[model]
+n_layer = 4
+n_head = 4
+n_embd = 64
+max_seq_len = 64
+[tokenizer]
+plugin = "byte"
+[data]
+plugin = "mock"
+num_documents = 200
+doc_length = 128
+TOML
+check() {  # check NAME NP SETS...
+  local name=$1 np=$2
+  shift 2
+  "$loom" validate base.toml --world "$np" --memory "$@" > $name.est 2> $name.err ||
+    { cat $name.est $name.err; exit 1; }
+  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+    "$loom" run base.toml --set comm.plugin=mpi --set train.metrics=$name.jsonl "$@" 2> $name.log ||
+    { tail -30 $name.log; exit 1; }
+  python3 - "$name" <<'PY'
+import json, sys
+name = sys.argv[1]
+lines = open(name + ".est").read().splitlines()
+at = [i for i, l in enumerate(lines) if l.startswith("memory per rank")]
+assert at, "no memory table in:\n" + "\n".join(lines)
+rows = [l.split() for l in lines[at[0] + 2:] if l.strip()]
+est = float(next(r for r in rows if r[0] == "0")[-1])
+measured = max(json.loads(l).get("mem_bytes", 0) for l in open(name + ".jsonl")) / 2**20
+rel = (est - measured) / measured
+print(f"{name}: estimate {est:.2f} MiB, measured {measured:.2f} MiB ({rel:+.1%})")
+if abs(rel) > 0.10:
+    sys.exit(f"{name}: the estimate is off by more than 10%:\n" + "\n".join(lines[at[0]:]))
+PY
+}
+check one 1
+check tp2sp 2 --set parallel.tensor=2 --set parallel.sequence_parallel=true
+check pp2 2 --set parallel.pipeline=2
+grep -q "(first)" pp2.est && grep -q "(last)" pp2.est || { cat pp2.est; exit 1; }
+check dp2dist 2 --set parallel.data=distributed-optimizer
+check recompute 1 --set train.recompute_granularity=full
+check moeep2 2 --set parallel.expert=2 --set model.num_experts=4 --set model.moe_router_topk=2
