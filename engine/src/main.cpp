@@ -159,8 +159,12 @@ int cmd_validate(const std::vector<std::string>& args) {
   check_layout(recipe, world);
   check_model_batch(recipe, registry);
   std::cout << describe_layout(recipe, world);
-  if (c.vm.count("memory"))
-    print_memory(estimate_memory(recipe.path(), c.list("set"), recipe, world, registry), std::cout);
+  if (c.vm.count("memory")) {
+    const std::vector<MemoryRole> roles =
+        estimate_memory(recipe.path(), c.list("set"), recipe, world, registry);
+    print_memory(roles, std::cout);
+    std::cout << device_memory(recipe, registry, roles);
+  }
   size_t n = recipe.num_sections_set();
   std::cout << "ok: " << recipe.path().string() << ": " << n << (n == 1 ? " section" : " sections")
             << ", plugins:" << plugins << "\n";

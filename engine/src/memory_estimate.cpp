@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "host.hpp"
 #include "parallel_layout.hpp"
 #include "train_run.hpp"
 
@@ -76,6 +77,40 @@ std::vector<MemoryRole> estimate_memory(const std::filesystem::path& path,
   }
   spdlog::set_level(level);
   return roles;
+}
+
+std::string device_memory(Recipe& recipe, Registry& registry,
+                          const std::vector<MemoryRole>& roles) {
+  const std::string who = "backend/" + recipe.plugin("backend");
+  size_t total = 0;
+  std::string name;
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::warn);  // the backend's start-up line
+  try {  // the recipe's own backend, for its capacity (ABI 2.11's mem_total)
+    Session session(recipe, registry);
+    const loom_backend_ref be = session.backend();
+    loom_backend_info info{};
+    info.struct_size = LOOM_BACKEND_INFO_SIZE_V2_11;
+    check(be.api->get_info(be.self, &info), "backend info");
+    if (LOOM_HAS_FIELD(&info, loom_backend_info, mem_total)) total = info.mem_total;
+    name = info.device_name ? info.device_name : "";
+  } catch (const std::exception& e) {
+    spdlog::set_level(level);
+    return "device memory: unknown (" + who + " could not start here: " + e.what() + ")\n";
+  }
+  spdlog::set_level(level);
+  if (total == 0) return "device memory: unknown (" + who + " does not report it)\n";
+  const MemoryRole* top = &roles.front();
+  for (const MemoryRole& m : roles)
+    if (m.peak > top->peak) top = &m;
+  char line[512];
+  const double share = top->peak / (double)total;
+  std::snprintf(line, sizeof line,
+                "device memory (%s, %s): %.1f MiB; the largest peak, rank %d's, is %.1f MiB, "
+                "%.1f%% of it%s\n",
+                who.c_str(), name.c_str(), mib((double)total), top->rank, mib(top->peak),
+                100.0 * share, share > 1.0 ? ": it does not fit" : "");
+  return line;
 }
 
 void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out) {

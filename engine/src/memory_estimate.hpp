@@ -28,5 +28,8 @@ std::vector<MemoryRole> estimate_memory(const std::filesystem::path& path,
                                         const std::vector<std::string>& sets, const Recipe& recipe,
                                         int world, Registry& registry);
 void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out);
+// One line: the recipe's backend's memory (loom_backend_info.mem_total, ABI 2.11) against the
+// largest peak, or why it is unknown (a backend that cannot start here, or reports none).
+std::string device_memory(Recipe& recipe, Registry& registry, const std::vector<MemoryRole>& roles);
 
 }  // namespace loom::engine

@@ -61,6 +61,7 @@ loom_error* get_info(loom_backend* be, loom_backend_info* out) {
     if (LOOM_HAS_FIELD(out, loom_backend_info, peak_gflops)) out->peak_gflops = 0.0;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_in_use)) out->mem_in_use = be->in_use;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_peak)) out->mem_peak = be->peak;
+    if (LOOM_HAS_FIELD(out, loom_backend_info, mem_total)) out->mem_total = 0;  // no device
   });
 }
 

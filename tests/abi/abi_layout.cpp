@@ -130,7 +130,7 @@ Listing build() {
   F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm)
   END
   STRUCT(loom_backend_info)
-  F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak)
+  F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak) F(mem_total)
   END
   STRUCT(loom_backend_api)
   F(struct_size) F(create) F(destroy) F(get_info) F(alloc_tensor) F(free_tensor) F(to_host)

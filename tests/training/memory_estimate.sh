@@ -3,8 +3,9 @@
 # GPT (1 rank; TP2 with SP; PP2; DP2 with the distributed optimizer; full recompute; a mixture
 # of experts under EP2), the estimate for rank 0, walked through on backend/meta before
 # anything runs, must be within 10% of rank 0's measured backend peak over 3 real iterations
-# (mem_bytes in the metrics file); and the table must name every role (a PP2 run has a first
-# and a last stage).
+# (mem_bytes in the metrics file); the table must name every role (a PP2 run has a first and
+# a last stage); the device line gives the host's memory for backend/cpu (/proc/meminfo) and
+# says when the peak does not fit.
 #   memory_estimate.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
@@ -57,6 +58,20 @@ if abs(rel) > 0.10:
 PY
 }
 check one 1
+# the device line: backend/cpu's capacity (ABI 2.11's mem_total) is the host's physical memory
+python3 - <<'PY'
+import re
+line = next(l for l in open("one.est") if l.startswith("device memory (backend/cpu"))
+got = float(re.search(r"\): ([0-9.]+) MiB;", line).group(1))
+want = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:")) / 1024
+assert abs(got - want) <= 0.01 * want, (got, want, line)
+print(f"device memory {got:.1f} MiB, /proc/meminfo {want:.1f} MiB")
+PY
+# a 38-billion-parameter model does not fit, and says so without allocating it
+"$loom" validate base.toml --memory --set model.n_embd=8192 --set model.n_head=64 \
+  --set model.n_layer=48 > big.est
+grep -q "it does not fit" big.est || { cat big.est; exit 1; }
+echo "a 38B model: $(grep -o 'is [0-9.]* MiB, [0-9.]*% of it: it does not fit' big.est)"
 check tp2sp 2 --set parallel.tensor=2 --set parallel.sequence_parallel=true
 check pp2 2 --set parallel.pipeline=2
 grep -q "(first)" pp2.est && grep -q "(last)" pp2.est || { cat pp2.est; exit 1; }

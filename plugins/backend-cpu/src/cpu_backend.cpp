@@ -3,6 +3,7 @@
 #include "cpu_backend.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -215,6 +216,10 @@ loom_error* cpu_get_info(loom_backend* be, loom_backend_info* out) noexcept {
     if (LOOM_HAS_FIELD(out, loom_backend_info, peak_gflops)) out->peak_gflops = b.peak_gflops;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_in_use)) out->mem_in_use = b.mem_in_use;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_peak)) out->mem_peak = b.mem_peak;
+    if (LOOM_HAS_FIELD(out, loom_backend_info, mem_total)) {  // the host's physical memory
+      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+      out->mem_total = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    }
   });
 }
 

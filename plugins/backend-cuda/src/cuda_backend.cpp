@@ -311,6 +311,10 @@ loom_error* cuda_get_info(loom_backend* be, loom_backend_info* out) noexcept {
     if (LOOM_HAS_FIELD(out, loom_backend_info, peak_gflops)) out->peak_gflops = b.peak_gflops;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_in_use)) out->mem_in_use = b.alloc->in_use();
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_peak)) out->mem_peak = b.alloc->peak();
+    if (LOOM_HAS_FIELD(out, loom_backend_info, mem_total)) {
+      size_t free_bytes = 0, total = 0;
+      out->mem_total = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess ? total : 0;
+    }
   });
 }
 

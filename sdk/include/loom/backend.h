@@ -357,8 +357,13 @@ typedef struct loom_backend_info {
   double peak_gflops; /* fp32 GEMM rate used as the MFU denominator */
   size_t mem_in_use;  /* bytes allocated through this backend now */
   size_t mem_peak;    /* and at most since creation */
+  /* --- ABI 2.0 ends here; append new fields below this line only. --- */
+  /* ABI 2.11: the device's memory in bytes (the GPU's; the host's physical memory for the
+   * CPU), or 0 when unknown: what `loom validate --memory` sets the estimate against. */
+  size_t mem_total;
 } loom_backend_info;
 #define LOOM_BACKEND_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
+#define LOOM_BACKEND_INFO_SIZE_V2_11 LOOM_STRUCT_SIZE(loom_backend_info, mem_total)
 
 /* ----- loom.device-stream/1 ------------------------------------------------------------
  * The backend instance's device and stream, for plugins that bring their own device code (an
