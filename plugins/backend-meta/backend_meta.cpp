@@ -20,6 +20,7 @@
 
 #include "loom/backend.h"
 #include "loom/cpp/describe.hpp"
+#include "loom/cpp/host_stream.hpp"
 #include "loom/cpp/plugin.hpp"
 
 struct loom_backend {
@@ -158,24 +159,8 @@ constexpr loom_ops make_ops() {
 #undef LOOM_META_NOOP
 constexpr loom_ops kOps = make_ops();
 
-loom_error* event_record(loom_backend*, void** event) {
-  if (event) *event = nullptr;
-  return nullptr;
-}
-loom_error* event_noop(loom_backend*, void*) { return nullptr; }
-void event_free(loom_backend*, void*) {}
-const loom_device_stream kDeviceStream = {
-    {sizeof(loom_device_stream), LOOM_EXT_DEVICE_STREAM, 0, nullptr},
-    DLDevice{kDLCPU, 0},
-    nullptr,
-    event_record,
-    event_noop,
-    event_noop,
-    event_free};
+// the CPU's loom.device-stream/1: nothing to record or wait for
 const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
-const loom_ext* get_ext(loom_backend*, const char* id) {
-  return id && std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0 ? &kDeviceStream.base : nullptr;
-}
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,
@@ -188,7 +173,7 @@ constexpr loom_backend_api kApi = {
     from_host,
     synchronize,
     &kOps,
-    get_ext,
+    loom::host_stream::get_ext,
 };
 
 const loom_plugin_descriptor kDescriptor = {

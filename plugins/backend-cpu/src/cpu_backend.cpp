@@ -14,6 +14,7 @@
 
 #include "blas.hpp"
 #include "cpu_features.hpp"
+#include "loom/cpp/host_stream.hpp"
 #include "loom/cpp/ops_plugin.hpp"
 
 namespace loom_cpu {
@@ -260,32 +261,21 @@ constexpr loom::OpsCalls kCalls = {
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
-// loom.device-stream/1 on the CPU: no stream, work is done when an op returns, so there is
-// nothing to record or wait for. The same table serves every instance.
-loom_error* cpu_event_record(loom_backend*, void** event) noexcept {
-  if (event) *event = nullptr;
-  return nullptr;
-}
-loom_error* cpu_event_noop(loom_backend*, void*) noexcept { return nullptr; }
-void cpu_event_free(loom_backend*, void*) noexcept {}
-const loom_device_stream kDeviceStream = {
-    {sizeof(loom_device_stream), LOOM_EXT_DEVICE_STREAM, 0, nullptr},
-    DLDevice{kDLCPU, 0},
-    nullptr,
-    cpu_event_record,
-    cpu_event_noop,
-    cpu_event_noop,
-    cpu_event_free};
+// loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
 const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
 
-const loom_ext* cpu_get_ext(loom_backend*, const char* id) noexcept {
-  return id && std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0 ? &kDeviceStream.base : nullptr;
-}
-
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,
-    cpu_alloc_tensor,         cpu_free_tensor, cpu_to_host, cpu_from_host,
-    cpu_synchronize,          &kOps,           cpu_get_ext,
+    LOOM_BACKEND_API_SIZE_V2,
+    cpu_create,
+    cpu_destroy,
+    cpu_get_info,
+    cpu_alloc_tensor,
+    cpu_free_tensor,
+    cpu_to_host,
+    cpu_from_host,
+    cpu_synchronize,
+    &kOps,
+    loom::host_stream::get_ext,
 };
 
 constexpr loom_param_spec kParams[] = {
