@@ -1,6 +1,6 @@
-// Every loom_ops slot on the device backend against backend/cpu, part 1: GEMM, bias, the
-// elementwise ops and the embedding. The cpu runs in f32 on the same numbers the device
-// holds (inputs rounded to the device dtype first); outputs start poisoned (NaN) and
+// Every loom_ops slot on the device backend against backend/cpu, part 1: GEMM, the grouped
+// GEMM, bias, the elementwise ops and the embedding. The cpu runs in f32 on the same numbers
+// the device holds (inputs rounded to the device dtype first); outputs start poisoned (NaN) and
 // accumulated outputs start from the same random values on both sides. Bounds relative to
 // the reference's largest magnitude: f32 1e-5, tf32 1e-3, bf16 1e-2 (gpu_pair.hpp).
 // Shapes mix odd sizes (37, 53, 771: no multiple of 4/8/32, so vector and tile tails run) with
@@ -166,6 +166,48 @@ TEST_CASE("gemm [bf16]") {
   }
   run_attention_gemms(bf16(), kTolBf16);
 }
+
+// ---- grouped_gemm (ABI 2.5) -----------------------------------------------------------------
+namespace {
+// A mixture of experts' three GEMMs over uneven groups, one of them empty (backend.h):
+// forward Y_g = X_g W_g^T, dX_g = dY_g W_g, dW_g += dY_g^T X_g. backend/cuda runs each group
+// through its cuBLASLt gemm (the SDK's loop, loom/cpp/ops_plugin.hpp); the cpu through
+// OpenBLAS. With bf16 activations the weight gradient accumulates into f32 (`wgrad`).
+void run_grouped_gemm(DLDataType dt, DLDataType wgrad) {
+  const std::vector<int64_t> sizes{37, 0, 5, 90};
+  const int64_t E = 4, C = 48, F = 72, N = 132;
+  Pair X(dt, {N, C}, random_vec(N * C, 41)), W(dt, {E, F, C}, random_vec(E * F * C, 42));
+  Pair dY(dt, {N, F}, random_vec(N * F, 43));
+  Pair Y(dt, {N, F}), dX(dt, {N, C});
+  Pair dW(wgrad, {E, F, C}, random_vec(E * F * C, 44));
+  auto grouped = [&](const loom::Backend& B, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                     double beta, const DLTensor* a, const DLTensor* b, DLTensor* c) {
+    loom_grouped_gemm_args g{};
+    g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
+    g.trans_a = ta, g.trans_b = tb;
+    g.m = m, g.n = n, g.k = k;
+    g.num_groups = E, g.sizes = sizes.data();
+    g.alpha = 1.0, g.beta = beta;
+    g.a = a, g.b = b, g.c = c;
+    B.call(&loom_ops::grouped_gemm, &g);
+  };
+  run_both([&](const loom::Backend& B, int s) {
+    grouped(B, 0, 1, LOOM_GROUP_SIZE, F, C, 0.0, X[s], W[s], Y[s]);
+  });
+  expect_close(Y, tol_for(dt), "grouped_gemm forward");
+  run_both([&](const loom::Backend& B, int s) {
+    grouped(B, 0, 0, LOOM_GROUP_SIZE, C, F, 0.0, dY[s], W[s], dX[s]);
+  });
+  expect_close(dX, tol_for(dt), "grouped_gemm dX");
+  run_both([&](const loom::Backend& B, int s) {
+    grouped(B, 1, 0, F, C, LOOM_GROUP_SIZE, 1.0, dY[s], X[s], dW[s]);
+  });
+  expect_close(dW, tol_for(dt), "grouped_gemm dW (+=)");
+}
+}  // namespace
+
+TEST_CASE("grouped_gemm f32") { run_grouped_gemm(f32(), f32()); }
+TEST_CASE("grouped_gemm [bf16]") { run_grouped_gemm(bf16(), f32()); }
 
 // ---- bias ---------------------------------------------------------------------------------
 namespace {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Whole-model check of backend/cuda: `loom run` of a small GPT (2 layers x 128, byte
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
-# backend/cuda in fp32, bf16 and fp16, comparing the per-step loss curves.
+# backend/cuda in fp32, bf16 and fp16, and of the same model with 4 experts (top 2) in fp32,
+# comparing the per-step loss curves.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -66,10 +67,12 @@ num_documents = 200
 doc_length = 256
 EOF
 
-# run NAME BACKEND DTYPE: metrics in $work/NAME.jsonl, output in $work/NAME.log
+# run NAME BACKEND DTYPE [--set K=V...]: metrics in $work/NAME.jsonl, output in $work/NAME.log
 run() {
-  "$loom" run "$work/gpt.toml" --set "train.metrics=$work/$1.jsonl" \
-    --set "backend.plugin=$2" --set "precision.dtype=$3" >"$work/$1.log" 2>&1
+  local name=$1 be=$2 dt=$3
+  shift 3
+  "$loom" run "$work/gpt.toml" --set "train.metrics=$work/$name.jsonl" \
+    --set "backend.plugin=$be" --set "precision.dtype=$dt" "$@" >"$work/$name.log" 2>&1
 }
 # The losses of a metrics file, one per line.
 losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2; }
@@ -90,11 +93,12 @@ if ! run cpu-fp32 cpu fp32; then
   exit 1
 fi
 
-# compare NAME STEP1_BOUND STEP_BOUND MEAN_BOUND: NAME's curve against cpu-fp32's (a NaN
-# loss is written as null and fails).
+# compare NAME STEP1_BOUND STEP_BOUND MEAN_BOUND: NAME's curve against $ref's (cpu-fp32's
+# unless set; a NaN loss is written as null and fails).
+ref=cpu-fp32
 compare() {
-  paste <(losses "$work/cpu-fp32.jsonl") <(losses "$work/$1.jsonl") | awk -v name="${1/dev/$device}" \
-    -v b1="$2" -v b="$3" -v bm="$4" '
+  paste <(losses "$work/$ref.jsonl") <(losses "$work/$1.jsonl") | awk -v name="${1/dev/$device}" \
+    -v ref="${ref/-/ }" -v b1="$2" -v b="$3" -v bm="$4" '
     function abs(x) { return x < 0 ? -x : x }
     { n++
       if ($2 !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) { bad = bad sprintf(" step %d loss %s;", n, $2); next }
@@ -105,12 +109,28 @@ compare() {
       if (n != 50) bad = bad sprintf(" %d steps, expected 50;", n)
       if (worst > b) bad = bad sprintf(" worst %.3g (step %d) > %g;", worst, at, b)
       if (n && sum / n > bm) bad = bad sprintf(" mean %.3g > %g;", sum / n, bm)
-      printf "%s vs cpu fp32: %d steps, relative loss difference at step 1 %.3g, worst %.3g (step %d), mean %.3g\n", \
-        name, n, first, worst, at, (n ? sum / n : 0)
+      printf "%s vs %s: %d steps, relative loss difference at step 1 %.3g, worst %.3g (step %d), mean %.3g\n", \
+        name, ref, n, first, worst, at, (n ? sum / n : 0)
       if (bad != "") { print "FAIL: " name ":" bad; exit 1 } }'
 }
 
 compare dev-fp32 1e-5 1e-4 1e-4 || failed=1
+
+# A mixture of experts in fp32, the same bounds: the router's top-k, the token sort and
+# unsort, and the experts' grouped GEMMs (backend/cuda: the SDK's loop of cuBLASLt GEMMs over
+# the groups) on the device. A near-tie that the two route differently moves one token's
+# experts, far under 1e-4 of the loss; a wrong kernel moves every token's.
+moe=(--set model.num_experts=4 --set model.moe_router_topk=2 --set model.moe_ffn_hidden_size=96
+  --set model.moe_aux_loss_coeff=1e-2)
+if ! run dev-moe "$device" fp32 "${moe[@]}" || ! run cpu-moe cpu fp32 "${moe[@]}"; then
+  echo "FAIL: loom run of the MoE model:"
+  tail -5 "$work/dev-moe.log" "$work/cpu-moe.log"
+  failed=1
+else
+  ref=cpu-moe
+  compare dev-moe 1e-5 1e-4 1e-4 || failed=1
+  ref=cpu-fp32
+fi
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

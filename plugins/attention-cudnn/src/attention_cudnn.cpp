@@ -45,11 +45,11 @@ void cuda_check(cudaError_t e, const std::string& what) {
       "attention/cudnn: " + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
-// Unique ids of the buffers in the variant pack. K and V appear twice in the backward
-// (as K^T / V^T for the score matmuls, as K for dQ): same memory, different descriptors.
-// What masked scores become: the most negative finite float, so exp() gives exactly 0 with
-// no inf arithmetic (no row is fully masked: causal here keeps the diagonal).
-constexpr float kMaskValue = std::numeric_limits<float>::lowest();
+// What masked scores become: -inf, as cudnn_frontend gives cuDNN >= 9.10 (no row is fully
+// masked: causal here keeps the diagonal, so every row's max is finite).
+constexpr float kMaskValue = -std::numeric_limits<float>::infinity();
+
+// Unique ids of the buffers and by-value scalars in the variant pack.
 
 enum Uid : int64_t {
   kQ = 1,
@@ -64,7 +64,8 @@ enum Uid : int64_t {
   kDK,
   kDV,
   kSum,
-  kK,
+  kOne,
+  kDQAccum,
   kV,
   kVirtual = 100  // virtual intermediates count up from here
 };
@@ -111,8 +112,7 @@ std::vector<int64_t> bhds_strides(const Shape& s, int64_t rows) {
   return {rows * s.H * s.D, s.D, 1, s.H * s.D};
 }
 
-// Scores (b,h,T,S) = scale * Q K^T, with the causal mask applied when asked: the shared
-// front of both passes. Returns the masked, scaled scores.
+// Scores (b,h,T,S) = scale * Q K^T, in f32: the shared front of both passes.
 const Desc& scaled_scores(Graph& g, std::vector<const Desc*>& ops, const Shape& s, const Desc& q,
                           const Desc& kt, const Desc& scale) {
   const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S};
@@ -121,26 +121,33 @@ const Desc& scaled_scores(Graph& g, std::vector<const Desc*>& ops, const Shape& 
   const Desc& scaled = g.virt("qk_scaled", sdims);
   ops.push_back(
       &g.add(cudnn_attn::pointwise("scale", CUDNN_POINTWISE_MUL, raw, &scale, nullptr, scaled)));
-  if (!s.causal) return scaled;
-  // mask = row >= col (T == S here); masked = mask ? scaled : lowest float (as cudnn_frontend
-  // does).
+  return scaled;
+}
+
+// The causal mask of `x` (T == S here): row >= col keeps x, the rest becomes -inf. The index
+// and comparison nodes are those cudnn_frontend's diagonal band mask lowers to (index
+// generation in f32 math with int32 outputs), which the fusion engine pattern-matches.
+const Desc& causal_mask(Graph& g, std::vector<const Desc*>& ops, const Shape& s, const Desc& x) {
+  const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S};
   const Desc& row = g.virt("row_index", sdims, CUDNN_DATA_INT32);
-  ops.push_back(&g.add(cudnn_attn::pointwise("gen row index", CUDNN_POINTWISE_GEN_INDEX, scaled,
-                                             nullptr, nullptr, row, CUDNN_DATA_INT32, 2)));
+  ops.push_back(&g.add(cudnn_attn::pointwise("gen row index", CUDNN_POINTWISE_GEN_INDEX, x, nullptr,
+                                             nullptr, row, CUDNN_DATA_FLOAT, 2)));
   const Desc& col = g.virt("col_index", sdims, CUDNN_DATA_INT32);
-  ops.push_back(&g.add(cudnn_attn::pointwise("gen col index", CUDNN_POINTWISE_GEN_INDEX, scaled,
-                                             nullptr, nullptr, col, CUDNN_DATA_INT32, 3)));
+  ops.push_back(&g.add(cudnn_attn::pointwise("gen col index", CUDNN_POINTWISE_GEN_INDEX, x, nullptr,
+                                             nullptr, col, CUDNN_DATA_FLOAT, 3)));
   const Desc& mask = g.virt("causal_mask", sdims, CUDNN_DATA_BOOLEAN);
   ops.push_back(&g.add(cudnn_attn::pointwise("row >= col", CUDNN_POINTWISE_CMP_GE, row, &col,
                                              nullptr, mask, CUDNN_DATA_BOOLEAN)));
   const Desc& neg_inf = g.scalar("neg_inf", kNegInf);
-  const Desc& masked = g.virt("qk_masked", sdims);
-  ops.push_back(&g.add(cudnn_attn::pointwise("causal select", CUDNN_POINTWISE_BINARY_SELECT, scaled,
+  const Desc& masked = g.virt("masked", sdims);
+  ops.push_back(&g.add(cudnn_attn::pointwise("causal select", CUDNN_POINTWISE_BINARY_SELECT, x,
                                              &neg_inf, &mask, masked)));
   return masked;
 }
 
-// Forward: stats = max + log(sum exp(x - max)), P = exp(x - max) / sum, O = P V.
+// Forward: stats = max + log(sum exp(x - max)), P = exp(x - max) / sum, O = P V. P enters
+// the second matmul in the i/o dtype: cuDNN's fused engine takes that matmul's A operand only
+// so (cudnn_frontend casts it the same way), with f32 accumulation.
 void build_forward(Graph& g, cudnnHandle_t h, const Shape& s) {
   const cudnnDataType_t io = s.f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
   const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S}, rdims{s.B, s.H, s.T, 1};
@@ -151,11 +158,13 @@ void build_forward(Graph& g, cudnnHandle_t h, const Shape& s) {
   const Desc& o = g.buffer("o", kO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& stats = g.buffer("stats", kStats, CUDNN_DATA_FLOAT, rdims, {s.H * s.T, s.T, 1, 1});
   const Desc& scale = g.scalar("attn_scale", kScale);
-  const Desc& x = scaled_scores(g, ops, s, q, kt, scale);
+  const Desc* x = &scaled_scores(g, ops, s, q, kt, scale);
+  if (s.causal) x = &causal_mask(g, ops, s, *x);
   const Desc& mx = g.virt("row_max", rdims);
-  ops.push_back(&g.add(cudnn_attn::reduction("row max", CUDNN_REDUCE_TENSOR_MAX, x, mx)));
+  ops.push_back(&g.add(cudnn_attn::reduction("row max", CUDNN_REDUCE_TENSOR_MAX, *x, mx)));
   const Desc& xm = g.virt("x_minus_max", sdims);
-  ops.push_back(&g.add(cudnn_attn::pointwise("x - max", CUDNN_POINTWISE_SUB, x, &mx, nullptr, xm)));
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("x - max", CUDNN_POINTWISE_SUB, *x, &mx, nullptr, xm)));
   const Desc& e = g.virt("exp", sdims);
   ops.push_back(&g.add(cudnn_attn::pointwise("exp", CUDNN_POINTWISE_EXP, xm, nullptr, nullptr, e)));
   const Desc& sum = g.virt("row_sum", rdims);
@@ -165,15 +174,21 @@ void build_forward(Graph& g, cudnnHandle_t h, const Shape& s) {
       &g.add(cudnn_attn::pointwise("log", CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, lg)));
   ops.push_back(
       &g.add(cudnn_attn::pointwise("stats", CUDNN_POINTWISE_ADD, mx, &lg, nullptr, stats)));
-  const Desc& p = g.virt("probs", sdims);
+  const Desc& p = g.virt("probs", sdims, io);
   ops.push_back(&g.add(cudnn_attn::pointwise("softmax", CUDNN_POINTWISE_DIV, e, &sum, nullptr, p)));
   ops.push_back(&g.add(cudnn_attn::matmul("bmm p@v", p, v, o)));
   g.plan = cudnn_attn::make_plan(h, ops, "forward");
 }
 
-// Backward (FlashAttention-2): sum_i = rowsum(dO * O) (into a f32 buffer of ours),
-// P = exp(x - stats), dV = P^T dO, dP = dO V^T, dS = scale * P * (dP - sum),
-// dQ = dS K, dK = dS^T Q.
+// Backward (FlashAttention-2), node for node as cudnn_frontend's composite SDPA backward
+// lowers it for cuDNN >= 9.6 without dropout or dP workspace:
+//   softmax_sum = rowsum(dO * O) * 1        (f32 buffer of ours)
+//   P = exp(mask(scale * Q K^T - stats))    (f32)
+//   dV = P^T dO                              (P^T a reshape, in the i/o dtype)
+//   dS = (dO V^T - softmax_sum) * P * scale  (f32)
+//   dK = dS^T Q                              (dS^T a reshape, in the i/o dtype)
+//   dQ_accum = dS K, dQ = identity(dQ_accum) (K a reshape of the K^T buffer; dQ_accum an f32
+//                                             buffer of ours)
 void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
   const cudnnDataType_t io = s.f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
   const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S}, rdims{s.B, s.H, s.T, 1};
@@ -181,40 +196,50 @@ void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
   std::vector<const Desc*> ops;
   const Desc& q = g.buffer("q", kQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& kt = g.buffer("k^T", kKT, io, bhds_dims(s, s.S), bhds_strides(s, s.S));
-  const Desc& k = g.buffer("k", kK, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
   const Desc& vt = g.buffer("v^T", kVT, io, bhds_dims(s, s.S), bhds_strides(s, s.S));
   const Desc& o = g.buffer("o", kO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& dout = g.buffer("dO", kDO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& stats = g.buffer("stats", kStats, CUDNN_DATA_FLOAT, rdims, rstrides);
   const Desc& rowsum = g.buffer("softmax_sum", kSum, CUDNN_DATA_FLOAT, rdims, rstrides);
+  const Desc& dq_acc = g.buffer("dQ_accum", kDQAccum, CUDNN_DATA_FLOAT, bhsd_dims(s, s.T),
+                                {s.H * s.T * s.D, s.T * s.D, s.D, 1});
   const Desc& dq = g.buffer("dQ", kDQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& dk = g.buffer("dK", kDK, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
   const Desc& dv = g.buffer("dV", kDV, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
   const Desc& scale = g.scalar("attn_scale", kScale);
+  const Desc& one = g.scalar("one", kOne);
 
-  const Desc& dot = g.virt("dO*O", bhsd_dims(s, s.T));
+  // softmax_sum. The product's strides are the frontend's (virtual: layout is the engine's).
+  const Desc& dot =
+      g.add(cudnn_attn::tensor("dO*O", g.next_virtual++, CUDNN_DATA_FLOAT, bhsd_dims(s, s.T),
+                               {s.H * s.T * s.D, s.T * s.D, s.H * s.D, 1}, Kind::Virtual));
   ops.push_back(
       &g.add(cudnn_attn::pointwise("dO * O", CUDNN_POINTWISE_MUL, dout, &o, nullptr, dot)));
-  ops.push_back(
-      &g.add(cudnn_attn::reduction("rowsum(dO*O)", CUDNN_REDUCE_TENSOR_ADD, dot, rowsum)));
+  const Desc& red = g.virt("rowsum(dO*O)", rdims);
+  ops.push_back(&g.add(cudnn_attn::reduction("rowsum(dO*O)", CUDNN_REDUCE_TENSOR_ADD, dot, red)));
+  ops.push_back(&g.add(
+      cudnn_attn::pointwise("softmax_sum", CUDNN_POINTWISE_MUL, red, &one, nullptr, rowsum)));
 
+  // P
   const Desc& x = scaled_scores(g, ops, s, q, kt, scale);
-  const Desc& xs = g.virt("x_minus_stats", sdims);
+  const Desc* xs = &g.virt("x_minus_stats", sdims);
   ops.push_back(
-      &g.add(cudnn_attn::pointwise("x - stats", CUDNN_POINTWISE_SUB, x, &stats, nullptr, xs)));
+      &g.add(cudnn_attn::pointwise("x - stats", CUDNN_POINTWISE_SUB, x, &stats, nullptr, *xs)));
+  if (s.causal) xs = &causal_mask(g, ops, s, *xs);
   const Desc& p = g.virt("probs", sdims);
-  ops.push_back(&g.add(cudnn_attn::pointwise("exp", CUDNN_POINTWISE_EXP, xs, nullptr, nullptr, p)));
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("exp", CUDNN_POINTWISE_EXP, *xs, nullptr, nullptr, p)));
 
-  // (b,h,S,T) views of (b,h,T,S) virtuals: same memory order, last two strides swapped.
+  // (b,h,S,T) views of (b,h,T,S) virtuals, in the i/o dtype: last two strides swapped.
   auto transposed = [&](const char* name, const Desc& src) -> const Desc& {
-    const Desc& t =
-        g.add(cudnn_attn::tensor(name, g.next_virtual++, CUDNN_DATA_FLOAT, {s.B, s.H, s.S, s.T},
-                                 {s.H * s.T * s.S, s.T * s.S, 1, s.S}, Kind::Virtual));
-    ops.push_back(&g.add(cudnn_attn::reshape(std::string("transpose ") + name, src, t)));
+    const Desc& t = g.add(cudnn_attn::tensor(name, g.next_virtual++, io, {s.B, s.H, s.S, s.T},
+                                             {s.H * s.T * s.S, s.T * s.S, 1, s.S}, Kind::Virtual));
+    ops.push_back(&g.add(cudnn_attn::reshape(std::string("reshape ") + name, src, t)));
     return t;
   };
   ops.push_back(&g.add(cudnn_attn::matmul("bmm p^T@dO", transposed("p^T", p), dout, dv)));
 
+  // dS
   const Desc& dp = g.virt("dP", sdims);
   ops.push_back(&g.add(cudnn_attn::matmul("bmm dO@v^T", dout, vt, dp)));
   const Desc& dpm = g.virt("dP-sum", sdims);
@@ -222,12 +247,19 @@ void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
       &g.add(cudnn_attn::pointwise("dP - sum", CUDNN_POINTWISE_SUB, dp, &rowsum, nullptr, dpm)));
   const Desc& ds = g.virt("dS_unscaled", sdims);
   ops.push_back(
-      &g.add(cudnn_attn::pointwise("P * (dP - sum)", CUDNN_POINTWISE_MUL, p, &dpm, nullptr, ds)));
+      &g.add(cudnn_attn::pointwise("(dP - sum) * P", CUDNN_POINTWISE_MUL, dpm, &p, nullptr, ds)));
   const Desc& dss = g.virt("dS", sdims);
   ops.push_back(
       &g.add(cudnn_attn::pointwise("dS * scale", CUDNN_POINTWISE_MUL, ds, &scale, nullptr, dss)));
-  ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq)));
   ops.push_back(&g.add(cudnn_attn::matmul("bmm dS^T@q", transposed("dS^T", dss), q, dk)));
+
+  // dQ through the f32 accumulator.
+  const Desc& k = g.add(cudnn_attn::tensor("k", g.next_virtual++, io, bhsd_dims(s, s.S),
+                                           bhsd_strides(s, s.S), Kind::Virtual));
+  ops.push_back(&g.add(cudnn_attn::reshape("reshape k^T -> k", kt, k)));
+  ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq_acc)));
+  ops.push_back(
+      &g.add(cudnn_attn::pointwise("dQ", CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, nullptr, dq)));
   g.plan = cudnn_attn::make_plan(h, ops, "backward");
 }
 
@@ -273,7 +305,7 @@ class CudnnAttention {
   ~CudnnAttention() {
     graphs_.clear();                     // plans before the handle
     if (handle_) cudnnDestroy(handle_);  // the stream is the backend's
-    for (void* p : {workspace_, rowsum_, lse_}) cudaFree(p);
+    for (void* p : {workspace_, rowsum_, lse_, dq_acc_}) cudaFree(p);
   }
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -306,11 +338,17 @@ class CudnnAttention {
     check_operand(a.dv, "dv", dt, {s.B, s.S, s.H, s.D});
     Graph& g = graph(s, /*backward=*/true);
     void* rowsum = grow(rowsum_, rowsum_bytes_, s.B * s.H * s.T * 4, "softmax_sum");
-    float scale = static_cast<float>(a.scale), neg_inf = kMaskValue;
-    std::vector<int64_t> uids{kQ, kKT, kK, kVT, kO, kDO, kStats, kSum, kDQ, kDK, kDV, kScale};
-    std::vector<void*> ptrs{data(a.q),   data(a.k),    data(a.k),   data(a.v),
-                            data(a.out), data(a.dout), data(a.lse), rowsum,
-                            data(a.dq),  data(a.dk),   data(a.dv),  &scale};
+    const int64_t acc_bytes = s.B * s.H * s.T * s.D * 4;
+    void* dq_acc = grow(dq_acc_, dq_acc_bytes_, acc_bytes, "dQ accumulator");
+    // cuDNN >= 9.6 initialises the accumulator itself; zeroing it keeps older 9.x right too.
+    cuda_check(cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(acc_bytes), stream_),
+               "zero the dQ accumulator");
+    float scale = static_cast<float>(a.scale), one = 1.0f, neg_inf = kMaskValue;
+    std::vector<int64_t> uids{kQ,  kKT, kVT, kO,     kDO,  kStats,  kSum,
+                              kDQ, kDK, kDV, kScale, kOne, kDQAccum};
+    std::vector<void*> ptrs{data(a.q),   data(a.k), data(a.v),  data(a.out), data(a.dout),
+                            data(a.lse), rowsum,    data(a.dq), data(a.dk),  data(a.dv),
+                            &scale,      &one,      dq_acc};
     if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
     run(g, uids, ptrs, "backward");
   }
@@ -383,7 +421,8 @@ class CudnnAttention {
   void* workspace_ = nullptr;
   void* rowsum_ = nullptr;
   void* lse_ = nullptr;
-  int64_t workspace_bytes_ = 0, rowsum_bytes_ = 0, lse_bytes_ = 0;
+  void* dq_acc_ = nullptr;
+  int64_t workspace_bytes_ = 0, rowsum_bytes_ = 0, lse_bytes_ = 0, dq_acc_bytes_ = 0;
 };
 
 CudnnAttention* cast(loom_attention* a) { return reinterpret_cast<CudnnAttention*>(a); }

@@ -181,8 +181,10 @@ inline Plan make_plan(cudnnHandle_t handle, const std::vector<const Desc*>& ops,
   check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
         what + ": count engine configs");
+  // No engine for a graph this plugin built for a case it accepts is its own fault (a graph
+  // the engines do not recognise), never a limit to refuse by name: INTERNAL, not UNIMPLEMENTED.
   if (count <= 0)
-    throw loom::Error(LOOM_ERR_UNIMPLEMENTED,
+    throw loom::Error(LOOM_ERR_INTERNAL,
                       "attention/cudnn: " + what + ": cuDNN offers no engine for this graph");
   std::vector<Desc> cfgs;
   std::vector<cudnnBackendDescriptor_t> raw_cfgs;
@@ -197,6 +199,11 @@ inline Plan make_plan(cudnnHandle_t handle, const std::vector<const Desc*>& ops,
 
   // The first config that finalizes wins; keep the last failure for the message.
   std::string last = "no engine config";
+  if (got == 0) {  // cuDNN's own reason for offering none, when it gives one
+    char msg[512] = {0};
+    cudnnGetLastErrorString(msg, sizeof(msg));
+    if (msg[0]) last += std::string(": ") + msg;
+  }
   for (int64_t i = 0; i < got; ++i) {
     Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what + " execution plan");
     plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
@@ -217,9 +224,9 @@ inline Plan make_plan(cudnnHandle_t handle, const std::vector<const Desc*>& ops,
     p.workspace = ws;
     return p;
   }
-  throw loom::Error(LOOM_ERR_UNIMPLEMENTED, "attention/cudnn: " + what + ": none of " +
-                                                std::to_string(got) +
-                                                " engine configs finalized (last: " + last + ")");
+  throw loom::Error(LOOM_ERR_INTERNAL, "attention/cudnn: " + what + ": none of " +
+                                           std::to_string(got) +
+                                           " engine configs finalized (last: " + last + ")");
 }
 
 // Runs a plan with (uid, pointer) pairs and the workspace.

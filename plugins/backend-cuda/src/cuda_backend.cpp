@@ -351,7 +351,7 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,  // not written for CUDA until a GPU session can verify them
     nullptr,
     nullptr,
-    nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (not yet run on a GPU)
+    nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (the SDK's loop)
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
