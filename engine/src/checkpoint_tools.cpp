@@ -125,7 +125,9 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
                                 LOOM_RECOMPUTE_NONE,
                                 0,
                                 0,
-                                0};
+                                0,
+                                nullptr,
+                                nullptr};
     auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};

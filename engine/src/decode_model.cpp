@@ -115,7 +115,9 @@ void DecodeModel::load_one_rank(Registry& registry) {
                                LOOM_RECOMPUTE_NONE,
                                0,
                                0,
-                               0};
+                               0,
+                               nullptr,
+                               nullptr};
   const loom_model_api* mapi = nullptr;
   std::tie(mapi, model) = session_->model(margs);
   for (size_t i = 0; i < mapi->num_params(model); ++i) {

@@ -6,8 +6,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "errors.hpp"
 #include "train_run.hpp"
@@ -34,6 +36,26 @@ std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
     terms[i].count = sums[2 * i + 1];
   }
   return terms;
+}
+
+// The training micro-batches of a step, with gradient readiness passed on to the strategy
+// (TrainRun::on_grad_ready) while they run.
+std::vector<LossTerm> train_micro(TrainRun& r) {
+  std::fill(r.ready_count.begin(), r.ready_count.end(), 0);
+  struct Scope {
+    bool& on;
+    explicit Scope(bool& b) : on(b) { on = true; }
+    ~Scope() { on = false; }
+  } ready(r.forward_ready);
+  std::vector<LossTerm> losses = run_micro(r, r.num_micro, false);
+  if (!r.ready_error.empty()) throw RunError(std::exchange(r.ready_error, std::string()));
+  // The end of the backward passes on the clock grad/ddp's debug lines use (a traced run,
+  // tests/parallel/overlap_grad_reduce.sh, sets them against each other).
+  spdlog::debug(
+      "t={:.0f}us backward passes done",
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+  return losses;
 }
 
 // The squared global gradient norm: each gradient counted once, summed over the ranks that
@@ -73,7 +95,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
-  const std::vector<LossTerm> losses = run_micro(r, r.num_micro, false);
+  const std::vector<LossTerm> losses = train_micro(r);
   r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
@@ -116,6 +138,41 @@ StepStats train_step(TrainRun& r, int64_t it) {
 }
 
 }  // namespace
+
+// A chunk's announcement: its get_param indices [first, first + count) are complete for this
+// backward pass. Counted per gradient; runs of gradients the step's last pass completed go to
+// the strategy. Errors wait for the end of the micro-batches (this is a C callback).
+void TrainRun::on_grad_ready(void* user, int64_t first, int64_t count) {
+  const ReadyChunk& rc = *static_cast<const ReadyChunk*>(user);
+  TrainRun& r = *rc.run;
+  const auto [papi, par] = r.grad_strategy;
+  if (!r.forward_ready || !r.ready_error.empty() || papi == nullptr ||
+      papi->struct_size < LOOM_GRAD_API_SIZE_V2_12 || papi->grad_ready == nullptr)
+    return;
+  const std::vector<int64_t>& grad_of = r.grad_of[rc.chunk];
+  int64_t run_first = 0, run_count = 0;
+  auto flush = [&] {
+    if (run_count == 0) return;
+    try {
+      check(papi->grad_ready(par, run_first, run_count), "starting a gradient reduction");
+    } catch (const std::exception& e) {
+      r.ready_error = e.what();
+    }
+    run_count = 0;
+  };
+  for (int64_t i = std::max<int64_t>(first, 0); i < first + count && i < (int64_t)grad_of.size();
+       ++i) {
+    const int64_t g = grad_of[(size_t)i];
+    if (g < 0 || ++r.ready_count[(size_t)g] != r.num_micro) continue;
+    if (run_count > 0 && run_first + run_count == g) {
+      ++run_count;
+    } else {
+      flush();
+      run_first = g, run_count = 1;
+    }
+  }
+  flush();
+}
 
 void dry_step(TrainRun& r) {
   for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");

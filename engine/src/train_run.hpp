@@ -166,6 +166,20 @@ struct TrainRun {
   std::vector<DLTensor*> grads, values;
   int64_t local_params = 0;
   double grad_plugin_bytes = 0;  // the gradient plugin's own backend allocations
+  // Gradient readiness (ABI 2.12): each backward pass, the model chunks announce the
+  // parameters whose gradients they completed (loom_model_create_args.grad_ready); a gradient
+  // that the step's last pass announced is final, and runs of final ones go to the strategy's
+  // grad_ready, which may start reducing them while the backward pass goes on.
+  struct ReadyChunk {
+    TrainRun* run;
+    size_t chunk;
+  };
+  std::vector<ReadyChunk> ready_chunks;       // the callbacks' user data, one per chunk
+  std::vector<std::vector<int64_t>> grad_of;  // per chunk: get_param index -> grads index, or -1
+  std::vector<int64_t> ready_count;           // this step: the passes that announced each gradient
+  bool forward_ready = false;                 // inside a training step's micro-batches
+  std::string ready_error;                    // the strategy's grad_ready error, raised after them
+  static void on_grad_ready(void* user, int64_t first, int64_t count);
   bool walk_through = false;
 
   // Gradient strategy, optimizer and schedule.

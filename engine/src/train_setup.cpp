@@ -282,8 +282,9 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
 // strategy over their gradients.
 void TrainRun::create_model(int64_t vocab) {
   const int stages = layout.pipeline * layout.virtual_stages;
+  for (int v = 0; v < layout.virtual_stages; ++v) ready_chunks.push_back({this, (size_t)v});
   for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_10,
+    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_12,
                                  vocab,
                                  seq_len,
                                  mbs,
@@ -293,8 +294,12 @@ void TrainRun::create_model(int64_t vocab) {
                                  LOOM_RECOMPUTE_NONE,
                                  0,
                                  0,
-                                 0};
+                                 0,
+                                 nullptr,
+                                 nullptr};
     set_recompute(recipe, margs);
+    margs.grad_ready = &TrainRun::on_grad_ready;
+    margs.grad_ready_user = &ready_chunks[(size_t)v];
     auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
     mapi = api;
     chunks.push_back(m);
@@ -305,14 +310,18 @@ void TrainRun::create_model(int64_t vocab) {
                      " leaves a stage slot NULL (stage_info, stage_forward, stage_backward, "
                      "finish_grads): ABI 2 drives every model through its stages");
 
-  for (loom_model* m : chunks)
+  for (loom_model* m : chunks) {
+    grad_of.emplace_back();
     for (size_t i = 0; i < mapi->num_params(m); ++i) {
       loom_model_param p{};
       p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_9;
       check(mapi->get_param(m, i, &p), "listing model parameters");
       check_param_groups(p, recipe.plugin("model"));
+      grad_of.back().push_back(p.buffer ? -1 : (int64_t)params.size());
       (p.buffer ? buffers : params).push_back(p);
     }
+  }
+  ready_count.assign(params.size(), 0);
   std::vector<int32_t> reduce_groups;
   const bool has_experts = std::any_of(params.begin(), params.end(), [](const auto& p) {
     return p.reduce_group == LOOM_GROUP_EXPERT_DATA;

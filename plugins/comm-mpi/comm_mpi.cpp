@@ -13,6 +13,8 @@
 //  - group_create is MPI_Comm_split(world, colors[rank], key = world rank): group ranks
 //    follow world order. A NULL group means the world.
 //  - AVG is SUM followed by a division by the group size (integer division for i32).
+//  - ABI 2.12's start/wait/test run all_reduce, reduce_scatter and all_gather through
+//    MPI_Iallreduce & co. with the same staging (16-bit widening, aliasing copies, AVG).
 //  - Argument errors (dtype, shape, device, op) are found before any MPI call; they are the
 //    same on every rank when every rank passes matching tensors, so no rank is left
 //    waiting in a collective the others skipped.
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -281,69 +284,139 @@ int group_size(loom_comm* c, loom_comm_group* g) {
 
 const loom_host* host_of(loom_comm* c) { return cast(c)->host(); }
 
-loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op, void*) {
+// One all_reduce, reduce_scatter or all_gather, checked and staged for MPI: what MPI reads
+// (`in`) and writes (`out`), 16-bit floats widened to f32 copies, `in` copied aside when it
+// shares memory with `out`; finish() divides for AVG and rounds 16-bit results back into
+// the caller's tensor. The blocking calls run it with MPI_Allreduce & co., start with
+// MPI_Iallreduce & co. and a request that owns it until wait.
+struct Staged : loom_comm_request {
+  int32_t call = LOOM_COMM_CALL_ALL_REDUCE;
+  const char* fn = "";
+  MPI_Comm comm = MPI_COMM_NULL;
+  int n = 1;  // group size
+  loom_reduce_op op = LOOM_REDUCE_SUM;
+  Buf in{}, out{}, user_out{};
+  std::vector<float> wide_in, wide_out;
+  std::vector<char> scratch;
+  MPI_Request req = MPI_REQUEST_NULL;
+
+  // The blocking MPI call.
+  void run() {
+    if (call == LOOM_COMM_CALL_ALL_REDUCE)
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, out.ptr, out.count, out.type, mpi_op(op), comm), fn,
+                "MPI_Allreduce");
+    else if (call == LOOM_COMM_CALL_REDUCE_SCATTER)
+      mpi_check(MPI_Reduce_scatter_block(in.ptr, out.ptr, out.count, out.type, mpi_op(op), comm),
+                fn, "MPI_Reduce_scatter_block");
+    else
+      mpi_check(MPI_Allgather(in.ptr, in.count, in.type, out.ptr, in.count, out.type, comm), fn,
+                "MPI_Allgather");
+  }
+  // The non-blocking one, into `req`.
+  void begin() {
+    if (call == LOOM_COMM_CALL_ALL_REDUCE)
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, out.ptr, out.count, out.type, mpi_op(op), comm, &req),
+                fn, "MPI_Iallreduce");
+    else if (call == LOOM_COMM_CALL_REDUCE_SCATTER)
+      mpi_check(
+          MPI_Ireduce_scatter_block(in.ptr, out.ptr, out.count, out.type, mpi_op(op), comm, &req),
+          fn, "MPI_Ireduce_scatter_block");
+    else
+      mpi_check(MPI_Iallgather(in.ptr, in.count, in.type, out.ptr, in.count, out.type, comm, &req),
+                fn, "MPI_Iallgather");
+  }
+  void finish() {
+    if (call != LOOM_COMM_CALL_ALL_GATHER && op == LOOM_REDUCE_AVG) average(out, n);
+    if (user_out.half() && call != LOOM_COMM_CALL_ALL_GATHER) narrow(wide_out, user_out);
+  }
+};
+
+std::unique_ptr<Staged> stage(MpiComm* m, loom_comm_group* g, int32_t call, const DLTensor* in,
+                              DLTensor* out, int32_t op, const char* fn) {
+  auto s = std::make_unique<Staged>();
+  s->call = call;
+  s->fn = fn;
+  s->comm = m->comm(g);
+  s->n = comm_size(s->comm);
+  const bool reduces = call != LOOM_COMM_CALL_ALL_GATHER;
+  if (reduces) s->op = check_op(op, fn);
+  const bool in_place = call == LOOM_COMM_CALL_ALL_REDUCE;
+  s->user_out = check_tensor(out, fn, in_place ? "tensor" : "out");
+  const Buf user_in = in_place ? s->user_out : check_tensor(in, fn, "in");
+  if (!in_place) check_same_dtype(in, out, fn);
+  // 16-bit floats reduce as f32 copies (the input copy also ends any aliasing with out).
+  const bool wide = reduces && s->user_out.half();
+  if (wide && in_place) {
+    s->wide_out = widen(user_in);
+  } else if (wide) {
+    s->wide_in = widen(user_in);
+    s->wide_out.resize(static_cast<size_t>(s->user_out.count));
+  }
+  s->out = wide ? as_f32(s->user_out, s->wide_out) : s->user_out;
+  s->in = wide && !in_place ? as_f32(user_in, s->wide_in) : user_in;
+  const int64_t each = call == LOOM_COMM_CALL_ALL_GATHER ? s->in.count : s->out.count;
+  const int64_t whole = call == LOOM_COMM_CALL_ALL_GATHER ? s->out.count : s->in.count;
+  if (call != LOOM_COMM_CALL_ALL_REDUCE)
+    loom::require(
+        each * s->n == whole,
+        std::string("comm/mpi: ") + fn + ": " +
+            (call == LOOM_COMM_CALL_ALL_GATHER ? "out " + shape_str(out) : "in " + shape_str(in)) +
+            " must hold group size (" + std::to_string(s->n) + ") times " +
+            (call == LOOM_COMM_CALL_ALL_GATHER ? "in's " : "out's ") + std::to_string(each) +
+            " elements, but holds " + std::to_string(whole));
+  if (!in_place && overlap(s->in, s->out)) {  // MPI forbids aliasing: read a copy
+    s->scratch.assign(s->in.ptr, s->in.ptr + s->in.nbytes);
+    s->in.ptr = s->scratch.data();
+  }
+  return s;
+}
+
+// The blocking form of a staged call.
+loom_error* blocking(loom_comm* c, loom_comm_group* g, int32_t call, const DLTensor* in,
+                     DLTensor* out, int32_t op, const char* fn) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const loom_reduce_op o = check_op(op, "all_reduce");
-    const Buf b16 = check_tensor(t, "all_reduce", "tensor");
-    std::vector<float> wide;
-    if (b16.half()) wide = widen(b16);
-    const Buf b = b16.half() ? as_f32(b16, wide) : b16;
-    MPI_Comm comm = m->comm(g);
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, b.ptr, b.count, b.type, mpi_op(o), comm), "all_reduce",
-              "MPI_Allreduce");
-    if (o == LOOM_REDUCE_AVG) average(b, comm_size(comm));
-    if (b16.half()) narrow(wide, b16);
+    const std::unique_ptr<Staged> s = stage(m, g, call, in, out, op, fn);
+    s->run();
+    s->finish();
   });
 }
 
+loom_error* all_reduce(loom_comm* c, loom_comm_group* g, DLTensor* t, int32_t op, void*) {
+  return blocking(c, g, LOOM_COMM_CALL_ALL_REDUCE, nullptr, t, op, "all_reduce");
+}
 loom_error* reduce_scatter(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
                            int32_t op, void*) {
-  MpiComm* m = cast(c);
-  return loom::guard(m->host(), [&] {
-    const loom_reduce_op o = check_op(op, "reduce_scatter");
-    const Buf bi16 = check_tensor(in, "reduce_scatter", "in");
-    const Buf bo16 = check_tensor(out, "reduce_scatter", "out");
-    check_same_dtype(in, out, "reduce_scatter");
-    // 16-bit floats reduce as f32 copies (the input copy also ends any aliasing with out)
-    std::vector<float> wide_in, wide_out;
-    if (bi16.half()) {
-      wide_in = widen(bi16);
-      wide_out.resize(static_cast<size_t>(bo16.count));
-    }
-    const Buf bi = bi16.half() ? as_f32(bi16, wide_in) : bi16;
-    const Buf bo = bo16.half() ? as_f32(bo16, wide_out) : bo16;
-    MPI_Comm comm = m->comm(g);
-    const int n = comm_size(comm);
-    loom::require(static_cast<int64_t>(bo.count) * n == bi.count,
-                  "comm/mpi: reduce_scatter: in " + shape_str(in) + " must hold group size (" +
-                      std::to_string(n) + ") times out's " + std::to_string(bo.count) +
-                      " elements, but holds " + std::to_string(bi.count));
-    std::vector<char> scratch;
-    mpi_check(MPI_Reduce_scatter_block(source(bi, bo, scratch), bo.ptr, bo.count, bo.type,
-                                       mpi_op(o), comm),
-              "reduce_scatter", "MPI_Reduce_scatter_block");
-    if (o == LOOM_REDUCE_AVG) average(bo, n);
-    if (bo16.half()) narrow(wide_out, bo16);
-  });
+  return blocking(c, g, LOOM_COMM_CALL_REDUCE_SCATTER, in, out, op, "reduce_scatter");
+}
+loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out, void*) {
+  return blocking(c, g, LOOM_COMM_CALL_ALL_GATHER, in, out, 0, "all_gather");
 }
 
-loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out, void*) {
+// ABI 2.12: the same calls through MPI's non-blocking collectives. MPI progresses them inside
+// its calls (test drives them; Open MPI has no progress thread by default).
+loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a, loom_comm_request** out) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const Buf bi = check_tensor(in, "all_gather", "in");
-    const Buf bo = check_tensor(out, "all_gather", "out");
-    check_same_dtype(in, out, "all_gather");
-    MPI_Comm comm = m->comm(g);
-    const int n = comm_size(comm);
-    loom::require(static_cast<int64_t>(bi.count) * n == bo.count,
-                  "comm/mpi: all_gather: out " + shape_str(out) + " must hold group size (" +
-                      std::to_string(n) + ") times in's " + std::to_string(bi.count) +
-                      " elements, but holds " + std::to_string(bo.count));
-    std::vector<char> scratch;
-    mpi_check(
-        MPI_Allgather(source(bi, bo, scratch), bi.count, bi.type, bo.ptr, bi.count, bo.type, comm),
-        "all_gather", "MPI_Allgather");
+    const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
+                     : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
+                                                             : "start(all_gather)";
+    std::unique_ptr<Staged> s = stage(m, a->group, call, a->in, a->out, a->op, fn);
+    s->begin();
+    *out = s.release();
+  });
+}
+loom_error* wait(loom_comm* c, loom_comm_request* r) {
+  return loom::guard(cast(c)->host(), [&] {
+    Staged* s = static_cast<Staged*>(r);
+    mpi_check(MPI_Wait(&s->req, MPI_STATUS_IGNORE), s->fn, "MPI_Wait");
+    s->finish();
+  });
+}
+loom_error* test(loom_comm* c, loom_comm_request* r, int* done) {
+  return loom::guard(cast(c)->host(), [&] {
+    Staged* s = static_cast<Staged*>(r);
+    mpi_check(MPI_Test(&s->req, done, MPI_STATUS_IGNORE), s->fn, "MPI_Test");
   });
 }
 
@@ -447,7 +520,8 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
 
 constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank,   group_create,
                                  all_reduce, reduce_scatter, all_gather, broadcast,    all_to_all,
-                                 barrier,    send,           recv,       all_to_all_v, group_size};
+                                 barrier,    send,           recv,       all_to_all_v, group_size,
+                                 start,      wait,           test};
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

@@ -20,6 +20,9 @@
 //    watching ncclCommGetAsyncError meanwhile: a communicator that fails asynchronously is
 //    aborted and every later call on it says so instead of hanging. (An enqueued call's
 //    asynchronous error surfaces at the group's next blocking call.)
+//  - ABI 2.12's start runs all_reduce, reduce_scatter and all_gather on a stream of the
+//    group's own that first waits for the caller's stream, and returns; wait hands the
+//    result back to the caller's stream with an event (or blocks on it without one).
 //  - AVG is ncclAvg, on floating-point tensors only: NCCL's integer average (a post-division)
 //    is defined for unsigned types alone, so integer AVG is refused rather than rounded one
 //    way here and another in comm/mpi.
@@ -63,12 +66,14 @@ struct loom_comm_group {
   int size = 1;
   std::unique_ptr<DeviceBuffer> flag;  // barrier's all-reduced integer
   std::string aborted;                 // why NCCL was aborted; empty while usable
+  cudaStream_t side = nullptr;         // started calls run here (ABI 2.12), made on first use
 
   ~loom_comm_group() {
     DeviceGuard on(device, false);
     if (nccl != nullptr) ncclCommDestroy(nccl);  // every call already waited: nothing pending
     flag.reset();
     if (stream != nullptr) cudaStreamDestroy(stream);
+    if (side != nullptr) cudaStreamDestroy(side);
   }
 };
 
@@ -102,11 +107,13 @@ std::unique_ptr<loom_comm_group> make_group(std::unique_ptr<Bootstrap> bootstrap
   return g;
 }
 
-// Blocks until the group's stream is idle, failing (and aborting the communicator) when
-// NCCL reports an asynchronous error, e.g. a peer that died.
-void wait(loom_comm_group& g, const char* fn) {
+// Blocks until `query` (a cudaStreamQuery or cudaEventQuery of the group's work) says done,
+// failing (and aborting the communicator) when NCCL reports an asynchronous error, e.g. a
+// peer that died.
+template <class Query>
+void wait_until(loom_comm_group& g, const char* fn, Query&& query) {
   for (;;) {
-    const cudaError_t e = cudaStreamQuery(g.stream);
+    const cudaError_t e = query();
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) cuda_check(e, fn, "cudaStreamQuery");
     ncclResult_t async = ncclSuccess;
@@ -122,6 +129,10 @@ void wait(loom_comm_group& g, const char* fn) {
     std::this_thread::yield();
   }
 }
+// Blocks until the group's stream is idle.
+void wait_idle(loom_comm_group& g, const char* fn) {
+  wait_until(g, fn, [&] { return cudaStreamQuery(g.stream); });
+}
 
 // Enqueues one NCCL call (or a group of them) on `s`; waits for it when `s` is the group's
 // own stream (the caller gave none), and returns at once on the caller's.
@@ -133,7 +144,7 @@ void run(loom_comm_group& g, cudaStream_t s, const char* fn, const char* call, E
              "); recreate the comm");
   DeviceGuard on(g.device);
   nccl_check(enqueue(), fn, call, g.nccl);
-  if (s == g.stream) wait(g, fn);
+  if (s == g.stream) wait_idle(g, fn);
 }
 
 // The stream a call runs on: the caller's, else the group's own.
@@ -489,10 +500,74 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
-constexpr loom::CommCalls kCalls{"comm/nccl",  true,         host_of,        world_rank,
-                                 group_create, all_reduce,   reduce_scatter, all_gather,
-                                 broadcast,    all_to_all,   barrier,        send,
-                                 recv,         all_to_all_v, group_size};
+// ABI 2.12: a started call runs on the group's side stream, which first waits for the work
+// already on the caller's stream (the group's own when the caller gave none); an event on
+// the side stream marks its end. wait makes the caller's stream wait for that event (and
+// returns), or blocks on it when the call was started without a stream.
+struct NcclRequest : loom_comm_request {
+  loom_comm_group* group = nullptr;
+  cudaStream_t caller = nullptr;  // the stream given to start; NULL: wait blocks
+  cudaEvent_t end = nullptr;
+  const char* fn = "";
+  ~NcclRequest() override {
+    if (end != nullptr) cudaEventDestroy(end);
+  }
+};
+
+loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a, loom_comm_request** out) {
+  NcclComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    loom_comm_group& G = m->group(a->group);
+    const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
+                     : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
+                                                             : "start(all_gather)";
+    DeviceGuard on(G.device);
+    if (G.side == nullptr)
+      cuda_check(cudaStreamCreateWithFlags(&G.side, cudaStreamNonBlocking), fn,
+                 "cudaStreamCreateWithFlags");
+    auto r = std::make_unique<NcclRequest>();
+    r->group = &G;
+    r->caller = static_cast<cudaStream_t>(a->stream);
+    r->fn = fn;
+    cuda_check(cudaEventCreateWithFlags(&r->end, cudaEventDisableTiming), fn, "cudaEventCreate");
+    // The side stream waits for what is on the caller's stream now (r->end serves as the
+    // "ready" mark first, then is recorded again for the end).
+    cuda_check(cudaEventRecord(r->end, r->caller ? r->caller : G.stream), fn, "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(G.side, r->end, 0), fn, "cudaStreamWaitEvent");
+    loom_error* e = call == LOOM_COMM_CALL_ALL_REDUCE
+                        ? all_reduce(c, a->group, a->out, a->op, G.side)
+                    : call == LOOM_COMM_CALL_REDUCE_SCATTER
+                        ? reduce_scatter(c, a->group, a->in, a->out, a->op, G.side)
+                        : all_gather(c, a->group, a->in, a->out, G.side);
+    loom::check(m->host(), e);
+    cuda_check(cudaEventRecord(r->end, G.side), fn, "cudaEventRecord");
+    *out = r.release();
+  });
+}
+loom_error* wait(loom_comm* c, loom_comm_request* req) {
+  return loom::guard(cast(c)->host(), [&] {
+    NcclRequest* r = static_cast<NcclRequest*>(req);
+    DeviceGuard on(r->group->device);
+    if (r->caller != nullptr)
+      cuda_check(cudaStreamWaitEvent(r->caller, r->end, 0), r->fn, "cudaStreamWaitEvent");
+    else
+      wait_until(*r->group, r->fn, [&] { return cudaEventQuery(r->end); });
+  });
+}
+loom_error* test(loom_comm* c, loom_comm_request* req, int* done) {
+  return loom::guard(cast(c)->host(), [&] {
+    NcclRequest* r = static_cast<NcclRequest*>(req);
+    DeviceGuard on(r->group->device);
+    const cudaError_t e = cudaEventQuery(r->end);
+    if (e != cudaErrorNotReady) cuda_check(e, r->fn, "cudaEventQuery");
+    *done = e == cudaSuccess;
+  });
+}
+
+constexpr loom::CommCalls kCalls{
+    "comm/nccl",    true,         host_of,    world_rank, group_create, all_reduce,
+    reduce_scatter, all_gather,   broadcast,  all_to_all, barrier,      send,
+    recv,           all_to_all_v, group_size, start,      wait,         test};
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

@@ -304,8 +304,9 @@ loom_error* after_step(loom_grad* g) {
 }
 double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
 
-const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2, create,     destroy,        reduce,
-                            shard_params,          after_step, bytes_per_param};
+const loom_grad_api kApi = {
+    LOOM_GRAD_API_SIZE_V2, create,     destroy,         reduce,
+    shard_params,          after_step, bytes_per_param, nullptr};  // grad_ready: no overlap yet
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

@@ -202,6 +202,36 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   }
   setup_recompute();  // before build, which may allocate the first slot
   build();
+  plan_grad_ready();
+}
+
+// ABI 2.12's gradient readiness: the get_param index runs of each layer's parameters, which
+// that layer's backward completes. Left out: buffers (no gradient) and the sequence-parallel
+// partial ones, which finish_grads still sums over the tensor group. The embedding and the
+// head are never announced (the tied embedding gets its last contribution there, or from
+// another stage): the host reduces them after finish_grads.
+void DecoderModel::plan_grad_ready() {
+  if (args_.struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 || args_.grad_ready == nullptr) return;
+  ready_runs_.resize(layers_.size());
+  std::vector<Param>& all = params_.all();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string prefix = "h." + std::to_string(opt_.layer0 + (int64_t)l) + ".";
+    for (size_t i = 0; i < all.size(); ++i) {
+      const Param& p = all[i];
+      if (p.buffer || p.sp_partial || p.name.compare(0, prefix.size(), prefix) != 0) continue;
+      auto& runs = ready_runs_[l];
+      if (!runs.empty() && runs.back().first + runs.back().second == (int64_t)i)
+        ++runs.back().second;
+      else
+        runs.emplace_back((int64_t)i, 1);
+    }
+  }
+}
+
+void DecoderModel::announce_layer(size_t l) const {
+  if (ready_runs_.empty()) return;
+  for (const auto& [first, count] : ready_runs_[l])
+    args_.grad_ready(args_.grad_ready_user, first, count);
 }
 
 // Expert parallelism (parallel.expert > 1): this rank's slab of every MoE layer's experts,

@@ -107,6 +107,7 @@ void DecoderModel::layers_backward(Slot& S) {
       for (size_t j = (size_t)first; j <= l; ++j)
         layers_[j]->forward(ctx_, opt_, S.s, S.res[j], S.res[j + 1], layer_acts(S, j), nullptr, 0);
     layers_[l]->backward(ctx_, opt_, S.s, S.res[l], layer_acts(S, l), grads_);
+    announce_layer(l);  // its gradients are complete for this pass (ABI 2.12)
   }
 }
 

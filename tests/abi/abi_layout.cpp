@@ -162,7 +162,7 @@ Listing build() {
   STRUCT(loom_model_create_args)
   F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)
   F(pipeline_stages) F(recompute_granularity) F(recompute_method) F(recompute_num_layers)
-  F(recompute_modules)
+  F(recompute_modules) F(grad_ready) F(grad_ready_user)
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
@@ -214,7 +214,7 @@ Listing build() {
   STRUCT(loom_param_shard) F(struct_size) F(param) F(grad) F(offset) END
   STRUCT(loom_grad_api)
   F(struct_size) F(create) F(destroy) F(reduce) F(shard_params) F(after_step)
-  F(bytes_per_param)
+  F(bytes_per_param) F(grad_ready)
   END
   // schedule.h
   STRUCT(loom_schedule_args)
@@ -246,7 +246,7 @@ Listing build() {
   STRUCT(loom_comm_api)
   F(struct_size) F(create) F(destroy) F(world_rank) F(world_size) F(group_create)
   F(group_destroy) F(group_rank) F(group_size) F(all_reduce) F(reduce_scatter) F(all_gather)
-  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv) F(all_to_all_v)
+  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv) F(all_to_all_v) F(start) F(wait) F(test)
   END
   // DLPack, as it crosses the boundary.
   STRUCT(DLDevice) F(device_type) F(device_id) END
@@ -269,6 +269,9 @@ Listing build() {
   ENUM(loom_log_level, LOOM_LOG_WARN) ENUM(loom_log_level, LOOM_LOG_ERROR)
   ENUM(loom_reduce_op, LOOM_REDUCE_SUM) ENUM(loom_reduce_op, LOOM_REDUCE_MAX)
   ENUM(loom_reduce_op, LOOM_REDUCE_MIN) ENUM(loom_reduce_op, LOOM_REDUCE_AVG)
+  ENUM(loom_comm_call, LOOM_COMM_CALL_ALL_REDUCE)
+  ENUM(loom_comm_call, LOOM_COMM_CALL_REDUCE_SCATTER)
+  ENUM(loom_comm_call, LOOM_COMM_CALL_ALL_GATHER)
   ENUM(loom_group_kind, LOOM_GROUP_WORLD) ENUM(loom_group_kind, LOOM_GROUP_TENSOR)
   ENUM(loom_group_kind, LOOM_GROUP_CONTEXT) ENUM(loom_group_kind, LOOM_GROUP_DATA)
   ENUM(loom_group_kind, LOOM_GROUP_PIPELINE) ENUM(loom_group_kind, LOOM_GROUP_DATA_CONTEXT)

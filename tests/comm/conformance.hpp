@@ -230,6 +230,79 @@ class Suite {
     });
   }
 
+  // ABI 2.12's start/wait/test: several calls in flight at once on two groups (all_reduce in
+  // f32 and f64, reduce_scatter, all_gather of another buffer, and an f32 AVG), completed in
+  // another order than started, each equal to the blocking call's float64 reference; test
+  // reports done within a bounded number of polls; a bad call id or a NULL request is refused
+  // by name, and bad args fail in start, with nothing left in flight.
+  void nonblocking() const {
+    REQUIRE(t_.api->struct_size >= LOOM_COMM_API_SIZE_V2_12);
+    Group W = world_group(), P = parity_group();
+    const int64_t N = 1000;  // past one MPI eager message
+    Tensor<float> a({N}, loom_f32());
+    a.upload(inputs<float>(t_.rank, N, false));
+    Tensor<double> b({N}, loom_f64());
+    b.upload(inputs<double>(t_.rank, N, false));
+    const int n = P.size();
+    Tensor<double> rs_in({2 * n, 3}, loom_f64()), rs_out({2, 3}, loom_f64());
+    rs_in.upload(inputs<double>(t_.rank, 6 * n, false));
+    Tensor<float> ag_in({3}, loom_f32()), ag_out({3 * t_.size}, loom_f32());
+    ag_in.upload({float(t_.rank), float(t_.rank) + 0.5f, -float(t_.rank)});
+    Tensor<float> avg({N}, loom_f32());
+    avg.upload(inputs<float>(t_.rank, N, false));
+    loom_comm_request* req[5] = {};
+    t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_ALL_REDUCE, W.g, nullptr, a.get(), LOOM_REDUCE_SUM,
+                           nullptr, &req[0]));
+    t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_ALL_REDUCE, P.g, nullptr, b.get(), LOOM_REDUCE_MAX,
+                           nullptr, &req[1]));
+    t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_REDUCE_SCATTER, P.g, rs_in.get(), rs_out.get(),
+                           LOOM_REDUCE_SUM, nullptr, &req[2]));
+    t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_ALL_GATHER, W.g, ag_in.get(), ag_out.get(),
+                           LOOM_REDUCE_SUM, nullptr, &req[3]));
+    t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_ALL_REDUCE, W.g, nullptr, avg.get(), LOOM_REDUCE_AVG,
+                           nullptr, &req[4]));
+    for (loom_comm_request* r : req) REQUIRE(r != nullptr);
+    // Poll the last one until done (test drives MPI's progress), then wait out of order.
+    int done = 0, polls = 0;
+    while (!done && polls < 10000000) {
+      t_.ok(t_.api->test(t_.self, req[4], &done));
+      ++polls;
+    }
+    CHECK_MESSAGE(done == 1, "test never reported done after " << polls << " polls");
+    for (int i : {2, 0, 4, 3, 1}) t_.ok(t_.api->wait(t_.self, req[i]));
+    std::vector<double> wa, wb, wavg, wrs, wag;
+    for (int64_t i = 0; i < N; ++i) {
+      wa.push_back(reduce(W, i, LOOM_REDUCE_SUM, false));
+      wb.push_back(reduce(P, i, LOOM_REDUCE_MAX, false));
+      wavg.push_back(reduce(W, i, LOOM_REDUCE_AVG, false));
+    }
+    for (int64_t i = 0; i < 6; ++i)
+      wrs.push_back(reduce(P, 6 * P.rank + i, LOOM_REDUCE_SUM, false));
+    for (int r = 0; r < t_.size; ++r)
+      for (double v : {double(r), r + 0.5, -double(r)}) wag.push_back(v);
+    check_values(a.download(), wa, "started all_reduce SUM f32");
+    check_values(b.download(), wb, "started all_reduce MAX f64 on the parity group");
+    check_values(rs_out.download(), wrs, "started reduce_scatter");
+    check_values(ag_out.download(), wag, "started all_gather");
+    check_values(avg.download(), wavg, "started all_reduce AVG");
+    if (P.g) t_.api->group_destroy(t_.self, P.g);
+
+    // Refusals: a call start does not run, a NULL request, args wrong for the call.
+    loom_comm_request* r = nullptr;
+    const loom_comm_args args{
+        LOOM_COMM_ARGS_SIZE_V2, nullptr, nullptr, a.get(), LOOM_REDUCE_SUM, 0, 0, nullptr, nullptr};
+    std::string msg = t_.message_of(t_.api->start(t_.self, 7, &args, &r));
+    CHECK_MESSAGE(msg.find("is not one of all_reduce") != std::string::npos, msg);
+    CHECK(r == nullptr);
+    msg = t_.message_of(t_.api->wait(t_.self, nullptr));
+    CHECK_MESSAGE(msg.find("the request is NULL") != std::string::npos, msg);
+    Tensor<float> odd({3 * t_.size + 1}, loom_f32());
+    msg = t_.message_of(loom::comm_start(t_, LOOM_COMM_CALL_ALL_GATHER, nullptr, ag_in.get(),
+                                         odd.get(), LOOM_REDUCE_SUM, nullptr, &r));
+    CHECK_MESSAGE(msg.find("all_gather") != std::string::npos, msg);
+    CHECK(r == nullptr);
+  }
+
   // A reduce_scatter whose out is the front of its own in: in is read before out is written.
   void shared_memory() const {
     const int n = t_.size;
@@ -342,12 +415,14 @@ class Suite {
     for (const auto& [slot, tag] : tags.tags) {
       if (tag.scope == "COLLECTIVE(args.group)") collectives.push_back(slot);
       if (tag.scope == "COLLECTIVE(args.group)" || tag.scope == "PAIR(args.group)")
-        CHECK_MESSAGE(tag.progress == "stream", slot << ": the calls take args.stream");
+        CHECK_MESSAGE(tag.progress == (slot == "start" ? "starts" : "stream"),
+                      slot << ": the calls take args.stream (start returns with its call in "
+                              "flight)");
     }
     // The suite knows how to run each of these; a new collective must be added below.
     CHECK(collectives == std::vector<std::string>{"all_gather", "all_reduce", "all_to_all",
                                                   "all_to_all_v", "barrier", "broadcast",
-                                                  "reduce_scatter"});
+                                                  "reduce_scatter", "start"});
     Group P = parity_group();
     for (int turn = 0; turn < 2; ++turn) {
       if (t_.rank % 2 != turn) continue;
@@ -409,6 +484,16 @@ class Suite {
       check_values(out.download(), want, "all_to_all_v on the group alone");
     } else if (name == "barrier") {
       t_.ok(loom::comm_barrier(t_, G.g));
+    } else if (name == "start") {  // a started all_reduce, waited
+      Tensor<double> t({1}, loom_f64());
+      t.upload({me + 1});
+      loom_comm_request* r = nullptr;
+      t_.ok(loom::comm_start(t_, LOOM_COMM_CALL_ALL_REDUCE, G.g, nullptr, t.get(), LOOM_REDUCE_SUM,
+                             nullptr, &r));
+      t_.ok(loom::comm_wait(t_, r));
+      double sum = 0;
+      for (int m : G.members) sum += m + 1;
+      check_values(t.download(), {sum}, "started all_reduce on the group alone");
     } else {
       FAIL("no group-only check for " << name);
     }

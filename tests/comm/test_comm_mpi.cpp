@@ -95,6 +95,10 @@ TEST_CASE("comm/mpi: send and recv around a ring, in the world and in a group") 
   RANK_INFO;
   suite().ring();
 }
+TEST_CASE("comm/mpi: started calls (MPI_I*) complete out of order, equal to the blocking ones") {
+  RANK_INFO;
+  suite().nonblocking();
+}
 TEST_CASE("comm/mpi: the contract tags hold (a collective takes only its group's ranks)") {
   RANK_INFO;
   suite().contract();

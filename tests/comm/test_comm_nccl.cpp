@@ -299,6 +299,42 @@ TEST_SUITE("gpu") {
     check_values(got, mine, "reduce_scatter into its own input, on the caller's stream");
     cudaStreamDestroy(s);
   }
+  TEST_CASE("comm/nccl: started calls complete out of order, equal to the blocking ones") {
+    GPU_TEST_START;
+    suite().nonblocking();
+  }
+  TEST_CASE(
+      "comm/nccl: a call started on a caller's stream runs behind its work and hands the "
+      "result back to it at wait") {
+    GPU_TEST_START;
+    // The caller's stream copies src into t, the all-reduce of t is started behind that copy
+    // (on comm/nccl's side stream), wait hands it back, and a second copy on the caller's
+    // stream reads the result into `after`: stream order must hold at both ends, with no host
+    // wait until the final synchronise.
+    cudaStream_t s = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    const int64_t n = 1 << 20;
+    DeviceTensor<float> src({n}, loom_f32()), t({n}, loom_f32()), after({n}, loom_f32());
+    src.upload(inputs<float>(world().rank, static_cast<size_t>(n), false));
+    t.upload(std::vector<float>(static_cast<size_t>(n), -1.0f));
+    after.upload(std::vector<float>(static_cast<size_t>(n), -2.0f));
+    REQUIRE(cudaMemcpyAsync(t.get()->data, src.get()->data, n * sizeof(float),
+                            cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+    loom_comm_request* req = nullptr;
+    ok(loom::comm_start(ref(), LOOM_COMM_CALL_ALL_REDUCE, nullptr, nullptr, t.get(),
+                        LOOM_REDUCE_SUM, s, &req));
+    ok(loom::comm_wait(ref(), req));
+    REQUIRE(cudaMemcpyAsync(after.get()->data, t.get()->data, n * sizeof(float),
+                            cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    Group W;
+    for (int r = 0; r < world().size; ++r) W.members.push_back(r);
+    W.rank = world().rank;
+    std::vector<double> want;
+    for (int64_t i = 0; i < n; ++i) want.push_back(reduce(W, i, LOOM_REDUCE_SUM, false));
+    check_values(after.download(), want, "started all_reduce, read behind wait on the stream");
+    cudaStreamDestroy(s);
+  }
   TEST_CASE("comm/nccl: all_to_all sends chunk j to rank j") {
     GPU_TEST_START;
     suite().all_to_all();

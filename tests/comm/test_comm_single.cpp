@@ -54,6 +54,7 @@ TEST_CASE("comm/single: the conformance suite in a world of one") {
   s.broadcast();
   s.ring();
   s.contract();
+  s.nonblocking();
 }
 
 TEST_CASE("comm/single: a world of one, groups of one") {

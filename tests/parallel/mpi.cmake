@@ -48,3 +48,12 @@ endfunction()
 loom_parallel_mpi_test(test_pipeline_mpi "2;4" loom_schedule_gpipe loom_schedule_1f1b
                        loom_schedule_interleaved_1f1b)
 loom_parallel_mpi_test(test_distributed_optimizer_mpi "2;3" loom_grad_distributed_optimizer)
+
+# parallel.overlap_grad_reduce on two ranks: the numbers of a run that overlaps grad/ddp's
+# reductions with the backward pass are those of one that does not, and a traced run shows
+# buckets started and completed before the backward passes end.
+add_test(NAME parallel.overlap_grad_reduce
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/overlap_grad_reduce.sh $<TARGET_FILE:loom>
+                 ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.overlap_grad_reduce PROPERTIES LABELS "parallel" TIMEOUT 600
+                     ENVIRONMENT "${_mpi_env};LOOM_PLUGIN_PATH=")

@@ -117,6 +117,9 @@ class Ddp {
     return ptest::outcome(api_->reduce(self_, &all));
   }
   double bytes_per_param() { return api_->bytes_per_param(self_); }
+  ptest::Outcome grad_ready(int64_t first, int64_t count) {
+    return ptest::outcome(api_->grad_ready(self_, first, count));
+  }
 
  private:
   const loom_grad_api* api_ = nullptr;
@@ -298,13 +301,73 @@ TEST_CASE("grad/ddp: no comm, NULL gradients and the schema") {
   auto* d = loomtest::load_descriptor("grad", "ddp");
   CHECK(d->kind == LOOM_KIND_GRAD);
   const auto* api = static_cast<const loom_grad_api*>(d->api);
-  CHECK(api->struct_size == LOOM_GRAD_API_SIZE_V2);
+  CHECK(api->struct_size == LOOM_GRAD_API_SIZE_V2_12);
+  CHECK((api->grad_ready != nullptr));
   CHECK((api->shard_params == nullptr));
   CHECK((api->shard_params == nullptr));
   CHECK((api->after_step == nullptr));
   CHECK((api->bytes_per_param != nullptr));
-  REQUIRE(d->num_params == 1);
+  REQUIRE(d->num_params == 3);
   CHECK(std::string(d->params[0].name) == "bucket_mb");
   CHECK(d->params[0].type == LOOM_PARAM_FLOAT);
   CHECK(std::string(d->params[0].default_value) == "25");
+  CHECK(std::string(d->params[1].name) == "bucket_size");
+  CHECK(std::string(d->params[2].name) == "overlap_grad_reduce");
+  CHECK(std::string(d->params[2].default_value) == "false");
+}
+
+// A model's gradients lie back to back in one flat buffer: buckets are views of it, reduced in
+// place with no copy. With overlap_grad_reduce a bucket's all-reduce starts inside the
+// grad_ready that makes its last gradient final (the fake comm predates ABI 2.12, so
+// loom::comm_start runs it there and then), and reduce does the rest.
+TEST_CASE(
+    "grad/ddp: adjacent gradients are reduced through one view; overlap starts a bucket "
+    "at its last gradient's grad_ready") {
+  loomtest::TestHost th;
+  loom_host h = with_fake_comm(th.host());
+  std::vector<float> flat(600), before(600);
+  for (size_t i = 0; i < flat.size(); ++i) before[i] = flat[i] = 0.25f * float(i % 37) - 3.0f;
+  int64_t shape[1] = {100};
+  std::vector<DLTensor> ts(6);
+  std::vector<DLTensor*> ptrs;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ts[i].data = flat.data();
+    ts[i].device = DLDevice{kDLCPU, 0};
+    ts[i].ndim = 1;
+    ts[i].dtype = loom_f32();
+    ts[i].shape = shape;
+    ts[i].byte_offset = i * 100 * sizeof(float);
+    ptrs.push_back(&ts[i]);
+  }
+  for (bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    reset_fake(2);
+    // 200 elements a bucket: {0, 1}, {2, 3}, {4, 5}
+    Ddp ddp(&h, ptrs,
+            {{"bucket_size", "200"}, {"overlap_grad_reduce", overlap ? "true" : "false"}});
+    REQUIRE_MESSAGE(ddp.created().ok(), ddp.created().message);
+    CHECK(ddp.bytes_per_param() == 0.0);  // views: nothing packed
+    REQUIRE(ddp.grad_ready(5, 1).ok());
+    REQUIRE(ddp.grad_ready(4, 1).ok());  // bucket {4, 5} complete
+    REQUIRE(ddp.grad_ready(0, 1).ok());
+    CHECK(g_fake.ops.size() == (overlap ? 1u : 0u));
+    REQUIRE(ddp.reduce().ok());
+    REQUIRE(g_fake.ops.size() == 3);
+    for (size_t k = 0; k < 3; ++k) {
+      CHECK(g_fake.numels[k] == 200);
+      CHECK(g_fake.buffers[k] == flat.data());  // in place: a view of the flat buffer
+    }
+    for (size_t i = 0; i < flat.size(); ++i) REQUIRE(flat[i] == 2.0f * before[i]);
+    // the next step starts afresh: nothing is final until announced again
+    reset_fake(2);
+    REQUIRE(ddp.grad_ready(2, 2).ok());
+    CHECK(g_fake.ops.size() == (overlap ? 1u : 0u));
+    REQUIRE(ddp.reduce().ok());
+    CHECK(g_fake.ops.size() == 3);
+    for (size_t i = 0; i < flat.size(); ++i) flat[i] = before[i];
+  }
+  reset_fake(2);
+  Ddp ddp(&h, ptrs, {{"overlap_grad_reduce", "true"}});
+  CHECK(ddp.grad_ready(5, 2).message.find("grad_ready of gradients [5, 7), of 6") !=
+        std::string::npos);
 }

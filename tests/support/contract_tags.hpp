@@ -19,7 +19,7 @@ namespace loomtest {
 struct ContractTag {
   std::string thread;    // "any" | "owner"
   std::string scope;     // "local" | "COLLECTIVE(g)" | "PAIR(g)"
-  std::string progress;  // "blocks" | "stream"
+  std::string progress;  // "blocks" | "stream" | "starts"
 };
 
 // One table of a header: its function-pointer slots in order, and the tags its contract
@@ -49,7 +49,7 @@ inline std::vector<ContractTable> contract_tables(const std::string& header) {
   static const std::regex open(R"(typedef struct (\w+) \{)");
   static const std::regex slot(R"(\(\*\s*(\w+)\)\s*\()");
   static const std::regex entry(
-      R"(([a-z_]+(?:, [a-z_]+)*):\s+(any|owner),\s+(local|COLLECTIVE\([\w.-]+\)|PAIR\([\w.-]+\)),\s+(blocks|stream)\b)");
+      R"(([a-z_]+(?:, [a-z_]+)*):\s+(any|owner),\s+(local|COLLECTIVE\([\w.-]+\)|PAIR\([\w.-]+\)),\s+(blocks|stream|starts)\b)");
   for (std::sregex_iterator it(text.begin(), text.end(), open), end; it != end; ++it) {
     ContractTable t;
     t.name = (*it)[1];

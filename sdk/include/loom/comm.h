@@ -30,6 +30,15 @@ extern "C" {
 
 typedef struct loom_comm loom_comm;
 typedef struct loom_comm_group loom_comm_group;
+/* ABI 2.12: a collective in flight (start), completed by wait. Opaque; the plugin's. */
+typedef struct loom_comm_request loom_comm_request;
+
+/* ABI 2.12: the collectives start can run without waiting for them. */
+typedef enum loom_comm_call {
+  LOOM_COMM_CALL_ALL_REDUCE = 0,
+  LOOM_COMM_CALL_REDUCE_SCATTER = 1,
+  LOOM_COMM_CALL_ALL_GATHER = 2
+} loom_comm_call;
 
 typedef enum loom_reduce_op {
   LOOM_REDUCE_SUM = 0,
@@ -69,7 +78,10 @@ typedef struct loom_group_create_args {
  *   world_rank, world_size, group_destroy, group_rank, group_size: owner, local, blocks
  *   all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, barrier, all_to_all_v:
  *      owner, COLLECTIVE(args.group), stream
- *   send, recv: owner, PAIR(args.group), stream */
+ *   send, recv: owner, PAIR(args.group), stream
+ *   start: owner, COLLECTIVE(args.group), starts
+ *   wait: owner, local, stream
+ *   test: owner, local, blocks */
 typedef struct loom_comm_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_comm** out);
@@ -110,9 +122,30 @@ typedef struct loom_comm_api {
   loom_error* (*all_to_all_v)(loom_comm* c, const loom_comm_args* args, const int64_t* send_counts,
                               const int64_t* recv_counts);
   /* --- ABI 2.5 ends here; append new slots below this line only. --- */
+  /* ABI 2.12: non-blocking collectives, so that communication overlaps compute (a gradient
+   * bucket reduced while the backward pass goes on). start begins `call` (a loom_comm_call)
+   * with the args that call takes, and returns at once with *out, the request. Every rank of
+   * the group starts the group's calls, started or blocking, in one order. Until wait
+   * returns, the tensors belong to the call: the caller neither reads nor writes them.
+   *  - args.stream NULL: the call progresses in the background or inside this comm's later
+   *    calls (MPI progresses a non-blocking collective inside its calls: test drives it);
+   *  - a stream: the call runs after the work already on that stream, beside the work
+   *    enqueued on it later (on a stream of the plugin's own).
+   * A plugin without a way to run a call in the background may finish it inside start. */
+  loom_error* (*start)(loom_comm* c, int32_t call, const loom_comm_args* args,
+                       loom_comm_request** out);
+  /* Completes and frees a request; every request is waited once, also after an error. Started
+   * without a stream: returns when this rank's part is done. With one: work enqueued on that
+   * stream after wait sees the result, and wait returns at once. */
+  loom_error* (*wait)(loom_comm* c, loom_comm_request* req);
+  /* *done = 1 when the call has completed (wait will not block), else 0; never frees req.
+   * Drives the call's progress where the plugin needs that (MPI). */
+  loom_error* (*test)(loom_comm* c, loom_comm_request* req, int* done);
+  /* --- ABI 2.12 ends here; append new slots below this line only. --- */
 } loom_comm_api;
 #define LOOM_COMM_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_api, recv)
 #define LOOM_COMM_API_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_comm_api, all_to_all_v)
+#define LOOM_COMM_API_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_comm_api, test)
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,9 @@
  *      progress  blocks     returns when its work is done;
  *                stream     enqueues on the backend's device stream when there is one
  *                           (loom.device-stream/1; for comm, args.stream) and returns;
- *                           blocks where there is none (the CPU).
+ *                           blocks where there is none (the CPU);
+ *                starts     returns with the work in flight; a later call (wait)
+ *                           completes it.
  *    tests/abi/test_contract.cpp checks that every slot has its tags; the conformance
  *    suites check the tags they can observe.
  */
@@ -44,7 +46,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 11
+#define LOOM_ABI_MINOR 12
 
 /* Size of a struct up to and including `last_field`: what `struct_size` holds for the
  * version of the struct whose last field is `last_field`. */

@@ -34,8 +34,8 @@ typedef struct loom_grad_create_args {
 #define LOOM_GRAD_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_create_args, ext)
 #define LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 LOOM_STRUCT_SIZE(loom_grad_create_args, reduce_groups)
 
-/* One reduction of the step's gradients. Every gradient today; a later minor appends a
- * bucket list here, so that reduction can overlap the backward pass without a break. */
+/* One reduction of the step's gradients: every gradient, less what grad_ready (ABI 2.12)
+ * started already, which reduce completes. */
 typedef struct loom_grad_reduce_args {
   size_t struct_size;
   const loom_ext* ext; /* NULL */
@@ -54,7 +54,8 @@ typedef struct loom_param_shard {
 
 /* Contract tags (common.h):
  *   create, destroy, shard_params, bytes_per_param: owner, local, blocks
- *   reduce, after_step: owner, COLLECTIVE(data), blocks */
+ *   reduce, after_step: owner, COLLECTIVE(data), blocks
+ *   grad_ready: owner, COLLECTIVE(data), starts */
 typedef struct loom_grad_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,
@@ -73,8 +74,17 @@ typedef struct loom_grad_api {
    * the memory report; NULL = 0. */
   double (*bytes_per_param)(loom_grad* g);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+  /* ABI 2.12: gradients [first, first + count) of create's tensors are final for this step:
+   * the last backward pass has announced them (loom_model_create_args.grad_ready) and nothing
+   * changes them before reduce. A strategy that overlaps its reduction with the backward pass
+   * (ddp's overlap_grad_reduce) may start reducing a bucket once all its gradients are final;
+   * reduce then completes those and reduces the rest. Every rank calls it with the same
+   * ranges in the same order. NULL: nothing overlaps. */
+  loom_error* (*grad_ready)(loom_grad* g, int64_t first, int64_t count);
+  /* --- ABI 2.12 ends here; append new slots below this line only. --- */
 } loom_grad_api;
 #define LOOM_GRAD_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_api, bytes_per_param)
+#define LOOM_GRAD_API_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_grad_api, grad_ready)
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,8 @@ extern "C" {
 
 typedef struct loom_model loom_model;
 
+/* Contract tags (common.h):
+ *   grad_ready: owner, local, blocks */
 typedef struct loom_model_create_args {
   size_t struct_size;
   int64_t vocab_size;  /* tokenizer's vocabulary; the model may pad its embedding */
@@ -40,10 +42,22 @@ typedef struct loom_model_create_args {
    * the first this many layers of each pipeline stage are recomputed, one by one */
   int32_t recompute_num_layers;
   uint32_t recompute_modules; /* selective: LOOM_RECOMPUTE_CORE_ATTN | _MLP_ACT | _LAYERNORM */
+  /* ABI 2.12: gradient readiness, so that the data-parallel reduction can overlap the
+   * backward pass (parallel.overlap_grad_reduce). When not NULL, stage_backward calls
+   * grad_ready(grad_ready_user, first, count), on the thread that called it, as soon as the
+   * gradients of parameters [first, first + count) (get_param's indices) hold this backward
+   * pass's whole contribution: after each layer's backward, say. The host counts the calls;
+   * a gradient is final once the step's last backward pass has announced it. A parameter
+   * whose gradient finish_grads or another pipeline stage still changes (the sequence-
+   * parallel norms, a tied embedding shared between stages) is never announced: the host
+   * reduces it after finish_grads. A model may announce nothing. */
+  void (*grad_ready)(void* user, int64_t first, int64_t count);
+  void* grad_ready_user;
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 \
   LOOM_STRUCT_SIZE(loom_model_create_args, recompute_modules)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_model_create_args, grad_ready_user)
 #define LOOM_RECOMPUTE_NONE 0
 #define LOOM_RECOMPUTE_SELECTIVE 1 /* parts of each layer, recomputed from what it keeps */
 #define LOOM_RECOMPUTE_FULL 2      /* whole layers, recomputed from their input */

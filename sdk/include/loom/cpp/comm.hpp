@@ -76,4 +76,27 @@ loom_error* comm_recv(const Ref& c, loom_comm_group* g, DLTensor* t, int peer, i
   return c.api->recv(c.self, &a);
 }
 
+// ABI 2.12: `call` (a loom_comm_call) started, completed by comm_wait. `in` is NULL for
+// all_reduce (in place on out). A comm older than 2.12 runs the call to completion here and
+// *req is NULL, which comm_wait and comm_test accept: callers need no second path.
+template <class Ref>
+loom_error* comm_start(const Ref& c, loom_comm_call call, loom_comm_group* g, const DLTensor* in,
+                       DLTensor* out, loom_reduce_op op, void* stream, loom_comm_request** req) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, in, out, op, 0, 0, stream, nullptr};
+  *req = nullptr;
+  if (c.api->struct_size >= LOOM_COMM_API_SIZE_V2_12) return c.api->start(c.self, call, &a, req);
+  if (call == LOOM_COMM_CALL_ALL_REDUCE) return c.api->all_reduce(c.self, &a);
+  if (call == LOOM_COMM_CALL_REDUCE_SCATTER) return c.api->reduce_scatter(c.self, &a);
+  return c.api->all_gather(c.self, &a);
+}
+template <class Ref>
+loom_error* comm_wait(const Ref& c, loom_comm_request* req) {
+  return req ? c.api->wait(c.self, req) : nullptr;
+}
+template <class Ref>
+loom_error* comm_test(const Ref& c, loom_comm_request* req, int* done) {
+  *done = 1;
+  return req ? c.api->test(c.self, req, done) : nullptr;
+}
+
 }  // namespace loom

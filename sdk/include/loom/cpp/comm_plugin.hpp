@@ -8,15 +8,28 @@
 //    memory completes every call before it returns, and refuses a stream by saying so;
 //  - all_reduce and broadcast in place: `in` NULL (or `out`);
 //  - group_create: colors and out given, this rank's colour >= 0; the group's name (if any)
-//    in every message.
+//    in every message;
+//  - start (ABI 2.12): a known loom_comm_call, out given, and that call's own checks. A
+//    plugin with no way to run a call in the background leaves `start` NULL: the call then
+//    runs to completion inside start (on the given stream, if any), and wait and test find
+//    it done. Requests are loom_comm_request objects (below) or the plugin's own types
+//    derived from it; wait frees them, whatever happens.
 // See comm/mpi for a plugin written this way.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "loom/comm.h"
 #include "loom/cpp/plugin.hpp"
+
+// A request of a plugin written with loom::CommSlots (comm.h leaves the type opaque): a
+// plugin that starts calls in the background derives its own from it.
+struct loom_comm_request {
+  virtual ~loom_comm_request() = default;
+  bool done = false;  // completed already (a call finished inside start)
+};
 
 namespace loom {
 
@@ -47,6 +60,13 @@ struct CommCalls {
   loom_error* (*all_to_all_v)(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLTensor* out,
                               const int64_t* send_counts, const int64_t* recv_counts, void* stream);
   int (*group_size)(loom_comm* c, loom_comm_group* g);
+  // ABI 2.12 (NULL: every call runs to completion inside start). start: the call is one of
+  // loom_comm_call, its args passed that call's checks, out is given. wait: completes a
+  // request that is not done (CommSlots frees it). test: sets *done.
+  loom_error* (*start)(loom_comm* c, int32_t call, const loom_comm_args* a,
+                       loom_comm_request** out);
+  loom_error* (*wait)(loom_comm* c, loom_comm_request* r);
+  loom_error* (*test)(loom_comm* c, loom_comm_request* r, int* done);
 };
 
 // "group_create(tensor)", or "group_create" for a group without a name: how messages name
@@ -142,6 +162,56 @@ struct CommSlots {
       return K.all_to_all_v(c, a->group, a->in, a->out, send, recv, a->stream);
     });
   }
+  // ABI 2.12. The args checks common to every call here; a plugin's own `start` makes the
+  // call's tensor checks before it puts anything in flight, as its blocking slot does.
+  static loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a,
+                           loom_comm_request** out) {
+    const loom_host* host = K.host(c);
+    return guard(host, [&] {
+      const std::string where = std::string(K.name) + ": start";
+      require(out != nullptr, where + ": out is NULL");
+      *out = nullptr;
+      require(call == LOOM_COMM_CALL_ALL_REDUCE || call == LOOM_COMM_CALL_REDUCE_SCATTER ||
+                  call == LOOM_COMM_CALL_ALL_GATHER,
+              where + ": call " + std::to_string(call) +
+                  " is not one of all_reduce (0), reduce_scatter (1), all_gather (2)");
+      const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
+                       : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
+                                                               : "start(all_gather)";
+      const bool in_place = call == LOOM_COMM_CALL_ALL_REDUCE;
+      if (K.start == nullptr) {  // finish it now: a request that is done
+        check(host, CommSlots::call(c, fn, a, in_place, [&] {
+                if (call == LOOM_COMM_CALL_ALL_REDUCE)
+                  return K.all_reduce(c, a->group, a->out, a->op, a->stream);
+                if (call == LOOM_COMM_CALL_REDUCE_SCATTER)
+                  return K.reduce_scatter(c, a->group, a->in, a->out, a->op, a->stream);
+                return K.all_gather(c, a->group, a->in, a->out, a->stream);
+              }));
+        auto r = std::make_unique<loom_comm_request>();
+        r->done = true;
+        *out = r.release();
+        return;
+      }
+      check(host, CommSlots::call(c, fn, a, in_place, [&] { return K.start(c, call, a, out); }));
+    });
+  }
+  static loom_error* wait(loom_comm* c, loom_comm_request* r) {
+    const loom_host* host = K.host(c);
+    return guard(host, [&] {
+      require(r != nullptr, std::string(K.name) + ": wait: the request is NULL");
+      std::unique_ptr<loom_comm_request> own(r);  // freed whatever happens
+      if (!r->done) check(host, K.wait(c, r));
+    });
+  }
+  static loom_error* test(loom_comm* c, loom_comm_request* r, int* done) {
+    const loom_host* host = K.host(c);
+    return guard(host, [&] {
+      require(r != nullptr && done != nullptr,
+              std::string(K.name) + ": test: the request or done is NULL");
+      *done = 1;
+      if (!r->done) check(host, K.test(c, r, done));
+    });
+  }
   static loom_error* barrier(loom_comm* c, const loom_comm_args* a) {
     return call(c, "barrier", a, false, [&] { return K.barrier(c, a->group, a->stream); });
   }
@@ -149,14 +219,14 @@ struct CommSlots {
     return call(c, "send", a, false,
                 [&] { return K.send(c, a->group, a->in, a->peer, a->tag, a->stream); });
   }
-  // The whole table: the plugin's own instance and group slots, then group_create and the
-  // eight calls built here.
+  // The whole table: the plugin's own instance and group slots, then group_create, the
+  // calls and the non-blocking slots built here.
   static constexpr loom_comm_api api(decltype(loom_comm_api::create) create,
                                      decltype(loom_comm_api::destroy) destroy,
                                      decltype(loom_comm_api::world_size) world_size,
                                      decltype(loom_comm_api::group_destroy) group_destroy,
                                      decltype(loom_comm_api::group_rank) group_rank) {
-    return loom_comm_api{LOOM_COMM_API_SIZE_V2_5,
+    return loom_comm_api{LOOM_COMM_API_SIZE_V2_12,
                          create,
                          destroy,
                          K.world_rank,
@@ -173,7 +243,10 @@ struct CommSlots {
                          barrier,
                          send,
                          recv,
-                         all_to_all_v};
+                         all_to_all_v,
+                         start,
+                         wait,
+                         test};
   }
   static loom_error* recv(loom_comm* c, const loom_comm_args* a) {
     return call(c, "recv", a, false,

@@ -146,6 +146,10 @@ class DecoderModel {
   void layers_forward(Slot& S);
   void layers_backward(Slot& S);
   int64_t group_first(size_t l) const;  // -1: l keeps its activations
+  // ABI 2.12 gradient readiness (create args' grad_ready): the runs of parameter indices of
+  // each layer of this stage, planned once, announced after the layer's backward.
+  void plan_grad_ready();
+  void announce_layer(size_t l) const;
   int64_t group_last(size_t l) const;
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
@@ -185,6 +189,8 @@ class DecoderModel {
   std::vector<LayerActs> rc_group_;   // full: the activations of one recomputed group
   std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
   ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
+  // per layer of this stage, the (first, count) get_param index runs its backward completes
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ready_runs_;
 
   // training: activations per slot, gradient scratch shared by the backwards
   std::vector<std::unique_ptr<Slot>> slots_;
