@@ -130,8 +130,12 @@ void TrainRun::resume() {
     throw UsageError("checkpoint.load = \"" + load_dir + "\": " + ck.folder.string() +
                      " holds weights but no optimizer state (an import?); start from it with "
                      "checkpoint.finetune instead");
-  if (same_layout(ck.parallel)) {
+  bool own = same_layout(ck.parallel);
+  if (own) {
     read_rank_files(ck, model_file, opt_file);
+    own = same_shards(ck);
+  }
+  if (own) {
     load_own_files(ck);
   } else {
     std::string from;
@@ -150,6 +154,29 @@ void TrainRun::resume() {
   consumed = ck.consumed_samples;
   spdlog::info("resumed from {} at iteration {} ({} samples consumed)", ck.folder.string(),
                start_iter, consumed);
+}
+
+// A sharded optimizer's own files fit only its shards as they are now: the distributed
+// optimizer's bucket_size decides them too. Any difference sends the load through the full
+// tensors (resharding), which cut the saved shards by the offsets they recorded.
+bool TrainRun::same_shards(const Checkpoint& ck) const {
+  if (!sharded) return true;
+  auto it = ck.optimizer_meta.find("loom.shards");
+  if (it == ck.optimizer_meta.end()) return false;
+  const nlohmann::json e = nlohmann::json::parse(it->second, nullptr, false);
+  if (e.is_discarded() || !e.is_object()) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = loom_tensor_numel(shards[i].param);
+    auto p = e.find(params[i].name);
+    if (n == 0 || p == e.end()) {
+      if ((n == 0) != (p == e.end())) return false;  // saved without one it owns, or with one
+      continue;
+    }
+    if (p->value("flat_offset", int64_t(-1)) != shards[i].offset ||
+        p->value("numel", int64_t(-1)) != n)
+      return false;
+  }
+  return true;
 }
 
 // This rank's files of a checkpoint saved in this layout.

@@ -210,6 +210,7 @@ struct TrainRun {
 
  private:
   bool same_layout(const std::map<std::string, int64_t>& saved) const;
+  bool same_shards(const Checkpoint& ck) const;
   void load_own_files(const Checkpoint& ck);
   // `fresh(name)`: that parameter keeps its initialisation (checkpoint.finetune_fresh).
   void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,

@@ -1,16 +1,21 @@
 // grad/distributed-optimizer: Megatron's distributed optimizer (ZeRO stage 1). The
-// gradients, viewed as one flat concatenation in the order of create's tensors and padded
-// to a multiple of the data-parallel size D, are cut into D equal shards; group rank r owns
-// elements [r*S, (r+1)*S). Each step:
-//   reduce_gradients: pack every gradient into the flat buffer, reduce-scatter with AVG
-//     into this rank's shard-gradient buffer (S elements);
+// gradients, in the order of create's tensors, form buckets of at most bucket_size elements
+// (one bucket by default); each bucket, viewed as one flat concatenation padded to a
+// multiple of the data-parallel size D, is cut into D equal shards, of which group rank r
+// owns elements [r*S, (r+1)*S) (so every rank owns one contiguous range of each parameter,
+// which is what the checkpoints record). Each step:
+//   reduce_gradients: pack each bucket's gradients into its flat buffer, reduce-scatter with
+//     AVG into this rank's shard-gradient buffer (S elements); with overlap_grad_reduce
+//     (Megatron's --overlap-grad-reduce) a bucket starts as soon as grad_ready (ABI 2.12)
+//     says all its gradients are final, during the backward pass, through the comm's
+//     non-blocking start;
 //   the optimizer steps only the owned elements (shard_params hands it views: the
 //     parameter's own memory, the shard-gradient buffer), so its state is 1/D of the model;
 //   after_step: pack the owned, updated parameter elements, all-gather them into the flat
 //     buffer, and copy every parameter back out of it.
 // The data-parallel group is host->get_group(LOOM_GROUP_DATA_CONTEXT). Since ABI 2.6 the
 // expert parameters of a mixture of experts name the expert-data group: they form a second
-// flat concatenation ("part"), sharded over that group as Megatron shards them. Buffers live
+// set of buckets ("part"), sharded over that group as Megatron shards them. Buffers live
 // on the active backend and are moved with its copy op, so the plugin works wherever the
 // backend and the comm agree on memory.
 #include <algorithm>
@@ -46,23 +51,35 @@ struct Slice {
   Slice& operator=(const Slice&) = delete;
 };
 
+// A run of consecutive gradients of one part, sharded as a unit: packed into `flat` (padded
+// to D equal shards), reduce-scattered into this rank's shard, and all-gathered back.
+struct Bucket {
+  std::vector<size_t> members;   // indices into create's tensors
+  std::vector<int64_t> offsets;  // of each member in the bucket's flat concatenation
+  int64_t N = 0, S = 0;          // elements, and elements per shard
+  loom::Tensor flat;             // (D*S) gradients packed, later parameters gathered
+  loom::Tensor shard_grad;       // (S) this rank's averaged gradient shard
+  loom::Tensor param_pack;       // (S) this rank's updated parameter shard
+  // this step
+  size_t pending = 0;  // gradients not yet final (grad_ready)
+  bool started = false;
+  loom_comm_request* req = nullptr;
+};
+
 // The gradients averaged over one group, sharded over it: every gradient of a dense model,
 // or (expert parallelism) the expert parameters' over the expert-data group.
 struct Part {
   int32_t kind = LOOM_GROUP_DATA_CONTEXT;
   loom_comm_group* group = nullptr;  // the host's
-  std::vector<size_t> members;       // indices into create's tensors
-  std::vector<int64_t> offsets;      // of each member in the part's flat concatenation
-  int64_t N = 0, D = 1, r = 0, S = 0;
-  loom::Tensor flat;        // (D*S) gradients packed, later parameters gathered
-  loom::Tensor shard_grad;  // (S) this rank's averaged gradient shard
-  loom::Tensor param_pack;  // (S) this rank's updated parameter shard
+  int64_t D = 1, r = 0;
+  std::vector<Bucket> buckets;
 };
 
 class DistOpt {
  public:
-  DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads, const int32_t* kinds)
-      : host_(host) {
+  DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads, const int32_t* kinds,
+          int64_t bucket_size, bool overlap)
+      : host_(host), overlap_(overlap) {
     loom::require(grads != nullptr || num_grads == 0, kPrefix + "grads is NULL");
     if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
       const std::string why = host->error_message(err);
@@ -83,42 +100,63 @@ class DistOpt {
                         " has another dtype than gradient 0; the flat shard buffer holds one");
       grads_.push_back(grads[i]);
       Part& p = part_of(kinds ? kinds[i] : LOOM_GROUP_DATA_CONTEXT);
-      part_.push_back(&p - parts_.data());
-      p.members.push_back(i);
-      p.offsets.push_back(p.N);
-      p.N += loom_tensor_numel(g);
+      const int64_t n = loom_tensor_numel(g);
+      // A new bucket when the part has none, or the last would pass bucket_size (0: one).
+      if (p.buckets.empty() ||
+          (bucket_size > 0 && p.buckets.back().N > 0 && p.buckets.back().N + n > bucket_size))
+        p.buckets.emplace_back();
+      Bucket& b = p.buckets.back();
+      where_.push_back({(size_t)(&p - parts_.data()), p.buckets.size() - 1});
+      b.members.push_back(i);
+      b.offsets.push_back(b.N);
+      b.N += n;
     }
-    for (Part& p : parts_) {
-      p.S = (p.N + p.D - 1) / p.D;
-      if (p.N == 0) continue;  // no gradients: nothing to reduce, no buffers
-      p.flat = loom::Tensor(backend_, gdt_, {p.D * p.S});
-      p.shard_grad = loom::Tensor(backend_, gdt_, {p.S});
-    }
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets) {
+        b.S = (b.N + p.D - 1) / p.D;
+        if (b.N == 0) continue;  // no gradients: nothing to reduce, no buffers
+        b.flat = loom::Tensor(backend_, gdt_, {p.D * b.S});
+        b.shard_grad = loom::Tensor(backend_, gdt_, {b.S});
+      }
+    reset_step();
   }
-  ~DistOpt() = default;
+  ~DistOpt() {  // a step that failed may leave calls in flight: complete them
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets)
+        if (b.req) comm_.api->wait(comm_.self, b.req);
+  }
   DistOpt(const DistOpt&) = delete;
   DistOpt& operator=(const DistOpt&) = delete;
 
   const loom_host* host() const { return host_; }
 
-  void reduce_gradients() {
-    for (Part& p : parts_) {
-      if (p.N == 0) continue;
-      for (size_t j = 0; j < p.members.size(); ++j) {
-        DLTensor* g = grads_[p.members[j]];
-        const int64_t n = loom_tensor_numel(g);
-        if (n == 0) continue;
-        Slice dst(p.flat.get(), gdt_, p.offsets[j], n), src(g, gdt_, 0, n);
-        backend_.call(&loom_ops::copy, &dst.t, &src.t);
-      }
-      if (p.D * p.S > p.N) {  // padding: zeros, so the last shard's tail stays clean
-        Slice pad(p.flat.get(), gdt_, p.N, p.D * p.S - p.N);
-        backend_.call(&loom_ops::fill, &pad.t, 0.0);
-      }
-      sync();
-      loom::check(host_, loom::comm_reduce_scatter(comm_, p.group, p.flat.get(), p.shard_grad.get(),
-                                                   LOOM_REDUCE_AVG, backend_.stream()));
+  // ABI 2.12: with overlap_grad_reduce, a bucket whose gradients are all final starts its
+  // reduce-scatter now.
+  void grad_ready(int64_t first, int64_t count) {
+    loom::require(first >= 0 && count >= 0 && (size_t)(first + count) <= where_.size(),
+                  kPrefix + "grad_ready of gradients [" + std::to_string(first) + ", " +
+                      std::to_string(first + count) + "), of " + std::to_string(where_.size()));
+    if (!overlap_) return;
+    for (int64_t i = first; i < first + count; ++i) {
+      if (final_[(size_t)i]) continue;
+      final_[(size_t)i] = 1;
+      Part& p = parts_[where_[(size_t)i].first];
+      Bucket& b = p.buckets[where_[(size_t)i].second];
+      if (--b.pending == 0) start(p, b);
     }
+  }
+
+  void reduce_gradients() {
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets)
+        if (!b.started && b.N > 0) start(p, b);
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets)
+        if (b.req) {
+          loom::check(host_, loom::comm_wait(comm_, b.req));
+          b.req = nullptr;
+        }
+    reset_step();
   }
 
   void shard_params(DLTensor* const* params, loom_param_shard* out) {
@@ -141,62 +179,66 @@ class DistOpt {
     }
     sharded_ = true;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const Part& p = parts_[part_[i]];
-      const size_t j = std::find(p.members.begin(), p.members.end(), i) - p.members.begin();
-      const int64_t lo_own = p.r * p.S, hi_own = lo_own + p.S;
-      const int64_t o = p.offsets[j], n = loom_tensor_numel(params_[i]);
+      const Part& p = parts_[where_[i].first];
+      const Bucket& b = p.buckets[where_[i].second];
+      const size_t j = std::find(b.members.begin(), b.members.end(), i) - b.members.begin();
+      const int64_t lo_own = p.r * b.S, hi_own = lo_own + b.S;
+      const int64_t o = b.offsets[j], n = loom_tensor_numel(params_[i]);
       const int64_t lo = std::max(o, lo_own), hi = std::min(o + n, hi_own);
       const int64_t count = hi > lo ? hi - lo : 0, off = count ? lo - o : 0;
       param_views_.emplace_back(params_[i], pdt_, off, count);
-      grad_views_.emplace_back(p.shard_grad.get(), gdt_, count ? lo - lo_own : 0, count);
+      grad_views_.emplace_back(b.shard_grad.get(), gdt_, count ? lo - lo_own : 0, count);
       out[i].param = &param_views_.back().t;
       out[i].grad = &grad_views_.back().t;
       out[i].offset = off;
       shard_off_.push_back(off);
       flat_off_.push_back(o);
     }
-    for (Part& p : parts_) {
-      if (p.N == 0) continue;
-      // The flat buffer carries the gathered parameters too: widen it if they are wider.
-      if (loom_dtype_bytes(pdt_) > loom_dtype_bytes(gdt_))
-        p.flat = loom::Tensor(backend_, pdt_, {p.D * p.S});
-      p.param_pack = loom::Tensor(backend_, pdt_, {p.S});
-    }
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets) {
+        if (b.N == 0) continue;
+        // The flat buffer carries the gathered parameters too: widen it if they are wider.
+        if (loom_dtype_bytes(pdt_) > loom_dtype_bytes(gdt_))
+          b.flat = loom::Tensor(backend_, pdt_, {p.D * b.S});
+        b.param_pack = loom::Tensor(backend_, pdt_, {b.S});
+      }
     log_memory();
   }
 
   void after_step() {
     loom::require(sharded_, kPrefix + "after_step before shard_params");
-    for (Part& p : parts_) {
-      if (p.N == 0) continue;
-      const int64_t lo_own = p.r * p.S;
-      for (size_t i : p.members) {
-        Slice& src = param_views_[i];
-        if (src.n == 0) continue;
-        Slice dst(p.param_pack.get(), pdt_, flat_off_[i] + shard_off_[i] - lo_own, src.n);
-        backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets) {
+        if (b.N == 0) continue;
+        const int64_t lo_own = p.r * b.S;
+        for (size_t i : b.members) {
+          Slice& src = param_views_[i];
+          if (src.n == 0) continue;
+          Slice dst(b.param_pack.get(), pdt_, flat_off_[i] + shard_off_[i] - lo_own, src.n);
+          backend_.call(&loom_ops::copy, &dst.t, &src.t);
+        }
+        sync();
+        Slice gathered(b.flat.get(), pdt_, 0, p.D * b.S);
+        loom::check(host_, loom::comm_all_gather(comm_, p.group, b.param_pack.get(), &gathered.t,
+                                                 backend_.stream()));
+        for (size_t i : b.members) {
+          const int64_t n = loom_tensor_numel(params_[i]);
+          if (n == 0) continue;
+          Slice src(b.flat.get(), pdt_, flat_off_[i], n), dst(params_[i], pdt_, 0, n);
+          backend_.call(&loom_ops::copy, &dst.t, &src.t);
+        }
       }
-      sync();
-      Slice gathered(p.flat.get(), pdt_, 0, p.D * p.S);
-      loom::check(host_, loom::comm_all_gather(comm_, p.group, p.param_pack.get(), &gathered.t,
-                                               backend_.stream()));
-      for (size_t i : p.members) {
-        const int64_t n = loom_tensor_numel(params_[i]);
-        if (n == 0) continue;
-        Slice src(p.flat.get(), pdt_, flat_off_[i], n), dst(params_[i], pdt_, 0, n);
-        backend_.call(&loom_ops::copy, &dst.t, &src.t);
-      }
-    }
   }
 
   // The plugin's own buffers (flat, shard gradient, parameter pack) per parameter element.
   double bytes_per_param() const {
     double bytes = 0, n = 0;
-    for (const Part& p : parts_) {
-      if (p.N == 0) continue;
-      bytes += static_cast<double>(p.flat.bytes() + p.shard_grad.bytes() + p.param_pack.bytes());
-      n += static_cast<double>(p.N);
-    }
+    for (const Part& p : parts_)
+      for (const Bucket& b : p.buckets) {
+        if (b.N == 0) continue;
+        bytes += static_cast<double>(b.flat.bytes() + b.shard_grad.bytes() + b.param_pack.bytes());
+        n += static_cast<double>(b.N);
+      }
     return n == 0 ? 0 : bytes / n;
   }
 
@@ -208,6 +250,36 @@ class DistOpt {
   void sync() const {
     if (backend_.stream() == nullptr)
       loom::check(host_, backend_.api()->synchronize(backend_.self()));
+  }
+
+  void reset_step() {
+    final_.assign(where_.size(), 0);
+    for (Part& p : parts_)
+      for (Bucket& b : p.buckets) {
+        b.pending = b.members.size();
+        b.started = false;
+      }
+  }
+
+  // Packs b's gradients (zeros in the padding, so the last shard's tail stays clean) and
+  // starts its reduce-scatter (AVG) into this rank's shard.
+  void start(Part& p, Bucket& b) {
+    for (size_t j = 0; j < b.members.size(); ++j) {
+      DLTensor* g = grads_[b.members[j]];
+      const int64_t n = loom_tensor_numel(g);
+      if (n == 0) continue;
+      Slice dst(b.flat.get(), gdt_, b.offsets[j], n), src(g, gdt_, 0, n);
+      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    }
+    if (p.D * b.S > b.N) {
+      Slice pad(b.flat.get(), gdt_, b.N, p.D * b.S - b.N);
+      backend_.call(&loom_ops::fill, &pad.t, 0.0);
+    }
+    sync();
+    loom::check(host_,
+                loom::comm_start(comm_, LOOM_COMM_CALL_REDUCE_SCATTER, p.group, b.flat.get(),
+                                 b.shard_grad.get(), LOOM_REDUCE_AVG, backend_.stream(), &b.req));
+    b.started = true;
   }
 
   // The part of the gradients averaged over `kind`'s group, made on first use (data x
@@ -233,42 +305,47 @@ class DistOpt {
   void log_memory() const {
     if (parts_.empty()) return;
     const Part& p = parts_.front();
+    int64_t N = 0, owned = 0;
+    for (const Bucket& b : p.buckets) {
+      N += b.N;
+      owned += std::max<int64_t>(0, std::min((p.r + 1) * b.S, b.N) - std::min(p.r * b.S, b.N));
+    }
     const size_t pb = loom_dtype_bytes(pdt_), gb = loom_dtype_bytes(gdt_);
     const size_t sharded = 8 + (pb < 4 ? 4 : 0) + (gb < 4 ? 4 : 0);
     std::string state = "8 (Adam m, v)";
     if (pb < 4) state += " + 4 (fp32 main params)";
     if (gb < 4) state += " + 4 (fp32 main grads)";
-    char line[640];
+    char line[700];
     std::snprintf(
         line, sizeof line,
-        "D = %lld: this rank owns elements [%lld, %lld) of %lld; memory per parameter "
+        "D = %lld: this rank owns %lld of %lld elements, in %zu bucket(s); memory per parameter "
         "with Adam (Megatron's table): %zu (param) + %zu (grad) + [%s]/D = %zu + %zu/%lld "
         "= %.2f bytes, %zu without sharding; own buffers %.2f bytes per parameter",
-        (long long)p.D, (long long)std::min(p.r * p.S, p.N),
-        (long long)std::min((p.r + 1) * p.S, p.N), (long long)p.N, pb, gb, state.c_str(), pb + gb,
-        sharded, (long long)p.D, double(pb + gb) + double(sharded) / double(p.D), pb + gb + sharded,
-        bytes_per_param());
+        (long long)p.D, (long long)owned, (long long)N, p.buckets.size(), pb, gb, state.c_str(),
+        pb + gb, sharded, (long long)p.D, double(pb + gb) + double(sharded) / double(p.D),
+        pb + gb + sharded, bytes_per_param());
     loom::log(host_, LOOM_LOG_INFO, line);
     for (size_t k = 1; k < parts_.size(); ++k) {
+      int64_t n = 0;
+      for (const Bucket& b : parts_[k].buckets) n += b.N;
       std::snprintf(line, sizeof line,
-                    "expert parameters: sharded over the expert-data group, D = %lld: this rank "
-                    "owns elements [%lld, %lld) of %lld",
-                    (long long)parts_[k].D,
-                    (long long)std::min(parts_[k].r * parts_[k].S, parts_[k].N),
-                    (long long)std::min((parts_[k].r + 1) * parts_[k].S, parts_[k].N),
-                    (long long)parts_[k].N);
+                    "expert parameters: sharded over the expert-data group, D = %lld, %lld "
+                    "elements in %zu bucket(s)",
+                    (long long)parts_[k].D, (long long)n, parts_[k].buckets.size());
       loom::log(host_, LOOM_LOG_INFO, line);
     }
   }
 
   const loom_host* host_;
+  bool overlap_ = false;
   loom_comm_ref comm_{nullptr, nullptr};
   bool sharded_ = false;  // shard_params was called
   loom::Backend backend_;
-  std::vector<Part> parts_;   // one per reduce group; held by index (part_), so may grow
-  std::vector<size_t> part_;  // the part of each tensor
+  std::vector<Part> parts_;  // one per reduce group; held by index (where_), so may grow
+  std::vector<std::pair<size_t, size_t>> where_;  // (part, bucket) of each tensor
+  std::vector<char> final_;                       // this step: announced final by grad_ready
   std::vector<DLTensor*> grads_, params_;
-  std::vector<int64_t> flat_off_;   // of each tensor in its part's flat concatenation
+  std::vector<int64_t> flat_off_;   // of each tensor in its bucket's flat concatenation
   std::vector<int64_t> shard_off_;  // first owned element within each parameter
   DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
   std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
@@ -276,7 +353,7 @@ class DistOpt {
 
 DistOpt* cast(loom_grad* g) { return reinterpret_cast<DistOpt*>(g); }
 
-loom_error* create(const loom_host* host, const loom_config*, const loom_grad_create_args* args,
+loom_error* create(const loom_host* host, const loom_config* cfg, const loom_grad_create_args* args,
                    loom_grad** out) {
   return loom::guard(host, [&] {
     loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
@@ -284,7 +361,10 @@ loom_error* create(const loom_host* host, const loom_config*, const loom_grad_cr
     loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
     const int32_t* kinds =
         args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
-    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads, kinds));
+    loom::Config c(host, cfg);
+    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads, kinds,
+                                                    c.get_int("bucket_size"),
+                                                    c.get_bool("overlap_grad_reduce")));
   });
 }
 void destroy(loom_grad* g) { delete cast(g); }
@@ -303,10 +383,25 @@ loom_error* after_step(loom_grad* g) {
   return loom::guard(cast(g)->host(), [&] { cast(g)->after_step(); });
 }
 double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
+loom_error* grad_ready(loom_grad* g, int64_t first, int64_t count) {
+  return loom::guard(cast(g)->host(), [&] { cast(g)->grad_ready(first, count); });
+}
 
 const loom_grad_api kApi = {
-    LOOM_GRAD_API_SIZE_V2, create,     destroy,         reduce,
-    shard_params,          after_step, bytes_per_param, nullptr};  // grad_ready: no overlap yet
+    LOOM_GRAD_API_SIZE_V2_12, create,    destroy, reduce, shard_params, after_step,
+    bytes_per_param,          grad_ready};
+
+const loom_param_spec kParams[] = {
+    loom::param("bucket_size", LOOM_PARAM_INT, "0",
+                "gradients per bucket, in elements (Megatron's --ddp-bucket-size): each bucket "
+                "is sharded over the data-parallel ranks and reduce-scattered on its own; 0 = "
+                "one bucket",
+                0, 1e15),
+    loom::param("overlap_grad_reduce", LOOM_PARAM_BOOL, "false",
+                "start each bucket's reduce-scatter during the backward pass, as soon as the "
+                "model has announced all its gradients (Megatron's --overlap-grad-reduce); the "
+                "numbers are those without it"),
+};  // grad_ready: no overlap yet
 
 const loom_plugin_descriptor kDescriptor = {
     LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
@@ -319,8 +414,8 @@ const loom_plugin_descriptor kDescriptor = {
     "Apache-2.0",
     "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
     "all-gather parameters",
-    nullptr,
-    0,
+    kParams,
+    sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
     nullptr,   // capabilities
     nullptr};  // ext

@@ -9,6 +9,7 @@
 //    stale survives a step).
 // Also the refusals.
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,10 +69,11 @@ struct Plugin {
   loom_grad* self = nullptr;
   loom_config cfg;
   ptest::Outcome created;
-  Plugin(const loom_host* host, std::vector<DLTensor*> grads) {
+  Plugin(const loom_host* host, std::vector<DLTensor*> grads,
+         const std::map<std::string, std::string>& values = {}) {
     auto* d = loomtest::load_descriptor("grad", "distributed-optimizer");
     api = static_cast<const loom_grad_api*>(d->api);
-    cfg = loomtest::TestHost::config(d);
+    cfg = loomtest::TestHost::config(d, values);
     const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads.data(), grads.size(),
                                      nullptr, nullptr};
     created = ptest::outcome(api->create(host, &cfg, &args, &self));
@@ -83,10 +85,13 @@ const float* as_f32(const DLTensor* t) {
   return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + t->byte_offset);
 }
 
-void exercise(const loom_host* host) {
+// values: the plugin's keys (bucket_size, overlap_grad_reduce); announce: every step, the
+// gradients are announced final (grad_ready, ABI 2.12) in backward order before reduce.
+void exercise(const loom_host* host, const std::map<std::string, std::string>& values = {},
+              bool announce = false) {
   World& w = world();
   Model m;
-  Plugin p(host, Model::ptrs(m.grads));
+  Plugin p(host, Model::ptrs(m.grads), values);
   REQUIRE_MESSAGE(p.created.ok(), p.created.message);
   REQUIRE(p.api->struct_size >= LOOM_GRAD_API_SIZE_V2);
 
@@ -124,13 +129,16 @@ void exercise(const loom_host* host) {
   }
   const double bpp = p.api->bytes_per_param(p.self);
   const int64_t S = (total + w.size - 1) / w.size;
-  CHECK(bpp == doctest::Approx(double(4 * (w.size * S + 2 * S)) / double(total)));
+  if (values.empty())  // one bucket: the flat buffer, the shard gradient, the parameter pack
+    CHECK(bpp == doctest::Approx(double(4 * (w.size * S + 2 * S)) / double(total)));
 
   for (int step = 0; step < 2; ++step) {
     CAPTURE(step);
     for (size_t t = 0; t < kShapes.size(); ++t)
       for (size_t j = 0; j < m.grads[t]->data.size(); ++j)
         m.grads[t]->data[j] = float(grad_value(w.rank, t, int64_t(j)) + step);
+    if (announce)
+      for (int64_t t = T; t-- > 0;) REQUIRE(ptest::outcome(p.api->grad_ready(p.self, t, 1)).ok());
     REQUIRE(ptest::outcome(p.api->reduce(p.self, &kReduceAll)).ok());
     for (size_t t = 0; t < kShapes.size(); ++t) {
       const float* g = as_f32(shards[t].grad);
@@ -170,6 +178,18 @@ TEST_CASE("distributed-optimizer: reduce-scatter, exact tiling, all-gather") {
   CHECK(g_log.find("4 (param) + 4 (grad) + [8 (Adam m, v)]/D = 8 + 8/" + D) != std::string::npos);
   CHECK(g_log.find("16 without sharding") != std::string::npos);
   MESSAGE(g_log);
+}
+
+TEST_CASE(
+    "distributed-optimizer: buckets of 16 elements, sharded each, with and without "
+    "overlap_grad_reduce") {
+  loom_host h = *world().host.host();
+  h.log = [](loom_host_context*, loom_log_level, const char* m) { g_log = m; };
+  exercise(&h, {{"bucket_size", "16"}});
+  CHECK(g_log.find("bucket(s)") != std::string::npos);
+  CHECK(g_log.find("in 1 bucket(s)") == std::string::npos);  // several
+  exercise(&h, {{"bucket_size", "16"}, {"overlap_grad_reduce", "true"}}, true);
+  exercise(&h, {{"overlap_grad_reduce", "true"}}, true);  // one bucket, started at the last
 }
 
 TEST_CASE("distributed-optimizer: refusals") {
