@@ -171,8 +171,8 @@ class Ddp {
                                         LOOM_REDUCE_AVG, stream_, &b.req));
     b.started = true;
     loom::log(host_, LOOM_LOG_DEBUG,
-              fmt("grad/ddp: t=%.0fus bucket %zu of %zu (%lld elements) started %s", now_us(),
-                  index(b), buckets_.size(), (long long)numel(b), when));
+              fmt("t=%.0fus bucket %zu of %zu (%lld elements) started %s", now_us(), index(b),
+                  buckets_.size(), (long long)numel(b), when));
   }
 
   // Completes b's all-reduce and unpacks it.
@@ -198,8 +198,8 @@ class Ddp {
       if (!done) continue;
       b.done_logged = true;
       loom::log(host_, LOOM_LOG_DEBUG,
-                fmt("grad/ddp: t=%.0fus bucket %zu of %zu complete during the backward pass",
-                    now_us(), index(b), buckets_.size()));
+                fmt("t=%.0fus bucket %zu of %zu complete during the backward pass", now_us(),
+                    index(b), buckets_.size()));
     }
   }
 
