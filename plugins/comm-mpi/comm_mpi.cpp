@@ -398,9 +398,7 @@ loom_error* all_gather(loom_comm* c, loom_comm_group* g, const DLTensor* in, DLT
 loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a, loom_comm_request** out) {
   MpiComm* m = cast(c);
   return loom::guard(m->host(), [&] {
-    const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
-                     : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
-                                                             : "start(all_gather)";
+    const char* fn = loom::start_what(call);
     std::unique_ptr<Staged> s = stage(m, a->group, call, a->in, a->out, a->op, fn);
     s->begin();
     *out = s.release();

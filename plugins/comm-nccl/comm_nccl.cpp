@@ -518,9 +518,7 @@ loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a, loom_comm
   NcclComm* m = cast(c);
   return loom::guard(m->host(), [&] {
     loom_comm_group& G = m->group(a->group);
-    const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
-                     : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
-                                                             : "start(all_gather)";
+    const char* fn = loom::start_what(call);
     DeviceGuard on(G.device);
     if (G.side == nullptr)
       cuda_check(cudaStreamCreateWithFlags(&G.side, cudaStreamNonBlocking), fn,

@@ -34,6 +34,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/grad_ready.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -51,7 +52,6 @@ char* bytes_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte
 struct Bucket {
   enum Form { kSingle, kView, kPacked };
   std::vector<DLTensor*> grads;
-  size_t first = 0;  // index of grads[0] in create's tensors
   size_t bytes = 0;
   DLDataType dtype{};
   Form form = kSingle;
@@ -62,7 +62,6 @@ struct Bucket {
   DLTensor flat{};                   // kView, kPacked: that tensor
   std::unique_ptr<char[]> own;       // kPacked with overlap: this bucket's own buffer
   // this step
-  size_t pending = 0;  // gradients not yet final (grad_ready)
   bool started = false;
   bool done_logged = false;  // its completion seen by progress()
   loom_comm_request* req = nullptr;
@@ -98,7 +97,6 @@ class Ddp {
     else
       stream_ = loom::Backend(host).stream();
     plan(limit, grads, num_grads, kinds);
-    reset_step();
   }
   ~Ddp() {  // a step that failed may leave calls in flight: complete them
     for (Bucket& b : buckets_)
@@ -119,16 +117,10 @@ class Ddp {
   // gradients are all final starts its all-reduce now, and the ones in flight are tested
   // (which is what moves MPI's non-blocking collectives along).
   void grad_ready(int64_t first, int64_t count) {
-    loom::require(first >= 0 && count >= 0 && (size_t)(first + count) <= bucket_of_.size(),
-                  "grad/ddp: grad_ready of gradients [" + std::to_string(first) + ", " +
-                      std::to_string(first + count) + "), of " + std::to_string(bucket_of_.size()));
-    if (!overlap_) return;
-    for (int64_t i = first; i < first + count; ++i) {
-      if (final_[(size_t)i]) continue;  // announced twice: counted once
-      final_[(size_t)i] = 1;
-      Bucket& b = buckets_[bucket_of_[(size_t)i]];
-      if (--b.pending == 0) start(b, "during the backward pass");
-    }
+    if (!overlap_) return ready_.check(first, count, "grad/ddp: ");
+    ready_.ready(first, count, "grad/ddp: ", [&](size_t i) {
+      start(buckets_[ready_.bucket_of(i)], "during the backward pass");
+    });
     progress();
   }
 
@@ -148,11 +140,8 @@ class Ddp {
   const loom_comm_api& api() const { return *comm_.api; }
 
   void reset_step() {
-    final_.assign(bucket_of_.size(), 0);
-    for (Bucket& b : buckets_) {
-      b.pending = b.grads.size();
-      b.started = b.done_logged = false;
-    }
+    ready_.reset();
+    for (Bucket& b : buckets_) b.started = b.done_logged = false;
   }
 
   // Starts b's all-reduce (AVG), packing it first when it is packed.
@@ -241,6 +230,7 @@ class Ddp {
 
   void plan(size_t limit, DLTensor* const* grads, size_t num_grads, const int32_t* kinds) {
     size_t largest = 0, packed_total = 0;
+    std::vector<size_t> bucket_of;  // of each gradient
     for (size_t i = 0; i < num_grads; ++i) {
       DLTensor* g = grads[i];
       const size_t n = nbytes(g);
@@ -251,7 +241,7 @@ class Ddp {
       if (buckets_.empty() || !joins(buckets_.back(), g, kind, limit)) {
         buckets_.emplace_back();
         Bucket& b = buckets_.back();
-        b.first = i, b.dtype = g->dtype, b.growable = growable, b.kind = kind, b.group = group;
+        b.dtype = g->dtype, b.growable = growable, b.kind = kind, b.group = group;
       } else {
         Bucket& b = buckets_.back();
         if (b.form == Bucket::kSingle)
@@ -261,7 +251,7 @@ class Ddp {
       Bucket& b = buckets_.back();
       b.grads.push_back(g);
       b.bytes += n;
-      bucket_of_.push_back(buckets_.size() - 1);
+      bucket_of.push_back(buckets_.size() - 1);
       numel_ += loom_tensor_numel(g);
     }
     for (Bucket& b : buckets_) {
@@ -281,6 +271,7 @@ class Ddp {
     }
     if (!overlap_ && largest > 0) shared_.reset(new char[largest]);
     buffer_bytes_ = overlap_ ? packed_total : largest;
+    ready_.plan(std::move(bucket_of));
   }
 
   const loom_host* host_;
@@ -289,8 +280,7 @@ class Ddp {
   void* stream_ = nullptr;                      // the backend's device stream, NULL on the CPU
   std::map<int32_t, loom_comm_group*> groups_;  // the host's, by kind
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;   // of each gradient
-  std::vector<char> final_;         // this step: announced final by grad_ready
+  loom::BucketReadiness ready_;     // each gradient's bucket, and this step's final ones
   std::unique_ptr<char[]> shared_;  // without overlap: the largest packed bucket
   size_t buffer_bytes_ = 0;
   int64_t numel_ = 0;

@@ -26,6 +26,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/grad_ready.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -61,7 +62,6 @@ struct Bucket {
   loom::Tensor shard_grad;       // (S) this rank's averaged gradient shard
   loom::Tensor param_pack;       // (S) this rank's updated parameter shard
   // this step
-  size_t pending = 0;  // gradients not yet final (grad_ready)
   bool started = false;
   loom_comm_request* req = nullptr;
 };
@@ -118,7 +118,11 @@ class DistOpt {
         b.flat = loom::Tensor(backend_, gdt_, {p.D * b.S});
         b.shard_grad = loom::Tensor(backend_, gdt_, {b.S});
       }
-    reset_step();
+    std::vector<size_t> first_of(parts_.size(), 0), bucket_of;  // buckets numbered part by part
+    for (size_t k = 1; k < parts_.size(); ++k)
+      first_of[k] = first_of[k - 1] + parts_[k - 1].buckets.size();
+    for (const auto& [part, bucket] : where_) bucket_of.push_back(first_of[part] + bucket);
+    ready_.plan(std::move(bucket_of));
   }
   ~DistOpt() {  // a step that failed may leave calls in flight: complete them
     for (Part& p : parts_)
@@ -133,17 +137,11 @@ class DistOpt {
   // ABI 2.12: with overlap_grad_reduce, a bucket whose gradients are all final starts its
   // reduce-scatter now.
   void grad_ready(int64_t first, int64_t count) {
-    loom::require(first >= 0 && count >= 0 && (size_t)(first + count) <= where_.size(),
-                  kPrefix + "grad_ready of gradients [" + std::to_string(first) + ", " +
-                      std::to_string(first + count) + "), of " + std::to_string(where_.size()));
-    if (!overlap_) return;
-    for (int64_t i = first; i < first + count; ++i) {
-      if (final_[(size_t)i]) continue;
-      final_[(size_t)i] = 1;
-      Part& p = parts_[where_[(size_t)i].first];
-      Bucket& b = p.buckets[where_[(size_t)i].second];
-      if (--b.pending == 0) start(p, b);
-    }
+    if (!overlap_) return ready_.check(first, count, kPrefix);
+    ready_.ready(first, count, kPrefix, [&](size_t i) {
+      Part& p = parts_[where_[i].first];
+      start(p, p.buckets[where_[i].second]);
+    });
   }
 
   void reduce_gradients() {
@@ -253,12 +251,9 @@ class DistOpt {
   }
 
   void reset_step() {
-    final_.assign(where_.size(), 0);
+    ready_.reset();
     for (Part& p : parts_)
-      for (Bucket& b : p.buckets) {
-        b.pending = b.members.size();
-        b.started = false;
-      }
+      for (Bucket& b : p.buckets) b.started = false;
   }
 
   // Packs b's gradients (zeros in the padding, so the last shard's tail stays clean) and
@@ -343,7 +338,8 @@ class DistOpt {
   loom::Backend backend_;
   std::vector<Part> parts_;  // one per reduce group; held by index (where_), so may grow
   std::vector<std::pair<size_t, size_t>> where_;  // (part, bucket) of each tensor
-  std::vector<char> final_;                       // this step: announced final by grad_ready
+  loom::BucketReadiness ready_;  // each gradient's bucket (numbered over the parts), and this
+                                 // step's final gradients
   std::vector<DLTensor*> grads_, params_;
   std::vector<int64_t> flat_off_;   // of each tensor in its bucket's flat concatenation
   std::vector<int64_t> shard_off_;  // first owned element within each parameter

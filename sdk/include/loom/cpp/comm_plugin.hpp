@@ -69,6 +69,14 @@ struct CommCalls {
   loom_error* (*test)(loom_comm* c, loom_comm_request* r, int* done);
 };
 
+// "start(all_reduce)" for a started loom_comm_call: how messages name it (the call is one of
+// the three, checked by CommSlots::start).
+inline const char* start_what(int32_t call) {
+  return call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
+         : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
+                                                 : "start(all_gather)";
+}
+
 // "group_create(tensor)", or "group_create" for a group without a name: how messages name
 // the call.
 inline std::string group_create_what(const char* name) {
@@ -175,9 +183,7 @@ struct CommSlots {
                   call == LOOM_COMM_CALL_ALL_GATHER,
               where + ": call " + std::to_string(call) +
                   " is not one of all_reduce (0), reduce_scatter (1), all_gather (2)");
-      const char* fn = call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
-                       : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
-                                                               : "start(all_gather)";
+      const char* fn = start_what(call);
       const bool in_place = call == LOOM_COMM_CALL_ALL_REDUCE;
       if (K.start == nullptr) {  // finish it now: a request that is done
         check(host, CommSlots::call(c, fn, a, in_place, [&] {
