@@ -8,12 +8,14 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint.hpp"
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "host.hpp"
 #include "recipe.hpp"
+#include "registry.hpp"
 #include "safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -127,6 +129,10 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
                                 0,
                                 0,
                                 nullptr,
+                                nullptr,
+                                LOOM_RESIDENCY_NONE,
+                                nullptr,
+                                nullptr,
                                 nullptr};
     auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
     for (size_t i = 0; i < api->num_params(m); ++i) {
@@ -171,6 +177,17 @@ void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, in
   if (virtual_stages > 1) sets.push_back("parallel.schedule=interleaved-1f1b");
   sets.insert(sets.end(), overrides.begin(), overrides.end());
   Recipe recipe = Recipe::load(in.folder / "recipe.toml", sets);
+  // The source's strategy may read keys ddp does not (fsdp's zero_stage, the distributed
+  // optimizer's overlap_param_gather): the converted recipe leaves them out.
+  std::set<std::string> ddp_keys;
+  const loom_plugin_descriptor* ddp = registry.get(LOOM_KIND_GRAD, "ddp").desc;
+  for (size_t i = 0; i < ddp->num_params; ++i) ddp_keys.insert(ddp->params[i].name);
+  for (const PluginInfo& p : registry.plugins()) {
+    if (p.kind != LOOM_KIND_GRAD) continue;
+    const loom_plugin_descriptor* d = registry.get(LOOM_KIND_GRAD, p.name).desc;
+    for (size_t i = 0; i < d->num_params; ++i)
+      if (!ddp_keys.count(d->params[i].name)) recipe.drop_key("parallel", d->params[i].name);
+  }
   recipe.validate(registry);
   Checkpoint out;
   out.iteration = in.iteration;

@@ -117,6 +117,10 @@ void DecodeModel::load_one_rank(Registry& registry) {
                                0,
                                0,
                                nullptr,
+                               nullptr,
+                               LOOM_RESIDENCY_NONE,
+                               nullptr,
+                               nullptr,
                                nullptr};
   const loom_model_api* mapi = nullptr;
   std::tie(mapi, model) = session_->model(margs);

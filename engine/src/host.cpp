@@ -338,11 +338,21 @@ std::pair<const loom_optimizer_api*, loom_optimizer*> Session::optimizer(
 }
 
 std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads, size_t n,
-                                                          const int32_t* reduce_groups) {
-  const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2_6, grads, n, nullptr,
-                                   reduce_groups};
+                                                          const int32_t* reduce_groups,
+                                                          const int32_t* units) {
+  const loom_grad_create_args args{
+      LOOM_GRAD_CREATE_ARGS_SIZE_V2_13, grads, n, nullptr, reduce_groups, units};
   return create_once(*this, *impl_, impl_->grad, LOOM_KIND_GRAD, "parallel", LOOM_GRAD_API_SIZE_V2,
                      &args);
+}
+
+int32_t Session::grad_residency() {
+  const std::string name = impl_->recipe.get_string("parallel", selector_of_kind(LOOM_KIND_GRAD));
+  const PluginInfo& info = impl_->registry.get(LOOM_KIND_GRAD, name);
+  auto* api = static_cast<const loom_grad_api*>(info.desc->api);
+  if (!api || api->struct_size < LOOM_GRAD_API_SIZE_V2_13 || !api->residency)
+    return LOOM_RESIDENCY_NONE;
+  return api->residency(host_for("grad/" + name), &impl_->recipe.section("parallel"));
 }
 
 std::pair<const loom_schedule_api*, loom_schedule*> Session::schedule() {

@@ -66,8 +66,13 @@ class Session {
   // The data-parallel gradient strategy named by parallel.data (a grad plugin), over the
   // model's gradients.
   // reduce_groups: n loom_group_kinds (loom_grad_create_args.reduce_groups), or NULL.
+  // units: n residency units (loom_grad_create_args.units, ABI 2.13), or NULL.
   std::pair<const loom_grad_api*, loom_grad*> grad(DLTensor* const* grads, size_t n,
-                                                   const int32_t* reduce_groups = nullptr);
+                                                   const int32_t* reduce_groups = nullptr,
+                                                   const int32_t* units = nullptr);
+  // The residency parallel.data's strategy needs of the model (loom_grad_api.residency),
+  // asked before the model is created.
+  int32_t grad_residency();
   // The pipeline schedule named by parallel.schedule (a schedule plugin).
   std::pair<const loom_schedule_api*, loom_schedule*> schedule();
 

@@ -44,6 +44,7 @@ MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string
   r.set("train.eval_interval=0");
   r.validate(registry);
   TrainRun run(r, registry, true);
+  run.hold_params(false);  // as a run does before its first step (fsdp: the shards only)
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(run.be.api->get_info(run.be.self, &info), "backend/meta info");

@@ -49,6 +49,11 @@ class Recipe {
   // Forgets what the recipe says in `section` (before validate): a saved run's [data] when
   // `loom eval` reads its own files.
   void drop_section(const std::string& section) { raw_.erase(section); }
+  // Forgets one key the recipe sets (before validate).
+  void drop_key(const std::string& section, const std::string& key) {
+    auto it = raw_.find(section);
+    if (it != raw_.end()) it->second.keys.erase(key);
+  }
   // One more "section.key=value" as --set gives it (before validate).
   void set(const std::string& assignment);
   // Checks every section and key against the engine's sections and the schemas of the

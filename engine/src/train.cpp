@@ -205,6 +205,11 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
 void run_training(Recipe& recipe, Registry& registry) {
   TrainRun r(recipe, registry);
   r.resume();
+  r.hold_params(false);  // a fully sharded strategy's units are gathered when used from now on
+  check(r.be.api->get_info(r.be.self, &r.info), "backend info");
+  spdlog::info("backend memory in use before the first step: {} bytes ({:.2f} per parameter)",
+               r.info.mem_in_use,
+               (double)r.info.mem_in_use / (double)std::max<int64_t>(r.local_params, 1));
   Metrics metrics(r);
   const bool saves = !recipe.get_string("checkpoint", "save").empty();
   const int64_t save_interval = recipe.get_int("checkpoint", "interval");

@@ -270,6 +270,9 @@ void TrainRun::sync_tied() {
 
 void TrainRun::save(int64_t iteration) {
   const std::string save_dir = recipe.get_string("checkpoint", "save");
+  // Under a residency every value is gathered for the file and let go after it.
+  const bool release = !held;
+  hold_params(true);
   Checkpoint ck;
   ck.iteration = iteration;
   ck.consumed_samples = consumed;
@@ -316,6 +319,7 @@ void TrainRun::save(int64_t iteration) {
     opt_entries[params[i].name] = e;
   }
   ck.optimizer_meta["loom.shards"] = opt_entries.dump();
+  if (release) hold_params(false);  // everything is on the host now
   Collective coll;
   coll.leader = rank == 0;
   coll.barrier = [&] {

@@ -181,6 +181,17 @@ struct TrainRun {
   std::string ready_error;                    // the strategy's grad_ready error, raised after them
   static void on_grad_ready(void* user, int64_t first, int64_t count);
   bool walk_through = false;
+  // Parameter residency (ABI 2.13: parallel.data = "fsdp", or overlap_param_gather). The
+  // model asks the strategy to fill or complete a unit's values and to take its gradients
+  // through these (user: the chunk's ReadyChunk); the whole model is held resident from
+  // set-up until the run lets go (hold_params(false)), and again while a checkpoint is
+  // written (train_residency.cpp). `loaded`: the values were written since the strategy
+  // took its shards (at create or from a checkpoint), so the next release refreshes them.
+  int32_t residency = LOOM_RESIDENCY_NONE;
+  bool held = true, loaded = true;
+  static loom_error* on_unit_needed(void* user, int32_t unit, int32_t fill);
+  static loom_error* on_unit_grads(void* user, int32_t unit);
+  void hold_params(bool hold);
 
   // Gradient strategy, optimizer and schedule.
   std::pair<const loom_grad_api*, loom_grad*> grad_strategy{nullptr, nullptr};

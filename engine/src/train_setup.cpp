@@ -283,8 +283,9 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
 void TrainRun::create_model(int64_t vocab) {
   const int stages = layout.pipeline * layout.virtual_stages;
   for (int v = 0; v < layout.virtual_stages; ++v) ready_chunks.push_back({this, (size_t)v});
+  residency = session.grad_residency();
   for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_12,
+    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_13,
                                  vocab,
                                  seq_len,
                                  mbs,
@@ -296,7 +297,11 @@ void TrainRun::create_model(int64_t vocab) {
                                  0,
                                  0,
                                  nullptr,
-                                 nullptr};
+                                 nullptr,
+                                 residency,
+                                 &TrainRun::on_unit_needed,
+                                 &TrainRun::on_unit_grads,
+                                 &ready_chunks[(size_t)v]};
     set_recompute(recipe, margs);
     margs.grad_ready = &TrainRun::on_grad_ready;
     margs.grad_ready_user = &ready_chunks[(size_t)v];
@@ -304,6 +309,11 @@ void TrainRun::create_model(int64_t vocab) {
     mapi = api;
     chunks.push_back(m);
   }
+  if (residency != LOOM_RESIDENCY_NONE &&
+      (mapi->struct_size < LOOM_MODEL_API_SIZE_V2_13 || mapi->hold_params == nullptr))
+    throw UsageError("parallel.data = \"" + recipe.get_string("parallel", "data") +
+                     "\" shards the parameters per layer, and model/" + recipe.plugin("model") +
+                     " has no parameter residency (loom_model_api.hold_params, ABI 2.13)");
   // Every ABI 2 model is driven through its stages (a whole model is stage 0 of 1).
   if (!mapi->stage_info || !mapi->stage_forward || !mapi->stage_backward || !mapi->finish_grads)
     throw UsageError("model/" + recipe.plugin("model") +
@@ -314,7 +324,8 @@ void TrainRun::create_model(int64_t vocab) {
     grad_of.emplace_back();
     for (size_t i = 0; i < mapi->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_9;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_13;
+      p.unit = -1;  // a model older than ABI 2.13 leaves it
       check(mapi->get_param(m, i, &p), "listing model parameters");
       check_param_groups(p, recipe.plugin("model"));
       grad_of.back().push_back(p.buffer ? -1 : (int64_t)params.size());
@@ -330,7 +341,9 @@ void TrainRun::create_model(int64_t vocab) {
     throw UsageError("parallel.expert = " + std::to_string(layout.expert) + ": model/" +
                      recipe.plugin("model") +
                      " has no expert parameters to split (a mixture of experts has them)");
+  std::vector<int32_t> units;
   for (const loom_model_param& p : params) {
+    units.push_back(p.unit);
     reduce_groups.push_back(p.reduce_group);
     grads.push_back(p.grad);
     values.push_back(p.value);
@@ -345,7 +358,9 @@ void TrainRun::create_model(int64_t vocab) {
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(be.api->get_info(be.self, &info), "backend info");
   const double before = (double)info.mem_in_use;
-  grad_strategy = session.grad(grads.data(), grads.size(), reduce_groups.data());
+  const bool has_units = std::all_of(units.begin(), units.end(), [](int32_t u) { return u >= 0; });
+  grad_strategy = session.grad(grads.data(), grads.size(), reduce_groups.data(),
+                               has_units && chunks.size() == 1 ? units.data() : nullptr);
   check(be.api->get_info(be.self, &info), "backend info");
   grad_plugin_bytes = (double)info.mem_in_use - before;
 }
@@ -392,10 +407,14 @@ void TrainRun::create_optimizer() {
 StateBytes TrainRun::state_bytes() const {
   const auto [oapi, opt] = optimizer;
   StateBytes b;
-  for (const DLTensor* v : values)
-    b.values += (double)loom_tensor_numel(v) * loom_dtype_bytes(v->dtype);
-  for (const DLTensor* g : grads)
-    b.grads += (double)loom_tensor_numel(g) * loom_dtype_bytes(g->dtype);
+  // Under a residency the model keeps only what is in flight: the shards are the state.
+  auto bytes = [](const DLTensor* t) {
+    return (double)loom_tensor_numel(t) * loom_dtype_bytes(t->dtype);
+  };
+  for (size_t i = 0; i < values.size(); ++i) {
+    b.values += bytes(residency == LOOM_RESIDENCY_PARAMS ? shards[i].param : values[i]);
+    b.grads += bytes(residency != LOOM_RESIDENCY_NONE ? shards[i].grad : grads[i]);
+  }
   for (size_t i = 0; i < oapi->num_state(opt); ++i) {
     const char* name = nullptr;
     DLTensor* t = nullptr;

@@ -330,7 +330,10 @@ const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2_12,
                             nullptr,  // shard_params: nothing is sharded
                             nullptr,  // after_step: parameters are already identical
                             bytes_per_param,
-                            grad_ready};
+                            grad_ready,
+                            nullptr,  // residency: none, gradients whole
+                            nullptr,
+                            nullptr};
 
 const loom_param_spec kParams[] = {
     loom::param("bucket_mb", LOOM_PARAM_FLOAT, "25",

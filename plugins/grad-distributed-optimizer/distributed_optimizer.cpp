@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/comm.h"
@@ -64,6 +65,10 @@ struct Bucket {
   // this step
   bool started = false;
   loom_comm_request* req = nullptr;
+  // overlap_param_gather: the all-gather of the updated parameters into `flat`, in flight
+  // from after_step until a unit of the bucket is needed (or the next reduction)
+  loom_comm_request* gather_req = nullptr;
+  bool gathering = false;
 };
 
 // The gradients averaged over one group, sharded over it: every gradient of a dense model,
@@ -78,8 +83,13 @@ struct Part {
 class DistOpt {
  public:
   DistOpt(const loom_host* host, DLTensor* const* grads, size_t num_grads, const int32_t* kinds,
-          int64_t bucket_size, bool overlap)
-      : host_(host), overlap_(overlap) {
+          const int32_t* units, int64_t bucket_size, bool overlap, bool overlap_gather)
+      : host_(host), overlap_(overlap), overlap_gather_(overlap_gather) {
+    loom::require(!overlap_gather || units != nullptr || num_grads == 0,
+                  kPrefix +
+                      "overlap_param_gather completes each layer's parameters before its "
+                      "forward and needs a model that groups them into units (ABI 2.13)",
+                  LOOM_ERR_UNIMPLEMENTED);
     loom::require(grads != nullptr || num_grads == 0, kPrefix + "grads is NULL");
     if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
       const std::string why = host->error_message(err);
@@ -123,11 +133,19 @@ class DistOpt {
       first_of[k] = first_of[k - 1] + parts_[k - 1].buckets.size();
     for (const auto& [part, bucket] : where_) bucket_of.push_back(first_of[part] + bucket);
     ready_.plan(std::move(bucket_of));
+    for (size_t i = 0; overlap_gather && i < num_grads; ++i) {  // each unit's buckets
+      if (units[i] < 0) continue;
+      if (buckets_of_unit_.size() <= (size_t)units[i]) buckets_of_unit_.resize(units[i] + 1);
+      auto& list = buckets_of_unit_[(size_t)units[i]];
+      if (std::find(list.begin(), list.end(), where_[i]) == list.end()) list.push_back(where_[i]);
+    }
   }
   ~DistOpt() {  // a step that failed may leave calls in flight: complete them
     for (Part& p : parts_)
-      for (Bucket& b : p.buckets)
+      for (Bucket& b : p.buckets) {
         if (b.req) comm_.api->wait(comm_.self, b.req);
+        if (b.gather_req) comm_.api->wait(comm_.self, b.gather_req);
+      }
   }
   DistOpt(const DistOpt&) = delete;
   DistOpt& operator=(const DistOpt&) = delete;
@@ -203,11 +221,16 @@ class DistOpt {
     log_memory();
   }
 
+  // Every rank's updated shard into the whole parameters: each bucket's all-gather, started
+  // here; with overlap_param_gather (Megatron's --overlap-param-gather) completed only when
+  // the model first needs a unit of the bucket (unit_needed, before its forward), so that the
+  // gathers run while the layers before compute.
   void after_step() {
     loom::require(sharded_, kPrefix + "after_step before shard_params");
     for (Part& p : parts_)
       for (Bucket& b : p.buckets) {
         if (b.N == 0) continue;
+        if (b.gathering) finish_gather(b);  // the last step's, never asked for
         const int64_t lo_own = p.r * b.S;
         for (size_t i : b.members) {
           Slice& src = param_views_[i];
@@ -217,15 +240,21 @@ class DistOpt {
         }
         sync();
         Slice gathered(b.flat.get(), pdt_, 0, p.D * b.S);
-        loom::check(host_, loom::comm_all_gather(comm_, p.group, b.param_pack.get(), &gathered.t,
-                                                 backend_.stream()));
-        for (size_t i : b.members) {
-          const int64_t n = loom_tensor_numel(params_[i]);
-          if (n == 0) continue;
-          Slice src(b.flat.get(), pdt_, flat_off_[i], n), dst(params_[i], pdt_, 0, n);
-          backend_.call(&loom_ops::copy, &dst.t, &src.t);
-        }
+        loom::check(host_, loom::comm_start(comm_, LOOM_COMM_CALL_ALL_GATHER, p.group,
+                                            b.param_pack.get(), &gathered.t, LOOM_REDUCE_SUM,
+                                            backend_.stream(), &b.gather_req));
+        b.gathering = true;
+        if (!overlap_gather_) finish_gather(b);
       }
+  }
+
+  // ABI 2.13 (residency NOTIFY): unit u is about to be read; its buckets' gathers complete.
+  void unit_needed(size_t u) {
+    if (u >= buckets_of_unit_.size()) return;
+    for (const auto& [part, bucket] : buckets_of_unit_[u]) {
+      Bucket& b = parts_[part].buckets[bucket];
+      if (b.gathering) finish_gather(b);
+    }
   }
 
   // The plugin's own buffers (flat, shard gradient, parameter pack) per parameter element.
@@ -256,9 +285,22 @@ class DistOpt {
       for (Bucket& b : p.buckets) b.started = false;
   }
 
+  // A bucket's parameter all-gather completed, and every parameter copied out of it.
+  void finish_gather(Bucket& b) {
+    b.gathering = false;
+    loom::check(host_, loom::comm_wait(comm_, std::exchange(b.gather_req, nullptr)));
+    for (size_t i : b.members) {
+      const int64_t n = loom_tensor_numel(params_[i]);
+      if (n == 0) continue;
+      Slice src(b.flat.get(), pdt_, flat_off_[i], n), dst(params_[i], pdt_, 0, n);
+      backend_.call(&loom_ops::copy, &dst.t, &src.t);
+    }
+  }
+
   // Packs b's gradients (zeros in the padding, so the last shard's tail stays clean) and
   // starts its reduce-scatter (AVG) into this rank's shard.
   void start(Part& p, Bucket& b) {
+    if (b.gathering) finish_gather(b);  // flat is still receiving the parameters
     for (size_t j = 0; j < b.members.size(); ++j) {
       DLTensor* g = grads_[b.members[j]];
       const int64_t n = loom_tensor_numel(g);
@@ -332,7 +374,8 @@ class DistOpt {
   }
 
   const loom_host* host_;
-  bool overlap_ = false;
+  bool overlap_ = false, overlap_gather_ = false;
+  std::vector<std::vector<std::pair<size_t, size_t>>> buckets_of_unit_;  // (part, bucket)
   loom_comm_ref comm_{nullptr, nullptr};
   bool sharded_ = false;  // shard_params was called
   loom::Backend backend_;
@@ -357,10 +400,12 @@ loom_error* create(const loom_host* host, const loom_config* cfg, const loom_gra
     loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
     const int32_t* kinds =
         args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
+    const int32_t* units =
+        args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_13 ? args->units : nullptr;
     loom::Config c(host, cfg);
-    *out = reinterpret_cast<loom_grad*>(new DistOpt(host, args->grads, args->num_grads, kinds,
-                                                    c.get_int("bucket_size"),
-                                                    c.get_bool("overlap_grad_reduce")));
+    *out = reinterpret_cast<loom_grad*>(
+        new DistOpt(host, args->grads, args->num_grads, kinds, units, c.get_int("bucket_size"),
+                    c.get_bool("overlap_grad_reduce"), c.get_bool("overlap_param_gather")));
   });
 }
 void destroy(loom_grad* g) { delete cast(g); }
@@ -383,9 +428,29 @@ loom_error* grad_ready(loom_grad* g, int64_t first, int64_t count) {
   return loom::guard(cast(g)->host(), [&] { cast(g)->grad_ready(first, count); });
 }
 
-const loom_grad_api kApi = {
-    LOOM_GRAD_API_SIZE_V2_12, create,    destroy, reduce, shard_params, after_step,
-    bytes_per_param,          grad_ready};
+// overlap_param_gather asks the model to say when each unit is needed (residency NOTIFY).
+int32_t residency(const loom_host* host, const loom_config* cfg) {
+  return loom::Config(host, cfg).get_bool("overlap_param_gather") ? LOOM_RESIDENCY_NOTIFY
+                                                                  : LOOM_RESIDENCY_NONE;
+}
+loom_error* unit_needed(loom_grad* g, int32_t unit, int32_t fill) {
+  return loom::guard(cast(g)->host(), [&] {
+    loom::require(fill == 0, kPrefix + "keeps every parameter whole; it has nothing to fill");
+    cast(g)->unit_needed((size_t)unit);
+  });
+}
+
+const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2_13,
+                            create,
+                            destroy,
+                            reduce,
+                            shard_params,
+                            after_step,
+                            bytes_per_param,
+                            grad_ready,
+                            residency,
+                            unit_needed,
+                            nullptr};  // unit_grads: gradients stay whole (grad_ready)
 
 const loom_param_spec kParams[] = {
     loom::param("bucket_size", LOOM_PARAM_INT, "0",
@@ -397,6 +462,11 @@ const loom_param_spec kParams[] = {
                 "start each bucket's reduce-scatter during the backward pass, as soon as the "
                 "model has announced all its gradients (Megatron's --overlap-grad-reduce); the "
                 "numbers are those without it"),
+    loom::param("overlap_param_gather", LOOM_PARAM_BOOL, "false",
+                "start the all-gather of the updated parameters after the optimizer step and "
+                "complete each bucket only when the model first needs one of its layers, so "
+                "that the gathers overlap the next forward (Megatron's --overlap-param-gather; "
+                "not with pipeline parallelism yet); the numbers are those without it"),
 };  // grad_ready: no overlap yet
 
 const loom_plugin_descriptor kDescriptor = {

@@ -201,6 +201,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EMBEDDING, &embedding_group_));
   }
   setup_recompute();  // before build, which may allocate the first slot
+  setup_residency();
   build();
   plan_grad_ready();
 }
@@ -351,20 +352,10 @@ void DecoderModel::build() {
       }
     }
   }
+  assign_units();
   ps.allocate(ctx_);
-
-  if (o.first()) emb_ = Embedding::make(o, ps, ctx_);
-  if (o.first() && o.post_norm) emb_ln_ = Norm::make(o, ps, "emb_ln");
-  for (int64_t l = o.layer0; l < o.layer1; ++l)
-    layers_.push_back(layer_spec(l).make(o, ps, "h." + std::to_string(l)));
-  if (o.last()) {
-    if (!o.post_norm) ln_f_ = Norm::make(o, ps, "ln_f");
-    if (!o.classifier) {
-      head_ = LmHead::make(o, ps, ctx_);
-      ce_.shard = head_.shard;
-    }
-    if (o.bert) bert_ = BertHead::make(o, ps, head_.vocab);
-  }
+  layers_.resize((size_t)(o.layer1 - o.layer0));
+  for (size_t u = 0; u <= layers_.size(); ++u) make_unit(u);
 
   const int64_t N = args_.micro_batch * args_.seq_len / ctx_.cp.size;  // this rank's tokens
   grads_.ensure(ctx_, o, N);
@@ -384,7 +375,7 @@ void DecoderModel::get_param(size_t i, loom_model_param* out) {
   params_.describe(i, out, who_, tied ? "embedding" : nullptr);
 }
 
-void DecoderModel::zero_grad() { ctx_.call(&loom_ops::fill, params_.grads(), 0.0); }
+void DecoderModel::zero_grad() { params_.zero_grads(ctx_); }
 
 // Copies (n) token ids to the device after checking them against the vocabulary
 // (`allow_ignore`: -1 is a valid target). A clear error instead of an out-of-range read.

@@ -64,7 +64,12 @@ loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
 }
 
 loom_model_api decoder_api(CreateFn create) {
-  return Slots::api(create, batch_spec, attention_requires);
+  loom_model_api api = Slots::api(create, batch_spec, attention_requires);
+  api.struct_size = LOOM_MODEL_API_SIZE_V2_13;
+  api.hold_params = [](loom_model* m, int32_t hold) {
+    return Slots::call(m, [&](DecoderModel& x) { x.hold_params(hold != 0); });
+  };
+  return api;
 }
 
 loom_model_api bert_api(CreateFn create) {

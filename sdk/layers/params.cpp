@@ -2,6 +2,7 @@
 // layout-independent GPT-2 initialisation.
 #include "loom/cpp/layers/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -80,6 +81,8 @@ Param& ParamStore::at(const std::string& name) {
 }
 
 void ParamStore::allocate(const Ctx& ctx) {
+  for (const Param& p : params_) num_units_ = std::max(num_units_, (size_t)(p.unit + 1));
+  if (moves()) return allocate_units(ctx);
   int64_t total = 0;
   // weight-decayed first, then the rest, then the buffers (which no optimizer sees, so that
   // the parameters stay one run of adjacent tensors)
@@ -95,6 +98,79 @@ void ParamStore::allocate(const Ctx& ctx) {
     p.value = View(value_flat_.get(), p.shape, p.offset);
     p.grad = View(grad_flat_.get(), p.shape, p.offset);
   }
+}
+
+// Each unit's members back to back (aligned), then the buffers in a flat buffer of their own
+// (no gradient). Every unit's values start allocated: the model initialises them and the host
+// shards them before it lets go (hold_params).
+void ParamStore::allocate_units(const Ctx& ctx) {
+  int64_t buffers = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    const int64_t n = (p.numel() + kAlign - 1) / kAlign * kAlign;
+    if (p.buffer || p.unit < 0) {
+      loom::require(p.buffer, "loom layers: parameter " + p.name + " has no residency unit");
+      p.offset = buffers;
+      buffers += n;
+      continue;
+    }
+    if (units_.size() <= (size_t)p.unit) units_.resize((size_t)p.unit + 1);
+    Unit& u = units_[(size_t)p.unit];
+    u.members.push_back(i);
+    p.offset = u.size;
+    u.size += n;
+  }
+  value_flat_ = ctx.alloc({std::max<int64_t>(buffers, 1)});
+  for (Param& p : params_)
+    if (p.buffer) p.value = View(value_flat_.get(), p.shape, p.offset);
+  value_none_ = *value_flat_.get();
+  value_none_.data = nullptr;
+  value_none_.byte_offset = 0;
+  value_none_.ndim = 0;
+  grad_none_ = value_none_;
+  grad_none_.dtype = ctx.grad_dtype();
+  // Values only: a unit's gradients appear with its first backward. (The values are whole
+  // until the host has taken its shards: the start-up peak is the model's values once.)
+  for (size_t u = 0; u < units_.size(); ++u) alloc_values(ctx, u);
+}
+
+void ParamStore::point(size_t u) {
+  const Unit& unit = units_[u];
+  for (size_t i : unit.members) {
+    Param& p = params_[i];
+    // A freed unit's views keep their shape, dtype and device, with no data.
+    p.value = unit.value.get() ? View(unit.value.get(), p.shape, p.offset)
+                               : View(&value_none_, p.shape, 0);
+    p.grad =
+        unit.grad.get() ? View(unit.grad.get(), p.shape, p.offset) : View(&grad_none_, p.shape, 0);
+  }
+}
+
+void ParamStore::alloc_values(const Ctx& ctx, size_t u) {
+  if (has_values(u)) return;
+  units_[u].value = ctx.alloc({std::max<int64_t>(units_[u].size, 1)});
+  point(u);
+}
+void ParamStore::alloc_grads(const Ctx& ctx, size_t u) {
+  if (has_grads(u)) return;
+  units_[u].grad = ctx.alloc(ctx.grad_dtype(), {std::max<int64_t>(units_[u].size, 1)});
+  ctx.call(&loom_ops::fill, units_[u].grad.get(), 0.0);
+  point(u);
+}
+void ParamStore::free_values(size_t u) {
+  if (!moves()) return;
+  units_[u].value = Tensor();
+  point(u);
+}
+void ParamStore::free_grads(size_t u) {
+  if (!moves()) return;
+  units_[u].grad = Tensor();
+  point(u);
+}
+void ParamStore::zero_grads(const Ctx& ctx) {
+  if (!moves()) return ctx.call(&loom_ops::fill, grad_flat_.get(), 0.0);
+  for (Unit& u : units_)
+    if (u.grad.get()) ctx.call(&loom_ops::fill, u.grad.get(), 0.0);
 }
 
 namespace {
@@ -206,6 +282,7 @@ void ParamStore::describe(size_t i, loom_model_param* out, const std::string& wh
   out->reduce_group = p.ep_size > 0 ? LOOM_GROUP_EXPERT_DATA : LOOM_GROUP_DATA_CONTEXT;
   out->tie_group = tie_group;
   if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_9) out->buffer = p.buffer ? 1 : 0;
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_13) out->unit = p.buffer ? -1 : p.unit;
   if (p.buffer) out->grad = nullptr;
 }
 

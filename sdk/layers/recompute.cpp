@@ -87,7 +87,9 @@ LayerActs& DecoderModel::layer_acts(Slot& S, size_t l) {
 void DecoderModel::layers_forward(Slot& S) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerActs& a = layer_acts(S, l);
+    unit_need(1 + l, false);
     layers_[l]->forward(ctx_, opt_, S.s, S.res[l], S.res[l + 1], a, nullptr, 0);
+    unit_done(1 + l, false);
     if (&a == &S.acts[l]) continue;
     // what the step reports of a recomputed MoE layer: its losses and expert loads
     LayerActs& kept = S.acts[l];
@@ -103,11 +105,16 @@ void DecoderModel::layers_forward(Slot& S) {
 void DecoderModel::layers_backward(Slot& S) {
   for (size_t l = layers_.size(); l-- > 0;) {
     const int64_t first = group_first(l);
-    if (first >= 0 && (int64_t)l == group_last(l))  // the group's forward again, from its input
+    if (first >= 0 && (int64_t)l == group_last(l)) {  // the group's forward again, from its input
+      for (size_t j = (size_t)first; j <= l; ++j) unit_need(1 + j, true);
       for (size_t j = (size_t)first; j <= l; ++j)
         layers_[j]->forward(ctx_, opt_, S.s, S.res[j], S.res[j + 1], layer_acts(S, j), nullptr, 0);
+    } else if (first < 0) {
+      unit_need(1 + l, true);
+    }
     layers_[l]->backward(ctx_, opt_, S.s, S.res[l], layer_acts(S, l), grads_);
     announce_layer(l);  // its gradients are complete for this pass (ABI 2.12)
+    unit_done(1 + l, true);
   }
 }
 

@@ -381,6 +381,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   S.loss_scale = a.loss_scale * ctx_.cp.size;
   S.s.moe_grad_scale = a.no_grad ? 0.0 : a.loss_scale * (double)S.n;
   const int64_t C = opt_.n_embd;
+  unit_need(0, false);
   if (opt_.first()) {
     embed_forward(
         S, local_ids(mb, LOOM_ARRAY_TOKENS, cp_tokens_),
@@ -449,6 +450,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     a.num_outputs = 1;
     a.outputs = &S.out_ptr;
   }
+  unit_done(0, false);
   S.pending = !a.no_grad;
 }
 
@@ -462,6 +464,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
       who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
   Slot& S = *slots_[si];
   const int64_t C = opt_.n_embd;
+  unit_need(0, true);
   if (opt_.last()) {
     head_backward(S);
   } else {
@@ -484,6 +487,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
     a.num_dinputs = 1;
     a.dinputs = &dinput_ptr_;
   }
+  unit_done(0, true);
   S.pending = false;
 }
 

@@ -162,12 +162,13 @@ Listing build() {
   STRUCT(loom_model_create_args)
   F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)
   F(pipeline_stages) F(recompute_granularity) F(recompute_method) F(recompute_num_layers)
-  F(recompute_modules) F(grad_ready) F(grad_ready_user)
+  F(recompute_modules) F(grad_ready) F(grad_ready_user) F(residency) F(unit_needed)
+  F(unit_grads) F(residency_user)
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
   F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate) F(reduce_group) F(tie_group)
-  F(buffer)
+  F(buffer) F(unit)
   END
   STRUCT(loom_array_spec) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
   STRUCT(loom_microbatch)
@@ -185,7 +186,7 @@ Listing build() {
   STRUCT(loom_model_api)
   F(struct_size) F(create) F(destroy) F(num_params) F(get_param) F(init_params) F(zero_grad)
   F(flops_per_token) F(batch_spec) F(attention_requires)
-  F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads)
+  F(stage_info) F(stage_forward) F(stage_backward) F(finish_grads) F(hold_params)
   END
   STRUCT(loom_decode_ext) F(base) F(kv_reset) F(decode) F(max_context) END
   STRUCT(loom_decode_slots_ext) F(base) F(kv_clear) F(decode_slots) END
@@ -209,12 +210,14 @@ Listing build() {
   F(num_inputs) F(inputs) F(num_outputs) F(outputs) F(num_losses) F(losses)
   END
   // grad.h
-  STRUCT(loom_grad_create_args) F(struct_size) F(grads) F(num_grads) F(ext) F(reduce_groups) END
+  STRUCT(loom_grad_create_args)
+  F(struct_size) F(grads) F(num_grads) F(ext) F(reduce_groups) F(units)
+  END
   STRUCT(loom_grad_reduce_args) F(struct_size) F(ext) END
   STRUCT(loom_param_shard) F(struct_size) F(param) F(grad) F(offset) END
   STRUCT(loom_grad_api)
   F(struct_size) F(create) F(destroy) F(reduce) F(shard_params) F(after_step)
-  F(bytes_per_param) F(grad_ready)
+  F(bytes_per_param) F(grad_ready) F(residency) F(unit_needed) F(unit_grads)
   END
   // schedule.h
   STRUCT(loom_schedule_args)

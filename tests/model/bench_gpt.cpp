@@ -60,8 +60,23 @@ int main(int argc, char** argv) try {
       loomtest::TestHost::config(md, {{"n_layer", std::to_string(args.get("n_layer", 12))},
                                       {"n_embd", std::to_string(args.get("n_embd", 768))},
                                       {"n_head", std::to_string(args.get("n_head", 12))}});
-  loom_model_create_args ca{
-      LOOM_MODEL_CREATE_ARGS_SIZE_V2, V, T, B, loom_f32(), 0, 1, 0, 0, 0, 0, nullptr, nullptr};
+  loom_model_create_args ca{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+                            V,
+                            T,
+                            B,
+                            loom_f32(),
+                            0,
+                            1,
+                            0,
+                            0,
+                            0,
+                            0,
+                            nullptr,
+                            nullptr,
+                            0,
+                            nullptr,
+                            nullptr,
+                            nullptr};
   loom_model* model = nullptr;
   host.check(mapi->create(host.host(), &mcfg, &ca, &model));
   host.check(mapi->init_params(model, 1337));

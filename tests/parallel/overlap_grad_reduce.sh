@@ -2,7 +2,7 @@
 # parallel.overlap_grad_reduce on two ranks (comm/mpi): a GPT of 6 layers x 128 trains 5
 # iterations of 2 micro-batches per rank with buckets of 40000 elements, once reducing after
 # the backward pass and once overlapping it, with grad/ddp and with the distributed
-# optimizer. Checks:
+# optimizer (and once with overlap_param_gather as well). Checks:
 #  1. the numbers are identical: every iteration's loss and gradient norm, to the last digit
 #     the metrics file prints (both runs reduce the same buckets through the same calls);
 #     the distributed optimizer's too, and a run of it resumed at iteration 3 with buckets of
@@ -78,6 +78,9 @@ run overlap --set parallel.overlap_grad_reduce=true
 dist=(--set parallel.data=distributed-optimizer)
 run dist "${dist[@]}" --set checkpoint.save="$work/ck" --set checkpoint.interval=3
 run dist-overlap "${dist[@]}" --set parallel.overlap_grad_reduce=true
+# and the parameter all-gather overlapped with the next forward (completed per layer)
+run dist-gather "${dist[@]}" --set parallel.overlap_grad_reduce=true \
+  --set parallel.overlap_param_gather=true
 run dist-resumed "${dist[@]}" --set checkpoint.load="$work/ck/iter_0000003" \
   --set parallel.bucket_size=1000000
 grep -q "resharding" "$work/dist-resumed.log" || {
@@ -110,6 +113,7 @@ def same(a_name, b_name, what, n=5, norm_rtol=0.0):
           f"{not any(x.startswith(what) for x in bad)}")
 same("plain", "overlap", "ddp with and without overlap")
 same("dist", "dist-overlap", "distributed optimizer with and without overlap")
+same("dist", "dist-gather", "distributed optimizer with overlap_param_gather too")
 same("dist", "dist-resumed", "distributed optimizer resumed with other buckets", 2, 1e-14)
 
 def trace(name):

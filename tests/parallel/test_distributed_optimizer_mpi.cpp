@@ -74,8 +74,8 @@ struct Plugin {
     auto* d = loomtest::load_descriptor("grad", "distributed-optimizer");
     api = static_cast<const loom_grad_api*>(d->api);
     cfg = loomtest::TestHost::config(d, values);
-    const loom_grad_create_args args{LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads.data(), grads.size(),
-                                     nullptr, nullptr};
+    const loom_grad_create_args args{
+        LOOM_GRAD_CREATE_ARGS_SIZE_V2, grads.data(), grads.size(), nullptr, nullptr, nullptr};
     created = ptest::outcome(api->create(host, &cfg, &args, &self));
   }
   ~Plugin() { api->destroy(self); }

@@ -107,7 +107,11 @@ class Ddp {
     cfg_ = loomtest::TestHost::config(d, values);
     const loom_grad_create_args args{
         kinds_.empty() ? LOOM_GRAD_CREATE_ARGS_SIZE_V2 : LOOM_GRAD_CREATE_ARGS_SIZE_V2_6,
-        grads_.data(), grads_.size(), nullptr, kinds_.empty() ? nullptr : kinds_.data()};
+        grads_.data(),
+        grads_.size(),
+        nullptr,
+        kinds_.empty() ? nullptr : kinds_.data(),
+        nullptr};
     created_ = ptest::outcome(api_->create(host, &cfg_, &args, &self_));
   }
   ~Ddp() { api_->destroy(self_); }

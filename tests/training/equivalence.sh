@@ -19,6 +19,8 @@
 #            shared expert, balancing and z losses) | moebias (the same with DeepSeek-V3's sigmoid
 #            router and aux-loss-free expert bias)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
+#           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
+#           last but one ZeRO-2)
 #           | ep2 | ep2dp2dist | ep2tp2 (expert parallelism, moe only)
 #           | cp2 | cp4 | cp2tp2 | cp2pp2 | cp2dp2dist (context parallelism, gpt and llama), each
 #           optionally with -flash: attention/flash-cpu on both sides (else attention/reference),
@@ -146,6 +148,11 @@ case ${base_layout%-flash} in
   dp2dist) np=2 sets=(--set parallel.data=distributed-optimizer) ;;
   tp2pp2) np=4 sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
   tp2dp2dist) np=4 sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
+  # FSDP: ZeRO-3 (each layer gathered just before use), on 2 and 4 ranks, beside TP; ZeRO-2
+  dp2fsdp) np=2 sets=(--set parallel.data=fsdp) ;;
+  dp4fsdp) np=4 sets=(--set parallel.data=fsdp) ;;
+  dp2fsdp2) np=2 sets=(--set parallel.data=fsdp --set parallel.zero_stage=2) ;;
+  tp2dp2fsdp) np=4 sets=(--set parallel.tensor=2 --set parallel.data=fsdp) ;;
   # expert parallelism (moe): the 4 experts split over 2 ranks of the data x context ranks
   ep2) np=2 sets=(--set parallel.expert=2) ;;
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
@@ -237,6 +244,10 @@ case $layout in
   # the distributed optimizer shards over data x context: 4 ranks
   cp2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.00 (optimizer state) = 10.00 bytes" ;;
   ep2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.68 (optimizer state) = 10.68 bytes" ;;
+  # FSDP: ZeRO-3 shards all three, (4 + 4 + 8)/D; ZeRO-2 keeps the values whole
+  dp2fsdp | tp2dp2fsdp) want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
+  dp4fsdp) want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
+  dp2fsdp2) want="4.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 10.00 bytes" ;;
 esac
 grep -q "memory per parameter on this rank: $want" par.log ||
   { echo "memory per parameter: expected '$want' in:"; grep "memory per" par.log; exit 1; }

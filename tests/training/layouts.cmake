@@ -11,7 +11,7 @@ if(LOOM_SANITIZE)
 endif()
 foreach(model gpt llama)
   foreach(layout tp2 tp2sp pp2 pp2vp2 pp4gpipe dp2 dp2dist tp2pp2 tp2dp2dist tp2sp-packed
-                 pp2-packed)
+                 pp2-packed dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp)
     add_test(NAME layouts.${model}.${layout}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh $<TARGET_FILE:loom>
                      ${MPIEXEC_EXECUTABLE} ${model} ${layout})
@@ -98,6 +98,12 @@ foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moebias-e
   set_tests_properties(layouts.resume.${layout} PROPERTIES
     LABELS "layouts" TIMEOUT 300 ENVIRONMENT "${_env}")
 endforeach()
+
+# FSDP (parallel.data = "fsdp"): bitwise resume, resharding to and from other layouts, the
+# measured memory per parameter against the ZeRO table, refusals, overlap_param_gather.
+add_test(NAME layouts.fsdp
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fsdp.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(layouts.fsdp PROPERTIES LABELS "layouts" TIMEOUT 600 ENVIRONMENT "${_env}")
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
 foreach(model gpt llama moe)

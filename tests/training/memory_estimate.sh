@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `loom validate --memory` against the peak a real run measures. For six layouts of a small
-# GPT (1 rank; TP2 with SP; PP2; DP2 with the distributed optimizer; full recompute; a mixture
-# of experts under EP2), the estimate for rank 0, walked through on backend/meta before
+# `loom validate --memory` against the peak a real run measures. For seven layouts of a small
+# GPT (1 rank; TP2 with SP; PP2; DP2 with the distributed optimizer; DP2 with FSDP (ZeRO-3);
+# full recompute; a mixture of experts under EP2), the estimate for rank 0, walked through on backend/meta before
 # anything runs, must be within 10% of rank 0's measured backend peak over 3 real iterations
 # (mem_bytes in the metrics file); the table must name every role (a PP2 run has a first and
 # a last stage); the device line gives the host's memory for backend/cpu (/proc/meminfo) and
@@ -76,5 +76,6 @@ check tp2sp 2 --set parallel.tensor=2 --set parallel.sequence_parallel=true
 check pp2 2 --set parallel.pipeline=2
 grep -q "(first)" pp2.est && grep -q "(last)" pp2.est || { cat pp2.est; exit 1; }
 check dp2dist 2 --set parallel.data=distributed-optimizer
+check dp2fsdp 2 --set parallel.data=fsdp
 check recompute 1 --set train.recompute_granularity=full
 check moeep2 2 --set parallel.expert=2 --set model.num_experts=4 --set model.moe_router_topk=2

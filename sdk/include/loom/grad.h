@@ -1,6 +1,6 @@
 /* Loom SDK, ABI 2 — grad plugins: the data-parallel gradient strategy of a run.
  *
- * Recipe `parallel.data` names it (ddp, distributed-optimizer; later fsdp). The host calls
+ * Recipe `parallel.data` names it (ddp, distributed-optimizer, fsdp). The host calls
  * reduce once per step after the last micro-batch's backward; the strategy leaves every rank
  * with gradients averaged over the data-parallel group (ddp: all-reduce; distributed-
  * optimizer: reduce-scatter into this rank's shard, and all-gather of the updated
@@ -30,9 +30,13 @@ typedef struct loom_grad_create_args {
    * an expert parameter under expert parallelism. NULL: every gradient over data x context.
    * A strategy that shards the optimizer shards each gradient over its own group. */
   const int32_t* reduce_groups;
+  /* ABI 2.13: num_grads entries, each gradient's residency unit (loom_model_param.unit), or
+   * NULL when the model reports none. A strategy with a residency (fsdp) needs them. */
+  const int32_t* units;
 } loom_grad_create_args;
 #define LOOM_GRAD_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_create_args, ext)
 #define LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 LOOM_STRUCT_SIZE(loom_grad_create_args, reduce_groups)
+#define LOOM_GRAD_CREATE_ARGS_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_grad_create_args, units)
 
 /* One reduction of the step's gradients: every gradient, less what grad_ready (ABI 2.12)
  * started already, which reduce completes. */
@@ -55,7 +59,9 @@ typedef struct loom_param_shard {
 /* Contract tags (common.h):
  *   create, destroy, shard_params, bytes_per_param: owner, local, blocks
  *   reduce, after_step: owner, COLLECTIVE(data), blocks
- *   grad_ready: owner, COLLECTIVE(data), starts */
+ *   grad_ready: owner, COLLECTIVE(data), starts
+ *   residency: any, local, blocks
+ *   unit_needed, unit_grads: owner, COLLECTIVE(data), blocks */
 typedef struct loom_grad_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,
@@ -82,9 +88,23 @@ typedef struct loom_grad_api {
    * ranges in the same order. NULL: nothing overlaps. */
   loom_error* (*grad_ready)(loom_grad* g, int64_t first, int64_t count);
   /* --- ABI 2.12 ends here; append new slots below this line only. --- */
+  /* ABI 2.13, strategies that shard or move the parameters. residency: the
+   * loom_model_create_args residency this configuration needs of the model (LOOM_RESIDENCY_*:
+   * fsdp's ZeRO-2 and ZeRO-3, or NOTIFY to complete the parameter all-gather per unit with
+   * overlap_param_gather), asked before the model exists; NULL = LOOM_RESIDENCY_NONE. The
+   * host passes the model's calls on: unit_needed fills the unit's parameter tensors from
+   * this rank's shards (fill = 1), or completes what is pending on them (fill = 0);
+   * unit_grads reduces the unit's gradients into this rank's shard, accumulating over the
+   * step's backward passes, before the model frees them. With the values sharded,
+   * shard_params's views point into the strategy's own shard memory. */
+  int32_t (*residency)(const loom_host* host, const loom_config* cfg);
+  loom_error* (*unit_needed)(loom_grad* g, int32_t unit, int32_t fill);
+  loom_error* (*unit_grads)(loom_grad* g, int32_t unit);
+  /* --- ABI 2.13 ends here; append new slots below this line only. --- */
 } loom_grad_api;
 #define LOOM_GRAD_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_grad_api, bytes_per_param)
 #define LOOM_GRAD_API_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_grad_api, grad_ready)
+#define LOOM_GRAD_API_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_grad_api, unit_grads)
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,8 @@ extern "C" {
 typedef struct loom_model loom_model;
 
 /* Contract tags (common.h):
- *   grad_ready: owner, local, blocks */
+ *   grad_ready: owner, local, blocks
+ *   unit_needed, unit_grads: owner, COLLECTIVE(data), blocks */
 typedef struct loom_model_create_args {
   size_t struct_size;
   int64_t vocab_size;  /* tokenizer's vocabulary; the model may pad its embedding */
@@ -53,11 +54,39 @@ typedef struct loom_model_create_args {
    * reduces it after finish_grads. A model may announce nothing. */
   void (*grad_ready)(void* user, int64_t first, int64_t count);
   void* grad_ready_user;
+  /* ABI 2.13: parameter residency, for strategies that shard or move the parameters
+   * (loom_grad_api.residency: parallel.data = "fsdp", overlap_param_gather). The parameters
+   * form units (loom_model_param.unit: a layer each, the embedding and head together). The
+   * model calls, on the thread that drives it:
+   *   unit_needed(user, unit, fill) before every forward or backward that reads the unit's
+   *     values. fill = 1: the model has just allocated them and the host fills them (all-
+   *     gathers them from the shards) before it returns; fill = 0: they hold what they held,
+   *     and the host may complete work pending on them (an all-gather of updated values
+   *     started after the optimizer step) before it returns;
+   *   unit_grads(user, unit) (LOOM_RESIDENCY_GRADS and _PARAMS) after a backward pass's last
+   *     contribution to the unit's gradients, before it frees them: the host reduces them
+   *     (reduce-scatter) at once.
+   * LOOM_RESIDENCY_NOTIFY keeps every value and gradient for the run and only calls
+   * unit_needed; _GRADS allocates a unit's gradients (zeroed) at the start of its backward and
+   * frees them at the end (ZeRO-2); _PARAMS its values too, around each forward or backward
+   * that reads them (ZeRO-3). get_param's tensors stay the same DLTensor objects; their data
+   * is valid only while resident. At create every unit is resident and held (hold_params):
+   * the host shards them, then lets go. A model that cannot honour a residency refuses it by
+   * name; one whose struct_size ends before these fields is never asked. */
+  int32_t residency; /* LOOM_RESIDENCY_* */
+  loom_error* (*unit_needed)(void* user, int32_t unit, int32_t fill);
+  loom_error* (*unit_grads)(void* user, int32_t unit);
+  void* residency_user;
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 \
   LOOM_STRUCT_SIZE(loom_model_create_args, recompute_modules)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_model_create_args, grad_ready_user)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_model_create_args, residency_user)
+#define LOOM_RESIDENCY_NONE 0   /* every parameter and gradient for the run; no calls */
+#define LOOM_RESIDENCY_NOTIFY 1 /* the same, and unit_needed before each use */
+#define LOOM_RESIDENCY_GRADS 2  /* ZeRO-2: gradients only during a unit's backward */
+#define LOOM_RESIDENCY_PARAMS 3 /* ZeRO-3: values only while read, gradients as above */
 #define LOOM_RECOMPUTE_NONE 0
 #define LOOM_RECOMPUTE_SELECTIVE 1 /* parts of each layer, recomputed from what it keeps */
 #define LOOM_RECOMPUTE_FULL 2      /* whole layers, recomputed from their input */
@@ -103,9 +132,14 @@ typedef struct loom_model_param {
    * (grad is NULL), but saves, loads and reshards it with the parameters. 0 for a plugin
    * whose struct_size ends before this field. */
   int32_t buffer;
+  /* ABI 2.13: the residency unit of the parameter (create args' residency): parameters of
+   * one unit are gathered and reduced together. Units are numbered from 0 per model
+   * instance; -1 = none (a buffer, or a model without units). */
+  int32_t unit;
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, tie_group)
 #define LOOM_MODEL_PARAM_SIZE_V2_9 LOOM_STRUCT_SIZE(loom_model_param, buffer)
+#define LOOM_MODEL_PARAM_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_model_param, unit)
 
 /* ----- the named batch -----------------------------------------------------------------
  * A micro-batch is a list of named host arrays. The model declares the arrays it reads
@@ -261,7 +295,8 @@ typedef struct loom_stage_backward_args {
  *   create, destroy, num_params, get_param, init_params, zero_grad, flops_per_token, batch_spec,
  *      attention_requires, stage_info: owner, local, blocks
  *   stage_forward, stage_backward: owner, COLLECTIVE(tensor), blocks
- *   finish_grads: owner, COLLECTIVE(model-parallel), blocks */
+ *   finish_grads: owner, COLLECTIVE(model-parallel), blocks
+ *   hold_params: owner, COLLECTIVE(data), blocks */
 typedef struct loom_model_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg,
@@ -308,8 +343,16 @@ typedef struct loom_model_api {
    * the model-parallel ranks. */
   loom_error* (*finish_grads)(loom_model* m);
   /* --- ABI 2.0 ends here; append new slots below this line only. --- */
+  /* ABI 2.13, under a residency (create args): hold = 1 makes every unit's values resident
+   * and current (unit_needed for each) until hold = 0 lets them go again, so that the host
+   * can save, load or look at the whole model. Training passes while held keep the values
+   * and still reduce and free each unit's gradients. Without a residency it does nothing.
+   * NULL: the model has no residency. */
+  loom_error* (*hold_params)(loom_model* m, int32_t hold);
+  /* --- ABI 2.13 ends here; append new slots below this line only. --- */
 } loom_model_api;
 #define LOOM_MODEL_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_api, finish_grads)
+#define LOOM_MODEL_API_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_model_api, hold_params)
 
 /* Generation with a KV cache: an optional capability. A model that can generate lists
  * LOOM_EXT_DECODE in its descriptor's capabilities and chains this table on its `ext`;

@@ -113,6 +113,7 @@ class DecoderModel {
   void stage_forward(loom_stage_forward_args& args);
   void stage_backward(loom_stage_backward_args& args);
   void finish_grads();
+  void hold_params(bool hold);
   double flops_per_token() const;
   // Learned positions bound the context; RoPE does not (quality beyond training aside).
   int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
@@ -150,6 +151,16 @@ class DecoderModel {
   // each layer of this stage, planned once, announced after the layer's backward.
   void plan_grad_ready();
   void announce_layer(size_t l) const;
+  // Residency (FSDP, ABI 2.13; residency.cpp): unit 0 is the embedding, final norm and head,
+  // unit 1 + l layer l of this stage. need makes a unit's values resident (gathered by the
+  // host) and, for a backward, its gradients (zeroed); done hands a backward's gradients to
+  // the host and frees what the residency lets go. The modules holding a unit's views are
+  // made again whenever its memory moves.
+  void setup_residency();
+  void assign_units();
+  void make_unit(size_t u);
+  void unit_need(size_t u, bool backward);
+  void unit_done(size_t u, bool backward);
   int64_t group_last(size_t l) const;
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
@@ -191,6 +202,7 @@ class DecoderModel {
   ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
   // per layer of this stage, the (first, count) get_param index runs its backward completes
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ready_runs_;
+  bool held_ = true;  // residency: every unit's values kept (hold_params)
 
   // training: activations per slot, gradient scratch shared by the backwards
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -88,7 +88,8 @@ struct ModelSlots {
                           stage_info,
                           stage_forward,
                           stage_backward,
-                          finish_grads};
+                          finish_grads,
+                          nullptr};  // hold_params: a model with a residency sets it
   }
 };
 

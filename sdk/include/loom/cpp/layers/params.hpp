@@ -31,6 +31,8 @@ struct Param {
   // A buffer (loom_model_param.buffer): state the model updates itself, with no gradient
   // (the router's expert bias); laid out after every parameter.
   bool buffer = false;
+  // Residency unit (loom_model_param.unit, ABI 2.13): -1 for a buffer
+  int32_t unit = -1;
   int64_t numel() const;
 };
 
@@ -55,9 +57,37 @@ class ParamStore {
   // tie group to name (the tied embedding's "embedding"), or NULL.
   void describe(size_t i, loom_model_param* out, const std::string& who, const char* tie_group);
 
+  // ----- residency (FSDP, loom_model_create_args ABI 2.13) -----------------------------------
+  // Under a residency that moves memory (GRADS, PARAMS) allocate() lays each unit out in
+  // buffers of its own (every parameter's `unit` set before), allocated at first; a unit's
+  // values and gradients are then freed and allocated again one by one, and its views follow
+  // (data NULL while freed). Buffers stay in a flat buffer of their own.
+  void set_residency(int32_t residency) { residency_ = residency; }
+  int32_t residency() const { return residency_; }
+  size_t num_units() const { return num_units_; }
+  bool has_values(size_t u) const { return !moves() || units_[u].value.get() != nullptr; }
+  bool has_grads(size_t u) const { return !moves() || units_[u].grad.get() != nullptr; }
+  void alloc_values(const Ctx& ctx, size_t u);
+  void alloc_grads(const Ctx& ctx, size_t u);  // zeroed
+  void free_values(size_t u);
+  void free_grads(size_t u);
+  void zero_grads(const Ctx& ctx);  // every gradient allocated now
+
  private:
+  struct Unit {
+    std::vector<size_t> members;  // parameter indices
+    int64_t size = 0;             // elements, each member aligned
+    Tensor value, grad;
+  };
+  bool moves() const { return residency_ >= LOOM_RESIDENCY_GRADS; }
+  void allocate_units(const Ctx& ctx);
+  void point(size_t u);  // the members' views at the unit's buffers (or at nothing)
   std::vector<Param> params_;
   Tensor value_flat_, grad_flat_;
+  int32_t residency_ = LOOM_RESIDENCY_NONE;
+  std::vector<Unit> units_;
+  size_t num_units_ = 0;
+  DLTensor value_none_{}, grad_none_{};  // dtype and device of a freed unit's views
 };
 
 // Declares parameters with the tensor-parallel conventions the slots expect.
