@@ -1,8 +1,10 @@
 #include "checkpoint.hpp"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -103,17 +105,44 @@ void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Col
   coll.barrier();
 }
 
+std::vector<int64_t> complete_iterations(const fs::path& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() != 12 || n.compare(0, 5, "iter_") != 0 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    if (fs::exists(e.path() / "manifest.json")) out.push_back(std::stoll(n.substr(5)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 fs::path resolve_checkpoint(const fs::path& dir) {
   if (fs::exists(dir / "manifest.json")) return dir;
   fs::path tracker = dir / kTracker;
-  if (!fs::exists(tracker)) return {};
-  std::string text = read_text(tracker);
-  int64_t it = 0;
-  try {
-    it = std::stoll(text);
-  } catch (const std::exception&) {
-    throw RunError(tracker.string() + ": corrupt tracker file (\"" + text + "\")");
+  if (!fs::exists(tracker)) {
+    // A tracker lost (or never renamed into place) while complete checkpoints exist: the
+    // newest of them, rather than "no checkpoint" and a fresh run that overwrites them.
+    const std::vector<int64_t> its = complete_iterations(dir);
+    if (its.empty()) return {};
+    spdlog::warn("{} is missing; resuming from the newest complete checkpoint there, {}",
+                 tracker.string(), iter_name(its.back()));
+    return dir / iter_name(its.back());
   }
+  std::string text = read_text(tracker);
+  int64_t it = -1;
+  try {
+    size_t used = 0;
+    it = std::stoll(text, &used);
+    if (text.find_first_not_of(" \t\r\n", used) != std::string::npos) it = -1;
+  } catch (const std::exception&) {
+    it = -1;
+  }
+  if (it < 0 || it > 9999999)
+    throw RunError(tracker.string() + ": corrupt tracker file (\"" + one_line(text, 40) +
+                   "\"): it holds the iteration of the newest checkpoint, 0 to 9999999");
   return dir / iter_name(it);
 }
 

@@ -75,7 +75,12 @@ StFile merge_model(const std::filesystem::path& dir);
 void read_rank_files(Checkpoint& c, const std::string& model_file,
                      const std::string& optimizer_file);
 
-// The folder load_checkpoint would read, or "" when `dir` holds no checkpoint.
+// The folder load_checkpoint would read, or "" when `dir` holds no checkpoint: `dir` itself
+// when it is one, else the one its tracker names, else (no tracker, with a warning) the
+// newest complete iter_* folder. A tracker that holds no iteration is a RunError.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir);
+// The iterations of the complete checkpoints in `dir` (iter_* folders with a manifest), in
+// increasing order.
+std::vector<int64_t> complete_iterations(const std::filesystem::path& dir);
 
 }  // namespace loom::engine

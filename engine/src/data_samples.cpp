@@ -7,13 +7,14 @@
 
 namespace loom::engine {
 
-void print_samples(Recipe& recipe, Registry& registry, const std::string& split, int64_t count,
-                   std::ostream& out) {
+void print_samples(Recipe& recipe, Registry& registry, const std::string& split, int64_t first,
+                   int64_t count, std::ostream& out) {
   int k = split == "train" ? kTrain : split == "valid" ? kValid : split == "test" ? kTest : -1;
   if (k < 0)
     throw UsageError("loom data samples: --split must be train, valid or test, got '" + split +
                      "'");
   if (count < 0) throw UsageError("loom data samples: --count must be >= 0");
+  if (first < 0) throw UsageError("loom data samples: --first must be >= 0");
   Session session(recipe, registry);
   loom_comm_ref comm = session.comm();
   const int64_t world = comm.api->world_size(comm.self);
@@ -54,8 +55,8 @@ void print_samples(Recipe& recipe, Registry& registry, const std::string& split,
   feed.sampler = &s;
   if (s.made()) feed.allocate(1, seq_len, -1, made);
   std::vector<int32_t> text((size_t)(seq_len + 1));
-  const int64_t n = std::min(count, s.size());
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t end = first + std::min(count, std::max<int64_t>(s.size() - first, 0));
+  for (int64_t i = first; i < end; ++i) {
     Sampler::Origin o = s.origin(i);
     const int32_t* first = text.data();
     if (s.made()) {
@@ -71,7 +72,7 @@ void print_samples(Recipe& recipe, Registry& registry, const std::string& split,
       out << (t ? " " : "") << first[t];
     out << "\n";
   }
-  if (n < count) out << "# the split has only " << s.size() << " samples\n";
+  if (end - first < count) out << "# the split has only " << s.size() << " samples\n";
 }
 
 }  // namespace loom::engine

@@ -11,10 +11,11 @@
 
 namespace loom::engine {
 
-// Prints "# ..." header lines, then one line per sample i < count, tab-separated:
+// Prints "# ..." header lines, then one line per sample first <= i < first + count, tab-
+// separated:
 //   i  dataset-index  dataset-name  sample-index-in-that-dataset  first 8 token ids
 // `split` is train, valid or test. Throws UsageError for a split without samples.
-void print_samples(Recipe& recipe, Registry& registry, const std::string& split, int64_t count,
-                   std::ostream& out);
+void print_samples(Recipe& recipe, Registry& registry, const std::string& split, int64_t first,
+                   int64_t count, std::ostream& out);
 
 }  // namespace loom::engine

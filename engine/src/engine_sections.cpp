@@ -34,6 +34,29 @@ constexpr loom_param_spec kTrain[] = {
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+    param("nan_check", kString, "stop",
+          "a loss or gradient norm that is not finite (fp16's overflows aside, which the loss "
+          "scaler skips): stop, save the last good state and exit 1 naming the iteration, rank "
+          "and first non-finite gradient; skip, drop the update and go on; rerun, run the step "
+          "again on the same batch: finite, a transient fault, go on; not, stop (Megatron's "
+          "--check-for-nan-in-loss-and-grad and rerun state machine)",
+          1, 0, "stop|skip|rerun"),
+    param("loss_spike_factor", kFloat, "0",
+          "log a loss above this many times the median of the last 100 steps, with the "
+          "samples of its batch (loom data samples --first prints them); 0 = off",
+          0, kInf),
+    param("exit_signal_handler", kBool, "true",
+          "on SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 (a SLURM preemption, `scancel --signal`, "
+          "Ctrl-C) finish the step, save a checkpoint when checkpoint.save is set, and exit "
+          "with 3; a second SIGINT exits at once (Megatron's --exit-signal-handler)"),
+    param("exit_interval", kInt, "0",
+          "save and exit (0) after an iteration that is a multiple of this; 0 = off "
+          "(Megatron's --exit-interval)",
+          0, kInf),
+    param("exit_duration_mins", kFloat, "0",
+          "save and exit (0) after the first step that ends this many minutes after the start "
+          "on any rank; 0 = off (Megatron's --exit-duration-in-mins)",
+          0, kInf),
     param("recompute_granularity", kString, "none",
           "activation recompute (Megatron's --recompute-granularity): none; selective "
           "(train.recompute_modules of every layer, recomputed in backward from what the layer "
@@ -57,7 +80,10 @@ constexpr loom_param_spec kTrain[] = {
 
 constexpr loom_param_spec kCheckpoint[] = {
     param("save", kString, "", "directory to save checkpoints in; \"\" = never save"),
-    param("load", kString, "", "checkpoint directory to resume from; \"\" = start fresh"),
+    param("load", kString, "",
+          "checkpoint directory to resume from; \"auto\" = the newest complete checkpoint "
+          "under checkpoint.save, or a fresh start when there is none (requeue loops); \"\" = "
+          "start fresh"),
     param("finetune", kString, "",
           "start from these weights only (a Loom checkpoint of any layout, or a Hugging Face "
           "GPT-2/Llama directory): a fresh optimizer and iteration 0, as Megatron's "
@@ -68,6 +94,9 @@ constexpr loom_param_spec kCheckpoint[] = {
           "the checkpoint lacks is an error"),
     param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
           0, kInf),
+    param("overwrite", kBool, "false",
+          "let a run that does not resume from checkpoint.save write over the checkpoints "
+          "already there (refused otherwise, exit 2)"),
 };
 
 constexpr loom_param_spec kPrecision[] = {

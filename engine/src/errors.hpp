@@ -18,6 +18,12 @@ struct RunError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Ends the command with `code` and prints nothing: the ranks of a job that all refuse the
+// same thing, of which one (rank 0) says why.
+struct QuietExit {
+  int code;
+};
+
 // Throws RunError("<what>: <plugin message>") when a plugin call returned an error, and
 // frees the error object.
 void check(loom_error* err, const std::string& what);

@@ -7,7 +7,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 
@@ -142,7 +145,29 @@ loom_error* host_call(Fn&& fn) noexcept {
 Session::Session(Recipe& recipe, Registry& registry)
     : impl_(std::make_unique<Impl>(recipe, registry)) {}
 
+namespace {
+// The comm of a multi-rank job, once made: what a failing rank ends the job with.
+std::pair<const loom_comm_api*, loom_comm*> g_job{nullptr, nullptr};
+}  // namespace
+
+bool job_abort_armed() { return g_job.second != nullptr; }
+int job_rank() { return g_job.second ? g_job.first->world_rank(g_job.second) : 0; }
+
+void abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (g_job.first->struct_size >= LOOM_COMM_API_SIZE_V2_14 && g_job.first->abort)
+    g_job.first->abort(g_job.second, code);
+  std::_Exit(code);  // a comm without abort: this rank alone; the launcher ends the rest
+}
+
 Session::~Session() {
+  // Unwinding from an error on a rank of a multi-rank job: the other ranks may be waiting in
+  // a collective, and the plugins' destroy (the comm's above all: MPI_Finalize) would wait
+  // for them forever. Leave everything as it is; main prints the error and ends the job
+  // (abort_job).
+  if (std::uncaught_exceptions() > 0 && g_job.second == impl_->comm.second && g_job.second) return;
+  if (g_job.second == impl_->comm.second) g_job = {nullptr, nullptr};
   for (auto it = impl_->destroyers.rbegin(); it != impl_->destroyers.rend(); ++it) (*it)();
 }
 
@@ -274,7 +299,9 @@ loom_tokenizer_ref Session::tokenizer() {
   return {s.first, s.second};
 }
 loom_comm_ref Session::comm() {
+  const bool fresh = impl_->comm.second == nullptr;
   auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm", LOOM_COMM_API_SIZE_V2);
+  if (fresh && s.first->world_size(s.second) > 1) g_job = s;
   return {s.first, s.second};
 }
 std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {

@@ -32,6 +32,13 @@ uint64_t stream_seed(uint64_t seed, const std::string& stream);
 
 // Owns the plugin instances of one run, in dependency order (backend, comm, attention,
 // tokenizer, dataset, model, optimizer), and the loom_host table each one received.
+// A rank of a multi-rank job that fails: whether a Session made the job's comm (world > 1),
+// and ending the whole job with `code` through it (loom_comm_api.abort, ABI 2.14: MPI_Abort),
+// or this rank alone when the comm has no abort. main calls these after printing the error.
+bool job_abort_armed();
+int job_rank();  // this rank in that job
+[[noreturn]] void abort_job(int code);
+
 class Session {
  public:
   Session(Recipe& recipe, Registry& registry);

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "eval.hpp"
 #include "generate.hpp"
 #include "hf_interop.hpp"
+#include "host.hpp"
 #include "log.hpp"
 #include "memory_estimate.hpp"
 #include "package.hpp"
@@ -104,11 +106,53 @@ void add_set_option(Command& c) {
                           "override a recipe key: section.key=value (repeatable)");
 }
 
+// The ranks a launcher started this process among, and its rank there: mpirun (OpenMPI),
+// a PMI launcher (MPICH's Hydra, srun --mpi=pmi2), or an srun step. (SLURM_NTASKS alone is
+// the allocation's, set in an sbatch script that starts one process too.)
+std::pair<int, int> launched_as() {
+  const std::pair<const char*, const char*> vars[] = {
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+      {"PMI_SIZE", "PMI_RANK"},
+      {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+  for (const auto& [size, rank] : vars)
+    if (const char* n = std::getenv(size); n && std::atoi(n) > 1) {
+      const char* r = std::getenv(rank);
+      return {std::atoi(n), r ? std::atoi(r) : 0};
+    }
+  return {1, 0};
+}
+
+// A recipe without a [comm] plugin started as several ranks gets comm/mpi (logged once);
+// one that names comm/single is refused, by rank 0, with the fix, rather than let every rank
+// train alone (or fail on "world size 1 is not divisible by ...").
+void follow_launcher(Recipe& recipe, bool validated) {
+  const auto [world, rank] = launched_as();
+  if (world <= 1) return;
+  if (!validated) {
+    if (recipe.sets("comm", "plugin")) return;
+    recipe.set("comm.plugin=mpi");
+    if (rank == 0)
+      spdlog::info(
+          "started as {} ranks by a launcher and the recipe names no comm plugin: "
+          "using comm/mpi",
+          world);
+    return;
+  }
+  if (recipe.plugin("comm") != "single") return;
+  if (rank != 0) throw QuietExit{2};
+  throw UsageError("started as " + std::to_string(world) +
+                   " ranks by a launcher (mpirun, srun), but the recipe says comm.plugin = "
+                   "\"single\", so every rank would train alone: set comm.plugin = \"mpi\" "
+                   "(or leave [comm] out, which picks it under a launcher), or start one process");
+}
+
 Recipe load_and_validate(const Command& c, Registry& registry) {
   fs::path path = c.required<std::string>("recipe", "RECIPE");
   Recipe recipe = Recipe::load(path, c.list("set"));
+  follow_launcher(recipe, false);
   registry.discover(true);
   recipe.validate(registry);
+  follow_launcher(recipe, true);
   return recipe;
 }
 
@@ -120,8 +164,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!c.parse(args)) return 0;
   Registry registry;
   Recipe recipe = load_and_validate(c, registry);
-  run_training(recipe, registry);
-  return 0;
+  return run_training(recipe, registry);
 }
 
 int cmd_validate(const std::vector<std::string>& args) {
@@ -438,18 +481,21 @@ int cmd_version(const std::vector<std::string>& args) {
 // `loom data SUBCOMMAND ...`: tools over a recipe's data. Each subcommand parses its own
 // options; add new ones (e.g. `inspect`) to the table below.
 int cmd_data_samples(const std::vector<std::string>& args) {
-  Command c("data samples", "RECIPE --split train|valid|test --count N [--set ...]");
+  Command c("data samples", "RECIPE --split train|valid|test [--first K] --count N [--set ...]");
   c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
   c.options.add_options()("split", po::value<std::string>()->default_value("train"),
                           "train, valid or test")("count", po::value<int64_t>()->default_value(10),
-                                                  "samples to print");
+                                                  "samples to print")(
+      "first", po::value<int64_t>()->default_value(0),
+      "the first sample to print: a position in the split's order (a loss spike's log line "
+      "names the step's)");
   add_set_option(c);
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
   Registry registry;
   Recipe recipe = load_and_validate(c, registry);
-  print_samples(recipe, registry, c.vm["split"].as<std::string>(), c.vm["count"].as<int64_t>(),
-                std::cout);
+  print_samples(recipe, registry, c.vm["split"].as<std::string>(), c.vm["first"].as<int64_t>(),
+                c.vm["count"].as<int64_t>(), std::cout);
   return 0;
 }
 
@@ -593,17 +639,16 @@ int main(int argc, char** argv) {
   loom::engine::log::setup();
   try {
     return dispatch(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const UsageError& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
-    return 2;
-  } catch (const RunError& e) {
-    std::cout.flush();
-    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
-    return 1;
+  } catch (const QuietExit& q) {
+    return q.code;
   } catch (const std::exception& e) {
+    const int code = dynamic_cast<const UsageError*>(&e) ? 2 : 1;
     std::cout.flush();
-    std::fprintf(stderr, "loom: error: %s\n", one_line(e.what(), 2000).c_str());
-    return 1;
+    const std::string rank = job_abort_armed() ? "rank " + std::to_string(job_rank()) + ": " : "";
+    std::fprintf(stderr, "loom: error: %s%s\n", rank.c_str(), one_line(e.what(), 2000).c_str());
+    // One rank of a multi-rank job: the others may wait for it in a collective; end them all
+    // rather than hang (the session left its plugins, and MPI, as they were).
+    if (job_abort_armed()) abort_job(code);
+    return code;
   }
 }

@@ -49,6 +49,11 @@ class Recipe {
   // Forgets what the recipe says in `section` (before validate): a saved run's [data] when
   // `loom eval` reads its own files.
   void drop_section(const std::string& section) { raw_.erase(section); }
+  // Whether the recipe's files or --set give section.key (before or after validate).
+  bool sets(const std::string& section, const std::string& key) const {
+    auto it = raw_.find(section);
+    return it != raw_.end() && it->second.keys.count(key) > 0;
+  }
   // Forgets one key the recipe sets (before validate).
   void drop_key(const std::string& section, const std::string& key) {
     auto it = raw_.find(section);

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "errors.hpp"
 #include "train_run.hpp"
+#include "train_stop.hpp"
 
 namespace loom::engine {
 namespace {
@@ -86,15 +88,17 @@ std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
   return run_micro(r, r.eval_iters * r.num_micro, true);
 }
 
-// One iteration (0-based `it`) on the global batch that starts at r.consumed.
-StepStats train_step(TrainRun& r, int64_t it) {
-  const auto t0 = std::chrono::steady_clock::now();
+// The gradients of one iteration (0-based `it`) on the global batch at r.consumed, which it
+// advances: every micro-batch's forward and backward, the model's completion, the
+// data-parallel reduction and the global norm. `attempt` > 0: a rerun of the same batch.
+StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
   for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
   // Each rank scales by its own token count; the data-parallel reduction averages over
   // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
+  if (injected_nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
   const std::vector<LossTerm> losses = train_micro(r);
   r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
@@ -110,11 +114,13 @@ StepStats train_step(TrainRun& r, int64_t it) {
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
   s.loss_scale = r.scaler.scale;
   s.grad_norm = std::sqrt(squared_grad_norm(r)) / s.loss_scale;
-  const bool finite = std::isfinite(s.grad_norm);
-  s.stepped = r.scaler.update(finite);
-  if (!finite && !r.scaler.dynamic)
-    throw RunError("iteration " + std::to_string(it + 1) + ": gradient norm is not finite (loss " +
-                   std::to_string(s.loss) + "); lower lr.max or check the data");
+  return s;
+}
+
+// The update of a step whose gradients are computed: the loss scaler's verdict (fp16), clipping
+// by global norm, the optimizer step on the main parameters, and the strategy's gather.
+void apply_update(TrainRun& r, StepStats& s, int64_t it) {
+  if (s.stepped) s.stepped = r.scaler.update(std::isfinite(s.grad_norm));
   s.lr = r.lr.at(it);
   if (s.stepped) {
     double scale = 1.0 / s.loss_scale;
@@ -122,18 +128,30 @@ StepStats train_step(TrainRun& r, int64_t it) {
     loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale, nullptr};
     check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
     r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
+    const auto [papi, par] = r.grad_strategy;
     if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
-  } else {
+  } else if (r.scaler.dynamic && std::isfinite(s.grad_norm) == false) {
     spdlog::warn(
         "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "
         "now {:g}",
         it + 1, s.loss_scale, r.scaler.scale);
   }
+}
+
+// One iteration (0-based `it`) on the global batch that starts at r.consumed. A loss or
+// gradient norm that is not finite (and not fp16's overflow, which the loss scaler owns) goes
+// to train.nan_check (train_guard.cpp) before anything is updated.
+StepStats train_step(TrainRun& r, int64_t it) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepStats s = compute_gradients(r, it, 0);
+  if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
+  apply_update(r, s, it);
   check(r.be.api->synchronize(r.be.self), "synchronize");
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.tokens_per_s = (double)(r.gbs * r.seq_len) / s.seconds;
   const double peak = r.info.peak_gflops * 1e9 * r.world;
   s.mfu = peak > 0 ? r.flops_per_token * s.tokens_per_s / peak : 0.0;
+  if (s.stepped) r.spikes.add(r, it + 1, s.loss, r.consumed - r.gbs);
   return s;
 }
 
@@ -202,8 +220,13 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
   return a;
 }
 
-void run_training(Recipe& recipe, Registry& registry) {
+int run_training(Recipe& recipe, Registry& registry) {
+  // First, so that a signal during set-up stops the run after its first step.
+  const RunStopper stopper(recipe.get_bool("train", "exit_signal_handler"),
+                           recipe.get_float("train", "exit_duration_mins"),
+                           recipe.get_int("train", "exit_interval"));
   TrainRun r(recipe, registry);
+  r.prepare_save_dir();
   r.resume();
   r.hold_params(false);  // a fully sharded strategy's units are gathered when used from now on
   check(r.be.api->get_info(r.be.self, &r.info), "backend info");
@@ -211,7 +234,7 @@ void run_training(Recipe& recipe, Registry& registry) {
                r.info.mem_in_use,
                (double)r.info.mem_in_use / (double)std::max<int64_t>(r.local_params, 1));
   Metrics metrics(r);
-  const bool saves = !recipe.get_string("checkpoint", "save").empty();
+  const std::string save_dir = recipe.get_string("checkpoint", "save");
   const int64_t save_interval = recipe.get_int("checkpoint", "interval");
   spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", r.iters,
                r.start_iter, r.gbs, r.lr.kind, r.lr.max, r.lr.min);
@@ -222,11 +245,23 @@ void run_training(Recipe& recipe, Registry& registry) {
     metrics.step(iter, s, (int64_t)r.info.mem_peak);
     if (r.valid_samples && r.eval_interval > 0 && (iter % r.eval_interval == 0 || iter == r.iters))
       metrics.eval(iter, evaluate(r, (iter - 1) / r.eval_interval));
-    if (saves && ((save_interval > 0 && iter % save_interval == 0) || iter == r.iters))
-      r.save(iter);
+    const bool save =
+        !save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == r.iters);
+    if (save) r.save(iter);
+    if (iter == r.iters) break;
+    if (const std::optional<StopReason> stop = stopper.after_step(r, iter)) {
+      if (!save_dir.empty() && !save) r.save(iter);
+      spdlog::warn(
+          "stopping after iteration {} of {} ({}): {}; exit code {}", iter, r.iters, stop->why,
+          save_dir.empty() ? "nothing saved, checkpoint.save is empty"
+                           : "resume with checkpoint.load = \"auto\" (or \"" + save_dir + "\")",
+          stop->exit_code);
+      return stop->exit_code;
+    }
   }
-  if (saves && r.start_iter >= r.iters)
+  if (!save_dir.empty() && r.start_iter >= r.iters)
     spdlog::info("nothing to train: checkpoint is at iteration {} of {}", r.start_iter, r.iters);
+  return 0;
 }
 
 }  // namespace loom::engine

@@ -6,7 +6,9 @@
 
 namespace loom::engine {
 
-// Runs the validated recipe to completion. Throws UsageError (exit 2) or RunError (exit 1).
-void run_training(Recipe& recipe, Registry& registry);
+// Runs the validated recipe to completion, or until a signal, train.exit_interval or
+// train.exit_duration_mins stops it after a step and a checkpoint. Returns the exit code (0,
+// or kExitStoppedBySignal); throws UsageError (exit 2) or RunError (exit 1).
+int run_training(Recipe& recipe, Registry& registry);
 
 }  // namespace loom::engine

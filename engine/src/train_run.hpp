@@ -27,6 +27,7 @@
 #include "registry.hpp"
 #include "sampler.hpp"
 #include "schedule.hpp"
+#include "train_guard.hpp"
 
 namespace loom::engine {
 
@@ -122,6 +123,9 @@ struct TrainRun {
   // scaler and the data position. Each rank reads its own files, or (another layout) every
   // file, cutting its part out of the full tensors. Otherwise from checkpoint.finetune.
   void resume();
+  // checkpoint.save made ready before the first step (train_checkpoint.cpp): stale partial
+  // saves removed, writability checked, another run's checkpoints not overwritten.
+  void prepare_save_dir();
   // checkpoint.finetune: pretrained weights only (train_finetune.cpp).
   void finetune(const std::filesystem::path& dir);
   // A checkpoint of the current state under checkpoint.save (COLLECTIVE over the world).
@@ -200,6 +204,9 @@ struct TrainRun {
   std::unique_ptr<MainParams> main;                // f32 main parameters (or the values)
   std::vector<const DLTensor*> norm_grads;         // gradients of the norm, each counted once
   std::vector<const DLTensor*> expert_norm_grads;  // expert parameters' (expert parallelism)
+  std::vector<std::string> norm_names, expert_norm_names;  // their parameters' names
+  int64_t skipped_bad = 0;                                 // steps train.nan_check = "skip" dropped
+  LossSpikes spikes;
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};
   loom_comm_group* norm_group = nullptr;    // where the squared gradient norm is summed

@@ -395,9 +395,11 @@ void TrainRun::create_optimizer() {
     // Context-parallel replicas hold the same gradients after the reduction too (a sharded
     // optimizer's shards are distinct already).
     if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) &&
-        (sharded || layout.context_rank == 0) && !params[i].pipeline_duplicate)
-      (params[i].reduce_group == LOOM_GROUP_EXPERT_DATA ? expert_norm_grads : norm_grads)
-          .push_back(grad);
+        (sharded || layout.context_rank == 0) && !params[i].pipeline_duplicate) {
+      const bool expert = params[i].reduce_group == LOOM_GROUP_EXPERT_DATA;
+      (expert ? expert_norm_grads : norm_grads).push_back(grad);
+      (expert ? expert_norm_names : norm_names).push_back(params[i].name);
+    }
   }
   optimizer = session.optimizer(opt_params.data(), opt_params.size());
 }

@@ -516,10 +516,14 @@ loom_error* recv(loom_comm* c, loom_comm_group* g, DLTensor* t, int peer, int ta
   });
 }
 
+// ABI 2.14: this rank failed while others may wait for it in a collective: end the job
+// (MPI_Finalize on this path would wait for them forever).
+void abort_job(loom_comm*, int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
 constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank,   group_create,
                                  all_reduce, reduce_scatter, all_gather, broadcast,    all_to_all,
                                  barrier,    send,           recv,       all_to_all_v, group_size,
-                                 start,      wait,           test};
+                                 start,      wait,           test,       abort_job};
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

@@ -249,7 +249,7 @@ Listing build() {
   STRUCT(loom_comm_api)
   F(struct_size) F(create) F(destroy) F(world_rank) F(world_size) F(group_create)
   F(group_destroy) F(group_rank) F(group_size) F(all_reduce) F(reduce_scatter) F(all_gather)
-  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv) F(all_to_all_v) F(start) F(wait) F(test)
+  F(broadcast) F(all_to_all) F(barrier) F(send) F(recv) F(all_to_all_v) F(start) F(wait) F(test) F(abort)
   END
   // DLPack, as it crosses the boundary.
   STRUCT(DLDevice) F(device_type) F(device_id) END

@@ -81,7 +81,8 @@ typedef struct loom_group_create_args {
  *   send, recv: owner, PAIR(args.group), stream
  *   start: owner, COLLECTIVE(args.group), starts
  *   wait: owner, local, stream
- *   test: owner, local, blocks */
+ *   test: owner, local, blocks
+ *   abort: any, COLLECTIVE(world), blocks */
 typedef struct loom_comm_api {
   size_t struct_size;
   loom_error* (*create)(const loom_host* host, const loom_config* cfg, loom_comm** out);
@@ -142,10 +143,18 @@ typedef struct loom_comm_api {
    * Drives the call's progress where the plugin needs that (MPI). */
   loom_error* (*test)(loom_comm* c, loom_comm_request* req, int* done);
   /* --- ABI 2.12 ends here; append new slots below this line only. --- */
+  /* ABI 2.14: ends every rank of the job now with exit code `code` (comm/mpi: MPI_Abort).
+   * The host calls it when this rank fails while others may be waiting for it in a
+   * collective, after printing its error, instead of destroy (which is collective and
+   * would wait for them forever). Never returns. NULL: the host ends this rank alone and
+   * leaves the rest to the launcher. */
+  void (*abort)(loom_comm* c, int code);
+  /* --- ABI 2.14 ends here; append new slots below this line only. --- */
 } loom_comm_api;
 #define LOOM_COMM_API_SIZE_V2 LOOM_STRUCT_SIZE(loom_comm_api, recv)
 #define LOOM_COMM_API_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_comm_api, all_to_all_v)
 #define LOOM_COMM_API_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_comm_api, test)
+#define LOOM_COMM_API_SIZE_V2_14 LOOM_STRUCT_SIZE(loom_comm_api, abort)
 
 #ifdef __cplusplus
 }

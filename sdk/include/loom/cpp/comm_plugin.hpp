@@ -67,6 +67,8 @@ struct CommCalls {
                        loom_comm_request** out);
   loom_error* (*wait)(loom_comm* c, loom_comm_request* r);
   loom_error* (*test)(loom_comm* c, loom_comm_request* r, int* done);
+  // ABI 2.14 (NULL: the host ends a failing rank alone): ends the whole job, never returns.
+  void (*abort)(loom_comm* c, int code);
 };
 
 // "start(all_reduce)" for a started loom_comm_call: how messages name it (the call is one of
@@ -232,7 +234,7 @@ struct CommSlots {
                                      decltype(loom_comm_api::world_size) world_size,
                                      decltype(loom_comm_api::group_destroy) group_destroy,
                                      decltype(loom_comm_api::group_rank) group_rank) {
-    return loom_comm_api{LOOM_COMM_API_SIZE_V2_12,
+    return loom_comm_api{LOOM_COMM_API_SIZE_V2_14,
                          create,
                          destroy,
                          K.world_rank,
@@ -252,7 +254,8 @@ struct CommSlots {
                          all_to_all_v,
                          start,
                          wait,
-                         test};
+                         test,
+                         K.abort};
   }
   static loom_error* recv(loom_comm* c, const loom_comm_args* a) {
     return call(c, "recv", a, false,
