@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -194,6 +195,9 @@ int cmd_validate(const std::vector<std::string>& args) {
       plugins += " grad/" + recipe.get_string("parallel", "data") + " schedule/" +
                  recipe.get_string("parallel", "schedule");
   }
+  if (c.vm.count("world") && c.vm["world"].as<int>() < 1)
+    throw UsageError("loom validate: --world must be at least 1, got " +
+                     std::to_string(c.vm["world"].as<int>()));
   int world = c.vm.count("world") ? c.vm["world"].as<int>() : launcher_world_size();
   if (world <= 0) {
     loom::layout::Degrees d = layout_degrees(recipe);
@@ -354,7 +358,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.prompt = c.required<std::string>("prompt", "--prompt TEXT");
   o.overrides = c.list("set");
   if (c.vm.count("logits-out")) o.logits_out = c.vm["logits-out"].as<std::string>();
-  if (o.max_new_tokens < 0) throw UsageError("loom generate: --max-new-tokens must be >= 0");
+  if (o.max_new_tokens < 0 || o.max_new_tokens > (int64_t{1} << 30))
+    throw UsageError("loom generate: --max-new-tokens must be from 0 to 1073741824, got " +
+                     std::to_string(o.max_new_tokens));
   if (!(o.temperature >= 0)) throw UsageError("loom generate: --temperature must be >= 0");
   if (o.top_k < 0) throw UsageError("loom generate: --top-k must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("loom generate: --top-p must be in (0, 1]");
@@ -557,7 +563,13 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
     checkpoint_merge(a, b);
     return 0;
   }
-  if (what == "diff") return checkpoint_diff(a, b, c.vm["rtol"].as<double>(), c.vm.count("norm"));
+  if (what == "diff") {
+    const double rtol = c.vm["rtol"].as<double>();
+    if (!(rtol >= 0) || !std::isfinite(rtol))
+      throw UsageError("loom checkpoint diff: --rtol must be a finite number >= 0, got " +
+                       std::to_string(rtol));
+    return checkpoint_diff(a, b, rtol, c.vm.count("norm"));
+  }
   if (what == "convert") {
     const int t = c.vm["tensor"].as<int>(), p = c.vm["pipeline"].as<int>(),
               v = c.vm["virtual-stages"].as<int>();

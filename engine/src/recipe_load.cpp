@@ -64,6 +64,9 @@ RawTree load_file(const fs::path& display, std::vector<fs::path>& stack, const s
   fs::path canon = fs::weakly_canonical(fs::absolute(display, ec), ec);
   if (std::find(stack.begin(), stack.end(), canon) != stack.end())
     throw UsageError(from + ": include cycle: " + chain_text(stack, canon));
+  if (fs::is_directory(canon, ec))
+    throw UsageError((from.empty() ? std::string() : from + ": included ") + "recipe '" +
+                     display.string() + "' is a folder, not a recipe file (a .toml)");
   if (!fs::is_regular_file(canon, ec)) {
     if (from.empty()) throw UsageError("recipe '" + display.string() + "' not found");
     throw UsageError(from + ": included recipe '" + display.string() + "' not found");

@@ -85,7 +85,7 @@ std::string check_bounds(const loom_param_spec& spec, const Value& v) {
     double x = spec.type == LOOM_PARAM_INT ? static_cast<double>(v.i) : v.f;
     bool lo_ok = unbounded(spec.min_value) || x >= spec.min_value;
     bool hi_ok = unbounded(spec.max_value) || x <= spec.max_value;
-    if (std::isnan(x) || !lo_ok || !hi_ok) {
+    if (std::isnan(x) || std::isinf(x) || !lo_ok || !hi_ok) {  // a recipe number is finite
       std::string got = spec.type == LOOM_PARAM_INT ? std::to_string(v.i) : format_number(v.f);
       return "must be " + describe_range(spec) + ", got " + got;
     }

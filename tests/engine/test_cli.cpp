@@ -201,6 +201,32 @@ TEST_CASE("command-line mistakes exit 2 with one line") {
   CHECK(contains(r.err, "usage: loom <command>"));
 }
 
+// Regressions of issue 17's bad-input campaign (finding 7): each was accepted, misnamed, or
+// failed at run time with exit 1.
+TEST_CASE("bad numbers and paths on the command line and in recipes exit 2 with the reason") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "");
+  Result r = run_loom("validate " + q(dir.path().string()));
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "is a folder, not a recipe file"));
+  r = run_loom("validate " + q(recipe.string()) + " --world 0");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "--world must be at least 1, got 0"));
+  for (const char* bad : {"lr.max=inf", "precision.loss_scale=inf", "lr.max=nan"}) {
+    r = run_loom("validate " + q(recipe.string()) + " --set " + bad);
+    CHECK_MESSAGE(r.code == 2, bad);
+    CHECK_MESSAGE(contains(error_line(r), "must be"), bad);
+  }
+  for (const char* rtol : {"-1", "nan"}) {
+    r = run_loom(std::string("checkpoint diff a b --rtol ") + rtol);
+    CHECK_MESSAGE(r.code == 2, rtol);
+    CHECK_MESSAGE(contains(error_line(r), "--rtol must be a finite number >= 0"), rtol);
+  }
+  r = run_loom("generate --checkpoint x --prompt hi --max-new-tokens 9223372036854775807");
+  CHECK(r.code == 2);
+  CHECK(contains(error_line(r), "--max-new-tokens must be from 0 to 1073741824"));
+}
+
 TEST_CASE("--help and version exit 0") {
   for (const char* cmd : {"run", "validate", "plugins", "generate", "pack", "install", "version"}) {
     CAPTURE(cmd);
