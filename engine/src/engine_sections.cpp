@@ -186,8 +186,14 @@ EngineSection section(const char* name, const loom_param_spec (&params)[N], cons
 // `plugin` of each plugin section: the default plugin is the default value.
 constexpr loom_param_spec kBackend[] = {
     param("plugin", kString, "cpu", "backend plugin: the device and its kernels (cpu, cuda, ...)")};
-constexpr loom_param_spec kComm[] = {param(
-    "plugin", kString, "single", "comm plugin: collectives between ranks (single, mpi, nccl)")};
+constexpr loom_param_spec kComm[] = {
+    param("plugin", kString, "single",
+          "comm plugin: collectives between ranks (single, mpi, nccl)"),
+    param("timeout_s", kFloat, "600",
+          "watchdog: a rank of a multi-rank job that waits longer than this in one blocking "
+          "collective or send/recv prints what it waits in (call, group, peer, bytes, iteration) "
+          "and ends the job with exit 1, as Megatron's --distributed-timeout-minutes; 0 = off",
+          0, kInf)};
 constexpr loom_param_spec kModel[] = {
     param("plugin", kString, "gpt", "model plugin: the network (gpt, ...)")};
 constexpr loom_param_spec kAttention[] = {

@@ -15,6 +15,7 @@
 #include <map>
 
 #include "capability_gate.hpp"
+#include "comm_watch.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/layout.hpp"
@@ -123,6 +124,7 @@ struct Session::Impl {
   bool has_layout = false;
   loom_parallel_layout layout{};
   std::map<int, loom_comm_group*> groups;
+  std::unique_ptr<CommWatch> watch;  // comm.timeout_s over a multi-rank job's comm
 
   Impl(Recipe& r, Registry& g) : recipe(r), registry(g) {}
 };
@@ -168,7 +170,9 @@ Session::~Session() {
   // (abort_job).
   if (std::uncaught_exceptions() > 0 && g_job.second == impl_->comm.second && g_job.second) return;
   if (g_job.second == impl_->comm.second) g_job = {nullptr, nullptr};
+  // The groups are destroyed through the watch's table, so it goes last.
   for (auto it = impl_->destroyers.rbegin(); it != impl_->destroyers.rend(); ++it) (*it)();
+  impl_->watch.reset();
 }
 
 const loom_host* Session::host_for(const std::string& who) {
@@ -301,7 +305,13 @@ loom_tokenizer_ref Session::tokenizer() {
 loom_comm_ref Session::comm() {
   const bool fresh = impl_->comm.second == nullptr;
   auto& s = create_once(*this, *impl_, impl_->comm, LOOM_KIND_COMM, "comm", LOOM_COMM_API_SIZE_V2);
-  if (fresh && s.first->world_size(s.second) > 1) g_job = s;
+  if (fresh && s.first->world_size(s.second) > 1) {
+    g_job = s;
+    const double timeout = impl_->recipe.get_float("comm", "timeout_s");
+    if (timeout > 0)
+      impl_->watch = std::make_unique<CommWatch>(loom_comm_ref{s.first, s.second}, timeout);
+  }
+  if (impl_->watch) return impl_->watch->ref();
   return {s.first, s.second};
 }
 std::pair<const loom_dataset_api*, loom_dataset*> Session::dataset() {

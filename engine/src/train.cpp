@@ -12,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "comm_watch.hpp"
 #include "errors.hpp"
 #include "train_run.hpp"
 #include "train_stop.hpp"
@@ -143,11 +144,14 @@ void apply_update(TrainRun& r, StepStats& s, int64_t it) {
 // to train.nan_check (train_guard.cpp) before anything is updated.
 StepStats train_step(TrainRun& r, int64_t it) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double waited0 = CommWatch::waited_s();
+  stall_for_test(r, it);
   StepStats s = compute_gradients(r, it, 0);
   if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
   apply_update(r, s, it);
   check(r.be.api->synchronize(r.be.self), "synchronize");
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.comm_wait_s = CommWatch::waited_s() - waited0;
   s.tokens_per_s = (double)(r.gbs * r.seq_len) / s.seconds;
   const double peak = r.info.peak_gflops * 1e9 * r.world;
   s.mfu = peak > 0 ? r.flops_per_token * s.tokens_per_s / peak : 0.0;
@@ -239,6 +243,7 @@ int run_training(Recipe& recipe, Registry& registry) {
   spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", r.iters,
                r.start_iter, r.gbs, r.lr.kind, r.lr.max, r.lr.min);
   for (int64_t it = r.start_iter; it < r.iters; ++it) {
+    CommWatch::set_iteration(it + 1);
     const StepStats s = train_step(r, it);
     const int64_t iter = it + 1;
     check(r.be.api->get_info(r.be.self, &r.info), "backend info");

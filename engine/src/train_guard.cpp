@@ -4,9 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "errors.hpp"
@@ -106,6 +109,16 @@ bool injected_nan(int64_t it, int attempt) {
   const std::string v(at);
   const bool always = v.find(":always") != std::string::npos;
   return std::atoll(at) == it + 1 && (attempt == 0 || always);
+}
+
+void stall_for_test(const TrainRun& r, int64_t it) {
+  const char* at = std::getenv("LOOM_TEST_STALL_AT");
+  if (!at || !*at) return;
+  long long iter = 0, rank = 0;
+  double seconds = 0;
+  if (std::sscanf(at, "%lld:%lld:%lf", &iter, &rank, &seconds) != 3) return;
+  if (iter == it + 1 && rank == r.rank)
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 void LossSpikes::add(const TrainRun& r, int64_t iter, double loss, int64_t first_sample) {

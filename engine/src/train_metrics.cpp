@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "errors.hpp"
 #include "tensorboard.hpp"
@@ -64,7 +66,28 @@ Metrics::Metrics(const TrainRun& run) : run_(run), started_(steady_s()) {
   if (!file_) throw RunError("cannot write metrics file " + path);
 }
 
+// Every rank's mean busy time per step since the last log line, summed over the world
+// (COLLECTIVE: every rank logs at the same iterations), as Megatron's straggler detector
+// reports it.
+Metrics::RankTimes Metrics::rank_times(double mean_s) const {
+  std::vector<double> t((size_t)run_.world, 0.0);
+  t[(size_t)run_.rank] = mean_s;
+  sum_over(run_.be, run_.comm, nullptr, t.data(), run_.world);
+  RankTimes out{t[0], t[0], 0};
+  for (int r = 1; r < run_.world; ++r) {
+    out.min = std::min(out.min, t[(size_t)r]);
+    if (t[(size_t)r] > out.max) out.max = t[(size_t)r], out.slowest = r;
+  }
+  return out;
+}
+
 void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
+  const bool log =
+      iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters;
+  interval_s_ += s.seconds - s.comm_wait_s, ++interval_n_;
+  std::optional<RankTimes> ranks;
+  if (log && run_.world > 1) ranks = rank_times(interval_s_ / (double)interval_n_);
+  if (log) interval_s_ = 0, interval_n_ = 0;
   if (file_.is_open()) {
     nlohmann::json line = {{"iter", iter},
                            {"loss", s.loss},
@@ -78,6 +101,11 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
                            {"step_s", s.seconds}};
     for (const auto& [name, value] : s.extra_losses) line["loss_" + name] = value;
     for (const auto& [name, value] : s.stats) line[name] = value;
+    if (ranks) {
+      line["busy_s_min_rank"] = ranks->min;
+      line["busy_s_max_rank"] = ranks->max;
+      line["slowest_rank"] = ranks->slowest;
+    }
     file_ << line.dump() << "\n" << std::flush;
   }
   if (tb_) {  // Megatron's tag names where it has them
@@ -92,7 +120,7 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
     tb_->scalar("memory/peak-bytes", iter, (double)mem_peak);
     tb_->scalar("iteration-time", iter, s.seconds);
   }
-  if (iter % run_.log_interval == 0 || iter == run_.start_iter + 1 || iter == run_.iters) {
+  if (log) {
     for (const auto& [name, value] : s.extra_losses)
       spdlog::info("iter {:>6}/{} | {} loss {:.4f}", iter, run_.iters, name, value);
     log_stats(iter, s.stats, "");
@@ -105,6 +133,12 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
         iter, run_.iters, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
         human_bytes((double)mem_peak), human_duration(elapsed),
         human_duration(elapsed / done * (double)(run_.iters - iter)));
+    if (ranks)
+      spdlog::info(
+          "iter {:>6}/{} | busy time per step over {} ranks (not waiting in comm): min {:.1f} "
+          "ms, max {:.1f} ms (rank {}), spread {:.1f}%",
+          iter, run_.iters, run_.world, 1e3 * ranks->min, 1e3 * ranks->max, ranks->slowest,
+          100 * (ranks->max - ranks->min) / std::max(ranks->min, 1e-12));
   }
 }
 

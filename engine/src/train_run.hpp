@@ -100,6 +100,7 @@ struct StepStats {
   std::vector<std::pair<std::string, double>> extra_losses, stats;
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double seconds = 0, tokens_per_s = 0, mfu = 0;
+  double comm_wait_s = 0;  // of `seconds`, blocked in comm calls (known with comm.timeout_s > 0)
   bool stepped = true;
 };
 
@@ -260,7 +261,18 @@ class Metrics {
                  const std::string& prefix) const;
 
  private:
+  // Each rank's mean busy time per step (step time less the time blocked in comm calls, so
+  // that a straggler stands out rather than the ranks that wait for it) since the last log
+  // line, over the ranks.
+  struct RankTimes {
+    double min = 0, max = 0;
+    int slowest = 0;
+  };
+  RankTimes rank_times(double mean_s) const;
+
   const TrainRun& run_;
+  double interval_s_ = 0;  // this rank's busy step seconds since the last log line
+  int64_t interval_n_ = 0;
   std::ofstream file_;
   std::unique_ptr<TensorBoardWriter> tb_;  // train.tensorboard, world rank 0
   double started_ = 0;                     // steady-clock seconds at construction
