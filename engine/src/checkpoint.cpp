@@ -55,11 +55,23 @@ std::string read_text(const fs::path& p) {
 
 }  // namespace
 
-void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Collective& coll) {
+namespace {
+constexpr const char* kHashPrefix = ".sha256-";  // a file's hash, beside it until the manifest
+
+// `file` under `dir`, then its sha256 and size in `.sha256-FILE` beside it.
+void write_hashed(const fs::path& dir, const std::string& file, const StFile& tensors,
+                  const std::map<std::string, std::string>& meta) {
+  write_safetensors(dir / file, tensors, meta);
+  write_text(dir / (kHashPrefix + file),
+             sha256_of_file(dir / file) + " " + std::to_string(fs::file_size(dir / file)) + "\n");
+}
+}  // namespace
+
+fs::path begin_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt,
+                          const Collective& coll) {
   std::error_code ec;
-  std::string name = iter_name(ckpt.iteration);
   // One name every rank agrees on (a pid would differ between ranks).
-  fs::path tmp = save_dir / (".tmp-" + name);
+  fs::path tmp = save_dir / (".tmp-" + iter_name(ckpt.iteration));
   if (coll.leader) {
     fs::create_directories(save_dir, ec);
     if (ec) throw RunError("cannot create " + save_dir.string() + ": " + ec.message());
@@ -68,19 +80,44 @@ void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Col
     write_text(tmp / "recipe.toml", ckpt.recipe_toml);
   }
   coll.barrier();
-  if (!ckpt.model_file.empty())
-    write_safetensors(tmp / ckpt.model_file, ckpt.model, ckpt.model_meta);
+  return tmp;
+}
+
+void write_checkpoint_files(const fs::path& tmp, const Checkpoint& ckpt) {
+  if (!ckpt.model_file.empty()) write_hashed(tmp, ckpt.model_file, ckpt.model, ckpt.model_meta);
   if (!ckpt.optimizer_file.empty())
-    write_safetensors(tmp / ckpt.optimizer_file, ckpt.optimizer, ckpt.optimizer_meta);
-  for (const Checkpoint::File& f : ckpt.more_files)
-    write_safetensors(tmp / f.name, f.tensors, f.meta);
+    write_hashed(tmp, ckpt.optimizer_file, ckpt.optimizer, ckpt.optimizer_meta);
+  for (const Checkpoint::File& f : ckpt.more_files) write_hashed(tmp, f.name, f.tensors, f.meta);
+}
+
+void finish_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Collective& coll) {
+  std::error_code ec;
+  const std::string name = iter_name(ckpt.iteration);
+  const fs::path tmp = save_dir / (".tmp-" + name);
   coll.barrier();
   if (coll.leader) {
+    // Every rank hashed its own files as it wrote them; only the recipe is hashed here.
     nlohmann::json files = nlohmann::json::object();
+    std::vector<fs::path> hashes;
     for (const auto& entry : fs::directory_iterator(tmp)) {
       const std::string f = entry.path().filename().string();
-      files[f] = {{"sha256", sha256_of_file(entry.path())}, {"bytes", fs::file_size(entry.path())}};
+      if (f.rfind(kHashPrefix, 0) == 0) {
+        hashes.push_back(entry.path());
+        continue;
+      }
+      const fs::path noted = tmp / (kHashPrefix + f);
+      if (fs::exists(noted)) {
+        std::istringstream in(read_text(noted));
+        std::string sha;
+        uint64_t bytes = 0;
+        in >> sha >> bytes;
+        files[f] = {{"sha256", sha}, {"bytes", bytes}};
+      } else {
+        files[f] = {{"sha256", sha256_of_file(entry.path())},
+                    {"bytes", fs::file_size(entry.path())}};
+      }
     }
+    for (const fs::path& h : hashes) fs::remove(h);
     nlohmann::json manifest = {
         {"format", "loom-checkpoint"}, {"version", 1},
         {"iteration", ckpt.iteration}, {"consumed_samples", ckpt.consumed_samples},
@@ -103,6 +140,11 @@ void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Col
     if (had_old) fs::remove_all(old, ec);
   }
   coll.barrier();
+}
+
+void save_checkpoint(const fs::path& save_dir, const Checkpoint& ckpt, const Collective& coll) {
+  write_checkpoint_files(begin_checkpoint(save_dir, ckpt, coll), ckpt);
+  finish_checkpoint(save_dir, ckpt, coll);
 }
 
 std::vector<int64_t> complete_iterations(const fs::path& dir) {

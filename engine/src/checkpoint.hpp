@@ -58,6 +58,19 @@ struct Collective {
 
 void save_checkpoint(const std::filesystem::path& save_dir, const Checkpoint& ckpt,
                      const Collective& collective = {});
+// save_checkpoint's three parts, so that checkpoint.async can write in the background:
+//  - begin (COLLECTIVE): the leader makes the temporary folder `.tmp-iter_N` (returned) and
+//    writes the recipe there;
+//  - write (this rank alone, any thread): its files into that folder, each fsynced, with its
+//    sha256 beside it;
+//  - finish (COLLECTIVE, once every rank has written): the leader writes the manifest, then
+//    renames the folder into place and moves the tracker. Reads only ckpt's metadata.
+// Until finish renames it, a crash leaves the previous checkpoint the newest complete one.
+std::filesystem::path begin_checkpoint(const std::filesystem::path& save_dir,
+                                       const Checkpoint& ckpt, const Collective& collective);
+void write_checkpoint_files(const std::filesystem::path& tmp, const Checkpoint& ckpt);
+void finish_checkpoint(const std::filesystem::path& save_dir, const Checkpoint& ckpt,
+                       const Collective& collective);
 
 // `dir` is a checkpoint folder (with manifest.json) or a save folder with the tracker file.
 // Verifies every file's size and sha256 first, then reads the named model and optimizer

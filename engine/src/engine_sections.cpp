@@ -80,6 +80,11 @@ constexpr loom_param_spec kTrain[] = {
 
 constexpr loom_param_spec kCheckpoint[] = {
     param("save", kString, "", "directory to save checkpoints in; \"\" = never save"),
+    param("async", kBool, "false",
+          "write interval checkpoints in the background (Megatron's --async-save): the state is "
+          "copied to host memory and the loop goes on while a thread writes and fsyncs the "
+          "files; the checkpoint is renamed into place (and logged \"saved\") once every rank's "
+          "files are durable; at most one save in flight; the last save blocks"),
     param("load", kString, "",
           "checkpoint directory to resume from; \"auto\" = the newest complete checkpoint "
           "under checkpoint.save, or a fresh start when there is none (requeue loops); \"\" = "

@@ -240,6 +240,7 @@ int run_training(Recipe& recipe, Registry& registry) {
   Metrics metrics(r);
   const std::string save_dir = recipe.get_string("checkpoint", "save");
   const int64_t save_interval = recipe.get_int("checkpoint", "interval");
+  const bool async_save = recipe.get_bool("checkpoint", "async");
   spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", r.iters,
                r.start_iter, r.gbs, r.lr.kind, r.lr.max, r.lr.min);
   for (int64_t it = r.start_iter; it < r.iters; ++it) {
@@ -252,10 +253,13 @@ int run_training(Recipe& recipe, Registry& registry) {
       metrics.eval(iter, evaluate(r, (iter - 1) / r.eval_interval));
     const bool save =
         !save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == r.iters);
-    if (save) r.save(iter);
+    // The last save blocks: the run ends with it in place.
+    if (save) r.save(iter, async_save && iter != r.iters);
+    r.finish_save(false);  // a background save, once every rank's files are written
     if (iter == r.iters) break;
     if (const std::optional<StopReason> stop = stopper.after_step(r, iter)) {
       if (!save_dir.empty() && !save) r.save(iter);
+      r.finish_save(true);
       spdlog::warn(
           "stopping after iteration {} of {} ({}): {}; exit code {}", iter, r.iters, stop->why,
           save_dir.empty() ? "nothing saved, checkpoint.save is empty"

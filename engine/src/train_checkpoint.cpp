@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -329,7 +332,30 @@ void TrainRun::sync_tied() {
     }
 }
 
-void TrainRun::save(int64_t iteration) {
+namespace {
+// Tests only: LOOM_TEST_SLOW_SAVE_AT = "N:S" makes the background writer of iteration N's
+// checkpoint sleep S seconds before it writes (a slow file system, for a kill mid-save).
+void slow_save_for_test(int64_t iteration) {
+  const char* at = std::getenv("LOOM_TEST_SLOW_SAVE_AT");
+  long long n = 0;
+  double seconds = 0;
+  if (at && std::sscanf(at, "%lld:%lf", &n, &seconds) == 2 && n == iteration)
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+}  // namespace
+
+Collective TrainRun::save_collective() {
+  Collective coll;
+  coll.leader = rank == 0;
+  coll.barrier = [this] {
+    if (world > 1) check(loom::comm_barrier(comm, nullptr), "checkpoint barrier");
+  };
+  return coll;
+}
+
+void TrainRun::save(int64_t iteration, bool background) {
+  finish_save(true);  // at most one save in flight
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string save_dir = recipe.get_string("checkpoint", "save");
   // Under a residency every value is gathered for the file and let go after it.
   const bool release = !held;
@@ -381,13 +407,56 @@ void TrainRun::save(int64_t iteration) {
   }
   ck.optimizer_meta["loom.shards"] = opt_entries.dump();
   if (release) hold_params(false);  // everything is on the host now
-  Collective coll;
-  coll.leader = rank == 0;
-  coll.barrier = [&] {
-    if (world > 1) check(loom::comm_barrier(comm, nullptr), "checkpoint barrier");
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  save_checkpoint(save_dir, ck, coll);
-  spdlog::info("saved checkpoint {}/iter_{:07d}", save_dir, iteration);
+  if (!background) {
+    save_checkpoint(save_dir, ck, save_collective());
+    spdlog::info("saved checkpoint {}/iter_{:07d} in {:.3f} s", save_dir, iteration, since(t0));
+    return;
+  }
+  auto a = std::make_unique<AsyncSave>();
+  a->ck = std::move(ck);
+  a->dir = save_dir;
+  const fs::path tmp = begin_checkpoint(save_dir, a->ck, save_collective());
+  a->snapshot_s = since(t0);
+  AsyncSave* p = a.get();
+  a->writer = std::thread([p, tmp, t0] {
+    try {
+      slow_save_for_test(p->ck.iteration);
+      write_checkpoint_files(tmp, p->ck);
+    } catch (const std::exception& e) {
+      p->error = e.what();
+    }
+    // finish_save reads only the metadata: the host copy of the state goes now.
+    p->ck.model.clear(), p->ck.optimizer.clear(), p->ck.more_files.clear();
+    p->write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p->done = true;
+  });
+  spdlog::info("checkpoint {}/iter_{:07d}: state copied in {:.3f} s, writing in the background",
+               save_dir, iteration, p->snapshot_s);
+  pending_save = std::move(a);
+}
+
+void TrainRun::finish_save(bool wait) {
+  if (!pending_save) return;
+  if (!wait) {
+    double not_done = pending_save->done ? 0 : 1;
+    sum_over(be, comm, nullptr, &not_done, 1);
+    if (not_done > 0) return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pending_save->writer.join();
+  const std::unique_ptr<AsyncSave> a = std::move(pending_save);
+  const std::string name = a->dir.string() + "/iter_" + fmt::format("{:07d}", a->ck.iteration);
+  if (!a->error.empty())
+    throw RunError("writing checkpoint " + name + " in the background: " + a->error);
+  finish_checkpoint(a->dir, a->ck, save_collective());
+  spdlog::info(
+      "saved checkpoint {} (checkpoint.async: the loop stopped {:.3f} s for the snapshot and "
+      "{:.3f} s to finish; the files took {:.3f} s in the background)",
+      name, a->snapshot_s,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a->write_s);
 }
 
 }  // namespace loom::engine

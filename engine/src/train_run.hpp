@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -130,7 +132,13 @@ struct TrainRun {
   // checkpoint.finetune: pretrained weights only (train_finetune.cpp).
   void finetune(const std::filesystem::path& dir);
   // A checkpoint of the current state under checkpoint.save (COLLECTIVE over the world).
-  void save(int64_t iteration);
+  // background (checkpoint.async): the state is copied to host memory and a thread writes the
+  // files while the loop goes on; finish_save puts the checkpoint in place once every rank's
+  // files are durable. At most one save is in flight: a save first finishes the last one.
+  void save(int64_t iteration, bool background = false);
+  // A background save (COLLECTIVE over the world, every rank at the same iteration): wait:
+  // finish it now; else finish it only if every rank's writer is done (a sum over the ranks).
+  void finish_save(bool wait);
   // Runs `micro` micro-batches of mbs x seq_len from get(user, i, ...) through the pipeline
   // schedule (COLLECTIVE over the world); the schedule's loss terms are in a.losses.
   loom_schedule_args run_schedule(int64_t micro, bool forward_only, double loss_scale,
@@ -227,7 +235,22 @@ struct TrainRun {
       hf_meta;  // steps the optimizer took: iterations less fp16's skipped ones
   Feed feed;
 
+  // checkpoint.async's save in flight: its files, written by `writer`.
+  struct AsyncSave {
+    Checkpoint ck;
+    std::filesystem::path dir;
+    std::thread writer;
+    std::atomic<bool> done{false};
+    std::string error;                   // the writer's, read after the join
+    double snapshot_s = 0, write_s = 0;  // the loop's pause; the writer's time
+    ~AsyncSave() {
+      if (writer.joinable()) writer.join();
+    }
+  };
+  std::unique_ptr<AsyncSave> pending_save;  // last: its thread stops before anything else goes
+
  private:
+  Collective save_collective();
   bool same_layout(const std::map<std::string, int64_t>& saved) const;
   bool same_shards(const Checkpoint& ck) const;
   void load_own_files(const Checkpoint& ck);
