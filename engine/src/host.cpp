@@ -16,6 +16,7 @@
 
 #include "capability_gate.hpp"
 #include "comm_watch.hpp"
+#include "config_check.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/layout.hpp"
@@ -383,14 +384,7 @@ std::pair<const loom_grad_api*, loom_grad*> Session::grad(DLTensor* const* grads
                      &args);
 }
 
-int32_t Session::grad_residency() {
-  const std::string name = impl_->recipe.get_string("parallel", selector_of_kind(LOOM_KIND_GRAD));
-  const PluginInfo& info = impl_->registry.get(LOOM_KIND_GRAD, name);
-  auto* api = static_cast<const loom_grad_api*>(info.desc->api);
-  if (!api || api->struct_size < LOOM_GRAD_API_SIZE_V2_13 || !api->residency)
-    return LOOM_RESIDENCY_NONE;
-  return api->residency(host_for("grad/" + name), &impl_->recipe.section("parallel"));
-}
+int32_t Session::grad_residency() { return strategy_residency(impl_->recipe, impl_->registry); }
 
 std::pair<const loom_schedule_api*, loom_schedule*> Session::schedule() {
   return create_once(*this, *impl_, impl_->schedule, LOOM_KIND_SCHEDULE, "parallel",

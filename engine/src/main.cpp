@@ -13,6 +13,7 @@
 
 #include "batch_check.hpp"
 #include "checkpoint_tools.hpp"
+#include "config_check.hpp"
 #include "data_inspect.hpp"
 #include "data_samples.hpp"
 #include "errors.hpp"
@@ -205,6 +206,7 @@ int cmd_validate(const std::vector<std::string>& args) {
   }
   check_layout(recipe, world);
   check_model_batch(recipe, registry);
+  check_plugin_configs(recipe, registry, world);
   std::cout << describe_layout(recipe, world);
   if (c.vm.count("memory")) {
     const std::vector<MemoryRole> roles =

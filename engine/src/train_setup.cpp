@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "batch_check.hpp"
+#include "config_check.hpp"
 #include "errors.hpp"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -61,21 +62,6 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
 
 namespace {
 const int64_t kSampleShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
-
-// train.recompute_* into the model's create args (ABI 2.10), the module names checked here.
-void set_recompute(const Recipe& recipe, loom_model_create_args& a) {
-  const std::string g = recipe.get_string("train", "recompute_granularity");
-  a.recompute_granularity = g == "full"        ? LOOM_RECOMPUTE_FULL
-                            : g == "selective" ? LOOM_RECOMPUTE_SELECTIVE
-                                               : LOOM_RECOMPUTE_NONE;
-  a.recompute_method = recipe.get_string("train", "recompute_method") == "block"
-                           ? LOOM_RECOMPUTE_BLOCK
-                           : LOOM_RECOMPUTE_UNIFORM;
-  a.recompute_num_layers = (int32_t)recipe.get_int("train", "recompute_num_layers");
-  uint32_t modules = 0;
-  parse_recompute_modules(recipe.get_string("train", "recompute_modules"), &modules);  // checked
-  a.recompute_modules = modules;
-}
 
 // Megatron's get_ltor_masks_and_position_ids with reset_position_ids, reset_attention_mask
 // and eod_mask_loss, for one sample: positions restart after each EOD token, and the
@@ -210,6 +196,8 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   world = comm.api->world_size(comm.self);
   rank = comm.api->world_rank(comm.self);
   layout = session.layout();  // checks the layout, makes the groups
+  // What `loom validate` checks too: every plugin's configuration at this rank's place.
+  check_plugin_configs(recipe, registry, layout);
   dp = layout.data;
   gbs = recipe.get_int("train", "global_batch_size");
   if (gbs == 0) gbs = mbs * dp;
@@ -285,35 +273,19 @@ void TrainRun::create_model(int64_t vocab) {
   for (int v = 0; v < layout.virtual_stages; ++v) ready_chunks.push_back({this, (size_t)v});
   residency = session.grad_residency();
   for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_13,
-                                 vocab,
-                                 seq_len,
-                                 mbs,
-                                 compute,
-                                 v * layout.pipeline + layout.pipeline_rank,
-                                 stages,
-                                 LOOM_RECOMPUTE_NONE,
-                                 0,
-                                 0,
-                                 0,
-                                 nullptr,
-                                 nullptr,
-                                 residency,
-                                 &TrainRun::on_unit_needed,
-                                 &TrainRun::on_unit_grads,
-                                 &ready_chunks[(size_t)v]};
-    set_recompute(recipe, margs);
+    loom_model_create_args margs =
+        model_create_args(recipe, vocab, v * layout.pipeline + layout.pipeline_rank, stages);
+    margs.residency = residency;
+    margs.unit_needed = &TrainRun::on_unit_needed;
+    margs.unit_grads = &TrainRun::on_unit_grads;
+    margs.residency_user = &ready_chunks[(size_t)v];
     margs.grad_ready = &TrainRun::on_grad_ready;
     margs.grad_ready_user = &ready_chunks[(size_t)v];
     auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
     mapi = api;
     chunks.push_back(m);
   }
-  if (residency != LOOM_RESIDENCY_NONE &&
-      (mapi->struct_size < LOOM_MODEL_API_SIZE_V2_13 || mapi->hold_params == nullptr))
-    throw UsageError("parallel.data = \"" + recipe.get_string("parallel", "data") +
-                     "\" shards the parameters per layer, and model/" + recipe.plugin("model") +
-                     " has no parameter residency (loom_model_api.hold_params, ABI 2.13)");
+  check_model_residency(recipe, mapi, residency);
   // Every ABI 2 model is driven through its stages (a whole model is stage 0 of 1).
   if (!mapi->stage_info || !mapi->stage_forward || !mapi->stage_backward || !mapi->finish_grads)
     throw UsageError("model/" + recipe.plugin("model") +

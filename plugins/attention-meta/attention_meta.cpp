@@ -39,7 +39,8 @@ const loom_plugin_descriptor kDescriptor = {
     0,
     &kApi,
     kCapabilities,
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

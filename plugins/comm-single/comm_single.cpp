@@ -204,7 +204,8 @@ const loom_plugin_descriptor kDescriptor = {
     0,
     &kApi,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

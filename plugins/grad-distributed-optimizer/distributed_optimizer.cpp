@@ -484,7 +484,8 @@ const loom_plugin_descriptor kDescriptor = {
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

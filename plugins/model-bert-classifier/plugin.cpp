@@ -14,10 +14,16 @@ loom_error* create(const loom_host* host, const loom_config* cfg,
                                       loom::layers::Family::kBertClassifier);
 }
 
+loom_error* check_config(const loom_host* host, const loom_config* cfg,
+                         const loom_parallel_layout* layout, const void* args) {
+  return loom::layers::check_model_config(host, cfg, layout, args, "model/bert-classifier",
+                                          loom::layers::Family::kBertClassifier);
+}
+
 const loom_model_api kApi = loom::layers::bert_classifier_api(create);
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_MODEL,
@@ -30,8 +36,9 @@ const loom_plugin_descriptor kDescriptor = {
     loom::layers::kBertClassifierSchema,
     loom::layers::kBertClassifierSchemaSize,
     &kApi,
-    nullptr,   // capabilities: no generation
-    nullptr};  // ext
+    nullptr,  // capabilities: no generation
+    nullptr,  // ext
+    check_config};
 
 }  // namespace
 

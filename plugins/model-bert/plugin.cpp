@@ -12,10 +12,16 @@ loom_error* create(const loom_host* host, const loom_config* cfg,
                                       out, loom::layers::Family::kBert);
 }
 
+loom_error* check_config(const loom_host* host, const loom_config* cfg,
+                         const loom_parallel_layout* layout, const void* args) {
+  return loom::layers::check_model_config(host, cfg, layout, args, "model/bert",
+                                          loom::layers::Family::kBert);
+}
+
 const loom_model_api kApi = loom::layers::bert_api(create);
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_MODEL,
@@ -27,8 +33,9 @@ const loom_plugin_descriptor kDescriptor = {
     loom::layers::kBertSchema,
     loom::layers::kBertSchemaSize,
     &kApi,
-    nullptr,   // capabilities: no generation
-    nullptr};  // ext
+    nullptr,  // capabilities: no generation
+    nullptr,  // ext
+    check_config};
 
 }  // namespace
 

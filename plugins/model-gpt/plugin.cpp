@@ -11,10 +11,16 @@ loom_error* create(const loom_host* host, const loom_config* cfg,
                                       out);
 }
 
+loom_error* check_config(const loom_host* host, const loom_config* cfg,
+                         const loom_parallel_layout* layout, const void* args) {
+  return loom::layers::check_model_config(host, cfg, layout, args, "model/gpt",
+                                          loom::layers::Family::kGpt);
+}
+
 const loom_model_api kApi = loom::layers::decoder_api(create);
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_MODEL,
@@ -27,7 +33,8 @@ const loom_plugin_descriptor kDescriptor = {
     loom::layers::kTransformerSchemaSize,
     &kApi,
     loom::layers::kDecoderCapabilities,
-    &loom::layers::kDecoderDecode.base};
+    &loom::layers::kDecoderDecode.base,
+    check_config};
 
 }  // namespace
 

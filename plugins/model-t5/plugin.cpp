@@ -69,6 +69,12 @@ int64_t decoder_start(loom_model* m) {
   return tok.api->token_to_id(tok.self, "[BOS]", 5);
 }
 
+loom_error* check_config(const loom_host* host, const loom_config* cfg,
+                         const loom_parallel_layout* layout, const void* args) {
+  return loom::layers::check_model_config(host, cfg, layout, args, "model/t5",
+                                          loom::layers::Family::kT5);
+}
+
 const loom_model_api kApi = Slots::api(create, batch_spec, attention_requires);
 
 const loom_encode_ext kEncode = {
@@ -85,7 +91,7 @@ const char* const kCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS, LOO
                                      nullptr};
 
 const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
     LOOM_ABI_MAJOR,
     LOOM_ABI_MINOR,
     LOOM_KIND_MODEL,
@@ -99,7 +105,8 @@ const loom_plugin_descriptor kDescriptor = {
     loom::layers::kT5SchemaSize,
     &kApi,
     kCapabilities,
-    &kDecode.base};
+    &kDecode.base,
+    check_config};
 
 }  // namespace
 

@@ -133,7 +133,8 @@ const loom_plugin_descriptor kDescriptor = {
     sizeof(kSchema) / sizeof(kSchema[0]),
     &loom::opt::OptimizerTable<AdamW>::api,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

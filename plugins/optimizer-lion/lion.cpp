@@ -112,7 +112,8 @@ const loom_plugin_descriptor kDescriptor = {
     sizeof(kSchema) / sizeof(kSchema[0]),
     &loom::opt::OptimizerTable<Lion>::api,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

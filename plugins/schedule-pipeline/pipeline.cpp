@@ -451,7 +451,8 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             0,
                                             &kApi,
                                             nullptr,   // capabilities
-                                            nullptr};  // ext
+                                            nullptr,   // ext
+                                            nullptr};  // check_config
 
 }  // namespace
 

@@ -161,14 +161,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
-  // bf16/f16: mixed precision (parameter values and activations in that dtype; parameter
-  // gradients, normalisation statistics and losses in f32).
-  const bool ok = loom_dtype_eq(a.dtype, loom_f32()) || loom_dtype_eq(a.dtype, loom_f64()) ||
-                  loom_dtype_eq(a.dtype, loom_bf16()) || loom_dtype_eq(a.dtype, loom_f16());
-  loom::require(ok,
-                who_ + ": dtype must be f32, bf16 or f16 (or f64 for tests); got code " +
-                    std::to_string(a.dtype.code) + " bits " + std::to_string(a.dtype.bits),
-                LOOM_ERR_UNIMPLEMENTED);
+  check_model_dtype(a.dtype, who_);
   ctx_.dtype = a.dtype;
   ctx_.tp = loom::tp::Group::from_host(host);
   ctx_.sp = &sp_;
@@ -238,65 +231,19 @@ void DecoderModel::announce_layer(size_t l) const {
 // Expert parallelism (parallel.expert > 1): this rank's slab of every MoE layer's experts,
 // and the group its tokens are dispatched over.
 void DecoderModel::join_expert_group(const loom_host* host) {
-  const loom_parallel_layout l = host_layout(host);
-  if (l.struct_size >= LOOM_PARALLEL_LAYOUT_SIZE_V2_9 && l.expert_tensor > 1) {
-    const std::string et = "parallel.expert_tensor = " + std::to_string(l.expert_tensor);
-    loom::require(opt_.num_experts > 0,
-                  who_ + ": " + et +
-                      " splits the experts of a mixture of experts; this model has "
-                      "none (num_experts = 0)",
-                  LOOM_ERR_INVALID_ARGUMENT);
-    loom::require(l.expert_tensor == ctx_.tp.size,
-                  who_ + ": " + et + " must be 1 or the tensor-parallel size (" +
-                      std::to_string(ctx_.tp.size) + ")",
-                  LOOM_ERR_INVALID_ARGUMENT);
-    loom::require(opt_.moe_ffn_hidden % l.expert_tensor == 0,
-                  who_ + ": " + et + " splits each expert's moe_ffn_hidden_size = " +
-                      std::to_string(opt_.moe_ffn_hidden) + ", which is not divisible",
-                  LOOM_ERR_INVALID_ARGUMENT);
-    opt_.etp = l.expert_tensor;
-  }
-  if (l.expert <= 1) return;
-  const std::string ep = std::to_string(l.expert);
-  loom::require(opt_.num_experts > 0,
-                who_ + ": parallel.expert = " + ep +
-                    " splits the experts of a mixture of experts; this "
-                    "model has none (num_experts = 0)",
-                LOOM_ERR_INVALID_ARGUMENT);
-  loom::require(opt_.num_experts % l.expert == 0,
-                who_ + ": num_experts = " + std::to_string(opt_.num_experts) +
-                    " is not divisible by parallel.expert = " + ep,
-                LOOM_ERR_INVALID_ARGUMENT);
-  opt_.ep = l.expert;
-  opt_.ep_rank = l.expert_rank;
-  ctx_.ep = join_group(host, ctx_.be, LOOM_GROUP_EXPERT, l.expert);
+  check_expert_layout(opt_, host_layout(host), ctx_.tp.size, who_);
+  if (opt_.ep > 1) ctx_.ep = join_group(host, ctx_.be, LOOM_GROUP_EXPERT, opt_.ep);
 }
 
 // Context parallelism (parallel.context > 1): this rank's chunks of every sample, and the
 // ring its keys and values go round (context_parallel.hpp).
 void DecoderModel::join_context_group(const loom_host* host) {
   const loom_parallel_layout l = host_layout(host);
+  ctx_.cp_a2a = check_context_layout(opt_, l, args_.seq_len, who_);
   if (l.context <= 1) return;
-  const std::string cp = "parallel.context = " + std::to_string(l.context);
-  loom::require(!opt_.bert && opt_.num_experts == 0 && opt_.attention_window == 0,
-                who_ + ": " + cp +
-                    " runs causal GPT and Llama models for now (no BERT, mixture of experts or "
-                    "sliding window)",
-                LOOM_ERR_UNIMPLEMENTED);
-  loom::require(args_.seq_len % (2 * l.context) == 0,
-                who_ + ": " + cp + " cuts each sample into 2 x " + std::to_string(l.context) +
-                    " chunks; seq_len = " + std::to_string(args_.seq_len) + " is not divisible",
-                LOOM_ERR_INVALID_ARGUMENT);
-  ctx_.cp_a2a = l.struct_size >= LOOM_PARALLEL_LAYOUT_SIZE_V2_8 && l.cp_comm_type == LOOM_CP_A2A;
-  if (ctx_.cp_a2a)
-    loom::require(opt_.hq() % l.context == 0 && opt_.hkv() % l.context == 0,
-                  who_ + ": " + cp + " with cp_comm_type = \"a2a\" splits this rank's " +
-                      std::to_string(opt_.hq()) + " query and " + std::to_string(opt_.hkv()) +
-                      " key/value heads; both must be divisible",
-                  LOOM_ERR_INVALID_ARGUMENT);
   loom::require(ctx_.cp_a2a || (ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 &&
                                 ctx_.attn.api->merge != nullptr),
-                who_ + ": " + cp +
+                who_ + ": parallel.context = " + std::to_string(l.context) +
                     " merges partial attention with the attention plugin's merge (ABI 2.7); "
                     "this one has none (attention/reference and attention/flash-cpu have it)",
                 LOOM_ERR_UNIMPLEMENTED);

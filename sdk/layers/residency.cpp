@@ -24,24 +24,7 @@ void DecoderModel::setup_residency() {
       who_ + ": residency " + std::to_string(r) + " is unknown");
   loom::require(args_.unit_needed != nullptr && (r == LOOM_RESIDENCY_NOTIFY || args_.unit_grads),
                 who_ + ": a residency needs the host's unit_needed and unit_grads");
-  const std::string key =
-      who_ + (r == LOOM_RESIDENCY_NOTIFY ? ": completing the parameter all-gather per layer "
-                                           "(parallel.overlap_param_gather)"
-                                         : ": a fully sharded strategy (parallel.data = \"fsdp\")");
-  // What the units cannot carry yet, refused by name rather than computed wrong: a stage's
-  // units are numbered per model chunk, and (moving gradients) gradients that finish_grads
-  // completes after the backward (sequence-parallel norms), experts averaged over another
-  // group, context parallelism, and BERT's heads.
-  auto refuse = [&](bool bad, const std::string& what) {
-    loom::require(!bad, key + " with " + what + " is not implemented");
-  };
-  refuse(opt_.stages > 1, "pipeline parallelism (parallel.pipeline > 1)");
-  if (r != LOOM_RESIDENCY_NOTIFY) {
-    refuse(ctx_.tp.sequence_parallel, "sequence parallelism (parallel.sequence_parallel)");
-    refuse(opt_.num_experts > 0, "a mixture of experts (num_experts > 0)");
-    refuse(ctx_.cp.size > 1, "context parallelism (parallel.context > 1)");
-    refuse(opt_.bert || opt_.post_norm, "BERT's post-norm layers and heads");
-  }
+  check_residency(opt_, r, ctx_.tp.sequence_parallel, ctx_.cp.size, who_);
   params_.set_residency(r);
 }
 

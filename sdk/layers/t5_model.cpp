@@ -18,27 +18,15 @@ T5Model::T5Model(const loom_host* host, const loom_config* cfg, const loom_model
   ctx_.host = host;
   ctx_.be = loom::Backend(host);
   loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
-  const bool ok = loom_dtype_eq(a.dtype, loom_f32()) || loom_dtype_eq(a.dtype, loom_f64()) ||
-                  loom_dtype_eq(a.dtype, loom_bf16()) || loom_dtype_eq(a.dtype, loom_f16());
-  loom::require(ok, who_ + ": dtype must be f32, bf16 or f16 (or f64 for tests)",
-                LOOM_ERR_UNIMPLEMENTED);
+  check_model_dtype(a.dtype, who_);
   ctx_.dtype = a.dtype;
   ctx_.tp = loom::tp::Group::from_host(host);
-  loom::require(!ctx_.tp.sequence_parallel,
-                who_ +
-                    ": T5 runs tensor parallelism without sequence parallelism "
-                    "(parallel.sequence_parallel = false)",
-                LOOM_ERR_UNIMPLEMENTED);
+  check_t5_layout(ctx_.tp, host_layout(host), who_);
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
                   who_ + ": tensor parallelism needs a backend with the ABI 1.1 ops",
                   LOOM_ERR_UNIMPLEMENTED);
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, Family::kT5);
-  const int32_t context = host_layout(host).context;
-  loom::require(context == 1,
-                who_ + ": context parallelism (parallel.context = " + std::to_string(context) +
-                    ") runs causal decoder models only",
-                LOOM_ERR_UNIMPLEMENTED);
   enc_opt_ = opt_;
   enc_opt_.bidirectional = true;
   build();

@@ -68,7 +68,7 @@ Listing build() {
   // plugin.h
   STRUCT(loom_plugin_descriptor)
   F(struct_size) F(abi_major) F(abi_minor) F(kind) F(name) F(version) F(vendor) F(license)
-  F(description) F(params) F(num_params) F(api) F(capabilities) F(ext)
+  F(description) F(params) F(num_params) F(api) F(capabilities) F(ext) F(check_config)
   END
   // host.h
   STRUCT(loom_host)

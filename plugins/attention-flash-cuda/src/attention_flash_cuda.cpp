@@ -203,7 +203,8 @@ const loom_plugin_descriptor kDescriptor = {
     0,
     &kApi,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

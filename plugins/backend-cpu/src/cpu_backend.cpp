@@ -306,7 +306,8 @@ const loom_plugin_descriptor kDescriptor = {
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
     kCapabilities,
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config
 
 }  // namespace
 

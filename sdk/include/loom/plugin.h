@@ -20,6 +20,11 @@ extern "C" {
 
 #define LOOM_PLUGIN_ENTRY_NAME "loom_plugin_entry"
 
+struct loom_host;
+struct loom_parallel_layout;
+
+/* Contract tags (common.h):
+ *   check_config: any, local, blocks */
 typedef struct loom_plugin_descriptor {
   size_t struct_size;
   uint32_t abi_major; /* LOOM_ABI_MAJOR the plugin was built with */
@@ -42,8 +47,22 @@ typedef struct loom_plugin_descriptor {
    * "loom.decode/1"), chained; every id on it is also in `capabilities`. NULL for none. */
   const loom_ext* ext;
   /* --- ABI 2.0 ends here; append new fields below this line only. --- */
+  /* ABI 2.15: checks the plugin's recipe section against itself and the run, as create would,
+   * without allocating, reading files or talking to other ranks, so that `loom validate`
+   * refuses every configuration error before anything runs (exit 2). Whatever create refuses
+   * for a configuration reason, this refuses too, with the same message; every error it
+   * returns is the recipe's. `layout`: one rank's place in the layout (validate asks once per
+   * pipeline stage and virtual chunk). `create_args`: what create will get after the config,
+   * as the kind's create-args struct (loom_model_create_args for a model, vocab_size 0 where
+   * validate does not know the tokenizer's), or NULL for a kind whose create takes none. The
+   * host table offers the error, log and config slots only (ctx NULL). NULL slot: nothing is
+   * checked beyond the schema. Read it only when struct_size covers it. */
+  loom_error* (*check_config)(const struct loom_host* host, const loom_config* cfg,
+                              const struct loom_parallel_layout* layout, const void* create_args);
+  /* --- ABI 2.15 ends here; append new fields below this line only. --- */
 } loom_plugin_descriptor;
 #define LOOM_PLUGIN_DESCRIPTOR_SIZE_V2 LOOM_STRUCT_SIZE(loom_plugin_descriptor, ext)
+#define LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15 LOOM_STRUCT_SIZE(loom_plugin_descriptor, check_config)
 
 typedef const loom_plugin_descriptor* (*loom_plugin_entry_fn)(uint32_t host_abi_major,
                                                               uint32_t host_abi_minor);

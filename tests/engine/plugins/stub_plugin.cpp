@@ -93,7 +93,8 @@ const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
                                             kNumParams,
                                             &kApi,
                                             nullptr,   // capabilities
-                                            nullptr};  // ext
+                                            nullptr,   // ext
+                                            nullptr};  // check_config
 
 }  // namespace
 

@@ -51,7 +51,8 @@ const loom_ext kExt = {sizeof(loom_ext), "loom.test-listed/1", 0, nullptr};
 
 const loom_plugin_descriptor kDescriptor = {
     TINY_SIZE, TINY_ABI_MAJOR,          0,       TINY_KIND, TINY_NAME, TINY_VERSION,  "Loom tests",
-    "MIT",     "a tiny test optimizer", kParams, 1,         &kApi,     kCapabilities, &kExt};
+    "MIT",     "a tiny test optimizer", kParams, 1,         &kApi,     kCapabilities, &kExt,
+    nullptr};
 
 }  // namespace
 

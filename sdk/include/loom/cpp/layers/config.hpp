@@ -105,4 +105,20 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                       const loom::tp::Group& tp, const std::string& who,
                       Family family = Family::kGpt);
 
+// ----- the configuration checks of a model's create (model_check.cpp) ----------------------
+// Each throws loom::Error naming `who` and the keys; create and check_config share them.
+void check_model_dtype(DLDataType dtype, const std::string& who);
+// parallel.expert and expert_tensor against the mixture of experts; sets o.ep, o.ep_rank, o.etp.
+void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
+                         const std::string& who);
+// parallel.context against the model and seq_len; true: cp_comm_type "a2a".
+bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64_t seq_len,
+                          const std::string& who);
+// A residency (loom_model_create_args.residency) against what the units cannot carry yet.
+void check_residency(const Options& o, int32_t residency, bool sequence_parallel, int context,
+                     const std::string& who);
+// What T5 does not run: sequence or context parallelism.
+void check_t5_layout(const loom::tp::Group& tp, const loom_parallel_layout& l,
+                     const std::string& who);
+
 }  // namespace loom::layers

@@ -95,6 +95,12 @@ struct ModelSlots {
 
 // A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`; `bert`: BERT's
 // embedding, padding mask and heads (model/bert).
+// loom_plugin_descriptor.check_config (ABI 2.15) for a model of `family`: create's checks of
+// the options, the layout and the create args (loom_model_create_args), without an instance.
+loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
+                               const loom_parallel_layout* layout, const void* create_args,
+                               const std::string& who, Family family = Family::kGpt);
+
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args* args, const BlockSpec& spec,
                            const std::string& who, loom_model** out, Family family = Family::kGpt);

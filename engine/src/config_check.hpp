@@ -1,0 +1,30 @@
+// Every plugin's own configuration check (loom_plugin_descriptor.check_config, ABI 2.15): what
+// its create would refuse for a configuration reason, found without creating anything, so that
+// `loom validate` and a run refuse it alike, with exit 2, before any data is read.
+#pragma once
+
+#include "loom/loom.h"
+
+namespace loom::engine {
+
+class Recipe;
+class Registry;
+
+// The recipe's plugins (every section's, the gradient strategy and the schedule) checked at
+// `layout`, this rank's; throws UsageError with the first plugin's refusal.
+void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_parallel_layout& layout);
+// The same for every pipeline stage of a world of `world` ranks (`loom validate`).
+void check_plugin_configs(Recipe& recipe, Registry& registry, int world);
+
+// What a model's create gets after its config, less the host callbacks TrainRun adds: the
+// recipe's seq_len, micro-batch, compute dtype and recompute settings, pipeline `stage` of
+// `stages`, vocabulary `vocab` (0: not known).
+loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
+                                         int stages);
+
+// The residency the gradient strategy (parallel.data) needs of the model
+// (loom_grad_api.residency, ABI 2.13), and the refusal of a model without one.
+int32_t strategy_residency(const Recipe& recipe, Registry& registry);
+void check_model_residency(const Recipe& recipe, const loom_model_api* api, int32_t residency);
+
+}  // namespace loom::engine
