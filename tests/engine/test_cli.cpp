@@ -227,6 +227,43 @@ TEST_CASE("bad numbers and paths on the command line and in recipes exit 2 with 
   CHECK(contains(error_line(r), "--max-new-tokens must be from 0 to 1073741824"));
 }
 
+// Issue 17, finding 4: sizes of 10^18 passed validation and then spun in the GPT index's
+// epoch count (10^12 iterations ended in std::bad_alloc); and finding 7: iters = 0 said "the
+// training split is empty". Each is refused by validate, and by run before any index exists.
+TEST_CASE("huge or zero training sizes exit 2 at validation, naming the keys") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[train]\nmicro_batch_size = 4\n");
+  const std::string huge = "1000000000000000000";
+  auto refused = [&](const std::string& set, const std::string& why) {
+    for (const char* cmd : {"validate", "run"}) {
+      Result r = run_loom(std::string(cmd) + " " + q(recipe.string()) + " --set " + set);
+      CAPTURE(cmd);
+      CAPTURE(set);
+      CHECK(r.code == 2);
+      CHECK(contains(error_line(r), why));
+    }
+  };
+  refused("train.iters=" + huge,
+          "--set train.iters: train.iters x global batch = " + huge +
+              " x 4 samples, more than the 2^36 (68719476736) a split may hold");
+  refused("train.iters=1000000000000",
+          "train.iters x global batch = 1000000000000 x 4 samples, more than the 2^36");
+  refused("train.global_batch_size=" + huge, "train.iters x global batch = 100 x " + huge);
+  refused("train.eval_interval=1 --set train.eval_iters=1000000000",
+          "validation: (train.iters / train.eval_interval + 1) x train.eval_iters x global batch "
+          "= 101 x 1000000000 x 4 samples");
+  refused("train.micro_batch_size=" + huge,
+          "--set train.micro_batch_size: train.micro_batch_size x train.seq_len = " + huge +
+              " x 64 tokens per micro-batch, more than 2147483647");
+  refused("train.seq_len=" + huge, "train.seq_len must be between 1 and 16777216, got " + huge);
+  refused("train.iters=0", "train.iters must be >= 1, got 0");
+  // The largest sizes within the bounds validate.
+  Result r = run_loom("validate " + q(recipe.string()) +
+                      " --set train.iters=17179869184 --set train.seq_len=16777216 "
+                      "--set train.micro_batch_size=4 --set train.global_batch_size=4");
+  CHECK(r.code == 0);
+}
+
 TEST_CASE("--help and version exit 0") {
   for (const char* cmd : {"run", "validate", "plugins", "generate", "pack", "install", "version"}) {
     CAPTURE(cmd);
