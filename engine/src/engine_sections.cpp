@@ -94,6 +94,11 @@ constexpr loom_param_spec kCheckpoint[] = {
           "with checkpoint.finetune: comma-separated name prefixes of parameters that start "
           "from their initialisation instead (a new head: \"classifier\"); any other parameter "
           "the checkpoint lacks is an error"),
+    param("no_load_optim", kBool, "false",
+          "resume from checkpoint.load without its optimizer state (Megatron's --no-load-optim): "
+          "weights, iteration and data position carry over, the optimizer (and fp16 loss scale) "
+          "start fresh. Needed to resume with another optimizer; set it for that one run, since "
+          "every resume that keeps it starts the optimizer afresh"),
     param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
           0, kInf),
     param("overwrite", kBool, "false",
