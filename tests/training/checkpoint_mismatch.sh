@@ -4,9 +4,11 @@
 # resharding (a TP2 copy made by `loom checkpoint convert`), and generating from it with such
 # a model, exit 2 naming the tensors; resuming AdamW state with optimizer/sgd exits 2 unless
 # checkpoint.no_load_optim = true, which resumes with a fresh optimizer and says so.
-#   checkpoint_mismatch.sh LOOM
+# With MPIEXEC, the TP2 copy is also resumed on two data-parallel ranks: refused by both
+# (rank 0 says why) with another n_layer, resumed as it is.
+#   checkpoint_mismatch.sh LOOM [MPIEXEC]
 set -uo pipefail
-loom=$1
+loom=$1 mpiexec=${2:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -74,4 +76,13 @@ refused 2 "its tensors are not the model's: it holds [0-9]* the model does not t
 refused 2 "it lacks [0-9]* the model needs" \
   "$loom" generate --checkpoint ck --prompt hi --max-new-tokens 2 --set model.n_layer=6
 "$loom" generate --checkpoint ck --prompt hi --max-new-tokens 2 > out 2>&1 || fail "generate"
+if [ -n "$mpiexec" ]; then
+  mpi() { "$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
+            "$loom" run r.toml --set comm.plugin=mpi --set train.iters=3 --set checkpoint.load=tp2 \
+            "$@"; }
+  refused 2 "rank 0: checkpoint.load: tp2/iter_0000002: its model tensors are not this run's: \
+it holds 24 the run does not take" mpi --set model.n_layer=2
+  mpi > out 2>&1 || fail "resuming tp2 on two data-parallel ranks"
+  grep -q "at iteration 2" out || fail "two ranks: no 'at iteration 2'"
+fi
 echo "ok"
