@@ -182,9 +182,8 @@ void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, in
   std::set<std::string> ddp_keys;
   const loom_plugin_descriptor* ddp = registry.get(LOOM_KIND_GRAD, "ddp").desc;
   for (size_t i = 0; i < ddp->num_params; ++i) ddp_keys.insert(ddp->params[i].name);
-  for (const PluginInfo& p : registry.plugins()) {
-    if (p.kind != LOOM_KIND_GRAD) continue;
-    const loom_plugin_descriptor* d = registry.get(LOOM_KIND_GRAD, p.name).desc;
+  for (const std::string& name : registry.names(LOOM_KIND_GRAD)) {
+    const loom_plugin_descriptor* d = registry.get(LOOM_KIND_GRAD, name).desc;
     for (size_t i = 0; i < d->num_params; ++i)
       if (!ddp_keys.count(d->params[i].name)) recipe.drop_key("parallel", d->params[i].name);
   }

@@ -93,7 +93,7 @@ int cmd_data_inspect(const std::vector<std::string>& args) {
   std::unique_ptr<Tokenizer> tok;
   if (tflags.given()) {
     registry = std::make_unique<Registry>();
-    registry->discover(true);
+    registry->discover();
     factory = std::make_unique<TokenizerFactory>(*registry, tflags, "loom data inspect");
     tok = factory->create();
   }

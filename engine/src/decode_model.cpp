@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "checkpoint.hpp"
 #include "errors.hpp"
@@ -124,12 +125,41 @@ void DecodeModel::load_one_rank(Registry& registry) {
                                nullptr};
   const loom_model_api* mapi = nullptr;
   std::tie(mapi, model) = session_->model(margs);
+  // The model takes every tensor and lacks none: one of another shape (model.n_layer, a norm
+  // with a bias) would otherwise generate from a partial load.
+  std::vector<loom_model_param> wanted;
+  std::vector<std::string> missing, unused;
+  std::set<std::string> taken;
   for (size_t i = 0; i < mapi->num_params(model); ++i) {
     loom_model_param p{};
     p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
     check(mapi->get_param(model, i, &p), "listing parameters");
+    wanted.push_back(p);
+    taken.insert(p.name);
+    if (!weights.count(p.name)) missing.push_back(p.name);
+  }
+  for (const auto& [name, t] : weights)
+    if (!taken.count(name)) unused.push_back(name);
+  if (!missing.empty() || !unused.empty()) {
+    auto first = [](const std::vector<std::string>& names) {
+      std::string out;
+      for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+      if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
+      return out;
+    };
+    std::string msg = dir_.string() + ": its tensors are not the model's:";
+    if (!missing.empty())
+      msg += " it lacks " + std::to_string(missing.size()) + " the model needs (" + first(missing) +
+             ")";
+    if (!unused.empty())
+      msg += std::string(missing.empty() ? "" : ";") + " it holds " +
+             std::to_string(unused.size()) + " the model does not take (" + first(unused) + ")";
+    throw UsageError(msg +
+                     "; the [model] keys differ from those it was saved with (its "
+                     "recipe.toml)");
+  }
+  for (const loom_model_param& p : wanted) {
     auto it = weights.find(p.name);
-    if (it == weights.end()) throw RunError(dir_.string() + ": no tensor " + p.name);
     // A checkpoint trained with tensor parallelism pads the vocabulary further (to a
     // multiple of pad x tensor): its embedding may have more (never used) rows.
     const size_t bytes = (size_t)loom_tensor_numel(p.value) * loom_dtype_bytes(p.value->dtype);

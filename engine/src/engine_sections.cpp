@@ -18,12 +18,14 @@ using loom::param;
 constexpr loom_param_spec kTrain[] = {
     param("seed", kInt, "1234", "seed of every random stream (initialisation, data order, dropout)",
           0, kInf),
-    param("iters", kInt, "100", "optimizer steps to train for", 0, kInf),
+    param("iters", kInt, "100",
+          "optimizer steps to train for (`loom eval` evaluates a checkpoint without training)", 1,
+          kInf),
     param("micro_batch_size", kInt, "4", "samples per micro-batch on each rank", 1, kInf),
     param("global_batch_size", kInt, "0",
           "samples per optimizer step over all ranks; 0 = micro_batch_size x data-parallel size", 0,
           kInf),
-    param("seq_len", kInt, "64", "tokens per training sample", 1, kInf),
+    param("seq_len", kInt, "64", "tokens per training sample", 1, 16777216),
     param("log_interval", kInt, "10", "steps between log lines", 1, kInf),
     param("eval_interval", kInt, "0", "steps between evaluations on the valid split; 0 = never", 0,
           kInf),
@@ -97,6 +99,11 @@ constexpr loom_param_spec kCheckpoint[] = {
           "with checkpoint.finetune: comma-separated name prefixes of parameters that start "
           "from their initialisation instead (a new head: \"classifier\"); any other parameter "
           "the checkpoint lacks is an error"),
+    param("no_load_optim", kBool, "false",
+          "resume from checkpoint.load without its optimizer state (Megatron's --no-load-optim): "
+          "weights, iteration and data position carry over, the optimizer (and fp16 loss scale) "
+          "start fresh. Needed to resume with another optimizer; set it for that one run, since "
+          "every resume that keeps it starts the optimizer afresh"),
     param("interval", kInt, "0", "steps between saves; 0 = save only at the end when save is set",
           0, kInf),
     param("overwrite", kBool, "false",

@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <new>
 
 #include "errors.hpp"
 #include "log.hpp"
@@ -47,11 +49,40 @@ std::vector<double> split_weights(const std::string& text) {
   return w;
 }
 
-// Epochs E: the smallest E >= 1 with (E*T - 1) // L >= samples.
-int64_t num_epochs(int64_t tokens, int64_t seq_len, int64_t samples) {
-  int64_t e = 1;
-  while ((e * tokens - 1) / seq_len < samples) ++e;
-  return e;
+// Epochs E: the smallest E >= 1 with (E*T - 1) // L >= samples, that is E*T >= samples*L + 1,
+// in closed form (Megatron counts up one epoch at a time). The products are taken in 128 bits;
+// an E whose E*T or E*n (documents) overflows int64 is refused, not wrapped.
+int64_t num_epochs(int64_t tokens, int64_t seq_len, int64_t samples, int64_t docs) {
+  const __int128 need = (__int128)samples * seq_len + 1;
+  const __int128 e = std::max<__int128>(1, (need + tokens - 1) / tokens);
+  constexpr __int128 kMax = std::numeric_limits<int64_t>::max();
+  if (e * tokens > kMax || e * docs > kMax)
+    throw RunError(std::to_string(samples) + " samples of " + std::to_string(seq_len) +
+                   " tokens from " + std::to_string(tokens) +
+                   " tokens of documents need more epochs than int64 counts; lower train.iters "
+                   "or the batch size");
+  return (int64_t)e;
+}
+
+// Resizes the index arrays, or says how much memory they would need.
+void size_index(GptIndices& x, int64_t epochs, int64_t docs, int64_t samples) {
+  try {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    if (samples >= kMax / 16 || epochs > kMax / 4 / std::max<int64_t>(docs, 1))
+      throw std::bad_alloc();  // the byte counts alone would overflow
+    x.doc_idx.resize((size_t)(epochs * docs));
+    x.sample_idx.resize((size_t)(2 * (samples + 1)));
+    x.shuffle_idx.resize((size_t)samples);
+  } catch (const std::bad_alloc&) {
+    const double gib =
+        ((double)epochs * (double)docs * 4 + (double)(samples + 1) * 16 + (double)samples * 8) /
+        (1024.0 * 1024 * 1024);
+    throw RunError("the GPT sample index of " + std::to_string(samples) + " samples (" +
+                   std::to_string(epochs) + " epochs of " + std::to_string(docs) +
+                   " documents) needs " + std::to_string((int64_t)std::ceil(gib)) +
+                   " GiB, more than this machine can allocate; lower train.iters or the batch "
+                   "size");
+  }
 }
 
 std::string npy_header(char type, int itemsize, const std::vector<int64_t>& shape) {
@@ -132,7 +163,9 @@ GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSp
     throw RunError("documents [" + std::to_string(spec.doc_begin) + ", " +
                    std::to_string(spec.doc_end) + ") hold no tokens: nothing to sample");
   GptIndices out;
-  const int64_t E = num_epochs(T, L, spec.num_samples);
+  const int64_t E = num_epochs(T, L, spec.num_samples, n);
+  const int64_t S = (E * T - 1) / L;
+  size_index(out, E, n, S);
   out.num_epochs = E;
   const int64_t sans_last = ((E - 1) * T - 1) / L;  // samples before the last epoch (E > 1)
   if (E > 1) {
@@ -144,7 +177,6 @@ GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSp
   loom::RandomState rng(spec.seed);
   // Document index: E epochs of the split's documents, shuffled together, or the first
   // E-1 together and the last alone.
-  out.doc_idx.resize((size_t)(E * n));
   for (int64_t e = 0; e < E; ++e)
     for (int64_t i = 0; i < n; ++i)
       out.doc_idx[(size_t)(e * n + i)] = (int32_t)(spec.doc_begin + i);
@@ -157,8 +189,6 @@ GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSp
 
   // Sample index: row k = where sample k starts; each sample spans L+1 tokens and its last
   // token is the next sample's first.
-  const int64_t S = (E * T - 1) / L;
-  out.sample_idx.resize((size_t)(2 * (S + 1)));
   int64_t pos = 0, offset = 0;
   out.sample_idx[0] = 0;
   out.sample_idx[1] = 0;
@@ -181,7 +211,6 @@ GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSp
 
   // Shuffle index: arange(S) shuffled, or the samples before the last epoch and those of the
   // last epoch shuffled apart.
-  out.shuffle_idx.resize((size_t)S);
   for (int64_t i = 0; i < S; ++i) out.shuffle_idx[(size_t)i] = i;
   const int64_t first = out.separate_last_epoch ? sans_last : S;
   rng.shuffle(out.shuffle_idx.data(), (size_t)first);
@@ -270,13 +299,11 @@ GptIndices load_or_build_gpt_indices(const DocumentSource& src, const GptIndexSp
   for (int64_t d = spec.doc_begin; d < spec.doc_end; ++d) T += src.sizes[(size_t)d];
   if (T > 0 && spec.seq_len > 0) {
     const int64_t n = spec.doc_end - spec.doc_begin;
-    const int64_t E = num_epochs(T, spec.seq_len, spec.num_samples);
+    const int64_t E = num_epochs(T, spec.seq_len, spec.num_samples, n);
     const int64_t S = (E * T - 1) / spec.seq_len;
     GptIndices x;
     x.num_epochs = E;
-    x.doc_idx.resize((size_t)(E * n));
-    x.sample_idx.resize((size_t)(2 * (S + 1)));
-    x.shuffle_idx.resize((size_t)S);
+    size_index(x, E, n, S);
     if (read_npy(doc_path, 'i', 4, {E * n}, x.doc_idx.data(), x.doc_idx.size() * 4) &&
         read_npy(sample_path, 'i', 8, {S + 1, 2}, x.sample_idx.data(), x.sample_idx.size() * 8) &&
         read_npy(shuffle_path, 'i', 8, {S}, x.shuffle_idx.data(), x.shuffle_idx.size() * 8) &&

@@ -152,7 +152,7 @@ Recipe load_and_validate(const Command& c, Registry& registry) {
   fs::path path = c.required<std::string>("recipe", "RECIPE");
   Recipe recipe = Recipe::load(path, c.list("set"));
   follow_launcher(recipe, false);
-  registry.discover(true);
+  registry.discover();
   recipe.validate(registry);
   follow_launcher(recipe, true);
   return recipe;
@@ -266,7 +266,7 @@ std::pair<loom_plugin_kind, std::string> parse_kind_name(const std::string& text
 
 int describe(Registry& registry, const std::string& what) {
   auto [kind, name] = parse_kind_name(what);
-  registry.discover(false);
+  registry.discover();
   const PluginInfo& p = registry.get(kind, name);
   const std::string& section = section_of_kind()[kind];
   std::cout << kind_name(kind) << "/" << p.name << " " << p.version;
@@ -314,7 +314,7 @@ int cmd_plugins(const std::vector<std::string>& args) {
       throw UsageError("loom plugins: expected `loom plugins describe KIND/NAME`");
     return describe(registry, words[1]);
   }
-  registry.discover(c.vm.count("load") > 0);
+  registry.discover(c.vm.count("load") > 0 ? Discovery::kLoadAll : Discovery::kList);
   std::vector<std::vector<std::string>> rows = {
       {"KIND", "NAME", "VERSION", "ABI", "VENDOR", "PATH"}};
   for (const PluginInfo& p : registry.plugins())
@@ -367,7 +367,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (o.top_k < 0) throw UsageError("loom generate: --top-k must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("loom generate: --top-p must be in (0, 1]");
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   generate(o, registry);
   return 0;
 }
@@ -406,7 +406,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (o.max_queue < 0 || o.max_len < 0)
     throw UsageError("loom serve: --max-queue and --max-len must be >= 0");
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   serve(o, registry);
   return 0;
 }
@@ -441,7 +441,7 @@ int cmd_eval(const std::vector<std::string>& args) {
     throw UsageError(
         "loom eval: --overlapping-eval must be >= 1, --seq-len and --micro-batch >= 0");
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   evaluate_checkpoint(o, registry);
   return 0;
 }
@@ -538,7 +538,7 @@ int cmd_docs(const std::vector<std::string>& args) {
   if (c.required<std::string>("what", "what to document (recipes)") != "recipes")
     throw UsageError("loom docs: only `loom docs recipes` exists");
   Registry registry;
-  registry.discover(false);
+  registry.discover(Discovery::kList);
   std::cout << recipes_markdown(registry);
   return 0;
 }
@@ -579,7 +579,7 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
       throw UsageError(
           "loom checkpoint convert: --tensor, --pipeline and --virtual-stages must be >= 1");
     Registry registry;
-    registry.discover(true);
+    registry.discover();
     checkpoint_convert(a, b, t, p, v, c.list("set"), registry);
     return 0;
   }
@@ -607,7 +607,7 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   c.positional.add("ckpt", 1).add("out", 1);
   if (!c.parse(args)) return 0;
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   export_hf(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
             registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>());
   return 0;

@@ -424,6 +424,15 @@ InstallResult install_package(const fs::path& pkg, const fs::path& dir_arg) {
     refuse("sha256 mismatch for " + m.file + ": manifest says " + m.sha256.substr(0, 16) +
            "..., file is " + actual.substr(0, 16) + "...");
   if (find_license(folder).empty()) refuse("it has no LICENSE file");
+  // The library must be the plugin the manifest says: an ELF shared object with the entry
+  // symbol and a valid descriptor of that kind/name. Probed in a child process, so that a
+  // hostile or broken one runs none of its code here.
+  PluginInfo probed;
+  const std::string why = probe_plugin_isolated(so, probed);
+  if (!why.empty()) refuse(m.file + " is not a loadable Loom plugin: " + why);
+  if (kind_name(probed.kind) != m.kind || probed.name != m.name)
+    refuse("manifest says " + m.kind + "/" + m.name + " but " + m.file + " is " +
+           kind_name(probed.kind) + "/" + probed.name);
 
   InstallResult result;
   result.kind = m.kind;

@@ -500,7 +500,7 @@ int cmd_preprocess(const std::vector<std::string>& args) {
                      ": only mmap (Megatron's indexed format) is written");
 
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   PreprocessStats s = preprocess(o, registry);
   for (const PreprocessOutput& out : s.outputs)
     std::cout << "wrote " << out.prefix << ".bin/.idx: " << out.documents << " documents, "

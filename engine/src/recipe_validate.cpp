@@ -11,6 +11,7 @@
 #include "errors.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "sampler.hpp"
 
 namespace loom::engine {
 namespace {
@@ -325,6 +326,7 @@ class RecipeValidator {
         schema.params.push_back(&info.desc->params[i]);
       check_section(ps.name, schema);
     }
+    check_train_sizes();
     r_.validated_ = true;
   }
 
@@ -453,6 +455,37 @@ class RecipeValidator {
     std::string problem = parse_default(spec, v);
     if (!problem.empty()) throw UsageError(schema.owner + ": key '" + spec.name + "': " + problem);
     return v;
+  }
+
+  // Sizes that pass their ranges one by one but not together: a micro-batch's tokens, and
+  // the samples each split asks for (with the smallest global batch, one data-parallel rank;
+  // the run checks again with its own). Refused here, before any index is built.
+  void check_train_sizes() const {
+    const loom_config& train = r_.sections_.at("train");
+    auto num = [&](const char* key) { return train.values.at(key).i; };
+    // The first of `keys` the recipe sets, as file:line, for the message's location.
+    auto at = [&](std::initializer_list<const char*> keys) {
+      for (const char* key : keys) {
+        const Value& v = train.values.at(key);
+        if (v.file != kDefaultFile) return where(v, "train", key);
+      }
+      return file_;
+    };
+    const int64_t mbs = num("micro_batch_size"), seq_len = num("seq_len");
+    int64_t tokens = 0;
+    if (__builtin_mul_overflow(mbs, seq_len, &tokens) || tokens > kMaxMicroBatchTokens)
+      throw UsageError(at({"micro_batch_size", "seq_len"}) +
+                       ": train.micro_batch_size x train.seq_len = " + std::to_string(mbs) + " x " +
+                       std::to_string(seq_len) + " tokens per micro-batch, more than " +
+                       std::to_string(kMaxMicroBatchTokens) + " (2^31-1)");
+    const int64_t gbs = num("global_batch_size");
+    try {
+      samples_wanted(num("iters"), gbs == 0 ? mbs : gbs, num("eval_interval"), num("eval_iters"));
+    } catch (const UsageError& e) {
+      throw UsageError(
+          at({"iters", "global_batch_size", "micro_batch_size", "eval_iters", "eval_interval"}) +
+          ": " + e.what());
+    }
   }
 
   Recipe& r_;

@@ -6,11 +6,18 @@
 #include "registry.hpp"
 
 #include <dlfcn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/dll/shared_library.hpp>
 #include <cctype>
 #include <cmath>
+#include <csignal>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -63,6 +70,99 @@ size_t api_size_v2(loom_plugin_kind kind) {
       return LOOM_DATASET_API_SIZE_V2;
   }
   return 0;
+}
+
+// A function-table slot the host calls without checking it for NULL: every slot of ABI 2.0
+// but those documented as optional ("NULL: ..."). A table that leaves one NULL would crash
+// the host at its first use, so the plugin is refused at load, naming the slot.
+struct Slot {
+  size_t offset;
+  const char* name;
+};
+#define LOOM_SLOT(api, field) \
+  Slot { offsetof(api, field), #field }
+
+const std::vector<Slot>& mandatory_slots(loom_plugin_kind kind) {
+  static const std::vector<Slot> kNone;
+  static const std::vector<Slot> kBackend = {
+      LOOM_SLOT(loom_backend_api, create),      LOOM_SLOT(loom_backend_api, destroy),
+      LOOM_SLOT(loom_backend_api, get_info),    LOOM_SLOT(loom_backend_api, alloc_tensor),
+      LOOM_SLOT(loom_backend_api, free_tensor), LOOM_SLOT(loom_backend_api, to_host),
+      LOOM_SLOT(loom_backend_api, from_host),   LOOM_SLOT(loom_backend_api, synchronize),
+      LOOM_SLOT(loom_backend_api, ops),         LOOM_SLOT(loom_backend_api, get_ext)};
+  static const std::vector<Slot> kComm = {
+      LOOM_SLOT(loom_comm_api, create),       LOOM_SLOT(loom_comm_api, destroy),
+      LOOM_SLOT(loom_comm_api, world_rank),   LOOM_SLOT(loom_comm_api, world_size),
+      LOOM_SLOT(loom_comm_api, group_create), LOOM_SLOT(loom_comm_api, group_destroy),
+      LOOM_SLOT(loom_comm_api, group_rank),   LOOM_SLOT(loom_comm_api, group_size),
+      LOOM_SLOT(loom_comm_api, all_reduce),   LOOM_SLOT(loom_comm_api, reduce_scatter),
+      LOOM_SLOT(loom_comm_api, all_gather),   LOOM_SLOT(loom_comm_api, broadcast),
+      LOOM_SLOT(loom_comm_api, all_to_all),   LOOM_SLOT(loom_comm_api, barrier),
+      LOOM_SLOT(loom_comm_api, send),         LOOM_SLOT(loom_comm_api, recv)};
+  // attention_requires is optional (NULL: the model requires nothing of attention).
+  static const std::vector<Slot> kModel = {
+      LOOM_SLOT(loom_model_api, create),          LOOM_SLOT(loom_model_api, destroy),
+      LOOM_SLOT(loom_model_api, num_params),      LOOM_SLOT(loom_model_api, get_param),
+      LOOM_SLOT(loom_model_api, init_params),     LOOM_SLOT(loom_model_api, zero_grad),
+      LOOM_SLOT(loom_model_api, flops_per_token), LOOM_SLOT(loom_model_api, batch_spec),
+      LOOM_SLOT(loom_model_api, stage_info),      LOOM_SLOT(loom_model_api, stage_forward),
+      LOOM_SLOT(loom_model_api, stage_backward),  LOOM_SLOT(loom_model_api, finish_grads)};
+  static const std::vector<Slot> kAttention = {
+      LOOM_SLOT(loom_attention_api, create), LOOM_SLOT(loom_attention_api, destroy),
+      LOOM_SLOT(loom_attention_api, forward), LOOM_SLOT(loom_attention_api, backward)};
+  // shard_params, after_step and bytes_per_param are optional.
+  static const std::vector<Slot> kGrad = {LOOM_SLOT(loom_grad_api, create),
+                                          LOOM_SLOT(loom_grad_api, destroy),
+                                          LOOM_SLOT(loom_grad_api, reduce)};
+  static const std::vector<Slot> kSchedule = {LOOM_SLOT(loom_schedule_api, create),
+                                              LOOM_SLOT(loom_schedule_api, destroy),
+                                              LOOM_SLOT(loom_schedule_api, run)};
+  static const std::vector<Slot> kOptimizer = {
+      LOOM_SLOT(loom_optimizer_api, create), LOOM_SLOT(loom_optimizer_api, destroy),
+      LOOM_SLOT(loom_optimizer_api, step), LOOM_SLOT(loom_optimizer_api, num_state),
+      LOOM_SLOT(loom_optimizer_api, get_state)};
+  static const std::vector<Slot> kTokenizer = {
+      LOOM_SLOT(loom_tokenizer_api, create),     LOOM_SLOT(loom_tokenizer_api, destroy),
+      LOOM_SLOT(loom_tokenizer_api, vocab_size), LOOM_SLOT(loom_tokenizer_api, eod_id),
+      LOOM_SLOT(loom_tokenizer_api, encode),     LOOM_SLOT(loom_tokenizer_api, decode)};
+  // cache_prefix is optional (NULL: the data has no home on disk).
+  static const std::vector<Slot> kDataset = {
+      LOOM_SLOT(loom_dataset_api, create), LOOM_SLOT(loom_dataset_api, destroy),
+      LOOM_SLOT(loom_dataset_api, num_documents), LOOM_SLOT(loom_dataset_api, document)};
+  switch (kind) {
+    case LOOM_KIND_BACKEND:
+      return kBackend;
+    case LOOM_KIND_COMM:
+      return kComm;
+    case LOOM_KIND_MODEL:
+      return kModel;
+    case LOOM_KIND_ATTENTION:
+      return kAttention;
+    case LOOM_KIND_GRAD:
+      return kGrad;
+    case LOOM_KIND_SCHEDULE:
+      return kSchedule;
+    case LOOM_KIND_OPTIMIZER:
+      return kOptimizer;
+    case LOOM_KIND_TOKENIZER:
+      return kTokenizer;
+    case LOOM_KIND_DATASET:
+      return kDataset;
+  }
+  return kNone;
+}
+#undef LOOM_SLOT
+
+// "" or the first mandatory slot the table leaves NULL (its size was checked first).
+std::string null_slot(loom_plugin_kind kind, const void* api) {
+  for (const Slot& slot : mandatory_slots(kind)) {
+    void* p = nullptr;
+    std::memcpy(&p, static_cast<const char*>(api) + slot.offset, sizeof p);
+    if (p == nullptr)
+      return kind_name(kind) + " function table leaves mandatory slot '" + slot.name +
+             "' NULL (the host would crash calling it)";
+  }
+  return "";
 }
 
 // An enum field as the integer the plugin stored: reading an out-of-range value through the
@@ -239,7 +339,7 @@ std::string check_descriptor(const loom_plugin_descriptor* d) {
   if (api_size < api_size_v2(d->kind))
     return kind_name(d->kind) + " function table struct_size " + std::to_string(api_size) +
            " is smaller than ABI 2.0's " + std::to_string(api_size_v2(d->kind));
-  return "";
+  return null_slot(d->kind, d->api);
 }
 
 std::string str_or_empty(const char* s) { return s ? s : ""; }
@@ -297,6 +397,158 @@ std::string load_library(const fs::path& so, Library& lib, const loom_plugin_des
     ::dlopen(so.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   }
   return problem;
+}
+
+// While a library is loaded in this process, a crash in its initialisers, its entry or its
+// descriptor (a wild pointer) ends the command with a message naming it, not a bare 139.
+class CrashGuard {
+ public:
+  explicit CrashGuard(const fs::path& so) {
+    const std::string msg = "loom: error: plugin " + so.string() +
+                            " crashed while loading (a wild pointer in its descriptor or "
+                            "its initialisation); remove it from the plugin search path\n";
+    std::snprintf(message_, sizeof message_, "%s", msg.c_str());
+    struct sigaction sa {};
+    sa.sa_handler = &CrashGuard::on_crash;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
+  }
+  ~CrashGuard() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+  }
+  CrashGuard(const CrashGuard&) = delete;
+  CrashGuard& operator=(const CrashGuard&) = delete;
+
+ private:
+  static constexpr std::array<int, 4> kSignals = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+  static void on_crash(int) {
+    const ssize_t n = ::write(STDERR_FILENO, message_, std::strlen(message_));
+    (void)n;
+    ::_exit(2);
+  }
+  static inline char message_[4096] = {};
+  std::array<struct sigaction, kSignals.size()> saved_{};
+};
+
+std::string load_guarded(const fs::path& so, Library& lib, const loom_plugin_descriptor*& desc) {
+  CrashGuard guard(so);
+  return load_library(so, lib, desc);
+}
+
+// What a child process found probing a library: a reason, or the descriptor's fields.
+struct ProbeReport {
+  std::string reason;
+  int kind = 0;
+  std::string name, version, vendor, license, description;
+  uint32_t abi_major = 0, abi_minor = 0;
+};
+
+// Loads `so` in a child process and reports what load_library found there. A library whose
+// loading crashes, or takes over `seconds`, takes only the child down: the report says so.
+ProbeReport probe_in_child(const fs::path& so, unsigned seconds = 60) {
+  ProbeReport report;
+  int fds[2];
+  if (::pipe(fds) != 0) {  // no probe possible: the caller loads it guarded
+    report.reason = "";
+    report.kind = -1;
+    return report;
+  }
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    report.kind = -1;
+    return report;
+  }
+  if (pid == 0) {  // the child: load, write the findings, and leave without cleanup
+    ::close(fds[0]);
+    ::alarm(seconds);
+    Library lib;
+    const loom_plugin_descriptor* d = nullptr;
+    std::string out = load_library(so, lib, d);
+    if (out.empty())
+      out = "\n" + std::to_string(raw_enum(d->kind)) + "\n" + one_line(d->name, 200) + "\n" +
+            one_line(str_or_empty(d->version), 200) + "\n" +
+            one_line(str_or_empty(d->vendor), 200) + "\n" +
+            one_line(str_or_empty(d->license), 200) + "\n" +
+            one_line(str_or_empty(d->description), 2000) + "\n" + std::to_string(d->abi_major) +
+            "\n" + std::to_string(d->abi_minor) + "\n";
+    else
+      out = "R" + one_line(out, 2000) + "\n";
+    for (size_t done = 0; done < out.size();) {
+      const ssize_t n = ::write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += (size_t)n;
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, (size_t)n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    report.reason = sig == SIGALRM ? "did not finish loading within " + std::to_string(seconds) +
+                                         " s (probed in a child process)"
+                                   : "crashed while loading (signal " + std::to_string(sig) + ", " +
+                                         strsignal(sig) +
+                                         "; probed in a child process): a wild pointer in its "
+                                         "descriptor or its initialisation";
+    return report;
+  }
+  if (text.empty()) {
+    report.reason = "its probe exited with status " +
+                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                    " before reporting (it calls exit while loading)";
+    return report;
+  }
+  if (text[0] == 'R') {
+    report.reason = text.substr(1, text.find('\n') - 1);
+    return report;
+  }
+  std::vector<std::string> lines;
+  for (size_t at = 1; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  if (lines.size() < 8) {
+    report.reason = "its probe reported garbage";
+    return report;
+  }
+  report.kind = std::atoi(lines[0].c_str());
+  report.name = lines[1];
+  report.version = lines[2];
+  report.vendor = lines[3];
+  report.license = lines[4];
+  report.description = lines[5];
+  report.abi_major = (uint32_t)std::strtoul(lines[6].c_str(), nullptr, 10);
+  report.abi_minor = (uint32_t)std::strtoul(lines[7].c_str(), nullptr, 10);
+  return report;
+}
+
+// World-writable plugin folders and files: anyone on the machine can put code there that
+// loom then runs as the user. Said once per path per process.
+void warn_if_world_writable(const fs::path& p, const char* what) {
+  static std::set<std::string> warned;
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec || (st.permissions() & fs::perms::others_write) == fs::perms::none) return;
+  if (!warned.insert(p.string()).second) return;
+  spdlog::warn(
+      "plugin {} {} is world-writable: anyone on this machine can replace the code loom "
+      "loads from it (chmod o-w it)",
+      what, p.string());
 }
 
 std::vector<fs::path> split_path_list(const char* text) {
@@ -409,11 +661,33 @@ struct Registry::Impl {
            first->path.string();
   }
 
-  void scan_library(const fs::path& so) {
+  // A plain library found but not loaded (on demand), with the kind/name its file name says.
+  struct Pending {
+    fs::path so;
+    std::string kind, name;
+  };
+  std::vector<Pending> pending;
+
+  void scan_library(const fs::path& so, Discovery how) {
+    warn_if_world_writable(so, "file");
+    auto [gkind, gname] = guess_from_file(so);
+    if (how == Discovery::kOnDemand) {
+      pending.push_back({so, gkind, gname});
+      return;
+    }
+    // Listing: each library first in a child process, so that one that crashes is listed as
+    // refused instead of ending the listing.
+    const ProbeReport probe = probe_in_child(so);
+    if (!probe.reason.empty()) return refuse(so, gkind, gname, probe.reason);
+    load_plain(so);
+  }
+
+  // Loads a plain library in this process (guarded) and registers it, or refuses it.
+  void load_plain(const fs::path& so) {
     auto [gkind, gname] = guess_from_file(so);
     Library lib;
     const loom_plugin_descriptor* d = nullptr;
-    std::string reason = load_library(so, lib, d);
+    std::string reason = load_guarded(so, lib, d);
     if (!reason.empty()) {
       // Name the refusal from the descriptor when it was readable enough to trust.
       if (d != nullptr && d->struct_size >= LOOM_PLUGIN_DESCRIPTOR_SIZE_V2 &&
@@ -432,10 +706,13 @@ struct Registry::Impl {
     libs.push_back(std::move(lib));
   }
 
-  void scan_package(const fs::path& folder, bool load) {
+  void scan_package(const fs::path& folder, Discovery how) {
+    const bool load = how == Discovery::kLoadAll;
+    warn_if_world_writable(folder, "package folder");
     Manifest m;
     std::string reason = read_manifest(folder / "manifest.toml", m);
     fs::path so = m.file.empty() ? folder : folder / m.file;
+    if (!m.file.empty()) warn_if_world_writable(so, "file");
     auto fail = [&](const std::string& why) { refuse(so, m.kind, m.name, why); };
     if (!reason.empty()) return fail(reason);
     auto kind = kind_from_name(m.kind);
@@ -470,9 +747,11 @@ struct Registry::Impl {
       plugins.push_back(std::move(info));
       return;
     }
+    const ProbeReport probe = probe_in_child(so);
+    if (!probe.reason.empty()) return fail(probe.reason);
     Library lib;
     const loom_plugin_descriptor* d = nullptr;
-    reason = load_library(so, lib, d);
+    reason = load_guarded(so, lib, d);
     if (reason.empty()) reason = manifest_disagrees(m, d);
     if (!reason.empty()) return fail(reason);
     PluginInfo info;
@@ -488,9 +767,10 @@ struct Registry::Impl {
     return "";
   }
 
-  void scan_dir(const fs::path& dir, bool load) {
+  void scan_dir(const fs::path& dir, Discovery how) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) return;
+    warn_if_world_writable(dir, "folder");
     std::vector<fs::path> entries;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
       entries.push_back(it->path());
@@ -498,9 +778,9 @@ struct Registry::Impl {
     for (const fs::path& e : entries) {
       if (e.filename().string().starts_with(".")) continue;  // e.g. an install in progress
       if (fs::is_directory(e, ec)) {
-        if (fs::exists(e / "manifest.toml", ec)) scan_package(e, load);
+        if (fs::exists(e / "manifest.toml", ec)) scan_package(e, how);
       } else if (e.extension() == ".so") {
-        scan_library(e);
+        scan_library(e, how);
       }
     }
   }
@@ -520,7 +800,7 @@ struct Registry::Impl {
       }
       if (reason.empty() && actual != m.sha256) reason = "sha256 mismatch (modified after listing)";
     }
-    if (reason.empty()) reason = load_library(info.path, lib, d);
+    if (reason.empty()) reason = load_guarded(info.path, lib, d);
     if (reason.empty()) reason = manifest_disagrees(m, d);
     if (!reason.empty()) {
       std::string kind = kind_name(info.kind), name = info.name;
@@ -530,6 +810,38 @@ struct Registry::Impl {
     }
     fill_info(info, info.path, d);
     libs.push_back(std::move(lib));
+  }
+
+  // Loads the pending libraries whose file names say kind/name, in search order, until one
+  // registers as it. The others stay unloaded: a broken plugin the command does not use
+  // cannot take it down.
+  void load_pending(const std::string& kind, const std::string& name) {
+    for (size_t i = 0; i < pending.size();) {
+      if (pending[i].kind != kind || pending[i].name != name) {
+        ++i;
+        continue;
+      }
+      const fs::path so = pending[i].so;
+      pending.erase(pending.begin() + (ptrdiff_t)i);
+      load_plain(so);
+      auto k = kind_from_name(kind);
+      if (k && find(*k, name) != nullptr) return;
+    }
+  }
+
+  // Loads the pending libraries whose file names do not follow loom-<kind>-<name>.so: any of
+  // them may be the plugin asked for.
+  void load_unconventional() {
+    std::vector<fs::path> todo;
+    for (size_t i = 0; i < pending.size();) {
+      if (kind_from_name(pending[i].kind)) {
+        ++i;
+        continue;
+      }
+      todo.push_back(pending[i].so);
+      pending.erase(pending.begin() + (ptrdiff_t)i);
+    }
+    for (const fs::path& so : todo) load_plain(so);
   }
 };
 
@@ -557,10 +869,11 @@ void Registry::add_path(const fs::path& dir) {
     impl_->paths.push_back(norm);
 }
 
-void Registry::discover(bool load) {
+void Registry::discover(Discovery how) {
   impl_->plugins.clear();
   impl_->refused.clear();
-  for (const fs::path& dir : impl_->paths) impl_->scan_dir(dir, load);
+  impl_->pending.clear();
+  for (const fs::path& dir : impl_->paths) impl_->scan_dir(dir, how);
   impl_->discovered = true;
 }
 
@@ -569,26 +882,33 @@ const std::vector<Refusal>& Registry::refused() const { return impl_->refused; }
 const std::vector<fs::path>& Registry::search_paths() const { return impl_->paths; }
 
 const PluginInfo& Registry::get(loom_plugin_kind kind, const std::string& name) {
-  if (!impl_->discovered) discover(true);
-  for (PluginInfo& p : impl_->plugins) {
-    if (p.kind != kind || p.name != name) continue;
-    if (p.desc == nullptr) {
-      for (const Refusal& r : impl_->refused)  // an earlier attempt to load it failed
-        if (r.path == p.path)
-          throw UsageError("plugin " + kind_name(kind) + "/" + name +
-                           " refused: " + r.path.string() + ": " + r.reason);
-      impl_->load_listed(p);
-    }
-    return p;
-  }
+  if (!impl_->discovered) discover();
   const std::string k = kind_name(kind);
+  impl_->load_pending(k, name);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (PluginInfo& p : impl_->plugins) {
+      if (p.kind != kind || p.name != name) continue;
+      if (p.desc == nullptr) {
+        for (const Refusal& r : impl_->refused)  // an earlier attempt to load it failed
+          if (r.path == p.path)
+            throw UsageError("plugin " + kind_name(kind) + "/" + name +
+                             " refused: " + r.path.string() + ": " + r.reason);
+        impl_->load_listed(p);
+      }
+      return p;
+    }
+    if (attempt == 0) impl_->load_unconventional();
+  }
   for (const Refusal& r : impl_->refused)
     if (r.kind == k && r.name == name)
       throw UsageError("plugin " + k + "/" + name + " refused: " + r.path.string() + ": " +
                        r.reason);
-  std::vector<std::string> names;
+  std::vector<std::string> names;  // loaded or listed, and found by file name
   for (const PluginInfo& p : impl_->plugins)
     if (p.kind == kind) names.push_back(p.name);
+  for (const Impl::Pending& p : impl_->pending)
+    if (p.kind == k && std::find(names.begin(), names.end(), p.name) == names.end())
+      names.push_back(p.name);
   std::string guess = nearest(name, names);
   if (!guess.empty())
     throw UsageError("no plugin " + k + "/" + name + "; did you mean " + k + "/" + guess + "?");
@@ -607,11 +927,38 @@ const PluginInfo& Registry::get(loom_plugin_kind kind, const std::string& name) 
 std::string probe_plugin(const fs::path& so, PluginInfo& out) {
   Library lib;
   const loom_plugin_descriptor* d = nullptr;
-  std::string reason = load_library(so, lib, d);
+  std::string reason = load_guarded(so, lib, d);
   if (!reason.empty()) return one_line(reason);
   fill_info(out, so, d);
   out.desc = nullptr;  // the strings were copied; the library closes on return
   return "";
+}
+
+std::string probe_plugin_isolated(const fs::path& so, PluginInfo& out) {
+  const ProbeReport probe = probe_in_child(so);
+  if (probe.kind < 0) return probe_plugin(so, out);  // no child process: in this one, guarded
+  if (!probe.reason.empty()) return probe.reason;
+  out = PluginInfo{};
+  out.path = so;
+  out.kind = static_cast<loom_plugin_kind>(probe.kind);
+  out.name = probe.name;
+  out.version = probe.version;
+  out.vendor = probe.vendor;
+  out.license = probe.license;
+  out.description = probe.description;
+  out.abi_major = probe.abi_major;
+  out.abi_minor = probe.abi_minor;
+  return "";
+}
+
+std::vector<std::string> Registry::names(loom_plugin_kind kind) const {
+  std::vector<std::string> out;
+  for (const PluginInfo& p : impl_->plugins)
+    if (p.kind == kind) out.push_back(p.name);
+  for (const Impl::Pending& p : impl_->pending)
+    if (p.kind == kind_name(kind) && std::find(out.begin(), out.end(), p.name) == out.end())
+      out.push_back(p.name);
+  return out;
 }
 
 }  // namespace loom::engine

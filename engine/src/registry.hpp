@@ -47,6 +47,19 @@ struct Refusal {
   std::string reason;      // one line
 };
 
+// How Registry::discover treats the libraries it finds.
+enum class Discovery {
+  // Find them; load each only when get() asks for its kind/name (by its file name,
+  // loom-<kind>-<name>.so), so that a broken plugin a command does not use cannot take the
+  // command down. Packages are listed from their manifests.
+  kOnDemand,
+  // Load plain libraries to describe them, each probed in a child process first (one that
+  // crashes is refused, not fatal); packages listed from their manifests (`loom plugins`).
+  kList,
+  // kList, and packages loaded too (`loom plugins --load`).
+  kLoadAll,
+};
+
 class Registry {
  public:
   Registry();
@@ -55,12 +68,15 @@ class Registry {
   // and ../plugins beside the running executable), the user folder
   // ~/.local/lib/loom/plugins (where `loom install` puts packages by default), the install
   // prefix. LOOM_PLUGIN_PATH_ONLY=1 searches LOOM_PLUGIN_PATH alone (hermetic tests).
-  // `load` = false lists packages from their manifests without running their code (their
-  // sha256 is still verified); plain .so files are always loaded to be described.
-  // Libraries stay loaded for the Registry's lifetime; calling discover again rescans.
-  void discover(bool load = true);
+  // Packages' sha256 is verified when they are found, loaded or not. Libraries stay loaded
+  // for the Registry's lifetime; calling discover again rescans. Folders and plugin files
+  // anyone may write are warned about (a log line).
+  void discover(Discovery how = Discovery::kOnDemand);
   void add_path(const std::filesystem::path& dir);  // searched after the others
+  // The plugins loaded or listed so far (on demand: those asked for).
   const std::vector<PluginInfo>& plugins() const;
+  // The names of kind's plugins: loaded, listed, or found by file name (not loaded).
+  std::vector<std::string> names(loom_plugin_kind kind) const;
   const std::vector<Refusal>& refused() const;
   // The loaded plugin or a UsageError naming the kind/name, the nearest valid name, and
   // the refusal reason when a library of that kind/name was refused.
@@ -81,5 +97,9 @@ const loom_ext* require_ext(const PluginInfo& info, const char* id, size_t min_s
 // copies it into `out` (out.desc stays null: the library is unloaded on return). Returns
 // "" or the one-line reason the registry would refuse it. Used by `loom pack`.
 std::string probe_plugin(const std::filesystem::path& so, PluginInfo& out);
+// probe_plugin in a child process: a library whose loading crashes or hangs is refused with
+// that reason, and this process runs none of its code. `out` gets the descriptor's strings,
+// kind and ABI (desc stays null). Used by `loom install`.
+std::string probe_plugin_isolated(const std::filesystem::path& so, PluginInfo& out);
 
 }  // namespace loom::engine

@@ -3,6 +3,7 @@
 // sharded), its optimizer state, the loss scaler and the data position, through
 // checkpoint.cpp's atomic, verified directories.
 #include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
@@ -104,6 +106,57 @@ std::vector<std::pair<const char*, DLTensor*>> optimizer_state(
   return out;
 }
 
+// "a, b, c" or "a, b, c, d, e and 7 more": the first names of a list, for a message.
+std::string first_names(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += " and " + std::to_string(names.size() - kShown) + " more";
+  return out;
+}
+
+// The names in `a` that are not in `b`.
+std::vector<std::string> minus(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::vector<std::string> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+// A resume takes every tensor of a checkpoint and lacks none: a model of another shape
+// (model.n_layer, a norm with a bias, bias = false) would otherwise start from a partial
+// load, and state of another optimizer would be dropped, without a word. `missing`: tensors
+// this rank needs that the checkpoint lacks; `unused`: tensors it holds that no rank takes.
+void refuse_mismatch(const std::string& where, const std::string& what,
+                     const std::vector<std::string>& missing,
+                     const std::vector<std::string>& unused, const std::string& fix) {
+  if (missing.empty() && unused.empty()) return;
+  std::string msg = "checkpoint.load: " + where + ": its " + what + " tensors are not this run's:";
+  if (!missing.empty())
+    msg += " it lacks " + std::to_string(missing.size()) + " the run needs (" +
+           first_names(missing) + ")";
+  if (!unused.empty())
+    msg += std::string(missing.empty() ? "" : ";") + " it holds " + std::to_string(unused.size()) +
+           " the run does not take (" + first_names(unused) + ")";
+  throw UsageError(msg + "; " + fix);
+}
+
+constexpr const char* kModelFix =
+    "the recipe's [model] differs from the one the checkpoint was saved with (its recipe.toml): "
+    "resume with that model, or start from the weights with checkpoint.finetune";
+constexpr const char* kOptimizerFix =
+    "the recipe's [optimizer] differs from the one the checkpoint was saved with: set "
+    "checkpoint.no_load_optim = true to resume with a fresh optimizer";
+
+// The [optimizer] plugin a checkpoint's resolved recipe names ("" when it names none).
+std::string saved_optimizer(const Checkpoint& ck) {
+  try {
+    toml::table t = toml::parse(ck.recipe_toml);
+    return t["optimizer"]["plugin"].value_or(std::string());
+  } catch (const toml::parse_error&) {
+    return "";
+  }
+}
+
 }  // namespace
 
 // Whether a checkpoint's files are this run's: saved in the same layout, so that each rank
@@ -188,6 +241,14 @@ void TrainRun::resume() {
   }
   Checkpoint ck = load_checkpoint(load_dir, "", "");
   hf_meta = hf_origin(ck.folder);
+  const bool with_optimizer = !recipe.get_bool("checkpoint", "no_load_optim");
+  const std::string theirs = saved_optimizer(ck), ours = recipe.plugin("optimizer");
+  if (with_optimizer && !theirs.empty() && theirs != ours)
+    throw UsageError("checkpoint.load = \"" + load_dir + "\": " + ck.folder.string() +
+                     " holds the state of optimizer/" + theirs + ", and the recipe selects " +
+                     "optimizer/" + ours + ": set checkpoint.no_load_optim = true to resume " +
+                     "with a fresh optimizer/" + ours +
+                     " (weights, iteration and data position carry over)");
   const bool has_optimizer = std::any_of(
       ck.files.begin(), ck.files.end(), [](const auto& f) { return f.rfind("optimizer", 0) == 0; });
   if (!has_optimizer)
@@ -199,8 +260,12 @@ void TrainRun::resume() {
     read_rank_files(ck, model_file, opt_file);
     own = same_shards(ck);
   }
+  // Every rank takes the same path: resharding checks names over the world (a collective).
+  double others[1] = {own ? 0.0 : 1.0};
+  sum_over(be, comm, nullptr, others, 1);
+  own = others[0] == 0;
   if (own) {
-    load_own_files(ck);
+    load_own_files(ck, with_optimizer);
   } else {
     std::string from;
     for (auto& [k, v] : ck.parallel) from += " " + k + "=" + std::to_string(v);
@@ -209,11 +274,36 @@ void TrainRun::resume() {
         "data={}{}",
         ck.folder.string(), from, layout.tensor, layout.pipeline, layout.virtual_stages,
         layout.data, sharded ? " (distributed optimizer)" : "");
-    load_full(merge_checkpoint(ck.folder, true, own_params()), ck.folder.string(), true);
+    // Every name offered to the filter is one the checkpoint holds: those no rank takes are
+    // tensors of another model.
+    const ParamFilter mine = own_params();
+    std::set<std::string> offered;
+    const FullCheckpoint full =
+        merge_checkpoint(ck.folder, with_optimizer, [&](const std::string& name) {
+          offered.insert(name);
+          return mine(name);
+        });
+    std::vector<std::string> names(offered.begin(), offered.end());
+    std::vector<double> taken(names.size());
+    for (size_t k = 0; k < names.size(); ++k) taken[k] = mine(names[k]) ? 1 : 0;
+    if (!taken.empty()) sum_over(be, comm, nullptr, taken.data(), (int64_t)taken.size());
+    std::vector<std::string> unused;
+    for (size_t k = 0; k < names.size(); ++k)
+      if (taken[k] == 0) unused.push_back(names[k]);
+    check_full(full, ck.folder.string(), with_optimizer, unused);
+    load_full(full, ck.folder.string(), with_optimizer);
   }
-  scaler.load(ck.state);
-  auto taken = ck.state.find("optimizer_steps");
-  opt_steps = taken != ck.state.end() ? (int64_t)taken->second : ck.iteration;
+  if (with_optimizer) {
+    scaler.load(ck.state);
+    auto taken = ck.state.find("optimizer_steps");
+    opt_steps = taken != ck.state.end() ? (int64_t)taken->second : ck.iteration;
+  } else {  // Megatron's --no-load-optim: the loss scale is the optimizer's state too
+    opt_steps = 0;
+    spdlog::info(
+        "checkpoint.no_load_optim: optimizer/{} starts fresh (the checkpoint's {} state is "
+        "not loaded)",
+        ours, theirs.empty() ? std::string("optimizer") : "optimizer/" + theirs);
+  }
   start_iter = ck.iteration;
   consumed = ck.consumed_samples;
   spdlog::info("resumed from {} at iteration {} ({} samples consumed)", ck.folder.string(),
@@ -243,9 +333,57 @@ bool TrainRun::same_shards(const Checkpoint& ck) const {
   return true;
 }
 
-// This rank's files of a checkpoint saved in this layout.
-void TrainRun::load_own_files(const Checkpoint& ck) {
+// The names a resharding load needs against those the merged checkpoint holds for this rank;
+// `unused`: the checkpoint's parameters no rank takes.
+void TrainRun::check_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
+                          const std::vector<std::string>& unused) const {
+  std::set<std::string> need, have;
+  for (const loom_model_param& p : params) need.insert(p.name);
+  for (const loom_model_param& b : buffers) need.insert(b.name);
+  for (const auto& [name, t] : full.main) have.insert(name);
+  refuse_mismatch(where, "model", minus(need, have), unused, kModelFix);
+  if (!with_optimizer) return;
+  // The optimizer's state: what this rank's optimizer holds must be there. The merged state
+  // covers every parameter of this rank's, of which a sharded optimizer holds a slice only,
+  // so what it does not take is judged by kind ("exp_avg" of "exp_avg.h.0.attn.c_attn.weight"):
+  // a kind this optimizer does not keep is another optimizer's state.
+  need.clear();
+  std::set<std::string> kinds;
+  for (auto [name, t] : optimizer_state(optimizer)) {
+    need.insert(name);
+    const std::string n = name;
+    kinds.insert(n.substr(0, n.find('.')));
+  }
+  std::vector<std::string> missing, foreign;
+  for (const std::string& n : need)
+    if (!full.optimizer.count(n)) missing.push_back(n);
+  if (!kinds.empty())
+    for (const auto& [name, t] : full.optimizer)
+      if (!kinds.count(name.substr(0, name.find('.')))) foreign.push_back(name);
+  refuse_mismatch(where, "optimizer", missing, foreign, kOptimizerFix);
+}
+
+// This rank's files of a checkpoint saved in this layout. Without `with_optimizer` the
+// optimizer's state stays as created (its main parameters still load).
+void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
   const std::string where = ck.folder.string();
+  {  // the files hold exactly what this rank takes
+    std::set<std::string> need, have, need_opt, have_opt;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (sharded && main->main(i) != shards[i].param)
+        need_opt.insert(std::string("main.") + params[i].name);
+      if (!params[i].pipeline_duplicate) need.insert(params[i].name);
+    }
+    for (const loom_model_param& b : buffers) need.insert(b.name);
+    for (const auto& [name, t] : ck.model) have.insert(name);
+    refuse_mismatch(where, "model", minus(need, have), minus(have, need), kModelFix);
+    for (const auto& [name, t] : ck.optimizer)
+      if (with_optimizer || name.rfind("main.", 0) == 0) have_opt.insert(name);
+    if (with_optimizer)
+      for (auto [name, t] : optimizer_state(optimizer)) need_opt.insert(name);
+    refuse_mismatch(where, "optimizer", minus(need_opt, have_opt), minus(have_opt, need_opt),
+                    kOptimizerFix);
+  }
   // The model file holds f32 main parameters, or (sharded optimizer) the model's values in
   // f32, with the main shards in this rank's optimizer file.
   for (size_t i = 0; i < params.size(); ++i) {
@@ -260,7 +398,8 @@ void TrainRun::load_own_files(const Checkpoint& ck) {
   }
   for (const loom_model_param& b : buffers)
     upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
-  for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
+  if (with_optimizer)
+    for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
   sync_tied();
   if (!sharded) main->to_model();
 }

@@ -253,7 +253,9 @@ struct TrainRun {
   Collective save_collective();
   bool same_layout(const std::map<std::string, int64_t>& saved) const;
   bool same_shards(const Checkpoint& ck) const;
-  void load_own_files(const Checkpoint& ck);
+  void load_own_files(const Checkpoint& ck, bool with_optimizer);
+  void check_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
+                  const std::vector<std::string>& unused) const;
   // `fresh(name)`: that parameter keeps its initialisation (checkpoint.finetune_fresh).
   void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
                  const std::function<bool(const std::string&)>& fresh = {});

@@ -117,7 +117,8 @@ class MnliDataset {
     Index ix;
     ix.seq_len = a.seq_len;
     const int64_t n = a.doc_end - a.doc_begin;
-    const int64_t epochs = std::max<int64_t>(1, (a.num_samples + n - 1) / n);
+    // ceil(num_samples / n) without the overflow of num_samples + n - 1
+    const int64_t epochs = std::max<int64_t>(1, a.num_samples / n + (a.num_samples % n != 0));
     for (int64_t e = 0; e < epochs; ++e) {
       std::vector<int64_t> order((size_t)n);
       for (int64_t k = 0; k < n; ++k) order[(size_t)k] = a.doc_begin + k;

@@ -69,6 +69,27 @@ TEST_CASE("GPT indices: an empty split is an error, not a hang") {
   CHECK_THROWS_AS(build_gpt_indices(sizes, spec), RunError);
 }
 
+// Issue 17, finding 4: epochs were counted one at a time, so 10^18 samples spun (and E*T
+// wrapped int64). In closed form the count is immediate, and one past int64 is refused.
+TEST_CASE("GPT indices: epochs in closed form; a count past int64 is refused, not spun on") {
+  std::vector<int32_t> sizes = {3, 4, 5};  // T = 12
+  GptIndexSpec spec;
+  spec.doc_begin = 0;
+  spec.doc_end = 3;
+  spec.seq_len = 4;
+  spec.num_samples = 100;  // (E*12 - 1) // 4 >= 100: E = 34 (33 gives 395 // 4 = 98)
+  GptIndices x = build_gpt_indices(sizes, spec);
+  CHECK(x.num_epochs == 34);
+  CHECK((int64_t)x.shuffle_idx.size() == (34 * 12 - 1) / 4);
+  spec.num_samples = 99;  // 98 < 99: still 34
+  CHECK(build_gpt_indices(sizes, spec).num_epochs == 34);
+  spec.num_samples = 98;  // 98 >= 98: 33
+  CHECK(build_gpt_indices(sizes, spec).num_epochs == 33);
+  spec.num_samples = (int64_t)1 << 62;
+  CHECK_THROWS_WITH_AS(build_gpt_indices(sizes, spec),
+                       doctest::Contains("need more epochs than int64 counts"), RunError);
+}
+
 TEST_CASE("blending: sizes and order equal numpy's; proportions follow the weights") {
   auto lines = sref::lines("blend.txt");
   int n = 0;

@@ -11,6 +11,7 @@ set(LOOM_TEST_ODD_DIR ${CMAKE_CURRENT_BINARY_DIR}/odd-plugins)
 set(LOOM_TEST_TINY_DIR ${CMAKE_CURRENT_BINARY_DIR}/tiny)
 set(LOOM_TEST_TINY_OTHER_DIR ${CMAKE_CURRENT_BINARY_DIR}/tiny-abi3)
 set(LOOM_TEST_ABI1_DIR ${CMAKE_CURRENT_BINARY_DIR}/abi1-plugins)
+set(LOOM_TEST_WILD_DIR ${CMAKE_CURRENT_BINARY_DIR}/wild-plugins)
 
 # loom_test_plugin(<target> KIND k NAME n DIR d SOURCE s [DEFINES ...])
 function(loom_test_plugin target)
@@ -57,6 +58,12 @@ loom_test_plugin(loom_test_tiny_badkind KIND optimizer NAME badkind DIR ${LOOM_T
                  SOURCE ${_tiny} DEFINES TINY_BAD_KIND TINY_NAME="badkind")
 loom_test_plugin(loom_test_tiny_small KIND optimizer NAME small DIR ${LOOM_TEST_ODD_DIR}
                  SOURCE ${_tiny} DEFINES TINY_SMALL TINY_NAME="small")
+# A function table of the right size with a NULL mandatory slot (step).
+loom_test_plugin(loom_test_tiny_nullslot KIND optimizer NAME nullslot DIR ${LOOM_TEST_ODD_DIR}
+                 SOURCE ${_tiny} DEFINES TINY_NULL_SLOT TINY_NAME="nullslot")
+# An entry that returns a wild pointer: reading the descriptor crashes whoever loads it.
+loom_test_plugin(loom_test_tiny_wild KIND optimizer NAME wild DIR ${LOOM_TEST_WILD_DIR}
+                 SOURCE ${_tiny} DEFINES TINY_WILD TINY_NAME="wild")
 # A shared object without the entry symbol.
 add_library(loom_test_noentry MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/noentry.c)
 set_target_properties(loom_test_noentry PROPERTIES PREFIX "" OUTPUT_NAME loom-model-noentry
@@ -75,7 +82,8 @@ target_compile_definitions(test_engine PRIVATE
   LOOM_TEST_ODD_DIR="${LOOM_TEST_ODD_DIR}"
   LOOM_TEST_TINY_DIR="${LOOM_TEST_TINY_DIR}"
   LOOM_TEST_TINY_OTHER_DIR="${LOOM_TEST_TINY_OTHER_DIR}"
-  LOOM_TEST_ABI1_DIR="${LOOM_TEST_ABI1_DIR}")
+  LOOM_TEST_ABI1_DIR="${LOOM_TEST_ABI1_DIR}"
+  LOOM_TEST_WILD_DIR="${LOOM_TEST_WILD_DIR}")
 add_dependencies(test_engine loom ${LOOM_ENGINE_TEST_PLUGINS})
 add_test(NAME test_engine COMMAND test_engine)
 set_tests_properties(test_engine PROPERTIES LABELS "engine" TIMEOUT 300)

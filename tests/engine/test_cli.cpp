@@ -129,6 +129,87 @@ TEST_CASE("capability ids are checked: name/version, and every ext id listed") {
   CHECK(contains(r.out, "capabilities: loom.test-listed/1"));
 }
 
+// Issue 17, finding 5: a plugin whose entry returns a wild pointer made every command exit
+// 139 without a word, since every command loaded every plugin on the search path.
+TEST_CASE("a plugin that crashes while loading takes down only what selects it") {
+  const std::string wild_so = std::string(LOOM_TEST_WILD_DIR) + "/loom-optimizer-wild.so";
+  const std::string path = kStubs + ":" + LOOM_TEST_WILD_DIR;
+  // The listing probes each library in a child process: the crash is a refusal.
+  Result r = run_loom("plugins", path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "model      gpt"));
+  CHECK(contains(r.out, wild_so + ": crashed while loading (signal 11, Segmentation fault; "
+                                  "probed in a child process)"));
+  r = run_loom("plugins --load", path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, wild_so + ": crashed while loading (signal 11"));
+  // Commands load only the plugins they use.
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[train]\niters = 1\n");
+  r = run_loom("validate " + q(recipe.string()), path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "ok: "));
+  r = run_loom("plugins describe optimizer/adamw", path);
+  CHECK(r.code == 0);
+  // A recipe that selects it gets one line naming it, not a bare 139.
+  fs::path wild = write_file(dir / "wild.toml", "[optimizer]\nplugin = \"wild\"\n");
+  r = run_loom("validate " + q(wild.string()), path);
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: plugin " + wild_so +
+                             " crashed while loading (a wild pointer in its descriptor or its "
+                             "initialisation); remove it from the plugin search path\n");
+  // A whole training run with the real plugins beside it.
+  fs::path run = write_file(dir / "run.toml",
+                            "[train]\niters = 2\nmicro_batch_size = 2\nseq_len = 16\n"
+                            "[backend]\nmeasure_gemm = false\nthreads = 1\n"
+                            "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nmax_seq_len = 16\n"
+                            "[tokenizer]\nplugin = \"byte\"\n"
+                            "[data]\nplugin = \"mock\"\nnum_documents = 20\ndoc_length = 64\n");
+  r = run_loom("run " + q(run.string()),
+               std::string(LOOM_TEST_PLUGIN_DIR) + ":" + LOOM_TEST_WILD_DIR);
+  CHECK_MESSAGE(r.code == 0, r.err);
+}
+
+TEST_CASE("a function table with a NULL mandatory slot is refused, naming the slot") {
+  const std::string so = std::string(LOOM_TEST_ODD_DIR) + "/loom-optimizer-nullslot.so";
+  const std::string why =
+      "optimizer function table leaves mandatory slot 'step' NULL (the host would crash "
+      "calling it)";
+  Result r = run_loom("plugins", LOOM_TEST_ODD_DIR);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, so + ": " + why + "\n"));
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[optimizer]\nplugin = \"nullslot\"\n");
+  r = run_loom("validate " + q(recipe.string()), kStubs + ":" + LOOM_TEST_ODD_DIR);
+  CHECK(r.code == 2);
+  CHECK(error_line(r) == "loom: error: " + recipe.string() +
+                             ":2: plugin optimizer/nullslot refused: " + so + ": " + why + "\n");
+}
+
+TEST_CASE("world-writable plugin folders and files are warned about") {
+  TempDir dir;
+  const fs::path folder = dir / "open";
+  fs::create_directories(folder);
+  const fs::path so = folder / "loom-optimizer-tiny.so";
+  fs::copy_file(fs::path(LOOM_TEST_TINY_DIR) / "loom-optimizer-tiny.so", so);
+  fs::path recipe = write_file(dir / "r.toml", "");
+  const std::string path = kStubs + ":" + folder.string();
+  Result r = run_loom("validate " + q(recipe.string()), path);
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.err, "world-writable"));
+  fs::permissions(folder, fs::perms::others_write, fs::perm_options::add);
+  r = run_loom("validate " + q(recipe.string()), path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "plugin folder " + folder.string() +
+                            " is world-writable: anyone on this machine can replace the code "
+                            "loom loads from it (chmod o-w it)"));
+  CHECK_FALSE(contains(r.err, "plugin file"));
+  fs::permissions(so, fs::perms::others_write, fs::perm_options::add);
+  r = run_loom("plugins", path);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "plugin file " + so.string() + " is world-writable"));
+}
+
 TEST_CASE("a duplicate kind/name is refused; the first one found wins") {
   TempDir dir;
   fs::create_directories(dir / "second");
@@ -225,6 +306,43 @@ TEST_CASE("bad numbers and paths on the command line and in recipes exit 2 with 
   r = run_loom("generate --checkpoint x --prompt hi --max-new-tokens 9223372036854775807");
   CHECK(r.code == 2);
   CHECK(contains(error_line(r), "--max-new-tokens must be from 0 to 1073741824"));
+}
+
+// Issue 17, finding 4: sizes of 10^18 passed validation and then spun in the GPT index's
+// epoch count (10^12 iterations ended in std::bad_alloc); and finding 7: iters = 0 said "the
+// training split is empty". Each is refused by validate, and by run before any index exists.
+TEST_CASE("huge or zero training sizes exit 2 at validation, naming the keys") {
+  TempDir dir;
+  fs::path recipe = write_file(dir / "r.toml", "[train]\nmicro_batch_size = 4\n");
+  const std::string huge = "1000000000000000000";
+  auto refused = [&](const std::string& set, const std::string& why) {
+    for (const char* cmd : {"validate", "run"}) {
+      Result r = run_loom(std::string(cmd) + " " + q(recipe.string()) + " --set " + set);
+      CAPTURE(cmd);
+      CAPTURE(set);
+      CHECK(r.code == 2);
+      CHECK(contains(error_line(r), why));
+    }
+  };
+  refused("train.iters=" + huge,
+          "--set train.iters: train.iters x global batch = " + huge +
+              " x 4 samples, more than the 2^36 (68719476736) a split may hold");
+  refused("train.iters=1000000000000",
+          "train.iters x global batch = 1000000000000 x 4 samples, more than the 2^36");
+  refused("train.global_batch_size=" + huge, "train.iters x global batch = 100 x " + huge);
+  refused("train.eval_interval=1 --set train.eval_iters=1000000000",
+          "validation: (train.iters / train.eval_interval + 1) x train.eval_iters x global batch "
+          "= 101 x 1000000000 x 4 samples");
+  refused("train.micro_batch_size=" + huge,
+          "--set train.micro_batch_size: train.micro_batch_size x train.seq_len = " + huge +
+              " x 64 tokens per micro-batch, more than 2147483647");
+  refused("train.seq_len=" + huge, "train.seq_len must be between 1 and 16777216, got " + huge);
+  refused("train.iters=0", "train.iters must be >= 1, got 0");
+  // The largest sizes within the bounds validate.
+  Result r = run_loom("validate " + q(recipe.string()) +
+                      " --set train.iters=17179869184 --set train.seq_len=16777216 "
+                      "--set train.micro_batch_size=4 --set train.global_batch_size=4");
+  CHECK(r.code == 0);
 }
 
 TEST_CASE("--help and version exit 0") {

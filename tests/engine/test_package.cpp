@@ -283,6 +283,33 @@ TEST_CASE("install refuses a tampered package and leaves the folder untouched") 
   CHECK(visible(inst).empty());
   CHECK(std::distance(fs::directory_iterator(inst), fs::directory_iterator()) == 0);
 
+  // Issue 17, finding 5: a library the manifest pins correctly but that is no loadable
+  // plugin, or another plugin than the manifest says, is refused before it is installed.
+  const fs::path junk = write_file(dir / "junk.so", "not a library");
+  const fs::path odd = LOOM_TEST_ODD_DIR;
+  const std::vector<std::pair<fs::path, std::string>> not_plugins = {
+      {junk, "not a shared object (no ELF header)"},
+      {odd / "loom-model-noentry.so", "no loom_plugin_entry symbol (not a Loom plugin)"},
+      {odd / "loom-optimizer-null.so", "loom_plugin_entry returned NULL"},
+      {odd / "loom-optimizer-nullslot.so", "leaves mandatory slot 'step' NULL"},
+      {fs::path(LOOM_TEST_WILD_DIR) / "loom-optimizer-wild.so", "crashed while loading (signal 11"},
+      {fs::path(kStubs) / "loom-optimizer-adamw.so",
+       "manifest says optimizer/tiny but loom-optimizer-tiny.so is optimizer/adamw"}};
+  for (const auto& [lib, why] : not_plugins) {
+    CAPTURE(lib);
+    const std::vector<ArchiveEntry> entries = {
+        dir_entry(top), copy_entry(top + "loom-optimizer-tiny.so", lib, 0755),
+        file_entry(top + "LICENSE", "MIT\n"),
+        file_entry(top + "manifest.toml", manifest_for(sha256_of_file(lib)))};
+    r = install(make_archive(dir, "notplugin.tar.gz", entries));
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(contains(r.err, why));
+    if (lib != fs::path(kStubs) / "loom-optimizer-adamw.so")
+      CHECK(contains(r.err, "loom-optimizer-tiny.so is not a loadable Loom plugin: "));
+    CHECK(visible(inst).empty());
+  }
+
   // And the untampered archive installs.
   r = install(make_archive(dir, "good.tar.gz", with({manifest})));
   CHECK(r.code == 0);

@@ -192,7 +192,7 @@ TEST_CASE("wrong types, ranges and choices are refused with file:line") {
   check_one("model", "n_layer = [1, 2]", "model.n_layer must be an integer, got an array");
   check_one("model", "n_layer = 0", "model.n_layer must be >= 1, got 0");
   check_one("model", "dropout = 1.5", "model.dropout must be between 0 and 1, got 1.5");
-  check_one("train", "iters = -1", "train.iters must be >= 0, got -1");
+  check_one("train", "iters = -1", "train.iters must be >= 1, got -1");
   check_one("lr", "wsd_decay_fraction = 2", "lr.wsd_decay_fraction must be between 0 and 1, got 2");
   check_one("precision", "dtype = \"fp8\"",
             "precision.dtype must be one of fp32|bf16|fp16|fp64, got \"fp8\"");

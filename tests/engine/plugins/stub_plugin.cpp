@@ -1,9 +1,12 @@
 // A stand-in plugin for the engine tests: a descriptor with a schema shaped like the real
-// plugin's of the same kind/name, and a function table of NULL slots (the engine tests
-// load and validate, they never create instances) but for a model's batch_spec, which
-// `loom validate` asks: model/gpt reads tokens and targets as the real one does, model/typed
-// also token_types, which GPT samples do not provide. Built once per kind/name with
-// STUB_KIND, STUB_NAME and STUB_SCHEMA_<kind>_<name>.
+// plugin's of the same kind/name, and a function table whose mandatory slots abort when
+// called (the engine tests load and validate, they never create instances; the host refuses
+// a table with a NULL mandatory slot) and whose optional slots are NULL, but for a model's
+// batch_spec, which `loom validate` asks: model/gpt reads tokens and targets as the real one
+// does, model/typed also token_types, which GPT samples do not provide. Built once per
+// kind/name with STUB_KIND, STUB_NAME and STUB_SCHEMA_<kind>_<name>.
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "loom/cpp/plugin.hpp"
@@ -11,6 +14,16 @@
 namespace {
 
 using loom::param;
+
+// Every mandatory slot: the stand-in is never meant to run.
+[[noreturn]] void stub_slot() {
+  std::fputs("stub plugin " STUB_NAME ": a slot was called; stubs only validate\n", stderr);
+  std::abort();
+}
+template <class F>
+void stub(F& slot) {
+  slot = reinterpret_cast<F>(&stub_slot);
+}
 constexpr double kInf = 1e300;
 
 #if defined(STUB_SCHEMA_model_gpt)
@@ -67,17 +80,56 @@ loom_error* batch_spec(const loom_host*, const loom_config*, size_t* num,
 loom_model_api make_api() {
   loom_model_api api{};
   api.struct_size = sizeof(loom_model_api);
+  stub(api.create);
+  stub(api.destroy);
+  stub(api.num_params);
+  stub(api.get_param);
+  stub(api.init_params);
+  stub(api.zero_grad);
+  stub(api.flops_per_token);
   api.batch_spec = batch_spec;
+  stub(api.stage_info);
+  stub(api.stage_forward);
+  stub(api.stage_backward);
+  stub(api.finish_grads);
   return api;
 }
 const loom_model_api kApi = make_api();
 #else
-// Larger than any kind's table; every slot NULL.
+// Larger than any kind's table. Every kind's mandatory slots (those the host calls without
+// a NULL check) lead its table: that many are set, the optional ones after them stay NULL.
 struct StubApi {
   size_t struct_size;
   void* slots[64];
 };
-const StubApi kApi = {sizeof(StubApi), {}};
+constexpr int mandatory_slots(loom_plugin_kind kind) {
+  switch (kind) {
+    case LOOM_KIND_BACKEND:
+      return 10;  // create .. get_ext
+    case LOOM_KIND_COMM:
+      return 16;  // create .. recv
+    case LOOM_KIND_ATTENTION:
+      return 4;  // create .. backward
+    case LOOM_KIND_GRAD:
+    case LOOM_KIND_SCHEDULE:
+      return 3;  // create, destroy, reduce / run
+    case LOOM_KIND_OPTIMIZER:
+      return 5;  // create .. get_state
+    case LOOM_KIND_TOKENIZER:
+      return 6;  // create .. decode
+    case LOOM_KIND_DATASET:
+      return 4;  // create .. document
+    default:
+      return 0;
+  }
+}
+StubApi make_api() {
+  StubApi api{sizeof(StubApi), {}};
+  for (int i = 0; i < mandatory_slots(STUB_KIND); ++i)
+    api.slots[i] = reinterpret_cast<void*>(&stub_slot);
+  return api;
+}
+const StubApi kApi = make_api();
 #endif
 
 const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,

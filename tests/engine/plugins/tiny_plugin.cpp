@@ -1,7 +1,11 @@
 // The smallest optimizer-kind plugin, with its own entry function: built for this ABI (to
 // pack and install), for a future "ABI 3" (the host must refuse it), returning NULL,
 // declaring an unknown kind, with a descriptor struct_size too small for ABI 2.0, listing
-// a malformed capability id, and chaining an extension it does not list.
+// a malformed capability id, chaining an extension it does not list, leaving a mandatory
+// slot NULL (TINY_NULL_SLOT), and returning a wild descriptor pointer (TINY_WILD).
+#include <cstdio>
+#include <cstdlib>
+
 #include "loom/cpp/plugin.hpp"
 
 #ifndef TINY_VERSION
@@ -14,11 +18,26 @@ constexpr loom_param_spec kParams[] = {
     loom::param("beta", LOOM_PARAM_FLOAT, "0.9", "momentum", 0, 1),
 };
 
+// An optimizer table whose slots abort when called: the tiny plugin is packed, installed,
+// listed and validated, never run. TINY_NULL_SLOT leaves `step` (slot 2) NULL, which the
+// host must refuse at load.
+[[noreturn]] void tiny_slot() {
+  std::fputs("tiny plugin: a slot was called; it only validates\n", stderr);
+  std::abort();
+}
 struct TinyApi {
   size_t struct_size;
   void* slots[16];
 };
-const TinyApi kApi = {sizeof(TinyApi), {}};
+TinyApi make_api() {
+  TinyApi api{sizeof(TinyApi), {}};
+  for (void*& slot : api.slots) slot = reinterpret_cast<void*>(&tiny_slot);
+#ifdef TINY_NULL_SLOT
+  api.slots[2] = nullptr;
+#endif
+  return api;
+}
+const TinyApi kApi = make_api();
 
 #ifndef TINY_ABI_MAJOR
 #define TINY_ABI_MAJOR LOOM_ABI_MAJOR
@@ -60,8 +79,10 @@ extern "C" LOOM_EXPORT const loom_plugin_descriptor* loom_plugin_entry(uint32_t 
                                                                        uint32_t host_minor) {
   (void)host_major;
   (void)host_minor;
-#ifdef TINY_RETURN_NULL
+#if defined(TINY_RETURN_NULL)
   return nullptr;
+#elif defined(TINY_WILD)
+  return reinterpret_cast<const loom_plugin_descriptor*>(uintptr_t{0x10});  // reading it faults
 #else
   return &kDescriptor;  // whatever the host: the host must check abi_major itself
 #endif
