@@ -228,7 +228,8 @@ TEST_CASE("bad numbers and paths on the command line and in recipes exit 2 with 
 }
 
 TEST_CASE("--help and version exit 0") {
-  for (const char* cmd : {"run", "validate", "plugins", "generate", "pack", "install", "version"}) {
+  for (const char* cmd :
+       {"run", "validate", "plugins", "generate", "pack", "install", "version", "parity"}) {
     CAPTURE(cmd);
     Result r = run_loom(std::string(cmd) + " --help");
     CHECK(r.code == 0);
