@@ -570,8 +570,7 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
 
 int cmd_parity(const std::vector<std::string>& args) {
   Command c("parity",
-            "RECIPE --layouts L1,L2,... [--iters N] [--dtype fp32|fp64] [--rtol R] [--set ...] "
-            "[--layout-set ...] [--mpiexec PATH] [--keep DIR]\n\n"
+            "RECIPE --layouts L1,L2,... [--iters N] [--dtype fp32|fp64] [options]\n\n"
             "Trains the recipe for N iterations on one rank, then in each layout under mpirun\n"
             "(or srun), with the same seed and global batch, and compares every iteration's\n"
             "loss terms and gradient norm and every final parameter (merged from the ranks'\n"

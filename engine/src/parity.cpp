@@ -6,6 +6,7 @@
 #include "parity.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -218,8 +219,35 @@ Launcher find_launcher(const ParityOptions& o) {
   return l;
 }
 
+// SIGINT or SIGTERM: passed on to the run in progress (a terminal's Ctrl-C reaches it anyway),
+// and parity stops after it, removing its temporary folder.
+volatile sig_atomic_t g_signal = 0;
+volatile pid_t g_child = 0;
+
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+  if (g_child > 0) ::kill(g_child, sig);
+}
+
+struct SignalGuard {
+  struct sigaction old_int {
+  }, old_term{};
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
 // Runs argv (stdin from /dev/null, stdout and stderr to `log`); its exit status, 128 + the
-// signal when one ended it.
+// signal when one ended it. Ends the command (exit 128 + the signal) when parity itself was
+// signalled meanwhile.
 int run_logged(const std::vector<std::string>& argv, const fs::path& log) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -233,9 +261,15 @@ int run_logged(const std::vector<std::string>& argv, const fs::path& log) {
   const int err = posix_spawn(&pid, args[0], &files, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&files);
   if (err != 0) throw RunError("loom parity: cannot start " + argv[0] + ": " + std::strerror(err));
+  g_child = pid;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw RunError("loom parity: waiting for " + argv[0] + " failed");
+  g_child = 0;
+  if (g_signal) {
+    spdlog::warn("parity: stopped by signal {}", (int)g_signal);
+    throw QuietExit{128 + g_signal};
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
@@ -492,6 +526,7 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
     }
   }
 
+  const SignalGuard signals;
   const std::string loom = fs::read_symlink("/proc/self/exe").string();
   // OpenMPI refuses more ranks than cores unless told; a parity check runs small layouts on
   // small machines (MPICH and srun ignore the variable).
