@@ -13,7 +13,7 @@ namespace loom::engine {
 
 class Registry;
 
-// One layout token ("tp2+pp2", "dp2+zero1") as recipe keys.
+// One layout token ("tp2+pp2", "dp2+zero1") as recipe keys (parity_layout.cpp).
 struct ParityLayout {
   std::string token;
   int world = 1;                  // ranks: the product of the degrees
