@@ -8,12 +8,12 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "checkpoint.hpp"
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "host.hpp"
+#include "parallel_layout.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
 #include "safetensors.hpp"
@@ -50,16 +50,13 @@ void checkpoint_merge(const fs::path& dir, const fs::path& out) {
   std::cout << "wrote " << full.size() << " tensors to " << out.string() << "\n";
 }
 
-int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm) {
+std::vector<TensorDiff> compare_models(const fs::path& a, const fs::path& b, bool norm) {
   StFile x = merge_model(a), y = merge_model(b);
-  double worst = 0;
-  std::string worst_name;
-  int bad = 0;
+  std::vector<TensorDiff> out;
   for (auto& [name, tx] : x) {
     auto it = y.find(name);
     if (it == y.end()) {
-      std::cout << name << ": only in " << a.string() << "\n";
-      ++bad;
+      out.push_back({name, 0, "only in " + a.string()});
       continue;
     }
     const StTensor& ty = it->second;
@@ -68,8 +65,7 @@ int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm
     const bool same_rows = tx.shape.size() == ty.shape.size() && tx.shape.size() >= 1 &&
                            std::equal(tx.shape.begin() + 1, tx.shape.end(), ty.shape.begin() + 1);
     if (!same_rows) {
-      std::cout << name << ": shapes differ\n";
-      ++bad;
+      out.push_back({name, 0, "shapes differ"});
       continue;
     }
     std::vector<double> u = as_f64(tx), v = as_f64(ty);
@@ -82,17 +78,33 @@ int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm
       for (size_t i = 0; i < n; ++i) scale = std::max({scale, std::fabs(u[i]), std::fabs(v[i])});
       for (size_t i = 0; i < n; ++i) diff = std::max(diff, std::fabs(u[i] - v[i]));
     }
-    const double rel = scale > 0 ? diff / scale : diff;
-    if (rel > worst) worst = rel, worst_name = name;
-    if (!(rel <= rtol)) {
-      std::cout << name << (norm ? ": ||a-b|| / ||a|| = " : ": max |a-b| / max |a| = ") << rel
+    out.push_back({name, scale > 0 ? diff / scale : diff, ""});
+  }
+  for (auto& [name, t] : y)
+    if (!x.count(name)) out.push_back({name, 0, "only in " + b.string(), false});
+  return out;
+}
+
+int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm) {
+  double worst = 0;
+  std::string worst_name;
+  int bad = 0;
+  size_t in_a = 0;
+  for (const TensorDiff& d : compare_models(a, b, norm)) {
+    if (d.in_first) ++in_a;
+    if (!d.problem.empty()) {
+      std::cout << d.name << ": " << d.problem << "\n";
+      ++bad;
+      continue;
+    }
+    if (d.rel > worst) worst = d.rel, worst_name = d.name;
+    if (!d.within(rtol)) {
+      std::cout << d.name << (norm ? ": ||a-b|| / ||a|| = " : ": max |a-b| / max |a| = ") << d.rel
                 << " > " << rtol << "\n";
       ++bad;
     }
   }
-  for (auto& [name, t] : y)
-    if (!x.count(name)) std::cout << name << ": only in " << b.string() << "\n", ++bad;
-  std::cout << (bad ? "differ" : "match") << ": " << x.size() << " tensors, worst relative "
+  std::cout << (bad ? "differ" : "match") << ": " << in_a << " tensors, worst relative "
             << "difference " << worst << (worst_name.empty() ? "" : " (" + worst_name + ")")
             << ", tolerance " << rtol << "\n";
   return bad ? 1 : 0;
@@ -179,14 +191,7 @@ void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, in
   Recipe recipe = Recipe::load(in.folder / "recipe.toml", sets);
   // The source's strategy may read keys ddp does not (fsdp's zero_stage, the distributed
   // optimizer's overlap_param_gather): the converted recipe leaves them out.
-  std::set<std::string> ddp_keys;
-  const loom_plugin_descriptor* ddp = registry.get(LOOM_KIND_GRAD, "ddp").desc;
-  for (size_t i = 0; i < ddp->num_params; ++i) ddp_keys.insert(ddp->params[i].name);
-  for (const std::string& name : registry.names(LOOM_KIND_GRAD)) {
-    const loom_plugin_descriptor* d = registry.get(LOOM_KIND_GRAD, name).desc;
-    for (size_t i = 0; i < d->num_params; ++i)
-      if (!ddp_keys.count(d->params[i].name)) recipe.drop_key("parallel", d->params[i].name);
-  }
+  keep_grad_keys_of(recipe, registry, "ddp");
   recipe.validate(registry);
   Checkpoint out;
   out.iteration = in.iteration;

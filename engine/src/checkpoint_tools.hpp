@@ -9,6 +9,20 @@ namespace loom::engine {
 
 // Writes the checkpoint's model as full tensors to one safetensors file.
 void checkpoint_merge(const std::filesystem::path& dir, const std::filesystem::path& out);
+// One model tensor of two checkpoints compared (compare_models).
+struct TensorDiff {
+  std::string name;
+  double rel = 0;        // max |a-b| / max |a|, or ||a-b||_2 / ||a||_2 (compare_models' norm)
+  std::string problem;   // "" when compared; else why not ("shapes differ", "only in DIR")
+  bool in_first = true;  // the first checkpoint has it
+  // Compared, and within `rtol` (a NaN difference is not).
+  bool within(double rtol) const { return problem.empty() && rel <= rtol; }
+};
+// Every model tensor of checkpoints `a` and `b` (any layouts: merged from their shards),
+// by name; those of `b` alone last. The tensors compared are those of `a`'s rows that `b`
+// has too (the vocabulary padding follows the tensor-parallel size).
+std::vector<TensorDiff> compare_models(const std::filesystem::path& a,
+                                       const std::filesystem::path& b, bool norm);
 // Prints every model tensor whose max |a-b| exceeds rtol x max |a| (with `norm`: whose
 // ||a-b||_2 exceeds rtol x ||a||_2); returns 0 when none does.
 int checkpoint_diff(const std::filesystem::path& a, const std::filesystem::path& b, double rtol,

@@ -25,11 +25,13 @@
 #include "memory_estimate.hpp"
 #include "package.hpp"
 #include "parallel_layout.hpp"
+#include "parity.hpp"
 #include "preprocess.hpp"
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
 #include "registry.hpp"
 #include "serve.hpp"
+#include "text_table.hpp"
 #include "train.hpp"
 
 namespace po = boost::program_options;
@@ -55,6 +57,8 @@ const char* const kUsage =
     "  checkpoint merge DIR OUT.safetensors      a checkpoint of any layout as full tensors\n"
     "  checkpoint diff DIR1 DIR2 [--rtol R]      compare two checkpoints' models (--norm)\n"
     "  checkpoint convert SRC DST --tensor N --pipeline M   rewrite for another layout\n"
+    "  parity RECIPE --layouts tp2,pp2,...       train on 1 rank and in each layout (mpirun),\n"
+    "                                            compare losses and parameters; 1 if any differ\n"
     "  import-hf HF_DIR OUT                      a Hugging Face GPT-2/Llama model as a checkpoint\n"
     "  export-hf CHECKPOINT OUT_DIR              a checkpoint as a Hugging Face model directory\n"
     "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
@@ -226,26 +230,6 @@ std::string join_words(const std::vector<std::string>& words) {
   return out;
 }
 
-std::string pad(const std::string& s, size_t width) {
-  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
-}
-
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (width.size() <= i) width.push_back(0);
-      width[i] = std::max(width[i], row[i].size());
-    }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i)
-      line += i + 1 == row.size() ? row[i] : pad(row[i], width[i]) + "  ";
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::cout << line << "\n";
-  }
-}
-
 std::pair<loom_plugin_kind, std::string> parse_kind_name(const std::string& text) {
   size_t slash = text.find('/');
   if (slash == std::string::npos)
@@ -296,7 +280,7 @@ int describe(Registry& registry, const std::string& what) {
                                                     : s.default_value;
     rows.push_back({s.name, type_name(s.type), def, describe_range(s), s.doc ? s.doc : ""});
   }
-  print_table(rows);
+  print_table(rows, std::cout);
   return 0;
 }
 
@@ -322,7 +306,7 @@ int cmd_plugins(const std::vector<std::string>& args) {
                     std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor), p.vendor,
                     p.path.string()});
   if (rows.size() > 1) {
-    print_table(rows);
+    print_table(rows, std::cout);
   } else {
     std::cout << "no plugins found\n";
   }
@@ -586,6 +570,61 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
   throw UsageError("loom checkpoint: '" + what + "' is neither merge, diff nor convert");
 }
 
+int cmd_parity(const std::vector<std::string>& args) {
+  Command c("parity",
+            "RECIPE --layouts L1,L2,... [--iters N] [--dtype fp32|fp64] [options]\n\n"
+            "Trains the recipe for N iterations on one rank, then in each layout under mpirun\n"
+            "(or srun), with the same seed and global batch, and compares every iteration's\n"
+            "loss terms and gradient norm and every final parameter (merged from the ranks'\n"
+            "checkpoint shards) with the single rank's. Tolerances: fp32 1e-5 relative for the\n"
+            "loss and grad norm, 1e-5 in ||a-b||/||a|| per parameter; fp64 1e-9, parameters\n"
+            "element by element (max|a-b|/max|a|). Exit 0 when every layout passes, 1 when one\n"
+            "differs or fails, 2 for a usage or recipe error.\n\n"
+            "A layout is parts joined by '+': tpN, ppN, ppNvpM (virtual stages), cpN, epN, dpN,\n"
+            "sp, zero1 or dist (distributed optimizer), fsdp or fsdpN (= dpN+fsdp), zero2,\n"
+            "zero3, etp, a2a, gpipe. Ranks: the product of the degrees. See docs/parallelism.md.");
+  ParityOptions o;
+  std::string layouts;
+  c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
+  c.options.add_options()("layouts", po::value<std::string>(&layouts),
+                          "comma-separated layouts, e.g. tp2,pp2vp2,dp2+zero1,tp2+sp")(
+      "iters", po::value<int64_t>(&o.iters)->default_value(o.iters), "iterations of every run")(
+      "dtype", po::value<std::string>(&o.dtype)->default_value(o.dtype),
+      "fp32 or fp64 (precision.dtype; fp64 leaves only rounding, at 1e-9)")(
+      "rtol", po::value<double>(),
+      "one tolerance for the loss, the grad norm and the parameters, instead of the dtype's")(
+      "layout-set", po::value<std::vector<std::string>>()->composing(),
+      "override a recipe key in the layouts' runs only (to see the check fail)")(
+      "mpiexec", po::value<std::string>(&o.mpiexec),
+      "the launcher (default: mpirun, mpiexec or srun from PATH)")(
+      "mpiexec-arg", po::value<std::vector<std::string>>()->composing(),
+      "one more argument for the launcher, before -np (repeatable)")(
+      "keep", po::value<std::string>(),
+      "run in this new folder and keep it (recipes, logs, metrics, checkpoints)");
+  add_set_option(c);
+  c.positional.add("recipe", 1);
+  if (!c.parse(args)) return 0;
+  o.recipe = c.required<std::string>("recipe", "RECIPE");
+  if (!c.vm.count("layouts"))
+    throw UsageError("loom parity: missing --layouts (see loom parity --help)");
+  std::stringstream list(layouts);
+  for (std::string t; std::getline(list, t, ',');) o.layouts.push_back(t);
+  if (!layouts.empty() && layouts.back() == ',') o.layouts.push_back("");
+  if (c.vm.count("rtol")) {
+    o.rtol = c.vm["rtol"].as<double>();
+    if (!(o.rtol >= 0) || !std::isfinite(o.rtol))
+      throw UsageError("loom parity: --rtol must be a finite number >= 0, got " +
+                       std::to_string(o.rtol));
+  }
+  o.sets = c.list("set");
+  o.layout_sets = c.list("layout-set");
+  o.mpiexec_args = c.list("mpiexec-arg");
+  if (c.vm.count("keep")) o.keep = c.vm["keep"].as<std::string>();
+  Registry registry;
+  registry.discover(true);
+  return run_parity(o, registry, std::cout);
+}
+
 int cmd_import_hf(const std::vector<std::string>& args) {
   Command c("import-hf", "HF_DIR OUT_CHECKPOINT");
   c.hidden.add_options()("hf", po::value<std::string>(), "HF model directory")(
@@ -633,6 +672,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "eval") return cmd_eval(rest);
   if (cmd == "pack") return cmd_pack(rest);
   if (cmd == "checkpoint") return cmd_checkpoint(rest);
+  if (cmd == "parity") return cmd_parity(rest);
   if (cmd == "import-hf") return cmd_import_hf(rest);
   if (cmd == "export-hf") return cmd_export_hf(rest);
   if (cmd == "install") return cmd_install(rest);
@@ -640,9 +680,9 @@ int dispatch(const std::vector<std::string>& argv) {
   if (cmd == "docs") return cmd_docs(rest);
   if (cmd == "data") return cmd_data(rest);
   if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
-  std::string guess =
-      nearest(cmd, {"run", "validate", "plugins", "generate", "serve", "eval", "pack", "install",
-                    "version", "data", "preprocess", "checkpoint", "import-hf", "export-hf"});
+  std::string guess = nearest(
+      cmd, {"run", "validate", "plugins", "generate", "serve", "eval", "pack", "install", "version",
+            "data", "preprocess", "checkpoint", "parity", "import-hf", "export-hf"});
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }

@@ -24,11 +24,11 @@ namespace {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-// One rank's walk-through: the recipe with backend/meta, comm/meta as `rank` of `world`, no
-// checkpoint, metrics or evaluation, and attention/meta unless the recipe's attention computes
-// through the backend's ops (attention/reference), whose allocations then count.
-MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string>& sets,
-                const std::string& attention, int world, int rank, Registry& registry) {
+// The recipe on backend/meta, comm/meta as `rank` of `world`, without checkpoint, metrics or
+// evaluation, and attention/meta unless the recipe's attention computes through the
+// backend's ops (attention/reference), whose allocations then count. Validated.
+Recipe meta_recipe(const std::filesystem::path& path, const std::vector<std::string>& sets,
+                   const std::string& attention, int world, int rank, Registry& registry) {
   Recipe r = Recipe::load(path, sets);
   for (const char* s : {"backend", "comm", "checkpoint"}) r.drop_section(s);
   r.set("backend.plugin=meta");
@@ -43,6 +43,13 @@ MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string
   r.set("train.tensorboard=\"\"");
   r.set("train.eval_interval=0");
   r.validate(registry);
+  return r;
+}
+
+// One rank's walk-through of one step on backend/meta.
+MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string>& sets,
+                const std::string& attention, int world, int rank, Registry& registry) {
+  Recipe r = meta_recipe(path, sets, attention, world, rank, registry);
   TrainRun run(r, registry, true);
   run.hold_params(false);  // as a run does before its first step (fsdp: the shards only)
   loom_backend_info info{};
@@ -78,6 +85,22 @@ std::vector<MemoryRole> estimate_memory(const std::filesystem::path& path,
   }
   spdlog::set_level(level);
   return roles;
+}
+
+std::vector<std::string> model_param_names(const std::filesystem::path& path, Registry& registry) {
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::warn);  // the set-up's lines
+  std::vector<std::string> names;
+  try {
+    Recipe r = meta_recipe(path, {}, "", 1, 0, registry);
+    TrainRun run(r, registry, true);
+    for (const loom_model_param& p : run.params) names.push_back(p.name);
+  } catch (...) {
+    spdlog::set_level(level);
+    throw;
+  }
+  spdlog::set_level(level);
+  return names;
 }
 
 std::string device_memory(Recipe& recipe, Registry& registry,

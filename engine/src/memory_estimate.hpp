@@ -27,6 +27,10 @@ struct MemoryRole {
 std::vector<MemoryRole> estimate_memory(const std::filesystem::path& path,
                                         const std::vector<std::string>& sets, const Recipe& recipe,
                                         int world, Registry& registry);
+// The model's parameter names in model order (embedding, layers, head: the order the model
+// plugin lists them), for the recipe at `path` as one rank, from a set-up on backend/meta
+// (nothing allocated nor initialised).
+std::vector<std::string> model_param_names(const std::filesystem::path& path, Registry& registry);
 void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out);
 // One line: the recipe's backend's memory (loom_backend_info.mem_total, ABI 2.11) against the
 // largest peak, or why it is unknown (a backend that cannot start here, or reports none).

@@ -3,10 +3,12 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "errors.hpp"
 #include "recipe.hpp"
+#include "registry.hpp"
 
 namespace loom::engine {
 
@@ -51,6 +53,17 @@ int launcher_world_size() {
       if (n > 0) return n;
     }
   return 0;
+}
+
+void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& data) {
+  std::set<std::string> keep;
+  const loom_plugin_descriptor* target = registry.get(LOOM_KIND_GRAD, data).desc;
+  for (size_t i = 0; i < target->num_params; ++i) keep.insert(target->params[i].name);
+  for (const std::string& name : registry.names(LOOM_KIND_GRAD)) {
+    const loom_plugin_descriptor* d = registry.get(LOOM_KIND_GRAD, name).desc;
+    for (size_t i = 0; i < d->num_params; ++i)
+      if (!keep.count(d->params[i].name)) recipe.drop_key("parallel", d->params[i].name);
+  }
 }
 
 int64_t microbatches_per_step(const Recipe& recipe, int data_parallel) {

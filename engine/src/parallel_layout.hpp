@@ -9,6 +9,7 @@
 namespace loom::engine {
 
 class Recipe;
+class Registry;
 
 // parallel.tensor/context/pipeline/expert/virtual_stages/sequence_parallel.
 layout::Degrees layout_degrees(const Recipe& recipe);
@@ -22,6 +23,11 @@ int launcher_world_size();
 // n_kv_head) or the batch (global batch a multiple of micro-batch x data-parallel size; the
 // interleaved schedule needs micro-batches per step divisible by the pipeline size).
 void check_layout(const Recipe& recipe, int world);
+
+// Before validate, for a recipe whose parallel.data changes to `data` (a grad plugin): forgets
+// the [parallel] keys of the other grad plugins that `data` does not take (fsdp's zero_stage
+// when going to ddp), which would otherwise be refused as unknown.
+void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& data);
 
 // Micro-batches per step on each data-parallel rank.
 int64_t microbatches_per_step(const Recipe& recipe, int data_parallel);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -184,6 +185,34 @@ void Metrics::eval(int64_t iter, const std::vector<LossTerm>& terms) {
     for (size_t i = 1; i < terms.size(); ++i)
       tb_->scalar(terms[i].name + " validation", iter, terms[i].mean());
   }
+}
+
+std::vector<MetricsLine> read_metrics(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw RunError("cannot read metrics file " + path.string());
+  std::vector<MetricsLine> lines;
+  std::string text;
+  for (int n = 1; std::getline(in, text); ++n) {
+    if (text.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object() || !j.contains("iter") || !j["iter"].is_number_integer())
+      throw RunError(path.string() + ":" + std::to_string(n) +
+                     ": not a metrics line (a JSON object with \"iter\")");
+    MetricsLine line;
+    line.iter = j["iter"].get<int64_t>();
+    line.eval = j.contains("eval_loss");
+    for (const auto& [key, value] : j.items())
+      if (key != "iter" && value.is_number()) line.values[key] = value.get<double>();
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+bool is_loss_metric(const std::string& key) {
+  if (key.find('.') != std::string::npos) return false;  // a group of statistics
+  if (key == "loss" || key == "eval_loss") return true;
+  if (key.rfind("loss_", 0) == 0) return key != "loss_scale";
+  return key.rfind("eval_", 0) == 0;  // eval_<term>
 }
 
 }  // namespace loom::engine

@@ -303,4 +303,20 @@ class Metrics {
   double started_ = 0;                     // steady-clock seconds at construction
 };
 
+// One line of a metrics file as Metrics writes it: a step's ("loss", "grad_norm", "lr",
+// "loss_<term>", statistics) or an evaluation's ("eval_loss", "eval_<term>"), numbers only.
+struct MetricsLine {
+  int64_t iter = 0;
+  bool eval = false;
+  std::map<std::string, double> values;
+};
+// The lines of a metrics file, in order. Throws RunError naming the file and line when one
+// is not a JSON object with "iter".
+std::vector<MetricsLine> read_metrics(const std::filesystem::path& path);
+// Whether a metrics value is a term of the objective, which every layout must reproduce:
+// the loss, an extra loss "loss_<term>" (not the loss scale), an evaluation's. Statistics
+// ("moe_load.h3.e0", "eval_moe_load...": grouped by their dots), throughput, time and memory
+// are not.
+bool is_loss_metric(const std::string& key);
+
 }  // namespace loom::engine

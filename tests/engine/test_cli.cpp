@@ -346,7 +346,8 @@ TEST_CASE("huge or zero training sizes exit 2 at validation, naming the keys") {
 }
 
 TEST_CASE("--help and version exit 0") {
-  for (const char* cmd : {"run", "validate", "plugins", "generate", "pack", "install", "version"}) {
+  for (const char* cmd :
+       {"run", "validate", "plugins", "generate", "pack", "install", "version", "parity"}) {
     CAPTURE(cmd);
     Result r = run_loom(std::string(cmd) + " --help");
     CHECK(r.code == 0);
