@@ -621,7 +621,7 @@ int cmd_parity(const std::vector<std::string>& args) {
   o.mpiexec_args = c.list("mpiexec-arg");
   if (c.vm.count("keep")) o.keep = c.vm["keep"].as<std::string>();
   Registry registry;
-  registry.discover(true);
+  registry.discover();
   return run_parity(o, registry, std::cout);
 }
 

@@ -920,8 +920,13 @@ const PluginInfo& Registry::get(loom_plugin_kind kind, const std::string& name) 
   }
   std::string dirs;
   for (const fs::path& d : impl_->paths) dirs += (dirs.empty() ? "" : ":") + d.string();
-  throw UsageError("no plugin " + k + "/" + name + ": no " + k + " plugins found (searched " +
-                   dirs + "; set LOOM_PLUGIN_PATH)");
+  // Appended piece by piece: one long chain of `+` here trips g++ 12's -Wrestrict at -O3
+  // (a false positive in its inlined char_traits copy).
+  std::string message = "no plugin " + k + "/" + name;
+  message += ": no " + k + " plugins found (searched ";
+  message += dirs;
+  message += "; set LOOM_PLUGIN_PATH)";
+  throw UsageError(message);
 }
 
 std::string probe_plugin(const fs::path& so, PluginInfo& out) {

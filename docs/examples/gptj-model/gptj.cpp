@@ -85,7 +85,8 @@ const loom_plugin_descriptor kDescriptor = {
     kTransformerSchemaSize,
     &kApi,
     kDecoderCapabilities,  // loom.decode/1: `loom generate` works
-    &kDecoderDecode.base};
+    &kDecoderDecode.base,
+    nullptr};  // check_config (ABI 2.15)
 
 }  // namespace
 

@@ -156,7 +156,8 @@ const loom_plugin_descriptor kDescriptor = {
     sizeof(kParams) / sizeof(kParams[0]),
     &kApi,
     nullptr,   // capabilities
-    nullptr};  // ext
+    nullptr,   // ext
+    nullptr};  // check_config (ABI 2.15)
 
 }  // namespace
 
