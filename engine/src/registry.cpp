@@ -638,7 +638,8 @@ std::string selector_of_kind(loom_plugin_kind kind) {
 
 struct Registry::Impl {
   std::vector<fs::path> paths;
-  std::vector<PluginInfo> plugins;
+  // A deque: get() hands out references, and later loads must not move what they point at.
+  std::deque<PluginInfo> plugins;
   std::vector<Refusal> refused;
   std::vector<Library> libs;  // kept loaded: descriptors point into them
   bool discovered = false;
@@ -877,7 +878,7 @@ void Registry::discover(Discovery how) {
   impl_->discovered = true;
 }
 
-const std::vector<PluginInfo>& Registry::plugins() const { return impl_->plugins; }
+const std::deque<PluginInfo>& Registry::plugins() const { return impl_->plugins; }
 const std::vector<Refusal>& Registry::refused() const { return impl_->refused; }
 const std::vector<fs::path>& Registry::search_paths() const { return impl_->paths; }
 

@@ -2,6 +2,7 @@
 // one-line reason and never crashes the host.
 #pragma once
 
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -74,7 +75,7 @@ class Registry {
   void discover(Discovery how = Discovery::kOnDemand);
   void add_path(const std::filesystem::path& dir);  // searched after the others
   // The plugins loaded or listed so far (on demand: those asked for).
-  const std::vector<PluginInfo>& plugins() const;
+  const std::deque<PluginInfo>& plugins() const;  // stable: get() returns references into it
   // The names of kind's plugins: loaded, listed, or found by file name (not loaded).
   std::vector<std::string> names(loom_plugin_kind kind) const;
   const std::vector<Refusal>& refused() const;
