@@ -148,7 +148,10 @@ class Bytes {
   Bytes(const uint8_t* data, size_t size) : p_(data), n_(size) {}
   size_t left() const { return n_; }
   uint8_t byte() { return n_ ? (--n_, *p_++) : 0; }
-  uint16_t u16() { return static_cast<uint16_t>(byte() | byte() << 8); }
+  uint16_t u16() {
+    const unsigned lo = byte();  // first: the operands of | are not sequenced
+    return static_cast<uint16_t>(lo | byte() << 8);
+  }
   std::string_view take(size_t k) {
     k = std::min(k, n_);
     std::string_view s(reinterpret_cast<const char*>(p_), k);
