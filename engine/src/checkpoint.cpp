@@ -194,26 +194,36 @@ namespace {
 std::pair<fs::path, nlohmann::json> verified(const fs::path& dir) {
   fs::path path = resolve_checkpoint(dir);
   if (path.empty()) throw RunError("no checkpoint in " + dir.string());
-  if (!fs::exists(path / "manifest.json"))
+  const fs::path manifest = path / "manifest.json";
+  if (!fs::exists(manifest))
     throw RunError(path.string() + ": checkpoint folder without manifest.json");
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_text(path / "manifest.json"));
+    m = nlohmann::json::parse(read_text(manifest));
   } catch (const nlohmann::json::exception& e) {
-    throw RunError((path / "manifest.json").string() + ": corrupt: " + e.what());
+    throw RunError(manifest.string() + ": corrupt: " + e.what());
   }
-  if (m.value("format", "") != "loom-checkpoint" || m.value("version", 0) != 1)
+  if (!m.is_object() || m.value("format", nlohmann::json()) != "loom-checkpoint" ||
+      m.value("version", nlohmann::json()) != 1)
     throw RunError(path.string() + ": not a Loom v1 checkpoint");
   // Every file must be whole and unchanged before anything is loaded.
-  for (auto& [f, info] : m.at("files").items()) {
-    fs::path p = path / f;
-    if (!fs::exists(p)) throw RunError(path.string() + ": missing " + f);
-    uint64_t want = info.at("bytes").get<uint64_t>();
-    if (fs::file_size(p) != want)
-      throw RunError(p.string() + ": truncated or resized (" + std::to_string(fs::file_size(p)) +
-                     " bytes, manifest says " + std::to_string(want) + ")");
-    if (sha256_of_file(p) != info.at("sha256").get<std::string>())
-      throw RunError(p.string() + ": sha256 does not match the manifest (corrupt)");
+  try {
+    for (auto& [f, info] : m.at("files").items()) {
+      // A name in this folder: the manifest never sends a reader elsewhere.
+      if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos)
+        throw RunError(manifest.string() + ": file name '" + one_line(f, 80) +
+                       "' is not a name in the checkpoint folder");
+      fs::path p = path / f;
+      if (!fs::is_regular_file(p)) throw RunError(path.string() + ": missing " + f);
+      uint64_t want = info.at("bytes").get<uint64_t>();
+      if (fs::file_size(p) != want)
+        throw RunError(p.string() + ": truncated or resized (" + std::to_string(fs::file_size(p)) +
+                       " bytes, manifest says " + std::to_string(want) + ")");
+      if (sha256_of_file(p) != info.at("sha256").get<std::string>())
+        throw RunError(p.string() + ": sha256 does not match the manifest (corrupt)");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw RunError(manifest.string() + ": corrupt: " + e.what());
   }
   return {path, m};
 }
@@ -224,14 +234,18 @@ Checkpoint load_checkpoint(const fs::path& dir, const std::string& model_file,
                            const std::string& optimizer_file) {
   auto [path, m] = verified(dir);
   Checkpoint c;
-  c.iteration = m.at("iteration").get<int64_t>();
-  c.consumed_samples = m.at("consumed_samples").get<int64_t>();
-  c.seed = m.at("seed").get<uint64_t>();
+  try {
+    c.iteration = m.at("iteration").get<int64_t>();
+    c.consumed_samples = m.at("consumed_samples").get<int64_t>();
+    c.seed = m.at("seed").get<uint64_t>();
+    if (m.contains("state")) c.state = m.at("state").get<std::map<std::string, double>>();
+    if (m.contains("parallel")) c.parallel = m.at("parallel").get<std::map<std::string, int64_t>>();
+    for (auto& [f, info] : m.at("files").items()) c.files.insert(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw RunError((path / "manifest.json").string() + ": corrupt: " + e.what());
+  }
   c.recipe_toml = read_text(path / "recipe.toml");
-  if (m.contains("state")) c.state = m.at("state").get<std::map<std::string, double>>();
-  if (m.contains("parallel")) c.parallel = m.at("parallel").get<std::map<std::string, int64_t>>();
   c.folder = path;
-  for (auto& [f, info] : m.at("files").items()) c.files.insert(f);
   read_rank_files(c, model_file, optimizer_file);
   return c;
 }

@@ -52,13 +52,25 @@ StTensor fit_rows(const StTensor& t, int64_t rows) {
 
 ShardSpec ShardSpec::parse(const nlohmann::json& e, const std::string& where) {
   ShardSpec s;
+  // An integer field in [lo, hi], `def` when absent (a float or a huge number is refused
+  // here rather than converted).
+  auto integer = [&](const char* key, int64_t def, int64_t lo, int64_t hi) -> int64_t {
+    if (!e.contains(key)) return def;
+    const nlohmann::json& v = e.at(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)hi) ||
+        v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      throw RunError(where + ": malformed shard metadata: " + key + " is " + v.dump() +
+                     ", not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "]");
+    return v.get<int64_t>();
+  };
   try {
     s.full = e.at("shape").get<std::vector<int64_t>>();
-    s.split_dim = e.value("split_dim", -1);
-    s.tp = e.value("tp_size", 1);
-    s.rank = e.value("tp_rank", 0);
-    s.ep = e.value("ep_size", 1);
-    s.ep_rank = e.value("ep_rank", 0);
+    s.split_dim = (int)integer("split_dim", -1, -1, 64);
+    s.tp = (int)integer("tp_size", 1, 1, INT32_MAX);
+    s.rank = (int)integer("tp_rank", 0, 0, INT32_MAX);
+    s.ep = (int)integer("ep_size", 1, 1, INT32_MAX);
+    s.ep_rank = (int)integer("ep_rank", 0, 0, INT32_MAX);
     if (s.split_dim >= 0 && s.tp > 1) {
       if (s.split_dim >= (int)s.full.size()) throw RunError("split_dim outside the shape");
       s.blocks = e.value("blocks", std::vector<int64_t>{s.full[s.split_dim]});
@@ -68,8 +80,19 @@ ShardSpec ShardSpec::parse(const nlohmann::json& e, const std::string& where) {
   } catch (const nlohmann::json::exception& ex) {
     throw RunError(where + ": malformed shard metadata: " + ex.what());
   }
+  // The full tensor must be one that can be allocated: sizes >= 0, 8-byte elements counted
+  // in an int64 without overflow.
+  int64_t elements = 1;
+  for (int64_t d : s.full) {
+    if (d < 0 || (d > 0 && elements > (INT64_MAX / 8) / d))
+      throw RunError(where + ": the shard metadata's full shape " + shape_str(s.full) +
+                     " is negative or too large");
+    elements *= d;
+  }
   int64_t sum = 0;
   for (int64_t b : s.blocks) {
+    if (b < 0 || b > s.full[s.split_dim] - sum)
+      throw RunError(where + ": the shard metadata's blocks do not add up to the full extent");
     if (b % s.tp != 0) throw RunError(where + ": a block of the shard metadata does not divide");
     sum += b;
   }
@@ -220,9 +243,19 @@ StTensor take_shard(const ShardSpec& spec, const StTensor& full, int64_t vocab,
 
 namespace {
 
-nlohmann::json shard_meta(const std::map<std::string, std::string>& meta) {
+// A rank file's "loom.shards" metadata (an object of entries by tensor name), or {}.
+nlohmann::json shard_meta(const std::map<std::string, std::string>& meta, const fs::path& file) {
   auto it = meta.find("loom.shards");
-  return it == meta.end() ? nlohmann::json::object() : nlohmann::json::parse(it->second);
+  if (it == meta.end()) return nlohmann::json::object();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw RunError(file.string() + ": corrupt loom.shards metadata: " + e.what());
+  }
+  if (!j.is_object())
+    throw RunError(file.string() + ": corrupt loom.shards metadata: not a JSON object");
+  return j;
 }
 
 // "optimizer-tp01-pp000-dp1.safetensors" -> "-tp01-pp000": the model-parallel rank's tag,
@@ -262,13 +295,20 @@ namespace {
 
 ShardSpec whole(const StTensor& t) { return ShardSpec{t.shape, -1, {}, 1, 0, 1, 0}; }
 
+// Member `key` of a shard metadata entry, or a RunError naming the tensor.
+const nlohmann::json& json_at(const nlohmann::json& e, const char* key, const std::string& what) {
+  if (!e.is_object() || !e.contains(key))
+    throw RunError(what + ": malformed shard metadata: no \"" + key + "\"");
+  return e.at(key);
+}
+
 void merge_model_files(const fs::path& folder, FullCheckpoint& out,
                        std::map<std::string, nlohmann::json>& specs_by_tag,
                        const ParamFilter& want) {
   for (const std::string& f : files_of(folder, "model")) {
     std::map<std::string, std::string> meta;
     StFile part = read_safetensors(folder / f, &meta, want);
-    const nlohmann::json shards = shard_meta(meta);
+    const nlohmann::json shards = shard_meta(meta, folder / f);
     specs_by_tag[rank_tag(f, "model")] = shards;
     for (auto& [name, t] : part) {
       const std::string what = (folder / f).string() + ": " + name;
@@ -296,7 +336,7 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
     std::map<std::string, std::string> meta;
     StFile part = read_safetensors(
         folder / f, &meta, [&](const std::string& name) { return !want || want(param_of(name)); });
-    const nlohmann::json shards = shard_meta(meta);
+    const nlohmann::json shards = shard_meta(meta, folder / f);
     const std::string tag = rank_tag(f, "optimizer");
     const auto model_it = model_specs.find(tag);
     for (auto& [name, t] : part) {
@@ -307,18 +347,22 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
       const nlohmann::json* e = shards.contains(pname) ? &shards.at(pname) : nullptr;
       if (e && e->contains("flat_offset")) {
         // an expert parameter's flat slices put together per expert rank
-        const std::string slab = std::to_string(e->at("param").value("ep_rank", 0));
-        Flat& fl = flats[tag + '/' + slab + '\n' + full_name];
+        const nlohmann::json& param = json_at(*e, "param", what);
+        const ShardSpec spec = ShardSpec::parse(param, what);
+        Flat& fl = flats[tag + '/' + std::to_string(spec.ep_rank) + '\n' + full_name];
         if (fl.local.data.empty()) {
-          fl.spec = ShardSpec::parse(e->at("param"), what);
+          fl.spec = spec;
           fl.local = {t.dtype, fl.spec.local_shape(), {}};
           fl.local.data.assign((size_t)numel(fl.local.shape) * dtype_size(t.dtype), 0);
           fl.dst = dst;
           fl.what = what;
         }
-        const int64_t off = e->at("flat_offset").get<int64_t>(), n = numel(t.shape);
+        const nlohmann::json& offset = json_at(*e, "flat_offset", what);
+        if (!offset.is_number_integer())
+          throw RunError(what + ": malformed shard metadata: flat_offset is not an integer");
+        const int64_t off = offset.get<int64_t>(), n = numel(t.shape);
         const size_t es = dtype_size(t.dtype);
-        if (t.dtype != fl.local.dtype || off < 0 || off + n > numel(fl.local.shape))
+        if (t.dtype != fl.local.dtype || off < 0 || n > numel(fl.local.shape) - off)
           throw RunError(what + ": flat shard outside its parameter");
         std::memcpy(fl.local.data.data() + off * es, t.data.data(), (size_t)n * es);
         continue;
@@ -326,7 +370,7 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
       const nlohmann::json* m = model_it != model_specs.end() && model_it->second.contains(pname)
                                     ? &model_it->second.at(pname)
                                     : nullptr;
-      const nlohmann::json* spec = e ? &e->at("param") : m;
+      const nlohmann::json* spec = e ? &json_at(*e, "param", what) : m;
       // A pipeline duplicate (the tied embedding's copy on the last stage) has no model
       // entry in older checkpoints; its first stage's state is the same tensor.
       if (!spec && dst->count(full_name)) continue;

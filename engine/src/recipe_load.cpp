@@ -131,6 +131,16 @@ void apply_override(RawTree& tree, const std::string& text) {
     throw UsageError("--set expects section.key=value, got '" + text + "'");
   std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
   std::string value = text.substr(eq + 1);
+  // A value may be taken as written (a string key's always is), so it must be a TOML string
+  // too: the resolved recipe (to_toml, which a checkpoint saves and `loom generate` reads
+  // back) holds it, and TOML text is UTF-8.
+  Value as_text;
+  as_text.s = value;
+  try {
+    (void)toml::parse("k = " + toml_literal(as_text));
+  } catch (const toml::parse_error&) {
+    throw UsageError("--set " + lhs + ": the value is not valid UTF-8 text");
+  }
 
   Recipe::RawValue raw;
   raw.from_set = true;

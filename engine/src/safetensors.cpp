@@ -139,6 +139,11 @@ StFile read_safetensors(const std::filesystem::path& path,
       uint64_t numel = 1;
       for (int64_t d : t.shape) {
         if (d < 0) throw fail("tensor " + name + ": negative dimension");
+        // numel * es is at most the data size (checked below): larger shapes stop here,
+        // before the product can wrap around to a size that matches.
+        if (d > 0 && numel > data_size / es / (uint64_t)d)
+          throw fail("tensor " + name + ": shape " + shape_str(t.shape) + " of " + t.dtype +
+                     " is larger than the file's " + std::to_string(data_size) + " data bytes");
         numel *= (uint64_t)d;
       }
       if (numel * es != off[1] - off[0])

@@ -50,7 +50,7 @@ json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a huge number
     throw ApiError{400, std::string("malformed JSON: ") + e.what()};
   }
   if (!j.is_object())
