@@ -112,22 +112,6 @@ void add_set_option(Command& c) {
                           "override a recipe key: section.key=value (repeatable)");
 }
 
-// The ranks a launcher started this process among, and its rank there: mpirun (OpenMPI),
-// a PMI launcher (MPICH's Hydra, srun --mpi=pmi2), or an srun step. (SLURM_NTASKS alone is
-// the allocation's, set in an sbatch script that starts one process too.)
-std::pair<int, int> launched_as() {
-  const std::pair<const char*, const char*> vars[] = {
-      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
-      {"PMI_SIZE", "PMI_RANK"},
-      {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
-  for (const auto& [size, rank] : vars)
-    if (const char* n = std::getenv(size); n && std::atoi(n) > 1) {
-      const char* r = std::getenv(rank);
-      return {std::atoi(n), r ? std::atoi(r) : 0};
-    }
-  return {1, 0};
-}
-
 // A recipe without a [comm] plugin started as several ranks gets comm/mpi (logged once);
 // one that names comm/single is refused, by rank 0, with the fix, rather than let every rank
 // train alone (or fail on "world size 1 is not divisible by ...").

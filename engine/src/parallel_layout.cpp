@@ -1,6 +1,7 @@
 // Parallel layout checks and description (see parallel_layout.hpp).
 #include "parallel_layout.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -46,13 +47,31 @@ layout::Degrees layout_degrees(const Recipe& recipe) {
   return d;
 }
 
+namespace {
+// Each launcher's world-size and rank variables: mpirun (Open MPI), PMI, PMIx, an srun step.
+constexpr std::pair<const char*, const char*> kLauncherVars[] = {
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+    {"PMI_SIZE", "PMI_RANK"},
+    {"PMIX_SIZE", "PMIX_RANK"},
+    {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+int env_int(const char* var) {
+  const char* v = std::getenv(var);
+  return v ? std::atoi(v) : 0;
+}
+}  // namespace
+
+std::pair<int, int> launched_as() {
+  for (const auto& [size, rank] : kLauncherVars)
+    if (env_int(size) > 1) return {env_int(size), env_int(rank)};
+  return {1, 0};
+}
+
 int launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"})
-    if (const char* v = std::getenv(var)) {
-      int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  return 0;
+  for (const auto& [size, rank] : kLauncherVars)
+    if (env_int(size) > 0) return env_int(size);
+  // An sbatch script runs `loom validate` as one process of an allocation whose steps will
+  // start SLURM_NTASKS ranks: lay those out.
+  return std::max(env_int("SLURM_NTASKS"), 0);
 }
 
 void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& data) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "loom/cpp/layout.hpp"
 
@@ -14,8 +15,13 @@ class Registry;
 // parallel.tensor/context/pipeline/expert/virtual_stages/sequence_parallel.
 layout::Degrees layout_degrees(const Recipe& recipe);
 
-// The world size the launcher announces (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), or 0
-// when the process was not started by one.
+// The ranks a launcher started this process among, and its rank there: mpirun (Open MPI), a
+// PMI or PMIx launcher (MPICH's Hydra, srun --mpi=pmi2/pmix) or an srun step; {1, 0} when
+// none did. (SLURM_NTASKS alone is the allocation's, set in an sbatch script that starts
+// one process too.)
+std::pair<int, int> launched_as();
+// The world `loom validate` lays out by default: a launcher's world size (1 included), else an
+// sbatch allocation's SLURM_NTASKS, else 0 (none).
 int launcher_world_size();
 
 // Throws UsageError naming every number involved when the layout does not fit `world` ranks,
