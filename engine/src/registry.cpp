@@ -6,6 +6,7 @@
 #include "registry.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -463,6 +464,15 @@ ProbeReport probe_in_child(const fs::path& so, unsigned seconds = 60) {
   }
   if (pid == 0) {  // the child: load, write the findings, and leave without cleanup
     ::close(fds[0]);
+    // The library's crash is the report: the default action of each fatal signal (a
+    // sanitizer's handler would print pages and end with another signal), and whatever the
+    // library prints goes nowhere.
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) std::signal(sig, SIG_DFL);
+    if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) {
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+      ::close(null);
+    }
     ::alarm(seconds);
     Library lib;
     const loom_plugin_descriptor* d = nullptr;
