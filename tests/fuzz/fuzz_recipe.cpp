@@ -87,7 +87,8 @@ const PluginInfo& Registry::get(loom_plugin_kind kind, const std::string& name) 
        data ? kNumParams : kNumParams - 1,
        nullptr,
        nullptr,
-       nullptr};
+       nullptr,
+       nullptr};  // check_config
   PluginInfo& info = impl_->infos[key];
   info.kind = kind;
   info.name = name;
