@@ -129,6 +129,13 @@ StFile read_safetensors(const std::filesystem::path& path,
     try {
       StTensor t;
       t.dtype = v.at("dtype").get<std::string>();
+      // Integers only: nlohmann converts a float (4.6e21 written as an integer too large for
+      // 64 bits) to an integer type with undefined behaviour.
+      for (const char* key : {"shape", "data_offsets"})
+        for (const nlohmann::json& x : v.at(key))
+          if (!x.is_number_integer())
+            throw fail("tensor " + name + ": " + key + " holds " + x.dump(-1).substr(0, 40) +
+                       ", not a 64-bit integer");
       t.shape = v.at("shape").get<std::vector<int64_t>>();
       auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
       size_t es = dtype_size(t.dtype);
