@@ -74,7 +74,14 @@ run() {  # NAME [--set ...]
   }
 }
 run plain
-run overlap --set parallel.overlap_grad_reduce=true
+# A bucket completes during the backward pass only when the other rank has started it too; on
+# a loaded 2-core machine that rank can lag a whole backward pass behind (about 1 run in 5
+# under the full suite). The timing is observed up to 3 times; the numbers are checked once.
+for attempt in 1 2 3; do
+  run overlap --set parallel.overlap_grad_reduce=true
+  grep -q "complete during the backward pass" "$work/overlap.log" && break
+  echo "overlap run $attempt: no bucket completed during the backward passes (timing); again"
+done
 dist=(--set parallel.data=distributed-optimizer)
 run dist "${dist[@]}" --set checkpoint.save="$work/ck" --set checkpoint.interval=3
 run dist-overlap "${dist[@]}" --set parallel.overlap_grad_reduce=true
