@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "host.hpp"
+#include "step_timer.hpp"
 
 namespace loom::engine {
 
@@ -49,13 +51,42 @@ loom_error* AttentionGate::merge(loom_attention* gate, const loom_attention_merg
   return gated(g->info_, args, [&] { return g->api_->merge(g->self_, args); });
 }
 
+namespace {
+// The step profile's work of one attention call (step_timer.hpp): q(B,T,Hq,D) against S keys
+// is 4 B T Hq D S FLOPs forward in its two products (half of them under a causal mask), and
+// 2.5 times that backward (five products); bytes are every tensor read or written once.
+double attention_flops(const DLTensor* q, const DLTensor* k, int causal) {
+  if (q == nullptr || k == nullptr || q->ndim != 4 || k->ndim != 4) return 0;
+  return 4.0 * (double)loom_tensor_numel(q) * (double)k->shape[1] * (causal ? 0.5 : 1.0);
+}
+double tensor_bytes(std::initializer_list<const DLTensor*> ts) {
+  double b = 0;
+  for (const DLTensor* t : ts)
+    if (t) b += (double)loom_tensor_numel(t) * (double)loom_dtype_bytes(t->dtype);
+  return b;
+}
+}  // namespace
+
 loom_error* AttentionGate::forward(loom_attention* gate, const loom_attention_fwd_args* args) {
   auto* g = reinterpret_cast<AttentionGate*>(gate);
+  Work w;
+  if (args) {
+    w.flops = attention_flops(args->q, args->k, args->causal);
+    w.bytes = tensor_bytes({args->q, args->k, args->v, args->out, args->lse});
+  }
+  const StepTimer::Scope timed(TimeKind::attn_fwd, w);
   return gated(g->info_, args, [&] { return g->api_->forward(g->self_, args); });
 }
 
 loom_error* AttentionGate::backward(loom_attention* gate, const loom_attention_bwd_args* args) {
   auto* g = reinterpret_cast<AttentionGate*>(gate);
+  Work w;
+  if (args) {
+    w.flops = 2.5 * attention_flops(args->q, args->k, args->causal);
+    w.bytes = tensor_bytes({args->dout, args->q, args->k, args->v, args->out, args->lse, args->dq,
+                            args->dk, args->dv});
+  }
+  const StepTimer::Scope timed(TimeKind::attn_bwd, w);
   return gated(g->info_, args, [&] { return g->api_->backward(g->self_, args); });
 }
 

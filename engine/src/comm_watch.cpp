@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "host.hpp"
+#include "step_timer.hpp"
 
 namespace loom::engine {
 namespace {
@@ -35,7 +36,9 @@ std::string bytes_str(double b) {
 template <auto Slot, class... Rest>
 loom_error* watched(const char* name, loom_comm* c, const loom_comm_args* a, Rest... rest) {
   CommWatch& w = watch_of(c);
-  CommWatch::Wait wait(w, CommWatch::call_of(name, a));
+  const CommWatch::Call call = CommWatch::call_of(name, a);
+  const StepTimer::Scope timed(TimeKind::comm, Work{0, call.bytes > 0 ? (double)call.bytes : 0});
+  CommWatch::Wait wait(w, call);
   return (w.inner.api->*Slot)(w.inner.self, a, rest...);
 }
 

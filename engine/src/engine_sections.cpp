@@ -36,6 +36,13 @@ constexpr loom_param_spec kTrain[] = {
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+    param("timers", kBool, "false",
+          "the step profile (Megatron's --timing-log-level): every op, attention, comm, data "
+          "and optimizer call of a step timed on the device (events on a GPU, the clock on the "
+          "CPU) and summed by kind and by layer beside each kind's floor (FLOPs and bytes over "
+          "the GEMM rate and copy bandwidth measured at start), with the gap no call covers, "
+          "kernel launches, host synchronisations and device allocations per step; printed at "
+          "each log line and written to the metrics file and TensorBoard. Off: no cost"),
     param("nan_check", kString, "stop",
           "a loss or gradient norm that is not finite (fp16's overflows aside, which the loss "
           "scaler skips): stop, save the last good state and exit 1 naming the iteration, rank "

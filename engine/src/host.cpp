@@ -23,6 +23,7 @@
 #include "parallel_layout.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "step_timer.hpp"
 
 struct loom_host_context {
   loom::engine::Session* session;
@@ -126,6 +127,7 @@ struct Session::Impl {
   loom_parallel_layout layout{};
   std::map<int, loom_comm_group*> groups;
   std::unique_ptr<CommWatch> watch;  // comm.timeout_s over a multi-rank job's comm
+  std::unique_ptr<StepTimer> timer;  // train.timers
 
   Impl(Recipe& r, Registry& g) : recipe(r), registry(g) {}
 };
@@ -171,6 +173,7 @@ Session::~Session() {
   // (abort_job).
   if (std::uncaught_exceptions() > 0 && g_job.second == impl_->comm.second && g_job.second) return;
   if (g_job.second == impl_->comm.second) g_job = {nullptr, nullptr};
+  impl_->timer.reset();  // its marks go back to the backend before the backend goes
   // The groups are destroyed through the watch's table, so it goes last.
   for (auto it = impl_->destroyers.rbegin(); it != impl_->destroyers.rend(); ++it) (*it)();
   impl_->watch.reset();
@@ -286,8 +289,17 @@ static std::pair<const Api*, Self*>& create_once(Session& session, Session::Impl
 loom_backend_ref Session::backend() {
   auto& s = create_once(*this, *impl_, impl_->backend, LOOM_KIND_BACKEND, "backend",
                         LOOM_BACKEND_API_SIZE_V2);
+  if (impl_->timer) return impl_->timer->timed_backend();
   return {s.first, s.second};
 }
+StepTimer& Session::start_timer(DLDataType dtype) {
+  if (!impl_->timer) {
+    const loom_backend_ref raw = backend();
+    impl_->timer = std::make_unique<StepTimer>(raw, dtype);
+  }
+  return *impl_->timer;
+}
+StepTimer* Session::timer() { return impl_->timer.get(); }
 loom_attention_ref Session::attention() {
   auto& s = create_once(*this, *impl_, impl_->attention, LOOM_KIND_ATTENTION, "attention",
                         LOOM_ATTENTION_API_SIZE_V2);

@@ -39,6 +39,8 @@ bool job_abort_armed();
 int job_rank();  // this rank in that job
 [[noreturn]] void abort_job(int code);
 
+class StepTimer;
+
 class Session {
  public:
   Session(Recipe& recipe, Registry& registry);
@@ -82,6 +84,11 @@ class Session {
   int32_t grad_residency();
   // The pipeline schedule named by parallel.schedule (a schedule plugin).
   std::pair<const loom_schedule_api*, loom_schedule*> schedule();
+  // train.timers: the step profile over the backend, measuring its ceilings in `dtype`. From
+  // then on backend() hands out the timed table (step_timer.hpp); plugins created before keep
+  // the backend's own.
+  StepTimer& start_timer(DLDataType dtype);
+  StepTimer* timer();  // nullptr unless started
 
   struct Impl;  // defined in host.cpp
 

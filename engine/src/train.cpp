@@ -14,6 +14,7 @@
 
 #include "comm_watch.hpp"
 #include "errors.hpp"
+#include "step_timer.hpp"
 #include "train_run.hpp"
 #include "train_stop.hpp"
 
@@ -101,6 +102,7 @@ StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
   if (injected_nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
   const std::vector<LossTerm> losses = train_micro(r);
+  if (r.timer) r.timer->set_unit(-1);  // the rest of the step is outside the layers
   r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
@@ -127,6 +129,16 @@ void apply_update(TrainRun& r, StepStats& s, int64_t it) {
     double scale = 1.0 / s.loss_scale;
     if (r.grad_clip > 0 && s.grad_norm > r.grad_clip) scale *= r.grad_clip / (s.grad_norm + 1e-6);
     loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale, nullptr};
+    // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
+    // floor reads the gradients and reads and writes the main parameters and the state once,
+    // and writes the model's values (the f32 values themselves when there is no main copy).
+    if (r.timer && r.optimizer_floor_bytes < 0) {
+      const StateBytes b = r.state_bytes();
+      r.optimizer_floor_bytes =
+          b.grads + 2 * b.optimizer + (b.main > 0 ? 2 * b.main + b.values : 2 * b.values);
+    }
+    const StepTimer::Scope timed(TimeKind::optimizer,
+                                 Work{0, std::max(r.optimizer_floor_bytes, 0.0)});
     check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
     r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
     const auto [papi, par] = r.grad_strategy;
@@ -145,12 +157,14 @@ void apply_update(TrainRun& r, StepStats& s, int64_t it) {
 StepStats train_step(TrainRun& r, int64_t it) {
   const auto t0 = std::chrono::steady_clock::now();
   const double waited0 = CommWatch::waited_s();
+  if (r.timer) r.timer->begin_step();
   stall_for_test(r, it);
   StepStats s = compute_gradients(r, it, 0);
   if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
   apply_update(r, s, it);
   check(r.be.api->synchronize(r.be.self), "synchronize");
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.timer) r.timer->end_step(s.seconds);
   s.comm_wait_s = CommWatch::waited_s() - waited0;
   s.tokens_per_s = (double)(r.gbs * r.seq_len) / s.seconds;
   const double peak = r.info.peak_gflops * 1e9 * r.world;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "step_timer.hpp"
 #include "tensorboard.hpp"
 #include "train_run.hpp"
 
@@ -47,6 +48,33 @@ std::string human_duration(double s) {
     std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600),
                   (long long)(t % 3600 / 60));
   return buf;
+}
+
+// The step profile on a metrics line: per kind its ms, calls and floor per step, flat keys
+// ("timer_ms.gemm_fwd") as the other groups of statistics.
+void add_profile(nlohmann::json& line, const TimerReport& p) {
+  for (int k = 0; k < kTimeKinds; ++k) {
+    const size_t i = (size_t)k;
+    if (p.calls[i] == 0) continue;
+    const std::string name = time_kind_name((TimeKind)k);
+    line["timer_ms." + name] = p.ms[i];
+    line["timer_calls." + name] = p.calls[i];
+    line["timer_floor_ms." + name] = p.floor_ms(k);
+    line["timer_flops." + name] = p.flops[i];
+    line["timer_bytes." + name] = p.bytes[i];
+  }
+  line["timer_ms.gap"] = p.gap_ms();
+  line["timer_step_ms"] = p.step_ms;
+  for (size_t u = 0; u < p.unit_ms.size(); ++u)
+    line["timer_unit_ms." + std::to_string(u)] = p.unit_ms[u];
+  line["timer_outside_ms"] = p.outside_ms;
+  line["timer_steps"] = p.steps;
+  line["kernel_launches_per_step"] = p.launches;
+  line["host_syncs_per_step"] = p.host_syncs;
+  line["device_mallocs_per_step"] = p.mallocs;
+  line["device_mallocs_after_step2"] = p.mallocs_after_step2;
+  line["ceiling_gemm_tflops"] = p.gemm_tflops;
+  line["ceiling_copy_gbps"] = p.copy_gbps;
 }
 
 }  // namespace
@@ -89,6 +117,8 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
   std::optional<RankTimes> ranks;
   if (log && run_.world > 1) ranks = rank_times(interval_s_ / (double)interval_n_);
   if (log) interval_s_ = 0, interval_n_ = 0;
+  std::optional<TimerReport> profile;
+  if (log && run_.timer) profile = run_.timer->take();
   if (file_.is_open()) {
     nlohmann::json line = {{"iter", iter},
                            {"loss", s.loss},
@@ -107,6 +137,7 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
       line["busy_s_max_rank"] = ranks->max;
       line["slowest_rank"] = ranks->slowest;
     }
+    if (profile) add_profile(line, *profile);
     file_ << line.dump() << "\n" << std::flush;
   }
   if (tb_) {  // Megatron's tag names where it has them
@@ -120,6 +151,15 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
     tb_->scalar("throughput/mfu", iter, s.mfu);
     tb_->scalar("memory/peak-bytes", iter, (double)mem_peak);
     tb_->scalar("iteration-time", iter, s.seconds);
+    if (profile) {
+      for (int k = 0; k < kTimeKinds; ++k)
+        if (profile->calls[(size_t)k] > 0)
+          tb_->scalar(std::string("timers/") + time_kind_name((TimeKind)k) + "-ms", iter,
+                      profile->ms[(size_t)k]);
+      tb_->scalar("timers/gap-ms", iter, profile->gap_ms());
+      tb_->scalar("timers/kernel-launches", iter, profile->launches);
+      tb_->scalar("timers/host-syncs", iter, profile->host_syncs);
+    }
   }
   if (log) {
     for (const auto& [name, value] : s.extra_losses)
@@ -134,6 +174,7 @@ void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {
         iter, run_.iters, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
         human_bytes((double)mem_peak), human_duration(elapsed),
         human_duration(elapsed / done * (double)(run_.iters - iter)));
+    if (profile) spdlog::info("iter {:>6}/{} | {}", iter, run_.iters, format_report(*profile));
     if (ranks)
       spdlog::info(
           "iter {:>6}/{} | busy time per step over {} ranks (not waiting in comm): min {:.1f} "

@@ -7,12 +7,17 @@
 
 #include "errors.hpp"
 #include "loom/cpp/tensor.hpp"
+#include "step_timer.hpp"
 #include "train_run.hpp"
 
 namespace loom::engine {
 
 loom_error* TrainRun::on_unit_needed(void* user, int32_t unit, int32_t fill) {
-  const auto [papi, par] = static_cast<const ReadyChunk*>(user)->run->grad_strategy;
+  const TrainRun& r = *static_cast<const ReadyChunk*>(user)->run;
+  if (r.timer) r.timer->set_unit(unit);
+  // Asked only for the step profile's per-layer times: no strategy to tell.
+  if (r.residency == LOOM_RESIDENCY_NONE) return nullptr;
+  const auto [papi, par] = r.grad_strategy;
   if (papi == nullptr || papi->unit_needed == nullptr)
     return make_error(LOOM_ERR_INTERNAL,
                       "the model asked for a unit's values before the "

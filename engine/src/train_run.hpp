@@ -161,8 +161,10 @@ struct TrainRun {
   int world = 1, rank = 0;
   loom_parallel_layout layout{};
   int64_t dp = 1, gbs = 0, num_micro = 1;
-  int64_t vocab = 0;  // the tokenizer's (the model pads its embedding beyond it)
-  loom_backend_ref be{};
+  int64_t vocab = 0;                  // the tokenizer's (the model pads its embedding beyond it)
+  loom_backend_ref be{};              // the timed table under train.timers
+  StepTimer* timer = nullptr;         // train.timers (the session's)
+  double optimizer_floor_bytes = -1;  // the optimizer step's bytes, for its floor (train.cpp)
   loom_backend_info info{};
   std::array<std::unique_ptr<Sampler>, 3> samplers;
   Sampler* train_samples = nullptr;

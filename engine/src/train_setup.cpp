@@ -11,6 +11,7 @@
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "parallel_layout.hpp"
+#include "step_timer.hpp"
 #include "train_run.hpp"
 
 namespace loom::engine {
@@ -149,6 +150,8 @@ void Feed::fill_made(int64_t base) {
 
 loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
   auto* f = static_cast<Feed*>(user);
+  if (StepTimer* t = StepTimer::active()) t->set_unit(-1);  // between the model's calls
+  const StepTimer::Scope timed(TimeKind::data);
   try {
     // Data-parallel rank r takes samples r*mbs .. of each block of dp*mbs.
     const int64_t base = f->first + (i * f->dp + f->dp_rank) * f->mbs;
@@ -208,6 +211,11 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   }
 
   be = session.backend();
+  // train.timers: the timed table from here on, before the model and optimizer are made.
+  if (recipe.get_bool("train", "timers")) {
+    timer = &session.start_timer(compute);
+    be = session.backend();
+  }
   loom_tokenizer_ref tok = session.tokenizer();
   vocab = tok.api->vocab_size(tok.self);
   // Megatron's GPT dataset: samples wanted per split decide epochs and index arrays. The
@@ -272,10 +280,14 @@ void TrainRun::create_model(int64_t vocab) {
   const int stages = layout.pipeline * layout.virtual_stages;
   for (int v = 0; v < layout.virtual_stages; ++v) ready_chunks.push_back({this, (size_t)v});
   residency = session.grad_residency();
+  // The step profile's per-layer times: a model that keeps everything anyway (no strategy
+  // residency) is asked to announce its layers (NOTIFY), on one pipeline stage of one chunk,
+  // where the units are the whole model's layers.
+  const bool announce = timer && residency == LOOM_RESIDENCY_NONE && stages == 1;
   for (int v = 0; v < layout.virtual_stages; ++v) {
     loom_model_create_args margs =
         model_create_args(recipe, vocab, v * layout.pipeline + layout.pipeline_rank, stages);
-    margs.residency = residency;
+    margs.residency = announce ? LOOM_RESIDENCY_NOTIFY : residency;
     margs.unit_needed = &TrainRun::on_unit_needed;
     margs.unit_grads = &TrainRun::on_unit_grads;
     margs.residency_user = &ready_chunks[(size_t)v];

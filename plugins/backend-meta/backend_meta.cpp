@@ -63,6 +63,8 @@ loom_error* get_info(loom_backend* be, loom_backend_info* out) {
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_in_use)) out->mem_in_use = be->in_use;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_peak)) out->mem_peak = be->peak;
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_total)) out->mem_total = 0;  // no device
+    if (LOOM_HAS_FIELD(out, loom_backend_info, device_mallocs))
+      out->kernel_launches = out->host_syncs = out->device_mallocs = 0;
   });
 }
 

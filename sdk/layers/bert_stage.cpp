@@ -26,7 +26,7 @@ void DecoderModel::bert_head_backward(Slot& S, DLTensor* dx) {
     View logits = view(S.logits, {N, V}), dn = view(S.bert.dn, {N, C});
     View bn = view(S.bert.n, {N, C});
     if (V > 0) {
-      head_.backward(ctx_, dn, logits, bn, N);
+      head_.backward(ctx_, dn, logits, head_.cols, bn, N);
       loom::bias_backward(ctx_.be, bert_.dbias.get(), logits);
     } else {
       ctx_.call(&loom_ops::fill, dn.get(), 0.0);

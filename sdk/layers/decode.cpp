@@ -111,7 +111,7 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   View x = view(dec_res_[cur], {N, C}), y = view(dec_acts_.ln1, {N, C});
   View mean = view(dec_acts_.ln1_mean, {N}), rstd = view(dec_acts_.ln1_rstd, {N});
   ln_f_.forward(ctx_, y, mean, rstd, x);
-  if (head_.vocab > 0) head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
+  if (head_.vocab > 0) head_.forward(ctx_, out, head_.vocab, y, B, n * C, (n - 1) * C);
   dec_out_.to_host(ctx_, head_, B, opt_.vocab, logits);
   for (int64_t b = 0; b < num; ++b) slot_len_[slots[b]] += n;
 }

@@ -54,6 +54,7 @@ void DecoderModel::make_unit(size_t u) {
     if (!o.post_norm) ln_f_ = Norm::make(o, ps, "ln_f");
     if (!o.classifier) {
       head_ = LmHead::make(o, ps, ctx_);
+      if (!o.bert) head_.pad_logits(ctx_);  // BERT adds its own bias over `vocab` columns
       ce_.shard = head_.shard;
     }
     if (o.bert) bert_ = BertHead::make(o, ps, head_.vocab);
@@ -68,6 +69,10 @@ void DecoderModel::unit_need(size_t u, bool backward) {
   if (grads) params_.alloc_grads(ctx_, u);
   if (fill || grads) make_unit(u);
   loom::check(ctx_.host, args_.unit_needed(args_.residency_user, (int32_t)u, fill ? 1 : 0));
+}
+
+void DecoderModel::announce_head(bool backward) {
+  if (params_.residency() == LOOM_RESIDENCY_NOTIFY) unit_need(0, backward);
 }
 
 void DecoderModel::unit_done(size_t u, bool backward) {

@@ -49,7 +49,7 @@ Slot& DecoderModel::slot(int64_t i) {
     if (o.norm_mean()) S->lnf_mean = ctx_.alloc(st, {nl});
     S->lnf_rstd = ctx_.alloc(st, {nl});
     if (ctx_.tp.sequence_parallel) S->lnf_full = ctx_.alloc({N, C});
-    if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.vocab});
+    if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.cols});
     // losses and the loss statistics: f32 under mixed precision (backend.h)
     if (ctx_.tp.active()) {
       S->lse = ctx_.alloc(st, {N});
@@ -245,10 +245,10 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
   const loom::tp::Group& g = ctx_.tp;
   upload_ids(S.targets, targets, N, true);
   const DLTensor* x = final_norm(S);
-  View logits = view(S.logits, {N, V}), tgt = view(S.targets, {N});
+  View logits = view(S.logits, {N, head_.cols}), tgt = view(S.targets, {N});
   View bn = view(S.bert.n, {N, C});
   if (opt_.bert) bert_.transform_forward(ctx_, S.bert, x, N);  // the LM head's transform
-  if (V > 0) head_.forward(ctx_, logits, opt_.bert ? bn.get() : x, N, C, 0);
+  if (V > 0) head_.forward(ctx_, logits, head_.cols, opt_.bert ? bn.get() : x, N, C, 0);
   if (V > 0 && opt_.bert) loom::bias_add(ctx_.be, logits.get(), bert_.bias);
   if (g.active() || per_token) {  // the statistics path also tells the most likely token
     if (!S.stats) {
@@ -289,7 +289,7 @@ void DecoderModel::head_backward(Slot& S) {
   View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
   View full = view(S.lnf_full, {N, C}), dln = view(grads_.dln, {nl, C});
   View dres = view(grads_.dres, {nl, C}), dxf = view(sp_.dx_full, {N, C});
-  View logits = view(S.logits, {N, V});
+  View logits = view(S.logits, {N, head_.cols});
   DLTensor* dx = g.sequence_parallel ? dxf.get() : dln.get();
   if (opt_.bert) {
     bert_head_backward(S, dx);
@@ -299,7 +299,7 @@ void DecoderModel::head_backward(Slot& S) {
     }
   } else {
     if (V > 0)
-      head_.backward(ctx_, dx, logits, g.sequence_parallel ? full.get() : lnf.get(), N);
+      head_.backward(ctx_, dx, logits, head_.cols, g.sequence_parallel ? full.get() : lnf.get(), N);
     else  // this rank holds only padding: no contribution
       ctx_.call(&loom_ops::fill, dx, 0.0);
     if (g.sequence_parallel)
@@ -410,6 +410,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     a.num_losses = 2;
     a.losses = losses_.data();
   } else if (opt_.last()) {
+    announce_head(false);
     const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
     double count = 0;
     for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
@@ -477,6 +478,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   }
   layers_backward(S);
   if (opt_.first()) {
+    announce_head(true);
     if (opt_.post_norm) emb_norm_backward(S);
     embed_backward(S);
     a.num_dinputs = 0;

@@ -178,7 +178,7 @@ void T5Model::decode_slots(const int64_t* slots, int64_t num, const int32_t* tok
   View x = view(gen_res_[cur], {N, C}), y = view(gen_acts_.ln1, {N, C});
   dec_ln_f_.forward(ctx_, y, view(gen_acts_.ln1_mean, {N}), view(gen_acts_.ln1_rstd, {N}), x);
   if (head_.vocab > 0) {
-    head_.forward(ctx_, out, y, B, n * C, (n - 1) * C);
+    head_.forward(ctx_, out, head_.vocab, y, B, n * C, (n - 1) * C);
     loom::bias_add(ctx_.be, out.get(), bias_);
   }
   gen_out_.to_host(ctx_, head_, B, opt_.vocab, logits);

@@ -133,7 +133,7 @@ double T5Model::head_forward(T5Slot& S, const int32_t* targets, bool grad) {
   upload(S.targets, targets, N, true, true);
   View logits = view(S.logits, {N, V}), tgt = view(S.targets, {N}), y = view(S.lnf, {N, C});
   if (V > 0) {
-    head_.forward(ctx_, logits, y, N, C, 0);
+    head_.forward(ctx_, logits, head_.cols, y, N, C, 0);
     loom::bias_add(ctx_.be, logits.get(), bias_);
   }
   const double scale = S.loss_scale * S.lm_weight;
@@ -166,7 +166,7 @@ void T5Model::head_backward(T5Slot& S) {
   const int64_t N = S.nd, C = opt_.n_embd, V = head_.vocab;
   View logits = view(S.logits, {N, V}), y = view(S.lnf, {N, C}), dln = view(grads_.dln, {N, C});
   if (V > 0) {
-    head_.backward(ctx_, dln, logits, y, N);
+    head_.backward(ctx_, dln, logits, head_.cols, y, N);
     loom::bias_backward(ctx_.be, dbias_.get(), logits);
   } else {  // this rank holds only padding
     ctx_.call(&loom_ops::fill, dln.get(), 0.0);

@@ -130,14 +130,14 @@ Listing build() {
   F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm)
   END
   STRUCT(loom_backend_info)
-  F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak) F(mem_total)
+  F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak) F(mem_total) F(kernel_launches) F(host_syncs) F(device_mallocs)
   END
   STRUCT(loom_backend_api)
   F(struct_size) F(create) F(destroy) F(get_info) F(alloc_tensor) F(free_tensor) F(to_host)
   F(from_host) F(synchronize) F(ops) F(get_ext)
   END
   STRUCT(loom_device_stream)
-  F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free)
+  F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free) F(timer_record) F(timer_elapsed) F(timer_free)
   END
   // attention.h
   STRUCT(loom_attention_fwd_args)

@@ -221,6 +221,9 @@ loom_error* cpu_get_info(loom_backend* be, loom_backend_info* out) noexcept {
       const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
       out->mem_total = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
     }
+    // ABI 2.16: no kernels, no device to wait for, no device memory.
+    if (LOOM_HAS_FIELD(out, loom_backend_info, device_mallocs))
+      out->kernel_launches = out->host_syncs = out->device_mallocs = 0;
   });
 }
 

@@ -23,6 +23,13 @@
 namespace loom_cpu {
 namespace {
 
+// exp(x - m), exactly 0 for a logit of -inf (the LM head's padding columns): the vectorised
+// exp clamps its argument at -80, which would give such a column 1.8e-35 of the probability.
+template <class T>
+inline T prob(T x, T m) {
+  return x == -std::numeric_limits<T>::infinity() ? T(0) : loom::vexp(x - m);
+}
+
 template <class T>
 LOOM_CPU_CLONES void cross_entropy_kernel(T* losses, T* dlogits, const T* logits,
                                           const int32_t* targets, int64_t N, int64_t V, T dloss,
@@ -51,13 +58,13 @@ LOOM_CPU_CLONES void cross_entropy_kernel(T* losses, T* dlogits, const T* logits
       // aliasing dlogits is fine) and scale it by dloss / sum afterwards.
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < V; ++j) {
-        T e = loom::vexp(x[j] - mx);
+        T e = prob(x[j], mx);
         d[j] = e;
         sum += e;
       }
     } else {
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < V; ++j) sum += loom::vexp(x[j] - mx);
+      for (int64_t j = 0; j < V; ++j) sum += prob(x[j], mx);
     }
     // (mx - x_t) first: both are large when logits are, their difference is exact-ish, and
     // adding log(sum) to mx first would round it to mx's ulp.
@@ -84,7 +91,7 @@ LOOM_CPU_CLONES void vocab_stats_kernel(T* stats, const T* logits, const int32_t
     for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += loom::vexp(x[j] - mx);
+    for (int64_t j = 0; j < V; ++j) sum += prob(x[j], mx);
     int64_t local = targets[n] < 0 ? -1 : int64_t{targets[n]} - vs;
     stats[3 * n + 0] = mx;
     stats[3 * n + 1] = sum;
@@ -108,7 +115,7 @@ LOOM_CPU_CLONES void vocab_backward_kernel(T* dlogits, const T* logits, const in
     // Same index read and written, so a dlogits aliasing logits is fine.
     T l = lse[n];
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) d[j] = dloss * loom::vexp(x[j] - l);
+    for (int64_t j = 0; j < V; ++j) d[j] = dloss * prob(x[j], l);
     int64_t local = int64_t{targets[n]} - vs;
     if (local >= 0 && local < V) d[local] -= dloss;
   }

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cuda_backend.hpp"
 #include "loom/cpp/plugin.hpp"
 
 namespace loom_cuda {
@@ -33,12 +34,12 @@ void* CachingAllocator::allocate(size_t bytes) {
     it->second.pop_back();
     cached_ -= size;
   } else {
-    cudaError_t e = cudaMalloc(&p, size);
+    cudaError_t e = device_malloc(&p, size);
     if (e == cudaErrorMemoryAllocation && cached_ > 0) {
       // Blocks of other classes may be sitting idle: give them back and try once more.
       (void)cudaGetLastError();
       empty_cache();
-      e = cudaMalloc(&p, size);
+      e = device_malloc(&p, size);
     }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed

@@ -106,7 +106,7 @@ loom_error* cuda_to_host(loom_backend* be, const DLTensor* src, void* dst, size_
     if (bytes == 0) return;
     LOOM_CUDA_CHECK("to_host", cudaMemcpyAsync(dst, p, bytes, cudaMemcpyDeviceToHost, b.stream));
     // The caller reads dst when we return: wait, and surface any earlier asynchronous error.
-    LOOM_CUDA_CHECK("to_host", cudaStreamSynchronize(b.stream));
+    LOOM_CUDA_CHECK("to_host", stream_sync(b.stream));
   });
 }
 
@@ -123,14 +123,13 @@ loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
     LOOM_CUDA_CHECK("from_host", cudaMemcpyAsync(p, src, bytes, cudaMemcpyHostToDevice, b.stream));
     // The caller may reuse src when we return (pageable memory is staged, but only a
     // synchronised copy is guaranteed to have read it).
-    LOOM_CUDA_CHECK("from_host", cudaStreamSynchronize(b.stream));
+    LOOM_CUDA_CHECK("from_host", stream_sync(b.stream));
   });
 }
 
 loom_error* cuda_synchronize(loom_backend* be) noexcept {
-  return run_op(be, "synchronize", [](loom_backend& b) {
-    LOOM_CUDA_CHECK("synchronize", cudaStreamSynchronize(b.stream));
-  });
+  return run_op(be, "synchronize",
+                [](loom_backend& b) { LOOM_CUDA_CHECK("synchronize", stream_sync(b.stream)); });
 }
 
 // ---- loom.device-stream/1: the instance's stream, and events on it ------------------------------
@@ -160,12 +159,40 @@ loom_error* cuda_event_wait(loom_backend* be, void* event) noexcept {
 loom_error* cuda_event_sync(loom_backend* be, void* event) noexcept {
   return run_op(be, "event_sync", [&](loom_backend&) {
     if (event == nullptr) return;
+    g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
     LOOM_CUDA_CHECK("event_sync", cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   });
 }
 
 void cuda_event_free(loom_backend*, void* event) noexcept {
   if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+// Timing marks (ABI 2.16): events that keep their time, which event_record's do not (timing
+// makes recording dearer, so ordering events go without).
+loom_error* cuda_timer_record(loom_backend* be, void** mark) noexcept {
+  return run_op(be, "timer_record", [&](loom_backend& b) {
+    if (mark == nullptr) fail("timer_record", "mark is NULL");
+    cudaEvent_t e = nullptr;
+    LOOM_CUDA_CHECK("timer_record", cudaEventCreate(&e));
+    const cudaError_t rc = cudaEventRecord(e, b.stream);
+    if (rc != cudaSuccess) cudaEventDestroy(e);
+    LOOM_CUDA_CHECK("timer_record", rc);
+    *mark = e;
+  });
+}
+
+// Waits for `end` (not counted as a host sync: the profile's own wait, once per step).
+loom_error* cuda_timer_elapsed(loom_backend* be, void* start, void* end, double* ms) noexcept {
+  return run_op(be, "timer_elapsed", [&](loom_backend&) {
+    if (start == nullptr || end == nullptr || ms == nullptr)
+      fail("timer_elapsed", "start, end and ms must not be NULL");
+    LOOM_CUDA_CHECK("timer_elapsed", cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+    float t = 0;
+    LOOM_CUDA_CHECK("timer_elapsed", cudaEventElapsedTime(&t, static_cast<cudaEvent_t>(start),
+                                                          static_cast<cudaEvent_t>(end)));
+    *ms = t;
+  });
 }
 
 loom_device_stream make_device_stream(const loom_backend& b) {
@@ -175,6 +202,9 @@ loom_device_stream make_device_stream(const loom_backend& b) {
                             cuda_event_record,
                             cuda_event_wait,
                             cuda_event_sync,
+                            cuda_event_free,
+                            cuda_timer_record,
+                            cuda_timer_elapsed,
                             cuda_event_free};
 }
 
@@ -267,7 +297,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
                     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     be->alloc = new CachingAllocator(be->device);
     be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20);
-    LOOM_CUDA_CHECK("create", cudaMalloc(&be->scratch, kScratchBytes));
+    LOOM_CUDA_CHECK("create", device_malloc(&be->scratch, kScratchBytes));
     be->scratch_bytes = kScratchBytes;
 
     cudaDeviceProp prop{};
@@ -289,7 +319,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
 void cuda_destroy(loom_backend* be) noexcept {
   if (be == nullptr) return;
   (void)cudaSetDevice(be->device);
-  if (be->stream) (void)cudaStreamSynchronize(be->stream);
+  if (be->stream) (void)stream_sync(be->stream);
   if (be->alloc && be->alloc->live_blocks() > 0)
     loom::log(be->host, LOOM_LOG_WARN,
               "backend/cuda: destroy: " + std::to_string(be->alloc->live_blocks()) + " tensors (" +
@@ -314,6 +344,11 @@ loom_error* cuda_get_info(loom_backend* be, loom_backend_info* out) noexcept {
     if (LOOM_HAS_FIELD(out, loom_backend_info, mem_total)) {
       size_t free_bytes = 0, total = 0;
       out->mem_total = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess ? total : 0;
+    }
+    if (LOOM_HAS_FIELD(out, loom_backend_info, device_mallocs)) {
+      out->kernel_launches = g_counters.launches.load();
+      out->host_syncs = g_counters.syncs.load();
+      out->device_mallocs = g_counters.mallocs.load();
     }
   });
 }

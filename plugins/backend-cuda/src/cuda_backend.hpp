@@ -51,8 +51,27 @@ inline void check_cuda(cudaError_t e, const char* op, const char* call) {
          e == cudaErrorMemoryAllocation ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL);
 }
 #define LOOM_CUDA_CHECK(op, call) ::loom_cuda::check_cuda((call), (op), #call)
-// After a kernel launch: launch-configuration errors surface here, not later.
-#define LOOM_CUDA_LAUNCHED(op) ::loom_cuda::check_cuda(cudaGetLastError(), (op), "kernel launch")
+
+// What get_info reports as kernel_launches, host_syncs and device_mallocs (ABI 2.16): counted
+// for the whole plugin, which drives one device per process.
+struct Counters {
+  std::atomic<uint64_t> launches{0}, syncs{0}, mallocs{0};
+};
+inline Counters g_counters;
+// The host waits for the stream (counted).
+inline cudaError_t stream_sync(cudaStream_t s) {
+  g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  return cudaStreamSynchronize(s);
+}
+// A device allocation asked of the runtime (counted).
+inline cudaError_t device_malloc(void** p, size_t bytes) {
+  g_counters.mallocs.fetch_add(1, std::memory_order_relaxed);
+  return cudaMalloc(p, bytes);
+}
+// After a kernel launch: launch-configuration errors surface here, not later. Counts it.
+#define LOOM_CUDA_LAUNCHED(op)                                               \
+  (::loom_cuda::g_counters.launches.fetch_add(1, std::memory_order_relaxed), \
+   ::loom_cuda::check_cuda(cudaGetLastError(), (op), "kernel launch"))
 
 // The answer to ops args that loom::ops_args_refusal refuses (`why`), naming the op; defined
 // after run_op below.

@@ -347,7 +347,7 @@ loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexce
       }
       LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, count * sizeof(double),
                                           cudaMemcpyDeviceToHost, b.stream));
-      LOOM_CUDA_CHECK(op, cudaStreamSynchronize(b.stream));
+      LOOM_CUDA_CHECK(op, stream_sync(b.stream));
     }
   });
 }

@@ -361,9 +361,19 @@ typedef struct loom_backend_info {
   /* ABI 2.11: the device's memory in bytes (the GPU's; the host's physical memory for the
    * CPU), or 0 when unknown: what `loom validate --memory` sets the estimate against. */
   size_t mem_total;
+  /* --- ABI 2.11 ends here; append new fields below this line only. --- */
+  /* ABI 2.16: counters since create, for the step profile (train.timers): kernels launched
+   * by the ops (a library call such as one cuBLASLt matmul counts one), host waits on the
+   * device (stream and event synchronisations, blocking copies) and device allocations that
+   * reached the driver (a caching allocator's reuse is not one). 0 where nothing is counted:
+   * backend/cpu launches nothing and never waits. */
+  uint64_t kernel_launches;
+  uint64_t host_syncs;
+  uint64_t device_mallocs;
 } loom_backend_info;
 #define LOOM_BACKEND_INFO_SIZE_V2 LOOM_STRUCT_SIZE(loom_backend_info, mem_peak)
 #define LOOM_BACKEND_INFO_SIZE_V2_11 LOOM_STRUCT_SIZE(loom_backend_info, mem_total)
+#define LOOM_BACKEND_INFO_SIZE_V2_16 LOOM_STRUCT_SIZE(loom_backend_info, device_mallocs)
 
 /* ----- loom.device-stream/1 ------------------------------------------------------------
  * The backend instance's device and stream, for plugins that bring their own device code (an
@@ -374,8 +384,8 @@ typedef struct loom_backend_info {
  * backend table's get_ext; the backend lists the id in its descriptor's capabilities. */
 #define LOOM_EXT_DEVICE_STREAM "loom.device-stream/1"
 /* Contract tags (common.h):
- *   event_record, event_wait, event_free: owner, local, stream
- *   event_sync: owner, local, blocks */
+ *   event_record, event_wait, event_free, timer_record, timer_free: owner, local, stream
+ *   event_sync, timer_elapsed: owner, local, blocks */
 typedef struct loom_device_stream {
   loom_ext base; /* id LOOM_EXT_DEVICE_STREAM; base.struct_size = sizeof the whole table */
   DLDevice device;
@@ -389,8 +399,17 @@ typedef struct loom_device_stream {
   loom_error* (*event_sync)(loom_backend* be, void* event);
   void (*event_free)(loom_backend* be, void* event); /* accepts NULL */
   /* --- loom.device-stream/1 ends here; append new slots below this line only. --- */
+  /* ABI 2.16: timing marks, for the step profile (train.timers). timer_record: *mark (out;
+   * free it with timer_free) at the stream's current end, holding the time the device reaches
+   * it; timer_elapsed: the milliseconds from `start` to `end`, blocking until `end` has
+   * passed. On the CPU a mark holds the host clock at the call, when all work before it is
+   * done. A table shorter than LOOM_DEVICE_STREAM_SIZE_V2_16 (base.struct_size) has none. */
+  loom_error* (*timer_record)(loom_backend* be, void** mark);
+  loom_error* (*timer_elapsed)(loom_backend* be, void* start, void* end, double* ms);
+  void (*timer_free)(loom_backend* be, void* mark); /* accepts NULL */
 } loom_device_stream;
 #define LOOM_DEVICE_STREAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_device_stream, event_free)
+#define LOOM_DEVICE_STREAM_SIZE_V2_16 LOOM_STRUCT_SIZE(loom_device_stream, timer_free)
 
 /* Contract tags (common.h):
  *   create, destroy, get_info, alloc_tensor, free_tensor, to_host, from_host, synchronize, get_ext:

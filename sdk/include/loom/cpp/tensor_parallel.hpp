@@ -287,9 +287,10 @@ struct VocabParallelEmbedding {
   }
 };
 
-// Cross-entropy over logits whose vocabulary is split over the group. logits (n, real) are
-// this rank's real vocabulary columns [shard.start, shard.start + real); padded entries are
-// never computed, so they cannot enter the loss. Each rank's (n, 3) statistics (row max,
+// Cross-entropy over logits whose vocabulary is split over the group. logits (n, width) are
+// this rank's vocabulary columns [shard.start, shard.start + width): the real ones, or (the
+// LM head's aligned buffer) the whole shard with its padding columns at -inf; padded entries
+// are never computed, so they cannot enter the loss. Each rank's (n, 3) statistics (row max,
 // sum of exponentials, target logit) are gathered and combined on the host into the global
 // log-sum-exp and the token losses; backward is vocab_ce_backward with that lse.
 class VocabParallelCrossEntropy {
@@ -307,7 +308,7 @@ class VocabParallelCrossEntropy {
     const bool f64 = stats->dtype.bits == 64;
     View sv(stats, {n, 3}), gv(gathered, {(int64_t)g.size * n, 3}), lv(lse, {n});
     if (shard.real > 0) {
-      View lg(logits, {n, shard.real});
+      View lg(logits, {n, width(logits)});
       View tg(targets, {n});
       loom::vocab_ce_stats(be, sv.get(), lg, tg, shard.start);
     } else {  // all padding: contributes exp(-inf) = 0
@@ -342,11 +343,16 @@ class VocabParallelCrossEntropy {
     upload(be, lv.get(), l, f64);
     return sum;
   }
-  // dlogits (n, real) = dloss * (softmax - onehot), in place over the logits when aliased.
+  // The row width of a logits buffer: its columns, which may include the padding at -inf.
+  int64_t width(const DLTensor* logits) const {
+    return logits && logits->ndim == 2 ? logits->shape[1] : shard.real;
+  }
+  // dlogits (n, width) = dloss * (softmax - onehot), in place over the logits when aliased.
   void backward(const Backend& be, DLTensor* dlogits, const DLTensor* logits,
                 const DLTensor* targets, const DLTensor* lse, int64_t n, double dloss) const {
     if (shard.real == 0) return;
-    View dv(dlogits, {n, shard.real}), lg(logits, {n, shard.real}), tg(targets, {n}), lv(lse, {n});
+    const int64_t w = width(logits);
+    View dv(dlogits, {n, w}), lg(logits, {n, w}), tg(targets, {n}), lv(lse, {n});
     loom::vocab_ce_backward(be, dv.get(), lg, tg, shard.start, lv, dloss);
   }
 

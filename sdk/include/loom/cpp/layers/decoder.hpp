@@ -161,6 +161,11 @@ class DecoderModel {
   void make_unit(size_t u);
   void unit_need(size_t u, bool backward);
   void unit_done(size_t u, bool backward);
+  // Under NOTIFY only: unit 0 (embedding and head) again, when the head's forward or the
+  // embedding's backward starts after the layers, so the host can tell them from the last
+  // layer (the step profile's per-layer times). The strategies that move memory are not
+  // told twice.
+  void announce_head(bool backward);
   int64_t group_last(size_t l) const;
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post

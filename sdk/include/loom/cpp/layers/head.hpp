@@ -16,13 +16,23 @@ struct LmHead {
   DLTensor* dw = nullptr;
   int64_t vocab = 0, C = 0;  // vocab: the real rows of this rank's shard
   loom::tp::VocabShard shard;
+  // The row width of the training logits: `vocab`, or after pad_logits this rank's padded
+  // shard width, so that every row of bf16 logits starts 16-byte aligned. An odd width such
+  // as GPT-2's 50,257 sends the head's three GEMMs down cuBLASLt's unaligned kernels (the
+  // step profile measured them 6x slower than the layers' on an H200). The padding columns
+  // are never computed: `mask` (cols: 0, then -inf) sets them to -inf, so the softmax gives
+  // them nothing and their gradient is never read.
+  int64_t cols = 0;
+  Tensor mask;
 
   static LmHead make(const Options& o, ParamStore& ps, const Ctx& c);
-  // logits(n, vocab) = x(n,C) W[:vocab]^T; x rows `row_pitch` elements apart from `x_off`
-  void forward(const Ctx& c, DLTensor* logits, const DLTensor* x, int64_t n, int64_t row_pitch,
-               int64_t x_off) const;
-  // dx(n,C) = dlogits W[:vocab]; dW[:vocab] += dlogits^T x
-  void backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, const DLTensor* x,
+  void pad_logits(const Ctx& c);
+  // logits(n, vocab) = x(n,C) W[:vocab]^T, logits rows `ld` apart, x rows `row_pitch` elements
+  // apart from `x_off`; then the padding columns [vocab, ld) set to -inf when ld == cols > vocab
+  void forward(const Ctx& c, DLTensor* logits, int64_t ld, const DLTensor* x, int64_t n,
+               int64_t row_pitch, int64_t x_off) const;
+  // dx(n,C) = dlogits[:, :vocab] W[:vocab]; dW[:vocab] += dlogits[:, :vocab]^T x (rows `ld` apart)
+  void backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64_t ld, const DLTensor* x,
                 int64_t n) const;
 };
 
