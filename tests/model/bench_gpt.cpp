@@ -4,15 +4,22 @@
 // (flops_per_token x tokens/s).
 //
 //   loom-bench-gpt [--batch=4] [--seq=64] [--warmup=2] [--steps=5] [--threads=0]
-//                  [--n_layer=12] [--n_embd=768] [--n_head=12] [--vocab=50304]
+//                  [--n_layer=12] [--n_embd=768] [--n_head=12] [--vocab=50304] [--profile=1]
+//
+// --profile=1: the engine's step profile (train.timers, step_timer.hpp) over the timed steps:
+// time per kind of call and per layer beside each kind's floor, printed after the last step.
+// The attention plugin is handed out without the engine's gate here, so attention/reference
+// shows as the GEMMs and softmax it calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "loom/cpp/model_step.hpp"
+#include "step_timer.hpp"
 #include "test_host.hpp"
 
 namespace {
@@ -49,6 +56,13 @@ int main(int argc, char** argv) try {
   loomtest::TestHost host;
   loom_backend_ref be = host.load_backend(
       "cpu", {{"measure_gemm", "false"}, {"threads", std::to_string(args.get("threads", 0))}});
+  // The profile hands the plugins made from here on the timed backend table, as `loom run`.
+  using loom::engine::StepTimer;
+  std::unique_ptr<StepTimer> timer;
+  if (args.get("profile", 0)) {
+    timer = std::make_unique<StepTimer>(be, loom_f32());
+    host.use_backend(timer->timed_backend());
+  }
   host.load_attention("reference");
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
@@ -77,6 +91,16 @@ int main(int argc, char** argv) try {
                             nullptr,
                             nullptr,
                             nullptr};
+  if (timer) {  // per-layer times: the model announces each layer (residency NOTIFY)
+    ca.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_13;
+    ca.recompute_num_layers = 1;  // the recipe's default (no recompute: granularity none)
+    ca.residency = LOOM_RESIDENCY_NOTIFY;
+    ca.unit_needed = [](void* t, int32_t unit, int32_t) -> loom_error* {
+      static_cast<StepTimer*>(t)->set_unit(unit);
+      return nullptr;
+    };
+    ca.residency_user = timer.get();
+  }
   loom_model* model = nullptr;
   host.check(mapi->create(host.host(), &mcfg, &ca, &model));
   host.check(mapi->init_params(model, 1337));
@@ -115,13 +139,22 @@ int main(int argc, char** argv) try {
     loom::HostBatch mb(B, T);
     mb.tokens_targets(tokens.data(), targets.data());
     double t0 = now(), loss = 0, n = 0;
+    if (timer) timer->begin_step();
     host.check(mapi->zero_grad(model));
     host.check(loom::model_step(mapi, model, mb.get(), 1.0 / (double)(B * T), true, &loss, &n));
     double t1 = now();
     loom_opt_step_args sa{LOOM_OPT_STEP_ARGS_SIZE_V2, 3e-4, s, 1.0, nullptr};
-    host.check(oapi->step(opt, &sa));
+    {
+      if (timer) timer->set_unit(-1);
+      const StepTimer::Scope timed(loom::engine::TimeKind::optimizer);
+      host.check(oapi->step(opt, &sa));
+    }
     host.check(be.api->synchronize(be.self));
     double t2 = now();
+    if (timer) {
+      timer->end_step(t2 - t0);
+      if (s == warmup) timer->take();  // the profile covers the timed steps only
+    }
     std::printf("step %2lld  loss %.4f  fwd+bwd %.3f s  adamw %.3f s%s\n", (long long)s,
                 loss / (double)n, t1 - t0, t2 - t1, s <= warmup ? "  (warm-up)" : "");
     if (s > warmup) {
@@ -136,6 +169,7 @@ int main(int argc, char** argv) try {
   // On shared machines one slow step skews the mean; the best step shows the code's speed.
   std::printf("best step: %.3f s = %.1f tokens/s, %.1f GFLOP/s\n", best, (double)(B * T) / best,
               fpt * (double)(B * T) / best / 1e9);
+  if (timer) std::printf("%s\n", loom::engine::format_report(timer->take()).c_str());
   oapi->destroy(opt);
   mapi->destroy(model);
   return 0;

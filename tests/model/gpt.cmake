@@ -31,7 +31,7 @@ add_executable(loom_bench_gpt bench_gpt.cpp)
 set_target_properties(loom_bench_gpt PROPERTIES OUTPUT_NAME loom-bench-gpt)
 target_include_directories(loom_bench_gpt PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/../support)
 target_compile_definitions(loom_bench_gpt PRIVATE LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
-target_link_libraries(loom_bench_gpt PRIVATE loom_sdk ${CMAKE_DL_LIBS})
+target_link_libraries(loom_bench_gpt PRIVATE loom_sdk loom_engine ${CMAKE_DL_LIBS})
 add_dependencies(loom_bench_gpt ${_model_plugins})
 
 # Mixed precision across 2 ranks (comm/mpi bf16/f16 collectives, model/gpt bf16 under tensor
