@@ -171,11 +171,13 @@ void StepTimer::counters(uint64_t out[3]) const {
 StepTimer::Scope::Scope(TimeKind kind, const Work& work) {
   StepTimer* t = g_active;
   if (t == nullptr || !t->recording_ || std::this_thread::get_id() != g_thread) return;
-  t_ = t;
-  index_ = t_depth++ == 0 ? t->calls_.size() : SIZE_MAX;
-  if (index_ == SIZE_MAX) return;
-  t->calls_.push_back({kind, t->unit_, work, nullptr, nullptr});
-  t->calls_.back().start = t->mark();
+  if (t_depth > 0) {  // inside a timed call: it is part of that one
+    t_ = t, index_ = SIZE_MAX, ++t_depth;
+    return;
+  }
+  void* start = t->mark();  // may throw: then nothing is open and the destructor never runs
+  t->calls_.push_back({kind, t->unit_, work, start, nullptr});
+  t_ = t, index_ = t->calls_.size() - 1, ++t_depth;
 }
 
 StepTimer::Scope::~Scope() {
@@ -183,8 +185,11 @@ StepTimer::Scope::~Scope() {
   --t_depth;
   if (index_ == SIZE_MAX) return;
   void* m = nullptr;
-  // A destructor cannot throw: a failed mark leaves the call untimed (end NULL).
-  if (t_->ds_->timer_record(t_->be_.self, &m) == nullptr) t_->calls_[index_].end = m;
+  // A destructor cannot throw: a failed mark leaves the call untimed (end NULL, 0 ms).
+  if (loom_error* err = t_->ds_->timer_record(t_->be_.self, &m))
+    free_error(err);
+  else
+    t_->calls_[index_].end = m;
 }
 
 void StepTimer::begin_step() {

@@ -40,7 +40,8 @@ loom_error* grouped_gemm(loom_backend* be, const loom_grouped_gemm_args* a) {
   if (a == nullptr) return g_raw->grouped_gemm(be, a);
   double rows = 0;
   for (int64_t g = 0; g < a->num_groups && a->sizes; ++g) rows += (double)a->sizes[g];
-  const double m = a->m == LOOM_GROUP_SIZE ? rows : (double)a->m * (double)a->num_groups;
+  // The group extent summed over the groups: sum_g 2 m_g n k or sum_g 2 m n k_g.
+  const double m = a->m == LOOM_GROUP_SIZE ? rows : (double)a->m;
   const double k = a->k == LOOM_GROUP_SIZE ? rows : (double)a->k;
   const Work w{2 * m * (double)a->n * k,
                nbytes(a->a) + nbytes(a->b) + nbytes(a->c) * (a->beta != 0 ? 2 : 1)};
