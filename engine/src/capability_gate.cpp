@@ -59,10 +59,9 @@ double attention_flops(const DLTensor* q, const DLTensor* k, int causal) {
   if (q == nullptr || k == nullptr || q->ndim != 4 || k->ndim != 4) return 0;
   return 4.0 * (double)loom_tensor_numel(q) * (double)k->shape[1] * (causal ? 0.5 : 1.0);
 }
-double tensor_bytes(std::initializer_list<const DLTensor*> ts) {
+double sum_bytes(std::initializer_list<const DLTensor*> ts) {
   double b = 0;
-  for (const DLTensor* t : ts)
-    if (t) b += (double)loom_tensor_numel(t) * (double)loom_dtype_bytes(t->dtype);
+  for (const DLTensor* t : ts) b += tensor_bytes(t);
   return b;
 }
 }  // namespace
@@ -72,7 +71,7 @@ loom_error* AttentionGate::forward(loom_attention* gate, const loom_attention_fw
   Work w;
   if (args) {
     w.flops = attention_flops(args->q, args->k, args->causal);
-    w.bytes = tensor_bytes({args->q, args->k, args->v, args->out, args->lse});
+    w.bytes = sum_bytes({args->q, args->k, args->v, args->out, args->lse});
   }
   const StepTimer::Scope timed(TimeKind::attn_fwd, w);
   return gated(g->info_, args, [&] { return g->api_->forward(g->self_, args); });
@@ -83,8 +82,8 @@ loom_error* AttentionGate::backward(loom_attention* gate, const loom_attention_b
   Work w;
   if (args) {
     w.flops = 2.5 * attention_flops(args->q, args->k, args->causal);
-    w.bytes = tensor_bytes({args->dout, args->q, args->k, args->v, args->out, args->lse, args->dq,
-                            args->dk, args->dv});
+    w.bytes = sum_bytes({args->dout, args->q, args->k, args->v, args->out, args->lse, args->dq,
+                         args->dk, args->dv});
   }
   const StepTimer::Scope timed(TimeKind::attn_bwd, w);
   return gated(g->info_, args, [&] { return g->api_->backward(g->self_, args); });

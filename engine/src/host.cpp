@@ -299,7 +299,6 @@ StepTimer& Session::start_timer(DLDataType dtype) {
   }
   return *impl_->timer;
 }
-StepTimer* Session::timer() { return impl_->timer.get(); }
 loom_attention_ref Session::attention() {
   auto& s = create_once(*this, *impl_, impl_->attention, LOOM_KIND_ATTENTION, "attention",
                         LOOM_ATTENTION_API_SIZE_V2);

@@ -88,7 +88,6 @@ class Session {
   // then on backend() hands out the timed table (step_timer.hpp); plugins created before keep
   // the backend's own.
   StepTimer& start_timer(DLDataType dtype);
-  StepTimer* timer();  // nullptr unless started
 
   struct Impl;  // defined in host.cpp
 

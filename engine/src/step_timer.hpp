@@ -55,6 +55,10 @@ struct Work {
   double flops = 0;
   double bytes = 0;
 };
+// The bytes of a tensor (0 for NULL), what a Work counts per operand read or written.
+inline double tensor_bytes(const DLTensor* t) {
+  return t ? (double)loom_tensor_numel(t) * (double)loom_dtype_bytes(t->dtype) : 0.0;
+}
 
 // Per-kind and per-layer sums since the last report, per step.
 struct TimerReport {
@@ -124,7 +128,6 @@ class StepTimer {
   loom_backend_ref be_;
   const loom_device_stream* ds_ = nullptr;
   bool recording_ = false;
-  int depth_ = 0;
   int32_t unit_ = 0;
   int64_t steps_done_ = 0;
   uint64_t step_counters_[3] = {0, 0, 0};

@@ -18,9 +18,6 @@ namespace {
 const loom_ops* g_raw = nullptr;
 loom_ops g_timed{};
 
-double nbytes(const DLTensor* t) {
-  return t ? (double)loom_tensor_numel(t) * (double)loom_dtype_bytes(t->dtype) : 0.0;
-}
 double elem(const DLTensor* t) { return t ? (double)loom_dtype_bytes(t->dtype) : 0.0; }
 
 TimeKind gemm_kind(int trans_a, int trans_b) {
@@ -43,8 +40,8 @@ loom_error* grouped_gemm(loom_backend* be, const loom_grouped_gemm_args* a) {
   // The group extent summed over the groups: sum_g 2 m_g n k or sum_g 2 m n k_g.
   const double m = a->m == LOOM_GROUP_SIZE ? rows : (double)a->m;
   const double k = a->k == LOOM_GROUP_SIZE ? rows : (double)a->k;
-  const Work w{2 * m * (double)a->n * k,
-               nbytes(a->a) + nbytes(a->b) + nbytes(a->c) * (a->beta != 0 ? 2 : 1)};
+  const Work w{2 * m * (double)a->n * k, tensor_bytes(a->a) + tensor_bytes(a->b) +
+                                             tensor_bytes(a->c) * (a->beta != 0 ? 2 : 1)};
   StepTimer::Scope s(gemm_kind(a->trans_a, a->trans_b), w);
   return g_raw->grouped_gemm(be, a);
 }
@@ -57,59 +54,71 @@ loom_error* timed(loom_backend* be, const Args* a) {
   return (g_raw->*Slot)(be, a);
 }
 
-double w_bias_add(const loom_bias_add_args& a) { return 2 * nbytes(a.out) + nbytes(a.bias); }
-double w_bias_bwd(const loom_bias_bwd_args& a) { return nbytes(a.dout) + 2 * nbytes(a.dbias); }
+double w_bias_add(const loom_bias_add_args& a) {
+  return 2 * tensor_bytes(a.out) + tensor_bytes(a.bias);
+}
+double w_bias_bwd(const loom_bias_bwd_args& a) {
+  return tensor_bytes(a.dout) + 2 * tensor_bytes(a.dbias);
+}
 double w_ssq(const loom_sum_squares_args& a) {
   double b = 0;
-  for (size_t i = 0; i < a.n && a.x; ++i) b += nbytes(a.x[i]);
+  for (size_t i = 0; i < a.n && a.x; ++i) b += tensor_bytes(a.x[i]);
   return b;
 }
 double w_emb_fwd(const loom_embedding_fwd_args& a) {
-  return nbytes(a.out) * (a.accumulate ? 3 : 2) + nbytes(a.ids);  // rows read, out written
+  return tensor_bytes(a.out) * (a.accumulate ? 3 : 2) +
+         tensor_bytes(a.ids);  // rows read, out written
 }
-double w_emb_bwd(const loom_embedding_bwd_args& a) { return 3 * nbytes(a.dout) + nbytes(a.ids); }
+double w_emb_bwd(const loom_embedding_bwd_args& a) {
+  return 3 * tensor_bytes(a.dout) + tensor_bytes(a.ids);
+}
 double w_norm_fwd(const loom_norm_fwd_args& a) {
-  return nbytes(a.out) + nbytes(a.mean) + nbytes(a.rstd) + nbytes(a.inp) + nbytes(a.weight) +
-         nbytes(a.bias);
+  return tensor_bytes(a.out) + tensor_bytes(a.mean) + tensor_bytes(a.rstd) + tensor_bytes(a.inp) +
+         tensor_bytes(a.weight) + tensor_bytes(a.bias);
 }
 double w_norm_bwd(const loom_norm_bwd_args& a) {
-  return nbytes(a.dinp) + 2 * nbytes(a.dweight) + 2 * nbytes(a.dbias) + nbytes(a.dout) +
-         nbytes(a.inp) + nbytes(a.weight) + nbytes(a.mean) + nbytes(a.rstd);
+  return tensor_bytes(a.dinp) + 2 * tensor_bytes(a.dweight) + 2 * tensor_bytes(a.dbias) +
+         tensor_bytes(a.dout) + tensor_bytes(a.inp) + tensor_bytes(a.weight) +
+         tensor_bytes(a.mean) + tensor_bytes(a.rstd);
 }
-double w_act_fwd(const loom_act_fwd_args& a) { return nbytes(a.out) + nbytes(a.inp); }
+double w_act_fwd(const loom_act_fwd_args& a) { return tensor_bytes(a.out) + tensor_bytes(a.inp); }
 double w_act_bwd(const loom_act_bwd_args& a) {
-  return nbytes(a.dinp) + nbytes(a.inp) + nbytes(a.dout);
+  return tensor_bytes(a.dinp) + tensor_bytes(a.inp) + tensor_bytes(a.dout);
 }
-double w_softmax(const loom_softmax_args& a) { return 2 * nbytes(a.s) + nbytes(a.lse); }
+double w_softmax(const loom_softmax_args& a) { return 2 * tensor_bytes(a.s) + tensor_bytes(a.lse); }
 double w_softmax_bwd(const loom_softmax_bwd_args& a) {
-  return nbytes(a.ds) + nbytes(a.p) + nbytes(a.dp);
+  return tensor_bytes(a.ds) + tensor_bytes(a.p) + tensor_bytes(a.dp);
 }
-double w_rope(const loom_rope_args& a) { return 2 * nbytes(a.x); }
+double w_rope(const loom_rope_args& a) { return 2 * tensor_bytes(a.x); }
 double w_ce(const loom_cross_entropy_args& a) {
-  return nbytes(a.losses) + nbytes(a.dlogits) + nbytes(a.logits) + nbytes(a.targets);
+  return tensor_bytes(a.losses) + tensor_bytes(a.dlogits) + tensor_bytes(a.logits) +
+         tensor_bytes(a.targets);
 }
 double w_ce_stats(const loom_vocab_ce_stats_args& a) {
-  return nbytes(a.stats) + nbytes(a.logits) + nbytes(a.targets);
+  return tensor_bytes(a.stats) + tensor_bytes(a.logits) + tensor_bytes(a.targets);
 }
 double w_ce_bwd(const loom_vocab_ce_bwd_args& a) {
-  return nbytes(a.dlogits) + nbytes(a.logits) + nbytes(a.targets) + nbytes(a.lse);
+  return tensor_bytes(a.dlogits) + tensor_bytes(a.logits) + tensor_bytes(a.targets) +
+         tensor_bytes(a.lse);
 }
 
 // The positional slots (fill, copy, add, axpby): elementwise passes.
 loom_error* fill(loom_backend* be, DLTensor* t, double v) {
-  StepTimer::Scope s(TimeKind::elementwise, Work{0, nbytes(t)});
+  StepTimer::Scope s(TimeKind::elementwise, Work{0, tensor_bytes(t)});
   return g_raw->fill(be, t, v);
 }
 loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) {
-  StepTimer::Scope s(TimeKind::elementwise, Work{0, nbytes(dst) + nbytes(src)});
+  StepTimer::Scope s(TimeKind::elementwise, Work{0, tensor_bytes(dst) + tensor_bytes(src)});
   return g_raw->copy(be, dst, src);
 }
 loom_error* add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) {
-  StepTimer::Scope s(TimeKind::elementwise, Work{0, nbytes(out) + nbytes(a) + nbytes(b)});
+  StepTimer::Scope s(TimeKind::elementwise,
+                     Work{0, tensor_bytes(out) + tensor_bytes(a) + tensor_bytes(b)});
   return g_raw->add(be, out, a, b);
 }
 loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x, double beta) {
-  StepTimer::Scope s(TimeKind::elementwise, Work{0, nbytes(y) * (beta != 0 ? 2 : 1) + nbytes(x)});
+  StepTimer::Scope s(TimeKind::elementwise,
+                     Work{0, tensor_bytes(y) * (beta != 0 ? 2 : 1) + tensor_bytes(x)});
   return g_raw->axpby(be, y, alpha, x, beta);
 }
 

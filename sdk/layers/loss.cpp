@@ -1,8 +1,8 @@
-// Loom layer library, LM head and loss. The head multiplies only the first `vocab` rows of its
-// (padded_vocab, C) weight: the padded logits are never computed (set to -inf in a training
-// buffer whose rows are padded for alignment, sliced off in generation), so they cannot
-// affect the loss. dlogits is computed in place over the logits buffer by the fused
-// softmax_cross_entropy (see DecoderModel::run).
+// Loom layer library, LM head and loss. The padded rows of the (padded_vocab, C) weight cannot
+// affect the loss: generation multiplies only the first `vocab` rows, and training's aligned
+// buffer sets the padding's logits to -inf, so their probability and dlogits are exactly 0
+// and the weight gradient keeps to the real rows. dlogits is computed in place over the logits
+// buffer by the fused softmax_cross_entropy (see DecoderModel::run).
 #include <algorithm>
 #include <limits>
 #include <vector>

@@ -40,8 +40,8 @@ using loom::param;
             "with loom.attention-window/1",                                                        \
             0, 1 << 30),                                                                           \
       param("pad_vocab_to", LOOM_PARAM_INT, "128",                                                 \
-            "pad the embedding vocabulary to a multiple of this (padded logits are never "         \
-            "computed)",                                                                           \
+            "pad the embedding vocabulary to a multiple of this (the padded logits are set to "    \
+            "-inf: they take no part in the loss)",                                                \
             1, 1 << 20)
 
 // model/gpt's mixture of experts, with Megatron's flag names.

@@ -169,7 +169,7 @@ inline int row_threads(int64_t per_row, int cap = 512) {
 // step profile, H200, 2026-11-26); the cache serves the same sizes from the second step on.
 class StreamScratch {
  public:
-  StreamScratch(const char*, size_t bytes, loom_backend& b)
+  StreamScratch(size_t bytes, loom_backend& b)
       : alloc_(*b.alloc), ptr_(alloc_.allocate(bytes < 16 ? 16 : bytes)) {}
   ~StreamScratch() { alloc_.release(ptr_); }
   StreamScratch(const StreamScratch&) = delete;

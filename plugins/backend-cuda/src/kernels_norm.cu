@@ -256,7 +256,7 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
       using W = typename decltype(wt)::type;
       dispatch_param(op, "dweight", dweight, tt, [&](auto gt) {
         using G = typename decltype(gt)::type;
-        StreamScratch scratch(op, pdb ? 2 * part_bytes : part_bytes, b);
+        StreamScratch scratch(pdb ? 2 * part_bytes : part_bytes, b);
         float* part_w = scratch.at<float>(0);
         float* part_b = pdb ? scratch.at<float>(part_bytes) : nullptr;
         dim3 grid(static_cast<unsigned>((r.C + 31) / 32), static_cast<unsigned>(chunks));

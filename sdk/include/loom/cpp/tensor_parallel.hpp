@@ -289,8 +289,8 @@ struct VocabParallelEmbedding {
 
 // Cross-entropy over logits whose vocabulary is split over the group. logits (n, width) are
 // this rank's vocabulary columns [shard.start, shard.start + width): the real ones, or (the
-// LM head's aligned buffer) the whole shard with its padding columns at -inf; padded entries
-// are never computed, so they cannot enter the loss. Each rank's (n, 3) statistics (row max,
+// LM head's aligned buffer) the whole shard with its padding columns at -inf, which cannot
+// enter the loss. Each rank's (n, 3) statistics (row max,
 // sum of exponentials, target logit) are gathered and combined on the host into the global
 // log-sum-exp and the token losses; backward is vocab_ce_backward with that lse.
 class VocabParallelCrossEntropy {

@@ -19,19 +19,20 @@ struct LmHead {
   // The row width of the training logits: `vocab`, or after pad_logits this rank's padded
   // shard width, so that every row of bf16 logits starts 16-byte aligned. An odd width such
   // as GPT-2's 50,257 sends the head's three GEMMs down cuBLASLt's unaligned kernels (the
-  // step profile measured them 6x slower than the layers' on an H200). The padding columns
-  // are never computed: `mask` (cols: 0, then -inf) sets them to -inf, so the softmax gives
-  // them nothing and their gradient is never read.
+  // step profile measured them 6x slower than the layers' on an H200). `mask` (cols: 0, then
+  // -inf) sets the padding columns to -inf after the product, so the softmax gives them
+  // nothing and their dlogits are exactly 0.
   int64_t cols = 0;
   Tensor mask;
 
   static LmHead make(const Options& o, ParamStore& ps, const Ctx& c);
   void pad_logits(const Ctx& c);
   // logits(n, vocab) = x(n,C) W[:vocab]^T, logits rows `ld` apart, x rows `row_pitch` elements
-  // apart from `x_off`; then the padding columns [vocab, ld) set to -inf when ld == cols > vocab
+  // apart from `x_off`; with ld == cols > vocab, all cols columns, the padding then set to -inf
   void forward(const Ctx& c, DLTensor* logits, int64_t ld, const DLTensor* x, int64_t n,
                int64_t row_pitch, int64_t x_off) const;
-  // dx(n,C) = dlogits[:, :vocab] W[:vocab]; dW[:vocab] += dlogits[:, :vocab]^T x (rows `ld` apart)
+  // dW[:vocab] += dlogits[:, :vocab]^T x; dx(n,C) = dlogits[:, :k] W[:k], k = cols with
+  // ld == cols > vocab (the padding's dlogits are 0), else vocab (dlogits rows `ld` apart)
   void backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64_t ld, const DLTensor* x,
                 int64_t n) const;
 };
