@@ -360,7 +360,14 @@ int cmd_serve(const std::vector<std::string>& args) {
       "max-body", po::value<int64_t>(&o.max_body)->default_value(o.max_body),
       "largest request body in bytes; beyond, 413")(
       "max-connections", po::value<int64_t>(&o.max_connections)->default_value(o.max_connections),
-      "open connections; beyond, 503");
+      "open connections; beyond, 503")(
+      "idle-timeout", po::value<double>(&o.idle_timeout)->default_value(o.idle_timeout),
+      "seconds a connection may wait before a request's first byte (then it is closed), or "
+      "a client take to accept any of its answer")(
+      "header-timeout", po::value<double>(&o.header_timeout)->default_value(o.header_timeout),
+      "seconds for the rest of a request's header once it has begun; then 408")(
+      "body-timeout", po::value<double>(&o.body_timeout)->default_value(o.body_timeout),
+      "seconds for a request's body after its header; then 408");
   add_set_option(c);
   if (!c.parse(args)) return 0;
   o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
@@ -371,6 +378,11 @@ int cmd_serve(const std::vector<std::string>& args) {
                          {o.max_body, "--max-body"},
                          {o.max_connections, "--max-connections"}})
     if (v < 1) throw UsageError(std::string("loom serve: ") + name + " must be >= 1");
+  for (auto [v, name] : {std::pair{o.idle_timeout, "--idle-timeout"},
+                         {o.header_timeout, "--header-timeout"},
+                         {o.body_timeout, "--body-timeout"}})
+    if (!(v > 0 && v <= 86400))
+      throw UsageError(std::string("loom serve: ") + name + " must be > 0 and <= 86400 seconds");
   if (o.max_queue < 0 || o.max_len < 0)
     throw UsageError("loom serve: --max-queue and --max-len must be >= 0");
   Registry registry;

@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstring>
 
 #include "recipe.hpp"
 #include "serve_fields.hpp"
@@ -21,6 +23,25 @@ json error_body(const ApiError& e) {
             {"param", e.param.empty() ? json(nullptr) : json(e.param)},
             {"code", e.status}}}};
 }
+
+namespace {
+
+// A path segment's %XX escapes decoded (a model id may hold '/', sent as %2F).
+std::string url_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit((unsigned char)s[i + 1]) &&
+        std::isxdigit((unsigned char)s[i + 2])) {
+      out += (char)std::stoi(s.substr(i + 1, 2), nullptr, 16);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 ServeApi::ServeApi(DecodeModel& m, Batcher& b, ServeConfig cfg, const std::atomic<bool>& draining)
     : m_(m), batch_(b), cfg_(std::move(cfg)), draining_(draining) {}
@@ -39,13 +60,14 @@ void ServeApi::handle(const std::string& method, const std::string& target, cons
                                  {"/v1/chat/completions", "POST"}};
   try {
     const Route* route = nullptr;
+    const bool model_path = path.rfind("/v1/models/", 0) == 0;  // /v1/models/{id}
     for (const Route& r : routes)
-      if (path == r.path) route = &r;
+      if (path == r.path || (model_path && std::string(r.path) == "/v1/models")) route = &r;
     if (!route)
       throw ApiError{404,
                      "no endpoint " + path + "; this server has /api (PUT), " +
                          "/v1/completions, /v1/chat/completions (POST), " +
-                         "/v1/models and /health (GET)",
+                         "/v1/models, /v1/models/{id} and /health (GET)",
                      "", "not_found_error"};
     if (method != route->method)
       throw ApiError{405, path + " takes " + route->method + ", not " + method, "",
@@ -63,12 +85,16 @@ void ServeApi::handle(const std::string& method, const std::string& target, cons
       return;
     }
     if (path == "/v1/models") {
-      json card = {{"id", cfg_.model_name},
-                   {"object", "model"},
-                   {"created", 0},
-                   {"owned_by", "loom"},
-                   {"max_model_len", batch_.max_len()}};
-      out.json(200, json{{"object", "list"}, {"data", json::array({card})}});
+      out.json(200, json{{"object", "list"}, {"data", json::array({model_card()})}});
+      return;
+    }
+    if (model_path) {
+      const std::string id = url_decode(path.substr(std::strlen("/v1/models/")));
+      if (id != cfg_.model_name)
+        throw ApiError{
+            404, "model '" + id + "' does not exist; this server has '" + cfg_.model_name + "'",
+            "model", "not_found_error"};
+      out.json(200, model_card());
       return;
     }
     const json req = parse_body(body);
@@ -85,6 +111,14 @@ void ServeApi::handle(const std::string& method, const std::string& target, cons
   }
 }
 
+json ServeApi::model_card() const {
+  return {{"id", cfg_.model_name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "loom"},
+          {"max_model_len", batch_.max_len()}};
+}
+
 std::vector<int32_t> ServeApi::tokenize_prompt(const std::string& text, bool add_bos,
                                                const std::string& param, int64_t max_new) {
   std::vector<int32_t> ids = m_.encode(text);
@@ -96,6 +130,12 @@ std::vector<int32_t> ServeApi::tokenize_prompt(const std::string& text, bool add
                      param};
     ids.insert(ids.begin(), (int32_t)m_.eod());
   }
+  check_length(ids, max_new, param);
+  return ids;
+}
+
+void ServeApi::check_length(const std::vector<int32_t>& ids, int64_t max_new,
+                            const std::string& param) {
   const int64_t limit = batch_.max_len();
   if ((int64_t)ids.size() + max_new > limit)
     throw ApiError{400,
@@ -103,11 +143,12 @@ std::vector<int32_t> ServeApi::tokenize_prompt(const std::string& text, bool add
                        std::to_string(max_new) + " more are asked for: more than the " +
                        "model's context of " + std::to_string(limit) + " tokens",
                    param};
-  return ids;
 }
 
-void ServeApi::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
-  if (!batch_.submit(jobs)) {
+void ServeApi::submit(const std::vector<std::shared_ptr<Job>>& jobs, Responder& out) {
+  if (batch_.submit(jobs)) {
+    out.jobs = jobs;
+  } else {
     if (draining_) throw ApiError{503, "the server is shutting down", "", "unavailable"};
     const BatchStats s = batch_.stats();
     throw ApiError{503,
@@ -118,17 +159,16 @@ void ServeApi::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
 }
 
 void ServeApi::run_jobs(const std::vector<std::shared_ptr<Job>>& jobs, Responder& out) {
-  submit(jobs);
+  submit(jobs, out);
   for (auto& j : jobs) {
     std::unique_lock<std::mutex> lock(j->mu);
     while (!j->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return j->done(); })) {
       lock.unlock();
-      const bool gone = out.client_gone();
-      lock.lock();
-      if (gone) {
-        for (auto& k : jobs) k->cancel = true;
+      if (out.client_gone()) {
+        batch_.cancel(jobs);
         throw ClientGone{};
       }
+      lock.lock();
     }
     if (j->finish == "error")
       throw ApiError{500, "generation failed: " + j->error, "", "server_error"};

@@ -21,8 +21,13 @@ class Responder {
   virtual bool start_events() = 0;
   virtual bool event(const std::string& data) = 0;
   virtual void end_events() = 0;
-  // True once the client has closed its end (checked while a request waits).
+  // True once the client has gone (checked while a request waits): a read or a write failed.
   virtual bool client_gone() = 0;
+
+  // For the request log: the status answered (0: none, the client left first), and the
+  // request's sequences once they were queued.
+  int status = 0;
+  std::vector<std::shared_ptr<Job>> jobs;
 };
 
 // A request refused: the HTTP status and what was wrong.
@@ -47,6 +52,8 @@ struct ServeConfig {
   std::string chat_template, chat_generation_prompt, chat_stop;
 };
 
+struct Completion;  // an OpenAI request, checked (serve_openai.cpp)
+
 class ServeApi {
  public:
   ServeApi(DecodeModel& m, Batcher& b, ServeConfig cfg, const std::atomic<bool>& draining);
@@ -56,12 +63,23 @@ class ServeApi {
  private:
   void megatron(const nlohmann::json& req, Responder& out);
   void completions(const nlohmann::json& req, Responder& out, bool chat);
+  Completion parse_completion(const nlohmann::json& req, bool chat);
+  void completion_prompts(const nlohmann::json& req, Completion& c);
+  void answer_completion(const Completion& c, const std::vector<std::shared_ptr<Job>>& jobs,
+                         Responder& out);
+  void stream_completion(const Completion& c, const std::vector<std::shared_ptr<Job>>& jobs,
+                         Responder& out);
+  size_t tokens_within(const Job& j, size_t bytes);
+  nlohmann::json logprobs_json(const Job& j, size_t from, size_t to, bool chat, size_t offset);
+  nlohmann::json model_card() const;
   // Queues all the jobs or throws 503 (full, or shutting down).
-  void submit(const std::vector<std::shared_ptr<Job>>& jobs);
+  void submit(const std::vector<std::shared_ptr<Job>>& jobs, Responder& out);
   // submit, then wait for all; a client that goes away cancels them (ClientGone).
   void run_jobs(const std::vector<std::shared_ptr<Job>>& jobs, Responder& out);
   std::vector<int32_t> tokenize_prompt(const std::string& text, bool add_bos,
                                        const std::string& param, int64_t max_new);
+  // A 400 naming `param` when the prompt and max_new tokens do not fit in a sequence.
+  void check_length(const std::vector<int32_t>& ids, int64_t max_new, const std::string& param);
 
   DecodeModel& m_;
   Batcher& batch_;

@@ -45,6 +45,30 @@ bool Batcher::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
   return true;
 }
 
+void Batcher::cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+  {
+    // under mu_: stats() sees the job queued, or cancelled, never neither
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& j : jobs) {
+      j->cancel = true;
+      const auto at = std::find(queue_.begin(), queue_.end(), j);
+      if (at == queue_.end()) continue;
+      queue_.erase(at);
+      finish_cancelled(*j);
+    }
+  }
+  cv_.notify_all();  // drain() waits for an empty queue
+}
+
+void Batcher::finish_cancelled(Job& j) {
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.finish = "cancelled";
+    cancelled_++;
+  }
+  j.cv.notify_all();
+}
+
 void Batcher::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
@@ -61,12 +85,7 @@ BatchStats Batcher::stats() {
 void Batcher::take(Job& j, const float* logits, std::mt19937_64& rng) {
   const size_t V = (size_t)m_.vocab();
   const GenParams& p = j.params;
-  if (j.cancel) {
-    std::lock_guard<std::mutex> lock(j.mu);
-    j.finish = "cancelled";
-    cancelled_++;
-    return;
-  }
+  if (j.cancel) return finish_cancelled(j);
   const int32_t next = sample_token(logits, V, p.sampling, rng);
   std::vector<std::pair<int32_t, double>> top;
   double lp = 0;
@@ -185,14 +204,10 @@ void Batcher::loop() {
     }
     try {
       for (auto& [j, s] : joining) {
-        if (j->cancel) {
-          std::lock_guard<std::mutex> lock(j->mu);
-          j->finish = "cancelled";
-          cancelled_++;
-        } else {
+        if (j->cancel)
+          finish_cancelled(*j);
+        else
           admit(j, s);
-        }
-        j->cv.notify_all();
       }
       // one decode step over every running slot: each feeds its last token
       slots.clear();

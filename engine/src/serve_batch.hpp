@@ -66,6 +66,10 @@ class Batcher {
   // Queues all of `jobs` or none: false when the queue has no room for them or the server
   // is draining.
   bool submit(const std::vector<std::shared_ptr<Job>>& jobs);
+  // The client of `jobs` has gone. A queued job leaves the queue now (its place is free and
+  // it counts as cancelled at once, not when a slot would have taken it); a running one is
+  // cancelled at the next step.
+  void cancel(const std::vector<std::shared_ptr<Job>>& jobs);
   // Stops accepting and returns once every queued and running job has finished.
   void drain();
   BatchStats stats();
@@ -76,6 +80,7 @@ class Batcher {
   void admit(std::shared_ptr<Job> j, int64_t slot);
   void take(Job& j, const float* logits, std::mt19937_64& rng);
   void finish_all(const std::string& why);
+  void finish_cancelled(Job& j);
 
   DecodeModel& m_;
   const int64_t slots_, max_len_, max_queue_;

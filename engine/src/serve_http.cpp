@@ -10,7 +10,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "errors.hpp"
 #include "serve.hpp"
 #include "serve_api.hpp"
+#include "serve_socket.hpp"
 
 namespace loom::engine {
 
@@ -29,25 +32,35 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One client connection's side of a response (serve_api.hpp's Responder).
+using clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds((int64_t)(s * 1e3));
+}
+
+// One client connection's side of a response (serve_api.hpp's Responder). Each write must
+// make progress within `write_timeout`, or the client counts as gone.
 class Connection : public Responder {
  public:
-  Connection(tcp::socket& s, unsigned version, bool keep_alive)
-      : sock_(s), version_(version), keep_alive_(keep_alive) {}
+  Connection(TimedSocket& s, unsigned version, bool keep_alive, clock::duration write_timeout)
+      : sock_(s), version_(version), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
 
-  void json(int status, const nlohmann::json& body) override {
-    http::response<http::string_body> res{static_cast<http::status>(status), version_};
+  void json(int code, const nlohmann::json& body) override {
+    status = code;
+    http::response<http::string_body> res{static_cast<http::status>(code), version_};
     res.set(http::field::server, "loom");
     res.set(http::field::content_type, "application/json");
-    if (status == 503) res.set(http::field::retry_after, "1");
+    if (code == 503) res.set(http::field::retry_after, "1");
     res.keep_alive(keep_alive_);
     res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     res.prepare_payload();
     beast::error_code ec;
+    sock_.expires_after(write_timeout_);
     http::write(sock_, res, ec);
-    if (ec) keep_alive_ = false;
+    ok(ec);
   }
   bool start_events() override {
+    status = 200;
     http::response<http::empty_body> res{http::status::ok, version_};
     res.set(http::field::server, "loom");
     res.set(http::field::content_type, "text/event-stream");
@@ -58,40 +71,56 @@ class Connection : public Responder {
     res.keep_alive(keep_alive_);
     http::response_serializer<http::empty_body> sr{res};
     beast::error_code ec;
+    sock_.expires_after(write_timeout_);
     http::write_header(sock_, sr, ec);
-    return ok(ec);
+    streaming_ = ok(ec);
+    return streaming_;
   }
-  bool event(const std::string& data) override {
-    const std::string s = "data: " + data + "\n\n";
+  bool event(const std::string& data) override { return send("data: " + data + "\n\n"); }
+  void end_events() override {
     beast::error_code ec;
+    sock_.expires_after(write_timeout_);
+    if (chunked_) net::write(sock_, http::make_chunk_last(), ec);
+    ok(ec);
+  }
+  // Only a failed read or write says that a client has gone. A client that has shut down
+  // its sending side after the request (end of stream on read) may still be reading, so
+  // then one write that it ignores tells: a connection closed for good answers it with a
+  // reset, seen here as POLLHUP/POLLERR at the next check.
+  bool client_gone() override {
+    pollfd p{sock_.fd(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR)) return true;
+    if (!(p.revents & POLLRDHUP) || probed_) return false;
+    probed_ = true;
+    if (streaming_) return !send(":\n\n");  // an event-stream comment, which clients skip
+    if (version_ < 11) return false;        // HTTP/1.0 has no interim responses
+    // an interim response before the final one, which HTTP/1.1 clients must skip
+    beast::error_code ec;
+    sock_.expires_after(write_timeout_);
+    net::write(sock_, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), ec);
+    return !ok(ec);
+  }
+  bool keep_alive() const { return keep_alive_; }
+
+ private:
+  bool send(const std::string& s) {
+    beast::error_code ec;
+    sock_.expires_after(write_timeout_);
     if (chunked_)
       net::write(sock_, http::make_chunk(net::buffer(s)), ec);
     else
       net::write(sock_, net::buffer(s), ec);
     return ok(ec);
   }
-  void end_events() override {
-    beast::error_code ec;
-    if (chunked_) net::write(sock_, http::make_chunk_last(), ec);
-    ok(ec);
-  }
-  bool client_gone() override {
-    pollfd p{sock_.native_handle(), POLLIN | POLLRDHUP, 0};
-    if (::poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
-    char c;  // readable: the next request (pipelined), or the end of the stream
-    return ::recv(p.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-  }
-  bool keep_alive() const { return keep_alive_; }
-
- private:
   bool ok(const beast::error_code& ec) {
     if (ec) keep_alive_ = false;
     return !ec;
   }
-  tcp::socket& sock_;
+  TimedSocket& sock_;
   unsigned version_;
-  bool keep_alive_, chunked_ = false;
+  bool keep_alive_, chunked_ = false, streaming_ = false, probed_ = false;
+  clock::duration write_timeout_;
 };
 
 class HttpServer {
@@ -126,7 +155,8 @@ class HttpServer {
       std::unique_lock<std::mutex> lock(mu_);
       if ((int64_t)conns_.size() >= opts_.max_connections) {
         lock.unlock();
-        Connection c(sock, 11, false);
+        TimedSocket ts(sock);
+        Connection c(ts, 11, false, seconds(opts_.idle_timeout));
         c.json(503, error_body({503,
                                 "too many connections (serve --max-connections " +
                                     std::to_string(opts_.max_connections) + ")",
@@ -150,14 +180,63 @@ class HttpServer {
   }
 
  private:
+  // Reads one request: its first byte within --idle-timeout (else the connection is closed
+  // without an answer), the rest of its header within --header-timeout, its body within
+  // --body-timeout. Returns the option whose time ran out when ec is a timeout.
+  const char* read_request(TimedSocket& s, beast::flat_buffer& buf,
+                           http::request_parser<http::string_body>& parser, beast::error_code& ec) {
+    if (buf.size() == 0) {  // else a pipelined request has begun
+      s.expires_after(seconds(opts_.idle_timeout));
+      buf.commit(s.read_some(buf.prepare(8192), ec));
+      if (ec == net::error::eof) ec = http::error::end_of_stream;
+      if (ec) return "--idle-timeout";
+    }
+    s.expires_after(seconds(opts_.header_timeout));
+    http::read_header(s, buf, parser, ec);
+    if (ec) return "--header-timeout";
+    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      s.expires_after(seconds(opts_.idle_timeout));
+      net::write(s, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), ec);
+      if (ec) return "--idle-timeout";
+    }
+    s.expires_after(seconds(opts_.body_timeout));
+    http::read(s, buf, parser, ec);
+    return "--body-timeout";
+  }
+
+  // A request read wrongly gets its 4xx and the connection closes: the stream may be out of
+  // step.
+  void refuse(TimedSocket& s, const beast::error_code& ec, const char* timeout) {
+    int code = 400;
+    std::string why = "malformed HTTP request: " + ec.message();
+    if (ec == http::error::body_limit) {
+      code = 413;
+      why = "the request body is larger than " + std::to_string(opts_.max_body) +
+            " bytes (serve --max-body)";
+    } else if (ec == beast::error::timeout) {
+      code = 408;
+      const bool header = std::string_view(timeout) == "--header-timeout";
+      why = std::string("the request's ") + (header ? "header" : "body") +
+            " did not arrive in time (serve " + timeout + " " +
+            fmt::format("{:g}", header ? opts_.header_timeout : opts_.body_timeout) + " s)";
+    }
+    Connection c(s, 11, false, seconds(opts_.idle_timeout));
+    c.json(code, error_body({code, why, "", "invalid_request_error"}));
+    log_request(peer(s), "-", "-", c, clock::now());
+    linger(s);
+  }
+
   void session(tcp::socket sock) {
     const int fd = sock.native_handle();
+    TimedSocket s(sock);
+    const std::string client = peer(s);
     beast::flat_buffer buf;
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit((uint64_t)opts_.max_body);
       beast::error_code ec;
-      http::read(sock, buf, parser, ec);
+      const char* timeout = read_request(s, buf, parser, ec);
+      const auto t0 = clock::now();
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (draining_ && !ec) ec = http::error::end_of_stream;  // read during the drain
@@ -165,23 +244,17 @@ class HttpServer {
       }
       if (ec == http::error::end_of_stream || ec == net::error::eof ||
           ec == net::error::connection_reset || ec == net::error::not_connected ||
-          ec == net::error::operation_aborted || ec == net::error::bad_descriptor)
+          ec == net::error::operation_aborted || ec == net::error::bad_descriptor ||
+          (ec == beast::error::timeout && std::string_view(timeout) == "--idle-timeout"))
         break;
-      if (ec) {  // answered, then closed: the stream may be out of step
-        const bool big = ec == http::error::body_limit;
-        Connection c(sock, 11, false);
-        c.json(big ? 413 : 400,
-               error_body({big ? 413 : 400,
-                           big ? "the request body is larger than " +
-                                     std::to_string(opts_.max_body) + " bytes (serve --max-body)"
-                               : "malformed HTTP request: " + ec.message(),
-                           "", "invalid_request_error"}));
-        linger(sock);
+      if (ec) {
+        refuse(s, ec, timeout);
         break;
       }
       const auto& req = parser.get();
-      Connection c(sock, req.version(), req.keep_alive() && !draining_);
+      Connection c(s, req.version(), req.keep_alive() && !draining_, seconds(opts_.idle_timeout));
       api_.handle(std::string(req.method_string()), std::string(req.target()), req.body(), c);
+      log_request(client, std::string(req.method_string()), std::string(req.target()), c, t0);
       {
         std::lock_guard<std::mutex> lock(mu_);
         conns_[fd] = false;
@@ -196,17 +269,38 @@ class HttpServer {
     cv_.notify_all();
   }
 
+  // The request log: one line per request (LOOM_LOG_LEVEL=warn hides them), as web servers
+  // write them: client, request, status ("-" when the client left before its answer),
+  // prompt and generated tokens, and the time from the request's arrival to its answer.
+  static std::string peer(TimedSocket& s) {
+    beast::error_code ec;
+    const auto p = s.socket().remote_endpoint(ec);
+    return ec ? "?" : p.address().to_string() + ":" + std::to_string(p.port());
+  }
+  static void log_request(const std::string& client, std::string_view method,
+                          std::string_view target, const Responder& out, clock::time_point t0) {
+    int64_t prompt = 0, generated = 0;
+    for (const auto& j : out.jobs) {
+      std::lock_guard<std::mutex> lock(j->mu);
+      prompt += (int64_t)j->prompt.size();
+      generated += (int64_t)j->tokens.size();
+    }
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    spdlog::info("{} \"{} {}\" {} {} prompt + {} generated tokens, {:.1f} ms", client, method,
+                 target, out.status ? std::to_string(out.status) : std::string("-"), prompt,
+                 generated, ms);
+  }
+
   // After an error answered before the body was read: the client may still be sending it.
   // Closing now would reset the connection before it reads the answer, so read and drop
   // what comes (bounded in bytes and time) until it closes its end.
-  static void linger(tcp::socket& sock) {
+  static void linger(TimedSocket& s) {
     beast::error_code ec;
-    sock.shutdown(tcp::socket::shutdown_send, ec);
-    timeval tv{2, 0};
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    s.socket().shutdown(tcp::socket::shutdown_send, ec);
+    s.expires_after(std::chrono::seconds(2));
     char buf[65536];
     for (size_t total = 0; total < ((size_t)64 << 20);) {
-      const size_t n = sock.read_some(net::buffer(buf), ec);
+      const size_t n = s.read_some(net::buffer(buf), ec);
       if (ec) break;
       total += n;
     }
@@ -222,6 +316,27 @@ class HttpServer {
   std::map<int, bool> conns_;  // open connections: fd -> busy with a request
 };
 
+// A supervisor waits for this file: one it cannot have is an error, not a silent wait.
+void write_port_file(const fs::path& path, int port) {
+  errno = 0;
+  std::ofstream f(path);
+  if (f) f << port << "\n" << std::flush;
+  if (!f)
+    throw UsageError("loom serve: cannot write --port-file " + path.string() + ": " +
+                     (errno ? std::strerror(errno) : "write failed"));
+}
+
+// The checks that need no model, before the model loads (which can take minutes).
+void check_port_file(const fs::path& path) {
+  std::error_code ec;
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (fs::is_directory(path, ec))
+    throw UsageError("loom serve: --port-file " + path.string() + " is a directory");
+  if (!fs::is_directory(dir, ec))
+    throw UsageError("loom serve: cannot write --port-file " + path.string() + ": no folder " +
+                     dir.string());
+}
+
 }  // namespace
 
 void serve(const ServeOptions& o, Registry& registry) {
@@ -234,6 +349,7 @@ void serve(const ServeOptions& o, Registry& registry) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  if (!o.port_file.empty()) check_port_file(o.port_file);
   DecodeModel m(o.checkpoint, o.overrides, registry, "`loom serve`");
   if (m.enc)
     throw UsageError("`loom serve` does not serve encoder-decoder models (" +
@@ -267,7 +383,7 @@ void serve(const ServeOptions& o, Registry& registry) {
   std::atomic<bool> draining{false};
   ServeApi api(m, batch, cfg, draining);
   HttpServer server(api, o, draining);
-  if (!o.port_file.empty()) std::ofstream(o.port_file) << server.port() << "\n";
+  if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
   spdlog::info(
       "serving '{}' on http://{}:{} ({} sequences at once, up to {} tokens each, {} more queued)",
       cfg.model_name, o.host, server.port(), batch.stats().slots, max_len, o.max_queue);

@@ -134,6 +134,96 @@ def check_endpoints(port, prompt, logits_file, generate_file):
           f"{h['generated_tokens']} tokens so far)")
 
 
+def stream_raw(port, path, body):
+    """Every data: event of a streamed request as sent ([DONE] last, unparsed)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode())
+    r = c.getresponse()
+    assert r.status == 200, (r.status, r.read())
+    events = [l[6:].strip() for l in r.read().decode().split("\n") if l.startswith("data: ")]
+    c.close()
+    return events
+
+
+def check_openai_compat(port, prompt):
+    """What standard OpenAI clients send beyond the basics."""
+    # stream_options.include_usage: usage null on every chunk, then a last chunk with no
+    # choices and the usage of the non-streamed answer
+    body = {"prompt": prompt, "max_tokens": 12, "temperature": 0}
+    s, whole = request(port, "POST", "/v1/completions", body)
+    events = stream_raw(port, "/v1/completions", dict(body, stream_options={"include_usage": True}))
+    assert events[-1] == "[DONE]", events
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["usage"] is None for c in chunks[:-1]), chunks
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"], chunks[-1]
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == whole["choices"][0]["text"]
+    assert "usage" not in json.loads(stream_raw(port, "/v1/completions", body)[0])
+    s, e = request(port, "POST", "/v1/completions", dict(body, stream_options={"include_usage": True}))
+    assert s == 400 and e["error"]["param"] == "stream_options", e
+
+    # GET /v1/models/{id}: the card, or OpenAI's 404 error
+    s, card = request(port, "GET", "/v1/models/ck")
+    assert s == 200 and card["id"] == "ck" and card["object"] == "model", card
+    s, e = request(port, "GET", "/v1/models/gpt-4")
+    assert s == 404 and e["error"]["type"] == "not_found_error" and "gpt-4" in e["error"]["message"], e
+
+    # chat logprobs: OpenAI's {"content": [{token, logprob, bytes, top_logprobs}]}; greedy,
+    # each token is its step's most likely; the stream's pieces are the same entries
+    chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 20, "temperature": 0,
+            "logprobs": True, "top_logprobs": 2}
+    s, c = request(port, "POST", "/v1/chat/completions", chat)
+    assert s == 200, c
+    content = c["choices"][0]["logprobs"]["content"]
+    assert "".join(t["token"] for t in content) == c["choices"][0]["message"]["content"], c
+    for t in content:
+        assert len(t["top_logprobs"]) == 2 and t["top_logprobs"][0]["token"] == t["token"], t
+        assert abs(t["top_logprobs"][0]["logprob"] - t["logprob"]) < 1e-12 and t["logprob"] <= 0, t
+        assert bytes(t["bytes"]).decode() == t["token"], t
+    chunks = [json.loads(e) for e in stream_raw(port, "/v1/chat/completions", chat)[:-1]]
+    streamed = [t for x in chunks if x["choices"][0]["logprobs"] for t in x["choices"][0]["logprobs"]["content"]]
+    assert streamed == content, (streamed, content)
+    s, c = request(port, "POST", "/v1/chat/completions", dict(chat, logprobs=False))
+    assert s == 400 and c["error"]["param"] == "top_logprobs", c
+    # and /v1/completions' logprobs streamed: the pieces add up to the non-streamed lists
+    s, whole = request(port, "POST", "/v1/completions", dict(body, logprobs=2))
+    chunks = [json.loads(e) for e in stream_raw(port, "/v1/completions", dict(body, logprobs=2))[:-1]]
+    lps = [x["choices"][0]["logprobs"] for x in chunks if x["choices"][0]["logprobs"]]
+    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        assert sum((x[key] for x in lps), []) == whole["choices"][0]["logprobs"][key], key
+
+    # the developer role is the system role
+    msgs = lambda role: {"messages": [{"role": role, "content": "be brief"}, {"role": "user", "content": "hi"}],
+                         "max_tokens": 20, "temperature": 0}
+    s, dev = request(port, "POST", "/v1/chat/completions", msgs("developer"))
+    s2, sys_ = request(port, "POST", "/v1/chat/completions", msgs("system"))
+    assert s == s2 == 200 and dev["choices"] == sys_["choices"] and dev["usage"] == sys_["usage"], (dev, sys_)
+
+    # token-id prompts (the byte tokenizer: ids are the bytes), one or several
+    ids = list(prompt.encode())
+    s, by_text = request(port, "POST", "/v1/completions", body)
+    s, by_ids = request(port, "POST", "/v1/completions", dict(body, prompt=ids, echo=True))
+    assert s == 200 and by_ids["choices"][0]["text"] == prompt + by_text["choices"][0]["text"], by_ids
+    other = list(b"once upon")
+    s, two = request(port, "POST", "/v1/completions", dict(body, prompt=[ids, other]))
+    s2, alone = request(port, "POST", "/v1/completions", dict(body, prompt="once upon"))
+    assert s == 200 and [x["text"] for x in two["choices"]] == [by_text["choices"][0]["text"],
+                                                               alone["choices"][0]["text"]], two
+    assert two["usage"]["prompt_tokens"] == len(ids) + len(other), two
+    for bad, param_words in [([], "must be a string or"), ([1, "a"], "not a token id"),
+                             ([[1], "a"], "mixes token-id arrays"), ([[]], "must not be an empty array"),
+                             ([100000], "not a token id"), ([-1], "not a token id")]:
+        s, e = request(port, "POST", "/v1/completions", dict(body, prompt=bad))
+        assert s == 400 and param_words in e["error"]["message"] and e["error"]["param"] == "prompt", (bad, e)
+
+    # a message without content: 400 naming messages[i].content
+    s, e = request(port, "POST", "/v1/chat/completions",
+                   {"messages": [{"role": "system", "content": "x"}, {"role": "user"}]})
+    assert s == 400 and e["error"]["param"] == "messages[1].content", e
+    assert "messages[1].content is required" in e["error"]["message"], e
+    print("openai compat: stream_options.include_usage, /v1/models/{id}, chat logprobs (and streamed "
+          "completions logprobs), the developer role, token-id prompts, messages[i].content required")
+
+
 BAD = [  # status, words in the error, method, path, raw body
     (400, "malformed JSON", "POST", "/v1/completions", b'{"prompt": "a",'),
     (400, "must be a JSON object", "POST", "/v1/completions", b'["a"]'),
@@ -180,12 +270,12 @@ def check_busy(port):
     # the client goes away mid-stream: its sequence is cancelled and the slot freed
     c.sock.close()
     c.close()
-    for _ in range(500):
+    for _ in range(500):  # the stream may still wait in the queue: it leaves it at once
         s, h = request(port, "GET", "/health")
-        if h["running"] == 0:
+        if h["running"] == 0 and h["queued"] == 0:
             break
         time.sleep(0.01)
-    assert h["running"] == 0 and h["cancelled"] == 1, h
+    assert h["running"] == 0 and h["queued"] == 0 and h["cancelled"] == 1, h
     assert h["generated_tokens"] < 4000, h
     s, body = request(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5})
     assert s == 200, body
@@ -223,4 +313,5 @@ if __name__ == "__main__":
     else:
         port = int(sys.argv[1])
         check_endpoints(port, sys.argv[2], sys.argv[3], sys.argv[4])
+        check_openai_compat(port, sys.argv[2])
         check_bad(port)

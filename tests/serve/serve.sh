@@ -7,33 +7,7 @@
 #  - a full queue answers 503; a client that disconnects frees its sequence;
 #  - SIGTERM finishes the request in flight, refuses new ones, and exits 0.
 #   serve.sh LOOM
-set -euo pipefail
-loom=$1
-here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-cd "$dir"
-"$here/make_model.sh" "$loom" ck
-
-
-start() {  # start NAME ARGS...: a server writing its port to NAME.port
-  local name=$1
-  shift
-  "$loom" serve --checkpoint ck --port 0 --port-file "$name.port" "$@" 2> "$name.log" &
-  pids+=($!)
-  echo $! > "$name.pid"
-  for _ in $(seq 100); do
-    [ -s "$name.port" ] && return 0
-    kill -0 "$(cat "$name.pid")" 2>/dev/null || { cat "$name.log"; exit 1; }
-    sleep 0.1
-  done
-  echo "server $name did not start"; cat "$name.log"; exit 1
-}
+source "$(dirname "$0")/lib.sh" "$1"
 
 start main --max-batch 8 --max-len 4096 \
   --set 'serve.chat_template=[{role}] {content}|' --set 'serve.chat_generation_prompt=[assistant] ' \
@@ -44,7 +18,6 @@ prompt="The meaning of life is"
   --logits-out logits.safetensors > generate.txt 2> /dev/null
 
 # ---- curl: every endpoint ----
-fail() { echo "FAIL: $*"; exit 1; }
 code() { curl -s -o body.json -w '%{http_code}' "$@"; }
 [ "$(code "$url/health")" = 200 ] || fail "/health"
 grep -q '"status":"ok"' body.json || fail "/health body: $(cat body.json)"
@@ -130,6 +103,9 @@ bad 404 "no endpoint" GET /v2/models
 bad 405 "takes PUT" POST /api -d '{"prompts": ["a"]}'
 bad 400 "request body is empty" POST /v1/completions
 [ "$(code "$url/health")" = 200 ] || fail "the server stopped serving after the bad requests"
+# one request-log line per request, the refused ones too
+grep -qE '"POST /v1/completions" 200 22 prompt \+ [0-9]+ generated tokens, [0-9.]+ ms' main.log &&
+  grep -qE '"GET /v2/models" 404 0 prompt' main.log || fail "request log: $(tail -3 main.log)"
 
 # ---- Python's http.client: the same endpoints and bad requests, logprobs ----
 python3 "$here/client.py" "$(cat main.port)" "$prompt" logits.safetensors generate.txt
