@@ -45,6 +45,9 @@ Batcher::Batcher(DecodeModel& m, int64_t slots, int64_t max_len, int64_t max_que
 Batcher::~Batcher() = default;
 void Batcher::drain() {}
 BatchStats Batcher::stats() { return BatchStats{0, 0, slots_, 0, 0, 0}; }
+void Batcher::cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+  for (const auto& j : jobs) j->cancel = true;
+}
 bool Batcher::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
   if (g_refuse) return false;
   for (const auto& j : jobs) {
