@@ -362,8 +362,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       "max-connections", po::value<int64_t>(&o.max_connections)->default_value(o.max_connections),
       "open connections; beyond, 503")(
       "idle-timeout", po::value<double>(&o.idle_timeout)->default_value(o.idle_timeout),
-      "seconds a connection may wait before a request's first byte (then it is closed), or "
-      "a client take to accept any of its answer")(
+      "seconds a connection may wait before a request's first byte (then it is closed), and "
+      "a client may take to accept any byte of an answer")(
       "header-timeout", po::value<double>(&o.header_timeout)->default_value(o.header_timeout),
       "seconds for the rest of a request's header once it has begun; then 408")(
       "body-timeout", po::value<double>(&o.body_timeout)->default_value(o.body_timeout),
