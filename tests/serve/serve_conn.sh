@@ -22,6 +22,13 @@ refused "$dir/no/such/folder/port" "no folder"
 refused "$dir" "is a directory"
 if [ -w /dev/full ]; then refused /dev/full "No space left"; fi  # fails at the write itself
 
+for t in idle header body; do  # a timeout must be a positive number of seconds
+  status=0
+  "$loom" serve --checkpoint ck --port 0 --$t-timeout 0 > out.txt 2>&1 || status=$?
+  [ "$status" = 2 ] && grep -q -- "--$t-timeout must be > 0" out.txt ||
+    fail "--$t-timeout 0: exit $status: $(cat out.txt)"
+done
+
 start conn --idle-timeout 1 --header-timeout 1 --body-timeout 1 --max-connections 4 \
   --max-batch 1 --max-queue 2 --max-len 65536 --model-name org/tiny
 url=http://127.0.0.1:$(cat conn.port)
