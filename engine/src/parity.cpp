@@ -22,6 +22,7 @@
 
 #include "batch_check.hpp"
 #include "checkpoint_tools.hpp"
+#include "config_check.hpp"
 #include "errors.hpp"
 #include "memory_estimate.hpp"
 #include "parallel_layout.hpp"
@@ -50,7 +51,8 @@ struct Tolerances {
 
 // The run's recipe: the user's with --set, the layout's [parallel] keys (the recipe's own
 // degrees, strategy and comm replaced), N iterations, the metrics file and a checkpoint at
-// the end in `dir`, the dtype; validated against `world` ranks and written to dir/recipe.toml.
+// the end in `dir`, the dtype; validated against `world` ranks (the plugins' own checks too)
+// and written to dir/recipe.toml.
 fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout, int64_t gbs,
                      const fs::path& dir, Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
@@ -76,6 +78,9 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
   r.validate(registry);
   check_layout(r, l.world);
   check_model_batch(r, registry);
+  // What the plugins themselves refuse (FSDP with a pipeline, T5 with context parallelism),
+  // before any run: a layout the model cannot take is a usage error, and never drawn by --fuzz.
+  check_plugin_configs(r, registry, l.world);
   fs::create_directories(dir);
   const fs::path path = dir / "recipe.toml";
   std::ofstream(path) << r.to_toml();
