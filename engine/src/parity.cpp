@@ -53,8 +53,35 @@ struct Tolerances {
 // degrees, strategy and comm replaced), N iterations, the metrics file and a checkpoint at
 // the end in `dir`, the dtype; validated against `world` ranks (the plugins' own checks too)
 // and written to dir/recipe.toml.
-fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout, int64_t gbs,
-                     const fs::path& dir, Registry& registry) {
+// Switch's load-balancing loss (moe_router_load_balancing_type = "aux_loss") is computed over
+// each micro-batch's tokens, so it changes with the micro-batch size: a layout may not change
+// that size then (found by --fuzz: mb1 against 2 moved loss_moe_aux by 3e-3).
+void check_micro_batch(const Recipe& layout, int64_t reference) {
+  const int64_t mbs = layout.get_int("train", "micro_batch_size");
+  if (mbs == reference) return;
+  bool per_micro_batch = false;
+  try {
+    per_micro_batch = layout.get_int("model", "num_experts") > 0 &&
+                      layout.get_float("model", "moe_aux_loss_coeff") > 0 &&
+                      layout.get_string("model", "moe_router_load_balancing_type") == "aux_loss";
+  } catch (const std::exception&) {  // a model without experts
+  }
+  if (per_micro_batch)
+    throw UsageError("mb" + std::to_string(mbs) +
+                     ": the experts' load-balancing loss (model.moe_aux_loss_coeff > 0, "
+                     "moe_router_load_balancing_type = \"aux_loss\") is computed per "
+                     "micro-batch, so another micro-batch size changes the loss itself; keep "
+                     "the recipe's micro_batch_size or use \"seq_aux_loss\"");
+}
+
+// The batch every run shares: the single rank's micro-batch, and the global batch set in every
+// run (0: the recipe's).
+struct Batch {
+  int64_t global = 0, micro = 0;
+};
+
+fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout,
+                     const Batch& batch, const fs::path& dir, Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
   for (const char* key : kLayoutKeys) r.drop_key("parallel", key);
   r.drop_section("comm");
@@ -62,7 +89,7 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
     r.drop_key("train", key);
   for (const char* key : {"load", "interval", "overwrite"}) r.drop_key("checkpoint", key);
   r.set("train.iters=" + std::to_string(o.iters));
-  if (gbs > 0) r.set("train.global_batch_size=" + std::to_string(gbs));
+  if (batch.global > 0) r.set("train.global_batch_size=" + std::to_string(batch.global));
   r.set("train.metrics=" + (dir / "metrics.jsonl").string());
   r.set("checkpoint.save=" + (dir / "checkpoint").string());
   r.set("precision.dtype=" + o.dtype);
@@ -76,6 +103,7 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
     }
   keep_grad_keys_of(r, registry, grad);
   r.validate(registry);
+  check_micro_batch(r, batch.micro);
   check_layout(r, l.world);
   check_model_batch(r, registry);
   // What the plugins themselves refuse (FSDP with a pipeline, T5 with context parallelism),
@@ -268,22 +296,26 @@ struct RunFolder {
   }
 };
 
-// The global batch every run uses (0: the recipe's): micro-batch x the data-parallel sizes'
-// least common multiple, accumulated by the single rank. Fuzzed layouts are drawn later, with
-// degrees that are powers of two up to --max-ranks: the largest such power.
-int64_t common_batch(const ParityOptions& o, const std::vector<ParityLayout>& layouts,
-                     Registry& registry) {
+// The batch every run uses: the recipe's micro-batch, and its global batch or, when it sets
+// none, micro-batch x the data-parallel sizes' least common multiple, accumulated by the single
+// rank. Fuzzed layouts are drawn later, with degrees that are powers of two up to --max-ranks: the
+// largest such power.
+Batch common_batch(const ParityOptions& o, const std::vector<ParityLayout>& layouts,
+                   Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
   for (const char* key : kLayoutKeys) r.drop_key("parallel", key);
   r.drop_section("comm");
   keep_grad_keys_of(r, registry, "ddp");
   r.validate(registry);
-  if (r.get_int("train", "global_batch_size") != 0) return 0;
+  Batch b;
+  b.micro = r.get_int("train", "micro_batch_size");
+  if (r.get_int("train", "global_batch_size") != 0) return b;
   int64_t lcm = 1;
   for (const ParityLayout& l : layouts) lcm = std::lcm(lcm, (int64_t)l.data);
   if (o.fuzz > 0)
     while (lcm * 2 <= o.max_ranks) lcm *= 2;
-  return r.get_int("train", "micro_batch_size") * lcm;
+  b.global = b.micro * lcm;
+  return b;
 }
 
 std::string run_dir_name(const std::string& token) {
@@ -344,11 +376,11 @@ Outcome run_layout(const ParityLayout& l, const ParityLauncher& launcher, const 
 
 // The table, each failure's reasons and likely cause, the summary; the number that failed.
 int report(const ParityOptions& o, const std::vector<Outcome>& outcomes, const Tolerances& tol,
-           int64_t gbs, double one_s, const RunFolder& folder, std::ostream& out) {
+           const Batch& batch, double one_s, const RunFolder& folder, std::ostream& out) {
   const std::string how = tol.norm ? "||a-b||/||a||" : "max|a-b|/max|a|";
   out << "parity of " << o.recipe.string() << ": " << o.iters << " iterations in " << o.dtype
-      << (gbs > 0 ? ", global batch " + std::to_string(gbs) : "") << "; 1 rank took "
-      << seconds_str(one_s) << "\n"
+      << (batch.global > 0 ? ", global batch " + std::to_string(batch.global) : "")
+      << "; 1 rank took " << seconds_str(one_s) << "\n"
       << "tolerances: loss terms and grad norm " << num(tol.loss)
       << " relative (largest over the iterations), parameters " << num(tol.params) << " in " << how
       << " per tensor\n\n";
@@ -411,17 +443,17 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
   if (o.rtol >= 0) tol.loss = tol.grad = tol.params = o.rtol;
 
   RunFolder folder(o.keep);
-  const int64_t gbs = common_batch(o, layouts, registry);
+  const Batch batch = common_batch(o, layouts, registry);
   ParityLayout one = parse_parity_layout("tp1");
   one.token = "1 rank";
   const fs::path one_dir = folder.path / "1rank";
-  const fs::path one_recipe = prepare_run(o, one, false, gbs, one_dir, registry);
+  const fs::path one_recipe = prepare_run(o, one, false, batch, one_dir, registry);
   if (o.fuzz > 0) {
     const fs::path scratch = folder.path / "drawing";
     const std::vector<std::string> drawn =
         draw_parity_layouts(o.fuzz, o.seed, o.max_ranks, [&](const std::string& token) {
           try {
-            prepare_run(o, parse_parity_layout(token), true, gbs, scratch, registry);
+            prepare_run(o, parse_parity_layout(token), true, batch, scratch, registry);
             return std::string();
           } catch (const UsageError& e) {
             return std::string(e.what());
@@ -439,7 +471,7 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
     for (size_t i = 0; i + 1 < dirs.size(); ++i)  // the same token twice
       if (dirs[i] == dirs.back()) dirs.back() += "." + std::to_string(dirs.size());
     try {
-      recipes.push_back(prepare_run(o, l, true, gbs, dirs.back(), registry));
+      recipes.push_back(prepare_run(o, l, true, batch, dirs.back(), registry));
     } catch (const UsageError& e) {
       throw UsageError("loom parity: layout '" + l.token + "': " + e.what());
     }
@@ -492,7 +524,7 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
     else if (!(r.problem.empty() && r.reasons.empty()))
       folder.remove = false;
   }
-  return report(o, outcomes, tol, gbs, one_s, folder, out) ? 1 : 0;
+  return report(o, outcomes, tol, batch, one_s, folder, out) ? 1 : 0;
 }
 
 }  // namespace loom::engine

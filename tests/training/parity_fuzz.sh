@@ -5,6 +5,9 @@
 #     (That the draw is the same for a seed is test_engine's "parity fuzz" case.)
 #  2. A drawn layout that fails (the learning rate 1% higher in the layouts' runs) prints a
 #     command whose --layouts token reruns it alone, and that rerun fails the same way.
+#  3. What a model cannot take is refused before any run (exit 2), so never drawn: another
+#     micro-batch size with Switch's per-micro-batch balancing loss, recompute in T5 (refused
+#     at create only, before issue 35: the draws' runs failed).
 #   parity_fuzz.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
@@ -28,6 +31,7 @@ gpt=(--set "data.path=$dir/docs.jsonl")
 moe=(--set "data.path=$dir/docs.jsonl" --set model.n_kv_head=2 --set model.num_experts=4
      --set model.moe_ffn_hidden_size=16)
 bert=(--set "tokenizer.vocab_file=$bert_data/vocab.txt" --set "data.prefix=$bert_data/sentences")
+t5=("${bert[@]}" --set model.decoder_seq_len=8 --set data.decoder_seq_len=8)
 cd "$repo"
 
 # 1. Three drawn layouts per model pass.
@@ -64,4 +68,20 @@ token=$(sed -n 's/^  rerun alone: loom parity [^ ]* --layouts \([^ ]*\) .*/\1/p'
 rc=$?
 cat "$dir/rerun.txt"
 [ $rc -eq 1 ] || fail "the rerun of $token: exit $rc, expected 1"
+
+# 3. Refused before any run.
+refused() {  # refused WHAT EXPECTED-TEXT RECIPE ARGS...
+  local what=$1 text=$2
+  shift 2
+  "$loom" parity "$@" "${small[@]}" > "$dir/u.out" 2> "$dir/u.err"
+  local rc=$?
+  [ $rc -eq 2 ] || { cat "$dir/u.out" "$dir/u.err"; fail "$what: exit $rc, expected 2"; }
+  grep -q -- "$text" "$dir/u.err" || { cat "$dir/u.err"; fail "$what: no '$text'"; }
+  grep -q "parity: 1 rank" "$dir/u.err" && fail "$what: refused only after a run"
+  echo "refused ($what): $(cat "$dir/u.err")"
+}
+refused "moe mb1" "the experts' load-balancing loss .* is computed per micro-batch" \
+  recipes/moe-quickstart.toml --layouts dp2+mb1 "${moe[@]}"
+refused "t5 recompute" "activation recompute is not implemented for T5" \
+  recipes/t5-quickstart.toml --layouts dp2+recompute "${t5[@]}"
 echo "parity fuzz: every check passed"
