@@ -600,6 +600,9 @@ int cmd_parity(const std::vector<std::string>& args) {
   o.recipe = c.required<std::string>("recipe", "RECIPE");
   if (!c.vm.count("layouts") && !c.vm.count("fuzz"))
     throw UsageError("loom parity: missing --layouts or --fuzz (see loom parity --help)");
+  if (c.vm.count("fuzz") && o.fuzz < 1)
+    throw UsageError("loom parity: --fuzz must be a number of layouts >= 1, got " +
+                     std::to_string(o.fuzz));
   std::stringstream list(layouts);
   for (std::string t; std::getline(list, t, ',');) o.layouts.push_back(t);
   if (!layouts.empty() && layouts.back() == ',') o.layouts.push_back("");

@@ -150,6 +150,7 @@ usage() {  # usage WHAT EXPECTED-TEXT ARGS...
 usage "unknown part" "unknown layout part 'xx3' in 'tp2+xx3'" --layouts tp2,tp2+xx3 "${small[@]}"
 usage "tp twice" "tp is given twice ('tp2' and 'tp2')" --layouts tp2+tp2 "${small[@]}"
 usage "fuzz and layouts" "--layouts and --fuzz both given" --layouts tp2 --fuzz 2 "${small[@]}"
+usage "fuzz 0" "--fuzz must be a number of layouts >= 1" --fuzz 0 "${small[@]}"
 usage "sp without tp" "sp (sequence parallelism) needs tp2 or more" --layouts dp2+sp "${small[@]}"
 usage "tp4 of 2 heads" "layout 'tp4': parallel layout for 4 ranks: n_head = 2 is not divisible" --layouts tp4 "${small[@]}"
 usage "dtype" "--dtype must be fp32 or fp64" --layouts tp2 --dtype bf16 "${small[@]}"
