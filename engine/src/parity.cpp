@@ -49,10 +49,6 @@ struct Tolerances {
   bool norm = true;  // parameters by ||a-b|| / ||a||, else max |a-b| / max |a|
 };
 
-// The run's recipe: the user's with --set, the layout's [parallel] keys (the recipe's own
-// degrees, strategy and comm replaced), N iterations, the metrics file and a checkpoint at
-// the end in `dir`, the dtype; validated against `world` ranks (the plugins' own checks too)
-// and written to dir/recipe.toml.
 // Switch's load-balancing loss (moe_router_load_balancing_type = "aux_loss") is computed over
 // each micro-batch's tokens, so it changes with the micro-batch size: a layout may not change
 // that size then (found by --fuzz: mb1 against 2 moved loss_moe_aux by 3e-3).
@@ -80,6 +76,10 @@ struct Batch {
   int64_t global = 0, micro = 0;
 };
 
+// The run's recipe: the user's with --set, the layout's [parallel] keys (the recipe's own
+// degrees, strategy and comm replaced), N iterations, the metrics file and a checkpoint at
+// the end in `dir`, the dtype; validated against `world` ranks (the plugins' own checks too)
+// and written to dir/recipe.toml.
 fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout,
                      const Batch& batch, const fs::path& dir, Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
