@@ -568,17 +568,22 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
 
 int cmd_parity(const std::vector<std::string>& args) {
   Command c("parity",
-            "RECIPE --layouts L1,L2,... [--iters N] [--dtype fp32|fp64] [options]\n\n"
+            "RECIPE (--layouts L1,L2,... | --fuzz N [--seed S]) [--iters N] [options]\n\n"
             "Trains the recipe for N iterations on one rank, then in each layout under mpirun\n"
             "(or srun), with the same seed and global batch, and compares every iteration's\n"
             "loss terms and gradient norm and every final parameter (merged from the ranks'\n"
-            "checkpoint shards) with the single rank's. Tolerances: fp32 1e-5 relative for the\n"
-            "loss and grad norm, 1e-5 in ||a-b||/||a|| per parameter; fp64 1e-9, parameters\n"
-            "element by element (max|a-b|/max|a|). Exit 0 when every layout passes, 1 when one\n"
-            "differs or fails, 2 for a usage or recipe error.\n\n"
-            "A layout is parts joined by '+': tpN, ppN, ppNvpM (virtual stages), cpN, epN, dpN,\n"
-            "sp, zero1 or dist (distributed optimizer), fsdp or fsdpN (= dpN+fsdp), zero2,\n"
-            "zero3, etp, a2a, gpipe. Ranks: the product of the degrees. See docs/parallelism.md.");
+            "checkpoint shards) with the single rank's. In fp64 (the default) every value\n"
+            "within 1e-9 (parameters element by element, max|a-b|/max|a|); in fp32 1e-5\n"
+            "relative, parameters in ||a-b||/||a||, which a correct layout can miss (a zero\n"
+            "gradient's rounding noise, amplified by Adam). Exit 0 when every layout passes,\n"
+            "1 when one differs or fails (its runs are kept), 2 for a usage or recipe error or\n"
+            "a launcher that cannot start ranks (the fix named).\n\n"
+            "A layout is parts joined by '+', each at most once: tpN, ppN, ppNvpM (virtual\n"
+            "stages), cpN, epN, dpN, sp, zero1 or dist (distributed optimizer), fsdp or fsdpN\n"
+            "(= dpN+fsdp), zero2, zero3, etp, a2a, gpipe, recompute, selective, overlap, mbN\n"
+            "(micro-batch size). Ranks: the product of the degrees. --fuzz N draws N valid\n"
+            "layouts at random (reproducibly from --seed); a failure prints its layout for\n"
+            "--layouts. See docs/parallelism.md.");
   ParityOptions o;
   std::string layouts;
   c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
@@ -586,7 +591,11 @@ int cmd_parity(const std::vector<std::string>& args) {
                           "comma-separated layouts, e.g. tp2,pp2vp2,dp2+zero1,tp2+sp")(
       "iters", po::value<int64_t>(&o.iters)->default_value(o.iters), "iterations of every run")(
       "dtype", po::value<std::string>(&o.dtype)->default_value(o.dtype),
-      "fp32 or fp64 (precision.dtype; fp64 leaves only rounding, at 1e-9)")(
+      "fp64 or fp32 (precision.dtype; fp64 leaves only rounding, at 1e-9)")(
+      "fuzz", po::value<int>(&o.fuzz), "draw this many valid layouts at random instead")(
+      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "--fuzz's draw")(
+      "max-ranks", po::value<int>(&o.max_ranks)->default_value(o.max_ranks),
+      "--fuzz: the largest layout, in ranks (OpenMPI oversubscribes the cores)")(
       "rtol", po::value<double>(),
       "one tolerance for the loss, the grad norm and the parameters, instead of the dtype's")(
       "layout-set", po::value<std::vector<std::string>>()->composing(),
@@ -601,8 +610,11 @@ int cmd_parity(const std::vector<std::string>& args) {
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
   o.recipe = c.required<std::string>("recipe", "RECIPE");
-  if (!c.vm.count("layouts"))
-    throw UsageError("loom parity: missing --layouts (see loom parity --help)");
+  if (!c.vm.count("layouts") && !c.vm.count("fuzz"))
+    throw UsageError("loom parity: missing --layouts or --fuzz (see loom parity --help)");
+  if (c.vm.count("fuzz") && o.fuzz < 1)
+    throw UsageError("loom parity: --fuzz must be a number of layouts >= 1, got " +
+                     std::to_string(o.fuzz));
   std::stringstream list(layouts);
   for (std::string t; std::getline(list, t, ',');) o.layouts.push_back(t);
   if (!layouts.empty() && layouts.back() == ',') o.layouts.push_back("");

@@ -5,11 +5,7 @@
 // the ranks' shards (compare_models, as `loom checkpoint diff`).
 #include "parity.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,15 +22,15 @@
 
 #include "batch_check.hpp"
 #include "checkpoint_tools.hpp"
+#include "config_check.hpp"
 #include "errors.hpp"
 #include "memory_estimate.hpp"
 #include "parallel_layout.hpp"
+#include "parity_launch.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
 #include "text_table.hpp"
 #include "train_run.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 
@@ -53,118 +49,39 @@ struct Tolerances {
   bool norm = true;  // parameters by ||a-b|| / ||a||, else max |a-b| / max |a|
 };
 
-struct Launcher {
-  std::vector<std::string> argv;  // up to the rank count's option
-  bool srun = false;
+// Switch's load-balancing loss (moe_router_load_balancing_type = "aux_loss") is computed over
+// each micro-batch's tokens, so it changes with the micro-batch size: a layout may not change
+// that size then (found by --fuzz: mb1 against 2 moved loss_moe_aux by 3e-3).
+void check_micro_batch(const Recipe& layout, int64_t reference) {
+  const int64_t mbs = layout.get_int("train", "micro_batch_size");
+  if (mbs == reference) return;
+  bool per_micro_batch = false;
+  try {
+    per_micro_batch = layout.get_int("model", "num_experts") > 0 &&
+                      layout.get_float("model", "moe_aux_loss_coeff") > 0 &&
+                      layout.get_string("model", "moe_router_load_balancing_type") == "aux_loss";
+  } catch (const std::exception&) {  // a model without experts
+  }
+  if (per_micro_batch)
+    throw UsageError("mb" + std::to_string(mbs) +
+                     ": the experts' load-balancing loss (model.moe_aux_loss_coeff > 0, "
+                     "moe_router_load_balancing_type = \"aux_loss\") is computed per "
+                     "micro-batch, so another micro-batch size changes the loss itself; keep "
+                     "the recipe's micro_batch_size or use \"seq_aux_loss\"");
+}
+
+// The batch every run shares: the single rank's micro-batch, and the global batch set in every
+// run (0: the recipe's).
+struct Batch {
+  int64_t global = 0, micro = 0;
 };
-
-bool executable(const fs::path& p) {
-  return ::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p);
-}
-
-fs::path on_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return executable(name) ? fs::path(name) : fs::path();
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  std::string dir;
-  while (std::getline(dirs, dir, ':'))
-    if (!dir.empty() && executable(fs::path(dir) / name)) return fs::path(dir) / name;
-  return {};
-}
-
-// mpirun, mpiexec or srun: --mpiexec's, else the first on PATH.
-Launcher find_launcher(const ParityOptions& o) {
-  fs::path exe;
-  if (!o.mpiexec.empty()) {
-    exe = on_path(o.mpiexec);
-    if (exe.empty())
-      throw UsageError("loom parity: --mpiexec " + o.mpiexec + " is not an executable" +
-                       (o.mpiexec.find('/') == std::string::npos ? " on PATH" : ""));
-  } else {
-    for (const char* name : {"mpirun", "mpiexec", "srun"})
-      if (exe = on_path(name); !exe.empty()) break;
-    if (exe.empty())
-      throw UsageError(
-          "loom parity: no launcher found: neither mpirun, mpiexec nor srun is on PATH; install "
-          "an MPI (OpenMPI's mpirun) or name one with --mpiexec PATH");
-  }
-  Launcher l;
-  l.srun = exe.filename() == "srun";
-  l.argv = {exe.string()};
-  l.argv.insert(l.argv.end(), o.mpiexec_args.begin(), o.mpiexec_args.end());
-  return l;
-}
-
-// SIGINT or SIGTERM: passed on to the run in progress (a terminal's Ctrl-C reaches it anyway),
-// and parity stops after it, removing its temporary folder.
-volatile sig_atomic_t g_signal = 0;
-volatile pid_t g_child = 0;
-
-extern "C" void on_signal(int sig) {
-  g_signal = sig;
-  if (g_child > 0) ::kill(g_child, sig);
-}
-
-struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
-  SignalGuard() {
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int);
-    ::sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalGuard() {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
-// Runs argv (stdin from /dev/null, stdout and stderr to `log`); its exit status, 128 + the
-// signal when one ended it. Ends the command (exit 128 + the signal) when parity itself was
-// signalled meanwhile.
-int run_logged(const std::vector<std::string>& argv, const fs::path& log) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&files, 1, 2);
-  pid_t pid = 0;
-  const int err = posix_spawn(&pid, args[0], &files, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&files);
-  if (err != 0) throw RunError("loom parity: cannot start " + argv[0] + ": " + std::strerror(err));
-  g_child = pid;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw RunError("loom parity: waiting for " + argv[0] + " failed");
-  g_child = 0;
-  if (g_signal) {
-    spdlog::warn("parity: stopped by signal {}", (int)g_signal);
-    throw QuietExit{128 + g_signal};
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
-}
-
-std::string tail_of(const fs::path& log, size_t lines) {
-  std::ifstream in(log);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-    out += "    " + all[i] + "\n";
-  return out;
-}
 
 // The run's recipe: the user's with --set, the layout's [parallel] keys (the recipe's own
 // degrees, strategy and comm replaced), N iterations, the metrics file and a checkpoint at
-// the end in `dir`, the dtype; validated against `world` ranks and written to dir/recipe.toml.
-fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout, int64_t gbs,
-                     const fs::path& dir, Registry& registry) {
+// the end in `dir`, the dtype; validated against `world` ranks (the plugins' own checks too)
+// and written to dir/recipe.toml.
+fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layout,
+                     const Batch& batch, const fs::path& dir, Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
   for (const char* key : kLayoutKeys) r.drop_key("parallel", key);
   r.drop_section("comm");
@@ -172,7 +89,7 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
     r.drop_key("train", key);
   for (const char* key : {"load", "interval", "overwrite"}) r.drop_key("checkpoint", key);
   r.set("train.iters=" + std::to_string(o.iters));
-  if (gbs > 0) r.set("train.global_batch_size=" + std::to_string(gbs));
+  if (batch.global > 0) r.set("train.global_batch_size=" + std::to_string(batch.global));
   r.set("train.metrics=" + (dir / "metrics.jsonl").string());
   r.set("checkpoint.save=" + (dir / "checkpoint").string());
   r.set("precision.dtype=" + o.dtype);
@@ -186,8 +103,12 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
     }
   keep_grad_keys_of(r, registry, grad);
   r.validate(registry);
+  check_micro_batch(r, batch.micro);
   check_layout(r, l.world);
   check_model_batch(r, registry);
+  // What the plugins themselves refuse (FSDP with a pipeline, T5 with context parallelism),
+  // before any run: a layout the model cannot take is a usage error, and never drawn by --fuzz.
+  check_plugin_configs(r, registry, l.world);
   fs::create_directories(dir);
   const fs::path path = dir / "recipe.toml";
   std::ofstream(path) << r.to_toml();
@@ -313,6 +234,32 @@ void judge(Outcome& r, const Tolerances& tol) {
   }
 }
 
+// What a failure likely means, from where it shows: the first iteration's loss (the forward
+// pass or the data), a later loss or the gradient norm (the backward pass, a reduction, the
+// step), or only the final parameters (the step of a few tensors, or fp32 rounding).
+std::string likely_cause(const Outcome& r, const Tolerances& tol, const std::string& dtype) {
+  const bool loss = !(r.loss.rel <= tol.loss), grad = !(r.grad.rel <= tol.grad);
+  if (loss && r.loss.iter <= 1)
+    return "the first iteration's loss already differs: the layout computes a different forward "
+           "pass or reads different samples (a split that changes the model, a batch drawn "
+           "otherwise)";
+  if (loss || grad)
+    return "the losses or gradient norms drift apart after the first step: gradients reduced "
+           "over the wrong group or not at all, or a different optimizer step (learning rate, "
+           "schedule, clipping)";
+  std::string why =
+      "the losses and gradient norms agree but parameters do not: the step of these tensors "
+      "differs (a gradient missing from a reduction, an optimizer setting or state sharded "
+      "wrongly)";
+  if (dtype == "fp32")
+    why +=
+        "; in fp32 it can also be rounding: a tensor whose gradient is exactly zero (an "
+        "attention key bias) turns noise of the size of Adam's eps into steps of the size "
+        "of the learning rate; rerun with --dtype fp64 (the default), which leaves only "
+        "rounding at 1e-9";
+  return why;
+}
+
 const TensorDiff* worst_tensor(const Outcome& r) {
   const TensorDiff* w = nullptr;
   for (const TensorDiff& d : r.params)
@@ -324,140 +271,116 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A temporary folder removed at the end, unless it is --keep's.
+// The runs' folder: --keep's, else a temporary one, removed at the end unless a layout failed
+// (its recipe, log, metrics and checkpoint are what a user needs to see why).
 struct RunFolder {
   fs::path path;
   bool remove = true;
+  explicit RunFolder(const fs::path& keep) {
+    if (!keep.empty()) {
+      if (fs::exists(keep) && !(fs::is_directory(keep) && fs::is_empty(keep)))
+        throw UsageError("loom parity: --keep " + keep.string() +
+                         " exists and is not an empty folder");
+      fs::create_directories(keep);
+      path = fs::absolute(keep);
+      remove = false;
+      return;
+    }
+    std::string templ = (fs::temp_directory_path() / "loom-parity-XXXXXX").string();
+    if (!::mkdtemp(templ.data())) throw RunError("loom parity: cannot make a temporary folder");
+    path = templ;
+  }
   ~RunFolder() {
     std::error_code ec;
     if (remove && !path.empty()) fs::remove_all(path, ec);
   }
 };
 
-}  // namespace
+// The batch every run uses: the recipe's micro-batch, and its global batch or, when it sets
+// none, micro-batch x the data-parallel sizes' least common multiple, accumulated by the single
+// rank. Fuzzed layouts are drawn later, with degrees that are powers of two up to --max-ranks: the
+// largest such power.
+Batch common_batch(const ParityOptions& o, const std::vector<ParityLayout>& layouts,
+                   Registry& registry) {
+  Recipe r = Recipe::load(o.recipe, o.sets);
+  for (const char* key : kLayoutKeys) r.drop_key("parallel", key);
+  r.drop_section("comm");
+  keep_grad_keys_of(r, registry, "ddp");
+  r.validate(registry);
+  Batch b;
+  b.micro = r.get_int("train", "micro_batch_size");
+  if (r.get_int("train", "global_batch_size") != 0) return b;
+  int64_t lcm = 1;
+  for (const ParityLayout& l : layouts) lcm = std::lcm(lcm, (int64_t)l.data);
+  if (o.fuzz > 0)
+    while (lcm * 2 <= o.max_ranks) lcm *= 2;
+  b.global = b.micro * lcm;
+  return b;
+}
 
-int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
-  // Everything a user can get wrong is refused before the first run.
+std::string run_dir_name(const std::string& token) {
+  std::string name = token;
+  for (char& c : name)
+    if (c == '+') c = '_';
+  return name;
+}
+
+void check_options(const ParityOptions& o) {
   if (o.dtype != "fp32" && o.dtype != "fp64")
     throw UsageError("loom parity: --dtype must be fp32 or fp64, got '" + o.dtype + "'");
   if (o.iters < 1) throw UsageError("loom parity: --iters must be at least 1");
   if (o.rtol >= 0 && !std::isfinite(o.rtol))
     throw UsageError("loom parity: --rtol must be a finite number >= 0");
-  if (o.layouts.empty()) throw UsageError("loom parity: --layouts names no layout");
-  std::vector<ParityLayout> layouts;
-  for (const std::string& t : o.layouts) layouts.push_back(parse_parity_layout(t));
-  const Launcher launcher = find_launcher(o);
+  if (o.fuzz < 0) throw UsageError("loom parity: --fuzz must be a number of layouts >= 1");
+  if (o.fuzz > 0 && !o.layouts.empty())
+    throw UsageError("loom parity: --layouts and --fuzz both given; give one");
+  if (o.fuzz == 0 && o.layouts.empty()) throw UsageError("loom parity: --layouts names no layout");
+  if (o.max_ranks < 2) throw UsageError("loom parity: --max-ranks must be at least 2");
   if (!fs::is_regular_file(o.recipe))
     throw UsageError("loom parity: recipe " + o.recipe.string() + " is not a file");
-  Tolerances tol;
-  if (o.dtype == "fp64") tol = {1e-9, 1e-9, 1e-9, false};
-  if (o.rtol >= 0) tol.loss = tol.grad = tol.params = o.rtol;
+}
 
-  RunFolder folder;
-  if (!o.keep.empty()) {
-    if (fs::exists(o.keep) && !(fs::is_directory(o.keep) && fs::is_empty(o.keep)))
-      throw UsageError("loom parity: --keep " + o.keep.string() +
-                       " exists and is not an empty folder");
-    fs::create_directories(o.keep);
-    folder.path = fs::absolute(o.keep);
-    folder.remove = false;
-  } else {
-    std::string templ = (fs::temp_directory_path() / "loom-parity-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw RunError("loom parity: cannot make a temporary folder");
-    folder.path = templ;
+// One layout's run under the launcher, compared with the single rank's.
+Outcome run_layout(const ParityLayout& l, const ParityLauncher& launcher, const std::string& loom,
+                   const fs::path& recipe, const fs::path& dir, const fs::path& one_dir,
+                   const std::vector<std::string>& order, const Tolerances& tol) {
+  Outcome r;
+  r.token = l.token;
+  r.world = l.world;
+  spdlog::info("parity: {} ({} ranks)", l.token, l.world);
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path log = dir / "log.txt";
+  r.exit_code = run_logged(launcher.line(l.world, {loom, "run", recipe.string()}), log);
+  r.seconds = since(t0);
+  if (r.exit_code != 0) {
+    // A launcher that starts no rank fails every layout alike: say so once, with the fix.
+    const std::string why = launcher_refusal(log);
+    if (!why.empty())
+      throw UsageError("loom parity: layout '" + l.token + "': " + launcher.argv[0] +
+                       " cannot start " + std::to_string(l.world) + " ranks: " + why +
+                       "; its log: " + log.string());
+    r.problem = "the run failed (exit " + std::to_string(r.exit_code) + "); its log " +
+                log.string() + " ends:\n" + log_tail(log, 15);
+    return r;
   }
-
-  // One global batch for all: the recipe's, else micro-batch x every layout's data-parallel
-  // size (their least common multiple), accumulated by the single rank.
-  ParityLayout one = parse_parity_layout("tp1");
-  one.token = "1 rank";
-  int64_t gbs = 0;
-  {
-    Recipe r = Recipe::load(o.recipe, o.sets);
-    for (const char* key : kLayoutKeys) r.drop_key("parallel", key);
-    r.drop_section("comm");
-    keep_grad_keys_of(r, registry, "ddp");
-    r.validate(registry);
-    if (r.get_int("train", "global_batch_size") == 0) {
-      int64_t lcm = 1;
-      for (const ParityLayout& l : layouts) lcm = std::lcm(lcm, (int64_t)l.data);
-      gbs = r.get_int("train", "micro_batch_size") * lcm;
-    }
-  }
-  std::vector<fs::path> recipes;
-  const fs::path one_dir = folder.path / "1rank";
-  recipes.push_back(prepare_run(o, one, false, gbs, one_dir, registry));
-  std::vector<fs::path> dirs;
-  for (const ParityLayout& l : layouts) {
-    std::string name = l.token;
-    for (char& c : name)
-      if (c == '+') c = '_';
-    dirs.push_back(folder.path / name);
-    for (size_t i = 0; i + 1 < dirs.size(); ++i)  // the same token twice
-      if (dirs[i] == dirs.back()) dirs.back() += "." + std::to_string(dirs.size());
-    try {
-      recipes.push_back(prepare_run(o, l, true, gbs, dirs.back(), registry));
-    } catch (const UsageError& e) {
-      throw UsageError("loom parity: layout '" + l.token + "': " + e.what());
-    }
-  }
-
-  const SignalGuard signals;
-  const std::string loom = fs::read_symlink("/proc/self/exe").string();
-  // OpenMPI refuses more ranks than cores unless told; a parity check runs small layouts on
-  // small machines (MPICH and srun ignore the variable).
-  ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  auto t0 = std::chrono::steady_clock::now();
-  spdlog::info("parity: 1 rank ({} iterations, {})", o.iters, o.dtype);
-  int rc = run_logged({loom, "run", recipes[0].string()}, one_dir / "log.txt");
-  if (rc != 0)
-    throw RunError("loom parity: the single-rank run failed (exit " + std::to_string(rc) +
-                   "); its log " + (one_dir / "log.txt").string() + " ends:\n" +
-                   tail_of(one_dir / "log.txt", 15));
-  const double one_s = since(t0);
-  std::vector<std::string> order;
   try {
-    order = model_param_names(recipes[0], registry);
+    compare_metrics(one_dir / "metrics.jsonl", dir / "metrics.jsonl", r);
+    r.params =
+        in_model_order(compare_models(one_dir / "checkpoint", dir / "checkpoint", tol.norm), order);
   } catch (const std::exception& e) {
-    spdlog::warn(
-        "parity: the model's parameter order is unknown ({}); tensors are named in "
-        "name order",
-        e.what());
+    r.problem = e.what();
   }
+  if (r.problem.empty()) judge(r, tol);
+  return r;
+}
 
-  std::vector<Outcome> outcomes;
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    const ParityLayout& l = layouts[i];
-    Outcome r;
-    r.token = l.token;
-    r.world = l.world;
-    std::vector<std::string> argv = launcher.argv;
-    argv.insert(argv.end(), {launcher.srun ? "-n" : "-np", std::to_string(l.world), loom, "run",
-                             recipes[i + 1].string()});
-    spdlog::info("parity: {} ({} ranks)", l.token, l.world);
-    t0 = std::chrono::steady_clock::now();
-    r.exit_code = run_logged(argv, dirs[i] / "log.txt");
-    r.seconds = since(t0);
-    if (r.exit_code != 0) {
-      r.problem = "the run failed (exit " + std::to_string(r.exit_code) + "); its log " +
-                  (dirs[i] / "log.txt").string() + " ends:\n" + tail_of(dirs[i] / "log.txt", 15);
-    } else {
-      try {
-        compare_metrics(one_dir / "metrics.jsonl", dirs[i] / "metrics.jsonl", r);
-        r.params = in_model_order(
-            compare_models(one_dir / "checkpoint", dirs[i] / "checkpoint", tol.norm), order);
-      } catch (const std::exception& e) {
-        r.problem = e.what();
-      }
-    }
-    if (r.problem.empty()) judge(r, tol);
-    outcomes.push_back(std::move(r));
-  }
-
+// The table, each failure's reasons and likely cause, the summary; the number that failed.
+int report(const ParityOptions& o, const std::vector<Outcome>& outcomes, const Tolerances& tol,
+           const Batch& batch, double one_s, const RunFolder& folder, std::ostream& out) {
   const std::string how = tol.norm ? "||a-b||/||a||" : "max|a-b|/max|a|";
   out << "parity of " << o.recipe.string() << ": " << o.iters << " iterations in " << o.dtype
-      << (gbs > 0 ? ", global batch " + std::to_string(gbs) : "") << "; 1 rank took "
-      << seconds_str(one_s) << "\n"
+      << (batch.global > 0 ? ", global batch " + std::to_string(batch.global) : "")
+      << "; 1 rank took " << seconds_str(one_s) << "\n"
       << "tolerances: loss terms and grad norm " << num(tol.loss)
       << " relative (largest over the iterations), parameters " << num(tol.params) << " in " << how
       << " per tensor\n\n";
@@ -482,10 +405,14 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
   print_table(rows, out);
   for (const Outcome& r : outcomes) {
     if (!r.problem.empty()) out << "\n" << r.token << ": " << r.problem << "\n";
-    if (!r.reasons.empty()) {
-      out << "\n" << r.token << ": FAIL\n";
-      for (const std::string& why : r.reasons) out << "  " << why << "\n";
-    }
+    if (r.reasons.empty()) continue;
+    out << "\n" << r.token << ": FAIL\n";
+    for (const std::string& why : r.reasons) out << "  " << why << "\n";
+    out << "  likely: " << likely_cause(r, tol, o.dtype) << "\n";
+    out << "  rerun alone: loom parity " << o.recipe.string() << " --layouts " << r.token
+        << " --iters " << o.iters << (o.dtype == "fp64" ? "" : " --dtype " + o.dtype)
+        << (o.sets.empty() && o.layout_sets.empty() ? "" : " (and this run's --set options)")
+        << "\n";
   }
   const size_t n = outcomes.size();
   std::string summary;
@@ -495,9 +422,109 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
     summary = failed
                   ? std::to_string(failed) + " of " + std::to_string(n) + " layouts fail the check"
                   : "all " + std::to_string(n) + " layouts match 1 rank";
-  out << "\n"
-      << summary << (o.keep.empty() ? "" : "; runs kept in " + folder.path.string()) << "\n";
-  return failed ? 1 : 0;
+  if (!folder.remove)
+    summary += (o.keep.empty() ? "; the runs (recipes, logs, metrics, checkpoints) are kept in "
+                               : "; runs kept in ") +
+               folder.path.string();
+  out << "\n" << summary << "\n";
+  return failed;
+}
+
+}  // namespace
+
+int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
+  // Everything a user can get wrong is refused before the first run.
+  check_options(o);
+  std::vector<ParityLayout> layouts;
+  for (const std::string& t : o.layouts) layouts.push_back(parse_parity_layout(t));
+  const ParityLauncher launcher = find_parity_launcher(o);
+  Tolerances tol;
+  if (o.dtype == "fp64") tol = {1e-9, 1e-9, 1e-9, false};
+  if (o.rtol >= 0) tol.loss = tol.grad = tol.params = o.rtol;
+
+  RunFolder folder(o.keep);
+  const Batch batch = common_batch(o, layouts, registry);
+  ParityLayout one = parse_parity_layout("tp1");
+  one.token = "1 rank";
+  const fs::path one_dir = folder.path / "1rank";
+  const fs::path one_recipe = prepare_run(o, one, false, batch, one_dir, registry);
+  if (o.fuzz > 0) {
+    const fs::path scratch = folder.path / "drawing";
+    const std::vector<std::string> drawn =
+        draw_parity_layouts(o.fuzz, o.seed, o.max_ranks, [&](const std::string& token) {
+          try {
+            prepare_run(o, parse_parity_layout(token), true, batch, scratch, registry);
+            return std::string();
+          } catch (const UsageError& e) {
+            return std::string(e.what());
+          }
+        });
+    fs::remove_all(scratch);
+    for (const std::string& t : drawn) layouts.push_back(parse_parity_layout(t));
+    out << "fuzz: " << layouts.size() << " layouts drawn from seed " << o.seed << " (at most "
+        << o.max_ranks << " ranks)\n";
+  }
+  std::vector<fs::path> recipes, dirs;
+  int max_world = 1;
+  for (const ParityLayout& l : layouts) {
+    dirs.push_back(folder.path / run_dir_name(l.token));
+    for (size_t i = 0; i + 1 < dirs.size(); ++i)  // the same token twice
+      if (dirs[i] == dirs.back()) dirs.back() += "." + std::to_string(dirs.size());
+    try {
+      recipes.push_back(prepare_run(o, l, true, batch, dirs.back(), registry));
+    } catch (const UsageError& e) {
+      throw UsageError("loom parity: layout '" + l.token + "': " + e.what());
+    }
+    max_world = std::max(max_world, l.world);
+  }
+
+  const ParitySignals signals;
+  const std::string loom = fs::read_symlink("/proc/self/exe").string();
+  // OpenMPI refuses more ranks than cores unless told; a parity check runs small layouts on
+  // small machines (MPICH and srun ignore the variable).
+  ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  try {
+    check_launcher(launcher, max_world, folder.path / "launcher-log.txt");
+  } catch (...) {
+    folder.remove = false;
+    throw;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  spdlog::info("parity: 1 rank ({} iterations, {})", o.iters, o.dtype);
+  const int rc = run_logged({loom, "run", one_recipe.string()}, one_dir / "log.txt");
+  if (rc != 0) {
+    folder.remove = false;
+    throw RunError("loom parity: the single-rank run failed (exit " + std::to_string(rc) +
+                   "); its log " + (one_dir / "log.txt").string() + " ends:\n" +
+                   log_tail(one_dir / "log.txt", 15));
+  }
+  const double one_s = since(t0);
+  std::vector<std::string> order;
+  try {
+    order = model_param_names(one_recipe, registry);
+  } catch (const std::exception& e) {
+    spdlog::warn(
+        "parity: the model's parameter order is unknown ({}); tensors are named in "
+        "name order",
+        e.what());
+  }
+
+  std::vector<Outcome> outcomes;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    try {
+      outcomes.push_back(
+          run_layout(layouts[i], launcher, loom, recipes[i], dirs[i], one_dir, order, tol));
+    } catch (const UsageError&) {
+      folder.remove = false;
+      throw;
+    }
+    const Outcome& r = outcomes.back();
+    if (r.problem.empty() && r.reasons.empty() && o.keep.empty())
+      fs::remove_all(dirs[i]);
+    else if (!(r.problem.empty() && r.reasons.empty()))
+      folder.remove = false;
+  }
+  return report(o, outcomes, tol, batch, one_s, folder, out) ? 1 : 0;
 }
 
 }  // namespace loom::engine

@@ -1,6 +1,7 @@
 // `loom parity`'s layout tokens ("tp2+pp2", "dp2+zero1") as recipe keys (parity.hpp).
 #include <cctype>
 #include <map>
+#include <set>
 
 #include "errors.hpp"
 #include "parity.hpp"
@@ -14,8 +15,10 @@ const char* const kGrammar =
     "virtual stages, interleaved 1F1B), cpN (context), epN (expert), dpN (data), sp (sequence "
     "parallel, with tp), zero1 or dist (distributed optimizer), fsdp or fsdpN (FSDP, ZeRO-3; "
     "fsdpN = dpN+fsdp), zero2 or zero3 (FSDP's stage), etp (experts split over the tensor "
-    "group), a2a (all-to-all context attention), gpipe (GPipe schedule); e.g. tp2, pp2vp2, "
-    "dp2+zero1, tp2+sp+pp2";
+    "group), a2a (all-to-all context attention), gpipe (GPipe schedule), recompute (full "
+    "activation recompute), selective (selective recompute), overlap (gradient reduce and "
+    "parameter gather overlapped), mbN (N samples per micro-batch); each part at most once; "
+    "e.g. tp2, pp2vp2, dp2+zero1, tp2+sp+pp2, dp2+overlap+mb1";
 
 struct Part {
   std::string name;
@@ -53,12 +56,21 @@ ParityLayout parse_parity_layout(const std::string& token) {
     return UsageError("loom parity: layout '" + token + "': " + why);
   };
   if (token.empty()) throw UsageError(std::string("loom parity: an empty layout; ") + kGrammar);
-  std::map<std::string, int> degree;  // tp pp cp ep dp vp
-  bool sp = false, etp = false, a2a = false, gpipe = false;
-  std::string grad, stage;  // parallel.data, fsdp's zero_stage
-  auto set_degree = [&](const std::string& what, int n) {
+  std::map<std::string, int> degree;         // tp pp cp ep dp vp mb
+  std::set<std::string> flags;               // sp etp a2a gpipe recompute selective overlap
+  std::map<std::string, std::string> given;  // what each dimension or flag came from
+  std::string grad, stage;                   // parallel.data, fsdp's zero_stage
+  // Every dimension and flag once, whatever the values: "tp2+tp2" is as much a slip as
+  // "tp2+tp4", and accepting one while refusing the other hides which part the user meant.
+  auto once = [&](const std::string& what, const std::string& part) {
+    auto [it, fresh] = given.emplace(what, part);
+    if (!fresh)
+      throw fail(what + " is given twice ('" + it->second + "' and '" + part +
+                 "'); give each part once");
+  };
+  auto set_degree = [&](const std::string& what, int n, const std::string& part) {
     if (n < 1) throw fail(what + " needs a degree of 1 or more, as in " + what + "2");
-    if (degree.count(what) && degree[what] != n) throw fail(what + " is given twice");
+    once(what, part);
     degree[what] = n;
   };
   auto set_grad = [&](const std::string& g, const std::string& part) {
@@ -74,59 +86,68 @@ ParityLayout parse_parity_layout(const std::string& token) {
     start = plus + 1;
     const Part p = split_part(text, token);
     const bool flag = p.n == 0;
-    if (p.name == "tp" || p.name == "pp" || p.name == "cp" || p.name == "ep" || p.name == "dp") {
-      set_degree(p.name, p.n);
-      if (p.vp) set_degree("vp", p.vp);
-    } else if (p.name == "sp" && flag) {
-      sp = true;
-    } else if (p.name == "etp" && flag) {
-      etp = true;
-    } else if (p.name == "a2a" && flag) {
-      a2a = true;
-    } else if (p.name == "gpipe" && flag) {
-      gpipe = true;
+    if (p.name == "tp" || p.name == "pp" || p.name == "cp" || p.name == "ep" || p.name == "dp" ||
+        p.name == "mb") {
+      set_degree(p.name, p.n, text);
+      if (p.vp) set_degree("vp", p.vp, text);
+    } else if (flag && (p.name == "sp" || p.name == "etp" || p.name == "a2a" || p.name == "gpipe" ||
+                        p.name == "recompute" || p.name == "selective" || p.name == "overlap")) {
+      once(p.name, text);
+      flags.insert(p.name);
     } else if ((p.name == "zero" && p.n == 1) || (p.name == "dist" && flag)) {
+      once("the distributed optimizer", text);
       set_grad("distributed-optimizer", text);
     } else if (p.name == "zero" && (p.n == 2 || p.n == 3)) {
+      once("the ZeRO stage", text);
       set_grad("fsdp", text);
-      if (!stage.empty() && stage != std::to_string(p.n)) throw fail("zero2 and zero3 both given");
       stage = std::to_string(p.n);
     } else if (p.name == "fsdp") {
+      once("fsdp", text);
       set_grad("fsdp", text);
-      if (!flag) set_degree("dp", p.n);
+      if (!flag) set_degree("dp", p.n, text);
     } else {
       throw UsageError("loom parity: unknown layout part '" + text + "' in '" + token + "'; " +
                        kGrammar);
     }
   }
   auto deg = [&](const char* what) { return degree.count(what) ? degree[what] : 1; };
+  auto has = [&](const char* what) { return flags.count(what) > 0; };
   const int tp = deg("tp"), pp = deg("pp"), cp = deg("cp"), ep = deg("ep"), dp = deg("dp"),
             vp = deg("vp");
-  if (sp && tp < 2) throw fail("sp (sequence parallelism) needs tp2 or more");
-  if (etp && tp < 2) throw fail("etp (experts split over the tensor group) needs tp2 or more");
-  if (a2a && cp < 2) throw fail("a2a (all-to-all context attention) needs cp2 or more");
-  if (gpipe && pp < 2) throw fail("gpipe needs pp2 or more");
-  if (gpipe && vp > 1) throw fail("gpipe has no virtual stages (ppNvpM is interleaved 1F1B)");
+  if (has("sp") && tp < 2) throw fail("sp (sequence parallelism) needs tp2 or more");
+  if (has("etp") && tp < 2)
+    throw fail("etp (experts split over the tensor group) needs tp2 or more");
+  if (has("a2a") && cp < 2) throw fail("a2a (all-to-all context attention) needs cp2 or more");
+  if (has("gpipe") && pp < 2) throw fail("gpipe needs pp2 or more");
+  if (has("gpipe") && vp > 1)
+    throw fail("gpipe has no virtual stages (ppNvpM is interleaved 1F1B)");
+  if (has("recompute") && has("selective"))
+    throw fail("recompute (full) and selective are two recompute granularities; give one");
   ParityLayout l;
   l.token = token;
   l.world = tp * pp * cp * ep * dp;
   l.data = ep * dp;
   l.grad = grad.empty() ? "ddp" : grad;
-  auto key = [&](const std::string& k, const std::string& v) {
-    l.sets.push_back("parallel." + k + "=" + v);
-  };
-  key("tensor", std::to_string(tp));
-  key("pipeline", std::to_string(pp));
-  key("context", std::to_string(cp));
-  key("expert", std::to_string(ep));
-  key("expert_tensor", std::to_string(etp ? tp : 1));
-  key("virtual_stages", std::to_string(vp));
-  key("sequence_parallel", sp ? "true" : "false");
-  key("cp_comm_type", a2a ? "a2a" : "p2p");
-  key("data", l.grad);
-  if (vp > 1) key("schedule", "interleaved-1f1b");
-  if (gpipe) key("schedule", "gpipe");
-  if (!stage.empty()) key("zero_stage", stage);
+  auto key = [&](const std::string& k, const std::string& v) { l.sets.push_back(k + "=" + v); };
+  key("parallel.tensor", std::to_string(tp));
+  key("parallel.pipeline", std::to_string(pp));
+  key("parallel.context", std::to_string(cp));
+  key("parallel.expert", std::to_string(ep));
+  key("parallel.expert_tensor", std::to_string(has("etp") ? tp : 1));
+  key("parallel.virtual_stages", std::to_string(vp));
+  key("parallel.sequence_parallel", has("sp") ? "true" : "false");
+  key("parallel.cp_comm_type", has("a2a") ? "a2a" : "p2p");
+  key("parallel.data", l.grad);
+  if (vp > 1) key("parallel.schedule", "interleaved-1f1b");
+  if (has("gpipe")) key("parallel.schedule", "gpipe");
+  if (!stage.empty()) key("parallel.zero_stage", stage);
+  // The grad plugin keeps the overlap keys it has (parity drops the others); the distributed
+  // optimizer's parameter gather does not overlap a pipeline yet, so only without one.
+  if (has("overlap")) key("parallel.overlap_grad_reduce", "true");
+  if (has("overlap") && pp == 1) key("parallel.overlap_param_gather", "true");
+  if (has("recompute")) key("train.recompute_granularity", "full");
+  if (has("selective")) key("train.recompute_granularity", "selective");
+  if (degree.count("mb")) key("train.micro_batch_size", std::to_string(degree["mb"]));
   return l;
 }
 

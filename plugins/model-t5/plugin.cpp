@@ -12,15 +12,21 @@ namespace {
 using loom::layers::T5Model;
 using Slots = loom::layers::ModelSlots<T5Model>;
 
+// T5 keeps every activation: refused by check_config (`loom validate`, `loom parity`, before
+// any data is read) and by create alike.
+void refuse_recompute(const loom_model_create_args* a) {
+  loom::require(a->struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 ||
+                    a->recompute_granularity == LOOM_RECOMPUTE_NONE,
+                "model/t5: train.recompute_granularity: activation recompute is not "
+                "implemented for T5 (model/gpt and model/bert have it)");
+}
+
 loom_error* create(const loom_host* host, const loom_config* cfg, const loom_model_create_args* a,
                    loom_model** out) {
   return loom::guard(host, [&] {
     loom::require(a && a->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2,
                   "model/t5: create args missing or too old");
-    loom::require(a->struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 ||
-                      a->recompute_granularity == LOOM_RECOMPUTE_NONE,
-                  "model/t5: train.recompute_granularity: activation recompute is not "
-                  "implemented for T5 (model/gpt and model/bert have it)");
+    refuse_recompute(a);
     *out = reinterpret_cast<loom_model*>(new T5Model(host, cfg, *a, "model/t5"));
   });
 }
@@ -71,6 +77,9 @@ int64_t decoder_start(loom_model* m) {
 
 loom_error* check_config(const loom_host* host, const loom_config* cfg,
                          const loom_parallel_layout* layout, const void* args) {
+  const auto* a = static_cast<const loom_model_create_args*>(args);
+  if (a && a->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2)
+    if (loom_error* e = loom::guard(host, [&] { refuse_recompute(a); })) return e;
   return loom::layers::check_model_config(host, cfg, layout, args, "model/t5",
                                           loom::layers::Family::kT5);
 }
