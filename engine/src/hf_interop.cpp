@@ -120,7 +120,7 @@ std::map<fs::path, std::set<std::string>> hf_files(const fs::path& dir) {
       throw RunError(dir.string() +
                      ": neither model.safetensors nor model.safetensors.index.json "
                      "(pytorch_model.bin is not read: save the model with safe_serialization)");
-    return {{dir / "model.safetensors", {}}};
+    return {{entry_in_folder(dir, "model.safetensors", dir), {}}};
   }
   const json map = read_json(index).value("weight_map", json::object());
   std::map<fs::path, std::set<std::string>> by_file;
@@ -203,7 +203,7 @@ HfModel read_hf(const fs::path& dir) {
   HfModel m;
   if (!fs::exists(dir / "config.json"))
     throw RunError(dir.string() + ": not a Hugging Face model directory (no config.json)");
-  m.config = read_json(dir / "config.json");
+  m.config = read_json(entry_in_folder(dir, "config.json", dir));
   // The sizes against the tensors' shapes first: the mapping grows with them.
   const std::map<fs::path, std::set<std::string>> files = hf_files(dir);
   StFile shapes;
@@ -272,6 +272,8 @@ void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
   recipe << "# Imported by `loom import-hf` from " << fs::absolute(hf_dir).string() << " ("
          << m.arch.name << ", " << m.dtype << ")\n[model]\nplugin = \"gpt\"\n";
   for (auto& [k, v] : m.arch.model_keys) recipe << k << " = " << v << "\n";
+  for (const char* f : kTokenizerFiles)  // checked before anything is written
+    if (fs::exists(hf_dir / f)) entry_in_folder(hf_dir, f, hf_dir);
   fs::create_directories(abs_out / "tokenizer");
   std::vector<std::string> copied;
   for (const char* f : kTokenizerFiles)

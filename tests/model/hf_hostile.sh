@@ -68,6 +68,10 @@ index "m['lm_head.weight'] = 'escape.safetensors'"
 cp bad/model-00001-of-00002.safetensors outside.safetensors
 ln -s ../outside.safetensors bad/escape.safetensors
 expect 2 "entry 'escape.safetensors' is a link that leaves the folder" "$loom" import-hf bad bad.out
+# The directory's own files too: a tokenizer file that links out of it is not copied in.
+rm -rf bad && cp -r "$here/hf/gpt2-f32" bad && ln -s /etc/passwd bad/vocab.json
+expect 2 "entry 'vocab.json' is a link that leaves the folder" "$loom" import-hf bad bad.out
+[ ! -e bad.out ] || { echo "a refused import left bad.out"; exit 1; }
 index "m['lm_head.weight'] = ['x']"
 expect 2 'weight_map["lm_head.weight"] is ["x"], not a file name' "$loom" import-hf bad bad.out
 # The same rule for a checkpoint's manifest (its entries were refused before, as exit 1).
