@@ -102,7 +102,9 @@ refuse "Llama-3.1 rope scaling" '"rope_scaling"'
 edit llama-gqa-f32 "c['sliding_window'] = 4096"
 refuse "an unknown config key" '"sliding_window"'
 edit gpt2-f32 "c['n_inner'] = 32"
-refuse "a shape the config contradicts" 'transformer.h.0.mlp.c_fc.weight has shape (16, 64), config.json implies (16, 32)'
+refuse "a size the tensors contradict" '"n_inner" = 32 disagrees with tensor h.0.mlp.c_fc.weight of shape (16, 64)'
+edit llama-gqa-f32 "c['num_key_value_heads'] = 4"
+refuse "a shape the config contradicts" 'model.layers.0.self_attn.k_proj.weight has shape (8, 16), config.json implies (16, 16)'
 edit gpt2-f32 "c['n_layer'] = 1"
 refuse "a tensor with no place" 'transformer.h.1.* \?.*has no place\|tensor transformer.h.1.'
 edit gpt2-f32 "c['activation_function'] = 'relu'"
