@@ -84,19 +84,31 @@ void check_checkpoint_output(const std::string& command, const fs::path& dst, co
                     "Write into another folder, or pass --overwrite to write over them");
 }
 
-void write_file_atomically(const fs::path& out, const std::function<void(const fs::path&)>& write) {
-  const fs::path tmp = sibling(out, "tmp");
+namespace {
+
+// Runs `write`; when it throws, `tmp` (what it was writing) is removed and the error goes on,
+// a file-system error as a RunError naming `out`.
+void or_remove(const fs::path& out, const fs::path& tmp, const std::function<void()>& write) {
   std::error_code ec;
   try {
-    write(tmp);
-    fs::rename(tmp, out);
+    write();
   } catch (const fs::filesystem_error& e) {
-    fs::remove(tmp, ec);
+    fs::remove_all(tmp, ec);
     throw RunError("cannot write " + out.string() + ": " + e.what());
   } catch (...) {
-    fs::remove(tmp, ec);
+    fs::remove_all(tmp, ec);
     throw;
   }
+}
+
+}  // namespace
+
+void write_file_atomically(const fs::path& out, const std::function<void(const fs::path&)>& write) {
+  const fs::path tmp = sibling(out, "tmp");
+  or_remove(out, tmp, [&] {
+    write(tmp);
+    fs::rename(tmp, out);
+  });
 }
 
 void write_folder_atomically(const fs::path& out,
@@ -104,16 +116,10 @@ void write_folder_atomically(const fs::path& out,
   const fs::path tmp = sibling(out, "tmp"), old = sibling(out, "old");
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  try {
+  or_remove(out, tmp, [&] {
     fs::create_directories(tmp);
     fill(tmp);
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
-    throw RunError("cannot write " + out.string() + ": " + e.what());
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  });
   // rename(2) puts a folder over an empty one; anything else is moved aside first.
   const bool had_old = fs::symlink_status(out, ec).type() != fs::file_type::not_found &&
                        !(fs::is_directory(out, ec) && fs::is_empty(out, ec));

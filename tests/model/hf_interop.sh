@@ -21,6 +21,7 @@ st="python3 $here/hf/st.py"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
+. "$here/../support/lib.sh"
 quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
@@ -52,23 +53,7 @@ cmp withtok/tokenizer_config.json withtok.hf/tokenizer_config.json
 echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and out unchanged"
 
 echo "== 3: a Loom-trained model out and back"
-cat > t.toml <<'TOML'
-[train]
-iters = 3
-micro_batch_size = 2
-seq_len = 16
-[backend]
-measure_gemm = false
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-TOML
+tiny_recipe t.toml 3
 for style in gpt llama; do
   sets=()
   [ $style = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
