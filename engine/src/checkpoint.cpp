@@ -15,6 +15,7 @@
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "package.hpp"
+#include "tool_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -161,6 +162,18 @@ std::vector<int64_t> complete_iterations(const fs::path& dir) {
   return out;
 }
 
+void check_save_folder(const fs::path& dir, bool continues, bool overwrite, const std::string& who,
+                       const std::string& writer, const std::string& fix) {
+  const std::vector<int64_t> its = complete_iterations(dir);
+  std::error_code ec;
+  const bool tracker = fs::exists(dir / kTracker, ec);
+  if ((its.empty() && !tracker) || continues || overwrite) return;
+  throw UsageError(
+      who + " already holds checkpoints (" +
+      (its.empty() ? std::string("a tracker") : "newest iter_" + std::to_string(its.back())) +
+      ") and " + writer + " does not resume from them: it would write over them. " + fix);
+}
+
 fs::path resolve_checkpoint(const fs::path& dir) {
   if (fs::exists(dir / "manifest.json")) return dir;
   fs::path tracker = dir / kTracker;
@@ -209,11 +222,7 @@ std::pair<fs::path, nlohmann::json> verified(const fs::path& dir) {
   // Every file must be whole and unchanged before anything is loaded.
   try {
     for (auto& [f, info] : m.at("files").items()) {
-      // A name in this folder: the manifest never sends a reader elsewhere.
-      if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos)
-        throw RunError(manifest.string() + ": file name '" + one_line(f, 80) +
-                       "' is not a name in the checkpoint folder");
-      fs::path p = path / f;
+      const fs::path p = entry_in_folder(path, f, manifest);
       if (!fs::is_regular_file(p)) throw RunError(path.string() + ": missing " + f);
       uint64_t want = info.at("bytes").get<uint64_t>();
       if (fs::file_size(p) != want)

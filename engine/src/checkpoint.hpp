@@ -96,4 +96,15 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir);
 // increasing order.
 std::vector<int64_t> complete_iterations(const std::filesystem::path& dir);
 
+// The one rule for "may this writer save into the save folder `dir`" (`loom run`'s
+// checkpoint.save, `loom checkpoint convert` and `loom import-hf`'s output): not when `dir`
+// already holds checkpoints (or a tracker) that the writer does not continue, since its save
+// would replace a checkpoint of the same iteration or move the tracker back from a newer one
+// (so that load = "auto" resumes from an older state), unless `overwrite`. `continues`: the
+// writer resumed from this folder's checkpoints. A refusal is a UsageError (exit 2):
+// "<who> already holds checkpoints (newest iter_N) and <writer> does not resume from them:
+// it would write over them. <fix>".
+void check_save_folder(const std::filesystem::path& dir, bool continues, bool overwrite,
+                       const std::string& who, const std::string& writer, const std::string& fix);
+
 }  // namespace loom::engine

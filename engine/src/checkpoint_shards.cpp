@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "errors.hpp"
+#include "tool_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -272,7 +273,9 @@ std::vector<std::string> files_of(const fs::path& folder, const std::string& kin
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(folder)) {
     const std::string f = entry.path().filename().string();
-    if (f.rfind(kind, 0) == 0 && entry.path().extension() == ".safetensors") out.push_back(f);
+    if (f.rfind(kind, 0) != 0 || entry.path().extension() != ".safetensors") continue;
+    entry_in_folder(folder, f, folder);  // a link out of the folder is refused, as in a manifest
+    out.push_back(f);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -17,6 +17,7 @@
 #include "recipe.hpp"
 #include "registry.hpp"
 #include "safetensors.hpp"
+#include "tool_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -42,16 +43,38 @@ std::vector<double> as_f64(const StTensor& t) {
   return v;
 }
 
+// The real vocabulary a checkpoint's model file records ("loom.vocab"), 0 when unknown.
+int64_t real_vocab(const fs::path& dir) {
+  const std::map<std::string, std::string> meta = model_metadata(resolve_checkpoint(dir));
+  auto it = meta.find("loom.vocab");
+  if (it == meta.end()) return 0;
+  try {
+    return std::max<int64_t>(std::stoll(it->second), 0);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// The layer library's parameters whose rows are the vocabulary, padded past it
+// (sdk/layers/decoder.cpp, t5_model.cpp: `vrows`).
+bool vocab_rows(const std::string& name) {
+  return name == "wte" || name == "lm_head.weight" || name == "lm_head.bias";
+}
+
 }  // namespace
 
-void checkpoint_merge(const fs::path& dir, const fs::path& out) {
+void checkpoint_merge(const fs::path& dir, const fs::path& out, bool overwrite) {
+  check_output("loom checkpoint merge", out, {dir}, overwrite);
   StFile full = merge_model(dir);
-  write_safetensors(out, full);
+  write_file_atomically(out, [&](const fs::path& tmp) { write_safetensors(tmp, full); });
   std::cout << "wrote " << full.size() << " tensors to " << out.string() << "\n";
 }
 
 std::vector<TensorDiff> compare_models(const fs::path& a, const fs::path& b, bool norm) {
   StFile x = merge_model(a), y = merge_model(b);
+  // Rows past the real vocabulary are padding: random in a trained model, zero after an
+  // import, never looked up nor scored. Only the real rows are compared.
+  const int64_t va = real_vocab(a), vb = real_vocab(b);
   std::vector<TensorDiff> out;
   for (auto& [name, tx] : x) {
     auto it = y.find(name);
@@ -68,8 +91,20 @@ std::vector<TensorDiff> compare_models(const fs::path& a, const fs::path& b, boo
       out.push_back({name, 0, "shapes differ"});
       continue;
     }
+    if (vocab_rows(name) && va > 0 && vb > 0 && va != vb) {
+      out.push_back({name, 0,
+                     "vocabularies differ (" + std::to_string(va) + " and " + std::to_string(vb) +
+                         " tokens)"});
+      continue;
+    }
     std::vector<double> u = as_f64(tx), v = as_f64(ty);
-    const size_t n = std::min(u.size(), v.size());
+    size_t n = std::min(u.size(), v.size());
+    int64_t real_rows = 0;
+    if (vocab_rows(name) && va > 0 && va == vb && tx.shape[0] >= va && ty.shape[0] >= va &&
+        (tx.shape[0] > va || ty.shape[0] > va)) {
+      real_rows = va;
+      n = u.size() / (size_t)tx.shape[0] * (size_t)va;
+    }
     double scale = 0, diff = 0;
     if (norm) {  // ||a - b||_2 / ||a||_2
       for (size_t i = 0; i < n; ++i) scale += u[i] * u[i], diff += (u[i] - v[i]) * (u[i] - v[i]);
@@ -78,7 +113,7 @@ std::vector<TensorDiff> compare_models(const fs::path& a, const fs::path& b, boo
       for (size_t i = 0; i < n; ++i) scale = std::max({scale, std::fabs(u[i]), std::fabs(v[i])});
       for (size_t i = 0; i < n; ++i) diff = std::max(diff, std::fabs(u[i] - v[i]));
     }
-    out.push_back({name, scale > 0 ? diff / scale : diff, ""});
+    out.push_back({name, scale > 0 ? diff / scale : diff, "", true, real_rows});
   }
   for (auto& [name, t] : y)
     if (!x.count(name)) out.push_back({name, 0, "only in " + b.string(), false});
@@ -90,8 +125,11 @@ int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm
   std::string worst_name;
   int bad = 0;
   size_t in_a = 0;
+  std::string padded;  // the tensors compared on their real vocabulary rows only
+  int64_t real_rows = 0;
   for (const TensorDiff& d : compare_models(a, b, norm)) {
     if (d.in_first) ++in_a;
+    if (d.real_rows > 0) padded += (padded.empty() ? "" : ", ") + d.name, real_rows = d.real_rows;
     if (!d.problem.empty()) {
       std::cout << d.name << ": " << d.problem << "\n";
       ++bad;
@@ -107,6 +145,9 @@ int checkpoint_diff(const fs::path& a, const fs::path& b, double rtol, bool norm
   std::cout << (bad ? "differ" : "match") << ": " << in_a << " tensors, worst relative "
             << "difference " << worst << (worst_name.empty() ? "" : " (" + worst_name + ")")
             << ", tolerance " << rtol << "\n";
+  if (!padded.empty())
+    std::cout << padded << ": the " << real_rows << " rows of the real vocabulary compared; "
+              << "the padding rows past them are not (they differ by design)\n";
   return bad ? 1 : 0;
 }
 
@@ -176,7 +217,8 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
 
 void checkpoint_convert(const fs::path& src, const fs::path& dst, int tensor, int pipeline,
                         int virtual_stages, const std::vector<std::string>& overrides,
-                        Registry& registry) {
+                        Registry& registry, bool overwrite) {
+  check_checkpoint_output("loom checkpoint convert", dst, src, overwrite, "this conversion");
   const Checkpoint in = load_checkpoint(src, "", "");
   const FullCheckpoint full = merge_checkpoint(in.folder, true);
   std::vector<std::string> sets = {"parallel.tensor=" + std::to_string(tensor),

@@ -16,6 +16,7 @@
 #include "host.hpp"
 #include "loom/cpp/half.hpp"
 #include "recipe.hpp"
+#include "tool_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -109,33 +110,79 @@ StTensor transpose(const StTensor& t) {
   return out;
 }
 
-// Every tensor of the directory: model.safetensors, or the shards its index names (each key
-// in the file the index says).
-StFile read_hf_tensors(const fs::path& dir) {
+// The safetensors files of the directory and the keys each holds: model.safetensors (any
+// keys), or the shards its index names (each key in the file the index says; every name a
+// plain file of the directory).
+std::map<fs::path, std::set<std::string>> hf_files(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (!fs::exists(index)) {
     if (!fs::exists(dir / "model.safetensors"))
       throw RunError(dir.string() +
                      ": neither model.safetensors nor model.safetensors.index.json "
                      "(pytorch_model.bin is not read: save the model with safe_serialization)");
-    return read_safetensors(dir / "model.safetensors");
+    return {{entry_in_folder(dir, "model.safetensors", dir), {}}};
   }
   const json map = read_json(index).value("weight_map", json::object());
-  std::map<std::string, std::set<std::string>> by_file;
-  for (auto& [k, f] : map.items()) by_file[f.get<std::string>()].insert(k);
+  std::map<fs::path, std::set<std::string>> by_file;
+  for (auto& [k, f] : map.items()) {
+    if (!f.is_string())
+      throw UsageError(index.string() + ": weight_map[\"" + k + "\"] is " + f.dump() +
+                       ", not a file name");
+    by_file[entry_in_folder(dir, f.get<std::string>(), index)].insert(k);
+  }
+  return by_file;
+}
+
+// Every tensor of the files hf_files lists, checked against the index.
+StFile read_hf_tensors(const std::map<fs::path, std::set<std::string>>& files) {
   StFile out;
-  for (auto& [f, keys] : by_file) {
-    StFile part = read_safetensors(dir / f);
+  for (auto& [f, keys] : files) {
+    StFile part = read_safetensors(f);
     for (auto& [k, t] : part) {
-      if (!keys.count(k))
-        throw RunError((dir / f).string() + ": tensor " + k + " is not in " + index.string());
+      if (!keys.empty() && !keys.count(k))
+        throw RunError(f.string() + ": tensor " + k + " is not in the directory's index");
       out[k] = std::move(t);
     }
     for (const std::string& k : keys)
       if (!out.count(k))
-        throw RunError(index.string() + " puts " + k + " in " + f + ", which lacks it");
+        throw RunError("the index puts " + k + " in " + f.string() + ", which lacks it");
   }
   return out;
+}
+
+// config.json, the tensors (one file, or shards of at most max_shard_bytes in rule order,
+// as save_pretrained does) and the tokenizer files (source -> name) into `dir`; the number
+// of safetensors files.
+size_t write_hf_folder(const fs::path& dir, const json& config, const HfArch& arch, StFile& hf,
+                       uint64_t max_shard_bytes,
+                       const std::vector<std::pair<fs::path, std::string>>& tokenizer_files) {
+  write_text(dir / "config.json", config.dump(2) + "\n");
+  std::vector<StFile> shards(1);
+  uint64_t size = 0, total = 0;
+  for (const HfRule& r : arch.rules)
+    for (const std::string& k : r.hf) {
+      const uint64_t b = hf[k].data.size();
+      if (size > 0 && size + b > max_shard_bytes) shards.emplace_back(), size = 0;
+      shards.back()[k] = std::move(hf[k]);
+      size += b, total += b;
+    }
+  const std::map<std::string, std::string> st_meta = {{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_safetensors(dir / "model.safetensors", shards[0], st_meta);
+  } else {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      write_safetensors(dir / name, shards[i], st_meta);
+      for (auto& [k, t] : shards[i]) index["weight_map"][k] = name;
+    }
+    write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  // The tokenizer's files: an hf-json tokenizer's folder, or gpt2-bpe's vocab and merges.
+  for (const auto& [from, to] : tokenizer_files)
+    fs::copy_file(from, dir / to, fs::copy_options::overwrite_existing);
+  return shards.size();
 }
 
 }  // namespace
@@ -156,9 +203,14 @@ HfModel read_hf(const fs::path& dir) {
   HfModel m;
   if (!fs::exists(dir / "config.json"))
     throw RunError(dir.string() + ": not a Hugging Face model directory (no config.json)");
-  m.config = read_json(dir / "config.json");
+  m.config = read_json(entry_in_folder(dir, "config.json", dir));
+  // The sizes against the tensors' shapes first: the mapping grows with them.
+  const std::map<fs::path, std::set<std::string>> files = hf_files(dir);
+  StFile shapes;
+  for (auto& [f, keys] : files) shapes.merge(read_safetensors_shapes(f));
+  check_hf_sizes(m.config, shapes, (dir / "config.json").string());
   m.arch = hf_arch_from_config(m.config, (dir / "config.json").string());
-  StFile raw = read_hf_tensors(dir);
+  StFile raw = read_hf_tensors(files);
   if (m.arch.name == "gpt2") {  // GPT2Model's names lack GPT2LMHeadModel's "transformer."
     StFile named;
     for (auto& [k, t] : raw)
@@ -211,7 +263,8 @@ HfModel read_hf(const fs::path& dir) {
   return m;
 }
 
-void import_hf(const fs::path& hf_dir, const fs::path& out) {
+void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
+  check_checkpoint_output("loom import-hf", out, hf_dir, overwrite, "this import");
   HfModel m = read_hf(hf_dir);
   const fs::path abs_out = fs::absolute(out);
   const int64_t V = m.arch.vocab, padded = (V + 127) / 128 * 128;  // pad_vocab_to's default
@@ -219,6 +272,8 @@ void import_hf(const fs::path& hf_dir, const fs::path& out) {
   recipe << "# Imported by `loom import-hf` from " << fs::absolute(hf_dir).string() << " ("
          << m.arch.name << ", " << m.dtype << ")\n[model]\nplugin = \"gpt\"\n";
   for (auto& [k, v] : m.arch.model_keys) recipe << k << " = " << v << "\n";
+  for (const char* f : kTokenizerFiles)  // checked before anything is written
+    if (fs::exists(hf_dir / f)) entry_in_folder(hf_dir, f, hf_dir);
   fs::create_directories(abs_out / "tokenizer");
   std::vector<std::string> copied;
   for (const char* f : kTokenizerFiles)
@@ -262,7 +317,13 @@ void import_hf(const fs::path& hf_dir, const fs::path& out) {
 }
 
 void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& registry,
-               const std::string& dtype_arg, uint64_t max_shard_bytes) {
+               const std::string& dtype_arg, uint64_t max_shard_bytes, bool overwrite) {
+  // A folder is replaced whole or not at all; an empty one is the same as none.
+  auto empty_folder = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
+  };
+  check_output("loom export-hf", out, {checkpoint}, overwrite, empty_folder);
   Checkpoint ck = load_checkpoint(checkpoint, "", "");
   const FullCheckpoint full = merge_checkpoint(ck.folder, false);
   std::map<std::string, std::string> meta = model_metadata(ck.folder);
@@ -312,48 +373,27 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
       throw RunError(ck.folder.string() + ": tensor " + name + " has no place in " +
                      config["architectures"][0].get<std::string>());
 
-  fs::create_directories(out);
-  write_text(out / "config.json", config.dump(2) + "\n");
-  // One file, or shards of at most max_shard_bytes in rule order, as save_pretrained does.
-  std::vector<StFile> shards(1);
-  uint64_t size = 0, total = 0;
-  for (const HfRule& r : arch.rules)
-    for (const std::string& k : r.hf) {
-      const uint64_t b = hf[k].data.size();
-      if (size > 0 && size + b > max_shard_bytes) shards.emplace_back(), size = 0;
-      shards.back()[k] = std::move(hf[k]);
-      size += b, total += b;
-    }
-  const std::map<std::string, std::string> st_meta = {{"format", "pt"}};
-  if (shards.size() == 1) {
-    write_safetensors(out / "model.safetensors", shards[0], st_meta);
-  } else {
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
-    for (size_t i = 0; i < shards.size(); ++i) {
-      char name[64];
-      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      write_safetensors(out / name, shards[i], st_meta);
-      for (auto& [k, t] : shards[i]) index["weight_map"][k] = name;
-    }
-    write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
-  }
   // The tokenizer's files: an hf-json tokenizer's folder, or gpt2-bpe's vocab and merges.
-  int copied = 0;
+  std::vector<std::pair<fs::path, std::string>> tokenizer_files;
   const std::string tp = recipe.plugin("tokenizer");
   const auto& tok = recipe.section("tokenizer").values;
   if (tp == "hf-json") {
     const fs::path src = fs::path(tok.at("tokenizer_file").s).parent_path();
     for (const char* f : kTokenizerFiles)
-      if (fs::exists(src / f))
-        fs::copy_file(src / f, out / f, fs::copy_options::overwrite_existing), ++copied;
+      if (fs::exists(src / f)) tokenizer_files.emplace_back(src / f, f);
   } else if (tp == "gpt2-bpe") {
-    fs::copy_file(tok.at("vocab_file").s, out / "vocab.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(tok.at("merge_file").s, out / "merges.txt", fs::copy_options::overwrite_existing);
-    copied = 2;
+    tokenizer_files = {{tok.at("vocab_file").s, "vocab.json"},
+                       {tok.at("merge_file").s, "merges.txt"}};
   }
-  std::printf("exported %s (%s, %zu tensors in %zu file%s, %d tokenizer files) to %s\n",
+  for (const auto& [from, to] : tokenizer_files)  // read before `out` is replaced
+    check_output("loom export-hf", out, {from}, true);
+  size_t files = 0;
+  write_folder_atomically(out, [&](const fs::path& dir) {
+    files = write_hf_folder(dir, config, arch, hf, max_shard_bytes, tokenizer_files);
+  });
+  std::printf("exported %s (%s, %zu tensors in %zu file%s, %zu tokenizer files) to %s\n",
               config["architectures"][0].get<std::string>().c_str(), torch_dtype_of(dtype),
-              used.size(), shards.size(), shards.size() == 1 ? "" : "s", copied,
+              used.size(), files, files == 1 ? "" : "s", tokenizer_files.size(),
               out.string().c_str());
 }
 
@@ -363,7 +403,7 @@ CheckpointSource::CheckpointSource(const fs::path& path) {
                ("loom-import-" + std::to_string(::getpid()) + "-" +
                 std::to_string(std::hash<std::string>{}(fs::absolute(path).string())));
     fs::remove_all(scratch_);
-    import_hf(path, scratch_);
+    import_hf(path, scratch_, true);
     dir_ = resolve_checkpoint(scratch_);
   } else {
     dir_ = resolve_checkpoint(path);

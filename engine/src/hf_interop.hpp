@@ -40,6 +40,11 @@ struct HfArch {
   int64_t vocab = 0;
 };
 
+// Refuses (UsageError) a config.json whose sizes (layers, width, vocabulary, experts, ...)
+// are not positive integers or disagree with the tensors' shapes (`shapes`: dtype and shape
+// of every tensor of the directory, no data), naming the key, its value and the tensor;
+// run before the mapping is built, so that a huge size allocates nothing.
+void check_hf_sizes(const nlohmann::json& config, const StFile& shapes, const std::string& where);
 // The mapping for a config.json; refuses a config value that does not map, naming it.
 HfArch hf_arch_from_config(const nlohmann::json& config, const std::string& where);
 // The mapping and config.json for a Loom [model] section (resolved values, TOML literals)
@@ -83,12 +88,18 @@ class CheckpointSource {
 };
 
 // `loom import-hf HF_DIR OUT`: a Loom checkpoint (iteration 0, no optimizer state) whose
-// recipe.toml holds the model keys and a tokenizer from the directory's files.
-void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
+// recipe.toml holds the model keys and a tokenizer from the directory's files. `out` follows
+// `loom run`'s save-folder rule (check_checkpoint_output): checkpoints already there are
+// written over only with `overwrite`.
+void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& out,
+               bool overwrite);
 // `loom export-hf CHECKPOINT OUT_DIR`: config.json, safetensors (one file, or shards of at
 // most `max_shard_bytes` with an index) in `dtype` ("" = as imported, else float32), and
-// the tokenizer files.
+// the tokenizer files. A non-empty `out` is refused unless `overwrite`, and then replaced
+// whole: the export is written into a sibling folder and swapped in, so no stale shard or
+// index of an older export survives, and a failure leaves the old export as it was.
 void export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
-               Registry& registry, const std::string& dtype, uint64_t max_shard_bytes);
+               Registry& registry, const std::string& dtype, uint64_t max_shard_bytes,
+               bool overwrite);
 
 }  // namespace loom::engine

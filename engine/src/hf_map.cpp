@@ -64,7 +64,7 @@ class ConfigReader {
                     "dropping it");
   }
   [[noreturn]] void fail(const std::string& k, const std::string& what) {
-    throw RunError(where_ + ": \"" + k + "\" " + what);
+    throw UsageError(where_ + ": \"" + k + "\" " + what);  // the user's file to fix
   }
 
  private:

@@ -427,16 +427,17 @@ int cmd_eval(const std::vector<std::string>& args) {
 }
 
 int cmd_pack(const std::vector<std::string>& args) {
-  Command c("pack", "DIR [-o OUT.tar.gz]");
+  Command c("pack", "DIR [-o OUT.tar.gz] [--overwrite]");
   c.hidden.add_options()("dir", po::value<std::string>(),
                          "folder with one plugin .so and its LICENSE");
   c.options.add_options()("output,o", po::value<std::string>(),
-                          "archive to write (default <kind>-<name>-<version>.tar.gz)");
+                          "archive to write (default <kind>-<name>-<version>.tar.gz)")(
+      "overwrite", "replace an existing archive");
   c.positional.add("dir", 1);
   if (!c.parse(args)) return 0;
   fs::path dir = c.required<std::string>("dir", "DIR");
   fs::path out = c.vm.count("output") ? fs::path(c.vm["output"].as<std::string>()) : fs::path();
-  fs::path written = pack_plugin(dir, out);
+  fs::path written = pack_plugin(dir, out, c.vm.count("overwrite"));
   std::cout << "packed " << written.string() << "\n";
   return 0;
 }
@@ -535,14 +536,17 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
       "tensor", po::value<int>()->default_value(1), "convert: target tensor-parallel size")(
       "pipeline", po::value<int>()->default_value(1), "convert: target pipeline-parallel size")(
       "virtual-stages", po::value<int>()->default_value(1),
-      "convert: target virtual pipeline stages per rank");
+      "convert: target virtual pipeline stages per rank")(
+      "overwrite",
+      "merge, convert: replace an existing output (convert: write over the "
+      "checkpoints in DST)");
   add_set_option(c);
   c.positional.add("what", 1).add("a", 1).add("b", 1);
   if (!c.parse(args)) return 0;
   std::string what = c.required<std::string>("what", "merge, diff or convert");
   fs::path a = c.required<std::string>("a", "DIR"), b = c.required<std::string>("b", "OUT");
   if (what == "merge") {
-    checkpoint_merge(a, b);
+    checkpoint_merge(a, b, c.vm.count("overwrite"));
     return 0;
   }
   if (what == "diff") {
@@ -560,7 +564,7 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
           "loom checkpoint convert: --tensor, --pipeline and --virtual-stages must be >= 1");
     Registry registry;
     registry.discover();
-    checkpoint_convert(a, b, t, p, v, c.list("set"), registry);
+    checkpoint_convert(a, b, t, p, v, c.list("set"), registry, c.vm.count("overwrite"));
     return 0;
   }
   throw UsageError("loom checkpoint: '" + what + "' is neither merge, diff nor convert");
@@ -634,29 +638,33 @@ int cmd_parity(const std::vector<std::string>& args) {
 }
 
 int cmd_import_hf(const std::vector<std::string>& args) {
-  Command c("import-hf", "HF_DIR OUT_CHECKPOINT");
+  Command c("import-hf", "HF_DIR OUT_CHECKPOINT [--overwrite]");
   c.hidden.add_options()("hf", po::value<std::string>(), "HF model directory")(
       "out", po::value<std::string>(), "checkpoint folder to write");
+  c.options.add_options()("overwrite", "write over the checkpoints already in OUT");
   c.positional.add("hf", 1).add("out", 1);
   if (!c.parse(args)) return 0;
-  import_hf(c.required<std::string>("hf", "HF_DIR"), c.required<std::string>("out", "OUT"));
+  import_hf(c.required<std::string>("hf", "HF_DIR"), c.required<std::string>("out", "OUT"),
+            c.vm.count("overwrite"));
   return 0;
 }
 
 int cmd_export_hf(const std::vector<std::string>& args) {
-  Command c("export-hf", "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES]");
+  Command c("export-hf", "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES] [--overwrite]");
   c.hidden.add_options()("ckpt", po::value<std::string>(), "checkpoint")(
       "out", po::value<std::string>(), "HF directory to write");
   c.options.add_options()("dtype", po::value<std::string>()->default_value(""),
                           "float32, bfloat16 or float16 (default: as imported, else float32)")(
       "max-shard-size", po::value<uint64_t>()->default_value(5000000000ull),
-      "bytes per safetensors file; larger models are sharded with an index");
+      "bytes per safetensors file; larger models are sharded with an index")(
+      "overwrite", "replace a non-empty OUT_DIR whole (its old files do not survive)");
   c.positional.add("ckpt", 1).add("out", 1);
   if (!c.parse(args)) return 0;
   Registry registry;
   registry.discover();
   export_hf(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
-            registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>());
+            registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>(),
+            c.vm.count("overwrite"));
   return 0;
 }
 

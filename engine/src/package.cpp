@@ -21,6 +21,7 @@
 #include "loom/common.h"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "tool_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -230,8 +231,12 @@ std::string read_manifest(const fs::path& manifest, Manifest& out) {
   if (!problem.empty()) return problem;
   if (!safe_token(out.kind) || !safe_token(out.name) || !safe_token(out.version))
     return "manifest.toml: kind, name and version may hold only letters, digits and . - _ +";
-  if (out.file.find('/') != std::string::npos || out.file == "." || out.file == ".." ||
-      !out.file.ends_with(".so"))
+  try {  // the same rule as every listing Loom reads (checkpoint manifests, HF indexes)
+    entry_in_folder(manifest.parent_path(), out.file, manifest);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  if (!out.file.ends_with(".so"))
     return "manifest.toml: file must be the plain name of a .so in the package, got '" +
            one_line(out.file, 80) + "'";
   if (!is_sha256_hex(out.sha256)) return "manifest.toml: sha256 must be 64 hex digits";
@@ -301,7 +306,7 @@ void write_tar_gz(const fs::path& out, const std::vector<ArchiveEntry>& entries)
   if (archive_write_close(w.a) != ARCHIVE_OK) fail("close");
 }
 
-fs::path pack_plugin(const fs::path& dir, const fs::path& out) {
+fs::path pack_plugin(const fs::path& dir, const fs::path& out, bool overwrite) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UsageError("'" + dir.string() + "' is not a directory");
   std::vector<fs::path> libs;
@@ -342,21 +347,13 @@ fs::path pack_plugin(const fs::path& dir, const fs::path& out) {
 
   const std::string top = package_folder_name(m);
   fs::path target = out.empty() ? fs::current_path() / (top + ".tar.gz") : out;
+  check_output("loom pack", target, {dir}, overwrite);
   std::vector<ArchiveEntry> entries;
   entries.push_back({top + "/", ArchiveEntry::kDir, {}, {}, {}, 0755});
   entries.push_back({top + "/" + m.file, ArchiveEntry::kFile, libs[0], {}, {}, 0755});
   entries.push_back({top + "/manifest.toml", ArchiveEntry::kFile, {}, manifest_toml(m), {}, 0644});
   entries.push_back({top + "/LICENSE", ArchiveEntry::kFile, license, {}, {}, 0644});
-  fs::path tmp = target;
-  tmp += ".partial";
-  try {
-    write_tar_gz(tmp, entries);
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) throw RunError("cannot write " + target.string() + ": " + ec.message());
+  write_file_atomically(target, [&](const fs::path& tmp) { write_tar_gz(tmp, entries); });
   return target;
 }
 

@@ -43,9 +43,10 @@ void write_tar_gz(const std::filesystem::path& out, const std::vector<ArchiveEnt
 // `loom pack DIR [-o OUT]`: DIR holds exactly one plugin .so and a LICENSE (LICENSE.txt,
 // LICENSE.md or COPYING). Writes <kind>-<name>-<version>.tar.gz (or `out`) with the folder
 // <kind>-<name>-<version>/ holding the .so, manifest.toml and LICENSE. Returns the archive
-// path. Throws UsageError with a one-line reason.
+// path. Throws UsageError with a one-line reason, also for an archive that exists (unless
+// `overwrite`) or lies inside DIR (tool_output.hpp's rules).
 std::filesystem::path pack_plugin(const std::filesystem::path& dir,
-                                  const std::filesystem::path& out);
+                                  const std::filesystem::path& out, bool overwrite);
 
 struct InstallResult {
   std::filesystem::path folder;  // where the package now lives

@@ -26,6 +26,7 @@
 #include "preprocess_input.hpp"
 #include "preprocess_sentences.hpp"
 #include "registry.hpp"
+#include "tool_output.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -349,6 +350,11 @@ void check_options(const PreprocessOptions& o) {
   std::error_code ec;
   if (!fs::is_regular_file(o.input, ec))
     throw UsageError("loom preprocess: --input: no such file: " + o.input);
+  const std::string level = o.split_sentences ? "_sentence" : "_document";
+  for (const std::string& key : o.json_keys)
+    for (const char* ext : {".bin", ".idx"})
+      check_output("loom preprocess", o.output_prefix + "_" + key + level + ext, {o.input},
+                   o.overwrite);
 }
 
 }  // namespace
@@ -471,6 +477,8 @@ int cmd_preprocess(const std::vector<std::string>& args) {
       "tokenising threads; the output is the same for any number")(
       "skip-bad-lines", po::bool_switch(&o.skip_bad_lines),
       "skip (and count) malformed lines instead of stopping at the first")(
+      "overwrite", po::bool_switch(&o.overwrite),
+      "replace outputs that already exist (refused otherwise)")(
       "log-interval", po::value<double>(&o.log_interval_s)->default_value(10),
       "seconds between progress lines when stderr is not a terminal")(
       "dataset-impl", po::value<std::string>(&dataset_impl),

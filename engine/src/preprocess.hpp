@@ -22,6 +22,7 @@ struct PreprocessOptions {
   bool append_eod = false;
   bool split_sentences = false;
   bool skip_bad_lines = false;
+  bool overwrite = false;  // replace existing .bin/.idx outputs (refused otherwise)
   int workers = 1;
   size_t chunk_bytes = size_t{1} << 20;  // input lines are handed to workers in chunks
   double log_interval_s = 10;            // progress lines when stderr is not a terminal

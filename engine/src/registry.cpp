@@ -29,6 +29,7 @@
 #include "errors.hpp"
 #include "loom/loom.h"
 #include "package.hpp"
+#include "probe_room.hpp"
 #include "recipe.hpp"
 
 namespace fs = std::filesystem;
@@ -455,6 +456,8 @@ ProbeReport probe_in_child(const fs::path& so, unsigned seconds = 60) {
     return report;
   }
   std::fflush(nullptr);
+  const fs::path lib_path = fs::absolute(so);  // the child leaves this folder
+  const ProbeRoom room;
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -474,9 +477,10 @@ ProbeReport probe_in_child(const fs::path& so, unsigned seconds = 60) {
       ::close(null);
     }
     ::alarm(seconds);
+    room.enter();
     Library lib;
     const loom_plugin_descriptor* d = nullptr;
-    std::string out = load_library(so, lib, d);
+    std::string out = load_library(lib_path, lib, d);
     if (out.empty())
       out = "\n" + std::to_string(raw_enum(d->kind)) + "\n" + one_line(d->name, 200) + "\n" +
             one_line(str_or_empty(d->version), 200) + "\n" +

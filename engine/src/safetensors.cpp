@@ -109,9 +109,11 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::filesyst
   return out;
 }
 
-StFile read_safetensors(const std::filesystem::path& path,
-                        std::map<std::string, std::string>* metadata,
-                        const std::function<bool(const std::string&)>& want) {
+namespace {
+
+// read_safetensors, and read_safetensors_shapes when `with_data` is false.
+StFile read_file(const std::filesystem::path& path, std::map<std::string, std::string>* metadata,
+                 const std::function<bool(const std::string&)>& want, bool with_data) {
   auto fail = [&](const std::string& why) -> RunError {
     return RunError(path.string() + ": " + why);
   };
@@ -158,6 +160,10 @@ StFile read_safetensors(const std::filesystem::path& path,
                    " bytes for shape of " + std::to_string(numel) + " elements");
       ranges.push_back({off[0], off[1]});
       if (want && !want(name)) continue;
+      if (!with_data) {
+        out.emplace(name, std::move(t));
+        continue;
+      }
       t.data.resize(off[1] - off[0]);
       in.seekg((std::streamoff)(8 + n + off[0]));
       in.read(reinterpret_cast<char*>(t.data.data()), (std::streamsize)t.data.size());
@@ -177,6 +183,18 @@ StFile read_safetensors(const std::filesystem::path& path,
     throw fail("size mismatch: tensors cover " + std::to_string(end) + " of " +
                std::to_string(data_size) + " data bytes");
   return out;
+}
+
+}  // namespace
+
+StFile read_safetensors(const std::filesystem::path& path,
+                        std::map<std::string, std::string>* metadata,
+                        const std::function<bool(const std::string&)>& want) {
+  return read_file(path, metadata, want, true);
+}
+
+StFile read_safetensors_shapes(const std::filesystem::path& path) {
+  return read_file(path, nullptr, {}, false);
 }
 
 }  // namespace loom::engine

@@ -30,6 +30,10 @@ StFile read_safetensors(const std::filesystem::path& path,
                         std::map<std::string, std::string>* metadata = nullptr,
                         const std::function<bool(const std::string&)>& want = {});
 
+// Every tensor's dtype and shape (no data), the header checked as read_safetensors checks it:
+// what a reader compares with a config before it allocates anything.
+StFile read_safetensors_shapes(const std::filesystem::path& path);
+
 // The string metadata of a file ("__metadata__"), reading the header only.
 std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path);
 

@@ -202,20 +202,16 @@ void TrainRun::prepare_save_dir() {
   if (ec)
     throw UsageError("checkpoint.save = \"" + save + "\" is not a folder this run can write (" +
                      ec.message() + "); found before training, so nothing is lost");
-  const std::vector<int64_t> its = complete_iterations(dir);
-  const bool tracker = fs::exists(dir / "latest_checkpointed_iteration.txt");
-  if ((its.empty() && !tracker) || recipe.get_bool("checkpoint", "overwrite")) return;
   const std::string load = recipe.get_string("checkpoint", "load");
   auto inside = [&](const fs::path& p) {
     const fs::path a = fs::weakly_canonical(p, ec), b = fs::weakly_canonical(dir, ec);
     return a == b || a.parent_path() == b;
   };
-  if (load == "auto" || (!load.empty() && inside(load))) return;
-  throw UsageError(
-      "checkpoint.save = \"" + save + "\" already holds checkpoints (" +
-      (its.empty() ? std::string("a tracker") : "newest iter_" + std::to_string(its.back())) +
-      ") and this run does not resume from them: it would write over them. Resume with "
-      "checkpoint.load = \"auto\", save elsewhere, or set checkpoint.overwrite = true");
+  check_save_folder(dir, load == "auto" || (!load.empty() && inside(load)),
+                    recipe.get_bool("checkpoint", "overwrite"),
+                    "checkpoint.save = \"" + save + "\"", "this run",
+                    "Resume with checkpoint.load = \"auto\", save elsewhere, or set "
+                    "checkpoint.overwrite = true");
 }
 
 void TrainRun::resume() {

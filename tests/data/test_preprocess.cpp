@@ -319,9 +319,32 @@ TEST_CASE("an interrupted run leaves no valid-looking .idx, and keeps an older d
   spit(dir / "small.jsonl", json_line("old data"));
   r = run_loom(pp(dir / "small.jsonl", dir / "ds"));
   REQUIRE_MESSAGE(r.code == 0, r.err);
-  r = run_loom(pp(dir / "in.jsonl", dir / "ds", "--chunk-bytes 500"), crash);
+  r = run_loom(pp(dir / "in.jsonl", dir / "ds", "--chunk-bytes 500 --overwrite"), crash);
   CHECK(r.code == 86);
   CHECK(read_docs(dir / "ds_text_document") == Docs{{bytes_of("old data")}});
+}
+
+TEST_CASE("an existing output is replaced only with --overwrite, and never the input") {
+  TempDir dir;
+  spit(dir / "in.jsonl", json_line("old data"));
+  Result r = run_loom(pp(dir / "in.jsonl", dir / "ds"));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  spit(dir / "new.jsonl", json_line("new data"));
+  r = run_loom(pp(dir / "new.jsonl", dir / "ds"));
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err, (dir / "ds_text_document.bin") + " already exists; pass "
+                                                                 "--overwrite"),
+                r.err);
+  CHECK(read_docs(dir / "ds_text_document") == Docs{{bytes_of("old data")}});
+  r = run_loom(pp(dir / "new.jsonl", dir / "ds", "--overwrite"));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(read_docs(dir / "ds_text_document") == Docs{{bytes_of("new data")}});
+  // The input itself as an output (here through a link to it): refused even with --overwrite.
+  fs::create_symlink(dir / "new.jsonl", dir / "x_text_document.idx");
+  r = run_loom(pp(dir / "new.jsonl", dir / "x", "--overwrite"));
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err, "is the input"), r.err);
+  CHECK(slurp(dir / "new.jsonl") == json_line("new data"));
 }
 
 TEST_CASE("bad flags exit 2 and name the problem") {

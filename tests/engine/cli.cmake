@@ -64,6 +64,10 @@ loom_test_plugin(loom_test_tiny_nullslot KIND optimizer NAME nullslot DIR ${LOOM
 # An entry that returns a wild pointer: reading the descriptor crashes whoever loads it.
 loom_test_plugin(loom_test_tiny_wild KIND optimizer NAME wild DIR ${LOOM_TEST_WILD_DIR}
                  SOURCE ${_tiny} DEFINES TINY_WILD TINY_NAME="wild")
+# A constructor that writes into the working folder and HOME (install's probe must contain it).
+set(LOOM_TEST_TOUCH_DIR ${CMAKE_CURRENT_BINARY_DIR}/touch-plugins)
+loom_test_plugin(loom_test_tiny_touch KIND optimizer NAME touch DIR ${LOOM_TEST_TOUCH_DIR}
+                 SOURCE ${_tiny} DEFINES TINY_TOUCH_CWD TINY_NAME="touch")
 # A shared object without the entry symbol.
 add_library(loom_test_noentry MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/noentry.c)
 set_target_properties(loom_test_noentry PROPERTIES PREFIX "" OUTPUT_NAME loom-model-noentry
@@ -83,7 +87,8 @@ target_compile_definitions(test_engine PRIVATE
   LOOM_TEST_TINY_DIR="${LOOM_TEST_TINY_DIR}"
   LOOM_TEST_TINY_OTHER_DIR="${LOOM_TEST_TINY_OTHER_DIR}"
   LOOM_TEST_ABI1_DIR="${LOOM_TEST_ABI1_DIR}"
-  LOOM_TEST_WILD_DIR="${LOOM_TEST_WILD_DIR}")
+  LOOM_TEST_WILD_DIR="${LOOM_TEST_WILD_DIR}"
+  LOOM_TEST_TOUCH_DIR="${LOOM_TEST_TOUCH_DIR}")
 add_dependencies(test_engine loom ${LOOM_ENGINE_TEST_PLUGINS})
 add_test(NAME test_engine COMMAND test_engine)
 set_tests_properties(test_engine PROPERTIES LABELS "engine" TIMEOUT 300)

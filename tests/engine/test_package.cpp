@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -105,6 +106,18 @@ TEST_CASE("pack -> install -> plugins lists the package; validate loads it") {
   r = run_loom("pack " + q(src.string()), kStubs, dir.path().string());
   CHECK(r.code == 0);
   CHECK(fs::exists(dir / "optimizer-tiny-0.1.0.tar.gz"));
+  // An archive that exists is replaced only with --overwrite; one inside DIR never.
+  r = run_loom("pack " + q(src.string()) + " -o " + q((dir / "tiny.tar.gz").string()));
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err, "loom pack: the output " + (dir / "tiny.tar.gz").string() +
+                                    " already exists; pass --overwrite"),
+                r.err);
+  r = run_loom("pack " + q(src.string()) + " -o " + q((dir / "tiny.tar.gz").string()) +
+               " --overwrite");
+  CHECK(r.code == 0);
+  r = run_loom("pack " + q(src.string()) + " -o " + q((src / "x.tar.gz").string()));
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err, "lies inside the input"), r.err);
 
   fs::path inst = dir / "installed";
   r = run_loom("install " + q((dir / "tiny.tar.gz").string()) + " --dir " + q(inst.string()));
@@ -197,6 +210,34 @@ TEST_CASE("listing packages does not load them; --load does") {
   CHECK(contains(r.out, ": manifest.toml has no 'abi_major'"));
 }
 
+TEST_CASE("install probes a package's code in an empty scratch folder, not the user's") {
+  TempDir dir;
+  const fs::path user = dir / "user", home = dir / "home", inst = dir / "inst";
+  for (const fs::path& p : {user, home, inst}) fs::create_directories(p);
+  const fs::path so = fs::path(LOOM_TEST_TOUCH_DIR) / "loom-optimizer-touch.so";
+  const std::string top = "optimizer-touch-0.1.0/";
+  std::string manifest = manifest_for(sha256_of_file(so), "loom-optimizer-touch.so");
+  manifest.replace(manifest.find("\"tiny\""), 6, "\"touch\"");
+  const fs::path pkg = make_archive(
+      dir, "touch.tar.gz",
+      {dir_entry(top), copy_entry(top + so.filename().string(), so, 0755),
+       file_entry(top + "LICENSE", "MIT\n"), file_entry(top + "manifest.toml", manifest)});
+  const char* old_home = std::getenv("HOME");
+  const std::string saved = old_home ? old_home : "";
+  ::setenv("HOME", home.c_str(), 1);
+  const Result r =
+      run_loom("install " + q(pkg.string()) + " --dir " + q(inst.string()), kStubs, user.string());
+  if (old_home)
+    ::setenv("HOME", saved.c_str(), 1);
+  else
+    ::unsetenv("HOME");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  // The constructor ran (installing a package is running its code), but elsewhere.
+  CHECK(visible(user).empty());
+  CHECK(visible(home).empty());
+  CHECK(visible(inst) == std::vector<std::string>{"optimizer-touch-0.1.0"});
+}
+
 TEST_CASE("install refuses a tampered package and leaves the folder untouched") {
   TempDir dir;
   fs::path inst = dir / "inst";
@@ -236,6 +277,17 @@ TEST_CASE("install refuses a tampered package and leaves the folder untouched") 
   r = install(pkg);
   CHECK(r.code == 2);
   CHECK(contains(r.err, "manifest.toml has no 'name'"));
+
+  // A manifest's file outside the package folder: the rule of every listing Loom reads.
+  pkg = make_archive(
+      dir, "outside.tar.gz",
+      with({file_entry(top + "manifest.toml", manifest_for(good, "../../usr/lib/evil.so"))}));
+  r = install(pkg);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err,
+                         "manifest.toml: entry '../../usr/lib/evil.so' is a path, not a "
+                         "plain file name"),
+                r.err);
 
   // No manifest at all.
   r = install(make_archive(dir, "nomanifest.tar.gz", base));

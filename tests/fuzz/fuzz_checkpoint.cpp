@@ -44,6 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)loom::engine::load_checkpoint(save, "", "");
   } catch (const RunError& e) {
     loomfuzz::note(e.what());
+  } catch (const loom::engine::UsageError& e) {  // a manifest entry that names no file here
+    loomfuzz::note(e.what());
   }
   try {
     (void)loom::engine::model_metadata(iter);

@@ -1,6 +1,17 @@
 # Hugging Face interop through the `loom` executable against stored PyTorch references
 # (hf/make_reference.py): import logits, byte-identical export, round trips, refusals and
 # finetuning on one rank and under TP2 (hf_interop.sh).
+
+# Hostile and stale folders: config.json sizes against the tensors, index entries outside
+# the folder, export-hf over an old export, the padded vocabulary in a round trip's diff
+# (hf_hostile.sh). One process, no MPI.
+if(TARGET loom)
+  add_test(NAME model.hf_hostile
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/hf_hostile.sh $<TARGET_FILE:loom>)
+  set_tests_properties(model.hf_hostile PROPERTIES LABELS "model" TIMEOUT 300
+                       ENVIRONMENT "LOOM_PLUGIN_PATH=")
+endif()
+
 find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi OR NOT TARGET loom)
   return()

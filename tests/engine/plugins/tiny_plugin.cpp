@@ -2,9 +2,11 @@
 // pack and install), for a future "ABI 3" (the host must refuse it), returning NULL,
 // declaring an unknown kind, with a descriptor struct_size too small for ABI 2.0, listing
 // a malformed capability id, chaining an extension it does not list, leaving a mandatory
-// slot NULL (TINY_NULL_SLOT), and returning a wild descriptor pointer (TINY_WILD).
+// slot NULL (TINY_NULL_SLOT), returning a wild descriptor pointer (TINY_WILD), and writing
+// a file into its working folder and HOME as it loads (TINY_TOUCH_CWD).
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "loom/cpp/plugin.hpp"
 
@@ -38,6 +40,20 @@ TinyApi make_api() {
   return api;
 }
 const TinyApi kApi = make_api();
+
+#ifdef TINY_TOUCH_CWD
+// A library whose constructor writes into the working folder and HOME: what `loom install`
+// runs when it probes a package, which must land in a scratch folder, not the user's.
+__attribute__((constructor)) void touch_cwd() {
+  const char* const dirs[] = {".", std::getenv("HOME")};
+  for (const char* dir : dirs)
+    if (dir)
+      if (FILE* f = std::fopen((std::string(dir) + "/touched-by-plugin").c_str(), "w")) {
+        std::fputs("the plugin's constructor ran here\n", f);
+        std::fclose(f);
+      }
+}
+#endif
 
 #ifndef TINY_ABI_MAJOR
 #define TINY_ABI_MAJOR LOOM_ABI_MAJOR
