@@ -15,6 +15,7 @@
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "package.hpp"
+#include "require_regular.hpp"
 
 namespace fs = std::filesystem;
 
@@ -46,6 +47,7 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 std::string read_text(const fs::path& p) {
+  require_regular_file(p.string());
   std::ifstream in(p);
   if (!in) throw RunError("cannot read " + p.string());
   std::stringstream s;
@@ -214,6 +216,7 @@ std::pair<fs::path, nlohmann::json> verified(const fs::path& dir) {
         throw RunError(manifest.string() + ": file name '" + one_line(f, 80) +
                        "' is not a name in the checkpoint folder");
       fs::path p = path / f;
+      require_regular_file(p.string(), "checkpoint ");
       if (!fs::is_regular_file(p)) throw RunError(path.string() + ": missing " + f);
       uint64_t want = info.at("bytes").get<uint64_t>();
       if (fs::file_size(p) != want)

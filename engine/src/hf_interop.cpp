@@ -16,6 +16,7 @@
 #include "host.hpp"
 #include "loom/cpp/half.hpp"
 #include "recipe.hpp"
+#include "require_regular.hpp"
 
 namespace fs = std::filesystem;
 
@@ -36,6 +37,7 @@ const char* const kTokenizerFiles[] = {"tokenizer.json",
                                        "generation_config.json"};
 
 json read_json(const fs::path& p) {
+  require_regular_file(p.string());
   std::ifstream in(p);
   if (!in) throw RunError("cannot read " + p.string());
   try {
@@ -223,6 +225,7 @@ void import_hf(const fs::path& hf_dir, const fs::path& out) {
   std::vector<std::string> copied;
   for (const char* f : kTokenizerFiles)
     if (fs::exists(hf_dir / f)) {
+      require_regular_file((hf_dir / f).string());
       fs::copy_file(hf_dir / f, abs_out / "tokenizer" / f, fs::copy_options::overwrite_existing);
       copied.push_back(f);
     }
@@ -344,9 +347,13 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
   if (tp == "hf-json") {
     const fs::path src = fs::path(tok.at("tokenizer_file").s).parent_path();
     for (const char* f : kTokenizerFiles)
-      if (fs::exists(src / f))
+      if (fs::exists(src / f)) {
+        require_regular_file((src / f).string());
         fs::copy_file(src / f, out / f, fs::copy_options::overwrite_existing), ++copied;
+      }
   } else if (tp == "gpt2-bpe") {
+    require_regular_file(tok.at("vocab_file").s);
+    require_regular_file(tok.at("merge_file").s);
     fs::copy_file(tok.at("vocab_file").s, out / "vocab.json", fs::copy_options::overwrite_existing);
     fs::copy_file(tok.at("merge_file").s, out / "merges.txt", fs::copy_options::overwrite_existing);
     copied = 2;

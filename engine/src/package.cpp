@@ -19,8 +19,10 @@
 
 #include "errors.hpp"
 #include "loom/common.h"
+#include "loom/cpp/regular_file.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 
 namespace fs = std::filesystem;
 
@@ -167,6 +169,7 @@ void extract(const fs::path& pkg, const fs::path& into) {
 }  // namespace
 
 std::string sha256_of_file(const fs::path& file) {
+  require_regular_file(file.string());
   std::ifstream in(file, std::ios::binary);
   if (!in) throw RunError("cannot read " + file.string());
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
@@ -186,6 +189,7 @@ std::string sha256_of_file(const fs::path& file) {
 
 std::string read_manifest(const fs::path& manifest, Manifest& out) {
   toml::table t;
+  if (std::string why = loom::not_regular_file(manifest.string()); !why.empty()) return why;
   try {
     t = toml::parse_file(manifest.string());
   } catch (const toml::parse_error& e) {
@@ -285,6 +289,7 @@ void write_tar_gz(const fs::path& out, const std::vector<ArchiveEntry>& entries)
       archive_entry_set_symlink(e.e, item.link_target.c_str());
     } else {
       if (!item.source.empty()) {
+        require_regular_file(item.source.string());
         std::ifstream in(item.source, std::ios::binary);
         if (!in) throw RunError("cannot read " + item.source.string());
         data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

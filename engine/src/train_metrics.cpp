@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "require_regular.hpp"
 #include "step_timer.hpp"
 #include "tensorboard.hpp"
 #include "train_run.hpp"
@@ -229,6 +230,7 @@ void Metrics::eval(int64_t iter, const std::vector<LossTerm>& terms) {
 }
 
 std::vector<MetricsLine> read_metrics(const fs::path& path) {
+  require_regular_file(path.string(), "metrics file ");
   std::ifstream in(path);
   if (!in) throw RunError("cannot read metrics file " + path.string());
   std::vector<MetricsLine> lines;
