@@ -124,15 +124,15 @@ std::string folder_refusal(const Recipe& recipe) {
 }
 
 // Every rank checks that it can write the folder (ranks on several hosts may see different
-// file systems); rank 0 also removes partial saves, refuses another run's checkpoints, takes
-// the folder's lock for the run's lifetime and checks train.metrics, which it alone writes.
+// file systems); rank 0 also takes the folder's lock for the run's lifetime, then removes
+// partial saves, refuses another run's checkpoints and checks train.metrics, which it alone
+// writes.
 // The ranks then agree (COLLECTIVE), so that a refusal on one ends every rank with exit 2
 // before training instead of leaving the others waiting in the first collective.
 void TrainRun::prepare_save_dir() {
   const std::string save = recipe.get_string("checkpoint", "save");
   std::string why;
   if (!save.empty()) {
-    if (rank == 0) remove_partial_saves(save);
     why = write_problem(save, true, std::to_string(rank));
     if (!why.empty()) why = unwritable_save(save, why);
     if (why.empty() && rank == 0) try {
@@ -140,6 +140,8 @@ void TrainRun::prepare_save_dir() {
       } catch (const UsageError& e) {
         why = e.what();
       }
+    // Only under the lock: another run's partial save may be one it is writing now.
+    if (why.empty() && rank == 0) remove_partial_saves(save);
     if (why.empty() && rank == 0) why = foreign_checkpoints(recipe, save);
   }
   if (why.empty() && rank == 0) why = metrics_problem(recipe.get_string("train", "metrics"), true);

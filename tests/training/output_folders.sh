@@ -49,9 +49,11 @@ holder=$!
 for _ in $(seq 300); do [ "$(lines holder.jsonl)" -ge 1 ] && break; sleep 0.1; done
 [ "$(lines holder.jsonl)" -ge 1 ] || { cat holder.log; fail "the first run did not start"; }
 grep -q "pid $holder" ck/.loom.lock || fail "the lock file does not name pid $holder"
+mkdir ck/.tmp-iter_0000099  # as if the first run were writing a checkpoint now
 exits2 "in use by another run (host $(hostname) pid $holder" \
   "$loom" run r.toml --set checkpoint.save=ck --set checkpoint.load=auto
 [ "$(ls ck | grep -c iter_)" = 0 ] || fail "the refused run saved into the folder"
+[ -d ck/.tmp-iter_0000099 ] || fail "the refused run removed the running run's partial save"
 exits2 "in use by another run (host $(hostname) pid $holder" \
   "$loom" validate r.toml --set checkpoint.save=ck --set checkpoint.load=auto
 if [ -n "$mpiexec" ]; then
