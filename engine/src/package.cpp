@@ -390,6 +390,7 @@ fs::path default_install_dir() {
 
 InstallResult install_package(const fs::path& pkg, const fs::path& dir_arg) {
   std::error_code ec;
+  require_regular_file(pkg.string(), "package: ");
   if (!fs::is_regular_file(pkg, ec)) throw UsageError("package '" + pkg.string() + "' not found");
   const fs::path dir = dir_arg.empty() ? default_install_dir() : dir_arg;
   fs::create_directories(dir, ec);

@@ -4,7 +4,7 @@
 # what it is, promptly (each command runs under `timeout 20`, so a hang fails the test):
 #   data.path (run and validate), a recipe include, a tokenizer file, an HF model.safetensors
 #   and tokenizer.json for import-hf, a file of a checkpoint (run from it, and generate),
-#   `loom preprocess --input` and `loom eval --data`.
+#   `loom preprocess --input`, `loom eval --data` and the package of `loom install`.
 #   regular_files.sh LOOM HF_GPT2_DIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +49,7 @@ for bad in /dev/zero fifo; do
   printf 'include = "%s"\n' "$(realpath -s $bad)" > inc.toml
   refused "$bad" "${kinds[$bad]}" "$loom" validate inc.toml
   refused "$bad" "${kinds[$bad]}" "$loom" validate $bad
+  refused "$bad" "${kinds[$bad]}" "$loom" install $bad --dir plugins
 done
 
 # an HF directory for import-hf: model.safetensors, then tokenizer.json
