@@ -81,7 +81,10 @@ FolderLock::~FolderLock() {
 
 std::string folder_lock_refusal(const fs::path& folder, const std::string& key) {
   const fs::path file = folder / kLockName;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  // Read-write where allowed: on NFS flock is a byte-range write lock, which a read-only
+  // descriptor cannot take (EBADF), and the check would pass a locked folder.
+  int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return "";
   std::string why;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) why = refusal(folder, key, fd);
