@@ -15,6 +15,7 @@
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
 #include "package.hpp"
+#include "require_regular.hpp"
 #include "tool_output.hpp"
 
 namespace fs = std::filesystem;
@@ -47,6 +48,7 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 std::string read_text(const fs::path& p) {
+  require_regular_file(p.string());
   std::ifstream in(p);
   if (!in) throw RunError("cannot read " + p.string());
   std::stringstream s;
@@ -223,6 +225,7 @@ std::pair<fs::path, nlohmann::json> verified(const fs::path& dir) {
   try {
     for (auto& [f, info] : m.at("files").items()) {
       const fs::path p = entry_in_folder(path, f, manifest);
+      require_regular_file(p.string(), "checkpoint ");
       if (!fs::is_regular_file(p)) throw RunError(path.string() + ": missing " + f);
       uint64_t want = info.at("bytes").get<uint64_t>();
       if (fs::file_size(p) != want)

@@ -13,6 +13,7 @@
 #include "loom/cpp/megatron_indexed.hpp"
 #include "preprocess_tokenizer.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -84,8 +85,10 @@ int cmd_data_inspect(const std::vector<std::string>& args) {
   if (prefix.empty()) throw UsageError("loom data inspect: missing PREFIX (see --help)");
   if (sample_tokens < 0) throw UsageError("loom data inspect: --sample-tokens must be >= 0");
   prefix = strip_extension(prefix);
-  for (const std::string& f : {megatron::idx_path(prefix), megatron::bin_path(prefix)})
+  for (const std::string& f : {megatron::idx_path(prefix), megatron::bin_path(prefix)}) {
+    require_regular_file(f, "loom data inspect: ");
     if (!fs::exists(f)) throw UsageError("loom data inspect: no such file: " + f);
+  }
 
   // The tokenizer first: a bad flag is reported before a long scan.
   std::unique_ptr<Registry> registry;

@@ -31,7 +31,9 @@ constexpr loom_param_spec kTrain[] = {
           kInf),
     param("eval_iters", kInt, "10", "global batches per evaluation (Megatron's eval-iters)", 0,
           kInf),
-    param("metrics", kString, "", "path of the JSON-lines metrics file; \"\" = none"),
+    param("metrics", kString, "",
+          "path of the JSON-lines metrics file; \"\" = none. A resumed run appends; a fresh run "
+          "keeps a file already there as <path>.1 (the first free .N)"),
     param("tensorboard", kString, "",
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),

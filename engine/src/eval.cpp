@@ -16,6 +16,7 @@
 #include "errors.hpp"
 #include "hf_interop.hpp"
 #include "loom/cpp/model_step.hpp"
+#include "require_regular.hpp"
 #include "train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -25,6 +26,7 @@ namespace loom::engine {
 namespace {
 
 std::string read_text(const fs::path& p) {
+  require_regular_file(p.string(), "loom eval: ");
   std::ifstream f(p, std::ios::binary);
   if (!f) throw UsageError("loom eval: cannot read " + p.string());
   std::ostringstream ss;
@@ -179,6 +181,7 @@ void evaluate_checkpoint(const EvalOptions& o, Registry& registry) {
           samples.size(), r.seq_len, ov, val_loss, (double)out["ppl"], (double)out["adjusted_ppl"],
           ratio);
   } else {
+    require_regular_file(o.data.string(), "loom eval: --data: ");
     std::ifstream in(o.data);
     if (!in) throw UsageError("loom eval: cannot read " + o.data.string());
     std::vector<EvalSample> samples;

@@ -16,6 +16,7 @@
 #include "host.hpp"
 #include "loom/cpp/half.hpp"
 #include "recipe.hpp"
+#include "require_regular.hpp"
 #include "tool_output.hpp"
 
 namespace fs = std::filesystem;
@@ -37,6 +38,7 @@ const char* const kTokenizerFiles[] = {"tokenizer.json",
                                        "generation_config.json"};
 
 json read_json(const fs::path& p) {
+  require_regular_file(p.string());
   std::ifstream in(p);
   if (!in) throw RunError("cannot read " + p.string());
   try {
@@ -278,6 +280,7 @@ void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
   std::vector<std::string> copied;
   for (const char* f : kTokenizerFiles)
     if (fs::exists(hf_dir / f)) {
+      require_regular_file((hf_dir / f).string());
       fs::copy_file(hf_dir / f, abs_out / "tokenizer" / f, fs::copy_options::overwrite_existing);
       copied.push_back(f);
     }
@@ -385,8 +388,10 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     tokenizer_files = {{tok.at("vocab_file").s, "vocab.json"},
                        {tok.at("merge_file").s, "merges.txt"}};
   }
-  for (const auto& [from, to] : tokenizer_files)  // read before `out` is replaced
+  for (const auto& [from, to] : tokenizer_files) {  // read before `out` is replaced
+    require_regular_file(fs::path(from).string());
     check_output("loom export-hf", out, {from}, true);
+  }
   size_t files = 0;
   write_folder_atomically(out, [&](const fs::path& dir) {
     files = write_hf_folder(dir, config, arch, hf, max_shard_bytes, tokenizer_files);

@@ -23,6 +23,7 @@
 #include "parallel_layout.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 #include "step_timer.hpp"
 
 struct loom_host_context {
@@ -354,6 +355,8 @@ std::vector<std::pair<const loom_dataset_api*, loom_dataset*>> Session::datasets
       throw UsageError("data.blend / data.*_blend: " + who +
                        " has no `prefix` or `path` key to point at each blended dataset; "
                        "blending needs data stored on disk (dataset/indexed, dataset/jsonl)");
+    if (std::string why = names_a_non_regular_file(key, prefix); !why.empty())
+      throw UsageError("data blend entry " + key + " " + why);
     impl_->blend_configs.push_back(impl_->recipe.section("data"));
     loom_config& cfg = impl_->blend_configs.back();
     Value v;

@@ -195,6 +195,8 @@ int cmd_validate(const std::vector<std::string>& args) {
   check_layout(recipe, world);
   check_model_batch(recipe, registry);
   check_plugin_configs(recipe, registry, world);
+  // What `loom run` would refuse about the folders it writes, before anything is built.
+  if (std::string why = folder_refusal(recipe); !why.empty()) throw UsageError(why);
   std::cout << describe_layout(recipe, world);
   if (c.vm.count("memory")) {
     const std::vector<MemoryRole> roles =

@@ -19,8 +19,10 @@
 
 #include "errors.hpp"
 #include "loom/common.h"
+#include "loom/cpp/regular_file.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 #include "tool_output.hpp"
 
 namespace fs = std::filesystem;
@@ -168,6 +170,7 @@ void extract(const fs::path& pkg, const fs::path& into) {
 }  // namespace
 
 std::string sha256_of_file(const fs::path& file) {
+  require_regular_file(file.string());
   std::ifstream in(file, std::ios::binary);
   if (!in) throw RunError("cannot read " + file.string());
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
@@ -187,6 +190,7 @@ std::string sha256_of_file(const fs::path& file) {
 
 std::string read_manifest(const fs::path& manifest, Manifest& out) {
   toml::table t;
+  if (std::string why = loom::not_regular_file(manifest.string()); !why.empty()) return why;
   try {
     t = toml::parse_file(manifest.string());
   } catch (const toml::parse_error& e) {
@@ -290,6 +294,7 @@ void write_tar_gz(const fs::path& out, const std::vector<ArchiveEntry>& entries)
       archive_entry_set_symlink(e.e, item.link_target.c_str());
     } else {
       if (!item.source.empty()) {
+        require_regular_file(item.source.string());
         std::ifstream in(item.source, std::ios::binary);
         if (!in) throw RunError("cannot read " + item.source.string());
         data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -382,6 +387,7 @@ fs::path default_install_dir() {
 
 InstallResult install_package(const fs::path& pkg, const fs::path& dir_arg) {
   std::error_code ec;
+  require_regular_file(pkg.string(), "package: ");
   if (!fs::is_regular_file(pkg, ec)) throw UsageError("package '" + pkg.string() + "' not found");
   const fs::path dir = dir_arg.empty() ? default_install_dir() : dir_arg;
   fs::create_directories(dir, ec);

@@ -26,6 +26,7 @@
 #include "preprocess_input.hpp"
 #include "preprocess_sentences.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 #include "tool_output.hpp"
 
 namespace po = boost::program_options;
@@ -347,6 +348,7 @@ void check_options(const PreprocessOptions& o) {
     throw UsageError("loom preprocess: --workers must be between 1 and 256, got " +
                      std::to_string(o.workers));
   if (o.chunk_bytes < 1) throw UsageError("loom preprocess: --chunk-bytes must be >= 1");
+  require_regular_file(o.input, "loom preprocess: --input: ");
   std::error_code ec;
   if (!fs::is_regular_file(o.input, ec))
     throw UsageError("loom preprocess: --input: no such file: " + o.input);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "require_regular.hpp"
 
 namespace loom::engine {
 
@@ -109,6 +110,7 @@ class ZstdInput : public InputFile {
 }  // namespace
 
 std::unique_ptr<InputFile> InputFile::open(const std::string& path) {
+  require_regular_file(path);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw RunError(path + ": cannot open: " + errno_text());
   unsigned char magic[4] = {};

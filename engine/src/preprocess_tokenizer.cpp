@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "host.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -137,8 +138,10 @@ TokenizerFactory::TokenizerFactory(Registry& registry, const TokenizerFlags& fla
     }
     v.file = "<command line>";
     if (spec->type == LOOM_PARAM_STRING) v.s = text;  // as written, never TOML-unquoted
-    if (key.size() > 5 && key.ends_with("_file") && !text.empty() && !fs::exists(text))
-      throw UsageError(command + ": " + flag + ": no such file: " + text);
+    if (key.size() > 5 && key.ends_with("_file") && !text.empty()) {
+      require_regular_file(text, command + ": " + flag + ": ");
+      if (!fs::exists(text)) throw UsageError(command + ": " + flag + ": no such file: " + text);
+    }
     cfg_.values[key] = v;
   };
   if (!flags.vocab_file.empty()) set("vocab_file", flags.vocab_file, "--vocab-file");

@@ -7,6 +7,7 @@
 
 #include "errors.hpp"
 #include "recipe.hpp"
+#include "require_regular.hpp"
 
 namespace fs = std::filesystem;
 
@@ -67,6 +68,8 @@ RawTree load_file(const fs::path& display, std::vector<fs::path>& stack, const s
   if (fs::is_directory(canon, ec))
     throw UsageError((from.empty() ? std::string() : from + ": included ") + "recipe '" +
                      display.string() + "' is a folder, not a recipe file (a .toml)");
+  require_regular_file(canon.string(), (from.empty() ? std::string() : from + ": included ") +
+                                           "recipe '" + display.string() + "': ");
   if (!fs::is_regular_file(canon, ec)) {
     if (from.empty()) throw UsageError("recipe '" + display.string() + "' not found");
     throw UsageError(from + ": included recipe '" + display.string() + "' not found");

@@ -11,6 +11,7 @@
 #include "errors.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
+#include "require_regular.hpp"
 #include "sampler.hpp"
 
 namespace loom::engine {
@@ -432,6 +433,8 @@ class RecipeValidator {
     Value v;
     std::string problem = convert(raw, *spec, v);
     if (problem.empty()) problem = check_bounds(*spec, v);
+    if (problem.empty() && spec->type == LOOM_PARAM_STRING)
+      problem = names_a_non_regular_file(key, v.s);
     if (problem.empty() && name == "data" && key == "split") problem = parse_split(v.s, nullptr);
     if (problem.empty() && name == "train" && key == "recompute_modules")
       problem = parse_recompute_modules(v.s, nullptr);

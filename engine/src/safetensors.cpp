@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "require_regular.hpp"
 
 namespace loom::engine {
 
@@ -101,6 +102,7 @@ void read_metadata(const nlohmann::json& v, const std::filesystem::path& path,
 }  // namespace
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path) {
+  require_regular_file(path.string());
   std::ifstream in(path, std::ios::binary);
   uint64_t n = 0, file_size = 0;
   nlohmann::json header = read_header(in, path, n, file_size);
@@ -117,6 +119,7 @@ StFile read_file(const std::filesystem::path& path, std::map<std::string, std::s
   auto fail = [&](const std::string& why) -> RunError {
     return RunError(path.string() + ": " + why);
   };
+  require_regular_file(path.string());
   std::ifstream in(path, std::ios::binary);
   uint64_t n = 0, file_size = 0;
   nlohmann::json header = read_header(in, path, n, file_size);

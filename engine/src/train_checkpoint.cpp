@@ -173,47 +173,6 @@ bool TrainRun::same_layout(const std::map<std::string, int64_t>& saved) const {
          (!sharded || get("data", 1) == layout.data);
 }
 
-// checkpoint.save before the first step: partial saves a killed run left are removed, the
-// folder must be writable by every rank, and checkpoints of another run are not written over
-// unless the recipe says so. Each refusal is the recipe's (exit 2), before any training.
-void TrainRun::prepare_save_dir() {
-  const std::string save = recipe.get_string("checkpoint", "save");
-  if (save.empty()) return;
-  const fs::path dir(save);
-  std::error_code ec;
-  if (rank == 0)
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind(".tmp-iter_", 0) != 0 && n.rfind(".old-iter_", 0) != 0) continue;
-      fs::remove_all(e.path(), ec);
-      spdlog::warn("removed {}: {}", e.path().string(),
-                   ec ? "could not: " + ec.message()
-                      : std::string("a partial checkpoint a killed save left behind"));
-    }
-  fs::create_directories(dir, ec);
-  const fs::path probe = dir / (".loom-write-probe-" + std::to_string(rank));
-  if (!ec) {
-    std::ofstream out(probe);
-    out << "probe\n";
-    out.close();
-    if (!out) ec = std::make_error_code(std::errc::permission_denied);
-    fs::remove(probe);
-  }
-  if (ec)
-    throw UsageError("checkpoint.save = \"" + save + "\" is not a folder this run can write (" +
-                     ec.message() + "); found before training, so nothing is lost");
-  const std::string load = recipe.get_string("checkpoint", "load");
-  auto inside = [&](const fs::path& p) {
-    const fs::path a = fs::weakly_canonical(p, ec), b = fs::weakly_canonical(dir, ec);
-    return a == b || a.parent_path() == b;
-  };
-  check_save_folder(dir, load == "auto" || (!load.empty() && inside(load)),
-                    recipe.get_bool("checkpoint", "overwrite"),
-                    "checkpoint.save = \"" + save + "\"", "this run",
-                    "Resume with checkpoint.load = \"auto\", save elsewhere, or set "
-                    "checkpoint.overwrite = true");
-}
-
 void TrainRun::resume() {
   std::string load_dir = recipe.get_string("checkpoint", "load");
   const std::string pretrained = recipe.get_string("checkpoint", "finetune");

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 
+#include "errors.hpp"
 #include "hf_interop.hpp"
+#include "require_regular.hpp"
 #include "train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -22,6 +24,7 @@ namespace {
 std::map<std::string, std::string> checkpoint_model_keys(const fs::path& folder) {
   std::map<std::string, std::string> out;
   toml::table t;
+  require_regular_file((folder / "recipe.toml").string());
   try {
     t = toml::parse_file((folder / "recipe.toml").string());
   } catch (const toml::parse_error& e) {

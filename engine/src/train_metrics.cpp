@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "require_regular.hpp"
 #include "step_timer.hpp"
 #include "tensorboard.hpp"
 #include "train_run.hpp"
@@ -77,6 +78,46 @@ void add_profile(nlohmann::json& line, const TimerReport& p) {
   line["ceiling_copy_gbps"] = p.copy_gbps;
 }
 
+// A fresh run's train.metrics that holds lines already (an earlier run's, or the run this one
+// restarts without resuming) is kept as <path>.N, the first free N, not written over.
+void keep_earlier_run(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0 || ec) return;
+  for (int n = 1;; ++n) {
+    const std::string kept = path + "." + std::to_string(n);
+    if (fs::exists(fs::symlink_status(kept, ec))) continue;
+    fs::rename(path, kept, ec);
+    if (ec)
+      throw RunError("train.metrics = \"" + path + "\": cannot keep the earlier run's file as " +
+                     kept + " (" + ec.message() + ")");
+    spdlog::warn("train.metrics = \"{}\" held an earlier run's metrics: kept as {}", path, kept);
+    return;
+  }
+}
+
+// A resumed run's train.metrics without the lines past the checkpoint it resumes from (a run
+// killed after its last save logged them), so that each iteration appears once.
+void drop_lines_after(const std::string& path, int64_t start_iter) {
+  std::ifstream in(path);
+  if (!in) return;  // none yet: the run makes it
+  std::string text, kept;
+  bool dropped = false;
+  while (std::getline(in, text)) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    const bool after = j.is_object() && j.contains("iter") && j["iter"].is_number_integer() &&
+                       j["iter"].get<int64_t>() > start_iter;
+    dropped |= after;
+    if (!after) kept += text + "\n";
+  }
+  in.close();
+  if (!dropped) return;
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
+  if (!out) throw RunError("cannot write metrics file " + path);
+  spdlog::info("train.metrics: dropped the lines after iteration {}, which this run repeats",
+               start_iter);
+}
+
 }  // namespace
 
 Metrics::~Metrics() = default;
@@ -89,8 +130,9 @@ Metrics::Metrics(const TrainRun& run) : run_(run), started_(steady_s()) {
   }
   const std::string path = run.recipe.get_string("train", "metrics");
   if (path.empty() || run.rank != 0) return;
-  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
-  // A resumed run appends to the curve it continues.
+  // A resumed run appends to the curve it continues; a fresh one starts its own file.
+  if (run.start_iter == 0) keep_earlier_run(path);
+  if (run.start_iter > 0) drop_lines_after(path, run.start_iter);
   file_.open(path, run.start_iter > 0 ? std::ios::app : std::ios::trunc);
   if (!file_) throw RunError("cannot write metrics file " + path);
 }
@@ -229,6 +271,7 @@ void Metrics::eval(int64_t iter, const std::vector<LossTerm>& terms) {
 }
 
 std::vector<MetricsLine> read_metrics(const fs::path& path) {
+  require_regular_file(path.string(), "metrics file ");
   std::ifstream in(path);
   if (!in) throw RunError("cannot read metrics file " + path.string());
   std::vector<MetricsLine> lines;

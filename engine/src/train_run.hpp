@@ -22,6 +22,7 @@
 #include "checkpoint.hpp"
 #include "checkpoint_shards.hpp"
 #include "errors.hpp"
+#include "folder_lock.hpp"
 #include "host.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "precision.hpp"
@@ -126,8 +127,10 @@ struct TrainRun {
   // scaler and the data position. Each rank reads its own files, or (another layout) every
   // file, cutting its part out of the full tensors. Otherwise from checkpoint.finetune.
   void resume();
-  // checkpoint.save made ready before the first step (train_checkpoint.cpp): stale partial
-  // saves removed, writability checked, another run's checkpoints not overwritten.
+  // checkpoint.save and train.metrics made ready before the first step (train_folders.cpp,
+  // COLLECTIVE over the world): stale partial saves removed, writability checked, another
+  // run's checkpoints not overwritten, the folder locked against a second run (save_lock).
+  // Each refusal is exit 2 on every rank.
   void prepare_save_dir();
   // checkpoint.finetune: pretrained weights only (train_finetune.cpp).
   void finetune(const std::filesystem::path& dir);
@@ -249,6 +252,8 @@ struct TrainRun {
       if (writer.joinable()) writer.join();
     }
   };
+  // World rank 0's lock on checkpoint.save, held until the run (its last save) is over.
+  std::unique_ptr<FolderLock> save_lock;
   std::unique_ptr<AsyncSave> pending_save;  // last: its thread stops before anything else goes
 
  private:

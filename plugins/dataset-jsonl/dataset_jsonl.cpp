@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/plugin_files.hpp"
 #include "loom/tokenizer.h"
 
 namespace {
@@ -53,6 +54,7 @@ class JsonlDataset {
                         "dataset/jsonl tokenises text and needs a [tokenizer] (" + why + ")");
     }
     const int64_t eod = tok.api->eod_id(tok.self);
+    loom::require_regular_file(path, "dataset/jsonl: ");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw loom::Error(LOOM_ERR_IO, "cannot open " + path);
     offsets_.push_back(0);

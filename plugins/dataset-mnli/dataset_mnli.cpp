@@ -24,6 +24,7 @@
 #include "loom/cpp/dataset.hpp"
 #include "loom/cpp/numpy_random.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/plugin_files.hpp"
 #include "loom/cpp/tokenizer.hpp"
 #include "loom/dataset.h"
 
@@ -150,6 +151,7 @@ class MnliDataset {
 };
 
 void MnliDataset::read() {
+  loom::require_regular_file(path_, "dataset/mnli: ");
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw loom::Error(LOOM_ERR_IO, "dataset/mnli: cannot open " + path_);
   std::string line;

@@ -30,6 +30,7 @@
 
 #include "bpe.hpp"
 #include "components.hpp"
+#include "loom/cpp/plugin_files.hpp"
 #include "loom/cpp/tokenizer.hpp"
 #include "utf8.hpp"
 
@@ -196,6 +197,7 @@ void post_processor(const json& j, const std::string& where, std::vector<int32_t
 }
 
 std::string read_file(const std::string& path) {
+  loom::require_regular_file(path, "tokenizer/hf-json: tokenizer_file: ");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw loom::Error(LOOM_ERR_IO,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/plugin_files.hpp"
 #include "loom/cpp/tokenizer.hpp"
 
 namespace {
@@ -30,6 +31,7 @@ class SentencePieceTokenizer {
                   ".model file (e.g. Llama-2's tokenizer.model)");
     // libsentencepiece reports a missing file as NOT_FOUND; checking first gives the
     // recipe key and an I/O code.
+    loom::require_regular_file(path, "tokenizer/sentencepiece: model_file: ");
     if (!std::ifstream(path, std::ios::binary))
       throw loom::Error(LOOM_ERR_IO,
                         "tokenizer/sentencepiece: cannot open model_file \"" + path + "\"");

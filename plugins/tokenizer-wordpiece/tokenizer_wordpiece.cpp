@@ -31,6 +31,7 @@
 
 #include "bert_basic.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/plugin_files.hpp"
 #include "loom/cpp/tokenizer.hpp"
 
 namespace {
@@ -129,6 +130,7 @@ class WordPieceTokenizer {
 
  private:
   void load_vocab(const std::string& path) {
+    loom::require_regular_file(path, "tokenizer/wordpiece: vocab_file: ");
     std::ifstream in(path, std::ios::binary);
     if (!in)
       throw loom::Error(LOOM_ERR_IO,

@@ -32,3 +32,14 @@ if(NOT LOOM_SANITIZE)
   add_test(NAME train.lion COMMAND test_train_runs --test-case=*lion*)
   set_tests_properties(train.lion PROPERTIES LABELS "train" ENVIRONMENT "LOOM_PLUGIN_PATH=")
 endif()
+
+# Every file read by name must be a regular file (issue 35): /dev/zero, a FIFO and a directory
+# as data, recipe include, tokenizer file, HF model.safetensors, a checkpoint's file, preprocess
+# input and eval data are refused with exit 2 naming the path, without hanging.
+if(TARGET loom)
+  add_test(NAME engine.regular_files
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/regular_files.sh $<TARGET_FILE:loom>
+                   ${PROJECT_SOURCE_DIR}/tests/model/hf/gpt2-f32)
+  set_tests_properties(engine.regular_files PROPERTIES LABELS "engine" TIMEOUT 300
+    ENVIRONMENT "LOOM_PLUGIN_PATH=")
+endif()

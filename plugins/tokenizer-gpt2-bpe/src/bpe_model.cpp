@@ -13,6 +13,7 @@
 
 #include "byte_unicode.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/plugin_files.hpp"
 
 namespace gpt2bpe {
 namespace {
@@ -44,6 +45,7 @@ std::string read_file(const std::string& path, const char* key, const char* what
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw loom::Error(LOOM_ERR_IO, kPrefix + where + " is a directory, not a file" + fix);
+  loom::require_regular_file(path, kPrefix + where + ": ");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw loom::Error(LOOM_ERR_IO,

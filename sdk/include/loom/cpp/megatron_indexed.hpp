@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "loom/cpp/regular_file.hpp"
+
 namespace loom::megatron {
 
 static_assert(sizeof(int32_t) == 4 && sizeof(int64_t) == 8, "fixed-width integers");
@@ -131,8 +133,9 @@ class Mapping {
  public:
   Mapping() = default;
   explicit Mapping(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw FormatError(path + ": cannot open: " + errno_text(errno));
+    std::string why;
+    const int fd = open_regular_file(path, why);  // never a FIFO or /dev/zero
+    if (fd < 0) throw FormatError(why);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
