@@ -74,6 +74,13 @@ int launcher_world_size() {
   return std::max(env_int("SLURM_NTASKS"), 0);
 }
 
+std::pair<int, const char*> launcher_local_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                          "LOCAL_WORLD_SIZE"})
+    if (env_int(var) > 0) return {env_int(var), var};
+  return {0, ""};
+}
+
 void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& data) {
   std::set<std::string> keep;
   const loom_plugin_descriptor* target = registry.get(LOOM_KIND_GRAD, data).desc;
