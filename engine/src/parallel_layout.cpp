@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -78,6 +79,11 @@ std::pair<int, const char*> launcher_local_size() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
                           "LOCAL_WORLD_SIZE"})
     if (env_int(var) > 0) return {env_int(var), var};
+  // An srun step's tasks per node: "4" or "4(x2)" when every node has as many; "4,3" says
+  // nothing of this node.
+  const char* step = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (step && !std::strchr(step, ',') && std::atoi(step) > 0)
+    return {std::atoi(step), "SLURM_STEP_TASKS_PER_NODE"};
   return {0, ""};
 }
 

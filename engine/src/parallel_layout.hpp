@@ -24,8 +24,8 @@ std::pair<int, int> launched_as();
 // sbatch allocation's SLURM_NTASKS, else 0 (none).
 int launcher_world_size();
 // The ranks a launcher started on this node, and the variable that said so
-// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, LOCAL_WORLD_SIZE);
-// {0, ""} when none does.
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, LOCAL_WORLD_SIZE,
+// SLURM_STEP_TASKS_PER_NODE when uniform); {0, ""} when none does.
 std::pair<int, const char*> launcher_local_size();
 
 // Throws UsageError naming every number involved when the layout does not fit `world` ranks,
