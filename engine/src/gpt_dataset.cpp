@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 
 namespace loom::engine {
 
-namespace {
-
-// Bump when anything about the arrays' construction changes: old caches become stale.
-constexpr const char* kAlgorithm = "loom-gpt-indices 1";
-
 std::string sha256_hex(const void* data, size_t n) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -40,6 +35,11 @@ std::string sha256_hex(const void* data, size_t n) {
   }
   return out;
 }
+
+namespace {
+
+// Bump when anything about the arrays' construction changes: old caches become stale.
+constexpr const char* kAlgorithm = "loom-gpt-indices 1";
 
 // The recipe validated the split already; a caller that bypasses it gets the same message.
 std::vector<double> split_weights(const std::string& text) {

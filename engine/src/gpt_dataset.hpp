@@ -60,6 +60,9 @@ struct GptIndices {
 // Builds the three arrays in memory (pure). Throws RunError for an empty split.
 GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSpec& spec);
 
+// Lowercase hex SHA-256 of n bytes (OpenSSL): cache keys, the recipe every rank must share.
+std::string sha256_hex(const void* data, size_t n);
+
 // The cache key of (source, spec, algorithm version): 32 hex characters.
 std::string gpt_index_hash(const DocumentSource& src, const GptIndexSpec& spec);
 

@@ -157,6 +157,7 @@ std::pair<const loom_comm_api*, loom_comm*> g_job{nullptr, nullptr};
 }  // namespace
 
 bool job_abort_armed() { return g_job.second != nullptr; }
+void disarm_job_abort() { g_job = {nullptr, nullptr}; }
 int job_rank() { return g_job.second ? g_job.first->world_rank(g_job.second) : 0; }
 
 void abort_job(int code) {

@@ -38,6 +38,10 @@ uint64_t stream_seed(uint64_t seed, const std::string& stream);
 bool job_abort_armed();
 int job_rank();  // this rank in that job
 [[noreturn]] void abort_job(int code);
+// Every rank of the job stops at the same point, having agreed to (a refusal all of them
+// reached together): an error then unwinds and finalizes the comm as a clean exit does,
+// instead of ending the job through abort_job.
+void disarm_job_abort();
 
 class StepTimer;
 

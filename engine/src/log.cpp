@@ -16,6 +16,13 @@ namespace loom::engine::log {
 namespace {
 
 std::atomic<int> g_rank{0};
+std::atomic<bool> g_level_chosen{false};  // LOOM_LOG_LEVEL set: every rank logs at it
+
+// Without LOOM_LOG_LEVEL, rank 0 alone says what the job does (info) and every other rank
+// only what goes wrong on it (warnings, errors): N ranks would print every set-up line N times.
+void apply_default_level() {
+  if (!g_level_chosen) spdlog::set_level(g_rank == 0 ? spdlog::level::info : spdlog::level::warn);
+}
 
 // "%*": "warning: " / "error: " / "debug: " before the message; nothing for info.
 class LevelTag : public spdlog::custom_flag_formatter {
@@ -76,12 +83,16 @@ void setup() {
   if (!logger) logger = spdlog::stderr_color_mt("loom");
   spdlog::set_default_logger(logger);
   apply_pattern();
-  std::string level = "info";
-  if (const char* v = std::getenv("LOOM_LOG_LEVEL"); v && *v) level = v;
+  const char* v = std::getenv("LOOM_LOG_LEVEL");
+  g_level_chosen = v && *v;
+  apply_default_level();
+  if (!g_level_chosen) return;
+  std::string level = v;
   if (level == "warning") level = "warn";
   auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off") {
-    spdlog::set_level(spdlog::level::info);
+    g_level_chosen = false;
+    apply_default_level();
     spdlog::warn("LOOM_LOG_LEVEL={} is not one of trace, debug, info, warn, error, off; using info",
                  level);
   } else {
@@ -92,6 +103,7 @@ void setup() {
 void set_rank(int rank) {
   g_rank = rank;
   apply_pattern();
+  apply_default_level();
 }
 
 int rank() { return g_rank.load(); }

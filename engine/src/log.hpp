@@ -1,7 +1,7 @@
 // Logging: spdlog's default logger writes "[r<rank>] message" lines to stderr (stdout stays
 // for command output such as generated text), at the level LOOM_LOG_LEVEL names
-// (trace, debug, info (default), warn, error, off). Warnings and errors say so:
-// "[r0] warning: ...".
+// (trace, debug, info, warn, error, off) on every rank. Without it rank 0 logs at info and
+// the other ranks at warn. Warnings and errors say so: "[r0] warning: ...".
 #pragma once
 
 #include <chrono>

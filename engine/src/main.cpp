@@ -21,6 +21,7 @@
 #include "generate.hpp"
 #include "hf_interop.hpp"
 #include "host.hpp"
+#include "launch.hpp"
 #include "log.hpp"
 #include "memory_estimate.hpp"
 #include "package.hpp"
@@ -113,8 +114,8 @@ void add_set_option(Command& c) {
 }
 
 // A recipe without a [comm] plugin started as several ranks gets comm/mpi (logged once);
-// one that names comm/single is refused, by rank 0, with the fix, rather than let every rank
-// train alone (or fail on "world size 1 is not divisible by ...").
+// one that names comm/single is refused, by every rank that names it, with the fix, rather
+// than let every rank train alone (or fail on "world size 1 is not divisible by ...").
 void follow_launcher(Recipe& recipe, bool validated) {
   const auto [world, rank] = launched_as();
   if (world <= 1) return;
@@ -129,8 +130,9 @@ void follow_launcher(Recipe& recipe, bool validated) {
     return;
   }
   if (recipe.plugin("comm") != "single") return;
-  if (rank != 0) throw QuietExit{2};
-  throw UsageError("started as " + std::to_string(world) +
+  // Every rank that says so prints it: the recipe (an MPMD block, an --set) may say it on one
+  // rank only, and that rank's silent exit would leave the job a mystery.
+  throw UsageError("rank " + std::to_string(rank) + ": started as " + std::to_string(world) +
                    " ranks by a launcher (mpirun, srun), but the recipe says comm.plugin = "
                    "\"single\", so every rank would train alone: set comm.plugin = \"mpi\" "
                    "(or leave [comm] out, which picks it under a launcher), or start one process");
@@ -154,6 +156,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!c.parse(args)) return 0;
   Registry registry;
   Recipe recipe = load_and_validate(c, registry);
+  default_threads_per_rank(recipe);
   return run_training(recipe, registry);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -72,6 +73,18 @@ int launcher_world_size() {
   // An sbatch script runs `loom validate` as one process of an allocation whose steps will
   // start SLURM_NTASKS ranks: lay those out.
   return std::max(env_int("SLURM_NTASKS"), 0);
+}
+
+std::pair<int, const char*> launcher_local_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                          "LOCAL_WORLD_SIZE"})
+    if (env_int(var) > 0) return {env_int(var), var};
+  // An srun step's tasks per node: "4" or "4(x2)" when every node has as many; "4,3" says
+  // nothing of this node.
+  const char* step = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (step && !std::strchr(step, ',') && std::atoi(step) > 0)
+    return {std::atoi(step), "SLURM_STEP_TASKS_PER_NODE"};
+  return {0, ""};
 }
 
 void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& data) {

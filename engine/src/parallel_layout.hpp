@@ -23,6 +23,10 @@ std::pair<int, int> launched_as();
 // The world `loom validate` lays out by default: a launcher's world size (1 included), else an
 // sbatch allocation's SLURM_NTASKS, else 0 (none).
 int launcher_world_size();
+// The ranks a launcher started on this node, and the variable that said so
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, LOCAL_WORLD_SIZE,
+// SLURM_STEP_TASKS_PER_NODE when uniform); {0, ""} when none does.
+std::pair<int, const char*> launcher_local_size();
 
 // Throws UsageError naming every number involved when the layout does not fit `world` ranks,
 // the model's layers and heads (read from the [model] section when it has n_layer, n_head,

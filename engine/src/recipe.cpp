@@ -134,6 +134,14 @@ std::string Recipe::to_toml() const {
   return out.str();
 }
 
+std::vector<std::pair<std::string, std::string>> Recipe::resolved_keys() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, keys] : order_)
+    for (const std::string& key : keys)
+      out.emplace_back(name + "." + key, toml_literal(sections_.at(name).values.at(key)));
+  return out;
+}
+
 namespace {
 const Value& lookup(const std::map<std::string, loom_config>& sections, const std::string& section,
                     const std::string& key, loom_param_type type) {

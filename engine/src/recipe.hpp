@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/common.h"
@@ -74,7 +75,9 @@ class Recipe {
   // the section selects none or the recipe is not validated yet.
   std::string plugin(const std::string& section) const;
   const std::filesystem::path& path() const;
-  std::string to_toml() const;      // the resolved recipe, for checkpoints
+  std::string to_toml() const;  // the resolved recipe, for checkpoints
+  // The resolved recipe as ("section.key", TOML literal) pairs, in to_toml's order.
+  std::vector<std::pair<std::string, std::string>> resolved_keys() const;
   size_t num_sections_set() const;  // sections the recipe mentions (for `loom validate`)
 
   // Typed getters for engine sections (after validate). A key that is not declared, or is

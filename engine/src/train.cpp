@@ -239,7 +239,8 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
 }
 
 int run_training(Recipe& recipe, Registry& registry) {
-  // First, so that a signal during set-up stops the run after its first step.
+  // First, so that a signal during set-up (MPI_Init, index building, checkpoint loading) ends
+  // the run at once: there is nothing to save yet.
   const RunStopper stopper(recipe.get_bool("train", "exit_signal_handler"),
                            recipe.get_float("train", "exit_duration_mins"),
                            recipe.get_int("train", "exit_interval"));
@@ -257,6 +258,7 @@ int run_training(Recipe& recipe, Registry& registry) {
   const bool async_save = recipe.get_bool("checkpoint", "async");
   spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", r.iters,
                r.start_iter, r.gbs, r.lr.kind, r.lr.max, r.lr.min);
+  stopper.training_starts();
   for (int64_t it = r.start_iter; it < r.iters; ++it) {
     CommWatch::set_iteration(it + 1);
     const StepStats s = train_step(r, it);

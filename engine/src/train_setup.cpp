@@ -8,6 +8,7 @@
 #include "batch_check.hpp"
 #include "config_check.hpp"
 #include "errors.hpp"
+#include "launch.hpp"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "parallel_layout.hpp"
@@ -198,7 +199,11 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   comm = session.comm();
   world = comm.api->world_size(comm.self);
   rank = comm.api->world_rank(comm.self);
+  // First of all that is communicated: ranks started with other recipes (other model sizes)
+  // would meet in collectives of mismatched sizes. (backend/meta's walk-through has no data.)
+  if (!walk_through) agree_on_recipe(recipe, session.backend(), comm);
   layout = session.layout();  // checks the layout, makes the groups
+  stall_for_test(*this, -1);  // tests only: a slow set-up
   // What `loom validate` checks too: every plugin's configuration at this rank's place.
   check_plugin_configs(recipe, registry, layout);
   dp = layout.data;

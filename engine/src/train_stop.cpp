@@ -1,6 +1,7 @@
-// Signals, train.exit_interval and train.exit_duration_mins (train_stop.hpp). The handler
-// only records the signal (and writes one line); the loop checks after every step, so the
-// step in progress always completes and the checkpoint written is of a whole step.
+// Signals, train.exit_interval and train.exit_duration_mins (train_stop.hpp). Once training
+// starts, the handler only records the signal (and writes one line); the loop checks after
+// every step, so the step in progress always completes and the checkpoint written is of a
+// whole step. During set-up it exits at once.
 #include "train_stop.hpp"
 
 #include <unistd.h>
@@ -16,6 +17,9 @@ namespace {
 
 constexpr int kSignals[] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2};
 std::atomic<int> g_signal{0};
+// Before the first step there is nothing to save, and set-up may block for minutes (MPI_Init,
+// index building, checkpoint loading): a signal then ends the process at once.
+std::atomic<bool> g_in_setup{false};
 struct sigaction g_previous[4];
 
 const char* signal_name(int sig) {
@@ -36,6 +40,15 @@ const char* signal_name(int sig) {
 // Async-signal-safe: an atomic store and write(2). A second SIGINT (Ctrl-C twice) exits at
 // once with 130, as a shell expects; the last checkpoint on disk stays as it was.
 void on_signal(int sig) {
+  if (g_in_setup.load()) {
+    const char* name = signal_name(sig);
+    static const char kSetup[] =
+        " received during set-up, before the first step: nothing to save; exiting with 3\n";
+    (void)!::write(2, "loom: ", 6);
+    (void)!::write(2, name, std::strlen(name));
+    (void)!::write(2, kSetup, sizeof kSetup - 1);
+    ::_exit(kExitStoppedBySignal);
+  }
   const int before = g_signal.exchange(sig);
   if (sig == SIGINT && before == SIGINT) {
     static const char kNow[] = "loom: second SIGINT: exiting now\n";
@@ -58,6 +71,7 @@ RunStopper::RunStopper(bool handle_signals, double exit_duration_mins, int64_t e
     : signals_(handle_signals), duration_s_(exit_duration_mins * 60.0), interval_(exit_interval) {
   if (!signals_) return;
   g_signal = 0;
+  g_in_setup = true;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -65,7 +79,10 @@ RunStopper::RunStopper(bool handle_signals, double exit_duration_mins, int64_t e
   for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
 }
 
+void RunStopper::training_starts() const { g_in_setup = false; }
+
 RunStopper::~RunStopper() {
+  g_in_setup = false;
   if (!signals_) return;
   for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
 }

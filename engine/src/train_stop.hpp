@@ -12,9 +12,10 @@ namespace loom::engine {
 
 struct TrainRun;
 
-// Exit code of a run stopped by a signal (SIGTERM, SIGINT, SIGUSR1, SIGUSR2) after its
-// checkpoint was saved: resume it with checkpoint.load = "auto". Distinct from 0 (done), 1
-// (failed) and 2 (usage), so that a requeue script can tell.
+// Exit code of a run stopped by a signal (SIGTERM, SIGINT, SIGUSR1, SIGUSR2): after its
+// checkpoint was saved, or during set-up, before the first step, with nothing to save. Either
+// way, resume it with checkpoint.load = "auto". Distinct from 0 (done), 1 (failed) and 2
+// (usage), so that a requeue script can tell.
 inline constexpr int kExitStoppedBySignal = 3;
 
 struct StopReason {
@@ -23,11 +24,14 @@ struct StopReason {
 };
 
 // Installs the signal handlers for the run's lifetime (train.exit_signal_handler) and keeps
-// the clock of train.exit_duration_mins.
+// the clock of train.exit_duration_mins. Made first, so that set-up is covered.
 class RunStopper {
  public:
   explicit RunStopper(bool handle_signals, double exit_duration_mins, int64_t exit_interval);
   ~RunStopper();
+  // Set-up is over: from now on a signal finishes the step in progress and saves. Until
+  // then a signal exits the process at once with kExitStoppedBySignal.
+  void training_starts() const;
   RunStopper(const RunStopper&) = delete;
   RunStopper& operator=(const RunStopper&) = delete;
 

@@ -76,8 +76,8 @@ list(APPEND LOOM_ENGINE_TEST_PLUGINS loom_test_noentry)
 
 find_package(spdlog REQUIRED)
 
-set(_engine_tests test_capabilities.cpp test_cli.cpp test_docs.cpp test_log.cpp test_package.cpp
-  test_parity.cpp test_recipe.cpp)
+set(_engine_tests test_capabilities.cpp test_cli.cpp test_docs.cpp test_launch.cpp test_log.cpp
+  test_package.cpp test_parity.cpp test_recipe.cpp)
 add_executable(test_engine ${_engine_tests})
 target_link_libraries(test_engine PRIVATE loom_engine loom_test_main spdlog::spdlog)
 target_compile_definitions(test_engine PRIVATE

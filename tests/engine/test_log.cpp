@@ -42,3 +42,23 @@ TEST_CASE("log lines carry the rank; LOOM_LOG_LEVEL filters") {
   sinks = saved;
   llog::set_rank(0);
 }
+
+TEST_CASE("without LOOM_LOG_LEVEL only rank 0 logs info lines; with it every rank does") {
+  ScopedEnv level("LOOM_LOG_LEVEL", "");
+  ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
+  llog::setup();
+  CHECK_FALSE(spdlog::should_log(spdlog::level::info));  // rank 1: warnings and errors only
+  CHECK(spdlog::should_log(spdlog::level::warn));
+  llog::set_rank(0);
+  CHECK(spdlog::should_log(spdlog::level::info));
+  llog::set_rank(2);
+  CHECK_FALSE(spdlog::should_log(spdlog::level::info));
+  {
+    ScopedEnv chosen("LOOM_LOG_LEVEL", "info");
+    llog::setup();  // rank 1 again, from the environment
+    CHECK(llog::rank() == 1);
+    CHECK(spdlog::should_log(spdlog::level::info));
+  }
+  llog::set_rank(0);
+  spdlog::set_level(spdlog::level::info);
+}

@@ -14,7 +14,8 @@ mpid=""
 trap '[ -n "$mpid" ] && kill -9 "$mpid" 2> /dev/null; rm -rf "$dir"' EXIT
 cd "$dir"
 "$here/make_model.sh" "$loom" ck
-"$mpiexec" -n 2 "$loom" serve --checkpoint ck --port 0 --port-file port --max-len 512 \
+# LOOM_LOG_LEVEL=info: rank 1's set-up lines too (by default only rank 0 logs them)
+LOOM_LOG_LEVEL=info "$mpiexec" -n 2 "$loom" serve --checkpoint ck --port 0 --port-file port --max-len 512 \
   --set comm.plugin=mpi --set parallel.tensor=2 2> serve.log &
 mpid=$!
 for _ in $(seq 200); do

@@ -16,8 +16,8 @@
 #  6. train.loss_spike_factor names the spiking batch's samples, which `loom data samples
 #     --first` prints.
 #  7. Under mpirun: a recipe without [comm] uses comm/mpi (said once); comm.plugin = "single" is
-#     refused once with exit 2; a failure on one rank (a corrupt checkpoint.load given to rank 1
-#     only) prints its error and ends the whole job instead of hanging.
+#     refused with exit 2, saying why; a failure on one rank (a corrupt checkpoint that only rank
+#     1's folder holds) prints its error and ends the whole job instead of hanging.
 #   resilience.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
@@ -262,19 +262,21 @@ logs=(t.log)
   "$loom" run nocomm.toml --set train.iters=2 --set comm.plugin=single 2> u.log
 rc=$?
 logs=(u.log)
-[ $rc = 2 ] && [ "$(grep -c 'loom: error: started as 2 ranks by a launcher' u.log)" = 1 ] ||
+[ $rc = 2 ] && grep -q 'loom: error: rank [01]: started as 2 ranks by a launcher' u.log ||
   fail "mpirun with comm.plugin = single: exit $rc"
-echo "mpirun: without [comm] the ranks use comm/mpi (said once); with comm.plugin = single, exit 2, said once"
+echo "mpirun: without [comm] the ranks use comm/mpi (said once); with comm.plugin = single, exit 2, said"
 # rank 1 alone gets a corrupt checkpoint while rank 0 trains on into a collective: before, rank
 # 1's MPI_Finalize waited for rank 0 forever and its error never printed; now it prints and
-# ends the job (MPI_Abort)
-mkdir -p bad/iter_0000003
-echo 3 > bad/latest_checkpointed_iteration.txt
-echo "{garbage" > bad/iter_0000003/manifest.json
+# ends the job (MPI_Abort). Both run the same recipe (ranks with different ones are refused at
+# start-up), each in its own folder: rank 0's holds no checkpoint, rank 1's a corrupt one.
+mkdir -p w0 w1/bad/iter_0000003
+echo 3 > w1/bad/latest_checkpointed_iteration.txt
+echo "{garbage" > w1/bad/iter_0000003/manifest.json
 start=$(date +%s)
 timeout -s KILL 120 "$mpiexec" -np 1 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run r.toml --set comm.plugin=mpi : -np 1 "$loom" run r.toml --set comm.plugin=mpi \
-  --set checkpoint.load=bad 2> v.log
+  -wdir "$dir/w0" "$loom" run ../r.toml --set comm.plugin=mpi --set checkpoint.load=bad : \
+  -np 1 -wdir "$dir/w1" "$loom" run ../r.toml --set comm.plugin=mpi --set checkpoint.load=bad \
+  2> v.log
 rc=$?
 took=$(( $(date +%s) - start ))
 logs=(v.log)

@@ -22,6 +22,17 @@ namespace {
 
 std::atomic<const loom_host*> g_last_host{nullptr};
 
+// threads = 0: OMP_NUM_THREADS's first number when it is one ("4" or "4,2"), as OpenMP reads
+// it, else every CPU this process may run on.
+int omp_threads_from_env() {
+  if (const char* v = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && n > 0 && n <= 4096 && (*end == '\0' || *end == ',')) return (int)n;
+  }
+  return omp_get_num_procs();
+}
+
 // ---- argument-check helpers ------------------------------------------------------------------
 
 // ---- memory ------------------------------------------------------------------------------------
@@ -168,9 +179,10 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
 
     auto be = std::make_unique<loom_backend>();
     be->host = host;
-    // "All cores": the CPUs this process may run on (omp_get_num_procs honours the affinity
-    // mask, so a rank pinned to 4 cores gets 4).
-    be->threads = threads > 0 ? static_cast<int>(threads) : omp_get_num_procs();
+    // 0: OMP_NUM_THREADS when set (the user's, or the engine's share of the node for each
+    // rank under a launcher), else the CPUs this process may run on (omp_get_num_procs
+    // honours the affinity mask, so a rank pinned to 4 cores gets 4).
+    be->threads = threads > 0 ? static_cast<int>(threads) : omp_threads_from_env();
 
     CpuFeatures cpu = detect_cpu();
     be->blas = &load_blas(host, cpu, coretype);
@@ -282,9 +294,12 @@ constexpr loom_backend_api kApi = {
 };
 
 constexpr loom_param_spec kParams[] = {
-    loom::param("threads", LOOM_PARAM_INT, "0",
-                "threads for the kernels and OpenBLAS; 0 = every core this process may use", 0,
-                4096),
+    loom::param(
+        "threads", LOOM_PARAM_INT, "0",
+        "threads for the kernels and OpenBLAS; 0 = OMP_NUM_THREADS when set (under a launcher the "
+        "engine sets it to this node's cores shared by its ranks), else every core this "
+        "process may use",
+        0, 4096),
     loom::param("blas_coretype", LOOM_PARAM_STRING, "auto",
                 "OPENBLAS_CORETYPE to load OpenBLAS with: auto = from cpuid (SkylakeX/Haswell/"
                 "Sandybridge), native = OpenBLAS's own detection, or a core name; the "
