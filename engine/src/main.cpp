@@ -590,9 +590,11 @@ int cmd_parity(const std::vector<std::string>& args) {
             "A layout is parts joined by '+', each at most once: tpN, ppN, ppNvpM (virtual\n"
             "stages), cpN, epN, dpN, sp, zero1 or dist (distributed optimizer), fsdp or fsdpN\n"
             "(= dpN+fsdp), zero2, zero3, etp, a2a, gpipe, recompute, selective, overlap, mbN\n"
-            "(micro-batch size). Ranks: the product of the degrees. --fuzz N draws N valid\n"
-            "layouts at random (reproducibly from --seed); a failure prints its layout for\n"
-            "--layouts. See docs/parallelism.md.");
+            "(micro-batch size). Ranks: the product of the degrees. A layout with mbN is\n"
+            "compared with one rank with micro-batch N (the size can change a model's loss,\n"
+            "as Megatron's per-micro-batch means do). --fuzz N draws N valid layouts at\n"
+            "random (reproducibly from --seed); a failure prints its layout for --layouts.\n"
+            "See docs/parallelism.md.");
   ParityOptions o;
   std::string layouts;
   c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");

@@ -1,8 +1,7 @@
-// `loom parity` (parity.hpp): the recipe trained on one rank and in each layout, each run a
-// real `loom run` of its own resolved recipe (the layouts under mpirun or srun), then the
-// metrics files and the final checkpoints compared: the loss terms and gradient norm of every
-// iteration (read_metrics, the format Metrics writes) and every parameter tensor, merged from
-// the ranks' shards (compare_models, as `loom checkpoint diff`).
+// `loom parity` (parity.hpp): the recipe trained on one rank (once per micro-batch size among
+// the layouts) and in each layout, each run a real `loom run` of its own resolved recipe (the
+// layouts under mpirun or srun), then each layout's metrics file and final checkpoint compared
+// with its one-rank run's (parity_compare.cpp).
 #include "parity.hpp"
 
 #include <spdlog/spdlog.h>
@@ -18,6 +17,7 @@
 #include <map>
 #include <numeric>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "batch_check.hpp"
@@ -26,6 +26,7 @@
 #include "errors.hpp"
 #include "memory_estimate.hpp"
 #include "parallel_layout.hpp"
+#include "parity_compare.hpp"
 #include "parity_launch.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
@@ -38,40 +39,21 @@ namespace loom::engine {
 
 namespace {
 
+using parity::compare_runs;
+using parity::likely_cause;
+using parity::num;
+using parity::Outcome;
+using parity::seconds_str;
+using parity::Tolerances;
+using parity::worst_tensor;
+
 // The [parallel] keys a layout decides; the recipe's own values are replaced.
 const char* const kLayoutKeys[] = {
     "tensor",         "pipeline",          "context",      "expert", "expert_tensor",
     "virtual_stages", "sequence_parallel", "cp_comm_type", "data"};
 
-// What a layout is held to.
-struct Tolerances {
-  double loss = 1e-5, grad = 1e-5, params = 1e-5;
-  bool norm = true;  // parameters by ||a-b|| / ||a||, else max |a-b| / max |a|
-};
-
-// Switch's load-balancing loss (moe_router_load_balancing_type = "aux_loss") is computed over
-// each micro-batch's tokens, so it changes with the micro-batch size: a layout may not change
-// that size then (found by --fuzz: mb1 against 2 moved loss_moe_aux by 3e-3).
-void check_micro_batch(const Recipe& layout, int64_t reference) {
-  const int64_t mbs = layout.get_int("train", "micro_batch_size");
-  if (mbs == reference) return;
-  bool per_micro_batch = false;
-  try {
-    per_micro_batch = layout.get_int("model", "num_experts") > 0 &&
-                      layout.get_float("model", "moe_aux_loss_coeff") > 0 &&
-                      layout.get_string("model", "moe_router_load_balancing_type") == "aux_loss";
-  } catch (const std::exception&) {  // a model without experts
-  }
-  if (per_micro_batch)
-    throw UsageError("mb" + std::to_string(mbs) +
-                     ": the experts' load-balancing loss (model.moe_aux_loss_coeff > 0, "
-                     "moe_router_load_balancing_type = \"aux_loss\") is computed per "
-                     "micro-batch, so another micro-batch size changes the loss itself; keep "
-                     "the recipe's micro_batch_size or use \"seq_aux_loss\"");
-}
-
-// The batch every run shares: the single rank's micro-batch, and the global batch set in every
-// run (0: the recipe's).
+// The batch every run shares: the recipe's micro-batch (a layout's mbN replaces it), and the
+// global batch set in every run (0: the recipe's).
 struct Batch {
   int64_t global = 0, micro = 0;
 };
@@ -103,7 +85,6 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
     }
   keep_grad_keys_of(r, registry, grad);
   r.validate(registry);
-  check_micro_batch(r, batch.micro);
   check_layout(r, l.world);
   check_model_batch(r, registry);
   // What the plugins themselves refuse (FSDP with a pipeline, T5 with context parallelism),
@@ -113,158 +94,6 @@ fs::path prepare_run(const ParityOptions& o, const ParityLayout& l, bool is_layo
   const fs::path path = dir / "recipe.toml";
   std::ofstream(path) << r.to_toml();
   return path;
-}
-
-// The relative difference of a value of the layout's run from the single rank's; infinite
-// when one is not finite and they differ.
-double relative(double a, double b) {
-  if (a == b) return 0;
-  if (!std::isfinite(a) || !std::isfinite(b)) return INFINITY;
-  return std::fabs(a - b) / std::max(std::fabs(a), 1e-12);
-}
-
-struct Worst {
-  double rel = 0;
-  int64_t iter = 0;
-  std::string key;
-  double a = 0, b = 0;
-  void see(double r, int64_t i, const std::string& k, double x, double y) {
-    if (r > rel || (std::isnan(r) && !std::isnan(rel))) rel = r, iter = i, key = k, a = x, b = y;
-  }
-};
-
-struct Outcome {
-  std::string token;
-  int world = 1, exit_code = 0;
-  double seconds = 0;
-  Worst loss, grad;
-  std::vector<TensorDiff> params;    // model order
-  std::string problem;               // the run failed, or its files do not compare
-  std::vector<std::string> reasons;  // what is beyond the tolerances
-  std::string first_bad;             // the first tensor beyond it, in model order
-};
-
-std::string num(double v) {
-  if (v == 0) return "0";
-  if (std::isinf(v)) return "inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1e", v);
-  return buf;
-}
-
-std::string seconds_str(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
-
-// The two runs' metrics, line by line: every loss term and the gradient norm.
-void compare_metrics(const fs::path& one, const fs::path& par, Outcome& r) {
-  const std::vector<MetricsLine> a = read_metrics(one), b = read_metrics(par);
-  if (a.size() != b.size()) {
-    r.problem = "the metrics files hold " + std::to_string(a.size()) + " and " +
-                std::to_string(b.size()) + " lines";
-    return;
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].iter != b[i].iter || a[i].eval != b[i].eval) {
-      r.problem = "metrics line " + std::to_string(i + 1) + " is iteration " +
-                  std::to_string(a[i].iter) + " on 1 rank but " + std::to_string(b[i].iter);
-      return;
-    }
-    for (const auto& [key, x] : a[i].values) {
-      const bool loss = is_loss_metric(key);
-      if (!loss && key != "grad_norm") continue;
-      auto it = b[i].values.find(key);
-      if (it == b[i].values.end()) {
-        r.problem = "iteration " + std::to_string(a[i].iter) + ": no " + key + " in the layout's";
-        return;
-      }
-      (loss ? r.loss : r.grad).see(relative(x, it->second), a[i].iter, key, x, it->second);
-    }
-  }
-}
-
-// Parameter differences in model order (names the model does not list last, by name).
-std::vector<TensorDiff> in_model_order(std::vector<TensorDiff> diffs,
-                                       const std::vector<std::string>& order) {
-  std::map<std::string, size_t> rank;
-  for (size_t i = 0; i < order.size(); ++i) rank.emplace(order[i], i);
-  std::stable_sort(diffs.begin(), diffs.end(), [&](const TensorDiff& x, const TensorDiff& y) {
-    auto rx = rank.find(x.name), ry = rank.find(y.name);
-    const size_t a = rx == rank.end() ? order.size() : rx->second;
-    const size_t b = ry == rank.end() ? order.size() : ry->second;
-    return a < b;
-  });
-  return diffs;
-}
-
-void judge(Outcome& r, const Tolerances& tol) {
-  auto over = [](double v, double t) { return !(v <= t); };
-  if (over(r.loss.rel, tol.loss))
-    r.reasons.push_back(r.loss.key + " at iteration " + std::to_string(r.loss.iter) + ": 1 rank " +
-                        fmt::format("{:.9g}", r.loss.a) + ", layout " +
-                        fmt::format("{:.9g}", r.loss.b) + " (relative " + num(r.loss.rel) + " > " +
-                        num(tol.loss) + ")");
-  if (over(r.grad.rel, tol.grad))
-    r.reasons.push_back("grad_norm at iteration " + std::to_string(r.grad.iter) + ": 1 rank " +
-                        fmt::format("{:.9g}", r.grad.a) + ", layout " +
-                        fmt::format("{:.9g}", r.grad.b) + " (relative " + num(r.grad.rel) + " > " +
-                        num(tol.grad) + ")");
-  const TensorDiff* first = nullptr;
-  const TensorDiff* largest = nullptr;
-  size_t bad = 0;
-  for (const TensorDiff& d : r.params) {
-    if (d.within(tol.params)) continue;
-    ++bad;
-    if (!first) first = &d;
-    if (d.problem.empty() && (!largest || !(d.rel <= largest->rel))) largest = &d;
-  }
-  if (first) {
-    r.first_bad = first->name;
-    const std::string what = tol.norm ? "||a-b||/||a||" : "max|a-b|/max|a|";
-    auto say = [&](const TensorDiff& d) {
-      return d.name + " (" + (d.problem.empty() ? what + " " + num(d.rel) : d.problem) + ")";
-    };
-    std::string line = "parameters: " + std::to_string(bad) + " of " +
-                       std::to_string(r.params.size()) + " tensors beyond " + num(tol.params) +
-                       "; first in model order " + say(*first);
-    if (largest && largest != first) line += "; largest " + say(*largest);
-    r.reasons.push_back(line);
-  }
-}
-
-// What a failure likely means, from where it shows: the first iteration's loss (the forward
-// pass or the data), a later loss or the gradient norm (the backward pass, a reduction, the
-// step), or only the final parameters (the step of a few tensors, or fp32 rounding).
-std::string likely_cause(const Outcome& r, const Tolerances& tol, const std::string& dtype) {
-  const bool loss = !(r.loss.rel <= tol.loss), grad = !(r.grad.rel <= tol.grad);
-  if (loss && r.loss.iter <= 1)
-    return "the first iteration's loss already differs: the layout computes a different forward "
-           "pass or reads different samples (a split that changes the model, a batch drawn "
-           "otherwise)";
-  if (loss || grad)
-    return "the losses or gradient norms drift apart after the first step: gradients reduced "
-           "over the wrong group or not at all, or a different optimizer step (learning rate, "
-           "schedule, clipping)";
-  std::string why =
-      "the losses and gradient norms agree but parameters do not: the step of these tensors "
-      "differs (a gradient missing from a reduction, an optimizer setting or state sharded "
-      "wrongly)";
-  if (dtype == "fp32")
-    why +=
-        "; in fp32 it can also be rounding: a tensor whose gradient is exactly zero (an "
-        "attention key bias) turns noise of the size of Adam's eps into steps of the size "
-        "of the learning rate; rerun with --dtype fp64 (the default), which leaves only "
-        "rounding at 1e-9";
-  return why;
-}
-
-const TensorDiff* worst_tensor(const Outcome& r) {
-  const TensorDiff* w = nullptr;
-  for (const TensorDiff& d : r.params)
-    if (d.problem.empty() && (!w || d.rel > w->rel)) w = &d;
-  return w;
 }
 
 double since(std::chrono::steady_clock::time_point t) {
@@ -297,9 +126,11 @@ struct RunFolder {
 };
 
 // The batch every run uses: the recipe's micro-batch, and its global batch or, when it sets
-// none, micro-batch x the data-parallel sizes' least common multiple, accumulated by the single
-// rank. Fuzzed layouts are drawn later, with degrees that are powers of two up to --max-ranks: the
-// largest such power.
+// none, the least common multiple of the layouts' data-parallel sizes x the recipe's
+// micro-batch and x their own (so that every layout, and every one-rank reference of its
+// micro-batch size, accumulates whole micro-batches). Fuzzed layouts are drawn later, with degrees
+// that are powers of two up to
+// --max-ranks: the recipe's micro-batch x the largest such power.
 Batch common_batch(const ParityOptions& o, const std::vector<ParityLayout>& layouts,
                    Registry& registry) {
   Recipe r = Recipe::load(o.recipe, o.sets);
@@ -311,10 +142,14 @@ Batch common_batch(const ParityOptions& o, const std::vector<ParityLayout>& layo
   b.micro = r.get_int("train", "micro_batch_size");
   if (r.get_int("train", "global_batch_size") != 0) return b;
   int64_t lcm = 1;
-  for (const ParityLayout& l : layouts) lcm = std::lcm(lcm, (int64_t)l.data);
-  if (o.fuzz > 0)
-    while (lcm * 2 <= o.max_ranks) lcm *= 2;
-  b.global = b.micro * lcm;
+  for (const ParityLayout& l : layouts)
+    lcm = std::lcm(std::lcm(lcm, b.micro * l.data), (l.micro > 0 ? l.micro : b.micro) * l.data);
+  if (o.fuzz > 0) {
+    int64_t ranks = 1;
+    while (ranks * 2 <= o.max_ranks) ranks *= 2;
+    lcm = std::lcm(lcm, b.micro * ranks);
+  }
+  b.global = lcm;
   return b;
 }
 
@@ -323,6 +158,92 @@ std::string run_dir_name(const std::string& token) {
   for (char& c : name)
     if (c == '+') c = '_';
   return name;
+}
+
+// The one-rank runs the layouts are compared with, one per micro-batch size. That size is a
+// hyperparameter, not a layout: Megatron's BERT and T5 losses are the mean over each
+// micro-batch's targets, averaged over the micro-batches, and Switch's balancing loss is
+// computed per micro-batch, so mb1 against the recipe's mb2 changes the gradient itself. A
+// layout with mbN is held to one rank with mbN, whatever the model. Each reference is
+// validated before any run, and run once, before the first layout that needs it.
+struct Reference {
+  fs::path dir, recipe;
+  bool ran = false;
+  double seconds = 0;
+};
+
+struct References {
+  const ParityOptions& o;
+  const Batch& batch;
+  fs::path folder;
+  Registry& registry;
+  std::map<int64_t, Reference> by_micro;
+
+  int64_t micro_of(const ParityLayout& l) const { return l.micro > 0 ? l.micro : batch.micro; }
+
+  // The reference `l` is compared with, its recipe written and validated (once per size);
+  // UsageError when it is refused.
+  Reference& prepare(const ParityLayout& l) {
+    const int64_t micro = micro_of(l);
+    if (auto it = by_micro.find(micro); it != by_micro.end()) return it->second;
+    ParityLayout one = parse_parity_layout("tp1");
+    one.token = "1 rank";
+    Reference r;
+    r.dir = folder / "1rank";
+    if (micro != batch.micro) {
+      one.sets.push_back("train.micro_batch_size=" + std::to_string(micro));
+      r.dir += "-mb" + std::to_string(micro);
+    }
+    try {
+      r.recipe = prepare_run(o, one, false, batch, r.dir, registry);
+    } catch (const UsageError& e) {
+      if (micro == batch.micro) throw;  // the recipe itself
+      throw UsageError("its one-rank reference with micro-batch " + std::to_string(micro) + ": " +
+                       e.what());
+    }
+    return by_micro.emplace(micro, r).first->second;
+  }
+
+  // Runs `micro`'s reference unless it ran; RunError with its log's end when it fails.
+  const Reference& run(int64_t micro, const std::string& loom) {
+    Reference& r = by_micro.at(micro);
+    if (r.ran) return r;
+    const std::string which = micro == batch.micro ? "" : ", micro-batch " + std::to_string(micro);
+    spdlog::info("parity: 1 rank ({} iterations, {}{})", o.iters, o.dtype, which);
+    const auto t0 = std::chrono::steady_clock::now();
+    const fs::path log = r.dir / "log.txt";
+    const int rc = run_logged({loom, "run", r.recipe.string()}, log);
+    if (rc != 0)
+      throw RunError("loom parity: the single-rank run" + which + " failed (exit " +
+                     std::to_string(rc) + "); its log " + log.string() + " ends:\n" +
+                     log_tail(log, 15));
+    r.seconds = since(t0);
+    r.ran = true;
+    return r;
+  }
+};
+
+// --fuzz's layouts, each kept only when it and its one-rank reference are valid (their recipes
+// validated in a scratch folder, the reference's kept).
+std::vector<ParityLayout> drawn_layouts(const ParityOptions& o, const Batch& batch,
+                                        References& refs, const fs::path& folder,
+                                        Registry& registry) {
+  const fs::path scratch = folder / "drawing";
+  const std::vector<std::string> drawn =
+      draw_parity_layouts(o.fuzz, o.seed, o.max_ranks, [&](const std::string& token) {
+        try {
+          const ParityLayout l = parse_parity_layout(token);
+          prepare_run(o, l, true, batch, scratch, registry);
+          refs.prepare(l);
+          return std::string();
+        } catch (const UsageError& e) {
+          return std::string(e.what());
+        }
+      });
+  fs::remove_all(scratch);
+  std::vector<ParityLayout> layouts;
+  for (const std::string& t : drawn) layouts.push_back(parse_parity_layout(t));
+  return layouts;
 }
 
 void check_options(const ParityOptions& o) {
@@ -340,7 +261,7 @@ void check_options(const ParityOptions& o) {
     throw UsageError("loom parity: recipe " + o.recipe.string() + " is not a file");
 }
 
-// One layout's run under the launcher, compared with the single rank's.
+// One layout's run under the launcher, compared with its one-rank reference's (in `one_dir`).
 Outcome run_layout(const ParityLayout& l, const ParityLauncher& launcher, const std::string& loom,
                    const fs::path& recipe, const fs::path& dir, const fs::path& one_dir,
                    const std::vector<std::string>& order, const Tolerances& tol) {
@@ -363,29 +284,46 @@ Outcome run_layout(const ParityLayout& l, const ParityLauncher& launcher, const 
                 log.string() + " ends:\n" + log_tail(log, 15);
     return r;
   }
-  try {
-    compare_metrics(one_dir / "metrics.jsonl", dir / "metrics.jsonl", r);
-    r.params =
-        in_model_order(compare_models(one_dir / "checkpoint", dir / "checkpoint", tol.norm), order);
-  } catch (const std::exception& e) {
-    r.problem = e.what();
-  }
-  if (r.problem.empty()) judge(r, tol);
+  compare_runs(one_dir, dir, order, tol, r);
   return r;
 }
 
+// What the layouts were compared with: "1 rank took 1.3 s", or, when a layout changed the
+// micro-batch size, each size's one-rank run, the recipe's first.
+std::string references_line(const References& refs) {
+  std::vector<std::pair<int64_t, const Reference*>> ran;
+  for (const auto& [micro, r] : refs.by_micro)
+    if (r.ran) ran.emplace_back(micro, &r);
+  std::stable_partition(ran.begin(), ran.end(),
+                        [&](const auto& r) { return r.first == refs.batch.micro; });
+  if (ran.size() == 1 && ran[0].first == refs.batch.micro)
+    return "1 rank took " + seconds_str(ran[0].second->seconds);
+  std::string line = "1 rank took ";
+  for (size_t i = 0; i < ran.size(); ++i)
+    line += (i ? ", " : "") + seconds_str(ran[i].second->seconds) + " with micro-batch " +
+            std::to_string(ran[i].first) +
+            (ran[i].first == refs.batch.micro ? " (the recipe's)" : "");
+  return line;
+}
+
 // The table, each failure's reasons and likely cause, the summary; the number that failed.
+// With more than one micro-batch size among the layouts, a REFERENCE column names the
+// one-rank run each row is compared with.
 int report(const ParityOptions& o, const std::vector<Outcome>& outcomes, const Tolerances& tol,
-           const Batch& batch, double one_s, const RunFolder& folder, std::ostream& out) {
+           const References& refs, const RunFolder& folder, std::ostream& out) {
   const std::string how = tol.norm ? "||a-b||/||a||" : "max|a-b|/max|a|";
   out << "parity of " << o.recipe.string() << ": " << o.iters << " iterations in " << o.dtype
-      << (batch.global > 0 ? ", global batch " + std::to_string(batch.global) : "")
-      << "; 1 rank took " << seconds_str(one_s) << "\n"
+      << (refs.batch.global > 0 ? ", global batch " + std::to_string(refs.batch.global) : "")
+      << "; " << references_line(refs) << "\n"
       << "tolerances: loss terms and grad norm " << num(tol.loss)
       << " relative (largest over the iterations), parameters " << num(tol.params) << " in " << how
       << " per tensor\n\n";
+  std::set<int64_t> micros;
+  for (const Outcome& r : outcomes) micros.insert(r.micro);
+  const bool several = micros.size() > 1;
   std::vector<std::vector<std::string>> rows = {
       {"LAYOUT", "RANKS", "LOSS", "GRAD NORM", "PARAMS", "WORST TENSOR", "TIME", "RESULT"}};
+  if (several) rows[0].insert(rows[0].begin() + 2, "REFERENCE");
   int failed = 0;
   for (const Outcome& r : outcomes) {
     const bool ok = r.problem.empty() && r.reasons.empty();
@@ -393,14 +331,15 @@ int report(const ParityOptions& o, const std::vector<Outcome>& outcomes, const T
     if (!r.problem.empty()) {
       rows.push_back({r.token, std::to_string(r.world), "-", "-", "-", "-", seconds_str(r.seconds),
                       r.exit_code ? "ERROR (run failed)" : "ERROR"});
-      continue;
+    } else {
+      const TensorDiff* worst = worst_tensor(r);
+      std::string result = "pass";
+      if (!ok) result = r.first_bad.empty() ? "FAIL" : "FAIL: " + r.first_bad;
+      rows.push_back({r.token, std::to_string(r.world), num(r.loss.rel), num(r.grad.rel),
+                      worst ? num(worst->rel) : "-", worst ? worst->name : "-",
+                      seconds_str(r.seconds), result});
     }
-    const TensorDiff* worst = worst_tensor(r);
-    std::string result = "pass";
-    if (!ok) result = r.first_bad.empty() ? "FAIL" : "FAIL: " + r.first_bad;
-    rows.push_back({r.token, std::to_string(r.world), num(r.loss.rel), num(r.grad.rel),
-                    worst ? num(worst->rel) : "-", worst ? worst->name : "-",
-                    seconds_str(r.seconds), result});
+    if (several) rows.back().insert(rows.back().begin() + 2, "1 rank mb" + std::to_string(r.micro));
   }
   print_table(rows, out);
   for (const Outcome& r : outcomes) {
@@ -444,23 +383,12 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
 
   RunFolder folder(o.keep);
   const Batch batch = common_batch(o, layouts, registry);
-  ParityLayout one = parse_parity_layout("tp1");
-  one.token = "1 rank";
-  const fs::path one_dir = folder.path / "1rank";
-  const fs::path one_recipe = prepare_run(o, one, false, batch, one_dir, registry);
+  References refs{o, batch, folder.path, registry, {}};
+  // The recipe's own reference first: a recipe that is wrong is refused as such, not as a
+  // layout's; it runs only when a layout keeps the recipe's micro-batch size.
+  const fs::path one_recipe = refs.prepare(parse_parity_layout("tp1")).recipe;
   if (o.fuzz > 0) {
-    const fs::path scratch = folder.path / "drawing";
-    const std::vector<std::string> drawn =
-        draw_parity_layouts(o.fuzz, o.seed, o.max_ranks, [&](const std::string& token) {
-          try {
-            prepare_run(o, parse_parity_layout(token), true, batch, scratch, registry);
-            return std::string();
-          } catch (const UsageError& e) {
-            return std::string(e.what());
-          }
-        });
-    fs::remove_all(scratch);
-    for (const std::string& t : drawn) layouts.push_back(parse_parity_layout(t));
+    layouts = drawn_layouts(o, batch, refs, folder.path, registry);
     out << "fuzz: " << layouts.size() << " layouts drawn from seed " << o.seed << " (at most "
         << o.max_ranks << " ranks)\n";
   }
@@ -469,13 +397,23 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
   for (const ParityLayout& l : layouts) {
     dirs.push_back(folder.path / run_dir_name(l.token));
     for (size_t i = 0; i + 1 < dirs.size(); ++i)  // the same token twice
-      if (dirs[i] == dirs.back()) dirs.back() += "." + std::to_string(dirs.size());
+      if (dirs[i] == dirs.back()) dirs.back() += fmt::format(".{}", dirs.size());
     try {
       recipes.push_back(prepare_run(o, l, true, batch, dirs.back(), registry));
+      refs.prepare(l);
     } catch (const UsageError& e) {
       throw UsageError("loom parity: layout '" + l.token + "': " + e.what());
     }
     max_world = std::max(max_world, l.world);
+  }
+  std::vector<std::string> order;
+  try {
+    order = model_param_names(one_recipe, registry);
+  } catch (const std::exception& e) {
+    spdlog::warn(
+        "parity: the model's parameter order is unknown ({}); tensors are named in "
+        "name order",
+        e.what());
   }
 
   const ParitySignals signals;
@@ -489,42 +427,28 @@ int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out) {
     folder.remove = false;
     throw;
   }
-  auto t0 = std::chrono::steady_clock::now();
-  spdlog::info("parity: 1 rank ({} iterations, {})", o.iters, o.dtype);
-  const int rc = run_logged({loom, "run", one_recipe.string()}, one_dir / "log.txt");
-  if (rc != 0) {
-    folder.remove = false;
-    throw RunError("loom parity: the single-rank run failed (exit " + std::to_string(rc) +
-                   "); its log " + (one_dir / "log.txt").string() + " ends:\n" +
-                   log_tail(one_dir / "log.txt", 15));
-  }
-  const double one_s = since(t0);
-  std::vector<std::string> order;
-  try {
-    order = model_param_names(one_recipe, registry);
-  } catch (const std::exception& e) {
-    spdlog::warn(
-        "parity: the model's parameter order is unknown ({}); tensors are named in "
-        "name order",
-        e.what());
-  }
-
   std::vector<Outcome> outcomes;
   for (size_t i = 0; i < layouts.size(); ++i) {
+    const int64_t micro = refs.micro_of(layouts[i]);
     try {
+      const fs::path& one_dir = refs.run(micro, loom).dir;
       outcomes.push_back(
           run_layout(layouts[i], launcher, loom, recipes[i], dirs[i], one_dir, order, tol));
     } catch (const UsageError&) {
       folder.remove = false;
       throw;
+    } catch (const RunError&) {  // a reference's run failed: its log stays
+      folder.remove = false;
+      throw;
     }
-    const Outcome& r = outcomes.back();
+    Outcome& r = outcomes.back();
+    r.micro = micro;
     if (r.problem.empty() && r.reasons.empty() && o.keep.empty())
       fs::remove_all(dirs[i]);
     else if (!(r.problem.empty() && r.reasons.empty()))
       folder.remove = false;
   }
-  return report(o, outcomes, tol, batch, one_s, folder, out) ? 1 : 0;
+  return report(o, outcomes, tol, refs, folder, out) ? 1 : 0;
 }
 
 }  // namespace loom::engine

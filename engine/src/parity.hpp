@@ -21,6 +21,7 @@ struct ParityLayout {
   int world = 1;                  // ranks: the product of the degrees
   int data = 1;                   // data-parallel ranks (world / tensor x context x pipeline)
   std::string grad = "ddp";       // parallel.data
+  int micro = 0;                  // mbN's N; 0: the recipe's micro-batch size
   std::vector<std::string> sets;  // "parallel.tensor=2", "train.micro_batch_size=1", ...
 };
 // Parses one token: parts joined by '+', each one of tpN, ppN, ppNvpM, cpN, epN, dpN, sp,
@@ -58,9 +59,12 @@ std::vector<std::string> draw_parity_layouts(
     const std::function<std::string(const std::string&)>& refusal);
 
 // Runs everything, prints the table to `out`; 0 when every layout passes, 1 when one does
-// not (or its run failed). Throws UsageError for a bad token or recipe (before any run) or a
-// launcher that cannot start ranks (naming the fix), RunError when the single-rank run fails.
-// The runs of failed layouts stay (their folder is printed).
+// not (or its run failed). Each layout is compared with a one-rank run of its own micro-batch
+// size (one per size, run once): the size can change the objective itself (Megatron's BERT
+// and T5 losses are means per micro-batch, Switch's balancing loss is per micro-batch). Throws
+// UsageError for a bad token or recipe (before any run) or a launcher that cannot start ranks
+// (naming the fix), RunError when the single-rank run fails. The runs of failed layouts stay (their
+// folder is printed).
 int run_parity(const ParityOptions& o, Registry& registry, std::ostream& out);
 
 }  // namespace loom::engine

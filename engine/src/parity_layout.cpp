@@ -147,7 +147,10 @@ ParityLayout parse_parity_layout(const std::string& token) {
   if (has("overlap") && pp == 1) key("parallel.overlap_param_gather", "true");
   if (has("recompute")) key("train.recompute_granularity", "full");
   if (has("selective")) key("train.recompute_granularity", "selective");
-  if (degree.count("mb")) key("train.micro_batch_size", std::to_string(degree["mb"]));
+  if (degree.count("mb")) {
+    l.micro = degree["mb"];
+    key("train.micro_batch_size", std::to_string(l.micro));
+  }
   return l;
 }
 

@@ -116,7 +116,9 @@ TEST_CASE("parity layouts: recompute, overlap and micro-batch size") {
   CHECK(has(l, "parallel.overlap_param_gather=true"));
   CHECK(has(l, "train.recompute_granularity=full"));
   CHECK(has(l, "train.micro_batch_size=1"));
+  CHECK(l.micro == 1);  // the size of the one-rank run it is compared with
   l = parse_parity_layout("pp2+dp2+overlap+selective");
+  CHECK(l.micro == 0);  // the recipe's
   CHECK(has(l, "parallel.overlap_grad_reduce=true"));
   CHECK(!has(l, "parallel.overlap_param_gather=true"));  // not with a pipeline
   CHECK(has(l, "train.recompute_granularity=selective"));

@@ -5,9 +5,13 @@
 #     (That the draw is the same for a seed is test_engine's "parity fuzz" case.)
 #  2. A drawn layout that fails (the learning rate 1% higher in the layouts' runs) prints a
 #     command whose --layouts token reruns it alone, and that rerun fails the same way.
-#  3. What a model cannot take is refused before any run (exit 2), so never drawn: another
-#     micro-batch size with Switch's per-micro-batch balancing loss, recompute in T5 (refused
-#     at create only, before issue 35: the draws' runs failed).
+#  3. A layout with another micro-batch size (mbN) is compared with one rank of that size,
+#     each row naming its reference: MoE's dp2+mb1 (Switch's balancing loss is per
+#     micro-batch: refused before) and T5's tp2+mb1 (Megatron's T5 loss is a mean per
+#     micro-batch: against the recipe's mb2 its first gradient norm is 31 % off) pass; tp2
+#     with mb1 set by --layout-set, held to the recipe's mb2, still fails.
+#  4. What a model cannot take is refused before any run (exit 2), so never drawn: recompute
+#     in T5 (refused at create only, before issue 35: the draws' runs failed).
 #   parity_fuzz.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
@@ -69,7 +73,36 @@ rc=$?
 cat "$dir/rerun.txt"
 [ $rc -eq 1 ] || fail "the rerun of $token: exit $rc, expected 1"
 
-# 3. Refused before any run.
+# 3. mbN against one rank with the same micro-batch size.
+same_micro() {  # same_micro NAME RECIPE LAYOUTS ARGS...
+  local name=$1 recipe=$2 layouts=$3
+  shift 3
+  "$loom" parity "$recipe" --layouts "$layouts" "${small[@]}" "$@" > "$dir/$name.txt" \
+    2> "$dir/$name.err"
+  local rc=$?
+  cat "$dir/$name.txt"
+  [ $rc -eq 0 ] || { tail -20 "$dir/$name.err"; fail "$name: exit $rc, expected 0"; }
+}
+same_micro moe-mb1 recipes/moe-quickstart.toml dp2+mb1 "${moe[@]}"
+grep -Eq "^dp2\+mb1 +2 .* pass$" "$dir/moe-mb1.txt" || fail "moe dp2+mb1 did not pass"
+grep -q "; 1 rank took .* with micro-batch 1$" "$dir/moe-mb1.txt" ||
+  fail "moe dp2+mb1: the reference's micro-batch is not named"
+same_micro t5-mb1 recipes/t5-quickstart.toml tp2,tp2+mb1 "${t5[@]}"
+grep -Eq "^tp2 +2 +1 rank mb2 .* pass$" "$dir/t5-mb1.txt" || fail "t5 tp2 not against 1 rank mb2"
+grep -Eq "^tp2\+mb1 +2 +1 rank mb1 .* pass$" "$dir/t5-mb1.txt" ||
+  fail "t5 tp2+mb1 not against 1 rank mb1, or not passing"
+grep -q "with micro-batch 2 (the recipe's), .* with micro-batch 1$" "$dir/t5-mb1.txt" ||
+  fail "t5: the header does not name both references"
+# The same micro-batch held to the recipe's (as before): T5's objective differs, so it fails.
+"$loom" parity recipes/t5-quickstart.toml --layouts tp2 --layout-set train.micro_batch_size=1 \
+  "${small[@]}" "${t5[@]}" > "$dir/t5-mb2.txt" 2> "$dir/t5-mb2.err"
+rc=$?
+cat "$dir/t5-mb2.txt"
+[ $rc -eq 1 ] || fail "t5 mb1 against 1 rank mb2: exit $rc, expected 1"
+grep -q "^  grad_norm at iteration 1: " "$dir/t5-mb2.txt" ||
+  fail "t5 mb1 against 1 rank mb2: the gradient norm does not differ at iteration 1"
+
+# 4. Refused before any run.
 refused() {  # refused WHAT EXPECTED-TEXT RECIPE ARGS...
   local what=$1 text=$2
   shift 2
@@ -80,8 +113,6 @@ refused() {  # refused WHAT EXPECTED-TEXT RECIPE ARGS...
   grep -q "parity: 1 rank" "$dir/u.err" && fail "$what: refused only after a run"
   echo "refused ($what): $(cat "$dir/u.err")"
 }
-refused "moe mb1" "the experts' load-balancing loss .* is computed per micro-batch" \
-  recipes/moe-quickstart.toml --layouts dp2+mb1 "${moe[@]}"
 refused "t5 recompute" "activation recompute is not implemented for T5" \
   recipes/t5-quickstart.toml --layouts dp2+recompute "${t5[@]}"
 echo "parity fuzz: every check passed"
