@@ -57,4 +57,13 @@ grep -q '^quickstart: loss ' "$work/out.log"
 ls "$tree"/run/try/tb/events.out.tfevents.* > /dev/null
 grep -q '"ppl"' "$work/out.log"
 grep -q '"accuracy"' "$work/out.log"
+# No run's MFU above 100% (issue 35: the T5 quick start printed 118%).
+python3 - "$tree/run" <<'PY'
+import json, pathlib, sys
+rows = [(str(p), json.loads(l)) for p in pathlib.Path(sys.argv[1]).rglob("metrics.jsonl")
+        for l in open(p) if l.strip()]
+bad = [(p, r["iter"], r["mfu"]) for p, r in rows if r.get("mfu", 0) > 1.0]
+assert not bad, f"MFU above 100%: {bad}"
+print(f"mfu <= 100% in {sum('mfu' in r for _, r in rows)} metrics rows")
+PY
 echo "ok: every README command ran"

@@ -9,7 +9,8 @@ except for what keeps the run short and hermetic (each rewrite is printed as it 
 
 Usage: readme_commands.py README.md ITERS PORT > script.sh
 Each command is echoed with its README line before it runs; the script stops at the first
-that fails (set -euo pipefail), so the last echo names it."""
+that fails (`|| exit` after each, as set -e passes over the left side of &&), so the last
+echo names it."""
 import re
 import shlex
 import sys
@@ -70,13 +71,15 @@ def main():
             if re.match(r"\s*tools/test\b", cmd):
                 print(f"echo 'README.md:{n}: left out: {cmd.strip()}' >&2")
                 continue
+            cmd = strip_comment(cmd)
             if re.search(r"(bin/loom run |^\s*tools/quickstart\b)", cmd):
-                cmd = strip_comment(cmd) + f" --set train.iters={iters}"
+                cmd += f" --set train.iters={iters}"
             if re.search(r"loom serve |localhost:", cmd):
                 cmd = re.sub(r"\b5000\b", port, cmd)
-            note = "" if cmd == shown else f"   [run as: {cmd.strip()}]"
+            note = "" if cmd == strip_comment(shown) else f"   [run as: {cmd.strip()}]"
             print(f"echo {shlex.quote(f'README.md:{n}: {shown.strip()}{note}')} >&2")
-            print(cmd)
+            # set -e passes over a failure before && ("a && b"): every command says it.
+            print(cmd if cmd.endswith("&") else cmd + " || exit $?")
             ran += 1
     if ran == 0:
         sys.exit("README.md has no ```sh commands")
