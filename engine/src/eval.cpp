@@ -25,6 +25,25 @@ namespace loom::engine {
 
 namespace {
 
+// While alive, info lines are not printed when info is the level in force (a chosen debug
+// level stays): the training run eval rebuilds only to load the weights reports its set-up
+// (the optimizer, memory per parameter, "finetuning from"), which is not the evaluation's.
+// Warnings and errors still print.
+class QuietSetup {
+ public:
+  QuietSetup() : raised_(spdlog::get_level() == spdlog::level::info) {
+    if (raised_) spdlog::set_level(spdlog::level::warn);
+  }
+  ~QuietSetup() {
+    if (raised_) spdlog::set_level(spdlog::level::info);
+  }
+  QuietSetup(const QuietSetup&) = delete;
+  QuietSetup& operator=(const QuietSetup&) = delete;
+
+ private:
+  bool raised_;
+};
+
 std::string read_text(const fs::path& p) {
   require_regular_file(p.string(), "loom eval: ");
   std::ifstream f(p, std::ios::binary);
@@ -137,9 +156,16 @@ void evaluate_checkpoint(const EvalOptions& o, Registry& registry) {
   if (o.micro_batch > 0) extra.push_back("train.micro_batch_size=" + std::to_string(o.micro_batch));
   if (o.seq_len > 0) extra.push_back("train.seq_len=" + std::to_string(o.seq_len));
   Recipe recipe = inference_recipe(source.dir(), o.overrides, extra, registry);
+  // The training run is only the way to the weights; one line says what is scored instead
+  // of its set-up lines.
+  auto quiet = std::make_unique<QuietSetup>();
   TrainRun r(recipe, registry);
   if (r.layout.context > 1) throw UsageError("loom eval: context parallelism is not supported");
   r.resume();  // checkpoint.finetune: the weights, from any saved layout
+  quiet.reset();
+  if (r.rank == 0)
+    spdlog::info("eval: {} ({} on {} rank(s)), task {}, data {}", source.dir().string(),
+                 recipe.plugin("model"), r.world, o.task, o.data.string());
   loom_tokenizer_ref tok = r.session.tokenizer();
   auto encode = [&](const std::string& text) {
     const int32_t* ids = nullptr;

@@ -27,6 +27,18 @@ struct EvalOptions {
 
 void evaluate_checkpoint(const EvalOptions& opts, Registry& registry);
 
+// `loom eval --help`'s word on the data: nothing is downloaded, so it says where the files
+// Megatron scores come from and what else each task reads.
+inline constexpr const char* kEvalDataNotes =
+    "data (nothing is downloaded; docs/evaluation.md):\n"
+    "  wikitext  a raw text file, scored whole: WikiText-103's test set is\n"
+    "            wikitext-103/wiki.test.tokens in wikitext-103-v1.zip (Salesforce Research's\n"
+    "            WikiText, the archive Megatron-LM's README names); any UTF-8 text works.\n"
+    "  lambada   JSON lines, one passage a line: {\"text\": \"...\"}, the last word to be\n"
+    "            predicted; Megatron scores lambada_test.jsonl (OpenAI's detokenized LAMBADA\n"
+    "            test set, 5,153 passages; the copy Megatron-LM's README names is in\n"
+    "            github.com/cybertronai/bflm).\n";
+
 // ----- the samples (eval_data.cpp) --------------------------------------------------------
 // One window: tokens(T) and targets(T) (the next token, -1 where nothing is scored).
 struct EvalSample {

@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <string_view>
 
 #include "capability_gate.hpp"
 #include "comm_watch.hpp"
@@ -43,7 +44,15 @@ loom_status error_code(const loom_error* e) noexcept { return e ? e->code : LOOM
 const char* error_message(const loom_error* e) noexcept { return e ? e->message.c_str() : ""; }
 void error_free(loom_error* e) noexcept { delete e; }
 
+// A plugin that names itself ("tokenizer/gpt2-bpe: 50257 tokens ...", as error messages must)
+// would be named twice; the name it gives is dropped when it is the instance's own (`who` up
+// to its first space: a dataset's who is "dataset/indexed PREFIX").
 void log_as(const char* who, loom_log_level level, const char* message) noexcept {
+  const std::string_view id = std::string_view(who).substr(0, std::string_view(who).find(' '));
+  const std::string_view text(message);
+  if (text.size() > id.size() + 1 && text.compare(0, id.size(), id) == 0 &&
+      text.compare(id.size(), 2, ": ") == 0)
+    message += id.size() + 2;
   switch (level) {
     case LOOM_LOG_DEBUG:
       spdlog::debug("{}: {}", who, message);

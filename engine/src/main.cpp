@@ -72,6 +72,7 @@ const char* const kUsage =
 
 struct Command {
   std::string name, synopsis;
+  std::string notes;                // shown by --help after the options
   po::options_description options;  // shown by --help
   po::options_description hidden;   // the positional arguments, named in the synopsis
   po::positional_options_description positional;
@@ -93,6 +94,7 @@ struct Command {
     }
     if (vm.count("help")) {
       std::cout << "usage: loom " << name << " " << synopsis << "\n\n" << options << "\n";
+      if (!notes.empty()) std::cout << notes << "\n";
       return false;
     }
     return true;
@@ -416,6 +418,7 @@ int cmd_eval(const std::vector<std::string>& args) {
                            "samples per micro-batch; 0 = the checkpoint's train.micro_batch_size")(
       "output", po::value<std::string>(), "also write the results to this JSON file");
   add_set_option(c);
+  c.notes = kEvalDataNotes;
   if (!c.parse(args)) return 0;
   o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
   o.data = c.required<std::string>("data", "--data FILE");

@@ -14,6 +14,7 @@
 
 #include "comm_watch.hpp"
 #include "errors.hpp"
+#include "mfu.hpp"
 #include "step_timer.hpp"
 #include "train_run.hpp"
 #include "train_stop.hpp"
@@ -167,8 +168,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (r.timer) r.timer->end_step(s.seconds);
   s.comm_wait_s = CommWatch::waited_s() - waited0;
   s.tokens_per_s = (double)(r.gbs * r.seq_len) / s.seconds;
-  const double peak = r.info.peak_gflops * 1e9 * r.world;
-  s.mfu = peak > 0 ? r.flops_per_token * s.tokens_per_s / peak : 0.0;
+  s.mfu = model_flops_utilisation(r.flops_per_token * s.tokens_per_s, r.info.peak_gflops, r.world);
   if (s.stepped) r.spikes.add(r, it + 1, s.loss, r.consumed - r.gbs);
   return s;
 }

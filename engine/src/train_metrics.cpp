@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "mfu.hpp"
 #include "require_regular.hpp"
 #include "step_timer.hpp"
 #include "tensorboard.hpp"
@@ -150,6 +151,19 @@ Metrics::RankTimes Metrics::rank_times(double mean_s) const {
     if (t[(size_t)r] > out.max) out.max = t[(size_t)r], out.slowest = r;
   }
   return out;
+}
+
+double model_flops_utilisation(double flops_per_s, double& peak_gflops, int world) {
+  if (peak_gflops <= 0 || world < 1) return 0.0;
+  const double per_rank = flops_per_s / world * 1e-9;
+  if (per_rank > peak_gflops) {
+    spdlog::info(
+        "mfu: a step ran at {:.1f} GFLOP/s per rank, above the backend's peak of {:.1f} (a "
+        "sample taken as it started); MFU is against {:.1f} from here",
+        per_rank, peak_gflops, per_rank);
+    peak_gflops = per_rank;
+  }
+  return per_rank / peak_gflops;
 }
 
 void Metrics::step(int64_t iter, const StepStats& s, int64_t mem_peak) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine_test_util.hpp"
+#include "host.hpp"
 #include "log.hpp"
 
 using namespace enginetest;
@@ -61,4 +62,30 @@ TEST_CASE("without LOOM_LOG_LEVEL only rank 0 logs info lines; with it every ran
   }
   llog::set_rank(0);
   spdlog::set_level(spdlog::level::info);
+}
+
+// Issue 35: a plugin that names itself in its message ("tokenizer/gpt2-bpe: 50257 tokens")
+// was logged as "tokenizer/gpt2-bpe: tokenizer/gpt2-bpe: 50257 tokens".
+TEST_CASE("a plugin's log line names it once, whether or not its message does") {
+  llog::setup();
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto& sinks = spdlog::default_logger()->sinks();
+  const auto saved = sinks;
+  sinks.assign(1, sink);
+  llog::set_rank(0);
+  spdlog::set_level(spdlog::level::info);
+  loom::engine::host_abi::log_as("tokenizer/gpt2-bpe", LOOM_LOG_INFO,
+                                 "tokenizer/gpt2-bpe: 5 tokens");
+  loom::engine::host_abi::log_as("tokenizer/gpt2-bpe", LOOM_LOG_WARN, "50 merges");
+  loom::engine::host_abi::log_as("dataset/indexed run/data/x", LOOM_LOG_INFO,
+                                 "dataset/indexed: 3 docs");
+  loom::engine::host_abi::log_as("model/gpt", LOOM_LOG_INFO, "model/gpt2: not mine");
+  spdlog::default_logger()->flush();
+  CHECK(out.str() ==
+        "[r0] tokenizer/gpt2-bpe: 5 tokens\n"
+        "[r0] warning: tokenizer/gpt2-bpe: 50 merges\n"
+        "[r0] dataset/indexed run/data/x: 3 docs\n"
+        "[r0] model/gpt: model/gpt2: not mine\n");
+  sinks = saved;
 }

@@ -3,7 +3,7 @@
 # generation, exit codes).
 find_package(nlohmann_json REQUIRED)
 add_executable(test_train_units test_schedule.cpp test_sampler.cpp test_checkpoint.cpp
-               test_batch_spec.cpp test_tool_output.cpp)
+               test_batch_spec.cpp test_tool_output.cpp test_mfu.cpp)
 target_link_libraries(test_train_units PRIVATE loom_engine loom_test_main nlohmann_json::nlohmann_json)
 add_test(NAME train.units COMMAND test_train_units)
 set_tests_properties(train.units PROPERTIES LABELS "sanitize")

@@ -52,6 +52,20 @@ done
   --output wikitext32.json > /dev/null 2> wikitext32.log || { cat wikitext32.log; exit 1; }
 python3 "$here/reference.py" check "$loom" ck
 
+# The log (issue 35): what is scored and the result, not the set-up lines of the training
+# run eval rebuilds to load the weights; --help says where the data comes from.
+for log in wikitext.log lambada.log; do
+  grep -q '^\[r0\] eval: ck' $log && grep -Eq '^\[r0\] (wikitext|lambada)' $log ||
+    { cat $log; echo "FAIL: $log lacks the eval: line or the result"; exit 1; }
+  if grep -E 'optimizer/|finetuning from|memory per parameter|\] model: |\] data: |sgemm' $log; then
+    echo "FAIL: $log has the training run's set-up lines above"
+    exit 1
+  fi
+done
+"$loom" eval --help > help.txt
+grep -q 'wiki.test.tokens' help.txt && grep -q 'lambada_test.jsonl' help.txt ||
+  { cat help.txt; echo "FAIL: loom eval --help does not say where the data comes from"; exit 1; }
+
 [ -n "$mpiexec" ] || { echo "no MPI: the layouts are not checked"; exit 0; }
 for layout in "2 parallel.tensor=2" "2 parallel.pipeline=2" "2 parallel.tensor=1" \
               "4 parallel.tensor=2 parallel.pipeline=2"; do

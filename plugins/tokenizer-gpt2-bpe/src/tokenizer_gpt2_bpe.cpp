@@ -70,8 +70,8 @@ class Gpt2BpeTokenizer {
                    const std::string& merge_file)
       : host_(host), model_(vocab_file, merge_file) {
     loom::log(host, LOOM_LOG_INFO,
-              "tokenizer/gpt2-bpe: " + std::to_string(model_.vocab_size()) + " tokens from " +
-                  vocab_file + ", merges from " + merge_file + ", end-of-document id " +
+              std::to_string(model_.vocab_size()) + " tokens from " + vocab_file +
+                  ", merges from " + merge_file + ", end-of-document id " +
                   std::to_string(model_.eod_id()) +
                   (pre_.jit() ? "" : "; PCRE2 JIT unavailable, using the interpreter"));
   }
