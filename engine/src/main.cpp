@@ -12,32 +12,27 @@
 #include <sstream>
 
 #include "batch_check.hpp"
-#include "checkpoint_tools.hpp"
+#include "cli/command.hpp"
 #include "config_check.hpp"
 #include "data_inspect.hpp"
 #include "data_samples.hpp"
 #include "errors.hpp"
-#include "eval.hpp"
-#include "generate.hpp"
-#include "hf_interop.hpp"
 #include "host.hpp"
 #include "launch.hpp"
 #include "log.hpp"
 #include "memory_estimate.hpp"
 #include "package.hpp"
 #include "parallel_layout.hpp"
-#include "parity.hpp"
 #include "preprocess.hpp"
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
 #include "registry.hpp"
-#include "serve.hpp"
 #include "text_table.hpp"
 #include "train.hpp"
 
-namespace po = boost::program_options;
 namespace fs = std::filesystem;
 using namespace loom::engine;
+using namespace loom::engine::cli;
 
 namespace {
 
@@ -69,51 +64,6 @@ const char* const kUsage =
     "`loom <command> --help` describes a command. Plugins are searched in LOOM_PLUGIN_PATH,\n"
     "the build tree, ~/.local/lib/loom/plugins and the install prefix; LOOM_LOG_LEVEL sets\n"
     "the log level (info).\n";
-
-struct Command {
-  std::string name, synopsis;
-  std::string notes;                // shown by --help after the options
-  po::options_description options;  // shown by --help
-  po::options_description hidden;   // the positional arguments, named in the synopsis
-  po::positional_options_description positional;
-  po::variables_map vm;
-  Command(std::string n, std::string syn)
-      : name(std::move(n)), synopsis(std::move(syn)), options("options"), hidden("arguments") {
-    options.add_options()("help,h", "show this help");
-  }
-  // Parses `args`; returns false when --help was printed.
-  bool parse(const std::vector<std::string>& args) {
-    try {
-      po::options_description all;
-      all.add(options).add(hidden);
-      po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      throw UsageError("loom " + name + ": " + std::string(e.what()) + " (see loom " + name +
-                       " --help)");
-    }
-    if (vm.count("help")) {
-      std::cout << "usage: loom " << name << " " << synopsis << "\n\n" << options << "\n";
-      if (!notes.empty()) std::cout << notes << "\n";
-      return false;
-    }
-    return true;
-  }
-  template <class T>
-  T required(const std::string& key, const std::string& what) const {
-    if (!vm.count(key))
-      throw UsageError("loom " + name + ": missing " + what + " (see loom " + name + " --help)");
-    return vm[key].as<T>();
-  }
-  std::vector<std::string> list(const std::string& key) const {
-    return vm.count(key) ? vm[key].as<std::vector<std::string>>() : std::vector<std::string>{};
-  }
-};
-
-void add_set_option(Command& c) {
-  c.options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
-                          "override a recipe key: section.key=value (repeatable)");
-}
 
 // A recipe without a [comm] plugin started as several ranks gets comm/mpi (logged once);
 // one that names comm/single is refused, by every rank that names it, with the fix, rather
@@ -312,128 +262,6 @@ int cmd_plugins(const std::vector<std::string>& args) {
   return 0;
 }
 
-int cmd_generate(const std::vector<std::string>& args) {
-  Command c("generate", "--checkpoint DIR --prompt TEXT [options]");
-  GenerateOptions o;
-  c.options.add_options()("checkpoint", po::value<std::string>(),
-                          "checkpoint directory (or its parent, with `latest`)")(
-      "prompt", po::value<std::string>(), "text to continue")(
-      "max-new-tokens", po::value<int64_t>(&o.max_new_tokens)->default_value(o.max_new_tokens),
-      "tokens to generate")("temperature",
-                            po::value<double>(&o.temperature)->default_value(o.temperature),
-                            "sampling temperature; 0 = greedy")(
-      "top-k", po::value<int64_t>(&o.top_k)->default_value(o.top_k),
-      "keep the k likeliest; 0 = off")("top-p", po::value<double>(&o.top_p)->default_value(o.top_p),
-                                       "keep the smallest set with this probability mass; 1 = off")(
-      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "sampling seed")(
-      "logits-out", po::value<std::string>(),
-      "write the logits of every prompt position to this safetensors file (tensor "
-      "\"logits\", prompt tokens x vocabulary, f32)");
-  add_set_option(c);
-  if (!c.parse(args)) return 0;
-  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
-  o.prompt = c.required<std::string>("prompt", "--prompt TEXT");
-  o.overrides = c.list("set");
-  if (c.vm.count("logits-out")) o.logits_out = c.vm["logits-out"].as<std::string>();
-  if (o.max_new_tokens < 0 || o.max_new_tokens > (int64_t{1} << 30))
-    throw UsageError("loom generate: --max-new-tokens must be from 0 to 1073741824, got " +
-                     std::to_string(o.max_new_tokens));
-  if (!(o.temperature >= 0)) throw UsageError("loom generate: --temperature must be >= 0");
-  if (o.top_k < 0) throw UsageError("loom generate: --top-k must be >= 0");
-  if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("loom generate: --top-p must be in (0, 1]");
-  Registry registry;
-  registry.discover();
-  generate(o, registry);
-  return 0;
-}
-
-int cmd_serve(const std::vector<std::string>& args) {
-  Command c("serve", "--checkpoint DIR [options]");
-  ServeOptions o;
-  c.options.add_options()("checkpoint", po::value<std::string>(),
-                          "checkpoint directory (or its parent, with `latest`), or a Hugging "
-                          "Face GPT-2/Llama directory")(
-      "host", po::value<std::string>(&o.host)->default_value(o.host), "address to listen on")(
-      "port", po::value<int>(&o.port)->default_value(o.port), "port; 0 = any free one")(
-      "port-file", po::value<std::string>(), "write the port listened on to this file")(
-      "model-name", po::value<std::string>(&o.model_name),
-      "the model's id in /v1/models and responses (default: the checkpoint folder's name)")(
-      "max-batch", po::value<int64_t>(&o.max_batch)->default_value(o.max_batch),
-      "sequences decoded together (continuous batching)")(
-      "max-queue", po::value<int64_t>(&o.max_queue)->default_value(o.max_queue),
-      "requests waiting for a free sequence; beyond, 503")(
-      "max-len", po::value<int64_t>(&o.max_len)->default_value(o.max_len),
-      "tokens per sequence, prompt included; 0 = the model's context (or train.seq_len)")(
-      "max-body", po::value<int64_t>(&o.max_body)->default_value(o.max_body),
-      "largest request body in bytes; beyond, 413")(
-      "max-connections", po::value<int64_t>(&o.max_connections)->default_value(o.max_connections),
-      "open connections; beyond, 503")(
-      "idle-timeout", po::value<double>(&o.idle_timeout)->default_value(o.idle_timeout),
-      "seconds a connection may wait before a request's first byte (then it is closed), and "
-      "a client may take to accept any byte of an answer")(
-      "header-timeout", po::value<double>(&o.header_timeout)->default_value(o.header_timeout),
-      "seconds for the rest of a request's header once it has begun; then 408")(
-      "body-timeout", po::value<double>(&o.body_timeout)->default_value(o.body_timeout),
-      "seconds for a request's body after its header; then 408");
-  add_set_option(c);
-  if (!c.parse(args)) return 0;
-  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
-  o.overrides = c.list("set");
-  if (c.vm.count("port-file")) o.port_file = c.vm["port-file"].as<std::string>();
-  if (o.port < 0 || o.port > 65535) throw UsageError("loom serve: --port must be 0..65535");
-  for (auto [v, name] : {std::pair{o.max_batch, "--max-batch"},
-                         {o.max_body, "--max-body"},
-                         {o.max_connections, "--max-connections"}})
-    if (v < 1) throw UsageError(std::string("loom serve: ") + name + " must be >= 1");
-  for (auto [v, name] : {std::pair{o.idle_timeout, "--idle-timeout"},
-                         {o.header_timeout, "--header-timeout"},
-                         {o.body_timeout, "--body-timeout"}})
-    if (!(v > 0 && v <= 86400))
-      throw UsageError(std::string("loom serve: ") + name + " must be > 0 and <= 86400 seconds");
-  if (o.max_queue < 0 || o.max_len < 0)
-    throw UsageError("loom serve: --max-queue and --max-len must be >= 0");
-  Registry registry;
-  registry.discover();
-  serve(o, registry);
-  return 0;
-}
-
-int cmd_eval(const std::vector<std::string>& args) {
-  Command c("eval", "--checkpoint DIR --task wikitext|lambada --data FILE [options]");
-  EvalOptions o;
-  c.options.add_options()("checkpoint", po::value<std::string>(),
-                          "checkpoint directory (any layout), or a Hugging Face GPT-2/Llama "
-                          "directory")("task", po::value<std::string>(&o.task),
-                                       "wikitext (perplexity) or lambada (cloze accuracy)")(
-      "data", po::value<std::string>(),
-      "wikitext: the raw text file (wiki.test.tokens); lambada: JSON lines with \"text\"")(
-      "seq-len", po::value<int64_t>(&o.seq_len)->default_value(0),
-      "tokens per window; 0 = the checkpoint's train.seq_len")(
-      "overlapping-eval", po::value<int64_t>(&o.overlapping)->default_value(o.overlapping),
-      "wikitext: stride of the windows; each window after the first scores its last this many "
-      "tokens (Megatron's --overlapping-eval)")(
-      "strict", po::bool_switch(&o.strict),
-      "lambada: predict the whole last word, not just its last token (Megatron's "
-      "--strict-lambada)")("micro-batch", po::value<int64_t>(&o.micro_batch)->default_value(0),
-                           "samples per micro-batch; 0 = the checkpoint's train.micro_batch_size")(
-      "output", po::value<std::string>(), "also write the results to this JSON file");
-  add_set_option(c);
-  c.notes = kEvalDataNotes;
-  if (!c.parse(args)) return 0;
-  o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
-  o.data = c.required<std::string>("data", "--data FILE");
-  if (o.task.empty()) throw UsageError("loom eval: --task wikitext|lambada is required");
-  if (c.vm.count("output")) o.output = c.vm["output"].as<std::string>();
-  o.overrides = c.list("set");
-  if (o.overlapping < 1 || o.seq_len < 0 || o.micro_batch < 0)
-    throw UsageError(
-        "loom eval: --overlapping-eval must be >= 1, --seq-len and --micro-batch >= 0");
-  Registry registry;
-  registry.discover();
-  evaluate_checkpoint(o, registry);
-  return 0;
-}
-
 int cmd_pack(const std::vector<std::string>& args) {
   Command c("pack", "DIR [-o OUT.tar.gz] [--overwrite]");
   c.hidden.add_options()("dir", po::value<std::string>(),
@@ -529,152 +357,6 @@ int cmd_docs(const std::vector<std::string>& args) {
   Registry registry;
   registry.discover(Discovery::kList);
   std::cout << recipes_markdown(registry);
-  return 0;
-}
-
-int cmd_checkpoint(const std::vector<std::string>& args) {
-  Command c("checkpoint",
-            "merge DIR OUT.safetensors | diff DIR1 DIR2 [--rtol R] | convert SRC DST --tensor N "
-            "--pipeline M [--virtual-stages V]");
-  c.hidden.add_options()("what", po::value<std::string>(), "merge, diff or convert")(
-      "a", po::value<std::string>(), "checkpoint")("b", po::value<std::string>(), "second path");
-  c.options.add_options()("rtol", po::value<double>()->default_value(1e-5),
-                          "diff: largest max|a-b| / max|a| accepted per tensor")(
-      "norm", "diff: compare ||a-b||_2 / ||a||_2 instead")(
-      "tensor", po::value<int>()->default_value(1), "convert: target tensor-parallel size")(
-      "pipeline", po::value<int>()->default_value(1), "convert: target pipeline-parallel size")(
-      "virtual-stages", po::value<int>()->default_value(1),
-      "convert: target virtual pipeline stages per rank")(
-      "overwrite",
-      "merge, convert: replace an existing output (convert: write over the "
-      "checkpoints in DST)");
-  add_set_option(c);
-  c.positional.add("what", 1).add("a", 1).add("b", 1);
-  if (!c.parse(args)) return 0;
-  std::string what = c.required<std::string>("what", "merge, diff or convert");
-  fs::path a = c.required<std::string>("a", "DIR"), b = c.required<std::string>("b", "OUT");
-  if (what == "merge") {
-    checkpoint_merge(a, b, c.vm.count("overwrite"));
-    return 0;
-  }
-  if (what == "diff") {
-    const double rtol = c.vm["rtol"].as<double>();
-    if (!(rtol >= 0) || !std::isfinite(rtol))
-      throw UsageError("loom checkpoint diff: --rtol must be a finite number >= 0, got " +
-                       std::to_string(rtol));
-    return checkpoint_diff(a, b, rtol, c.vm.count("norm"));
-  }
-  if (what == "convert") {
-    const int t = c.vm["tensor"].as<int>(), p = c.vm["pipeline"].as<int>(),
-              v = c.vm["virtual-stages"].as<int>();
-    if (t < 1 || p < 1 || v < 1)
-      throw UsageError(
-          "loom checkpoint convert: --tensor, --pipeline and --virtual-stages must be >= 1");
-    Registry registry;
-    registry.discover();
-    checkpoint_convert(a, b, t, p, v, c.list("set"), registry, c.vm.count("overwrite"));
-    return 0;
-  }
-  throw UsageError("loom checkpoint: '" + what + "' is neither merge, diff nor convert");
-}
-
-int cmd_parity(const std::vector<std::string>& args) {
-  Command c("parity",
-            "RECIPE (--layouts L1,L2,... | --fuzz N [--seed S]) [--iters N] [options]\n\n"
-            "Trains the recipe for N iterations on one rank, then in each layout under mpirun\n"
-            "(or srun), with the same seed and global batch, and compares every iteration's\n"
-            "loss terms and gradient norm and every final parameter (merged from the ranks'\n"
-            "checkpoint shards) with the single rank's. In fp64 (the default) every value\n"
-            "within 1e-9 (parameters element by element, max|a-b|/max|a|); in fp32 1e-5\n"
-            "relative, parameters in ||a-b||/||a||, which a correct layout can miss (a zero\n"
-            "gradient's rounding noise, amplified by Adam). Exit 0 when every layout passes,\n"
-            "1 when one differs or fails (its runs are kept), 2 for a usage or recipe error or\n"
-            "a launcher that cannot start ranks (the fix named).\n\n"
-            "A layout is parts joined by '+', each at most once: tpN, ppN, ppNvpM (virtual\n"
-            "stages), cpN, epN, dpN, sp, zero1 or dist (distributed optimizer), fsdp or fsdpN\n"
-            "(= dpN+fsdp), zero2, zero3, etp, a2a, gpipe, recompute, selective, overlap, mbN\n"
-            "(micro-batch size). Ranks: the product of the degrees. A layout with mbN is\n"
-            "compared with one rank with micro-batch N (the size can change a model's loss,\n"
-            "as Megatron's per-micro-batch means do). --fuzz N draws N valid layouts at\n"
-            "random (reproducibly from --seed); a failure prints its layout for --layouts.\n"
-            "See docs/parallelism.md.");
-  ParityOptions o;
-  std::string layouts;
-  c.hidden.add_options()("recipe", po::value<std::string>(), "the recipe TOML file");
-  c.options.add_options()("layouts", po::value<std::string>(&layouts),
-                          "comma-separated layouts, e.g. tp2,pp2vp2,dp2+zero1,tp2+sp")(
-      "iters", po::value<int64_t>(&o.iters)->default_value(o.iters), "iterations of every run")(
-      "dtype", po::value<std::string>(&o.dtype)->default_value(o.dtype),
-      "fp64 or fp32 (precision.dtype; fp64 leaves only rounding, at 1e-9)")(
-      "fuzz", po::value<int>(&o.fuzz), "draw this many valid layouts at random instead")(
-      "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "--fuzz's draw")(
-      "max-ranks", po::value<int>(&o.max_ranks)->default_value(o.max_ranks),
-      "--fuzz: the largest layout, in ranks (OpenMPI oversubscribes the cores)")(
-      "rtol", po::value<double>(),
-      "one tolerance for the loss, the grad norm and the parameters, instead of the dtype's")(
-      "layout-set", po::value<std::vector<std::string>>()->composing(),
-      "override a recipe key in the layouts' runs only (to see the check fail)")(
-      "mpiexec", po::value<std::string>(&o.mpiexec),
-      "the launcher (default: mpirun, mpiexec or srun from PATH)")(
-      "mpiexec-arg", po::value<std::vector<std::string>>()->composing(),
-      "one more argument for the launcher, before -np (repeatable)")(
-      "keep", po::value<std::string>(),
-      "run in this new folder and keep it (recipes, logs, metrics, checkpoints)");
-  add_set_option(c);
-  c.positional.add("recipe", 1);
-  if (!c.parse(args)) return 0;
-  o.recipe = c.required<std::string>("recipe", "RECIPE");
-  if (!c.vm.count("layouts") && !c.vm.count("fuzz"))
-    throw UsageError("loom parity: missing --layouts or --fuzz (see loom parity --help)");
-  if (c.vm.count("fuzz") && o.fuzz < 1)
-    throw UsageError("loom parity: --fuzz must be a number of layouts >= 1, got " +
-                     std::to_string(o.fuzz));
-  std::stringstream list(layouts);
-  for (std::string t; std::getline(list, t, ',');) o.layouts.push_back(t);
-  if (!layouts.empty() && layouts.back() == ',') o.layouts.push_back("");
-  if (c.vm.count("rtol")) {
-    o.rtol = c.vm["rtol"].as<double>();
-    if (!(o.rtol >= 0) || !std::isfinite(o.rtol))
-      throw UsageError("loom parity: --rtol must be a finite number >= 0, got " +
-                       std::to_string(o.rtol));
-  }
-  o.sets = c.list("set");
-  o.layout_sets = c.list("layout-set");
-  o.mpiexec_args = c.list("mpiexec-arg");
-  if (c.vm.count("keep")) o.keep = c.vm["keep"].as<std::string>();
-  Registry registry;
-  registry.discover();
-  return run_parity(o, registry, std::cout);
-}
-
-int cmd_import_hf(const std::vector<std::string>& args) {
-  Command c("import-hf", "HF_DIR OUT_CHECKPOINT [--overwrite]");
-  c.hidden.add_options()("hf", po::value<std::string>(), "HF model directory")(
-      "out", po::value<std::string>(), "checkpoint folder to write");
-  c.options.add_options()("overwrite", "write over the checkpoints already in OUT");
-  c.positional.add("hf", 1).add("out", 1);
-  if (!c.parse(args)) return 0;
-  import_hf(c.required<std::string>("hf", "HF_DIR"), c.required<std::string>("out", "OUT"),
-            c.vm.count("overwrite"));
-  return 0;
-}
-
-int cmd_export_hf(const std::vector<std::string>& args) {
-  Command c("export-hf", "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES] [--overwrite]");
-  c.hidden.add_options()("ckpt", po::value<std::string>(), "checkpoint")(
-      "out", po::value<std::string>(), "HF directory to write");
-  c.options.add_options()("dtype", po::value<std::string>()->default_value(""),
-                          "float32, bfloat16 or float16 (default: as imported, else float32)")(
-      "max-shard-size", po::value<uint64_t>()->default_value(5000000000ull),
-      "bytes per safetensors file; larger models are sharded with an index")(
-      "overwrite", "replace a non-empty OUT_DIR whole (its old files do not survive)");
-  c.positional.add("ckpt", 1).add("out", 1);
-  if (!c.parse(args)) return 0;
-  Registry registry;
-  registry.discover();
-  export_hf(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
-            registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>(),
-            c.vm.count("overwrite"));
   return 0;
 }
 
