@@ -14,10 +14,13 @@ loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=launch_lib.sh
 . "$here/launch_lib.sh"
-tiny_recipe r.toml
+# A name of its own: ranks() finds this test's processes by command line, and other tests
+# (training.launch) run `loom run r.toml` at the same time under ctest -j.
+recipe=setup-signal-$$.toml
+tiny_recipe "$recipe"
 long=(--set train.iters=100000 --set train.metrics=m.jsonl --set backend.threads=1
   --set checkpoint.save=ck)
-ranks() { pgrep -f "$loom run r.toml" || true; }
+ranks() { pgrep -f "$loom run $recipe" || true; }
 # stop_in_setup PID SIGNAL TARGET...: once the run sleeps in set-up, signals the targets (a
 # pid, or "rank1"); sets rc and took (seconds from the signal to the end of PID)
 stop_in_setup() {
@@ -43,7 +46,7 @@ stop_in_setup() {
 }
 
 # 1. one process
-LOOM_TEST_STALL_AT=0:0:120 "$loom" run r.toml "${long[@]}" --set comm.plugin=single \
+LOOM_TEST_STALL_AT=0:0:120 "$loom" run "$recipe" "${long[@]}" --set comm.plugin=single \
   > out.txt 2>&1 &
 job=$!
 stop_in_setup $job TERM $job
@@ -56,16 +59,17 @@ grep -q "finishing this step" out.txt && fail "set-up said it would finish a ste
 # 2. mpirun -np 2, rank 1 in a slow set-up: what mpirun returns for each signal
 for case in "TERM rank1 3" "USR1 mpirun 3" "TERM mpirun 1"; do
   read -r sig to want <<< "$case"
-  LOOM_TEST_STALL_AT=0:1:120 "$mpiexec" -np 2 "$loom" run r.toml "${long[@]}" > out.txt 2>&1 &
+  LOOM_TEST_STALL_AT=0:1:120 "$mpiexec" -np 2 "$loom" run "$recipe" "${long[@]}" > out.txt 2>&1 &
   job=$!
   stop_in_setup $job "$sig" "$([ "$to" = mpirun ] && echo $job || echo rank1)"
   echo "mpirun -np 2, SIG$sig to $to in set-up: exit $rc after $took s"
   [ "$rc" = "$want" ] || fail "SIG$sig to $to in set-up: exit $rc, expected $want"
+  for _ in $(seq 30); do [ -z "$(ranks)" ] && break; sleep 0.1; done
   [ -z "$(ranks)" ] || fail "ranks outlived mpirun"
 done
 
 # 3. mpirun mid-run: SIGUSR1 saves and returns 3
-"$mpiexec" -np 2 "$loom" run r.toml "${long[@]}" > out.txt 2>&1 &
+"$mpiexec" -np 2 "$loom" run "$recipe" "${long[@]}" > out.txt 2>&1 &
 job=$!
 for _ in $(seq 300); do [ "$(grep -c '"loss"' m.jsonl 2> /dev/null)" -ge 3 ] && break; sleep 0.1; done
 kill -USR1 $job
