@@ -17,6 +17,7 @@
 #include "hf_interop.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "require_regular.hpp"
+#include "tool_output.hpp"
 #include "train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -237,7 +238,12 @@ void evaluate_checkpoint(const EvalOptions& o, Registry& registry) {
   }
   if (r.rank == 0) {
     std::cout << out.dump() << std::endl;
-    if (!o.output.empty()) std::ofstream(o.output) << out.dump(2) << "\n";
+    if (!o.output.empty())
+      write_file_atomically(o.output, [&](const std::filesystem::path& tmp) {
+        std::ofstream f(tmp);
+        f << out.dump(2) << "\n";
+        if (!f.flush()) throw RunError(o.output.string() + ": could not write the results");
+      });
   }
 }
 

@@ -22,6 +22,7 @@ struct EvalOptions {
   bool strict = false;               // Megatron's --strict-lambada: the whole last word
   int64_t micro_batch = 0;           // samples per micro-batch; 0 = train.micro_batch_size
   std::filesystem::path output;      // "" = none; else the results as one JSON object
+  bool overwrite = false;            // an existing output may be replaced
   std::vector<std::string> overrides;
 };
 

@@ -9,6 +9,7 @@
 #include "decode_model.hpp"
 #include "errors.hpp"
 #include "safetensors.hpp"
+#include "tool_output.hpp"
 
 namespace loom::engine {
 
@@ -90,7 +91,9 @@ void generate(const GenerateOptions& opts, Registry& registry) {
       const uint8_t* b = reinterpret_cast<const uint8_t*>(logits.data());
       all.data.insert(all.data.end(), b, b + logits.size() * sizeof(float));
     }
-    write_safetensors(opts.logits_out, {{"logits", all}});
+    write_file_atomically(opts.logits_out, [&](const std::filesystem::path& tmp) {
+      write_safetensors(tmp, {{"logits", all}});
+    });
   }
   const SamplingParams sp{opts.temperature, opts.top_k, opts.top_p};
   for (int64_t i = 0; i < max_new; ++i) {

@@ -20,6 +20,7 @@ struct GenerateOptions {
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 1234;
   std::filesystem::path logits_out;    // "" = none; else every prompt position's logits
+  bool overwrite = false;              // an existing logits_out may be replaced
   std::vector<std::string> overrides;  // --set section.key=value applied to the saved recipe
 };
 

@@ -60,7 +60,7 @@ def logits(loom, ck, ids):
     """Per-position logits (list of rows) of the byte string `ids` from one rank's decode."""
     text = bytes(ids).decode("ascii")
     subprocess.run([loom, "generate", "--checkpoint", ck, "--prompt", text, "--max-new-tokens", "0",
-                    "--logits-out", "l.safetensors"], check=True, stdout=subprocess.DEVNULL,
+                    "--logits-out", "l.safetensors", "--overwrite"], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     dtype, shape, raw = st.read("l.safetensors")["logits"]
     vals = struct.unpack("<%df" % (shape[0] * shape[1]), raw)

@@ -9,6 +9,9 @@
 #     checkpoints it does not continue, it is refused (exit 2) and the tracker stays (72 -> 5
 #     would make load = "auto" resume from 5), a checkpoint of the same iteration is not
 #     replaced; --overwrite allows both; converting a checkpoint into its own folder is refused.
+#  3. the same rule for the other commands that write a file: `generate --logits-out` and
+#     `eval --output` refuse an existing file without --overwrite (it was replaced without a
+#     word) and a file inside the checkpoint they read, before the model loads.
 #   checkpoint_outputs.sh LOOM
 set -euo pipefail
 loom=$1
@@ -68,4 +71,24 @@ expect 2 "holds the input" "$loom" checkpoint convert ck/iter_0000005 ck --overw
 [ "$(cat big/latest_checkpointed_iteration.txt)" = 5 ] || { echo "--overwrite did not write"; exit 1; }
 "$loom" checkpoint convert ck fresh > /dev/null
 "$loom" checkpoint diff ck fresh --rtol 0 | tail -1
+
+echo "== 3: generate --logits-out and eval --output"
+gen() { "$loom" generate --checkpoint ck --prompt "ab" --max-new-tokens 0 "$@"; }
+gen --logits-out l.st > /dev/null
+sum=$(sha256sum l.st)
+expect 2 "loom generate --logits-out: the output l.st already exists; pass --overwrite" \
+  gen --logits-out l.st
+[ "$(sha256sum l.st)" = "$sum" ] || { echo "generate replaced l.st"; exit 1; }
+expect 2 "lies inside the input ck" gen --logits-out ck/iter_0000005/model.safetensors --overwrite
+gen --logits-out l.st --overwrite > /dev/null
+printf 'one two three four five six seven eight nine ten\n' > wiki.txt
+echo '{"note": "mine"}' > results.json
+expect 2 "loom eval --output: the output results.json already exists; pass --overwrite" \
+  "$loom" eval --checkpoint ck --task wikitext --data wiki.txt --seq-len 8 --output results.json
+grep -q mine results.json || { echo "eval replaced results.json"; exit 1; }
+expect 2 "is the input" "$loom" eval --checkpoint ck --task wikitext --data wiki.txt \
+  --seq-len 8 --output wiki.txt --overwrite
+"$loom" eval --checkpoint ck --task wikitext --data wiki.txt --seq-len 8 --overlapping-eval 8 \
+  --output results.json --overwrite > /dev/null 2> eval.log || { cat eval.log; exit 1; }
+grep -q '"wikitext"\|ppl' results.json || { echo "eval wrote no results"; cat results.json; exit 1; }
 echo "all passed"

@@ -7,6 +7,7 @@
 #include "generate.hpp"
 #include "registry.hpp"
 #include "serve.hpp"
+#include "tool_output.hpp"
 
 namespace loom::engine::cli {
 
@@ -26,13 +27,18 @@ int cmd_generate(const std::vector<std::string>& args) {
       "seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "sampling seed")(
       "logits-out", po::value<std::string>(),
       "write the logits of every prompt position to this safetensors file (tensor "
-      "\"logits\", prompt tokens x vocabulary, f32)");
+      "\"logits\", prompt tokens x vocabulary, f32)")("overwrite", po::bool_switch(&o.overwrite),
+                                                      "replace an existing --logits-out file");
   add_set_option(c);
   if (!c.parse(args)) return 0;
   o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
   o.prompt = c.required<std::string>("prompt", "--prompt TEXT");
   o.overrides = c.list("set");
   if (c.vm.count("logits-out")) o.logits_out = c.vm["logits-out"].as<std::string>();
+  // Before the model loads: an output that would replace an input, or a file the user did
+  // not say may go, is refused (exit 2) as by every tool that writes (tool_output.hpp).
+  if (!o.logits_out.empty())
+    check_output("loom generate --logits-out", o.logits_out, {o.checkpoint}, o.overwrite);
   if (o.max_new_tokens < 0 || o.max_new_tokens > (int64_t{1} << 30))
     throw UsageError("loom generate: --max-new-tokens must be from 0 to 1073741824, got " +
                      std::to_string(o.max_new_tokens));
@@ -114,7 +120,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       "lambada: predict the whole last word, not just its last token (Megatron's "
       "--strict-lambada)")("micro-batch", po::value<int64_t>(&o.micro_batch)->default_value(0),
                            "samples per micro-batch; 0 = the checkpoint's train.micro_batch_size")(
-      "output", po::value<std::string>(), "also write the results to this JSON file");
+      "output", po::value<std::string>(), "also write the results to this JSON file")(
+      "overwrite", po::bool_switch(&o.overwrite), "replace an existing --output file");
   add_set_option(c);
   c.notes = kEvalDataNotes;
   if (!c.parse(args)) return 0;
@@ -122,6 +129,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   o.data = c.required<std::string>("data", "--data FILE");
   if (o.task.empty()) throw UsageError("loom eval: --task wikitext|lambada is required");
   if (c.vm.count("output")) o.output = c.vm["output"].as<std::string>();
+  if (!o.output.empty())
+    check_output("loom eval --output", o.output, {o.checkpoint, o.data}, o.overwrite);
   o.overrides = c.list("set");
   if (o.overlapping < 1 || o.seq_len < 0 || o.micro_batch < 0)
     throw UsageError(
