@@ -8,8 +8,12 @@
 if(TARGET loom)
   add_test(NAME model.hf_hostile
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/hf_hostile.sh $<TARGET_FILE:loom>)
+  set(_hostile_env LOOM_PLUGIN_PATH=)
+  if(LOOM_SANITIZE)  # its memory bound cannot be ulimit -v under ASan (hf_hostile.sh)
+    list(APPEND _hostile_env LOOM_TEST_ASAN=1)
+  endif()
   set_tests_properties(model.hf_hostile PROPERTIES LABELS "model" TIMEOUT 300
-                       ENVIRONMENT "LOOM_PLUGIN_PATH=")
+                       ENVIRONMENT "${_hostile_env}")
 endif()
 
 find_package(MPI COMPONENTS C QUIET)
