@@ -36,10 +36,12 @@ Batcher::~Batcher() {
 bool Batcher::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // every job in the server holds a slot or waits: at most slots + max_queue of them
-    const int64_t held = active_.load() + (int64_t)queue_.size();
-    if (!accepting_ || held + (int64_t)jobs.size() > slots_ + max_queue_) return false;
+    // every unfinished job holds a slot or waits: at most slots + max_queue of them. Counted
+    // by `open_`, which a job leaves when its finish is set, not active_, which the decode
+    // loop recounts only at its next turn: a client answered may ask again before that turn.
+    if (!accepting_ || open_.load() + (int64_t)jobs.size() > slots_ + max_queue_) return false;
     for (auto& j : jobs) queue_.push_back(j);
+    open_ += (int64_t)jobs.size();
   }
   cv_.notify_all();
   return true;
@@ -63,10 +65,15 @@ void Batcher::cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
 void Batcher::finish_cancelled(Job& j) {
   {
     std::lock_guard<std::mutex> lock(j.mu);
-    j.finish = "cancelled";
+    end(j, "cancelled");
     cancelled_++;
   }
   j.cv.notify_all();
+}
+
+void Batcher::end(Job& j, const std::string& finish) {
+  if (j.finish.empty()) open_--;
+  j.finish = finish;
 }
 
 void Batcher::drain() {
@@ -104,7 +111,7 @@ void Batcher::take(Job& j, const float* logits, std::mt19937_64& rng) {
   {
     std::lock_guard<std::mutex> lock(j.mu);
     if (ends) {
-      j.finish = "stop";
+      end(j, "stop");
       return;
     }
     j.tokens.push_back(next);
@@ -134,7 +141,7 @@ void Batcher::take(Job& j, const float* logits, std::mt19937_64& rng) {
   if (finish.empty() && (int64_t)tokens.size() >= p.max_new) finish = "length";
   std::lock_guard<std::mutex> lock(j.mu);
   j.text = std::move(text);
-  j.finish = finish;
+  if (!finish.empty()) end(j, finish);
 }
 
 // Prefills j's prompt into `slot` and takes its first token (or finishes it at once).
@@ -160,7 +167,7 @@ void Batcher::admit(std::shared_ptr<Job> j, int64_t slot) {
   }
   if (j->params.max_new == 0) {
     std::lock_guard<std::mutex> lock(j->mu);
-    j->finish = "length";
+    end(*j, "length");
   } else {
     take(*j, logits.data(), r->rng);
   }
@@ -173,7 +180,7 @@ void Batcher::finish_all(const std::string& why) {
     if (!r) continue;
     {
       std::lock_guard<std::mutex> lock(r->job->mu);
-      r->job->finish = "error";
+      end(*r->job, "error");
       r->job->error = why;
     }
     r->job->cv.notify_all();

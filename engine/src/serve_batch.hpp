@@ -81,6 +81,9 @@ class Batcher {
   void take(Job& j, const float* logits, std::mt19937_64& rng);
   void finish_all(const std::string& why);
   void finish_cancelled(Job& j);
+  // Sets j's finish reason; the caller holds j.mu, so a waiter that sees it finished also
+  // sees its place free for the next submit.
+  void end(Job& j, const std::string& finish);
 
   DecodeModel& m_;
   const int64_t slots_, max_len_, max_queue_;
@@ -95,6 +98,7 @@ class Batcher {
   };
   std::vector<std::unique_ptr<Running>> running_;  // per slot; null = free
   std::atomic<int64_t> active_{0}, steps_{0}, tokens_{0}, cancelled_{0};
+  std::atomic<int64_t> open_{0};  // jobs submitted and not finished: queued or running
   std::thread thread_;
 };
 
