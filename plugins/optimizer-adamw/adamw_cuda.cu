@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "adamw_cuda.hpp"
 
@@ -14,18 +15,36 @@ struct Consts {
   float gs, decay, b1, b2, one_b1, one_b2, step_size, inv_sqrt_bc2, eps;
 };
 
+__device__ __forceinline__ void update(float& p, float grad, float& m, float& v, const Consts& k) {
+  const float g = grad * k.gs;
+  const float mi = k.b1 * m + k.one_b1 * g;
+  const float vi = k.b2 * v + k.one_b2 * g * g;
+  m = mi;
+  v = vi;
+  p = p * k.decay - k.step_size * mi / (sqrtf(vi) * k.inv_sqrt_bc2 + k.eps);
+}
+
+// Elements [0, n), four at a time (16-byte accesses) for the first n4 * 4 when `vec` (the
+// four pointers 16-byte aligned), one at a time for the rest. One element at a time the
+// update ran at 58 % of the copy bandwidth on gpt-1.3b (step profile, H200, 2026-11-27).
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ grad,
-                             float* __restrict__ m, float* __restrict__ v, int64_t n, Consts k) {
+                             float* __restrict__ m, float* __restrict__ v, int64_t n, int64_t n4,
+                             Consts k) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float g = grad[i] * k.gs;
-    const float mi = k.b1 * m[i] + k.one_b1 * g;
-    const float vi = k.b2 * v[i] + k.one_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * k.decay - k.step_size * mi / (sqrtf(vi) * k.inv_sqrt_bc2 + k.eps);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < n4; i += stride) {
+    float4 pp = reinterpret_cast<float4*>(p)[i], mm = reinterpret_cast<float4*>(m)[i];
+    float4 vv = reinterpret_cast<float4*>(v)[i];
+    const float4 gg = reinterpret_cast<const float4*>(grad)[i];
+    update(pp.x, gg.x, mm.x, vv.x, k);
+    update(pp.y, gg.y, mm.y, vv.y, k);
+    update(pp.z, gg.z, mm.z, vv.z, k);
+    update(pp.w, gg.w, mm.w, vv.w, k);
+    reinterpret_cast<float4*>(p)[i] = pp;
+    reinterpret_cast<float4*>(m)[i] = mm;
+    reinterpret_cast<float4*>(v)[i] = vv;
   }
+  for (int64_t i = n4 * 4 + first; i < n; i += stride) update(p[i], grad[i], m[i], v[i], k);
 }
 
 }  // namespace
@@ -44,9 +63,12 @@ const char* step(float* p, const float* g, float* m, float* v, int64_t n, double
   k.step_size = static_cast<float>(step_size);
   k.inv_sqrt_bc2 = static_cast<float>(inv_sqrt_bc2);
   k.eps = static_cast<float>(eps);
+  const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  const int64_t n4 = aligned(p) && aligned(g) && aligned(m) && aligned(v) ? n / 4 : 0;
   constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192));
-  adamw_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, g, m, v, n, k);
+  const int64_t items = n4 > 0 ? n4 : n;
+  const int blocks = static_cast<int>(std::min<int64_t>((items + kThreads - 1) / kThreads, 8192));
+  adamw_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, g, m, v, n, n4, k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? "" : cudaGetErrorString(e);
 }

@@ -37,20 +37,40 @@ __global__ void convert_kernel(D* dst, const S* src, int64_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-template <class O, class A, class B>
+// add and axpby walk VW elements per thread (16-byte accesses of `out`/`y` when VW > 1; the
+// launcher checks n and the pointers). Element-wise, they reached 33-48 % of the copy
+// bandwidth (ncu and the step profile, H200, 2026-11-27).
+template <class O, class A, class B, int VW>
 __global__ void add_kernel(O* out, const A* a, const B* b, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x)
-    out[i] = from_f32<O>(to_f32(a[i]) + to_f32(b[i]));
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VW; i < n;
+       i += int64_t(blockDim.x) * gridDim.x * VW) {
+    float x[VW], y[VW];
+    load_row<VW>(a + i, x);
+    load_row<VW>(b + i, y);
+#pragma unroll
+    for (int k = 0; k < VW; ++k) x[k] += y[k];
+    store_vec<VW>(out + i, x);
+  }
 }
 
-template <class T, class X>
+template <class T, class X, int VW>
 __global__ void axpby_kernel(T* y, float alpha, const X* x, float beta, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VW; i < n;
+       i += int64_t(blockDim.x) * gridDim.x * VW) {
+    float xv[VW], yv[VW];
+    load_row<VW>(x + i, xv);
     // BLAS convention: beta == 0 means y is not read, so NaN/Inf garbage in y is overwritten.
-    const float yv = beta == 0.0f ? 0.0f : beta * to_f32(y[i]);
-    y[i] = from_f32<T>(alpha * to_f32(x[i]) + yv);
+    if (beta == 0.0f) {
+#pragma unroll
+      for (int k = 0; k < VW; ++k) yv[k] = 0.0f;
+    } else {
+      load_vec<VW>(y + i, yv);
+#pragma unroll
+      for (int k = 0; k < VW; ++k) yv[k] *= beta;
+    }
+#pragma unroll
+    for (int k = 0; k < VW; ++k) yv[k] = alpha * xv[k] + yv[k];
+    store_vec<VW>(y + i, yv);
   }
 }
 
@@ -67,79 +87,121 @@ __global__ void scale_matrices_kernel(T* c, int64_t rows, int64_t cols, int64_t 
   }
 }
 
-// sum of squares, pass 1: each block's grid-stride share summed in double by every thread,
-// then across the block in a fixed tree; partial[blockIdx.x] gets the block's sum.
-constexpr int kSsqBlocks = 1024;  // fixed: the summation order depends on n only
-template <class T>
-__global__ void sum_squares_partial(const T* x, int64_t n, double* partial) {
+// sum of squares over a list of tensors, two launches for the whole list (it was two per
+// tensor, each of 1024 blocks whatever the size: 296 launches and 1.1 ms per gpt2-124m step,
+// step profile, H200, 2026-11-26). Tensor t gets ssq_blocks(n) blocks, a function of its size
+// only; pass 1: each block's grid-stride share of its tensor, squared and summed in double by
+// every thread, then across the block in a fixed tree; pass 2: one block per tensor sums its
+// blocks' partials in the same fixed tree. So the result depends on n only.
+constexpr int kSsqList = 128;  // tensors per launch: the list is a kernel parameter (~2.7 KB)
+struct SsqList {
+  const void* x[kSsqList];
+  int64_t n[kSsqList];
+  int32_t first[kSsqList + 1];  // tensor t's partials are [first[t], first[t + 1])
+  int8_t dtype[kSsqList];       // 0 f32, 1 bf16, 2 f16
+  int count;
+};
+inline int32_t ssq_blocks(int64_t n) {
+  return static_cast<int32_t>(std::clamp<int64_t>((n + 65535) / 65536, 1, 1024));
+}
+__device__ __forceinline__ double tree_sum(double s) {
   __shared__ double sh[kThreads];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+template <class T>
+__device__ __forceinline__ double ssq_range(const T* x, int64_t n, int64_t b, int64_t nb) {
   double s = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
+  for (int64_t i = b * blockDim.x + threadIdx.x; i < n; i += nb * blockDim.x) {
     const double v = to_f32(x[i]);
     s += v * v;
   }
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+  return s;
 }
-// pass 2 (one block): the partials, in the same fixed tree.
-__global__ void sum_squares_final(const double* partial, int count, double* out) {
-  __shared__ double sh[kThreads];
+__global__ void sum_squares_partial(const SsqList L, double* partial) {
+  int lo = 0, hi = L.count - 1;  // the tensor of this block: the last t with first[t] <= block
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (L.first[mid] <= static_cast<int32_t>(blockIdx.x))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int64_t b = blockIdx.x - L.first[lo], nb = L.first[lo + 1] - L.first[lo];
+  double s;
+  if (L.dtype[lo] == 0)
+    s = ssq_range(static_cast<const float*>(L.x[lo]), L.n[lo], b, nb);
+  else if (L.dtype[lo] == 1)
+    s = ssq_range(static_cast<const __nv_bfloat16*>(L.x[lo]), L.n[lo], b, nb);
+  else
+    s = ssq_range(static_cast<const __half*>(L.x[lo]), L.n[lo], b, nb);
+  s = tree_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+__global__ void sum_squares_final(const SsqList L, const double* partial, double* out) {
   double s = 0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *out = sh[0];
+  for (int32_t i = L.first[blockIdx.x] + threadIdx.x; i < L.first[blockIdx.x + 1]; i += blockDim.x)
+    s += partial[i];
+  s = tree_sum(s);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
-// out(N,C) += bias(C)
-template <class T, class B>
+// out(N,C) += bias(C). Thread t owns columns [t VW, t VW + VW) (and every blockDim.x VW
+// after): it loads their bias once, then walks rows blockIdx.x, + gridDim.x, ... with 16-byte
+// accesses when VW > 1. The element-wise version (one 64-bit modulo per element, 2-byte
+// accesses) ran at 30 % of the copy bandwidth (step profile, H200, 2026-11-26).
+template <class T, class B, int VW>
 __global__ void bias_add_kernel(T* out, const B* bias, int64_t N, int64_t C) {
-  const int64_t total = N * C;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(blockDim.x) * gridDim.x)
-    out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % C]));
-}
-
-// bias_backward, pass 1: block (x, y) sums columns [32x, 32x + 32) over row chunk y
-// (rows y, y + R, y + 2R, ... for R = gridDim.y) into partial(R, C). Threads are 32 columns
-// (coalesced along the row) by 8 row lanes, summed over the lanes in a fixed order.
-constexpr int kBiasRowLanes = 8;
-template <class T>
-__global__ void bias_backward_partial(const T* dout, int64_t N, int64_t C, float* partial) {
-  __shared__ float sh[kBiasRowLanes][33];
-  const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
-  const int64_t R = gridDim.y;
-  float s = 0;
-  if (c < C)
-    for (int64_t r = blockIdx.y + R * threadIdx.y; r < N; r += R * kBiasRowLanes)
-      s += to_f32(dout[r * C + c]);
-  sh[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float t = 0;
+  for (int64_t c = int64_t{threadIdx.x} * VW; c < C; c += int64_t{blockDim.x} * VW) {
+    float bb[VW];
+    load_row<VW>(bias + c, bb);
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+      float v[VW];
+      load_vec<VW>(out + n * C + c, v);
 #pragma unroll
-    for (int j = 0; j < kBiasRowLanes; ++j) t += sh[j][threadIdx.x];
-    partial[blockIdx.y * C + c] = t;
+      for (int i = 0; i < VW; ++i) v[i] += bb[i];
+      store_vec<VW>(out + n * C + c, v);
+    }
   }
 }
-// pass 2: dbias(c) += sum over the R chunks, in chunk order.
-template <class B>
-__global__ void bias_backward_final(B* dbias, const float* partial, int64_t R, int64_t C) {
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C;
-       c += int64_t(blockDim.x) * gridDim.x) {
-    float s = 0;
-    for (int64_t r = 0; r < R; ++r) s += partial[r * C + c];
-    dbias[c] = from_f32<B>(to_f32(dbias[c]) + s);
+
+// bias_backward, pass 1: block (x, y) sums the 32 VW columns from 32 VW blockIdx.x over row
+// chunk y (rows y, y + R, y + 2R, ... for R = gridDim.y) into partial(R, C). Threads are 32
+// column groups of VW (16-byte loads along the row when VW > 1) by 8 row lanes, summed over
+// the lanes in a fixed order. The shared rows are laid out [i][x] so that both the stores and
+// the lane sums hit 32 distinct banks.
+constexpr int kBiasRowLanes = 8;
+template <class T, int VW>
+__global__ void bias_backward_partial(const T* dout, int64_t N, int64_t C, float* partial) {
+  __shared__ float sh[kBiasRowLanes][VW * 32];
+  const int64_t c0 = (blockIdx.x * int64_t{32} + threadIdx.x) * VW;
+  const int64_t R = gridDim.y;
+  float s[VW];
+#pragma unroll
+  for (int i = 0; i < VW; ++i) s[i] = 0.0f;
+  if (c0 < C)
+    for (int64_t r = blockIdx.y + R * threadIdx.y; r < N; r += R * kBiasRowLanes) {
+      float v[VW];
+      load_vec<VW>(dout + r * C + c0, v);
+#pragma unroll
+      for (int i = 0; i < VW; ++i) s[i] += v[i];
+    }
+#pragma unroll
+  for (int i = 0; i < VW; ++i) sh[threadIdx.y][i * 32 + threadIdx.x] = s[i];
+  __syncthreads();
+  if (threadIdx.y == 0 && c0 < C) {
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      float t = 0;
+#pragma unroll
+      for (int j = 0; j < kBiasRowLanes; ++j) t += sh[j][i * 32 + threadIdx.x];
+      partial[blockIdx.y * C + c0 + i] = t;
+    }
   }
 }
 
@@ -164,28 +226,43 @@ void dispatch_storage(const char* op, const char* name, DLDataType d, Fn&& fn) {
 // trips nvcc's stub generation).
 template <class O, class A, class B>
 void launch_add(cudaStream_t st, void* o, const void* a, const void* b, int64_t n) {
-  add_kernel<<<grid_for(n), kThreads, 0, st>>>(static_cast<O*>(o), static_cast<const A*>(a),
-                                               static_cast<const B*>(b), n);
+  with_vec<O>(n % kVec<O> == 0, {o, a, b}, [&](auto vw) {
+    constexpr int VW = decltype(vw)::value;
+    add_kernel<O, A, B, VW><<<grid_for(n / VW), kThreads, 0, st>>>(
+        static_cast<O*>(o), static_cast<const A*>(a), static_cast<const B*>(b), n);
+  });
 }
 template <class T, class X>
 void launch_axpby(cudaStream_t st, void* y, double alpha, const void* x, double beta, int64_t n) {
-  axpby_kernel<<<grid_for(n), kThreads, 0, st>>>(static_cast<T*>(y), static_cast<float>(alpha),
-                                                 static_cast<const X*>(x), static_cast<float>(beta),
-                                                 n);
+  with_vec<T>(n % kVec<T> == 0, {y, x}, [&](auto vw) {
+    constexpr int VW = decltype(vw)::value;
+    axpby_kernel<T, X, VW><<<grid_for(n / VW), kThreads, 0, st>>>(
+        static_cast<T*>(y), static_cast<float>(alpha), static_cast<const X*>(x),
+        static_cast<float>(beta), n);
+  });
 }
 template <class T, class B>
 void launch_bias_add(cudaStream_t st, void* out, const void* bias, int64_t N, int64_t C) {
-  bias_add_kernel<<<grid_for(N * C), kThreads, 0, st>>>(static_cast<T*>(out),
-                                                        static_cast<const B*>(bias), N, C);
+  with_vec<T>(C % kVec<T> == 0, {out, bias}, [&](auto vw) {
+    constexpr int VW = decltype(vw)::value;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(N, 8192));
+    bias_add_kernel<T, B, VW><<<blocks, row_threads(C / VW), 0, st>>>(
+        static_cast<T*>(out), static_cast<const B*>(bias), N, C);
+  });
 }
 template <class T, class B>
 void launch_bias_backward(cudaStream_t st, void* dbias, const void* dout, int64_t N, int64_t C,
                           int64_t R, float* partial) {
-  const unsigned col_blocks = static_cast<unsigned>((C + 31) / 32);
-  bias_backward_partial<<<dim3(col_blocks, static_cast<unsigned>(R)), dim3(32, kBiasRowLanes), 0,
-                          st>>>(static_cast<const T*>(dout), N, C, partial);
+  with_vec<T>(C % kVec<T> == 0, {dout}, [&](auto vw) {
+    constexpr int VW = decltype(vw)::value;
+    const unsigned col_blocks = static_cast<unsigned>((C + 32 * VW - 1) / (32 * VW));
+    bias_backward_partial<T, VW>
+        <<<dim3(col_blocks, static_cast<unsigned>(R)), dim3(32, kBiasRowLanes), 0, st>>>(
+            static_cast<const T*>(dout), N, C, partial);
+  });
   LOOM_CUDA_LAUNCHED("bias_backward");
-  bias_backward_final<<<grid_for(C), kThreads, 0, st>>>(static_cast<B*>(dbias), partial, R, C);
+  column_sum_finish<B><<<column_sum_grid(C, 1), dim3(32, kColLanes), 0, st>>>(
+      static_cast<B*>(dbias), partial, nullptr, nullptr, R, C);
 }
 
 // Mixed precision (backend.h): the tensors of one call are each f32 or the one 16-bit
@@ -320,35 +397,45 @@ loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexce
     const char* op = "sum_squares";
     if (a->n == 0) return;
     if (a->x == nullptr || a->out == nullptr) fail(op, "x or out is NULL");
-    // Scratch: the partials of the tensor in flight (reused: the stream orders each
-    // tensor's two passes before the next one's), then one result per tensor, copied back
-    // together: one synchronisation for the whole list.
-    const size_t max_n = b.scratch_bytes / sizeof(double) - kSsqBlocks;
-    double* partial = static_cast<double*>(b.scratch);
-    double* results = partial + kSsqBlocks;
-    for (size_t first = 0; first < a->n; first += max_n) {
-      const size_t count = std::min(max_n, a->n - first);
-      for (size_t i = 0; i < count; ++i) {
-        const DLTensor* x = a->x[first + i];
-        const void* px = device_ptr(b, x, op, "x");
-        const int64_t n = numel(x);
-        dispatch_float(op, "x", x, [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          if (n == 0) {
-            LOOM_CUDA_CHECK(op, cudaMemsetAsync(results + i, 0, sizeof(double), b.stream));
-            return;
-          }
-          sum_squares_partial<<<kSsqBlocks, kThreads, 0, b.stream>>>(static_cast<const T*>(px), n,
-                                                                     partial);
-          LOOM_CUDA_LAUNCHED(op);
-          sum_squares_final<<<1, kThreads, 0, b.stream>>>(partial, kSsqBlocks, results + i);
-          LOOM_CUDA_LAUNCHED(op);
-        });
-      }
-      LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, count * sizeof(double),
+    // Scratch: the results of one list, then its partials. Lists follow each other on the
+    // stream, so each reuses the scratch after the last one's results were copied back; one
+    // synchronisation for the whole call.
+    const int64_t cap = static_cast<int64_t>(b.scratch_bytes / sizeof(double)) - kSsqList;
+    double* results = static_cast<double*>(b.scratch);
+    double* partial = results + kSsqList;
+    SsqList L{};
+    size_t first = 0;
+    const auto flush = [&] {
+      if (L.count == 0) return;
+      sum_squares_partial<<<static_cast<unsigned>(L.first[L.count]), kThreads, 0, b.stream>>>(
+          L, partial);
+      LOOM_CUDA_LAUNCHED(op);
+      sum_squares_final<<<static_cast<unsigned>(L.count), kThreads, 0, b.stream>>>(L, partial,
+                                                                                   results);
+      LOOM_CUDA_LAUNCHED(op);
+      LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, L.count * sizeof(double),
                                           cudaMemcpyDeviceToHost, b.stream));
-      LOOM_CUDA_CHECK(op, stream_sync(b.stream));
+      first += static_cast<size_t>(L.count);
+      L = SsqList{};
+    };
+    for (size_t i = 0; i < a->n; ++i) {
+      const DLTensor* x = a->x[i];
+      const void* px = device_ptr(b, x, op, "x");
+      const int64_t n = numel(x);
+      int8_t code = 0;
+      dispatch_float(op, "x", x, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        code = std::is_same_v<T, float> ? 0 : std::is_same_v<T, __nv_bfloat16> ? 1 : 2;
+      });
+      if (L.count == kSsqList || L.first[L.count] + ssq_blocks(n) > cap) flush();
+      L.x[L.count] = px;
+      L.n[L.count] = n;
+      L.dtype[L.count] = code;
+      L.first[L.count + 1] = L.first[L.count] + ssq_blocks(n);
+      ++L.count;
     }
+    flush();
+    LOOM_CUDA_CHECK(op, stream_sync(b.stream));
   });
 }
 
@@ -381,16 +468,17 @@ loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dou
       dispatch_compute("bias_backward", {{"dbias", dbias}, {"dout", dout}}, [](auto) {});
       return;
     }
-    // Row chunks: enough blocks to fill the GPU for a thin C, as many as the scratch holds,
-    // none empty. R depends on (N, C) only, so the sum order is reproducible.
-    const int64_t col_blocks = (C + 31) / 32;
+    // Row chunks: enough blocks of 256-column slices to fill the GPU, as many as the scratch
+    // holds, none empty. R depends on (N, C) only, so the sum order is reproducible (and the
+    // same with 16-byte loads or without).
+    const int64_t slices = (C + 255) / 256;
     const int64_t cap = static_cast<int64_t>(b.scratch_bytes / sizeof(float)) / C;
     if (cap < 1)
       fail("bias_backward", "C = " + std::to_string(C) + " exceeds the scratch buffer",
            LOOM_ERR_UNIMPLEMENTED);
-    if (col_blocks > 0x7fffffff) fail("bias_backward", "C too large");
+    if ((C + 31) / 32 > 0x7fffffff) fail("bias_backward", "C too large");
     const int64_t R = std::max<int64_t>(
-        1, std::min<int64_t>({(N + 63) / 64, std::max<int64_t>(1, 1024 / col_blocks), cap, 65535}));
+        1, std::min<int64_t>({(N + 63) / 64, std::max<int64_t>(1, 2048 / slices), cap, 65535}));
     float* partial = static_cast<float*>(b.scratch);
     dispatch_compute("bias_backward", {{"dbias", dbias}, {"dout", dout}}, [&](auto tag) {
       dispatch_param("bias_backward", "dout", dout, tag, [&](auto dtag) {

@@ -74,53 +74,51 @@ __global__ void norm_forward_kernel(T* out, float* mean, float* rstd, const T* i
   }
 }
 
-// Partial weight/bias gradients. Block (32, 8): x = channel within a 32-channel slice
-// (blockIdx.x), y = a row stripe of chunk blockIdx.y (rows [chunk*R, chunk*R + R)).
-// part_w/part_b(chunks, C) f32; part_b NULL when no bias gradient is wanted.
-template <class T, bool kRms>
+// Partial weight/bias gradients. Block (32, 8): x = a group of VW channels of a 32 VW-channel
+// slice (blockIdx.x; 16-byte loads when VW > 1), y = a row stripe of chunk blockIdx.y (rows
+// [chunk*R, chunk*R + R)). part_w/part_b(chunks, C) f32; part_b NULL when no bias gradient
+// is wanted. Shared rows are laid out [i][x]: 32 distinct banks for the stores and the sums.
+template <class T, bool kRms, int VW>
 __global__ void norm_dparams_partial_kernel(float* part_w, float* part_b, const T* dout,
                                             const T* inp, const float* mean, const float* rstd,
                                             int64_t N, int64_t C, int64_t rows_per_chunk) {
-  __shared__ float sw[8][33], sb[8][33];  // +1: no bank conflicts on the column reads
-  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  __shared__ float sw[8][VW * 32], sb[8][VW * 32];
+  const int64_t c0 = (int64_t{blockIdx.x} * 32 + threadIdx.x) * VW;
   const int64_t r0 = int64_t{blockIdx.y} * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float aw = 0.0f, ab = 0.0f;
-  if (c < C) {
+  float aw[VW], ab[VW];
+#pragma unroll
+  for (int i = 0; i < VW; ++i) aw[i] = ab[i] = 0.0f;
+  if (c0 < C) {
     for (int64_t n = r0 + threadIdx.y; n < r1; n += blockDim.y) {
-      const float g = to_f32(dout[n * C + c]);
-      const float m = kRms ? 0.0f : mean[n];
-      aw += g * ((to_f32(inp[n * C + c]) - m) * rstd[n]);
-      ab += g;
+      float g[VW], x[VW];
+      load_vec<VW>(dout + n * C + c0, g);
+      load_vec<VW>(inp + n * C + c0, x);
+      const float m = kRms ? 0.0f : mean[n], rs = rstd[n];
+#pragma unroll
+      for (int i = 0; i < VW; ++i) {
+        aw[i] += g[i] * ((x[i] - m) * rs);
+        ab[i] += g[i];
+      }
     }
   }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  sb[threadIdx.y][threadIdx.x] = ab;
+#pragma unroll
+  for (int i = 0; i < VW; ++i) {
+    sw[threadIdx.y][i * 32 + threadIdx.x] = aw[i];
+    sb[threadIdx.y][i * 32 + threadIdx.x] = ab[i];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float w = 0.0f, bsum = 0.0f;
-    for (unsigned k = 0; k < blockDim.y; ++k) {
-      w += sw[k][threadIdx.x];
-      bsum += sb[k][threadIdx.x];
+  if (threadIdx.y == 0 && c0 < C) {
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      float w = 0.0f, bsum = 0.0f;
+      for (unsigned k = 0; k < blockDim.y; ++k) {
+        w += sw[k][i * 32 + threadIdx.x];
+        bsum += sb[k][i * 32 + threadIdx.x];
+      }
+      part_w[int64_t{blockIdx.y} * C + c0 + i] = w;
+      if (part_b != nullptr) part_b[int64_t{blockIdx.y} * C + c0 + i] = bsum;
     }
-    part_w[int64_t{blockIdx.y} * C + c] = w;
-    if (part_b != nullptr) part_b[int64_t{blockIdx.y} * C + c] = bsum;
-  }
-}
-
-// dweight(C) += sum over chunks of part_w(chunks, C), in chunk order; the same for dbias.
-template <class G>
-__global__ void norm_dparams_finish_kernel(G* dweight, G* dbias, const float* part_w,
-                                           const float* part_b, int64_t chunks, int64_t C) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C;
-       c += int64_t{gridDim.x} * blockDim.x) {
-    float w = 0.0f, bsum = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
-      w += part_w[k * C + c];
-      if (dbias != nullptr) bsum += part_b[k * C + c];
-    }
-    dweight[c] = from_f32<G>(to_f32(dweight[c]) + w);
-    if (dbias != nullptr) dbias[c] = from_f32<G>(to_f32(dbias[c]) + bsum);
   }
 }
 
@@ -259,13 +257,19 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
         StreamScratch scratch(pdb ? 2 * part_bytes : part_bytes, b);
         float* part_w = scratch.at<float>(0);
         float* part_b = pdb ? scratch.at<float>(part_bytes) : nullptr;
-        dim3 grid(static_cast<unsigned>((r.C + 31) / 32), static_cast<unsigned>(chunks));
-        norm_dparams_partial_kernel<T, kRms><<<grid, dim3(32, 8), 0, b.stream>>>(
-            part_w, part_b, static_cast<const T*>(pg), static_cast<const T*>(px), pm, prs, r.N, r.C,
-            rows_per_chunk);
-        LOOM_CUDA_LAUNCHED(op);
-        norm_dparams_finish_kernel<G><<<grid_for(r.C), kThreads, 0, b.stream>>>(
-            static_cast<G*>(pdw), static_cast<G*>(pdb), part_w, part_b, chunks, r.C);
+        with_vec<T>(r.C % kVec<T> == 0, {px, pg}, [&](auto vw) {
+          constexpr int VW = decltype(vw)::value;
+          dim3 grid(static_cast<unsigned>((r.C + 32 * VW - 1) / (32 * VW)),
+                    static_cast<unsigned>(chunks));
+          norm_dparams_partial_kernel<T, kRms, VW><<<grid, dim3(32, 8), 0, b.stream>>>(
+              part_w, part_b, static_cast<const T*>(pg), static_cast<const T*>(px), pm, prs, r.N,
+              r.C, rows_per_chunk);
+          LOOM_CUDA_LAUNCHED(op);
+        });
+        // dweight (and dbias) += the chunks' sums, both in one launch
+        column_sum_finish<G><<<column_sum_grid(r.C, pdb ? 2 : 1), dim3(32, kColLanes), 0,
+                               b.stream>>>(static_cast<G*>(pdw), part_w, static_cast<G*>(pdb),
+                                           part_b, chunks, r.C);
         LOOM_CUDA_LAUNCHED(op);
         with_vec<T>(r.C % kVec<T> == 0, {px, pg, pdx, pw}, [&](auto vw) {
           constexpr int VW = decltype(vw)::value;
