@@ -24,6 +24,7 @@
 #include "package.hpp"
 #include "parallel_layout.hpp"
 #include "preprocess.hpp"
+#include "probe_room.hpp"
 #include "recipe.hpp"
 #include "recipe_docs.hpp"
 #include "registry.hpp"
@@ -288,6 +289,10 @@ int cmd_install(const std::vector<std::string>& args) {
   if (!c.parse(args)) return 0;
   fs::path pkg = c.required<std::string>("package", "PKG.tar.gz");
   fs::path dir = c.vm.count("dir") ? fs::path(c.vm["dir"].as<std::string>()) : fs::path();
+  if (ProbeRoom::landlock_abi() < 1)
+    std::cerr << "loom install: warning: this kernel has no Landlock, so the package's code, "
+                 "which installing runs, is not kept from writing outside its scratch folder "
+                 "(docs/writing-a-plugin.md)\n";
   InstallResult r = install_package(pkg, dir);
   for (const std::string& old : r.replaced) std::cout << "replaced " << old << "\n";
   std::cout << "installed " << r.kind << "/" << r.name << " " << r.version << " into "

@@ -1,7 +1,10 @@
 // Plugin packages: pack -> install -> discovery, and every refusal on the way.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -9,6 +12,7 @@
 
 #include "engine_test_util.hpp"
 #include "package.hpp"
+#include "probe_room.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;
@@ -225,17 +229,54 @@ TEST_CASE("install probes a package's code in an empty scratch folder, not the u
   const char* old_home = std::getenv("HOME");
   const std::string saved = old_home ? old_home : "";
   ::setenv("HOME", home.c_str(), 1);
+  // The constructor also writes into `user` by its absolute path, which only Landlock stops.
+  ::setenv("TINY_TOUCH_ABSOLUTE", user.c_str(), 1);
   const Result r =
       run_loom("install " + q(pkg.string()) + " --dir " + q(inst.string()), kStubs, user.string());
+  ::unsetenv("TINY_TOUCH_ABSOLUTE");
   if (old_home)
     ::setenv("HOME", saved.c_str(), 1);
   else
     ::unsetenv("HOME");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   // The constructor ran (installing a package is running its code), but elsewhere.
-  CHECK(visible(user).empty());
   CHECK(visible(home).empty());
   CHECK(visible(inst) == std::vector<std::string>{"optimizer-touch-0.1.0"});
+  if (loom::engine::ProbeRoom::landlock_abi() >= 1) {
+    CHECK_MESSAGE(visible(user).empty(), "Landlock let the probe write by an absolute path");
+    CHECK_FALSE(contains(r.err, "no Landlock"));
+  } else {
+    // Without Landlock the absolute write lands, and install says it could not stop it.
+    MESSAGE("this kernel has no Landlock: the absolute-path write is not stopped");
+    CHECK(visible(user) == std::vector<std::string>{"touched-by-plugin"});
+    CHECK(contains(r.err, "no Landlock"));
+  }
+}
+
+TEST_CASE("a confined process writes only beneath its probe folder") {
+  if (loom::engine::ProbeRoom::landlock_abi() < 1) {
+    MESSAGE("skipped: this kernel has no Landlock");
+    return;
+  }
+  TempDir dir;
+  const fs::path outside = dir / "outside";
+  fs::create_directories(outside);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child: enter a probe room, then try to write in and out of it
+    loom::engine::ProbeRoom room;
+    room.enter();
+    std::FILE* in = std::fopen("inside", "w");
+    std::FILE* out = std::fopen((outside / "escaped").c_str(), "w");
+    const bool removed = ::rmdir(outside.c_str()) == 0 || ::unlink(outside.c_str()) == 0;
+    ::_exit(in != nullptr && out == nullptr && !removed ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(visible(outside).empty());
+  CHECK(fs::is_directory(outside));
 }
 
 TEST_CASE("install refuses a tampered package and leaves the folder untouched") {

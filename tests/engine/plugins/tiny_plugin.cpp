@@ -42,10 +42,11 @@ TinyApi make_api() {
 const TinyApi kApi = make_api();
 
 #ifdef TINY_TOUCH_CWD
-// A library whose constructor writes into the working folder and HOME: what `loom install`
-// runs when it probes a package, which must land in a scratch folder, not the user's.
+// A library whose constructor writes into the working folder, HOME and the absolute folder
+// TINY_TOUCH_ABSOLUTE names: what `loom install` runs when it probes a package, which must
+// land in a scratch folder (the first two) or be refused by Landlock (the third).
 __attribute__((constructor)) void touch_cwd() {
-  const char* const dirs[] = {".", std::getenv("HOME")};
+  const char* const dirs[] = {".", std::getenv("HOME"), std::getenv("TINY_TOUCH_ABSOLUTE")};
   for (const char* dir : dirs)
     if (dir)
       if (FILE* f = std::fopen((std::string(dir) + "/touched-by-plugin").c_str(), "w")) {
