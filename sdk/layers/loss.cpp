@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/layers/head.hpp"
 
 namespace loom::layers {
@@ -45,11 +46,14 @@ void LmHead::pad_logits(const Ctx& c) {
 void LmHead::forward(const Ctx& c, DLTensor* logits, int64_t ld, const DLTensor* x, int64_t n,
                      int64_t row_pitch, int64_t x_off) const {
   const bool padded = ld == cols && cols > vocab;
+  // logits(n,cols) += mask: the padding columns -inf, the others unchanged (x + 0 = x); in
+  // the GEMM's epilogue where the backend lends one, else a bias_add pass over the logits
+  const bool fused = padded && (gemm_epilogue_kinds(c.be) & LOOM_EPILOGUE_BIAS);
+  const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BIAS, mask.get(), nullptr);
   // logits(n, V or cols) = x(n,C) @ W[:V or :cols](.,C)^T, rows ld apart
   c.gemm(false, true, n, padded ? cols : vocab, C, {x, row_pitch, x_off}, {w, C}, logits, ld, 0,
-         0.0);
-  // logits(n,cols) += mask: the padding columns -inf, the others unchanged (x + 0 = x)
-  if (padded) loom::bias_add(c.be, logits, mask.get());
+         0.0, fused ? &e.base : nullptr);
+  if (padded && !fused) loom::bias_add(c.be, logits, mask.get());
 }
 
 void LmHead::backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64_t ld,

@@ -11,6 +11,8 @@
   X(loom_tokenizer_ref) \
   X(loom_comm_ref) \
   X(loom_gemm_args) \
+  X(loom_gemm_epilogue) \
+  X(loom_gemm_epilogues) \
   X(loom_bias_add_args) \
   X(loom_bias_bwd_args) \
   X(loom_embedding_fwd_args) \

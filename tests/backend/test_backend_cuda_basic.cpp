@@ -257,8 +257,10 @@ TEST_SUITE("no-device") {
     std::map<std::string, std::string> defaults;
     for (size_t i = 0; i < d->num_params; ++i)
       defaults[d->params[i].name] = d->params[i].default_value;
-    CHECK(defaults == std::map<std::string, std::string>{
-                          {"device", "-1"}, {"tf32", "false"}, {"workspace_mb", "32"}});
+    CHECK(defaults == std::map<std::string, std::string>{{"device", "-1"},
+                                                         {"tf32", "false"},
+                                                         {"gemm_epilogues", "false"},
+                                                         {"workspace_mb", "32"}});
     CHECK(api().struct_size >= LOOM_BACKEND_API_SIZE_V2);
     CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_5);
     // Every slot is filled: the table is complete even where it cannot run.

@@ -1,5 +1,7 @@
 // gemm (every transpose combination, batches, offsets, padded leading dimensions, f32 vs f64),
-// bias_add and bias_backward (finite differences), and gemm's argument errors.
+// bias_add and bias_backward (finite differences), gemm's argument errors, and gemm with
+// loom.gemm-epilogue/1 (against the separate ops to the bit, and a double reference).
+#include "loom/cpp/gemm_epilogue.hpp"
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -230,4 +232,126 @@ TEST_CASE("bias_backward: f32 matches f64 over many rows") {
   loom::bias_backward(B(), b64.get(), d64.get());
   loom::bias_backward(B(), b32.get(), d32.get());
   check_close(get(b32), get(b64), 1e-5, 1e-5, "bias_backward f32 vs f64");
+}
+
+namespace {
+
+// A linear layer's GEMMs in row-major, as the layer library calls them: y(N,O) = x(N,I) W^T
+// with W rows [row0, row0 + O) of a (2O, I) table, and dW(O,I) += dy(N,O)^T x(N,I).
+struct LinearShapes {
+  int64_t N = 13, I = 7, O = 11, row0 = 11;
+};
+// C(m,n) = op(A) op(B) + beta C with compact rows, B's rows from offset_b.
+loom_gemm_args args_of(int ta, int tb, int64_t m, int64_t n, int64_t k, const DLTensor* a,
+                       const DLTensor* b, int64_t offb, DLTensor* c, double beta) {
+  loom_gemm_args g{};
+  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
+  g.trans_a = ta, g.trans_b = tb;
+  g.m = m, g.n = n, g.k = k;
+  g.alpha = 1, g.beta = beta;
+  g.a = a, g.lda = ta ? m : k;
+  g.b = b, g.ldb = tb ? k : n, g.offset_b = offb;
+  g.c = c, g.ldc = n;
+  g.batch = 1;
+  return g;
+}
+loom_gemm_args forward_args(const LinearShapes& s, const DLTensor* x, const DLTensor* w,
+                            DLTensor* y) {
+  return args_of(0, 1, s.N, s.O, s.I, x, w, s.row0 * s.I, y, 0.0);
+}
+loom_gemm_args wgrad_args(const LinearShapes& s, const DLTensor* dy, const DLTensor* x,
+                          DLTensor* dw) {
+  return args_of(1, 0, s.O, s.I, s.N, dy, x, 0, dw, 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("gemm epilogues: bias and bias gradient equal the separate ops to the bit") {
+  REQUIRE(loom::gemm_epilogue_kinds(B()) == (LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD));
+  const LinearShapes s;
+  const Vec x = random_vec(s.N * s.I, 31), w = random_vec(2 * s.O * s.I, 32);
+  const Vec bias = random_vec(s.O, 33), dy = random_vec(s.N * s.O, 34);
+  const Vec dw0 = random_vec(s.O * s.I, 35), db0 = random_vec(s.O, 36);
+  for (DLDataType dt : {loom_f64(), loom_f32()}) {
+    CAPTURE(dt.bits);
+    auto X = make(dt, {s.N, s.I}, x), W = make(dt, {2 * s.O, s.I}, w), Bs = make(dt, {s.O}, bias);
+    // y = x W^T + b: fused, then gemm and bias_add
+    auto Yf = make(dt, {s.N, s.O}, Vec(s.N * s.O, NAN)), Yp = make(dt, {s.N, s.O}, Vec(s.N * s.O));
+    loom_gemm_epilogue e = loom::gemm_epilogue(LOOM_EPILOGUE_BIAS, Bs.get(), nullptr);
+    loom_gemm_args g = forward_args(s, X.get(), W.get(), Yf.get());
+    g.ext = &e.base;
+    B().call(&loom_ops::gemm, &g);
+    g = forward_args(s, X.get(), W.get(), Yp.get());
+    B().call(&loom_ops::gemm, &g);
+    loom::bias_add(B(), Yp.get(), Bs.get());
+    CHECK(get(Yf) == get(Yp));
+    Vec want(s.N * s.O);  // the double reference
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t o = 0; o < s.O; ++o) {
+        double acc = bias[o];
+        for (int64_t i = 0; i < s.I; ++i) acc += x[n * s.I + i] * w[(s.row0 + o) * s.I + i];
+        want[n * s.O + o] = acc;
+      }
+    check_close(get(Yf), want, 1e-6, 1e-6, "gemm + bias epilogue vs double");
+
+    // dW += dy^T x and db += colsum(dy): fused, then gemm and bias_backward
+    auto DY = make(dt, {s.N, s.O}, dy);
+    auto DWf = make(dt, {s.O, s.I}, dw0), DWp = make(dt, {s.O, s.I}, dw0);
+    auto DBf = make(dt, {s.O}, db0), DBp = make(dt, {s.O}, db0);
+    e = loom::gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, DBf.get());
+    g = wgrad_args(s, DY.get(), X.get(), DWf.get());
+    g.ext = &e.base;
+    B().call(&loom_ops::gemm, &g);
+    g = wgrad_args(s, DY.get(), X.get(), DWp.get());
+    B().call(&loom_ops::gemm, &g);
+    loom::bias_backward(B(), DBp.get(), DY.get());
+    CHECK(get(DWf) == get(DWp));
+    CHECK(get(DBf) == get(DBp));
+    Vec dbw = db0;
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t o = 0; o < s.O; ++o) dbw[o] += dy[n * s.O + o];
+    check_close(get(DBf), dbw, 1e-6, 1e-6, "bias-gradient epilogue vs double");
+  }
+}
+
+TEST_CASE("gemm epilogues: what cannot run is refused, naming why") {
+  const LinearShapes s;
+  auto X = make64({s.N, s.I}, random_vec(s.N * s.I, 41));
+  auto W = make64({2 * s.O, s.I}, random_vec(2 * s.O * s.I, 42));
+  auto Bs = make64({s.O}, random_vec(s.O, 43));
+  auto Y = make64({s.N, s.O + 1}, Vec(s.N * (s.O + 1)));
+  auto DB = make64({s.O}, Vec(s.O));
+  const auto refused = [&](loom_gemm_args g, loom_gemm_epilogue e, const char* why) {
+    g.ext = &e.base;
+    expect_error([&] { B().call(&loom_ops::gemm, &g); }, LOOM_ERR_INVALID_ARGUMENT, why);
+  };
+  const loom_gemm_epilogue bias = loom::gemm_epilogue(LOOM_EPILOGUE_BIAS, Bs.get(), nullptr);
+  const loom_gemm_args fwd = forward_args(s, X.get(), W.get(), Y.get());
+  loom_gemm_args g = fwd;
+  g.ldc = s.O + 1;  // rows of C not compact
+  refused(g, bias, "needs C's rows compact (ldc = n = 11, not 12)");
+  loom_gemm_epilogue e = bias;
+  e.kind = 4;
+  refused(fwd, e, "epilogue kind 4 is not one this backend implements");
+  e = bias;
+  e.base.struct_size = sizeof(loom_ext);
+  refused(fwd, e, "smaller than its version 1");
+  e = bias;
+  auto B5 = make64({5}, Vec(5));
+  e.bias = B5.get();
+  refused(fwd, e, "needs bias of n = 11 elements");
+  g = fwd;
+  g.batch = 2;
+  refused(g, bias, "an epilogue takes batch = 1, not 2");
+  // the bias gradient of a forward-shaped product (A not stored (k, m))
+  refused(fwd, loom::gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, DB.get()),
+          "needs dbias of m = 13 elements");
+  auto DB13 = make64({s.N}, Vec(s.N));
+  refused(fwd, loom::gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, DB13.get()),
+          "needs A stored (k, m) compact: trans_a = 1 and lda = m");
+  // another required extension beside it is unknown to the backend
+  const loom_ext other{sizeof(loom_ext), "vendor.unknown/1", LOOM_EXT_REQUIRED, nullptr};
+  e = bias;
+  e.base.next = &other;
+  refused(fwd, e, "unknown required extension vendor.unknown/1");
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "gpu_pair.hpp"
+#include "loom/cpp/gemm_epilogue.hpp"
 
 using namespace gputest;
 
@@ -144,7 +145,84 @@ void run_attention_gemms(DLDataType dt, double tol) {
   expect_close(y, tol, "gemm P v interleaved heads");
 }
 
+// loom.gemm-epilogue/1 on the device against gemm + bias_add / bias_backward on the cpu: a
+// linear layer's forward y(N,O) = x W^T + b (W rows from row0 of a (2O, I) table) and its
+// weight gradient dW(O,I) += dy^T x with db(O) += colsum(dy). `act` is the activations' and
+// weights' dtype; the gradients are `grad` (f32 under mixed precision, as the main grads).
+void run_epilogues(DLDataType act, DLDataType grad, double tol, int64_t N, int64_t I, int64_t O) {
+  const int64_t row0 = O;
+  REQUIRE(loom::gemm_epilogue_kinds(dev()) == (LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD));
+  Pair x(act, {N, I}, random_vec(N * I, 51)), w(act, {2 * O, I}, random_vec(2 * O * I, 52));
+  Pair b(act, {O}, random_vec(O, 53)), y(act, {N, O});
+  run_both([&](const loom::Backend& Bk, int s) {
+    loom_gemm_epilogue e = loom::gemm_epilogue(LOOM_EPILOGUE_BIAS, b[s], nullptr);
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V2,
+                     0,
+                     1,
+                     N,
+                     O,
+                     I,
+                     1.0,
+                     0.0,
+                     x[s],
+                     I,
+                     0,
+                     0,
+                     w[s],
+                     I,
+                     0,
+                     row0 * I,
+                     y[s],
+                     O,
+                     0,
+                     0,
+                     1,
+                     s == 1 ? &e.base : nullptr};
+    Bk.call(&loom_ops::gemm, &a);
+    if (s == 0) loom::bias_add(Bk, y[s], b[s]);
+  });
+  expect_close(y, tol, "gemm with the bias epilogue");
+  Pair dy(act, {N, O}, random_vec(N * O, 54));
+  Pair dw(grad, {O, I}, random_vec(O * I, 55)), db(grad, {O}, random_vec(O, 56));
+  run_both([&](const loom::Backend& Bk, int s) {
+    loom_gemm_epilogue e = loom::gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, db[s]);
+    loom_gemm_args a{LOOM_GEMM_ARGS_SIZE_V2,
+                     1,
+                     0,
+                     O,
+                     I,
+                     N,
+                     1.0,
+                     1.0,
+                     dy[s],
+                     O,
+                     0,
+                     0,
+                     x[s],
+                     I,
+                     0,
+                     0,
+                     dw[s],
+                     I,
+                     0,
+                     0,
+                     1,
+                     s == 1 ? &e.base : nullptr};
+    Bk.call(&loom_ops::gemm, &a);
+    if (s == 0) loom::bias_backward(Bk, db[s], dy[s]);
+  });
+  expect_close(dw, tol, "weight gradient with the bias-gradient epilogue");
+  expect_close(db, tol, "bias gradient from the epilogue");
+}
+
 }  // namespace
+
+TEST_CASE("gemm epilogues (loom.gemm-epilogue/1) f32 and bf16") {
+  run_epilogues(f32(), f32(), kTolF32, 37, 29, 53);
+  run_epilogues(f32(), f32(), kTolF32, 1024, 768, 2304);  // GPT-2's qkv, fused
+  run_epilogues(bf16(), f32(), kTolBf16, 37, 29, 53);
+  run_epilogues(bf16(), f32(), kTolBf16, 1024, 768, 3072);  // GPT-2's c_fc
+}
 
 TEST_CASE("gemm f32") {
   for (const GemmCase& g : kGemmCases) run_gemm(g, f32(), f32(), kTolF32);

@@ -158,4 +158,21 @@ for dt in bf16 fp16; do
       failed=1
   fi
 done
+
+# backend/cuda's GEMM epilogues (loom.gemm-epilogue/1: the layers' bias add and bias gradient
+# inside cuBLASLt), off by default until this check passes: fp32 and bf16 with them on, the
+# same bounds. (backend/cpu always lends them, so its runs above already used them.)
+if [ "$device" = cuda ]; then
+  for dt in fp32 bf16; do
+    if ! run "dev-epi-$dt" "$device" "$dt" --set backend.gemm_epilogues=true; then
+      echo "FAIL: loom run on backend/$device $dt with backend.gemm_epilogues = true:"
+      tail -20 "$work/dev-epi-$dt.log"
+      failed=1
+    elif [ "$dt" = fp32 ]; then
+      compare dev-epi-fp32 1e-5 1e-4 1e-4 || failed=1
+    else
+      compare dev-epi-bf16 1e-2 1e-2 3e-3 || failed=1
+    fi
+  done
+fi
 exit $failed

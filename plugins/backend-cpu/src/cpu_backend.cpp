@@ -273,24 +273,26 @@ constexpr loom::OpsCalls kCalls = {
     op_tanh_forward,
     op_tanh_backward,
     nullptr,  // grouped_gemm: each group through op_gemm (OpenBLAS threads every one)
+    op_gemm_epilogue,
+    LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
+// loom.gemm-epilogue/1, lent by every instance; loom.device-stream/1 as every host backend.
+constexpr loom_gemm_epilogues kEpilogues = {
+    {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr}, kCalls.epilogue_kinds};
+const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
+  if (id != nullptr && std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0) return &kEpilogues.base;
+  return loom::host_stream::get_ext(be, id);
+}
+
 // loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE, nullptr};
 
 constexpr loom_backend_api kApi = {
-    LOOM_BACKEND_API_SIZE_V2,
-    cpu_create,
-    cpu_destroy,
-    cpu_get_info,
-    cpu_alloc_tensor,
-    cpu_free_tensor,
-    cpu_to_host,
-    cpu_from_host,
-    cpu_synchronize,
-    &kOps,
-    loom::host_stream::get_ext,
+    LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,
+    cpu_alloc_tensor,         cpu_free_tensor, cpu_to_host, cpu_from_host,
+    cpu_synchronize,          &kOps,           cpu_get_ext,
 };
 
 constexpr loom_param_spec kParams[] = {

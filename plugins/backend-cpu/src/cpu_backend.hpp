@@ -140,6 +140,8 @@ void dispatch_float_stat(const Check& ck, const char* name, const DLTensor* t, c
 loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
 loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
 loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
+loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
+                             const loom_gemm_epilogue* e) noexcept;
 // kernels_elementwise.cpp
 loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;

@@ -208,13 +208,19 @@ loom_device_stream make_device_stream(const loom_backend& b) {
                             cuda_event_free};
 }
 
+constexpr uint32_t kEpilogueKinds = LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD;
+
+// loom.gemm-epilogue/1 only where the recipe turned it on (backend.gemm_epilogues): its fused
+// cuBLASLt path has not run on a GPU yet (docs/kernels.md), so it stays off by default.
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
-  if (be == nullptr || id == nullptr || std::strcmp(id, LOOM_EXT_DEVICE_STREAM) != 0)
-    return nullptr;
-  return &be->device_stream.base;
+  if (be == nullptr || id == nullptr) return nullptr;
+  if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
+  if (std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0 && be->gemm_epilogues)
+    return &be->epilogues.base;
+  return nullptr;
 }
 
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE, nullptr};
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -285,6 +291,9 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     be->host = host;
     be->device = choose_device(device, count);
     be->allow_tf32 = tf32;
+    be->gemm_epilogues = conf.get_bool("gemm_epilogues");
+    be->epilogues.base = {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr};
+    be->epilogues.kinds = kEpilogueKinds;
     LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
     LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     be->device_stream = make_device_stream(*be);
@@ -387,6 +396,8 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,
     nullptr,
     nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (the SDK's loop)
+    gemm_epilogue,
+    kEpilogueKinds,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -411,6 +422,9 @@ constexpr loom_param_spec kParams[] = {
                 -1, 1024),
     loom::param("tf32", LOOM_PARAM_BOOL, "false",
                 "run f32 GEMMs on tensor cores in TF32 (about 10 mantissa bits; much faster)"),
+    loom::param("gemm_epilogues", LOOM_PARAM_BOOL, "false",
+                "lend loom.gemm-epilogue/1: the layers' bias add and bias gradient fused into "
+                "the cuBLASLt GEMMs (off until a GPU run has checked it)"),
     loom::param("workspace_mb", LOOM_PARAM_INT, "32",
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
 };

@@ -28,6 +28,9 @@ struct loom_backend {
   loom_cuda::CachingAllocator* alloc = nullptr;
   loom_cuda::Blas* blas = nullptr;
   bool allow_tf32 = false;  // fp32 GEMMs on tensor cores (recipe: backend.tf32)
+  // loom.gemm-epilogue/1 lent (recipe: backend.gemm_epilogues), and the table get_ext returns
+  bool gemm_epilogues = false;
+  loom_gemm_epilogues epilogues{};
   std::string device_name;
   double peak_gflops = 0;   // dense bf16 tensor-core peak of the device (MFU denominator)
   void* scratch = nullptr;  // small device scratch for reductions (sum_squares, CE stats)
@@ -122,14 +125,19 @@ using loom::shape_str;
 Blas* blas_create(size_t workspace_bytes);
 void blas_destroy(Blas* blas) noexcept;
 
-// An epilogue fused into one (non-batched) GEMM, for layers that want it later:
-// kBias adds bias(n) to every row of C; kBiasGelu then applies tanh-GELU, saving the
-// pre-activation into `aux` (m, n, leading dimension ldc) for the backward pass.
-enum class Epilogue { kNone, kBias, kBiasGelu };
+// An epilogue fused into one (non-batched) GEMM: kBias adds bias(n) to every row of C;
+// kBiasGelu then applies tanh-GELU, saving the pre-activation into `aux` (m, n, leading
+// dimension ldc) for the backward pass; kBgrad writes the column sums of A as stored (k, m)
+// (the sum over k) into an f32 buffer of m (loom.gemm-epilogue/1's LOOM_EPILOGUE_BGRAD).
+enum class Epilogue { kNone, kBias, kBiasGelu, kBgrad };
 // C(m,n) = alpha op(A) op(B) + beta C then the epilogue; arguments as loom_ops gemm (batch 1),
 // bias of C's dtype (or f32 when C is bf16/f16), aux of C's dtype.
 void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
                 DLTensor* aux);
+
+// kernels_elementwise.cu: dbias(C) += the K rows of part(K, C) f32, summed in a fixed order
+// (dbias f32, bf16 or f16).
+void add_column_sums(loom_backend& be, DLTensor* dbias, const float* part, int64_t K, int64_t C);
 
 // kernels_elementwise.cu: C = beta * C on `batch` strided matrices (rows x cols, row pitch ld,
 // matrix i at c + i * stride elements; dtype f32/bf16/f16); beta == 0 writes zeros without

@@ -1,5 +1,5 @@
-// Linear algebra: loom_ops gemm through cuBLASLt, plus gemm_fused (bias / bias+GELU
-// epilogues) for layers that want them.
+// Linear algebra: loom_ops gemm through cuBLASLt, with its epilogues (bias, bias+GELU, bias
+// gradient): loom.gemm-epilogue/1's, and gemm_fused for the backend's own use.
 //   gemm: C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, `batch` times
 //
 // cuBLASLt is column-major. A row-major matrix with pitch ld read column-major is its
@@ -16,9 +16,13 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
+#include "allocator.hpp"
 #include "cuda_backend.hpp"
+#include "loom/cpp/gemm_epilogue.hpp"
+#include "ops.hpp"
 
 namespace loom_cuda {
 
@@ -29,7 +33,9 @@ void check_lt(cublasStatus_t s, const char* op, const char* call) {
     fail(op,
          std::string(call) + " failed: " + cublasLtGetStatusName(s) + " (" +
              cublasLtGetStatusString(s) + ")",
-         s == CUBLAS_STATUS_ALLOC_FAILED ? LOOM_ERR_OUT_OF_MEMORY : LOOM_ERR_INTERNAL);
+         s == CUBLAS_STATUS_ALLOC_FAILED    ? LOOM_ERR_OUT_OF_MEMORY
+         : s == CUBLAS_STATUS_NOT_SUPPORTED ? LOOM_ERR_UNIMPLEMENTED
+                                            : LOOM_ERR_INTERNAL);
 }
 #define LT_CHECK(op, call) check_lt((call), (op), #call)
 
@@ -102,6 +108,7 @@ struct Blas {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;
+  std::set<Key> no_plan;  // epilogue problems cuBLASLt has no algorithm for: run unfused
 };
 
 Blas* blas_create(size_t workspace_bytes) {
@@ -150,6 +157,8 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
       return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::kBiasGelu:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kBgrad:  // cuBLAS's B is our A (see the top): its sum over k
+      return CUBLASLT_EPILOGUE_BGRADB;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -159,6 +168,8 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
   Blas& blas = *be.blas;
   auto it = blas.plans.find(key);
   if (it != blas.plans.end()) return it->second;
+  if (blas.no_plan.count(key))
+    fail(op, "cuBLASLt has no algorithm for this epilogue", LOOM_ERR_UNIMPLEMENTED);
 
   Plan p;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -227,6 +238,14 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
            LOOM_ERR_UNIMPLEMENTED);
     p.algo = result.algo;
     cublasLtMatmulPreferenceDestroy(pref);
+  } catch (const loom::Error& e) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    p.destroy();
+    if (key.epilogue == static_cast<int>(Epilogue::kNone)) throw;
+    // Whatever cuBLASLt refused about an epilogue (no algorithm, an attribute it does not
+    // take) means: not fused here. The caller runs the plain GEMM and the bias op instead.
+    blas.no_plan.insert(key);
+    throw loom::Error(LOOM_ERR_UNIMPLEMENTED, e.what());
   } catch (...) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     p.destroy();
@@ -236,8 +255,9 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
 }
 
 // Checks the arguments and runs the product (all `batch` matrices in one cuBLASLt call).
+// kBgrad writes its sums into `bgrad` (f32, m).
 void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epilogue epi,
-              const DLTensor* bias, DLTensor* aux) {
+              const DLTensor* bias, DLTensor* aux, float* bgrad = nullptr) {
   const loom_gemm_args& g = *args;
   char* a = static_cast<char*>(device_ptr(be, g.a, op, "a"));
   char* b = static_cast<char*>(device_ptr(be, g.b, op, "b"));
@@ -301,7 +321,11 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
 
   void* bias_ptr = nullptr;
   void* aux_ptr = nullptr;
-  if (epi != Epilogue::kNone) {
+  if (epi == Epilogue::kBgrad) {
+    if (g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
+    bias_ptr = bgrad;
+    key.bias_type = CUDA_R_32F;
+  } else if (epi != Epilogue::kNone) {
     if (g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
     bias_ptr = device_ptr(be, bias, op, "bias", g.n);
     if (!(loom_dtype_eq(bias->dtype, ct) || (is_f32(bias->dtype) && !is_f32(ct))))
@@ -314,6 +338,10 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
     }
   }
 
+  // cuBLASLt reads the bias vector in 16-byte pieces; a slice that does not start on one
+  // (a row offset of an odd width) runs unfused (gemm_epilogue falls back on UNIMPLEMENTED).
+  if (bias_ptr && (reinterpret_cast<uintptr_t>(bias_ptr) & 15u) != 0)
+    fail(op, "the epilogue's bias vector is not 16-byte aligned", LOOM_ERR_UNIMPLEMENTED);
   const Plan& p = get_plan(be, key, op);
   if (bias_ptr)
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -339,6 +367,43 @@ loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
 void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
                 DLTensor* aux) {
   run_gemm(be, "gemm_fused", &g, epi, bias, aux);
+}
+
+// loom.gemm-epilogue/1. Fused when cuBLASLt has an algorithm for the problem with that
+// epilogue (a problem it has none for is remembered, so the heuristic is asked once), else
+// the plain GEMM and bias_add / bias_backward after it: the same result, one more pass. The
+// bias gradient comes out of cuBLASLt written, not added, so it goes through an f32 scratch
+// that is then added to dbias.
+loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
+                          const loom_gemm_epilogue* e) noexcept {
+  const bool bias = e->kind == LOOM_EPILOGUE_BIAS;
+  loom_gemm_args plain = *args;
+  plain.ext = nullptr;
+  bool fused = false;
+  loom_error* err = run_op(be, "gemm", [&](loom_backend& b) {
+    if (plain.k <= 0 || plain.m <= 0 || plain.n <= 0) return;  // nothing for an epilogue
+    try {
+      if (bias) {
+        run_gemm(b, "gemm", &plain, Epilogue::kBias, e->bias, nullptr);
+      } else {
+        device_ptr(b, e->dbias, "gemm", "dbias", plain.m);
+        StreamScratch sums(sizeof(float) * static_cast<size_t>(plain.m), *b.alloc);
+        run_gemm(b, "gemm", &plain, Epilogue::kBgrad, nullptr, nullptr, sums.at<float>(0));
+        add_column_sums(b, e->dbias, sums.at<float>(0), 1, plain.m);
+      }
+      fused = true;
+    } catch (const loom::Error& x) {
+      if (x.code() != LOOM_ERR_UNIMPLEMENTED) throw;  // a bad argument stays an error
+    }
+  });
+  if (err != nullptr || fused) return err;
+  if ((err = gemm(be, &plain)) != nullptr) return err;
+  if (bias) {
+    loom::View c = loom::epilogue_c(*args);
+    return bias_add(be, c.get(), e->bias);
+  }
+  loom::View a = loom::epilogue_a(*args);
+  return bias_backward(be, e->dbias, a.get());
 }
 
 }  // namespace loom_cuda

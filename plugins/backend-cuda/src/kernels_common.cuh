@@ -191,30 +191,7 @@ inline int row_threads(int64_t per_row, int cap = 512) {
   return static_cast<int>(t);
 }
 
-// ---- scratch -------------------------------------------------------------------------------
-// Device memory for one op's intermediates, from the instance's caching allocator and back to
-// it when the object dies (so an exception between launches cannot leak it). Handing it back
-// before the kernels queued on it have run is safe for the reason the allocator's reuse is:
-// every op of the instance runs on its one stream (allocator.hpp). It was cudaMallocAsync /
-// cudaFreeAsync, which asked the driver again every step (27 times per gpt2-124m step in the
-// step profile, H200, 2026-11-26); the cache serves the same sizes from the second step on.
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, loom_backend& b)
-      : alloc_(*b.alloc), ptr_(alloc_.allocate(bytes < 16 ? 16 : bytes)) {}
-  ~StreamScratch() { alloc_.release(ptr_); }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  // The part at byte `offset`; callers keep offsets multiples of 256.
-  template <class T>
-  T* at(size_t offset) const {
-    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + offset);
-  }
-
- private:
-  CachingAllocator& alloc_;
-  void* ptr_ = nullptr;
-};
+// ---- scratch: StreamScratch (allocator.hpp) ----------------------------------------------
 inline size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // ---- dtypes and argument checks -------------------------------------------------------------

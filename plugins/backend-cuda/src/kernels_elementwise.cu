@@ -492,6 +492,17 @@ loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dou
   });
 }
 
+void add_column_sums(loom_backend& be, DLTensor* dbias, const float* part, int64_t K, int64_t C) {
+  void* pd = device_ptr(be, dbias, "gemm", "dbias", C);
+  if (C == 0) return;
+  dispatch_storage("gemm", "dbias", dbias->dtype, [&](auto tag) {
+    using G = typename decltype(tag)::type;
+    column_sum_finish<G><<<column_sum_grid(C, 1), dim3(32, kColLanes), 0, be.stream>>>(
+        static_cast<G*>(pd), part, nullptr, nullptr, K, C);
+  });
+  LOOM_CUDA_LAUNCHED("gemm");
+}
+
 void scale_matrices(loom_backend& be, DLDataType dtype, void* c, int64_t rows, int64_t cols,
                     int64_t ld, int64_t stride, int64_t batch, double beta) {
   const int64_t total = rows * cols * batch;

@@ -154,7 +154,7 @@ loom_error* embedding_backward(loom_backend* be, DLTensor* dtable, const DLTenso
                                             static_cast<const int32_t*>(nullptr),
                                             static_cast<int32_t*>(nullptr), n, 0, 32, b.stream));
     const size_t vec_bytes = round256(sizeof(int32_t) * static_cast<size_t>(n));
-    StreamScratch scratch(3 * vec_bytes + cub_bytes, b);
+    StreamScratch scratch(3 * vec_bytes + cub_bytes, *b.alloc);
     int32_t* sorted_ids = scratch.at<int32_t>(0);
     int32_t* order_in = scratch.at<int32_t>(vec_bytes);
     int32_t* order = scratch.at<int32_t>(2 * vec_bytes);

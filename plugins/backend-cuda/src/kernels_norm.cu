@@ -254,7 +254,7 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
       using W = typename decltype(wt)::type;
       dispatch_param(op, "dweight", dweight, tt, [&](auto gt) {
         using G = typename decltype(gt)::type;
-        StreamScratch scratch(pdb ? 2 * part_bytes : part_bytes, b);
+        StreamScratch scratch(pdb ? 2 * part_bytes : part_bytes, *b.alloc);
         float* part_w = scratch.at<float>(0);
         float* part_b = pdb ? scratch.at<float>(part_bytes) : nullptr;
         with_vec<T>(r.C % kVec<T> == 0, {px, pg}, [&](auto vw) {

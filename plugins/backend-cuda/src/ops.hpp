@@ -10,6 +10,10 @@ namespace loom_cuda {
 
 // gemm.cpp, kernels_elementwise.cu
 loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
+// loom.gemm-epilogue/1, checked by loom::OpsSlots: fused by cuBLASLt where it has an
+// algorithm, else the plain GEMM and the bias op after it.
+loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
+                          const loom_gemm_epilogue* e) noexcept;
 loom_error* bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
 loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept;

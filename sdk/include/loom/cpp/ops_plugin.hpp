@@ -16,6 +16,7 @@
 #include <string>
 
 #include "loom/backend.h"
+#include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/grouped_gemm.hpp"
 #include "loom/cpp/plugin.hpp"
 
@@ -85,6 +86,12 @@ struct OpsCalls {
   // ABI 2.5's grouped GEMM, its args checked already (loom/cpp/grouped_gemm.hpp). NULL: every
   // group runs through `gemm` above, one call each.
   loom_error* (*grouped_gemm)(loom_backend* be, const loom_grouped_gemm_args* args);
+  // ABI 2.17's loom.gemm-epilogue/1 (NULL: a gemm carrying one is refused by the rule), its
+  // args checked already (loom::gemm_epilogue_refusal against `epilogue_kinds`). The
+  // instance lends its loom_gemm_epilogues table through get_ext itself.
+  loom_error* (*gemm_epilogue)(loom_backend* be, const loom_gemm_args* args,
+                               const loom_gemm_epilogue* epilogue);
+  uint32_t epilogue_kinds;
 };
 
 template <const OpsCalls& K>
@@ -106,7 +113,14 @@ struct OpsSlots {
   }
 
   static loom_error* gemm(loom_backend* be, const loom_gemm_args* a) {
-    return call(be, "gemm", a, LOOM_GEMM_ARGS_SIZE_V2, [&] { return K.gemm(be, a); });
+    const loom_ext* e = K.gemm_epilogue && a && a->struct_size >= LOOM_GEMM_ARGS_SIZE_V2
+                            ? loom_ext_find(a->ext, LOOM_EXT_GEMM_EPILOGUE)
+                            : nullptr;
+    if (e == nullptr)  // no epilogue, or a backend without: the rule refuses a required one
+      return call(be, "gemm", a, LOOM_GEMM_ARGS_SIZE_V2, [&] { return K.gemm(be, a); });
+    const std::string why = gemm_epilogue_refusal(*a, e, K.epilogue_kinds);
+    if (!why.empty()) return K.refuse(be, "gemm", why);
+    return K.gemm_epilogue(be, a, reinterpret_cast<const loom_gemm_epilogue*>(e));
   }
   static loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) {
     return call(be, "sum_squares", a, LOOM_SUM_SQUARES_ARGS_SIZE_V2,

@@ -163,10 +163,12 @@ inline bool is_compact(const DLTensor* t) {
   return true;
 }
 
-// c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets.
+// c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets; `ext`
+// chains extensions on the args (an epilogue, loom/cpp/gemm_epilogue.hpp).
 inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                  const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
-                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta) {
+                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta,
+                 const loom_ext* ext = nullptr) {
   loom_gemm_args g{};
   g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.trans_a = ta;
@@ -186,6 +188,7 @@ inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int6
   g.ldc = ldc;
   g.offset_c = offc;
   g.batch = 1;
+  g.ext = ext;
   be.call(&loom_ops::gemm, &g);
 }
 

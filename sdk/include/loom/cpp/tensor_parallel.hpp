@@ -22,6 +22,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/tensor.hpp"
 
 namespace loom::tp {
@@ -115,11 +116,19 @@ struct LocalLinear {
   bool has_bias = false;
   int64_t row0 = 0, out = 0, in = 0;
 
-  // y(n,out) = x(n,in) W^T (+ b when add_bias)
+  // y(n,out) = x(n,in) W^T (+ b when add_bias). The bias goes into the GEMM's epilogue where
+  // the backend instance lends loom.gemm-epilogue/1 (loom/cpp/gemm_epilogue.hpp), else a
+  // bias_add pass follows; the same holds for the bias gradient in backward.
   void forward(const Backend& be, DLTensor* y, const DLTensor* x, int64_t n,
                bool add_bias = true) const {
+    const bool bias = has_bias && add_bias;
+    if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BIAS)) {
+      const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BIAS, b, nullptr);
+      gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0, &e.base);
+      return;
+    }
     gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0);
-    if (has_bias && add_bias) {
+    if (bias) {
       View yv(y, {n, out});
       loom::bias_add(be, yv.get(), b);
     }
@@ -127,10 +136,16 @@ struct LocalLinear {
   // dW += dy^T x; db += colsum(dy) (when with_bias); dx (=, or += when accumulate) dy W.
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                 const DLTensor* x, int64_t n, bool with_bias = true) const {
-    gemm(be, true, false, out, in, n, dy, out, 0, x, in, 0, dw, in, row0 * in, 1.0);
-    if (has_bias && with_bias) {
-      View dyv(dy, {n, out});
-      loom::bias_backward(be, db.get(), dyv);
+    const bool bias = has_bias && with_bias;
+    if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BGRAD)) {
+      const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, db.get());
+      gemm(be, true, false, out, in, n, dy, out, 0, x, in, 0, dw, in, row0 * in, 1.0, &e.base);
+    } else {
+      gemm(be, true, false, out, in, n, dy, out, 0, x, in, 0, dw, in, row0 * in, 1.0);
+      if (bias) {
+        View dyv(dy, {n, out});
+        loom::bias_backward(be, db.get(), dyv);
+      }
     }
     if (dx)
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
@@ -178,12 +193,13 @@ struct RowParallelLinear {
   void forward(const Backend& be, const Group& g, const DLTensor* x, int64_t n, DLTensor* y_full,
                DLTensor* y) const {
     DLTensor* part = g.sequence_parallel ? y_full : y;
-    lin.forward(be, part, x, n, false);
+    // One rank holds the whole sum: its bias may ride on the GEMM (an epilogue).
+    lin.forward(be, part, x, n, !g.active());
     if (g.sequence_parallel)
       ReduceScatterToSequenceRegion::forward(g, part, y);
     else
       ReduceFromTensorRegion::forward(g, part);
-    if (lin.has_bias) {
+    if (lin.has_bias && g.active()) {
       View yv(y, {g.local_rows(n), lin.out});
       loom::bias_add(be, yv.get(), lin.b);
     }
@@ -193,7 +209,9 @@ struct RowParallelLinear {
   // caller sums it over the group once per step, as Megatron does for such parameters.
   void backward(const Backend& be, const Group& g, const DLTensor* dy, DLTensor* dy_full,
                 const DLTensor* x, int64_t n, DLTensor* dx) const {
-    if (lin.has_bias) {
+    // Without sequence parallelism the weight gradient's dy is this one, whose column sums
+    // are the bias gradient: it may ride on that GEMM (an epilogue).
+    if (lin.has_bias && g.sequence_parallel) {
       View dyv(dy, {g.local_rows(n), lin.out});
       loom::bias_backward(be, lin.db.get(), dyv);
     }
@@ -202,7 +220,7 @@ struct RowParallelLinear {
       ReduceScatterToSequenceRegion::backward(g, dy, dy_full);
       dfull = dy_full;
     }
-    lin.backward(be, dx, false, dfull, x, n, false);
+    lin.backward(be, dx, false, dfull, x, n, !g.sequence_parallel);
   }
 };
 

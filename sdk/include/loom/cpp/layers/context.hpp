@@ -83,8 +83,8 @@ struct Ctx {
   }
   // c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta * c
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Mat a, Mat b, DLTensor* c,
-            int64_t ldc, int64_t offc, double beta) const {
-    loom::gemm(be, ta, tb, m, n, k, a.t, a.ld, a.off, b.t, b.ld, b.off, c, ldc, offc, beta);
+            int64_t ldc, int64_t offc, double beta, const loom_ext* ext = nullptr) const {
+    loom::gemm(be, ta, tb, m, n, k, a.t, a.ld, a.off, b.t, b.ld, b.off, c, ldc, offc, beta, ext);
   }
   // Saved normalisation statistics: f32, or f64 in f64 runs so that finite-difference
   // tests see exact values (backend/cpu accepts both). The attention lse is always f32.

@@ -1,0 +1,66 @@
+// Loom SDK C++ helpers for loom.gemm-epilogue/1 (backend.h, ABI 2.17): the check every
+// backend applies to the args extension, the views of C and A that its two kinds touch, and
+// the caller's side: whether an instance's gemm takes a kind, and the extension to chain.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/backend.h"
+#include "loom/cpp/tensor.hpp"
+
+namespace loom {
+
+// Why the epilogue `e` on `g`'s chain cannot run on a backend implementing `kinds` ("" when
+// it can). Another required extension on the chain is refused as any unknown one is.
+inline std::string gemm_epilogue_refusal(const loom_gemm_args& g, const loom_ext* e,
+                                         uint32_t kinds) {
+  if (e->struct_size < LOOM_GEMM_EPILOGUE_SIZE_V1)
+    return "the " LOOM_EXT_GEMM_EPILOGUE " extension is smaller than its version 1";
+  for (const loom_ext* o = g.ext; o != nullptr; o = o->next)
+    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
+      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+  const auto& x = *reinterpret_cast<const loom_gemm_epilogue*>(e);
+  if ((x.kind != LOOM_EPILOGUE_BIAS && x.kind != LOOM_EPILOGUE_BGRAD) || !(kinds & x.kind))
+    return "epilogue kind " + std::to_string(x.kind) + " is not one this backend implements";
+  if (g.batch != 1) return "an epilogue takes batch = 1, not " + std::to_string(g.batch);
+  if (x.kind == LOOM_EPILOGUE_BIAS) {
+    if (x.bias == nullptr || loom_tensor_numel(x.bias) != g.n)
+      return "the bias epilogue needs bias of n = " + std::to_string(g.n) + " elements";
+    if (g.ldc != g.n)
+      return "the bias epilogue needs C's rows compact (ldc = n = " + std::to_string(g.n) +
+             ", not " + std::to_string(g.ldc) + ")";
+  } else {
+    if (x.dbias == nullptr || loom_tensor_numel(x.dbias) != g.m)
+      return "the bias-gradient epilogue needs dbias of m = " + std::to_string(g.m) + " elements";
+    if (!g.trans_a || g.lda != g.m)
+      return "the bias-gradient epilogue needs A stored (k, m) compact: trans_a = 1 and lda = m";
+  }
+  return {};
+}
+
+// C (m, n) and A as stored (k, m), as tensors of their own: what bias_add and bias_backward
+// take when a backend runs an epilogue as a second pass.
+inline View epilogue_c(const loom_gemm_args& g) { return View(g.c, {g.m, g.n}, g.offset_c); }
+inline View epilogue_a(const loom_gemm_args& g) { return View(g.a, {g.k, g.m}, g.offset_a); }
+
+// The kinds this instance's gemm takes (0 when it lends no loom.gemm-epilogue/1 table).
+inline uint32_t gemm_epilogue_kinds(const Backend& be) {
+  const loom_backend_api* api = be.api();
+  if (!api || api->struct_size < LOOM_BACKEND_API_SIZE_V2 || !api->get_ext) return 0;
+  const loom_ext* e = api->get_ext(be.self(), LOOM_EXT_GEMM_EPILOGUE);
+  if (e == nullptr || e->struct_size < LOOM_GEMM_EPILOGUES_SIZE_V1) return 0;
+  return reinterpret_cast<const loom_gemm_epilogues*>(e)->kinds;
+}
+
+// The args extension for `kind`, to chain on a loom_gemm_args.
+inline loom_gemm_epilogue gemm_epilogue(uint32_t kind, const DLTensor* bias, DLTensor* dbias) {
+  loom_gemm_epilogue e{};
+  e.base = {sizeof(loom_gemm_epilogue), LOOM_EXT_GEMM_EPILOGUE, LOOM_EXT_REQUIRED, nullptr};
+  e.kind = kind;
+  e.bias = bias;
+  e.dbias = dbias;
+  return e;
+}
+
+}  // namespace loom
