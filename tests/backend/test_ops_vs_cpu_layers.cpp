@@ -90,7 +90,8 @@ void run_norms(DLDataType dt) {
   run_rmsnorm(dt, 3, 2048);
 }
 
-// ---- gelu / swiglu --------------------------------------------------------------------------
+// ---- gelu (tanh and erf), tanh, swiglu
+// --------------------------------------------------------------------------
 void run_activations(DLDataType dt, int64_t N, int64_t H) {
   CAPTURE(N);
   CAPTURE(H);
@@ -104,6 +105,16 @@ void run_activations(DLDataType dt, int64_t N, int64_t H) {
     loom::act_backward(B, LOOM_ACT_GELU_TANH, dx[s], x[s], dy[s]);
   });
   expect_close(dx, tol, "gelu_backward");
+
+  // BERT's exact GELU and its pooler's tanh (LOOM_ACT_GELU, LOOM_ACT_TANH)
+  using Act = std::pair<loom_act_kind, const char*>;
+  for (const auto& [kind, name] : {Act{LOOM_ACT_GELU, "gelu (erf)"}, Act{LOOM_ACT_TANH, "tanh"}}) {
+    run_both([&](const loom::Backend& B, int s) { loom::act_forward(B, kind, y[s], x[s]); });
+    expect_close(y, tol, std::string(name) + " forward");
+    run_both(
+        [&](const loom::Backend& B, int s) { loom::act_backward(B, kind, dx[s], x[s], dy[s]); });
+    expect_close(dx, tol, std::string(name) + " backward");
+  }
 
   Pair gu(dt, {N, 2 * H}, random_vec(N * 2 * H, 123, -6.0, 6.0)), h(dt, {N, H});
   run_both(

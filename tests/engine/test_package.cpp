@@ -261,10 +261,10 @@ TEST_CASE("a confined process writes only beneath its probe folder") {
   TempDir dir;
   const fs::path outside = dir / "outside";
   fs::create_directories(outside);
+  const loom::engine::ProbeRoom room;  // made here, so that this process removes it
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) {  // the child: enter a probe room, then try to write in and out of it
-    loom::engine::ProbeRoom room;
+  if (pid == 0) {  // the child: enter the probe room, then try to write in and out of it
     room.enter();
     std::FILE* in = std::fopen("inside", "w");
     std::FILE* out = std::fopen((outside / "escaped").c_str(), "w");

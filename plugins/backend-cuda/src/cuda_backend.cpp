@@ -391,10 +391,10 @@ constexpr loom::OpsCalls kCalls = {
     softmax_cross_entropy,
     vocab_ce_stats,
     vocab_ce_backward,
-    nullptr,  // LOOM_ACT_GELU and LOOM_ACT_TANH (BERT) are refused by name for now:
-    nullptr,  // not written for CUDA until a GPU session can verify them
-    nullptr,
-    nullptr,
+    gelu_erf_forward,  // LOOM_ACT_GELU and LOOM_ACT_TANH (BERT): not yet run on a GPU
+    gelu_erf_backward,
+    tanh_forward,
+    tanh_backward,
     nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (the SDK's loop)
     gemm_epilogue,
     kEpilogueKinds,

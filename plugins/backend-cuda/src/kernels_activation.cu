@@ -1,6 +1,8 @@
 // MLP activations, elementwise, f32/bf16/f16 storage with f32 arithmetic.
 //   gelu_forward:    out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's tanh form)
 //   gelu_backward:   dinp = dout * gelu'(inp)
+//   gelu_erf_*:      out = 0.5 x (1 + erf(x / sqrt 2))   (BERT's exact form), and its gradient
+//   tanh_*:          out = tanh(x)                       (BERT's pooler), and its gradient
 //   swiglu_forward:  inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up
 //   swiglu_backward: dinp(N,2H) = [dout * up * silu'(gate) | dout * silu(gate)]
 // Activation gradients are written (=). Each thread reads its elements before writing the
@@ -19,17 +21,35 @@ namespace {
 constexpr float kGeluK0 = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluK1 = 0.044715f;
 
-// Evaluated as x * sigmoid(2u), which equals 0.5 x (1 + tanh(u)) exactly but keeps its
-// relative accuracy for negative x, where 1 + tanh(u) cancels (the CPU backend's form).
-__device__ __forceinline__ float gelu(float x) {
-  const float u = kGeluK0 * (x + kGeluK1 * x * x * x);
-  return x / (1.0f + expf(-2.0f * u));
-}
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float s = 1.0f / (1.0f + expf(-2.0f * kGeluK0 * (x + kGeluK1 * x * x * x)));
-  // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
-  return s + 2.0f * x * s * (1.0f - s) * kGeluK0 * (1.0f + 3.0f * kGeluK1 * x * x);
-}
+// Each elementwise activation is a functor: f(x) and its derivative df(x), in f32, the same
+// forms as backend/cpu's (kernels_activation.cpp).
+// GELU (tanh form) is evaluated as x * sigmoid(2u), which equals 0.5 x (1 + tanh(u)) exactly
+// but keeps its relative accuracy for negative x, where 1 + tanh(u) cancels.
+struct GeluTanh {
+  __device__ static float f(float x) {
+    const float u = kGeluK0 * (x + kGeluK1 * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+  }
+  __device__ static float df(float x) {
+    const float s = 1.0f / (1.0f + expf(-2.0f * kGeluK0 * (x + kGeluK1 * x * x * x)));
+    // d/dx [x s] = s + x * 2 s (1 - s) * du/dx, du/dx = k0 (1 + 3 k1 x^2)
+    return s + 2.0f * x * s * (1.0f - s) * kGeluK0 * (1.0f + 3.0f * kGeluK1 * x * x);
+  }
+};
+// GELU: 0.5 x (1 + erf(x / sqrt 2)); d/dx = Phi(x) + x phi(x).
+struct GeluErf {
+  __device__ static float f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
+  __device__ static float df(float x) {
+    return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
+  }
+};
+struct Tanh {
+  __device__ static float f(float x) { return tanhf(x); }
+  __device__ static float df(float x) {
+    const float t = tanhf(x);
+    return 1.0f - t * t;
+  }
+};
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 __device__ __forceinline__ int64_t thread_index() {
@@ -37,35 +57,35 @@ __device__ __forceinline__ int64_t thread_index() {
 }
 __device__ __forceinline__ int64_t thread_count() { return int64_t{gridDim.x} * blockDim.x; }
 
-// out(n), inp(n)
-template <class T, int VW>
-__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+// out(n) = F(inp(n))
+template <class F, class T, int VW>
+__global__ void act_forward_kernel(T* out, const T* inp, int64_t n) {
   const int64_t nv = n / VW;
   for (int64_t k = thread_index(); k < nv; k += thread_count()) {
     float v[VW];
     load_vec<VW>(inp + k * VW, v);
 #pragma unroll
-    for (int i = 0; i < VW; ++i) v[i] = gelu(v[i]);
+    for (int i = 0; i < VW; ++i) v[i] = F::f(v[i]);
     store_vec<VW>(out + k * VW, v);
   }
   for (int64_t i = nv * VW + thread_index(); i < n; i += thread_count())
-    out[i] = from_f32<T>(gelu(to_f32(inp[i])));
+    out[i] = from_f32<T>(F::f(to_f32(inp[i])));
 }
 
-// dinp(n), inp(n), dout(n)
-template <class T, int VW>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+// dinp(n) = dout(n) * F'(inp(n))
+template <class F, class T, int VW>
+__global__ void act_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   const int64_t nv = n / VW;
   for (int64_t k = thread_index(); k < nv; k += thread_count()) {
     float x[VW], g[VW];
     load_vec<VW>(inp + k * VW, x);
     load_vec<VW>(dout + k * VW, g);
 #pragma unroll
-    for (int i = 0; i < VW; ++i) x[i] = g[i] * gelu_grad(x[i]);
+    for (int i = 0; i < VW; ++i) x[i] = g[i] * F::df(x[i]);
     store_vec<VW>(dinp + k * VW, x);
   }
   for (int64_t i = nv * VW + thread_index(); i < n; i += thread_count())
-    dinp[i] = from_f32<T>(to_f32(dout[i]) * gelu_grad(to_f32(inp[i])));
+    dinp[i] = from_f32<T>(to_f32(dout[i]) * F::df(to_f32(inp[i])));
 }
 
 // out(N,H), inp(N,2H). VW divides H, so a vector never straddles two rows.
@@ -125,11 +145,11 @@ Split check_swiglu(const char* op, const DLTensor* inp, const char* half_name,
   return {numel(inp) / two_h, two_h / 2};
 }
 
-}  // namespace
-
-loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
-  return run_op(be, "gelu_forward", [&](loom_backend& b) {
-    const char* op = "gelu_forward";
+// out = F(inp), elementwise; out may alias inp.
+template <class F>
+loom_error* act_forward(loom_backend* be, const char* op, DLTensor* out,
+                        const DLTensor* inp) noexcept {
+  return run_op(be, op, [&](loom_backend& b) {
     need(op, "out", out);
     need(op, "inp", inp);
     need_float(op, "inp", inp);
@@ -142,7 +162,7 @@ loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) n
       using T = typename decltype(tt)::type;
       with_vec<T>(true, {px, py}, [&](auto vw) {
         constexpr int VW = decltype(vw)::value;
-        gelu_forward_kernel<T, VW><<<grid_for(n / VW + 1), kThreads, 0, b.stream>>>(
+        act_forward_kernel<F, T, VW><<<grid_for(n / VW + 1), kThreads, 0, b.stream>>>(
             static_cast<T*>(py), static_cast<const T*>(px), n);
         LOOM_CUDA_LAUNCHED(op);
       });
@@ -150,10 +170,11 @@ loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) n
   });
 }
 
-loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
-                          const DLTensor* dout) noexcept {
-  return run_op(be, "gelu_backward", [&](loom_backend& b) {
-    const char* op = "gelu_backward";
+// dinp = dout * F'(inp), elementwise (written, not added); dinp may alias inp or dout.
+template <class F>
+loom_error* act_backward(loom_backend* be, const char* op, DLTensor* dinp, const DLTensor* inp,
+                         const DLTensor* dout) noexcept {
+  return run_op(be, op, [&](loom_backend& b) {
     need(op, "dinp", dinp);
     need(op, "inp", inp);
     need(op, "dout", dout);
@@ -169,12 +190,36 @@ loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
       using T = typename decltype(tt)::type;
       with_vec<T>(true, {px, pg, pdx}, [&](auto vw) {
         constexpr int VW = decltype(vw)::value;
-        gelu_backward_kernel<T, VW><<<grid_for(n / VW + 1), kThreads, 0, b.stream>>>(
+        act_backward_kernel<F, T, VW><<<grid_for(n / VW + 1), kThreads, 0, b.stream>>>(
             static_cast<T*>(pdx), static_cast<const T*>(px), static_cast<const T*>(pg), n);
         LOOM_CUDA_LAUNCHED(op);
       });
     });
   });
+}
+
+}  // namespace
+
+loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return act_forward<GeluTanh>(be, "gelu_forward", out, inp);
+}
+loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                          const DLTensor* dout) noexcept {
+  return act_backward<GeluTanh>(be, "gelu_backward", dinp, inp, dout);
+}
+loom_error* gelu_erf_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return act_forward<GeluErf>(be, "gelu_erf_forward", out, inp);
+}
+loom_error* gelu_erf_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                              const DLTensor* dout) noexcept {
+  return act_backward<GeluErf>(be, "gelu_erf_backward", dinp, inp, dout);
+}
+loom_error* tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return act_forward<Tanh>(be, "tanh_forward", out, inp);
+}
+loom_error* tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                          const DLTensor* dout) noexcept {
+  return act_backward<Tanh>(be, "tanh_backward", dinp, inp, dout);
 }
 
 loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {

@@ -43,6 +43,12 @@ loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight
 loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                           const DLTensor* dout) noexcept;
+loom_error* gelu_erf_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* gelu_erf_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                              const DLTensor* dout) noexcept;
+loom_error* tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                          const DLTensor* dout) noexcept;
 loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                             const DLTensor* dout) noexcept;
