@@ -243,8 +243,14 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
     p.destroy();
     if (key.epilogue == static_cast<int>(Epilogue::kNone)) throw;
     // Whatever cuBLASLt refused about an epilogue (no algorithm, an attribute it does not
-    // take) means: not fused here. The caller runs the plain GEMM and the bias op instead.
+    // take) means: not fused here. The caller runs the plain GEMM and the bias op instead,
+    // for this problem from now on; said once, since the saving is then not made.
     blas.no_plan.insert(key);
+    loom::log(be.host, LOOM_LOG_INFO,
+              std::string("backend/cuda: ") + op + ": m=" + std::to_string(key.m) +
+                  " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) +
+                  ": cuBLASLt cannot fuse this epilogue (" + e.what() +
+                  "); it runs as a second pass");
     throw loom::Error(LOOM_ERR_UNIMPLEMENTED, e.what());
   } catch (...) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

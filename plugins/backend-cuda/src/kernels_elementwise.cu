@@ -30,11 +30,16 @@ __global__ void fill_kernel(T* t, int64_t n, T v) {
     t[i] = v;
 }
 
-template <class D, class S>
+// VW elements per thread, 16-byte stores of dst when VW > 1 (the master parameters cast to
+// the compute dtype after every optimizer step go through here, one tensor per call).
+template <class D, class S, int VW>
 __global__ void convert_kernel(D* dst, const S* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x)
-    dst[i] = from_f32<D>(to_f32(src[i]));
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VW; i < n;
+       i += int64_t(blockDim.x) * gridDim.x * VW) {
+    float v[VW];
+    load_row<VW>(src + i, v);
+    store_vec<VW>(dst + i, v);
+  }
 }
 
 // add and axpby walk VW elements per thread (16-byte accesses of `out`/`y` when VW > 1; the
@@ -224,6 +229,14 @@ void dispatch_storage(const char* op, const char* name, DLDataType d, Fn&& fn) {
 
 // Launchers: named templates (a kernel launched from a generic lambda nested three deep
 // trips nvcc's stub generation).
+template <class D, class S>
+void launch_convert(cudaStream_t st, void* d, const void* s, int64_t n) {
+  with_vec<D>(n % kVec<D> == 0, {d, s}, [&](auto vw) {
+    constexpr int VW = decltype(vw)::value;
+    convert_kernel<D, S, VW>
+        <<<grid_for(n / VW), kThreads, 0, st>>>(static_cast<D*>(d), static_cast<const S*>(s), n);
+  });
+}
 template <class O, class A, class B>
 void launch_add(cudaStream_t st, void* o, const void* a, const void* b, int64_t n) {
   with_vec<O>(n % kVec<O> == 0, {o, a, b}, [&](auto vw) {
@@ -344,8 +357,7 @@ loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept 
       using D = typename decltype(dtag)::type;
       dispatch_storage("copy", "src", sd, [&](auto stag) {
         using S = typename decltype(stag)::type;
-        convert_kernel<<<grid_for(n), kThreads, 0, b.stream>>>(static_cast<D*>(d),
-                                                               static_cast<const S*>(s), n);
+        launch_convert<D, S>(b.stream, d, s, n);
       });
     });
     LOOM_CUDA_LAUNCHED("copy");
