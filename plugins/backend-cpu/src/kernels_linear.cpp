@@ -252,15 +252,7 @@ loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* 
 // epilogues; the CPU offers them so that the layers' fused path is exercised everywhere.
 loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                              const loom_gemm_epilogue* e) noexcept {
-  loom_gemm_args plain = *args;
-  plain.ext = nullptr;
-  if (loom_error* err = op_gemm(be, &plain)) return err;
-  if (e->kind == LOOM_EPILOGUE_BIAS) {
-    loom::View c = loom::epilogue_c(*args);
-    return op_bias_add(be, c.get(), e->bias);
-  }
-  loom::View a = loom::epilogue_a(*args);
-  return op_bias_backward(be, e->dbias, a.get());
+  return loom::gemm_epilogue_two_passes(be, *args, *e, op_gemm, op_bias_add, op_bias_backward);
 }
 
 }  // namespace loom_cpu

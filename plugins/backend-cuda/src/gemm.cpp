@@ -327,12 +327,11 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
 
   void* bias_ptr = nullptr;
   void* aux_ptr = nullptr;
+  if (epi != Epilogue::kNone && g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
   if (epi == Epilogue::kBgrad) {
-    if (g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
     bias_ptr = bgrad;
     key.bias_type = CUDA_R_32F;
   } else if (epi != Epilogue::kNone) {
-    if (g.batch != 1) fail(op, "a fused epilogue takes batch = 1");
     bias_ptr = device_ptr(be, bias, op, "bias", g.n);
     if (!(loom_dtype_eq(bias->dtype, ct) || (is_f32(bias->dtype) && !is_f32(ct))))
       fail(op, "bias is " + dtype_str(bias->dtype) + ", expected " + dtype_str(ct) + " or f32");
@@ -382,20 +381,18 @@ void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const D
 // that is then added to dbias.
 loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                           const loom_gemm_epilogue* e) noexcept {
-  const bool bias = e->kind == LOOM_EPILOGUE_BIAS;
-  loom_gemm_args plain = *args;
-  plain.ext = nullptr;
+  const loom_gemm_args& g = *args;  // run_gemm reads no extension
   bool fused = false;
   loom_error* err = run_op(be, "gemm", [&](loom_backend& b) {
-    if (plain.k <= 0 || plain.m <= 0 || plain.n <= 0) return;  // nothing for an epilogue
+    if (g.k <= 0 || g.m <= 0 || g.n <= 0) return;  // nothing for an epilogue
     try {
-      if (bias) {
-        run_gemm(b, "gemm", &plain, Epilogue::kBias, e->bias, nullptr);
+      if (e->kind == LOOM_EPILOGUE_BIAS) {
+        run_gemm(b, "gemm", &g, Epilogue::kBias, e->bias, nullptr);
       } else {
-        device_ptr(b, e->dbias, "gemm", "dbias", plain.m);
-        StreamScratch sums(sizeof(float) * static_cast<size_t>(plain.m), *b.alloc);
-        run_gemm(b, "gemm", &plain, Epilogue::kBgrad, nullptr, nullptr, sums.at<float>(0));
-        add_column_sums(b, e->dbias, sums.at<float>(0), 1, plain.m);
+        device_ptr(b, e->dbias, "gemm", "dbias", g.m);
+        StreamScratch sums(sizeof(float) * static_cast<size_t>(g.m), *b.alloc);
+        run_gemm(b, "gemm", &g, Epilogue::kBgrad, nullptr, nullptr, sums.at<float>(0));
+        add_column_sums(b, e->dbias, sums.at<float>(0), 1, g.m);
       }
       fused = true;
     } catch (const loom::Error& x) {
@@ -403,13 +400,7 @@ loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
     }
   });
   if (err != nullptr || fused) return err;
-  if ((err = gemm(be, &plain)) != nullptr) return err;
-  if (bias) {
-    loom::View c = loom::epilogue_c(*args);
-    return bias_add(be, c.get(), e->bias);
-  }
-  loom::View a = loom::epilogue_a(*args);
-  return bias_backward(be, e->dbias, a.get());
+  return loom::gemm_epilogue_two_passes(be, *args, *e, gemm, bias_add, bias_backward);
 }
 
 }  // namespace loom_cuda

@@ -44,6 +44,25 @@ inline std::string gemm_epilogue_refusal(const loom_gemm_args& g, const loom_ext
 inline View epilogue_c(const loom_gemm_args& g) { return View(g.c, {g.m, g.n}, g.offset_c); }
 inline View epilogue_a(const loom_gemm_args& g) { return View(g.a, {g.k, g.m}, g.offset_a); }
 
+// The epilogue as two passes, with the backend's own positional kernels: the plain GEMM,
+// then bias_add on C or bias_backward of A. What a backend without a fused path runs
+// (backend/cpu always; backend/cuda where cuBLASLt cannot fuse): the layers' result without
+// the extension, to the bit.
+template <class Gemm, class BiasAdd, class BiasBackward>
+loom_error* gemm_epilogue_two_passes(loom_backend* be, const loom_gemm_args& g,
+                                     const loom_gemm_epilogue& e, Gemm gemm, BiasAdd bias_add,
+                                     BiasBackward bias_backward) {
+  loom_gemm_args plain = g;
+  plain.ext = nullptr;
+  if (loom_error* err = gemm(be, &plain)) return err;
+  if (e.kind == LOOM_EPILOGUE_BIAS) {
+    View c = epilogue_c(g);
+    return bias_add(be, c.get(), e.bias);
+  }
+  View a = epilogue_a(g);
+  return bias_backward(be, e.dbias, a.get());
+}
+
 // The kinds this instance's gemm takes (0 when it lends no loom.gemm-epilogue/1 table).
 inline uint32_t gemm_epilogue_kinds(const Backend& be) {
   const loom_backend_api* api = be.api();
