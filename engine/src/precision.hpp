@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@ DLDataType compute_dtype(const std::string& dtype);
 bool is_wide(DLDataType dt);
 
 // f32 main copies of the parameters whose values are not f32 (or f64); for the others the
-// main tensor is the value itself.
+// main tensor is the value itself. Values that lie back to back in one allocation (a model's
+// flat parameter buffer) get main copies back to back in one f32 allocation, so the cast
+// after each step is one copy per run, not one launch per tensor (148 for gpt2-124m, short
+// launches the device waited for; docs/performance.md, change 5).
 class MainParams {
  public:
   MainParams(const loom_backend_ref& be, const std::vector<DLTensor*>& values);
@@ -36,13 +40,29 @@ class MainParams {
   DLTensor* main(size_t i) const { return main_[i]; }
   const std::vector<DLTensor*>& all() const { return main_; }
   bool mixed() const { return mixed_; }
-  void from_model();     // main <- value (after init)
-  void to_model();       // value <- main (after a step or a load)
-  double bytes() const;  // of the f32 copies this class allocated
+  void from_model();                            // main <- value (after init)
+  void to_model();                              // value <- main (after a step or a load)
+  double bytes() const;                         // of the f32 copies this class allocated
+  size_t runs() const { return runs_.size(); }  // copies per cast
 
  private:
+  // A run of adjacent values (one 1-D view of them) and its f32 main allocation.
+  struct Run {
+    DLTensor values{};
+    int64_t numel = 0;
+    DLTensor* main = nullptr;
+  };
+  // A main tensor that views a run's allocation (its shape kept alive here).
+  struct MainView {
+    DLTensor t{};
+    std::vector<int64_t> shape;
+  };
+  void group_runs(const std::vector<size_t>& narrow);
+
   loom_backend_ref be_;
   std::vector<DLTensor*> values_, main_, owned_;
+  std::vector<Run> runs_;
+  std::vector<std::unique_ptr<MainView>> views_;
   bool mixed_ = false;
 };
 

@@ -3,10 +3,11 @@
 //    skipped (exit 77) where a device exists.
 //  - gpu: on backend/cuda against attention/reference on backend/cpu: out, lse, dq, dk, dv
 //    in bf16 and f16 (tol 2e-2 relative to the reference's largest magnitude), causal and
-//    not, T < S without causal, odd lengths; and the refusals (GQA, causal with T != S, f32)
-//    carry a clear message. Both sides read the same numbers: inputs are rounded to the
-//    device dtype, the cpu computes in f32. The device backward uses the device forward's
-//    own out and lse, as a training step would. Without plugins or a device: exit 77.
+//    not, T < S without causal, odd lengths, grouped-query (4:1, 3:1) and multi-query; and the
+//    refusals (heads not a multiple, causal with T != S, f32) carry a clear message. Both sides
+//    read the same numbers: inputs are rounded to the device dtype, the cpu computes in f32. The
+//    device backward uses the device forward's own out and lse, as a training step would. Without
+//    plugins or a device: exit 77.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -102,6 +103,9 @@ const Case kCases[] = {
     {2, 77, 77, 2, 2, 64, true},     // odd length: partial tiles, causal diagonal
     {1, 50, 131, 4, 4, 128, false},  // T < S without mask, D 128
     {2, 129, 129, 3, 3, 128, true},  // several query tiles, causal
+    {2, 128, 128, 8, 2, 64, true},   // grouped-query 4:1 (llama's shape of group), causal
+    {1, 77, 77, 6, 2, 128, true},    // grouped-query 3:1, odd length
+    {1, 33, 97, 4, 1, 64, false},    // multi-query, T < S without mask
 };
 
 void run_all(DLDataType dt, const char* name) {
@@ -133,7 +137,7 @@ void expect_refused(std::vector<int64_t> qs, std::vector<int64_t> ks, DLDataType
 TEST_CASE("gpu: cudnn bf16 matches the reference") { run_all(loom_bf16(), "bf16"); }
 TEST_CASE("gpu: cudnn f16 matches the reference") { run_all(loom_f16(), "f16"); }
 TEST_CASE("gpu: cudnn refuses what it does not support, saying why") {
-  expect_refused({1, 16, 4, 64}, {1, 16, 2, 64}, loom_bf16(), 0, "grouped-query");
+  expect_refused({1, 16, 4, 64}, {1, 16, 3, 64}, loom_bf16(), 0, "must be a multiple of K/V");
   expect_refused({1, 8, 2, 64}, {1, 16, 2, 64}, loom_bf16(), 1, "causal attention with T (8)");
   expect_refused({1, 16, 2, 64}, {1, 16, 2, 64}, loom_f32(), 0, "bf16 or fp16");
 }

@@ -259,7 +259,8 @@ TEST_SUITE("no-device") {
       defaults[d->params[i].name] = d->params[i].default_value;
     CHECK(defaults == std::map<std::string, std::string>{{"device", "-1"},
                                                          {"tf32", "false"},
-                                                         {"gemm_epilogues", "false"},
+                                                         {"gemm_epilogues", "true"},
+                                                         {"gemm_bias_grad_epilogue", "false"},
                                                          {"workspace_mb", "32"}});
     CHECK(api().struct_size >= LOOM_BACKEND_API_SIZE_V2);
     CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_5);

@@ -1,10 +1,11 @@
-# Engine training-path tests: schedules, sampler, safetensors and checkpoints, the file tools'
-# output rules (unit), and whole runs of the `loom` executable (resume equivalence,
+# Engine training-path tests: schedules, sampler, safetensors and checkpoints, main parameters,
+# the file tools' output rules (unit), and whole runs of the `loom` executable (resume equivalence,
 # generation, exit codes).
 find_package(nlohmann_json REQUIRED)
 add_executable(test_train_units test_schedule.cpp test_sampler.cpp test_checkpoint.cpp
-               test_batch_spec.cpp test_tool_output.cpp test_mfu.cpp)
+               test_batch_spec.cpp test_tool_output.cpp test_mfu.cpp test_precision.cpp)
 target_link_libraries(test_train_units PRIVATE loom_engine loom_test_main nlohmann_json::nlohmann_json)
+add_dependencies(test_train_units loom_backend_cpu)  # test_precision's backend
 add_test(NAME train.units COMMAND test_train_units)
 set_tests_properties(train.units PROPERTIES LABELS "sanitize")
 

@@ -159,19 +159,23 @@ for dt in bf16 fp16; do
   fi
 done
 
-# backend/cuda's GEMM epilogues (loom.gemm-epilogue/1: the layers' bias add and bias gradient
-# inside cuBLASLt), off by default until this check passes: fp32 and bf16 with them on, the
-# same bounds. (backend/cpu always lends them, so its runs above already used them.)
+# backend/cuda's GEMM epilogues (loom.gemm-epilogue/1): the runs above fuse the bias add
+# (BIAS, on by default). Here the bias gradient in the weight-gradient GEMM too (BGRADB, off by
+# default) in fp32 and bf16, and fp32 with no epilogue at all (the separate bias kernels), with
+# the same bounds. (backend/cpu always lends both kinds, so its runs above used them.)
 if [ "$device" = cuda ]; then
-  for dt in fp32 bf16; do
-    if ! run "dev-epi-$dt" "$device" "$dt" --set backend.gemm_epilogues=true; then
-      echo "FAIL: loom run on backend/$device $dt with backend.gemm_epilogues = true:"
-      tail -20 "$work/dev-epi-$dt.log"
+  for v in "epi-fp32 fp32 backend.gemm_bias_grad_epilogue=true" \
+    "epi-bf16 bf16 backend.gemm_bias_grad_epilogue=true" \
+    "plain-fp32 fp32 backend.gemm_epilogues=false"; do
+    read -r name dt set <<<"$v"
+    if ! run "dev-$name" "$device" "$dt" --set "$set"; then
+      echo "FAIL: loom run on backend/$device $dt with $set:"
+      tail -20 "$work/dev-$name.log"
       failed=1
     elif [ "$dt" = fp32 ]; then
-      compare dev-epi-fp32 1e-5 1e-4 1e-4 || failed=1
+      compare "dev-$name" 1e-5 1e-4 1e-4 || failed=1
     else
-      compare dev-epi-bf16 1e-2 1e-2 3e-3 || failed=1
+      compare "dev-$name" 1e-2 1e-2 3e-3 || failed=1
     fi
   done
 fi

@@ -11,9 +11,11 @@
 // its last two strides swapped. lse is cuDNN's "stats" (max + log sum exp of the scaled
 // scores, per row), dims (B,H,T,1).
 //
-// Limits, refused with a message: bf16/f16 only; Hq == Hkv (GQA needs a per-group reduction
-// of dK/dV this plugin does not build yet); causal only with T == S (cuDNN's GEN_INDEX mask
-// here is row >= col, top-left aligned; loom's is bottom-right, equal only when T == S).
+// Grouped-query attention (Hq a multiple of Hkv): the graphs stay MHA; K and V are repeated
+// to Hq heads around them and dK, dV summed back over each group (gqa.hpp).
+//
+// Limits, refused with a message: bf16/f16 only; causal only with T == S (cuDNN's GEN_INDEX
+// mask here is row >= col, top-left aligned; loom's is bottom-right, equal only when T == S).
 //
 // Stream: cuDNN runs on the backend's own stream, lent through loom.device-stream/1
 // (backend.h), so the backend's ops and attention stay in order with no synchronisation.
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "cudnn_backend.hpp"
+#include "gqa.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -73,7 +76,9 @@ enum Uid : int64_t {
 struct Shape {
   int64_t B, T, S, H, D;
   bool f16, causal;
+  int64_t Hkv;  // H / Hkv query heads share each K/V head; the graphs see H heads of both
   auto key() const { return std::tuple(B, T, S, H, D, f16, causal); }
+  int64_t group() const { return H / Hkv; }
 };
 
 // A cached pass: every descriptor the plan was built from (kept alive with it) and the plan.
@@ -305,7 +310,8 @@ class CudnnAttention {
   ~CudnnAttention() {
     graphs_.clear();                     // plans before the handle
     if (handle_) cudnnDestroy(handle_);  // the stream is the backend's
-    for (void* p : {workspace_, rowsum_, lse_, dq_acc_}) cudaFree(p);
+    for (void* p : {workspace_, rowsum_, lse_, dq_acc_, k_rep_, v_rep_, dk_rep_, dv_rep_})
+      cudaFree(p);
   }
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -320,8 +326,9 @@ class CudnnAttention {
     Graph& g = graph(s, /*backward=*/false);
     void* lse = a.lse ? data(a.lse) : grow(lse_, lse_bytes_, s.B * s.H * s.T * 4, "lse scratch");
     float scale = static_cast<float>(a.scale), neg_inf = kMaskValue;
+    const auto [k, v] = kv_heads(s, a.k, a.v);
     std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};
-    std::vector<void*> ptrs{data(a.q), data(a.k), data(a.v), data(a.out), lse, &scale};
+    std::vector<void*> ptrs{data(a.q), k, v, data(a.out), lse, &scale};
     if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
     run(g, uids, ptrs, "forward");
   }
@@ -334,9 +341,9 @@ class CudnnAttention {
     check_operand(a.dout, "dout", dt, {s.B, s.T, s.H, s.D});
     check_operand(a.lse, "lse", loom_f32(), {s.B, s.H, s.T});
     check_operand(a.dq, "dq", dt, {s.B, s.T, s.H, s.D});
-    check_operand(a.dk, "dk", dt, {s.B, s.S, s.H, s.D});
-    check_operand(a.dv, "dv", dt, {s.B, s.S, s.H, s.D});
-    Graph& g = graph(s, /*backward=*/true);
+    check_operand(a.dk, "dk", dt, {s.B, s.S, s.Hkv, s.D});
+    check_operand(a.dv, "dv", dt, {s.B, s.S, s.Hkv, s.D});
+    Graph& plan = graph(s, /*backward=*/true);
     void* rowsum = grow(rowsum_, rowsum_bytes_, s.B * s.H * s.T * 4, "softmax_sum");
     const int64_t acc_bytes = s.B * s.H * s.T * s.D * 4;
     void* dq_acc = grow(dq_acc_, dq_acc_bytes_, acc_bytes, "dQ accumulator");
@@ -344,13 +351,21 @@ class CudnnAttention {
     cuda_check(cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(acc_bytes), stream_),
                "zero the dQ accumulator");
     float scale = static_cast<float>(a.scale), one = 1.0f, neg_inf = kMaskValue;
+    const auto [k, v] = kv_heads(s, a.k, a.v);
+    // Grouped: the graph writes every query head's dK and dV, summed into the caller's after.
+    const int64_t g = s.group(), kv_bytes = s.B * s.S * s.H * s.D * 2;
+    void* dk = g == 1 ? data(a.dk) : grow(dk_rep_, dk_rep_bytes_, kv_bytes, "repeated dK");
+    void* dv = g == 1 ? data(a.dv) : grow(dv_rep_, dv_rep_bytes_, kv_bytes, "repeated dV");
     std::vector<int64_t> uids{kQ,  kKT, kVT, kO,     kDO,  kStats,  kSum,
                               kDQ, kDK, kDV, kScale, kOne, kDQAccum};
-    std::vector<void*> ptrs{data(a.q),   data(a.k), data(a.v),  data(a.out), data(a.dout),
-                            data(a.lse), rowsum,    data(a.dq), data(a.dk),  data(a.dv),
-                            &scale,      &one,      dq_acc};
+    std::vector<void*> ptrs{data(a.q),  k,  v,  data(a.out), data(a.dout), data(a.lse), rowsum,
+                            data(a.dq), dk, dv, &scale,      &one,         dq_acc};
     if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
-    run(g, uids, ptrs, "backward");
+    run(plan, uids, ptrs, "backward");
+    if (g == 1) return;
+    const int64_t rows = s.B * s.S * s.Hkv;
+    cudnn_attn::sum_head_groups(dk, data(a.dk), rows, g, s.D, s.f16, stream_);
+    cudnn_attn::sum_head_groups(dv, data(a.dv), rows, g, s.D, s.f16, stream_);
   }
 
  private:
@@ -362,15 +377,14 @@ class CudnnAttention {
     loom::require(f16 || loom_dtype_eq(q->dtype, loom_bf16()),
                   "attention/cudnn: q/k/v must be bf16 or fp16 (cuDNN's fused attention)",
                   LOOM_ERR_UNIMPLEMENTED);
-    Shape s{q->shape[0], q->shape[1], k->shape[1], q->shape[2], q->shape[3], f16, causal != 0};
-    loom::require(k->shape[2] == s.H,
-                  "attention/cudnn: grouped-query attention (Hq=" + std::to_string(s.H) +
-                      ", Hkv=" + std::to_string(k->shape[2]) +
-                      ") is not supported yet; use attention/reference",
-                  LOOM_ERR_UNIMPLEMENTED);
+    Shape s{q->shape[0], q->shape[1], k->shape[1], q->shape[2],
+            q->shape[3], f16,         causal != 0, k->shape[2]};
+    loom::require(s.Hkv > 0 && s.H % s.Hkv == 0,
+                  "attention/cudnn: query heads (" + std::to_string(s.H) +
+                      ") must be a multiple of K/V heads (" + std::to_string(s.Hkv) + ")");
     check_operand(q, "q", q->dtype, {s.B, s.T, s.H, s.D});
-    check_operand(k, "k", q->dtype, {s.B, s.S, s.H, s.D});
-    check_operand(v, "v", q->dtype, {s.B, s.S, s.H, s.D});
+    check_operand(k, "k", q->dtype, {s.B, s.S, s.Hkv, s.D});
+    check_operand(v, "v", q->dtype, {s.B, s.S, s.Hkv, s.D});
     check_operand(o, "out", q->dtype, {s.B, s.T, s.H, s.D});
     loom::require(s.T <= s.S, "attention/cudnn: more queries than keys (T > S)");
     loom::require(s.D % 8 == 0, "attention/cudnn: head dim must be a multiple of 8 (16-byte rows)",
@@ -382,6 +396,17 @@ class CudnnAttention {
                       "attention/reference",
                   LOOM_ERR_UNIMPLEMENTED);
     return s;
+  }
+
+  // K and V as the graphs take them: the caller's, or (grouped) repeated to H heads.
+  std::pair<void*, void*> kv_heads(const Shape& s, const DLTensor* k, const DLTensor* v) {
+    if (s.group() == 1) return {data(k), data(v)};
+    const int64_t bytes = s.B * s.S * s.H * s.D * 2, rows = s.B * s.S * s.Hkv;
+    void* kr = grow(k_rep_, k_rep_bytes_, bytes, "repeated K");
+    void* vr = grow(v_rep_, v_rep_bytes_, bytes, "repeated V");
+    cudnn_attn::repeat_heads(data(k), kr, rows, s.group(), s.D, stream_);
+    cudnn_attn::repeat_heads(data(v), vr, rows, s.group(), s.D, stream_);
+    return {kr, vr};
   }
 
   Graph& graph(const Shape& s, bool backward) {
@@ -423,6 +448,9 @@ class CudnnAttention {
   void* lse_ = nullptr;
   void* dq_acc_ = nullptr;
   int64_t workspace_bytes_ = 0, rowsum_bytes_ = 0, lse_bytes_ = 0, dq_acc_bytes_ = 0;
+  // Grouped-query attention's repeated K, V and their gradients (gqa.hpp).
+  void *k_rep_ = nullptr, *v_rep_ = nullptr, *dk_rep_ = nullptr, *dv_rep_ = nullptr;
+  int64_t k_rep_bytes_ = 0, v_rep_bytes_ = 0, dk_rep_bytes_ = 0, dv_rep_bytes_ = 0;
 };
 
 CudnnAttention* cast(loom_attention* a) { return reinterpret_cast<CudnnAttention*>(a); }
@@ -455,7 +483,7 @@ const loom_plugin_descriptor kDescriptor = {
     "0.1.0",
     "Loom",
     "Apache-2.0",
-    "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA, causal with T == S)",
+    "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with T == S)",
     nullptr,
     0,
     &kApi,

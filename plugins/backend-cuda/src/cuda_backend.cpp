@@ -15,6 +15,7 @@
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/ops_plugin.hpp"
 #include "ops.hpp"
+#include "staging.hpp"
 
 namespace loom_cuda {
 namespace {
@@ -120,9 +121,11 @@ loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
                             dtype_str(dst->dtype) + " holds " + std::to_string(want));
     if (bytes && src == nullptr) fail("from_host", "src is NULL");
     if (bytes == 0) return;
+    // The caller may reuse src when we return: a small copy is staged in pinned memory and
+    // queued (staging.hpp); a large one is waited for (pageable memory is staged by the
+    // driver, but only a synchronised copy is guaranteed to have read it).
+    if (bytes <= loom_cuda::Staging::kMaxBytes) return b.staging->copy(p, src, bytes, b.stream);
     LOOM_CUDA_CHECK("from_host", cudaMemcpyAsync(p, src, bytes, cudaMemcpyHostToDevice, b.stream));
-    // The caller may reuse src when we return (pageable memory is staged, but only a
-    // synchronised copy is guaranteed to have read it).
     LOOM_CUDA_CHECK("from_host", stream_sync(b.stream));
   });
 }
@@ -208,10 +211,14 @@ loom_device_stream make_device_stream(const loom_backend& b) {
                             cuda_event_free};
 }
 
+// What gemm_epilogue implements (the refusal rule's kinds). The table get_ext lends may name
+// fewer: see below.
 constexpr uint32_t kEpilogueKinds = LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD;
 
-// loom.gemm-epilogue/1 only where the recipe turned it on (backend.gemm_epilogues): its fused
-// cuBLASLt path has not run on a GPU yet (docs/kernels.md), so it stays off by default.
+// loom.gemm-epilogue/1 unless the recipe turned it off (backend.gemm_epilogues). BGRAD only
+// when asked (backend.gemm_bias_grad_epilogue): on an H200 (2026-11-27, docs/performance.md)
+// cuBLASLt's BGRADB made gpt2-124m's weight-gradient GEMMs 1.6 ms slower per step, more than
+// the 1.2 ms of the separate bias-gradient pass it replaces; BIAS cost 0.14 ms for 2.4 saved.
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   if (be == nullptr || id == nullptr) return nullptr;
   if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
@@ -293,7 +300,8 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     be->allow_tf32 = tf32;
     be->gemm_epilogues = conf.get_bool("gemm_epilogues");
     be->epilogues.base = {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr};
-    be->epilogues.kinds = kEpilogueKinds;
+    be->epilogues.kinds = LOOM_EPILOGUE_BIAS;
+    if (conf.get_bool("gemm_bias_grad_epilogue")) be->epilogues.kinds |= LOOM_EPILOGUE_BGRAD;
     LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
     LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     be->device_stream = make_device_stream(*be);
@@ -305,6 +313,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     LOOM_CUDA_CHECK("create",
                     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     be->alloc = new CachingAllocator(be->device);
+    be->staging = new loom_cuda::Staging();
     be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20);
     LOOM_CUDA_CHECK("create", device_malloc(&be->scratch, kScratchBytes));
     be->scratch_bytes = kScratchBytes;
@@ -335,7 +344,8 @@ void cuda_destroy(loom_backend* be) noexcept {
                   std::to_string(be->alloc->in_use()) +
                   " bytes) were never freed; freeing their memory");
   blas_destroy(be->blas);
-  delete be->alloc;  // frees every block, cached or live
+  delete be->staging;  // the stream is synchronised: no copy still reads its buffers
+  delete be->alloc;    // frees every block, cached or live
   if (be->scratch) (void)cudaFree(be->scratch);
   if (be->stream) (void)cudaStreamDestroy(be->stream);
   delete be;
@@ -422,9 +432,12 @@ constexpr loom_param_spec kParams[] = {
                 -1, 1024),
     loom::param("tf32", LOOM_PARAM_BOOL, "false",
                 "run f32 GEMMs on tensor cores in TF32 (about 10 mantissa bits; much faster)"),
-    loom::param("gemm_epilogues", LOOM_PARAM_BOOL, "false",
-                "lend loom.gemm-epilogue/1: the layers' bias add and bias gradient fused into "
-                "the cuBLASLt GEMMs (off until a GPU run has checked it)"),
+    loom::param("gemm_epilogues", LOOM_PARAM_BOOL, "true",
+                "lend loom.gemm-epilogue/1: the linear layers' bias add fused into the "
+                "cuBLASLt GEMMs (BIAS epilogue)"),
+    loom::param("gemm_bias_grad_epilogue", LOOM_PARAM_BOOL, "false",
+                "with gemm_epilogues, also the bias gradient in the weight-gradient GEMM "
+                "(BGRADB epilogue; slower than a separate pass on an H200 for gpt2-124m)"),
     loom::param("workspace_mb", LOOM_PARAM_INT, "32",
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
 };

@@ -18,6 +18,7 @@
 namespace loom_cuda {
 class CachingAllocator;  // allocator.hpp
 struct Blas;             // gemm.cpp: cuBLASLt handle, workspace, plan cache
+class Staging;           // staging.hpp: from_host's pinned buffers
 }  // namespace loom_cuda
 
 // The opaque instance of backend.h: one device, one stream every op is queued on.
@@ -27,6 +28,7 @@ struct loom_backend {
   cudaStream_t stream = nullptr;
   loom_cuda::CachingAllocator* alloc = nullptr;
   loom_cuda::Blas* blas = nullptr;
+  loom_cuda::Staging* staging = nullptr;
   bool allow_tf32 = false;  // fp32 GEMMs on tensor cores (recipe: backend.tf32)
   // loom.gemm-epilogue/1 lent (recipe: backend.gemm_epilogues), and the table get_ext returns
   bool gemm_epilogues = false;

@@ -53,9 +53,9 @@ typedef struct loom_gemm_args {
  * Work a GEMM does on its operands while it runs (cuBLASLt's epilogues), instead of one more
  * pass over them. Two structs share the id:
  *  - the instance's table, from the backend table's get_ext: present when this instance's
- *    gemm accepts the args extension, with the kinds it implements. An instance may lend it
- *    or not by its configuration (backend/cuda: its `gemm_epilogues` parameter), so callers
- *    ask the instance, not the descriptor.
+ *    gemm accepts the args extension, with the kinds it offers. An instance may lend it, and
+ *    choose the kinds, by its configuration (backend/cuda: `gemm_epilogues`,
+ *    `gemm_bias_grad_epilogue`), so callers ask the instance, not the descriptor.
  *  - the args extension, on a loom_gemm_args chain (flags LOOM_EXT_REQUIRED, batch 1):
  *      LOOM_EPILOGUE_BIAS   C(m,n) = alpha op(A) op(B) + beta C, then + bias(n) on every row
  *                           (a linear layer's output: bias_add fused). C's rows compact
@@ -78,7 +78,7 @@ typedef struct loom_gemm_epilogue {
 /* The instance's table (get_ext(be, LOOM_EXT_GEMM_EPILOGUE)). */
 typedef struct loom_gemm_epilogues {
   loom_ext base;  /* id LOOM_EXT_GEMM_EPILOGUE; base.struct_size = sizeof the whole table */
-  uint32_t kinds; /* LOOM_EPILOGUE_* bits this instance's gemm implements */
+  uint32_t kinds; /* LOOM_EPILOGUE_* bits this instance offers */
 } loom_gemm_epilogues;
 #define LOOM_GEMM_EPILOGUES_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_epilogues, kinds)
 
