@@ -1,5 +1,5 @@
 // Where a plugin's code runs when `loom install` (and discovery) probe it in a child process
-// (registry.cpp's probe_in_child): an empty temporary folder made for that probe, as the
+// (plugin_load.cpp's probe_in_child): an empty temporary folder made for that probe, as the
 // child's working folder, HOME and TMPDIR, removed with whatever the library left there.
 // A constructor that writes "into the current folder" or "~/.something" writes there, not
 // over the user's files. Where the kernel has Landlock (Linux 5.13 and later, when enabled),
