@@ -101,7 +101,7 @@ StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
-  if (injected_nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
+  if (r.hooks && r.hooks->nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
   const std::vector<LossTerm> losses = train_micro(r);
   if (r.timer) r.timer->set_unit(-1);  // the rest of the step is outside the layers
   r.consumed += r.gbs;
@@ -159,7 +159,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   const auto t0 = std::chrono::steady_clock::now();
   const double waited0 = CommWatch::waited_s();
   if (r.timer) r.timer->begin_step();
-  stall_for_test(r, it);
+  if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
   StepStats s = compute_gradients(r, it, 0);
   if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
   apply_update(r, s, it);

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -426,18 +425,6 @@ void TrainRun::sync_tied() {
     }
 }
 
-namespace {
-// Tests only: LOOM_TEST_SLOW_SAVE_AT = "N:S" makes the background writer of iteration N's
-// checkpoint sleep S seconds before it writes (a slow file system, for a kill mid-save).
-void slow_save_for_test(int64_t iteration) {
-  const char* at = std::getenv("LOOM_TEST_SLOW_SAVE_AT");
-  long long n = 0;
-  double seconds = 0;
-  if (at && std::sscanf(at, "%lld:%lf", &n, &seconds) == 2 && n == iteration)
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-}
-}  // namespace
-
 Collective TrainRun::save_collective() {
   Collective coll;
   coll.leader = rank == 0;
@@ -515,9 +502,11 @@ void TrainRun::save(int64_t iteration, bool background) {
   const fs::path tmp = begin_checkpoint(save_dir, a->ck, save_collective());
   a->snapshot_s = since(t0);
   AsyncSave* p = a.get();
-  a->writer = std::thread([p, tmp, t0] {
+  // The writer gets its own copy of the test hooks (none in a normal run: no sleep).
+  const TestHooks test_hooks = hooks ? *hooks : TestHooks{};
+  a->writer = std::thread([p, tmp, t0, test_hooks] {
     try {
-      slow_save_for_test(p->ck.iteration);
+      test_hooks.slow_save(p->ck.iteration);  // tests only
       write_checkpoint_files(tmp, p->ck);
     } catch (const std::exception& e) {
       p->error = e.what();

@@ -4,12 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "errors.hpp"
@@ -101,24 +99,6 @@ StepStats on_bad_numbers(TrainRun& r, const StepStats& s, int64_t it,
          "deterministic (the data or the model, not a transient fault)");
   }
   stop(r, s, it, "");
-}
-
-bool injected_nan(int64_t it, int attempt) {
-  const char* at = std::getenv("LOOM_TEST_NAN_AT");
-  if (!at || !*at) return false;
-  const std::string v(at);
-  const bool always = v.find(":always") != std::string::npos;
-  return std::atoll(at) == it + 1 && (attempt == 0 || always);
-}
-
-void stall_for_test(const TrainRun& r, int64_t it) {
-  const char* at = std::getenv("LOOM_TEST_STALL_AT");
-  if (!at || !*at) return;
-  long long iter = 0, rank = 0;
-  double seconds = 0;
-  if (std::sscanf(at, "%lld:%lld:%lf", &iter, &rank, &seconds) != 3) return;
-  if (iter == it + 1 && rank == r.rank)
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 void LossSpikes::add(const TrainRun& r, int64_t iter, double loss, int64_t first_sample) {

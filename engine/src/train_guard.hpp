@@ -22,13 +22,6 @@ bool numbers_ok(const TrainRun& r, const StepStats& s);
 // parameter whose gradient is not finite.
 StepStats on_bad_numbers(TrainRun& r, const StepStats& s, int64_t it,
                          const std::function<StepStats()>& rerun);
-// Tests only: LOOM_TEST_NAN_AT = "N" poisons iteration N's gradients on the first attempt (a
-// transient fault), "N:always" on every attempt (a deterministic one).
-bool injected_nan(int64_t it, int attempt);
-// Tests only: LOOM_TEST_STALL_AT = "N:R:S" makes world rank R sleep S seconds before iteration
-// N (a straggler or a hung rank, for the comm watchdog and the step-time statistics); N = 0
-// sleeps in set-up, once the comm is made (`it` = -1 there: a signal before the first step).
-void stall_for_test(const TrainRun& r, int64_t it);
 
 // train.loss_spike_factor: a loss above factor x the median of the last 100 steps' is logged
 // with the samples of its batch, which `loom data samples --first` prints.

@@ -30,6 +30,7 @@
 #include "registry.hpp"
 #include "sampler.hpp"
 #include "schedule.hpp"
+#include "test_hooks.hpp"
 #include "train_guard.hpp"
 
 namespace loom::engine {
@@ -156,6 +157,8 @@ struct TrainRun {
   DLDataType compute{};
   LossScaler scaler;
   LrSchedule lr;
+  // The resilience tests' failure injection, read once here; null in a normal run.
+  std::unique_ptr<const TestHooks> hooks = TestHooks::from_env();
 
   // Plugins and layout. Members are destroyed in reverse order: everything below the session
   // (samplers, main parameters) goes before the plugin instances it refers to.

@@ -202,8 +202,8 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   // First of all that is communicated: ranks started with other recipes (other model sizes)
   // would meet in collectives of mismatched sizes. (backend/meta's walk-through has no data.)
   if (!walk_through) agree_on_recipe(recipe, session.backend(), comm);
-  layout = session.layout();  // checks the layout, makes the groups
-  stall_for_test(*this, -1);  // tests only: a slow set-up
+  layout = session.layout();          // checks the layout, makes the groups
+  if (hooks) hooks->stall(rank, -1);  // tests only: a slow set-up
   // What `loom validate` checks too: every plugin's configuration at this rank's place.
   check_plugin_configs(recipe, registry, layout);
   dp = layout.data;
