@@ -37,30 +37,8 @@ using namespace loom::engine::cli;
 
 namespace {
 
-const char* const kUsage =
-    "usage: loom <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  run RECIPE [--set section.key=value]...   train as the recipe says\n"
-    "  validate RECIPE [--set ...] [--print]     check a recipe without running it\n"
-    "  plugins [--load]                          list plugins and refused libraries\n"
-    "  plugins describe KIND/NAME                a plugin's description and recipe keys\n"
-    "  generate --checkpoint DIR --prompt TEXT   sample text from a checkpoint\n"
-    "  serve --checkpoint DIR [--port 5000]      HTTP: Megatron's /api, OpenAI's /v1/...\n"
-    "  eval --checkpoint DIR --task T --data F   WikiText perplexity or LAMBADA accuracy\n"
-    "  data samples RECIPE --split S --count N   the first samples of a split, in training order\n"
-    "  data inspect PREFIX [--tokenizer NAME]    what a .bin/.idx indexed dataset holds\n"
-    "  preprocess --input F --output-prefix P    JSON lines -> Megatron .bin/.idx (see --help)\n"
-    "  checkpoint merge DIR OUT.safetensors      a checkpoint of any layout as full tensors\n"
-    "  checkpoint diff DIR1 DIR2 [--rtol R]      compare two checkpoints' models (--norm)\n"
-    "  checkpoint convert SRC DST --tensor N --pipeline M   rewrite for another layout\n"
-    "  parity RECIPE --layouts tp2,pp2,...       train on 1 rank and in each layout (mpirun),\n"
-    "                                            compare losses and parameters; 1 if any differ\n"
-    "  import-hf HF_DIR OUT                      a Hugging Face GPT-2/Llama model as a checkpoint\n"
-    "  export-hf CHECKPOINT OUT_DIR              a checkpoint as a Hugging Face model directory\n"
-    "  pack DIR [-o OUT.tar.gz]                  package a plugin .so with its LICENSE\n"
-    "  install PKG.tar.gz [--dir DIR]            install a plugin package\n"
-    "  version                                   Loom and plugin ABI versions\n"
+// Usage text after the command list.
+const char* const kUsageTail =
     "\n"
     "`loom <command> --help` describes a command. Plugins are searched in LOOM_PLUGIN_PATH,\n"
     "the build tree, ~/.local/lib/loom/plugins and the install prefix; LOOM_LOG_LEVEL sets\n"
@@ -365,37 +343,97 @@ int cmd_docs(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Every command once: its name, its function and its lines in `loom --help` (synopsis,
+// what it does; none for a hidden one). The usage text, the dispatch and "did you mean" all
+// read this table.
+struct CommandEntry {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+  std::vector<std::pair<const char*, const char*>> help;
+};
+
+const std::vector<CommandEntry>& commands() {
+  static const std::vector<CommandEntry> table = {
+      {"run", cmd_run, {{"run RECIPE [--set section.key=value]...", "train as the recipe says"}}},
+      {"validate",
+       cmd_validate,
+       {{"validate RECIPE [--set ...] [--print]", "check a recipe without running it"}}},
+      {"plugins",
+       cmd_plugins,
+       {{"plugins [--load]", "list plugins and refused libraries"},
+        {"plugins describe KIND/NAME", "a plugin's description and recipe keys"}}},
+      {"generate",
+       cmd_generate,
+       {{"generate --checkpoint DIR --prompt TEXT", "sample text from a checkpoint"}}},
+      {"serve",
+       cmd_serve,
+       {{"serve --checkpoint DIR [--port 5000]", "HTTP: Megatron's /api, OpenAI's /v1/..."}}},
+      {"eval",
+       cmd_eval,
+       {{"eval --checkpoint DIR --task T --data F", "WikiText perplexity or LAMBADA accuracy"}}},
+      {"data",
+       cmd_data,
+       {{"data samples RECIPE --split S --count N",
+         "the first samples of a split, in training order"},
+        {"data inspect PREFIX [--tokenizer NAME]", "what a .bin/.idx indexed dataset holds"}}},
+      {"preprocess",
+       cmd_preprocess,
+       {{"preprocess --input F --output-prefix P",
+         "JSON lines -> Megatron .bin/.idx (see --help)"}}},
+      {"checkpoint",
+       cmd_checkpoint,
+       {{"checkpoint merge DIR OUT.safetensors", "a checkpoint of any layout as full tensors"},
+        {"checkpoint diff DIR1 DIR2 [--rtol R]", "compare two checkpoints' models (--norm)"},
+        {"checkpoint convert SRC DST --tensor N --pipeline M", "rewrite for another layout"}}},
+      {"parity",
+       cmd_parity,
+       {{"parity RECIPE --layouts tp2,pp2,...", "train on 1 rank and in each layout (mpirun),"},
+        {"", "compare losses and parameters; 1 if any differ"}}},
+      {"import-hf",
+       cmd_import_hf,
+       {{"import-hf HF_DIR OUT", "a Hugging Face GPT-2/Llama model as a checkpoint"}}},
+      {"export-hf",
+       cmd_export_hf,
+       {{"export-hf CHECKPOINT OUT_DIR", "a checkpoint as a Hugging Face model directory"}}},
+      {"pack", cmd_pack, {{"pack DIR [-o OUT.tar.gz]", "package a plugin .so with its LICENSE"}}},
+      {"install", cmd_install, {{"install PKG.tar.gz [--dir DIR]", "install a plugin package"}}},
+      {"version", cmd_version, {{"version", "Loom and plugin ABI versions"}}},
+      {"docs", cmd_docs, {}},  // hidden: `loom docs recipes` prints docs/recipes.md
+  };
+  return table;
+}
+
+std::string usage() {
+  std::string out = "usage: loom <command> [options]\n\ncommands:\n";
+  constexpr size_t kColumn = 42;  // where the descriptions start, after two spaces
+  for (const CommandEntry& c : commands())
+    for (const auto& [synopsis, what] : c.help) {
+      std::string line = "  " + std::string(synopsis);
+      // A synopsis too long for the column gets three spaces before its description.
+      line.append(line.size() < 2 + kColumn ? 2 + kColumn - line.size() : 3, ' ');
+      out += line + what + "\n";
+    }
+  return out + kUsageTail;
+}
+
 int dispatch(const std::vector<std::string>& argv) {
   if (argv.empty()) {
-    std::cerr << kUsage;
+    std::cerr << usage();
     return 2;
   }
   const std::string& cmd = argv[0];
   std::vector<std::string> rest(argv.begin() + 1, argv.end());
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    std::cout << kUsage;
+    std::cout << usage();
     return 0;
   }
   if (cmd == "--version") return cmd_version({});
-  if (cmd == "run") return cmd_run(rest);
-  if (cmd == "validate") return cmd_validate(rest);
-  if (cmd == "plugins") return cmd_plugins(rest);
-  if (cmd == "generate") return cmd_generate(rest);
-  if (cmd == "serve") return cmd_serve(rest);
-  if (cmd == "eval") return cmd_eval(rest);
-  if (cmd == "pack") return cmd_pack(rest);
-  if (cmd == "checkpoint") return cmd_checkpoint(rest);
-  if (cmd == "parity") return cmd_parity(rest);
-  if (cmd == "import-hf") return cmd_import_hf(rest);
-  if (cmd == "export-hf") return cmd_export_hf(rest);
-  if (cmd == "install") return cmd_install(rest);
-  if (cmd == "version") return cmd_version(rest);
-  if (cmd == "docs") return cmd_docs(rest);
-  if (cmd == "data") return cmd_data(rest);
-  if (cmd == "preprocess") return cmd_preprocess(rest);  // preprocess.cpp
-  std::string guess = nearest(
-      cmd, {"run", "validate", "plugins", "generate", "serve", "eval", "pack", "install", "version",
-            "data", "preprocess", "checkpoint", "parity", "import-hf", "export-hf"});
+  std::vector<std::string> names;
+  for (const CommandEntry& c : commands()) {
+    if (cmd == c.name) return c.run(rest);
+    names.emplace_back(c.name);
+  }
+  std::string guess = nearest(cmd, names);
   throw UsageError("unknown command '" + cmd + "'" +
                    (guess.empty() ? " (see loom --help)" : "; did you mean '" + guess + "'?"));
 }
