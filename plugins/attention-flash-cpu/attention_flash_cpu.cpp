@@ -254,23 +254,18 @@ const loom_param_spec kParams[] = {
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_ATTENTION,
-    "flash-cpu",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "exact tiled attention (FlashAttention-2 online softmax) on host memory; O((T+S)*D) "
-    "workspace, never T x S",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_ATTENTION,
+     .name = "flash-cpu",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "exact tiled attention (FlashAttention-2 online softmax) on host memory; O((T+S)*D) "
+         "workspace, never T x S",
+     .params = kParams,
+     .api = &kApi,
+     .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -25,22 +25,16 @@ const loom_attention_api kApi = {
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_ATTENTION,
-    "meta",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "computes nothing, allocates nothing: the attention of backend/meta walk-throughs",
-    nullptr,
-    0,
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_ATTENTION,
+     .name = "meta",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "computes nothing, allocates nothing: the attention of backend/meta walk-throughs",
+     .api = &kApi,
+     .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -384,22 +384,15 @@ const char* const* const kCapabilities = nullptr;
 #define LOOM_REFERENCE_NAME "causal-only"
 #endif
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_ATTENTION,
-    LOOM_REFERENCE_NAME,
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
-    nullptr,
-    0,
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_ATTENTION,
+     .name = LOOM_REFERENCE_NAME,
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description = "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
+     .api = &kApi,
+     .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -178,22 +178,16 @@ constexpr loom_backend_api kApi = {
     loom::host_stream::get_ext,
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_BACKEND,
-    "meta",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "shapes without memory or compute: counts what a run would allocate (loom validate --memory)",
-    nullptr,
-    0,
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({.kind = LOOM_KIND_BACKEND,
+                           .name = "meta",
+                           .version = "0.1.0",
+                           .vendor = "Loom",
+                           .license = "Apache-2.0",
+                           .description = "shapes without memory or compute: counts what a run "
+                                          "would allocate (loom validate --memory)",
+                           .api = &kApi,
+                           .capabilities = kCapabilities});
 
 }  // namespace
 

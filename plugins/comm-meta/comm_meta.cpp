@@ -86,22 +86,16 @@ constexpr loom_param_spec kParams[] = {
     loom::param("rank", LOOM_PARAM_INT, "0", "this rank's place in that world", 0, 1 << 24),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_COMM,
-    "meta",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "one rank of a pretended world: real group sizes, no communication (loom validate --memory)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({.kind = LOOM_KIND_COMM,
+                           .name = "meta",
+                           .version = "0.1.0",
+                           .vendor = "Loom",
+                           .license = "Apache-2.0",
+                           .description = "one rank of a pretended world: real group sizes, no "
+                                          "communication (loom validate --memory)",
+                           .params = kParams,
+                           .api = &kApi});
 
 }  // namespace
 

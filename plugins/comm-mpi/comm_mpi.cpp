@@ -527,22 +527,15 @@ constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_r
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-                                            LOOM_ABI_MAJOR,
-                                            LOOM_ABI_MINOR,
-                                            LOOM_KIND_COMM,
-                                            "mpi",
-                                            "0.1.0",
-                                            "Loom",
-                                            "Apache-2.0",
-                                            "collectives and send/recv over MPI on CPU tensors "
-                                            "(f32, f64, i32, bf16, f16); start ranks with mpirun",
-                                            nullptr,
-                                            0,
-                                            &kApi,
-                                            nullptr,   // capabilities
-                                            nullptr,   // ext
-                                            nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({.kind = LOOM_KIND_COMM,
+                           .name = "mpi",
+                           .version = "0.1.0",
+                           .vendor = "Loom",
+                           .license = "Apache-2.0",
+                           .description = "collectives and send/recv over MPI on CPU tensors "
+                                          "(f32, f64, i32, bf16, f16); start ranks with mpirun",
+                           .api = &kApi});
 
 }  // namespace
 

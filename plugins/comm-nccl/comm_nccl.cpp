@@ -571,23 +571,15 @@ constexpr loom::CommCalls kCalls{
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_COMM,
-    "nccl",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "collectives and send/recv over NCCL on GPU tensors, "
-    "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
-    nullptr,
-    0,
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_COMM,
+     .name = "nccl",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description = "collectives and send/recv over NCCL on GPU tensors, "
+                    "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
+     .api = &kApi});
 
 }  // namespace
 

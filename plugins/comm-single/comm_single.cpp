@@ -190,22 +190,15 @@ constexpr loom::CommCalls kCalls{
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_COMM,
-    "single",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "one process, no communication: collectives are identities, send/recv to self queue",
-    nullptr,
-    0,
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_COMM,
+     .name = "single",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "one process, no communication: collectives are identities, send/recv to self queue",
+     .api = &kApi});
 
 }  // namespace
 

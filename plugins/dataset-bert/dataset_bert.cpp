@@ -206,23 +206,17 @@ const loom_param_spec kParams[] = {
                 "--bert-no-binary-head); must match model.binary_head"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "bert",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Megatron-LM's BERT dataset: sentence pairs with the sentence-order label and masked-LM "
-    "targets, over an indexed dataset of sentences",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "bert",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "Megatron-LM's BERT dataset: sentence pairs with the sentence-order label and masked-LM "
+         "targets, over an indexed dataset of sentences",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -83,23 +83,17 @@ const loom_param_spec kParams[] = {
                 "path prefix of <prefix>.bin and <prefix>.idx (relative to the working directory)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "indexed",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one document "
-    "per sequence",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "indexed",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one document "
+         "per sequence",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

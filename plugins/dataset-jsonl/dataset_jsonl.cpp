@@ -153,22 +153,16 @@ const loom_param_spec kParams[] = {
                 "Megatron's --append-eod)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "jsonl",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "JSON-lines text, one document per line, tokenised at load with the run's tokenizer",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "jsonl",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "JSON-lines text, one document per line, tokenised at load with the run's tokenizer",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -247,23 +247,17 @@ const loom_param_spec kParams[] = {
                 "hypothesis, label with a header line"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "mnli",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "MNLI sentence pairs for finetuning BERT: [CLS] premise [SEP] hypothesis [SEP] with the "
-    "label (contradiction, entailment, neutral), as Megatron's GLUE task reads them",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "mnli",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "MNLI sentence pairs for finetuning BERT: [CLS] premise [SEP] hypothesis [SEP] with the "
+         "label (contradiction, entailment, neutral), as Megatron's GLUE task reads them",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

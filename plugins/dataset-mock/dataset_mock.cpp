@@ -181,22 +181,16 @@ const loom_param_spec kParams[] = {
                 "--append-eod); none without a tokenizer"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "mock",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "deterministic synthetic documents from a fixed random Markov chain (learnable)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "mock",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "deterministic synthetic documents from a fixed random Markov chain (learnable)",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -226,23 +226,17 @@ const loom_param_spec kParams[] = {
                 "spans of whole words: a word's \"##\" pieces with it (Megatron's T5: true)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_DATASET,
-    "t5",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Megatron-LM's T5 dataset: span corruption with sentinels (encoder input, decoder input "
-    "and targets) over an indexed dataset of sentences",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_DATASET,
+     .name = "t5",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "Megatron-LM's T5 dataset: span corruption with sentinels (encoder input, decoder input "
+         "and targets) over an indexed dataset of sentences",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -350,23 +350,17 @@ const loom_param_spec kParams[] = {
                 "numbers are those without it"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_GRAD,
-    "ddp",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "data parallel: all-reduce (average) every gradient over its data-parallel group (data x "
-    "context, or expert data for expert parameters)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_GRAD,
+     .name = "ddp",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "data parallel: all-reduce (average) every gradient over its data-parallel group (data x "
+         "context, or expert data for expert parameters)",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

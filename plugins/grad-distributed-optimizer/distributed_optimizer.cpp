@@ -469,23 +469,17 @@ const loom_param_spec kParams[] = {
                 "not with pipeline parallelism yet); the numbers are those without it"),
 };  // grad_ready: no overlap yet
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_GRAD,
-    "distributed-optimizer",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
-    "all-gather parameters",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_GRAD,
+     .name = "distributed-optimizer",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
+         "all-gather parameters",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -413,23 +413,17 @@ const loom_param_spec kParams[] = {
                 "completes just before its unit's forward. The numbers are those without it"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_GRAD,
-    "fsdp",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "fully sharded data parallelism (ZeRO-2/3): per-layer parameter all-gather just before "
-    "use, per-layer gradient reduce-scatter, optimizer on shards",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_GRAD,
+     .name = "fsdp",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "fully sharded data parallelism (ZeRO-2/3): per-layer parameter all-gather just before "
+         "use, per-layer gradient reduce-scatter, optimizer on shards",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -22,23 +22,19 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::bert_classifier_api(create);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_MODEL,
-    "bert-classifier",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "BERT with a sequence(-pair) classifier on the pooled [CLS] (Megatron's Classification: "
-    "MNLI finetuning)",
-    loom::layers::kBertClassifierSchema,
-    loom::layers::kBertClassifierSchemaSize,
-    &kApi,
-    nullptr,  // capabilities: no generation
-    nullptr,  // ext
-    check_config};
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_MODEL,
+     .name = "bert-classifier",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "BERT with a sequence(-pair) classifier on the pooled [CLS] (Megatron's Classification: "
+         "MNLI finetuning)",
+     .params = {loom::layers::kBertClassifierSchema,
+                static_cast<size_t>(loom::layers::kBertClassifierSchemaSize)},
+     .api = &kApi,
+     .check_config = check_config});
 
 }  // namespace
 

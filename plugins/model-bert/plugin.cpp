@@ -20,22 +20,17 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::bert_api(create);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_MODEL,
-    "bert",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
-    loom::layers::kBertSchema,
-    loom::layers::kBertSchemaSize,
-    &kApi,
-    nullptr,  // capabilities: no generation
-    nullptr,  // ext
-    check_config};
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_MODEL,
+     .name = "bert",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
+     .params = {loom::layers::kBertSchema, static_cast<size_t>(loom::layers::kBertSchemaSize)},
+     .api = &kApi,
+     .check_config = check_config});
 
 }  // namespace
 

@@ -19,22 +19,20 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::decoder_api(create);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_MODEL,
-    "gpt",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
-    loom::layers::kTransformerSchema,
-    loom::layers::kTransformerSchemaSize,
-    &kApi,
-    loom::layers::kDecoderCapabilities,
-    &loom::layers::kDecoderDecode.base,
-    check_config};
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_MODEL,
+     .name = "gpt",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
+     .params = {loom::layers::kTransformerSchema,
+                static_cast<size_t>(loom::layers::kTransformerSchemaSize)},
+     .api = &kApi,
+     .capabilities = loom::layers::kDecoderCapabilities,
+     .ext = &loom::layers::kDecoderDecode.base,
+     .check_config = check_config});
 
 }  // namespace
 

@@ -99,23 +99,20 @@ const loom_decode_ext kDecode = {{sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, &
 const char* const kCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS, LOOM_EXT_ENCODE,
                                      nullptr};
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_MODEL,
-    "t5",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "T5 encoder-decoder (Megatron's): span-corruption pretraining, cross-attention, "
-    "generation with the encoder run once",
-    loom::layers::kT5Schema,
-    loom::layers::kT5SchemaSize,
-    &kApi,
-    kCapabilities,
-    &kDecode.base,
-    check_config};
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_MODEL,
+     .name = "t5",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "T5 encoder-decoder (Megatron's): span-corruption pretraining, cross-attention, "
+         "generation with the encoder run once",
+     .params = {loom::layers::kT5Schema, static_cast<size_t>(loom::layers::kT5SchemaSize)},
+     .api = &kApi,
+     .capabilities = kCapabilities,
+     .ext = &kDecode.base,
+     .check_config = check_config});
 
 }  // namespace
 

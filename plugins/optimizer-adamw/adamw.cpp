@@ -118,23 +118,16 @@ class AdamW {
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_OPTIMIZER,
-    "adamw",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
-    "(backend/cuda, on its stream)",
-    kSchema,
-    sizeof(kSchema) / sizeof(kSchema[0]),
-    &loom::opt::OptimizerTable<AdamW>::api,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_OPTIMIZER,
+     .name = "adamw",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description = "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
+                    "(backend/cuda, on its stream)",
+     .params = kSchema,
+     .api = &loom::opt::OptimizerTable<AdamW>::api});
 
 }  // namespace
 

@@ -97,23 +97,17 @@ class Lion {
   void* stream_ = nullptr;  // the backend's stream there (loom.device-stream/1)
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_OPTIMIZER,
-    "lion",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and CUDA "
-    "(backend/cuda, on its stream)",
-    kSchema,
-    sizeof(kSchema) / sizeof(kSchema[0]),
-    &loom::opt::OptimizerTable<Lion>::api,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_OPTIMIZER,
+     .name = "lion",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and CUDA "
+         "(backend/cuda, on its stream)",
+     .params = kSchema,
+     .api = &loom::opt::OptimizerTable<Lion>::api});
 
 }  // namespace
 

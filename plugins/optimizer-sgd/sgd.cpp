@@ -103,22 +103,16 @@ class Sgd {
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_OPTIMIZER,
-    "sgd",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA (backend/cuda)",
-    kSchema,
-    sizeof(kSchema) / sizeof(kSchema[0]),
-    &loom::opt::OptimizerTable<Sgd>::api,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_OPTIMIZER,
+     .name = "sgd",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA (backend/cuda)",
+     .params = kSchema,
+     .api = &loom::opt::OptimizerTable<Sgd>::api});
 
 }  // namespace
 

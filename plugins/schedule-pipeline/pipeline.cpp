@@ -438,21 +438,13 @@ loom_error* run(loom_schedule* s, loom_schedule_args* args) {
 
 const loom_schedule_api kApi = {LOOM_SCHEDULE_API_SIZE_V2, create, destroy, run};
 
-const loom_plugin_descriptor kDescriptor = {LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-                                            LOOM_ABI_MAJOR,
-                                            LOOM_ABI_MINOR,
-                                            LOOM_KIND_SCHEDULE,
-                                            kName,
-                                            "0.1.0",
-                                            "Loom",
-                                            "Apache-2.0",
-                                            kDescription,
-                                            nullptr,
-                                            0,
-                                            &kApi,
-                                            nullptr,   // capabilities
-                                            nullptr,   // ext
-                                            nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin({.kind = LOOM_KIND_SCHEDULE,
+                                                                  .name = kName,
+                                                                  .version = "0.1.0",
+                                                                  .vendor = "Loom",
+                                                                  .license = "Apache-2.0",
+                                                                  .description = kDescription,
+                                                                  .api = &kApi});
 
 }  // namespace
 

@@ -95,22 +95,16 @@ const loom_param_spec kParams[] = {
                 "what decode writes for the end-of-document id 256 (default: nothing)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "byte",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "one token per byte (ids 0-255) plus end-of-document 256; lossless for any bytes",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_TOKENIZER,
+     .name = "byte",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "one token per byte (ids 0-255) plus end-of-document 256; lossless for any bytes",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

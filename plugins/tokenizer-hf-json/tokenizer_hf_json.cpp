@@ -403,22 +403,16 @@ const loom_param_spec kParams[] = {
                 "apply the post_processor (e.g. Llama's BOS), as transformers' tokenizer(text)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "hf-json",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Hugging Face tokenizer.json (BPE: byte-level or byte_fallback) with added tokens",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_TOKENIZER,
+     .name = "hf-json",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "Hugging Face tokenizer.json (BPE: byte-level or byte_fallback) with added tokens",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 }  // namespace hfjson

@@ -140,22 +140,16 @@ const loom_param_spec kParams[] = {
                 1, static_cast<double>(kMaxVocab)),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "null",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "the text is the ids, as whitespace-separated integers (Megatron's NullTokenizer)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_TOKENIZER,
+     .name = "null",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "the text is the ids, as whitespace-separated integers (Megatron's NullTokenizer)",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

@@ -114,22 +114,16 @@ const loom_param_spec kParams[] = {
     loom::param("add_eos", LOOM_PARAM_BOOL, "false", "put the model's </s> after each text"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "sentencepiece",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "SentencePiece models (BPE or unigram) via libsentencepiece; EOD = the model's </s>",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_TOKENIZER,
+     .name = "sentencepiece",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "SentencePiece models (BPE or unigram) via libsentencepiece; EOD = the model's </s>",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

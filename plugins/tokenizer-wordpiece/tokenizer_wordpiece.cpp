@@ -256,22 +256,16 @@ const loom_param_spec kParams[] = {
                 0, 100000),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "wordpiece",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "BERT WordPiece as Megatron-LM's BertWordPiece tokenizers; EOD = [EOS] (appended if absent)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({.kind = LOOM_KIND_TOKENIZER,
+                           .name = "wordpiece",
+                           .version = "0.1.0",
+                           .vendor = "Loom",
+                           .license = "Apache-2.0",
+                           .description = "BERT WordPiece as Megatron-LM's BertWordPiece "
+                                          "tokenizers; EOD = [EOS] (appended if absent)",
+                           .params = kParams,
+                           .api = &kApi});
 
 }  // namespace
 

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gpt_dataset.hpp"
-#include "sampler.hpp"
+#include "data/gpt_dataset.hpp"
+#include "data/sampler.hpp"
 
 namespace fs = std::filesystem;
 using namespace loom::engine;

@@ -3,9 +3,9 @@
 // epochs with and without the separate last epoch, and blend orders.
 #include <doctest/doctest.h>
 
-#include "blend.hpp"
-#include "errors.hpp"
-#include "gpt_dataset.hpp"
+#include "base/errors.hpp"
+#include "data/blend.hpp"
+#include "data/gpt_dataset.hpp"
 #include "reference.hpp"
 
 using namespace loom::engine;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "preprocess_sentences.hpp"
+#include "data/preprocess_sentences.hpp"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <iterator>
 #include <string>
 
-#include "batch_check.hpp"
-#include "errors.hpp"
-#include "train_run.hpp"
+#include "base/errors.hpp"
+#include "train/batch_check.hpp"
+#include "train/train_run.hpp"
 
 using loom::engine::check_batch_spec;
 using loom::engine::Feed;

@@ -2,11 +2,11 @@
 // list, naming both; a callee refuses a required extension it does not know.
 #include <doctest/doctest.h>
 
-#include "capability_gate.hpp"
+#include "base/errors.hpp"
 #include "engine_test_util.hpp"
-#include "errors.hpp"
+#include "loader/registry.hpp"
 #include "loom/cpp/plugin.hpp"
-#include "registry.hpp"
+#include "session/capability_gate.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;

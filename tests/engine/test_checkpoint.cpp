@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint.hpp"
-#include "errors.hpp"
-#include "safetensors.hpp"
+#include "base/errors.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/safetensors.hpp"
 
 namespace fs = std::filesystem;
 using namespace loom::engine;

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "engine_test_util.hpp"
-#include "recipe_docs.hpp"
+#include "recipe/recipe_docs.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;

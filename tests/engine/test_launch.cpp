@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
-#include "launch.hpp"
-#include "parallel_layout.hpp"
-#include "recipe.hpp"
+#include "recipe/parallel_layout.hpp"
+#include "recipe/recipe.hpp"
+#include "train/launch.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;

@@ -5,9 +5,9 @@
 
 #include <sstream>
 
+#include "base/log.hpp"
 #include "engine_test_util.hpp"
-#include "host.hpp"
-#include "log.hpp"
+#include "session/host.hpp"
 
 using namespace enginetest;
 namespace llog = loom::engine::log;

@@ -4,7 +4,7 @@
 
 #include <initializer_list>
 
-#include "mfu.hpp"
+#include "base/mfu.hpp"
 
 using loom::engine::model_flops_utilisation;
 

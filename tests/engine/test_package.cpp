@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
-#include "package.hpp"
-#include "probe_room.hpp"
+#include "loader/package.hpp"
+#include "loader/probe_room.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;

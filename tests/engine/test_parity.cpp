@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "errors.hpp"
-#include "parity.hpp"
+#include "base/errors.hpp"
+#include "eval/parity.hpp"
 
 using namespace loom::engine;
 

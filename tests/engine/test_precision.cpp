@@ -1,4 +1,4 @@
-// MainParams (engine/src/precision.cpp): the f32 main copies of bf16 values, one allocation
+// MainParams (engine/src/train/precision.cpp): the f32 main copies of bf16 values, one allocation
 // and one cast per run of adjacent values, on backend/cpu through the ABI. What a cast over a
 // run must never do: write into a gap between two values, where something that is not a
 // parameter may live (a model's buffers).
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "precision.hpp"
 #include "test_host.hpp"
+#include "train/precision.hpp"
 
 using loom::engine::MainParams;
 

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <set>
 
+#include "base/errors.hpp"
 #include "engine_test_util.hpp"
-#include "errors.hpp"
+#include "loader/registry.hpp"
 #include "loom/cpp/plugin.hpp"
-#include "recipe.hpp"
-#include "registry.hpp"
+#include "recipe/recipe.hpp"
 
 using namespace loom::engine;
 using namespace enginetest;

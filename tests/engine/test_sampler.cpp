@@ -6,8 +6,8 @@
 #include <set>
 #include <vector>
 
-#include "errors.hpp"
-#include "sampler.hpp"
+#include "base/errors.hpp"
+#include "data/sampler.hpp"
 
 using namespace loom::engine;
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "schedule.hpp"
+#include "train/lr_schedule.hpp"
 
 using loom::engine::LrSchedule;
 

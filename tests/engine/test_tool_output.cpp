@@ -8,9 +8,9 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "checkpoint.hpp"
-#include "errors.hpp"
-#include "tool_output.hpp"
+#include "base/errors.hpp"
+#include "base/tool_output.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace loom::engine;

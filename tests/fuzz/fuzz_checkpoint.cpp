@@ -6,9 +6,9 @@
 // latest_checkpointed_iteration.txt, iter_0000001/manifest.json, and the model and optimizer
 // files of one tensor-parallel rank (model-tp00-pp000.safetensors,
 // optimizer-tp00-pp000.safetensors). Anything wrong must be a RunError naming the file.
-#include "checkpoint.hpp"
-#include "checkpoint_shards.hpp"
-#include "errors.hpp"
+#include "base/errors.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/checkpoint_shards.hpp"
 #include "fuzz_host.hpp"
 
 namespace {

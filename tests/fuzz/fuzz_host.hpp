@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "errors.hpp"  // the engine's loom_error: (code, message), shared with engine sources
+#include "base/errors.hpp"  // the engine's loom_error: (code, message), shared with engine sources
 #include "loom/loom.h"
 
 namespace loomfuzz {

@@ -3,9 +3,9 @@
 // here at 4 MiB of output) and the way training reads it (plugins/dataset-jsonl: one
 // object per line, its "text" tokenised). The tokenizer is a stand-in: one id per byte,
 // 256 = end of document. Input: the file.
-#include "errors.hpp"
+#include "base/errors.hpp"
+#include "data/preprocess_input.hpp"
 #include "fuzz_host.hpp"
-#include "preprocess_input.hpp"
 
 extern "C" const loom_plugin_descriptor* loom_plugin_entry(uint32_t, uint32_t);
 

@@ -12,11 +12,11 @@
 // plugins, a required key. The rest is the product's code.
 #include <cmath>
 
-#include "errors.hpp"
+#include "base/errors.hpp"
 #include "fuzz_host.hpp"
+#include "loader/registry.hpp"
 #include "loom/cpp/plugin.hpp"
-#include "recipe.hpp"
-#include "registry.hpp"
+#include "recipe/recipe.hpp"
 
 namespace loom::engine {
 

@@ -1,9 +1,9 @@
 // libFuzzer harness: the safetensors reader (safetensors.cpp). Input: the file. It must be
 // refused with RunError, or read into tensors whose bytes fill their shapes exactly; what
 // was read must write and read back the same.
-#include "errors.hpp"
+#include "base/errors.hpp"
+#include "checkpoint/safetensors.hpp"
 #include "fuzz_host.hpp"
-#include "safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace le = loom::engine;

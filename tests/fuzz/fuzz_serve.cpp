@@ -14,7 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include "fuzz_host.hpp"
-#include "serve_api.hpp"
+#include "serve/serve_api.hpp"
 
 namespace loom::engine {
 

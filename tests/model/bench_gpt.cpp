@@ -19,7 +19,7 @@
 #include <string>
 
 #include "loom/cpp/model_step.hpp"
-#include "step_timer.hpp"
+#include "session/step_timer.hpp"
 #include "test_host.hpp"
 
 namespace {

@@ -71,22 +71,18 @@ loom_error* create(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = decoder_api(create);
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_MODEL,
-    "gptj",
-    "1.0.0",
-    "Example Corp",
-    "MIT",
-    "GPT-J-style decoder: attention and MLP in parallel from one norm (Loom layer library)",
-    kTransformerSchema,  // the same [model] keys as model/gpt
-    kTransformerSchemaSize,
-    &kApi,
-    kDecoderCapabilities,  // loom.decode/1: `loom generate` works
-    &kDecoderDecode.base,
-    nullptr};  // check_config (ABI 2.15)
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_MODEL,
+     .name = "gptj",
+     .version = "1.0.0",
+     .vendor = "Example Corp",
+     .license = "MIT",
+     .description =
+         "GPT-J-style decoder: attention and MLP in parallel from one norm (Loom layer library)",
+     .params = {kTransformerSchema, static_cast<size_t>(kTransformerSchemaSize)},
+     .api = &kApi,
+     .capabilities = kDecoderCapabilities,
+     .ext = &kDecoderDecode.base});
 
 }  // namespace
 

@@ -142,22 +142,16 @@ const loom_param_spec kParams[] = {
                 "decoupled weight decay, on tensors the host marks for decay", 0.0, 1e3),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_OPTIMIZER,
-    "signsgd",
-    "1.0.0",
-    "Example Corp",
-    "MIT",
-    "Signum: sign of the gradient momentum as the update (example out-of-tree plugin)",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config (ABI 2.15)
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_OPTIMIZER,
+     .name = "signsgd",
+     .version = "1.0.0",
+     .vendor = "Example Corp",
+     .license = "MIT",
+     .description =
+         "Signum: sign of the gradient momentum as the update (example out-of-tree plugin)",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

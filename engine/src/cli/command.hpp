@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "errors.hpp"
+#include "base/errors.hpp"
 
 namespace loom::engine::cli {
 

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "checkpoint_tools.hpp"
+#include "checkpoint/checkpoint_tools.hpp"
+#include "checkpoint/hf_interop.hpp"
 #include "cli/command.hpp"
-#include "hf_interop.hpp"
-#include "parity.hpp"
-#include "registry.hpp"
+#include "eval/parity.hpp"
+#include "loader/registry.hpp"
 
 namespace fs = std::filesystem;
 

@@ -2,12 +2,12 @@
 // use it. Their options are checked here; the work is in generate.cpp, serve_*.cpp, eval.cpp.
 #include <cstdint>
 
+#include "base/tool_output.hpp"
 #include "cli/command.hpp"
-#include "eval.hpp"
-#include "generate.hpp"
-#include "registry.hpp"
-#include "serve.hpp"
-#include "tool_output.hpp"
+#include "eval/eval.hpp"
+#include "loader/registry.hpp"
+#include "serve/generate.hpp"
+#include "serve/serve.hpp"
 
 namespace loom::engine::cli {
 

@@ -474,22 +474,15 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_ATTENTION,
-    "cudnn",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with T == S)",
-    nullptr,
-    0,
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_ATTENTION,
+     .name = "cudnn",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with T == S)",
+     .api = &kApi});
 
 }  // namespace
 

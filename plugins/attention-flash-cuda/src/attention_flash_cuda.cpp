@@ -188,23 +188,16 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_ATTENTION,
-    "flash-cuda",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, head dim "
-    "64 or 128, causal, GQA; O(T) memory)",
-    nullptr,
-    0,
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_ATTENTION,
+     .name = "flash-cuda",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, head dim "
+         "64 or 128, causal, GQA; O(T) memory)",
+     .api = &kApi});
 
 }  // namespace
 

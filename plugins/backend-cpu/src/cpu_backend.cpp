@@ -311,23 +311,18 @@ constexpr loom_param_spec kParams[] = {
                 "denominator); false reports 0"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_BACKEND,
-    "cpu",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "Host CPU: OpenBLAS GEMM (core chosen from cpuid) and OpenMP kernels, f32 and f64; bf16/f16 "
-    "through f32 staging",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({.kind = LOOM_KIND_BACKEND,
+                           .name = "cpu",
+                           .version = "0.1.0",
+                           .vendor = "Loom",
+                           .license = "Apache-2.0",
+                           .description = "Host CPU: OpenBLAS GEMM (core chosen from cpuid) and "
+                                          "OpenMP kernels, f32 and f64; bf16/f16 "
+                                          "through f32 staging",
+                           .params = kParams,
+                           .api = &kApi,
+                           .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -442,22 +442,17 @@ constexpr loom_param_spec kParams[] = {
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_BACKEND,
-    "cuda",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "One NVIDIA GPU: cuBLASLt GEMM and CUDA kernels, f32 with bf16/f16 mixed precision",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    kCapabilities,
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_BACKEND,
+     .name = "cuda",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "One NVIDIA GPU: cuBLASLt GEMM and CUDA kernels, f32 with bf16/f16 mixed precision",
+     .params = kParams,
+     .api = &kApi,
+     .capabilities = kCapabilities});
 
 }  // namespace
 

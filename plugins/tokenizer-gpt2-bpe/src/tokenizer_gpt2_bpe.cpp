@@ -144,23 +144,17 @@ const loom_param_spec kParams[] = {
                 "directory)"),
 };
 
-const loom_plugin_descriptor kDescriptor = {
-    LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
-    LOOM_ABI_MAJOR,
-    LOOM_ABI_MINOR,
-    LOOM_KIND_TOKENIZER,
-    "gpt2-bpe",
-    "0.1.0",
-    "Loom",
-    "Apache-2.0",
-    "GPT-2 byte-level BPE, as Megatron's GPT2BPETokenizer; EOD = <|endoftext|>; any bytes "
-    "round-trip",
-    kParams,
-    sizeof(kParams) / sizeof(kParams[0]),
-    &kApi,
-    nullptr,   // capabilities
-    nullptr,   // ext
-    nullptr};  // check_config
+const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
+    {.kind = LOOM_KIND_TOKENIZER,
+     .name = "gpt2-bpe",
+     .version = "0.1.0",
+     .vendor = "Loom",
+     .license = "Apache-2.0",
+     .description =
+         "GPT-2 byte-level BPE, as Megatron's GPT2BPETokenizer; EOD = <|endoftext|>; any bytes "
+         "round-trip",
+     .params = kParams,
+     .api = &kApi});
 
 }  // namespace
 

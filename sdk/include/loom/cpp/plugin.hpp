@@ -2,6 +2,7 @@
 // errors at the boundary, typed config access, the export macro.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <initializer_list>
 #include <new>
@@ -113,6 +114,56 @@ constexpr loom_param_spec param(const char* name, loom_param_type type, const ch
                                 const char* doc, double lo = 1, double hi = 0,
                                 const char* choices = nullptr) {
   return loom_param_spec{LOOM_PARAM_SPEC_SIZE_V2, name, type, def, doc, lo, hi, choices};
+}
+
+// A plugin's descriptor by member name rather than by the position of fifteen fields:
+//   const loom_plugin_descriptor kDescriptor = loom::describe_plugin({
+//       .kind = LOOM_KIND_OPTIMIZER, .name = "adamw", .version = "0.1.0",
+//       .vendor = "Example Inc.", .license = "Apache-2.0", .description = "AdamW ...",
+//       .params = kSchema, .api = &kApi});
+// Members in plugin.h's order (C++20 designated initializers keep it); what is left out is
+// NULL/empty. struct_size is ABI 2.0's, or 2.15's when check_config is set, so a plugin
+// sets no size macro itself.
+// A schema table: a static array, or a pointer and a count. (Not std::span: this header is
+// also read by nvcc in C++17.)
+struct ParamList {
+  const loom_param_spec* data = nullptr;
+  size_t size = 0;
+  constexpr ParamList() = default;
+  constexpr ParamList(const loom_param_spec* p, size_t n) : data(n ? p : nullptr), size(n) {}
+  template <size_t N>
+  constexpr ParamList(const loom_param_spec (&table)[N]) : data(table), size(N) {}
+};
+struct PluginDescription {
+  loom_plugin_kind kind{};
+  const char* name = nullptr;
+  const char* version = nullptr;
+  const char* vendor = nullptr;
+  const char* license = nullptr;      // SPDX identifier
+  const char* description = nullptr;  // one line
+  ParamList params{};
+  const void* api = nullptr;
+  const char* const* capabilities = nullptr;  // NULL-terminated extension ids, or NULL
+  const loom_ext* ext = nullptr;
+  decltype(loom_plugin_descriptor::check_config) check_config = nullptr;
+};
+constexpr loom_plugin_descriptor describe_plugin(const PluginDescription& d) {
+  return loom_plugin_descriptor{
+      d.check_config ? LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15 : LOOM_PLUGIN_DESCRIPTOR_SIZE_V2,
+      LOOM_ABI_MAJOR,
+      LOOM_ABI_MINOR,
+      d.kind,
+      d.name,
+      d.version,
+      d.vendor,
+      d.license,
+      d.description,
+      d.params.data,
+      d.params.size,
+      d.api,
+      d.capabilities,
+      d.ext,
+      d.check_config};
 }
 
 // A backend's check of an ops args struct (backend.h): why it must be refused, or "" when it

@@ -1,0 +1,105 @@
+// Hugging Face interop: `loom import-hf` and `loom export-hf`, and pretrained weights for
+// `checkpoint.finetune`. A Hugging Face model directory (config.json, model.safetensors or
+// shards with model.safetensors.index.json, tokenizer files) of GPT2LMHeadModel or
+// LlamaForCausalLM maps exactly onto model/gpt; anything that does not map (a key, a shape,
+// a config value) is refused by name, never dropped. docs/interop.md has the tables.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.hpp"
+
+namespace loom::engine {
+
+class Registry;
+
+// One Loom tensor made of Hugging Face tensors: concatenated along dimension 0 (q|k|v,
+// gate;up), each stored transposed when `transpose` (GPT-2's Conv1D keeps (in, out)).
+struct HfRule {
+  std::string loom;
+  std::vector<std::string> hf;
+  std::vector<std::vector<int64_t>> shapes;  // as stored in the HF file
+  bool transpose = false;
+  bool vocab = false;  // rows are the vocabulary: padded in Loom, exact in HF
+  // Loom's shape when it is not the pieces stacked along dimension 0 (a mixture of experts'
+  // (E, 2F, C) from E x (w1, w3)); empty: as stacked.
+  std::vector<int64_t> loom_shape = {};
+};
+
+// An architecture's mapping for one config.
+struct HfArch {
+  std::string name;                               // "gpt2" | "llama"
+  std::map<std::string, std::string> model_keys;  // Loom [model] keys as TOML literals
+  std::vector<HfRule> rules;
+  std::vector<std::string> ignored_suffixes;  // non-parameter buffers HF may store
+  std::string tied_head;                      // HF key of a tied head, "" when untied
+  int64_t vocab = 0;
+};
+
+// Refuses (UsageError) a config.json whose sizes (layers, width, vocabulary, experts, ...)
+// are not positive integers or disagree with the tensors' shapes (`shapes`: dtype and shape
+// of every tensor of the directory, no data), naming the key, its value and the tensor;
+// run before the mapping is built, so that a huge size allocates nothing.
+void check_hf_sizes(const nlohmann::json& config, const StFile& shapes, const std::string& where);
+// The mapping for a config.json; refuses a config value that does not map, naming it.
+HfArch hf_arch_from_config(const nlohmann::json& config, const std::string& where);
+// The mapping and config.json for a Loom [model] section (resolved values, TOML literals)
+// and its real vocabulary; `base` (a config this model was imported from, or null) keeps
+// keys Loom does not own (token ids, ...).
+std::pair<HfArch, nlohmann::json> hf_arch_from_model(std::map<std::string, std::string> model_keys,
+                                                     int64_t vocab, const nlohmann::json& base,
+                                                     const std::string& torch_dtype);
+// [model] keys (TOML literals) with the derived defaults made explicit: n_kv_head 0 = n_head,
+// ffn_hidden 0 = 4 x n_embd (gelu) or 8 x n_embd / 3 rounded up to 256 (swiglu), as
+// model/gpt's options define them.
+void resolve_model_defaults(std::map<std::string, std::string>& model_keys);
+
+// A Hugging Face directory read into full Loom tensors (f32, vocabulary rows unpadded).
+struct HfModel {
+  HfArch arch;
+  nlohmann::json config;
+  StFile tensors;
+  std::string dtype;  // of the HF tensors: "F32" | "BF16" | "F16"
+};
+bool is_hf_dir(const std::filesystem::path& dir);
+// The "loom.hf_config" and "loom.hf_dtype" metadata of a checkpoint folder's model file (or
+// of an HF directory's model): what it was imported from, carried by every later save so
+// that export-hf writes the same config keys (token ids, ...) and dtype.
+std::map<std::string, std::string> hf_origin(const std::filesystem::path& folder);
+HfModel read_hf(const std::filesystem::path& dir);
+
+// The Loom checkpoint a command reads for `path`: a checkpoint (or its parent with
+// `latest`) as it is, or a Hugging Face directory imported into a scratch checkpoint that is
+// removed with this object. dir() is empty when `path` holds neither.
+class CheckpointSource {
+ public:
+  explicit CheckpointSource(const std::filesystem::path& path);
+  ~CheckpointSource();
+  CheckpointSource(const CheckpointSource&) = delete;
+  CheckpointSource& operator=(const CheckpointSource&) = delete;
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_, scratch_;
+};
+
+// `loom import-hf HF_DIR OUT`: a Loom checkpoint (iteration 0, no optimizer state) whose
+// recipe.toml holds the model keys and a tokenizer from the directory's files. `out` follows
+// `loom run`'s save-folder rule (check_checkpoint_output): checkpoints already there are
+// written over only with `overwrite`.
+void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& out,
+               bool overwrite);
+// `loom export-hf CHECKPOINT OUT_DIR`: config.json, safetensors (one file, or shards of at
+// most `max_shard_bytes` with an index) in `dtype` ("" = as imported, else float32), and
+// the tokenizer files. A non-empty `out` is refused unless `overwrite`, and then replaced
+// whole: the export is written into a sibling folder and swapped in, so no stale shard or
+// index of an older export survives, and a failure leaves the old export as it was.
+void export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
+               Registry& registry, const std::string& dtype, uint64_t max_shard_bytes,
+               bool overwrite);
+
+}  // namespace loom::engine

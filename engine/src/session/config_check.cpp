@@ -1,0 +1,115 @@
+// check_plugin_configs (config_check.hpp).
+#include "session/config_check.hpp"
+
+#include <set>
+#include <string>
+
+#include "base/errors.hpp"
+#include "loader/registry.hpp"
+#include "loom/cpp/layout.hpp"
+#include "recipe/dtype.hpp"
+#include "recipe/parallel_layout.hpp"
+#include "recipe/recipe.hpp"
+#include "session/host.hpp"
+
+namespace loom::engine {
+namespace {
+
+void log_check(loom_host_context*, loom_log_level level, const char* message) noexcept {
+  host_abi::log_as("check_config", level, message);
+}
+
+// Calls `info`'s check_config, if it has one, with `section`'s config; its refusal is the
+// recipe's.
+void check_one(const PluginInfo& info, const loom_config& section,
+               const loom_parallel_layout& layout, const void* create_args) {
+  const loom_plugin_descriptor* d = info.desc;
+  if (d == nullptr || d->struct_size < LOOM_PLUGIN_DESCRIPTOR_SIZE_V2_15 ||
+      d->check_config == nullptr)
+    return;
+  // The error, log and config slots only: no instance, no backend, no comm.
+  const loom_host host = host_abi::common_table(nullptr, log_check);
+  if (loom_error* e = d->check_config(&host, &section, &layout, create_args)) {
+    const std::string why = host_abi::error_message(e);
+    host_abi::error_free(e);
+    throw UsageError(why);
+  }
+}
+
+}  // namespace
+
+int32_t strategy_residency(const Recipe& recipe, Registry& registry) {
+  const std::string name = recipe.get_string("parallel", selector_of_kind(LOOM_KIND_GRAD));
+  const PluginInfo& info = registry.get(LOOM_KIND_GRAD, name);
+  auto* api = static_cast<const loom_grad_api*>(info.desc->api);
+  if (!api || api->struct_size < LOOM_GRAD_API_SIZE_V2_13 || !api->residency)
+    return LOOM_RESIDENCY_NONE;
+  const loom_host host = host_abi::common_table(nullptr, log_check);
+  return api->residency(&host, &recipe.section("parallel"));
+}
+
+void check_model_residency(const Recipe& recipe, const loom_model_api* api, int32_t residency) {
+  if (residency != LOOM_RESIDENCY_NONE &&
+      (api->struct_size < LOOM_MODEL_API_SIZE_V2_13 || api->hold_params == nullptr))
+    throw UsageError("parallel.data = \"" + recipe.get_string("parallel", "data") +
+                     "\" shards the parameters per layer, and model/" + recipe.plugin("model") +
+                     " has no parameter residency (loom_model_api.hold_params, ABI 2.13)");
+}
+
+loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
+                                         int stages) {
+  loom_model_create_args a{};
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_13;
+  a.vocab_size = vocab;
+  a.seq_len = recipe.get_int("train", "seq_len");
+  a.micro_batch = recipe.get_int("train", "micro_batch_size");
+  a.dtype = compute_dtype(recipe.get_string("precision", "dtype"));
+  a.pipeline_stage = stage;
+  a.pipeline_stages = stages;
+  // train.recompute_* (ABI 2.10), the module names checked by the recipe's validation.
+  const std::string g = recipe.get_string("train", "recompute_granularity");
+  a.recompute_granularity = g == "full"        ? LOOM_RECOMPUTE_FULL
+                            : g == "selective" ? LOOM_RECOMPUTE_SELECTIVE
+                                               : LOOM_RECOMPUTE_NONE;
+  a.recompute_method = recipe.get_string("train", "recompute_method") == "block"
+                           ? LOOM_RECOMPUTE_BLOCK
+                           : LOOM_RECOMPUTE_UNIFORM;
+  a.recompute_num_layers = (int32_t)recipe.get_int("train", "recompute_num_layers");
+  uint32_t modules = 0;
+  parse_recompute_modules(recipe.get_string("train", "recompute_modules"), &modules);
+  a.recompute_modules = modules;
+  return a;
+}
+
+void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_parallel_layout& layout) {
+  for (const PluginSection& s : plugin_sections()) {
+    const PluginInfo& info = registry.get(s.kind, recipe.plugin(s.name));
+    if (s.kind != LOOM_KIND_MODEL) {
+      check_one(info, recipe.section(s.name), layout, nullptr);
+      continue;
+    }
+    const int32_t residency = strategy_residency(recipe, registry);
+    check_model_residency(recipe, static_cast<const loom_model_api*>(info.desc->api), residency);
+    const int stages = layout.pipeline * layout.virtual_stages;
+    for (int v = 0; v < layout.virtual_stages; ++v) {
+      loom_model_create_args a =
+          model_create_args(recipe, 0, v * layout.pipeline + layout.pipeline_rank, stages);
+      a.residency = residency;
+      check_one(info, recipe.section(s.name), layout, &a);
+    }
+  }
+  for (loom_plugin_kind kind : {LOOM_KIND_GRAD, LOOM_KIND_SCHEDULE})
+    check_one(registry.get(kind, recipe.get_string("parallel", selector_of_kind(kind))),
+              recipe.section("parallel"), layout, nullptr);
+}
+
+void check_plugin_configs(Recipe& recipe, Registry& registry, int world) {
+  const loom::layout::Degrees d = layout_degrees(recipe);
+  std::set<int> stages;
+  for (int rank = 0; rank < world; ++rank) {
+    const loom_parallel_layout l = loom::layout::coordinates(d, world, rank);
+    if (stages.insert(l.pipeline_rank).second) check_plugin_configs(recipe, registry, l);
+  }
+}
+
+}  // namespace loom::engine

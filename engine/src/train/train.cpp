@@ -1,0 +1,296 @@
+// The training loop: one iteration is train_step below — every micro-batch through the
+// pipeline schedule (gradient accumulation), the model's own gradient completion, the
+// data-parallel gradient reduction, clipping by global norm and the optimizer step. The run
+// around it (set-up, checkpoints, metrics) is TrainRun's, in train_run.hpp.
+#include "train/train.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "base/errors.hpp"
+#include "base/mfu.hpp"
+#include "session/comm_watch.hpp"
+#include "session/step_timer.hpp"
+#include "train/train_run.hpp"
+#include "train/train_stop.hpp"
+
+namespace loom::engine {
+namespace {
+
+// Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
+// summed over them and over the data-parallel ranks.
+std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
+  const loom_schedule_args a =
+      r.run_schedule(micro, forward_only, r.feed.loss_scale, &Feed::get, &r.feed);
+  if (a.num_losses == 0 || a.losses == nullptr)
+    throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported no loss terms");
+  std::vector<LossTerm> terms;
+  std::vector<double> sums;
+  for (size_t i = 0; i < a.num_losses; ++i) {
+    terms.push_back({a.losses[i].name, 0, 0, a.losses[i].weight});
+    sums.insert(sums.end(), {a.losses[i].sum, a.losses[i].count});
+  }
+  sum_over(r.be, r.comm, r.data_group, sums.data(), (int64_t)sums.size());
+  for (size_t i = 0; i < terms.size(); ++i) {
+    terms[i].sum = sums[2 * i];
+    terms[i].count = sums[2 * i + 1];
+  }
+  return terms;
+}
+
+// The training micro-batches of a step, with gradient readiness passed on to the strategy
+// (TrainRun::on_grad_ready) while they run.
+std::vector<LossTerm> train_micro(TrainRun& r) {
+  std::fill(r.ready_count.begin(), r.ready_count.end(), 0);
+  struct Scope {
+    bool& on;
+    explicit Scope(bool& b) : on(b) { on = true; }
+    ~Scope() { on = false; }
+  } ready(r.forward_ready);
+  std::vector<LossTerm> losses = run_micro(r, r.num_micro, false);
+  if (!r.ready_error.empty()) throw RunError(std::exchange(r.ready_error, std::string()));
+  // The end of the backward passes on the clock grad/ddp's debug lines use (a traced run,
+  // tests/parallel/overlap_grad_reduce.sh, sets them against each other).
+  spdlog::debug(
+      "t={:.0f}us backward passes done",
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+  return losses;
+}
+
+// The squared global gradient norm: each gradient counted once, summed over the ranks that
+// hold different ones (expert gradients over the expert group too).
+double squared_grad_norm(TrainRun& r) {
+  // One backend call (one device read) per kind of tensor; summed here in a fixed order.
+  auto sum_squares = [&](const std::vector<const DLTensor*>& grads) {
+    std::vector<double> per(grads.size());
+    const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, grads.data(), grads.size(),
+                                  per.data(), nullptr};
+    if (!grads.empty()) check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
+    double sq = 0;
+    for (double s : per) sq += s;
+    return sq;
+  };
+  double sq[2] = {sum_squares(r.norm_grads), sum_squares(r.expert_norm_grads)};
+  sum_over(r.be, r.comm, r.norm_group, sq, 2);
+  if (r.layout.expert > 1 && r.norm_group) sum_over(r.be, r.comm, r.expert_group, &sq[1], 1);
+  return sq[0] + sq[1];
+}
+
+// The validation loss terms of evaluation k (the first is the loss; a classifier's accuracy
+// may follow), which reads valid samples [k, k+1) x eval_iters x global batch.
+std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
+  r.feed.sampler = r.valid_samples;
+  r.feed.first = k * r.eval_iters * r.gbs;
+  r.feed.loss_scale = 0.0;
+  return run_micro(r, r.eval_iters * r.num_micro, true);
+}
+
+// The gradients of one iteration (0-based `it`) on the global batch at r.consumed, which it
+// advances: every micro-batch's forward and backward, the model's completion, the
+// data-parallel reduction and the global norm. `attempt` > 0: a rerun of the same batch.
+StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
+  for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
+  // Each rank scales by its own token count; the data-parallel reduction averages over
+  // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
+  r.feed.sampler = r.train_samples;
+  r.feed.first = r.consumed;
+  r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
+  if (r.hooks && r.hooks->nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
+  const std::vector<LossTerm> losses = train_micro(r);
+  if (r.timer) r.timer->set_unit(-1);  // the rest of the step is outside the layers
+  r.consumed += r.gbs;
+  for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
+  const auto [papi, par] = r.grad_strategy;
+  const loom_grad_reduce_args reduce{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
+  check(papi->reduce(par, &reduce), "reducing gradients");
+
+  StepStats s;  // losses of the global batch, for the log
+  s.loss = losses[0].mean();
+  for (size_t i = 1; i < losses.size(); ++i)
+    (losses[i].weight == 0 ? s.stats : s.extra_losses)
+        .emplace_back(losses[i].name, losses[i].mean());
+  // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
+  s.loss_scale = r.scaler.scale;
+  s.grad_norm = std::sqrt(squared_grad_norm(r)) / s.loss_scale;
+  return s;
+}
+
+// The update of a step whose gradients are computed: the loss scaler's verdict (fp16), clipping
+// by global norm, the optimizer step on the main parameters, and the strategy's gather.
+void apply_update(TrainRun& r, StepStats& s, int64_t it) {
+  if (s.stepped) s.stepped = r.scaler.update(std::isfinite(s.grad_norm));
+  s.lr = r.lr.at(it);
+  if (s.stepped) {
+    double scale = 1.0 / s.loss_scale;
+    if (r.grad_clip > 0 && s.grad_norm > r.grad_clip) scale *= r.grad_clip / (s.grad_norm + 1e-6);
+    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale, nullptr};
+    // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
+    // floor reads the gradients and reads and writes the main parameters and the state once,
+    // and writes the model's values (the f32 values themselves when there is no main copy).
+    if (r.timer && r.optimizer_floor_bytes < 0) {
+      const StateBytes b = r.state_bytes();
+      r.optimizer_floor_bytes =
+          b.grads + 2 * b.optimizer + (b.main > 0 ? 2 * b.main + b.values : 2 * b.values);
+    }
+    const StepTimer::Scope timed(TimeKind::optimizer,
+                                 Work{0, std::max(r.optimizer_floor_bytes, 0.0)});
+    check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
+    r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
+    const auto [papi, par] = r.grad_strategy;
+    if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+  } else if (r.scaler.dynamic && std::isfinite(s.grad_norm) == false) {
+    spdlog::warn(
+        "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "
+        "now {:g}",
+        it + 1, s.loss_scale, r.scaler.scale);
+  }
+}
+
+// One iteration (0-based `it`) on the global batch that starts at r.consumed. A loss or
+// gradient norm that is not finite (and not fp16's overflow, which the loss scaler owns) goes
+// to train.nan_check (train_guard.cpp) before anything is updated.
+StepStats train_step(TrainRun& r, int64_t it) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double waited0 = CommWatch::waited_s();
+  if (r.timer) r.timer->begin_step();
+  if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
+  StepStats s = compute_gradients(r, it, 0);
+  if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
+  apply_update(r, s, it);
+  // The step's last device work (the optimizer, the cast into the model) is not waited for:
+  // the host logs and reads the next batch while it runs, and the next step's first read (its
+  // loss) waits for it. Over steps the wall clock still counts all of it. The profile reads
+  // its timing marks at the end of the step, so it waits here.
+  if (r.timer) check(r.be.api->synchronize(r.be.self), "synchronize");
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.timer) r.timer->end_step(s.seconds);
+  s.comm_wait_s = CommWatch::waited_s() - waited0;
+  s.tokens_per_s = (double)(r.gbs * r.seq_len) / s.seconds;
+  s.mfu = model_flops_utilisation(r.flops_per_token * s.tokens_per_s, r.info.peak_gflops, r.world);
+  if (s.stepped) r.spikes.add(r, it + 1, s.loss, r.consumed - r.gbs);
+  return s;
+}
+
+}  // namespace
+
+// A chunk's announcement: its get_param indices [first, first + count) are complete for this
+// backward pass. Counted per gradient; runs of gradients the step's last pass completed go to
+// the strategy. Errors wait for the end of the micro-batches (this is a C callback).
+void TrainRun::on_grad_ready(void* user, int64_t first, int64_t count) {
+  const ReadyChunk& rc = *static_cast<const ReadyChunk*>(user);
+  TrainRun& r = *rc.run;
+  const auto [papi, par] = r.grad_strategy;
+  if (!r.forward_ready || !r.ready_error.empty() || papi == nullptr ||
+      papi->struct_size < LOOM_GRAD_API_SIZE_V2_12 || papi->grad_ready == nullptr)
+    return;
+  const std::vector<int64_t>& grad_of = r.grad_of[rc.chunk];
+  int64_t run_first = 0, run_count = 0;
+  auto flush = [&] {
+    if (run_count == 0) return;
+    try {
+      check(papi->grad_ready(par, run_first, run_count), "starting a gradient reduction");
+    } catch (const std::exception& e) {
+      r.ready_error = e.what();
+    }
+    run_count = 0;
+  };
+  for (int64_t i = std::max<int64_t>(first, 0); i < first + count && i < (int64_t)grad_of.size();
+       ++i) {
+    const int64_t g = grad_of[(size_t)i];
+    if (g < 0 || ++r.ready_count[(size_t)g] != r.num_micro) continue;
+    if (run_count > 0 && run_first + run_count == g) {
+      ++run_count;
+    } else {
+      flush();
+      run_first = g, run_count = 1;
+    }
+  }
+  flush();
+}
+
+void dry_step(TrainRun& r) {
+  for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
+  r.feed.sampler = r.train_samples;
+  r.feed.first = 0;
+  r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
+  run_micro(r, r.num_micro, false);
+  for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
+}
+
+loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, double loss_scale,
+                                          loom_error* (*get)(void*, int64_t, loom_microbatch*),
+                                          void* user) {
+  loom_schedule_args a{};
+  a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
+  a.model_api = mapi;
+  a.chunks = chunks.data();
+  a.num_chunks = chunks.size();
+  a.num_microbatches = micro;
+  a.batch = mbs;
+  a.seq_len = seq_len;
+  a.loss_scale = loss_scale;
+  a.get_microbatch = get;
+  a.user = user;
+  a.forward_only = forward_only ? 1 : 0;
+  check(schedule.first->run(schedule.second, &a), "pipeline schedule");
+  return a;
+}
+
+int run_training(Recipe& recipe, Registry& registry) {
+  // First, so that a signal during set-up (MPI_Init, index building, checkpoint loading) ends
+  // the run at once: there is nothing to save yet.
+  const RunStopper stopper(recipe.get_bool("train", "exit_signal_handler"),
+                           recipe.get_float("train", "exit_duration_mins"),
+                           recipe.get_int("train", "exit_interval"));
+  TrainRun r(recipe, registry);
+  r.prepare_save_dir();
+  r.resume();
+  r.hold_params(false);  // a fully sharded strategy's units are gathered when used from now on
+  check(r.be.api->get_info(r.be.self, &r.info), "backend info");
+  spdlog::info("backend memory in use before the first step: {} bytes ({:.2f} per parameter)",
+               r.info.mem_in_use,
+               (double)r.info.mem_in_use / (double)std::max<int64_t>(r.local_params, 1));
+  Metrics metrics(r);
+  const std::string save_dir = recipe.get_string("checkpoint", "save");
+  const int64_t save_interval = recipe.get_int("checkpoint", "interval");
+  const bool async_save = recipe.get_bool("checkpoint", "async");
+  spdlog::info("training {} iterations from {} (global batch {} samples, lr {} {} -> {})", r.iters,
+               r.start_iter, r.gbs, r.lr.kind, r.lr.max, r.lr.min);
+  stopper.training_starts();
+  for (int64_t it = r.start_iter; it < r.iters; ++it) {
+    CommWatch::set_iteration(it + 1);
+    const StepStats s = train_step(r, it);
+    const int64_t iter = it + 1;
+    check(r.be.api->get_info(r.be.self, &r.info), "backend info");
+    metrics.step(iter, s, (int64_t)r.info.mem_peak);
+    if (r.valid_samples && r.eval_interval > 0 && (iter % r.eval_interval == 0 || iter == r.iters))
+      metrics.eval(iter, evaluate(r, (iter - 1) / r.eval_interval));
+    const bool save =
+        !save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == r.iters);
+    // The last save blocks: the run ends with it in place.
+    if (save) r.save(iter, async_save && iter != r.iters);
+    r.finish_save(false);  // a background save, once every rank's files are written
+    if (iter == r.iters) break;
+    if (const std::optional<StopReason> stop = stopper.after_step(r, iter)) {
+      if (!save_dir.empty() && !save) r.save(iter);
+      r.finish_save(true);
+      spdlog::warn(
+          "stopping after iteration {} of {} ({}): {}; exit code {}", iter, r.iters, stop->why,
+          save_dir.empty() ? "nothing saved, checkpoint.save is empty"
+                           : "resume with checkpoint.load = \"auto\" (or \"" + save_dir + "\")",
+          stop->exit_code);
+      return stop->exit_code;
+    }
+  }
+  if (!save_dir.empty() && r.start_iter >= r.iters)
+    spdlog::info("nothing to train: checkpoint is at iteration {} of {}", r.start_iter, r.iters);
+  return 0;
+}
+
+}  // namespace loom::engine
