@@ -41,3 +41,59 @@ plugin = "byte"
 plugin = "mock"
 TOML
 }
+
+# mpi_ranks NP CMD...: CMD as NP ranks under $mpiexec the way every multi-rank test starts them
+# (OpenMPI: oversubscribed on CI's 2 cores, allowed as root in containers, shared-memory
+# transport only).
+mpi_ranks() {
+  local np=$1
+  shift
+  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader "$@"
+}
+
+# small_gpt_sections [DOCS]: the [backend], [model], [tokenizer] and [data] sections of the
+# 4-layer GPT (width 32, 16 tokens, byte tokenizer, DOCS mock documents of 64 tokens, 200 by
+# default) that the checkpoint and layout tests train; each script writes its own [train] and
+# [lr] (and anything else) beside them.
+small_gpt_sections() {
+  cat <<TOML
+[backend]
+measure_gemm = false
+threads = 1
+[model]
+n_layer = 4
+n_head = 4
+n_embd = 32
+max_seq_len = 16
+[tokenizer]
+plugin = "byte"
+[data]
+plugin = "mock"
+num_documents = ${1:-200}
+doc_length = 64
+TOML
+}
+
+# compare_resumed TOL STRAIGHT.jsonl RESUMED.jsonl WHAT [KEY...]: iterations 7..12 of a run
+# resumed at 6 (RESUMED) against the same iterations of a straight run: every KEY (default
+# loss and grad_norm) within TOL relative. Prints the worst difference; exits 1 naming the
+# first one beyond TOL.
+compare_resumed() {
+  python3 - "$@" <<'PY'
+import json, sys
+tol, a, b, what = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+keys = sys.argv[5:] or ["loss", "grad_norm"]
+straight = {r["iter"]: r for r in map(json.loads, open(a)) if "loss" in r}
+resumed = [r for r in map(json.loads, open(b)) if "loss" in r]
+assert [r["iter"] for r in resumed] == list(range(7, 13)), [r["iter"] for r in resumed]
+worst = 0.0
+for r in resumed:
+    for key in keys:
+        x, y = straight[r["iter"]][key], r[key]
+        rel = abs(x - y) / abs(x)
+        worst = max(worst, rel)
+        if rel > tol:
+            sys.exit(f"{what} iter {r['iter']}: straight {key} {x!r}, resumed {y!r}")
+print(f"{what}: {' and '.join(keys)} of iterations 7..12 within {worst:.1e} of the straight run")
+PY
+}

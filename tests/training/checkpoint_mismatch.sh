@@ -9,6 +9,8 @@
 #   checkpoint_mismatch.sh LOOM [MPIEXEC]
 set -uo pipefail
 loom=$1 mpiexec=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -19,21 +21,8 @@ iters = 2
 micro_batch_size = 2
 seq_len = 16
 log_interval = 1
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 50
-doc_length = 64
 TOML
+small_gpt_sections 50 >> r.toml
 fail() { echo "FAIL: $*"; [ -f out ] && tail -5 out; exit 1; }
 "$loom" run r.toml --set checkpoint.save=ck > out 2>&1 || fail "the first run"
 "$loom" checkpoint convert ck tp2 --tensor 2 > out 2>&1 || fail "convert to TP2"
@@ -77,7 +66,7 @@ refused 2 "it lacks [0-9]* the model needs" \
   "$loom" generate --checkpoint ck --prompt hi --max-new-tokens 2 --set model.n_layer=6
 "$loom" generate --checkpoint ck --prompt hi --max-new-tokens 2 > out 2>&1 || fail "generate"
 if [ -n "$mpiexec" ]; then
-  mpi() { "$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
+  mpi() { mpi_ranks 2 \
             "$loom" run r.toml --set comm.plugin=mpi --set train.iters=3 --set checkpoint.load=tp2 \
             "$@"; }
   refused 2 "rank 0: checkpoint.load: tp2/iter_0000002: its model tensors are not this run's: \

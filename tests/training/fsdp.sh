@@ -23,6 +23,8 @@
 #   fsdp.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cat > "$dir/r.toml" <<'TOML'
@@ -39,48 +41,17 @@ decay_iters = 12   # the same schedule for the runs that stop at 6
 [optimizer]
 plugin = "adamw"
 eps = 1e-6         # see equivalence.sh: keeps the key bias's rounding noise small
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
 [checkpoint]
 interval = 0
 TOML
+small_gpt_sections >> "$dir/r.toml"
 cd "$dir"
 run() {  # run NP DTYPE ARGS...
   local np=$1 dtype=$2
   shift 2
-  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+  mpi_ranks "$np" \
     "$loom" run r.toml --set comm.plugin=mpi --set precision.dtype="$dtype" "$@" 2>> log ||
     { tail -30 log; exit 1; }
-}
-compare() {  # compare TOL STRAIGHT.jsonl RESUMED.jsonl WHAT
-  python3 - "$@" <<'PY'
-import json, sys
-tol, a, b, what = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-straight = {r["iter"]: r for r in map(json.loads, open(a)) if "loss" in r}
-resumed = [r for r in map(json.loads, open(b)) if "loss" in r]
-assert [r["iter"] for r in resumed] == list(range(7, 13)), [r["iter"] for r in resumed]
-worst = 0.0
-for r in resumed:
-    for key in ("loss", "grad_norm"):
-        x, y = straight[r["iter"]][key], r[key]
-        rel = abs(x - y) / abs(x)
-        worst = max(worst, rel)
-        if rel > tol:
-            sys.exit(f"{what} iter {r['iter']}: straight {key} {x!r}, resumed {y!r}")
-print(f"{what}: loss and grad norm of iterations 7..12 within {worst:.1e} of the straight run")
-PY
 }
 fsdp=(--set parallel.data=fsdp)
 
@@ -92,7 +63,7 @@ for dtype in fp32 bf16; do
   run 2 $dtype "${fsdp[@]}" --set checkpoint.load=half-$dtype --set checkpoint.save=resumed-$dtype \
     --set train.metrics=resumed-$dtype.jsonl
   ! grep -q "resharding" log || { echo "$dtype: DP2 FSDP resharded its own checkpoint"; exit 1; }
-  compare 0 straight-$dtype.jsonl resumed-$dtype.jsonl "dp2 fsdp $dtype -> dp2 fsdp"
+  compare_resumed 0 straight-$dtype.jsonl resumed-$dtype.jsonl "dp2 fsdp $dtype -> dp2 fsdp"
   "$loom" checkpoint diff straight-$dtype resumed-$dtype --rtol 0 | tail -1
 done
 
@@ -109,7 +80,7 @@ for case in "src-fsdp 1" "src-fsdp 2 --set parallel.data=distributed-optimizer" 
   : > log
   run "$np" fp64 "$@" --set checkpoint.load=$src --set checkpoint.save=dst --set train.metrics=dst.jsonl
   grep -q "resharding" log || { echo "$case: the load did not reshard"; exit 1; }
-  compare 1e-9 one.jsonl dst.jsonl "$src -> np $np $*"
+  compare_resumed 1e-9 one.jsonl dst.jsonl "$src -> np $np $*"
   "$loom" checkpoint diff one dst --rtol 1e-9 | tail -1
   rm -rf dst dst.jsonl
 done
@@ -120,7 +91,7 @@ done
 : > log
 run 1 fp64 --set checkpoint.load=conv --set checkpoint.save=dst --set train.metrics=dst.jsonl
 ! grep -q "resharding" log || { echo "convert: the converted checkpoint was resharded"; exit 1; }
-compare 1e-9 one.jsonl dst.jsonl "src-fsdp -> convert -> np 1"
+compare_resumed 1e-9 one.jsonl dst.jsonl "src-fsdp -> convert -> np 1"
 "$loom" checkpoint diff one dst --rtol 1e-9 | tail -1
 rm -rf dst dst.jsonl conv
 
@@ -163,7 +134,7 @@ done
 refuse() {  # refuse NP WHAT ARGS...
   local np=$1 what=$2 rc=0
   shift 2
-  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+  mpi_ranks "$np" \
     "$loom" run r.toml --set comm.plugin=mpi "${fsdp[@]}" "$@" > out 2>&1 || rc=$?
   grep -q "$what" out && [ $rc = 2 ] ||
     { echo "FAIL: expected exit 2 and '$what', got $rc:"; tail -5 out; exit 1; }

@@ -18,6 +18,8 @@
 #   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cat > "$dir/r.toml" <<'TOML'
@@ -34,23 +36,11 @@ decay_iters = 12   # the same schedule for the runs that stop at 6
 [optimizer]
 plugin = "adamw"
 eps = 1e-6         # see equivalence.sh: keeps the key bias's rounding noise small
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"    # 257 tokens: the embedding pads to 384 rows at TP1, 512 at TP2 and TP4
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
 [checkpoint]
 interval = 0
 TOML
+# The byte tokenizer's 257 tokens: the embedding pads to 384 rows at TP1, 512 at TP2 and TP4.
+small_gpt_sections >> "$dir/r.toml"
 case $model in
   gpt) model_set=() ;;
   # GQA with 8 query and 4 key/value heads, so that TP4 divides both.
@@ -88,26 +78,9 @@ run() {  # run LAYOUT DTYPE ARGS...
   layout "$1"
   local dtype=$2
   shift 2
-  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
+  mpi_ranks "$np" \
     "$loom" run r.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
     --set precision.dtype="$dtype" "$@" 2>> log || { tail -30 log; exit 1; }
-}
-compare() {  # compare DTYPE TOL STRAIGHT.jsonl RESUMED.jsonl WHAT
-  python3 - "$@" <<'PY'
-import json, sys
-dtype, tol, a, b, what = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-straight = {r["iter"]: r for r in map(json.loads, open(a)) if "loss" in r}
-resumed = [r for r in map(json.loads, open(b)) if "loss" in r]
-assert [r["iter"] for r in resumed] == list(range(7, 13)), [r["iter"] for r in resumed]
-worst = 0.0
-for r in resumed:
-    x, y = straight[r["iter"]]["loss"], r["loss"]
-    rel = abs(x - y) / abs(x)
-    worst = max(worst, rel)
-    if rel > tol:
-        sys.exit(f"{what} {dtype} iter {r['iter']}: straight loss {x!r}, resharded {y!r}")
-print(f"{what} {dtype}: losses of iterations 7..12 within {worst:.1e} of the straight run")
-PY
 }
 for dtype in fp64 fp32; do
   if [ $dtype = fp64 ]; then tol=1e-9 diff=(--rtol 1e-9); else tol=1e-5 diff=(--rtol 1e-5 --norm); fi
@@ -143,7 +116,7 @@ for dtype in fp64 fp32; do
         grep -q "resharding" log || { echo "$what: the load did not reshard"; exit 1; }
       fi
       : > log
-      compare $dtype $tol straight-$dtype.jsonl dst-$src-$load-$dst-$dtype.jsonl "$what"
+      compare_resumed $tol straight-$dtype.jsonl dst-$src-$load-$dst-$dtype.jsonl "$what $dtype" loss
       "$loom" checkpoint diff straight-$dtype dst-$dtype "${diff[@]}" | tail -3
       rm -rf dst-$dtype
     done
@@ -164,5 +137,5 @@ run tp2dp2dist bf16 --set train.iters=6 --set checkpoint.save=src-bf16
 run tp2dp2dist bf16 --set checkpoint.load=conv-bf16 --set checkpoint.save=dst-bf16 \
   --set train.metrics=dst-bf16.jsonl
 grep -q "resharding" log || { echo "bf16: the load did not reshard"; exit 1; }
-compare bf16 0 straight-bf16.jsonl dst-bf16.jsonl "$model tp2dp2dist -> convert tp2 -> tp2dp2dist"
+compare_resumed 0 straight-bf16.jsonl dst-bf16.jsonl "$model tp2dp2dist -> convert tp2 -> tp2dp2dist bf16" loss
 "$loom" checkpoint diff straight-bf16 dst-bf16 --rtol 0 | tail -1

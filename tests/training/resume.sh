@@ -9,6 +9,8 @@
 #   context parallelism of 2 beside data parallelism of 2)
 set -euo pipefail
 loom=$1 mpiexec=$2 layout=$3
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cat > "$dir/r.toml" <<'TOML'
@@ -21,23 +23,10 @@ seq_len = 16
 [lr]
 max = 3e-3
 decay_iters = 12   # the same schedule for the run that stops at 6
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
 [comm]
 plugin = "mpi"
 TOML
+small_gpt_sections >> "$dir/r.toml"
 case $layout in
   tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
   tp2dp2dist) sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
@@ -63,8 +52,7 @@ case $layout in
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 cd "$dir"
-run() { "$mpiexec" -np 4 --oversubscribe --allow-run-as-root --mca btl self,vader \
-          "$loom" run r.toml "${sets[@]}" "$@" 2>> log || { tail -30 log; exit 1; }; }
+run() { mpi_ranks 4 "$loom" run r.toml "${sets[@]}" "$@" 2>> log || { tail -30 log; exit 1; }; }
 run --set train.metrics=straight.jsonl --set checkpoint.save=straight
 run --set train.iters=6 --set train.metrics=half.jsonl --set checkpoint.save=resumed
 run --set train.metrics=half.jsonl --set checkpoint.save=resumed --set checkpoint.load=resumed

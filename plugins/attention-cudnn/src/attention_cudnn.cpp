@@ -29,7 +29,7 @@
 #include <tuple>
 #include <vector>
 
-#include "cudnn_backend.hpp"
+#include "cudnn_graph.hpp"
 #include "gqa.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
