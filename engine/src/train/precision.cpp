@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "base/errors.hpp"
 #include "recipe/recipe.hpp"
@@ -10,7 +11,7 @@
 namespace loom::engine {
 
 MainParams::MainParams(const loom_backend_ref& be, const std::vector<DLTensor*>& values)
-    : be_(be), values_(values), main_(values.size(), nullptr) {
+    : be_(be), main_(values.size(), nullptr) {
   std::vector<size_t> narrow;  // the values that need an f32 copy
   for (size_t i = 0; i < values.size(); ++i) {
     DLTensor* v = values[i];
@@ -20,42 +21,40 @@ MainParams::MainParams(const loom_backend_ref& be, const std::vector<DLTensor*>&
       narrow.push_back(i);
   }
   mixed_ = !narrow.empty();
-  group_runs(narrow);
+  group_runs(values, std::move(narrow));
 }
 
 // Sorted by address, values of one allocation and dtype whose bytes follow each other exactly
 // form a run (no gap: a gap may hold something that is not a parameter, which a cast over the
 // run would overwrite). Each run gets one f32 allocation; its values' main tensors view it at
 // the same element offsets.
-void MainParams::group_runs(const std::vector<size_t>& narrow) {
-  std::vector<size_t> order = narrow;
+void MainParams::group_runs(const std::vector<DLTensor*>& values, std::vector<size_t> order) {
   auto end_byte = [&](size_t i) {
-    return values_[i]->byte_offset +
-           (uint64_t)loom_tensor_numel(values_[i]) * (uint64_t)loom_dtype_bytes(values_[i]->dtype);
+    return values[i]->byte_offset +
+           (uint64_t)loom_tensor_numel(values[i]) * (uint64_t)loom_dtype_bytes(values[i]->dtype);
   };
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const DLTensor *x = values_[a], *y = values_[b];
+    const DLTensor *x = values[a], *y = values[b];
     return x->data != y->data ? std::less<void*>()(x->data, y->data)
                               : x->byte_offset < y->byte_offset;
   });
   for (size_t k = 0; k < order.size();) {
     size_t e = k + 1;
-    const DLTensor* first = values_[order[k]];
-    while (e < order.size() && values_[order[e]]->data == first->data &&
-           loom_dtype_eq(values_[order[e]]->dtype, first->dtype) &&
-           values_[order[e]]->byte_offset == end_byte(order[e - 1]))
+    const DLTensor* first = values[order[k]];
+    while (e < order.size() && values[order[e]]->data == first->data &&
+           loom_dtype_eq(values[order[e]]->dtype, first->dtype) &&
+           values[order[e]]->byte_offset == end_byte(order[e - 1]))
       ++e;
     Run run;
-    for (size_t m = k; m < e; ++m) run.numel += loom_tensor_numel(values_[order[m]]);
+    for (size_t m = k; m < e; ++m) run.numel += loom_tensor_numel(values[order[m]]);
     check(be_.api->alloc_tensor(be_.self, loom_f32(), 1, &run.numel, &run.main),
           "allocating f32 main parameters");
-    owned_.push_back(run.main);
     run.values = *first;
     run.values.ndim = 1;
     run.values.strides = nullptr;
     int64_t at = 0;
     for (size_t m = k; m < e; ++m) {
-      const DLTensor* v = values_[order[m]];
+      const DLTensor* v = values[order[m]];
       auto view = std::make_unique<MainView>();
       view->shape.assign(v->shape, v->shape + v->ndim);
       view->t = *run.main;
@@ -75,7 +74,7 @@ void MainParams::group_runs(const std::vector<size_t>& narrow) {
 }
 
 MainParams::~MainParams() {
-  for (DLTensor* t : owned_) be_.api->free_tensor(be_.self, t);
+  for (const Run& r : runs_) be_.api->free_tensor(be_.self, r.main);
 }
 
 void MainParams::from_model() {

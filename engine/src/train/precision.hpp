@@ -53,10 +53,10 @@ class MainParams {
     DLTensor t{};
     std::vector<int64_t> shape;
   };
-  void group_runs(const std::vector<size_t>& narrow);
+  void group_runs(const std::vector<DLTensor*>& values, std::vector<size_t> order);
 
   loom_backend_ref be_;
-  std::vector<DLTensor*> values_, main_, owned_;
+  std::vector<DLTensor*> main_;
   std::vector<Run> runs_;
   std::vector<std::unique_ptr<MainView>> views_;
   bool mixed_ = false;

@@ -162,8 +162,7 @@ loom_error* cuda_event_wait(loom_backend* be, void* event) noexcept {
 loom_error* cuda_event_sync(loom_backend* be, void* event) noexcept {
   return run_op(be, "event_sync", [&](loom_backend&) {
     if (event == nullptr) return;
-    g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
-    LOOM_CUDA_CHECK("event_sync", cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    LOOM_CUDA_CHECK("event_sync", event_sync(static_cast<cudaEvent_t>(event)));
   });
 }
 

@@ -68,6 +68,11 @@ inline cudaError_t stream_sync(cudaStream_t s) {
   g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
   return cudaStreamSynchronize(s);
 }
+// The host waits for an event (counted).
+inline cudaError_t event_sync(cudaEvent_t e) {
+  g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  return cudaEventSynchronize(e);
+}
 // A device allocation asked of the runtime (counted).
 inline cudaError_t device_malloc(void** p, size_t bytes) {
   g_counters.mallocs.fetch_add(1, std::memory_order_relaxed);

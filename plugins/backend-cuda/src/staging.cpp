@@ -21,12 +21,7 @@ void Staging::copy(void* dst, const void* src, size_t bytes, cudaStream_t stream
   // The slot's last copy was queued three copies ago: almost always done. Wait (counted as a
   // host synchronisation) only when it is not.
   const cudaError_t ready = cudaEventQuery(s.read);
-  if (ready == cudaErrorNotReady) {
-    g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
-    LOOM_CUDA_CHECK("from_host", cudaEventSynchronize(s.read));
-  } else {
-    LOOM_CUDA_CHECK("from_host", ready);
-  }
+  LOOM_CUDA_CHECK("from_host", ready == cudaErrorNotReady ? event_sync(s.read) : ready);
   if (s.capacity < bytes) {
     if (s.host) LOOM_CUDA_CHECK("from_host", cudaFreeHost(s.host));
     s.host = nullptr, s.capacity = 0;
