@@ -3,7 +3,7 @@
 // num_classes-way classifier on the pooled vector, instead of the LM and binary heads. It
 // finetunes a model/bert checkpoint (checkpoint.finetune, with checkpoint.finetune_fresh =
 // "classifier": the classifier starts fresh, the rest is loaded).
-#include "loom/cpp/layers/model_plugin.hpp"
+#include "loom/cpp/layers/decoder/model_plugin.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // bidirectional attention over each row's real tokens, the LM head's transform and the
 // pooler with the binary sentence-order head — the layer library's decoder run with its
 // BERT options, the same pre-norm layers as model/gpt. Everything else is loom/cpp/layers.
-#include "loom/cpp/layers/model_plugin.hpp"
+#include "loom/cpp/layers/decoder/model_plugin.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // model/gpt: GPT-2 and the Llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head through
 // options) — the layer library's decoder with the pre-norm block. Everything else is
 // loom/cpp/layers.
-#include "loom/cpp/layers/model_plugin.hpp"
+#include "loom/cpp/layers/decoder/model_plugin.hpp"
 
 namespace {
 

@@ -1,10 +1,10 @@
 // model/t5: Megatron's T5, an encoder-decoder transformer with cross-attention, trained on
 // dataset/t5's span corruption and generating with the encoder run once and the decoder over
-// a KV cache. The model is loom/cpp/layers/t5.hpp; this file is its C table.
+// a KV cache. The model is loom/cpp/layers/t5/t5.hpp; this file is its C table.
 #include <iterator>
 
-#include "loom/cpp/layers/model_plugin.hpp"
-#include "loom/cpp/layers/t5.hpp"
+#include "loom/cpp/layers/decoder/model_plugin.hpp"
+#include "loom/cpp/layers/t5/t5.hpp"
 #include "loom/cpp/tokenizer.hpp"
 
 namespace {

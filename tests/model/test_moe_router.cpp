@@ -1,4 +1,4 @@
-// The mixture of experts' router (loom/cpp/layers/moe_router.hpp): every gradient against
+// The mixture of experts' router (loom/cpp/layers/moe/moe_router.hpp): every gradient against
 // central finite differences in float64 (the combine weights under each score function, the
 // balancing loss in both forms, the z loss, with and without dropping), the losses' values
 // against a recomputation written here from Megatron's formulas, the capacity rule's two
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "loom/cpp/layers/moe_router.hpp"
+#include "loom/cpp/layers/moe/moe_router.hpp"
 
 using loom::layers::RouterConfig;
 using loom::layers::Routing;

@@ -3,7 +3,7 @@
 // cross-entropy of the decoded logits must be the PyTorch float64 reference's loss
 // (tests/model/make_t5_reference.py), chunked decoding must equal token-by-token decoding,
 // and slots decode independently of each other.
-#include "loom/cpp/layers/t5.hpp"
+#include "loom/cpp/layers/t5/t5.hpp"
 #include "model_test_util.hpp"
 #include "reference_file.hpp"
 

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""The engine's subsystems stand on levels (issue 36, docs/architecture.md): a folder of
-engine/src may use the folders below it, never one above it, so no include and no call runs
-back up and no loop can form between folders.
+"""The engine's subsystems and the layer library's folders stand on levels (issue 36,
+docs/architecture.md): a folder may use the folders below it, never one above it, so no
+include and no call runs back up and no loop can form between folders.
 
-The levels are LOOM_ENGINE_FOLDERS in engine/CMakeLists.txt, lowest first; main.cpp and
-cli/ stand above them all.
+The engine's levels are LOOM_ENGINE_FOLDERS in engine/CMakeLists.txt, lowest first; main.cpp
+and cli/ stand above them all. The layer library's are LOOM_LAYER_FOLDERS in
+sdk/CMakeLists.txt: sdk/layers/<folder>/ and its mirrored headers
+sdk/include/loom/cpp/layers/<folder>/ are one folder.
   - includes: every engine header is included by its folder ("train/train_run.hpp"), the
     file exists, and its folder is the includer's own or one below it;
   - calls (--objects DIR, the loom_engine target's object folder): every symbol a unit
     uses that another unit of the library defines (strongly: weak inline and template
     copies are everyone's) is defined in the unit's own folder or one below it.
 
-    check_layers.py [ROOT] [--objects DIR]
+  - the layer library's includes ("loom/cpp/layers/<folder>/x.hpp") and, with
+    --layer-objects DIR (the loom_layers target's object folder), its calls, alike.
+
+    check_layers.py [ROOT] [--objects DIR] [--layer-objects DIR]
 Exit 0 when the levels hold, 1 with one line per violation.
 """
 import os
@@ -22,11 +27,11 @@ import sys
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
-def levels(root):
-    text = open(os.path.join(root, "engine", "CMakeLists.txt")).read()
-    m = re.search(r"set\(LOOM_ENGINE_FOLDERS([^)]*)\)", text)
+def levels(root, cmake=("engine", "CMakeLists.txt"), var="LOOM_ENGINE_FOLDERS"):
+    text = open(os.path.join(root, *cmake)).read()
+    m = re.search(r"set\(" + var + r"([^)]*)\)", text)
     if not m:
-        raise SystemExit("check_layers: no set(LOOM_ENGINE_FOLDERS ...) in engine/CMakeLists.txt")
+        raise SystemExit(f"check_layers: no set({var} ...) in {'/'.join(cmake)}")
     names = m.group(1).split()
     return {name: k for k, name in enumerate(names)}
 
@@ -89,14 +94,14 @@ def symbols(obj, defined):
     return syms
 
 
-def check_calls(objects, level):
+def check_calls(objects, level, strip="src/", where_is="engine/src"):
     units = []  # (folder, unit path, object)
     for d, _, files in os.walk(objects):
         for f in files:
             if f.endswith(".cpp.o"):
                 obj = os.path.join(d, f)
                 rel = os.path.relpath(obj, objects)
-                rel = rel[4:] if rel.startswith("src/") else rel
+                rel = rel[len(strip):] if rel.startswith(strip) else rel
                 units.append((folder_of(rel), rel[:-2], obj))
     if not units:
         return [f"check_layers: no object files under {objects}"]
@@ -115,31 +120,72 @@ def check_calls(objects, level):
             theirs = top if there == "top" else level.get(there, top)
             if theirs > mine:
                 name = subprocess.run(["c++filt", s], capture_output=True, text=True).stdout.strip()
-                bad.append(f"engine/src/{unit}: calls {name[:120]} of engine/src/{where}, "
+                bad.append(f"{where_is}/{unit}: calls {name[:120]} of {where_is}/{where}, "
                            f"a level above it")
+    return bad
+
+
+LAYER_INCLUDE = re.compile(r'^\s*#\s*include\s+"loom/cpp/layers/([^"]+)"', re.M)
+
+
+def check_layer_includes(root, level):
+    """sdk/layers/<f>/*.cpp and sdk/include/loom/cpp/layers/<f>/*.hpp include layer headers
+    by folder, of their own folder or one below it."""
+    bad = []
+    inc_root = os.path.join(root, "sdk", "include", "loom", "cpp", "layers")
+    for base in (os.path.join(root, "sdk", "layers"), inc_root):
+        for d, _, files in os.walk(base):
+            for f in sorted(files):
+                if not f.endswith((".cpp", ".hpp")):
+                    continue
+                path = os.path.join(d, f)
+                rel = os.path.relpath(path, root)
+                here = os.path.relpath(path, base).split("/")[0]
+                if here not in level:
+                    bad.append(f"{rel}: folder {here} is not in LOOM_LAYER_FOLDERS")
+                    continue
+                text = open(path, encoding="utf-8").read()
+                for m in LAYER_INCLUDE.finditer(text):
+                    inc = m.group(1)
+                    line = text.count("\n", 0, m.start()) + 1
+                    there = inc.split("/")[0]
+                    if "/" not in inc or there not in level:
+                        bad.append(f"{rel}:{line}: include \"loom/cpp/layers/{inc}\" outside "
+                                   "the layer folders")
+                    elif not os.path.exists(os.path.join(inc_root, inc)):
+                        bad.append(f"{rel}:{line}: include \"loom/cpp/layers/{inc}\" does not exist")
+                    elif level[there] > level[here]:
+                        bad.append(f"{rel}:{line}: {here} includes \"loom/cpp/layers/{inc}\" of "
+                                   f"{there}, a level above it")
     return bad
 
 
 def main(argv):
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    objects = None
     args = list(argv)
-    if "--objects" in args:
-        k = args.index("--objects")
-        objects = args[k + 1]
-        del args[k:k + 2]
+    dirs = {}
+    for flag in ("--objects", "--layer-objects"):
+        if flag in args:
+            k = args.index(flag)
+            dirs[flag] = args[k + 1]
+            del args[k:k + 2]
     if args:
         root = os.path.abspath(args[0])
     level = levels(root)
     bad = check_includes(os.path.join(root, "engine", "src"), level)
-    if objects:
-        bad += check_calls(objects, level)
+    if "--objects" in dirs:
+        bad += check_calls(dirs["--objects"], level)
+    layer_level = levels(root, ("sdk", "CMakeLists.txt"), "LOOM_LAYER_FOLDERS")
+    bad += check_layer_includes(root, layer_level)
+    if "--layer-objects" in dirs:
+        bad += check_calls(dirs["--layer-objects"], layer_level, "layers/", "sdk/layers")
     for line in bad:
         print(line)
     if bad:
         order = " < ".join(sorted(level, key=level.get))
-        print(f"check_layers: {len(bad)} uses of a higher level (the levels: {order} < main.cpp, "
-              "cli/; docs/architecture.md)")
+        layers = " < ".join(sorted(layer_level, key=layer_level.get))
+        print(f"check_layers: {len(bad)} uses of a higher level (the engine's levels: {order} < "
+              f"main.cpp, cli/; the layer library's: {layers}; docs/architecture.md)")
         return 1
     return 0
 

@@ -4,7 +4,7 @@
 // (Loom::layers): the norms, the attention block, the MLP, the embedding, the head, the
 // stages, tensor/sequence/pipeline parallelism and KV-cache decoding all come from there.
 // GPT-J itself also rotates only part of each head (rotary_dim); this block rotates all.
-#include "loom/cpp/layers/model_plugin.hpp"
+#include "loom/cpp/layers/decoder/model_plugin.hpp"
 
 namespace {
 

@@ -56,7 +56,7 @@ int64_t real_vocab(const fs::path& dir) {
 }
 
 // The layer library's parameters whose rows are the vocabulary, padded past it
-// (sdk/layers/decoder.cpp, t5_model.cpp: `vrows`).
+// (sdk/layers/decoder/decoder.cpp, t5/model.cpp: `vrows`).
 bool vocab_rows(const std::string& name) {
   return name == "wte" || name == "lm_head.weight" || name == "lm_head.bias";
 }

@@ -1,0 +1,132 @@
+// Loom layer library (loom/cpp/layers/decoder/decoder.hpp has the overview): the transformer's
+// shape and its recipe keys.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/core/context.hpp"
+
+namespace loom::layers {
+
+// The model family around the transformer layers: each plugin names its own.
+enum class Family { kGpt, kBert, kBertClassifier, kT5 };
+
+// A mixture of experts' router (moe/moe_router.hpp routes by it).
+struct RouterConfig {
+  int64_t experts = 8, topk = 2;
+  std::string score = "softmax";      // "softmax" | "sigmoid"
+  bool pre_softmax = false;           // softmax only: top-k after the softmax over all experts
+  double capacity_factor = 0.0;       // <= 0: dropless
+  std::string drop_policy = "probs";  // "probs" | "position"
+};
+
+// ----- options (options.cpp) --------------------------------------------------------------
+struct Options {
+  int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
+  int64_t max_seq_len = 1024, pad_vocab_to = 128;
+  // The block's slots, each a backend op kind (Megatron-Core's normalization and
+  // activation_func/gated_linear_unit): the layers call the op of that kind and never branch
+  // on it, so a new kind is a backend.h value and a recipe word.
+  loom_norm_kind norm = LOOM_NORM_LAYER;   // "layernorm" | "rmsnorm"
+  loom_act_kind act = LOOM_ACT_GELU_TANH;  // "gelu" | "swiglu"
+  bool rope = false, bias = true, tie_embeddings = true;
+  double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
+  // BERT (model/bert): bidirectional attention within each row's real tokens (the batch's
+  // padding_mask), token-type embeddings, and on the last stage the LM head's transform
+  // (dense, GELU, LayerNorm, output bias) and the pooler with the binary (SOP) head.
+  bool bert = false, binary_head = false;
+  // BERT's post-LN (norm_position = "post", the original BERT's): each layer normalises after
+  // its residual adds (kPostNormBlock), the embeddings' sum is normalised (emb_ln), and there
+  // is no final ln_f.
+  bool post_norm = false;
+  // model/bert-classifier: the pooler and a num_classes-way classifier on [CLS] instead of
+  // the LM head (Megatron's Classification model, for MNLI)
+  bool classifier = false;
+  int64_t num_tokentypes = 0, num_classes = 0;
+  // T5 (model/t5): an encoder of n_layer bidirectional layers and a decoder of dec_layers
+  // causal layers with cross-attention, over encoder rows of seq_len and decoder rows of
+  // dec_seq_len tokens. `bidirectional` marks the encoder's copy of the options.
+  bool t5 = false, bidirectional = false;
+  int64_t dec_layers = 0, dec_seq_len = 0;
+  // T5's relative position bias (position = "relative", Megatron's
+  // --position-embedding-type relative): no wpe; a (heads, buckets) table per stack
+  bool relative = false;
+  int64_t rel_buckets = 32, rel_max_distance = 128;
+  // A mixture of experts (model/gpt, Megatron's --num-experts and --moe-*): num_experts > 0
+  // makes every moe_layer_freq-th layer (from layer 0) a MoE layer (kMoeBlock) of
+  // num_experts experts of moe_ffn_hidden columns, routed by moe_router.
+  int64_t num_experts = 0, moe_ffn_hidden = 0, moe_layer_freq = 1;
+  int64_t moe_shared_hidden = 0;  // a shared expert every token goes through (0: none)
+  RouterConfig moe_router;
+  double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
+  std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
+  int64_t ep = 1, ep_rank = 0;  // expert parallelism: this rank holds experts [ep_rank*E/ep, ..)
+  // Expert tensor parallelism (parallel.expert_tensor = tensor): each expert's MLP columns
+  // split over the tensor group as a dense MLP's are; 1 = every expert whole on each rank.
+  int64_t etp = 1;
+  // DeepSeek-V3's aux-loss-free balancing (moe_router_enable_expert_bias): a per-expert bias
+  // buffer added to the sigmoid scores for the top-k only, moved by moe_bias_rate after each
+  // step towards the mean load.
+  bool moe_expert_bias = false;
+  double moe_bias_rate = 1e-3;
+  bool is_moe_layer(int64_t l) const { return num_experts > 0 && l % moe_layer_freq == 0; }
+  bool causal() const { return !bert && !bidirectional; }
+  // derived from the options and the create args
+  int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
+  // Tensor parallelism: heads and MLP columns split over tp ranks. The accessors below give
+  // this rank's local extents (the whole model's at tp = 1).
+  int64_t tp = 1;
+  int64_t hq() const { return n_head / tp; }
+  int64_t hkv() const { return n_kv_head / tp; }
+  int64_t ffn() const { return ffn_hidden / tp; }
+  bool gated() const { return act == LOOM_ACT_SWIGLU; }           // c_fc holds [gate; up]
+  bool norm_mean() const { return norm == LOOM_NORM_LAYER; }      // saves a mean (and has a bias)
+  int64_t fc_out() const { return gated() ? 2 * ffn() : ffn(); }  // local c_fc rows
+  int64_t q_dim() const { return hq() * head_dim; }
+  int64_t kv_dim() const { return hkv() * head_dim; }
+  // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1).
+  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
+// The recipe keys of Options (model/gpt's [model] section); a plugin may use them as its
+// schema, or add its own.
+extern const loom_param_spec kTransformerSchema[];
+extern const size_t kTransformerSchemaSize;
+// model/bert's: the transformer's keys (activation "gelu_erf" by default, as Megatron's
+// BERT) and binary_head, num_tokentypes.
+extern const loom_param_spec kBertSchema[];
+extern const size_t kBertSchemaSize;
+// model/bert-classifier's: the transformer's keys, num_tokentypes and num_classes.
+extern const loom_param_spec kBertClassifierSchema[];
+extern const size_t kBertClassifierSchemaSize;
+// model/t5's: the transformer's keys (activation "gelu_erf"), kv_channels, decoder_layers and
+// decoder_seq_len (Megatron's --kv-channels, --decoder-num-layers, --decoder-seq-length).
+extern const loom_param_spec kT5Schema[];
+extern const size_t kT5SchemaSize;
+
+// `who` ("model/gpt") prefixes every error; `family` says which schema's keys to read.
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
+                      const loom::tp::Group& tp, const std::string& who,
+                      Family family = Family::kGpt);
+
+// ----- the configuration checks of a model's create (model_check.cpp) ----------------------
+// Each throws loom::Error naming `who` and the keys; create and check_config share them.
+void check_model_dtype(DLDataType dtype, const std::string& who);
+// parallel.expert and expert_tensor against the mixture of experts; sets o.ep, o.ep_rank, o.etp.
+void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
+                         const std::string& who);
+// parallel.context against the model and seq_len; true: cp_comm_type "a2a".
+bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64_t seq_len,
+                          const std::string& who);
+// A residency (loom_model_create_args.residency) against what the units cannot carry yet.
+void check_residency(const Options& o, int32_t residency, bool sequence_parallel, int context,
+                     const std::string& who);
+// What T5 does not run: sequence or context parallelism.
+void check_t5_layout(const loom::tp::Group& tp, const loom_parallel_layout& l,
+                     const std::string& who);
+
+}  // namespace loom::layers

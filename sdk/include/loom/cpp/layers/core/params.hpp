@@ -1,0 +1,117 @@
+// Loom layer library (loom/cpp/layers/decoder/decoder.hpp has the overview): parameters in one flat
+// buffer, their declaration with the tensor-parallel conventions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/core/options.hpp"
+
+namespace loom::layers {
+
+// ----- parameters (params.cpp) -------------------------------------------------------------
+enum class Init { kNormal, kZeros, kOnes };
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  int weight_decay = 0;
+  int32_t tp_split_dim = -1;
+  Init init = Init::kZeros;
+  double std = 0.0;    // for kNormal
+  int64_t offset = 0;  // elements into the flat buffers
+  View value, grad;    // views into the flat buffers
+  // Global extents of the blocks along tp_split_dim (q|k|v, gate;up); empty = one block.
+  std::vector<int64_t> blocks;
+  int32_t pipeline_duplicate = 0;  // the last stage's copy of the tied wte
+  bool sp_partial = false;         // gradient partial per rank under sequence parallelism
+  // An expert parameter (> 0): dimension 0 holds this expert rank's slab (ep_rank of
+  // ep_size) of the experts; its gradient is averaged over the expert-data group.
+  int32_t ep_size = 0, ep_rank = 0;
+  // A buffer (loom_model_param.buffer): state the model updates itself, with no gradient
+  // (the router's expert bias); laid out after every parameter.
+  bool buffer = false;
+  // Residency unit (loom_model_param.unit, ABI 2.13): -1 for a buffer
+  int32_t unit = -1;
+  int64_t numel() const;
+};
+
+// Every parameter lives in one flat buffer and every gradient in another (one fill zeroes
+// all gradients; an optimizer can treat adjacent views as one tensor). Matrices and
+// embeddings (weight decay 1) come first in memory, then biases and norm weights, each
+// parameter aligned to 16 elements; the list order (get_param) is the HF GPT-2 order.
+class ParamStore {
+ public:
+  // shape: this rank's local shard; blocks: global block extents along tp_split_dim.
+  Param& add(std::string name, std::vector<int64_t> shape, int weight_decay, int32_t tp_split_dim,
+             Init init, double std = 0.0, std::vector<int64_t> blocks = {});
+  void allocate(const Ctx& ctx);  // after the last add
+  Param& operator[](size_t i) { return params_[i]; }
+  Param& at(const std::string& name);
+  size_t size() const { return params_.size(); }
+  DLTensor* grads() const { return grad_flat_.get(); }
+  // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
+  void init(const Ctx& ctx, uint64_t seed);
+  std::vector<Param>& all() { return params_; }
+  // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
+  // tie group to name (the tied embedding's "embedding"), or NULL.
+  void describe(size_t i, loom_model_param* out, const std::string& who, const char* tie_group);
+
+  // ----- residency (FSDP, loom_model_create_args ABI 2.13) -----------------------------------
+  // Under a residency that moves memory (GRADS, PARAMS) allocate() lays each unit out in
+  // buffers of its own (every parameter's `unit` set before), allocated at first; a unit's
+  // values and gradients are then freed and allocated again one by one, and its views follow
+  // (data NULL while freed). Buffers stay in a flat buffer of their own.
+  void set_residency(int32_t residency) { residency_ = residency; }
+  int32_t residency() const { return residency_; }
+  size_t num_units() const { return num_units_; }
+  bool has_values(size_t u) const { return !moves() || units_[u].value.get() != nullptr; }
+  bool has_grads(size_t u) const { return !moves() || units_[u].grad.get() != nullptr; }
+  void alloc_values(const Ctx& ctx, size_t u);
+  void alloc_grads(const Ctx& ctx, size_t u);  // zeroed
+  void free_values(size_t u);
+  void free_grads(size_t u);
+  void zero_grads(const Ctx& ctx);  // every gradient allocated now
+
+ private:
+  struct Unit {
+    std::vector<size_t> members;  // parameter indices
+    int64_t size = 0;             // elements, each member aligned
+    Tensor value, grad;
+  };
+  bool moves() const { return residency_ >= LOOM_RESIDENCY_GRADS; }
+  void allocate_units(const Ctx& ctx);
+  void point(size_t u);  // the members' views at the unit's buffers (or at nothing)
+  std::vector<Param> params_;
+  Tensor value_flat_, grad_flat_;
+  int32_t residency_ = LOOM_RESIDENCY_NONE;
+  std::vector<Unit> units_;
+  size_t num_units_ = 0;
+  DLTensor value_none_{}, grad_none_{};  // dtype and device of a freed unit's views
+};
+
+// Declares parameters with the tensor-parallel conventions the slots expect.
+class ParamDeclarer {
+ public:
+  ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_parallel);
+  // p.weight (and p.bias): replicated; under sequence parallelism a per-rank partial gradient
+  void norm(const std::string& p);
+  // column-parallel: output rows split (dim 0) by blocks, bias split alike
+  void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std);
+  // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
+  void row(const std::string& p, int64_t out, int64_t in_global, double std);
+  void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
+  void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
+  // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
+  // biases: MoeMlp's, whole on every tensor rank; the experts' E / EP of this expert rank
+  void moe(const std::string& p);
+
+  const Options& o;
+  const double std, proj_std;  // init std of matrices, and of the residual projections
+
+ private:
+  ParamStore& ps_;
+  bool sp_;
+};
+
+}  // namespace loom::layers

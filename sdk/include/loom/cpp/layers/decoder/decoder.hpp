@@ -1,0 +1,251 @@
+// Loom layer library (Loom::layers, a static library shipped with the SDK): a decoder-only
+// transformer built from slots, the way Megatron-Core fills TransformerLayerSubmodules from a
+// spec. Explicit forward/backward per layer (no autograd), with tensor, sequence and pipeline
+// parallelism, mixed precision and a KV cache for generation.
+// Folders (sources in sdk/layers/<folder>/, headers here under loom/cpp/layers/<folder>/),
+// lowest level first; a folder includes only its own and those below it:
+//   core/     options.hpp (Options, the transformer's shape: kTransformerSchema,
+//             parse_options), context.hpp (Ctx, the backend and process groups), params.hpp
+//             (ParamStore: one flat buffer, per-element seeded init; ParamDeclarer), acts.hpp
+//             (what a layer saves for its backward, the gradient scratch, Step, the KV cache)
+//   ops/      linear, norm, attention_block (with context_parallel's ring), mlp, embedding,
+//             head (the LM head and its loss): the layer families
+//   moe/      moe_router (the host router), moe (MoeMlp: grouped-GEMM experts, all-to-all)
+//   blocks/   block.hpp: Block, one transformer layer as a slot; BlockSpec declares and builds
+//             it (kPreNormBlock: GPT-2/Llama's x + attn(ln_1(x)), then + mlp(ln_2(.));
+//             kPostNormBlock, BERT's; kMoeBlock)
+//   bert/     BERT's heads
+//   decoder/  decoder.hpp (this header, which includes the families): DecoderModel, the
+//             stages, the named batch and loss, decode; model_plugin.hpp, the C table around it
+//             (model/gpt is kPreNormBlock over it)
+//   t5/       the encoder-decoder (T5Model) and its C table's parts
+//
+// Accumulation rule (loom_ops): parameter gradients +=, activation gradients =.
+// Linear layers: weight (out, in), y = x W^T + b.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/layers/bert/bert.hpp"
+#include "loom/cpp/layers/blocks/block.hpp"
+#include "loom/cpp/layers/core/acts.hpp"
+#include "loom/cpp/layers/core/options.hpp"
+#include "loom/cpp/layers/core/params.hpp"
+#include "loom/cpp/layers/ops/attention_block.hpp"
+#include "loom/cpp/layers/ops/embedding.hpp"
+#include "loom/cpp/layers/ops/head.hpp"
+#include "loom/cpp/layers/ops/mlp.hpp"
+#include "loom/cpp/layers/ops/norm.hpp"
+
+namespace loom::layers {
+
+// The micro-batch arrays GPT needs (tokens on the first stage, targets on the last; every
+// stage also reads packed documents' positions when the data has them) and its one loss
+// term, next-token cross-entropy.
+inline constexpr int64_t kBatchShape[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
+inline constexpr loom_array_spec kBatchSpec[2] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
+inline constexpr const char* kLossNames[1] = {"lm"};
+// A mixture of experts adds its balancing and z losses, each summed over the MoE layers of
+// the micro-batch (weight B T: the host's mean over micro-batches, Megatron's scaling).
+inline constexpr const char* kMoeLossNames[3] = {"lm", "moe_aux", "moe_z"};
+// BERT's (model/bert): tokens, token types and the padding mask on the first stage... the
+// padding mask on every stage, the masked tokens' targets on the last, and with the binary
+// head its sentence-order labels (B) and loss term "sop".
+#define LOOM_ARRAY_TOKEN_TYPES "token_types"   /* int32 (B, T): segment A 0, B 1 */
+#define LOOM_ARRAY_PADDING_MASK "padding_mask" /* int32 (B, T): 1 real token, 0 padding */
+#define LOOM_ARRAY_SOP_LABELS "sop_labels"     /* int32 (B): 1 = the segments were swapped */
+inline constexpr int64_t kSampleShape[1] = {LOOM_DIM_BATCH};
+inline constexpr loom_array_spec kBertBatchSpec[5] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_SOP_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
+inline constexpr const char* kBertLossNames[2] = {"lm", "sop"};
+// model/bert-classifier's: tokens, padding mask, token types and each sequence's class label;
+// the loss term "cls" and "accuracy", the share of sequences whose most likely class is the
+// label (weight 0: reported, not trained on).
+#define LOOM_ARRAY_LABELS "labels" /* int32 (B): a sequence's class */
+inline constexpr loom_array_spec kClassifierBatchSpec[4] = {
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
+    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
+inline constexpr const char* kClassifierLossNames[2] = {"cls", "accuracy"};
+
+// One micro-batch in flight through this stage (stage.cpp): its activations from forward
+// to backward. Slots are allocated on first use and reused after their backward.
+struct Slot {
+  Step s;
+  int64_t n = 0, nl = 0;  // tokens; this rank's rows (n/tp with sequence parallelism)
+  bool pending = false;   // forward with gradients done, backward not yet
+  double loss_scale = 0.0;
+  double lm_weight = 1.0;   // the lm term's weight in the objective (BERT: B T / masked tokens)
+  std::vector<Tensor> res;  // (Nl,C) x layers+1: the input of each layer, then ln_f's
+  std::vector<LayerActs> acts;
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse, stats, gathered;
+  Tensor tokens, targets, positions, emb_ids, emb_rows;  // i32 (N)
+  int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
+  // Packed documents, from the micro-batch's positions: each token's position in its
+  // document and the documents' cumulative lengths, which s.docs points at.
+  std::vector<int32_t> doc_pos, cu_docs, doc_at;  // doc_at: padded starts (BERT)
+  loom_attention_seqlens docs{};
+  Tensor types;                       // i32 (N): BERT's token types
+  Tensor emb_in, emb_mean, emb_rstd;  // BERT's post-LN: the embeddings' sum and its norm stats
+  BertActs bert;                      // BERT's heads (last stage)
+  View out;                           // the stage's output handed to the caller
+  DLTensor* out_ptr = nullptr;
+};
+
+// ----- the model (decoder/: decoder.cpp, stage.cpp, layer_loop.cpp, decode.cpp, ...) ----------
+// ----------------------------------- Stages of a decoder-only LM whose layers are `spec`'s blocks;
+// `who` ("model/gpt") prefixes every error.
+class DecoderModel {
+ public:
+  // `family`: BERT's embedding, mask and heads around the same layers (model/bert, and
+  // model/bert-classifier with a classifier instead of the LM head).
+  DecoderModel(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args,
+               const BlockSpec& spec, std::string who, Family family = Family::kGpt);
+
+  size_t num_params() const { return params_.size(); }
+  void get_param(size_t i, loom_model_param* out);
+  void init_params(uint64_t seed) { params_.init(ctx_, seed); }
+  void zero_grad();
+  void stage_info(loom_stage_info* out);
+  void stage_forward(loom_stage_forward_args& args);
+  void stage_backward(loom_stage_backward_args& args);
+  void finish_grads();
+  void hold_params(bool hold);
+  double flops_per_token() const;
+  // Learned positions bound the context; RoPE does not (quality beyond training aside).
+  int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
+  void kv_reset(int64_t batch, int64_t max_len);
+  void decode(const int32_t* tokens, int64_t n, float* logits);
+  void kv_clear(int64_t slot);
+  void decode_slots(const int64_t* slots, int64_t num, const int32_t* tokens, int64_t n,
+                    float* logits);
+  const loom_host* host() const { return ctx_.host; }
+
+ private:
+  void build();
+  void join_expert_group(const loom_host* host);
+  void join_context_group(const loom_host* host);
+  // A (B, T) array of the micro-batch, or under context parallelism this rank's (B, T/CP)
+  // rows of it (in `buf`).
+  const int32_t* local_ids(const loom_microbatch& mb, const char* name, std::vector<int32_t>& buf);
+  size_t moe_loads(const Slot& S, size_t at);
+  // Aux-loss-free balancing: the step's kept choices per expert of each MoE layer of this
+  // stage (accumulated by training forwards), and the bias update that consumes them.
+  void count_expert_loads(const Slot& S);
+  void update_expert_biases();
+  const BlockSpec& layer_spec(int64_t l) const;
+  Slot& slot(int64_t i);
+  // Activation recompute (recompute.cpp): the create args' setting checked against this
+  // stage, the activations of layer l of slot S (a recomputed layer's live in the shared
+  // group scratch). The layer loop (layer_loop.cpp) runs this stage's layers forward and
+  // backward, the forward of a recomputed group again before its last layer's backward.
+  void setup_recompute();
+  void allocate_acts(Slot& S, int64_t tokens);
+  LayerActs& layer_acts(Slot& S, size_t l);
+  void layers_forward(Slot& S);
+  void layers_backward(Slot& S);
+  int64_t group_first(size_t l) const;  // -1: l keeps its activations
+  // ABI 2.12 gradient readiness (create args' grad_ready): the runs of parameter indices of
+  // each layer of this stage, planned once, announced after the layer's backward.
+  void plan_grad_ready();
+  void announce_layer(size_t l) const;
+  // Residency (FSDP, ABI 2.13; residency.cpp): unit 0 is the embedding, final norm and head,
+  // unit 1 + l layer l of this stage. need makes a unit's values resident (gathered by the
+  // host) and, for a backward, its gradients (zeroed); done hands a backward's gradients to
+  // the host and frees what the residency lets go. The modules holding a unit's views are
+  // made again whenever its memory moves.
+  void setup_residency();
+  void assign_units();
+  void make_unit(size_t u);
+  void unit_need(size_t u, bool backward);
+  void unit_done(size_t u, bool backward);
+  // Under NOTIFY only: unit 0 (embedding and head) again, when the head's forward or the
+  // embedding's backward starts after the layers, so the host can tell them from the last
+  // layer (the step profile's per-layer times). The strategies that move memory are not
+  // told twice.
+  void announce_head(bool backward);
+  int64_t group_last(size_t l) const;
+  std::string who_;
+  const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
+  void embed_forward(Slot& S, const int32_t* tokens, const int32_t* types);
+  void embed_backward(Slot& S);
+  double head_forward(Slot& S, const int32_t* targets, bool grad,
+                      const loom_token_stats* per_token = nullptr);
+  void head_backward(Slot& S);
+  void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
+  void upload_positions(Tensor& dst, const Step& s);
+  void read_documents(Slot& S, const loom_microbatch& mb);
+  void read_padding(Slot& S, const loom_microbatch& mb);
+  double bert_losses(Slot& S, const loom_microbatch& mb, bool grad, double* sop);
+  const DLTensor* final_norm(Slot& S);
+  void emb_norm_forward(Slot& S);
+  void emb_norm_backward(Slot& S);
+  void classify_forward(Slot& S, const loom_microbatch& mb, bool grad);
+  void bert_head_backward(Slot& S, DLTensor* dx_full);
+
+  Ctx ctx_;
+  Options opt_;
+  loom_model_create_args args_{};
+  ParamStore params_;
+  Embedding emb_;
+  std::vector<std::unique_ptr<Block>> layers_;  // this stage's layers
+  Norm ln_f_, emb_ln_;  // emb_ln_: BERT's post-LN embedding norm (first stage)
+  LmHead head_;
+  BertHead bert_;
+  loom::tp::VocabParallelCrossEntropy ce_;
+  loom_comm_ref comm_{nullptr, nullptr};
+  loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage
+  // Recompute: granularity, method, layers and modules from the create args (ABI 2.10).
+  int32_t rc_granularity_ = LOOM_RECOMPUTE_NONE, rc_method_ = LOOM_RECOMPUTE_UNIFORM;
+  int64_t rc_layers_ = 1;
+  uint32_t rc_modules_ = 0;
+  LayerActs rc_shared_;               // selective: the recomputed modules' one scratch set
+  std::vector<LayerActs> rc_group_;   // full: the activations of one recomputed group
+  std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
+  ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
+  // per layer of this stage, the (first, count) get_param index runs its backward completes
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ready_runs_;
+  bool held_ = true;  // residency: every unit's values kept (hold_params)
+
+  // training: activations per slot, gradient scratch shared by the backwards
+  std::vector<std::unique_ptr<Slot>> slots_;
+  GradScratch grads_;
+  SpScratch sp_;
+  View dinput_;
+  DLTensor* dinput_ptr_ = nullptr;  // what stage_backward hands out
+  // what stage_info and stage_forward hand out
+  std::vector<const char*> reads_;
+  loom_stage_tensor hidden_io_{};
+  int64_t hidden_shape_[2] = {0, 0};
+  std::vector<loom_loss> losses_ = std::vector<loom_loss>(3);
+  // A mixture of experts' terms: lm, moe_aux, moe_z, then the statistics moe_load.hL.eE
+  // (weight 0: the share of layer L's routed tokens that expert E took).
+  std::vector<std::string> moe_load_names_;
+  std::vector<const char*> moe_names_;
+  std::vector<float> host_losses_;
+  std::vector<double> host_losses_f64_;
+  std::vector<int32_t> pos_host_;
+  std::vector<int32_t> cp_tokens_, cp_targets_;  // this rank's rows under context parallelism
+
+  // generation
+  std::vector<LayerCache> cache_;
+  int64_t cache_max_ = 0;
+  std::vector<int64_t> slot_len_;   // tokens cached per slot (kv_reset's batch of them)
+  std::vector<int64_t> dec_start_;  // the decoded slots' lengths before this call
+  LayerActs dec_acts_;
+  int64_t dec_rows_ = 0;
+  Tensor dec_res_[2], dec_tokens_, dec_positions_;
+  Tensor dec_emb_ids_, dec_emb_rows_, dec_picked_;  // tensor parallelism
+  LogitsOut dec_out_;
+};
+
+}  // namespace loom::layers

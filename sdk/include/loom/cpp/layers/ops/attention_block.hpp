@@ -1,0 +1,48 @@
+// Loom layer library (loom/cpp/layers/decoder/decoder.hpp has the overview): the attention block
+// (fused qkv, RoPE, the attention plugin, output projection).
+#pragma once
+
+#include <string>
+
+#include "loom/cpp/layers/core/acts.hpp"
+#include "loom/cpp/layers/core/params.hpp"
+
+namespace loom::layers {
+
+// attention_block.cpp: one call of the run's attention plugin, scaled by 1/sqrt(D): q, out
+// (B,T,Hq,D), k, v (B,S,Hkv,D), lse (B,Hq,T) f32 or NULL (generation); ext: the masks.
+void attend(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* out,
+            DLTensor* lse, bool causal, const loom_ext* ext);
+// Its backward: dq, dk, dv (=) from dout (B,T,Hq,D).
+void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
+                     DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext);
+
+struct AttentionBlock {
+  loom::tp::ColumnParallelLinear qkv;  // parts q, k, v: this rank's heads
+  loom::tp::RowParallelLinear o;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
+  bool rope = false;
+  bool causal = true;  // false: bidirectional (BERT)
+  double rope_theta = 10000.0;
+  // Sliding window, asked of the attention plugin as a required extension (0 = none).
+  loom_attention_window window{};
+
+  static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
+  // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.
+  // With a cache, the new k/v are appended at positions [pos0, pos0+T) and the queries
+  // attend to the cache (generation; no lse saved).
+  void forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a, DLTensor* y,
+               LayerCache* cache, int64_t cache_max) const;
+  // dx (=) from dy; parameter gradients +=. Uses g.dln as scratch for d(att).
+  void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                const DLTensor* dy, DLTensor* dx, GradScratch& g) const;
+
+ private:
+  // The attention core of training: a.att and a.lse from a.q, a.k, a.v (after RoPE), by
+  // the attention plugin, or round the context group. Backward calls it again when the
+  // core is recomputed (LOOM_RECOMPUTE_CORE_ATTN): the same call, so the same bits.
+  void core(const Ctx& c, const Step& s, const LayerActs& a) const;
+};
+
+}  // namespace loom::layers

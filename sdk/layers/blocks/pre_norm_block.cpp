@@ -1,0 +1,115 @@
+// Loom layer library, the pre-norm block of GPT-2 and Llama:
+//   out = x + attn(ln_1(x)); out += mlp(ln_2(out))
+// Norms and residual adds run on this rank's Nl token rows (all N without sequence
+// parallelism); the attention and MLP slots gather and reduce-scatter around them.
+// The same block serves a mixture of experts (kMoeBlock): its MLP slot is then a MoeMlp
+// ("<layer>.moe"), which takes the whole step (its losses' scale, the sequences).
+#include "loom/cpp/layers/blocks/block.hpp"
+#include "loom/cpp/layers/moe/moe.hpp"
+#include "loom/cpp/layers/ops/attention_block.hpp"
+#include "loom/cpp/layers/ops/mlp.hpp"
+#include "loom/cpp/layers/ops/norm.hpp"
+
+namespace loom::layers {
+namespace {
+
+// The MLP slot's calls, for each kind of MLP.
+void ffn_forward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                 DLTensor* y) {
+  m.forward(c, s.N(), x, a, y);
+}
+void ffn_forward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                 DLTensor* y) {
+  m.forward(c, s, x, a, y);
+}
+void ffn_backward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                  const DLTensor* dy, DLTensor* dx, GradScratch& g) {
+  m.backward(c, s.N(), x, a, dy, dx, g);
+}
+void ffn_backward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x,
+                  const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch&) {
+  m.backward(c, s, x, a, dy, dx);
+}
+
+template <class Ffn>  // Mlp or MoeMlp
+class PreNormBlock : public Block {
+ public:
+  PreNormBlock(const Options& o, ParamStore& ps, const std::string& p, const char* ffn)
+      : ln_1(Norm::make(o, ps, p + ".ln_1")),
+        attn(AttentionBlock::make(o, ps, p + ".attn")),
+        ln_2(Norm::make(o, ps, p + ".ln_2")),
+        mlp(Ffn::make(o, ps, p + ffn)) {}
+
+  void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
+               LayerActs& a, LayerCache* cache, int64_t cache_max) const override {
+    const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
+    View xv = view(x, {Nl, C}), ov = view(out, {Nl, C}), res2 = view(a.res2, {Nl, C});
+    View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
+    View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
+    View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
+    ln_1.forward(c, ln1, m1, r1, xv);
+    attn.forward(c, s, ln1, a, res2, cache, cache_max);
+    c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xv);
+    ln_2.forward(c, ln2, m2, r2, res2);
+    ffn_forward(mlp, c, s, ln2, a, ov);
+    c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res2);
+  }
+
+  void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                const LayerActs& a, GradScratch& g) const override {
+    const int64_t N = s.N(), Nl = c.tp.local_rows(N), C = o.n_embd;
+    View xv = view(x, {Nl, C}), res2 = view(a.res2, {Nl, C});
+    View ln1 = view(a.ln1, {Nl, C}), ln2 = view(a.ln2, {Nl, C});
+    View m1 = view(a.ln1_mean, {Nl}), r1 = view(a.ln1_rstd, {Nl});
+    View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
+    View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
+    // Selective recompute of the norms: their outputs again from the kept inputs (the
+    // statistics come out the same too), into the scratch every layer shares.
+    const bool norms = a.recompute & LOOM_RECOMPUTE_LAYERNORM;
+    // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
+    if (norms) ln_2.forward(c, ln2, m2, r2, res2);
+    ffn_backward(mlp, c, s, ln2, a, dres, dln, g);
+    ln_2.backward(c, dtmp, dln, res2, m2, r2);
+    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+    // attention half: dres = d(res2) -> d(x)
+    if (norms) ln_1.forward(c, ln1, m1, r1, xv);
+    attn.backward(c, s, ln1, a, dres, dln, g);
+    ln_1.backward(c, dtmp, dln, xv, m1, r1);
+    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  }
+
+ private:
+  Norm ln_1;
+  AttentionBlock attn;
+  Norm ln_2;
+  Ffn mlp;
+};
+
+}  // namespace
+
+const BlockSpec kPreNormBlock = {
+    "pre-norm",
+    [](ParamDeclarer& d, const std::string& p) {
+      d.norm(p + ".ln_1");
+      d.attention(p + ".attn");
+      d.norm(p + ".ln_2");
+      d.mlp(p + ".mlp");
+    },
+    [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
+      return std::make_unique<PreNormBlock<Mlp>>(o, ps, p, ".mlp");
+    }};
+
+// Without sequence parallelism (refused for MoE models), so every rank holds all N rows.
+const BlockSpec kMoeBlock = {
+    "moe",
+    [](ParamDeclarer& d, const std::string& p) {
+      d.norm(p + ".ln_1");
+      d.attention(p + ".attn");
+      d.norm(p + ".ln_2");
+      d.moe(p + ".moe");
+    },
+    [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
+      return std::make_unique<PreNormBlock<MoeMlp>>(o, ps, p, ".moe");
+    }};
+
+}  // namespace loom::layers

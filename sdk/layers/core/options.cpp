@@ -1,0 +1,295 @@
+// Loom layer library, recipe keys: the schema table and its reading into Options.
+#include "loom/cpp/layers/core/options.hpp"
+
+#include <string>
+
+namespace loom::layers {
+
+using loom::param;
+
+// The transformer's keys, with the activation's default and the position encodings a model
+// offers.
+#define LOOM_TRANSFORMER_PARAMS(ACTIVATION, POSITIONS, POSITION_DOC)                               \
+  param("n_layer", LOOM_PARAM_INT, "12", "number of transformer layers", 1, 4096),                 \
+      param("n_head", LOOM_PARAM_INT, "12", "query attention heads", 1, 4096),                     \
+      param("n_kv_head", LOOM_PARAM_INT, "0",                                                      \
+            "key/value heads: 0 = n_head (multi-head), fewer = grouped-query attention", 0, 4096), \
+      param("n_embd", LOOM_PARAM_INT, "768", "model width; a multiple of n_head", 1, 1 << 20),     \
+      param("ffn_hidden", LOOM_PARAM_INT, "0",                                                     \
+            "MLP hidden size; 0 = 4*n_embd (gelu) or 8*n_embd/3 rounded up to 256 (swiglu)", 0,    \
+            1 << 24),                                                                              \
+      param("norm", LOOM_PARAM_STRING, "layernorm", "normalisation layer", 1, 0,                   \
+            "layernorm|rmsnorm"),                                                                  \
+      param("activation", LOOM_PARAM_STRING, ACTIVATION,                                           \
+            "MLP activation: gelu (tanh form, GPT-2's), gelu_erf (exact, BERT's) or swiglu, "      \
+            "which makes c_fc (2*ffn_hidden, n_embd) = [gate; up]",                                \
+            1, 0, "gelu|gelu_erf|swiglu"),                                                         \
+      param("position", LOOM_PARAM_STRING, "learned", POSITION_DOC, 1, 0, POSITIONS),              \
+      param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),          \
+      param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),            \
+      param("tie_embeddings", LOOM_PARAM_BOOL, "true",                                             \
+            "LM head reuses wte; false adds lm_head.weight"),                                      \
+      param("norm_eps", LOOM_PARAM_FLOAT, "1e-5", "epsilon of layernorm / rmsnorm", 0.0, 1.0),     \
+      param("init_std", LOOM_PARAM_FLOAT, "0.02",                                                  \
+            "std of the normal init of matrices and embeddings", 0.0, 10.0),                       \
+      param("max_seq_len", LOOM_PARAM_INT, "1024",                                                 \
+            "longest sequence: rows of the learned position table wpe", 1, 1 << 24),               \
+      param("attention_window", LOOM_PARAM_INT, "0",                                               \
+            "sliding-window attention: each position sees its last N positions, itself "           \
+            "included (Mistral's sliding_window); 0 = full causal. Needs an attention plugin "     \
+            "with loom.attention-window/1",                                                        \
+            0, 1 << 30),                                                                           \
+      param("pad_vocab_to", LOOM_PARAM_INT, "128",                                                 \
+            "pad the embedding vocabulary to a multiple of this (the padded logits are set to "    \
+            "-inf: they take no part in the loss)",                                                \
+            1, 1 << 20)
+
+// model/gpt's mixture of experts, with Megatron's flag names.
+#define LOOM_MOE_PARAMS                                                                           \
+  param("num_experts", LOOM_PARAM_INT, "0",                                                       \
+        "experts of each MoE layer (Megatron's --num-experts); 0 = a dense model", 0, 1 << 16),   \
+      param("moe_router_topk", LOOM_PARAM_INT, "2", "experts per token", 1, 1 << 16),             \
+      param("moe_ffn_hidden_size", LOOM_PARAM_INT, "0",                                           \
+            "hidden size of each expert's MLP; 0 = ffn_hidden", 0, 1 << 24),                      \
+      param("moe_shared_expert_intermediate_size", LOOM_PARAM_INT, "0",                           \
+            "hidden size of the shared expert every token also goes through; 0 = none", 0,        \
+            1 << 24),                                                                             \
+      param("moe_layer_freq", LOOM_PARAM_INT, "1",                                                \
+            "every moe_layer_freq-th layer, from layer 0, is a MoE layer", 1, 4096),              \
+      param("moe_router_score_function", LOOM_PARAM_STRING, "softmax",                            \
+            "softmax, or sigmoid (DeepSeek-V3's, weights normalised over the chosen experts)", 1, \
+            0, "softmax|sigmoid"),                                                                \
+      param("moe_router_pre_softmax", LOOM_PARAM_BOOL, "false",                                   \
+            "softmax over all experts before the top-k (otherwise over the k chosen logits)"),    \
+      param("moe_router_load_balancing_type", LOOM_PARAM_STRING, "aux_loss",                      \
+            "the balancing loss: Switch's over the micro-batch, per sequence, or none", 1, 0,     \
+            "aux_loss|seq_aux_loss|none"),                                                        \
+      param("moe_aux_loss_coeff", LOOM_PARAM_FLOAT, "0.0",                                        \
+            "coefficient of the balancing loss (Megatron's examples: 1e-2)", 0.0, 1e6),           \
+      param("moe_z_loss_coeff", LOOM_PARAM_FLOAT, "0.0",                                          \
+            "coefficient of the router z-loss (ST-MoE: 1e-3)", 0.0, 1e6),                         \
+      param("moe_expert_capacity_factor", LOOM_PARAM_FLOAT, "0.0",                                \
+            "tokens each expert keeps, as a factor of N k / E; 0 = dropless", 0.0, 1e6),          \
+      param("moe_token_drop_policy", LOOM_PARAM_STRING, "probs",                                  \
+            "over capacity, keep the likeliest tokens (probs) or the first (position)", 1, 0,     \
+            "probs|position"),                                                                    \
+      param("moe_router_enable_expert_bias", LOOM_PARAM_BOOL, "false",                            \
+            "DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the sigmoid scores "     \
+            "picks the experts (never weighs them), moved after each step towards the mean "      \
+            "load (needs moe_router_score_function = \"sigmoid\")"),                              \
+      param("moe_router_bias_update_rate", LOOM_PARAM_FLOAT, "1e-3",                              \
+            "how far each step moves an expert's bias (sign of mean load - its load)", 0.0, 1e6)
+
+const loom_param_spec kTransformerSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
+    LOOM_MOE_PARAMS};
+const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
+
+#define LOOM_BERT_NORM_POSITION                                                           \
+  param("norm_position", LOOM_PARAM_STRING, "pre",                                        \
+        "pre: pre-LN layers and a final LayerNorm (Megatron's BERT); post: the original " \
+        "BERT's post-LN layers, a LayerNorm on the embeddings and none at the end",       \
+        1, 0, "pre|post")
+
+const loom_param_spec kBertSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
+    LOOM_BERT_NORM_POSITION,
+    param("binary_head", LOOM_PARAM_BOOL, "true",
+          "the pooler and the binary head trained on sentence order (Megatron's default; "
+          "false = --bert-no-binary-head)"),
+    param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
+          1 << 16),
+};
+const size_t kBertSchemaSize = sizeof(kBertSchema) / sizeof(kBertSchema[0]);
+
+const loom_param_spec kBertClassifierSchema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
+                            "position encoding: learned table wpe or rotary (rotate-half)"),
+    LOOM_BERT_NORM_POSITION,
+    param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
+          1 << 16),
+    param("num_classes", LOOM_PARAM_INT, "3",
+          "classes of the classifier on the pooled [CLS] (MNLI: 3)", 2, 1 << 16),
+};
+const size_t kBertClassifierSchemaSize =
+    sizeof(kBertClassifierSchema) / sizeof(kBertClassifierSchema[0]);
+
+const loom_param_spec kT5Schema[] = {
+    LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|relative",
+                            "position encoding: learned table wpe, or T5's relative position "
+                            "bias (no wpe)"),
+    param("relative_attention_num_buckets", LOOM_PARAM_INT, "32",
+          "buckets of the relative position bias (position = \"relative\")", 2, 1 << 16),
+    param("relative_attention_max_distance", LOOM_PARAM_INT, "128",
+          "relative distance from which buckets stop growing (position = \"relative\")", 2,
+          1 << 24),
+    param("kv_channels", LOOM_PARAM_INT, "0",
+          "projection size of one attention head (Megatron's --kv-channels); 0 = n_embd / n_head",
+          0, 1 << 16),
+    param("decoder_layers", LOOM_PARAM_INT, "0",
+          "decoder layers (Megatron's --decoder-num-layers); 0 = n_layer, the encoder's", 0, 4096),
+    param("decoder_seq_len", LOOM_PARAM_INT, "128",
+          "decoder tokens per sample (Megatron's --decoder-seq-length); the encoder's is "
+          "train.seq_len. dataset/t5's decoder_seq_len must be the same",
+          1, 1 << 24),
+};
+const size_t kT5SchemaSize = sizeof(kT5Schema) / sizeof(kT5Schema[0]);
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+
+// model/gpt's mixture of experts (num_experts > 0), and what it does not run yet.
+void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
+               const loom::tp::Group& tp, const std::string& who, Options& o) {
+  o.num_experts = cfg.get_int("num_experts");
+  if (o.num_experts == 0) return;
+  o.moe_ffn_hidden = cfg.get_int("moe_ffn_hidden_size");
+  if (o.moe_ffn_hidden == 0) o.moe_ffn_hidden = o.ffn_hidden;
+  o.moe_layer_freq = cfg.get_int("moe_layer_freq");
+  o.moe_shared_hidden = cfg.get_int("moe_shared_expert_intermediate_size");
+  RouterConfig& r = o.moe_router;
+  r.experts = o.num_experts;
+  r.topk = cfg.get_int("moe_router_topk");
+  r.score = cfg.get_string("moe_router_score_function");
+  r.pre_softmax = cfg.get_bool("moe_router_pre_softmax");
+  r.capacity_factor = cfg.get_float("moe_expert_capacity_factor");
+  r.drop_policy = cfg.get_string("moe_token_drop_policy");
+  o.moe_balancing = cfg.get_string("moe_router_load_balancing_type");
+  o.moe_aux_coeff = cfg.get_float("moe_aux_loss_coeff");
+  o.moe_z_coeff = cfg.get_float("moe_z_loss_coeff");
+  loom::require(r.topk <= o.num_experts, who + ": moe_router_topk = " + s(r.topk) +
+                                             " exceeds num_experts = " + s(o.num_experts));
+  loom::require(!r.pre_softmax || r.score == "softmax",
+                who + ": moe_router_pre_softmax applies to the softmax score function only");
+  o.moe_expert_bias = cfg.get_bool("moe_router_enable_expert_bias");
+  o.moe_bias_rate = cfg.get_float("moe_router_bias_update_rate");
+  loom::require(!o.moe_expert_bias || r.score == "sigmoid",
+                who +
+                    ": moe_router_enable_expert_bias biases the sigmoid scores; "
+                    "moe_router_score_function is \"" +
+                    r.score + "\" (set it to \"sigmoid\")");
+  const bool wide = args.dtype.code == kDLFloat && args.dtype.bits >= 32;
+  loom::require(wide && !tp.sequence_parallel && o.stages == 1,
+                who +
+                    ": a mixture of experts runs in fp32 (or f64), on one pipeline stage, "
+                    "without sequence parallelism, for now (expert parallelism, pipelines and "
+                    "bf16 experts are the next steps of the MoE work)",
+                LOOM_ERR_UNIMPLEMENTED);
+}
+
+// model/t5's own keys and limits: Megatron's T5 is learned positions, LayerNorm, biases, a
+// plain MLP and the LM head tied to the embedding (with its own output bias).
+void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
+  o.t5 = true;
+  o.dec_layers = cfg.get_int("decoder_layers");
+  if (o.dec_layers == 0) o.dec_layers = o.n_layer;
+  o.dec_seq_len = cfg.get_int("decoder_seq_len");
+  o.relative = cfg.get_string("position") == "relative";
+  o.rel_buckets = cfg.get_int("relative_attention_num_buckets");
+  o.rel_max_distance = cfg.get_int("relative_attention_max_distance");
+  loom::require(!o.rope && o.tie_embeddings && o.attention_window == 0 && o.bias &&
+                    o.norm == LOOM_NORM_LAYER && !o.gated(),
+                who +
+                    ": T5 has learned positions or a relative position bias, a tied LM head, "
+                    "full attention, biases, LayerNorm and a plain MLP (position = \"learned\" "
+                    "or \"relative\", tie_embeddings, attention_window = 0, bias, norm = "
+                    "\"layernorm\", no swiglu)");
+  loom::require(o.stages == 1,
+                who + ": T5 runs on one pipeline stage (pipeline = " + s(o.stages) +
+                    "); Megatron's encoder/decoder pipeline split is not implemented",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(o.dec_seq_len <= o.max_seq_len,
+                who + ": decoder_seq_len " + s(o.dec_seq_len) + " exceeds max_seq_len " +
+                    s(o.max_seq_len) + " (the position table encoder and decoder share)");
+}
+}  // namespace
+
+Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
+                      const loom::tp::Group& tp, const std::string& who, Family family) {
+  Options o;
+  o.n_layer = cfg.get_int("n_layer");
+  o.n_head = cfg.get_int("n_head");
+  o.n_kv_head = cfg.get_int("n_kv_head");
+  if (o.n_kv_head == 0) o.n_kv_head = o.n_head;
+  o.n_embd = cfg.get_int("n_embd");
+  // The schema's choices are exactly these words.
+  o.norm = cfg.get_string("norm") == "rmsnorm" ? LOOM_NORM_RMS : LOOM_NORM_LAYER;
+  const std::string act = cfg.get_string("activation");
+  o.act = act == "swiglu"     ? LOOM_ACT_SWIGLU
+          : act == "gelu_erf" ? LOOM_ACT_GELU
+                              : LOOM_ACT_GELU_TANH;
+  o.rope = cfg.get_string("position") == "rope";
+  o.rope_theta = cfg.get_float("rope_theta");
+  o.bias = cfg.get_bool("bias");
+  o.tie_embeddings = cfg.get_bool("tie_embeddings");
+  o.norm_eps = cfg.get_float("norm_eps");
+  o.init_std = cfg.get_float("init_std");
+  o.max_seq_len = cfg.get_int("max_seq_len");
+  o.pad_vocab_to = cfg.get_int("pad_vocab_to");
+  o.ffn_hidden = cfg.get_int("ffn_hidden");
+  o.attention_window = cfg.get_int("attention_window");
+  if (o.ffn_hidden == 0)
+    o.ffn_hidden = o.gated() ? (8 * o.n_embd / 3 + 255) / 256 * 256 : 4 * o.n_embd;
+
+  loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
+                who + ": n_layer, n_head and n_embd must be positive");
+  const int64_t kv_channels = family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
+  loom::require(
+      kv_channels > 0 || o.n_embd % o.n_head == 0,
+      who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
+  loom::require(o.n_kv_head > 0 && o.n_head % o.n_kv_head == 0,
+                who + ": n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
+                    s(o.n_kv_head) + ")");
+  o.head_dim = kv_channels > 0 ? kv_channels : o.n_embd / o.n_head;
+  loom::require(!o.rope || o.head_dim % 2 == 0,
+                who + ": position = \"rope\" needs an even head dim, got " + s(o.head_dim));
+  loom::require(o.pad_vocab_to > 0, who + ": pad_vocab_to must be >= 1");
+  loom::require(args.vocab_size > 0, who + ": create args vocab_size must be positive");
+  loom::require(args.seq_len > 0 && args.micro_batch > 0,
+                who + ": create args seq_len and micro_batch must be positive");
+  loom::require(o.rope || args.seq_len <= o.max_seq_len,
+                who + ": seq_len " + s(args.seq_len) + " exceeds max_seq_len " + s(o.max_seq_len) +
+                    " (the learned position table); raise max_seq_len");
+  o.vocab = args.vocab_size;
+  // Megatron pads to make-vocab-size-divisible-by x TP, so every rank holds equal rows.
+  o.tp = tp.size;
+  o.padded_vocab = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, tp).padded;
+  const std::string t = " is not divisible by tensor = " + s(o.tp);
+  loom::require(o.n_head % o.tp == 0, who + ": n_head = " + s(o.n_head) + t);
+  loom::require(o.n_kv_head % o.tp == 0, who + ": n_kv_head = " + s(o.n_kv_head) + t);
+  loom::require(o.ffn_hidden % o.tp == 0, who + ": ffn_hidden = " + s(o.ffn_hidden) + t);
+  if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2 && args.pipeline_stages > 1) {
+    o.stages = args.pipeline_stages;
+    o.stage = args.pipeline_stage;
+  }
+  loom::require(o.stage >= 0 && o.stage < o.stages,
+                who + ": pipeline_stage " + s(o.stage) + " is outside [0, " + s(o.stages) + ")");
+  loom::require(o.n_layer % o.stages == 0,
+                who + ": n_layer = " + s(o.n_layer) +
+                    " is not divisible by pipeline_stages = " + s(o.stages));
+  if (family == Family::kT5) parse_t5(cfg, who, o);
+  if (family == Family::kGpt) parse_moe(cfg, args, tp, who, o);
+  if (family == Family::kBert || family == Family::kBertClassifier) {
+    o.bert = true;
+    o.classifier = family == Family::kBertClassifier;
+    o.binary_head = !o.classifier && cfg.get_bool("binary_head");
+    o.num_tokentypes = cfg.get_int("num_tokentypes");
+    o.post_norm = cfg.get_string("norm_position") == "post";
+    if (o.classifier) o.num_classes = cfg.get_int("num_classes");
+    // the classifier has no output layer to tie to the embedding
+    if (o.classifier) o.tie_embeddings = false;
+    loom::require(!o.rope && (o.tie_embeddings || o.classifier) && o.attention_window == 0 &&
+                      o.bias && o.norm == LOOM_NORM_LAYER && !o.gated(),
+                  who +
+                      ": BERT has learned positions, a tied LM head, full attention, biases, "
+                      "LayerNorm and a plain MLP (position = \"learned\", tie_embeddings, "
+                      "attention_window = 0, bias, norm = \"layernorm\", no swiglu)");
+  }
+  o.layer0 = o.stage * o.n_layer / o.stages;
+  o.layer1 = (o.stage + 1) * o.n_layer / o.stages;
+  return o;
+}
+
+}  // namespace loom::layers

@@ -1,0 +1,236 @@
+// Loom layer library, DecoderModel: its construction (the parameter list, the layer stack, the
+// groups it joins), gradient readiness, and the batch arrays' upload.
+#include "loom/cpp/layers/decoder/decoder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "loom/cpp/layers/moe/moe.hpp"
+#include "loom/cpp/layers/ops/context_parallel.hpp"
+
+namespace loom::layers {
+
+// ----- the model ---------------------------------------------------------------------------
+DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
+                           const loom_model_create_args& a, const BlockSpec& spec, std::string who,
+                           Family family)
+    : who_(std::move(who)), spec_(&spec) {
+  // as much of the args as the host's struct_size holds (an older host's lack the recompute)
+  std::memcpy(&args_, &a, std::min(a.struct_size, sizeof args_));
+  ctx_.host = host;
+  ctx_.be = loom::Backend(host);
+  loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
+  check_model_dtype(a.dtype, who_);
+  ctx_.dtype = a.dtype;
+  ctx_.tp = loom::tp::Group::from_host(host);
+  ctx_.sp = &sp_;
+  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
+  join_expert_group(host);
+  join_context_group(host);
+  if (opt_.moe_expert_bias) {  // the expert loads of a step span the whole global batch
+    const loom_parallel_layout l = host_layout(host);
+    if (l.data * l.context > 1)
+      loads_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data * l.context);
+  }
+  if (opt_.num_experts > 0) {  // the loss terms, then the per-expert statistics
+    for (int64_t l = 0; l < opt_.n_layer; ++l)
+      if (opt_.is_moe_layer(l))
+        for (int64_t e = 0; e < opt_.num_experts; ++e)
+          moe_load_names_.push_back("moe_load.h" + std::to_string(l) + ".e" + std::to_string(e));
+    moe_names_.assign(std::begin(kMoeLossNames), std::end(kMoeLossNames));
+    for (const std::string& n : moe_load_names_) moe_names_.push_back(n.c_str());
+    losses_.resize(moe_names_.size());
+  }
+  if (opt_.post_norm) spec_ = &kPostNormBlock;
+  if (ctx_.tp.active())
+    loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,
+                  who_ +
+                      ": tensor parallelism needs a backend with the ABI 1.1 ops "
+                      "(vocab_ce_stats, vocab_ce_backward)",
+                  LOOM_ERR_UNIMPLEMENTED);
+  if (opt_.stages > 1 && opt_.tie_embeddings && (opt_.first() || opt_.last())) {
+    loom::check(host, host->get_comm(host->ctx, &comm_));
+    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EMBEDDING, &embedding_group_));
+  }
+  setup_recompute();  // before build, which may allocate the first slot
+  setup_residency();
+  build();
+  plan_grad_ready();
+}
+
+// ABI 2.12's gradient readiness: the get_param index runs of each layer's parameters, which
+// that layer's backward completes. Left out: buffers (no gradient) and the sequence-parallel
+// partial ones, which finish_grads still sums over the tensor group. The embedding and the
+// head are never announced (the tied embedding gets its last contribution there, or from
+// another stage): the host reduces them after finish_grads.
+void DecoderModel::plan_grad_ready() {
+  if (args_.struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 || args_.grad_ready == nullptr) return;
+  ready_runs_.resize(layers_.size());
+  std::vector<Param>& all = params_.all();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string prefix = "h." + std::to_string(opt_.layer0 + (int64_t)l) + ".";
+    for (size_t i = 0; i < all.size(); ++i) {
+      const Param& p = all[i];
+      if (p.buffer || p.sp_partial || p.name.compare(0, prefix.size(), prefix) != 0) continue;
+      auto& runs = ready_runs_[l];
+      if (!runs.empty() && runs.back().first + runs.back().second == (int64_t)i)
+        ++runs.back().second;
+      else
+        runs.emplace_back((int64_t)i, 1);
+    }
+  }
+}
+
+void DecoderModel::announce_layer(size_t l) const {
+  if (ready_runs_.empty()) return;
+  for (const auto& [first, count] : ready_runs_[l])
+    args_.grad_ready(args_.grad_ready_user, first, count);
+}
+
+// Expert parallelism (parallel.expert > 1): this rank's slab of every MoE layer's experts,
+// and the group its tokens are dispatched over.
+void DecoderModel::join_expert_group(const loom_host* host) {
+  check_expert_layout(opt_, host_layout(host), ctx_.tp.size, who_);
+  if (opt_.ep > 1) ctx_.ep = join_group(host, ctx_.be, LOOM_GROUP_EXPERT, opt_.ep);
+}
+
+// Context parallelism (parallel.context > 1): this rank's chunks of every sample, and the
+// ring its keys and values go round (context_parallel.hpp).
+void DecoderModel::join_context_group(const loom_host* host) {
+  const loom_parallel_layout l = host_layout(host);
+  ctx_.cp_a2a = check_context_layout(opt_, l, args_.seq_len, who_);
+  if (l.context <= 1) return;
+  loom::require(ctx_.cp_a2a || (ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 &&
+                                ctx_.attn.api->merge != nullptr),
+                who_ + ": parallel.context = " + std::to_string(l.context) +
+                    " merges partial attention with the attention plugin's merge (ABI 2.7); "
+                    "this one has none (attention/reference and attention/flash-cpu have it)",
+                LOOM_ERR_UNIMPLEMENTED);
+  ctx_.cp = join_group(host, ctx_.be, LOOM_GROUP_CONTEXT, l.context);
+}
+
+// Layer l's kind: the model's, or a MoE layer's where the options put one.
+const BlockSpec& DecoderModel::layer_spec(int64_t l) const {
+  return opt_.is_moe_layer(l) ? kMoeBlock : *spec_;
+}
+
+// Declares this stage's parameters (local shards) in HF GPT-2 order, allocates them, and
+// fills the layer slots. Names keep the global layer numbers.
+void DecoderModel::build() {
+  const Options& o = opt_;
+  const int64_t C = o.n_embd, tp = o.tp;
+  const bool sp = ctx_.tp.sequence_parallel;
+  ParamStore& ps = params_;
+  ParamDeclarer d(o, ps, sp);
+  const double std = d.std;
+  const int64_t vrows = o.padded_vocab / tp;
+  if (o.first()) {
+    ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std);
+    if (!o.rope) ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
+    if (o.num_tokentypes > 0)
+      ps.add("tokentype", {o.num_tokentypes, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
+    if (o.post_norm) d.norm("emb_ln");
+  }
+  for (int64_t l = o.layer0; l < o.layer1; ++l) layer_spec(l).declare(d, "h." + std::to_string(l));
+  if (o.last()) {
+    if (!o.post_norm) d.norm("ln_f");
+    if (o.classifier) {  // replicated: every rank computes it whole (bert.hpp)
+      ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+      ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("classifier.weight", {o.num_classes, C}, 1, -1, Init::kNormal, std);
+      ps.add("classifier.bias", {o.num_classes}, 0, -1, Init::kZeros);
+    } else if (!o.tie_embeddings) {
+      ps.add("lm_head.weight", {vrows, C}, 1, 0, Init::kNormal, std);
+    } else if (!o.first()) {  // the head's own copy of the tied embedding (Megatron's)
+      ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std).pipeline_duplicate = 1;
+    }
+    if (o.bert && !o.classifier) {  // replicated heads: every rank computes them whole
+      ps.add("lm_head.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+      ps.add("lm_head.dense.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("lm_head.norm.weight", {C}, 0, -1, Init::kOnes);
+      ps.add("lm_head.norm.bias", {C}, 0, -1, Init::kZeros);
+      ps.add("lm_head.bias", {vrows}, 0, 0, Init::kZeros);
+      if (o.binary_head) {
+        ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
+        ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
+        ps.add("binary_head.weight", {2, C}, 1, -1, Init::kNormal, std);
+        ps.add("binary_head.bias", {2}, 0, -1, Init::kZeros);
+      }
+    }
+  }
+  assign_units();
+  ps.allocate(ctx_);
+  layers_.resize((size_t)(o.layer1 - o.layer0));
+  for (size_t u = 0; u <= layers_.size(); ++u) make_unit(u);
+
+  const int64_t N = args_.micro_batch * args_.seq_len / ctx_.cp.size;  // this rank's tokens
+  grads_.ensure(ctx_, o, N);
+  if (sp) {
+    sp_.y_full = ctx_.alloc({N, C});
+    sp_.x_full = ctx_.alloc({N, C});
+    sp_.dy_full = ctx_.alloc({N, C});
+    sp_.dx_full = ctx_.alloc({N, C});
+  }
+  if (ctx_.tp.active() && o.first()) sp_.picked = ctx_.alloc({N, C});
+  slot(0);  // the first slot up front: a single-stage run allocates everything at create
+}
+
+void DecoderModel::get_param(size_t i, loom_model_param* out) {
+  // The tied embedding is one tensor on the first stage and a copy on the last.
+  const bool tied = opt_.tie_embeddings && i < params_.size() && params_[i].name == "wte";
+  params_.describe(i, out, who_, tied ? "embedding" : nullptr);
+}
+
+void DecoderModel::zero_grad() { params_.zero_grads(ctx_); }
+
+// Copies (n) token ids to the device after checking them against the vocabulary
+// (`allow_ignore`: -1 is a valid target). A clear error instead of an out-of-range read.
+void DecoderModel::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore) {
+  for (int64_t i = 0; i < n; ++i)
+    loom::require((src[i] >= 0 && src[i] < opt_.vocab) || (allow_ignore && src[i] == -1),
+                  std::string(who_ + ": ") + (allow_ignore ? "target" : "token") + " id " +
+                      std::to_string(src[i]) + " at position " + std::to_string(i) +
+                      " is outside the vocabulary [0, " + std::to_string(opt_.vocab) + ")");
+  View v = view(dst, {n});
+  loom::check(ctx_.host,
+              ctx_.be.api()->from_host(ctx_.be.self(), v.get(), src, (size_t)n * sizeof(int32_t)));
+}
+
+void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
+  pos_host_.resize(s.N());
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t)  // under context parallelism this rank's chunks'
+      pos_host_[b * s.T + t] = (int32_t)(s.start(b) + cp_position(ctx_.cp, s.T / 2, t));
+  View v = view(dst, {s.N()});
+  loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), pos_host_.data(),
+                                                  pos_host_.size() * sizeof(int32_t)));
+}
+
+// Megatron / llm.c convention: 6 FLOPs per matmul parameter per token (forward 2, backward
+// 4), counting the LM head once (over the real vocabulary) and no embedding lookups, plus
+// attention scores and weighted sum: 12 * n_layer * (n_head * head_dim) * seq_len, without
+// halving for the causal mask.
+double DecoderModel::flops_per_token() const {
+  const Options& o = opt_;
+  // the whole model's, whatever this rank holds (global extents, all layers)
+  const double C = (double)o.n_embd, q = (double)(o.n_head * o.head_dim);
+  const double kv = (double)(o.n_kv_head * o.head_dim), F = (double)o.ffn_hidden;
+  const double attn = C * (q + 2 * kv) + q * C;
+  const double mlp = C * (o.gated() ? 2 * F : F) + F * C;
+  // a MoE layer: the router, and the k experts each token visits (Megatron's "active"
+  // parameters), dropped choices included
+  const double Fe = (double)o.moe_ffn_hidden, E = (double)o.num_experts;
+  const double Fs = (double)o.moe_shared_hidden;
+  const double moe = C * E + (double)o.moe_router.topk * (C * (o.gated() ? 2 * Fe : Fe) + Fe * C) +
+                     C * (o.gated() ? 2 * Fs : Fs) + Fs * C;
+  double matmul = (double)o.vocab * C;
+  for (int64_t l = 0; l < o.n_layer; ++l) matmul += attn + (o.is_moe_layer(l) ? moe : mlp);
+  // Each query attends to min(T, window) keys under a sliding window.
+  const int64_t keys =
+      o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;
+  return 6.0 * matmul + 12.0 * (double)o.n_layer * q * (double)keys;
+}
+
+}  // namespace loom::layers

@@ -1,0 +1,510 @@
+// Loom layer library, pipeline stages: per-slot activations, the stage's forward and backward (the
+// embedding on the first stage, the head and loss on the last), and finish_grads (what the model's
+// own parallelism leaves partial).
+#include <algorithm>
+#include <string>
+
+#include "loom/cpp/comm.hpp"
+#include "loom/cpp/layers/decoder/decoder.hpp"
+#include "loom/cpp/layers/moe/moe.hpp"
+#include "loom/cpp/layers/ops/context_parallel.hpp"
+#include "loom/cpp/model_step.hpp"
+
+namespace loom::layers {
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+// Slot i, allocated on first use for micro_batch x seq_len tokens (this rank's seq_len / CP
+// under context parallelism).
+Slot& DecoderModel::slot(int64_t i) {
+  loom::require(i >= 0 && i < (1 << 16), who_ + ": slot " + s(i) + " is outside [0, 65536)");
+  if ((size_t)i >= slots_.size()) slots_.resize(i + 1);
+  if (slots_[i]) return *slots_[i];
+  auto S = std::make_unique<Slot>();
+  const Options& o = opt_;
+  const int64_t N = args_.micro_batch * args_.seq_len / ctx_.cp.size, C = o.n_embd;
+  const int64_t nl = ctx_.tp.sequence_parallel ? (N + o.tp - 1) / o.tp : N;
+  const DLDataType st = ctx_.stat_dtype();
+  for (size_t l = 0; l <= layers_.size(); ++l) S->res.push_back(ctx_.alloc({nl, C}));
+  allocate_acts(*S, N);
+  S->tokens = ctx_.alloc(loom_i32(), {N});
+  S->targets = ctx_.alloc(loom_i32(), {N});
+  S->positions = ctx_.alloc(loom_i32(), {N});
+  if (o.first() && o.num_tokentypes > 0) S->types = ctx_.alloc(loom_i32(), {N});
+  if (o.first() && o.post_norm) {
+    S->emb_in = ctx_.alloc({nl, C});
+    S->emb_mean = ctx_.alloc(st, {nl});
+    S->emb_rstd = ctx_.alloc(st, {nl});
+  }
+  if (o.last() && o.bert)
+    S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2, !o.classifier);
+  if (o.first() && ctx_.tp.active()) {
+    S->emb_ids = ctx_.alloc(loom_i32(), {N});
+    S->emb_rows = ctx_.alloc(loom_i32(), {N});
+  }
+  if (o.last()) {
+    S->lnf = ctx_.alloc({nl, C});
+    if (o.norm_mean()) S->lnf_mean = ctx_.alloc(st, {nl});
+    S->lnf_rstd = ctx_.alloc(st, {nl});
+    if (ctx_.tp.sequence_parallel) S->lnf_full = ctx_.alloc({N, C});
+    if (head_.vocab > 0) S->logits = ctx_.alloc({N, head_.cols});
+    // losses and the loss statistics: f32 under mixed precision (backend.h)
+    if (ctx_.tp.active()) {
+      S->lse = ctx_.alloc(st, {N});
+      S->stats = ctx_.alloc(st, {N, 3});
+      S->gathered = ctx_.alloc(st, {(int64_t)o.tp * N, 3});
+    } else {
+      S->losses = ctx_.alloc(st, {N});
+    }
+  }
+  slots_[i] = std::move(S);
+  return *slots_[i];
+}
+
+// GPT reads tokens on the first stage and targets on the last, and every stage reads packed
+// documents' positions when the data has them; one tensor, the hidden state, flows between
+// stages.
+void DecoderModel::stage_info(loom_stage_info* out) {
+  loom::require(out && out->struct_size >= LOOM_STAGE_INFO_SIZE_V2,
+                who_ + ": stage_info needs out->struct_size >= LOOM_STAGE_INFO_SIZE_V2");
+  out->is_first = opt_.first();
+  out->is_last = opt_.last();
+  reads_.clear();
+  if (opt_.first()) reads_.push_back(LOOM_ARRAY_TOKENS);
+  if (opt_.last()) reads_.push_back(opt_.classifier ? LOOM_ARRAY_LABELS : LOOM_ARRAY_TARGETS);
+  if (opt_.bert) {
+    if (opt_.first() && opt_.num_tokentypes > 0) reads_.push_back(LOOM_ARRAY_TOKEN_TYPES);
+    if (opt_.last() && opt_.binary_head) reads_.push_back(LOOM_ARRAY_SOP_LABELS);
+    reads_.push_back(LOOM_ARRAY_PADDING_MASK);
+  } else {
+    reads_.push_back(LOOM_ARRAY_POSITIONS);
+  }
+  out->num_reads = reads_.size();
+  out->reads = reads_.data();
+  const int64_t rows = ctx_.tp.local_rows(out->batch * out->seq_len / ctx_.cp.size);
+  hidden_shape_[0] = rows;
+  hidden_shape_[1] = opt_.n_embd;
+  hidden_io_ = loom_stage_tensor{LOOM_STAGE_TENSOR_SIZE_V2, "hidden", ctx_.dtype, 2, hidden_shape_};
+  out->num_inputs = opt_.first() ? 0 : 1;
+  out->inputs = &hidden_io_;
+  out->num_outputs = opt_.last() ? 0 : 1;
+  out->outputs = &hidden_io_;
+  out->num_losses = opt_.num_experts > 0                                 ? moe_names_.size()
+                    : opt_.classifier || (opt_.bert && opt_.binary_head) ? 2
+                                                                         : 1;
+  out->losses = opt_.num_experts > 0 ? moe_names_.data()
+                : opt_.classifier    ? kClassifierLossNames
+                : opt_.bert          ? kBertLossNames
+                                     : kLossNames;
+}
+
+// The MoE statistics after the losses, from `at` on: each MoE layer's share of its routed
+// choices (the micro-batch's tokens x topk) that every expert kept, weight 0. Returns the
+// number of terms.
+size_t DecoderModel::moe_loads(const Slot& S, size_t at) {
+  const double routed = (double)(S.n * opt_.moe_router.topk);
+  for (size_t l = 0; l < S.acts.size(); ++l) {
+    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
+    const MoeActs* m = S.acts[l].moe.get();
+    for (int64_t e = 0; e < opt_.num_experts; ++e, ++at)
+      losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, moe_names_[at],
+                              m ? (double)m->counts[(size_t)e] : 0.0, routed, 0.0};
+  }
+  return at;
+}
+
+void DecoderModel::count_expert_loads(const Slot& S) {
+  const int64_t E = opt_.num_experts;
+  size_t at = 0;
+  for (size_t l = 0; l < S.acts.size(); ++l) {
+    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
+    if (expert_loads_.size() < (at + 1) * (size_t)E) expert_loads_.resize((at + 1) * (size_t)E);
+    const MoeActs& m = *S.acts[l].moe;
+    for (int64_t e = 0; e < E; ++e)
+      expert_loads_[at * (size_t)E + (size_t)e] += (double)m.counts[(size_t)e];
+    ++at;
+  }
+}
+
+// Megatron's aux-loss-free update (its finalize_model_grads): the step's loads summed over
+// the ranks that split the global batch, so every layout moves the bias alike; then each
+// expert's bias moves by the rate towards the mean load. Bias and loads stay on the host
+// between the two downloads: E numbers per layer.
+void DecoderModel::update_expert_biases() {
+  const int64_t E = opt_.num_experts;
+  if (expert_loads_.empty()) return;  // no training forward this step (or no MoE layer here)
+  sum_over(ctx_, loads_group_, expert_loads_);
+  size_t at = 0;
+  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer in layer order
+    if (!bias.buffer) continue;
+    std::vector<int64_t> load((size_t)E);
+    for (int64_t e = 0; e < E; ++e)
+      load[(size_t)e] = (int64_t)expert_loads_[at * (size_t)E + (size_t)e];
+    update_expert_bias(ctx_, bias, load, opt_.moe_bias_rate);
+    ++at;
+  }
+  std::fill(expert_loads_.begin(), expert_loads_.end(), 0.0);
+}
+
+const int32_t* DecoderModel::local_ids(const loom_microbatch& mb, const char* name,
+                                       std::vector<int32_t>& buf) {
+  const int32_t* all = loom::batch_ids(mb, name, who_);
+  if (ctx_.cp.size == 1) return all;
+  buf.resize((size_t)(mb.batch * mb.seq_len / ctx_.cp.size));
+  cp_slice(ctx_.cp, all, mb.batch, mb.seq_len, buf.data());
+  return buf.data();
+}
+
+// ----- first stage: the embedding ----------------------------------------------------------
+void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* types) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  const loom::tp::Group& g = ctx_.tp;
+  upload_ids(S.tokens, tokens, N, false);
+  if (emb_.tte) {
+    for (int64_t i = 0; i < N; ++i)
+      loom::require(types[i] >= 0 && types[i] < opt_.num_tokentypes,
+                    who_ + ": token type " + s(types[i]) + " at position " + s(i) +
+                        " is outside [0, " + s(opt_.num_tokentypes) + ")");
+    View v = view(S.types, {N});
+    loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), types,
+                                                    (size_t)N * sizeof(int32_t)));
+  }
+  if (!opt_.rope && S.s.docs) {  // learned positions restart with each packed document
+    View v = view(S.positions, {N});
+    loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), S.doc_pos.data(),
+                                                    (size_t)N * sizeof(int32_t)));
+  } else if (!opt_.rope) {
+    upload_positions(S.positions, S.s);
+  }
+  View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  View typ = view(S.types, {N});
+  if (!g.active()) {
+    emb_.forward(ctx_, x0, tok, pos, typ);
+    return;
+  }
+  S.emb_count = emb_.vp.stage(ctx_.be, tokens, N, S.emb_ids, S.emb_rows);
+  View yf = view(sp_.y_full, {N, C});
+  emb_.vp.forward(ctx_.be, g, emb_.wte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, yf, x0);
+  if (emb_.wpe) {  // the positions of this rank's rows, after the reduction: added once
+    View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_forward(ctx_.be, x0.get(), mine, emb_.wpe, true);
+  }
+  if (emb_.tte) {  // token types likewise
+    View mine = view(S.types, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_forward(ctx_.be, x0.get(), mine, emb_.tte, true);
+  }
+}
+
+void DecoderModel::embed_backward(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  const loom::tp::Group& g = ctx_.tp;
+  View dres = view(grads_.dres, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  View typ = view(S.types, {N});
+  if (!g.active()) {
+    emb_.backward(ctx_, dres, tok, pos, typ);
+    return;
+  }
+  View dyf = view(sp_.dy_full, {N, C});
+  emb_.vp.backward(ctx_.be, g, emb_.dwte, S.emb_ids, S.emb_rows, S.emb_count, sp_.picked, dres,
+                   dyf);
+  if (emb_.wpe) {
+    View mine = view(S.positions, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_backward(ctx_.be, emb_.dwpe, mine, dres);
+  }
+  if (emb_.tte) {
+    View mine = view(S.types, {nl}, g.sequence_parallel ? g.rank * nl : 0);
+    loom::embedding_backward(ctx_.be, emb_.dtte, mine, dres);
+  }
+}
+
+// ----- last stage: final norm, head, loss --------------------------------------------------
+// ln_f over this rank's rows; returns its output for all N rows (gathered from the sequence
+// shards under sequence parallelism). BERT's post-LN has no ln_f: the last layer's output is
+// taken as it is (copied into S.lnf, which the heads read).
+const DLTensor* DecoderModel::final_norm(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
+  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
+  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
+  if (opt_.post_norm)
+    ctx_.call(&loom_ops::copy, lnf.get(), (const DLTensor*)xl);
+  else
+    ln_f_.forward(ctx_, lnf, mean, rstd, xl);
+  if (!ctx_.tp.sequence_parallel) return S.lnf.get();
+  View full = view(S.lnf_full, {N, C});
+  loom::tp::GatherFromSequenceRegion::forward(ctx_.tp, lnf, full);
+  return S.lnf_full.get();
+}
+
+// The head is column-parallel over the vocabulary: its input (ln_f's output) is replicated
+// or gathered from the sequence shards. With `grad`, dlogits replace the logits in place.
+double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
+                                  const loom_token_stats* per_token) {
+  const int64_t N = S.n, C = opt_.n_embd, V = head_.vocab;
+  const loom::tp::Group& g = ctx_.tp;
+  upload_ids(S.targets, targets, N, true);
+  const DLTensor* x = final_norm(S);
+  View logits = view(S.logits, {N, head_.cols}), tgt = view(S.targets, {N});
+  View bn = view(S.bert.n, {N, C});
+  if (opt_.bert) bert_.transform_forward(ctx_, S.bert, x, N);  // the LM head's transform
+  if (V > 0) head_.forward(ctx_, logits, head_.cols, opt_.bert ? bn.get() : x, N, C, 0);
+  if (V > 0 && opt_.bert) loom::bias_add(ctx_.be, logits.get(), bert_.bias);
+  if (g.active() || per_token) {  // the statistics path also tells the most likely token
+    if (!S.stats) {
+      const DLDataType st = ctx_.stat_dtype();
+      S.lse = ctx_.alloc(st, {N});
+      S.stats = ctx_.alloc(st, {N, 3});
+      S.gathered = ctx_.alloc(st, {(int64_t)g.size * N, 3});
+    }
+    const double sum =
+        ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse,
+                    per_token ? per_token->loss : nullptr, per_token ? per_token->top1 : nullptr);
+    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale * S.lm_weight);
+    return sum;
+  }
+  View losses = view(S.losses, {N});
+  loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
+                              S.loss_scale * S.lm_weight);
+  double sum = 0.0;  // read last, so a device backend is not stalled before the backward
+  if (ctx_.dtype.bits == 64) {
+    host_losses_f64_.resize(N);
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), losses.get(),
+                                                  host_losses_f64_.data(), N * sizeof(double)));
+    for (int64_t i = 0; i < N; ++i) sum += host_losses_f64_[i];
+  } else {
+    host_losses_.resize(N);
+    loom::check(ctx_.host, ctx_.be.api()->to_host(ctx_.be.self(), losses.get(), host_losses_.data(),
+                                                  N * sizeof(float)));
+    for (int64_t i = 0; i < N; ++i) sum += host_losses_[i];
+  }
+  return sum;
+}
+
+// grads_.dres = d(last layer's output) from the dlogits in S.logits.
+void DecoderModel::head_backward(Slot& S) {
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
+  const loom::tp::Group& g = ctx_.tp;
+  View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
+  View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
+  View full = view(S.lnf_full, {N, C}), dln = view(grads_.dln, {nl, C});
+  View dres = view(grads_.dres, {nl, C}), dxf = view(sp_.dx_full, {N, C});
+  View logits = view(S.logits, {N, head_.cols});
+  DLTensor* dx = g.sequence_parallel ? dxf.get() : dln.get();
+  if (opt_.bert) {
+    bert_head_backward(S, dx);
+    if (g.sequence_parallel) {  // dx is complete on every rank: keep this rank's rows
+      View mine = view(sp_.dx_full, {nl, C}, g.rank * nl * C);
+      ctx_.call(&loom_ops::copy, dln.get(), (const DLTensor*)mine);
+    }
+  } else {
+    if (V > 0)
+      head_.backward(ctx_, dx, logits, head_.cols, g.sequence_parallel ? full.get() : lnf.get(), N);
+    else  // this rank holds only padding: no contribution
+      ctx_.call(&loom_ops::fill, dx, 0.0);
+    if (g.sequence_parallel)
+      loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
+    else
+      loom::tp::CopyToTensorRegion::backward(g, dln);
+  }
+  if (opt_.post_norm)
+    ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)dln);
+  else
+    ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
+}
+
+// Packed documents (Megatron's reset_position_ids and reset_attention_mask): the positions
+// array restarts at 0 where a document starts and counts up by one inside it; a row starts
+// a document. The documents become the attention's variable-length sequences, back to back.
+void DecoderModel::read_documents(Slot& S, const loom_microbatch& mb) {
+  S.s.docs = nullptr;
+  S.doc_pos.clear();
+  if (!loom_microbatch_find(&mb, LOOM_ARRAY_POSITIONS)) return;
+  const int32_t* pos = loom::batch_ids(mb, LOOM_ARRAY_POSITIONS, who_);
+  const int64_t B = mb.batch, T = mb.seq_len;
+  S.doc_pos.assign(pos, pos + B * T);
+  S.cu_docs.clear();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t p = pos[b * T + t];
+      loom::require(p == 0 || (t > 0 && p == pos[b * T + t - 1] + 1),
+                    who_ + ": positions[" + s(b) + "][" + s(t) + "] = " + s(p) +
+                        ": a position is 0 (a document starts; always so at a row's start) or "
+                        "the previous one plus 1");
+      if (p == 0) S.cu_docs.push_back((int32_t)(b * T + t));
+    }
+  S.cu_docs.push_back((int32_t)(B * T));
+  S.docs = loom_attention_seqlens{};
+  S.docs.base = {sizeof(loom_attention_seqlens), LOOM_EXT_ATTENTION_SEQLENS, LOOM_EXT_REQUIRED,
+                 nullptr};
+  S.docs.num_seqs = (int64_t)S.cu_docs.size() - 1;
+  S.docs.cu_seqlens_q = S.docs.cu_seqlens_k = S.cu_docs.data();
+  S.s.docs = &S.docs;
+}
+
+// ----- the stage ---------------------------------------------------------------------------
+void DecoderModel::stage_forward(loom_stage_forward_args& a) {
+  loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
+                who_ + ": stage_forward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, who_ + ": stage_forward");
+  loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
+                who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
+  const loom_microbatch& mb = *a.mb;
+  loom::require_known_exts(mb.ext, {LOOM_EXT_TOKEN_STATS}, who_ + ": stage_forward's micro-batch");
+  const auto* per_token =
+      reinterpret_cast<const loom_token_stats*>(loom_ext_find(mb.ext, LOOM_EXT_TOKEN_STATS));
+  loom::require(!per_token || (per_token->base.struct_size >= LOOM_TOKEN_STATS_SIZE_V1 &&
+                               per_token->loss && per_token->top1),
+                who_ + ": loom.token-stats/1 needs its loss and top1 arrays");
+  loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
+                    mb.seq_len <= args_.seq_len,
+                who_ + ": micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +
+                    ") exceeds the create args (" + s(args_.micro_batch) + " x " +
+                    s(args_.seq_len) + ")");
+  Slot& S = slot(a.slot);
+  loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
+                                " still holds a micro-batch waiting for its stage_backward");
+  S.s = Step{mb.batch, mb.seq_len / ctx_.cp.size, 0};  // this rank's chunks under CP
+  if (opt_.bert)
+    read_padding(S, mb);
+  else
+    read_documents(S, mb);
+  loom::require(ctx_.cp.size == 1 || (!S.s.docs && !per_token),
+                who_ +
+                    ": context parallelism with packed sequences (data.pack_sequences) or "
+                    "per-token statistics (loom eval) is not implemented",
+                LOOM_ERR_UNIMPLEMENTED);
+  S.n = S.s.N();
+  S.nl = ctx_.tp.local_rows(S.n);
+  // Under context parallelism each rank sums the losses of its chunks only, and the host
+  // averages gradients over data x context: times CP, that average is the sum over chunks.
+  S.loss_scale = a.loss_scale * ctx_.cp.size;
+  S.s.moe_grad_scale = a.no_grad ? 0.0 : a.loss_scale * (double)S.n;
+  const int64_t C = opt_.n_embd;
+  unit_need(0, false);
+  if (opt_.first()) {
+    embed_forward(
+        S, local_ids(mb, LOOM_ARRAY_TOKENS, cp_tokens_),
+        opt_.num_tokentypes > 0 ? loom::batch_ids(mb, LOOM_ARRAY_TOKEN_TYPES, who_) : nullptr);
+    if (opt_.post_norm) emb_norm_forward(S);
+  } else {
+    loom::require(a.num_inputs == 1 && a.inputs != nullptr && a.inputs[0] != nullptr,
+                  who_ + ": stage " + s(opt_.stage) +
+                      " is not the first: stage_forward needs one input, the hidden state");
+    const DLTensor* input = a.inputs[0];
+    loom::require(loom_tensor_numel(input) == S.nl * C && loom_dtype_eq(input->dtype, ctx_.dtype),
+                  who_ + ": stage input has " + s(loom_tensor_numel(input)) +
+                      " elements; expected (" + s(S.nl) + ", " + s(C) + ") in the compute dtype");
+    View x0 = view(S.res[0], {S.nl, C});
+    View in(input, {S.nl, C});
+    ctx_.call(&loom_ops::copy, x0.get(), (const DLTensor*)in);
+  }
+  layers_forward(S);
+  if (opt_.moe_expert_bias && !a.no_grad) count_expert_loads(S);
+  a.num_outputs = 0;
+  a.outputs = nullptr;
+  a.num_losses = 0;
+  a.losses = nullptr;
+  if (opt_.last() && opt_.classifier) {
+    classify_forward(S, mb, !a.no_grad);
+    a.num_losses = 2;
+    a.losses = losses_.data();
+  } else if (opt_.last()) {
+    announce_head(false);
+    const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
+    double count = 0;
+    for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
+    if (opt_.bert)  // padding takes no part: its targets must be -1
+      for (int64_t i = 0; i < S.n; ++i)
+        loom::require(
+            targets[i] == -1 || S.cu_docs[i / S.s.T + 1] - S.cu_docs[i / S.s.T] > i % S.s.T,
+            who_ + ": targets[" + s(i / S.s.T) + "][" + s(i % S.s.T) +
+                "] is set on a padding position");
+    // BERT's masked LM is the mean over the micro-batch's predicted tokens, as Megatron's
+    // (sum / loss_mask.sum()): under the host's scale of 1 / (B T) that is weight B T / count.
+    // GPT's is the sum over all positions (weight 1).
+    S.lm_weight = opt_.bert ? (double)S.n / std::max(count, 1.0) : 1.0;
+    losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
+                           head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
+    a.num_losses = 1;
+    if (opt_.num_experts > 0) {
+      double aux = 0, z = 0;
+      for (const LayerActs& la : S.acts) {
+        aux += la.moe_aux;
+        z += la.moe_z;
+      }
+      const double w = (double)S.n;
+      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
+      losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
+      a.num_losses = moe_loads(S, 3);
+    }
+    if (opt_.bert && opt_.binary_head) {
+      double sop = 0;
+      const double weight = bert_losses(S, mb, !a.no_grad, &sop);
+      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kBertLossNames[1], sop, (double)S.s.B, weight};
+      a.num_losses = 2;
+    }
+    a.losses = losses_.data();
+  } else {
+    S.out = view(S.res[layers_.size()], {S.nl, C});
+    S.out_ptr = S.out.get();
+    a.num_outputs = 1;
+    a.outputs = &S.out_ptr;
+  }
+  unit_done(0, false);
+  S.pending = !a.no_grad;
+}
+
+void DecoderModel::stage_backward(loom_stage_backward_args& a) {
+  loom::require(a.struct_size >= LOOM_STAGE_BACKWARD_ARGS_SIZE_V2,
+                who_ + ": stage_backward args smaller than ABI 2.0's");
+  loom::require_known_exts(a.ext, {}, who_ + ": stage_backward");
+  const int64_t si = a.slot;
+  loom::require(
+      si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
+      who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
+  Slot& S = *slots_[si];
+  const int64_t C = opt_.n_embd;
+  unit_need(0, true);
+  if (opt_.last()) {
+    head_backward(S);
+  } else {
+    const DLTensor* doutput = a.num_doutputs == 1 && a.doutputs ? a.doutputs[0] : nullptr;
+    loom::require(doutput != nullptr && loom_tensor_numel(doutput) == S.nl * C,
+                  who_ + ": stage_backward needs doutput of (" + s(S.nl) + ", " + s(C) + ")");
+    View dres = view(grads_.dres, {S.nl, C});
+    View d(doutput, {S.nl, C});
+    ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)d);
+  }
+  layers_backward(S);
+  if (opt_.first()) {
+    announce_head(true);
+    if (opt_.post_norm) emb_norm_backward(S);
+    embed_backward(S);
+    a.num_dinputs = 0;
+    a.dinputs = nullptr;
+  } else {
+    dinput_ = view(grads_.dres, {S.nl, C});
+    dinput_ptr_ = dinput_.get();
+    a.num_dinputs = 1;
+    a.dinputs = &dinput_ptr_;
+  }
+  unit_done(0, true);
+  S.pending = false;
+}
+
+// Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this
+// rank's tokens: sum over the tensor group. The tied embedding's two copies (first and last
+// stage) each hold part of the gradient: sum over the embedding group, so both step alike.
+void DecoderModel::finish_grads() {
+  if (opt_.moe_expert_bias) update_expert_biases();
+  if (ctx_.tp.sequence_parallel)
+    for (Param& p : params_.all())
+      if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());
+  if (embedding_group_)
+    loom::check(ctx_.host,
+                loom::comm_all_reduce(comm_, embedding_group_, params_.at("wte").grad.get(),
+                                      LOOM_REDUCE_SUM, ctx_.be.stream()));
+}
+
+}  // namespace loom::layers

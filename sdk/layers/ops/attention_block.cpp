@@ -1,0 +1,219 @@
+// Loom layer library, attention block: fused qkv projection (c_attn), optional RoPE, the attention
+// core of the run's attention plugin, output projection (c_proj). Packed documents (Step::docs)
+// restart RoPE at each document and reach the attention plugin as its variable-length
+// sequences (loom.attention-seqlens/1), beside a sliding window when there is one.
+//
+// c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
+// by three gemms on row slices straight into compact q, k, v buffers, which is the layout
+// the attention plugin takes, so nothing is copied. With tensor parallelism the weight is
+// this rank's rows of each block (blocks {Hq*D, Hkv*D, Hkv*D}): its heads of q, k and v,
+// column-parallel; c_proj is row-parallel over the same heads.
+#include "loom/cpp/layers/ops/attention_block.hpp"
+
+#include <cmath>
+
+#include "loom/cpp/layers/ops/context_parallel.hpp"
+#include "loom/cpp/layers/ops/linear.hpp"
+
+namespace loom::layers {
+namespace {
+
+// RoPE of x(B,T,H,D) from each sequence's start, or from 0 in each packed document.
+void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward) {
+  const int64_t T = s.T, H = x->shape[2], D = x->shape[3];
+  auto one = [&](int64_t first_row, int64_t rows, int64_t pos) {
+    View v = view(x, {1, rows, H, D}, first_row * H * D);
+    if (backward)
+      loom::rope_backward(c.be, v.get(), pos, theta);
+    else
+      loom::rope_forward(c.be, v.get(), pos, theta);
+  };
+  if (s.docs) {
+    const int32_t* at =
+        s.docs->cu_seqlens_q_padded ? s.docs->cu_seqlens_q_padded : s.docs->cu_seqlens_q;
+    for (int64_t i = 0; i < s.docs->num_seqs; ++i)
+      one(at[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
+  } else if (c.cp.size > 1) {  // this rank's two chunks of each sample
+    const int64_t Tc = T / 2;
+    for (int64_t b = 0; b < s.B; ++b) {
+      one(b * T, Tc, cp_position(c.cp, Tc, 0));
+      one(b * T + Tc, Tc, cp_position(c.cp, Tc, Tc));
+    }
+  } else if (s.pos) {
+    for (int64_t b = 0; b < s.B; ++b) one(b * T, T, s.start(b));
+  } else if (backward) {
+    loom::rope_backward(c.be, x, s.pos0, theta);
+  } else {
+    loom::rope_forward(c.be, x, s.pos0, theta);
+  }
+}
+
+// The masks of one call: the window (when set) chained before the bias (when set, with its
+// gradient when `grad`) and the packed documents.
+struct Masks {
+  loom_attention_window window{};
+  loom_attention_bias bias{};
+  const loom_ext* chain(const loom_attention_window& w, const loom_attention_seqlens* docs,
+                        const AttentionBias* b, bool grad) {
+    const loom_ext* next = docs ? &docs->base : nullptr;
+    if (b && b->bias) {
+      bias = {{sizeof(loom_attention_bias), LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_REQUIRED, next},
+              b->bias,
+              grad ? b->dbias : nullptr};
+      next = &bias.base;
+    }
+    if (w.window <= 0) return next;
+    window = w;
+    window.base.next = next;
+    return &window.base;
+  }
+};
+
+}  // namespace
+
+void attend(const Ctx& c, const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* out,
+            DLTensor* lse, bool causal, const loom_ext* ext) {
+  loom_attention_fwd_args f{};
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
+  f.q = q;
+  f.k = k;
+  f.v = v;
+  f.out = out;
+  f.lse = lse;
+  f.scale = 1.0 / std::sqrt((double)q->shape[3]);
+  f.causal = causal ? 1 : 0;
+  f.ext = ext;
+  loom::check(c.host, c.attn.api->forward(c.attn.self, &f));
+}
+
+void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
+                     DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext) {
+  loom_attention_bwd_args b{};
+  b.struct_size = LOOM_ATTENTION_BWD_ARGS_SIZE_V2;
+  b.dout = dout;
+  b.q = q;
+  b.k = k;
+  b.v = v;
+  b.out = out;
+  b.lse = lse;
+  b.dq = dq;
+  b.dk = dk;
+  b.dv = dv;
+  b.scale = 1.0 / std::sqrt((double)q->shape[3]);
+  b.causal = causal ? 1 : 0;
+  b.ext = ext;
+  loom::check(c.host, c.attn.api->backward(c.attn.self, &b));
+}
+
+AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std::string& prefix) {
+  AttentionBlock a;
+  a.n_head = o.hq();
+  a.n_kv_head = o.hkv();
+  a.head_dim = o.head_dim;
+  a.rope = o.rope;
+  a.rope_theta = o.rope_theta;
+  a.causal = o.causal();
+  a.window = {
+      {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
+      o.attention_window};
+  Param& w = ps.at(prefix + ".c_attn.weight");
+  Param* b = o.bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
+  a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
+                 make_linear(w, b, o.q_dim() + o.kv_dim(), o.kv_dim())};
+  a.o.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
+                        o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
+  return a;
+}
+
+void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                             DLTensor* y, LayerCache* cache, int64_t cache_max) const {
+  const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  const int64_t C = o.lin.out;
+  View xf = view(a.ln1_full, {N, C});
+  qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
+              {qv.get(), kv.get(), vv.get()});
+  if (rope) {
+    loom::layers::rope(c, s, qv.get(), rope_theta, false);
+    loom::layers::rope(c, s, kv.get(), rope_theta, false);
+  }
+  Masks masks;
+  if (!cache) {
+    core(c, s, a);
+  } else {
+    // Generation: append the new k/v at [p, p+T) of each sequence's cache row (p its
+    // start), then let its T queries (the last T of S = p+T positions) attend to that row,
+    // one sequence at a time so that every operand is a compact view.
+    const int64_t kvrow = Hkv * D;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t row = s.row(b) * cache_max * kvrow, p = s.start(b), S = p + T;
+      View kdst = view(cache->k, {T, Hkv, D}, row + p * kvrow);
+      View vdst = view(cache->v, {T, Hkv, D}, row + p * kvrow);
+      View ksrc = view(a.k, {T, Hkv, D}, b * T * kvrow);
+      View vsrc = view(a.v, {T, Hkv, D}, b * T * kvrow);
+      c.call(&loom_ops::copy, kdst.get(), (const DLTensor*)ksrc);
+      c.call(&loom_ops::copy, vdst.get(), (const DLTensor*)vsrc);
+      View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
+      View kb = view(cache->k, {1, S, Hkv, D}, row);
+      View vb = view(cache->v, {1, S, Hkv, D}, row);
+      View ob = view(a.att, {1, T, Hq, D}, b * T * Hq * D);
+      attend(c, qb, kb, vb, ob, nullptr, causal,
+             masks.chain(window, s.docs, s.bias ? &s.bias[b] : nullptr, false));
+    }
+  }
+  View yv = view(y, {c.tp.local_rows(N), C});
+  View yf = view(c.sp ? c.sp->y_full.get() : nullptr, {N, C});
+  o.forward(c.be, c.tp, out, N, yf.get(), yv.get());
+}
+
+void AttentionBlock::core(const Ctx& c, const Step& s, const LayerActs& a) const {
+  const int64_t B = s.B, T = s.T, D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  View lse = view(a.lse, {B, Hq, T});
+  Masks masks;
+  if (c.cp.size > 1 && c.cp_a2a)
+    a2a_attention_forward(c, qv, kv, vv, out, lse);
+  else if (c.cp.size > 1)
+    ring_attention_forward(c, qv, kv, vv, out, lse);
+  else
+    attend(c, qv, kv, vv, out, lse, causal, masks.chain(window, s.docs, s.bias, false));
+}
+
+void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                              const DLTensor* dy, DLTensor* dx, GradScratch& g) const {
+  const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  const int64_t C = o.lin.out;
+  const bool sp = c.tp.sequence_parallel;
+  if (a.recompute & LOOM_RECOMPUTE_CORE_ATTN) core(c, s, a);  // att and lse, shared scratch
+  View datt = view(g.dln, {B, T, Hq, D});
+  View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {N, C});
+  o.backward(c.be, c.tp, dy, dyf.get(), a.att, N, datt);
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  View lse = view(a.lse, {B, Hq, T});
+  View dq = view(g.dq, {B, T, Hq, D}), dk = view(g.dk, {B, T, Hkv, D});
+  View dv = view(g.dv, {B, T, Hkv, D});
+  Masks masks;
+  if (c.cp.size > 1 && c.cp_a2a)
+    a2a_attention_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv);
+  else if (c.cp.size > 1)
+    ring_attention_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv);
+  else
+    attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
+                    masks.chain(window, s.docs, s.bias, true));
+  if (rope) {  // gradients w.r.t. the q, k before rotation
+    loom::layers::rope(c, s, dq.get(), rope_theta, true);
+    loom::layers::rope(c, s, dk.get(), rope_theta, true);
+  }
+  // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
+  View xf = view(a.ln1_full, {N, C});
+  if (sp) c.tp.all_gather(x, xf);  // the input again: layers share the gathered buffer
+  View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {N, C});
+  qkv.backward(c.be, c.tp, {dq.get(), dk.get(), dv.get()}, sp ? (const DLTensor*)xf : x, N, dx,
+               dxf.get());
+}
+
+}  // namespace loom::layers
