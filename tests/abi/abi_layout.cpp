@@ -165,7 +165,7 @@ Listing build() {
   F(struct_size) F(vocab_size) F(seq_len) F(micro_batch) F(dtype) F(pipeline_stage)
   F(pipeline_stages) F(recompute_granularity) F(recompute_method) F(recompute_num_layers)
   F(recompute_modules) F(grad_ready) F(grad_ready_user) F(residency) F(unit_needed)
-  F(unit_grads) F(residency_user)
+  F(unit_grads) F(residency_user) F(ext)
   END
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)

@@ -97,7 +97,7 @@ Grads run(const AttentionInstance& att, DLDataType dt, const Case& c, const Vec&
   env().host.check(att.api->forward(att.self, &f));
   f = {LOOM_ATTENTION_FWD_ARGS_SIZE_V2, Q2, K2, V2, O2, L2, scale, 0, nullptr};
   env().host.check(att.api->forward(att.self, &f));
-  loom_attention_merge_args m{LOOM_ATTENTION_MERGE_ARGS_SIZE_V1, O, L, O2, L2, r0, nullptr};
+  loom_attention_merge_args m{LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7, O, L, O2, L2, r0, nullptr};
   env().host.check(att.api->merge(att.self, &m));
   Grads r{get(O), get(L), {}, Vec(k.size()), Vec(k.size())};
   // backward: call 1 over every query, call 2 over the last Tp, with the merged out and lse
@@ -197,7 +197,7 @@ TEST_CASE("partial attention: refusals name what is wrong") {
   auto P = make(loom_f64(), {1, 3, 1, 4}, Vec(12)), PL = make(loom_f32(), {1, 1, 3}, Vec(3));
   for (const char* name : {"reference", "flash-cpu"}) {
     const AttentionInstance att = attention_instance(name);
-    loom_attention_merge_args m{LOOM_ATTENTION_MERGE_ARGS_SIZE_V1, O, L32, P, PL, 2, nullptr};
+    loom_attention_merge_args m{LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7, O, L32, P, PL, 2, nullptr};
     const std::string w = loomtest::outcome(att.api->merge(att.self, &m)).message;
     CHECK_MESSAGE(w.find("rows [2, 5) outside out's 4") != std::string::npos, w);
   }

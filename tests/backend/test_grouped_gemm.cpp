@@ -46,7 +46,7 @@ void expected(const Moe& m, const Vec& x, const Vec& w, const Vec& dy, const Vec
 loom_grouped_gemm_args grouped(const Moe& m, int ta, int tb, int64_t M, int64_t N, int64_t K,
                                double beta, const DLTensor* a, const DLTensor* b, DLTensor* c) {
   loom_grouped_gemm_args g{};
-  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5;
   g.trans_a = ta;
   g.trans_b = tb;
   g.m = M;

@@ -261,7 +261,7 @@ void run_grouped_gemm(DLDataType dt, DLDataType wgrad) {
   auto grouped = [&](const loom::Backend& B, int ta, int tb, int64_t m, int64_t n, int64_t k,
                      double beta, const DLTensor* a, const DLTensor* b, DLTensor* c) {
     loom_grouped_gemm_args g{};
-    g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
+    g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5;
     g.trans_a = ta, g.trans_b = tb;
     g.m = m, g.n = n, g.k = k;
     g.num_groups = E, g.sizes = sizes.data();

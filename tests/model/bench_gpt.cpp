@@ -90,6 +90,7 @@ int main(int argc, char** argv) try {
                             0,
                             nullptr,
                             nullptr,
+                            nullptr,
                             nullptr};
   if (timer) {  // per-layer times: the model announces each layer (residency NOTIFY)
     ca.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_13;

@@ -170,7 +170,9 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
   Checkpoint::File opt{checkpoint_file("optimizer", l, false), {}, {}};
   nlohmann::json model_entries = nlohmann::json::object(), opt_entries = model_entries;
   for (int v = 0; v < l.virtual_stages; ++v) {
-    loom_model_create_args args{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+    // Every field to 2.18's ext: no recompute (1 layer per group, the recipe's default, which
+    // a model checks once struct_size covers 2.10), no residency, no extension.
+    loom_model_create_args args{LOOM_MODEL_CREATE_ARGS_SIZE_V2_18,
                                 vocab,
                                 recipe.get_int("train", "seq_len"),
                                 recipe.get_int("train", "micro_batch_size"),
@@ -178,12 +180,13 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
                                 v * l.pipeline + l.pipeline_rank,
                                 l.pipeline * l.virtual_stages,
                                 LOOM_RECOMPUTE_NONE,
-                                0,
-                                0,
+                                LOOM_RECOMPUTE_UNIFORM,
+                                1,
                                 0,
                                 nullptr,
                                 nullptr,
                                 LOOM_RESIDENCY_NONE,
+                                nullptr,
                                 nullptr,
                                 nullptr,
                                 nullptr};

@@ -106,7 +106,9 @@ void DecodeModel::load_one_rank(Registry& registry) {
   session_ = std::make_unique<Session>(*recipe_, registry);
   tok_ = session_->tokenizer();
   be_ = session_->backend();
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2,
+  // Every field to 2.18's ext: no recompute (1 layer per group, the recipe's default, which
+  // a model checks once struct_size covers 2.10), no residency, no extension.
+  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_18,
                                tok_.api->vocab_size(tok_.self),
                                recipe_->get_int("train", "seq_len"),
                                1,
@@ -114,12 +116,13 @@ void DecodeModel::load_one_rank(Registry& registry) {
                                0,
                                1,
                                LOOM_RECOMPUTE_NONE,
-                               0,
-                               0,
+                               LOOM_RECOMPUTE_UNIFORM,
+                               1,
                                0,
                                nullptr,
                                nullptr,
                                LOOM_RESIDENCY_NONE,
+                               nullptr,
                                nullptr,
                                nullptr,
                                nullptr};

@@ -59,7 +59,8 @@ void check_model_residency(const Recipe& recipe, const loom_model_api* api, int3
 loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
                                          int stages) {
   loom_model_create_args a{};
-  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_13;
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_18;
+  a.ext = nullptr;  // ABI 2.18: the chain the next create options go on; none yet
   a.vocab_size = vocab;
   a.seq_len = recipe.get_int("train", "seq_len");
   a.micro_batch = recipe.get_int("train", "micro_batch_size");

@@ -127,7 +127,10 @@ typedef struct loom_attention_merge_args {
   int64_t row0;             /* 0 <= row0, row0 + Tp <= T */
   const loom_ext* ext;      /* NULL */
 } loom_attention_merge_args;
-#define LOOM_ATTENTION_MERGE_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_attention_merge_args, ext)
+#define LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7 LOOM_STRUCT_SIZE(loom_attention_merge_args, ext)
+/* Its name until 2.18, when size macros took the name of their minor (docs/abi2.md, "ABI
+ * style"): kept for source compatibility, as 2.x is append-only. */
+#define LOOM_ATTENTION_MERGE_ARGS_SIZE_V1 LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7
 
 /* Contract tags (common.h):
  *   create, destroy: owner, local, blocks

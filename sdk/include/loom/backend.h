@@ -109,7 +109,10 @@ typedef struct loom_grouped_gemm_args {
   DLTensor* c;
   const loom_ext* ext; /* NULL */
 } loom_grouped_gemm_args;
-#define LOOM_GROUPED_GEMM_ARGS_SIZE_V1 LOOM_STRUCT_SIZE(loom_grouped_gemm_args, ext)
+#define LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_grouped_gemm_args, ext)
+/* Its name until 2.18, when size macros took the name of their minor (docs/abi2.md, "ABI
+ * style"): kept for source compatibility, as 2.x is append-only. */
+#define LOOM_GROUPED_GEMM_ARGS_SIZE_V1 LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5
 
 /* bias_add: out(N,C) += bias(C) on every row. */
 typedef struct loom_bias_add_args {

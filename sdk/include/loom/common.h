@@ -4,7 +4,10 @@
  *  - pure C11; only C types cross the boundary (no C++, no exceptions, no STL);
  *  - every struct that crosses starts with `size_t struct_size`; a callee accepts any
  *    size >= the 2.0 size (the LOOM_*_SIZE_V2 macros) and reads the fields of later minors
- *    only when LOOM_HAS_FIELD says they are there;
+ *    only when LOOM_HAS_FIELD says they are there. A size macro is named for the minor that
+ *    brought its last field: _V2 (2.0), _V2_<minor> (appended, or a new struct, in 2.<minor>);
+ *    _V1 only for an extension's first layout (a struct that starts with loom_ext base).
+ *    Other names stay as aliases, for source compatibility (docs/abi2.md, "ABI style");
  *  - within a major, structs and function tables only grow at the end: 2.x is append-only.
  *    A plugin built for another major is refused by the host, naming both;
  *  - a caller never relies on a callee silently ignoring what it does not know. Optional
@@ -46,7 +49,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 17
+#define LOOM_ABI_MINOR 18
 
 /* Size of a struct up to and including `last_field`: what `struct_size` holds for the
  * version of the struct whose last field is `last_field`. */

@@ -77,12 +77,23 @@ typedef struct loom_model_create_args {
   loom_error* (*unit_needed)(void* user, int32_t unit, int32_t fill);
   loom_error* (*unit_grads)(void* user, int32_t unit);
   void* residency_user;
+  /* ABI 2.18: create-time options beyond these fields, as extensions found by id (common.h):
+   * every new create option goes on this chain, never as another plain field. NULL for now.
+   * A model reads it only when struct_size covers it (LOOM_HAS_FIELD(args,
+   * loom_model_create_args, ext), or >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_18), finds an id with
+   * loom_ext_find (common.h) and refuses a LOOM_EXT_REQUIRED id it does not know
+   * (loom::require_known_exts, loom/cpp/plugin.hpp). The host chains an extension only for
+   * a model that lists its id in its capabilities, so older models never see one. Borrowed
+   * for the create call. */
+  const loom_ext* ext;
+  /* --- ABI 2.18 ends here: new create options are extensions on `ext`, not fields. --- */
 } loom_model_create_args;
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_create_args, pipeline_stages)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_10 \
   LOOM_STRUCT_SIZE(loom_model_create_args, recompute_modules)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 LOOM_STRUCT_SIZE(loom_model_create_args, grad_ready_user)
 #define LOOM_MODEL_CREATE_ARGS_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_model_create_args, residency_user)
+#define LOOM_MODEL_CREATE_ARGS_SIZE_V2_18 LOOM_STRUCT_SIZE(loom_model_create_args, ext)
 #define LOOM_RESIDENCY_NONE 0   /* every parameter and gradient for the run; no calls */
 #define LOOM_RESIDENCY_NOTIFY 1 /* the same, and unit_needed before each use */
 #define LOOM_RESIDENCY_GRADS 2  /* ZeRO-2: gradients only during a unit's backward */

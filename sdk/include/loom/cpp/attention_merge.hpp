@@ -22,7 +22,7 @@ struct MergeDims {
 
 // merge's shape contract; the dims of its tensors. `who` names the plugin.
 inline MergeDims merge_dims(const std::string& who, const loom_attention_merge_args& a) {
-  require(a.struct_size >= LOOM_ATTENTION_MERGE_ARGS_SIZE_V1 && a.out && a.lse && a.part_out &&
+  require(a.struct_size >= LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7 && a.out && a.lse && a.part_out &&
               a.part_lse,
           who + ": merge needs out, lse, part_out and part_lse");
   require(a.out->ndim == 4 && a.part_out->ndim == 4,

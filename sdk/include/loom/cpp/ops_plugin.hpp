@@ -221,7 +221,7 @@ struct OpsSlots {
   }
 
   static loom_error* grouped_gemm(loom_backend* be, const loom_grouped_gemm_args* a) {
-    std::string why = ops_args_refusal(a, LOOM_GROUPED_GEMM_ARGS_SIZE_V1);
+    std::string why = ops_args_refusal(a, LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5);
     if (why.empty()) why = grouped_gemm_refusal(*a);
     if (!why.empty()) return K.refuse(be, "grouped_gemm", why);
     if (K.grouped_gemm) return K.grouped_gemm(be, a);
