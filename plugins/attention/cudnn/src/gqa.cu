@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gqa.hpp"
+#include "loom/cpp/cuda_convert.cuh"
 
 namespace cudnn_attn {
 namespace {
@@ -35,18 +36,9 @@ __global__ void repeat_kernel(const uint4* in, uint4* out, int64_t out_vecs, int
   }
 }
 
-__device__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ float to_f32(__half x) { return __half2float(x); }
-template <class T>
-__device__ T from_f32(float x);
-template <>
-__device__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __half from_f32<__half>(float x) {
-  return __float2half(x);
-}
+// Element conversions: the SDK's, as backend/cuda's kernels round.
+using loom::from_f32;
+using loom::to_f32;
 
 // out vector i (8 elements of row r) = the sum of the group's rows r * group + g.
 template <class T>

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t = row % d.T, h = (row / d.T) % d.Hq, b = row / (d.T * d.Hq);
     const int64_t base = ((b * d.T + t) * d.Hq + h) * d.D;
     float acc = 0.0f;
-    for (int64_t c = lane; c < d.D; c += 32) acc += to_f(dout[base + c]) * to_f(out[base + c]);
+    for (int64_t c = lane; c < d.D; c += 32) acc += to_f32(dout[base + c]) * to_f32(out[base + c]);
     for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) delta[row] = acc;
   }
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads)
     flash_cast_kernel(int64_t n, const float* __restrict__ src, T* __restrict__ dst) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads)
-    dst[i] = from_f<T>(src[i]);
+    dst[i] = from_f32<T>(src[i]);
 }
 
 template <class T, int D>
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
         const bool live = r < qrows && c < krows && (!causal || s <= t + shift);
         const float p = live ? expf(sm.s[idx] * scale - sm.lse[r]) : 0.0f;
         sm.s[idx] = p;  // fp32 copy for dS
-        sm.p[idx] = from_f<T>(p);
+        sm.p[idx] = from_f32<T>(p);
       }
       __syncthreads();
       tile_gemm<T, true, false>(Bc, D, Br, sm.p, Bc, sm.dout, D, sm.dv, D, true);   // dV += P^T dO
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int idx = threadIdx.x; idx < Br * Bc; idx += kThreads) {
         const int r = idx / Bc;
-        sm.ds[idx] = from_f<T>(scale * sm.s[idx] * (sm.dp[idx] - sm.delta[r]));
+        sm.ds[idx] = from_f32<T>(scale * sm.s[idx] * (sm.dp[idx] - sm.delta[r]));
       }
       __syncthreads();
       tile_gemm<T, true, false>(Bc, D, Br, sm.ds, Bc, sm.q, D, sm.dk, D, true);    // dK += dS^T Q
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int idx = threadIdx.x; idx < krows * D; idx += kThreads) {
     const int r = idx / D, c = idx % D;
-    dk[kvoff + r * kpitch + c] = from_f<T>(sm.dk[idx]);
-    dv[kvoff + r * kpitch + c] = from_f<T>(sm.dv[idx]);
+    dk[kvoff + r * kpitch + c] = from_f32<T>(sm.dk[idx]);
+    dv[kvoff + r * kpitch + c] = from_f32<T>(sm.dv[idx]);
   }
 }
 

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < Bc / 32; ++j) {
         const float p = expf(x[j] - base);  // exp(-inf) = 0 for masked columns
         sum += p;
-        sm.p[r * Bc + lane + 32 * j] = from_f<T>(p);
+        sm.p[r * Bc + lane + 32 * j] = from_f32<T>(p);
       }
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       const float alpha = expf(m_old - base);  // 0 when m_old = -inf
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int idx = threadIdx.x; idx < qrows * D; idx += kThreads) {
     const int r = idx / D, c = idx % D;
     const float l = sm.l[r];
-    oh[r * qpitch + c] = from_f<T>(l > 0.0f ? sm.o[idx] / l : 0.0f);
+    oh[r * qpitch + c] = from_f32<T>(l > 0.0f ? sm.o[idx] / l : 0.0f);
   }
   if (lse)
     for (int r = threadIdx.x; r < qrows; r += kThreads) {

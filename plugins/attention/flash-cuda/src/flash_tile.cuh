@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "loom/cpp/cuda_convert.cuh"
+
 namespace flash {
 
 constexpr int kThreads = 128;  // 4 warps per block, every kernel
@@ -33,23 +35,9 @@ struct Tiles<float> {
 __host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// Element conversions: the SDK's, as backend/cuda's kernels round.
+using loom::from_f32;
+using loom::to_f32;
 
 // C(M,N) (+)= op(A)(M,K) @ op(B)(K,N). op(A) is A (row-major, lda) or, with ta, the
 // transpose of a stored (K,M) row-major matrix (lda its pitch); likewise op(B) with tb.
@@ -92,8 +80,8 @@ __device__ __forceinline__ void tile_gemm(int M, int N, int K, const T* A, int l
       float acc = accumulate ? C[m * ldc + n] : 0.0f;
 #pragma unroll 4  // fully unrolled, the f32 test path spills registers
       for (int k = 0; k < K; ++k) {
-        const float a = to_f(ta ? A[k * lda + m] : A[m * lda + k]);
-        const float b = to_f(tb ? B[n * ldb + k] : B[k * ldb + n]);
+        const float a = to_f32(ta ? A[k * lda + m] : A[m * lda + k]);
+        const float b = to_f32(tb ? B[n * ldb + k] : B[k * ldb + n]);
         acc = fmaf(a, b, acc);
       }
       C[m * ldc + n] = acc;
@@ -107,7 +95,7 @@ template <class T, int D>
 __device__ __forceinline__ void load_rows(T* dst, int R, const T* src, int64_t pitch, int rows) {
   for (int idx = threadIdx.x; idx < R * D; idx += kThreads) {
     const int r = idx / D, c = idx % D;
-    dst[idx] = r < rows ? src[r * pitch + c] : from_f<T>(0.0f);
+    dst[idx] = r < rows ? src[r * pitch + c] : from_f32<T>(0.0f);
   }
 }
 

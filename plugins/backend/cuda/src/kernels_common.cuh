@@ -15,28 +15,13 @@
 
 #include "allocator.hpp"
 #include "cuda_backend.hpp"
+#include "loom/cpp/cuda_convert.cuh"
 
 namespace loom_cuda {
 
-// ---- storage <-> f32 -------------------------------------------------------------------
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) {
-  return __float2half_rn(x);
-}
+// ---- storage <-> f32: the SDK's one copy, shared with attention/flash-cuda --------------
+using loom::from_f32;
+using loom::to_f32;
 
 // ---- 16-byte vectors ---------------------------------------------------------------------
 // kVec<T> elements fill 16 bytes. load_vec/store_vec move V elements starting at p: V == 1
