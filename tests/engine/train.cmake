@@ -15,7 +15,7 @@ set_tests_properties(train.units PROPERTIES LABELS "sanitize")
 unset(LOOM_INSTALL_PLUGIN_DIR)
 set(LOOM_TEST_FIXTURE_DIR ${CMAKE_CURRENT_BINARY_DIR}/fixture-plugins)
 loom_add_plugin(loom_test_attention_causal_only KIND attention NAME causal-only
-                SOURCES ${PROJECT_SOURCE_DIR}/plugins/attention-reference/attention_reference.cpp)
+                SOURCES ${PROJECT_SOURCE_DIR}/plugins/attention/reference/src/attention_reference.cpp)
 set_target_properties(loom_test_attention_causal_only PROPERTIES
                       LIBRARY_OUTPUT_DIRECTORY ${LOOM_TEST_FIXTURE_DIR})
 target_compile_definitions(loom_test_attention_causal_only PRIVATE

@@ -1,6 +1,6 @@
 // libFuzzer harness: JSON-lines input. The file is read the way `loom preprocess` reads its
 // input (preprocess_input.cpp: plain, gzip or zstd told apart by their first bytes, capped
-// here at 4 MiB of output) and the way training reads it (plugins/dataset-jsonl: one
+// here at 4 MiB of output) and the way training reads it (plugins/dataset/jsonl: one
 // object per line, its "text" tokenised). The tokenizer is a stand-in: one id per byte,
 // 256 = end of document. Input: the file.
 #include "base/errors.hpp"

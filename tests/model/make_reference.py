@@ -7,7 +7,7 @@ configuration the file holds the model options, the batch, the parameters (float
 so the f32 model under test holds exactly the same numbers), the loss sum and the gradient
 of loss_scale * (sum of token losses) for every parameter, computed in float64 by autograd.
 
-Conventions mirrored from model/gpt (see plugins/model-gpt/gpt.hpp):
+Conventions mirrored from model/gpt (see sdk/layers/decoder):
   linear weights (out, in), y = x W^T + b; c_attn rows [q | k | v]; swiglu c_fc rows
   [gate; up]; RoPE rotate-half; query head h reads kv head h // (n_head / n_kv_head);
   pre-norm blocks; GELU tanh approximation; targets of -1 ignored.

@@ -4,7 +4,7 @@
 add_executable(test_pipeline_schedule test_pipeline_schedule.cpp)
 target_link_libraries(test_pipeline_schedule PRIVATE loom_test_main)
 target_include_directories(test_pipeline_schedule PRIVATE
-  ${PROJECT_SOURCE_DIR}/plugins/schedule-pipeline)
+  ${PROJECT_SOURCE_DIR}/plugins/schedule/pipeline/src)
 add_test(NAME parallel.pipeline_schedule COMMAND test_pipeline_schedule)
 set_tests_properties(parallel.pipeline_schedule PROPERTIES LABELS "parallel" TIMEOUT 60)
 

@@ -1,4 +1,4 @@
-// The pipeline schedules as data (plugins/schedule-pipeline/schedule.hpp), without MPI:
+// The pipeline schedules as data (plugins/schedule/pipeline/src/schedule.hpp), without MPI:
 // the compute orders are Megatron's, and every plan runs to completion on a strict
 // rendezvous machine (a send finishes only when its receiver sits at the matching receive,
 // i.e. every message above MPI's eager limit) with every dependency and buffer lifetime

@@ -1,0 +1,212 @@
+// attention/flash-cuda backward: FlashAttention-2's algorithm in three kernels.
+//   1. delta(B,Hq,T) = rowsum(dO * O), one warp per row (fp32).
+//   2. one block per (key tile, kv head, batch item): K, V tile and the fp32 dK, dV
+//      accumulators stay in shared memory while the block walks every query tile of every
+//      query head of its group (GQA sums over the group here, without atomics), recomputing
+//      P = exp(scale * Q K^T - lse) and
+//        dV += P^T dO,  dP = dO V^T,  dS = scale * P * (dP - delta),  dK += dS^T Q,
+//        dQ += dS K  (atomicAdd into the fp32 workspace dq_acc: other key tiles add too).
+//   3. dq = dq_acc cast to the element type.
+// dq, dk, dv are written (=). The atomics make dq's summation order, hence its last bits,
+// vary from run to run: there is no deterministic mode yet.
+#include "flash_kernels.hpp"
+#include "flash_tile.cuh"
+
+namespace flash {
+namespace {
+
+// delta[b,h,t] = sum_c dout[b,t,h,c] * out[b,t,h,c]; rows ordered (b,h,t).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_delta_kernel(Dims d, const T* __restrict__ dout, const T* __restrict__ out,
+                       float* __restrict__ delta) {
+  const int64_t rows = d.B * d.Hq * d.T;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t t = row % d.T, h = (row / d.T) % d.Hq, b = row / (d.T * d.Hq);
+    const int64_t base = ((b * d.T + t) * d.Hq + h) * d.D;
+    float acc = 0.0f;
+    for (int64_t c = lane; c < d.D; c += 32) acc += to_f32(dout[base + c]) * to_f32(out[base + c]);
+    for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) delta[row] = acc;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_cast_kernel(int64_t n, const float* __restrict__ src, T* __restrict__ dst) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads)
+    dst[i] = from_f32<T>(src[i]);
+}
+
+template <class T, int D>
+struct BwdSmem {
+  static constexpr int Br = Tiles<T>::kBr, Bc = Tiles<T>::kBc;
+  T *k, *v, *q, *dout, *p, *ds;  // k, v (Bc,D); q, dout (Br,D); p, ds (Br,Bc) for GEMMs
+  float *dk, *dv;                // (Bc,D) accumulators
+  float *s, *dp, *dq;            // s, dp (Br,Bc); dq (Br,D) reuses their space once consumed
+  float *lse, *delta;            // (Br) of the current query tile
+  __host__ __device__ explicit BwdSmem(Carver& c)
+      : k(c.take<T>(Bc * D)),
+        v(c.take<T>(Bc * D)),
+        q(c.take<T>(Br * D)),
+        dout(c.take<T>(Br * D)),
+        p(c.take<T>(Br * Bc)),
+        ds(c.take<T>(Br * Bc)),
+        dk(c.take<float>(Bc * D)),
+        dv(c.take<float>(Bc * D)),
+        s(c.take<float>(Br * D > 2 * Br * Bc ? Br * D : 2 * Br * Bc)),
+        dp(s + Br * Bc),
+        dq(s),
+        lse(c.take<float>(Br)),
+        delta(c.take<float>(Br)) {}
+  static size_t bytes() {
+    Carver c{nullptr};
+    BwdSmem<T, D> x(c);
+    return c.off;
+  }
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kernel(Dims d, const T* __restrict__ dout, const T* __restrict__ q,
+                          const T* __restrict__ k, const T* __restrict__ v,
+                          const float* __restrict__ lse, const float* __restrict__ delta,
+                          float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
+                          float scale, bool causal) {
+  extern __shared__ __align__(128) char smem_raw[];
+  Carver carver{smem_raw};
+  using Sm = BwdSmem<T, D>;
+  constexpr int Br = Sm::Br, Bc = Sm::Bc;
+  const Sm sm(carver);
+
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * Bc, g = blockIdx.y, b = blockIdx.z;
+  const int64_t G = d.Hq / d.Hkv, qpitch = d.Hq * D, kpitch = d.Hkv * D, shift = d.S - d.T;
+  const int krows = static_cast<int>(imin(Bc, d.S - k0));
+  const int64_t kvoff = (b * d.S + k0) * kpitch + g * D;
+
+  load_rows<T, D>(sm.k, Bc, k + kvoff, kpitch, krows);
+  load_rows<T, D>(sm.v, Bc, v + kvoff, kpitch, krows);
+  for (int i = threadIdx.x; i < Bc * D; i += kThreads) sm.dk[i] = sm.dv[i] = 0.0f;
+  // Under causal, query t sees key k0 first when t + shift >= k0: earlier tiles see nothing.
+  const int64_t t_first = causal ? imax(0, k0 - shift) : 0;
+
+  for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+    for (int64_t q0 = t_first / Br * Br; q0 < d.T; q0 += Br) {
+      const int qrows = static_cast<int>(imin(Br, d.T - q0));
+      const int64_t qoff = (b * d.T + q0) * qpitch + h * D, roff = (b * d.Hq + h) * d.T + q0;
+      __syncthreads();  // the previous tile's GEMMs are done with q, dout, p, ds, dq
+      load_rows<T, D>(sm.q, Br, q + qoff, qpitch, qrows);
+      load_rows<T, D>(sm.dout, Br, dout + qoff, qpitch, qrows);
+      for (int r = threadIdx.x; r < Br; r += kThreads) {
+        sm.lse[r] = r < qrows ? lse[roff + r] : 0.0f;
+        sm.delta[r] = r < qrows ? delta[roff + r] : 0.0f;
+      }
+      __syncthreads();
+      tile_gemm<T, false, true>(Br, Bc, D, sm.q, D, sm.k, D, sm.s, Bc, false);  // S = Q K^T
+      __syncthreads();
+      // P = exp(scale S - lse), 0 where masked, past S, or on a padding query row.
+      for (int idx = threadIdx.x; idx < Br * Bc; idx += kThreads) {
+        const int r = idx / Bc, c = idx % Bc;
+        const int64_t t = q0 + r, s = k0 + c;
+        const bool live = r < qrows && c < krows && (!causal || s <= t + shift);
+        const float p = live ? expf(sm.s[idx] * scale - sm.lse[r]) : 0.0f;
+        sm.s[idx] = p;  // fp32 copy for dS
+        sm.p[idx] = from_f32<T>(p);
+      }
+      __syncthreads();
+      tile_gemm<T, true, false>(Bc, D, Br, sm.p, Bc, sm.dout, D, sm.dv, D, true);   // dV += P^T dO
+      tile_gemm<T, false, true>(Br, Bc, D, sm.dout, D, sm.v, D, sm.dp, Bc, false);  // dP = dO V^T
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < Br * Bc; idx += kThreads) {
+        const int r = idx / Bc;
+        sm.ds[idx] = from_f32<T>(scale * sm.s[idx] * (sm.dp[idx] - sm.delta[r]));
+      }
+      __syncthreads();
+      tile_gemm<T, true, false>(Bc, D, Br, sm.ds, Bc, sm.q, D, sm.dk, D, true);    // dK += dS^T Q
+      tile_gemm<T, false, false>(Br, D, Bc, sm.ds, Bc, sm.k, D, sm.dq, D, false);  // dQ = dS K
+      __syncthreads();
+      float* dqh = dq_acc + qoff;
+      for (int idx = threadIdx.x; idx < qrows * D; idx += kThreads) {
+        const int r = idx / D, c = idx % D;
+        atomicAdd(dqh + r * qpitch + c, sm.dq[idx]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < krows * D; idx += kThreads) {
+    const int r = idx / D, c = idx % D;
+    dk[kvoff + r * kpitch + c] = from_f32<T>(sm.dk[idx]);
+    dv[kvoff + r * kpitch + c] = from_f32<T>(sm.dv[idx]);
+  }
+}
+
+unsigned blocks_for(int64_t work, int64_t per_block) {
+  return static_cast<unsigned>(imin((work + per_block - 1) / per_block, 65535));
+}
+
+template <class T, int D>
+cudaError_t launch_backward(const Dims& d, const void* dout, const void* q, const void* k,
+                            const void* v, const float* lse, float* dq_acc, const float* delta,
+                            void* dk, void* dv, float scale, bool causal, cudaStream_t stream) {
+  constexpr int Bc = Tiles<T>::kBc;
+  const size_t smem = BwdSmem<T, D>::bytes();
+  auto kernel = flash_backward_kernel<T, D>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((d.S + Bc - 1) / Bc), static_cast<unsigned>(d.Hkv),
+                  static_cast<unsigned>(d.B));
+  kernel<<<grid, kThreads, smem, stream>>>(d, static_cast<const T*>(dout), static_cast<const T*>(q),
+                                           static_cast<const T*>(k), static_cast<const T*>(v), lse,
+                                           delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv),
+                                           scale, causal);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t backward_t(const Dims& d, const void* dout, const void* q, const void* k, const void* v,
+                       const void* out, const float* lse, void* dq, void* dk, void* dv,
+                       float* dq_acc, float* delta, float scale, bool causal, cudaStream_t stream) {
+  if (d.D != 64 && d.D != 128) return cudaErrorInvalidValue;
+  const int64_t nq = d.B * d.T * d.Hq * d.D;
+  cudaError_t e = cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(nq) * sizeof(float), stream);
+  if (e != cudaSuccess) return e;
+  if (nq > 0) {  // T == 0 still writes dk = dv = 0 below
+    flash_delta_kernel<T><<<blocks_for(d.B * d.Hq * d.T, kWarps), kThreads, 0, stream>>>(
+        d, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
+  e = d.D == 64 ? launch_backward<T, 64>(d, dout, q, k, v, lse, dq_acc, delta, dk, dv, scale,
+                                         causal, stream)
+                : launch_backward<T, 128>(d, dout, q, k, v, lse, dq_acc, delta, dk, dv, scale,
+                                          causal, stream);
+  if (e != cudaSuccess || nq == 0) return e;
+  flash_cast_kernel<T>
+      <<<blocks_for(nq, kThreads), kThreads, 0, stream>>>(nq, dq_acc, static_cast<T*>(dq));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t backward(Dtype dt, const Dims& d, const void* dout, const void* q, const void* k,
+                     const void* v, const void* out, const float* lse, void* dq, void* dk, void* dv,
+                     float* dq_acc, float* delta, float scale, bool causal, cudaStream_t stream) {
+  if (d.B == 0 || d.Hq == 0 || d.S == 0) return cudaSuccess;
+  switch (dt) {
+    case Dtype::kF32:
+      return backward_t<float>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale, causal,
+                               stream);
+    case Dtype::kBF16:
+      return backward_t<__nv_bfloat16>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale,
+                                       causal, stream);
+    case Dtype::kF16:
+      return backward_t<__half>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale,
+                                causal, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace flash
