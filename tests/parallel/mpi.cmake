@@ -13,17 +13,8 @@ if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
 
-# Same launcher settings as tests/comm: root in a container, more ranks than cores,
-# shared memory and loopback only.
-set(_mpi_env
-  OMPI_MCA_rmaps_base_oversubscribe=1
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_btl=self,vader)
-if(LOOM_SANITIZE)
-  # OpenMPI's never-freed MCA allocations (see tests/comm/CMakeLists.txt)
-  list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
-endif()
+# mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt).
+loom_mpi_env(_mpi_env)
 
 # name, world sizes, plugins
 function(loom_parallel_mpi_test name sizes)
@@ -33,9 +24,8 @@ function(loom_parallel_mpi_test name sizes)
   add_dependencies(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
   set(_tests)
   foreach(np ${sizes})
-    add_test(NAME parallel.${name}.np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                     --allow-run-as-root --mca btl self,vader $<TARGET_FILE:${name}>)
+    loom_mpirun(_mpirun ${np})
+    add_test(NAME parallel.${name}.np${np} COMMAND ${_mpirun} $<TARGET_FILE:${name}>)
     list(APPEND _tests parallel.${name}.np${np})
   endforeach()
   add_test(NAME parallel.${name}.singleton COMMAND ${name})
