@@ -9,44 +9,20 @@
 #   swap_attention.sh LOOM
 set -euo pipefail
 loom=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/base.toml" <<'TOML'
-[train]
-seed = 7
-iters = 20
-micro_batch_size = 2
-global_batch_size = 4
-seq_len = 48
-log_interval = 5
-eval_interval = 10
-eval_iters = 2
-[lr]
-max = 3e-3
-warmup_iters = 2
-[optimizer]
-plugin = "adamw"
-eps = 1e-6   # see tests/training/equivalence.sh: keeps AdamW from amplifying rounding noise
-[backend]
-plugin = "cpu"
-measure_gemm = false
-[model]
-plugin = "gpt"
-n_layer = 2
-n_head = 4
-n_kv_head = 2
-n_embd = 32
-max_seq_len = 48
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-[checkpoint]
-interval = 0
-TOML
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=7 iters=20 micro_batch_size=2 global_batch_size=4 seq_len=48 \
+    log_interval=5 eval_interval=10 eval_iters=2
+  toml_section lr max=3e-3 warmup_iters=2
+  # eps: see tests/training/equivalence.sh, keeps AdamW from amplifying rounding noise
+  toml_section optimizer plugin=adamw eps=1e-6
+  toml_section backend plugin=cpu measure_gemm=false
+  toml_section model plugin=gpt n_layer=2 n_head=4 n_kv_head=2 n_embd=32 max_seq_len=48
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=200 doc_length=64
+  toml_section checkpoint interval=0
+} > base.toml
 check() {  # check DTYPE TOL [PACK]
   local dtype=$1 tol=$2 pack=${3:-false}
   for att in reference flash-cpu; do

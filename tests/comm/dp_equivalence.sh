@@ -5,38 +5,18 @@
 #   dp_equivalence.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/tiny.toml" <<'TOML'
-[train]
-seed = 5
-iters = 12
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-log_interval = 4
-eval_interval = 6
-eval_iters = 2
-[lr]
-max = 1e-2
-warmup_iters = 2
-[model]
-plugin = "gpt"
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-TOML
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=5 iters=12 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+    log_interval=4 eval_interval=6 eval_iters=2
+  toml_section lr max=1e-2 warmup_iters=2
+  toml_section model plugin=gpt n_layer=2 n_head=2 n_embd=32 max_seq_len=16
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=200 doc_length=64
+} > tiny.toml
 "$loom" run tiny.toml --set train.metrics=one.jsonl 2> one.log
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run tiny.toml --set comm.plugin=mpi --set train.metrics=two.jsonl 2> two.log
+mpi_ranks 2 "$loom" run tiny.toml --set comm.plugin=mpi --set train.metrics=two.jsonl 2> two.log
 python3 - <<'PY'
 import json, sys
 one = [json.loads(l) for l in open("one.jsonl")]

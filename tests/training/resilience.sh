@@ -21,36 +21,14 @@
 #   resilience.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 11
-iters = 400
-micro_batch_size = 4
-seq_len = 64
-log_interval = 1
-[lr]
-max = 1e-3
-warmup_iters = 2
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 128
-max_seq_len = 64
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 400
-doc_length = 128
-[checkpoint]
-interval = 0
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=400 micro_batch_size=4 seq_len=64 log_interval=1
+  toml_section lr max=1e-3 warmup_iters=2
+  gpt_sections n_layer=4 n_embd=128 max_seq_len=64 num_documents=400 doc_length=128
+  toml_section checkpoint interval=0
+} > r.toml
 fail() { echo "FAIL: $*"; for f in "${logs[@]:-}"; do [ -f "$f" ] && tail -5 "$f"; done; exit 1; }
 logs=()
 lines() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
@@ -93,9 +71,8 @@ PY
 
 # ... and under mpirun: one rank's signal stops both at the same iteration
 rm -rf ck
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run r.toml --set comm.plugin=mpi --set train.iters=400 --set checkpoint.save=ck \
-  --set train.metrics=mpi-tagged.jsonl 2> mpi.log &
+mpi_ranks 2 "$loom" run r.toml --set comm.plugin=mpi --set train.iters=400 \
+  --set checkpoint.save=ck --set train.metrics=mpi-tagged.jsonl 2> mpi.log &
 mpid=$!
 logs=(mpi.log)
 wait_lines mpi-tagged.jsonl 3
@@ -226,9 +203,8 @@ logs=(p.log)
 [ $rc = 1 ] && grep -q "again on the rerun of the same batch, so it is deterministic" p.log &&
   [ "$(tracker ck)" = 4 ] || fail "rerun (deterministic): exit $rc"
 rm -rf ck
-LOOM_TEST_NAN_AT=3:always "$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  -x LOOM_TEST_NAN_AT "$loom" run r.toml --set comm.plugin=mpi --set train.iters=6 \
-  --set checkpoint.save=ck 2> q.log
+LOOM_TEST_NAN_AT=3:always mpi_ranks 2 -x LOOM_TEST_NAN_AT "$loom" run r.toml \
+  --set comm.plugin=mpi --set train.iters=6 --set checkpoint.save=ck 2> q.log
 rc=$?
 logs=(q.log)
 [ $rc != 0 ] && [ "$(grep -c 'first non-finite gradient: wte on rank 0' q.log)" -ge 1 ] &&
@@ -253,13 +229,11 @@ first=$(echo "$line" | sed -E 's/.*--first ([0-9]+) --count ([0-9]+).*/\1/')
 echo "loss spike: $(echo "$line" | sed -E 's/.*(iteration [0-9]+: loss [0-9.]+ is [0-9.]+ x).*/\1/') the median; its 4 samples from $first printed"
 # 7. launchers and a failure on one rank
 sed '/^\[checkpoint\]/,$d' r.toml > nocomm.toml  # no [comm]: mpirun's ranks pick comm/mpi
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run nocomm.toml --set train.iters=2 --set parallel.tensor=2 2> t.log ||
+mpi_ranks 2 "$loom" run nocomm.toml --set train.iters=2 --set parallel.tensor=2 2> t.log ||
   fail "mpirun without [comm] failed"
 logs=(t.log)
 [ "$(grep -c 'no comm plugin: using comm/mpi' t.log)" = 1 ] || fail "no single line for comm/mpi"
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run nocomm.toml --set train.iters=2 --set comm.plugin=single 2> u.log
+mpi_ranks 2 "$loom" run nocomm.toml --set train.iters=2 --set comm.plugin=single 2> u.log
 rc=$?
 logs=(u.log)
 [ $rc = 2 ] && grep -q 'loom: error: rank [01]: started as 2 ranks by a launcher' u.log ||
