@@ -12,11 +12,7 @@ loom=$1
 . "$(dirname "$0")/../support/lib.sh"
 scratch
 {
-  toml_section train seed=7 iters=20 micro_batch_size=2 global_batch_size=4 seq_len=48 \
-    log_interval=5 eval_interval=10 eval_iters=2
-  toml_section lr max=3e-3 warmup_iters=2
-  # eps: see tests/training/equivalence.sh, keeps AdamW from amplifying rounding noise
-  toml_section optimizer plugin=adamw eps=1e-6
+  twenty_step_sections 4 48
   toml_section backend plugin=cpu measure_gemm=false
   toml_section model plugin=gpt n_layer=2 n_head=4 n_kv_head=2 n_embd=32 max_seq_len=48
   toml_section tokenizer plugin=byte

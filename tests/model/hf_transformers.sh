@@ -9,9 +9,8 @@
 #   hf_transformers.sh LOOM
 set -euo pipefail
 loom=$1
-python3 -c "import torch, transformers, safetensors" 2> /dev/null ||
-  { echo "skipped: python3 has no torch/transformers/safetensors"; exit 77; }
 . "$(dirname "$0")/../support/lib.sh"
+python_has torch/transformers/safetensors "import torch, transformers, safetensors"
 scratch
 echo "1 7 42 3 9 90 13 55 0 27 64 8" > prompt.txt
 quiet=(--set backend.measure_gemm=false)

@@ -38,6 +38,12 @@ fail() {
   exit 1
 }
 
+# python_has WHAT IMPORT: unless python3 runs IMPORT, "skipped: python3 has no WHAT" and exit
+# 77 (ctest's Skipped), for a test of what only some machines' python3 has.
+python_has() {
+  python3 -c "$2" 2> /dev/null || { echo "skipped: python3 has no $1"; exit 77; }
+}
+
 # now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
 # below X LIMIT: whether X < LIMIT (decimals).
 now() { date +%s.%N; }
@@ -114,10 +120,27 @@ bert_data_sections() {
   toml_section data plugin=bert "prefix=$data/sentences" split=80,20,0
 }
 
+# twenty_step_sections GLOBAL_BATCH SEQ_LEN: the [train], [lr] and [optimizer] sections of
+# the runs held against each other to a tolerance (equivalence.sh: layouts; swap_attention.sh:
+# attention plugins): 20 iterations of GLOBAL_BATCH samples of SEQ_LEN tokens from seed 7,
+# logged every 5, 2 batches evaluated at 10 and 20, AdamW with eps = 1e-6. Why 1e-6: the
+# attention's key bias has an exactly zero gradient (softmax is shift-invariant per query), so
+# what backward computes for it is rounding noise (~1e-10), and any change of summation order
+# changes that noise. With eps = 1e-8 AdamW turns it into steps of about lr * |g| / eps, up to
+# 1% of lr, which would make the key bias differ between layouts by more than the tolerance
+# while every other tensor agrees to 1e-7. eps = 1e-6 keeps that amplified noise below the
+# tolerance; a real error in a gradient (>= 1e-6) still shows.
+twenty_step_sections() {
+  toml_section train seed=7 iters=20 micro_batch_size=2 "global_batch_size=$1" "seq_len=$2" \
+    log_interval=5 eval_interval=10 eval_iters=2
+  toml_section lr max=3e-3 warmup_iters=2
+  toml_section optimizer plugin=adamw eps=1e-6
+}
+
 # reshard_recipe: the recipe of the tests that resume a checkpoint on other layouts (fsdp.sh,
 # reshard.sh): small_gpt_sections' GPT for 12 iterations of 8 samples, on the lr schedule of
-# 12 (also for the runs that stop at 6), AdamW with eps = 1e-6 (see equivalence.sh: keeps the
-# key bias's rounding noise small), no periodic checkpoints.
+# 12 (also for the runs that stop at 6), AdamW with eps = 1e-6 (see twenty_step_sections: keeps
+# the key bias's rounding noise small), no periodic checkpoints.
 reshard_recipe() {
   toml_section train seed=5 iters=12 micro_batch_size=2 global_batch_size=8 seq_len=16
   toml_section lr max=3e-3 warmup_iters=2 decay_iters=12

@@ -34,16 +34,7 @@ bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
 . "$(dirname "$0")/../support/lib.sh"
 scratch
 {
-  toml_section train seed=7 iters=20 micro_batch_size=2 global_batch_size=8 seq_len=16 \
-    log_interval=5 eval_interval=10 eval_iters=2
-  toml_section lr max=3e-3 warmup_iters=2
-  # The attention's key bias has an exactly zero gradient (softmax is shift-invariant per
-  # query), so what backward computes for it is rounding noise (~1e-10), and any change of
-  # summation order changes that noise. With eps = 1e-8 AdamW turns it into steps of about
-  # lr * |g| / eps, up to 1% of lr, which would make the key bias differ between layouts by
-  # more than the tolerance while every other tensor agrees to 1e-7. eps = 1e-6 keeps that
-  # amplified noise below the tolerance; a real error in a gradient (>= 1e-6) still shows.
-  toml_section optimizer plugin=adamw eps=1e-6
+  twenty_step_sections 8 16
   # threads = 1: ranks share 2 cores; more threads per rank only contend
   toml_section backend plugin=cpu measure_gemm=false threads=1
   toml_section model "plugin=$model_plugin" n_layer=4 n_head=4 n_embd=32 max_seq_len=16

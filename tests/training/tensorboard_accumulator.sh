@@ -5,9 +5,8 @@
 #   tensorboard_accumulator.sh LOOM
 set -euo pipefail
 loom=$1
-python3 -c "from tensorboard.backend.event_processing import event_accumulator" 2> /dev/null ||
-  { echo "skipped: python3 has no tensorboard"; exit 77; }
 . "$(dirname "$0")/../support/lib.sh"
+python_has tensorboard "from tensorboard.backend.event_processing import event_accumulator"
 scratch
 {
   toml_section train iters=6 micro_batch_size=2 seq_len=16 eval_interval=3 eval_iters=1 \
