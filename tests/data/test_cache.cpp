@@ -9,6 +9,7 @@
 
 #include "data/gpt_dataset.hpp"
 #include "data/sampler.hpp"
+#include "fake_dataset.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
@@ -16,30 +17,10 @@ using namespace loom::engine;
 
 namespace {
 
-// Document d holds tokens 1000*d + t, t < its length; cache_prefix is `prefix`.
-struct FakeDs {
-  std::vector<std::vector<int32_t>> docs;
-  std::string prefix;
-};
-loom_dataset_api fake_api() {
-  loom_dataset_api a{};
-  a.struct_size = LOOM_DATASET_API_SIZE_V2;
-  a.num_documents = [](loom_dataset* d) {
-    return (int64_t) reinterpret_cast<FakeDs*>(d)->docs.size();
-  };
-  a.document = [](loom_dataset* d, int64_t i, const int32_t** ids, size_t* n) -> loom_error* {
-    auto& v = reinterpret_cast<FakeDs*>(d)->docs[(size_t)i];
-    *ids = v.data();
-    *n = v.size();
-    return nullptr;
-  };
-  a.cache_prefix = [](loom_dataset* d) -> const char* {
-    auto* f = reinterpret_cast<FakeDs*>(d);
-    return f->prefix.empty() ? nullptr : f->prefix.c_str();
-  };
-  return a;
-}
+using loomtest::fake_api;
+using loomtest::FakeDs;
 
+// Document d holds tokens 1000*d + t, t < its length; cache_prefix is `prefix`.
 FakeDs make_ds(const std::string& prefix) {
   FakeDs ds;
   ds.prefix = prefix;
