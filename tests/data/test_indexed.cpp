@@ -21,9 +21,7 @@ namespace mg = loom::megatron;
 
 namespace {
 
-using loomtest::slurp;
-using loomtest::spit;
-using loomtest::TempDir;
+using namespace loomtest;  // TempDir, slurp, spit, q (tests/support/test_files.hpp)
 
 std::string bytes(std::initializer_list<int> b) {
   std::string s;

@@ -23,10 +23,7 @@ namespace mg = loom::megatron;
 
 namespace {
 
-using loomtest::q;
-using loomtest::slurp;
-using loomtest::spit;
-using loomtest::TempDir;
+using namespace loomtest;  // TempDir, slurp, spit, q (tests/support/test_files.hpp)
 
 struct Result {
   int code = -1;
