@@ -212,6 +212,62 @@ class Optimizer {
   loom_optimizer* o_ = nullptr;
 };
 
+// comm/mpi finalises MPI when its last instance goes: a test that makes and destroys comms
+// under mpirun keeps this one for the whole process.
+inline loomtest::TestHost& mpi_anchor() {
+  static loomtest::TestHost h;
+  static bool loaded = (h.load_comm("mpi"), true);
+  (void)loaded;
+  return h;
+}
+
+// A model plugin on a test host of its own: backend/cpu on one thread (the ranks already share
+// the cores), attention/reference and comm `comm_name`; `d` == nullptr: the whole model, else
+// this rank's pipeline stage and shard of layout d. Created for `vocab`, `seq_len` and
+// `micro_batch` in `dtype`, its parameters initialised from `seed` and its gradients zeroed.
+struct ModelInstance {
+  loomtest::TestHost th;
+  loom_backend_ref be{};
+  loom_comm_ref comm{};
+  const loom_model_api* api = nullptr;
+  loom_model* m = nullptr;
+  loom_config cfg;
+  std::vector<loom_model_param> params;
+
+  ModelInstance(const std::string& comm_name, const loom::layout::Degrees* d, const char* model,
+                const Overrides& options, int64_t vocab, int64_t seq_len, int64_t micro_batch,
+                DLDataType dtype, uint64_t seed) {
+    be = th.load_backend("cpu", {{"measure_gemm", "false"}, {"threads", "1"}});
+    th.load_attention("reference");
+    comm = th.load_comm(comm_name);
+    if (d) th.setup_parallel(*d);
+    auto* desc = loomtest::load_descriptor("model", model);
+    api = static_cast<const loom_model_api*>(desc->api);
+    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
+    cfg = loomtest::TestHost::config(desc, options);
+    loom_model_create_args a{};
+    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+    a.vocab_size = vocab;
+    a.seq_len = seq_len;
+    a.micro_batch = micro_batch;
+    a.dtype = dtype;
+    a.pipeline_stage = th.layout().pipeline_rank;
+    a.pipeline_stages = th.layout().pipeline;
+    th.check(api->create(th.host(), &cfg, &a, &m));
+    for (size_t i = 0; i < api->num_params(m); ++i) {
+      loom_model_param p{};
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+      th.check(api->get_param(m, i, &p));
+      params.push_back(p);
+    }
+    th.check(api->init_params(m, seed));
+    th.check(api->zero_grad(m));
+  }
+  ~ModelInstance() { api->destroy(m); }
+  ModelInstance(const ModelInstance&) = delete;
+  ModelInstance& operator=(const ModelInstance&) = delete;
+};
+
 inline double max_abs(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::fabs(x));
