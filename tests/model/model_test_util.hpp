@@ -71,6 +71,23 @@ class DevTensor {
   DLTensor* t_ = nullptr;
 };
 
+// Creates the model `api` describes on `th` with `cfg` (which must outlive it) and `a` (its
+// struct_size set here) into *m: its parameters, in the model's order.
+inline std::vector<loom_model_param> create_model(loomtest::TestHost& th, const loom_model_api* api,
+                                                  const loom_config& cfg, loom_model_create_args a,
+                                                  loom_model** m) {
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+  th.check(api->create(th.host(), &cfg, &a, m));
+  std::vector<loom_model_param> params;
+  for (size_t i = 0; i < api->num_params(*m); ++i) {
+    loom_model_param p{};
+    p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+    th.check(api->get_param(*m, i, &p));
+    params.push_back(p);
+  }
+  return params;
+}
+
 // Backend cpu (no GEMM measurement) + attention reference (or another attention plugin).
 struct Host {
   loomtest::TestHost th;
@@ -93,18 +110,11 @@ class Gpt {
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
     a.vocab_size = vocab;
     a.seq_len = seq_len;
     a.micro_batch = micro_batch;
     a.dtype = dtype;
-    h.th.check(api_->create(h.th.host(), &cfg_, &a, &m_));
-    for (size_t i = 0; i < api_->num_params(m_); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      h.th.check(api_->get_param(m_, i, &p));
-      params.push_back(p);
-    }
+    params = create_model(h.th, api_, cfg_, a, &m_);
   }
   ~Gpt() { api_->destroy(m_); }
   Gpt(const Gpt&) = delete;
@@ -246,20 +256,13 @@ struct ModelInstance {
     REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
     cfg = loomtest::TestHost::config(desc, options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
     a.vocab_size = vocab;
     a.seq_len = seq_len;
     a.micro_batch = micro_batch;
     a.dtype = dtype;
     a.pipeline_stage = th.layout().pipeline_rank;
     a.pipeline_stages = th.layout().pipeline;
-    th.check(api->create(th.host(), &cfg, &a, &m));
-    for (size_t i = 0; i < api->num_params(m); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      th.check(api->get_param(m, i, &p));
-      params.push_back(p);
-    }
+    params = create_model(th, api, cfg, a, &m);
     th.check(api->init_params(m, seed));
     th.check(api->zero_grad(m));
   }
