@@ -110,10 +110,7 @@ class Gpt {
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};
-    a.vocab_size = vocab;
-    a.seq_len = seq_len;
-    a.micro_batch = micro_batch;
-    a.dtype = dtype;
+    a.vocab_size = vocab, a.seq_len = seq_len, a.micro_batch = micro_batch, a.dtype = dtype;
     params = create_model(h.th, api_, cfg_, a, &m_);
   }
   ~Gpt() { api_->destroy(m_); }
@@ -256,12 +253,8 @@ struct ModelInstance {
     REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
     cfg = loomtest::TestHost::config(desc, options);
     loom_model_create_args a{};
-    a.vocab_size = vocab;
-    a.seq_len = seq_len;
-    a.micro_batch = micro_batch;
-    a.dtype = dtype;
-    a.pipeline_stage = th.layout().pipeline_rank;
-    a.pipeline_stages = th.layout().pipeline;
+    a.vocab_size = vocab, a.seq_len = seq_len, a.micro_batch = micro_batch, a.dtype = dtype;
+    a.pipeline_stage = th.layout().pipeline_rank, a.pipeline_stages = th.layout().pipeline;
     params = create_model(th, api, cfg, a, &m);
     th.check(api->init_params(m, seed));
     th.check(api->zero_grad(m));

@@ -61,13 +61,8 @@ loom_attention_fwd_args fwd_args(const DLTensor* q, const DLTensor* k, const DLT
                                  DLTensor* out, DLTensor* lse, double scale, int causal) {
   loom_attention_fwd_args f{};
   f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
-  f.q = q;
-  f.k = k;
-  f.v = v;
-  f.out = out;
-  f.lse = lse;
-  f.scale = scale;
-  f.causal = causal;
+  f.q = q, f.k = k, f.v = v, f.out = out, f.lse = lse;
+  f.scale = scale, f.causal = causal;
   return f;
 }
 

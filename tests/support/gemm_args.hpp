@@ -14,19 +14,12 @@ inline loom_gemm_args gemm_args(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                                 const DLTensor* a, const DLTensor* b, DLTensor* c) {
   loom_gemm_args g{};
   g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = 1.0;
-  g.beta = beta;
-  g.a = a;
-  g.lda = ta ? m : k;
-  g.b = b;
-  g.ldb = tb ? k : n;
-  g.c = c;
-  g.ldc = n;
+  g.trans_a = ta, g.trans_b = tb;
+  g.m = m, g.n = n, g.k = k;
+  g.alpha = 1.0, g.beta = beta;
+  g.a = a, g.lda = ta ? m : k;
+  g.b = b, g.ldb = tb ? k : n;
+  g.c = c, g.ldc = n;
   g.batch = 1;
   return g;
 }
