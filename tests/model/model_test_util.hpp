@@ -274,6 +274,14 @@ inline double max_abs(const std::vector<double>& v) {
 inline Overrides tiny_gpt2() {
   return {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "16"}, {"max_seq_len", "32"}};
 }
+// The Llama-style model of width 32 the tensor-parallel tests split (GQA: 4 query and 2
+// key/value heads), with `n_layer` layers.
+inline Overrides small_llama(const std::string& n_layer) {
+  return {{"n_layer", n_layer},       {"n_head", "4"},      {"n_kv_head", "2"},
+          {"n_embd", "32"},           {"ffn_hidden", "48"}, {"norm", "rmsnorm"},
+          {"activation", "swiglu"},   {"position", "rope"}, {"bias", "false"},
+          {"tie_embeddings", "false"}};
+}
 inline Overrides tiny_llama() {
   return {{"n_layer", "2"},           {"n_head", "2"},      {"n_kv_head", "1"},
           {"n_embd", "16"},           {"ffn_hidden", "24"}, {"norm", "rmsnorm"},

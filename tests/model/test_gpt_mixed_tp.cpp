@@ -165,14 +165,5 @@ void check_tp(const std::map<std::string, std::string>& options) {
 
 TEST_CASE("model/gpt bf16: tensor + sequence parallel = 2 against one rank in bf16") {
   check_tp({{"n_layer", "2"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}});
-  check_tp({{"n_layer", "2"},
-            {"n_head", "4"},
-            {"n_kv_head", "2"},
-            {"n_embd", "32"},
-            {"ffn_hidden", "48"},
-            {"norm", "rmsnorm"},
-            {"activation", "swiglu"},
-            {"position", "rope"},
-            {"bias", "false"},
-            {"tie_embeddings", "false"}});
+  check_tp(modeltest::small_llama("2"));
 }

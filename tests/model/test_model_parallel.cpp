@@ -63,19 +63,12 @@ const Config kBertPost{"bert-post-ln",
                        100,
                        "bert"};
 const Config kLlama{"llama",
-                    {{"n_layer", "4"},
-                     {"n_head", "4"},
-                     {"n_kv_head", "2"},
-                     {"n_embd", "32"},
-                     {"ffn_hidden", "48"},
-                     {"norm", "rmsnorm"},
-                     {"activation", "swiglu"},
-                     {"position", "rope"},
-                     {"bias", "false"},
-                     {"tie_embeddings", "false"},
-                     {"pad_vocab_to", "64"}},
-                    300,
-                    "gpt"};
+                    [] {
+                      Overrides o = modeltest::small_llama("4");
+                      o["pad_vocab_to"] = "64";
+                      return o;
+                    }(),
+                    300, "gpt"};
 
 DLTensor host_tensor(std::vector<double>& v, int64_t& shape) {
   shape = (int64_t)v.size();
