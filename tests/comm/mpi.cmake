@@ -5,10 +5,8 @@ if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
 
-add_executable(test_comm_mpi test_comm_mpi.cpp)
-target_link_libraries(test_comm_mpi PRIVATE loom_test_main)
+loom_test_executable(test_comm_mpi loom_comm_mpi)
 target_include_directories(test_comm_mpi PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-add_dependencies(test_comm_mpi loom_comm_mpi)
 
 # mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt).
 loom_mpi_env(_mpi_env)

@@ -6,10 +6,8 @@ if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
 
-add_executable(test_model_parallel test_model_parallel.cpp)
-target_link_libraries(test_model_parallel PRIVATE loom_test_main)
-add_dependencies(test_model_parallel loom_backend_cpu loom_attention_reference loom_model_gpt loom_model_bert
-                 loom_comm_mpi loom_comm_single)
+loom_test_executable(test_model_parallel loom_backend_cpu loom_attention_reference loom_model_gpt
+                     loom_model_bert loom_comm_mpi loom_comm_single)
 
 # mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt).
 loom_mpi_env(_mpi_env)

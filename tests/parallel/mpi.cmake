@@ -18,10 +18,8 @@ loom_mpi_env(_mpi_env)
 
 # name, world sizes, plugins
 function(loom_parallel_mpi_test name sizes)
-  add_executable(${name} ${name}.cpp)
-  target_link_libraries(${name} PRIVATE loom_test_main)
+  loom_test_executable(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-  add_dependencies(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
   set(_tests)
   foreach(np ${sizes})
     loom_mpirun(_mpirun ${np})
