@@ -37,6 +37,15 @@ wait_lines() {  # wait_lines FILE N: until FILE has N metrics lines (30 s at mos
   fail "no progress in $1"
 }
 tracker() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null | tr -d '\n'; }
+# attempt LOG ARGS...: `loom run r.toml ARGS`, stderr to LOG (which fail shows), whatever it
+# exits with: rc
+attempt() {
+  local log=$1
+  shift
+  "$loom" run r.toml "$@" 2> "$log"
+  rc=$?
+  logs=("$log")
+}
 
 # 1. SIGTERM, resume with "auto", bitwise equal to the straight run
 "$loom" run r.toml --set train.iters=40 --set train.metrics=straight.jsonl 2> straight.log ||
@@ -110,15 +119,11 @@ echo "two SIGINTs: exit 130 at once; the last checkpoint (iteration $after, was 
 
 # 3. exit_interval and exit_duration_mins
 rm -rf ck
-"$loom" run r.toml --set train.exit_interval=4 --set checkpoint.save=ck 2> d.log
-rc=$?
-logs=(d.log)
+attempt d.log --set train.exit_interval=4 --set checkpoint.save=ck
 [ $rc = 0 ] && [ "$(tracker ck)" = 4 ] && grep -q "stopping after iteration 4 of 400 (train.exit_interval" d.log ||
   fail "exit_interval: exit $rc, tracker $(tracker ck)"
 rm -rf ck
-"$loom" run r.toml --set train.exit_duration_mins=0.00001 --set checkpoint.save=ck 2> e.log
-rc=$?
-logs=(e.log)
+attempt e.log --set train.exit_duration_mins=0.00001 --set checkpoint.save=ck
 [ $rc = 0 ] && [ "$(tracker ck)" = 1 ] && grep -q "train.exit_duration_mins" e.log ||
   fail "exit_duration_mins: exit $rc, tracker $(tracker ck)"
 echo "train.exit_interval = 4 and exit_duration_mins: saved and exited 0 after iterations 4 and 1"
@@ -138,9 +143,7 @@ logs=(g.log)
 grep -q "removed ck/.tmp-iter_0000007: a partial checkpoint a killed save left behind" g.log ||
   fail "the stale .tmp-iter folder was not reported"
 [ ! -e ck/.tmp-iter_0000007 ] || fail "the stale .tmp-iter folder is still there"
-"$loom" run r.toml --set train.iters=5 --set checkpoint.save=ck 2> h.log
-rc=$?
-logs=(h.log)
+attempt h.log --set train.iters=5 --set checkpoint.save=ck
 [ $rc = 2 ] && grep -q "already holds checkpoints (newest iter_5) and this run does not resume" h.log ||
   fail "a fresh run over another run's checkpoints: exit $rc"
 [ "$(tracker ck)" = 5 ] || fail "the refused run changed the tracker"
@@ -153,14 +156,10 @@ logs=(j.log)
 grep -q "is missing; resuming from the newest complete checkpoint there, iter_0000005" j.log &&
   grep -q "resumed from" j.log || fail "a lost tracker did not resume from the newest checkpoint"
 echo "-1" > ck/latest_checkpointed_iteration.txt
-"$loom" run r.toml --set train.iters=7 --set checkpoint.save=ck --set checkpoint.load=ck 2> k.log
-rc=$?
-logs=(k.log)
+attempt k.log --set train.iters=7 --set checkpoint.save=ck --set checkpoint.load=ck
 [ $rc = 1 ] && grep -q 'corrupt tracker file ("-1")' k.log || fail "a tracker of -1: exit $rc"
 touch plainfile
-"$loom" run r.toml --set train.iters=3 --set checkpoint.save=plainfile/sub 2> l.log
-rc=$?
-logs=(l.log)
+attempt l.log --set train.iters=3 --set checkpoint.save=plainfile/sub
 [ $rc = 2 ] && grep -q 'checkpoint.save = "plainfile/sub" is not a folder this run can write' l.log &&
   ! grep -q "iter " l.log || fail "an unwritable checkpoint.save: exit $rc"
 echo "checkpoint.save: stale partial save removed, another run's checkpoints refused (exit 2)," \
@@ -168,9 +167,7 @@ echo "checkpoint.save: stale partial save removed, another run's checkpoints ref
 
 # 5. NaN gradients, each mode
 rm -rf ck
-LOOM_TEST_NAN_AT=5:always "$loom" run r.toml --set train.iters=8 --set checkpoint.save=ck 2> m.log
-rc=$?
-logs=(m.log)
+LOOM_TEST_NAN_AT=5:always attempt m.log --set train.iters=8 --set checkpoint.save=ck
 [ $rc = 1 ] || fail "nan_check = stop: exit $rc"
 grep -q "iteration 5: loss .*, gradient norm nan is not finite; first non-finite gradient: wte on rank 0; the last good state (iteration 4) is saved under ck" m.log ||
   fail "nan_check = stop: the message"
@@ -196,10 +193,8 @@ rows = lambda f: [(r['loss'], r['grad_norm']) for r in map(json.loads, open(f)) 
 assert rows('rerun.jsonl') == rows('clean.jsonl'), 'the rerun run differs from a clean run'
 " || fail "rerun: the run differs from a clean one"
 rm -rf ck
-LOOM_TEST_NAN_AT=5:always "$loom" run r.toml --set train.iters=8 --set train.nan_check=rerun \
-  --set checkpoint.save=ck 2> p.log
-rc=$?
-logs=(p.log)
+LOOM_TEST_NAN_AT=5:always attempt p.log --set train.iters=8 --set train.nan_check=rerun \
+  --set checkpoint.save=ck
 [ $rc = 1 ] && grep -q "again on the rerun of the same batch, so it is deterministic" p.log &&
   [ "$(tracker ck)" = 4 ] || fail "rerun (deterministic): exit $rc"
 rm -rf ck
