@@ -26,22 +26,15 @@ check() {  # check DTYPE TOL [PACK]
       --set data.pack_sequences=$pack --set train.metrics=$att-$dtype-$pack.jsonl 2> $att.log ||
       { cat $att.log; exit 1; }
   done
-  python3 - "$dtype packed=$pack" "$tol" reference-$dtype-$pack.jsonl \
-    flash-cpu-$dtype-$pack.jsonl <<'PY'
-import json, sys
+  PYTHONPATH=$tests_dir/support python3 - "$dtype packed=$pack" "$tol" \
+    reference-$dtype-$pack.jsonl flash-cpu-$dtype-$pack.jsonl <<'PY'
+import sys
+from metrics import compare, rows
 what, tol = sys.argv[1], float(sys.argv[2])
-ref = [json.loads(l) for l in open(sys.argv[3])]
-fla = [json.loads(l) for l in open(sys.argv[4])]
+ref, fla = rows(sys.argv[3]), rows(sys.argv[4])
 assert len(ref) == len(fla) == 22, (len(ref), len(fla))  # 20 steps, 2 evaluations
-worst = 0.0
-for a, b in zip(ref, fla):
-    for k in ("loss", "grad_norm", "eval_loss"):
-        if k not in a:
-            continue
-        rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-        worst = max(worst, rel)
-        if rel > tol:
-            sys.exit(f"{what} iter {a['iter']} {k}: reference {a[k]!r} vs flash-cpu {b[k]!r}")
+keys = lambda a: [k for k in ("loss", "grad_norm", "eval_loss") if k in a]
+worst = compare(ref, fla, keys, tol, f"{what} ", "reference", "flash-cpu")
 print(f"{what}: loss and grad norm of 20 iterations (and 2 eval losses) of flash-cpu match "
       f"reference within {tol:g}; worst relative difference {worst:.2e}; "
       f"final loss {fla[-2]['loss']:.4f}")

@@ -17,18 +17,11 @@ scratch
 } > tiny.toml
 "$loom" run tiny.toml --set train.metrics=one.jsonl 2> one.log
 mpi_ranks 2 "$loom" run tiny.toml --set comm.plugin=mpi --set train.metrics=two.jsonl 2> two.log
-python3 - <<'PY'
-import json, sys
-one = [json.loads(l) for l in open("one.jsonl")]
-two = [json.loads(l) for l in open("two.jsonl")]
+PYTHONPATH=$tests_dir/support python3 - <<'PY'
+from metrics import compare, rows
+one, two = rows("one.jsonl"), rows("two.jsonl")
 assert len(one) == len(two) == 14, (len(one), len(two))
-worst = 0.0
-for a, b in zip(one, two):
-    for k in ("loss", "grad_norm", "eval_loss", "lr"):
-        if k in a:
-            rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-            worst = max(worst, rel)
-            if rel > 1e-5:
-                sys.exit(f"iter {a['iter']} {k}: 1 rank {a[k]!r} vs 2 ranks {b[k]!r}")
+keys = lambda a: [k for k in ("loss", "grad_norm", "eval_loss", "lr") if k in a]
+worst = compare(one, two, keys, 1e-5, "", "1 rank", "2 ranks")
 print(f"1 rank == 2 data-parallel ranks over {len(one)} metrics lines; worst relative difference {worst:.2e}")
 PY

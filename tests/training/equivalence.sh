@@ -144,15 +144,18 @@ check() {  # check DTYPE TOL PARAM_TOL DIFF_OPTS...
   mpi_ranks "$np" "$loom" run base.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
     --set precision.dtype="$dtype" --set train.metrics=par-$dtype.jsonl \
     --set checkpoint.save=par-$dtype 2> par.log || { tail -30 par.log; exit 1; }
-  python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl par-$dtype.jsonl <<'PY'
-import json, sys
+  PYTHONPATH=$tests_dir/support python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl \
+    par-$dtype.jsonl <<'PY'
+import sys
+from metrics import compare, rows
 what, tol = sys.argv[1], float(sys.argv[2])
-one = [json.loads(l) for l in open(sys.argv[3])]
-par = [json.loads(l) for l in open(sys.argv[4])]
+one, par = rows(sys.argv[3]), rows(sys.argv[4])
 assert len(one) == len(par) == 22, (len(one), len(par))  # 20 steps, 2 evaluations
-worst = 0.0
-for a, b in zip(one, par):
-    # every loss term (lm, BERT's sop, a mixture of experts' moe_aux and moe_z), train and eval
+
+
+def keys(a):
+    """Every loss term (lm, BERT's sop, a mixture of experts' moe_aux and moe_z), train and
+    eval, the grad norm, and in fp64 the experts' shares of the routed tokens."""
     for k in sorted(a):
         share = k.startswith("moe_load") or k.startswith("eval_moe_load")
         if share and "fp64" not in what:
@@ -160,10 +163,10 @@ for a, b in zip(one, par):
         if (k != "grad_norm" and not k.startswith("eval_") and not share
                 and ("loss" not in k or k == "loss_scale")):
             continue
-        rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-        worst = max(worst, rel)
-        if rel > tol:
-            sys.exit(f"{what} iter {a['iter']} {k}: 1 rank {a[k]!r} vs parallel {b[k]!r}")
+        yield k
+
+
+worst = compare(one, par, keys, tol, f"{what} ", "1 rank", "parallel")
 # a mixture of experts' per-layer shares of routed tokens: dropless, they sum to 1 per layer
 for row in par:
     layers = {}
