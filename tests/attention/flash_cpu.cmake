@@ -3,14 +3,18 @@
 if(NOT TARGET loom_attention_flash_cpu OR NOT TARGET loom_backend_cpu)
   return()
 endif()
-add_executable(loom-test-attention test_flash_cpu.cpp)
-target_link_libraries(loom-test-attention PRIVATE loom_test_main)
-target_include_directories(loom-test-attention PRIVATE
-  ${PROJECT_SOURCE_DIR}/tests/backend)
-add_dependencies(loom-test-attention loom_backend_cpu loom_attention_reference
-  loom_attention_flash_cpu)
-add_test(NAME attention.flash_cpu COMMAND loom-test-attention)
-set_tests_properties(attention.flash_cpu PROPERTIES LABELS "attention" TIMEOUT 300)
+# attention_test(NAME EXECUTABLE SOURCE): the doctest EXECUTABLE built from SOURCE (with
+# tests/backend's helpers), run as attention.NAME over backend/cpu, attention/reference and
+# attention/flash-cpu.
+function(attention_test name exe source)
+  add_executable(${exe} ${source})
+  target_link_libraries(${exe} PRIVATE loom_test_main)
+  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backend)
+  add_dependencies(${exe} loom_backend_cpu loom_attention_reference loom_attention_flash_cpu)
+  add_test(NAME attention.${name} COMMAND ${exe})
+  set_tests_properties(attention.${name} PROPERTIES LABELS "attention" TIMEOUT 300)
+endfunction()
+attention_test(flash_cpu loom-test-attention test_flash_cpu.cpp)
 
 if(TARGET loom AND TARGET loom_model_gpt)
   add_test(NAME attention.swap COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/swap_attention.sh
@@ -21,22 +25,8 @@ endif()
 
 # Variable-length sequences (padding, packed documents, cross-attention) through reference
 # and flash-cpu against a float64 recomputation.
-add_executable(loom-test-attention-seqlens test_seqlens.cpp)
-target_link_libraries(loom-test-attention-seqlens PRIVATE loom_test_main)
-target_include_directories(loom-test-attention-seqlens PRIVATE
-  ${PROJECT_SOURCE_DIR}/tests/backend)
-add_dependencies(loom-test-attention-seqlens loom_backend_cpu loom_attention_reference
-  loom_attention_flash_cpu)
-add_test(NAME attention.seqlens COMMAND loom-test-attention-seqlens)
-set_tests_properties(attention.seqlens PROPERTIES LABELS "attention" TIMEOUT 300)
+attention_test(seqlens loom-test-attention-seqlens test_seqlens.cpp)
 
 # Partial attention (ABI 2.7): two calls over split keys merged, and their backwards given
 # the merged out and lse, through reference and flash-cpu against a float64 recomputation.
-add_executable(loom-test-attention-partial test_partial.cpp)
-target_link_libraries(loom-test-attention-partial PRIVATE loom_test_main)
-target_include_directories(loom-test-attention-partial PRIVATE
-  ${PROJECT_SOURCE_DIR}/tests/backend)
-add_dependencies(loom-test-attention-partial loom_backend_cpu loom_attention_reference
-  loom_attention_flash_cpu)
-add_test(NAME attention.partial COMMAND loom-test-attention-partial)
-set_tests_properties(attention.partial PROPERTIES LABELS "attention" TIMEOUT 300)
+attention_test(partial loom-test-attention-partial test_partial.cpp)

@@ -9,44 +9,16 @@
 #   swap_attention.sh LOOM
 set -euo pipefail
 loom=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/base.toml" <<'TOML'
-[train]
-seed = 7
-iters = 20
-micro_batch_size = 2
-global_batch_size = 4
-seq_len = 48
-log_interval = 5
-eval_interval = 10
-eval_iters = 2
-[lr]
-max = 3e-3
-warmup_iters = 2
-[optimizer]
-plugin = "adamw"
-eps = 1e-6   # see tests/training/equivalence.sh: keeps AdamW from amplifying rounding noise
-[backend]
-plugin = "cpu"
-measure_gemm = false
-[model]
-plugin = "gpt"
-n_layer = 2
-n_head = 4
-n_kv_head = 2
-n_embd = 32
-max_seq_len = 48
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-[checkpoint]
-interval = 0
-TOML
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  twenty_step_sections 4 48
+  toml_section backend plugin=cpu measure_gemm=false
+  toml_section model plugin=gpt n_layer=2 n_head=4 n_kv_head=2 n_embd=32 max_seq_len=48
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=200 doc_length=64
+  toml_section checkpoint interval=0
+} > base.toml
 check() {  # check DTYPE TOL [PACK]
   local dtype=$1 tol=$2 pack=${3:-false}
   for att in reference flash-cpu; do
@@ -54,22 +26,15 @@ check() {  # check DTYPE TOL [PACK]
       --set data.pack_sequences=$pack --set train.metrics=$att-$dtype-$pack.jsonl 2> $att.log ||
       { cat $att.log; exit 1; }
   done
-  python3 - "$dtype packed=$pack" "$tol" reference-$dtype-$pack.jsonl \
-    flash-cpu-$dtype-$pack.jsonl <<'PY'
-import json, sys
+  PYTHONPATH=$tests_dir/support python3 - "$dtype packed=$pack" "$tol" \
+    reference-$dtype-$pack.jsonl flash-cpu-$dtype-$pack.jsonl <<'PY'
+import sys
+from metrics import compare, rows
 what, tol = sys.argv[1], float(sys.argv[2])
-ref = [json.loads(l) for l in open(sys.argv[3])]
-fla = [json.loads(l) for l in open(sys.argv[4])]
+ref, fla = rows(sys.argv[3]), rows(sys.argv[4])
 assert len(ref) == len(fla) == 22, (len(ref), len(fla))  # 20 steps, 2 evaluations
-worst = 0.0
-for a, b in zip(ref, fla):
-    for k in ("loss", "grad_norm", "eval_loss"):
-        if k not in a:
-            continue
-        rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-        worst = max(worst, rel)
-        if rel > tol:
-            sys.exit(f"{what} iter {a['iter']} {k}: reference {a[k]!r} vs flash-cpu {b[k]!r}")
+keys = lambda a: [k for k in ("loss", "grad_norm", "eval_loss") if k in a]
+worst = compare(ref, fla, keys, tol, f"{what} ", "reference", "flash-cpu")
 print(f"{what}: loss and grad norm of 20 iterations (and 2 eval losses) of flash-cpu match "
       f"reference within {tol:g}; worst relative difference {worst:.2e}; "
       f"final loss {fla[-2]['loss']:.4f}")

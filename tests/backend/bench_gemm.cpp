@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_args.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "test_host.hpp"
 
@@ -70,22 +71,7 @@ std::pair<double, double> time_gemm(const loom::Backend& be, int64_t m, int64_t 
   loom::Tensor A(be, loom_f32(), {m * k}), B(be, loom_f32(), {k * n}), C(be, loom_f32(), {m * n});
   be.call(&loom_ops::fill, A.get(), 0.01);
   be.call(&loom_ops::fill, B.get(), 0.02);
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = 1;
-  g.beta = 0;
-  g.a = A;
-  g.lda = ta ? m : k;
-  g.b = B;
-  g.ldb = tb ? k : n;
-  g.c = C;
-  g.ldc = n;
-  g.batch = 1;
+  loom_gemm_args g = loomtest::gemm_args(ta, tb, m, n, k, 0.0, A, B, C);
   be.call(&loom_ops::gemm, &g);
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {

@@ -1,6 +1,7 @@
 // gemm (every transpose combination, batches, offsets, padded leading dimensions, f32 vs f64),
 // bias_add and bias_backward (finite differences), gemm's argument errors, and gemm with
 // loom.gemm-epilogue/1 (against the separate ops to the bit, and a double reference).
+#include "gemm_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "ops_support.hpp"
 
@@ -244,15 +245,8 @@ struct LinearShapes {
 // C(m,n) = op(A) op(B) + beta C with compact rows, B's rows from offset_b.
 loom_gemm_args args_of(int ta, int tb, int64_t m, int64_t n, int64_t k, const DLTensor* a,
                        const DLTensor* b, int64_t offb, DLTensor* c, double beta) {
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.trans_a = ta, g.trans_b = tb;
-  g.m = m, g.n = n, g.k = k;
-  g.alpha = 1, g.beta = beta;
-  g.a = a, g.lda = ta ? m : k;
-  g.b = b, g.ldb = tb ? k : n, g.offset_b = offb;
-  g.c = c, g.ldc = n;
-  g.batch = 1;
+  loom_gemm_args g = loomtest::gemm_args(ta, tb, m, n, k, beta, a, b, c);
+  g.offset_b = offb;
   return g;
 }
 loom_gemm_args forward_args(const LinearShapes& s, const DLTensor* x, const DLTensor* w,

@@ -10,6 +10,7 @@
 // (dweight, mean/rstd, losses) is the f32 computation itself: it must agree to 1e-5.
 #include <algorithm>
 
+#include "gemm_args.hpp"
 #include "ops_support.hpp"
 
 using namespace opstest;
@@ -64,26 +65,7 @@ constexpr double kHalfRel = 1e-2, kF32Rel = 1e-5;
 const DLDataType kHalves[] = {loom_bf16(), loom_f16()};
 const char* name_of(DLDataType dt) { return dt.code == kDLBfloat ? "bf16" : "f16"; }
 
-loom_gemm_args gemm_args(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double beta,
-                         const DLTensor* a, const DLTensor* b, DLTensor* c) {
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = 1.0;
-  g.beta = beta;
-  g.a = a;
-  g.lda = ta ? m : k;
-  g.b = b;
-  g.ldb = tb ? k : n;
-  g.c = c;
-  g.ldc = n;
-  g.batch = 1;
-  return g;
-}
+using loomtest::gemm_args;
 
 }  // namespace
 

@@ -5,50 +5,23 @@
 #   dp_equivalence.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/tiny.toml" <<'TOML'
-[train]
-seed = 5
-iters = 12
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-log_interval = 4
-eval_interval = 6
-eval_iters = 2
-[lr]
-max = 1e-2
-warmup_iters = 2
-[model]
-plugin = "gpt"
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-TOML
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=5 iters=12 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+    log_interval=4 eval_interval=6 eval_iters=2
+  toml_section lr max=1e-2 warmup_iters=2
+  toml_section model plugin=gpt n_layer=2 n_head=2 n_embd=32 max_seq_len=16
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=200 doc_length=64
+} > tiny.toml
 "$loom" run tiny.toml --set train.metrics=one.jsonl 2> one.log
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run tiny.toml --set comm.plugin=mpi --set train.metrics=two.jsonl 2> two.log
-python3 - <<'PY'
-import json, sys
-one = [json.loads(l) for l in open("one.jsonl")]
-two = [json.loads(l) for l in open("two.jsonl")]
+mpi_ranks 2 "$loom" run tiny.toml --set comm.plugin=mpi --set train.metrics=two.jsonl 2> two.log
+PYTHONPATH=$tests_dir/support python3 - <<'PY'
+from metrics import compare, rows
+one, two = rows("one.jsonl"), rows("two.jsonl")
 assert len(one) == len(two) == 14, (len(one), len(two))
-worst = 0.0
-for a, b in zip(one, two):
-    for k in ("loss", "grad_norm", "eval_loss", "lr"):
-        if k in a:
-            rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-            worst = max(worst, rel)
-            if rel > 1e-5:
-                sys.exit(f"iter {a['iter']} {k}: 1 rank {a[k]!r} vs 2 ranks {b[k]!r}")
+keys = lambda a: [k for k in ("loss", "grad_norm", "eval_loss", "lr") if k in a]
+worst = compare(one, two, keys, 1e-5, "", "1 rank", "2 ranks")
 print(f"1 rank == 2 data-parallel ranks over {len(one)} metrics lines; worst relative difference {worst:.2e}")
 PY

@@ -5,29 +5,14 @@ if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
 
-add_executable(test_comm_mpi test_comm_mpi.cpp)
-target_link_libraries(test_comm_mpi PRIVATE loom_test_main)
+loom_test_executable(test_comm_mpi loom_comm_mpi)
 target_include_directories(test_comm_mpi PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-add_dependencies(test_comm_mpi loom_comm_mpi)
 
-# CI runs as root in a container without a hostfile or network: allow root, allow more
-# ranks than cores, and keep OpenMPI to shared memory and loopback.
-set(_mpi_env
-  OMPI_MCA_rmaps_base_oversubscribe=1
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_btl=self,vader)
-if(LOOM_SANITIZE)
-  # OpenMPI's MCA components allocate at MPI_Init, never free it, and are unloaded at
-  # MPI_Finalize, so LeakSanitizer reports thousands of leaks in "<unknown module>" that no
-  # suppression can name. Leak checking is off for these tests only; ASan's memory-error
-  # checks and UBSan still run.
-  list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
-endif()
+# mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt).
+loom_mpi_env(_mpi_env)
 foreach(np 2 3)
-  add_test(NAME comm.mpi.np${np}
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                   --allow-run-as-root --mca btl self,vader $<TARGET_FILE:test_comm_mpi>)
+  loom_mpirun(_mpirun ${np})
+  add_test(NAME comm.mpi.np${np} COMMAND ${_mpirun} $<TARGET_FILE:test_comm_mpi>)
 endforeach()
 add_test(NAME comm.mpi.singleton COMMAND test_comm_mpi)
 set_tests_properties(comm.mpi.np2 comm.mpi.np3 comm.mpi.singleton PROPERTIES

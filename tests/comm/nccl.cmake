@@ -14,23 +14,14 @@ target_include_directories(test_comm_nccl PRIVATE ${PROJECT_SOURCE_DIR}/tests/su
   ${PROJECT_SOURCE_DIR}/tests/comm)
 add_dependencies(test_comm_nccl loom_comm_nccl)
 
-# As in tests/comm: root in a container, more ranks than cores, shared memory only.
-set(_mpi_env
-  OMPI_MCA_rmaps_base_oversubscribe=1
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_btl=self,vader)
-if(LOOM_SANITIZE)
-  # OpenMPI's and the CUDA runtime's start-up allocations are never freed; see tests/comm.
-  list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0)
-endif()
+# mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt);
+# under ASan the CUDA runtime also needs the shadow gap unprotected.
+loom_mpi_env(_mpi_env ASAN_OPTIONS protect_shadow_gap=0)
+loom_mpirun(_mpirun 2)
 
 add_test(NAME comm.nccl.no_device COMMAND test_comm_nccl --test-suite=no-device)
 add_test(NAME comm.nccl.gpu.singleton COMMAND test_comm_nccl --test-suite=gpu)
-add_test(NAME comm.nccl.gpu.np2
-         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
-                 --allow-run-as-root --mca btl self,vader $<TARGET_FILE:test_comm_nccl>
-                 --test-suite=gpu)
+add_test(NAME comm.nccl.gpu.np2 COMMAND ${_mpirun} $<TARGET_FILE:test_comm_nccl> --test-suite=gpu)
 set_tests_properties(comm.nccl.no_device PROPERTIES LABELS "comm")
 set_tests_properties(comm.nccl.gpu.singleton comm.nccl.gpu.np2 PROPERTIES LABELS "comm;gpu")
 set_tests_properties(comm.nccl.no_device comm.nccl.gpu.singleton comm.nccl.gpu.np2 PROPERTIES

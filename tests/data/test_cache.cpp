@@ -9,36 +9,18 @@
 
 #include "data/gpt_dataset.hpp"
 #include "data/sampler.hpp"
+#include "fake_dataset.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace loom::engine;
 
 namespace {
 
-// Document d holds tokens 1000*d + t, t < its length; cache_prefix is `prefix`.
-struct FakeDs {
-  std::vector<std::vector<int32_t>> docs;
-  std::string prefix;
-};
-loom_dataset_api fake_api() {
-  loom_dataset_api a{};
-  a.struct_size = LOOM_DATASET_API_SIZE_V2;
-  a.num_documents = [](loom_dataset* d) {
-    return (int64_t) reinterpret_cast<FakeDs*>(d)->docs.size();
-  };
-  a.document = [](loom_dataset* d, int64_t i, const int32_t** ids, size_t* n) -> loom_error* {
-    auto& v = reinterpret_cast<FakeDs*>(d)->docs[(size_t)i];
-    *ids = v.data();
-    *n = v.size();
-    return nullptr;
-  };
-  a.cache_prefix = [](loom_dataset* d) -> const char* {
-    auto* f = reinterpret_cast<FakeDs*>(d);
-    return f->prefix.empty() ? nullptr : f->prefix.c_str();
-  };
-  return a;
-}
+using loomtest::fake_api;
+using loomtest::FakeDs;
 
+// Document d holds tokens 1000*d + t, t < its length; cache_prefix is `prefix`.
 FakeDs make_ds(const std::string& prefix) {
   FakeDs ds;
   ds.prefix = prefix;
@@ -51,19 +33,7 @@ FakeDs make_ds(const std::string& prefix) {
   return ds;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("loom-sampler-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using loomtest::TempDir;
 
 GptIndexSpec spec_of(uint32_t seed, int64_t samples) {
   GptIndexSpec s;
@@ -86,8 +56,8 @@ std::vector<fs::path> npy_files(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("cache: built once, read back, rebuilt when corrupt, keyed by the seed") {
-  TempDir dir;
-  FakeDs fake = make_ds((dir.path / "corpus").string());
+  TempDir dir("sampler");
+  FakeDs fake = make_ds((dir.path() / "corpus").string());
   loom_dataset_api api = fake_api();
   auto src = DocumentSource::read(&api, reinterpret_cast<loom_dataset*>(&fake), "fake");
   const GptIndexSpec spec = spec_of(1234, 25);
@@ -98,7 +68,7 @@ TEST_CASE("cache: built once, read back, rebuilt when corrupt, keyed by the seed
   CHECK(origin == IndexOrigin::kBuilt);
   for (const char* kind : {"doc", "sample", "shuffle"})
     REQUIRE(fs::exists(stem + "." + kind + "_idx.npy"));
-  CHECK(npy_files(dir.path).size() == 3);  // no temporaries left behind
+  CHECK(npy_files(dir.path()).size() == 3);  // no temporaries left behind
   {
     std::ifstream f(stem + ".sample_idx.npy", std::ios::binary);
     std::string head(128, '\0');
@@ -144,7 +114,7 @@ TEST_CASE("cache: built once, read back, rebuilt when corrupt, keyed by the seed
   CHECK(gpt_index_hash(*src, longer) != gpt_index_hash(*src, spec));
   load_or_build_gpt_indices(*src, other, true, &origin);
   CHECK(origin == IndexOrigin::kBuilt);
-  CHECK(npy_files(dir.path).size() == 6);
+  CHECK(npy_files(dir.path()).size() == 6);
 
   // A document changing length changes the dataset's identity.
   fake.docs[3].push_back(7);
@@ -170,8 +140,8 @@ TEST_CASE("cache: built once, read back, rebuilt when corrupt, keyed by the seed
 }
 
 TEST_CASE("cache: off, or no cache prefix, builds in memory and writes nothing") {
-  TempDir dir;
-  FakeDs fake = make_ds((dir.path / "corpus").string());
+  TempDir dir("sampler");
+  FakeDs fake = make_ds((dir.path() / "corpus").string());
   loom_dataset_api api = fake_api();
   auto src = DocumentSource::read(&api, reinterpret_cast<loom_dataset*>(&fake), "fake");
   IndexOrigin origin;
@@ -182,7 +152,7 @@ TEST_CASE("cache: off, or no cache prefix, builds in memory and writes nothing")
   CHECK(src2->cache_prefix.empty());
   load_or_build_gpt_indices(*src2, spec_of(1, 10), true, &origin);
   CHECK(origin == IndexOrigin::kMemory);
-  CHECK(npy_files(dir.path).empty());
+  CHECK(npy_files(dir.path()).empty());
 }
 
 TEST_CASE("samples: L+1 tokens across documents from the indices; tokens and targets shift") {

@@ -16,6 +16,7 @@
 #include "loom/cpp/masked_lm.hpp"
 #include "loom/cpp/megatron_indexed.hpp"
 #include "plugin_test_util.hpp"
+#include "reference_records.hpp"
 
 namespace {
 
@@ -32,13 +33,9 @@ Expected read_expected() {
   std::ifstream f(kDir + "expected.txt");
   REQUIRE_MESSAGE(f.good(), "missing " << kDir << "expected.txt (make_bert_reference.py)");
   Expected e;
-  std::string line;
+  std::string line;  // an index record's rows
   int64_t current = -1;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string kind;
-    in >> kind;
+  loomtest::each_record(f, [&](const std::string& kind, std::istream& in) {
     if (kind == "index") {
       size_t n = 0;
       in >> n;
@@ -54,7 +51,7 @@ Expected read_expected() {
       int32_t v;
       while (in >> v) e.samples[current][kind].push_back(v);
     }
-  }
+  });
   return e;
 }
 
@@ -448,13 +445,8 @@ TEST_CASE("masked_lm: geometric n-grams and always-[MASK] equal numpy (T5's mask
     for (const auto& sp : r.spans) multi += sp.size() > 1;
     ++cases;
   };
-  std::string line;
   int k = -1;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string kind;
-    in >> kind;
+  loomtest::each_record(f, [&](const std::string& kind, std::istream& in) {
     if (kind == "case") {
       if (k >= 0) check_case(k);
       in >> k;
@@ -474,7 +466,7 @@ TEST_CASE("masked_lm: geometric n-grams and always-[MASK] equal numpy (T5's mask
       int64_t v;
       while (in >> v) c[kind].push_back(v);
     }
-  }
+  });
   if (k >= 0) check_case(k);
   CHECK(cases >= 20);
   CHECK(multi > 0);  // n-grams longer than one word were drawn
@@ -489,12 +481,8 @@ TEST_CASE("dataset/t5: samples equal the numpy reference bit for bit") {
   REQUIRE_MESSAGE(f.good(), "missing " << kDir << "t5_samples.txt (make_bert_reference.py)");
   std::map<int64_t, std::map<std::string, std::vector<int32_t>>> want;
   int64_t index_size = 0, current = -1;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string kind;
-    in >> kind;
+  std::string line;  // an index record's rows
+  loomtest::each_record(f, [&](const std::string& kind, std::istream& in) {
     if (kind == "index") {
       in >> index_size;
       for (int64_t i = 0; i < index_size && std::getline(f, line); ++i) {
@@ -505,7 +493,7 @@ TEST_CASE("dataset/t5: samples equal the numpy reference bit for bit") {
       int32_t v;
       while (in >> v) want[current][kind].push_back(v);
     }
-  }
+  });
   REQUIRE(want.size() == 13);
   loomtest::TestHost h;
   h.load_tokenizer("wordpiece", {{"vocab_file", kDir + "vocab.txt"}, {"vocab_extra_ids", "10"}});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/cpp/megatron_indexed.hpp"
+#include "test_files.hpp"
 #include "test_host.hpp"
 
 namespace fs = std::filesystem;
@@ -20,34 +21,8 @@ namespace mg = loom::megatron;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("loom-indexed-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string prefix(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
+using namespace loomtest;  // TempDir, slurp, spit, q (tests/support/test_files.hpp)
 
- private:
-  fs::path path_;
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-void spit(const std::string& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
 std::string bytes(std::initializer_list<int> b) {
   std::string s;
   for (int v : b) s.push_back(static_cast<char>(v));
@@ -159,8 +134,8 @@ struct Plugin {
 
 TEST_CASE("the worked example: the writer's bytes equal the format page's, written by hand") {
   CHECK(kExampleIdx.size() == 82);
-  TempDir dir;
-  const std::string p = dir.prefix("example");
+  TempDir dir("indexed");
+  const std::string p = dir / "example";
   write_docs(p, mg::DType::u16, {{{1, 2, 3}}, {{4, 5}}});
   CHECK(slurp(p + ".bin") == kExampleBin);
   CHECK(slurp(p + ".idx") == kExampleIdx);
@@ -197,8 +172,8 @@ TEST_CASE("the writer matches an independent encoding of the layout (u16, i32, e
       }
       docs.push_back(doc);
     }
-    TempDir dir;
-    const std::string p = dir.prefix("rand");
+    TempDir dir("indexed");
+    const std::string p = dir / "rand";
     write_docs(p, dtype, docs);
     auto [bin, idx] = encode_layout(docs, code, item);
     CHECK(slurp(p + ".bin") == bin);
@@ -227,21 +202,21 @@ TEST_CASE("dtype choice follows Megatron: uint16 below 65500 tokens, else int32"
 }
 
 TEST_CASE("an empty dataset and a dataset of empty documents are valid") {
-  TempDir dir;
-  write_docs(dir.prefix("none"), mg::DType::u16, {});
-  mg::Reader a(dir.prefix("none"));
+  TempDir dir("indexed");
+  write_docs(dir / "none", mg::DType::u16, {});
+  mg::Reader a(dir / "none");
   CHECK(a.num_sequences() == 0);
   CHECK(a.num_documents() == 0);
   CHECK(a.idx_bytes() == 34 + 8);
-  write_docs(dir.prefix("empty"), mg::DType::u16, {{}, {}, {}});
-  mg::Reader b(dir.prefix("empty"));
+  write_docs(dir / "empty", mg::DType::u16, {{}, {}, {}});
+  mg::Reader b(dir / "empty");
   CHECK(b.num_documents() == 3);
   CHECK(b.bin_bytes() == 0);
 }
 
 TEST_CASE("the writer refuses ids outside its dtype and leaves nothing behind unfinalized") {
-  TempDir dir;
-  const std::string p = dir.prefix("w");
+  TempDir dir("indexed");
+  const std::string p = dir / "w";
   {
     mg::Writer w(p, mg::DType::u16);
     std::vector<int32_t> ok{1, 2}, bad{3, 70000};
@@ -270,8 +245,8 @@ TEST_CASE("the writer refuses ids outside its dtype and leaves nothing behind un
 }
 
 TEST_CASE("the reader refuses damaged files, naming the file and the problem") {
-  TempDir dir;
-  const std::string p = dir.prefix("bad");
+  TempDir dir("indexed");
+  const std::string p = dir / "bad";
   example_with(p, nullptr);
   CHECK(error_of(p).empty());
 
@@ -330,8 +305,8 @@ TEST_CASE("the reader refuses damaged files, naming the file and the problem") {
 }
 
 TEST_CASE("dataset/indexed: sequences are the documents, ids widened to int32") {
-  TempDir dir;
-  const std::string p = dir.prefix("ds");
+  TempDir dir("indexed");
+  const std::string p = dir / "ds";
   // Megatron's GPT dataset samples sequences: 2 documents here, 3 sequences.
   write_docs(p, mg::DType::u16, {{{1, 2, 3}, {65535}}, {}, {{7, 8}}});
   Plugin ds(p);
@@ -352,15 +327,15 @@ TEST_CASE("dataset/indexed: sequences are the documents, ids widened to int32") 
   Plugin by_file(p + ".idx");
   CHECK(by_file.code == LOOM_OK);
 
-  write_docs(dir.prefix("wide"), mg::DType::i32, {{{100000, 2000000000}}});
-  Plugin wide(dir.prefix("wide"));
+  write_docs(dir / "wide", mg::DType::i32, {{{100000, 2000000000}}});
+  Plugin wide(dir / "wide");
   REQUIRE_MESSAGE(wide.code == LOOM_OK, wide.message);
   CHECK(wide.doc(0) == std::vector<int32_t>{100000, 2000000000});
 }
 
 TEST_CASE("dataset/indexed refuses damaged datasets with the reason (LOOM_ERR_IO)") {
-  TempDir dir;
-  const std::string p = dir.prefix("bad");
+  TempDir dir("indexed");
+  const std::string p = dir / "bad";
   struct Case {
     const char* what;
     void (*idx)(std::string&);
@@ -384,7 +359,7 @@ TEST_CASE("dataset/indexed refuses damaged datasets with the reason (LOOM_ERR_IO
     CHECK_MESSAGE(ds.message.find(c.reason) != std::string::npos, ds.message);
     CHECK_MESSAGE(ds.message.find(p) != std::string::npos, ds.message);
   }
-  Plugin missing(dir.prefix("nothing"));
+  Plugin missing(dir / "nothing");
   CHECK(missing.code == LOOM_ERR_IO);
   CHECK(missing.message.find("cannot open") != std::string::npos);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/cpp/megatron_indexed.hpp"
+#include "test_files.hpp"
 #include "test_skip.hpp"
 
 namespace fs = std::filesystem;
@@ -22,38 +23,7 @@ namespace mg = loom::megatron;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "loom-preprocess-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-void spit(const std::string& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using namespace loomtest;  // TempDir, slurp, spit, q (tests/support/test_files.hpp)
 
 struct Result {
   int code = -1;
@@ -149,7 +119,7 @@ bool no_outputs(const std::string& prefix) {
 }  // namespace
 
 TEST_CASE("byte tokenizer: ids are the bytes, EOD 256 appended, empty documents kept") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl",
        "{\"text\": \"Hello\", \"id\": 1}\n{\"text\": \"\"}\n\n"
        "{\"id\": 3, \"text\": \"a\\nb \\u00e9\"}\n");
@@ -177,7 +147,7 @@ TEST_CASE("byte tokenizer: ids are the bytes, EOD 256 appended, empty documents 
 }
 
 TEST_CASE("--json-keys with two keys writes two datasets") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl",
        "{\"text\": \"body one\", \"title\": \"T1\"}\n"
        "{\"title\": \"\", \"text\": \"b2\"}\n");
@@ -199,7 +169,7 @@ TEST_CASE("--json-keys with two keys writes two datasets") {
 }
 
 TEST_CASE("--split-sentences: one sequence per non-empty sentence, EOD on the last") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", json_line("First one. Mr. Smith said hi!  Then?\n\nNew paragraph") +
                              json_line("") + json_line("no split here"));
   Result r = run_loom(pp(dir / "in.jsonl", dir / "s", "--split-sentences --append-eod"));
@@ -219,7 +189,7 @@ TEST_CASE("--split-sentences: one sequence per non-empty sentence, EOD on the la
 }
 
 TEST_CASE(".jsonl.gz and .jsonl.zst give the same files as the plain input") {
-  TempDir dir;
+  TempDir dir("preprocess");
   const std::string text = many_lines(400);
   spit(dir / "in.jsonl", text);
   {
@@ -263,7 +233,7 @@ TEST_CASE(".jsonl.gz and .jsonl.zst give the same files as the plain input") {
 }
 
 TEST_CASE("a malformed line stops with its line number; --skip-bad-lines counts them") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl",
        "{\"text\": \"ok\"}\n{\"text\": \"fine\"}\n{\"text\": \"broken}\n"
        "[1, 2]\n{\"text\": 5}\n{\"text\": \"last\"}\n");
@@ -290,7 +260,7 @@ TEST_CASE("a malformed line stops with its line number; --skip-bad-lines counts 
 }
 
 TEST_CASE("--workers 2 and 3 write the same bytes as 1 worker") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", many_lines(3000));
   Result r = run_loom(pp(dir / "in.jsonl", dir / "w1", "--append-eod --split-sentences"));
   REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -307,7 +277,7 @@ TEST_CASE("--workers 2 and 3 write the same bytes as 1 worker") {
 }
 
 TEST_CASE("an interrupted run leaves no valid-looking .idx, and keeps an older dataset") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", many_lines(2000));
   const std::string crash = "LOOM_TEST_PREPROCESS_EXIT_AFTER_DOCS=500";
   Result r = run_loom(pp(dir / "in.jsonl", dir / "ds", "--chunk-bytes 500"), crash);
@@ -325,7 +295,7 @@ TEST_CASE("an interrupted run leaves no valid-looking .idx, and keeps an older d
 }
 
 TEST_CASE("an existing output is replaced only with --overwrite, and never the input") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", json_line("old data"));
   Result r = run_loom(pp(dir / "in.jsonl", dir / "ds"));
   REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -348,7 +318,7 @@ TEST_CASE("an existing output is replaced only with --overwrite, and never the i
 }
 
 TEST_CASE("bad flags exit 2 and name the problem") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", json_line("x"));
   const std::string in = q(dir / "in.jsonl"), out = q(dir / "o");
   struct Case {
@@ -396,7 +366,7 @@ TEST_CASE("bad flags exit 2 and name the problem") {
 }
 
 TEST_CASE("loom data inspect prints the counts; a damaged dataset fails with the reason") {
-  TempDir dir;
+  TempDir dir("preprocess");
   spit(dir / "in.jsonl", json_line("aab") + json_line("") + json_line("b"));
   Result r = run_loom(pp(dir / "in.jsonl", dir / "ds", "--append-eod"));
   REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -435,7 +405,7 @@ TEST_CASE("gpt2-bpe on Tiny Shakespeare (needs the plugin and ../shared/data)") 
     loomtest::skip("gpt2-bpe preprocessing: " + shared + " (shared data) is absent");
     return;
   }
-  TempDir dir;
+  TempDir dir("preprocess");
   // The format page's checks, then paragraphs of the first 8 KB of Tiny Shakespeare.
   std::string jsonl = json_line("Hello world") + json_line("First Citizen:\nBefore we proceed");
   const std::string head = slurp(text).substr(0, 8192);

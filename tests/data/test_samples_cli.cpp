@@ -2,11 +2,8 @@
 // the numpy reference (data/samples.txt): the single-dataset order for train and valid, a
 // 0.3/0.7 blend, the index cache beside the data, and clear errors.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,27 +11,18 @@
 #include <vector>
 
 #include "reference.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-};
+using Result = loomtest::Output;
 
 Result run(const std::string& args, bool stdout_only = false) {
   std::string cmd =
       std::string(LOOM_BINARY_DIR) + "/bin/loom " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return loomtest::run_shell(cmd);
 }
 
 // Sample lines of `loom data samples` as {i, dataset, index, tokens...}, name dropped.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "loom/common.h"
+#include "test_files.hpp"
 
 namespace enginetest {
 
@@ -56,12 +57,7 @@ inline std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-// Single-quoted for /bin/sh.
-inline std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using loomtest::q;  // single-quoted for /bin/sh
 
 struct Result {
   int code = -1;

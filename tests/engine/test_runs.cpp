@@ -1,46 +1,29 @@
 // Whole runs of build/bin/loom: resume equivalence, loss going down, generation, and a
 // damaged checkpoint refused.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "test_files.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-};
+using Result = loomtest::Output;
+using loomtest::slurp;
 
 // Runs loom with `args`; the output holds stdout, and stderr too unless `stdout_only`.
 // `env` ("NAME=value ...") is set for the run.
 Result run(const std::string& args, bool stdout_only = false, const std::string& env = "") {
   std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(LOOM_BINARY_DIR) +
                     "/bin/loom " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return loomtest::run_shell(cmd);
 }
 
 // A tiny GPT on mock data: seconds per run.

@@ -8,29 +8,15 @@
 
 #include "base/errors.hpp"
 #include "data/sampler.hpp"
+#include "fake_dataset.hpp"
 
 using namespace loom::engine;
 
 namespace {
-// Document d holds tokens {d*100, d*100+1, ...}, d+3 of them.
-struct FakeDs {
-  std::vector<std::vector<int32_t>> docs;
-};
-loom_dataset_api fake_api() {
-  loom_dataset_api a{};
-  a.struct_size = LOOM_DATASET_API_SIZE_V2;
-  a.num_documents = [](loom_dataset* d) {
-    return (int64_t) reinterpret_cast<FakeDs*>(d)->docs.size();
-  };
-  a.document = [](loom_dataset* d, int64_t i, const int32_t** ids, size_t* n) -> loom_error* {
-    auto& v = reinterpret_cast<FakeDs*>(d)->docs[(size_t)i];
-    *ids = v.data();
-    *n = v.size();
-    return nullptr;
-  };
-  a.cache_prefix = [](loom_dataset*) -> const char* { return nullptr; };
-  return a;
-}
+using loomtest::fake_api;
+using loomtest::FakeDs;
+
+// Document d holds tokens {d*100, d*100+1, ...}, d+3 of them; no cache prefix.
 FakeDs make(int n, int base) {
   FakeDs ds;
   for (int d = 0; d < n; ++d) {

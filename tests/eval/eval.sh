@@ -10,31 +10,17 @@ set -euo pipefail
 loom=$1
 mpiexec=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
+. "$here/../support/lib.sh"
+scratch
 python3 "$here/reference.py" make-data
-cat > r.toml <<'TOML'
-[train]
-iters = 300
-micro_batch_size = 4
-seq_len = 32
-log_interval = 300
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "jsonl"
-path = "train.jsonl"
-[checkpoint]
-save = "ck"
-[lr]
-max = 3e-3
-TOML
+{
+  toml_section train iters=300 micro_batch_size=4 seq_len=32 log_interval=300
+  toml_section model n_layer=2 n_head=4 n_embd=32 max_seq_len=32
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=jsonl path=train.jsonl
+  toml_section checkpoint save=ck
+  toml_section lr max=3e-3
+} > r.toml
 "$loom" run r.toml 2> train.log || { tail -20 train.log; exit 1; }
 
 run_eval() {  # run_eval NAME [launcher...] -- [eval args...]

@@ -38,18 +38,11 @@ add_dependencies(loom_bench_gpt ${_model_plugins})
 # + sequence parallelism), run by mpirun; skipped where no MPI was found.
 find_package(MPI COMPONENTS C QUIET)
 if(MPI_C_FOUND AND TARGET loom_comm_mpi)
-  add_executable(test_gpt_mixed_tp test_gpt_mixed_tp.cpp)
-  target_link_libraries(test_gpt_mixed_tp PRIVATE loom_test_main)
-  add_dependencies(test_gpt_mixed_tp ${_model_plugins} loom_comm_mpi loom_comm_single)
-  add_test(NAME model.mixed_tp.np2
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
-                   --allow-run-as-root --mca btl self,vader $<TARGET_FILE:test_gpt_mixed_tp>)
-  # as tests/comm: root in a container, more ranks than cores, shared memory and loopback
-  set(_mpi_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader)
-  if(LOOM_SANITIZE)
-    list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)  # see tests/comm
-  endif()
+  loom_test_executable(test_gpt_mixed_tp ${_model_plugins} loom_comm_mpi loom_comm_single)
+  # mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt)
+  loom_mpirun(_mpirun 2)
+  add_test(NAME model.mixed_tp.np2 COMMAND ${_mpirun} $<TARGET_FILE:test_gpt_mixed_tp>)
+  loom_mpi_env(_mpi_env)
   set_tests_properties(model.mixed_tp.np2 PROPERTIES LABELS "model" TIMEOUT 180
     ENVIRONMENT "${_mpi_env}")
 endif()

@@ -20,15 +20,8 @@ find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi OR NOT TARGET loom)
   return()
 endif()
-add_test(NAME model.hf_interop
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/hf_interop.sh $<TARGET_FILE:loom> ${MPIEXEC_EXECUTABLE})
-set(_hf_env OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader LOOM_PLUGIN_PATH=)
-if(LOOM_SANITIZE)
-  list(APPEND _hf_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)  # see tests/comm
-endif()
-set_tests_properties(model.hf_interop PROPERTIES LABELS "model" TIMEOUT 600
-                     ENVIRONMENT "${_hf_env}")
+loom_mpi_env(_hf_env LOOM_PLUGIN_PATH=)
+loom_script_test(model.hf_interop hf_interop.sh 600 "${_hf_env}" ${MPIEXEC_EXECUTABLE})
 
 # Against the real `transformers` (save_pretrained / from_pretrained): the GPU machine's
 # python3 has it, so it is labelled gpu and runs there through tools/gpu-check; it needs no

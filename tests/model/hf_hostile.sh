@@ -16,10 +16,8 @@
 set -euo pipefail
 loom=$1
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
 . "$here/../support/lib.sh"
+scratch
 # A refusal must come before the allocation a size implies: 2 GB of address space, 60 s. The
 # sanitizer build (LOOM_TEST_ASAN=1) reserves terabytes of shadow address space, so there the
 # bound is ASan's own: 2 GB of resident memory.

@@ -18,10 +18,8 @@ set -euo pipefail
 loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 st="python3 $here/hf/st.py"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
 . "$here/../support/lib.sh"
+scratch
 quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
@@ -55,12 +53,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
 for style in gpt llama; do
-  sets=()
-  [ $style = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
-    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
-    --set model.bias=false)
-  "$loom" run t.toml "${sets[@]}" --set checkpoint.save=trained-$style 2> run.log ||
-    { tail -20 run.log; exit 1; }
+  train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
   # The real vocabulary's rows and every other tensor bitwise (the padded rows past it are
@@ -100,29 +93,14 @@ edit mixtral-f32 "c['sliding_window'] = 4096"
 refuse "Mixtral's sliding window" '"sliding_window" = 4096 does not map'
 
 echo "== 5: finetuning from pretrained weights"
-cat > ft.toml <<TOML
-[train]
-seed = 11
-iters = 4
-micro_batch_size = 2
-global_batch_size = 4
-seq_len = 16
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 16
-max_seq_len = 32
-[tokenizer]
-plugin = "null"
-vocab_size = 95
-[data]
-plugin = "mock"
-[checkpoint]
-finetune = "$here/hf/gpt2-f32"
-TOML
+{
+  toml_section train seed=11 iters=4 micro_batch_size=2 global_batch_size=4 seq_len=16
+  toml_section backend measure_gemm=false threads=1
+  toml_section model n_layer=2 n_head=4 n_embd=16 max_seq_len=32
+  toml_section tokenizer plugin=null vocab_size=95
+  toml_section data plugin=mock
+  toml_section checkpoint "finetune=$here/hf/gpt2-f32"
+} > ft.toml
 "$loom" run ft.toml --set train.metrics=hf.jsonl 2> ft.log || { tail -20 ft.log; exit 1; }
 grep -q "finetuning from $here/hf/gpt2-f32: weights only" ft.log || { cat ft.log; exit 1; }
 "$loom" run ft.toml --set train.metrics=loom.jsonl --set checkpoint.finetune=gpt2-f32 2> ft.log ||

@@ -9,11 +9,9 @@
 #   hf_transformers.sh LOOM
 set -euo pipefail
 loom=$1
-python3 -c "import torch, transformers, safetensors" 2> /dev/null ||
-  { echo "skipped: python3 has no torch/transformers/safetensors"; exit 77; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+python_has torch/transformers/safetensors "import torch, transformers, safetensors"
+scratch
 echo "1 7 42 3 9 90 13 55 0 27 64 8" > prompt.txt
 quiet=(--set backend.measure_gemm=false)
 
@@ -62,31 +60,15 @@ for m in gpt2 llama; do
 done
 
 echo "== Loom -> transformers"
-cat > t.toml <<'TOML'
-[train]
-iters = 3
-micro_batch_size = 2
-seq_len = 16
-[backend]
-measure_gemm = false
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "null"
-vocab_size = 95
-[data]
-plugin = "mock"
-TOML
+{
+  toml_section train iters=3 micro_batch_size=2 seq_len=16
+  toml_section backend measure_gemm=false
+  toml_section model n_layer=2 n_head=4 n_embd=32 max_seq_len=32
+  toml_section tokenizer plugin=null vocab_size=95
+  toml_section data plugin=mock
+} > t.toml
 for style in gpt llama; do
-  sets=()
-  [ $style = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
-    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
-    --set model.bias=false)
-  "$loom" run t.toml "${sets[@]}" --set checkpoint.save=trained-$style 2> run.log ||
-    { tail -20 run.log; exit 1; }
+  train_style $style t.toml
   "$loom" generate --checkpoint trained-$style --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out trained-$style.st "${quiet[@]}" > /dev/null
   "$loom" export-hf trained-$style trained-$style.hf

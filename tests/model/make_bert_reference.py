@@ -24,6 +24,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from reference_util import cases, ints, reference_file, write_gradients
 
 torch.set_default_dtype(torch.float64)
 
@@ -89,16 +90,6 @@ def param_specs(o, vocab):
     return specs
 
 
-def make_params(specs, gen):
-    params = {}
-    for name, shape, kind in specs:
-        r = torch.randn(shape, generator=gen, dtype=torch.float32)
-        v = {"matrix": 0.08 * r, "bias": 0.02 * r, "norm_w": 1.0 + 0.1 * r,
-             "norm_b": 0.05 * r}[kind]
-        params[name] = v.to(torch.float32).to(torch.float64).requires_grad_(True)
-    return params
-
-
 def forward(o, P, tokens, types, padding):
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
     D = C // H
@@ -151,18 +142,11 @@ def forward(o, P, tokens, types, padding):
     return logits, sop
 
 
-def ints(name, t):
-    return name + " " + " ".join(map(str, t.reshape(-1).tolist())) + "\n"
-
-
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     os.makedirs(out_dir, exist_ok=True)
-    for name, cfg in CONFIGS.items():
+    for name, cfg, gen, specs, P in cases(CONFIGS, param_specs):
         o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
-        gen = torch.Generator().manual_seed(cfg["seed"])
-        specs = param_specs(o, vocab)
-        P = make_params(specs, gen)
         padding = torch.zeros(B, T, dtype=torch.long)
         for b, n in enumerate(cfg["lengths"]):
             padding[b, :n] = 1
@@ -193,20 +177,12 @@ def main():
             sop_sum = F.cross_entropy(sop, sop_labels, reduction="sum")
             objective = objective + T * sop_sum
         (loss_scale * objective).backward()
-        path = os.path.join(out_dir, name + ".txt")
-        with open(path, "w") as f:
-            f.write(f"# model/bert whole-model reference '{name}', written by "
-                    "tests/model/make_bert_reference.py\n")
-            f.write(f"# run: /usr/bin/python3 tests/model/make_bert_reference.py  (torch "
-                    f"{torch.__version__}, float64 autograd, seed {cfg['seed']})\n")
-            f.write("# lines: option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
-                    "targets ... | token_types ... | padding_mask ... | sop_labels ... | labels ... | "
-                    "accuracy <correct> | "
-                    "loss_sum <lm> | sop_sum <v> | loss_scale <v> | param <name> <numel> "
-                    "<values...> | grad <name> <numel> <values...>\n")
-            for k, v in o.items():
-                f.write(f"option {k} {v}\n")
-            f.write(f"create {vocab} {B} {T}\n")
+        with reference_file(out_dir, "model/bert", "make_bert_reference.py", name, cfg,
+                            "option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
+                            "targets ... | token_types ... | padding_mask ... | sop_labels ... | "
+                            "labels ... | accuracy <correct> | loss_sum <lm> | sop_sum <v> | "
+                            "loss_scale <v> | param <name> <numel> <values...> | grad <name> "
+                            "<numel> <values...>") as f:
             f.write(ints("tokens", tokens) + ints("targets", targets))
             f.write(ints("token_types", types) + ints("padding_mask", padding))
             f.write(ints("sop_labels", sop_labels))
@@ -215,16 +191,8 @@ def main():
                 f.write(f"accuracy {correct}\n")
             f.write(f"loss_sum {lm_sum.item():.17g}\n")
             f.write(f"sop_sum {sop_sum.item():.17g}\n")
-            f.write(f"loss_scale {loss_scale:.17g}\n")
-            for pname, _, _ in specs:
-                f.write(f"param {pname} {P[pname].numel()} "
-                        + " ".join(f"{v:.9g}" for v in P[pname].detach().reshape(-1).tolist())
-                        + "\n")
-            for pname, _, _ in specs:
-                g = P[pname].grad
-                f.write(f"grad {pname} {g.numel()} "
-                        + " ".join(f"{v:.12e}" for v in g.reshape(-1).tolist()) + "\n")
-        print(f"{path}: lm {lm_sum.item():.6f} over {count} tokens, sop {sop_sum.item():.6f}")
+            write_gradients(f, loss_scale, specs, P)
+        print(f"{f.name}: lm {lm_sum.item():.6f} over {count} tokens, sop {sop_sum.item():.6f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from reference_util import cases, ints, reference_file, write_gradients
 
 torch.set_default_dtype(torch.float64)
 
@@ -74,16 +75,6 @@ def param_specs(o, vocab):
     if o["tie_embeddings"] == "false":
         specs.append(("lm_head.weight", (vocab, C), "matrix"))
     return specs
-
-
-def make_params(specs, gen):
-    params = {}
-    for name, shape, kind in specs:
-        r = torch.randn(shape, generator=gen, dtype=torch.float32)
-        v = {"matrix": 0.08 * r, "bias": 0.02 * r, "norm_w": 1.0 + 0.1 * r,
-             "norm_b": 0.05 * r}[kind]
-        params[name] = v.to(torch.float32).to(torch.float64).requires_grad_(True)
-    return params
 
 
 def rope(x, theta):  # x (B, T, H, D), positions 0..T-1, rotate-half pairs (i, i + D/2)
@@ -140,18 +131,11 @@ def forward(o, P, tokens, vocab):
     return x @ head.t()  # (B, T, vocab)
 
 
-def fmt(t):
-    return " ".join(f"{v:.9g}" for v in t.detach().reshape(-1).tolist())
-
-
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     os.makedirs(out_dir, exist_ok=True)
-    for name, cfg in CONFIGS.items():
+    for name, cfg, gen, specs, P in cases(CONFIGS, param_specs):
         o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
-        gen = torch.Generator().manual_seed(cfg["seed"])
-        specs = param_specs(o, vocab)
-        P = make_params(specs, gen)
         tokens = torch.randint(0, vocab, (B, T), generator=gen)
         targets = torch.randint(0, vocab, (B, T), generator=gen)
         targets[0, 2] = -1  # ignored positions
@@ -162,29 +146,14 @@ def main():
         loss_sum = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1),
                                    ignore_index=-1, reduction="sum")
         (loss_scale * loss_sum).backward()
-        path = os.path.join(out_dir, name + ".txt")
-        with open(path, "w") as f:
-            f.write(f"# model/gpt whole-model reference '{name}', written by "
-                    "tests/model/make_reference.py\n")
-            f.write(f"# run: /usr/bin/python3 tests/model/make_reference.py  (torch "
-                    f"{torch.__version__}, float64 autograd, seed {cfg['seed']})\n")
-            f.write("# lines: option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
-                    "targets ... | loss_sum <v> | loss_scale <v> | param <name> <numel> "
-                    "<values...> | grad <name> <numel> <values...>\n")
-            for k, v in o.items():
-                f.write(f"option {k} {v}\n")
-            f.write(f"create {vocab} {B} {T}\n")
-            f.write("tokens " + " ".join(map(str, tokens.reshape(-1).tolist())) + "\n")
-            f.write("targets " + " ".join(map(str, targets.reshape(-1).tolist())) + "\n")
+        with reference_file(out_dir, "model/gpt", "make_reference.py", name, cfg,
+                            "option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
+                            "targets ... | loss_sum <v> | loss_scale <v> | param <name> "
+                            "<numel> <values...> | grad <name> <numel> <values...>") as f:
+            f.write(ints("tokens", tokens) + ints("targets", targets))
             f.write(f"loss_sum {loss_sum.item():.17g}\n")
-            f.write(f"loss_scale {loss_scale:.17g}\n")
-            for pname, _, _ in specs:
-                f.write(f"param {pname} {P[pname].numel()} {fmt(P[pname])}\n")
-            for pname, _, _ in specs:
-                g = P[pname].grad
-                f.write(f"grad {pname} {g.numel()} "
-                        + " ".join(f"{v:.12e}" for v in g.reshape(-1).tolist()) + "\n")
-        print(f"{path}: loss_sum {loss_sum.item():.6f} over {count} tokens, "
+            write_gradients(f, loss_scale, specs, P)
+        print(f"{f.name}: loss_sum {loss_sum.item():.6f} over {count} tokens, "
               f"{sum(P[p].numel() for p, _, _ in specs)} parameters")
 
 

@@ -32,6 +32,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from reference_util import cases, ints, reference_file, write_gradients
 
 torch.set_default_dtype(torch.float64)
 
@@ -94,16 +95,6 @@ def param_specs(o, vocab):
     norm("dec.ln_f")
     specs.append(("lm_head.bias", (vocab,), "bias"))
     return specs
-
-
-def make_params(specs, gen):
-    params = {}
-    for name, shape, kind in specs:
-        r = torch.randn(shape, generator=gen, dtype=torch.float32)
-        v = {"matrix": 0.08 * r, "bias": 0.02 * r, "norm_w": 1.0 + 0.1 * r,
-             "norm_b": 0.05 * r}[kind]
-        params[name] = v.to(torch.float32).to(torch.float64).requires_grad_(True)
-    return params
 
 
 def relative_bucket(rel, bidirectional, num_buckets, max_distance):
@@ -186,10 +177,6 @@ def forward(o, P, tokens, padding, dec_tokens):
     return y @ P["wte"].t() + P["lm_head.bias"]
 
 
-def ints(name, t):
-    return name + " " + " ".join(map(str, t.reshape(-1).tolist())) + "\n"
-
-
 def write_buckets(out_dir):
     """t5_buckets.txt: Megatron's buckets at T5's defaults (32, 128) and at (8, 10), both
     directions, for relative positions -600 .. 600: where the float32 logarithm decides."""
@@ -208,12 +195,9 @@ def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     os.makedirs(out_dir, exist_ok=True)
     write_buckets(out_dir)
-    for name, cfg in CONFIGS.items():
+    for name, cfg, gen, specs, P in cases(CONFIGS, param_specs):
         o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
         K = o["decoder_seq_len"]
-        gen = torch.Generator().manual_seed(cfg["seed"])
-        specs = param_specs(o, vocab)
-        P = make_params(specs, gen)
         padding = torch.zeros(B, T, dtype=torch.long)
         for b, n in enumerate(cfg["lengths"]):
             padding[b, :n] = 1
@@ -230,32 +214,16 @@ def main():
         lm_sum = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-1,
                                  reduction="sum")
         (loss_scale * (B * T / count) * lm_sum).backward()
-        path = os.path.join(out_dir, name + ".txt")
-        with open(path, "w") as f:
-            f.write(f"# model/t5 whole-model reference '{name}', written by "
-                    "tests/model/make_t5_reference.py\n")
-            f.write(f"# run: /usr/bin/python3 tests/model/make_t5_reference.py  (torch "
-                    f"{torch.__version__}, float64 autograd, seed {cfg['seed']})\n")
-            f.write("# lines: option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
-                    "padding_mask ... | dec_tokens ... | dec_targets ... | loss_sum <lm> | "
-                    "loss_scale <v> | param <name> <numel> <values...> | grad <name> <numel> "
-                    "<values...>\n")
-            for k, v in o.items():
-                f.write(f"option {k} {v}\n")
-            f.write(f"create {vocab} {B} {T}\n")
+        with reference_file(out_dir, "model/t5", "make_t5_reference.py", name, cfg,
+                            "option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
+                            "padding_mask ... | dec_tokens ... | dec_targets ... | loss_sum "
+                            "<lm> | loss_scale <v> | param <name> <numel> <values...> | grad "
+                            "<name> <numel> <values...>") as f:
             f.write(ints("tokens", tokens) + ints("padding_mask", padding))
             f.write(ints("dec_tokens", dec_tokens) + ints("dec_targets", targets))
             f.write(f"loss_sum {lm_sum.item():.17g}\n")
-            f.write(f"loss_scale {loss_scale:.17g}\n")
-            for pname, _, _ in specs:
-                f.write(f"param {pname} {P[pname].numel()} "
-                        + " ".join(f"{v:.9g}" for v in P[pname].detach().reshape(-1).tolist())
-                        + "\n")
-            for pname, _, _ in specs:
-                g = P[pname].grad
-                f.write(f"grad {pname} {g.numel()} "
-                        + " ".join(f"{v:.12e}" for v in g.reshape(-1).tolist()) + "\n")
-        print(f"{path}: lm {lm_sum.item():.6f} over {count} tokens")
+            write_gradients(f, loss_scale, specs, P)
+        print(f"{f.name}: lm {lm_sum.item():.6f} over {count} tokens")
 
 
 if __name__ == "__main__":

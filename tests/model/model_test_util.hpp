@@ -71,6 +71,23 @@ class DevTensor {
   DLTensor* t_ = nullptr;
 };
 
+// Creates the model `api` describes on `th` with `cfg` (which must outlive it) and `a` (its
+// struct_size set here) into *m: its parameters, in the model's order.
+inline std::vector<loom_model_param> create_model(loomtest::TestHost& th, const loom_model_api* api,
+                                                  const loom_config& cfg, loom_model_create_args a,
+                                                  loom_model** m) {
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+  th.check(api->create(th.host(), &cfg, &a, m));
+  std::vector<loom_model_param> params;
+  for (size_t i = 0; i < api->num_params(*m); ++i) {
+    loom_model_param p{};
+    p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+    th.check(api->get_param(*m, i, &p));
+    params.push_back(p);
+  }
+  return params;
+}
+
 // Backend cpu (no GEMM measurement) + attention reference (or another attention plugin).
 struct Host {
   loomtest::TestHost th;
@@ -93,18 +110,8 @@ class Gpt {
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
-    a.vocab_size = vocab;
-    a.seq_len = seq_len;
-    a.micro_batch = micro_batch;
-    a.dtype = dtype;
-    h.th.check(api_->create(h.th.host(), &cfg_, &a, &m_));
-    for (size_t i = 0; i < api_->num_params(m_); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      h.th.check(api_->get_param(m_, i, &p));
-      params.push_back(p);
-    }
+    a.vocab_size = vocab, a.seq_len = seq_len, a.micro_batch = micro_batch, a.dtype = dtype;
+    params = create_model(h.th, api_, cfg_, a, &m_);
   }
   ~Gpt() { api_->destroy(m_); }
   Gpt(const Gpt&) = delete;
@@ -212,6 +219,51 @@ class Optimizer {
   loom_optimizer* o_ = nullptr;
 };
 
+// comm/mpi finalises MPI when its last instance goes: a test that makes and destroys comms
+// under mpirun keeps this one for the whole process.
+inline loomtest::TestHost& mpi_anchor() {
+  static loomtest::TestHost h;
+  static bool loaded = (h.load_comm("mpi"), true);
+  (void)loaded;
+  return h;
+}
+
+// A model plugin on a test host of its own: backend/cpu on one thread (the ranks already share
+// the cores), attention/reference and comm `comm_name`; `d` == nullptr: the whole model, else
+// this rank's pipeline stage and shard of layout d. Created for `vocab`, `seq_len` and
+// `micro_batch` in `dtype`, its parameters initialised from `seed` and its gradients zeroed.
+struct ModelInstance {
+  loomtest::TestHost th;
+  loom_backend_ref be{};
+  loom_comm_ref comm{};
+  const loom_model_api* api = nullptr;
+  loom_model* m = nullptr;
+  loom_config cfg;
+  std::vector<loom_model_param> params;
+
+  ModelInstance(const std::string& comm_name, const loom::layout::Degrees* d, const char* model,
+                const Overrides& options, int64_t vocab, int64_t seq_len, int64_t micro_batch,
+                DLDataType dtype, uint64_t seed) {
+    be = th.load_backend("cpu", {{"measure_gemm", "false"}, {"threads", "1"}});
+    th.load_attention("reference");
+    comm = th.load_comm(comm_name);
+    if (d) th.setup_parallel(*d);
+    auto* desc = loomtest::load_descriptor("model", model);
+    api = static_cast<const loom_model_api*>(desc->api);
+    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
+    cfg = loomtest::TestHost::config(desc, options);
+    loom_model_create_args a{};
+    a.vocab_size = vocab, a.seq_len = seq_len, a.micro_batch = micro_batch, a.dtype = dtype;
+    a.pipeline_stage = th.layout().pipeline_rank, a.pipeline_stages = th.layout().pipeline;
+    params = create_model(th, api, cfg, a, &m);
+    th.check(api->init_params(m, seed));
+    th.check(api->zero_grad(m));
+  }
+  ~ModelInstance() { api->destroy(m); }
+  ModelInstance(const ModelInstance&) = delete;
+  ModelInstance& operator=(const ModelInstance&) = delete;
+};
+
 inline double max_abs(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::fabs(x));
@@ -221,6 +273,14 @@ inline double max_abs(const std::vector<double>& v) {
 // Tiny configurations shared by the tests.
 inline Overrides tiny_gpt2() {
   return {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "16"}, {"max_seq_len", "32"}};
+}
+// The Llama-style model of width 32 the tensor-parallel tests split (GQA: 4 query and 2
+// key/value heads), with `n_layer` layers.
+inline Overrides small_llama(const std::string& n_layer) {
+  return {{"n_layer", n_layer},       {"n_head", "4"},      {"n_kv_head", "2"},
+          {"n_embd", "32"},           {"ffn_hidden", "48"}, {"norm", "rmsnorm"},
+          {"activation", "swiglu"},   {"position", "rope"}, {"bias", "false"},
+          {"tie_embeddings", "false"}};
 }
 inline Overrides tiny_llama() {
   return {{"n_layer", "2"},           {"n_head", "2"},      {"n_kv_head", "1"},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model_test_util.hpp"
+#include "reference_records.hpp"
 
 namespace modeltest {
 
@@ -28,12 +29,7 @@ inline Reference load(const std::string& name) {
   REQUIRE_MESSAGE(f.good(),
                   "missing reference data " << path << " (run its tests/model/make_*reference.py)");
   Reference r;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string kind;
-    in >> kind;
+  loomtest::each_record(f, [&](const std::string& kind, std::istream& in) {
     if (kind == "option") {
       std::string k, v;
       in >> k >> v;
@@ -73,7 +69,7 @@ inline Reference load(const std::string& name) {
       REQUIRE_MESSAGE(!in.fail(), "truncated " << kind << " " << pname << " in " << path);
       (kind == "param" ? r.params : r.grads)[pname] = std::move(v);
     }
-  }
+  });
   REQUIRE(r.tokens.size() == size_t(r.batch * r.seq));
   return r;
 }

@@ -56,6 +56,16 @@ std::vector<double> randn(int64_t n, std::mt19937& rng) {
   return v;
 }
 
+// The forward arguments of out = attention(q, k, v) scaled by `scale` (lse may be nullptr).
+loom_attention_fwd_args fwd_args(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                 DLTensor* out, DLTensor* lse, double scale, int causal) {
+  loom_attention_fwd_args f{};
+  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
+  f.q = q, f.k = k, f.v = v, f.out = out, f.lse = lse;
+  f.scale = scale, f.causal = causal;
+  return f;
+}
+
 struct Case {
   Dims d;
   bool causal;
@@ -80,15 +90,7 @@ void run_case(Host& h, const Case& c, DLDataType dt, double fwd_tol, bool finite
   v.set_host(vh);
   const double scale = 1.0 / std::sqrt((double)d.D);
 
-  loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
-  f.q = q;
-  f.k = k;
-  f.v = v;
-  f.out = out;
-  f.lse = lse;
-  f.scale = scale;
-  f.causal = c.causal;
+  loom_attention_fwd_args f = fwd_args(q, k, v, out, lse, scale, c.causal);
   h.th.check(h.attn.api->forward(h.attn.self, &f));
   std::vector<double> ref_out, ref_lse;
   naive_attention(d, qh, kh, vh, scale, c.causal, ref_out, ref_lse);
@@ -186,15 +188,7 @@ TEST_CASE("attention/reference: generation call without lse, then a larger batch
     q.set_host(qh);
     k.set_host(kh);
     v.set_host(vh);
-    loom_attention_fwd_args f{};
-    f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
-    f.q = q;
-    f.k = k;
-    f.v = v;
-    f.out = out;
-    f.lse = nullptr;
-    f.scale = 0.3;
-    f.causal = 1;
+    loom_attention_fwd_args f = fwd_args(q, k, v, out, nullptr, 0.3, 1);
     h.th.check(h.attn.api->forward(h.attn.self, &f));
     std::vector<double> ro, rl;
     naive_attention(d, qh, kh, vh, 0.3, true, ro, rl);
@@ -207,13 +201,7 @@ TEST_CASE("attention/reference: bad shapes are refused with a message") {
   Host h;
   DevTensor q(h.be, loom_f32(), {1, 2, 3, 4}), k(h.be, loom_f32(), {1, 2, 2, 4});
   DevTensor out(h.be, loom_f32(), {1, 2, 3, 4});
-  loom_attention_fwd_args f{};
-  f.struct_size = LOOM_ATTENTION_FWD_ARGS_SIZE_V2;
-  f.q = q;
-  f.k = k;
-  f.v = k;
-  f.out = out;
-  f.scale = 1;
+  loom_attention_fwd_args f = fwd_args(q, k, k, out, nullptr, 1, 0);
   loom_error* e = h.attn.api->forward(h.attn.self, &f);
   REQUIRE(e != nullptr);
   CHECK(std::string(e->message).find("multiple of Hkv") != std::string::npos);

@@ -14,19 +14,14 @@
 
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
+#include "model_test_util.hpp"
 #include "test_host.hpp"
 
 namespace {
 
 constexpr int64_t kB = 2, kT = 8, kN = kB * kT, kVocab = 100;
 
-// comm/mpi finalises MPI when its last instance goes; this one lives for the process.
-loomtest::TestHost& mpi_anchor() {
-  static loomtest::TestHost h;
-  static bool loaded = (h.load_comm("mpi"), true);
-  (void)loaded;
-  return h;
-}
+using modeltest::mpi_anchor;
 
 // f32 copy of a tensor of any float dtype, as doubles (16-bit ones cast by the backend).
 std::vector<double> download(const loom_backend_ref& be, const DLTensor* t) {
@@ -53,50 +48,12 @@ DLTensor* upload(const loom_backend_ref& be, DLDataType dt, const std::vector<do
   return t;
 }
 
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
+using modeltest::max_abs;
 
-struct Instance {
-  loomtest::TestHost th;
-  loom_backend_ref be{};
-  loom_comm_ref comm{};
-  const loom_model_api* api = nullptr;
-  loom_model* m = nullptr;
-  loom_config cfg;
-  std::vector<loom_model_param> params;
-
+struct Instance : modeltest::ModelInstance {
   Instance(const std::string& comm_name, const loom::layout::Degrees* d,
-           const std::map<std::string, std::string>& options) {
-    be = th.load_backend("cpu", {{"measure_gemm", "false"}, {"threads", "1"}});
-    th.load_attention("reference");
-    comm = th.load_comm(comm_name);
-    if (d) th.setup_parallel(*d);
-    auto* desc = loomtest::load_descriptor("model", "gpt");
-    api = static_cast<const loom_model_api*>(desc->api);
-    cfg = loomtest::TestHost::config(desc, options);
-    loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
-    a.vocab_size = kVocab;
-    a.seq_len = kT;
-    a.micro_batch = kB;
-    a.dtype = loom_bf16();
-    a.pipeline_stages = 1;
-    th.check(api->create(th.host(), &cfg, &a, &m));
-    for (size_t i = 0; i < api->num_params(m); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      th.check(api->get_param(m, i, &p));
-      params.push_back(p);
-    }
-    th.check(api->init_params(m, 77));
-    th.check(api->zero_grad(m));
-  }
-  ~Instance() { api->destroy(m); }
-  Instance(const Instance&) = delete;
-  Instance& operator=(const Instance&) = delete;
+           const std::map<std::string, std::string>& options)
+      : ModelInstance(comm_name, d, "gpt", options, kVocab, kT, kB, loom_bf16(), 77) {}
 
   double run() {
     std::vector<int32_t> tok(kN), tgt(kN);
@@ -208,14 +165,5 @@ void check_tp(const std::map<std::string, std::string>& options) {
 
 TEST_CASE("model/gpt bf16: tensor + sequence parallel = 2 against one rank in bf16") {
   check_tp({{"n_layer", "2"}, {"n_head", "4"}, {"n_embd", "32"}, {"max_seq_len", "32"}});
-  check_tp({{"n_layer", "2"},
-            {"n_head", "4"},
-            {"n_kv_head", "2"},
-            {"n_embd", "32"},
-            {"ffn_hidden", "48"},
-            {"norm", "rmsnorm"},
-            {"activation", "swiglu"},
-            {"position", "rope"},
-            {"bias", "false"},
-            {"tie_embeddings", "false"}});
+  check_tp(modeltest::small_llama("2"));
 }

@@ -17,6 +17,7 @@
 
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
+#include "model_test_util.hpp"
 #include "test_host.hpp"
 
 namespace {
@@ -28,12 +29,7 @@ constexpr int64_t kB = 2, kT = 16, kN = kB * kT;
 constexpr uint64_t kSeed = 1234;
 
 // comm/mpi finalises MPI when its last instance goes; this one lives for the process.
-loomtest::TestHost& mpi_anchor() {
-  static loomtest::TestHost h;
-  static bool loaded = (h.load_comm("mpi"), true);
-  (void)loaded;
-  return h;
-}
+using modeltest::mpi_anchor;
 int world_size() {
   loom_comm_ref c{};
   mpi_anchor().check(mpi_anchor().host()->get_comm(mpi_anchor().host()->ctx, &c));
@@ -67,19 +63,12 @@ const Config kBertPost{"bert-post-ln",
                        100,
                        "bert"};
 const Config kLlama{"llama",
-                    {{"n_layer", "4"},
-                     {"n_head", "4"},
-                     {"n_kv_head", "2"},
-                     {"n_embd", "32"},
-                     {"ffn_hidden", "48"},
-                     {"norm", "rmsnorm"},
-                     {"activation", "swiglu"},
-                     {"position", "rope"},
-                     {"bias", "false"},
-                     {"tie_embeddings", "false"},
-                     {"pad_vocab_to", "64"}},
-                    300,
-                    "gpt"};
+                    [] {
+                      Overrides o = modeltest::small_llama("4");
+                      o["pad_vocab_to"] = "64";
+                      return o;
+                    }(),
+                    300, "gpt"};
 
 DLTensor host_tensor(std::vector<double>& v, int64_t& shape) {
   shape = (int64_t)v.size();
@@ -98,49 +87,11 @@ std::vector<double> download(const loom_backend_ref& be, const DLTensor* t) {
   return out;
 }
 
-// One model instance on its own host: backend/cpu, attention/reference, and a comm.
-struct Instance {
-  loomtest::TestHost th;
-  loom_backend_ref be{};
-  loom_comm_ref comm{};
-  const loom_model_api* api = nullptr;
-  loom_model* m = nullptr;
-  loom_config cfg;
-  std::vector<loom_model_param> params;
-
+// One model instance on its own host (modeltest::ModelInstance) in f64.
+struct Instance : modeltest::ModelInstance {
   // d == nullptr: the whole model; else this rank's stage and shard of layout d.
-  Instance(const std::string& comm_name, const Degrees* d, const Config& c) {
-    // one thread per rank: the ranks already share the cores
-    be = th.load_backend("cpu", {{"measure_gemm", "false"}, {"threads", "1"}});
-    th.load_attention("reference");
-    comm = th.load_comm(comm_name);
-    if (d) th.setup_parallel(*d);
-    const int stage = th.layout().pipeline_rank, stages = th.layout().pipeline;
-    auto* desc = loomtest::load_descriptor("model", c.model);
-    api = static_cast<const loom_model_api*>(desc->api);
-    REQUIRE(api->struct_size >= LOOM_MODEL_API_SIZE_V2);
-    cfg = loomtest::TestHost::config(desc, c.options);
-    loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
-    a.vocab_size = c.vocab;
-    a.seq_len = kT;
-    a.micro_batch = kB;
-    a.dtype = loom_f64();
-    a.pipeline_stage = stage;
-    a.pipeline_stages = stages;
-    th.check(api->create(th.host(), &cfg, &a, &m));
-    for (size_t i = 0; i < api->num_params(m); ++i) {
-      loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
-      th.check(api->get_param(m, i, &p));
-      params.push_back(p);
-    }
-    th.check(api->init_params(m, kSeed));
-    th.check(api->zero_grad(m));
-  }
-  ~Instance() { api->destroy(m); }
-  Instance(const Instance&) = delete;
-  Instance& operator=(const Instance&) = delete;
+  Instance(const std::string& comm_name, const Degrees* d, const Config& c)
+      : ModelInstance(comm_name, d, c.model, c.options, c.vocab, kT, kB, loom_f64(), kSeed) {}
 
   loom_comm_group* group(loom_group_kind k) {
     loom_comm_group* g = nullptr;

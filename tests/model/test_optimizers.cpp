@@ -39,6 +39,21 @@ struct Params {
     list.push_back({LOOM_OPT_PARAM_SIZE_V2, "a.bias", &p1, &g1, 0});
     list.push_back({LOOM_OPT_PARAM_SIZE_V2, "b.weight", sep_p.get(), sep_g.get(), 1});
   }
+  // The 13 values of the three parameters (a's 10 in flat_p, b's 3 in sep_p), and likewise
+  // of their gradients.
+  void set_params(const std::vector<double>& v) {
+    flat_p.set_host({v.begin(), v.begin() + 10});
+    sep_p.set_host({v.begin() + 10, v.end()});
+  }
+  void set_grads(const std::vector<double>& v) {
+    flat_g.set_host({v.begin(), v.begin() + 10});
+    sep_g.set_host({v.begin() + 10, v.end()});
+  }
+  std::vector<double> params() const {
+    auto got = flat_p.get_host(), sep = sep_p.get_host();
+    got.insert(got.end(), sep.begin(), sep.end());
+    return got;
+  }
 };
 
 std::vector<double> randv(int n, std::mt19937& rng) {
@@ -67,8 +82,7 @@ TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state nam
   Params p(h);
   std::mt19937 rng(5);
   std::vector<double> P = randv(13, rng);  // flat 10 then separate 3
-  p.flat_p.set_host({P.begin(), P.begin() + 10});
-  p.sep_p.set_host({P.begin() + 10, P.end()});
+  p.set_params(P);
   const loom_optimizer_api* api;
   loom_config cfg;
   loom_optimizer* opt = make(h, "adamw", {{"weight_decay", "0.3"}}, p, &api, cfg);
@@ -77,8 +91,7 @@ TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state nam
   std::vector<double> m(13, 0.0), v(13, 0.0);
   for (int step = 1; step <= 3; ++step) {
     std::vector<double> G = randv(13, rng);
-    p.flat_g.set_host({G.begin(), G.begin() + 10});
-    p.sep_g.set_host({G.begin() + 10, G.end()});
+    p.set_grads(G);
     loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs, nullptr};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
@@ -90,8 +103,7 @@ TEST_CASE("optimizer/adamw = host AdamW; decay only on flagged params; state nam
       P[i] -= lr * mh / (std::sqrt(vh) + eps);
     }
   }
-  auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
-  got.insert(got.end(), sep.begin(), sep.end());
+  const auto got = p.params();
   for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-12));
 
   REQUIRE(api->num_state(opt) == 6);
@@ -117,8 +129,7 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
     Params p(h);
     std::mt19937 rng(9);
     std::vector<double> P = randv(13, rng);
-    p.flat_p.set_host({P.begin(), P.begin() + 10});
-    p.sep_p.set_host({P.begin() + 10, P.end()});
+    p.set_params(P);
     const loom_optimizer_api* api;
     loom_config cfg;
     loom_optimizer* opt =
@@ -128,8 +139,7 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
     std::vector<double> buf(13, 0.0);
     for (int step = 1; step <= 3; ++step) {
       std::vector<double> G = randv(13, rng);
-      p.flat_g.set_host({G.begin(), G.begin() + 10});
-      p.sep_g.set_host({G.begin() + 10, G.end()});
+      p.set_grads(G);
       loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.1, step, 2.0, nullptr};
       h.th.check(api->step(opt, &a));
       for (int i = 0; i < 13; ++i) {
@@ -137,8 +147,7 @@ TEST_CASE("optimizer/sgd = host SGD with and without momentum") {
         P[i] -= 0.1 * buf[i];
       }
     }
-    auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
-    got.insert(got.end(), sep.begin(), sep.end());
+    const auto got = p.params();
     for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-12));
     if (mom != 0.0) {
       const char* name = nullptr;
@@ -155,8 +164,7 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
   Params p(h);
   std::mt19937 rng(13);
   std::vector<double> P = randv(13, rng);
-  p.flat_p.set_host({P.begin(), P.begin() + 10});
-  p.sep_p.set_host({P.begin() + 10, P.end()});
+  p.set_params(P);
   const loom_optimizer_api* api;
   loom_config cfg;
   const double lr = 0.01, b1 = 0.8, b2 = 0.95, wd = 0.5, gs = 0.25;
@@ -168,8 +176,7 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
   for (int step = 1; step <= 3; ++step) {
     std::vector<double> G = randv(13, rng);
     if (step == 1) G[4] = 0.0;  // sign(0) = 0: a zero gradient on a zero momentum moves nothing
-    p.flat_g.set_host({G.begin(), G.begin() + 10});
-    p.sep_g.set_host({G.begin() + 10, G.end()});
+    p.set_grads(G);
     loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, gs, nullptr};
     h.th.check(api->step(opt, &a));
     for (int i = 0; i < 13; ++i) {
@@ -179,8 +186,7 @@ TEST_CASE("optimizer/lion = host Lion over 3 steps; decay only on flagged params
       m[i] = b2 * m[i] + (1 - b2) * g;
     }
   }
-  auto got = p.flat_p.get_host(), sep = p.sep_p.get_host();
-  got.insert(got.end(), sep.begin(), sep.end());
+  const auto got = p.params();
   for (int i = 0; i < 13; ++i) CHECK(got[i] == doctest::Approx(P[i]).epsilon(1e-14));
   const char* name = nullptr;
   DLTensor* t = nullptr;

@@ -13,29 +13,17 @@ if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
 
-# Same launcher settings as tests/comm: root in a container, more ranks than cores,
-# shared memory and loopback only.
-set(_mpi_env
-  OMPI_MCA_rmaps_base_oversubscribe=1
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_btl=self,vader)
-if(LOOM_SANITIZE)
-  # OpenMPI's never-freed MCA allocations (see tests/comm/CMakeLists.txt)
-  list(APPEND _mpi_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
-endif()
+# mpirun's settings and environment: loom_mpirun and loom_mpi_env (tests/CMakeLists.txt).
+loom_mpi_env(_mpi_env)
 
 # name, world sizes, plugins
 function(loom_parallel_mpi_test name sizes)
-  add_executable(${name} ${name}.cpp)
-  target_link_libraries(${name} PRIVATE loom_test_main)
+  loom_test_executable(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-  add_dependencies(${name} loom_comm_mpi loom_backend_cpu ${ARGN})
   set(_tests)
   foreach(np ${sizes})
-    add_test(NAME parallel.${name}.np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                     --allow-run-as-root --mca btl self,vader $<TARGET_FILE:${name}>)
+    loom_mpirun(_mpirun ${np})
+    add_test(NAME parallel.${name}.np${np} COMMAND ${_mpirun} $<TARGET_FILE:${name}>)
     list(APPEND _tests parallel.${name}.np${np})
   endforeach()
   add_test(NAME parallel.${name}.singleton COMMAND ${name})

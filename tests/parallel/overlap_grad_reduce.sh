@@ -20,45 +20,21 @@ loom=${1:?usage: $0 LOOM_EXECUTABLE MPIEXEC}
 mpiexec=${2:?usage: $0 LOOM_EXECUTABLE MPIEXEC}
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
-cat >"$work/r.toml" <<'TOML'
-[train]
-seed = 7
-iters = 5
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 32
-log_interval = 1
-eval_interval = 0
-[precision]
-dtype = "fp32"
-[lr]
-max = 1e-3
-warmup_iters = 1
-[backend]
-plugin = "cpu"
-threads = 1
-[comm]
-plugin = "mpi"
-[parallel]
-data = "ddp"
-bucket_size = 40000
-[model]
-plugin = "gpt"
-n_layer = 6
-n_head = 4
-n_embd = 128
-max_seq_len = 32
-[attention]
-plugin = "reference"
-[optimizer]
-plugin = "adamw"
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 64
-doc_length = 96
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+{
+  toml_section train seed=7 iters=5 micro_batch_size=2 global_batch_size=8 seq_len=32 \
+    log_interval=1 eval_interval=0
+  toml_section precision dtype=fp32
+  toml_section lr max=1e-3 warmup_iters=1
+  toml_section backend plugin=cpu threads=1
+  toml_section comm plugin=mpi
+  toml_section parallel data=ddp bucket_size=40000
+  toml_section model plugin=gpt n_layer=6 n_head=4 n_embd=128 max_seq_len=32
+  toml_section attention plugin=reference
+  toml_section optimizer plugin=adamw
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=64 doc_length=96
+} > "$work/r.toml"
 run() {  # NAME [--set ...]
   local name=$1
   shift

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/cpp/comm.hpp"
+#include "mpi_world.hpp"
 #include "plugin_test_util.hpp"
 
 using ptest::HostTensor;
@@ -23,15 +24,8 @@ namespace {
 
 const loom_grad_reduce_args kReduceAll{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
 
-struct World {
-  loomtest::TestHost host;
-  loom_comm_ref comm;
-  int rank = 0, size = 1;
+struct World : loomtest::MpiWorld {
   World() {
-    host.load_backend("cpu");
-    comm = host.load_comm("mpi");
-    rank = comm.api->world_rank(comm.self);
-    size = comm.api->world_size(comm.self);
     host.setup_parallel({});  // all ranks data-parallel: the data x context group is the world
   }
 };

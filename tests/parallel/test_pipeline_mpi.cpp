@@ -23,6 +23,7 @@
 
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/model_step.hpp"
+#include "mpi_world.hpp"
 #include "plugin_test_util.hpp"
 
 namespace {
@@ -319,17 +320,7 @@ Reference reference(int64_t S, int64_t M) {
 }
 
 // ---- the world: one comm (MPI is initialised once per process) and a CPU backend -------
-struct World {
-  loomtest::TestHost host;
-  loom_comm_ref comm;
-  int rank = 0, size = 1;
-  World() {
-    host.load_backend("cpu");
-    comm = host.load_comm("mpi");
-    rank = comm.api->world_rank(comm.self);
-    size = comm.api->world_size(comm.self);
-  }
-};
+using World = loomtest::MpiWorld;
 World& world() {
   static World w;
   return w;

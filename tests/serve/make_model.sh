@@ -6,6 +6,7 @@
 set -euo pipefail
 loom=$1
 ck=$2
+. "$(dirname "$0")/../support/lib.sh"
 python3 - <<'PY'
 import json, random
 rng = random.Random(5)
@@ -14,28 +15,13 @@ with open("text.jsonl", "w") as f:
     for _ in range(400):
         f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(12)) + "."}) + "\n")
 PY
-cat > r.toml <<TOML
-[train]
-iters = 60
-micro_batch_size = 4
-seq_len = 32
-log_interval = 30
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 64
-max_seq_len = 32
-position = "rope"
-norm = "rmsnorm"
-activation = "swiglu"
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "jsonl"
-path = "text.jsonl"
-[checkpoint]
-save = "$ck"
-[lr]
-max = 3e-3
-TOML
+{
+  toml_section train iters=60 micro_batch_size=4 seq_len=32 log_interval=30
+  toml_section model n_layer=2 n_head=4 n_embd=64 max_seq_len=32 position=rope norm=rmsnorm \
+    activation=swiglu
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=jsonl path=text.jsonl
+  toml_section checkpoint "save=$ck"
+  toml_section lr max=3e-3
+} > r.toml
 "$loom" run r.toml 2> train.log || { tail -20 train.log; exit 1; }

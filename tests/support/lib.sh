@@ -1,5 +1,9 @@
 # Shell helpers the tests' scripts source (`. "$here/../support/lib.sh"`), so that each
-# script keeps only what it checks.
+# script keeps only what it checks. $loom and $mpiexec are the sourcing script's.
+# shellcheck shell=bash disable=SC2154
+
+# tests/, absolute: where helpers below find the tests' data after a script changed folder.
+tests_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # expect RC TEXT CMD...: runs CMD (stdout and stderr into out.log) and fails the script
 # unless it exits RC and says TEXT (a fixed string); prints the line that says it.
@@ -19,27 +23,75 @@ expect() {
   echo "ok ($rc): $(grep -m1 -F -- "$text" out.log | cut -c1-200)"
 }
 
+# scratch: a fresh folder, $dir, made the current one; it is removed when the script exits.
+scratch() {
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+  cd "$dir" || exit 1
+}
+
+# fail MESSAGE: "FAIL: MESSAGE" and the last 20 lines of out.txt (where the scripts that use
+# it send the output of the command under test), then exit 1.
+fail() {
+  echo "FAIL: $*"
+  [ -f out.txt ] && tail -20 out.txt
+  exit 1
+}
+
+# python_has WHAT IMPORT: unless python3 runs IMPORT, "skipped: python3 has no WHAT" and exit
+# 77 (ctest's Skipped), for a test of what only some machines' python3 has.
+python_has() {
+  python3 -c "$2" 2> /dev/null || { echo "skipped: python3 has no $1"; exit 77; }
+}
+
+# now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
+# below X LIMIT: whether X < LIMIT (decimals).
+now() { date +%s.%N; }
+since() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
+below() { python3 -c "import sys; sys.exit(0 if $1 < $2 else 1)"; }
+
+# toml_section NAME [KEY=VALUE...]: a recipe's [NAME] table, a line per KEY. A VALUE that is
+# not a number, a boolean, a quoted string or an array is written as a string ("VALUE").
+toml_section() {
+  echo "[$1]"
+  shift
+  local kv value
+  for kv in "$@"; do
+    value=${kv#*=}
+    if ! [[ $value =~ ^(-?[0-9][0-9_.eE+-]*|true|false|\".*|\[.*)$ ]]; then
+      value="\"$value\""
+    fi
+    echo "${kv%%=*} = $value"
+  done
+}
+
+# gpt_sections [KEY=VALUE...]: the [backend], [model], [tokenizer] and [data] sections of a
+# small GPT over the byte tokenizer and mock data, on one thread. KEY: n_layer, n_head, n_embd
+# and max_seq_len (2, 4, 32 and 16 unless given); threads (1 unless given; empty: the
+# backend's default, every core); num_documents and doc_length (dataset/mock's defaults unless
+# given); any other KEY is one more [model] key, after those four.
+gpt_sections() {
+  local n_layer=2 n_head=4 n_embd=32 max_seq_len=16 threads=1 num_documents="" doc_length=""
+  local kv extra=()
+  for kv in "$@"; do
+    case ${kv%%=*} in
+      n_layer | n_head | n_embd | max_seq_len | threads | num_documents | doc_length)
+        local "$kv" ;;
+      *) extra+=("$kv") ;;
+    esac
+  done
+  toml_section backend measure_gemm=false ${threads:+"threads=$threads"}
+  toml_section model "n_layer=$n_layer" "n_head=$n_head" "n_embd=$n_embd" \
+    "max_seq_len=$max_seq_len" "${extra[@]}"
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock ${num_documents:+"num_documents=$num_documents"} \
+    ${doc_length:+"doc_length=$doc_length"}
+}
+
 # tiny_recipe FILE [ITERS]: a GPT of 2 layers, width 32, over the byte tokenizer and mock
 # data, that trains ITERS (default 2) iterations in about a second on one CPU thread.
 tiny_recipe() {
-  cat > "$1" <<TOML
-[train]
-iters = ${2:-2}
-micro_batch_size = 2
-seq_len = 16
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-TOML
+  { toml_section train "iters=${2:-2}" micro_batch_size=2 seq_len=16; gpt_sections; } > "$1"
 }
 
 # mpi_ranks NP CMD...: CMD as NP ranks under $mpiexec the way every multi-rank test starts them
@@ -56,22 +108,45 @@ mpi_ranks() {
 # default) that the checkpoint and layout tests train; each script writes its own [train] and
 # [lr] (and anything else) beside them.
 small_gpt_sections() {
-  cat <<TOML
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = ${1:-200}
-doc_length = 64
-TOML
+  gpt_sections n_layer=4 "num_documents=${1:-200}" doc_length=64
+}
+
+# bert_data_sections: the [tokenizer] and [data] sections of dataset/bert over the sentences
+# and WordPiece vocabulary of tests/data/data/bert_masking (make_bert_reference.py), 80 % of
+# the sentences to train on and 20 % to evaluate on.
+bert_data_sections() {
+  local data=$tests_dir/data/data/bert_masking
+  toml_section tokenizer plugin=wordpiece "vocab_file=$data/vocab.txt"
+  toml_section data plugin=bert "prefix=$data/sentences" split=80,20,0
+}
+
+# twenty_step_sections GLOBAL_BATCH SEQ_LEN: the [train], [lr] and [optimizer] sections of
+# the runs held against each other to a tolerance (equivalence.sh: layouts; swap_attention.sh:
+# attention plugins): 20 iterations of GLOBAL_BATCH samples of SEQ_LEN tokens from seed 7,
+# logged every 5, 2 batches evaluated at 10 and 20, AdamW with eps = 1e-6. Why 1e-6: the
+# attention's key bias has an exactly zero gradient (softmax is shift-invariant per query), so
+# what backward computes for it is rounding noise (~1e-10), and any change of summation order
+# changes that noise. With eps = 1e-8 AdamW turns it into steps of about lr * |g| / eps, up to
+# 1% of lr, which would make the key bias differ between layouts by more than the tolerance
+# while every other tensor agrees to 1e-7. eps = 1e-6 keeps that amplified noise below the
+# tolerance; a real error in a gradient (>= 1e-6) still shows.
+twenty_step_sections() {
+  toml_section train seed=7 iters=20 micro_batch_size=2 "global_batch_size=$1" "seq_len=$2" \
+    log_interval=5 eval_interval=10 eval_iters=2
+  toml_section lr max=3e-3 warmup_iters=2
+  toml_section optimizer plugin=adamw eps=1e-6
+}
+
+# reshard_recipe: the recipe of the tests that resume a checkpoint on other layouts (fsdp.sh,
+# reshard.sh): small_gpt_sections' GPT for 12 iterations of 8 samples, on the lr schedule of
+# 12 (also for the runs that stop at 6), AdamW with eps = 1e-6 (see twenty_step_sections: keeps
+# the key bias's rounding noise small), no periodic checkpoints.
+reshard_recipe() {
+  toml_section train seed=5 iters=12 micro_batch_size=2 global_batch_size=8 seq_len=16
+  toml_section lr max=3e-3 warmup_iters=2 decay_iters=12
+  toml_section optimizer plugin=adamw eps=1e-6
+  toml_section checkpoint interval=0
+  small_gpt_sections 200
 }
 
 # compare_resumed TOL STRAIGHT.jsonl RESUMED.jsonl WHAT [KEY...]: iterations 7..12 of a run
@@ -96,4 +171,41 @@ for r in resumed:
             sys.exit(f"{what} iter {r['iter']}: straight {key} {x!r}, resumed {y!r}")
 print(f"{what}: {' and '.join(keys)} of iterations 7..12 within {worst:.1e} of the straight run")
 PY
+}
+
+# resume_half KEY RECIPE ARGS...: `loom run RECIPE ARGS` (20 iterations) straight (metrics in
+# pre.jsonl), then 10 iterations of the same 20-iteration schedule saved to half/, resumed to
+# 20 (resumed.jsonl); iterations 11..20 must log the straight run's loss and KEY, bitwise. Runs
+# in the current folder; a run that fails shows the end of its log and exits 1.
+resume_half() {
+  local key=$1
+  shift
+  "$loom" run "$@" --set train.metrics=pre.jsonl 2> pre.log || { tail -20 pre.log; exit 1; }
+  "$loom" run "$@" --set train.iters=10 --set lr.decay_iters=20 --set checkpoint.save=half \
+    2> half.log || { tail -20 half.log; exit 1; }
+  "$loom" run "$@" --set checkpoint.save=half --set checkpoint.load=half \
+    --set train.metrics=resumed.jsonl 2> resumed.log || { tail -20 resumed.log; exit 1; }
+  python3 - "$key" <<'PY'
+import json, sys
+key = sys.argv[1]
+straight = [json.loads(l) for l in open("pre.jsonl") if '"loss"' in l]
+resumed = [json.loads(l) for l in open("resumed.jsonl") if '"loss"' in l]
+assert [r["iter"] for r in resumed] == list(range(11, 21)), resumed
+for a, b in zip(straight[10:], resumed):
+    assert a["loss"] == b["loss"] and a[key] == b[key], (a, b)
+print(f"resume: iterations 11-20 equal the straight run bitwise (loss {resumed[-1]['loss']:.6f})")
+PY
+}
+
+# train_style STYLE RECIPE: `loom run RECIPE` as a GPT-2-style model (STYLE gpt) or a
+# Llama-style one (llama: RMSNorm, SwiGLU, RoPE, 2 key/value heads, untied embeddings, no
+# biases), saved to the checkpoint trained-STYLE; a failed run shows the end of run.log and
+# exits 1.
+train_style() {
+  local sets=()
+  [ "$1" = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
+    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
+    --set model.bias=false)
+  "$loom" run "$2" "${sets[@]}" --set checkpoint.save="trained-$1" 2> run.log ||
+    { tail -20 run.log; exit 1; }
 }

@@ -12,37 +12,14 @@
 #   async_save.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > a.toml <<'TOML'
-[train]
-seed = 11
-iters = 20
-micro_batch_size = 2
-seq_len = 32
-log_interval = 1
-metrics = "m.jsonl"
-[lr]
-max = 1e-3
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-[checkpoint]
-interval = 5
-TOML
-fail() { echo "FAIL: $*"; [ -f out.txt ] && tail -20 out.txt; exit 1; }
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=20 micro_batch_size=2 seq_len=32 log_interval=1 metrics=m.jsonl
+  toml_section lr max=1e-3
+  gpt_sections n_head=2 max_seq_len=32 num_documents=200 doc_length=64
+  toml_section checkpoint interval=5
+} > a.toml
 same_checkpoints() {  # same_checkpoints A B: every iter_* of A equals B's
   for it in 0000005 0000010 0000015 0000020; do
     "$loom" checkpoint diff "$1/iter_$it" "$2/iter_$it" --rtol 0 > diff.txt 2>&1 ||

@@ -17,9 +17,8 @@
 set -euo pipefail
 loom=$1
 data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
+. "$(dirname "$0")/../support/lib.sh"
+scratch
 common=(--set backend.plugin=cpu --set backend.measure_gemm=false --set backend.threads=1
         --set tokenizer.plugin=wordpiece --set tokenizer.vocab_file="$data/vocab.txt"
         --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32
@@ -29,39 +28,16 @@ common=(--set backend.plugin=cpu --set backend.measure_gemm=false --set backend.
 # 56 samples at seq_len 32): the index, which covers whole epochs of the samples wanted (as
 # Megatron's), is then the same for 10 iterations as for 20
 pre=(--set train.micro_batch_size=2)
-cat > pretrain.toml <<TOML
-[train]
-iters = 20
-log_interval = 10
-eval_interval = 0
-[lr]
-max = 1e-3
-[model]
-plugin = "bert"
-[data]
-plugin = "bert"
-prefix = "$data/sentences"
-split = "100,0,0"
-[checkpoint]
-save = "pre"
-TOML
-"$loom" run pretrain.toml "${common[@]}" "${pre[@]}" --set train.metrics=pre.jsonl 2> pre.log ||
-  { tail -20 pre.log; exit 1; }
+{
+  toml_section train iters=20 log_interval=10 eval_interval=0
+  toml_section lr max=1e-3
+  toml_section model plugin=bert
+  toml_section data plugin=bert "prefix=$data/sentences" split=100,0,0
+  toml_section checkpoint save=pre
+} > pretrain.toml
 # Resuming dataset/bert's samples: 10 iterations on the 20-iteration schedule, save, resume
 # to 20: the same losses as the straight run, bitwise.
-"$loom" run pretrain.toml "${common[@]}" "${pre[@]}" --set train.iters=10 --set lr.decay_iters=20 \
-  --set checkpoint.save=half 2> half.log || { tail -20 half.log; exit 1; }
-"$loom" run pretrain.toml "${common[@]}" "${pre[@]}" --set checkpoint.save=half --set checkpoint.load=half \
-  --set train.metrics=resumed.jsonl 2> resumed.log || { tail -20 resumed.log; exit 1; }
-python3 - <<'PY'
-import json
-straight = [json.loads(l) for l in open("pre.jsonl") if '"loss"' in l]
-resumed = [json.loads(l) for l in open("resumed.jsonl") if '"loss"' in l]
-assert [r["iter"] for r in resumed] == list(range(11, 21)), resumed
-for a, b in zip(straight[10:], resumed):
-    assert a["loss"] == b["loss"] and a["loss_sop"] == b["loss_sop"], (a, b)
-print(f"resume: iterations 11-20 equal the straight run bitwise (loss {resumed[-1]['loss']:.6f})")
-PY
+resume_half loss_sop pretrain.toml "${common[@]}" "${pre[@]}"
 
 python3 - <<'PY'
 import random

@@ -16,10 +16,8 @@
 set -euo pipefail
 loom=$1
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
 . "$here/../support/lib.sh"
+scratch
 
 tiny_recipe t.toml
 run() {  # run SAVE ITERS

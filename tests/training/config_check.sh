@@ -6,30 +6,12 @@
 #   config_check.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 1
-iters = 1
-micro_batch_size = 2
-seq_len = 32
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 50
-doc_length = 64
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=1 iters=1 micro_batch_size=2 seq_len=32
+  gpt_sections max_seq_len=32 num_documents=50 doc_length=64
+} > r.toml
 fail() { echo "FAIL: $*"; exit 1; }
 n=0
 # same WORLD WANT SETS...: run (under mpirun when WORLD > 1) and validate --world WORLD exit 2

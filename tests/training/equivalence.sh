@@ -28,81 +28,29 @@
 #           tokens, so that every sample holds two or three, on one rank as in the layout
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3 layout=$4
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 model_plugin=gpt
 case $model in bert | t5) model_plugin=$model ;; t5rel) model_plugin=t5 ;; esac
 bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
-cat > "$dir/base.toml" <<TOML
-[train]
-seed = 7
-iters = 20
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-log_interval = 5
-eval_interval = 10
-eval_iters = 2
-[lr]
-max = 3e-3
-warmup_iters = 2
-[optimizer]
-plugin = "adamw"
-# The attention's key bias has an exactly zero gradient (softmax is shift-invariant per
-# query), so what backward computes for it is rounding noise (~1e-10), and any change of
-# summation order changes that noise. With eps = 1e-8 AdamW turns it into steps of about
-# lr * |g| / eps, up to 1% of lr, which would make the key bias differ between layouts by
-# more than the tolerance while every other tensor agrees to 1e-7. eps = 1e-6 keeps that
-# amplified noise below the tolerance; a real error in a gradient (>= 1e-6) still shows.
-eps = 1e-6
-[backend]
-plugin = "cpu"
-measure_gemm = false
-threads = 1   # ranks share 2 cores; more threads per rank only contend
-[model]
-plugin = "${model_plugin}"
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[checkpoint]
-interval = 0
-TOML
-if [ "$model" = bert ]; then
-  # dataset/bert over the sentences and WordPiece vocabulary of tests/data (make_bert_reference.py)
-  cat >> "$dir/base.toml" <<TOML
-[tokenizer]
-plugin = "wordpiece"
-vocab_file = "$bert_data/vocab.txt"
-[data]
-plugin = "bert"
-prefix = "$bert_data/sentences"
-split = "80,20,0"
-TOML
-elif [ "$model_plugin" = t5 ]; then
-  # dataset/t5's span corruption over the same sentences, with 10 sentinel tokens; decoder
-  # rows of 8 tokens (model keys set below)
-  cat >> "$dir/base.toml" <<TOML
-[tokenizer]
-plugin = "wordpiece"
-vocab_file = "$bert_data/vocab.txt"
-vocab_extra_ids = 10
-[data]
-plugin = "t5"
-prefix = "$bert_data/sentences"
-split = "80,20,0"
-decoder_seq_len = 8
-TOML
-else
-  cat >> "$dir/base.toml" <<'TOML'
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-TOML
-fi
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  twenty_step_sections 8 16
+  # threads = 1: ranks share 2 cores; more threads per rank only contend
+  toml_section backend plugin=cpu measure_gemm=false threads=1
+  toml_section model "plugin=$model_plugin" n_layer=4 n_head=4 n_embd=32 max_seq_len=16
+  toml_section checkpoint interval=0
+  if [ "$model" = bert ]; then
+    bert_data_sections
+  elif [ "$model_plugin" = t5 ]; then
+    # dataset/t5's span corruption over the same sentences, with 10 sentinel tokens; decoder
+    # rows of 8 tokens (model keys set below)
+    toml_section tokenizer plugin=wordpiece "vocab_file=$bert_data/vocab.txt" vocab_extra_ids=10
+    toml_section data plugin=t5 "prefix=$bert_data/sentences" split=80,20,0 decoder_seq_len=8
+  else
+    toml_section tokenizer plugin=byte
+    toml_section data plugin=mock num_documents=200 doc_length=64
+  fi
+} > base.toml
 case $model in
   gpt | bert) model_set=() ;;
   moe) model_set=(--set model.num_experts=4 --set model.moe_router_topk=2
@@ -174,7 +122,6 @@ case ${base_layout%-flash} in
                         --set parallel.cp_comm_type=a2a) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
-cd "$dir"
 # The final parameters in fp32, by norm: 1e-5, except t5rel. Its relative position bias
 # makes the fp32 trajectory more sensitive to the order of the tensor-parallel sums: the
 # parameters differ by 9.6e-6 (release build) and 2.8e-5 (the -O0 sanitizer build) after 20
@@ -194,19 +141,21 @@ check() {  # check DTYPE TOL PARAM_TOL DIFF_OPTS...
   "$loom" run base.toml "${model_set[@]}" --set precision.dtype="$dtype" \
     --set train.metrics=one-$dtype.jsonl --set checkpoint.save=one-$dtype 2> one.log ||
     { cat one.log; exit 1; }
-  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
-    "$loom" run base.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
+  mpi_ranks "$np" "$loom" run base.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
     --set precision.dtype="$dtype" --set train.metrics=par-$dtype.jsonl \
     --set checkpoint.save=par-$dtype 2> par.log || { tail -30 par.log; exit 1; }
-  python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl par-$dtype.jsonl <<'PY'
-import json, sys
+  PYTHONPATH=$tests_dir/support python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl \
+    par-$dtype.jsonl <<'PY'
+import sys
+from metrics import compare, rows
 what, tol = sys.argv[1], float(sys.argv[2])
-one = [json.loads(l) for l in open(sys.argv[3])]
-par = [json.loads(l) for l in open(sys.argv[4])]
+one, par = rows(sys.argv[3]), rows(sys.argv[4])
 assert len(one) == len(par) == 22, (len(one), len(par))  # 20 steps, 2 evaluations
-worst = 0.0
-for a, b in zip(one, par):
-    # every loss term (lm, BERT's sop, a mixture of experts' moe_aux and moe_z), train and eval
+
+
+def keys(a):
+    """Every loss term (lm, BERT's sop, a mixture of experts' moe_aux and moe_z), train and
+    eval, the grad norm, and in fp64 the experts' shares of the routed tokens."""
     for k in sorted(a):
         share = k.startswith("moe_load") or k.startswith("eval_moe_load")
         if share and "fp64" not in what:
@@ -214,10 +163,10 @@ for a, b in zip(one, par):
         if (k != "grad_norm" and not k.startswith("eval_") and not share
                 and ("loss" not in k or k == "loss_scale")):
             continue
-        rel = abs(a[k] - b[k]) / max(abs(a[k]), 1e-12)
-        worst = max(worst, rel)
-        if rel > tol:
-            sys.exit(f"{what} iter {a['iter']} {k}: 1 rank {a[k]!r} vs parallel {b[k]!r}")
+        yield k
+
+
+worst = compare(one, par, keys, tol, f"{what} ", "1 rank", "parallel")
 # a mixture of experts' per-layer shares of routed tokens: dropless, they sum to 1 per layer
 for row in par:
     layers = {}

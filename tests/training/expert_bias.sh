@@ -13,39 +13,15 @@
 set -euo pipefail
 loom=$1
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 5
-iters = 12
-micro_batch_size = 2
-global_batch_size = 4
-seq_len = 16
-[lr]
-max = 3e-3
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-num_experts = 4
-moe_router_topk = 2
-moe_router_score_function = "sigmoid"
-moe_router_bias_update_rate = 0.01
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 100
-doc_length = 64
-[checkpoint]
-interval = 6
-TOML
+. "$here/../support/lib.sh"
+scratch
+{
+  toml_section train seed=5 iters=12 micro_batch_size=2 global_batch_size=4 seq_len=16
+  toml_section lr max=3e-3
+  gpt_sections num_documents=100 doc_length=64 num_experts=4 moe_router_topk=2 \
+    moe_router_score_function=sigmoid moe_router_bias_update_rate=0.01
+  toml_section checkpoint interval=6
+} > r.toml
 "$loom" run r.toml --set model.moe_router_enable_expert_bias=true --set train.metrics=bias.jsonl \
   --set checkpoint.save=ck 2> log || { cat log; exit 1; }
 "$loom" run r.toml --set train.metrics=plain.jsonl 2> log || { cat log; exit 1; }

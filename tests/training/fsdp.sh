@@ -25,27 +25,8 @@ set -euo pipefail
 loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/r.toml" <<'TOML'
-[train]
-seed = 5
-iters = 12
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-[lr]
-max = 3e-3
-warmup_iters = 2
-decay_iters = 12   # the same schedule for the runs that stop at 6
-[optimizer]
-plugin = "adamw"
-eps = 1e-6         # see equivalence.sh: keeps the key bias's rounding noise small
-[checkpoint]
-interval = 0
-TOML
-small_gpt_sections >> "$dir/r.toml"
-cd "$dir"
+scratch
+reshard_recipe > r.toml
 run() {  # run NP DTYPE ARGS...
   local np=$1 dtype=$2
   shift 2

@@ -14,7 +14,7 @@ loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=launch_lib.sh
 . "$here/launch_lib.sh"
-tiny_recipe r.toml
+launch_recipe r.toml
 cp r.toml same.toml
 mpmd() {  # mpmd "ARGS": rank 0 runs `loom run r.toml`, rank 1 `loom run ARGS`; sets took
   local t0 rc

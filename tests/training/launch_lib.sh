@@ -1,40 +1,16 @@
-# Sourced by the launch tests (launch.sh, setup_signal.sh): a scratch folder to work in, a
-# tiny GPT recipe that trains in milliseconds per step, and the helpers both use.
+# Sourced by the launch tests (launch.sh, setup_signal.sh): tests/support/lib.sh, a scratch
+# folder to work in, and a tiny GPT recipe that trains in milliseconds per step.
 #   . launch_lib.sh   (sets dir and cds into it; removed on exit)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-# tiny_recipe FILE: 1 layer of width 32 on dataset/mock, comm/mpi; tests add --set overrides.
-tiny_recipe() {
-  cat > "$1" <<'TOML'
-[train]
-seed = 11
-iters = 3
-micro_batch_size = 2
-seq_len = 16
-log_interval = 1
-[lr]
-max = 1e-3
-[backend]
-measure_gemm = false
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 50
-doc_length = 32
-[comm]
-plugin = "mpi"
-TOML
+# shellcheck source=../support/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+scratch
+# launch_recipe FILE: 1 layer of width 32 on dataset/mock, comm/mpi, backend.threads left to
+# its default (what launch.sh checks); tests add --set overrides.
+launch_recipe() {
+  {
+    toml_section train seed=11 iters=3 micro_batch_size=2 seq_len=16 log_interval=1
+    toml_section lr max=1e-3
+    gpt_sections threads= n_layer=1 n_head=2 num_documents=50 doc_length=32
+    toml_section comm plugin=mpi
+  } > "$1"
 }
-fail() { echo "FAIL: $*"; [ -f out.txt ] && tail -20 out.txt; exit 1; }
-now() { date +%s.%N; }
-# since T0: seconds from T0 (a `now`) to now, one decimal
-since() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
-# below X LIMIT: whether X < LIMIT
-below() { python3 -c "import sys; sys.exit(0 if $1 < $2 else 1)"; }

@@ -9,38 +9,18 @@
 #   memory_estimate.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > base.toml <<'TOML'
-[train]
-seed = 3
-iters = 3
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 64
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 64
-max_seq_len = 64
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 128
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=3 iters=3 micro_batch_size=2 global_batch_size=8 seq_len=64
+  gpt_sections n_layer=4 n_embd=64 max_seq_len=64 num_documents=200 doc_length=128
+} > base.toml
 check() {  # check NAME NP SETS...
   local name=$1 np=$2
   shift 2
   "$loom" validate base.toml --world "$np" --memory "$@" > $name.est 2> $name.err ||
     { cat $name.est $name.err; exit 1; }
-  "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
-    "$loom" run base.toml --set comm.plugin=mpi --set train.metrics=$name.jsonl "$@" 2> $name.log ||
+  mpi_ranks "$np" "$loom" run base.toml --set comm.plugin=mpi --set train.metrics=$name.jsonl "$@" 2> $name.log ||
     { tail -30 $name.log; exit 1; }
   python3 - "$name" <<'PY'
 import json, sys

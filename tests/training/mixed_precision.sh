@@ -11,40 +11,17 @@
 #   mixed_precision.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 11
-iters = 50
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-log_interval = 10
-[lr]
-max = 3e-3
-warmup_iters = 2
-decay_iters = 50
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=50 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+    log_interval=10
+  toml_section lr max=3e-3 warmup_iters=2 decay_iters=50
+  gpt_sections num_documents=200 doc_length=64
+} > r.toml
 export OMP_NUM_THREADS=1
 run() { "$loom" run r.toml "$@" 2>> log || { tail -20 log; exit 1; }; }
-mpi() { "$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-          "$loom" run r.toml --set comm.plugin=mpi "$@" 2>> log || { tail -20 log; exit 1; }; }
+mpi() { mpi_ranks 2 "$loom" run r.toml --set comm.plugin=mpi "$@" 2>> log || { tail -20 log; exit 1; }; }
 run --set train.metrics=fp32.jsonl
 run --set precision.dtype=bf16 --set train.metrics=bf16.jsonl
 fp16=(--set precision.dtype=fp16 --set precision.loss_scale_window=20 --set lr.decay_iters=100)

@@ -12,47 +12,16 @@
 #   recompute.sh LOOM MPIEXEC
 set -euo pipefail
 loom=$1 mpiexec=$2
-bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > base.toml <<'TOML'
-[train]
-seed = 11
-iters = 6
-micro_batch_size = 2
-global_batch_size = 4
-seq_len = 32
-eval_interval = 6
-eval_iters = 1
-[lr]
-max = 3e-3
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 100
-doc_length = 64
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=6 micro_batch_size=2 global_batch_size=4 seq_len=32 \
+    eval_interval=6 eval_iters=1
+  toml_section lr max=3e-3
+  gpt_sections n_layer=4 max_seq_len=32 num_documents=100 doc_length=64
+} > base.toml
 # BERT on dataset/bert over tests/data's sentences and WordPiece vocabulary
-sed '/^\[tokenizer\]/,$d' base.toml > bert.toml
-cat >> bert.toml <<TOML
-[tokenizer]
-plugin = "wordpiece"
-vocab_file = "$bert_data/vocab.txt"
-[data]
-plugin = "bert"
-prefix = "$bert_data/sentences"
-split = "80,20,0"
-TOML
+{ sed '/^\[tokenizer\]/,$d' base.toml; bert_data_sections; } > bert.toml
 recipe=base.toml np=1 sets=()
 run() {  # run NAME ARGS...: trains, saves NAME/ and NAME.jsonl
   local name=$1
@@ -61,8 +30,7 @@ run() {  # run NAME ARGS...: trains, saves NAME/ and NAME.jsonl
     "$loom" run $recipe "${sets[@]}" "$@" --set train.metrics=$name.jsonl \
       --set checkpoint.save=$name 2> log || { cat log; exit 1; }
   else
-    "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root --mca btl self,vader \
-      "$loom" run $recipe "${sets[@]}" --set comm.plugin=mpi "$@" \
+    mpi_ranks "$np" "$loom" run $recipe "${sets[@]}" --set comm.plugin=mpi "$@" \
       --set train.metrics=$name.jsonl --set checkpoint.save=$name 2> log || { tail -30 log; exit 1; }
   fi
 }
@@ -119,12 +87,7 @@ np=1 sets=()
 refuse() {  # refuse MESSAGE RECIPE ARGS...
   local msg=$1
   shift
-  set +e
-  "$loom" run "$@" --set train.iters=1 > out 2>&1
-  local rc=$?
-  set -e
-  [ $rc = 2 ] && grep -qF "$msg" out || { echo "expected exit 2 with: $msg (got $rc)"; cat out; exit 1; }
-  echo "refused: $msg"
+  expect 2 "$msg" "$loom" run "$@" --set train.iters=1
 }
 refuse "train.recompute_modules names an unknown module \"core_atn\"; did you mean 'core_attn'?" \
   base.toml --set train.recompute_granularity=selective --set train.recompute_modules=core_atn

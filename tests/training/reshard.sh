@@ -20,27 +20,9 @@ set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/r.toml" <<'TOML'
-[train]
-seed = 5
-iters = 12
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-[lr]
-max = 3e-3
-warmup_iters = 2
-decay_iters = 12   # the same schedule for the runs that stop at 6
-[optimizer]
-plugin = "adamw"
-eps = 1e-6         # see equivalence.sh: keeps the key bias's rounding noise small
-[checkpoint]
-interval = 0
-TOML
+scratch
 # The byte tokenizer's 257 tokens: the embedding pads to 384 rows at TP1, 512 at TP2 and TP4.
-small_gpt_sections >> "$dir/r.toml"
+reshard_recipe > r.toml
 case $model in
   gpt) model_set=() ;;
   # GQA with 8 query and 4 key/value heads, so that TP4 divides both.
@@ -73,7 +55,6 @@ layout() {  # layout NAME -> np and sets
                         --set parallel.expert_tensor=2) ;;
   esac
 }
-cd "$dir"
 run() {  # run LAYOUT DTYPE ARGS...
   layout "$1"
   local dtype=$2

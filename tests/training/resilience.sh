@@ -21,36 +21,14 @@
 #   resilience.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 11
-iters = 400
-micro_batch_size = 4
-seq_len = 64
-log_interval = 1
-[lr]
-max = 1e-3
-warmup_iters = 2
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 4
-n_head = 4
-n_embd = 128
-max_seq_len = 64
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 400
-doc_length = 128
-[checkpoint]
-interval = 0
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=400 micro_batch_size=4 seq_len=64 log_interval=1
+  toml_section lr max=1e-3 warmup_iters=2
+  gpt_sections n_layer=4 n_embd=128 max_seq_len=64 num_documents=400 doc_length=128
+  toml_section checkpoint interval=0
+} > r.toml
 fail() { echo "FAIL: $*"; for f in "${logs[@]:-}"; do [ -f "$f" ] && tail -5 "$f"; done; exit 1; }
 logs=()
 lines() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
@@ -59,6 +37,15 @@ wait_lines() {  # wait_lines FILE N: until FILE has N metrics lines (30 s at mos
   fail "no progress in $1"
 }
 tracker() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null | tr -d '\n'; }
+# attempt LOG ARGS...: `loom run r.toml ARGS`, stderr to LOG (which fail shows), whatever it
+# exits with: rc
+attempt() {
+  local log=$1
+  shift
+  "$loom" run r.toml "$@" 2> "$log"
+  rc=$?
+  logs=("$log")
+}
 
 # 1. SIGTERM, resume with "auto", bitwise equal to the straight run
 "$loom" run r.toml --set train.iters=40 --set train.metrics=straight.jsonl 2> straight.log ||
@@ -93,9 +80,8 @@ PY
 
 # ... and under mpirun: one rank's signal stops both at the same iteration
 rm -rf ck
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run r.toml --set comm.plugin=mpi --set train.iters=400 --set checkpoint.save=ck \
-  --set train.metrics=mpi-tagged.jsonl 2> mpi.log &
+mpi_ranks 2 "$loom" run r.toml --set comm.plugin=mpi --set train.iters=400 \
+  --set checkpoint.save=ck --set train.metrics=mpi-tagged.jsonl 2> mpi.log &
 mpid=$!
 logs=(mpi.log)
 wait_lines mpi-tagged.jsonl 3
@@ -133,15 +119,11 @@ echo "two SIGINTs: exit 130 at once; the last checkpoint (iteration $after, was 
 
 # 3. exit_interval and exit_duration_mins
 rm -rf ck
-"$loom" run r.toml --set train.exit_interval=4 --set checkpoint.save=ck 2> d.log
-rc=$?
-logs=(d.log)
+attempt d.log --set train.exit_interval=4 --set checkpoint.save=ck
 [ $rc = 0 ] && [ "$(tracker ck)" = 4 ] && grep -q "stopping after iteration 4 of 400 (train.exit_interval" d.log ||
   fail "exit_interval: exit $rc, tracker $(tracker ck)"
 rm -rf ck
-"$loom" run r.toml --set train.exit_duration_mins=0.00001 --set checkpoint.save=ck 2> e.log
-rc=$?
-logs=(e.log)
+attempt e.log --set train.exit_duration_mins=0.00001 --set checkpoint.save=ck
 [ $rc = 0 ] && [ "$(tracker ck)" = 1 ] && grep -q "train.exit_duration_mins" e.log ||
   fail "exit_duration_mins: exit $rc, tracker $(tracker ck)"
 echo "train.exit_interval = 4 and exit_duration_mins: saved and exited 0 after iterations 4 and 1"
@@ -161,9 +143,7 @@ logs=(g.log)
 grep -q "removed ck/.tmp-iter_0000007: a partial checkpoint a killed save left behind" g.log ||
   fail "the stale .tmp-iter folder was not reported"
 [ ! -e ck/.tmp-iter_0000007 ] || fail "the stale .tmp-iter folder is still there"
-"$loom" run r.toml --set train.iters=5 --set checkpoint.save=ck 2> h.log
-rc=$?
-logs=(h.log)
+attempt h.log --set train.iters=5 --set checkpoint.save=ck
 [ $rc = 2 ] && grep -q "already holds checkpoints (newest iter_5) and this run does not resume" h.log ||
   fail "a fresh run over another run's checkpoints: exit $rc"
 [ "$(tracker ck)" = 5 ] || fail "the refused run changed the tracker"
@@ -176,14 +156,10 @@ logs=(j.log)
 grep -q "is missing; resuming from the newest complete checkpoint there, iter_0000005" j.log &&
   grep -q "resumed from" j.log || fail "a lost tracker did not resume from the newest checkpoint"
 echo "-1" > ck/latest_checkpointed_iteration.txt
-"$loom" run r.toml --set train.iters=7 --set checkpoint.save=ck --set checkpoint.load=ck 2> k.log
-rc=$?
-logs=(k.log)
+attempt k.log --set train.iters=7 --set checkpoint.save=ck --set checkpoint.load=ck
 [ $rc = 1 ] && grep -q 'corrupt tracker file ("-1")' k.log || fail "a tracker of -1: exit $rc"
 touch plainfile
-"$loom" run r.toml --set train.iters=3 --set checkpoint.save=plainfile/sub 2> l.log
-rc=$?
-logs=(l.log)
+attempt l.log --set train.iters=3 --set checkpoint.save=plainfile/sub
 [ $rc = 2 ] && grep -q 'checkpoint.save = "plainfile/sub" is not a folder this run can write' l.log &&
   ! grep -q "iter " l.log || fail "an unwritable checkpoint.save: exit $rc"
 echo "checkpoint.save: stale partial save removed, another run's checkpoints refused (exit 2)," \
@@ -191,9 +167,7 @@ echo "checkpoint.save: stale partial save removed, another run's checkpoints ref
 
 # 5. NaN gradients, each mode
 rm -rf ck
-LOOM_TEST_NAN_AT=5:always "$loom" run r.toml --set train.iters=8 --set checkpoint.save=ck 2> m.log
-rc=$?
-logs=(m.log)
+LOOM_TEST_NAN_AT=5:always attempt m.log --set train.iters=8 --set checkpoint.save=ck
 [ $rc = 1 ] || fail "nan_check = stop: exit $rc"
 grep -q "iteration 5: loss .*, gradient norm nan is not finite; first non-finite gradient: wte on rank 0; the last good state (iteration 4) is saved under ck" m.log ||
   fail "nan_check = stop: the message"
@@ -219,16 +193,13 @@ rows = lambda f: [(r['loss'], r['grad_norm']) for r in map(json.loads, open(f)) 
 assert rows('rerun.jsonl') == rows('clean.jsonl'), 'the rerun run differs from a clean run'
 " || fail "rerun: the run differs from a clean one"
 rm -rf ck
-LOOM_TEST_NAN_AT=5:always "$loom" run r.toml --set train.iters=8 --set train.nan_check=rerun \
-  --set checkpoint.save=ck 2> p.log
-rc=$?
-logs=(p.log)
+LOOM_TEST_NAN_AT=5:always attempt p.log --set train.iters=8 --set train.nan_check=rerun \
+  --set checkpoint.save=ck
 [ $rc = 1 ] && grep -q "again on the rerun of the same batch, so it is deterministic" p.log &&
   [ "$(tracker ck)" = 4 ] || fail "rerun (deterministic): exit $rc"
 rm -rf ck
-LOOM_TEST_NAN_AT=3:always "$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  -x LOOM_TEST_NAN_AT "$loom" run r.toml --set comm.plugin=mpi --set train.iters=6 \
-  --set checkpoint.save=ck 2> q.log
+LOOM_TEST_NAN_AT=3:always mpi_ranks 2 -x LOOM_TEST_NAN_AT "$loom" run r.toml \
+  --set comm.plugin=mpi --set train.iters=6 --set checkpoint.save=ck 2> q.log
 rc=$?
 logs=(q.log)
 [ $rc != 0 ] && [ "$(grep -c 'first non-finite gradient: wte on rank 0' q.log)" -ge 1 ] &&
@@ -253,13 +224,11 @@ first=$(echo "$line" | sed -E 's/.*--first ([0-9]+) --count ([0-9]+).*/\1/')
 echo "loss spike: $(echo "$line" | sed -E 's/.*(iteration [0-9]+: loss [0-9.]+ is [0-9.]+ x).*/\1/') the median; its 4 samples from $first printed"
 # 7. launchers and a failure on one rank
 sed '/^\[checkpoint\]/,$d' r.toml > nocomm.toml  # no [comm]: mpirun's ranks pick comm/mpi
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run nocomm.toml --set train.iters=2 --set parallel.tensor=2 2> t.log ||
+mpi_ranks 2 "$loom" run nocomm.toml --set train.iters=2 --set parallel.tensor=2 2> t.log ||
   fail "mpirun without [comm] failed"
 logs=(t.log)
 [ "$(grep -c 'no comm plugin: using comm/mpi' t.log)" = 1 ] || fail "no single line for comm/mpi"
-"$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
-  "$loom" run nocomm.toml --set train.iters=2 --set comm.plugin=single 2> u.log
+mpi_ranks 2 "$loom" run nocomm.toml --set train.iters=2 --set comm.plugin=single 2> u.log
 rc=$?
 logs=(u.log)
 [ $rc = 2 ] && grep -q 'loom: error: rank [01]: started as 2 ranks by a launcher' u.log ||

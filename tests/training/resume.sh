@@ -11,22 +11,13 @@ set -euo pipefail
 loom=$1 mpiexec=$2 layout=$3
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/r.toml" <<'TOML'
-[train]
-seed = 3
-iters = 12
-micro_batch_size = 2
-global_batch_size = 8
-seq_len = 16
-[lr]
-max = 3e-3
-decay_iters = 12   # the same schedule for the run that stops at 6
-[comm]
-plugin = "mpi"
-TOML
-small_gpt_sections >> "$dir/r.toml"
+scratch
+{
+  toml_section train seed=3 iters=12 micro_batch_size=2 global_batch_size=8 seq_len=16
+  toml_section lr max=3e-3 decay_iters=12  # the same schedule for the run that stops at 6
+  toml_section comm plugin=mpi
+  small_gpt_sections
+} > r.toml
 case $layout in
   tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;
   tp2dp2dist) sets=(--set parallel.tensor=2 --set parallel.data=distributed-optimizer) ;;
@@ -51,7 +42,6 @@ case $layout in
   cp2dp2dist) sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
-cd "$dir"
 run() { mpi_ranks 4 "$loom" run r.toml "${sets[@]}" "$@" 2>> log || { tail -30 log; exit 1; }; }
 run --set train.metrics=straight.jsonl --set checkpoint.save=straight
 run --set train.iters=6 --set train.metrics=half.jsonl --set checkpoint.save=resumed

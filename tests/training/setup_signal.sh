@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # A name of its own: ranks() finds this test's processes by command line, and other tests
 # (training.launch) run `loom run r.toml` at the same time under ctest -j.
 recipe=setup-signal-$$.toml
-tiny_recipe "$recipe"
+launch_recipe "$recipe"
 long=(--set train.iters=100000 --set train.metrics=m.jsonl --set backend.threads=1
   --set checkpoint.save=ck)
 ranks() { pgrep -f "$loom run $recipe" || true; }

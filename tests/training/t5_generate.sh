@@ -16,58 +16,20 @@
 set -euo pipefail
 loom=$1
 data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > pretrain.toml <<TOML
-[train]
-iters = 20
-seq_len = 32
-micro_batch_size = 2
-seed = 11
-log_interval = 10
-eval_interval = 0
-[lr]
-max = 1e-3
-warmup_iters = 2
-[backend]
-plugin = "cpu"
-measure_gemm = false
-threads = 1
-[model]
-plugin = "t5"
-n_layer = 2
-decoder_layers = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 32
-decoder_seq_len = 12
-[tokenizer]
-plugin = "wordpiece"
-vocab_file = "$data/vocab.txt"
-vocab_extra_ids = 10
-[data]
-plugin = "t5"
-prefix = "$data/sentences"
-split = "100,0,0"
-decoder_seq_len = 12
-[checkpoint]
-save = "pre"
-TOML
-"$loom" run pretrain.toml --set train.metrics=pre.jsonl 2> pre.log || { tail -20 pre.log; exit 1; }
-"$loom" run pretrain.toml --set train.iters=10 --set lr.decay_iters=20 --set checkpoint.save=half \
-  2> half.log || { tail -20 half.log; exit 1; }
-"$loom" run pretrain.toml --set checkpoint.save=half --set checkpoint.load=half \
-  --set train.metrics=resumed.jsonl 2> resumed.log || { tail -20 resumed.log; exit 1; }
-python3 - <<'PY'
-import json
-straight = [json.loads(l) for l in open("pre.jsonl") if '"loss"' in l]
-resumed = [json.loads(l) for l in open("resumed.jsonl") if '"loss"' in l]
-assert [r["iter"] for r in resumed] == list(range(11, 21)), resumed
-for a, b in zip(straight[10:], resumed):
-    assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"], (a, b)
-print(f"resume: iterations 11-20 equal the straight run bitwise (loss {resumed[-1]['loss']:.6f})")
-PY
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train iters=20 seq_len=32 micro_batch_size=2 seed=11 log_interval=10 \
+    eval_interval=0
+  toml_section lr max=1e-3 warmup_iters=2
+  toml_section backend plugin=cpu measure_gemm=false threads=1
+  toml_section model plugin=t5 n_layer=2 decoder_layers=2 n_head=2 n_embd=32 max_seq_len=32 \
+    decoder_seq_len=12
+  toml_section tokenizer plugin=wordpiece "vocab_file=$data/vocab.txt" vocab_extra_ids=10
+  toml_section data plugin=t5 "prefix=$data/sentences" split=100,0,0 decoder_seq_len=12
+  toml_section checkpoint save=pre
+} > pretrain.toml
+resume_half grad_norm pretrain.toml
 
 prompt="w5 w7 <extra_id_0> w10 w11"
 gen() { "$loom" generate --checkpoint pre --prompt "$prompt" --max-new-tokens 6 "$@" 2>> gen.log; }

@@ -8,31 +8,13 @@
 #   tensorboard.sh LOOM
 set -euo pipefail
 loom=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-iters = 12
-micro_batch_size = 2
-seq_len = 16
-log_interval = 4
-eval_interval = 6
-eval_iters = 2
-metrics = "m.jsonl"
-tensorboard = "tb"
-[backend]
-measure_gemm = false
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train iters=12 micro_batch_size=2 seq_len=16 log_interval=4 eval_interval=6 \
+    eval_iters=2 metrics=m.jsonl tensorboard=tb
+  gpt_sections threads= n_head=2
+} > r.toml
 "$loom" run r.toml 2> log || { tail -20 log; exit 1; }
 grep -E "iter +12/12 .*\| elapsed [0-9hms]+ \| eta 0s" log ||
   { echo "no elapsed/eta on the last log line:"; grep "iter " log; exit 1; }

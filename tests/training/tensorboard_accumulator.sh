@@ -5,32 +5,14 @@
 #   tensorboard_accumulator.sh LOOM
 set -euo pipefail
 loom=$1
-python3 -c "from tensorboard.backend.event_processing import event_accumulator" 2> /dev/null ||
-  { echo "skipped: python3 has no tensorboard"; exit 77; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-iters = 6
-micro_batch_size = 2
-seq_len = 16
-eval_interval = 3
-eval_iters = 1
-metrics = "m.jsonl"
-tensorboard = "tb"
-[backend]
-measure_gemm = false
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+python_has tensorboard "from tensorboard.backend.event_processing import event_accumulator"
+scratch
+{
+  toml_section train iters=6 micro_batch_size=2 seq_len=16 eval_interval=3 eval_iters=1 \
+    metrics=m.jsonl tensorboard=tb
+  gpt_sections threads= n_head=2
+} > r.toml
 "$loom" run r.toml 2> log || { tail -20 log; exit 1; }
 python3 - <<'PY'
 import json, struct

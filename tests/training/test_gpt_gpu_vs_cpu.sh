@@ -31,41 +31,19 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-cat >"$work/gpt.toml" <<'EOF'
-[train]
-seed = 1234
-iters = 50
-micro_batch_size = 8
-seq_len = 64
-log_interval = 10
-grad_clip = 1.0
-[precision]
-dtype = "fp32"
-[lr]
-schedule = "cosine"
-max = 2e-3
-min = 2e-4
-warmup_iters = 5
-[backend]
-plugin = "cpu"
-[model]
-plugin = "gpt"
-n_layer = 2
-n_head = 4
-n_embd = 128
-max_seq_len = 64
-[attention]
-plugin = "reference"
-[optimizer]
-plugin = "adamw"
-weight_decay = 0.1
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 256
-EOF
+. "$(dirname "$0")/../support/lib.sh"
+{
+  toml_section train seed=1234 iters=50 micro_batch_size=8 seq_len=64 log_interval=10 \
+    grad_clip=1.0
+  toml_section precision dtype=fp32
+  toml_section lr schedule=cosine max=2e-3 min=2e-4 warmup_iters=5
+  toml_section backend plugin=cpu
+  toml_section model plugin=gpt n_layer=2 n_head=4 n_embd=128 max_seq_len=64
+  toml_section attention plugin=reference
+  toml_section optimizer plugin=adamw weight_decay=0.1
+  toml_section tokenizer plugin=byte
+  toml_section data plugin=mock num_documents=200 doc_length=256
+} >"$work/gpt.toml"
 
 # run NAME BACKEND DTYPE [--set K=V...]: metrics in $work/NAME.jsonl, output in $work/NAME.log
 run() {

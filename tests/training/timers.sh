@@ -16,29 +16,13 @@
 #   timers.sh LOOM
 set -euo pipefail
 loom=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-iters = 6
-micro_batch_size = 4
-global_batch_size = 8
-seq_len = 64
-log_interval = 3
-metrics = "m.jsonl"
-[backend]
-measure_gemm = false
-[model]
-n_layer = 3
-n_head = 4
-n_embd = 128
-max_seq_len = 64
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-TOML
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train iters=6 micro_batch_size=4 global_batch_size=8 seq_len=64 log_interval=3 \
+    metrics=m.jsonl
+  gpt_sections threads= n_layer=3 n_embd=128 max_seq_len=64
+} > r.toml
 "$loom" run r.toml --set train.timers=true 2> log || { tail -20 log; exit 1; }
 grep -q "step profile, mean of 3 step(s)" log || { echo "no profile table in the log:"; tail -40 log; exit 1; }
 "$loom" run r.toml --set train.metrics=off.jsonl 2> log_off || { tail -20 log_off; exit 1; }

@@ -11,47 +11,23 @@
 #   watchdog.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-cat > r.toml <<'TOML'
-[train]
-seed = 11
-iters = 12
-micro_batch_size = 2
-seq_len = 32
-log_interval = 2
-metrics = "m.jsonl"
-[lr]
-max = 1e-3
-[backend]
-measure_gemm = false
-threads = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 32
-[tokenizer]
-plugin = "byte"
-[data]
-plugin = "mock"
-num_documents = 200
-doc_length = 64
-[comm]
-plugin = "mpi"
-timeout_s = 3
-TOML
-fail() { echo "FAIL: $*"; [ -f out.txt ] && tail -20 out.txt; exit 1; }
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=11 iters=12 micro_batch_size=2 seq_len=32 log_interval=2 metrics=m.jsonl
+  toml_section lr max=1e-3
+  gpt_sections n_head=2 max_seq_len=32 num_documents=200 doc_length=64
+  toml_section comm plugin=mpi timeout_s=3
+} > r.toml
 
 # 1. a stalled rank
-t0=$(date +%s.%N)
+t0=$(now)
 LOOM_TEST_STALL_AT=5:1:120 "$mpiexec" -np 2 "$loom" run r.toml > out.txt 2>&1
 rc=$?
-took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+took=$(since "$t0")
 echo "stalled rank: exit $rc after $took s"
 [ "$rc" -ne 0 ] || fail "a stalled rank: the job exited 0"
-python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" || fail "the job took $took s (timeout 3 s)"
+below "$took" 20 || fail "the job took $took s (timeout 3 s)"
 line=$(grep "comm watchdog" out.txt | head -1)
 echo "$line"
 [[ "$line" == "rank 0: comm watchdog: no progress for "* ]] || fail "no watchdog line from rank 0"
@@ -74,12 +50,12 @@ done
 [ -n "$victim" ] || { kill $job; fail "rank 1 never started"; }
 sleep 1
 kill -9 "$victim"
-t0=$(date +%s.%N)
+t0=$(now)
 for _ in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
 kill -0 $job 2>/dev/null && { kill -9 $job; fail "the job outlived its killed rank by 20 s"; }
 wait $job
 rc=$?
-took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+took=$(since "$t0")
 echo "killed rank: job ended with exit $rc $took s after the kill"
 [ "$rc" -ne 0 ] || fail "a killed rank: the job exited 0"
 
