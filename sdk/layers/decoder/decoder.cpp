@@ -15,8 +15,9 @@ namespace loom::layers {
 // ----- the model ---------------------------------------------------------------------------
 DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args& a, const BlockSpec& spec, std::string who,
-                           Family family)
+                           Family family, std::unique_ptr<FamilyHooks> hooks)
     : who_(std::move(who)), spec_(&spec) {
+  family_ = std::move(hooks);
   // as much of the args as the host's struct_size holds (an older host's lack the recompute)
   std::memcpy(&args_, &a, std::min(a.struct_size, sizeof args_));
   ctx_.host = host;
@@ -136,29 +137,13 @@ void DecoderModel::build() {
   for (int64_t l = o.layer0; l < o.layer1; ++l) layer_spec(l).declare(d, "h." + std::to_string(l));
   if (o.last()) {
     if (!o.post_norm) d.norm("ln_f");
-    if (o.classifier) {  // replicated: every rank computes it whole (bert.hpp)
-      ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
-      ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
-      ps.add("classifier.weight", {o.num_classes, C}, 1, -1, Init::kNormal, std);
-      ps.add("classifier.bias", {o.num_classes}, 0, -1, Init::kZeros);
-    } else if (!o.tie_embeddings) {
+    const bool lm = !family_ || family_->lm_head();
+    if (lm && !o.tie_embeddings) {
       ps.add("lm_head.weight", {vrows, C}, 1, 0, Init::kNormal, std);
-    } else if (!o.first()) {  // the head's own copy of the tied embedding (Megatron's)
+    } else if (lm && !o.first()) {  // the head's own copy of the tied embedding (Megatron's)
       ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std).pipeline_duplicate = 1;
     }
-    if (o.bert && !o.classifier) {  // replicated heads: every rank computes them whole
-      ps.add("lm_head.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
-      ps.add("lm_head.dense.bias", {C}, 0, -1, Init::kZeros);
-      ps.add("lm_head.norm.weight", {C}, 0, -1, Init::kOnes);
-      ps.add("lm_head.norm.bias", {C}, 0, -1, Init::kZeros);
-      ps.add("lm_head.bias", {vrows}, 0, 0, Init::kZeros);
-      if (o.binary_head) {
-        ps.add("pooler.dense.weight", {C, C}, 1, -1, Init::kNormal, std);
-        ps.add("pooler.dense.bias", {C}, 0, -1, Init::kZeros);
-        ps.add("binary_head.weight", {2, C}, 1, -1, Init::kNormal, std);
-        ps.add("binary_head.bias", {2}, 0, -1, Init::kZeros);
-      }
-    }
+    if (family_) family_->declare(o, ps, std, vrows);  // BERT's heads, the classifier
   }
   assign_units();
   ps.allocate(ctx_);

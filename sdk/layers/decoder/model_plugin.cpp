@@ -28,38 +28,17 @@ loom_error* attention_requires(const loom_host* host, const loom_config* cfg,
     *ids = loom::Config(host, cfg).get_int("attention_window") > 0 ? kWindow : nullptr;
   });
 }
-// BERT reads tokens, targets and the padding mask, and token types and sentence-order labels
-// when its options have them; its padding needs loom.attention-seqlens/1.
-loom_error* bert_batch_spec(const loom_host* host, const loom_config* cfg, size_t* num,
-                            const loom_array_spec** specs) {
-  return loom::guard(host, [&] {
-    loom::require(num != nullptr && specs != nullptr, "batch_spec outputs are NULL");
-    const loom::Config c(host, cfg);
-    static std::vector<loom_array_spec> wants;
-    wants.assign(kBertBatchSpec, kBertBatchSpec + 3);
-    if (c.get_int("num_tokentypes") > 0) wants.push_back(kBertBatchSpec[3]);
-    if (c.get_bool("binary_head")) wants.push_back(kBertBatchSpec[4]);
-    *num = wants.size();
-    *specs = wants.data();
-  });
-}
-loom_error* bert_attention_requires(const loom_host* host, const loom_config*,
-                                    const char* const** ids) {
-  static const char* const kSeqlens[] = {LOOM_EXT_ATTENTION_SEQLENS, nullptr};
-  return loom::guard(host, [&] {
-    loom::require(ids != nullptr, "attention_requires: ids is NULL");
-    *ids = kSeqlens;
-  });
-}
 }  // namespace
 
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args* args, const BlockSpec& spec,
-                           const std::string& who, loom_model** out, Family family) {
+                           const std::string& who, loom_model** out, Family family,
+                           std::unique_ptr<FamilyHooks> hooks) {
   return loom::guard(host, [&] {
     loom::require(args && args->struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2,
                   who + ": create args missing or too old");
-    *out = reinterpret_cast<loom_model*>(new DecoderModel(host, cfg, *args, spec, who, family));
+    *out = reinterpret_cast<loom_model*>(
+        new DecoderModel(host, cfg, *args, spec, who, family, std::move(hooks)));
   });
 }
 
@@ -68,29 +47,6 @@ loom_model_api decoder_api(CreateFn create) {
   api.struct_size = LOOM_MODEL_API_SIZE_V2_13;
   api.hold_params = [](loom_model* m, int32_t hold) {
     return Slots::call(m, [&](DecoderModel& x) { x.hold_params(hold != 0); });
-  };
-  return api;
-}
-
-loom_model_api bert_api(CreateFn create) {
-  loom_model_api api = decoder_api(create);
-  api.batch_spec = bert_batch_spec;
-  api.attention_requires = bert_attention_requires;
-  return api;
-}
-
-loom_model_api bert_classifier_api(CreateFn create) {
-  loom_model_api api = bert_api(create);
-  api.batch_spec = [](const loom_host* host, const loom_config* cfg, size_t* num,
-                      const loom_array_spec** specs) {
-    return loom::guard(host, [&] {
-      loom::require(num != nullptr && specs != nullptr, "batch_spec outputs are NULL");
-      const bool types = loom::Config(host, cfg).get_int("num_tokentypes") > 0;
-      static const loom_array_spec kNoTypes[3] = {kClassifierBatchSpec[0], kClassifierBatchSpec[1],
-                                                  kClassifierBatchSpec[3]};
-      *num = 3 + (types ? 1 : 0);
-      *specs = types ? kClassifierBatchSpec : kNoTypes;
-    });
   };
   return api;
 }

@@ -52,12 +52,12 @@ void DecoderModel::make_unit(size_t u) {
   if (o.first() && o.post_norm) emb_ln_ = Norm::make(o, ps, "emb_ln");
   if (o.last()) {
     if (!o.post_norm) ln_f_ = Norm::make(o, ps, "ln_f");
-    if (!o.classifier) {
+    if (!family_ || family_->lm_head()) {
       head_ = LmHead::make(o, ps, ctx_);
-      if (!o.bert) head_.pad_logits(ctx_);  // BERT adds its own bias over `vocab` columns
+      if (!family_) head_.pad_logits(ctx_);  // BERT adds its own bias over `vocab` columns
       ce_.shard = head_.shard;
     }
-    if (o.bert) bert_ = BertHead::make(o, ps, head_.vocab);
+    if (family_) family_->make(o, ps, head_.vocab);
   }
 }
 

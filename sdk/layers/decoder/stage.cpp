@@ -38,8 +38,7 @@ Slot& DecoderModel::slot(int64_t i) {
     S->emb_mean = ctx_.alloc(st, {nl});
     S->emb_rstd = ctx_.alloc(st, {nl});
   }
-  if (o.last() && o.bert)
-    S->bert.ensure(ctx_, N, args_.micro_batch, C, o.classifier ? o.num_classes : 2, !o.classifier);
+  if (o.last() && family_) S->family = family_->make_acts(ctx_, o, N, args_.micro_batch);
   if (o.first() && ctx_.tp.active()) {
     S->emb_ids = ctx_.alloc(loom_i32(), {N});
     S->emb_rows = ctx_.alloc(loom_i32(), {N});
@@ -73,12 +72,10 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->is_last = opt_.last();
   reads_.clear();
   if (opt_.first()) reads_.push_back(LOOM_ARRAY_TOKENS);
-  if (opt_.last()) reads_.push_back(opt_.classifier ? LOOM_ARRAY_LABELS : LOOM_ARRAY_TARGETS);
-  if (opt_.bert) {
-    if (opt_.first() && opt_.num_tokentypes > 0) reads_.push_back(LOOM_ARRAY_TOKEN_TYPES);
-    if (opt_.last() && opt_.binary_head) reads_.push_back(LOOM_ARRAY_SOP_LABELS);
-    reads_.push_back(LOOM_ARRAY_PADDING_MASK);
+  if (family_) {
+    family_->reads(opt_, reads_);
   } else {
+    if (opt_.last()) reads_.push_back(LOOM_ARRAY_TARGETS);
     reads_.push_back(LOOM_ARRAY_POSITIONS);
   }
   out->num_reads = reads_.size();
@@ -91,13 +88,15 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->inputs = &hidden_io_;
   out->num_outputs = opt_.last() ? 0 : 1;
   out->outputs = &hidden_io_;
-  out->num_losses = opt_.num_experts > 0                                 ? moe_names_.size()
-                    : opt_.classifier || (opt_.bert && opt_.binary_head) ? 2
-                                                                         : 1;
-  out->losses = opt_.num_experts > 0 ? moe_names_.data()
-                : opt_.classifier    ? kClassifierLossNames
-                : opt_.bert          ? kBertLossNames
-                                     : kLossNames;
+  if (opt_.num_experts > 0) {
+    out->num_losses = moe_names_.size();
+    out->losses = moe_names_.data();
+  } else if (family_) {
+    out->num_losses = family_->loss_names(opt_, &out->losses);
+  } else {
+    out->num_losses = 1;
+    out->losses = kLossNames;
+  }
 }
 
 // The MoE statistics after the losses, from `at` on: each MoE layer's share of its routed
@@ -246,10 +245,9 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
   upload_ids(S.targets, targets, N, true);
   const DLTensor* x = final_norm(S);
   View logits = view(S.logits, {N, head_.cols}), tgt = view(S.targets, {N});
-  View bn = view(S.bert.n, {N, C});
-  if (opt_.bert) bert_.transform_forward(ctx_, S.bert, x, N);  // the LM head's transform
-  if (V > 0) head_.forward(ctx_, logits, head_.cols, opt_.bert ? bn.get() : x, N, C, 0);
-  if (V > 0 && opt_.bert) loom::bias_add(ctx_.be, logits.get(), bert_.bias);
+  const DLTensor* in = family_ ? family_->head_input(ctx_, S, x) : x;  // BERT's transform
+  if (V > 0) head_.forward(ctx_, logits, head_.cols, in, N, C, 0);
+  if (V > 0 && family_) family_->logits_done(ctx_, logits.get());
   if (g.active() || per_token) {  // the statistics path also tells the most likely token
     if (!S.stats) {
       const DLDataType st = ctx_.stat_dtype();
@@ -291,8 +289,8 @@ void DecoderModel::head_backward(Slot& S) {
   View dres = view(grads_.dres, {nl, C}), dxf = view(sp_.dx_full, {N, C});
   View logits = view(S.logits, {N, head_.cols});
   DLTensor* dx = g.sequence_parallel ? dxf.get() : dln.get();
-  if (opt_.bert) {
-    bert_head_backward(S, dx);
+  if (family_) {
+    family_->head_backward(ctx_, head_, S, dx);
     if (g.sequence_parallel) {  // dx is complete on every rank: keep this rank's rows
       View mine = view(sp_.dx_full, {nl, C}, g.rank * nl * C);
       ctx_.call(&loom_ops::copy, dln.get(), (const DLTensor*)mine);
@@ -342,6 +340,61 @@ void DecoderModel::read_documents(Slot& S, const loom_microbatch& mb) {
   S.s.docs = &S.docs;
 }
 
+// Post-LN (BERT's): the embeddings' sum (this rank's rows) is normalised in place by emb_ln,
+// its input kept for the backward.
+void DecoderModel::emb_norm_forward(Slot& S) {
+  const int64_t nl = S.nl, C = opt_.n_embd;
+  View x0 = view(S.res[0], {nl, C}), in = view(S.emb_in, {nl, C});
+  View mean = view(S.emb_mean, {nl}), rstd = view(S.emb_rstd, {nl});
+  ctx_.call(&loom_ops::copy, in.get(), (const DLTensor*)x0);
+  emb_ln_.forward(ctx_, x0, mean, rstd, in);
+}
+
+// grads_.dres: d(emb_ln's output) in, d(the embeddings' sum) out.
+void DecoderModel::emb_norm_backward(Slot& S) {
+  const int64_t nl = S.nl, C = opt_.n_embd;
+  View dres = view(grads_.dres, {nl, C}), dtmp = view(grads_.dtmp, {nl, C});
+  View in = view(S.emb_in, {nl, C});
+  View mean = view(S.emb_mean, {nl}), rstd = view(S.emb_rstd, {nl});
+  emb_ln_.backward(ctx_, dtmp, dres, in, mean, rstd);
+  ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)dtmp);
+}
+
+// The last stage's loss terms: the LM's next-token (or BERT's masked) cross-entropy and the
+// mixture of experts' terms, or a family's own (the classifier's in place of the LM head).
+void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_forward_args& a,
+                                const loom_token_stats* per_token) {
+  a.losses = losses_.data();
+  if (family_ && !family_->lm_head()) {
+    a.num_losses = family_->classify(ctx_, S, mb, final_norm(S), !a.no_grad, losses_.data(), who_);
+    return;
+  }
+  announce_head(false);
+  const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
+  double count = 0;
+  for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
+  // GPT's is the sum over all positions (weight 1); a family may weigh it (BERT: the mean
+  // over its masked tokens).
+  S.lm_weight = family_ ? family_->lm_weight(S, targets, count, who_) : 1.0;
+  losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
+                         head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
+  a.num_losses = 1;
+  if (opt_.num_experts > 0) {
+    double aux = 0, z = 0;
+    for (const LayerActs& la : S.acts) {
+      aux += la.moe_aux;
+      z += la.moe_z;
+    }
+    const double w = (double)S.n;
+    losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
+    losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
+    a.num_losses = moe_loads(S, 3);
+  }
+  if (family_)
+    a.num_losses =
+        family_->more_losses(ctx_, S, mb, !a.no_grad, losses_.data(), a.num_losses, who_);
+}
+
 // ----- the stage ---------------------------------------------------------------------------
 void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
@@ -365,8 +418,8 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   S.s = Step{mb.batch, mb.seq_len / ctx_.cp.size, 0};  // this rank's chunks under CP
-  if (opt_.bert)
-    read_padding(S, mb);
+  if (family_)
+    family_->sequences(S, mb, who_);  // BERT's padding
   else
     read_documents(S, mb);
   loom::require(ctx_.cp.size == 1 || (!S.s.docs && !per_token),
@@ -405,46 +458,8 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   a.outputs = nullptr;
   a.num_losses = 0;
   a.losses = nullptr;
-  if (opt_.last() && opt_.classifier) {
-    classify_forward(S, mb, !a.no_grad);
-    a.num_losses = 2;
-    a.losses = losses_.data();
-  } else if (opt_.last()) {
-    announce_head(false);
-    const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
-    double count = 0;
-    for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
-    if (opt_.bert)  // padding takes no part: its targets must be -1
-      for (int64_t i = 0; i < S.n; ++i)
-        loom::require(
-            targets[i] == -1 || S.cu_docs[i / S.s.T + 1] - S.cu_docs[i / S.s.T] > i % S.s.T,
-            who_ + ": targets[" + s(i / S.s.T) + "][" + s(i % S.s.T) +
-                "] is set on a padding position");
-    // BERT's masked LM is the mean over the micro-batch's predicted tokens, as Megatron's
-    // (sum / loss_mask.sum()): under the host's scale of 1 / (B T) that is weight B T / count.
-    // GPT's is the sum over all positions (weight 1).
-    S.lm_weight = opt_.bert ? (double)S.n / std::max(count, 1.0) : 1.0;
-    losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
-                           head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
-    a.num_losses = 1;
-    if (opt_.num_experts > 0) {
-      double aux = 0, z = 0;
-      for (const LayerActs& la : S.acts) {
-        aux += la.moe_aux;
-        z += la.moe_z;
-      }
-      const double w = (double)S.n;
-      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
-      losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
-      a.num_losses = moe_loads(S, 3);
-    }
-    if (opt_.bert && opt_.binary_head) {
-      double sop = 0;
-      const double weight = bert_losses(S, mb, !a.no_grad, &sop);
-      losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kBertLossNames[1], sop, (double)S.s.B, weight};
-      a.num_losses = 2;
-    }
-    a.losses = losses_.data();
+  if (opt_.last()) {
+    last_forward(S, mb, a, per_token);
   } else {
     S.out = view(S.res[layers_.size()], {S.nl, C});
     S.out_ptr = S.out.get();

@@ -3,15 +3,15 @@
 // num_classes-way classifier on the pooled vector, instead of the LM and binary heads. It
 // finetunes a model/bert checkpoint (checkpoint.finetune, with checkpoint.finetune_fresh =
 // "classifier": the classifier starts fresh, the rest is loaded).
-#include "loom/cpp/layers/decoder/model_plugin.hpp"
+#include "loom/cpp/layers/bert/model_plugin.hpp"
 
 namespace {
 
 loom_error* create(const loom_host* host, const loom_config* cfg,
                    const loom_model_create_args* args, loom_model** out) {
-  return loom::layers::create_decoder(host, cfg, args, loom::layers::kPreNormBlock,
-                                      "model/bert-classifier", out,
-                                      loom::layers::Family::kBertClassifier);
+  return loom::layers::create_decoder(
+      host, cfg, args, loom::layers::kPreNormBlock, "model/bert-classifier", out,
+      loom::layers::Family::kBertClassifier, loom::layers::bert_family(true));
 }
 
 loom_error* check_config(const loom_host* host, const loom_config* cfg,

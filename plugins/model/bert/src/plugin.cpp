@@ -2,14 +2,15 @@
 // bidirectional attention over each row's real tokens, the LM head's transform and the
 // pooler with the binary sentence-order head — the layer library's decoder run with its
 // BERT options, the same pre-norm layers as model/gpt. Everything else is loom/cpp/layers.
-#include "loom/cpp/layers/decoder/model_plugin.hpp"
+#include "loom/cpp/layers/bert/model_plugin.hpp"
 
 namespace {
 
 loom_error* create(const loom_host* host, const loom_config* cfg,
                    const loom_model_create_args* args, loom_model** out) {
   return loom::layers::create_decoder(host, cfg, args, loom::layers::kPreNormBlock, "model/bert",
-                                      out, loom::layers::Family::kBert);
+                                      out, loom::layers::Family::kBert,
+                                      loom::layers::bert_family(false));
 }
 
 loom_error* check_config(const loom_host* host, const loom_config* cfg,

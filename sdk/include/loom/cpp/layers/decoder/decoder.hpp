@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "loom/cpp/layers/bert/bert.hpp"
 #include "loom/cpp/layers/blocks/block.hpp"
 #include "loom/cpp/layers/core/acts.hpp"
 #include "loom/cpp/layers/core/options.hpp"
 #include "loom/cpp/layers/core/params.hpp"
+#include "loom/cpp/layers/decoder/family.hpp"
 #include "loom/cpp/layers/ops/attention_block.hpp"
 #include "loom/cpp/layers/ops/embedding.hpp"
 #include "loom/cpp/layers/ops/head.hpp"
@@ -52,30 +52,10 @@ inline constexpr const char* kLossNames[1] = {"lm"};
 // A mixture of experts adds its balancing and z losses, each summed over the MoE layers of
 // the micro-batch (weight B T: the host's mean over micro-batches, Megatron's scaling).
 inline constexpr const char* kMoeLossNames[3] = {"lm", "moe_aux", "moe_z"};
-// BERT's (model/bert): tokens, token types and the padding mask on the first stage... the
-// padding mask on every stage, the masked tokens' targets on the last, and with the binary
-// head its sentence-order labels (B) and loss term "sop".
+// Token types (BERT's segments A and B), read by the first stage when the model has them,
+// and the padding mask of BERT's and T5's batches.
 #define LOOM_ARRAY_TOKEN_TYPES "token_types"   /* int32 (B, T): segment A 0, B 1 */
 #define LOOM_ARRAY_PADDING_MASK "padding_mask" /* int32 (B, T): 1 real token, 0 padding */
-#define LOOM_ARRAY_SOP_LABELS "sop_labels"     /* int32 (B): 1 = the segments were swapped */
-inline constexpr int64_t kSampleShape[1] = {LOOM_DIM_BATCH};
-inline constexpr loom_array_spec kBertBatchSpec[5] = {
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_SOP_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
-inline constexpr const char* kBertLossNames[2] = {"lm", "sop"};
-// model/bert-classifier's: tokens, padding mask, token types and each sequence's class label;
-// the loss term "cls" and "accuracy", the share of sequences whose most likely class is the
-// label (weight 0: reported, not trained on).
-#define LOOM_ARRAY_LABELS "labels" /* int32 (B): a sequence's class */
-inline constexpr loom_array_spec kClassifierBatchSpec[4] = {
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_PADDING_MASK, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKEN_TYPES, {kDLInt, 32, 1}, 2, kBatchShape},
-    {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_LABELS, {kDLInt, 32, 1}, 1, kSampleShape}};
-inline constexpr const char* kClassifierLossNames[2] = {"cls", "accuracy"};
 
 // One micro-batch in flight through this stage (stage.cpp): its activations from forward
 // to backward. Slots are allocated on first use and reused after their backward.
@@ -94,10 +74,10 @@ struct Slot {
   // document and the documents' cumulative lengths, which s.docs points at.
   std::vector<int32_t> doc_pos, cu_docs, doc_at;  // doc_at: padded starts (BERT)
   loom_attention_seqlens docs{};
-  Tensor types;                       // i32 (N): BERT's token types
-  Tensor emb_in, emb_mean, emb_rstd;  // BERT's post-LN: the embeddings' sum and its norm stats
-  BertActs bert;                      // BERT's heads (last stage)
-  View out;                           // the stage's output handed to the caller
+  Tensor types;                        // i32 (N): token types
+  Tensor emb_in, emb_mean, emb_rstd;   // post-LN: the embeddings' sum and its norm stats
+  std::unique_ptr<FamilyActs> family;  // the family's heads' (last stage)
+  View out;                            // the stage's output handed to the caller
   DLTensor* out_ptr = nullptr;
 };
 
@@ -106,10 +86,11 @@ struct Slot {
 // `who` ("model/gpt") prefixes every error.
 class DecoderModel {
  public:
-  // `family`: BERT's embedding, mask and heads around the same layers (model/bert, and
-  // model/bert-classifier with a classifier instead of the LM head).
+  // `family`: its options (kBert: BERT's embedding and heads around the same layers), and
+  // `hooks` what it adds at the stage's fixed points (family.hpp; none: GPT's LM head).
   DecoderModel(const loom_host* host, const loom_config* cfg, const loom_model_create_args& args,
-               const BlockSpec& spec, std::string who, Family family = Family::kGpt);
+               const BlockSpec& spec, std::string who, Family family = Family::kGpt,
+               std::unique_ptr<FamilyHooks> hooks = nullptr);
 
   size_t num_params() const { return params_.size(); }
   void get_param(size_t i, loom_model_param* out);
@@ -184,13 +165,11 @@ class DecoderModel {
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
   void read_documents(Slot& S, const loom_microbatch& mb);
-  void read_padding(Slot& S, const loom_microbatch& mb);
-  double bert_losses(Slot& S, const loom_microbatch& mb, bool grad, double* sop);
   const DLTensor* final_norm(Slot& S);
   void emb_norm_forward(Slot& S);
   void emb_norm_backward(Slot& S);
-  void classify_forward(Slot& S, const loom_microbatch& mb, bool grad);
-  void bert_head_backward(Slot& S, DLTensor* dx_full);
+  void last_forward(Slot& S, const loom_microbatch& mb, loom_stage_forward_args& a,
+                    const loom_token_stats* per_token);
 
   Ctx ctx_;
   Options opt_;
@@ -198,9 +177,9 @@ class DecoderModel {
   ParamStore params_;
   Embedding emb_;
   std::vector<std::unique_ptr<Block>> layers_;  // this stage's layers
-  Norm ln_f_, emb_ln_;  // emb_ln_: BERT's post-LN embedding norm (first stage)
+  Norm ln_f_, emb_ln_;  // emb_ln_: the post-LN embedding norm (first stage; BERT's)
   LmHead head_;
-  BertHead bert_;
+  std::unique_ptr<FamilyHooks> family_;  // null: GPT's
   loom::tp::VocabParallelCrossEntropy ce_;
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* embedding_group_ = nullptr;  // tied wte across first and last stage

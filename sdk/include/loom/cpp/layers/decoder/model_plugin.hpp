@@ -10,6 +10,7 @@
 //   ... descriptor: kTransformerSchema, &kApi, kDecoderCapabilities, &kDecoderDecode.base
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loom/cpp/layers/decoder/decoder.hpp"
@@ -93,26 +94,23 @@ struct ModelSlots {
   }
 };
 
-// A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`; `bert`: BERT's
-// embedding, padding mask and heads (model/bert).
 // loom_plugin_descriptor.check_config (ABI 2.15) for a model of `family`: create's checks of
 // the options, the layout and the create args (loom_model_create_args), without an instance.
 loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
                                const loom_parallel_layout* layout, const void* create_args,
                                const std::string& who, Family family = Family::kGpt);
 
+// A DecoderModel of `spec`'s layers as *out, errors prefixed with `who`; `family` and
+// `hooks`: a family's options and what it adds around the layers (BERT's: bert_family).
 loom_error* create_decoder(const loom_host* host, const loom_config* cfg,
                            const loom_model_create_args* args, const BlockSpec& spec,
-                           const std::string& who, loom_model** out, Family family = Family::kGpt);
+                           const std::string& who, loom_model** out, Family family = Family::kGpt,
+                           std::unique_ptr<FamilyHooks> hooks = nullptr);
 
 using CreateFn = loom_error* (*)(const loom_host*, const loom_config*,
                                  const loom_model_create_args*, loom_model**);
 // Every slot of loom_model_api but `create`, which is the plugin's.
 loom_model_api decoder_api(CreateFn create);
-// The same with BERT's named batch (kBertBatchSpec) and attention needs.
-loom_model_api bert_api(CreateFn create);
-// model/bert-classifier's: kClassifierBatchSpec, the same attention needs.
-loom_model_api bert_classifier_api(CreateFn create);
 
 // loom.decode/1 (chaining loom.decode-slots/1) over DecoderModel, and the capability list
 // naming both.
