@@ -454,6 +454,23 @@ TEST_CASE("model/gpt: configuration and input errors name the problem") {
   expect_error({{"n_embd", "10"}, {"n_head", "3"}}, "multiple of n_head");
   expect_error({{"n_embd", "16"}, {"n_head", "4"}, {"n_kv_head", "3"}}, "n_kv_head");
   expect_error({{"n_embd", "16"}, {"n_head", "2"}, {"max_seq_len", "4"}}, "max_seq_len");
+  // ABI 2.18: a create option on the args' ext chain that the model does not know is refused
+  // by name when marked required, and ignored when not.
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_18;
+  a.recompute_num_layers = 1;
+  loom_ext wish{sizeof(loom_ext), "loom.test-wish/1", LOOM_EXT_REQUIRED, nullptr};
+  a.ext = &wish;
+  expect_error(tiny_gpt2(), "loom.test-wish/1");
+  wish.flags = 0;
+  {
+    loom_config cfg = loomtest::TestHost::config(d, tiny_gpt2());
+    loom_model* made = nullptr;
+    loom_error* e = api->create(h.th.host(), &cfg, &a, &made);
+    CHECK(e == nullptr);
+    if (made) api->destroy(made);
+    delete e;
+  }
+  a.ext = nullptr;
 
   Gpt m(h, tiny_gpt2(), 64, 1, 8);
   std::vector<int32_t> tok(8, 1), tgt(8, 2);

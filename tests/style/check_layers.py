@@ -94,7 +94,7 @@ def symbols(obj, defined):
     return syms
 
 
-def check_calls(objects, level, strip="src/", where_is="engine/src"):
+def check_calls(objects, level, strip="src/", where_is="engine/src", root=None):
     units = []  # (folder, unit path, object)
     for d, _, files in os.walk(objects):
         for f in files:
@@ -102,6 +102,9 @@ def check_calls(objects, level, strip="src/", where_is="engine/src"):
                 obj = os.path.join(d, f)
                 rel = os.path.relpath(obj, objects)
                 rel = rel[len(strip):] if rel.startswith(strip) else rel
+                # an object whose source was deleted or moved since is stale, not the library's
+                if root and not os.path.exists(os.path.join(root, where_is, rel[:-2])):
+                    continue
                 units.append((folder_of(rel), rel[:-2], obj))
     if not units:
         return [f"check_layers: no object files under {objects}"]
@@ -174,11 +177,11 @@ def main(argv):
     level = levels(root)
     bad = check_includes(os.path.join(root, "engine", "src"), level)
     if "--objects" in dirs:
-        bad += check_calls(dirs["--objects"], level)
+        bad += check_calls(dirs["--objects"], level, root=root)
     layer_level = levels(root, ("sdk", "CMakeLists.txt"), "LOOM_LAYER_FOLDERS")
     bad += check_layer_includes(root, layer_level)
     if "--layer-objects" in dirs:
-        bad += check_calls(dirs["--layer-objects"], layer_level, "layers/", "sdk/layers")
+        bad += check_calls(dirs["--layer-objects"], layer_level, "layers/", "sdk/layers", root)
     for line in bad:
         print(line)
     if bad:

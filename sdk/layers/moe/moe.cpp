@@ -62,7 +62,7 @@ void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, 
              int64_t n, int64_t k, double beta, const DLTensor* a, const DLTensor* b, DLTensor* out,
              double alpha = 1.0) {
   loom_grouped_gemm_args g{};
-  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V1;
+  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5;
   g.trans_a = ta;
   g.trans_b = tb;
   g.m = m;

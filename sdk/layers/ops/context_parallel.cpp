@@ -55,7 +55,7 @@ void ring_shift(const Ctx& c, const DLTensor* send, DLTensor* recv, int tag) {
 void merge(const Ctx& c, DLTensor* out, DLTensor* lse, const DLTensor* part_out,
            const DLTensor* part_lse, int64_t row0) {
   loom_attention_merge_args m{};
-  m.struct_size = LOOM_ATTENTION_MERGE_ARGS_SIZE_V1;
+  m.struct_size = LOOM_ATTENTION_MERGE_ARGS_SIZE_V2_7;
   m.out = out;
   m.lse = lse;
   m.part_out = part_out;
