@@ -1,5 +1,6 @@
 # loom_add_plugin(<target> KIND <kind> NAME <name> SOURCES <src>... [LIBRARIES <lib>...]
-#                 [CUDA <bool> CUDA_SOURCES <src.cu>...])
+#                 [CUDA <bool> CUDA_SOURCES <src.cu>...]
+#                 [VERSION <v> VENDOR <who> LICENSE <spdx>])
 #
 # Builds one Loom plugin: a MODULE library named loom-<kind>-<name>.so that links the SDK,
 # hides every symbol but loom_plugin_entry, and lands in LOOM_PLUGIN_OUTPUT_DIR (the build
@@ -11,8 +12,31 @@
 # library exists, and LOOM_PLUGIN_CUDA is 1 (0 otherwise) for the C++ sources to test.
 set(_LOOM_PLUGIN_MAP "${CMAKE_CURRENT_LIST_DIR}/plugin.map")
 
+# loom_plugin_identity(<target> <kind> <name> [VERSION <v>] [VENDOR <who>] [LICENSE <spdx>])
+# The plugin's identity as compile definitions, stated once where its library's file name is
+# made: LOOM_PLUGIN_KIND (LOOM_KIND_<KIND>) and LOOM_PLUGIN_NAME, and LOOM_PLUGIN_VERSION,
+# _VENDOR and _LICENSE from the arguments or else the CMake variables of those names. With all
+# five, loom/cpp/plugin.hpp's LOOM_PLUGIN_IDENTITY fills the descriptor's first five members.
+# loom_add_plugin calls it; a build that compiles a plugin's sources into something else (a
+# fuzz harness, a test fixture) calls it for that target.
+function(loom_plugin_identity target kind name)
+  cmake_parse_arguments(I "" "VERSION;VENDOR;LICENSE" "" ${ARGN})
+  string(TOUPPER "${kind}" kind_upper)
+  set(defs "LOOM_PLUGIN_KIND=LOOM_KIND_${kind_upper}" "LOOM_PLUGIN_NAME=\"${name}\"")
+  foreach(field VERSION VENDOR LICENSE)
+    if(NOT I_${field} AND DEFINED LOOM_PLUGIN_${field})
+      set(I_${field} "${LOOM_PLUGIN_${field}}")
+    endif()
+    if(I_${field})
+      list(APPEND defs "LOOM_PLUGIN_${field}=\"${I_${field}}\"")
+    endif()
+  endforeach()
+  target_compile_definitions(${target} PRIVATE ${defs})
+endfunction()
+
 function(loom_add_plugin target)
-  cmake_parse_arguments(P "" "KIND;NAME;CUDA" "SOURCES;LIBRARIES;CUDA_SOURCES" ${ARGN})
+  cmake_parse_arguments(P "" "KIND;NAME;CUDA;VERSION;VENDOR;LICENSE" "SOURCES;LIBRARIES;CUDA_SOURCES"
+                        ${ARGN})
   if(NOT P_KIND OR NOT P_NAME OR NOT P_SOURCES)
     message(FATAL_ERROR "loom_add_plugin(${target}): KIND, NAME and SOURCES are required")
   endif()
@@ -20,6 +44,8 @@ function(loom_add_plugin target)
     list(APPEND P_SOURCES ${P_CUDA_SOURCES})
   endif()
   add_library(${target} MODULE ${P_SOURCES})
+  loom_plugin_identity(${target} ${P_KIND} ${P_NAME} VERSION "${P_VERSION}" VENDOR "${P_VENDOR}"
+                       LICENSE "${P_LICENSE}")
   if(P_CUDA)
     target_link_libraries(${target} PRIVATE CUDA::cudart_static)
     target_compile_definitions(${target} PRIVATE LOOM_PLUGIN_CUDA=1)

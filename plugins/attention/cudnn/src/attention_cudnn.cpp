@@ -475,11 +475,7 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_ATTENTION,
-     .name = "cudnn",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with T == S)",
      .api = &kApi});

@@ -255,17 +255,11 @@ const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTI
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_ATTENTION,
-     .name = "flash-cpu",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "exact tiled attention (FlashAttention-2 online softmax) on host memory; O((T+S)*D) "
          "workspace, never T x S",
-     .params = kParams,
-     .api = &kApi,
-     .capabilities = kCapabilities});
+     .params = kParams, .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -189,11 +189,7 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_ATTENTION,
-     .name = "flash-cuda",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, head dim "
          "64 or 128, causal, GQA; O(T) memory)",

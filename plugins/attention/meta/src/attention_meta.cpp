@@ -26,15 +26,10 @@ const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTI
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_ATTENTION,
-     .name = "meta",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "computes nothing, allocates nothing: the attention of backend/meta walk-throughs",
-     .api = &kApi,
-     .capabilities = kCapabilities});
+     .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

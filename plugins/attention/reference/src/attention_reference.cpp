@@ -378,21 +378,14 @@ const loom_attention_api kApi = {
 #ifndef LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
-#define LOOM_REFERENCE_NAME "reference"
 #else  // tests/engine's attention/causal-only: a plugin that does not list windows
 const char* const* const kCapabilities = nullptr;
-#define LOOM_REFERENCE_NAME "causal-only"
 #endif
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_ATTENTION,
-     .name = LOOM_REFERENCE_NAME,
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description = "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
-     .api = &kApi,
-     .capabilities = kCapabilities});
+     .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

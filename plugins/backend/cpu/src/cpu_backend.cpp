@@ -312,17 +312,11 @@ constexpr loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({.kind = LOOM_KIND_BACKEND,
-                           .name = "cpu",
-                           .version = "0.1.0",
-                           .vendor = "Loom",
-                           .license = "Apache-2.0",
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
                            .description = "Host CPU: OpenBLAS GEMM (core chosen from cpuid) and "
                                           "OpenMP kernels, f32 and f64; bf16/f16 "
                                           "through f32 staging",
-                           .params = kParams,
-                           .api = &kApi,
-                           .capabilities = kCapabilities});
+                           .params = kParams, .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -442,16 +442,10 @@ constexpr loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_BACKEND,
-     .name = "cuda",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "One NVIDIA GPU: cuBLASLt GEMM and CUDA kernels, f32 with bf16/f16 mixed precision",
-     .params = kParams,
-     .api = &kApi,
-     .capabilities = kCapabilities});
+     .params = kParams, .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

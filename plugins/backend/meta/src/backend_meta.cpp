@@ -179,15 +179,10 @@ constexpr loom_backend_api kApi = {
 };
 
 const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({.kind = LOOM_KIND_BACKEND,
-                           .name = "meta",
-                           .version = "0.1.0",
-                           .vendor = "Loom",
-                           .license = "Apache-2.0",
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
                            .description = "shapes without memory or compute: counts what a run "
                                           "would allocate (loom validate --memory)",
-                           .api = &kApi,
-                           .capabilities = kCapabilities});
+                           .api = &kApi, .capabilities = kCapabilities});
 
 }  // namespace
 

@@ -87,15 +87,10 @@ constexpr loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({.kind = LOOM_KIND_COMM,
-                           .name = "meta",
-                           .version = "0.1.0",
-                           .vendor = "Loom",
-                           .license = "Apache-2.0",
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
                            .description = "one rank of a pretended world: real group sizes, no "
                                           "communication (loom validate --memory)",
-                           .params = kParams,
-                           .api = &kApi});
+                           .params = kParams, .api = &kApi});
 
 }  // namespace
 

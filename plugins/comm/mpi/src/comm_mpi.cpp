@@ -528,11 +528,7 @@ constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
 const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({.kind = LOOM_KIND_COMM,
-                           .name = "mpi",
-                           .version = "0.1.0",
-                           .vendor = "Loom",
-                           .license = "Apache-2.0",
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
                            .description = "collectives and send/recv over MPI on CPU tensors "
                                           "(f32, f64, i32, bf16, f16); start ranks with mpirun",
                            .api = &kApi});

@@ -572,11 +572,7 @@ constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_COMM,
-     .name = "nccl",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description = "collectives and send/recv over NCCL on GPU tensors, "
                     "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
      .api = &kApi});

@@ -84,16 +84,11 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_DATASET,
-     .name = "indexed",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one document "
          "per sequence",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

@@ -248,16 +248,11 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_DATASET,
-     .name = "mnli",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "MNLI sentence pairs for finetuning BERT: [CLS] premise [SEP] hypothesis [SEP] with the "
          "label (contradiction, entailment, neutral), as Megatron's GLUE task reads them",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

@@ -227,16 +227,11 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_DATASET,
-     .name = "t5",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "Megatron-LM's T5 dataset: span corruption with sentinels (encoder input, decoder input "
          "and targets) over an indexed dataset of sentences",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

@@ -470,16 +470,11 @@ const loom_param_spec kParams[] = {
 };  // grad_ready: no overlap yet
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_GRAD,
-     .name = "distributed-optimizer",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
          "all-gather parameters",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

@@ -414,16 +414,11 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_GRAD,
-     .name = "fsdp",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "fully sharded data parallelism (ZeRO-2/3): per-layer parameter all-gather just before "
          "use, per-layer gradient reduce-scatter, optimizer on shards",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

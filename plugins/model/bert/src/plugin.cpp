@@ -22,16 +22,11 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 const loom_model_api kApi = loom::layers::bert_api(create);
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_MODEL,
-     .name = "bert",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
      .params = {loom::layers::kBertSchema, static_cast<size_t>(loom::layers::kBertSchemaSize)},
-     .api = &kApi,
-     .check_config = check_config});
+     .api = &kApi, .check_config = check_config});
 
 }  // namespace
 

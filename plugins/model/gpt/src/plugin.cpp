@@ -20,19 +20,13 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 const loom_model_api kApi = loom::layers::decoder_api(create);
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_MODEL,
-     .name = "gpt",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
      .params = {loom::layers::kTransformerSchema,
                 static_cast<size_t>(loom::layers::kTransformerSchemaSize)},
-     .api = &kApi,
-     .capabilities = loom::layers::kDecoderCapabilities,
-     .ext = &loom::layers::kDecoderDecode.base,
-     .check_config = check_config});
+     .api = &kApi, .capabilities = loom::layers::kDecoderCapabilities,
+     .ext = &loom::layers::kDecoderDecode.base, .check_config = check_config});
 
 }  // namespace
 

@@ -100,18 +100,12 @@ const char* const kCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS, LOO
                                      nullptr};
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_MODEL,
-     .name = "t5",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "T5 encoder-decoder (Megatron's): span-corruption pretraining, cross-attention, "
          "generation with the encoder run once",
      .params = {loom::layers::kT5Schema, static_cast<size_t>(loom::layers::kT5SchemaSize)},
-     .api = &kApi,
-     .capabilities = kCapabilities,
-     .ext = &kDecode.base,
+     .api = &kApi, .capabilities = kCapabilities, .ext = &kDecode.base,
      .check_config = check_config});
 
 }  // namespace

@@ -119,15 +119,10 @@ class AdamW {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_OPTIMIZER,
-     .name = "adamw",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description = "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
                     "(backend/cuda, on its stream)",
-     .params = kSchema,
-     .api = &loom::opt::OptimizerTable<AdamW>::api});
+     .params = kSchema, .api = &loom::opt::OptimizerTable<AdamW>::api});
 
 }  // namespace
 

@@ -98,16 +98,11 @@ class Lion {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_OPTIMIZER,
-     .name = "lion",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and CUDA "
          "(backend/cuda, on its stream)",
-     .params = kSchema,
-     .api = &loom::opt::OptimizerTable<Lion>::api});
+     .params = kSchema, .api = &loom::opt::OptimizerTable<Lion>::api});
 
 }  // namespace
 

@@ -104,15 +104,10 @@ class Sgd {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_OPTIMIZER,
-     .name = "sgd",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA (backend/cuda)",
-     .params = kSchema,
-     .api = &loom::opt::OptimizerTable<Sgd>::api});
+     .params = kSchema, .api = &loom::opt::OptimizerTable<Sgd>::api});
 
 }  // namespace
 

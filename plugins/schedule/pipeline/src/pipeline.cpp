@@ -27,18 +27,15 @@ namespace pp = loom::pipeline;
 
 #if LOOM_SCHEDULE == 0
 constexpr pp::Kind kKind = pp::Kind::kGPipe;
-constexpr const char* kName = "gpipe";
 constexpr const char* kDescription =
     "pipeline schedule GPipe: every micro-batch's forward, then every backward";
 #elif LOOM_SCHEDULE == 1
 constexpr pp::Kind kKind = pp::Kind::k1F1B;
-constexpr const char* kName = "1f1b";
 constexpr const char* kDescription =
     "pipeline schedule 1F1B (Megatron's non-interleaved): warmup, one forward one backward, "
     "cooldown";
 #elif LOOM_SCHEDULE == 2
 constexpr pp::Kind kKind = pp::Kind::kInterleaved;
-constexpr const char* kName = "interleaved-1f1b";
 constexpr const char* kDescription =
     "pipeline schedule interleaved 1F1B (Megatron's virtual stages): several model chunks per "
     "rank";
@@ -46,7 +43,7 @@ constexpr const char* kDescription =
 #error "LOOM_SCHEDULE must be 0 (gpipe), 1 (1f1b) or 2 (interleaved-1f1b)"
 #endif
 
-const std::string kPrefix = std::string("schedule/") + kName + ": ";
+const std::string kPrefix = std::string("schedule/") + LOOM_PLUGIN_NAME + ": ";
 constexpr int kTagAct = 0, kTagGrad = 1;
 
 std::string shape_key(DLDataType dt, const std::vector<int64_t>& shape) {
@@ -438,13 +435,8 @@ loom_error* run(loom_schedule* s, loom_schedule_args* args) {
 
 const loom_schedule_api kApi = {LOOM_SCHEDULE_API_SIZE_V2, create, destroy, run};
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin({.kind = LOOM_KIND_SCHEDULE,
-                                                                  .name = kName,
-                                                                  .version = "0.1.0",
-                                                                  .vendor = "Loom",
-                                                                  .license = "Apache-2.0",
-                                                                  .description = kDescription,
-                                                                  .api = &kApi});
+const loom_plugin_descriptor kDescriptor =
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY, .description = kDescription, .api = &kApi});
 
 }  // namespace
 

@@ -145,16 +145,11 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_TOKENIZER,
-     .name = "gpt2-bpe",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "GPT-2 byte-level BPE, as Megatron's GPT2BPETokenizer; EOD = <|endoftext|>; any bytes "
          "round-trip",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

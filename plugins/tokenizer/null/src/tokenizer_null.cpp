@@ -141,15 +141,10 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_TOKENIZER,
-     .name = "null",
-     .version = "0.1.0",
-     .vendor = "Loom",
-     .license = "Apache-2.0",
+    {LOOM_PLUGIN_IDENTITY,
      .description =
          "the text is the ids, as whitespace-separated integers (Megatron's NullTokenizer)",
-     .params = kParams,
-     .api = &kApi});
+     .params = kParams, .api = &kApi});
 
 }  // namespace
 

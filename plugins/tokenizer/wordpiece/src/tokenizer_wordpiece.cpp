@@ -257,15 +257,10 @@ const loom_param_spec kParams[] = {
 };
 
 const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({.kind = LOOM_KIND_TOKENIZER,
-                           .name = "wordpiece",
-                           .version = "0.1.0",
-                           .vendor = "Loom",
-                           .license = "Apache-2.0",
+    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
                            .description = "BERT WordPiece as Megatron-LM's BertWordPiece "
                                           "tokenizers; EOD = [EOS] (appended if absent)",
-                           .params = kParams,
-                           .api = &kApi});
+                           .params = kParams, .api = &kApi});
 
 }  // namespace
 

@@ -134,6 +134,17 @@ struct ParamList {
   template <size_t N>
   constexpr ParamList(const loom_param_spec (&table)[N]) : data(table), size(N) {}
 };
+// A plugin built with loom_add_plugin() (sdk/cmake/LoomPlugin.cmake) has its kind and name,
+// and given VERSION, VENDOR and LICENSE its version, vendor and license, as compile
+// definitions; LOOM_PLUGIN_IDENTITY then states all five as they are given where the library's
+// file name (loom-<kind>-<name>.so) is made:
+//   loom::describe_plugin({LOOM_PLUGIN_IDENTITY, .description = "AdamW ...", .api = &kApi});
+#if defined(LOOM_PLUGIN_KIND) && defined(LOOM_PLUGIN_NAME) && defined(LOOM_PLUGIN_VERSION) && \
+    defined(LOOM_PLUGIN_VENDOR) && defined(LOOM_PLUGIN_LICENSE)
+#define LOOM_PLUGIN_IDENTITY                                                          \
+  .kind = LOOM_PLUGIN_KIND, .name = LOOM_PLUGIN_NAME, .version = LOOM_PLUGIN_VERSION, \
+  .vendor = LOOM_PLUGIN_VENDOR, .license = LOOM_PLUGIN_LICENSE
+#endif
 struct PluginDescription {
   loom_plugin_kind kind{};
   const char* name = nullptr;
