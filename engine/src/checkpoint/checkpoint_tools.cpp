@@ -17,6 +17,7 @@
 #include "loader/registry.hpp"
 #include "recipe/parallel_layout.hpp"
 #include "recipe/recipe.hpp"
+#include "session/config_check.hpp"
 #include "session/host.hpp"
 
 namespace fs = std::filesystem;
@@ -170,26 +171,9 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
   Checkpoint::File opt{checkpoint_file("optimizer", l, false), {}, {}};
   nlohmann::json model_entries = nlohmann::json::object(), opt_entries = model_entries;
   for (int v = 0; v < l.virtual_stages; ++v) {
-    // Every field to 2.18's ext: no recompute (1 layer per group, the recipe's default, which
-    // a model checks once struct_size covers 2.10), no residency, no extension.
-    loom_model_create_args args{LOOM_MODEL_CREATE_ARGS_SIZE_V2_18,
-                                vocab,
-                                recipe.get_int("train", "seq_len"),
-                                recipe.get_int("train", "micro_batch_size"),
-                                loom_f32(),
-                                v * l.pipeline + l.pipeline_rank,
-                                l.pipeline * l.virtual_stages,
-                                LOOM_RECOMPUTE_NONE,
-                                LOOM_RECOMPUTE_UNIFORM,
-                                1,
-                                0,
-                                nullptr,
-                                nullptr,
-                                LOOM_RESIDENCY_NONE,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr};
+    loom_model_create_args args = inference_create_args(
+        vocab, recipe.get_int("train", "seq_len"), recipe.get_int("train", "micro_batch_size"),
+        v * l.pipeline + l.pipeline_rank, l.pipeline * l.virtual_stages);
     auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};

@@ -11,6 +11,7 @@
 
 #include "base/errors.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "session/config_check.hpp"
 #include "train/train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -106,26 +107,8 @@ void DecodeModel::load_one_rank(Registry& registry) {
   session_ = std::make_unique<Session>(*recipe_, registry);
   tok_ = session_->tokenizer();
   be_ = session_->backend();
-  // Every field to 2.18's ext: no recompute (1 layer per group, the recipe's default, which
-  // a model checks once struct_size covers 2.10), no residency, no extension.
-  loom_model_create_args margs{LOOM_MODEL_CREATE_ARGS_SIZE_V2_18,
-                               tok_.api->vocab_size(tok_.self),
-                               recipe_->get_int("train", "seq_len"),
-                               1,
-                               loom_f32(),
-                               0,
-                               1,
-                               LOOM_RECOMPUTE_NONE,
-                               LOOM_RECOMPUTE_UNIFORM,
-                               1,
-                               0,
-                               nullptr,
-                               nullptr,
-                               LOOM_RESIDENCY_NONE,
-                               nullptr,
-                               nullptr,
-                               nullptr,
-                               nullptr};
+  loom_model_create_args margs = inference_create_args(
+      tok_.api->vocab_size(tok_.self), recipe_->get_int("train", "seq_len"), 1, 0, 1);
   const loom_model_api* mapi = nullptr;
   std::tie(mapi, model) = session_->model(margs);
   // The model takes every tensor and lacks none: one of another shape (model.n_layer, a norm

@@ -82,6 +82,24 @@ loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, in
   return a;
 }
 
+loom_model_create_args inference_create_args(int64_t vocab, int64_t seq_len, int64_t micro_batch,
+                                             int32_t stage, int32_t stages) {
+  loom_model_create_args a{};
+  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_18;
+  a.vocab_size = vocab;
+  a.seq_len = seq_len;
+  a.micro_batch = micro_batch;
+  a.dtype = loom_f32();
+  a.pipeline_stage = stage;
+  a.pipeline_stages = stages;
+  a.recompute_granularity = LOOM_RECOMPUTE_NONE;
+  a.recompute_method = LOOM_RECOMPUTE_UNIFORM;
+  a.recompute_num_layers = 1;
+  a.residency = LOOM_RESIDENCY_NONE;
+  a.ext = nullptr;
+  return a;
+}
+
 void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_parallel_layout& layout) {
   for (const PluginSection& s : plugin_sections()) {
     const PluginInfo& info = registry.get(s.kind, recipe.plugin(s.name));

@@ -21,6 +21,12 @@ void check_plugin_configs(Recipe& recipe, Registry& registry, int world);
 // `stages`, vocabulary `vocab` (0: not known).
 loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
                                          int stages);
+// The create args of a model that only loads weights and runs forward (checkpoint convert,
+// generation): f32, every field to 2.18's ext, no recompute (one layer per group, the
+// recipe's default, which a model checks once struct_size covers 2.10), no residency, no
+// extension.
+loom_model_create_args inference_create_args(int64_t vocab, int64_t seq_len, int64_t micro_batch,
+                                             int32_t stage, int32_t stages);
 
 // The residency the gradient strategy (parallel.data) needs of the model
 // (loom_grad_api.residency, ABI 2.13), and the refusal of a model without one.

@@ -18,14 +18,8 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                            Family family, std::unique_ptr<FamilyHooks> hooks)
     : who_(std::move(who)), spec_(&spec) {
   family_ = std::move(hooks);
-  // as much of the args as the host's struct_size holds (an older host's lack the recompute)
-  std::memcpy(&args_, &a, std::min(a.struct_size, sizeof args_));
-  ctx_.host = host;
-  ctx_.be = loom::Backend(host);
-  loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
-  check_model_dtype(a.dtype, who_);
-  ctx_.dtype = a.dtype;
-  ctx_.tp = loom::tp::Group::from_host(host);
+  args_ = copy_create_args(a);  // an older host's lack the recompute
+  ctx_ = model_context(host, a.dtype, who_);
   ctx_.sp = &sp_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
   join_expert_group(host);

@@ -1,6 +1,8 @@
 // Loom layer library: the checks a model's create makes of its configuration, as functions
 // that need no instance, so that loom_plugin_descriptor.check_config (ABI 2.15) runs the very
 // same ones for `loom validate`.
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "loom/cpp/layers/core/options.hpp"
@@ -10,6 +12,23 @@ namespace loom::layers {
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
+
+Ctx model_context(const loom_host* host, DLDataType dtype, const std::string& who) {
+  Ctx c;
+  c.host = host;
+  c.be = loom::Backend(host);
+  loom::check(host, host->get_attention(host->ctx, &c.attn));
+  check_model_dtype(dtype, who);
+  c.dtype = dtype;
+  c.tp = loom::tp::Group::from_host(host);
+  return c;
+}
+
+loom_model_create_args copy_create_args(const loom_model_create_args& a) {
+  loom_model_create_args out{};
+  std::memcpy(&out, &a, std::min(a.struct_size, sizeof out));
+  return out;
+}
 
 void check_model_dtype(DLDataType dtype, const std::string& who) {
   // bf16/f16: mixed precision (parameter values and activations in that dtype; parameter

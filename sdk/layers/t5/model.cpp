@@ -14,13 +14,8 @@ std::string s(int64_t v) { return std::to_string(v); }
 
 T5Model::T5Model(const loom_host* host, const loom_config* cfg, const loom_model_create_args& a,
                  std::string who)
-    : who_(std::move(who)), args_(a) {
-  ctx_.host = host;
-  ctx_.be = loom::Backend(host);
-  loom::check(host, host->get_attention(host->ctx, &ctx_.attn));
-  check_model_dtype(a.dtype, who_);
-  ctx_.dtype = a.dtype;
-  ctx_.tp = loom::tp::Group::from_host(host);
+    : who_(std::move(who)), args_(copy_create_args(a)) {
+  ctx_ = model_context(host, a.dtype, who_);
   check_t5_layout(ctx_.tp, host_layout(host), who_);
   if (ctx_.tp.active())
     loom::require(ctx_.be.ops().struct_size >= LOOM_OPS_SIZE_V2,

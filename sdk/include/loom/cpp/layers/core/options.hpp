@@ -116,6 +116,12 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
 // ----- the configuration checks of a model's create (model_check.cpp) ----------------------
 // Each throws loom::Error naming `who` and the keys; create and check_config share them.
 void check_model_dtype(DLDataType dtype, const std::string& who);
+// A model's context from its host: the backend, the attention plugin, the compute dtype
+// (checked) and the tensor-parallel group (DecoderModel's and T5Model's create).
+Ctx model_context(const loom_host* host, DLDataType dtype, const std::string& who);
+// As much of the host's create args as its struct_size holds (an older host's lack the later
+// fields, which stay zero).
+loom_model_create_args copy_create_args(const loom_model_create_args& a);
 // parallel.expert and expert_tensor against the mixture of experts; sets o.ep, o.ep_rank, o.etp.
 void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
                          const std::string& who);
