@@ -1,4 +1,4 @@
-# model/gpt, attention/reference and the optimizers, each loaded through the ABI alone by
+# model/gpt and attention/reference (with the optimizers the training tests use), each loaded through the ABI alone by
 # loomtest::TestHost with backend/cpu. The whole-model reference data in data/ comes from
 # make_reference.py (PyTorch, float64); Python is not needed at test time.
 set(_model_plugins loom_backend_cpu loom_attention_reference loom_attention_flash_cpu
@@ -24,7 +24,6 @@ loom_model_test(test_moe_router)
 target_link_libraries(test_moe_router PRIVATE loom_layers)
 loom_model_test(test_moe)
 loom_model_test(test_gpt_mixed)
-loom_model_test(test_optimizers)
 
 # Benchmark (not a test): GPT-2 124M forward+backward+AdamW on the CPU backend.
 add_executable(loom_bench_gpt bench_gpt.cpp)
