@@ -1,6 +1,8 @@
 # Parallel plugins: the pipeline schedules (plans checked without MPI; the three schedule
 # plugins driving a toy model under mpirun against a sequential reference) and the
-# distributed optimizer (ZeRO-1 shards under mpirun against host-computed averages).
+# distributed optimizer (ZeRO-1 shards under mpirun against host-computed averages), and
+# grad/fsdp (ZeRO-2/3: residency units gathered from the shards and reduce-scattered into
+# them, through the ABI alone, under mpirun against values each rank computes itself).
 add_executable(test_pipeline_schedule test_pipeline_schedule.cpp)
 target_link_libraries(test_pipeline_schedule PRIVATE loom_test_main)
 target_include_directories(test_pipeline_schedule PRIVATE
@@ -36,6 +38,7 @@ endfunction()
 loom_parallel_mpi_test(test_pipeline_mpi "2;4" loom_schedule_gpipe loom_schedule_1f1b
                        loom_schedule_interleaved_1f1b)
 loom_parallel_mpi_test(test_distributed_optimizer_mpi "2;3" loom_grad_distributed_optimizer)
+loom_parallel_mpi_test(test_grad_fsdp_mpi "2;3" loom_grad_fsdp)
 
 # parallel.overlap_grad_reduce on two ranks: the numbers of a run that overlaps grad/ddp's
 # reductions with the backward pass are those of one that does not, and a traced run shows
