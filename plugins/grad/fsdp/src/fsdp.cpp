@@ -105,7 +105,8 @@ class Fsdp {
 
   void shard_params(DLTensor* const* params, loom_param_shard* out) {
     loom::require(params != nullptr && out != nullptr, kPrefix + "shard_params: NULL argument");
-    loom::require(params_.empty(), kPrefix + "shard_params is called once");
+    loom::require(!sharded_, kPrefix + "shard_params is called once");
+    sharded_ = true;  // whether or not it holds parameters (a rank may have no gradients)
     for (size_t i = 0; i < grads_.size(); ++i) {
       const std::string which = kPrefix + "parameter " + std::to_string(i);
       loom::require(params[i] != nullptr && loom::is_compact(params[i]),
@@ -154,9 +155,9 @@ class Fsdp {
   // unit that came next in the last step's order of calls (FSDP's forward and backward
   // prefetch, learned rather than declared), so it runs while this unit computes.
   void needed(size_t u_index, bool fill) {
-    loom::require(!params_.empty() && u_index < units_.size(),
-                  kPrefix + "unit_needed of unit " + std::to_string(u_index) +
-                      " out of range or before shard_params");
+    loom::require(sharded_ && u_index < units_.size(), kPrefix + "unit_needed of unit " +
+                                                           std::to_string(u_index) +
+                                                           " out of range or before shard_params");
     Unit& u = units_[u_index];
     if (!fill) {
       if (u.in_flight) finish(u, true);
@@ -238,7 +239,7 @@ class Fsdp {
   // Stage 2: every rank's updated shard into the whole values. Stage 3: nothing to do, the
   // next forward gathers.
   void after_step() {
-    loom::require(!params_.empty(), kPrefix + "after_step before shard_params");
+    loom::require(sharded_, kPrefix + "after_step before shard_params");
     if (stage_ == 3) return;
     for (Unit& u : units_) {
       if (u.N == 0) continue;
@@ -326,6 +327,7 @@ class Fsdp {
   std::vector<Unit> units_;
   std::vector<size_t> unit_of_;  // each tensor's unit
   std::vector<DLTensor*> grads_, params_;
+  bool sharded_ = false;  // shard_params was called (params_ is empty when there are no grads)
   DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
   std::deque<loom::View> views_;  // what shard_params handed out
   struct Owned {
