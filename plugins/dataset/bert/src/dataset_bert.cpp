@@ -47,74 +47,38 @@ constexpr loom_array_spec kSpecs[5] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, "sop_labels", kI32, 1, kBatch}};
 
 struct Options : loom::masked::CorpusKeys {
-  bool binary_head = true;
+  bool binary_head;
+  explicit Options(const loom::Config& c) : CorpusKeys(c), binary_head(c.get_bool("binary_head")) {}
 };
 
-class BertDataset {
+class BertDataset : public loom::masked::SentenceDataset {
  public:
+  BertDataset(const loom_host* host, const loom::Config& c) : BertDataset(host, Options(c)) {}
   BertDataset(const loom_host* host, Options o)
-      : host_(host),
-        opt_(std::move(o)),
-        corpus_("dataset/bert", opt_.prefix),
-        vocab_(loom::masked::WordPieces::from_host(host, "dataset/bert")) {
-    opt_.masking.mask_id = vocab_.mask;
-    opt_.masking.vocab = vocab_.size;
-    kinds_ = vocab_.kinds();
+      : SentenceDataset(host, "dataset/bert", o.prefix), opt_(std::move(o)) {
+    fit_masking(opt_.masking);
   }
-  const loom_host* host() const { return host_; }
-  const char* cache_prefix() const { return corpus_.prefix().c_str(); }
-  int64_t num_documents() const { return corpus_.num_documents(); }
-
-  // Document d: its sentences back to back (the host reads the lengths of documents).
-  void document(int64_t d, const int32_t** ids, size_t* num_ids) {
-    corpus_.document(d, doc_);
-    static const int32_t kNone = 0;
-    *ids = doc_.empty() ? &kNone : doc_.data();
-    *num_ids = doc_.size();
-  }
-
   void build(const loom_sample_index_args& a, int64_t* index, int64_t* num_samples) {
     loom::require(a.seq_len >= 5, "dataset/bert: seq_len = " + s(a.seq_len) +
                                       " leaves no room for two segments after [CLS] and "
                                       "two [SEP]");
-    Index ix;
-    ix.samples =
-        corpus_.index(a, (int32_t)(a.seq_len - 3), opt_.binary_head ? 2 : 1, opt_.short_seq_prob);
-    ix.seq_len = a.seq_len;
-    ix.seed = a.seed;
-    indices_.push_back(std::move(ix));
-    *index = (int64_t)indices_.size() - 1;
-    *num_samples = (int64_t)indices_.back().samples.size();
+    indices_.build(corpus_, a, (int32_t)(a.seq_len - 3), opt_.binary_head ? 2 : 1,
+                   opt_.short_seq_prob, index, num_samples);
   }
 
   void sample(int64_t index, int64_t i, size_t num, DLTensor* const* out);
 
  private:
-  struct Index {
-    std::vector<loom::masked::SentenceSample> samples;
-    int64_t seq_len = 0;
-    uint32_t seed = 0;
-  };
-
-  const loom_host* host_;
   Options opt_;
-  loom::masked::SentenceCorpus corpus_;
-  loom::masked::WordPieces vocab_;
-  loom::masked::TokenKinds kinds_;
-  std::vector<int32_t> doc_, sent_;
-  std::vector<Index> indices_;
+  std::vector<int32_t> sent_;
 };
 
 void BertDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* out) {
-  loom::require(index >= 0 && index < (int64_t)indices_.size(),
-                "dataset/bert: no sample index " + s(index));
-  const Index& ix = indices_[(size_t)index];
-  loom::require(i >= 0 && i < (int64_t)ix.samples.size(),
-                "dataset/bert: sample " + s(i) + " outside [0, " + s(ix.samples.size()) + ")");
+  const loom::masked::SentenceIndices::Pick ix = indices_.pick(index, i);
   const int64_t T = ix.seq_len;
   loom::check_sample_arrays("dataset/bert", kSpecs, opt_.binary_head ? 5 : 4, num, out, T);
-  const loom::masked::SentenceSample& smp = ix.samples[(size_t)i];
-  loom::RandomState rng((uint32_t)(((uint64_t)ix.seed + (uint64_t)i) % 4294967296ull));
+  const loom::masked::SentenceSample& smp = ix.sample;
+  loom::RandomState rng(ix.rng_seed);
 
   // segments A and B
   const int64_t n = smp.end - smp.begin;
@@ -150,35 +114,17 @@ void BertDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* 
   const loom::masked::Masked m =
       loom::masked::mask_tokens(ids, smp.target_len, opt_.masking, kinds_, rng);
 
-  auto* tokens = static_cast<int32_t*>(out[0]->data);
-  auto* targets = static_cast<int32_t*>(out[1]->data);
-  auto* padding = static_cast<int32_t*>(out[2]->data);
-  auto* tt = static_cast<int32_t*>(out[3]->data);
   const int64_t len = (int64_t)m.tokens.size();
   loom::require(len <= T, "dataset/bert: a sample of " + s(len) + " tokens exceeds seq_len");
-  for (int64_t t = 0; t < T; ++t) {
-    tokens[t] = t < len ? m.tokens[(size_t)t] : vocab_.pad;
-    targets[t] = -1;
-    padding[t] = t < len ? 1 : 0;
-    tt[t] = t < len ? types[(size_t)t] : 0;
-  }
+  loom::fill_padded(out[0], m.tokens, T, vocab_.pad);
+  loom::fill_padded(out[1], {}, T, -1);
+  auto* targets = static_cast<int32_t*>(out[1]->data);
   for (size_t k = 0; k < m.positions.size(); ++k) targets[m.positions[k]] = m.labels[k];
+  loom::fill_padding_mask(out[2], m.tokens.size(), T);
+  loom::fill_padded(out[3], types, T, 0);  // as long as the tokens
   if (opt_.binary_head) *static_cast<int32_t*>(out[4]->data) = swapped ? 1 : 0;
 }
 
-Options read_options(const loom_host* host, const loom_config* cfg) {
-  loom::Config c(host, cfg);
-  Options o;
-  static_cast<loom::masked::CorpusKeys&>(o) = loom::masked::CorpusKeys::read(c);
-  o.binary_head = c.get_bool("binary_head");
-  return o;
-}
-
-loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
-  return loom::guard(host, [&] {
-    *out = reinterpret_cast<loom_dataset*>(new BertDataset(host, read_options(host, cfg)));
-  });
-}
 loom_error* sample_spec(const loom_host* host, const loom_config* cfg, size_t* num,
                         const loom_array_spec** specs) {
   return loom::guard(host, [&] {
@@ -187,7 +133,8 @@ loom_error* sample_spec(const loom_host* host, const loom_config* cfg, size_t* n
     *specs = kSpecs;
   });
 }
-const loom_dataset_api kApi = loom::SampleDatasetTable<BertDataset>::api(create, sample_spec);
+const loom_dataset_api kApi =
+    loom::SampleDatasetTable<BertDataset>::api(loom::create_dataset<BertDataset>, sample_spec);
 
 const loom_param_spec kParams[] = {
     loom::param("prefix", LOOM_PARAM_STRING, nullptr,

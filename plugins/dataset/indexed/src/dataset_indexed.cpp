@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/dataset.hpp"
 #include "loom/cpp/megatron_indexed.hpp"
 #include "loom/cpp/plugin.hpp"
 
@@ -17,15 +18,19 @@ namespace {
 
 class IndexedDataset {
  public:
-  IndexedDataset(const loom_host* host, const std::string& prefix) : host_(host), prefix_(prefix) {
+  // Accept a path to either file too: "data_text_document.idx" means its prefix.
+  IndexedDataset(const loom_host* host, const loom::Config& c)
+      : host_(host), prefix_(loom::megatron::prefix_of(c.get_string("prefix"))) {
+    loom::require(!prefix_.empty(), "dataset/indexed: [data] prefix is empty");
     try {
-      reader_ = std::make_unique<loom::megatron::Reader>(prefix);
+      reader_ = std::make_unique<loom::megatron::Reader>(prefix_);
     } catch (const loom::megatron::FormatError& e) {
       throw loom::Error(LOOM_ERR_IO, std::string("dataset/indexed: ") + e.what());
     }
   }
   const loom_host* host() const { return host_; }
-  const std::string& prefix() const { return prefix_; }
+  // Index caches go beside the dataset, as Megatron keeps them.
+  const char* cache_prefix() const { return prefix_.c_str(); }
   int64_t num_documents() const { return reader_->num_sequences(); }
 
   void document(int64_t i, const int32_t** ids, size_t* num_ids) {
@@ -37,9 +42,7 @@ class IndexedDataset {
     } catch (const loom::megatron::FormatError& e) {
       throw loom::Error(LOOM_ERR_IO, std::string("dataset/indexed: ") + e.what());
     }
-    static const int32_t kNone = 0;  // a valid pointer for an empty sequence
-    *ids = ids_.empty() ? &kNone : ids_.data();
-    *num_ids = ids_.size();
+    loom::view_ids(ids_, ids, num_ids);
   }
 
  private:
@@ -49,34 +52,8 @@ class IndexedDataset {
   std::vector<int32_t> ids_;
 };
 
-IndexedDataset* cast(loom_dataset* d) { return reinterpret_cast<IndexedDataset*>(d); }
-
-loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
-  return loom::guard(host, [&] {
-    loom::Config c(host, cfg);
-    // Accept a path to either file too: "data_text_document.idx" means its prefix.
-    const std::string prefix = loom::megatron::prefix_of(c.get_string("prefix"));
-    loom::require(!prefix.empty(), "dataset/indexed: [data] prefix is empty");
-    *out = reinterpret_cast<loom_dataset*>(new IndexedDataset(host, prefix));
-  });
-}
-void destroy(loom_dataset* d) { delete cast(d); }
-int64_t num_documents(loom_dataset* d) { return cast(d)->num_documents(); }
-loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* num_ids) {
-  return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
-}
-// Index caches go beside the dataset, as Megatron keeps them.
-const char* cache_prefix(loom_dataset* d) { return cast(d)->prefix().c_str(); }
-
-const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
-                               create,
-                               destroy,
-                               num_documents,
-                               document,
-                               cache_prefix,
-                               nullptr,
-                               nullptr,
-                               nullptr};  // sample slots: the host makes GPT samples
+const loom_dataset_api kApi =
+    loom::DocumentDatasetTable<IndexedDataset>::api(loom::create_dataset<IndexedDataset>);
 
 const loom_param_spec kParams[] = {
     loom::param("prefix", LOOM_PARAM_STRING, nullptr,

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/dataset.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/plugin_files.hpp"
 #include "loom/tokenizer.h"
@@ -43,9 +44,11 @@ bool blank(const std::string& line) {
 
 class JsonlDataset {
  public:
-  JsonlDataset(const loom_host* host, const std::string& path, const std::string& key,
-               bool append_eod)
-      : host_(host), path_(path) {
+  JsonlDataset(const loom_host* host, const loom::Config& c)
+      : host_(host), path_(c.get_string("path")) {
+    loom::require(!path_.empty(), "dataset/jsonl: [data] path is empty");
+    const std::string key = c.get_string("json_key");
+    const bool append_eod = c.get_bool("append_eod");
     loom_tokenizer_ref tok{nullptr, nullptr};
     if (loom_error* err = host->get_tokenizer(host->ctx, &tok)) {
       const std::string why = host->error_message(err);
@@ -54,14 +57,14 @@ class JsonlDataset {
                         "dataset/jsonl tokenises text and needs a [tokenizer] (" + why + ")");
     }
     const int64_t eod = tok.api->eod_id(tok.self);
-    loom::require_regular_file(path, "dataset/jsonl: ");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw loom::Error(LOOM_ERR_IO, "cannot open " + path);
+    loom::require_regular_file(path_, "dataset/jsonl: ");
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) throw loom::Error(LOOM_ERR_IO, "cannot open " + path_);
     offsets_.push_back(0);
     std::string line;
     for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
       if (blank(line)) continue;
-      const std::string where = path + ":" + std::to_string(lineno) + ": ";
+      const std::string where = path_ + ":" + std::to_string(lineno) + ": ";
       nlohmann::json doc;
       try {
         doc = nlohmann::json::parse(line);
@@ -90,12 +93,13 @@ class JsonlDataset {
       if (append_eod && n > 0 && eod >= 0) ids_.push_back(static_cast<int32_t>(eod));
       offsets_.push_back(ids_.size());
     }
-    if (in.bad()) throw loom::Error(LOOM_ERR_IO, "error reading " + path);
+    if (in.bad()) throw loom::Error(LOOM_ERR_IO, "error reading " + path_);
     ids_.shrink_to_fit();
     offsets_.shrink_to_fit();
   }
   const loom_host* host() const { return host_; }
-  const std::string& path() const { return path_; }
+  // Index caches go beside the JSON-lines file it was tokenised from.
+  const char* cache_prefix() const { return path_.c_str(); }
   int64_t num_documents() const { return static_cast<int64_t>(offsets_.size()) - 1; }
 
   void document(int64_t i, const int32_t** ids, size_t* num_ids) const {
@@ -114,35 +118,8 @@ class JsonlDataset {
   std::vector<uint64_t> offsets_;  // document i is ids_[offsets_[i], offsets_[i+1])
 };
 
-JsonlDataset* cast(loom_dataset* d) { return reinterpret_cast<JsonlDataset*>(d); }
-
-loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
-  return loom::guard(host, [&] {
-    loom::Config c(host, cfg);
-    const std::string path = c.get_string("path");
-    loom::require(!path.empty(), "dataset/jsonl: [data] path is empty");
-    *out = reinterpret_cast<loom_dataset*>(
-        new JsonlDataset(host, path, c.get_string("json_key"), c.get_bool("append_eod")));
-  });
-}
-void destroy(loom_dataset* d) { delete cast(d); }
-int64_t num_documents(loom_dataset* d) { return cast(d)->num_documents(); }
-loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* num_ids) {
-  return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
-}
-
-// Index caches go beside the JSON-lines file it was tokenised from.
-const char* cache_prefix(loom_dataset* d) { return cast(d)->path().c_str(); }
-
-const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
-                               create,
-                               destroy,
-                               num_documents,
-                               document,
-                               cache_prefix,
-                               nullptr,
-                               nullptr,
-                               nullptr};  // sample slots: the host makes GPT samples
+const loom_dataset_api kApi =
+    loom::DocumentDatasetTable<JsonlDataset>::api(loom::create_dataset<JsonlDataset>);
 
 const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,

@@ -88,7 +88,9 @@ struct Example {
 
 class MnliDataset {
  public:
-  MnliDataset(const loom_host* host, std::string path) : host_(host), path_(std::move(path)) {
+  MnliDataset(const loom_host* host, const loom::Config& c)
+      : host_(host), path_(c.get_string("path")) {
+    loom::require(!path_.empty(), "dataset/mnli: [data] path is empty");
     tok_ = loom::host_tokenizer(host, "dataset/mnli");
     cls_ = loom::token_id(tok_, "[CLS]", "dataset/mnli");
     sep_ = loom::token_id(tok_, "[SEP]", "dataset/mnli");
@@ -105,9 +107,7 @@ class MnliDataset {
         "dataset/mnli: example " + s(i) + " out of range [0, " + s(num_documents()) + ")");
     doc_ = examples_[(size_t)i].a;
     doc_.insert(doc_.end(), examples_[(size_t)i].b.begin(), examples_[(size_t)i].b.end());
-    static const int32_t kNone = 0;
-    *ids = doc_.empty() ? &kNone : doc_.data();
-    *num = doc_.size();
+    loom::view_ids(doc_, ids, num);
   }
 
   void build(const loom_sample_index_args& a, int64_t* index, int64_t* num_samples) {
@@ -212,25 +212,12 @@ void MnliDataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* 
   }
   ids.push_back(sep_);
   types.push_back(1);
-  auto* tokens = static_cast<int32_t*>(out[0]->data);
-  auto* padding = static_cast<int32_t*>(out[1]->data);
-  auto* tt = static_cast<int32_t*>(out[2]->data);
-  const int64_t len = (int64_t)ids.size();
-  for (int64_t t = 0; t < T; ++t) {
-    tokens[t] = t < len ? ids[(size_t)t] : pad_;
-    padding[t] = t < len ? 1 : 0;
-    tt[t] = t < len ? types[(size_t)t] : 0;
-  }
+  loom::fill_padded(out[0], ids, T, pad_);
+  loom::fill_padding_mask(out[1], ids.size(), T);
+  loom::fill_padded(out[2], types, T, 0);  // as long as the ids
   *static_cast<int32_t*>(out[3]->data) = ex.label;
 }
 
-loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
-  return loom::guard(host, [&] {
-    const std::string path = loom::Config(host, cfg).get_string("path");
-    loom::require(!path.empty(), "dataset/mnli: [data] path is empty");
-    *out = reinterpret_cast<loom_dataset*>(new MnliDataset(host, path));
-  });
-}
 loom_error* sample_spec(const loom_host* host, const loom_config*, size_t* num,
                         const loom_array_spec** specs) {
   return loom::guard(host, [&] {
@@ -239,7 +226,8 @@ loom_error* sample_spec(const loom_host* host, const loom_config*, size_t* num,
     *specs = kSpecs;
   });
 }
-const loom_dataset_api kApi = loom::SampleDatasetTable<MnliDataset>::api(create, sample_spec);
+const loom_dataset_api kApi =
+    loom::SampleDatasetTable<MnliDataset>::api(loom::create_dataset<MnliDataset>, sample_spec);
 
 const loom_param_spec kParams[] = {
     loom::param("path", LOOM_PARAM_STRING, nullptr,

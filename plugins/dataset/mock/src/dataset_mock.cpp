@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/dataset.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/tokenizer.h"
 
@@ -55,6 +56,8 @@ class MockDataset {
         seed_(seed) {}
   const loom_host* host() const { return host_; }
   int64_t num_documents() const { return num_documents_; }
+  // Generated data has no home on disk: nothing to cache beside.
+  const char* cache_prefix() const { return nullptr; }
 
   void document(int64_t i, const int32_t** ids, size_t* num_ids) {
     loom::require(i >= 0 && i < num_documents_, "dataset/mock: document " + std::to_string(i) +
@@ -96,8 +99,6 @@ class MockDataset {
   uint64_t seed_;
   std::vector<int32_t> ids_;
 };
-
-MockDataset* cast(loom_dataset* d) { return reinterpret_cast<MockDataset*>(d); }
 
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
   return loom::guard(host, [&] {
@@ -148,24 +149,7 @@ loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset**
         new MockDataset(host, num_documents, doc_length, vocab, skip, eod_id, s));
   });
 }
-void destroy(loom_dataset* d) { delete cast(d); }
-int64_t num_documents(loom_dataset* d) { return cast(d)->num_documents(); }
-loom_error* document(loom_dataset* d, int64_t i, const int32_t** ids, size_t* num_ids) {
-  return loom::guard(cast(d)->host(), [&] { cast(d)->document(i, ids, num_ids); });
-}
-
-// Generated data has no home on disk: nothing to cache beside.
-const char* cache_prefix(loom_dataset*) { return nullptr; }
-
-const loom_dataset_api kApi = {LOOM_DATASET_API_SIZE_V2_3,
-                               create,
-                               destroy,
-                               num_documents,
-                               document,
-                               cache_prefix,
-                               nullptr,
-                               nullptr,
-                               nullptr};  // sample slots: the host makes GPT samples
+const loom_dataset_api kApi = loom::DocumentDatasetTable<MockDataset>::api(create);
 
 const loom_param_spec kParams[] = {
     loom::param("num_documents", LOOM_PARAM_INT, "1000", "number of synthetic documents", 1, 1e15),

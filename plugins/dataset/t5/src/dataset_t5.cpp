@@ -35,7 +35,9 @@ constexpr int64_t kBatchSeq[2] = {LOOM_DIM_BATCH, LOOM_DIM_SEQ};
 constexpr DLDataType kI32 = {kDLInt, 32, 1};
 
 struct Options : loom::masked::CorpusKeys {
-  int64_t decoder_seq_len = 128;
+  int64_t decoder_seq_len;
+  explicit Options(const loom::Config& c)
+      : CorpusKeys(c), decoder_seq_len(c.get_int("decoder_seq_len")) {}
 };
 
 // The arrays for a decoder length: the encoder's (B, T), the decoder's (B, K).
@@ -52,13 +54,12 @@ struct Specs {
   }
 };
 
-class T5Dataset {
+class T5Dataset : public loom::masked::SentenceDataset {
  public:
+  T5Dataset(const loom_host* host, const loom::Config& c) : T5Dataset(host, Options(c)) {}
   T5Dataset(const loom_host* host, Options o)
-      : host_(host),
+      : SentenceDataset(host, "dataset/t5", o.prefix),
         opt_(std::move(o)),
-        corpus_("dataset/t5", opt_.prefix),
-        vocab_(loom::masked::WordPieces::from_host(host, "dataset/t5")),
         specs_(opt_.decoder_seq_len) {
     const loom_tokenizer_ref tok = loom::host_tokenizer(host, "dataset/t5");
     bos_ = loom::token_id(tok, "[BOS]", "dataset/t5");
@@ -72,67 +73,35 @@ class T5Dataset {
     loom::require(!sentinels_.empty(),
                   "dataset/t5 needs sentinel tokens <extra_id_0> ...: set "
                   "tokenizer.vocab_extra_ids (Megatron's T5 uses 100)");
-    opt_.masking.mask_id = vocab_.mask;
-    opt_.masking.vocab = vocab_.size;
+    fit_masking(opt_.masking);
     opt_.masking.geometric = true;
     opt_.masking.mask_always = true;
-    kinds_ = vocab_.kinds();
   }
-  const loom_host* host() const { return host_; }
-  const char* cache_prefix() const { return corpus_.prefix().c_str(); }
-  int64_t num_documents() const { return corpus_.num_documents(); }
-  void document(int64_t d, const int32_t** ids, size_t* num_ids) {
-    corpus_.document(d, doc_);
-    static const int32_t kNone = 0;
-    *ids = doc_.empty() ? &kNone : doc_.data();
-    *num_ids = doc_.size();
-  }
-
   void build(const loom_sample_index_args& a, int64_t* index, int64_t* num_samples) {
     loom::require(a.seq_len >= 4, "dataset/t5: seq_len = " + s(a.seq_len) + " is too short");
-    Index ix;
-    ix.samples = corpus_.index(a, (int32_t)(a.seq_len - 2), 1, opt_.short_seq_prob);
-    ix.seq_len = a.seq_len;
-    ix.seed = a.seed;
-    indices_.push_back(std::move(ix));
-    *index = (int64_t)indices_.size() - 1;
-    *num_samples = (int64_t)indices_.back().samples.size();
+    indices_.build(corpus_, a, (int32_t)(a.seq_len - 2), 1, opt_.short_seq_prob, index,
+                   num_samples);
   }
 
   void sample(int64_t index, int64_t i, size_t num, DLTensor* const* out) const;
 
  private:
-  struct Index {
-    std::vector<loom::masked::SentenceSample> samples;
-    int64_t seq_len = 0;
-    uint32_t seed = 0;
-  };
-
-  const loom_host* host_;
   Options opt_;
-  loom::masked::SentenceCorpus corpus_;
-  loom::masked::WordPieces vocab_;
-  loom::masked::TokenKinds kinds_;
   Specs specs_;
   int32_t bos_ = -1, eos_ = -1;
-  std::vector<int32_t> sentinels_, doc_;
-  std::vector<Index> indices_;
+  std::vector<int32_t> sentinels_;
 };
 
 void T5Dataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* out) const {
-  loom::require(index >= 0 && index < (int64_t)indices_.size(),
-                "dataset/t5: no sample index " + s(index));
-  const Index& ix = indices_[(size_t)index];
-  loom::require(i >= 0 && i < (int64_t)ix.samples.size(),
-                "dataset/t5: sample " + s(i) + " outside [0, " + s(ix.samples.size()) + ")");
+  const loom::masked::SentenceIndices::Pick ix = indices_.pick(index, i);
   const int64_t T = ix.seq_len, K = opt_.decoder_seq_len;
   loom::require(num == 5 && out != nullptr, "dataset/t5: sample needs 5 arrays, got " + s(num));
   loom::check_sample_arrays("dataset/t5", specs_.specs, 2, 2, out, T);          // the encoder's (T)
   loom::check_sample_arrays("dataset/t5", specs_.specs + 2, 3, 3, out + 2, K);  // (K)
-  const loom::masked::SentenceSample& smp = ix.samples[(size_t)i];
+  const loom::masked::SentenceSample& smp = ix.sample;
   std::vector<int32_t> tokens = corpus_.text(smp.begin, smp.end);
   if ((int64_t)tokens.size() > smp.target_len) tokens.resize((size_t)smp.target_len);
-  loom::RandomState rng((uint32_t)(((uint64_t)ix.seed + (uint64_t)i) % 4294967296ull));
+  loom::RandomState rng(ix.rng_seed);
   const loom::masked::Masked m =
       loom::masked::mask_tokens(tokens, smp.target_len, opt_.masking, kinds_, rng);
   loom::require(m.spans.size() <= sentinels_.size(),
@@ -159,34 +128,13 @@ void T5Dataset::sample(int64_t index, int64_t i, size_t num, DLTensor* const* ou
   loom::require((int64_t)enc.size() <= T && (int64_t)dec_in.size() <= K,
                 "dataset/t5: sample " + s(i) + " needs " + s(enc.size()) + " encoder and " +
                     s(dec_in.size()) + " decoder tokens; decoder_seq_len is " + s(K));
-  auto fill = [](DLTensor* t, const std::vector<int32_t>& v, int64_t n, int32_t pad) {
-    auto* p = static_cast<int32_t*>(t->data);
-    for (int64_t k = 0; k < n; ++k) p[k] = k < (int64_t)v.size() ? v[(size_t)k] : pad;
-  };
-  auto mask = [](DLTensor* t, size_t len, int64_t n) {
-    auto* p = static_cast<int32_t*>(t->data);
-    for (int64_t k = 0; k < n; ++k) p[k] = k < (int64_t)len ? 1 : 0;
-  };
-  fill(out[0], enc, T, vocab_.pad);
-  mask(out[1], enc.size(), T);
-  fill(out[2], dec_in, K, vocab_.pad);
-  mask(out[3], dec_in.size(), K);
-  fill(out[4], dec_out, K, -1);
+  loom::fill_padded(out[0], enc, T, vocab_.pad);
+  loom::fill_padding_mask(out[1], enc.size(), T);
+  loom::fill_padded(out[2], dec_in, K, vocab_.pad);
+  loom::fill_padding_mask(out[3], dec_in.size(), K);
+  loom::fill_padded(out[4], dec_out, K, -1);
 }
 
-Options read_options(const loom_host* host, const loom_config* cfg) {
-  loom::Config c(host, cfg);
-  Options o;
-  static_cast<loom::masked::CorpusKeys&>(o) = loom::masked::CorpusKeys::read(c);
-  o.decoder_seq_len = c.get_int("decoder_seq_len");
-  return o;
-}
-
-loom_error* create(const loom_host* host, const loom_config* cfg, loom_dataset** out) {
-  return loom::guard(host, [&] {
-    *out = reinterpret_cast<loom_dataset*>(new T5Dataset(host, read_options(host, cfg)));
-  });
-}
 loom_error* sample_spec(const loom_host* host, const loom_config* cfg, size_t* num,
                         const loom_array_spec** specs) {
   return loom::guard(host, [&] {
@@ -206,7 +154,8 @@ loom_error* sample_spec(const loom_host* host, const loom_config* cfg, size_t* n
   });
 }
 
-const loom_dataset_api kApi = loom::SampleDatasetTable<T5Dataset>::api(create, sample_spec);
+const loom_dataset_api kApi =
+    loom::SampleDatasetTable<T5Dataset>::api(loom::create_dataset<T5Dataset>, sample_spec);
 
 const loom_param_spec kParams[] = {
     loom::param("prefix", LOOM_PARAM_STRING, nullptr,

@@ -35,6 +35,7 @@
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/grad_ready.hpp"
+#include "loom/cpp/grad_table.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -286,14 +287,13 @@ class Ddp {
   int64_t numel_ = 0;
 };
 
-Ddp* cast(loom_grad* g) { return reinterpret_cast<Ddp*>(g); }
+using Entries = loom::GradEntries<Ddp>;
+Ddp* cast(loom_grad* g) { return Entries::self(g); }
 
 loom_error* create(const loom_host* host, const loom_config* cfg, const loom_grad_create_args* args,
                    loom_grad** out) {
   return loom::guard(host, [&] {
-    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
-                  "grad/ddp: create args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(args->ext, {}, "grad/ddp");
+    loom::check_grad_create_args(args, "grad/ddp");
     loom::Config c(host, cfg);
     const double bucket_mb = c.get_float("bucket_mb");
     const int64_t bucket_size = c.get_int("bucket_size");
@@ -302,35 +302,26 @@ loom_error* create(const loom_host* host, const loom_config* cfg, const loom_gra
     size_t limit = static_cast<size_t>(bucket_mb * 1024.0 * 1024.0);
     if (bucket_size > 0 && args->num_grads > 0 && args->grads[0])
       limit = static_cast<size_t>(bucket_size) * loom_dtype_bytes(args->grads[0]->dtype);
-    const int32_t* kinds =
-        args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
+    const int32_t* kinds = loom::grad_reduce_groups(*args);
     *out = reinterpret_cast<loom_grad*>(new Ddp(host, limit, c.get_bool("overlap_grad_reduce"),
                                                 args->grads, args->num_grads, kinds));
   });
 }
-void destroy(loom_grad* g) { delete cast(g); }
 loom_error* reduce(loom_grad* g, const loom_grad_reduce_args* args) {
   return loom::guard(cast(g)->host(), [&] {
-    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_REDUCE_ARGS_SIZE_V2,
-                  "grad/ddp: reduce args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(args->ext, {}, "grad/ddp");
+    loom::check_grad_reduce_args(args, "grad/ddp");
     cast(g)->reduce_gradients();
   });
 }
 
-double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
-loom_error* grad_ready(loom_grad* g, int64_t first, int64_t count) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->grad_ready(first, count); });
-}
-
 const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2_12,
                             create,
-                            destroy,
+                            Entries::destroy,
                             reduce,
                             nullptr,  // shard_params: nothing is sharded
                             nullptr,  // after_step: parameters are already identical
-                            bytes_per_param,
-                            grad_ready,
+                            Entries::bytes_per_param,
+                            Entries::grad_ready,
                             nullptr,  // residency: none, gradients whole
                             nullptr,
                             nullptr};

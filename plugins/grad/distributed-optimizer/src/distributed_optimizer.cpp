@@ -28,6 +28,7 @@
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/grad_ready.hpp"
+#include "loom/cpp/grad_table.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -390,16 +391,14 @@ class DistOpt {
   std::deque<Slice> param_views_, grad_views_;  // what shard_params handed out
 };
 
-DistOpt* cast(loom_grad* g) { return reinterpret_cast<DistOpt*>(g); }
+using Entries = loom::GradEntries<DistOpt>;
+DistOpt* cast(loom_grad* g) { return Entries::self(g); }
 
 loom_error* create(const loom_host* host, const loom_config* cfg, const loom_grad_create_args* args,
                    loom_grad** out) {
   return loom::guard(host, [&] {
-    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
-                  kPrefix + "create args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
-    const int32_t* kinds =
-        args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? args->reduce_groups : nullptr;
+    loom::check_grad_create_args(args, "grad/distributed-optimizer");
+    const int32_t* kinds = loom::grad_reduce_groups(*args);
     const int32_t* units =
         args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_13 ? args->units : nullptr;
     loom::Config c(host, cfg);
@@ -408,24 +407,11 @@ loom_error* create(const loom_host* host, const loom_config* cfg, const loom_gra
                     c.get_bool("overlap_grad_reduce"), c.get_bool("overlap_param_gather")));
   });
 }
-void destroy(loom_grad* g) { delete cast(g); }
 loom_error* reduce(loom_grad* g, const loom_grad_reduce_args* args) {
   return loom::guard(cast(g)->host(), [&] {
-    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_REDUCE_ARGS_SIZE_V2,
-                  kPrefix + "reduce args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(args->ext, {}, "grad/distributed-optimizer");
+    loom::check_grad_reduce_args(args, "grad/distributed-optimizer");
     cast(g)->reduce_gradients();
   });
-}
-loom_error* shard_params(loom_grad* g, DLTensor* const* params, loom_param_shard* out) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->shard_params(params, out); });
-}
-loom_error* after_step(loom_grad* g) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->after_step(); });
-}
-double bytes_per_param(loom_grad* g) { return cast(g)->bytes_per_param(); }
-loom_error* grad_ready(loom_grad* g, int64_t first, int64_t count) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->grad_ready(first, count); });
 }
 
 // overlap_param_gather asks the model to say when each unit is needed (residency NOTIFY).
@@ -442,12 +428,12 @@ loom_error* unit_needed(loom_grad* g, int32_t unit, int32_t fill) {
 
 const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2_13,
                             create,
-                            destroy,
+                            Entries::destroy,
                             reduce,
-                            shard_params,
-                            after_step,
-                            bytes_per_param,
-                            grad_ready,
+                            Entries::shard_params,
+                            Entries::after_step,
+                            Entries::bytes_per_param,
+                            Entries::grad_ready,
                             residency,
                             unit_needed,
                             nullptr};  // unit_grads: gradients stay whole (grad_ready)

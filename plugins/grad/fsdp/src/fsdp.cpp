@@ -23,6 +23,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/grad_table.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/grad.h"
@@ -336,7 +337,8 @@ class Fsdp {
   std::vector<Owned> owned_;
 };
 
-Fsdp* cast(loom_grad* g) { return reinterpret_cast<Fsdp*>(g); }
+using Entries = loom::GradEntries<Fsdp>;
+Fsdp* cast(loom_grad* g) { return Entries::self(g); }
 
 int64_t stage_of(const loom_host* host, const loom_config* cfg) {
   const int64_t s = loom::Config(host, cfg).get_int("zero_stage");
@@ -349,27 +351,18 @@ int64_t stage_of(const loom_host* host, const loom_config* cfg) {
 loom_error* create(const loom_host* host, const loom_config* cfg, const loom_grad_create_args* args,
                    loom_grad** out) {
   return loom::guard(host, [&] {
-    loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2,
-                  kPrefix + "create args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(args->ext, {}, "grad/fsdp");
+    loom::check_grad_create_args(args, "grad/fsdp");
     *out = reinterpret_cast<loom_grad*>(
         new Fsdp(host, *args, stage_of(host, cfg),
                  loom::Config(host, cfg).get_bool("overlap_param_gather")));
   });
 }
-void destroy(loom_grad* g) { delete cast(g); }
 loom_error* reduce(loom_grad* g, const loom_grad_reduce_args* args) {
   return loom::guard(cast(g)->host(), [&] {
     loom::require(args != nullptr && args->struct_size >= LOOM_GRAD_REDUCE_ARGS_SIZE_V2,
                   kPrefix + "reduce args NULL or smaller than ABI 2.0's");
     cast(g)->reduce();
   });
-}
-loom_error* shard_params(loom_grad* g, DLTensor* const* params, loom_param_shard* out) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->shard_params(params, out); });
-}
-loom_error* after_step(loom_grad* g) {
-  return loom::guard(cast(g)->host(), [&] { cast(g)->after_step(); });
 }
 // Nothing beyond the shards, which the host counts as the parameters' and gradients' memory
 // (shard_params); a unit's flat buffers live only inside a call.
@@ -390,10 +383,10 @@ loom_error* unit_grads(loom_grad* g, int32_t unit) {
 
 const loom_grad_api kApi = {LOOM_GRAD_API_SIZE_V2_13,
                             create,
-                            destroy,
+                            Entries::destroy,
                             reduce,
-                            shard_params,
-                            after_step,
+                            Entries::shard_params,
+                            Entries::after_step,
                             bytes_per_param,
                             nullptr,  // grad_ready: units reduce themselves (unit_grads)
                             residency,

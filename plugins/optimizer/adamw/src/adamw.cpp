@@ -62,21 +62,17 @@ void host_step(loom::opt::ParamRuns::Run& r, int64_t n, double gs, double decay,
                T(b1), T(b2), T(step_size), T(inv_sqrt_bc2), T(eps));
 }
 
-class AdamW {
+class AdamW : public loom::opt::RunsOptimizer {
  public:
   AdamW(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
-      : host_(host),
-        be_(host),
-        site_(be_, "optimizer/adamw", LOOM_PLUGIN_CUDA != 0, params, n),
-        runs_(be_, params, n, {"exp_avg", "exp_avg_sq"}) {
+      : RunsOptimizer(host, "optimizer/adamw", LOOM_PLUGIN_CUDA != 0, params, n,
+                      {"exp_avg", "exp_avg_sq"}) {
     loom::Config c(host, cfg);
     beta1_ = c.get_float("beta1");
     beta2_ = c.get_float("beta2");
     eps_ = c.get_float("eps");
     wd_ = c.get_float("weight_decay");
-    loom::log(host, LOOM_LOG_INFO,
-              std::to_string(n) + " parameters stepped as " + std::to_string(runs_.runs().size()) +
-                  " contiguous runs");
+    log_runs(n);
   }
 
   void step(const loom_opt_step_args& s) {
@@ -107,14 +103,7 @@ class AdamW {
     }
   }
 
-  const loom_host* host() const { return host_; }
-  loom::opt::ParamRuns& runs() { return runs_; }
-
  private:
-  const loom_host* host_;
-  loom::Backend be_;
-  loom::opt::KernelSite site_;
-  loom::opt::ParamRuns runs_;
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
 };
 

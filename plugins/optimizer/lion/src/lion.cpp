@@ -48,13 +48,10 @@ void lion_kernel(T* p, const T* g, T* m, int64_t n, double lr, double beta1, dou
   }
 }
 
-class Lion {
+class Lion : public loom::opt::RunsOptimizer {
  public:
   Lion(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
-      : host_(host),
-        be_(host),
-        site_(be_, "optimizer/lion", LOOM_PLUGIN_CUDA != 0, params, n),
-        runs_(be_, params, n, {"exp_avg"}) {
+      : RunsOptimizer(host, "optimizer/lion", LOOM_PLUGIN_CUDA != 0, params, n, {"exp_avg"}) {
     loom::Config c(host, cfg);
     beta1_ = c.get_float("beta1");
     beta2_ = c.get_float("beta2");
@@ -84,17 +81,8 @@ class Lion {
     }
   }
 
-  const loom_host* host() const { return host_; }
-  loom::opt::ParamRuns& runs() { return runs_; }
-
  private:
-  const loom_host* host_;
-  loom::Backend be_;
-  loom::opt::KernelSite site_;
-  loom::opt::ParamRuns runs_;
   double beta1_ = 0.9, beta2_ = 0.99, wd_ = 0.0;
-  bool on_gpu_ = false;     // the backend's device is a CUDA GPU: lion_cuda.cu's kernel
-  void* stream_ = nullptr;  // the backend's stream there (loom.device-stream/1)
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(

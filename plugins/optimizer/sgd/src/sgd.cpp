@@ -48,19 +48,15 @@ std::vector<std::string> state_kinds(const loom_host* host, const loom_config* c
   return {"momentum"};
 }
 
-class Sgd {
+class Sgd : public loom::opt::RunsOptimizer {
  public:
   Sgd(const loom_host* host, const loom_config* cfg, const loom_opt_param* params, size_t n)
-      : host_(host),
-        be_(host),
-        site_(be_, "optimizer/sgd", LOOM_PLUGIN_CUDA != 0, params, n),
-        runs_(be_, params, n, state_kinds(host, cfg)) {
+      : RunsOptimizer(host, "optimizer/sgd", LOOM_PLUGIN_CUDA != 0, params, n,
+                      state_kinds(host, cfg)) {
     loom::Config c(host, cfg);
     momentum_ = c.get_float("momentum");
     wd_ = c.get_float("weight_decay");
-    loom::log(host, LOOM_LOG_INFO,
-              std::to_string(n) + " parameters stepped as " + std::to_string(runs_.runs().size()) +
-                  " contiguous runs");
+    log_runs(n);
   }
 
   void step(const loom_opt_step_args& s) {
@@ -92,14 +88,7 @@ class Sgd {
     }
   }
 
-  const loom_host* host() const { return host_; }
-  loom::opt::ParamRuns& runs() { return runs_; }
-
  private:
-  const loom_host* host_;
-  loom::Backend be_;
-  loom::opt::KernelSite site_;
-  loom::opt::ParamRuns runs_;
   double momentum_ = 0.0, wd_ = 0.0;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tokenizer.hpp"
 
 namespace {
 
@@ -21,6 +22,8 @@ class ByteTokenizer {
   ByteTokenizer(const loom_host* host, std::string eod_text)
       : host_(host), eod_text_(std::move(eod_text)) {}
   const loom_host* host() const { return host_; }
+  int64_t vocab_size() const { return kVocab; }
+  int64_t eod_id() const { return kEod; }
 
   void encode(const char* text, size_t len, const int32_t** ids, size_t* num_ids) {
     loom::require(text != nullptr || len == 0, "tokenizer/byte: encode got NULL text");
@@ -60,35 +63,14 @@ class ByteTokenizer {
   std::string text_;
 };
 
-ByteTokenizer* cast(loom_tokenizer* t) { return reinterpret_cast<ByteTokenizer*>(t); }
-
 loom_error* create(const loom_host* host, const loom_config* cfg, loom_tokenizer** out) {
   return loom::guard(host, [&] {
     loom::Config c(host, cfg);
     *out = reinterpret_cast<loom_tokenizer*>(new ByteTokenizer(host, c.get_string("eod_text")));
   });
 }
-void destroy(loom_tokenizer* t) { delete cast(t); }
-int64_t vocab_size(loom_tokenizer*) { return kVocab; }
-int64_t eod_id(loom_tokenizer*) { return kEod; }
-loom_error* encode(loom_tokenizer* t, const char* text, size_t len, const int32_t** ids,
-                   size_t* num_ids) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->encode(text, len, ids, num_ids); });
-}
-loom_error* decode(loom_tokenizer* t, const int32_t* ids, size_t num_ids, const char** text,
-                   size_t* len) {
-  return loom::guard(cast(t)->host(), [&] { cast(t)->decode(ids, num_ids, text, len); });
-}
-
-const loom_tokenizer_api kApi = {LOOM_TOKENIZER_API_SIZE_V2_3,
-                                 create,
-                                 destroy,
-                                 vocab_size,
-                                 eod_id,
-                                 encode,
-                                 decode,
-                                 nullptr,
-                                 nullptr};  // no vocabulary of strings: bytes
+// No vocabulary of strings (token_to_id, id_to_token): bytes.
+const loom_tokenizer_api kApi = loom::TokenizerTable<ByteTokenizer>::api(create);
 
 const loom_param_spec kParams[] = {
     loom::param("eod_text", LOOM_PARAM_STRING, "",

@@ -21,9 +21,7 @@
 // "<|end_of_text|>" that exists; -1 when none does.
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -196,27 +194,13 @@ void post_processor(const json& j, const std::string& where, std::vector<int32_t
                         "BertProcessing, RobertaProcessing, Sequence)");
 }
 
-std::string read_file(const std::string& path) {
-  loom::require_regular_file(path, "tokenizer/hf-json: tokenizer_file: ");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw loom::Error(LOOM_ERR_IO,
-                      "tokenizer/hf-json: cannot open tokenizer_file \"" + path + "\"");
-  std::ostringstream all;
-  all << in.rdbuf();
-  if (in.bad())
-    throw loom::Error(LOOM_ERR_IO,
-                      "tokenizer/hf-json: cannot read tokenizer_file \"" + path + "\"");
-  return all.str();
-}
-
 class HfJsonTokenizer {
  public:
   HfJsonTokenizer(const loom_host* host, const std::string& path, const std::string& eod_token,
                   bool add_special_tokens)
       : host_(host), add_special_(add_special_tokens) {
     loom::require(!path.empty(), "tokenizer/hf-json: set tokenizer_file to a tokenizer.json");
-    const std::string text = read_file(path);
+    const std::string text = loom::read_recipe_file(path, "tokenizer/hf-json", "tokenizer_file");
     json j;
     try {
       j = json::parse(text);

@@ -42,29 +42,38 @@ size_t next_code_point(std::string_view s, size_t i, char32_t& cp) {
   return k;
 }
 
-std::string sanitize_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
+namespace {
+
+// Calls fn(i, n, cp) for each code point of s in order: cp from the bytes [i, i + n), as
+// next_code_point reads it (U+FFFD for each maximal subpart of an ill-formed sequence).
+template <class Fn>
+void for_each_code_point(std::string_view s, Fn fn) {
   for (size_t i = 0; i < s.size();) {
     char32_t cp = 0;
     const size_t n = next_code_point(s, i, cp);
+    fn(i, n, cp);
+    i += n;
+  }
+}
+
+}  // namespace
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for_each_code_point(s, [&](size_t i, size_t n, char32_t cp) {
     if (cp == 0xFFFD && !(n == 3 && s.compare(i, 3, "\xEF\xBF\xBD") == 0))
       append_utf8(out, cp);
     else
       out.append(s.substr(i, n));
-    i += n;
-  }
+  });
   return out;
 }
 
 std::u32string to_u32(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    char32_t cp = 0;
-    i += next_code_point(s, i, cp);
-    out.push_back(cp);
-  }
+  for_each_code_point(s, [&](size_t, size_t, char32_t cp) { out.push_back(cp); });
   return out;
 }
 

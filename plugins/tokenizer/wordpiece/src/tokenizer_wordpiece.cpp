@@ -22,8 +22,6 @@
 // decode: tokens joined with spaces, " ##" removed, surrounding spaces stripped (BERT's
 // convert_tokens_to_string; lossy: case, accents and spacing around punctuation are gone).
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -130,17 +128,7 @@ class WordPieceTokenizer {
 
  private:
   void load_vocab(const std::string& path) {
-    loom::require_regular_file(path, "tokenizer/wordpiece: vocab_file: ");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw loom::Error(LOOM_ERR_IO,
-                        "tokenizer/wordpiece: cannot open vocab_file \"" + path + "\"");
-    std::ostringstream all;
-    all << in.rdbuf();
-    if (in.bad())
-      throw loom::Error(LOOM_ERR_IO,
-                        "tokenizer/wordpiece: cannot read vocab_file \"" + path + "\"");
-    const std::string data = all.str();
+    const std::string data = loom::read_recipe_file(path, "tokenizer/wordpiece", "vocab_file");
     for (size_t pos = 0; pos < data.size();) {
       size_t end = data.find_first_of("\r\n", pos);
       if (end == std::string::npos) end = data.size();

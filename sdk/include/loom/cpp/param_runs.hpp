@@ -1,5 +1,5 @@
-// Loom SDK C++ helpers for optimizer plugins (adamw and sgd use them): the parameters grouped into
-// runs that lie back to back in memory, with their optimizer state laid out the same way.
+// Loom SDK C++ helpers for optimizer plugins (adamw, lion and sgd use them): the parameters grouped
+// into runs that lie back to back in memory, with their optimizer state laid out the same way.
 //
 // A model that keeps all parameters in one flat buffer (model/gpt does, weight-decayed
 // tensors first) hands out views that are adjacent; a run of adjacent views with the same
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
 namespace loom::opt {
@@ -178,6 +179,37 @@ template <class T>
 T* data_of(const DLTensor* t) {
   return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
 }
+
+// What every optimizer over ParamRuns holds and answers the same way: the host, its backend,
+// where its kernels run and the runs with their state kinds; `who` ("optimizer/adamw") names
+// its errors. A plugin's class derives from it, reads its keys and adds step(); host() and
+// runs() are what OptimizerTable calls.
+class RunsOptimizer {
+ public:
+  RunsOptimizer(const loom_host* host, const std::string& who, bool cuda_kernels,
+                const loom_opt_param* params, size_t n, const std::vector<std::string>& kinds)
+      : host_(host),
+        be_(host),
+        site_(be_, who, cuda_kernels, params, n),
+        runs_(be_, params, n, kinds) {}
+  RunsOptimizer(const RunsOptimizer&) = delete;
+  RunsOptimizer& operator=(const RunsOptimizer&) = delete;
+  const loom_host* host() const { return host_; }
+  ParamRuns& runs() { return runs_; }
+
+ protected:
+  // Logs how the n parameters were grouped (once the plugin has read its keys).
+  void log_runs(size_t n) {
+    log(host_, LOOM_LOG_INFO,
+        std::to_string(n) + " parameters stepped as " + std::to_string(runs_.runs().size()) +
+            " contiguous runs");
+  }
+
+  const loom_host* host_;
+  Backend be_;
+  KernelSite site_;
+  ParamRuns runs_;
+};
 
 // The C function table of an optimizer class `Opt`, which has a constructor
 // (host, cfg, params, n), step(const loom_opt_step_args&), host() and runs(). Every entry
