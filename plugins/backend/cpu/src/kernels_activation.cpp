@@ -251,9 +251,7 @@ loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor*
     Check ck{"swiglu_backward"};
     if (staged_backward(b, ck, op_swiglu_backward, dinp, inp, dout)) return;
     auto [N, H] = check_swiglu(ck, inp, "dout", dout);
-    ck.tensor("dinp", dinp);
-    ck.same_dtype("dinp", dinp, "inp", inp);
-    ck.numel("dinp", dinp, N * 2 * H);
+    ck.like("dinp", dinp, "inp", inp, N * 2 * H);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
       swiglu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), N, H,
