@@ -14,6 +14,7 @@
 
 #include "blas.hpp"
 #include "cpu_features.hpp"
+#include "loom/cpp/host_copy.hpp"
 #include "loom/cpp/host_stream.hpp"
 #include "loom/cpp/ops_plugin.hpp"
 
@@ -128,10 +129,9 @@ loom_error* cpu_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t
     Check ck{"to_host"};
     ck.tensor("src", src);
     size_t want = static_cast<size_t>(loom_tensor_numel(src)) * loom_dtype_bytes(src->dtype);
-    if (bytes != want)
-      ck.fail("asked for " + std::to_string(bytes) + " bytes, src " + shape_str(src) + " " +
-              dtype_str(src->dtype) + " holds " + std::to_string(want));
-    if (bytes && dst == nullptr) ck.fail("dst is NULL");
+    const std::string why =
+        loom::host_copy_refusal("asked for", "src", src, want, bytes, "dst", dst);
+    if (!why.empty()) ck.fail(why);
     if (bytes) std::memcpy(dst, data_of<char>(src), bytes);
   });
 }
@@ -141,10 +141,8 @@ loom_error* cpu_from_host(loom_backend* be, DLTensor* dst, const void* src, size
     Check ck{"from_host"};
     ck.tensor("dst", dst);
     size_t want = static_cast<size_t>(loom_tensor_numel(dst)) * loom_dtype_bytes(dst->dtype);
-    if (bytes != want)
-      ck.fail("got " + std::to_string(bytes) + " bytes, dst " + shape_str(dst) + " " +
-              dtype_str(dst->dtype) + " holds " + std::to_string(want));
-    if (bytes && src == nullptr) ck.fail("src is NULL");
+    const std::string why = loom::host_copy_refusal("got", "dst", dst, want, bytes, "src", src);
+    if (!why.empty()) ck.fail(why);
     if (bytes) std::memcpy(data_of<char>(dst), src, bytes);
   });
 }

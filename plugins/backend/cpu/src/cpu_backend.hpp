@@ -101,6 +101,14 @@ struct Check {
   // Saved statistics (mean/rstd/lse): f32 always allowed, and the data dtype for f64 runs.
   void stat_dtype(const char* name, const DLTensor* t, const DLTensor* data) const;
   void numel(const char* name, const DLTensor* t, int64_t want) const;
+  // tensor(), then ref's dtype and `want` elements: an output or gradient checked against
+  // the input it is shaped like, in the one order every op uses.
+  void like(const char* name, const DLTensor* t, const char* ref_name, const DLTensor* ref,
+            int64_t want) const {
+    tensor(name, t);
+    same_dtype(name, t, ref_name, ref);
+    numel(name, t, want);
+  }
   int64_t last_dim(const char* name, const DLTensor* t) const;  // ndim >= 1
   void ndim(const char* name, const DLTensor* t, int want) const;
 };

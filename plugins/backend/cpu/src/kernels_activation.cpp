@@ -124,6 +124,30 @@ using ForwardOp = loom_error* (*)(loom_backend*, DLTensor*, const DLTensor*) noe
 using BackwardOp = loom_error* (*)(loom_backend*, DLTensor*, const DLTensor*,
                                    const DLTensor*) noexcept;
 
+// The 16-bit path of an (out, inp) activation: true when the call was a mixed-precision one
+// and has run as `self` on f32 stand-ins. One staging for every activation's forward.
+bool staged_forward(loom_backend& b, const Check& ck, ForwardOp self, DLTensor* out,
+                    const DLTensor* inp) {
+  if (!Staging::any_half({out, inp})) return false;
+  Staging st(ck, b.threads);
+  const DLTensor* inp_ = st.in("inp", inp);
+  DLTensor* out_ = st.out("out", out);
+  st.run(b, [&] { return self(&b, out_, inp_); });
+  return true;
+}
+
+// The same for a (dinp, inp, dout) backward.
+bool staged_backward(loom_backend& b, const Check& ck, BackwardOp self, DLTensor* dinp,
+                     const DLTensor* inp, const DLTensor* dout) {
+  if (!Staging::any_half({dinp, inp, dout})) return false;
+  Staging st(ck, b.threads);
+  const DLTensor* inp_ = st.in("inp", inp);
+  const DLTensor* dout_ = st.in("dout", dout);
+  DLTensor* dinp_ = st.out("dinp", dinp);
+  st.run(b, [&] { return self(&b, dinp_, inp_, dout_); });
+  return true;
+}
+
 // An elementwise activation's forward op: checks, 16-bit staging (re-entering `self` in
 // f32), then F's kernel.
 template <class F>
@@ -131,13 +155,7 @@ loom_error* elementwise_forward(loom_backend* be, const char* name, ForwardOp se
                                 const DLTensor* inp) noexcept {
   return run_op(be, name, [&](loom_backend& b) {
     Check ck{name};
-    if (Staging::any_half({out, inp})) {
-      Staging st(ck, b.threads);
-      const DLTensor* inp_ = st.in("inp", inp);
-      DLTensor* out_ = st.out("out", out);
-      st.run(b, [&] { return self(&b, out_, inp_); });
-      return;
-    }
+    if (staged_forward(b, ck, self, out, inp)) return;
     ck.tensor("out", out);
     ck.tensor("inp", inp);
     ck.same_dtype("out", out, "inp", inp);
@@ -156,14 +174,7 @@ loom_error* elementwise_backward(loom_backend* be, const char* name, BackwardOp 
                                  const DLTensor* dout) noexcept {
   return run_op(be, name, [&](loom_backend& b) {
     Check ck{name};
-    if (Staging::any_half({dinp, inp, dout})) {
-      Staging st(ck, b.threads);
-      const DLTensor* inp_ = st.in("inp", inp);
-      const DLTensor* dout_ = st.in("dout", dout);
-      DLTensor* dinp_ = st.out("dinp", dinp);
-      st.run(b, [&] { return self(&b, dinp_, inp_, dout_); });
-      return;
-    }
+    if (staged_backward(b, ck, self, dinp, inp, dout)) return;
     ck.tensor("dinp", dinp);
     ck.tensor("inp", inp);
     ck.tensor("dout", dout);
@@ -225,13 +236,7 @@ std::pair<int64_t, int64_t> check_swiglu(const Check& ck, const DLTensor* inp,
 loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
   return run_op(be, "swiglu_forward", [&](loom_backend& b) {
     Check ck{"swiglu_forward"};
-    if (Staging::any_half({out, inp})) {
-      Staging st(ck, b.threads);
-      const DLTensor* inp_ = st.in("inp", inp);
-      DLTensor* out_ = st.out("out", out);
-      st.run(b, [&] { return op_swiglu_forward(&b, out_, inp_); });
-      return;
-    }
+    if (staged_forward(b, ck, op_swiglu_forward, out, inp)) return;
     auto [N, H] = check_swiglu(ck, inp, "out", out);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
@@ -244,18 +249,9 @@ loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor*
                                const DLTensor* dout) noexcept {
   return run_op(be, "swiglu_backward", [&](loom_backend& b) {
     Check ck{"swiglu_backward"};
-    if (Staging::any_half({dinp, inp, dout})) {
-      Staging st(ck, b.threads);
-      const DLTensor* inp_ = st.in("inp", inp);
-      const DLTensor* dout_ = st.in("dout", dout);
-      DLTensor* dinp_ = st.out("dinp", dinp);
-      st.run(b, [&] { return op_swiglu_backward(&b, dinp_, inp_, dout_); });
-      return;
-    }
+    if (staged_backward(b, ck, op_swiglu_backward, dinp, inp, dout)) return;
     auto [N, H] = check_swiglu(ck, inp, "dout", dout);
-    ck.tensor("dinp", dinp);
-    ck.same_dtype("dinp", dinp, "inp", inp);
-    ck.numel("dinp", dinp, N * 2 * H);
+    ck.like("dinp", dinp, "inp", inp, N * 2 * H);
     dispatch_float(ck, "inp", inp, [&](auto tag) {
       using T = decltype(tag);
       swiglu_backward_kernel(data_of<T>(dinp), data_of<const T>(inp), data_of<const T>(dout), N, H,

@@ -16,12 +16,6 @@
 namespace loom_cpu {
 namespace {
 
-template <class D, class S, class Conv>
-void convert(D* dst, const S* src, int64_t n, int nt, Conv conv) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) dst[i] = conv(src[i]);
-}
-
 template <class T>
 void fill_kernel(T* t, int64_t n, T v, int nt) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
@@ -114,18 +108,10 @@ loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexce
     } else if (is_f64(sd) && is_f32(dd)) {
       convert(data_of<float>(dst), data_of<const double>(src), n, nt,
               [](double v) { return static_cast<float>(v); });
-    } else if (is_f32(sd) && is_bf16(dd)) {
-      convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
-              [](float v) { return loom::f32_to_bf16(v); });
-    } else if (is_bf16(sd) && is_f32(dd)) {
-      convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
-              [](uint16_t v) { return loom::bf16_to_f32(v); });
-    } else if (is_f32(sd) && is_f16(dd)) {
-      convert(data_of<uint16_t>(dst), data_of<const float>(src), n, nt,
-              [](float v) { return loom::f32_to_f16(v); });
-    } else if (is_f16(sd) && is_f32(dd)) {
-      convert(data_of<float>(dst), data_of<const uint16_t>(src), n, nt,
-              [](uint16_t v) { return loom::f16_to_f32(v); });
+    } else if (is_f32(sd) && is_half(dd)) {
+      f32_to_half(dd, data_of<const float>(src), data_of<uint16_t>(dst), n, nt);
+    } else if (is_half(sd) && is_f32(dd)) {
+      half_to_f32(sd, data_of<const uint16_t>(src), data_of<float>(dst), n, nt);
     } else {
       ck.fail("no cast from " + dtype_str(sd) + " to " + dtype_str(dd) +
                   " (casts are f32 <-> f64/bf16/f16; go through f32)",

@@ -11,6 +11,7 @@
 
 #include "blas.hpp"
 #include "cpu_backend.hpp"
+#include "loom/cpp/gemm_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "mixed.hpp"
 
@@ -161,22 +162,13 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
       ck.same_dtype("a", g.a, "c", g.c);
       ck.same_dtype("b", g.b, "c", g.c);
     }
-    if (g.m < 0 || g.n < 0 || g.k < 0)
-      ck.fail("m, n, k = " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
-              std::to_string(g.k) + " must be >= 0");
-    if (g.batch < 1) ck.fail("batch = " + std::to_string(g.batch) + " must be >= 1");
+    if (std::string why = loom::gemm_sizes_refusal(g); !why.empty()) ck.fail(why);
     check_operand(ck, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
                   g.offset_a, g.batch);
     check_operand(ck, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
                   g.offset_b, g.batch);
     check_operand(ck, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
-    // Output matrices must be disjoint: stacked one after another, or interleaved side by
-    // side within each row pitch (per-head slices of a (T, H*D) tensor).
-    const bool stacked = g.stride_c >= (g.m - 1) * g.ldc + g.n;
-    const bool interleaved = g.stride_c >= g.n && (g.batch - 1) * g.stride_c + g.n <= g.ldc;
-    if (g.batch > 1 && g.m > 0 && g.n > 0 && !stacked && !interleaved)
-      ck.fail("stride_c = " + std::to_string(g.stride_c) + " makes the " + std::to_string(g.batch) +
-              " output matrices overlap");
+    if (std::string why = loom::gemm_overlap_refusal(g); !why.empty()) ck.fail(why);
     if (g.m == 0 || g.n == 0) return;
 
     b.blas->use_threads(b.threads);

@@ -160,9 +160,7 @@ loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor*
     }
     int64_t N = 0;
     int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
-    ck.tensor("stats", stats);
-    ck.same_dtype("stats", stats, "logits", logits);
-    ck.numel("stats", stats, 3 * N);
+    ck.like("stats", stats, "logits", logits, 3 * N);
     dispatch_float(ck, "logits", logits, [&](auto tag) {
       using T = decltype(tag);
       vocab_stats_kernel(data_of<T>(stats), data_of<const T>(logits),
@@ -190,12 +188,8 @@ loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTe
     }
     int64_t N = 0;
     int64_t V = check_vocab_args(ck, logits, targets, vocab_start, &N);
-    ck.tensor("dlogits", dlogits);
-    ck.same_dtype("dlogits", dlogits, "logits", logits);
-    ck.numel("dlogits", dlogits, N * V);
-    ck.tensor("lse", lse);
-    ck.same_dtype("lse", lse, "logits", logits);
-    ck.numel("lse", lse, N);
+    ck.like("dlogits", dlogits, "logits", logits, N * V);
+    ck.like("lse", lse, "logits", logits, N);
     dispatch_float(ck, "logits", logits, [&](auto tag) {
       using T = decltype(tag);
       vocab_backward_kernel(data_of<T>(dlogits), data_of<const T>(logits),
@@ -234,9 +228,7 @@ loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTenso
     ck.dtype("targets", targets, loom_i32());
     ck.numel("targets", targets, N);
     if (dlogits) {
-      ck.tensor("dlogits", dlogits);
-      ck.same_dtype("dlogits", dlogits, "logits", logits);
-      ck.numel("dlogits", dlogits, N * V);
+      ck.like("dlogits", dlogits, "logits", logits, N * V);
     }
     const int32_t* tg = data_of<const int32_t>(targets);
     for (int64_t n = 0; n < N; ++n)

@@ -165,12 +165,6 @@ Rows check_rows(const Check& ck, const DLTensor* inp) {
   if (C <= 0) ck.fail("inp has " + std::to_string(C) + " channels");
   return {loom_tensor_numel(inp) / C, C};
 }
-void check_like(const Check& ck, const char* name, const DLTensor* t, const DLTensor* inp,
-                int64_t numel) {
-  ck.tensor(name, t);
-  ck.same_dtype(name, t, "inp", inp);
-  ck.numel(name, t, numel);
-}
 void check_stat(const Check& ck, const char* name, const DLTensor* t, const DLTensor* inp,
                 int64_t N) {
   ck.tensor(name, t);
@@ -204,9 +198,9 @@ loom_error* op_layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean
       return;
     }
     Rows r = check_rows(ck, inp);
-    check_like(ck, "out", out, inp, r.N * r.C);
-    check_like(ck, "weight", weight, inp, r.C);
-    if (bias) check_like(ck, "bias", bias, inp, r.C);
+    ck.like("out", out, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
+    if (bias) ck.like("bias", bias, "inp", inp, r.C);
     check_stat(ck, "mean", mean, inp, r.N);
     check_stat(ck, "rstd", rstd, inp, r.N);
     ck.same_dtype("rstd", rstd, "mean", mean);
@@ -247,11 +241,11 @@ loom_error* op_layernorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dw
       return;
     }
     Rows r = check_rows(ck, inp);
-    check_like(ck, "dinp", dinp, inp, r.N * r.C);
-    check_like(ck, "dout", dout, inp, r.N * r.C);
-    check_like(ck, "weight", weight, inp, r.C);
-    check_like(ck, "dweight", dweight, inp, r.C);
-    if (dbias) check_like(ck, "dbias", dbias, inp, r.C);
+    ck.like("dinp", dinp, "inp", inp, r.N * r.C);
+    ck.like("dout", dout, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
+    ck.like("dweight", dweight, "inp", inp, r.C);
+    if (dbias) ck.like("dbias", dbias, "inp", inp, r.C);
     check_stat(ck, "mean", mean, inp, r.N);
     check_stat(ck, "rstd", rstd, inp, r.N);
     ck.same_dtype("rstd", rstd, "mean", mean);
@@ -281,8 +275,8 @@ loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, 
       return;
     }
     Rows r = check_rows(ck, inp);
-    check_like(ck, "out", out, inp, r.N * r.C);
-    check_like(ck, "weight", weight, inp, r.C);
+    ck.like("out", out, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
     check_stat(ck, "rstd", rstd, inp, r.N);
     check_eps(ck, eps);
     dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
@@ -313,10 +307,10 @@ loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dwei
       return;
     }
     Rows r = check_rows(ck, inp);
-    check_like(ck, "dinp", dinp, inp, r.N * r.C);
-    check_like(ck, "dout", dout, inp, r.N * r.C);
-    check_like(ck, "weight", weight, inp, r.C);
-    check_like(ck, "dweight", dweight, inp, r.C);
+    ck.like("dinp", dinp, "inp", inp, r.N * r.C);
+    ck.like("dout", dout, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
+    ck.like("dweight", dweight, "inp", inp, r.C);
     check_stat(ck, "rstd", rstd, inp, r.N);
     dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
       using T = decltype(t);

@@ -8,23 +8,17 @@
 namespace loom_cpu {
 
 void half_to_f32(DLDataType dt, const uint16_t* src, float* dst, int64_t n, int nt) {
-  if (is_bf16(dt)) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = loom::bf16_to_f32(src[i]);
-  } else {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f16_to_f32(src[i]);
-  }
+  if (is_bf16(dt))
+    convert(dst, src, n, nt, [](uint16_t v) { return loom::bf16_to_f32(v); });
+  else
+    convert(dst, src, n, nt, [](uint16_t v) { return loom::f16_to_f32(v); });
 }
 
 void f32_to_half(DLDataType dt, const float* src, uint16_t* dst, int64_t n, int nt) {
-  if (is_bf16(dt)) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f32_to_bf16(src[i]);
-  } else {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = loom::f32_to_f16(src[i]);
-  }
+  if (is_bf16(dt))
+    convert(dst, src, n, nt, [](float v) { return loom::f32_to_bf16(v); });
+  else
+    convert(dst, src, n, nt, [](float v) { return loom::f32_to_f16(v); });
 }
 
 void Staging::f32_only(const char* name, const DLTensor* t) const {

@@ -20,6 +20,14 @@ namespace loom_cpu {
 
 inline bool is_half(DLDataType d) { return is_bf16(d) || is_f16(d); }
 
+// dst[i] = conv(src[i]) over n elements: the one flat conversion pass, shared by copy's
+// casts and the staging conversions below so that both round the same way.
+template <class D, class S, class Conv>
+void convert(D* dst, const S* src, int64_t n, int nt, Conv conv) {
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = conv(src[i]);
+}
+
 // dst(n) f32 = src(n) bf16/f16 of dtype dt, and back (rounding to nearest even).
 void half_to_f32(DLDataType dt, const uint16_t* src, float* dst, int64_t n, int nt);
 void f32_to_half(DLDataType dt, const float* src, uint16_t* dst, int64_t n, int nt);

@@ -13,6 +13,7 @@
 
 #include "allocator.hpp"
 #include "loom/cpp/cuda_device.hpp"
+#include "loom/cpp/host_copy.hpp"
 #include "loom/cpp/ops_plugin.hpp"
 #include "ops.hpp"
 #include "staging.hpp"
@@ -100,10 +101,9 @@ loom_error* cuda_to_host(loom_backend* be, const DLTensor* src, void* dst, size_
   return run_op(be, "to_host", [&](loom_backend& b) {
     const char* p = static_cast<const char*>(device_ptr(b, src, "to_host", "src"));
     const size_t want = tensor_bytes(src);
-    if (bytes != want)
-      fail("to_host", "asked for " + std::to_string(bytes) + " bytes, src " + shape_str(src) + " " +
-                          dtype_str(src->dtype) + " holds " + std::to_string(want));
-    if (bytes && dst == nullptr) fail("to_host", "dst is NULL");
+    const std::string why =
+        loom::host_copy_refusal("asked for", "src", src, want, bytes, "dst", dst);
+    if (!why.empty()) fail("to_host", why);
     if (bytes == 0) return;
     LOOM_CUDA_CHECK("to_host", cudaMemcpyAsync(dst, p, bytes, cudaMemcpyDeviceToHost, b.stream));
     // The caller reads dst when we return: wait, and surface any earlier asynchronous error.
@@ -116,10 +116,8 @@ loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
   return run_op(be, "from_host", [&](loom_backend& b) {
     char* p = static_cast<char*>(device_ptr(b, dst, "from_host", "dst"));
     const size_t want = tensor_bytes(dst);
-    if (bytes != want)
-      fail("from_host", "got " + std::to_string(bytes) + " bytes, dst " + shape_str(dst) + " " +
-                            dtype_str(dst->dtype) + " holds " + std::to_string(want));
-    if (bytes && src == nullptr) fail("from_host", "src is NULL");
+    const std::string why = loom::host_copy_refusal("got", "dst", dst, want, bytes, "src", src);
+    if (!why.empty()) fail("from_host", why);
     if (bytes == 0) return;
     // The caller may reuse src when we return: a small copy is staged in pinned memory and
     // queued (staging.hpp); a large one is waited for (pageable memory is staged by the

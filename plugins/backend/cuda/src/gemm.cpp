@@ -21,6 +21,7 @@
 
 #include "allocator.hpp"
 #include "cuda_backend.hpp"
+#include "loom/cpp/gemm_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "ops.hpp"
 
@@ -279,23 +280,14 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
              "; backend/cuda multiplies f32 x f32 -> f32, bf16 x bf16 -> bf16/f32 and "
              "f16 x f16 -> f16/f32",
          LOOM_ERR_UNIMPLEMENTED);
-  if (g.m < 0 || g.n < 0 || g.k < 0)
-    fail(op, "m, n, k = " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
-                 std::to_string(g.k) + " must be >= 0");
-  if (g.batch < 1) fail(op, "batch = " + std::to_string(g.batch) + " must be >= 1");
+  if (std::string why = loom::gemm_sizes_refusal(g); !why.empty()) fail(op, why);
   if (g.batch > INT32_MAX) fail(op, "batch = " + std::to_string(g.batch) + " is too large");
   check_operand(op, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
                 g.offset_a, g.batch);
   check_operand(op, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
                 g.offset_b, g.batch);
   check_operand(op, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
-  // Output matrices must be disjoint: stacked one after another, or interleaved side by
-  // side within each row pitch (per-head slices of a (T, H*D) tensor).
-  const bool stacked = g.stride_c >= (g.m - 1) * g.ldc + g.n;
-  const bool interleaved = g.stride_c >= g.n && (g.batch - 1) * g.stride_c + g.n <= g.ldc;
-  if (g.batch > 1 && g.m > 0 && g.n > 0 && !stacked && !interleaved)
-    fail(op, "stride_c = " + std::to_string(g.stride_c) + " makes the " + std::to_string(g.batch) +
-                 " output matrices overlap");
+  if (std::string why = loom::gemm_overlap_refusal(g); !why.empty()) fail(op, why);
   if (g.m == 0 || g.n == 0) return;
 
   const size_t ab_bytes = loom_dtype_bytes(at), c_bytes = loom_dtype_bytes(ct);
