@@ -69,7 +69,8 @@ if [ -n "$mpiexec" ]; then
   mpi() { mpi_ranks 2 \
             "$loom" run r.toml --set comm.plugin=mpi --set train.iters=3 --set checkpoint.load=tp2 \
             "$@"; }
-  refused 2 "rank 0: checkpoint.load: tp2/iter_0000002: its model tensors are not this run's: \
+  # each rank refuses alike; whichever's line comes first ends the job
+  refused 2 "rank [01]: checkpoint.load: tp2/iter_0000002: its model tensors are not this run's: \
 it holds 24 the run does not take" mpi --set model.n_layer=2
   mpi > out 2>&1 || fail "resuming tp2 on two data-parallel ranks"
   grep -q "at iteration 2" out || fail "two ranks: no 'at iteration 2'"
