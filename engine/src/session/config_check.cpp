@@ -56,17 +56,30 @@ void check_model_residency(const Recipe& recipe, const loom_model_api* api, int3
                      " has no parameter residency (loom_model_api.hold_params, ABI 2.13)");
 }
 
-loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
-                                         int stages) {
+loom_model_create_args inference_create_args(int64_t vocab, int64_t seq_len, int64_t micro_batch,
+                                             int32_t stage, int32_t stages) {
   loom_model_create_args a{};
   a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_18;
   a.ext = nullptr;  // ABI 2.18: the chain the next create options go on; none yet
   a.vocab_size = vocab;
-  a.seq_len = recipe.get_int("train", "seq_len");
-  a.micro_batch = recipe.get_int("train", "micro_batch_size");
-  a.dtype = compute_dtype(recipe.get_string("precision", "dtype"));
+  a.seq_len = seq_len;
+  a.micro_batch = micro_batch;
+  a.dtype = loom_f32();
   a.pipeline_stage = stage;
   a.pipeline_stages = stages;
+  a.recompute_granularity = LOOM_RECOMPUTE_NONE;
+  a.recompute_method = LOOM_RECOMPUTE_UNIFORM;
+  a.recompute_num_layers = 1;
+  a.residency = LOOM_RESIDENCY_NONE;
+  return a;
+}
+
+loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
+                                         int stages) {
+  loom_model_create_args a =
+      inference_create_args(vocab, recipe.get_int("train", "seq_len"),
+                            recipe.get_int("train", "micro_batch_size"), stage, stages);
+  a.dtype = compute_dtype(recipe.get_string("precision", "dtype"));
   // train.recompute_* (ABI 2.10), the module names checked by the recipe's validation.
   const std::string g = recipe.get_string("train", "recompute_granularity");
   a.recompute_granularity = g == "full"        ? LOOM_RECOMPUTE_FULL
@@ -79,24 +92,6 @@ loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, in
   uint32_t modules = 0;
   parse_recompute_modules(recipe.get_string("train", "recompute_modules"), &modules);
   a.recompute_modules = modules;
-  return a;
-}
-
-loom_model_create_args inference_create_args(int64_t vocab, int64_t seq_len, int64_t micro_batch,
-                                             int32_t stage, int32_t stages) {
-  loom_model_create_args a{};
-  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2_18;
-  a.vocab_size = vocab;
-  a.seq_len = seq_len;
-  a.micro_batch = micro_batch;
-  a.dtype = loom_f32();
-  a.pipeline_stage = stage;
-  a.pipeline_stages = stages;
-  a.recompute_granularity = LOOM_RECOMPUTE_NONE;
-  a.recompute_method = LOOM_RECOMPUTE_UNIFORM;
-  a.recompute_num_layers = 1;
-  a.residency = LOOM_RESIDENCY_NONE;
-  a.ext = nullptr;
   return a;
 }
 
