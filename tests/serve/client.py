@@ -285,6 +285,10 @@ def check_busy(port):
     s, body = request(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5})
     assert s == 200, body
     streamed = h["generated_tokens"]
+    s, h = request(port, "GET", "/health")
+    # every request answered has left: none may still count as running
+    assert h["running"] == 0 and h["queued"] == 0, h
+    answered = h["generated_tokens"]
     # a non-streamed request's client goes away too: the server notices the closed socket
     # while it decodes, not only when it writes the answer
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -292,10 +296,10 @@ def check_busy(port):
               body=json.dumps({"prompt": "z", "max_tokens": 4000, "temperature": 0}).encode())
     for _ in range(500):
         s, h = request(port, "GET", "/health")
-        if h["running"] == 1:
+        if h["running"] == 1 and h["generated_tokens"] > answered:  # it decodes
             break
         time.sleep(0.01)
-    assert h["running"] == 1, h
+    assert h["running"] == 1 and h["generated_tokens"] > answered, h
     c.sock.close()
     c.close()
     for _ in range(500):

@@ -84,8 +84,11 @@ void Batcher::drain() {
 
 BatchStats Batcher::stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  return {active_.load(), (int64_t)queue_.size(), slots_,
-          steps_.load(),  tokens_.load(),         cancelled_.load()};
+  // running = open and not queued, exact at once. active_ is recounted only at the decode
+  // loop's next turn: /health read just after a job finished saw it still running (a client
+  // that waited for "running": 1 then raced the previous job's end, a CI failure once).
+  const int64_t queued = (int64_t)queue_.size();
+  return {open_.load() - queued, queued, slots_, steps_.load(), tokens_.load(), cancelled_.load()};
 }
 
 // Picks j's next token from `logits` and decides whether j goes on. Called with j.mu free.
