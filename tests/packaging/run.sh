@@ -110,6 +110,9 @@ else
   listing=$(LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins)
   echo "$listing"
   echo "$listing" | grep -q "${NAME#*/}" || fail "loom plugins does not list $NAME"
+  # the identity LOOM_PLUGIN took from loom_add_plugin's VERSION, VENDOR and LICENSE
+  echo "$listing" | grep -qE "^${NAME%/*} +${NAME#*/} +1\.0\.0 +[0-9.]+ +Example Corp " ||
+    fail "loom plugins does not show $NAME as version 1.0.0 by Example Corp"
   LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins describe "$NAME" ||
     fail "loom plugins describe $NAME failed"
   ran+=(list)

@@ -71,19 +71,10 @@ loom_error* create(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = decoder_api(create);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_MODEL,
-     .name = "gptj",
-     .version = "1.0.0",
-     .vendor = "Example Corp",
-     .license = "MIT",
-     .description =
-         "GPT-J-style decoder: attention and MLP in parallel from one norm (Loom layer library)",
-     .params = {kTransformerSchema, static_cast<size_t>(kTransformerSchemaSize)},
-     .api = &kApi,
-     .capabilities = kDecoderCapabilities,
-     .ext = &kDecoderDecode.base});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(
+        .description =
+            "GPT-J-style decoder: attention and MLP in parallel from one norm (Loom layer library)",
+        .params = {kTransformerSchema, static_cast<size_t>(kTransformerSchemaSize)}, .api = &kApi,
+        .capabilities = kDecoderCapabilities, .ext = &kDecoderDecode.base)

@@ -142,18 +142,11 @@ const loom_param_spec kParams[] = {
                 "decoupled weight decay, on tensors the host marks for decay", 0.0, 1e3),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {.kind = LOOM_KIND_OPTIMIZER,
-     .name = "signsgd",
-     .version = "1.0.0",
-     .vendor = "Example Corp",
-     .license = "MIT",
-     .description =
-         "Signum: sign of the gradient momentum as the update (example out-of-tree plugin)",
-     .params = kParams,
-     .api = &kApi});
-
 }  // namespace
 
-// The one exported symbol: returns kDescriptor to a host of ABI major 1, NULL otherwise.
-LOOM_PLUGIN_ENTRY(kDescriptor)
+// The descriptor (kind, name, version, vendor and license from loom_add_plugin in
+// CMakeLists.txt) and the one exported symbol, loom_plugin_entry: it returns the descriptor to
+// a host of ABI major 2, NULL otherwise.
+LOOM_PLUGIN(.description =
+                "Signum: sign of the gradient momentum as the update (example out-of-tree plugin)",
+            .params = kParams, .api = &kApi)

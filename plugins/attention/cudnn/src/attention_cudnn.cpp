@@ -474,12 +474,9 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with T == S)",
-     .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with "
+                "T == S)",
+            .api = &kApi)

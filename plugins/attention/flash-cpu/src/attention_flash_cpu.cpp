@@ -254,13 +254,9 @@ const loom_param_spec kParams[] = {
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "exact tiled attention (FlashAttention-2 online softmax) on host memory; O((T+S)*D) "
-         "workspace, never T x S",
-     .params = kParams, .api = &kApi, .capabilities = kCapabilities});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "exact tiled attention (FlashAttention-2 online softmax) on host memory; "
+                "O((T+S)*D) workspace, never T x S",
+            .params = kParams, .api = &kApi, .capabilities = kCapabilities)

@@ -188,13 +188,9 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, head dim "
-         "64 or 128, causal, GQA; O(T) memory)",
-     .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, "
+                "head dim 64 or 128, causal, GQA; O(T) memory)",
+            .api = &kApi)

@@ -25,12 +25,8 @@ const loom_attention_api kApi = {
 const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
                                      LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "computes nothing, allocates nothing: the attention of backend/meta walk-throughs",
-     .api = &kApi, .capabilities = kCapabilities});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "computes nothing, allocates nothing: the attention of backend/meta walk-throughs",
+            .api = &kApi, .capabilities = kCapabilities)

@@ -382,11 +382,8 @@ const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTI
 const char* const* const kCapabilities = nullptr;
 #endif
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description = "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
-     .api = &kApi, .capabilities = kCapabilities});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "exact attention from backend gemm + softmax ops (any backend; O(T*S) memory)",
+            .api = &kApi, .capabilities = kCapabilities)

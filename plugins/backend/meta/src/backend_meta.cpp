@@ -178,12 +178,9 @@ constexpr loom_backend_api kApi = {
     loom::host_stream::get_ext,
 };
 
-const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
-                           .description = "shapes without memory or compute: counts what a run "
-                                          "would allocate (loom validate --memory)",
-                           .api = &kApi, .capabilities = kCapabilities});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "shapes without memory or compute: counts what a run would allocate (loom validate "
+                "--memory)",
+            .api = &kApi, .capabilities = kCapabilities)

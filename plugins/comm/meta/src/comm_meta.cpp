@@ -86,12 +86,9 @@ constexpr loom_param_spec kParams[] = {
     loom::param("rank", LOOM_PARAM_INT, "0", "this rank's place in that world", 0, 1 << 24),
 };
 
-const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
-                           .description = "one rank of a pretended world: real group sizes, no "
-                                          "communication (loom validate --memory)",
-                           .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "one rank of a pretended world: real group sizes, no communication (loom validate "
+                "--memory)",
+            .params = kParams, .api = &kApi)

@@ -527,12 +527,9 @@ constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_r
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
-                           .description = "collectives and send/recv over MPI on CPU tensors "
-                                          "(f32, f64, i32, bf16, f16); start ranks with mpirun",
-                           .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "collectives and send/recv over MPI on CPU tensors (f32, f64, i32, bf16, f16); "
+                "start ranks with mpirun",
+            .api = &kApi)

@@ -571,12 +571,9 @@ constexpr loom::CommCalls kCalls{
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description = "collectives and send/recv over NCCL on GPU tensors, "
-                    "one GPU per rank; start ranks with mpirun or srun (one rank needs no MPI)",
-     .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "collectives and send/recv over NCCL on GPU tensors, one GPU per rank; start ranks "
+                "with mpirun or srun (one rank needs no MPI)",
+            .api = &kApi)

@@ -190,12 +190,9 @@ constexpr loom::CommCalls kCalls{
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "one process, no communication: collectives are identities, send/recv to self queue",
-     .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(
+        .description =
+            "one process, no communication: collectives are identities, send/recv to self queue",
+        .api = &kApi)

@@ -153,13 +153,9 @@ const loom_param_spec kParams[] = {
                 "--bert-no-binary-head); must match model.binary_head"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "Megatron-LM's BERT dataset: sentence pairs with the sentence-order label and masked-LM "
-         "targets, over an indexed dataset of sentences",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "Megatron-LM's BERT dataset: sentence pairs with the sentence-order label and "
+                "masked-LM targets, over an indexed dataset of sentences",
+            .params = kParams, .api = &kApi)

@@ -60,13 +60,9 @@ const loom_param_spec kParams[] = {
                 "path prefix of <prefix>.bin and <prefix>.idx (relative to the working directory)"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one document "
-         "per sequence",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "Megatron-LM indexed dataset (.bin/.idx, as `loom preprocess` writes it); one "
+                "document per sequence",
+            .params = kParams, .api = &kApi)

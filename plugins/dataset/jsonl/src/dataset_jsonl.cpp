@@ -130,12 +130,9 @@ const loom_param_spec kParams[] = {
                 "Megatron's --append-eod)"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "JSON-lines text, one document per line, tokenised at load with the run's tokenizer",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(
+        .description =
+            "JSON-lines text, one document per line, tokenised at load with the run's tokenizer",
+        .params = kParams, .api = &kApi)

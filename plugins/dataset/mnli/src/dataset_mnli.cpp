@@ -235,13 +235,10 @@ const loom_param_spec kParams[] = {
                 "hypothesis, label with a header line"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "MNLI sentence pairs for finetuning BERT: [CLS] premise [SEP] hypothesis [SEP] with the "
-         "label (contradiction, entailment, neutral), as Megatron's GLUE task reads them",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(
+        .description =
+            "MNLI sentence pairs for finetuning BERT: [CLS] premise [SEP] hypothesis [SEP] with "
+            "the label (contradiction, entailment, neutral), as Megatron's GLUE task reads them",
+        .params = kParams, .api = &kApi)

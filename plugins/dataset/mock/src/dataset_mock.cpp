@@ -165,12 +165,8 @@ const loom_param_spec kParams[] = {
                 "--append-eod); none without a tokenizer"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "deterministic synthetic documents from a fixed random Markov chain (learnable)",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "deterministic synthetic documents from a fixed random Markov chain (learnable)",
+            .params = kParams, .api = &kApi)

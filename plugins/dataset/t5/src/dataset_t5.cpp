@@ -175,13 +175,9 @@ const loom_param_spec kParams[] = {
                 "spans of whole words: a word's \"##\" pieces with it (Megatron's T5: true)"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "Megatron-LM's T5 dataset: span corruption with sentinels (encoder input, decoder input "
-         "and targets) over an indexed dataset of sentences",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "Megatron-LM's T5 dataset: span corruption with sentinels (encoder input, decoder "
+                "input and targets) over an indexed dataset of sentences",
+            .params = kParams, .api = &kApi)

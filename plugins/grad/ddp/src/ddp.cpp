@@ -341,13 +341,9 @@ const loom_param_spec kParams[] = {
                 "numbers are those without it"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "data parallel: all-reduce (average) every gradient over its data-parallel group (data x "
-         "context, or expert data for expert parameters)",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "data parallel: all-reduce (average) every gradient over its data-parallel group "
+                "(data x context, or expert data for expert parameters)",
+            .params = kParams, .api = &kApi)

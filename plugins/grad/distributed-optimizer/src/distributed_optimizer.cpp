@@ -455,13 +455,9 @@ const loom_param_spec kParams[] = {
                 "not with pipeline parallelism yet); the numbers are those without it"),
 };  // grad_ready: no overlap yet
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its shard, "
-         "all-gather parameters",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "distributed optimizer (ZeRO-1): reduce-scatter gradients, each rank steps its "
+                "shard, all-gather parameters",
+            .params = kParams, .api = &kApi)

@@ -408,13 +408,9 @@ const loom_param_spec kParams[] = {
                 "completes just before its unit's forward. The numbers are those without it"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "fully sharded data parallelism (ZeRO-2/3): per-layer parameter all-gather just before "
-         "use, per-layer gradient reduce-scatter, optimizer on shards",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "fully sharded data parallelism (ZeRO-2/3): per-layer parameter all-gather just "
+                "before use, per-layer gradient reduce-scatter, optimizer on shards",
+            .params = kParams, .api = &kApi)

@@ -22,15 +22,11 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::bert_classifier_api(create);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "BERT with a sequence(-pair) classifier on the pooled [CLS] (Megatron's Classification: "
-         "MNLI finetuning)",
-     .params = {loom::layers::kBertClassifierSchema,
-                static_cast<size_t>(loom::layers::kBertClassifierSchemaSize)},
-     .api = &kApi, .check_config = check_config});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "BERT with a sequence(-pair) classifier on the pooled [CLS] (Megatron's "
+                "Classification: MNLI finetuning)",
+            .params = {loom::layers::kBertClassifierSchema,
+                       static_cast<size_t>(loom::layers::kBertClassifierSchemaSize)},
+            .api = &kApi, .check_config = check_config)

@@ -21,13 +21,10 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::bert_api(create);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
-     .params = {loom::layers::kBertSchema, static_cast<size_t>(loom::layers::kBertSchemaSize)},
-     .api = &kApi, .check_config = check_config});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
+            .params = {loom::layers::kBertSchema,
+                       static_cast<size_t>(loom::layers::kBertSchemaSize)},
+            .api = &kApi, .check_config = check_config)

@@ -19,15 +19,11 @@ loom_error* check_config(const loom_host* host, const loom_config* cfg,
 
 const loom_model_api kApi = loom::layers::decoder_api(create);
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
-     .params = {loom::layers::kTransformerSchema,
-                static_cast<size_t>(loom::layers::kTransformerSchemaSize)},
-     .api = &kApi, .capabilities = loom::layers::kDecoderCapabilities,
-     .ext = &loom::layers::kDecoderDecode.base, .check_config = check_config});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "GPT-2 decoder; Llama family through options (rmsnorm, swiglu, rope, GQA, untied)",
+            .params = {loom::layers::kTransformerSchema,
+                       static_cast<size_t>(loom::layers::kTransformerSchemaSize)},
+            .api = &kApi, .capabilities = loom::layers::kDecoderCapabilities,
+            .ext = &loom::layers::kDecoderDecode.base, .check_config = check_config)

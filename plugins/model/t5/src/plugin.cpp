@@ -99,15 +99,11 @@ const loom_decode_ext kDecode = {{sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, &
 const char* const kCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS, LOOM_EXT_ENCODE,
                                      nullptr};
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "T5 encoder-decoder (Megatron's): span-corruption pretraining, cross-attention, "
-         "generation with the encoder run once",
-     .params = {loom::layers::kT5Schema, static_cast<size_t>(loom::layers::kT5SchemaSize)},
-     .api = &kApi, .capabilities = kCapabilities, .ext = &kDecode.base,
-     .check_config = check_config});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "T5 encoder-decoder (Megatron's): span-corruption pretraining, cross-attention, "
+                "generation with the encoder run once",
+            .params = {loom::layers::kT5Schema, static_cast<size_t>(loom::layers::kT5SchemaSize)},
+            .api = &kApi, .capabilities = kCapabilities, .ext = &kDecode.base,
+            .check_config = check_config)

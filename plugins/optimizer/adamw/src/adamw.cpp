@@ -107,12 +107,9 @@ class AdamW : public loom::opt::RunsOptimizer {
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, wd_ = 0.1;
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description = "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
-                    "(backend/cuda, on its stream)",
-     .params = kSchema, .api = &loom::opt::OptimizerTable<AdamW>::api});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
+                "(backend/cuda, on its stream)",
+            .params = kSchema, .api = &loom::opt::OptimizerTable<AdamW>::api)

@@ -85,13 +85,9 @@ class Lion : public loom::opt::RunsOptimizer {
   double beta1_ = 0.9, beta2_ = 0.99, wd_ = 0.0;
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and CUDA "
-         "(backend/cuda, on its stream)",
-     .params = kSchema, .api = &loom::opt::OptimizerTable<Lion>::api});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and "
+                "CUDA (backend/cuda, on its stream)",
+            .params = kSchema, .api = &loom::opt::OptimizerTable<Lion>::api)

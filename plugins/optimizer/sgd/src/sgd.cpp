@@ -92,12 +92,9 @@ class Sgd : public loom::opt::RunsOptimizer {
   double momentum_ = 0.0, wd_ = 0.0;
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA (backend/cuda)",
-     .params = kSchema, .api = &loom::opt::OptimizerTable<Sgd>::api});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA "
+                "(backend/cuda)",
+            .params = kSchema, .api = &loom::opt::OptimizerTable<Sgd>::api)

@@ -435,9 +435,6 @@ loom_error* run(loom_schedule* s, loom_schedule_args* args) {
 
 const loom_schedule_api kApi = {LOOM_SCHEDULE_API_SIZE_V2, create, destroy, run};
 
-const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({LOOM_PLUGIN_IDENTITY, .description = kDescription, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description = kDescription, .api = &kApi)

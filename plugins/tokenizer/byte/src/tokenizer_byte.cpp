@@ -77,12 +77,8 @@ const loom_param_spec kParams[] = {
                 "what decode writes for the end-of-document id 256 (default: nothing)"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "one token per byte (ids 0-255) plus end-of-document 256; lossless for any bytes",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "one token per byte (ids 0-255) plus end-of-document 256; lossless for any bytes",
+            .params = kParams, .api = &kApi)

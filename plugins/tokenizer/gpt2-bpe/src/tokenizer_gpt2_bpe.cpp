@@ -144,13 +144,9 @@ const loom_param_spec kParams[] = {
                 "directory)"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "GPT-2 byte-level BPE, as Megatron's GPT2BPETokenizer; EOD = <|endoftext|>; any bytes "
-         "round-trip",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "GPT-2 byte-level BPE, as Megatron's GPT2BPETokenizer; EOD = <|endoftext|>; any "
+                "bytes round-trip",
+            .params = kParams, .api = &kApi)

@@ -140,12 +140,8 @@ const loom_param_spec kParams[] = {
                 1, static_cast<double>(kMaxVocab)),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "the text is the ids, as whitespace-separated integers (Megatron's NullTokenizer)",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "the text is the ids, as whitespace-separated integers (Megatron's NullTokenizer)",
+            .params = kParams, .api = &kApi)

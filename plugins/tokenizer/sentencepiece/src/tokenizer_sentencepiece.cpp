@@ -114,12 +114,9 @@ const loom_param_spec kParams[] = {
     loom::param("add_eos", LOOM_PARAM_BOOL, "false", "put the model's </s> after each text"),
 };
 
-const loom_plugin_descriptor kDescriptor = loom::describe_plugin(
-    {LOOM_PLUGIN_IDENTITY,
-     .description =
-         "SentencePiece models (BPE or unigram) via libsentencepiece; EOD = the model's </s>",
-     .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(
+        .description =
+            "SentencePiece models (BPE or unigram) via libsentencepiece; EOD = the model's </s>",
+        .params = kParams, .api = &kApi)

@@ -244,12 +244,9 @@ const loom_param_spec kParams[] = {
                 0, 100000),
 };
 
-const loom_plugin_descriptor kDescriptor =
-    loom::describe_plugin({LOOM_PLUGIN_IDENTITY,
-                           .description = "BERT WordPiece as Megatron-LM's BertWordPiece "
-                                          "tokenizers; EOD = [EOS] (appended if absent)",
-                           .params = kParams, .api = &kApi});
-
 }  // namespace
 
-LOOM_PLUGIN_ENTRY(kDescriptor)
+LOOM_PLUGIN(.description =
+                "BERT WordPiece as Megatron-LM's BertWordPiece tokenizers; EOD = [EOS] (appended "
+                "if absent)",
+            .params = kParams, .api = &kApi)

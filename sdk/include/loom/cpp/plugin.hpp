@@ -203,3 +203,18 @@ std::string ops_args_refusal(const Args* a, size_t want) {
     (void)host_abi_minor;                                                 \
     return host_abi_major == LOOM_ABI_MAJOR ? &(descriptor) : nullptr;    \
   }
+
+// The descriptor and the entry of a plugin built with loom_add_plugin(), at file scope: the
+// identity from the build (LOOM_PLUGIN_IDENTITY), the rest as describe_plugin's members.
+//   LOOM_PLUGIN(.description = "AdamW ...", .params = kParams, .api = &kApi)
+#ifdef LOOM_PLUGIN_IDENTITY
+#define LOOM_PLUGIN(...)                                                                 \
+  static const loom_plugin_descriptor loom_plugin_descriptor_ =                          \
+      loom::describe_plugin(loom::PluginDescription{LOOM_PLUGIN_IDENTITY, __VA_ARGS__}); \
+  LOOM_PLUGIN_ENTRY(loom_plugin_descriptor_)
+#else
+#define LOOM_PLUGIN(...)                                                                     \
+  static_assert(false,                                                                       \
+                "LOOM_PLUGIN takes kind, name, version, vendor and license from the build: " \
+                "loom_add_plugin(... VERSION <v> VENDOR <who> LICENSE <spdx>)");
+#endif
