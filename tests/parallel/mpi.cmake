@@ -43,8 +43,11 @@ loom_parallel_mpi_test(test_grad_fsdp_mpi "2;3" loom_grad_fsdp)
 # parallel.overlap_grad_reduce on two ranks: the numbers of a run that overlaps grad/ddp's
 # reductions with the backward pass are those of one that does not, and a traced run shows
 # buckets started and completed before the backward passes end.
-add_test(NAME parallel.overlap_grad_reduce
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/overlap_grad_reduce.sh $<TARGET_FILE:loom>
+loom_script_test(parallel.overlap_grad_reduce overlap_grad_reduce.sh 600
+                 "${_mpi_env};LOOM_PLUGIN_PATH=" ${MPIEXEC_EXECUTABLE})
+
+# grad/fsdp (parallel.data = "fsdp") through whole runs, beside its unit test above: bitwise
+# resume, resharding to and from other layouts, the measured memory per parameter against
+# the ZeRO table, refusals, overlap_param_gather. (layouts.*fsdp* hold it to one rank.)
+loom_script_test(parallel.fsdp fsdp.sh 600 "${_mpi_env};LOOM_PLUGIN_PATH="
                  ${MPIEXEC_EXECUTABLE})
-set_tests_properties(parallel.overlap_grad_reduce PROPERTIES LABELS "parallel" TIMEOUT 600
-                     ENVIRONMENT "${_mpi_env};LOOM_PLUGIN_PATH=")

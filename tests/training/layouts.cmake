@@ -54,10 +54,6 @@ foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moebias-e
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 
-# FSDP (parallel.data = "fsdp"): bitwise resume, resharding to and from other layouts, the
-# measured memory per parameter against the ZeRO table, refusals, overlap_param_gather.
-layout_test(fsdp 600 fsdp.sh)
-
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
 foreach(model gpt llama moe)
   layout_test(reshard.${model} 600 reshard.sh ${model})

@@ -224,7 +224,7 @@ class Fsdp {
       u.fresh = true;
       if (u.in_flight) finish(u, false);
     }
-    if (overlap_ && stage_ == 3) {  // for a traced run (tests/training/fsdp.sh)
+    if (overlap_ && stage_ == 3) {  // for a traced run (tests/parallel/fsdp.sh)
       const std::string line = "this step: " + std::to_string(prefetched_) + " of " +
                                std::to_string(record_.size()) +
                                " unit gathers were prefetched while another unit computed";
