@@ -76,10 +76,13 @@ list(APPEND LOOM_ENGINE_TEST_PLUGINS loom_test_noentry)
 
 find_package(spdlog REQUIRED)
 
-set(_engine_tests test_capabilities.cpp test_cli.cpp test_docs.cpp test_launch.cpp test_log.cpp
-  test_package.cpp test_parity.cpp test_recipe.cpp)
+# Each test file sits in the folder of the engine subsystem it tests (engine/src/<folder>).
+set(_engine_tests session/test_capabilities.cpp cli/test_cli.cpp recipe/test_docs.cpp
+  train/test_launch.cpp base/test_log.cpp loader/test_package.cpp eval/test_parity.cpp
+  recipe/test_recipe.cpp)
 add_executable(test_engine ${_engine_tests})
 target_link_libraries(test_engine PRIVATE loom_engine loom_test_main spdlog::spdlog)
+target_include_directories(test_engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})  # engine_test_util
 target_compile_definitions(test_engine PRIVATE
   LOOM_EXE="$<TARGET_FILE:loom>"
   LOOM_TEST_STUB_DIR="${LOOM_TEST_STUB_DIR}"

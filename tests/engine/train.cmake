@@ -2,8 +2,9 @@
 # the file tools' output rules (unit), and whole runs of the `loom` executable (resume equivalence,
 # generation, exit codes).
 find_package(nlohmann_json REQUIRED)
-add_executable(test_train_units test_schedule.cpp test_sampler.cpp test_checkpoint.cpp
-               test_batch_spec.cpp test_tool_output.cpp test_mfu.cpp test_precision.cpp)
+add_executable(test_train_units train/test_lr_schedule.cpp data/test_sampler.cpp
+               checkpoint/test_checkpoint.cpp train/test_batch_spec.cpp base/test_tool_output.cpp
+               base/test_mfu.cpp train/test_precision.cpp)
 target_link_libraries(test_train_units PRIVATE loom_engine loom_test_main nlohmann_json::nlohmann_json)
 add_dependencies(test_train_units loom_backend_cpu)  # test_precision's backend
 add_test(NAME train.units COMMAND test_train_units)
@@ -21,7 +22,7 @@ set_target_properties(loom_test_attention_causal_only PROPERTIES
 target_compile_definitions(loom_test_attention_causal_only PRIVATE
                            LOOM_REFERENCE_FIXTURE_WITHOUT_WINDOW)
 
-add_executable(test_train_runs test_runs.cpp)
+add_executable(test_train_runs train/test_runs.cpp)
 target_link_libraries(test_train_runs PRIVATE loom_test_main)
 target_compile_definitions(test_train_runs PRIVATE LOOM_TEST_FIXTURE_DIR="${LOOM_TEST_FIXTURE_DIR}")
 add_dependencies(test_train_runs loom loom_test_attention_causal_only)
@@ -39,7 +40,7 @@ endif()
 # input and eval data are refused with exit 2 naming the path, without hanging.
 if(TARGET loom)
   add_test(NAME engine.regular_files
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/regular_files.sh $<TARGET_FILE:loom>
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/regular_files.sh $<TARGET_FILE:loom>
                    ${PROJECT_SOURCE_DIR}/tests/model/hf/gpt2-f32)
   set_tests_properties(engine.regular_files PROPERTIES LABELS "engine" TIMEOUT 300
     ENVIRONMENT "LOOM_PLUGIN_PATH=")

@@ -14,7 +14,7 @@ trap 'rm -rf "$dir"' EXIT
 cd "$dir"
 mkfifo fifo
 mkdir folder
-cp "$here/../support/tiny_gpt.toml" r.toml
+cp "$here/../../support/tiny_gpt.toml" r.toml
 fail() { echo "FAIL: $*"; cat out.log 2>/dev/null | tail -5; exit 1; }
 
 # refused WHAT KIND CMD...: CMD exits 2 within 20 s and its error names WHAT and KIND.
