@@ -228,6 +228,12 @@ Listing build() {
   F(ext)
   END
   STRUCT(loom_schedule_api) F(struct_size) F(create) F(destroy) F(run) END
+  STRUCT(loom_schedule_step) F(struct_size) F(phase) F(chunk) F(microbatch) END
+  STRUCT(loom_schedule_order_args)
+  F(struct_size) F(pipeline) F(virtual_stages) F(num_microbatches) F(chunks) F(stages)
+  F(num_steps) F(steps) F(ext)
+  END
+  STRUCT(loom_schedule_order_ext) F(base) F(order) END
   // tokenizer.h
   STRUCT(loom_tokenizer_api)
   F(struct_size) F(create) F(destroy) F(vocab_size) F(eod_id) F(encode) F(decode)

@@ -54,6 +54,9 @@
   X(loom_optimizer_api) \
   X(loom_grad_api) \
   X(loom_schedule_api) \
+  X(loom_schedule_step) \
+  X(loom_schedule_order_args) \
+  X(loom_schedule_order_ext) \
   X(loom_tokenizer_api) \
   X(loom_dataset_api) \
   X(loom_comm_args) \

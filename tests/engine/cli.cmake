@@ -79,7 +79,7 @@ find_package(spdlog REQUIRED)
 # Each test file sits in the folder of the engine subsystem it tests (engine/src/<folder>).
 set(_engine_tests session/test_capabilities.cpp cli/test_cli.cpp recipe/test_docs.cpp
   train/test_launch.cpp base/test_log.cpp loader/test_package.cpp eval/test_parity.cpp
-  recipe/test_recipe.cpp)
+  recipe/test_recipe.cpp train/test_schedule_show.cpp)
 add_executable(test_engine ${_engine_tests})
 target_link_libraries(test_engine PRIVATE loom_engine loom_test_main spdlog::spdlog)
 target_include_directories(test_engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})  # engine_test_util

@@ -51,3 +51,8 @@ loom_script_test(parallel.overlap_grad_reduce overlap_grad_reduce.sh 600
 # the ZeRO table, refusals, overlap_param_gather. (layouts.*fsdp* hold it to one rank.)
 loom_script_test(parallel.fsdp fsdp.sh 600 "${_mpi_env};LOOM_PLUGIN_PATH="
                  ${MPIEXEC_EXECUTABLE})
+
+# train.schedule_trace: one step's schedule as it ran, per pipeline rank, and `loom schedule
+# show --trace` over it (1F1B and ZB-V on two ranks).
+loom_script_test(parallel.schedule_trace schedule_trace.sh 300 "${_mpi_env};LOOM_PLUGIN_PATH="
+                 ${MPIEXEC_EXECUTABLE})

@@ -1,10 +1,10 @@
-// The pipeline schedules (gpipe, 1f1b, interleaved-1f1b) under mpirun (np 2, 4) and as an MPI
-// singleton, driving a toy model defined here behind loom_model_api: stage s computes
-// y = tanh(W_s x) on (rows, H) f64 activations; the first stage embeds the tokens, the last
-// scores y against the targets. Every rank recomputes the whole network sequentially for
-// every micro-batch and compares the two named loss terms ("toy", which drives the
-// gradients, and "aux", reported with weight 0), the token count and its own stages' weight
-// gradients with what the schedule produced.
+// The pipeline schedules (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, dualpipev) under mpirun (np
+// 2, 4) and as an MPI singleton, driving a toy model defined here behind loom_model_api: stage s
+// computes y = tanh(W_s x) on (rows, H) f64 activations; the first stage embeds the tokens, the
+// last scores y against the targets. Every rank recomputes the whole network sequentially for every
+// micro-batch and compares the two named loss terms ("toy", which drives the gradients, and "aux",
+// reported with weight 0), the token count and its own stages' weight gradients with what the
+// schedule produced.
 //
 // The toy model is strict about the stage contract, so a schedule that bends it fails:
 // it keeps a pointer to its input (not a copy) and checks at backward that the input is
@@ -365,7 +365,7 @@ struct Parallel {
 };
 
 struct Run {
-  ptest::Outcome created, ran;
+  ptest::Outcome order, created, ran;
   double loss = 0, aux = 0, aux_count = 0, aux_weight = -1;
   int64_t tokens = 0;
   std::vector<std::unique_ptr<loom_model>> chunks;
@@ -376,19 +376,30 @@ struct Run {
 Run run(const Parallel& par, const std::string& schedule, int64_t M, bool forward_only) {
   const int P = par.layout.pipeline, V = par.layout.virtual_stages, p = par.layout.pipeline_rank;
   Run r;
+  auto* d = loomtest::load_descriptor("schedule", schedule);
+  REQUIRE(d->kind == LOOM_KIND_SCHEDULE);
+  // The chunks' stages as the schedule places them (loom.schedule-order/1), or its refusal
+  const auto* ox = reinterpret_cast<const loom_schedule_order_ext*>(
+      loom_ext_find(d->ext, LOOM_EXT_SCHEDULE_ORDER));
+  REQUIRE(ox != nullptr);
+  loom_schedule_order_args oa{};
+  oa.struct_size = LOOM_SCHEDULE_ORDER_ARGS_SIZE_V2_19;
+  oa.pipeline = P;
+  oa.virtual_stages = V;
+  oa.num_microbatches = M;
+  r.order = ptest::outcome(ox->order(&par.host, &oa));
+  if (!r.order.ok()) return r;
   std::vector<loom_model*> ptrs;
-  for (int v = 0; v < V; ++v) {
+  for (int v = 0; v < oa.chunks; ++v) {
     auto m = std::make_unique<loom_model>();
-    m->stage = int64_t(v) * P + p;
-    m->stages = int64_t(P) * V;
+    m->stage = oa.stages[p * oa.chunks + v];
+    m->stages = int64_t(P) * oa.chunks;
     m->W.resize(kH * kH);
     m->dW.assign(kH * kH, 0.0);
     for (int64_t j = 0; j < kH * kH; ++j) m->W[j] = weight(m->stage, j / kH, j % kH);
     ptrs.push_back(m.get());
     r.chunks.push_back(std::move(m));
   }
-  auto* d = loomtest::load_descriptor("schedule", schedule);
-  REQUIRE(d->kind == LOOM_KIND_SCHEDULE);
   const auto* api = static_cast<const loom_schedule_api*>(d->api);
   REQUIRE(api->struct_size >= LOOM_SCHEDULE_API_SIZE_V2);
   loom_config cfg = loomtest::TestHost::config(d);
@@ -506,7 +517,8 @@ TEST_CASE("pipeline schedules equal the sequential network, forward_only gives i
   }
   for (auto [P, V] : layouts) {
     Parallel par(loom::layout::Degrees{.pipeline = P, .virtual_stages = V});
-    for (const std::string sched : {"gpipe", "1f1b", "interleaved-1f1b"})
+    for (const std::string sched :
+         {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"})
       for (int64_t M : {int64_t(4), int64_t(8), int64_t(3)})
         for (bool fo : {false, true}) {
           CAPTURE(P);
@@ -515,17 +527,25 @@ TEST_CASE("pipeline schedules equal the sequential network, forward_only gives i
           CAPTURE(M);
           CAPTURE(fo);
           Run r = run(par, sched, M, fo);
-          if (sched == "1f1b" && V > 1) {
-            CHECK(r.created.message.find("interleaved-1f1b") != std::string::npos);
+          if ((sched == "1f1b" || sched == "zb-h1") && V > 1) {
+            CHECK(r.order.message.find("runs one model chunk per rank") != std::string::npos);
+            continue;
+          }
+          if ((sched == "zb-v" || sched == "dualpipev") && V != 2) {
+            CHECK(r.order.message.find("two model chunks per rank in a V") != std::string::npos);
             continue;
           }
           if (sched == "interleaved-1f1b" && V > 1 && M % P != 0) {
-            REQUIRE(r.created.ok());
-            CHECK(r.ran.message.find("micro-batches (" + std::to_string(M) +
-                                     ") to be a multiple of pipeline (" + std::to_string(P)) !=
+            CHECK(r.order.message.find("micro-batches (" + std::to_string(M) +
+                                       ") to be a multiple of pipeline (" + std::to_string(P)) !=
                   std::string::npos);
             continue;
           }
+          if (sched == "dualpipev" && M < 2 * P) {
+            CHECK(r.order.message.find("at least 2 x pipeline") != std::string::npos);
+            continue;
+          }
+          REQUIRE(r.order.ok());
           check_against_reference(r, M, fo);
         }
   }
@@ -555,8 +575,7 @@ TEST_CASE("pipeline refusals: chunk count, model without a stage API, wrong stag
   a.get_microbatch = get_microbatch;
   a.user = &feed;
   ptest::Outcome o = ptest::outcome(api->run(self, &a));
-  CHECK(o.message.find("got 2 model chunks but the layout has virtual_stages = 1") !=
-        std::string::npos);
+  CHECK(o.message.find("got 2 model chunks but runs 1 per rank") != std::string::npos);
   a.num_chunks = 1;
   loom_model_api old = kToyApi;
   old.struct_size = offsetof(loom_model_api, stage_info);  // a table that stops short

@@ -19,6 +19,7 @@
 #            shared expert, balancing and z losses) | moebias (the same with DeepSeek-V3's sigmoid
 #            router and aux-loss-free expert bias)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
+#           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
 #           last but one ZeRO-2)
 #           | ep2 | ep2dp2dist | ep2tp2 (expert parallelism, moe only)
@@ -81,6 +82,11 @@ case $model in
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 case $layout in
+  # a V places the first and the last stage on rank 0: no tied embedding (refused there)
+  pp2zbv | pp2dualpipev) model_set+=(--set model.tie_embeddings=false) ;;
+  # 8 stages of one layer; DualPipeV needs 2 x 4 micro-batches a step
+  pp4zbv | pp4dualpipev) model_set+=(--set model.tie_embeddings=false --set model.n_layer=8
+                                     --set train.micro_batch_size=1) ;;
   *-packed) model_set+=(--set data.pack_sequences=true --set data.doc_length=6) ;;
   *-flash) model_set+=(--set attention.plugin=flash-cpu) ;;
 esac
@@ -92,6 +98,16 @@ case ${base_layout%-flash} in
   pp2vp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
                      --set parallel.schedule=interleaved-1f1b) ;;
   pp4gpipe) np=4 sets=(--set parallel.pipeline=4 --set parallel.schedule=gpipe) ;;
+  # zero-bubble schedules: ZB-H1 on 2 and 4 ranks, ZB-V and DualPipeV in their V (stage r
+  # and 2P-1-r on rank r)
+  pp2zbh1) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=zb-h1) ;;
+  pp4zbh1) np=4 sets=(--set parallel.pipeline=4 --set parallel.schedule=zb-h1) ;;
+  pp2zbv | pp4zbv) np=${base_layout:2:1}
+    sets=(--set parallel.pipeline="$np" --set parallel.virtual_stages=2
+          --set parallel.schedule=zb-v) ;;
+  pp2dualpipev | pp4dualpipev) np=${base_layout:2:1}
+    sets=(--set parallel.pipeline="$np" --set parallel.virtual_stages=2
+          --set parallel.schedule=dualpipev) ;;
   dp2) np=2 sets=() ;;
   dp2dist) np=2 sets=(--set parallel.data=distributed-optimizer) ;;
   tp2pp2) np=4 sets=(--set parallel.tensor=2 --set parallel.pipeline=2) ;;

@@ -20,6 +20,9 @@ foreach(model gpt llama)
   equivalence(${model} tp2 tp2sp pp2 pp2vp2 pp4gpipe dp2 dp2dist tp2pp2 tp2dp2dist tp2sp-packed
                        pp2-packed dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp)
 endforeach()
+# The zero-bubble schedules (ZB-H1; ZB-V and DualPipeV with their V of two chunks a rank).
+equivalence(gpt pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
+equivalence(llama pp2zbh1 pp2zbv pp2dualpipev)
 
 # Context parallelism (ring attention with Megatron's load-balanced chunks): CP2, CP4, beside
 # TP2, PP2 and the distributed optimizer for GPT; CP2 for the Llama-style GQA model.

@@ -170,10 +170,12 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
   Checkpoint::File model{checkpoint_file("model", l, false), {}, {}};
   Checkpoint::File opt{checkpoint_file("optimizer", l, false), {}, {}};
   nlohmann::json model_entries = nlohmann::json::object(), opt_entries = model_entries;
-  for (int v = 0; v < l.virtual_stages; ++v) {
-    loom_model_create_args args = inference_create_args(
-        vocab, recipe.get_int("train", "seq_len"), recipe.get_int("train", "micro_batch_size"),
-        v * l.pipeline + l.pipeline_rank, l.pipeline * l.virtual_stages);
+  const ChunkPlacement place = chunk_placement(recipe, registry, l, 0);
+  if (place.placement != 0) out.parallel["placement"] = place.placement;
+  for (size_t v = 0; v < place.stages.size(); ++v) {
+    loom_model_create_args args = inference_create_args(vocab, recipe.get_int("train", "seq_len"),
+                                                        recipe.get_int("train", "micro_batch_size"),
+                                                        place.stages[v], place.total);
     auto [api, m] = v == 0 ? session.model(args) : session.model_chunk(args);
     for (size_t i = 0; i < api->num_params(m); ++i) {
       loom_model_param p{};

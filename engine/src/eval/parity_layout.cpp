@@ -15,7 +15,9 @@ const char* const kGrammar =
     "virtual stages, interleaved 1F1B), cpN (context), epN (expert), dpN (data), sp (sequence "
     "parallel, with tp), zero1 or dist (distributed optimizer), fsdp or fsdpN (FSDP, ZeRO-3; "
     "fsdpN = dpN+fsdp), zero2 or zero3 (FSDP's stage), etp (experts split over the tensor "
-    "group), a2a (all-to-all context attention), gpipe (GPipe schedule), recompute (full "
+    "group), a2a (all-to-all context attention), gpipe (GPipe schedule), zbh1, zbv or "
+    "dualpipev (zero-bubble schedules; the last two place two chunks a rank in a V), recompute "
+    "(full "
     "activation recompute), selective (selective recompute), overlap (gradient reduce and "
     "parameter gather overlapped), mbN (N samples per micro-batch); each part at most once; "
     "e.g. tp2, pp2vp2, dp2+zero1, tp2+sp+pp2, dp2+overlap+mb1";
@@ -60,6 +62,7 @@ ParityLayout parse_parity_layout(const std::string& token) {
   std::set<std::string> flags;               // sp etp a2a gpipe recompute selective overlap
   std::map<std::string, std::string> given;  // what each dimension or flag came from
   std::string grad, stage;                   // parallel.data, fsdp's zero_stage
+  std::string schedule;                      // a zero-bubble schedule's plugin
   // Every dimension and flag once, whatever the values: "tp2+tp2" is as much a slip as
   // "tp2+tp4", and accepting one while refusing the other hides which part the user meant.
   auto once = [&](const std::string& what, const std::string& part) {
@@ -94,6 +97,10 @@ ParityLayout parse_parity_layout(const std::string& token) {
                         p.name == "recompute" || p.name == "selective" || p.name == "overlap")) {
       once(p.name, text);
       flags.insert(p.name);
+    } else if ((p.name == "zbh" && p.n == 1) ||
+               (flag && (p.name == "zbv" || p.name == "dualpipev"))) {
+      once("the schedule", text);
+      schedule = p.name == "zbh" ? "zb-h1" : p.name == "zbv" ? "zb-v" : "dualpipev";
     } else if ((p.name == "zero" && p.n == 1) || (p.name == "dist" && flag)) {
       once("the distributed optimizer", text);
       set_grad("distributed-optimizer", text);
@@ -112,8 +119,15 @@ ParityLayout parse_parity_layout(const std::string& token) {
   }
   auto deg = [&](const char* what) { return degree.count(what) ? degree[what] : 1; };
   auto has = [&](const char* what) { return flags.count(what) > 0; };
+  const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
+  if (!schedule.empty() && deg("pp") < 2) throw fail(schedule + " needs pp2 or more");
+  if (!schedule.empty() && has("gpipe")) throw fail("give one schedule: gpipe or " + schedule);
+  if (schedule == "zb-h1" && deg("vp") > 1)
+    throw fail("zbh1 runs one chunk a rank (ppNvpM is interleaved 1F1B)");
+  if (v_shape && degree.count("vp") && deg("vp") != 2)
+    throw fail(schedule + " places two chunks a rank (vp2), not vp" + std::to_string(deg("vp")));
   const int tp = deg("tp"), pp = deg("pp"), cp = deg("cp"), ep = deg("ep"), dp = deg("dp"),
-            vp = deg("vp");
+            vp = v_shape ? 2 : deg("vp");
   if (has("sp") && tp < 2) throw fail("sp (sequence parallelism) needs tp2 or more");
   if (has("etp") && tp < 2)
     throw fail("etp (experts split over the tensor group) needs tp2 or more");
@@ -138,8 +152,9 @@ ParityLayout parse_parity_layout(const std::string& token) {
   key("parallel.sequence_parallel", has("sp") ? "true" : "false");
   key("parallel.cp_comm_type", has("a2a") ? "a2a" : "p2p");
   key("parallel.data", l.grad);
-  if (vp > 1) key("parallel.schedule", "interleaved-1f1b");
+  if (vp > 1 && !v_shape) key("parallel.schedule", "interleaved-1f1b");
   if (has("gpipe")) key("parallel.schedule", "gpipe");
+  if (!schedule.empty()) key("parallel.schedule", schedule);
   if (!stage.empty()) key("parallel.zero_stage", stage);
   // The grad plugin keeps the overlap keys it has (parity drops the others); the distributed
   // optimizer's parameter gather does not overlap a pipeline yet, so only without one.

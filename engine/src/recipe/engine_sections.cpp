@@ -45,6 +45,11 @@ constexpr loom_param_spec kTrain[] = {
           "the GEMM rate and copy bandwidth measured at start), with the gap no call covers, "
           "kernel launches, host synchronisations and device allocations per step; printed at "
           "each log line and written to the metrics file and TensorBoard. Off: no cost"),
+    param("schedule_trace", kString, "",
+          "trace one step's pipeline schedule as it ran: each forward and backward with its "
+          "start and end, written per pipeline rank to <path>.<rank> for `loom schedule show "
+          "--trace <path>`; \"\" = off"),
+    param("schedule_trace_iter", kInt, "3", "the iteration train.schedule_trace traces", 1, kInf),
     param("nan_check", kString, "stop",
           "a loss or gradient norm that is not finite (fp16's overflows aside, which the loss "
           "scaler skips): stop, save the last good state and exit 1 naming the iteration, rank "
@@ -175,15 +180,15 @@ constexpr loom_param_spec kParallel[] = {
           "expert's MLP over the tensor group as a dense MLP is (model.moe_ffn_hidden_size "
           "must divide by it). Megatron's default is the tensor size; Loom's is 1",
           1, kInf),
-    param("virtual_stages", kInt, "1", "model chunks per pipeline rank (interleaved-1f1b)", 1,
-          kInf),
+    param("virtual_stages", kInt, "1",
+          "model chunks per pipeline rank (interleaved-1f1b; 2 for zb-v and dualpipev)", 1, kInf),
     param("sequence_parallel", kBool, "false",
           "shard norm and dropout activations over the tensor-parallel group"),
     param("data", kString, "ddp",
           "parallel plugin for the data-parallel gradients: ddp, distributed-optimizer, ..."),
     param("schedule", kString, "1f1b",
           "parallel plugin for the pipeline schedule: 1f1b, interleaved-1f1b (with "
-          "virtual_stages), gpipe, ..."),
+          "virtual_stages), gpipe, zb-h1, zb-v and dualpipev (virtual_stages = 2, a V), ..."),
 };
 
 // `loom serve`'s chat template (OpenAI /v1/chat/completions): every message becomes

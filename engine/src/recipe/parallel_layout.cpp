@@ -157,17 +157,8 @@ void check_layout(const Recipe& recipe, int world) {
       problems.push_back("train.global_batch_size = " + std::to_string(gbs) +
                          " is not a multiple of micro_batch_size (" + std::to_string(mbs) +
                          ") x data-parallel size (" + std::to_string(dp) + ")");
-    const int64_t micro = microbatches_per_step(recipe, dp);
-    if (problems.empty() && d.virtual_stages > 1 && micro % d.pipeline != 0)
-      problems.push_back("virtual_stages = " + std::to_string(d.virtual_stages) + " needs " +
-                         "micro-batches per step (" + std::to_string(micro) +
-                         ") divisible by pipeline (" + std::to_string(d.pipeline) +
-                         "), as Megatron's interleaved schedule does");
-    const std::string schedule = recipe.get_string("parallel", "schedule");
-    if (d.virtual_stages > 1 && schedule != "interleaved-1f1b")
-      problems.push_back("virtual_stages = " + std::to_string(d.virtual_stages) +
-                         " needs parallel.schedule = \"interleaved-1f1b\" (it is \"" + schedule +
-                         "\")");
+    // Which virtual stages and micro-batch counts a schedule runs is the schedule's to say
+    // (loom.schedule-order/1): check_plugin_configs asks it.
   }
   if (problems.empty()) return;
   std::string msg = "parallel layout for " + std::to_string(world) + " rank" +
@@ -207,7 +198,9 @@ std::string describe_layout(const Recipe& recipe, int world) {
   if (layers > 0) {
     o << "  layers per stage: " << layers / stages << " (" << stages << " stage"
       << (stages == 1 ? "" : "s");
-    if (l.virtual_stages > 1) o << "; pipeline rank p holds stages p, p+" << l.pipeline << ", ...";
+    if (l.virtual_stages > 1)
+      o << "; the schedule places them: pipeline rank p holds stages p, p+" << l.pipeline
+        << ", ... (interleaved) or p and " << 2 * l.pipeline - 1 << "-p (a V)";
     o << ")\n";
   }
   const int64_t micro = microbatches_per_step(recipe, l.data);

@@ -48,6 +48,46 @@ int32_t strategy_residency(const Recipe& recipe, Registry& registry) {
   return api->residency(&host, &recipe.section("parallel"));
 }
 
+ChunkPlacement chunk_placement(const Recipe& recipe, Registry& registry,
+                               const loom_parallel_layout& l, int64_t microbatches) {
+  const std::string name = recipe.get_string("parallel", "schedule");
+  const PluginInfo& info = registry.get(LOOM_KIND_SCHEDULE, name);
+  const auto* ox = reinterpret_cast<const loom_schedule_order_ext*>(
+      loom_ext_find(info.desc->ext, LOOM_EXT_SCHEDULE_ORDER));
+  ChunkPlacement c;
+  if (ox == nullptr || ox->base.struct_size < LOOM_SCHEDULE_ORDER_EXT_SIZE_V1) {
+    for (int v = 0; v < l.virtual_stages; ++v) c.stages.push_back(v * l.pipeline + l.pipeline_rank);
+    c.total = l.pipeline * l.virtual_stages;
+    return c;
+  }
+  loom_schedule_order_args a{};
+  a.struct_size = LOOM_SCHEDULE_ORDER_ARGS_SIZE_V2_19;
+  a.pipeline = l.pipeline;
+  a.virtual_stages = l.virtual_stages;
+  a.num_microbatches = microbatches;
+  const loom_host host = host_abi::common_table(nullptr, log_check);
+  if (loom_error* e = ox->order(&host, &a)) {
+    const std::string why = host_abi::error_message(e);
+    host_abi::error_free(e);
+    throw UsageError("parallel.schedule = \"" + name + "\": " + why);
+  }
+  c.total = l.pipeline * a.chunks;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the whole placement
+  bool plain = true;
+  for (int r = 0; r < l.pipeline; ++r)
+    for (int v = 0; v < a.chunks; ++v) {
+      const int32_t s = a.stages[r * a.chunks + v];
+      if (s < 0 || s >= c.total)
+        throw RunError("schedule/" + name + " places a chunk at stage " + std::to_string(s) +
+                       " of " + std::to_string(c.total));
+      if (r == l.pipeline_rank) c.stages.push_back(s);
+      plain = plain && s == v * l.pipeline + r;
+      hash = (hash ^ uint64_t(s)) * 1099511628211ull;
+    }
+  c.placement = plain ? 0 : int64_t(hash >> 1);
+  return c;
+}
+
 void check_model_residency(const Recipe& recipe, const loom_model_api* api, int32_t residency) {
   if (residency != LOOM_RESIDENCY_NONE &&
       (api->struct_size < LOOM_MODEL_API_SIZE_V2_13 || api->hold_params == nullptr))
@@ -104,10 +144,10 @@ void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_paralle
     }
     const int32_t residency = strategy_residency(recipe, registry);
     check_model_residency(recipe, static_cast<const loom_model_api*>(info.desc->api), residency);
-    const int stages = layout.pipeline * layout.virtual_stages;
-    for (int v = 0; v < layout.virtual_stages; ++v) {
-      loom_model_create_args a =
-          model_create_args(recipe, 0, v * layout.pipeline + layout.pipeline_rank, stages);
+    const ChunkPlacement place =
+        chunk_placement(recipe, registry, layout, microbatches_per_step(recipe, layout.data));
+    for (int32_t stage : place.stages) {
+      loom_model_create_args a = model_create_args(recipe, 0, stage, place.total);
       a.residency = residency;
       check_one(info, recipe.section(s.name), layout, &a);
     }

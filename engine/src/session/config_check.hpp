@@ -3,6 +3,8 @@
 // `loom validate` and a run refuse it alike, with exit 2, before any data is read.
 #pragma once
 
+#include <vector>
+
 #include "loom/loom.h"
 
 namespace loom::engine {
@@ -27,6 +29,21 @@ loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, in
 // extension.
 loom_model_create_args inference_create_args(int64_t vocab, int64_t seq_len, int64_t micro_batch,
                                              int32_t stage, int32_t stages);
+
+// Where the schedule (parallel.schedule) places this rank's model chunks, as its
+// loom.schedule-order/1 says: `stages`, the pipeline stage of each chunk (their count is
+// the chunks per rank), of `total` stages; without the extension, chunk v of rank r holds
+// stage v*P + r for the layout's virtual stages. With `microbatches` > 0 the schedule also
+// says whether it runs that many a step; its refusal throws UsageError (the recipe's).
+// `placement` is 0 for v*P + r and otherwise a fingerprint of the whole placement, which
+// a checkpoint records: a resume reads its files as they are only under the same one.
+struct ChunkPlacement {
+  std::vector<int32_t> stages;
+  int32_t total = 1;
+  int64_t placement = 0;
+};
+ChunkPlacement chunk_placement(const Recipe& recipe, Registry& registry,
+                               const loom_parallel_layout& layout, int64_t microbatches);
 
 // The residency the gradient strategy (parallel.data) needs of the model
 // (loom_grad_api.residency, ABI 2.13), and the refusal of a model without one.

@@ -238,6 +238,7 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
   a.get_microbatch = get;
   a.user = user;
   a.forward_only = forward_only ? 1 : 0;
+  a.ext = forward_only ? nullptr : schedule_ext;  // a traced training step's
   check(schedule.first->run(schedule.second, &a), "pipeline schedule");
   return a;
 }
@@ -265,7 +266,13 @@ int run_training(Recipe& recipe, Registry& registry) {
   stopper.training_starts();
   for (int64_t it = r.start_iter; it < r.iters; ++it) {
     CommWatch::set_iteration(it + 1);
+    const bool traced = r.trace && r.trace->wanted(it + 1);
+    if (traced) r.schedule_ext = r.trace->start();
     const StepStats s = train_step(r, it);
+    if (traced) {
+      r.schedule_ext = nullptr;
+      r.trace->finish();
+    }
     const int64_t iter = it + 1;
     check(r.be.api->get_info(r.be.self, &r.info), "backend info");
     metrics.step(iter, s, (int64_t)r.info.mem_peak);

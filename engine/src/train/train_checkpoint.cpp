@@ -168,8 +168,8 @@ bool TrainRun::same_layout(const std::map<std::string, int64_t>& saved) const {
   const bool was_sharded = get("sharded_optimizer", 0) != 0;
   return get("tensor", 1) == layout.tensor && get("pipeline", 1) == layout.pipeline &&
          get("virtual_stages", 1) == layout.virtual_stages && get("expert", 1) == layout.expert &&
-         get("context", 1) == layout.context && was_sharded == sharded &&
-         (!sharded || get("data", 1) == layout.data);
+         get("context", 1) == layout.context && get("placement", 0) == place.placement &&
+         was_sharded == sharded && (!sharded || get("data", 1) == layout.data);
 }
 
 void TrainRun::resume() {
@@ -453,6 +453,9 @@ void TrainRun::save(int64_t iteration, bool background) {
                  {"expert", layout.expert},
                  {"context", layout.context},
                  {"sharded_optimizer", sharded ? 1 : 0}};
+  // A schedule's own placement of the chunks (a V) is recorded: files saved under one
+  // placement hold other stages than another's, so a resume under another reshards.
+  if (place.placement != 0) ck.parallel["placement"] = place.placement;
   ck.model_file = writes_model ? model_file : "";
   ck.optimizer_file = writes_opt ? opt_file : "";
   nlohmann::json entries = nlohmann::json::object();

@@ -29,9 +29,11 @@
 #include "loader/registry.hpp"
 #include "loom/cpp/model_step.hpp"
 #include "recipe/recipe.hpp"
+#include "session/config_check.hpp"
 #include "session/host.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/precision.hpp"
+#include "train/schedule_trace.hpp"
 #include "train/train_guard.hpp"
 
 namespace loom::engine {
@@ -148,9 +150,13 @@ struct TrainRun {
   Sampler* train_samples = nullptr;
   Sampler* valid_samples = nullptr;  // NULL: the recipe's split has no validation part
 
-  // The model: one chunk per virtual stage of this pipeline rank.
+  // The model: the chunks of this pipeline rank, at the stages the schedule places them.
   const loom_model_api* mapi = nullptr;
   std::vector<loom_model*> chunks;
+  ChunkPlacement place;
+  // train.schedule_trace: the step it traces gets its table on the schedule's args.
+  std::unique_ptr<ScheduleTrace> trace;
+  const loom_ext* schedule_ext = nullptr;
   double flops_per_token = 0;
   std::vector<loom_model_param> params;
   // The model's buffers (loom_model_param.buffer, ABI 2.9): saved and loaded with the

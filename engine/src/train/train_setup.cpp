@@ -98,6 +98,19 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   gbs = recipe.get_int("train", "global_batch_size");
   if (gbs == 0) gbs = mbs * dp;
   num_micro = microbatches_per_step(recipe, (int)dp);
+  place = chunk_placement(recipe, registry, layout, num_micro);  // the schedule's
+  if (const std::string path = recipe.get_string("train", "schedule_trace"); !path.empty()) {
+    ScheduleTrace::Where w;
+    w.schedule = recipe.get_string("parallel", "schedule");
+    w.pipeline = layout.pipeline;
+    w.pipeline_rank = layout.pipeline_rank;
+    w.virtual_stages = layout.virtual_stages;
+    w.microbatches = num_micro;
+    w.stages = place.stages;
+    w.writes = layout.tensor_rank == 0 && layout.context_rank == 0 && layout.data_rank == 0;
+    trace = std::make_unique<ScheduleTrace>(path, recipe.get_int("train", "schedule_trace_iter"),
+                                            std::move(w));
+  }
   if (rank == 0) {
     std::string text = describe_layout(recipe, world);
     if (world > 1) spdlog::info("{}", text.substr(0, text.find('\n')));
@@ -170,22 +183,21 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
 // The model chunks of this pipeline rank, their parameters (initialised) and the gradient
 // strategy over their gradients.
 void TrainRun::create_model(int64_t vocab) {
-  const int stages = layout.pipeline * layout.virtual_stages;
-  for (int v = 0; v < layout.virtual_stages; ++v) ready_chunks.push_back({this, (size_t)v});
+  const int stages = place.total;
+  for (size_t v = 0; v < place.stages.size(); ++v) ready_chunks.push_back({this, v});
   residency = session.grad_residency();
   // The step profile's per-layer times: a model that keeps everything anyway (no strategy
   // residency) is asked to announce its layers (NOTIFY), on one pipeline stage of one chunk,
   // where the units are the whole model's layers.
   const bool announce = timer && residency == LOOM_RESIDENCY_NONE && stages == 1;
-  for (int v = 0; v < layout.virtual_stages; ++v) {
-    loom_model_create_args margs =
-        model_create_args(recipe, vocab, v * layout.pipeline + layout.pipeline_rank, stages);
+  for (size_t v = 0; v < place.stages.size(); ++v) {
+    loom_model_create_args margs = model_create_args(recipe, vocab, place.stages[v], stages);
     margs.residency = announce ? LOOM_RESIDENCY_NOTIFY : residency;
     margs.unit_needed = &TrainRun::on_unit_needed;
     margs.unit_grads = &TrainRun::on_unit_grads;
-    margs.residency_user = &ready_chunks[(size_t)v];
+    margs.residency_user = &ready_chunks[v];
     margs.grad_ready = &TrainRun::on_grad_ready;
-    margs.grad_ready_user = &ready_chunks[(size_t)v];
+    margs.grad_ready_user = &ready_chunks[v];
     auto [api, m] = v == 0 ? session.model(margs) : session.model_chunk(margs);
     mapi = api;
     chunks.push_back(m);

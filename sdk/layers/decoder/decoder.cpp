@@ -96,6 +96,7 @@ void DecoderModel::join_expert_group(const loom_host* host) {
 void DecoderModel::join_context_group(const loom_host* host) {
   const loom_parallel_layout l = host_layout(host);
   ctx_.cp_a2a = check_context_layout(opt_, l, args_.seq_len, who_);
+  check_pipeline_placement(opt_, l, who_);
   if (l.context <= 1) return;
   loom::require(ctx_.cp_a2a || (ctx_.attn.api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7 &&
                                 ctx_.attn.api->merge != nullptr),

@@ -67,6 +67,16 @@ void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
   o.ep_rank = l.expert_rank;
 }
 
+void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
+                              const std::string& who) {
+  loom::require(
+      !(o.tie_embeddings && o.stages > 1 && o.last() && l.pipeline > 1 && l.pipeline_rank == 0),
+      who + ": the schedule places the last pipeline stage on rank 0 with the first " +
+          "(a V), and the two copies of the tied embedding would share one process; " +
+          "set model.tie_embeddings = false for zb-v and dualpipev",
+      LOOM_ERR_UNIMPLEMENTED);
+}
+
 bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64_t seq_len,
                           const std::string& who) {
   if (l.context <= 1) return false;
@@ -143,6 +153,7 @@ loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
     if (family == Family::kT5) return;
     check_expert_layout(o, *layout, tp.size, who);
     check_context_layout(o, *layout, a.seq_len, who);
+    check_pipeline_placement(o, *layout, who);
     if (a.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_13)
       check_residency(o, a.residency, tp.sequence_parallel, layout->context, who);
   });

@@ -403,7 +403,8 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
           "n_layer = 4 is not divisible by pipeline (3) x virtual_stages (1) = 3 stages");
   refused("--world 4 --set parallel.tensor=4", "n_head = 6 is not divisible by tensor = 4");
   refused("--world 4 --set parallel.pipeline=2 --set parallel.virtual_stages=2",
-          "virtual_stages = 2 needs parallel.schedule = \"interleaved-1f1b\" (it is \"1f1b\")");
+          "parallel.schedule = \"1f1b\": schedule/1f1b: runs one model chunk per rank but "
+          "virtual_stages = 2; use parallel.schedule = \"interleaved-1f1b\"");
   refused("--world 2 --set parallel.sequence_parallel=true", "sequence_parallel needs tensor > 1");
   refused("--world 3",
           "train.global_batch_size = 8 is not a multiple of micro_batch_size (2) x "
@@ -411,7 +412,15 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
   refused(
       "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
       "--set parallel.schedule=interleaved-1f1b --set train.global_batch_size=6",
-      "virtual_stages = 2 needs micro-batches per step (3) divisible by pipeline (2)");
+      "schedule/interleaved-1f1b: needs the number of micro-batches (3) to be a multiple of "
+      "pipeline (2)");
+  // the V-shaped schedules place two chunks per rank, and DualPipeV needs 2P micro-batches
+  refused("--world 2 --set parallel.pipeline=2 --set parallel.schedule=zb-v",
+          "schedule/zb-v: places two model chunks per rank in a V (virtual_stages = 2), not 1");
+  refused(
+      "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
+      "--set parallel.schedule=dualpipev --set train.global_batch_size=6",
+      "schedule/dualpipev: needs at least 2 x pipeline = 4 micro-batches a step");
   // context parallelism cuts each sample into 2 x context chunks (seq_len 64 here)
   refused("--world 6 --set parallel.context=3 --set train.seq_len=64",
           "train.seq_len = 64 is not divisible by 2 x context = 6");

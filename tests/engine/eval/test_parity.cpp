@@ -64,6 +64,17 @@ TEST_CASE("parity layouts: degrees multiply, flags set their keys") {
   l = parse_parity_layout("pp4+gpipe");
   CHECK(l.world == 4);
   CHECK(has(l, "parallel.schedule=gpipe"));
+  // the zero-bubble schedules; ZB-V and DualPipeV run two chunks a rank
+  l = parse_parity_layout("pp4+zbh1");
+  CHECK(has(l, "parallel.schedule=zb-h1"));
+  CHECK(has(l, "parallel.virtual_stages=1"));
+  l = parse_parity_layout("pp2+zbv");
+  CHECK(has(l, "parallel.schedule=zb-v"));
+  CHECK(has(l, "parallel.virtual_stages=2"));
+  l = parse_parity_layout("pp2vp2+dualpipev+dp2");
+  CHECK(l.world == 4);
+  CHECK(has(l, "parallel.schedule=dualpipev"));
+  CHECK(!has(l, "parallel.schedule=interleaved-1f1b"));
 }
 
 TEST_CASE("parity layouts: unknown parts and impossible combinations are usage errors") {
@@ -77,6 +88,12 @@ TEST_CASE("parity layouts: unknown parts and impossible combinations are usage e
   CHECK(refusal("cp2+zero1+fsdp").find("different data-parallel strategies") != std::string::npos);
   CHECK(refusal("dp2+a2a").find("needs cp2 or more") != std::string::npos);
   CHECK(refusal("pp2vp2+gpipe").find("gpipe has no virtual stages") != std::string::npos);
+  CHECK(refusal("dp2+zbh1").find("zb-h1 needs pp2 or more") != std::string::npos);
+  CHECK(refusal("pp2vp2+zbh1").find("zbh1 runs one chunk a rank") != std::string::npos);
+  CHECK(refusal("pp2vp3+zbv").find("zb-v places two chunks a rank (vp2), not vp3") !=
+        std::string::npos);
+  CHECK(refusal("pp2+zbv+dualpipev").find("the schedule is given twice") != std::string::npos);
+  CHECK(refusal("pp2+gpipe+zbh1").find("give one schedule") != std::string::npos);
 }
 
 TEST_CASE("parity layouts: a part given twice is refused whatever its values") {

@@ -1,11 +1,14 @@
-// schedule/gpipe, schedule/1f1b, schedule/interleaved-1f1b: pipeline schedules. One source
-// built three times (LOOM_SCHEDULE selects the schedule); schedule.hpp holds the orders and
-// the deadlock-free communication plan, this file runs a plan against the model's stage API
-// and the comm's blocking send/recv over the pipeline group.
+// schedule/gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v and dualpipev: pipeline schedules. One
+// source built six times (LOOM_SCHEDULE selects the schedule, kind.hpp); schedule_order.hpp
+// holds the placements and orders, schedule.hpp the deadlock-free communication plan, this
+// file runs a plan against the model's stage API and the comm's blocking send/recv over the
+// pipeline group, and order_ext.cpp tells the host the placement (loom.schedule-order/1).
 //
 // Buffers: activations received for (chunk, micro-batch) stay alive until that pair's
-// backward (a model may keep a pointer to its input for the weight gradient); gradients
-// received stay alive until the backward that consumes them. They come from a pool on the
+// backward (a model may keep a pointer to its input for the weight gradient), or its W when
+// the backward is split; gradients received stay alive until the backward that consumes
+// them. Where a V folds back onto one rank, the stage's output is copied into such a buffer
+// for the next stage on the same rank, as a received one would be. They come from a pool on the
 // active backend, kept across steps. With one pipeline rank there is nothing to exchange:
 // each micro-batch runs forward through the chunks and backward again, with no comm.
 #include <map>
@@ -14,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kind.hpp"
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/plugin.hpp"
@@ -24,26 +28,9 @@
 namespace {
 
 namespace pp = loom::pipeline;
+using pp::kKind;
+using pp::prefix;
 
-#if LOOM_SCHEDULE == 0
-constexpr pp::Kind kKind = pp::Kind::kGPipe;
-constexpr const char* kDescription =
-    "pipeline schedule GPipe: every micro-batch's forward, then every backward";
-#elif LOOM_SCHEDULE == 1
-constexpr pp::Kind kKind = pp::Kind::k1F1B;
-constexpr const char* kDescription =
-    "pipeline schedule 1F1B (Megatron's non-interleaved): warmup, one forward one backward, "
-    "cooldown";
-#elif LOOM_SCHEDULE == 2
-constexpr pp::Kind kKind = pp::Kind::kInterleaved;
-constexpr const char* kDescription =
-    "pipeline schedule interleaved 1F1B (Megatron's virtual stages): several model chunks per "
-    "rank";
-#else
-#error "LOOM_SCHEDULE must be 0 (gpipe), 1 (1f1b) or 2 (interleaved-1f1b)"
-#endif
-
-const std::string kPrefix = std::string("schedule/") + LOOM_PLUGIN_NAME + ": ";
 constexpr int kTagAct = 0, kTagGrad = 1;
 
 std::string shape_key(DLDataType dt, const std::vector<int64_t>& shape) {
@@ -74,31 +61,32 @@ class Pipeline {
  public:
   explicit Pipeline(const loom_host* host) : host_(host) {
     loom::require(host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout && host->get_group,
-                  kPrefix + "needs a host with get_layout and get_group");
+                  prefix() + "needs a host with get_layout and get_group");
     layout_.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
     loom::check(host, host->get_layout(host->ctx, &layout_));
     P_ = layout_.pipeline;
     rank_ = layout_.pipeline_rank;
     V_ = layout_.virtual_stages;
     loom::require(P_ >= 1 && rank_ >= 0 && rank_ < P_ && V_ >= 1,
-                  kPrefix + "invalid layout: pipeline " + std::to_string(P_) + ", rank " +
+                  prefix() + "invalid layout: pipeline " + std::to_string(P_) + ", rank " +
                       std::to_string(rank_) + ", virtual_stages " + std::to_string(V_));
-    if (kKind == pp::Kind::k1F1B)
-      loom::require(V_ == 1, kPrefix + "runs one model chunk per rank but virtual_stages = " +
-                                 std::to_string(V_) +
-                                 "; use parallel.schedule = \"interleaved-1f1b\"");
+    {  // what does not depend on the micro-batches (2P of them pass every count rule)
+      const std::string why = pp::order_refusal(kKind, P_, V_, 2 * int64_t(P_));
+      loom::require(why.empty(), prefix() + why);
+    }
+    C_ = pp::chunks_per_rank(kKind, V_);
     if (P_ == 1) return;  // nothing to exchange: no comm, no buffers
     if (loom_error* err = host->get_comm(host->ctx, &comm_)) {
       const std::string why = host->error_message(err);
       host->error_free(err);
-      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT, kPrefix + "pipeline = " + std::to_string(P_) +
+      throw loom::Error(LOOM_ERR_INVALID_ARGUMENT, prefix() + "pipeline = " + std::to_string(P_) +
                                                        " needs a comm (" + why + ")");
     }
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_PIPELINE, &group_));
     const int gs = comm_.api->group_size(comm_.self, group_);
     const int gr = comm_.api->group_rank(comm_.self, group_);
     loom::require(gs == P_ && gr == rank_,
-                  kPrefix + "the pipeline group has " + std::to_string(gs) + " ranks (this is " +
+                  prefix() + "the pipeline group has " + std::to_string(gs) + " ranks (this is " +
                       std::to_string(gr) + ") but the layout says pipeline " + std::to_string(P_) +
                       " (this is stage rank " + std::to_string(rank_) + ")");
     backend_ = loom::Backend(host);  // receive buffers live on the active backend
@@ -108,34 +96,38 @@ class Pipeline {
 
   void run(loom_schedule_args* a) {
     loom::require(a != nullptr && a->struct_size >= LOOM_SCHEDULE_ARGS_SIZE_V2,
-                  kPrefix + "run: args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(a->ext, {}, kPrefix + "run");
+                  prefix() + "run: args NULL or smaller than ABI 2.0's");
+    loom::require_known_exts(a->ext, {LOOM_EXT_SCHEDULE_TRACE}, prefix() + "run");
+    trace_ = reinterpret_cast<const loom_schedule_trace*>(
+        loom_ext_find(a->ext, LOOM_EXT_SCHEDULE_TRACE));
+    if (trace_ && (trace_->base.struct_size < LOOM_SCHEDULE_TRACE_SIZE_V1 || !trace_->now ||
+                   !trace_->step_done))
+      trace_ = nullptr;
     const loom_model_api* m = a->model_api;
     loom::require(m != nullptr && m->struct_size >= LOOM_MODEL_API_SIZE_V2 && m->stage_info &&
                       m->stage_forward && m->stage_backward,
-                  kPrefix +
+                  prefix() +
                       "the model plugin has no stage API (stage_info, stage_forward, "
                       "stage_backward)");
-    loom::require(a->num_chunks == static_cast<size_t>(V_),
-                  kPrefix + "got " + std::to_string(a->num_chunks) +
-                      " model chunks but the layout has virtual_stages = " + std::to_string(V_));
+    loom::require(a->num_chunks == static_cast<size_t>(C_),
+                  prefix() + "got " + std::to_string(a->num_chunks) + " model chunks but runs " +
+                      std::to_string(C_) + " per rank");
     loom::require(a->chunks != nullptr && a->get_microbatch != nullptr,
-                  kPrefix + "run: chunks or get_microbatch is NULL");
-    loom::require(a->num_microbatches >= 0, kPrefix + "num_microbatches < 0");
+                  prefix() + "run: chunks or get_microbatch is NULL");
+    loom::require(a->num_microbatches >= 0, prefix() + "num_microbatches < 0");
     loom::require(a->batch > 0 && a->seq_len > 0,
-                  kPrefix + "run: batch and seq_len must be positive");
-    if (kKind == pp::Kind::kInterleaved && V_ > 1)
-      loom::require(a->num_microbatches % P_ == 0,
-                    kPrefix + "needs the number of micro-batches (" +
-                        std::to_string(a->num_microbatches) + ") to be a multiple of pipeline (" +
-                        std::to_string(P_) + "), as Megatron's interleaved schedule does");
+                  prefix() + "run: batch and seq_len must be positive");
+    if (a->num_microbatches > 0) {
+      const std::string why = pp::order_refusal(kKind, P_, V_, a->num_microbatches);
+      loom::require(why.empty(), prefix() + why);
+    }
     a_ = a;
-    info_.assign(V_, Chunk{});
-    for (int v = 0; v < V_; ++v) {
-      loom::require(a->chunks[v] != nullptr, kPrefix + "chunk " + std::to_string(v) + " is NULL");
+    info_.assign(C_, Chunk{});
+    for (int v = 0; v < C_; ++v) {
+      loom::require(a->chunks[v] != nullptr, prefix() + "chunk " + std::to_string(v) + " is NULL");
       describe(v);
     }
-    slots_.assign(V_, Slots{});
+    slots_.assign(C_, Slots{});
     for (loom_loss& l : totals_) l.sum = l.count = l.weight = 0;
     if (P_ == 1)
       run_local();
@@ -144,6 +136,7 @@ class Pipeline {
     a->num_losses = totals_.size();
     a->losses = totals_.data();
     a_ = nullptr;
+    trace_ = nullptr;
   }
 
  private:
@@ -156,8 +149,8 @@ class Pipeline {
     std::vector<std::pair<DLDataType, std::vector<int64_t>>> inputs, outputs;
   };
 
-  int64_t stage(int32_t v) const { return int64_t(v) * P_ + rank_; }
-  bool is_last(int32_t v) const { return stage(v) == int64_t(P_) * V_ - 1; }
+  int64_t stage(int32_t v) const { return pp::stage_of(kKind, P_, rank_, v); }
+  bool is_last(int32_t v) const { return stage(v) == int64_t(P_) * C_ - 1; }
   const loom_model_api& model() const { return *a_->model_api; }
 
   void describe(int32_t v) {
@@ -166,22 +159,23 @@ class Pipeline {
     in.batch = a_->batch;
     in.seq_len = a_->seq_len;
     loom::check(host_, model().stage_info(a_->chunks[v], &in));
-    const int64_t s = stage(v), S = int64_t(P_) * V_;
+    const int64_t s = stage(v), S = int64_t(P_) * C_;
     loom::require((in.is_first != 0) == (s == 0) && (in.is_last != 0) == (s == S - 1),
-                  kPrefix + "chunk " + std::to_string(v) + " holds stage " + std::to_string(s) +
+                  prefix() + "chunk " + std::to_string(v) + " holds stage " + std::to_string(s) +
                       " of " + std::to_string(S) + " but reports is_first = " +
                       std::to_string(in.is_first) + ", is_last = " + std::to_string(in.is_last) +
                       " (was it created with pipeline_stage = " + std::to_string(s) +
                       ", pipeline_stages = " + std::to_string(S) + "?)");
     loom::require(in.num_losses >= 1 && in.losses != nullptr,
-                  kPrefix + "the model lists no loss terms in stage_info");
+                  prefix() + "the model lists no loss terms in stage_info");
     Chunk& c = info_[v];
     c.reads = in.num_reads > 0;
     auto copy = [&](size_t n, const loom_stage_tensor* t, auto& to, const char* what) {
-      loom::require(n == 0 || t != nullptr, kPrefix + "stage_info lists " + what + " but no array");
+      loom::require(n == 0 || t != nullptr,
+                    prefix() + "stage_info lists " + what + " but no array");
       for (size_t i = 0; i < n; ++i) {
         loom::require(t[i].ndim >= 1 && t[i].shape != nullptr,
-                      kPrefix + "stage " + std::to_string(s) + " " + what + " " +
+                      prefix() + "stage " + std::to_string(s) + " " + what + " " +
                           std::to_string(i) + " has no shape (ndim " + std::to_string(t[i].ndim) +
                           ")");
         to.emplace_back(t[i].dtype, std::vector<int64_t>(t[i].shape, t[i].shape + t[i].ndim));
@@ -206,9 +200,10 @@ class Pipeline {
     if (!info_[v].reads) return mb;
     loom::check(host_, a_->get_microbatch(a_->user, i, &mb));
     loom::require(mb.batch == a_->batch && mb.seq_len == a_->seq_len,
-                  kPrefix + "micro-batch " + std::to_string(i) + " is " + std::to_string(mb.batch) +
-                      " x " + std::to_string(mb.seq_len) + "; the run said " +
-                      std::to_string(a_->batch) + " x " + std::to_string(a_->seq_len));
+                  prefix() + "micro-batch " + std::to_string(i) + " is " +
+                      std::to_string(mb.batch) + " x " + std::to_string(mb.seq_len) +
+                      "; the run said " + std::to_string(a_->batch) + " x " +
+                      std::to_string(a_->seq_len));
     return mb;
   }
 
@@ -224,7 +219,7 @@ class Pipeline {
     f.num_inputs = in.size();
     f.inputs = in.empty() ? nullptr : in.data();
     loom::check(host_, model().stage_forward(a_->chunks[v], &f));
-    const std::string who = kPrefix + "stage " + std::to_string(stage(v));
+    const std::string who = prefix() + "stage " + std::to_string(stage(v));
     if (is_last(v)) {
       loom::require(f.num_losses == totals_.size() && f.losses != nullptr,
                     who + " reported " + std::to_string(f.num_losses) +
@@ -263,7 +258,7 @@ class Pipeline {
     b.doutputs = dout.empty() ? nullptr : dout.data();
     loom::check(host_, model().stage_backward(a_->chunks[v], &b));
     loom::require(b.num_dinputs == info_[v].inputs.size() && (b.num_dinputs == 0 || b.dinputs),
-                  kPrefix + "stage " + std::to_string(stage(v)) + " returned " +
+                  prefix() + "stage " + std::to_string(stage(v)) + " returned " +
                       std::to_string(b.num_dinputs) + " input gradients; it has " +
                       std::to_string(info_[v].inputs.size()) + " inputs");
     return Tensors(b.dinputs, b.dinputs + b.num_dinputs);
@@ -280,17 +275,17 @@ class Pipeline {
   // from chunk to chunk directly.
   void run_local() {
     for (int64_t i = 0; i < a_->num_microbatches; ++i) {
-      std::vector<int64_t> slot(V_);
+      std::vector<int64_t> slot(C_);
       Tensors x;
-      for (int32_t v = 0; v < V_; ++v) {
+      for (int32_t v = 0; v < C_; ++v) {  // with one rank, chunk v holds stage v
         slot[v] = slots_[v].take();
-        x = forward(v, slot[v], i, consts(x));
+        x = traced_forward(v, slot[v], i, consts(x));
         if (a_->forward_only) slots_[v].give(slot[v]);
       }
       if (a_->forward_only) continue;
       Tensors dy;
-      for (int32_t v = V_ - 1; v >= 0; --v) {
-        dy = backward(v, slot[v], consts(dy));
+      for (int32_t v = C_ - 1; v >= 0; --v) {
+        dy = traced_backward(v, slot[v], i, consts(dy));
         slots_[v].give(slot[v]);
       }
     }
@@ -334,63 +329,119 @@ class Pipeline {
       loom::check(host_, loom::comm_recv(comm_, group_, t.get(), peer, tag, stream));
   }
 
+  // One step's state between the plan's ops: the slots in use, the model's outputs and
+  // input gradients waiting to be sent, the buffers received.
+  struct Flight {
+    std::map<Key, int64_t> slot_of;
+    std::map<Key, Tensors> out_of, dinput_of;  // model-owned
+    std::map<Key, std::vector<loom::Tensor>> act_in, grad_in;
+    Tensors local;  // a send to this rank itself (the fold of a V), until its receive
+  };
+
+  // The end of a (chunk, micro-batch): its slot and buffers go back.
+  void release(Flight& f, const Key& k) {
+    slots_[k.first].give(f.slot_of.at(k));
+    f.slot_of.erase(k);
+    f.out_of.erase(k);
+    give_buffers(f.act_in, k);
+    give_buffers(f.grad_in, k);
+  }
+
+  // A stage's output (activations) or input gradients, sent to `peer`, or kept for this
+  // rank's next stage when the peer is this rank.
+  void send_op(Flight& f, const pp::Op& op, const Key& k) {
+    const bool act = op.type == pp::OpType::kSendAct;
+    Tensors& t = act ? f.out_of.at(k) : f.dinput_of.at(k);
+    if (op.peer == rank_)
+      f.local = t;
+    else
+      send(t, op.peer, act ? kTagAct : kTagGrad);
+    if (!act) f.dinput_of.erase(k);
+    if (act && a_->forward_only) f.out_of.erase(k);
+  }
+  // Into buffers of the shapes stage_info gave (gradients have the outputs' shapes).
+  void recv_op(Flight& f, const pp::Op& op, const Key& k) {
+    const bool act = op.type == pp::OpType::kRecvAct;
+    std::vector<loom::Tensor> t =
+        take_buffers(act ? info_[k.first].inputs : info_[k.first].outputs);
+    if (op.peer == rank_) {
+      loom::require(f.local.size() == t.size(), prefix() + "a local hand-over lost its tensors");
+      for (size_t i = 0; i < t.size(); ++i)
+        backend_.call(&loom_ops::copy, t[i].get(), static_cast<const DLTensor*>(f.local[i]));
+      f.local.clear();
+    } else {
+      recv(t, op.peer, act ? kTagAct : kTagGrad);
+    }
+    (act ? f.act_in : f.grad_in)[k] = std::move(t);
+  }
+
+  // A traced step reports each computation as it ran (loom.schedule-trace/1).
+  template <class Fn>
+  auto timed(int32_t phase, int32_t chunk, int64_t mb, Fn&& fn) {
+    if (!trace_) return fn();
+    const double t0 = trace_->now(trace_->user);
+    auto result = fn();
+    const loom_schedule_step step{LOOM_SCHEDULE_STEP_SIZE_V2_19, phase, chunk, mb};
+    trace_->step_done(trace_->user, &step, t0, trace_->now(trace_->user));
+    return result;
+  }
+  Tensors traced_forward(int32_t v, int64_t slot, int64_t mb,
+                         const std::vector<const DLTensor*>& in) {
+    return timed(LOOM_PHASE_FORWARD, v, mb, [&] { return forward(v, slot, mb, in); });
+  }
+  Tensors traced_backward(int32_t v, int64_t slot, int64_t mb,
+                          const std::vector<const DLTensor*>& dout) {
+    return timed(LOOM_PHASE_BACKWARD, v, mb, [&] { return backward(v, slot, dout); });
+  }
+
+  void compute_op(Flight& f, const pp::Op& op, const Key& k) {
+    const int32_t v = op.chunk;
+    switch (op.type) {
+      case pp::OpType::kForward: {
+        const int64_t slot = slots_[v].take();
+        Tensors out = traced_forward(v, slot, op.mb, consts(f.act_in[k]));
+        if (!is_last(v)) f.out_of[k] = out;
+        if (a_->forward_only) {
+          slots_[v].give(slot);
+          give_buffers(f.act_in, k);
+        } else {
+          f.slot_of[k] = slot;
+        }
+        break;
+      }
+      // The model has no split backward (the stage ABI has none yet): a B computes the
+      // weight gradients too, and its W has nothing left to do. The numbers are the same;
+      // only the bubbles the W's were to fill stay.
+      case pp::OpType::kBackward:
+      case pp::OpType::kBackwardInput: {
+        Tensors dx = traced_backward(v, f.slot_of.at(k), op.mb, consts(f.grad_in[k]));
+        release(f, k);
+        if (stage(v) > 0) f.dinput_of[k] = dx;
+        break;
+      }
+      case pp::OpType::kBackwardWeight:
+        break;
+      default:
+        break;
+    }
+  }
+
   void run_plan() {
     std::vector<std::vector<pp::Op>> plans;
     try {
       plans = pp::plan(kKind, P_, V_, a_->num_microbatches, a_->forward_only != 0);
-    } catch (const std::logic_error& e) {
-      throw loom::Error(LOOM_ERR_INTERNAL, kPrefix + e.what());
+    } catch (const std::exception& e) {
+      throw loom::Error(LOOM_ERR_INTERNAL, prefix() + e.what());
     }
-    std::map<Key, int64_t> slot_of;
-    std::map<Key, Tensors> out_of, dinput_of;  // model-owned
-    std::map<Key, std::vector<loom::Tensor>> act_in, grad_in;
+    Flight f;
     for (const pp::Op& op : plans[rank_]) {
       const Key k{op.chunk, op.mb};
-      const int32_t v = op.chunk;
-      switch (op.type) {
-        case pp::OpType::kForward: {
-          const int64_t slot = slots_[v].take();
-          Tensors out = forward(v, slot, op.mb, consts(act_in[k]));
-          if (!is_last(v)) out_of[k] = out;
-          if (a_->forward_only) {
-            slots_[v].give(slot);
-            give_buffers(act_in, k);
-          } else {
-            slot_of[k] = slot;
-          }
-          break;
-        }
-        case pp::OpType::kBackward: {
-          Tensors dx = backward(v, slot_of.at(k), consts(grad_in[k]));
-          slots_[v].give(slot_of.at(k));
-          slot_of.erase(k);
-          out_of.erase(k);
-          give_buffers(act_in, k);
-          give_buffers(grad_in, k);
-          if (stage(v) > 0) dinput_of[k] = dx;
-          break;
-        }
-        case pp::OpType::kSendAct:
-          send(out_of.at(k), op.peer, kTagAct);
-          if (a_->forward_only) out_of.erase(k);
-          break;
-        case pp::OpType::kRecvAct: {  // shapes from stage_info: no fetch to learn them
-          std::vector<loom::Tensor> t = take_buffers(info_[v].inputs);
-          recv(t, op.peer, kTagAct);
-          act_in[k] = std::move(t);
-          break;
-        }
-        case pp::OpType::kSendGrad:
-          send(dinput_of.at(k), op.peer, kTagGrad);
-          dinput_of.erase(k);
-          break;
-        case pp::OpType::kRecvGrad: {  // gradients have the outputs' shapes
-          std::vector<loom::Tensor> t = take_buffers(info_[v].outputs);
-          recv(t, op.peer, kTagGrad);
-          grad_in[k] = std::move(t);
-          break;
-        }
-      }
+      if (op.type == pp::OpType::kSendAct || op.type == pp::OpType::kSendGrad)
+        send_op(f, op, k);
+      else if (op.type == pp::OpType::kRecvAct || op.type == pp::OpType::kRecvGrad)
+        recv_op(f, op, k);
+      else
+        compute_op(f, op, k);
     }
     // The losses live on the last stage: every rank of the pipeline reports the sums (and
     // the weight, which only the last stage sets).
@@ -411,12 +462,13 @@ class Pipeline {
 
   const loom_host* host_;
   loom_parallel_layout layout_{};
-  int P_ = 1, rank_ = 0, V_ = 1;
+  int P_ = 1, rank_ = 0, V_ = 1, C_ = 1;  // C_: chunks per rank
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* group_ = nullptr;  // host-owned
   loom::Backend backend_;
   std::map<std::string, std::vector<loom::Tensor>> pool_;  // free receive buffers by shape
   loom_schedule_args* a_ = nullptr;                        // during run()
+  const loom_schedule_trace* trace_ = nullptr;             // during a traced run()
   std::vector<Chunk> info_;
   std::vector<std::string> loss_names_;
   std::vector<loom_loss> totals_;  // what run() reports
@@ -434,7 +486,9 @@ loom_error* run(loom_schedule* s, loom_schedule_args* args) {
 }
 
 const loom_schedule_api kApi = {LOOM_SCHEDULE_API_SIZE_V2, create, destroy, run};
+const char* const kCapabilities[] = {LOOM_EXT_SCHEDULE_ORDER, LOOM_EXT_SCHEDULE_TRACE, nullptr};
 
 }  // namespace
 
-LOOM_PLUGIN(.description = kDescription, .api = &kApi)
+LOOM_PLUGIN(.description = pp::kDescription, .api = &kApi, .capabilities = kCapabilities,
+            .ext = &pp::kOrderExt.base)

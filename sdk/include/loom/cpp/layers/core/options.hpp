@@ -128,6 +128,11 @@ void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
 // parallel.context against the model and seq_len; true: cp_comm_type "a2a".
 bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64_t seq_len,
                           const std::string& who);
+// A schedule that places the last stage on pipeline rank 0 with the first (a V: zb-v,
+// dualpipev) puts both copies of a tied embedding in one process, where the embedding
+// group's all-reduce cannot sum them: refused by name until it can.
+void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
+                              const std::string& who);
 // A residency (loom_model_create_args.residency) against what the units cannot carry yet.
 void check_residency(const Options& o, int32_t residency, bool sequence_parallel, int context,
                      const std::string& who);
