@@ -55,6 +55,13 @@ echo "a 38B model: $(grep -o 'is [0-9.]* MiB, [0-9.]*% of it: it does not fit' b
 check tp2sp 2 --set parallel.tensor=2 --set parallel.sequence_parallel=true
 check pp2 2 --set parallel.pipeline=2
 grep -q "(first)" pp2.est && grep -q "(last)" pp2.est || { cat pp2.est; exit 1; }
+# the schedules' own activations in flight: a V (rank 0 holds the first and the last stage)
+# and DualPipeV's paired chunks, each against its measured run
+check pp2zbv 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 \
+  --set parallel.schedule=zb-v --set model.tie_embeddings=false
+grep -q "(first, last)" pp2zbv.est || { cat pp2zbv.est; exit 1; }
+check pp2dualpipev 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 \
+  --set parallel.schedule=dualpipev --set model.tie_embeddings=false
 check dp2dist 2 --set parallel.data=distributed-optimizer
 check dp2fsdp 2 --set parallel.data=fsdp
 check recompute 1 --set train.recompute_granularity=full

@@ -58,6 +58,8 @@ MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string
   MemoryRole m;
   m.rank = rank;
   m.stage = run.layout.pipeline_rank;
+  m.stages = run.place.stages;
+  m.total_stages = run.place.total;
   m.state = run.state_bytes();
   m.grad_buffers = run.grad_plugin_bytes;
   dry_step(run);
@@ -149,8 +151,18 @@ void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out) {
     const StateBytes& s = m.state;
     const double rest = m.peak - s.values - s.grads - s.main - s.optimizer - m.grad_buffers;
     std::string role = std::to_string(m.rank);
-    if (stages > 1)
-      role += m.stage == 0 ? " (first)" : m.stage == stages - 1 ? " (last)" : " (middle)";
+    // the stages its chunks hold, first and last named (a V puts both on rank 0)
+    if (stages > 1) {
+      bool first = false, last = false;
+      for (int32_t stage : m.stages) {
+        first = first || stage == 0;
+        last = last || stage == m.total_stages - 1;
+      }
+      role += first && last ? " (first, last)"
+              : first       ? " (first)"
+              : last        ? " (last)"
+                            : " (middle)";
+    }
     std::snprintf(line, sizeof line, "  %-22s %10.1f %10.1f %10.1f %10.1f %10.1f %12.1f %10.1f\n",
                   role.c_str(), mib(s.values), mib(s.grads), mib(s.main), mib(s.optimizer),
                   mib(m.grad_buffers), mib(rest), mib(m.peak));

@@ -17,6 +17,8 @@ namespace loom::engine {
 // scratch.
 struct MemoryRole {
   int rank = 0, stage = 0;
+  std::vector<int32_t> stages;  // the stages its chunks hold (the schedule's placement)
+  int32_t total_stages = 1;
   StateBytes state;
   double grad_buffers = 0;  // the gradient plugin's backend allocations
   double peak = 0;
