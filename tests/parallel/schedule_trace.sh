@@ -5,8 +5,9 @@
 #     its chunks hold) and one line per computation: a forward and a backward per micro-batch,
 #     in 1F1B's order for that rank (warm-up forwards, then alternating), each ending after
 #     it starts, and every backward of a micro-batch after its forward;
-#  2. ZB-V: two chunks a rank, rank 0 holding stages 0 and 3 and rank 1 stages 1 and 2; four
-#     computations per micro-batch a rank;
+#  2. ZB-V: two chunks a rank, rank 0 holding stages 0 and 3 and rank 1 stages 1 and 2; per
+#     chunk and micro-batch a forward, an input backward and, after it, a weight backward
+#     (model/gpt's split backward);
 #  3. `loom schedule show --trace` draws both ranks, prints the measured bubble and the
 #     schedule's own timeline with the measured times; a file that is not a trace is refused
 #     naming it (exit 2).
@@ -51,9 +52,12 @@ for rank, want in ((0, "F0 F1 B0 F2 B1 F3 B2 B3"), (1, "F0 B0 F1 B1 F2 B2 F3 B3"
 for rank, stages in ((0, [0, 3]), (1, [1, 2])):
     head, steps = read(f"zbv.{rank}")
     assert head["schedule"] == "zb-v" and head["stages"] == stages, head
-    # the model has no split backward yet: each B ran whole (phase 1), no W was reported
+    # model/gpt splits its backward: an input backward (2) and a weight backward (3) per
+    # forward (0), the W after its B
     assert sorted((s["chunk"], s["mb"], s["phase"]) for s in steps) == \
-        sorted((c, m, p) for c in (0, 1) for m in range(4) for p in (0, 1)), steps
+        sorted((c, m, p) for c in (0, 1) for m in range(4) for p in (0, 2, 3)), steps
+    end_b = {(s["chunk"], s["mb"]): s["end"] for s in steps if s["phase"] == 2}
+    assert all(s["start"] >= end_b[(s["chunk"], s["mb"])] for s in steps if s["phase"] == 3)
 print("traces: 1F1B's order per rank, ZB-V's V of stages (0, 3) and (1, 2)")
 PY
 "$loom" schedule show --trace f1b > show.txt 2>&1 || { cat show.txt; fail "schedule show --trace"; }

@@ -30,11 +30,6 @@ void ScheduleTrace::step_done(void* user, const loom_schedule_step* step, double
   static_cast<ScheduleTrace*>(user)->done_.push_back({*step, start, end});
 }
 
-const loom_ext* ScheduleTrace::start() {
-  done_.clear();
-  return &ext_.base;
-}
-
 void ScheduleTrace::finish() {
   if (!where_.writes) return;
   const std::string file = path_ + "." + std::to_string(where_.pipeline_rank);

@@ -26,8 +26,13 @@ class ScheduleTrace {
   // `path` "" = off; `iteration` the step traced.
   ScheduleTrace(std::string path, int64_t iteration, Where where);
   bool wanted(int64_t iteration) const { return !path_.empty() && iteration == iteration_; }
-  // The table to chain on the step's loom_schedule_args.ext; clears what the last step held.
-  const loom_ext* start();
+  // Before the traced step: clears what the last one held.
+  void start() { done_.clear(); }
+  // The table at the head of the step's loom_schedule_args.ext, followed by `next`.
+  const loom_ext* chain(const loom_ext* next) {
+    ext_.base.next = next;
+    return &ext_.base;
+  }
   // Writes what the step reported (the writing rank only).
   void finish();
 

@@ -238,7 +238,14 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
   a.get_microbatch = get;
   a.user = user;
   a.forward_only = forward_only ? 1 : 0;
-  a.ext = forward_only ? nullptr : schedule_ext;  // a traced training step's
+  // a training step's extensions: the model's split backward, and the trace of a traced step
+  const loom_ext* chain = nullptr;
+  if (!forward_only && split.model) {
+    split.base.next = nullptr;
+    chain = &split.base;
+  }
+  if (!forward_only && tracing) chain = trace->chain(chain);
+  a.ext = chain;
   check(schedule.first->run(schedule.second, &a), "pipeline schedule");
   return a;
 }
@@ -266,11 +273,11 @@ int run_training(Recipe& recipe, Registry& registry) {
   stopper.training_starts();
   for (int64_t it = r.start_iter; it < r.iters; ++it) {
     CommWatch::set_iteration(it + 1);
-    const bool traced = r.trace && r.trace->wanted(it + 1);
-    if (traced) r.schedule_ext = r.trace->start();
+    r.tracing = r.trace && r.trace->wanted(it + 1);
+    if (r.tracing) r.trace->start();
     const StepStats s = train_step(r, it);
-    if (traced) {
-      r.schedule_ext = nullptr;
+    if (r.tracing) {
+      r.tracing = false;
       r.trace->finish();
     }
     const int64_t iter = it + 1;

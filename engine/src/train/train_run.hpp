@@ -156,7 +156,10 @@ struct TrainRun {
   ChunkPlacement place;
   // train.schedule_trace: the step it traces gets its table on the schedule's args.
   std::unique_ptr<ScheduleTrace> trace;
-  const loom_ext* schedule_ext = nullptr;
+  bool tracing = false;
+  // The model's split backward (loom.split-backward/1), handed to the schedule; model NULL:
+  // the model has none.
+  loom_schedule_split split{};
   double flops_per_token = 0;
   std::vector<loom_model_param> params;
   // The model's buffers (loom_model_param.buffer, ABI 2.9): saved and loaded with the

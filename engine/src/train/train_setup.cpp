@@ -99,6 +99,13 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   if (gbs == 0) gbs = mbs * dp;
   num_micro = microbatches_per_step(recipe, (int)dp);
   place = chunk_placement(recipe, registry, layout, num_micro);  // the schedule's
+  if (const auto* x = reinterpret_cast<const loom_split_backward_ext*>(
+          loom_ext_find(registry.get(LOOM_KIND_MODEL, recipe.plugin("model")).desc->ext,
+                        LOOM_EXT_SPLIT_BACKWARD));
+      x && x->base.struct_size >= LOOM_SPLIT_BACKWARD_EXT_SIZE_V1 && x->weight_backward) {
+    split.base = {sizeof(loom_schedule_split), LOOM_EXT_SPLIT_BACKWARD, 0, nullptr};
+    split.model = x;
+  }
   if (const std::string path = recipe.get_string("train", "schedule_trace"); !path.empty()) {
     ScheduleTrace::Where w;
     w.schedule = recipe.get_string("parallel", "schedule");

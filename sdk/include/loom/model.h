@@ -429,6 +429,35 @@ typedef struct loom_encode_ext {
 } loom_encode_ext;
 #define LOOM_ENCODE_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_encode_ext, decoder_start)
 
+/* Split backward (ABI 2.19), for the zero-bubble pipeline schedules: a stage's backward in two
+ * parts, B (the input gradients, which the previous stage waits for) and W (the parameter
+ * gradients, which can wait). A model that can lists LOOM_EXT_SPLIT_BACKWARD and chains this
+ * table on its descriptor's ext. B is stage_backward with a loom_stage_backward_split on the
+ * args' chain (flags LOOM_EXT_REQUIRED: a model that cannot refuses it): it returns the input
+ * gradients as usual, and the slot keeps what the parameter gradients need until
+ * weight_backward, which adds them (+=) and frees the slot. B then W gives every parameter
+ * gradient bitwise what the whole backward gives, when each slot's W runs in the order of the
+ * B's. A model that announces gradients (grad_ready) does so from W. The host hands the table
+ * to the schedule on loom_schedule_args.ext (loom_schedule_split, schedule.h). */
+#define LOOM_EXT_SPLIT_BACKWARD "loom.split-backward/1"
+typedef struct loom_stage_backward_split {
+  loom_ext base; /* id LOOM_EXT_SPLIT_BACKWARD, flags LOOM_EXT_REQUIRED */
+} loom_stage_backward_split;
+typedef struct loom_stage_weight_args {
+  size_t struct_size;
+  int64_t slot;        /* a slot whose B ran and whose W has not */
+  const loom_ext* ext; /* NULL */
+} loom_stage_weight_args;
+#define LOOM_STAGE_WEIGHT_ARGS_SIZE_V2_19 LOOM_STRUCT_SIZE(loom_stage_weight_args, ext)
+/* Contract tags (common.h):
+ *   weight_backward: owner, COLLECTIVE(tensor), blocks */
+typedef struct loom_split_backward_ext {
+  loom_ext base; /* id LOOM_EXT_SPLIT_BACKWARD, base.struct_size = sizeof the whole table */
+  loom_error* (*weight_backward)(loom_model* m, loom_stage_weight_args* args);
+  /* --- loom.split-backward/1 ends here; append new slots below this line only. --- */
+} loom_split_backward_ext;
+#define LOOM_SPLIT_BACKWARD_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_split_backward_ext, weight_backward)
+
 #ifdef __cplusplus
 }
 #endif

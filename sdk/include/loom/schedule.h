@@ -127,6 +127,16 @@ typedef struct loom_schedule_trace {
 } loom_schedule_trace;
 #define LOOM_SCHEDULE_TRACE_SIZE_V1 LOOM_STRUCT_SIZE(loom_schedule_trace, user)
 
+/* The model's split backward (loom.split-backward/1, model.h), handed to the schedule: the
+ * host chains this on loom_schedule_args.ext (flags 0) when the model lists the capability.
+ * A schedule with input and weight backwards (zb-h1, zb-v, dualpipev) then runs them apart;
+ * without it each B runs the whole backward and its W has nothing left to do. */
+typedef struct loom_schedule_split {
+  loom_ext base; /* id LOOM_EXT_SPLIT_BACKWARD, struct_size = sizeof the whole struct */
+  const loom_split_backward_ext* model;
+} loom_schedule_split;
+#define LOOM_SCHEDULE_SPLIT_SIZE_V1 LOOM_STRUCT_SIZE(loom_schedule_split, model)
+
 #ifdef __cplusplus
 }
 #endif

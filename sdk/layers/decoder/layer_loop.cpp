@@ -37,7 +37,9 @@ void DecoderModel::layers_backward(Slot& S) {
       unit_need(1 + l, true);
     }
     layers_[l]->backward(ctx_, opt_, S.s, S.res[l], layer_acts(S, l), grads_);
-    announce_layer(l);  // its gradients are complete for this pass (ABI 2.12)
+    // its gradients are complete for this pass (ABI 2.12): at once, or after a split
+    // backward's W has added them
+    loom::weight_grad([this, l] { announce_layer(l); });
     unit_done(1 + l, true);
   }
 }

@@ -51,10 +51,13 @@ loom_model_api decoder_api(CreateFn create) {
   return api;
 }
 
+// The split backward of the zero-bubble schedules (loom.split-backward/1), last in the chain.
+const loom_split_backward_ext kDecoderSplit = {
+    {sizeof(loom_split_backward_ext), LOOM_EXT_SPLIT_BACKWARD, 0, nullptr}, Slots::weight_backward};
 // Generation with a KV cache, the optional loom.decode/1 capability, chained to
-// loom.decode-slots/1 (continuous batching).
+// loom.decode-slots/1 (continuous batching), then the split backward.
 const loom_decode_slots_ext kDecoderDecodeSlots = {
-    {sizeof(loom_decode_slots_ext), LOOM_EXT_DECODE_SLOTS, 0, nullptr},
+    {sizeof(loom_decode_slots_ext), LOOM_EXT_DECODE_SLOTS, 0, &kDecoderSplit.base},
     Slots::kv_clear,
     Slots::decode_slots};
 const loom_decode_ext kDecoderDecode = {
@@ -63,6 +66,6 @@ const loom_decode_ext kDecoderDecode = {
     Slots::decode,
     Slots::max_context};
 const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS,
-                                            LOOM_EXT_TOKEN_STATS, nullptr};
+                                            LOOM_EXT_TOKEN_STATS, LOOM_EXT_SPLIT_BACKWARD, nullptr};
 
 }  // namespace loom::layers

@@ -2,6 +2,7 @@
 // embedding on the first stage, the head and loss on the last), and finish_grads (what the model's
 // own parallelism leaves partial).
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "loom/cpp/comm.hpp"
@@ -196,10 +197,12 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* 
   }
 }
 
-void DecoderModel::embed_backward(Slot& S) {
+// The embeddings' gradients from `dres` (nl, C), the gradient of the first layer's input:
+// only parameter gradients, so a split backward's W runs all of it (from a copy of dres).
+void DecoderModel::embed_backward(Slot& S, const DLTensor* dres_in) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
-  View dres = view(grads_.dres, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
+  View dres(dres_in, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
   View typ = view(S.types, {N});
   if (!g.active()) {
     emb_.backward(ctx_, dres, tok, pos, typ);
@@ -415,8 +418,9 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
                     ") exceeds the create args (" + s(args_.micro_batch) + " x " +
                     s(args_.seq_len) + ")");
   Slot& S = slot(a.slot);
-  loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
-                                " still holds a micro-batch waiting for its stage_backward");
+  loom::require(!S.pending && !S.weights_pending,
+                who_ + ": slot " + s(a.slot) + " still holds a micro-batch waiting for its " +
+                    (S.pending ? "stage_backward" : "weight_backward"));
   S.s = Step{mb.batch, mb.seq_len / ctx_.cp.size, 0};  // this rank's chunks under CP
   if (family_)
     family_->sequences(S, mb, who_);  // BERT's padding
@@ -473,12 +477,23 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
 void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_BACKWARD_ARGS_SIZE_V2,
                 who_ + ": stage_backward args smaller than ABI 2.0's");
-  loom::require_known_exts(a.ext, {}, who_ + ": stage_backward");
+  loom::require_known_exts(a.ext, {LOOM_EXT_SPLIT_BACKWARD}, who_ + ": stage_backward");
   const int64_t si = a.slot;
   loom::require(
       si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
       who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
   Slot& S = *slots_[si];
+  // A split backward's B: the parameter gradients are recorded for weight_backward.
+  const bool split = loom_ext_find(a.ext, LOOM_EXT_SPLIT_BACKWARD) != nullptr;
+  if (split)
+    loom::require(!family_ && opt_.num_experts == 0 && params_.residency() == LOOM_RESIDENCY_NONE,
+                  who_ + ": a split backward (" LOOM_EXT_SPLIT_BACKWARD
+                         ") runs GPT and Llama "
+                         "layers without a parameter residency; not BERT's heads or a mixture "
+                         "of experts yet",
+                  LOOM_ERR_UNIMPLEMENTED);
+  std::optional<RecordWeightGrads> record;
+  if (split) record.emplace(&S.weights);
   const int64_t C = opt_.n_embd;
   unit_need(0, true);
   if (opt_.last()) {
@@ -495,7 +510,13 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   if (opt_.first()) {
     announce_head(true);
     if (opt_.post_norm) emb_norm_backward(S);
-    embed_backward(S);
+    View dres = view(grads_.dres, {S.nl, C});
+    if (WeightGrads* w = weight_grads_sink()) {
+      const DLTensor* kept = w->keep(ctx_.be, dres);
+      w->defer([this, &S, kept] { embed_backward(S, kept); });
+    } else {
+      embed_backward(S, dres);
+    }
     a.num_dinputs = 0;
     a.dinputs = nullptr;
   } else {
@@ -506,6 +527,20 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   }
   unit_done(0, true);
   S.pending = false;
+  S.weights_pending = split;
+}
+
+void DecoderModel::weight_backward(const loom_stage_weight_args& a) {
+  loom::require(a.struct_size >= LOOM_STAGE_WEIGHT_ARGS_SIZE_V2_19,
+                who_ + ": weight_backward args smaller than ABI 2.19's");
+  loom::require_known_exts(a.ext, {}, who_ + ": weight_backward");
+  const int64_t si = a.slot;
+  loom::require(si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->weights_pending,
+                who_ + ": weight_backward of slot " + s(si) +
+                    ", whose split backward's first half (B) has not run");
+  Slot& S = *slots_[si];
+  S.weights.run();
+  S.weights_pending = false;
 }
 
 // Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this

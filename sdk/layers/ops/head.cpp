@@ -60,8 +60,13 @@ void LmHead::forward(const Ctx& c, DLTensor* logits, int64_t ld, const DLTensor*
 void LmHead::backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64_t ld,
                       const DLTensor* x, int64_t n) const {
   const int64_t k = ld == cols && cols > vocab ? cols : vocab;
-  // dW[:V](V,C) += dlogits(n,:V)^T @ x(n,C)
-  c.gemm(true, false, vocab, C, n, {dlogits, ld}, {x, C}, dw, C, 0, 1.0);
+  // dW[:V](V,C) += dlogits(n,:V)^T @ x(n,C); in a split backward, at its W (dlogits and x
+  // are the slot's, kept until then: views of them suffice)
+  const View dl(dlogits, std::vector<int64_t>(dlogits->shape, dlogits->shape + dlogits->ndim));
+  const View xv(x, std::vector<int64_t>(x->shape, x->shape + x->ndim));
+  loom::weight_grad([this, &c, dl, xv, ld, n] {
+    c.gemm(true, false, vocab, C, n, {dl, ld}, {xv, C}, dw, C, 0, 1.0);
+  });
   // dx(n,C) = dlogits(n,:k) @ W[:k](k,C)   (the padding's dlogits are 0)
   c.gemm(false, false, n, C, k, {dlogits, ld}, {w, C}, dx, C, 0, 0.0);
 }

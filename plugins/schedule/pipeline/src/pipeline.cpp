@@ -97,7 +97,15 @@ class Pipeline {
   void run(loom_schedule_args* a) {
     loom::require(a != nullptr && a->struct_size >= LOOM_SCHEDULE_ARGS_SIZE_V2,
                   prefix() + "run: args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(a->ext, {LOOM_EXT_SCHEDULE_TRACE}, prefix() + "run");
+    loom::require_known_exts(a->ext, {LOOM_EXT_SCHEDULE_TRACE, LOOM_EXT_SPLIT_BACKWARD},
+                             prefix() + "run");
+    const auto* split = reinterpret_cast<const loom_schedule_split*>(
+        loom_ext_find(a->ext, LOOM_EXT_SPLIT_BACKWARD));
+    split_ = split && split->base.struct_size >= LOOM_SCHEDULE_SPLIT_SIZE_V1 && split->model &&
+                     split->model->base.struct_size >= LOOM_SPLIT_BACKWARD_EXT_SIZE_V1 &&
+                     split->model->weight_backward
+                 ? split->model
+                 : nullptr;
     trace_ = reinterpret_cast<const loom_schedule_trace*>(
         loom_ext_find(a->ext, LOOM_EXT_SCHEDULE_TRACE));
     if (trace_ && (trace_->base.struct_size < LOOM_SCHEDULE_TRACE_SIZE_V1 || !trace_->now ||
@@ -137,6 +145,7 @@ class Pipeline {
     a->losses = totals_.data();
     a_ = nullptr;
     trace_ = nullptr;
+    split_ = nullptr;
   }
 
  private:
@@ -249,11 +258,16 @@ class Pipeline {
     return out;
   }
 
-  // Backward of the micro-batch in chunk v's slot; returns the input gradients.
-  Tensors backward(int32_t v, int64_t slot, const std::vector<const DLTensor*>& dout) {
+  // Backward of the micro-batch in chunk v's slot; returns the input gradients. With
+  // input_only, a split backward's B (the weight gradients wait for its W).
+  Tensors backward(int32_t v, int64_t slot, const std::vector<const DLTensor*>& dout,
+                   bool input_only = false) {
+    static const loom_stage_backward_split kInputOnly = {
+        {sizeof(loom_stage_backward_split), LOOM_EXT_SPLIT_BACKWARD, LOOM_EXT_REQUIRED, nullptr}};
     loom_stage_backward_args b{};
     b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
     b.slot = slot;
+    b.ext = input_only ? &kInputOnly.base : nullptr;
     b.num_doutputs = dout.size();
     b.doutputs = dout.empty() ? nullptr : dout.data();
     loom::check(host_, model().stage_backward(a_->chunks[v], &b));
@@ -390,8 +404,19 @@ class Pipeline {
     return timed(LOOM_PHASE_FORWARD, v, mb, [&] { return forward(v, slot, mb, in); });
   }
   Tensors traced_backward(int32_t v, int64_t slot, int64_t mb,
-                          const std::vector<const DLTensor*>& dout) {
-    return timed(LOOM_PHASE_BACKWARD, v, mb, [&] { return backward(v, slot, dout); });
+                          const std::vector<const DLTensor*>& dout, bool input_only = false) {
+    return timed(input_only ? LOOM_PHASE_BACKWARD_INPUT : LOOM_PHASE_BACKWARD, v, mb,
+                 [&] { return backward(v, slot, dout, input_only); });
+  }
+  // W: the weight gradients of the B that ran in `slot` (loom.split-backward/1).
+  void traced_weight_backward(int32_t v, int64_t slot, int64_t mb) {
+    timed(LOOM_PHASE_BACKWARD_WEIGHT, v, mb, [&] {
+      loom_stage_weight_args w{};
+      w.struct_size = LOOM_STAGE_WEIGHT_ARGS_SIZE_V2_19;
+      w.slot = slot;
+      loom::check(host_, split_->weight_backward(a_->chunks[v], &w));
+      return 0;
+    });
   }
 
   void compute_op(Flight& f, const pp::Op& op, const Key& k) {
@@ -409,17 +434,22 @@ class Pipeline {
         }
         break;
       }
-      // The model has no split backward (the stage ABI has none yet): a B computes the
-      // weight gradients too, and its W has nothing left to do. The numbers are the same;
-      // only the bubbles the W's were to fill stay.
+      // B keeps the slot, its input and its received gradient until its W. A model without
+      // a split backward (loom.split-backward/1) runs the whole backward at B, and its W has
+      // nothing left to do: the same numbers, only the bubbles the W's were to fill stay.
       case pp::OpType::kBackward:
       case pp::OpType::kBackwardInput: {
-        Tensors dx = traced_backward(v, f.slot_of.at(k), op.mb, consts(f.grad_in[k]));
-        release(f, k);
+        const bool input_only = op.type == pp::OpType::kBackwardInput && split_ != nullptr;
+        Tensors dx = traced_backward(v, f.slot_of.at(k), op.mb, consts(f.grad_in[k]), input_only);
+        if (!input_only) release(f, k);
         if (stage(v) > 0) f.dinput_of[k] = dx;
         break;
       }
       case pp::OpType::kBackwardWeight:
+        if (split_ != nullptr) {
+          traced_weight_backward(v, f.slot_of.at(k), op.mb);
+          release(f, k);
+        }
         break;
       default:
         break;
@@ -469,6 +499,7 @@ class Pipeline {
   std::map<std::string, std::vector<loom::Tensor>> pool_;  // free receive buffers by shape
   loom_schedule_args* a_ = nullptr;                        // during run()
   const loom_schedule_trace* trace_ = nullptr;             // during a traced run()
+  const loom_split_backward_ext* split_ = nullptr;         // the model's, during run()
   std::vector<Chunk> info_;
   std::vector<std::string> loss_names_;
   std::vector<loom_loss> totals_;  // what run() reports

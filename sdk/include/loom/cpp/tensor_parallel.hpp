@@ -24,6 +24,7 @@
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/tensor.hpp"
+#include "loom/cpp/weight_grads.hpp"
 
 namespace loom::tp {
 
@@ -134,8 +135,24 @@ struct LocalLinear {
     }
   }
   // dW += dy^T x; db += colsum(dy) (when with_bias); dx (=, or += when accumulate) dy W.
+  // Within a split backward's B (weight_grads.hpp) the dW and db part waits for its W, with
+  // copies of dy and x.
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                 const DLTensor* x, int64_t n, bool with_bias = true) const {
+    if (WeightGrads* w = weight_grads_sink()) {
+      const DLTensor* dyk = w->keep(be, dy);
+      const DLTensor* xk = w->keep(be, x);
+      w->defer([this, be, dyk, xk, n, with_bias] { weight_backward(be, dyk, xk, n, with_bias); });
+    } else {
+      weight_backward(be, dy, x, n, with_bias);
+    }
+    if (dx)
+      gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
+           accumulate ? 1.0 : 0.0);
+  }
+  // dW += dy^T x; db += colsum(dy) (when with_bias).
+  void weight_backward(const Backend& be, const DLTensor* dy, const DLTensor* x, int64_t n,
+                       bool with_bias) const {
     const bool bias = has_bias && with_bias;
     if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BGRAD)) {
       const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, db.get());
@@ -147,9 +164,6 @@ struct LocalLinear {
         loom::bias_backward(be, db.get(), dyv);
       }
     }
-    if (dx)
-      gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
-           accumulate ? 1.0 : 0.0);
   }
 };
 
@@ -212,8 +226,14 @@ struct RowParallelLinear {
     // Without sequence parallelism the weight gradient's dy is this one, whose column sums
     // are the bias gradient: it may ride on that GEMM (an epilogue).
     if (lin.has_bias && g.sequence_parallel) {
-      View dyv(dy, {g.local_rows(n), lin.out});
-      loom::bias_backward(be, lin.db.get(), dyv);
+      const int64_t rows = g.local_rows(n), out = lin.out;
+      const DLTensor* d = dy;
+      if (WeightGrads* w = weight_grads_sink()) d = w->keep(be, dy);
+      const LocalLinear* l = &lin;
+      weight_grad([be, l, d, rows, out] {
+        View dyv(d, {rows, out});
+        loom::bias_backward(be, l->db.get(), dyv);
+      });
     }
     const DLTensor* dfull = dy;
     if (g.sequence_parallel) {

@@ -38,6 +38,7 @@
 #include "loom/cpp/layers/ops/head.hpp"
 #include "loom/cpp/layers/ops/mlp.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
+#include "loom/cpp/weight_grads.hpp"
 
 namespace loom::layers {
 
@@ -63,6 +64,9 @@ struct Slot {
   Step s;
   int64_t n = 0, nl = 0;  // tokens; this rank's rows (n/tp with sequence parallelism)
   bool pending = false;   // forward with gradients done, backward not yet
+  // A split backward's B ran and its W has not (loom.split-backward/1): what W computes.
+  bool weights_pending = false;
+  WeightGrads weights;
   double loss_scale = 0.0;
   double lm_weight = 1.0;   // the lm term's weight in the objective (BERT: B T / masked tokens)
   std::vector<Tensor> res;  // (Nl,C) x layers+1: the input of each layer, then ln_f's
@@ -99,6 +103,8 @@ class DecoderModel {
   void stage_info(loom_stage_info* out);
   void stage_forward(loom_stage_forward_args& args);
   void stage_backward(loom_stage_backward_args& args);
+  // W of a split backward (loom.split-backward/1): the parameter gradients its B deferred.
+  void weight_backward(const loom_stage_weight_args& args);
   void finish_grads();
   void hold_params(bool hold);
   double flops_per_token() const;
@@ -158,7 +164,7 @@ class DecoderModel {
   std::string who_;
   const BlockSpec* spec_;  // the plugin's, or kPostNormBlock for BERT's norm_position = post
   void embed_forward(Slot& S, const int32_t* tokens, const int32_t* types);
-  void embed_backward(Slot& S);
+  void embed_backward(Slot& S, const DLTensor* dres);
   double head_forward(Slot& S, const int32_t* targets, bool grad,
                       const loom_token_stats* per_token = nullptr);
   void head_backward(Slot& S);

@@ -47,6 +47,13 @@ struct ModelSlots {
       x.stage_forward(*args);
     });
   }
+  // loom.split-backward/1's W (a model class that has weight_backward)
+  static loom_error* weight_backward(loom_model* m, loom_stage_weight_args* args) {
+    return call(m, [&](M& x) {
+      loom::require(args != nullptr, "weight_backward args are NULL");
+      x.weight_backward(*args);
+    });
+  }
   static loom_error* stage_backward(loom_model* m, loom_stage_backward_args* args) {
     return call(m, [&](M& x) {
       loom::require(args != nullptr, "stage_backward args are NULL");
