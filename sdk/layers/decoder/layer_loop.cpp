@@ -39,7 +39,7 @@ void DecoderModel::layers_backward(Slot& S) {
     layers_[l]->backward(ctx_, opt_, S.s, S.res[l], layer_acts(S, l), grads_);
     // its gradients are complete for this pass (ABI 2.12): at once, or after a split
     // backward's W has added them
-    loom::weight_grad([this, l] { announce_layer(l); });
+    loom::weight_grad(ctx_.be, [this, l] { announce_layer(l); });
     unit_done(1 + l, true);
   }
 }

@@ -493,7 +493,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
                          "of experts yet",
                   LOOM_ERR_UNIMPLEMENTED);
   std::optional<RecordWeightGrads> record;
-  if (split) record.emplace(&S.weights);
+  if (split) record.emplace(ctx_.be, &S.weights);
   const int64_t C = opt_.n_embd;
   unit_need(0, true);
   if (opt_.last()) {
@@ -511,7 +511,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
     announce_head(true);
     if (opt_.post_norm) emb_norm_backward(S);
     View dres = view(grads_.dres, {S.nl, C});
-    if (WeightGrads* w = weight_grads_sink()) {
+    if (WeightGrads* w = ctx_.be.weight_grads()) {
       const DLTensor* kept = w->keep(ctx_.be, dres);
       w->defer([this, &S, kept] { embed_backward(S, kept); });
     } else {

@@ -64,7 +64,7 @@ void LmHead::backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64
   // are the slot's, kept until then: views of them suffice)
   const View dl(dlogits, std::vector<int64_t>(dlogits->shape, dlogits->shape + dlogits->ndim));
   const View xv(x, std::vector<int64_t>(x->shape, x->shape + x->ndim));
-  loom::weight_grad([this, &c, dl, xv, ld, n] {
+  loom::weight_grad(c.be, [this, &c, dl, xv, ld, n] {
     c.gemm(true, false, vocab, C, n, {dl, ld}, {xv, C}, dw, C, 0, 1.0);
   });
   // dx(n,C) = dlogits(n,:k) @ W[:k](k,C)   (the padding's dlogits are 0)

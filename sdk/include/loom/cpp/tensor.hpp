@@ -10,6 +10,8 @@
 
 namespace loom {
 
+class WeightGrads;  // weight_grads.hpp
+
 // The active backend as the host hands it out, with calls that throw loom::Error.
 class Backend {
  public:
@@ -43,6 +45,11 @@ class Backend {
             LOOM_ERR_UNIMPLEMENTED);
     return *ds;
   }
+  // Where a split backward's B records its weight-gradient computations on this handle
+  // (weight_grads.hpp), or NULL: compute them at once. A model's own handle carries it, so
+  // that separate model instances never share one.
+  WeightGrads* weight_grads() const { return weight_grads_; }
+  void set_weight_grads(WeightGrads* w) const { weight_grads_ = w; }
 
  private:
   // loom.device-stream/1 as the instance lends it, or NULL when it does not.
@@ -50,6 +57,7 @@ class Backend {
 
   const loom_host* host_ = nullptr;
   loom_backend_ref ref_{nullptr, nullptr};
+  mutable WeightGrads* weight_grads_ = nullptr;
 };
 
 // The loom.device-stream/1 table of a backend instance, or NULL for one without it.

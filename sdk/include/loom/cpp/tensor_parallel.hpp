@@ -139,10 +139,12 @@ struct LocalLinear {
   // copies of dy and x.
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                 const DLTensor* x, int64_t n, bool with_bias = true) const {
-    if (WeightGrads* w = weight_grads_sink()) {
+    if (WeightGrads* w = be.weight_grads()) {
       const DLTensor* dyk = w->keep(be, dy);
       const DLTensor* xk = w->keep(be, x);
-      w->defer([this, be, dyk, xk, n, with_bias] { weight_backward(be, dyk, xk, n, with_bias); });
+      w->defer([this, b = computing(be), dyk, xk, n, with_bias] {
+        weight_backward(b, dyk, xk, n, with_bias);
+      });
     } else {
       weight_backward(be, dy, x, n, with_bias);
     }
@@ -228,11 +230,11 @@ struct RowParallelLinear {
     if (lin.has_bias && g.sequence_parallel) {
       const int64_t rows = g.local_rows(n), out = lin.out;
       const DLTensor* d = dy;
-      if (WeightGrads* w = weight_grads_sink()) d = w->keep(be, dy);
+      if (WeightGrads* w = be.weight_grads()) d = w->keep(be, dy);
       const LocalLinear* l = &lin;
-      weight_grad([be, l, d, rows, out] {
+      weight_grad(be, [b = computing(be), l, d, rows, out] {
         View dyv(d, {rows, out});
-        loom::bias_backward(be, l->db.get(), dyv);
+        loom::bias_backward(b, l->db.get(), dyv);
       });
     }
     const DLTensor* dfull = dy;

@@ -2,9 +2,11 @@
 // computations that only add to parameter gradients are recorded instead of run, with copies
 // of the scratch tensors they read (a later layer's backward overwrites those); the stage's W
 // runs them in the order B met them, so each gradient adds its terms in the same order as
-// the whole backward: bitwise the same result. The layers reach the recording through one
-// per-thread sink, so that every linear layer (loom::tp::LocalLinear) defers without a new
-// argument: a model calls stage backwards from one thread at a time (the ABI's "owner").
+// the whole backward: bitwise the same result. The layers reach the recording through the
+// backend handle they are given (loom::Backend::weight_grads), so that every linear layer
+// (loom::tp::LocalLinear) defers without a new argument, and separate model instances (each
+// with its own handle) never share a recording. No thread-local storage: LeakSanitizer's
+// exit-time scan faulted on a dlclosed plugin's.
 // C++17 (nvcc reads tensor_parallel.hpp).
 #pragma once
 
@@ -39,33 +41,36 @@ class WeightGrads {
   std::vector<Tensor> kept_;
 };
 
-// The recording of the B running on this thread, or NULL: compute at once.
-inline WeightGrads*& weight_grads_sink() {
-  thread_local WeightGrads* sink = nullptr;
-  return sink;
-}
-
-// Sets the sink for one B (and restores the previous one, NULL, after it, even on a throw).
+// Sets `be`'s recording for one B (and restores the previous one, NULL, after it, even on a
+// throw). `be` is the model instance's own handle (its Ctx's), which its layers are given.
 class RecordWeightGrads {
  public:
-  explicit RecordWeightGrads(WeightGrads* w) : prev_(weight_grads_sink()) {
-    weight_grads_sink() = w;
+  RecordWeightGrads(const Backend& be, WeightGrads* w) : be_(be), prev_(be.weight_grads()) {
+    be.set_weight_grads(w);
   }
-  ~RecordWeightGrads() { weight_grads_sink() = prev_; }
+  ~RecordWeightGrads() { be_.set_weight_grads(prev_); }
   RecordWeightGrads(const RecordWeightGrads&) = delete;
   RecordWeightGrads& operator=(const RecordWeightGrads&) = delete;
 
  private:
+  const Backend& be_;
   WeightGrads* prev_;
 };
 
-// Runs fn now, or records it where a B is recording.
+// Runs fn now, or records it where a B is recording on `be`.
 template <class Fn>
-void weight_grad(Fn&& fn) {
-  if (WeightGrads* w = weight_grads_sink())
+void weight_grad(const Backend& be, Fn&& fn) {
+  if (WeightGrads* w = be.weight_grads())
     w->defer(std::function<void()>(std::forward<Fn>(fn)));
   else
     fn();
+}
+
+// A copy of `be` that computes at once: what a deferred computation runs on at W.
+inline Backend computing(const Backend& be) {
+  Backend b = be;
+  b.set_weight_grads(nullptr);
+  return b;
 }
 
 }  // namespace loom
