@@ -57,7 +57,6 @@ MemoryRole walk(const std::filesystem::path& path, const std::vector<std::string
   check(run.be.api->get_info(run.be.self, &info), "backend/meta info");
   MemoryRole m;
   m.rank = rank;
-  m.stage = run.layout.pipeline_rank;
   m.stages = run.place.stages;
   m.total_stages = run.place.total;
   m.state = run.state_bytes();
@@ -146,13 +145,13 @@ void print_memory(const std::vector<MemoryRole>& roles, std::ostream& out) {
   std::snprintf(line, sizeof line, "  %-22s %10s %10s %10s %10s %10s %12s %10s\n", "rank (stage)",
                 "params", "grads", "main", "optimizer", "grad bufs", "activations", "peak");
   out << line;
-  const int stages = (int)roles.size();
+  const bool pipelined = roles.size() > 1;  // one role per pipeline rank
   for (const MemoryRole& m : roles) {
     const StateBytes& s = m.state;
     const double rest = m.peak - s.values - s.grads - s.main - s.optimizer - m.grad_buffers;
     std::string role = std::to_string(m.rank);
     // the stages its chunks hold, first and last named (a V puts both on rank 0)
-    if (stages > 1) {
+    if (pipelined) {
       bool first = false, last = false;
       for (int32_t stage : m.stages) {
         first = first || stage == 0;

@@ -16,7 +16,7 @@ namespace loom::engine {
 // buffers, and the peak through one step; the rest of the peak is the model's activations and
 // scratch.
 struct MemoryRole {
-  int rank = 0, stage = 0;
+  int rank = 0;
   std::vector<int32_t> stages;  // the stages its chunks hold (the schedule's placement)
   int32_t total_stages = 1;
   StateBytes state;

@@ -239,11 +239,7 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
   a.user = user;
   a.forward_only = forward_only ? 1 : 0;
   // a training step's extensions: the model's split backward, and the trace of a traced step
-  const loom_ext* chain = nullptr;
-  if (!forward_only && split.model) {
-    split.base.next = nullptr;
-    chain = &split.base;
-  }
+  const loom_ext* chain = !forward_only && split.model ? &split.base : nullptr;
   if (!forward_only && tracing) chain = trace->chain(chain);
   a.ext = chain;
   check(schedule.first->run(schedule.second, &a), "pipeline schedule");
