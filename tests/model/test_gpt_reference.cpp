@@ -14,10 +14,21 @@ namespace {
 struct Errors {
   double loss_rel = 0, worst_grad = 0;
   std::string worst_name;
+  std::vector<std::vector<double>> grads;  // every parameter's, in the model's order
 };
 
+// The model's loom.split-backward/1 table, where its descriptor lists one.
+const loom_split_backward_ext* split_table(const char* model) {
+  for (const loom_ext* x = loomtest::load_descriptor("model", model)->ext; x; x = x->next)
+    if (std::string(x->id) == LOOM_EXT_SPLIT_BACKWARD)
+      return reinterpret_cast<const loom_split_backward_ext*>(x);
+  return nullptr;
+}
+
 // The reference's batch through the model: its loss terms (lm, and BERT's sop) and counts.
-std::vector<loom_loss> run(const Gpt& m, const Reference& r, bool backward) {
+// With `split`, the backward runs as a zero-bubble schedule's B then W (loom.split-backward/1).
+std::vector<loom_loss> run(const Gpt& m, const Reference& r, bool backward,
+                           const loom_split_backward_ext* split = nullptr) {
   loom::HostBatch mb(r.batch, r.seq);
   if (r.dec_tokens.empty()) {
     mb.tokens_targets(r.tokens.data(), r.targets.data());
@@ -39,15 +50,23 @@ std::vector<loom_loss> run(const Gpt& m, const Reference& r, bool backward) {
   m.check(m.api()->stage_forward(m.self(), &f));
   std::vector<loom_loss> losses(f.losses, f.losses + f.num_losses);
   if (backward) {
+    const loom_stage_backward_split input_only = {
+        {sizeof(loom_stage_backward_split), LOOM_EXT_SPLIT_BACKWARD, LOOM_EXT_REQUIRED, nullptr}};
     loom_stage_backward_args b{};
     b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
+    b.ext = split ? &input_only.base : nullptr;
     m.check(m.api()->stage_backward(m.self(), &b));
+    if (split) {
+      loom_stage_weight_args w{};
+      w.struct_size = LOOM_STAGE_WEIGHT_ARGS_SIZE_V2_19;
+      m.check(split->weight_backward(m.self(), &w));
+    }
   }
   return losses;
 }
 
 Errors compare(const std::string& name, DLDataType dt, double loss_tol, double grad_tol,
-               const char* model = "gpt", const char* attention = "reference") {
+               const char* model = "gpt", const char* attention = "reference", bool split = false) {
   const Reference r = load(name);
   Host h(attention);
   Gpt m(h, r.options, r.vocab, r.batch, r.seq, dt, loomtest::load_descriptor("model", model));
@@ -66,7 +85,9 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
     upload(h.be, p.value, v);
   }
   m.check(m.api()->zero_grad(m.self()));
-  const std::vector<loom_loss> losses = run(m, r, true);
+  const loom_split_backward_ext* table = split ? split_table(model) : nullptr;
+  if (split) REQUIRE(table != nullptr);
+  const std::vector<loom_loss> losses = run(m, r, true, table);
   const bool sop = r.options.count("binary_head") && r.options.at("binary_head") == "true";
   const bool classifier = std::string(model) == "bert-classifier";
   REQUIRE(losses.size() == (sop || classifier ? 2u : 1u));
@@ -100,6 +121,7 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   for (auto& p : m.params) {
     const std::string pname = p.name;
     const auto g = download(h.be, p.grad);
+    e.grads.push_back(g);
     const auto& ref = r.grads.at(p.name);
     double diff = 0;
     for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::fabs(g[i] - ref[i]));
@@ -159,6 +181,19 @@ TEST_CASE("model/bert without the binary head and token types = PyTorch") {
 TEST_CASE("model/bert with attention/flash-cpu = PyTorch") {
   compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert", "flash-cpu");
   compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert", "flash-cpu");
+}
+
+// A zero-bubble schedule's split backward through BERT's heads (the masked-LM transform and
+// the tied head's bias, the pooler, the binary and the classifier heads): B then W gives
+// PyTorch's gradients, and bitwise what the whole backward gives.
+TEST_CASE("model/bert: a split backward (B then W) = PyTorch, bitwise the whole backward") {
+  for (const char* name : {"bert_tiny", "bert_tiny_postln", "bert_tiny_classifier"}) {
+    const char* model = std::string(name) == "bert_tiny_classifier" ? "bert-classifier" : "bert";
+    INFO(name);
+    const Errors whole = compare(name, loom_f64(), 1e-12, 1e-9, model);
+    const Errors parts = compare(name, loom_f64(), 1e-12, 1e-9, model, "reference", true);
+    CHECK(parts.grads == whole.grads);
+  }
 }
 
 TEST_CASE("model/t5 (encoder, decoder with cross-attention, kv_channels, padding) = PyTorch") {

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "model_test_util.hpp"
+#include "split_backward_check.hpp"
 
 using namespace modeltest;
 
@@ -289,4 +290,18 @@ TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals na
   };
   refused(moe(tiny_gpt2(), 2, 3), loom_f32(), "moe_router_topk = 3 exceeds num_experts = 2");
   refused(moe(tiny_gpt2(), 4, 2), loom_bf16(), "a mixture of experts runs in fp32");
+}
+
+// loom.split-backward/1 through the experts: the grouped GEMMs' weight gradients, the experts'
+// biases, the shared expert's and the router's wait for W, with copies of what they read,
+// and come out bitwise what the whole backward gives (GPT-2's GELU experts with biases, and
+// Llama's SwiGLU experts without).
+TEST_CASE("model/gpt MoE: a split backward gives the whole backward's gradients bitwise") {
+  for (Overrides o : {moe(tiny_gpt2(), 4, 2), moe(tiny_llama(), 4, 2)}) {
+    o["moe_shared_expert_intermediate_size"] = "16";
+    o["moe_aux_loss_coeff"] = "0.01";
+    o["moe_z_loss_coeff"] = "0.001";
+    check_split_backward(o, "h.0.moe.experts.c_fc.weight");
+    check_split_backward(o, "h.1.moe.router.weight");
+  }
 }

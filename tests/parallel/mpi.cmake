@@ -56,3 +56,14 @@ loom_script_test(parallel.fsdp fsdp.sh 600 "${_mpi_env};LOOM_PLUGIN_PATH="
 # show --trace` over it (1F1B and ZB-V on two ranks).
 loom_script_test(parallel.schedule_trace schedule_trace.sh 300 "${_mpi_env};LOOM_PLUGIN_PATH="
                  ${MPIEXEC_EXECUTABLE})
+
+# The bubble `loom schedule show` prints against the idle time of a traced run at P = 4,
+# M = 8 (1F1B, ZB-H1, ZB-V, DualPipeV), through model/paced: stages that take a set time and
+# compute nothing, so that four ranks measure on two cores.
+loom_test_plugin(loom_test_paced_model KIND model NAME paced
+                 DIR ${CMAKE_CURRENT_BINARY_DIR}/paced SOURCE
+                 ${CMAKE_CURRENT_SOURCE_DIR}/plugins/paced_model.cpp)
+loom_script_test(parallel.schedule_bubble schedule_bubble.sh 300 "${_mpi_env}"
+                 ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/paced)
+# Alone: timing, though the stages only wait.
+set_tests_properties(parallel.schedule_bubble PROPERTIES RUN_SERIAL TRUE)

@@ -44,6 +44,21 @@ python_has() {
   python3 -c "$2" 2> /dev/null || { echo "skipped: python3 has no $1"; exit 77; }
 }
 
+# parity_scratch: $dir, a temporary folder removed at exit, holding docs.jsonl: every
+# paragraph of the docs as a JSONL document, the small local corpus of the `loom parity`
+# tests (the quick start's fortunes may not be installed). The caller stays where it is.
+parity_scratch() {
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+  python3 - "$tests_dir/../docs" > "$dir/docs.jsonl" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.md")):
+    for p in open(f, encoding="utf-8").read().split("\n\n"):
+        if p.strip():
+            print(json.dumps({"text": p.strip()}))
+PY
+}
+
 # now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
 # below X LIMIT: whether X < LIMIT (decimals).
 now() { date +%s.%N; }

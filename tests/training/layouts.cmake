@@ -22,7 +22,7 @@ foreach(model gpt llama)
 endforeach()
 # The zero-bubble schedules (ZB-H1; ZB-V and DualPipeV with their V of two chunks a rank).
 equivalence(gpt pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
-equivalence(llama pp2zbh1 pp2zbv pp2dualpipev)
+equivalence(llama pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
 
 # Context parallelism (ring attention with Megatron's load-balanced chunks): CP2, CP4, beside
 # TP2, PP2 and the distributed optimizer for GPT; CP2 for the Llama-style GQA model.
@@ -31,7 +31,7 @@ equivalence(llama cp2 cp2tp2 cp2-flash cp2a2a cp2a2a-flash)
 
 # model/bert (padding, token types, both heads) on dataset/bert, in the layouts Megatron
 # trains BERT with.
-equivalence(bert tp2 tp2sp pp2 dp2dist)
+equivalence(bert tp2 tp2sp pp2 dp2dist pp2zbh1 pp4zbh1)
 
 # model/t5 on dataset/t5, in the layouts the issue asks of T5 (Megatron trains T5 with TP
 # and DP; its pipeline split of encoder and decoder is not implemented).
@@ -49,11 +49,17 @@ equivalence(moe tp2 dp2 dp2dist ep2 ep2dp2dist ep2tp2 etp2 ep2etp2)
 # DeepSeek-V3's router: sigmoid scores and the aux-loss-free expert bias, whose update sums
 # the step's loads over the data-parallel ranks, so that every layout routes alike.
 equivalence(moebias dp2 ep2 ep2dp2dist ep2etp2)
+# Experts under pipeline parallelism: each stage reports its layers' balancing losses and
+# expert loads (loom.stage-losses/1), and a split backward defers the experts' and the
+# router's weight gradients under the zero-bubble schedules; EP2 x PP2 on four ranks; the
+# expert bias updated per stage.
+equivalence(moe pp2 pp2vp2 pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev ep2pp2)
+equivalence(moebias pp2)
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moebias-ep2etp2 cp2dp2
-               cp2dp2dist)
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1
+               moebias-ep2etp2 cp2dp2 cp2dp2dist)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 

@@ -22,17 +22,8 @@ set -uo pipefail
 loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-# Documents: the paragraphs of the docs (the quick start's fortunes may not be installed).
-python3 - "$repo/docs" > "$dir/docs.jsonl" <<'PY'
-import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.md")):
-    for p in open(f, encoding="utf-8").read().split("\n\n"):
-        if p.strip():
-            print(json.dumps({"text": p.strip()}))
-PY
+. "$here/../support/lib.sh"
+parity_scratch
 base=(--set model.n_layer=4 --set model.n_head=2 --set model.n_embd=16
        --set model.max_seq_len=16 --set train.seq_len=16 --set train.micro_batch_size=2
        --set train.global_batch_size=4 --set backend.threads=1 --set backend.measure_gemm=false

@@ -13,10 +13,12 @@
 # and offline, `loom checkpoint convert` from tp2pp2 to tp1pp4, tp4 and pp2 x vp2, whose
 # output each target loads as its own files (no resharding at load); and bf16 with the
 # distributed optimizer's f32 main shards through convert and back, bitwise (at the end).
-#   llama also: tp2pp2 -> pp2 in ZB-V's V, and pp2 in the V -> pp2 x vp2 interleaved, 1 rank
-#   (the same stage count, placed otherwise: the checkpoint records the placement and reshards)
+#   llama also: tp2pp2 -> pp2 in ZB-V's V, and pp2 in the V -> pp2 x vp2 interleaved, 1F1B's
+#   pp2, 1 rank (the same stage count, placed otherwise: the checkpoint records the placement
+#   and reshards)
 #   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2, ep2etp2 (each
-#   expert's MLP split over the tensor group) (no bf16 part)
+#   expert's MLP split over the tensor group); ep2pp2 (1F1B) -> pp2 under ZB-H1's split
+#   backward, 1 rank (no bf16 part)
 #   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
@@ -38,7 +40,7 @@ case $model in
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 sources="tp2pp2 tp2dp2dist"
-if [ "$model" = moe ]; then sources="ep2dp2dist tp2dp2dist"; fi
+if [ "$model" = moe ]; then sources="ep2dp2dist tp2dp2dist ep2pp2"; fi
 # the V-shaped placement (untied embeddings only): its files hold other stages than pp2vp2's
 if [ "$model" = llama ]; then sources="$sources pp2zbv"; fi
 layout() {  # layout NAME -> np and sets
@@ -56,7 +58,9 @@ layout() {  # layout NAME -> np and sets
     # a V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (pp2vp2's hold 0, 2 and 1, 3)
     pp2zbv) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
                        --set parallel.schedule=zb-v) ;;
+    pp2zbh1) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=zb-h1) ;;
     ep2) np=2 sets=(--set parallel.expert=2) ;;
+    ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
     ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
     ep2etp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
                         --set parallel.expert_tensor=2) ;;
@@ -79,10 +83,11 @@ for dtype in fp64 fp32; do
       llama:tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 pp2zbv convert:tp1pp4 convert:tp4
                              convert:pp2vp2" ;;
       *:tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 convert:tp1pp4 convert:tp4 convert:pp2vp2" ;;
-      llama:pp2zbv) targets="pp2vp2 one" ;;
+      llama:pp2zbv) targets="pp2vp2 pp2 one" ;;
       moe:tp2dp2dist) targets="ep2dp2dist ep2 ep2etp2" ;;
       *:tp2dp2dist) targets="pp2 dp4dist" ;;
       moe:ep2dp2dist) targets="one ep2 tp2dp2dist" ;;
+      moe:ep2pp2) targets="pp2zbh1 one" ;;
     esac
     for dst in $targets; do
       what="$model $src -> $dst" load=src-$src-$dtype

@@ -44,12 +44,14 @@ std::string draw_token(Draw& d, int max_ranks) {
     if (d.chance(2)) parts.push_back("sp");
     if (ep > 1 && d.chance(2)) parts.push_back("etp");
   }
-  if (pp > 1) {
+  if (pp > 1) {  // the schedule: 1F1B, interleaved, GPipe or a zero-bubble one
     dim(1);
-    if (d.chance(3))
-      parts.back() += "vp2";
-    else if (d.chance(3))
-      parts.push_back("gpipe");
+    const char* schedules[] = {"", "", "vp2", "vp2", "gpipe", "zbh1", "zbv", "dualpipev"};
+    const std::string s = schedules[d.pick(8)];
+    if (s == "vp2")
+      parts.back() += s;
+    else if (!s.empty())
+      parts.push_back(s);
   }
   if (cp > 1) {
     dim(2);

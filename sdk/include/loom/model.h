@@ -282,10 +282,11 @@ typedef struct loom_stage_forward_args {
   size_t num_outputs;
   DLTensor* const* outputs;
   /* out, model-owned, valid until the next call: the last stage's loss terms, in
-   * stage_info's order; none elsewhere */
+   * stage_info's order; none elsewhere, except with loom.stage-losses/1 on ext (ABI 2.20,
+   * below): a stage's share of them */
   size_t num_losses;
   const loom_loss* losses;
-  const loom_ext* ext; /* NULL */
+  const loom_ext* ext; /* NULL, or loom_stage_losses (ABI 2.20) */
 } loom_stage_forward_args;
 #define LOOM_STAGE_FORWARD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_forward_args, ext)
 
@@ -457,6 +458,19 @@ typedef struct loom_split_backward_ext {
   /* --- loom.split-backward/1 ends here; append new slots below this line only. --- */
 } loom_split_backward_ext;
 #define LOOM_SPLIT_BACKWARD_EXT_SIZE_V1 LOOM_STRUCT_SIZE(loom_split_backward_ext, weight_backward)
+
+/* Loss terms from every stage (ABI 2.20). A schedule that adds up loss terms from every stage
+ * chains this on loom_stage_forward_args.ext (flags 0) of each forward. With it, a stage
+ * before the last may report stage_info's loss terms too, as its share: the sums and counts
+ * of what its own layers compute (a mixture of experts' balancing and z losses and expert
+ * loads on the layers it holds). The schedule adds each term's sum and count over every
+ * stage and micro-batch, and takes each term's weight from the last stage. Without it only
+ * the last stage's terms are read, and a model whose terms come from earlier stages refuses
+ * to run there, rather than report a part as the whole. */
+#define LOOM_EXT_STAGE_LOSSES "loom.stage-losses/1"
+typedef struct loom_stage_losses {
+  loom_ext base; /* id LOOM_EXT_STAGE_LOSSES, flags 0 */
+} loom_stage_losses;
 
 #ifdef __cplusplus
 }

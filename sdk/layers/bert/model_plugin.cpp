@@ -34,6 +34,8 @@ loom_error* bert_attention_requires(const loom_host* host, const loom_config*,
 
 }  // namespace
 
+const char* const kBertCapabilities[] = {LOOM_EXT_SPLIT_BACKWARD, nullptr};
+
 loom_model_api bert_api(CreateFn create) {
   loom_model_api api = decoder_api(create);
   api.batch_spec = bert_batch_spec;

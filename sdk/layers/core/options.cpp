@@ -171,11 +171,11 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
                     "moe_router_score_function is \"" +
                     r.score + "\" (set it to \"sigmoid\")");
   const bool wide = args.dtype.code == kDLFloat && args.dtype.bits >= 32;
-  loom::require(wide && !tp.sequence_parallel && o.stages == 1,
+  loom::require(wide && !tp.sequence_parallel,
                 who +
-                    ": a mixture of experts runs in fp32 (or f64), on one pipeline stage, "
-                    "without sequence parallelism, for now (expert parallelism, pipelines and "
-                    "bf16 experts are the next steps of the MoE work)",
+                    ": a mixture of experts runs in fp32 (or f64), without sequence "
+                    "parallelism, for now (sequence parallelism and bf16 experts are the next "
+                    "steps of the MoE work)",
                 LOOM_ERR_UNIMPLEMENTED);
 }
 

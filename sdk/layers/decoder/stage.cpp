@@ -100,54 +100,6 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   }
 }
 
-// The MoE statistics after the losses, from `at` on: each MoE layer's share of its routed
-// choices (the micro-batch's tokens x topk) that every expert kept, weight 0. Returns the
-// number of terms.
-size_t DecoderModel::moe_loads(const Slot& S, size_t at) {
-  const double routed = (double)(S.n * opt_.moe_router.topk);
-  for (size_t l = 0; l < S.acts.size(); ++l) {
-    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
-    const MoeActs* m = S.acts[l].moe.get();
-    for (int64_t e = 0; e < opt_.num_experts; ++e, ++at)
-      losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, moe_names_[at],
-                              m ? (double)m->counts[(size_t)e] : 0.0, routed, 0.0};
-  }
-  return at;
-}
-
-void DecoderModel::count_expert_loads(const Slot& S) {
-  const int64_t E = opt_.num_experts;
-  size_t at = 0;
-  for (size_t l = 0; l < S.acts.size(); ++l) {
-    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
-    if (expert_loads_.size() < (at + 1) * (size_t)E) expert_loads_.resize((at + 1) * (size_t)E);
-    const MoeActs& m = *S.acts[l].moe;
-    for (int64_t e = 0; e < E; ++e)
-      expert_loads_[at * (size_t)E + (size_t)e] += (double)m.counts[(size_t)e];
-    ++at;
-  }
-}
-
-// Megatron's aux-loss-free update (its finalize_model_grads): the step's loads summed over
-// the ranks that split the global batch, so every layout moves the bias alike; then each
-// expert's bias moves by the rate towards the mean load. Bias and loads stay on the host
-// between the two downloads: E numbers per layer.
-void DecoderModel::update_expert_biases() {
-  const int64_t E = opt_.num_experts;
-  if (expert_loads_.empty()) return;  // no training forward this step (or no MoE layer here)
-  sum_over(ctx_, loads_group_, expert_loads_);
-  size_t at = 0;
-  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer in layer order
-    if (!bias.buffer) continue;
-    std::vector<int64_t> load((size_t)E);
-    for (int64_t e = 0; e < E; ++e)
-      load[(size_t)e] = (int64_t)expert_loads_[at * (size_t)E + (size_t)e];
-    update_expert_bias(ctx_, bias, load, opt_.moe_bias_rate);
-    ++at;
-  }
-  std::fill(expert_loads_.begin(), expert_loads_.end(), 0.0);
-}
-
 const int32_t* DecoderModel::local_ids(const loom_microbatch& mb, const char* name,
                                        std::vector<int32_t>& buf) {
   const int32_t* all = loom::batch_ids(mb, name, who_);
@@ -382,17 +334,7 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
   losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
                          head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
   a.num_losses = 1;
-  if (opt_.num_experts > 0) {
-    double aux = 0, z = 0;
-    for (const LayerActs& la : S.acts) {
-      aux += la.moe_aux;
-      z += la.moe_z;
-    }
-    const double w = (double)S.n;
-    losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, 1.0, w};
-    losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, 1.0, w};
-    a.num_losses = moe_loads(S, 3);
-  }
+  if (opt_.num_experts > 0) a.num_losses = moe_terms(S, true);
   if (family_)
     a.num_losses =
         family_->more_losses(ctx_, S, mb, !a.no_grad, losses_.data(), a.num_losses, who_);
@@ -402,7 +344,7 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
 void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
                 who_ + ": stage_forward args smaller than ABI 2.0's");
-  loom::require_known_exts(a.ext, {}, who_ + ": stage_forward");
+  loom::require_known_exts(a.ext, {LOOM_EXT_STAGE_LOSSES}, who_ + ": stage_forward");
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;
@@ -465,6 +407,16 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   if (opt_.last()) {
     last_forward(S, mb, a, per_token);
   } else {
+    if (opt_.num_experts > 0) {  // this stage's layers' share of the balancing losses
+      loom::require(loom_ext_find(a.ext, LOOM_EXT_STAGE_LOSSES) != nullptr,
+                    who_ + ": stage " + s(opt_.stage) +
+                        " holds mixture-of-experts layers whose balancing losses and loads the "
+                        "schedule must add up over the stages (" LOOM_EXT_STAGE_LOSSES
+                        "); this schedule does not chain it on stage_forward",
+                    LOOM_ERR_UNIMPLEMENTED);
+      a.num_losses = moe_terms(S, false);
+      a.losses = losses_.data();
+    }
     S.out = view(S.res[layers_.size()], {S.nl, C});
     S.out_ptr = S.out.get();
     a.num_outputs = 1;
@@ -486,11 +438,9 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   // A split backward's B: the parameter gradients are recorded for weight_backward.
   const bool split = loom_ext_find(a.ext, LOOM_EXT_SPLIT_BACKWARD) != nullptr;
   if (split)
-    loom::require(!family_ && opt_.num_experts == 0 && params_.residency() == LOOM_RESIDENCY_NONE,
+    loom::require(params_.residency() == LOOM_RESIDENCY_NONE,
                   who_ + ": a split backward (" LOOM_EXT_SPLIT_BACKWARD
-                         ") runs GPT and Llama "
-                         "layers without a parameter residency; not BERT's heads or a mixture "
-                         "of experts yet",
+                         ") with a parameter residency (FSDP) is not implemented",
                   LOOM_ERR_UNIMPLEMENTED);
   std::optional<RecordWeightGrads> record;
   if (split) record.emplace(ctx_.be, &S.weights);

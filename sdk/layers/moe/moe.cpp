@@ -6,9 +6,26 @@
 #include "loom/cpp/layers/moe/moe.hpp"
 
 #include <algorithm>
+#include <tuple>
+
+#include "loom/cpp/weight_grads.hpp"
 
 namespace loom::layers {
 namespace {
+
+// A parameter-gradient computation fn(ctx, in...): run now, or within a split backward's B
+// recorded for its W (loom/cpp/weight_grads.hpp), with copies of the tensors it reads, which
+// the backward passes before that W overwrite.
+template <class Fn, class... T>
+void param_grad(const Ctx& c, Fn fn, T... in) {
+  WeightGrads* w = c.be.weight_grads();
+  if (w == nullptr) return fn(c, in...);
+  Ctx at_w = c;
+  at_w.be = computing(c.be);
+  w->defer([fn, at_w, kept = std::make_tuple(w->keep(c.be, in)...)] {
+    std::apply([&](auto... t) { fn(at_w, t...); }, kept);
+  });
+}
 
 // out(M,C) = p(M) * x(M,C), row by row: M GEMMs of (1 x 1) @ (1 x C).
 void scale_rows(const Ctx& c, const DLTensor* p, const DLTensor* x, DLTensor* out, int64_t M,
@@ -324,12 +341,29 @@ void MoeMlp::experts_backward(const Ctx& c, MoeActs& m, const std::vector<int64_
   const double g = 1.0 / (double)c.ep.size;
   View h = view(m.eh, {R, fc_out}), av = view(m.ea, {R, F});
   View da = view(m.eda, {R, F}), dh = view(m.edh, {R, fc_out});
-  if (b2) expert_bias_backward(c, counts, b2, dy, C, g);
-  grouped(c, counts, true, false, C, F, LOOM_GROUP_SIZE, 1.0, dy, av, w2->grad.get(), g);
+  using T = const DLTensor*;
+  const std::vector<int64_t> n = counts;  // what a deferred W reads, by value
+  if (b2)
+    param_grad(
+        c, [=, this](const Ctx& k, T d) { expert_bias_backward(k, n, b2, d, C, g); }, dy);
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T a) {
+        grouped(k, n, true, false, C, F, LOOM_GROUP_SIZE, 1.0, d, a, w2->grad.get(), g);
+      },
+      dy, (T)av.get());
   grouped(c, counts, false, false, LOOM_GROUP_SIZE, F, C, 0.0, dy, w2->value.get(), da.get());
   loom::act_backward(c.be, act, dh.get(), h, da);
-  if (b1) expert_bias_backward(c, counts, b1, dh, fc_out, g);
-  grouped(c, counts, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, dh, x, w1->grad.get(), g);
+  if (b1)
+    param_grad(
+        c, [=, this](const Ctx& k, T d) { expert_bias_backward(k, n, b1, d, fc_out, g); },
+        (T)dh.get());
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T xi) {
+        grouped(k, n, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, d, xi, w1->grad.get(), g);
+      },
+      (T)dh.get(), x);
   grouped(c, counts, false, false, LOOM_GROUP_SIZE, C, fc_out, 0.0, dh, w1->value.get(), dx);
 }
 
@@ -407,12 +441,24 @@ void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor
                              const DLTensor* dy, DLTensor* dx) const {
   View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
   View dh = view(m.dsh, {N, s_fc_out}), da = view(m.dsa, {N, S});
-  if (sb2) loom::bias_backward(c.be, sb2->grad.get(), dy);
-  c.gemm(true, false, C, S, N, {dy, C}, {av, S}, s2->grad.get(), S, 0, 1.0);
+  using T = const DLTensor*;
+  View dyv(dy, {N, C}), xv(x, {N, C});
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T a) {
+        if (sb2) loom::bias_backward(k.be, sb2->grad.get(), d);
+        k.gemm(true, false, C, S, N, {d, C}, {a, S}, s2->grad.get(), S, 0, 1.0);
+      },
+      (T)dyv.get(), (T)av.get());
   c.gemm(false, false, N, S, C, {dy, C}, {s2->value.get(), S}, da.get(), S, 0, 0.0);
   loom::act_backward(c.be, act, dh.get(), h, da);
-  if (sb1) loom::bias_backward(c.be, sb1->grad.get(), dh);
-  c.gemm(true, false, s_fc_out, C, N, {dh, s_fc_out}, {x, C}, s1->grad.get(), C, 0, 1.0);
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T xi) {
+        if (sb1) loom::bias_backward(k.be, sb1->grad.get(), d);
+        k.gemm(true, false, s_fc_out, C, N, {d, s_fc_out}, {xi, C}, s1->grad.get(), C, 0, 1.0);
+      },
+      (T)dh.get(), (T)xv.get());
   c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
 }
 
@@ -452,7 +498,13 @@ void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const Laye
   View dl = view(m.dlog, {N, E});
   upload(c, dlogits, dl.get());
   c.gemm(false, false, N, C, E, {dl, E}, {router->value.get(), C}, dx, C, 0, 1.0);
-  c.gemm(true, false, E, C, N, {dl, E}, {x, C}, router->grad.get(), C, 0, 1.0);
+  View xv(x, {N, C});
+  param_grad(
+      c,
+      [=, this](const Ctx& k, const DLTensor* d, const DLTensor* xi) {
+        k.gemm(true, false, E, C, N, {d, E}, {xi, C}, router->grad.get(), C, 0, 1.0);
+      },
+      (const DLTensor*)dl.get(), (const DLTensor*)xv.get());
 }
 
 }  // namespace loom::layers

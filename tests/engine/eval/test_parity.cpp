@@ -154,11 +154,13 @@ TEST_CASE("parity fuzz: reproducible from the seed, valid, within the rank limit
     const ParityLayout l = parse_parity_layout(t);  // the token reruns with --layouts
     CHECK_MESSAGE(l.world >= 2, t);
     CHECK_MESSAGE(l.world <= 8, t);
-    for (const char* part : {"tp", "pp", "vp", "cp", "ep", "dp", "sp", "etp", "a2a", "gpipe",
-                             "zero1", "fsdp", "zero2", "recompute", "selective", "overlap", "mb"})
+    for (const char* part :
+         {"tp",   "pp",    "vp",        "cp",        "ep",      "dp",        "sp",
+          "etp",  "a2a",   "gpipe",     "zbh1",      "zbv",     "dualpipev", "zero1",
+          "fsdp", "zero2", "recompute", "selective", "overlap", "mb"})
       if (t.find(part) != std::string::npos) seen.insert(part);
   }
-  CHECK(seen.size() == 17);
+  CHECK(seen.size() == 20);
   for (const std::string& t : draw_parity_layouts(20, 3, 4, accept))
     CHECK_MESSAGE(parse_parity_layout(t).world <= 4, t);
   // What the recipe's model refuses is not drawn: here, any tensor parallelism.

@@ -29,4 +29,5 @@ LOOM_PLUGIN(.description =
                 "Classification: MNLI finetuning)",
             .params = {loom::layers::kBertClassifierSchema,
                        static_cast<size_t>(loom::layers::kBertClassifierSchemaSize)},
-            .api = &kApi, .check_config = check_config)
+            .api = &kApi, .capabilities = loom::layers::kBertCapabilities,
+            .ext = &loom::layers::kDecoderSplit.base, .check_config = check_config)

@@ -27,4 +27,5 @@ LOOM_PLUGIN(.description =
                 "BERT encoder (Megatron's, pre-LN): masked LM and the sentence-order binary head",
             .params = {loom::layers::kBertSchema,
                        static_cast<size_t>(loom::layers::kBertSchemaSize)},
-            .api = &kApi, .check_config = check_config)
+            .api = &kApi, .capabilities = loom::layers::kBertCapabilities,
+            .ext = &loom::layers::kDecoderSplit.base, .check_config = check_config)

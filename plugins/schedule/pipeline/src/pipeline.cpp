@@ -200,6 +200,22 @@ class Pipeline {
     }
   }
 
+  // One forward's loss terms into the totals: sums and counts from any stage, the weights
+  // from the last.
+  void add_losses(const loom_stage_forward_args& f, bool last, const std::string& who) {
+    loom::require(f.num_losses == totals_.size() && f.losses != nullptr,
+                  who + " reported " + std::to_string(f.num_losses) +
+                      " loss terms; stage_info listed " + std::to_string(totals_.size()));
+    for (size_t k = 0; k < totals_.size(); ++k) {
+      loom::require(f.losses[k].name && loss_names_[k] == f.losses[k].name,
+                    who + ": loss term " + std::to_string(k) + " is not '" + loss_names_[k] +
+                        "' as stage_info listed");
+      totals_[k].sum += f.losses[k].sum;
+      totals_[k].count += f.losses[k].count;
+      if (last) totals_[k].weight = f.losses[k].weight;
+    }
+  }
+
   // Micro-batch i as chunk v needs it: fetched only when the chunk reads arrays.
   loom_microbatch fetch(int32_t v, int64_t i) const {
     loom_microbatch mb{};
@@ -227,22 +243,14 @@ class Pipeline {
     f.no_grad = a_->forward_only;
     f.num_inputs = in.size();
     f.inputs = in.empty() ? nullptr : in.data();
+    // Every stage may report its share of the loss terms (a mixture of experts' balancing
+    // losses on its layers): added up here and over the pipeline at the end of run().
+    loom_stage_losses every{{sizeof(loom_stage_losses), LOOM_EXT_STAGE_LOSSES, 0, nullptr}};
+    f.ext = &every.base;
     loom::check(host_, model().stage_forward(a_->chunks[v], &f));
     const std::string who = prefix() + "stage " + std::to_string(stage(v));
-    if (is_last(v)) {
-      loom::require(f.num_losses == totals_.size() && f.losses != nullptr,
-                    who + " reported " + std::to_string(f.num_losses) +
-                        " loss terms; stage_info listed " + std::to_string(totals_.size()));
-      for (size_t k = 0; k < totals_.size(); ++k) {
-        loom::require(f.losses[k].name && loss_names_[k] == f.losses[k].name,
-                      who + ": loss term " + std::to_string(k) + " is not '" + loss_names_[k] +
-                          "' as stage_info listed");
-        totals_[k].sum += f.losses[k].sum;
-        totals_[k].count += f.losses[k].count;
-        totals_[k].weight = f.losses[k].weight;
-      }
-      return {};
-    }
+    if (is_last(v) || f.num_losses > 0) add_losses(f, is_last(v), who);
+    if (is_last(v)) return {};
     const auto& want = info_[v].outputs;
     loom::require(f.num_outputs == want.size() && f.outputs != nullptr,
                   who + " returned " + std::to_string(f.num_outputs) +
@@ -473,8 +481,8 @@ class Pipeline {
       else
         compute_op(f, op, k);
     }
-    // The losses live on the last stage: every rank of the pipeline reports the sums (and
-    // the weight, which only the last stage sets).
+    // Every rank of the pipeline reports its stages' sums (and the weight, which only the
+    // last stage sets): their sum is the model's.
     const size_t n = totals_.size();
     std::vector<double> local;
     for (const loom_loss& l : totals_) local.insert(local.end(), {l.sum, l.count, l.weight});

@@ -15,5 +15,7 @@ namespace loom::layers {
 loom_model_api bert_api(CreateFn create);
 // model/bert-classifier's: kClassifierBatchSpec, the same attention needs.
 loom_model_api bert_classifier_api(CreateFn create);
+// Both list the split backward of the zero-bubble schedules (ext: &kDecoderSplit.base).
+extern const char* const kBertCapabilities[];
 
 }  // namespace loom::layers

@@ -119,6 +119,9 @@ using CreateFn = loom_error* (*)(const loom_host*, const loom_config*,
 // Every slot of loom_model_api but `create`, which is the plugin's.
 loom_model_api decoder_api(CreateFn create);
 
+// loom.split-backward/1 over DecoderModel (the last of kDecoderDecode's chain; a family
+// without generation, BERT's, chains it alone).
+extern const loom_split_backward_ext kDecoderSplit;
 // loom.decode/1 (chaining loom.decode-slots/1) over DecoderModel, and the capability list
 // naming both.
 extern const loom_decode_ext kDecoderDecode;

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The zero-bubble schedules through `loom parity` (issue 40): ZB-H1, ZB-V and DualPipeV (the
+# last two with their V of two chunks a rank) at PP2 and PP4 match 1 rank over 20 iterations,
+# in fp64 (1e-9) and fp32 (1e-5), for a GPT-2-style model, a Llama-style one (RMSNorm,
+# SwiGLU, RoPE, GQA) and a mixture of experts (4 experts, top-2, balancing and z losses). The
+# models are the quick-start ones shrunk to 8 layers of width 16 with untied embeddings (a V
+# puts the first and last stage on one rank), so that PP4's V has a layer a stage.
+#   parity_schedules.sh LOOM MPIEXEC
+set -uo pipefail
+loom=$1 mpiexec=$2
+. "$(dirname "$0")/../support/lib.sh"
+parity_scratch
+small=(--iters 20 --mpiexec "$mpiexec" --set model.n_layer=8 --set model.n_head=2
+       --set model.n_embd=16 --set model.max_seq_len=16 --set model.tie_embeddings=false
+       --set train.seq_len=16 --set train.micro_batch_size=1 --set train.global_batch_size=8
+       --set backend.threads=1 --set backend.measure_gemm=false --set train.eval_interval=0
+       --set "data.path=$dir/docs.jsonl")
+layouts=pp2+zbh1,pp4+zbh1,pp2+zbv,pp4+zbv,pp2+dualpipev,pp4+dualpipev
+cd "$tests_dir/.."
+run() {  # run NAME RECIPE DTYPE ARGS...
+  local name=$1 recipe=$2 dtype=$3
+  shift 3
+  "$loom" parity "$recipe" --layouts "$layouts" --dtype "$dtype" "${small[@]}" "$@" \
+    > "$dir/$name-$dtype.txt" 2> "$dir/$name-$dtype.err"
+  local rc=$?
+  [ $rc -eq 0 ] || { cat "$dir/$name-$dtype.txt"; tail -20 "$dir/$name-$dtype.err"; \
+                     fail "$name $dtype: exit $rc"; }
+  grep -q "all 6 layouts match 1 rank" "$dir/$name-$dtype.txt" ||
+    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not every layout passed"; }
+  grep -q "20 iterations in $dtype" "$dir/$name-$dtype.txt" ||
+    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not 20 iterations in $dtype"; }
+  echo "== $name $dtype"
+  sed -n '/^LAYOUT/,/^$/p' "$dir/$name-$dtype.txt"
+}
+llama=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+       --set model.n_head=4 --set model.n_kv_head=2 --set model.bias=false)
+moe=(--set model.n_kv_head=2 --set model.num_experts=4 --set model.moe_ffn_hidden_size=16)
+for dtype in fp64 fp32; do
+  run gpt recipes/quickstart.toml $dtype
+  run llama recipes/quickstart.toml $dtype "${llama[@]}"
+  run moe recipes/moe-quickstart.toml $dtype "${moe[@]}"
+done
+echo "parity: ZB-H1, ZB-V and DualPipeV at PP2 and PP4 match 1 rank for GPT, Llama and MoE"
