@@ -544,6 +544,14 @@ class Suite {
     std::vector<double> want;
     for (int i = 0; i < 4; ++i) want.push_back(1000 * prev + tag + i);
     check_values(in.download(), want, "recv from the previous rank");
+    // ABI 2.20: a started send needs no order: every rank sends first, then receives, and
+    // the send completes at wait (a plugin without started sends sends inside start).
+    Tensor<int32_t> again({2, 2}, loom_i32());
+    loom_comm_request* req = nullptr;
+    t_.ok(loom::comm_start_send(t_, G.g, out.get(), next, tag + 1, nullptr, &req));
+    t_.ok(loom::comm_recv(t_, G.g, again.get(), prev, tag + 1));
+    t_.ok(loom::comm_wait(t_, req));
+    check_values(again.download(), want, "recv of a started send");
   }
 
   Target t_;

@@ -33,11 +33,15 @@ typedef struct loom_comm_group loom_comm_group;
 /* ABI 2.12: a collective in flight (start), completed by wait. Opaque; the plugin's. */
 typedef struct loom_comm_request loom_comm_request;
 
-/* ABI 2.12: the collectives start can run without waiting for them. */
+/* ABI 2.12: the collectives start can run without waiting for them. ABI 2.20 adds the
+ * point-to-point send (args as send takes: in, peer, tag; PAIR with the peer's recv, which
+ * stays blocking): a pipeline schedule hands an activation on and computes while the peer
+ * takes it. A plugin built for 2.12 to 2.19 refuses call 3; the caller then sends blocking. */
 typedef enum loom_comm_call {
   LOOM_COMM_CALL_ALL_REDUCE = 0,
   LOOM_COMM_CALL_REDUCE_SCATTER = 1,
-  LOOM_COMM_CALL_ALL_GATHER = 2
+  LOOM_COMM_CALL_ALL_GATHER = 2,
+  LOOM_COMM_CALL_SEND = 3
 } loom_comm_call;
 
 typedef enum loom_reduce_op {

@@ -72,11 +72,14 @@ loom_error* all_to_all_v(loom_comm*, loom_comm_group*, const DLTensor*, DLTensor
   return nullptr;
 }
 
-constexpr loom::CommCalls kCalls{
-    "comm/meta", true,      host_of,    world_rank, group_create, all_reduce, reduce_scatter,
-    all_gather,  broadcast, all_to_all, barrier,    send,         recv,       all_to_all_v,
-    group_size,  nullptr,   nullptr,    nullptr,    nullptr};  // start: done inside it; abort: one
-                                                               // rank, nothing to end
+constexpr loom::CommCalls kCalls{"comm/meta",    true,         host_of,
+                                 world_rank,     group_create, all_reduce,
+                                 reduce_scatter, all_gather,   broadcast,
+                                 all_to_all,     barrier,      send,
+                                 recv,           all_to_all_v, group_size,
+                                 nullptr,        nullptr,      nullptr,
+                                 nullptr,        nullptr};  // start: done inside it; abort: one
+                                                            // rank, nothing to end
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

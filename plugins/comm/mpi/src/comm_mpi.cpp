@@ -14,7 +14,8 @@
 //    follow world order. A NULL group means the world.
 //  - AVG is SUM followed by a division by the group size (integer division for i32).
 //  - ABI 2.12's start/wait/test run all_reduce, reduce_scatter and all_gather through
-//    MPI_Iallreduce & co. with the same staging (16-bit widening, aliasing copies, AVG).
+//    MPI_Iallreduce & co. with the same staging (16-bit widening, aliasing copies, AVG);
+//    since 2.20 a started send is an MPI_Isend.
 //  - Argument errors (dtype, shape, device, op) are found before any MPI call; they are the
 //    same on every rank when every rank passes matching tensors, so no rank is left
 //    waiting in a collective the others skipped.
@@ -326,6 +327,7 @@ struct Staged : loom_comm_request {
                 fn, "MPI_Iallgather");
   }
   void finish() {
+    if (call == LOOM_COMM_CALL_SEND) return;
     if (call != LOOM_COMM_CALL_ALL_GATHER && op == LOOM_REDUCE_AVG) average(out, n);
     if (user_out.half() && call != LOOM_COMM_CALL_ALL_GATHER) narrow(wide_out, user_out);
   }
@@ -401,6 +403,20 @@ loom_error* start(loom_comm* c, int32_t call, const loom_comm_args* a, loom_comm
     const char* fn = loom::start_what(call);
     std::unique_ptr<Staged> s = stage(m, a->group, call, a->in, a->out, a->op, fn);
     s->begin();
+    *out = s.release();
+  });
+}
+// ABI 2.20: a send in flight (MPI_Isend); the tensor is the caller's until wait.
+loom_error* start_send(loom_comm* c, const loom_comm_args* a, loom_comm_request** out) {
+  MpiComm* m = cast(c);
+  return loom::guard(m->host(), [&] {
+    auto s = std::make_unique<Staged>();
+    s->call = LOOM_COMM_CALL_SEND;
+    s->fn = "start(send)";
+    s->comm = m->comm(a->group);
+    s->in = check_tensor(a->in, "start(send)", "tensor");
+    mpi_check(MPI_Isend(s->in.ptr, s->in.count, s->in.type, a->peer, a->tag, s->comm, &s->req),
+              s->fn, "MPI_Isend");
     *out = s.release();
   });
 }
@@ -523,7 +539,7 @@ void abort_job(loom_comm*, int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 constexpr loom::CommCalls kCalls{"comm/mpi", false,          host_of,    world_rank,   group_create,
                                  all_reduce, reduce_scatter, all_gather, broadcast,    all_to_all,
                                  barrier,    send,           recv,       all_to_all_v, group_size,
-                                 start,      wait,           test,       abort_job};
+                                 start,      wait,           test,       abort_job,    start_send};
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

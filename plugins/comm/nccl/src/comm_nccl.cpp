@@ -562,12 +562,15 @@ loom_error* test(loom_comm* c, loom_comm_request* req, int* done) {
   });
 }
 
-constexpr loom::CommCalls kCalls{
-    "comm/nccl", true,      host_of,    world_rank, group_create, all_reduce, reduce_scatter,
-    all_gather,  broadcast, all_to_all, barrier,    send,         recv,       all_to_all_v,
-    group_size,  start,     wait,       test,       nullptr};  // abort: the host ends a failing
-                                                               // rank alone; the launcher ends the
-                                                               // rest
+constexpr loom::CommCalls kCalls{"comm/nccl",    true,         host_of,
+                                 world_rank,     group_create, all_reduce,
+                                 reduce_scatter, all_gather,   broadcast,
+                                 all_to_all,     barrier,      send,
+                                 recv,           all_to_all_v, group_size,
+                                 start,          wait,         test,
+                                 nullptr,        nullptr};  // abort: the host ends a failing
+                                                            // rank alone; the launcher ends the
+                                                            // rest
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

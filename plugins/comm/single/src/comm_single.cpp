@@ -182,11 +182,14 @@ loom_error* all_to_all_v(loom_comm* c, loom_comm_group*, const DLTensor* in, DLT
   return loom::guard(cast(c)->host(), [&] { copy_through(in, out, "all_to_all_v"); });
 }
 
-constexpr loom::CommCalls kCalls{
-    "comm/single", true,      host_of,    world_rank, group_create, all_reduce, reduce_scatter,
-    all_gather,    broadcast, all_to_all, barrier,    send,         recv,       all_to_all_v,
-    group_size,    nullptr,   nullptr,    nullptr,    nullptr};  // start: done inside it; abort:
-                                                                 // one rank, nothing to end
+constexpr loom::CommCalls kCalls{"comm/single",  true,         host_of,
+                                 world_rank,     group_create, all_reduce,
+                                 reduce_scatter, all_gather,   broadcast,
+                                 all_to_all,     barrier,      send,
+                                 recv,           all_to_all_v, group_size,
+                                 nullptr,        nullptr,      nullptr,
+                                 nullptr,        nullptr};  // start: done inside it; abort:
+                                                            // one rank, nothing to end
 constexpr loom_comm_api kApi =
     loom::CommSlots<kCalls>::api(create, destroy, world_size, group_destroy, group_rank);
 

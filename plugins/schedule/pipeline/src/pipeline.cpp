@@ -23,6 +23,7 @@
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/schedule.h"
+#include "messages.hpp"
 #include "schedule.hpp"
 
 namespace {
@@ -32,17 +33,6 @@ using pp::kKind;
 using pp::prefix;
 
 constexpr int kTagAct = 0, kTagGrad = 1;
-
-std::string shape_key(DLDataType dt, const std::vector<int64_t>& shape) {
-  std::string k = std::to_string(dt.code);
-  k += ':';
-  k += std::to_string(dt.bits);
-  for (int64_t d : shape) {
-    k += ',';  // (appending "," + to_string trips GCC 12's -Wrestrict false positive)
-    k += std::to_string(d);
-  }
-  return k;
-}
 
 // Slot ids of one chunk's model: the smallest free id first, so ids stay small.
 struct Slots {
@@ -89,7 +79,8 @@ class Pipeline {
                   prefix() + "the pipeline group has " + std::to_string(gs) + " ranks (this is " +
                       std::to_string(gr) + ") but the layout says pipeline " + std::to_string(P_) +
                       " (this is stage rank " + std::to_string(rank_) + ")");
-    backend_ = loom::Backend(host);  // receive buffers live on the active backend
+    backend_ = loom::Backend(host);  // message buffers live on the active backend
+    messages_.set_comm(comm_, group_);
   }
 
   const loom_host* host() const { return host_; }
@@ -313,42 +304,11 @@ class Pipeline {
     }
   }
 
-  std::vector<loom::Tensor> take_buffers(
-      const std::vector<std::pair<DLDataType, std::vector<int64_t>>>& specs) {
-    std::vector<loom::Tensor> r;
-    for (const auto& [dt, shape] : specs) {
-      auto& list = pool_[shape_key(dt, shape)];
-      if (list.empty()) {
-        r.emplace_back(backend_, dt, shape);
-        continue;
-      }
-      r.push_back(std::move(list.back()));
-      list.pop_back();
-    }
-    return r;
-  }
   void give_buffers(std::map<Key, std::vector<loom::Tensor>>& from, const Key& k) {
     auto it = from.find(k);
     if (it == from.end()) return;
-    for (loom::Tensor& t : it->second) {
-      const DLTensor* d = t.get();
-      pool_[shape_key(d->dtype, std::vector<int64_t>(d->shape, d->shape + d->ndim))].push_back(
-          std::move(t));
-    }
+    messages_.give_back(it->second);
     from.erase(it);
-  }
-
-  // On the backend's stream, after the model's ops that made the tensors; with a NULL stream
-  // (backend/cpu) every call completes before it returns.
-  void send(const Tensors& ts, int peer, int tag) {
-    void* stream = backend_.stream();
-    for (const DLTensor* t : ts)
-      loom::check(host_, loom::comm_send(comm_, group_, t, peer, tag, stream));
-  }
-  void recv(std::vector<loom::Tensor>& ts, int peer, int tag) {
-    void* stream = backend_.stream();
-    for (loom::Tensor& t : ts)
-      loom::check(host_, loom::comm_recv(comm_, group_, t.get(), peer, tag, stream));
   }
 
   // One step's state between the plan's ops: the slots in use, the model's outputs and
@@ -377,7 +337,7 @@ class Pipeline {
     if (op.peer == rank_)
       f.local = t;
     else
-      send(t, op.peer, act ? kTagAct : kTagGrad);
+      messages_.send(t, op.peer, act ? kTagAct : kTagGrad);
     if (!act) f.dinput_of.erase(k);
     if (act && a_->forward_only) f.out_of.erase(k);
   }
@@ -385,14 +345,14 @@ class Pipeline {
   void recv_op(Flight& f, const pp::Op& op, const Key& k) {
     const bool act = op.type == pp::OpType::kRecvAct;
     std::vector<loom::Tensor> t =
-        take_buffers(act ? info_[k.first].inputs : info_[k.first].outputs);
+        messages_.take(act ? info_[k.first].inputs : info_[k.first].outputs);
     if (op.peer == rank_) {
       loom::require(f.local.size() == t.size(), prefix() + "a local hand-over lost its tensors");
       for (size_t i = 0; i < t.size(); ++i)
         backend_.call(&loom_ops::copy, t[i].get(), static_cast<const DLTensor*>(f.local[i]));
       f.local.clear();
     } else {
-      recv(t, op.peer, act ? kTagAct : kTagGrad);
+      messages_.recv(t, op.peer, act ? kTagAct : kTagGrad);
     }
     (act ? f.act_in : f.grad_in)[k] = std::move(t);
   }
@@ -472,6 +432,7 @@ class Pipeline {
       throw loom::Error(LOOM_ERR_INTERNAL, prefix() + e.what());
     }
     Flight f;
+    messages_.abandon();
     for (const pp::Op& op : plans[rank_]) {
       const Key k{op.chunk, op.mb};
       if (op.type == pp::OpType::kSendAct || op.type == pp::OpType::kSendGrad)
@@ -481,6 +442,7 @@ class Pipeline {
       else
         compute_op(f, op, k);
     }
+    messages_.reap(true);
     // Every rank of the pipeline reports its stages' sums (and the weight, which only the
     // last stage sets): their sum is the model's.
     const size_t n = totals_.size();
@@ -504,10 +466,10 @@ class Pipeline {
   loom_comm_ref comm_{nullptr, nullptr};
   loom_comm_group* group_ = nullptr;  // host-owned
   loom::Backend backend_;
-  std::map<std::string, std::vector<loom::Tensor>> pool_;  // free receive buffers by shape
-  loom_schedule_args* a_ = nullptr;                        // during run()
-  const loom_schedule_trace* trace_ = nullptr;             // during a traced run()
-  const loom_split_backward_ext* split_ = nullptr;         // the model's, during run()
+  pp::Messages messages_{host_, backend_};          // after backend_: its buffers live there
+  loom_schedule_args* a_ = nullptr;                 // during run()
+  const loom_schedule_trace* trace_ = nullptr;      // during a traced run()
+  const loom_split_backward_ext* split_ = nullptr;  // the model's, during run()
   std::vector<Chunk> info_;
   std::vector<std::string> loss_names_;
   std::vector<loom_loss> totals_;  // what run() reports

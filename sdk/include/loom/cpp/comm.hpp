@@ -89,6 +89,17 @@ loom_error* comm_start(const Ref& c, loom_comm_call call, loom_comm_group* g, co
   if (call == LOOM_COMM_CALL_REDUCE_SCATTER) return c.api->reduce_scatter(c.self, &a);
   return c.api->all_gather(c.self, &a);
 }
+// ABI 2.20: a send started (completed by comm_wait), or, with a comm older than 2.12, sent
+// now (*req NULL). A comm of 2.12 to 2.19 refuses the call: the caller sends blocking then.
+template <class Ref>
+loom_error* comm_start_send(const Ref& c, loom_comm_group* g, const DLTensor* t, int peer, int tag,
+                            void* stream, loom_comm_request** req) {
+  const loom_comm_args a{LOOM_COMM_ARGS_SIZE_V2, g, t, nullptr, 0, peer, tag, stream, nullptr};
+  *req = nullptr;
+  if (c.api->struct_size >= LOOM_COMM_API_SIZE_V2_12)
+    return c.api->start(c.self, LOOM_COMM_CALL_SEND, &a, req);
+  return c.api->send(c.self, &a);
+}
 template <class Ref>
 loom_error* comm_wait(const Ref& c, loom_comm_request* req) {
   return req ? c.api->wait(c.self, req) : nullptr;

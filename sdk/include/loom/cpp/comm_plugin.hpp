@@ -61,21 +61,25 @@ struct CommCalls {
                               const int64_t* send_counts, const int64_t* recv_counts, void* stream);
   int (*group_size)(loom_comm* c, loom_comm_group* g);
   // ABI 2.12 (NULL: every call runs to completion inside start). start: the call is one of
-  // loom_comm_call, its args passed that call's checks, out is given. wait: completes a
-  // request that is not done (CommSlots frees it). test: sets *done.
+  // the three collectives of loom_comm_call, its args passed that call's checks, out is given.
+  // wait: completes a request that is not done (CommSlots frees it). test: sets *done.
   loom_error* (*start)(loom_comm* c, int32_t call, const loom_comm_args* a,
                        loom_comm_request** out);
   loom_error* (*wait)(loom_comm* c, loom_comm_request* r);
   loom_error* (*test)(loom_comm* c, loom_comm_request* r, int* done);
   // ABI 2.14 (NULL: the host ends a failing rank alone): ends the whole job, never returns.
-  void (*abort)(loom_comm* c, int code);
+  void (*abort)(loom_comm* c, int code);  // ABI 2.20 (NULL: a started send runs to completion
+                                          // inside start): LOOM_COMM_CALL_SEND
+  // put in flight; its args passed send's checks, out is given. wait and test complete it.
+  loom_error* (*start_send)(loom_comm* c, const loom_comm_args* a, loom_comm_request** out);
 };
 
 // "start(all_reduce)" for a started loom_comm_call: how messages name it (the call is one of
-// the three, checked by CommSlots::start).
+// the four, checked by CommSlots::start).
 inline const char* start_what(int32_t call) {
   return call == LOOM_COMM_CALL_ALL_REDUCE       ? "start(all_reduce)"
          : call == LOOM_COMM_CALL_REDUCE_SCATTER ? "start(reduce_scatter)"
+         : call == LOOM_COMM_CALL_SEND           ? "start(send)"
                                                  : "start(all_gather)";
 }
 
@@ -182,10 +186,11 @@ struct CommSlots {
       require(out != nullptr, where + ": out is NULL");
       *out = nullptr;
       require(call == LOOM_COMM_CALL_ALL_REDUCE || call == LOOM_COMM_CALL_REDUCE_SCATTER ||
-                  call == LOOM_COMM_CALL_ALL_GATHER,
+                  call == LOOM_COMM_CALL_ALL_GATHER || call == LOOM_COMM_CALL_SEND,
               where + ": call " + std::to_string(call) +
-                  " is not one of all_reduce (0), reduce_scatter (1), all_gather (2)");
+                  " is not one of all_reduce (0), reduce_scatter (1), all_gather (2), send (3)");
       const char* fn = start_what(call);
+      if (call == LOOM_COMM_CALL_SEND) return start_send(c, a, out);
       const bool in_place = call == LOOM_COMM_CALL_ALL_REDUCE;
       if (K.start == nullptr) {  // finish it now: a request that is done
         check(host, CommSlots::call(c, fn, a, in_place, [&] {
@@ -202,6 +207,18 @@ struct CommSlots {
       }
       check(host, CommSlots::call(c, fn, a, in_place, [&] { return K.start(c, call, a, out); }));
     });
+  }
+  // A started send: in flight where the plugin can (K.start_send), else sent now.
+  static void start_send(loom_comm* c, const loom_comm_args* a, loom_comm_request** out) {
+    const loom_host* host = K.host(c);
+    if (K.start_send != nullptr) {
+      check(host, call(c, "start(send)", a, false, [&] { return K.start_send(c, a, out); }));
+      return;
+    }
+    check(host, send(c, a));
+    auto r = std::make_unique<loom_comm_request>();
+    r->done = true;
+    *out = r.release();
   }
   static loom_error* wait(loom_comm* c, loom_comm_request* r) {
     const loom_host* host = K.host(c);
