@@ -22,7 +22,7 @@
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
 #           last but one ZeRO-2)
-#           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 (expert parallelism, moe only)
+#           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
 #           | cp2 | cp4 | cp2tp2 | cp2pp2 | cp2dp2dist (context parallelism, gpt and llama), each
 #           optionally with -flash: attention/flash-cpu on both sides (else attention/reference),
 #           or with -packed: packed sequences (data.pack_sequences) of documents of 6
@@ -122,6 +122,13 @@ case ${base_layout%-flash} in
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
   ep2tp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2) ;;
   ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
+  # sequence parallelism around the experts: the tokens gathered before the router
+  ep2tp2sp) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
+                       --set parallel.sequence_parallel=true) ;;
+  etp2sp) np=2 sets=(--set parallel.tensor=2 --set parallel.expert_tensor=2
+                     --set parallel.sequence_parallel=true) ;;
+  tp2sppp2) np=4 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true
+                       --set parallel.pipeline=2) ;;
   # expert tensor parallelism: each expert's MLP split over the tensor group too
   etp2) np=2 sets=(--set parallel.tensor=2 --set parallel.expert_tensor=2) ;;
   ep2etp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2

@@ -55,6 +55,9 @@ equivalence(moebias dp2 ep2 ep2dp2dist ep2etp2)
 # expert bias updated per stage.
 equivalence(moe pp2 pp2vp2 pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev ep2pp2)
 equivalence(moebias pp2)
+# Experts under sequence parallelism (the tokens gathered around the dispatcher, Megatron's
+# way): with TP2, with expert tensor parallelism, beside EP2, and beside PP2.
+equivalence(moe tp2sp etp2sp ep2tp2sp tp2sppp2)
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.

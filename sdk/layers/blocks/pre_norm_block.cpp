@@ -18,9 +18,26 @@ void ffn_forward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, L
                  DLTensor* y) {
   m.forward(c, s.N(), x, a, y);
 }
+// A mixture of experts under sequence parallelism, as Megatron gathers the tokens around its
+// dispatcher: each tensor rank gathers the (N/tp, C) shards of ln_2's output into the layers'
+// shared (N, C) buffer, runs the MoE on all N tokens as tensor parallelism without SP does
+// (the same tokens, routing and experts on every tensor rank), and keeps its own rows of the
+// output. Backward gathers d(out)'s shards, runs the MoE's backward on all N rows (the input
+// gathered again, as the dense MLP does) and keeps this rank's rows of dx: every tensor rank
+// holds the whole dx, so nothing is summed, and the expert and router gradients are whole on
+// each, as without SP.
+View own_rows(const Ctx& c, const DLTensor* full, int64_t N, int64_t C) {
+  const int64_t Nl = c.tp.local_rows(N);
+  return view(full, {Nl, C}, c.tp.rank * Nl * C);
+}
 void ffn_forward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
                  DLTensor* y) {
-  m.forward(c, s, x, a, y);
+  if (!c.tp.sequence_parallel) return m.forward(c, s, x, a, y);
+  const int64_t N = s.N(), C = x->shape[1];
+  View xf = view(a.ln2_full, {N, C}), yf = view(c.sp->y_full.get(), {N, C});
+  c.tp.all_gather(x, xf);
+  m.forward(c, s, xf, a, yf);
+  c.call(&loom_ops::copy, y, (const DLTensor*)own_rows(c, yf, N, C));
 }
 void ffn_backward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
                   const DLTensor* dy, DLTensor* dx, GradScratch& g) {
@@ -28,7 +45,14 @@ void ffn_backward(const Mlp& m, const Ctx& c, const Step& s, const DLTensor* x, 
 }
 void ffn_backward(const MoeMlp& m, const Ctx& c, const Step& s, const DLTensor* x,
                   const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch&) {
-  m.backward(c, s, x, a, dy, dx);
+  if (!c.tp.sequence_parallel) return m.backward(c, s, x, a, dy, dx);
+  const int64_t N = s.N(), C = x->shape[1];
+  View xf = view(a.ln2_full, {N, C}), dyf = view(c.sp->dy_full.get(), {N, C});
+  View dxf = view(c.sp->dx_full.get(), {N, C});
+  c.tp.all_gather(x, xf);
+  c.tp.all_gather(dy, dyf);
+  m.backward(c, s, xf, a, dyf, dxf);
+  c.call(&loom_ops::copy, dx, (const DLTensor*)own_rows(c, dxf, N, C));
 }
 
 template <class Ffn>  // Mlp or MoeMlp

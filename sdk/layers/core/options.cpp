@@ -141,8 +141,8 @@ namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 
 // model/gpt's mixture of experts (num_experts > 0), and what it does not run yet.
-void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
-               const loom::tp::Group& tp, const std::string& who, Options& o) {
+void parse_moe(const loom::Config& cfg, const loom_model_create_args& args, const std::string& who,
+               Options& o) {
   o.num_experts = cfg.get_int("num_experts");
   if (o.num_experts == 0) return;
   o.moe_ffn_hidden = cfg.get_int("moe_ffn_hidden_size");
@@ -171,11 +171,10 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args,
                     "moe_router_score_function is \"" +
                     r.score + "\" (set it to \"sigmoid\")");
   const bool wide = args.dtype.code == kDLFloat && args.dtype.bits >= 32;
-  loom::require(wide && !tp.sequence_parallel,
+  loom::require(wide,
                 who +
-                    ": a mixture of experts runs in fp32 (or f64), without sequence "
-                    "parallelism, for now (sequence parallelism and bf16 experts are the next "
-                    "steps of the MoE work)",
+                    ": a mixture of experts runs in fp32 (or f64) for now (bf16 experts are the "
+                    "next step of the MoE work)",
                 LOOM_ERR_UNIMPLEMENTED);
 }
 
@@ -274,7 +273,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                 who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
   if (family == Family::kT5) parse_t5(cfg, who, o);
-  if (family == Family::kGpt) parse_moe(cfg, args, tp, who, o);
+  if (family == Family::kGpt) parse_moe(cfg, args, who, o);
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;
