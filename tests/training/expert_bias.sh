@@ -83,3 +83,9 @@ expect_refusal 'model.moe_ffn_hidden_size = 25 is not divisible by expert_tensor
   --set parallel.expert_tensor=2
 expect_refusal 'expert_tensor = 2 must be 1 or tensor (4)' \
   validate r.toml --world 4 --set parallel.tensor=4 --set parallel.expert_tensor=2
+# parallel folding (an expert group across tensor ranks, or a smaller expert-tensor group) is
+# refused by name: TP2 x DP1 cannot hold EP2
+expect_refusal "Megatron's parallel folding, an expert group across tensor ranks, is not" \
+  validate r.toml --world 2 --set parallel.tensor=2 --set parallel.expert=2
+expect_refusal 'parallel folding onto a smaller expert-tensor group is not implemented' \
+  validate r.toml --world 4 --set parallel.tensor=4 --set parallel.expert_tensor=2

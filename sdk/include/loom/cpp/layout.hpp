@@ -37,7 +37,9 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
   const int64_t dp = world % mp == 0 ? world / mp : 0;
   if (dp > 0 && ((int64_t)dp * d.context) % d.expert != 0)
     out.push_back("expert (" + s(d.expert) + ") does not divide data (" + s(dp) + ") x context (" +
-                  s(d.context) + ") = " + s(dp * d.context));
+                  s(d.context) + ") = " + s(dp * d.context) +
+                  " (the expert group is carved from data x context; Megatron's parallel "
+                  "folding, an expert group across tensor ranks, is not implemented)");
   if (d.virtual_stages > 1 && d.pipeline == 1)
     out.push_back("virtual_stages = " + s(d.virtual_stages) +
                   " needs pipeline > 1 (interleaving splits each pipeline rank's layers)");
@@ -51,7 +53,8 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
     out.push_back("n_kv_head = " + s(kv_heads) + " is not divisible by tensor = " + s(d.tensor));
   if (d.expert_tensor != 1 && d.expert_tensor != d.tensor)
     out.push_back("expert_tensor = " + s(d.expert_tensor) + " must be 1 or tensor (" + s(d.tensor) +
-                  "): experts split over the whole tensor group or not at all");
+                  "): experts split over the whole tensor group or not at all (parallel "
+                  "folding onto a smaller expert-tensor group is not implemented)");
   if (d.sequence_parallel && d.tensor == 1)
     out.push_back("sequence_parallel needs tensor > 1 (it shards over the tensor group)");
   return out;
