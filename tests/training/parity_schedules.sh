@@ -5,12 +5,12 @@
 # SwiGLU, RoPE, GQA) and a mixture of experts (4 experts, top-2, balancing and z losses). The
 # models are the quick-start ones shrunk to 8 layers of width 16 with untied embeddings (a V
 # puts the first and last stage on one rank), so that PP4's V has a layer a stage.
-#   parity_schedules.sh LOOM MPIEXEC
+#   parity_schedules.sh LOOM MPIEXEC [ITERS]   (ITERS: 20; the sanitizer build passes 3)
 set -uo pipefail
-loom=$1 mpiexec=$2
+loom=$1 mpiexec=$2 iters=${3:-20}
 . "$(dirname "$0")/../support/lib.sh"
 parity_scratch
-small=(--iters 20 --mpiexec "$mpiexec" --set model.n_layer=8 --set model.n_head=2
+small=(--iters "$iters" --mpiexec "$mpiexec" --set model.n_layer=8 --set model.n_head=2
        --set model.n_embd=16 --set model.max_seq_len=16 --set model.tie_embeddings=false
        --set train.seq_len=16 --set train.micro_batch_size=1 --set train.global_batch_size=8
        --set backend.threads=1 --set backend.measure_gemm=false --set train.eval_interval=0
@@ -27,8 +27,8 @@ run() {  # run NAME RECIPE DTYPE ARGS...
                      fail "$name $dtype: exit $rc"; }
   grep -q "all 6 layouts match 1 rank" "$dir/$name-$dtype.txt" ||
     { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not every layout passed"; }
-  grep -q "20 iterations in $dtype" "$dir/$name-$dtype.txt" ||
-    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not 20 iterations in $dtype"; }
+  grep -q "$iters iterations in $dtype" "$dir/$name-$dtype.txt" ||
+    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not $iters iterations in $dtype"; }
   echo "== $name $dtype"
   sed -n '/^LAYOUT/,/^$/p' "$dir/$name-$dtype.txt"
 }
