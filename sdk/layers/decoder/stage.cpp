@@ -461,12 +461,9 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
     announce_head(true);
     if (opt_.post_norm) emb_norm_backward(S);
     View dres = view(grads_.dres, {S.nl, C});
-    if (WeightGrads* w = ctx_.be.weight_grads()) {
-      const DLTensor* kept = w->keep(ctx_.be, dres);
-      w->defer([this, &S, kept] { embed_backward(S, kept); });
-    } else {
-      embed_backward(S, dres);
-    }
+    weight_grad_reading(
+        ctx_.be, [this, &S](const Backend&, const DLTensor* d) { embed_backward(S, d); },
+        (const DLTensor*)dres);
     a.num_dinputs = 0;
     a.dinputs = nullptr;
   } else {

@@ -6,25 +6,24 @@
 #include "loom/cpp/layers/moe/moe.hpp"
 
 #include <algorithm>
-#include <tuple>
 
 #include "loom/cpp/weight_grads.hpp"
 
 namespace loom::layers {
 namespace {
 
-// A parameter-gradient computation fn(ctx, in...): run now, or within a split backward's B
-// recorded for its W (loom/cpp/weight_grads.hpp), with copies of the tensors it reads, which
-// the backward passes before that W overwrite.
+// A parameter-gradient computation fn(ctx, in...) through loom::weight_grad_reading: now, or
+// within a split backward's B at its W, on a Ctx whose backend computes.
 template <class Fn, class... T>
 void param_grad(const Ctx& c, Fn fn, T... in) {
-  WeightGrads* w = c.be.weight_grads();
-  if (w == nullptr) return fn(c, in...);
-  Ctx at_w = c;
-  at_w.be = computing(c.be);
-  w->defer([fn, at_w, kept = std::make_tuple(w->keep(c.be, in)...)] {
-    std::apply([&](auto... t) { fn(at_w, t...); }, kept);
-  });
+  weight_grad_reading(
+      c.be,
+      [c, fn](const Backend& b, auto... t) {
+        Ctx k = c;
+        k.be = b;
+        fn(k, t...);
+      },
+      in...);
 }
 
 // out(M,C) = p(M) * x(M,C), row by row: M GEMMs of (1 x 1) @ (1 x C).

@@ -68,9 +68,9 @@ struct CommCalls {
   loom_error* (*wait)(loom_comm* c, loom_comm_request* r);
   loom_error* (*test)(loom_comm* c, loom_comm_request* r, int* done);
   // ABI 2.14 (NULL: the host ends a failing rank alone): ends the whole job, never returns.
-  void (*abort)(loom_comm* c, int code);  // ABI 2.20 (NULL: a started send runs to completion
-                                          // inside start): LOOM_COMM_CALL_SEND
-  // put in flight; its args passed send's checks, out is given. wait and test complete it.
+  void (*abort)(loom_comm* c, int code);
+  // ABI 2.20 (NULL: a started send runs to completion inside start): LOOM_COMM_CALL_SEND put
+  // in flight; its args passed send's checks, out is given. wait and test complete it.
   loom_error* (*start_send)(loom_comm* c, const loom_comm_args* a, loom_comm_request** out);
 };
 
@@ -200,9 +200,7 @@ struct CommSlots {
                   return K.reduce_scatter(c, a->group, a->in, a->out, a->op, a->stream);
                 return K.all_gather(c, a->group, a->in, a->out, a->stream);
               }));
-        auto r = std::make_unique<loom_comm_request>();
-        r->done = true;
-        *out = r.release();
+        *out = finished();
         return;
       }
       check(host, CommSlots::call(c, fn, a, in_place, [&] { return K.start(c, call, a, out); }));
@@ -216,9 +214,13 @@ struct CommSlots {
       return;
     }
     check(host, send(c, a));
+    *out = finished();
+  }
+  // The request of a call that completed inside start.
+  static loom_comm_request* finished() {
     auto r = std::make_unique<loom_comm_request>();
     r->done = true;
-    *out = r.release();
+    return r.release();
   }
   static loom_error* wait(loom_comm* c, loom_comm_request* r) {
     const loom_host* host = K.host(c);

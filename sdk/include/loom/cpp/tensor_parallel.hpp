@@ -139,15 +139,12 @@ struct LocalLinear {
   // copies of dy and x.
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                 const DLTensor* x, int64_t n, bool with_bias = true) const {
-    if (WeightGrads* w = be.weight_grads()) {
-      const DLTensor* dyk = w->keep(be, dy);
-      const DLTensor* xk = w->keep(be, x);
-      w->defer([this, b = computing(be), dyk, xk, n, with_bias] {
-        weight_backward(b, dyk, xk, n, with_bias);
-      });
-    } else {
-      weight_backward(be, dy, x, n, with_bias);
-    }
+    weight_grad_reading(
+        be,
+        [this, n, with_bias](const Backend& b, const DLTensor* d, const DLTensor* xi) {
+          weight_backward(b, d, xi, n, with_bias);
+        },
+        dy, x);
     if (dx)
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
            accumulate ? 1.0 : 0.0);
@@ -229,13 +226,14 @@ struct RowParallelLinear {
     // are the bias gradient: it may ride on that GEMM (an epilogue).
     if (lin.has_bias && g.sequence_parallel) {
       const int64_t rows = g.local_rows(n), out = lin.out;
-      const DLTensor* d = dy;
-      if (WeightGrads* w = be.weight_grads()) d = w->keep(be, dy);
       const LocalLinear* l = &lin;
-      weight_grad(be, [b = computing(be), l, d, rows, out] {
-        View dyv(d, {rows, out});
-        loom::bias_backward(b, l->db.get(), dyv);
-      });
+      weight_grad_reading(
+          be,
+          [l, rows, out](const Backend& b, const DLTensor* d) {
+            View dyv(d, {rows, out});
+            loom::bias_backward(b, l->db.get(), dyv);
+          },
+          dy);
     }
     const DLTensor* dfull = dy;
     if (g.sequence_parallel) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,18 @@ inline Backend computing(const Backend& be) {
   Backend b = be;
   b.set_weight_grads(nullptr);
   return b;
+}
+
+// fn(b, in...) for tensors `in` (const DLTensor*) that the next backward passes overwrite:
+// now, on `be`; or where a B is recording on `be`, at its W, on a computing copy of `be` and
+// with copies of the tensors (WeightGrads::keep). How every layer defers a weight gradient.
+template <class Fn, class... In>
+void weight_grad_reading(const Backend& be, Fn fn, In... in) {
+  WeightGrads* w = be.weight_grads();
+  if (w == nullptr) return fn(be, in...);
+  w->defer([fn, b = computing(be), kept = std::make_tuple(w->keep(be, in)...)] {
+    std::apply([&](auto... t) { fn(b, t...); }, kept);
+  });
 }
 
 }  // namespace loom
