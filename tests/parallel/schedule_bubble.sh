@@ -31,10 +31,8 @@ scratch
 # otherwise delay a woken rank by a scheduler slice on a machine with fewer cores than ranks).
 export OMPI_MCA_mpi_yield_when_idle=1
 for s in 1f1b zb-h1 zb-v dualpipev; do
-  v=()
-  case $s in zb-v | dualpipev) v=(-v 2) ;; esac
-  extra=()
-  [ ${#v[@]} -gt 0 ] && extra=(--set parallel.virtual_stages=2)
+  v=() extra=()  # the V schedules: two chunks a rank
+  case $s in zb-v | dualpipev) v=(-v 2) extra=(--set parallel.virtual_stages=2) ;; esac
   "$mpiexec" -n 4 "$loom" run r.toml --set parallel.schedule=$s --set train.schedule_trace=$s \
     "${extra[@]}" > $s.log 2>&1 || { tail -20 $s.log; fail "the $s run failed"; }
   "$loom" schedule show $s -p 4 -m 8 "${v[@]}" > $s.show 2>&1 || { cat $s.show; fail "show $s"; }
