@@ -2,11 +2,13 @@
 # Hugging Face interop against stored PyTorch references (tests/model/hf/make_reference.py):
 #  1. import-hf of each tiny model (GPT-2 f32 and f16 without the "transformer." prefix and
 #     with mask buffers; Llama GQA f32 sharded, untied, rope_theta 5e5; Llama MQA bf16 tied;
-#     Mixtral, 4 experts top-2, GQA f32)
+#     Mixtral, 4 experts top-2, GQA f32; Qwen2 with q/k/v biases; Qwen3 bf16 tied with QK-norm
+#     and head_dim 8 over hidden 16 / 4 heads; Qwen2-MoE with a gated shared expert,
+#     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
-#  3. a Loom-trained GPT and Llama-style model exported, re-imported and exported again give
+#  3. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model exported, re-imported and exported again give
 #     byte-identical tensors (and every non-vocabulary tensor of the checkpoints is equal);
 #  4. what does not map is refused, naming it (a config key, a config value, a shape, a
 #     tensor with no place);
@@ -23,7 +25,8 @@ scratch
 quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
-for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32; do
+for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32 qwen2-f32 \
+         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -52,7 +55,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
-for style in gpt llama; do
+for style in gpt llama qwen3 qwen2moe; do
   train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
@@ -91,6 +94,18 @@ edit mixtral-f32 "c['router_jitter_noise'] = 0.01"
 refuse "Mixtral's router noise" '"router_jitter_noise" = 0.01 does not map'
 edit mixtral-f32 "c['sliding_window'] = 4096"
 refuse "Mixtral's sliding window" '"sliding_window" = 4096 does not map'
+edit qwen2-f32 "c['use_sliding_window'] = True"
+refuse "Qwen2's sliding window" '"use_sliding_window" = true does not map'
+edit qwen3-tied-bf16 "c['attention_bias'] = True"
+refuse "Qwen3's o_proj bias" '"attention_bias" = true does not map'
+edit qwen3-moe-f32 "c['decoder_sparse_step'] = 0"
+refuse "Qwen-MoE's sparse step 0" '"decoder_sparse_step" must be at least 1'
+edit qwen3-moe-f32 "c['mlp_only_layers'] = [2]"
+refuse "a dense layer that is not there" '"mlp_only_layers" = \[2\] names a layer outside \[0, 2)'
+edit qwen3-moe-f32 "c['mlp_only_layers'] = [1]"
+refuse "a dense layer whose tensors are experts'" 'no tensor model.layers.1.mlp.gate_proj.weight'
+edit qwen3-tied-bf16 "c['head_dim'] = 6"
+refuse "a head_dim the tensors contradict" '"head_dim" = 6 disagrees with tensor'
 
 echo "== 5: finetuning from pretrained weights"
 {

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Hugging Face interop against the real `transformers` (the GPU machine's python3 has it; it
 # needs no GPU, only the library, and skips with exit 77 where it is missing):
-#  1. GPT2LMHeadModel and LlamaForCausalLM (GQA, untied) from tiny random configs,
+#  1. GPT2LMHeadModel, LlamaForCausalLM (GQA, untied), Qwen2ForCausalLM, Qwen3ForCausalLM
+#     (head_dim apart from hidden / heads), Qwen2MoeForCausalLM and Qwen3MoeForCausalLM from
+#     tiny random configs,
 #     save_pretrained, `loom import-hf`: Loom's logits of every prompt position match
 #     transformers' within 1e-4 of max |logit| (fp32);
-#  2. a Loom-trained GPT and Llama-style model, `loom export-hf`, from_pretrained unchanged:
+#  2. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model, `loom export-hf`, from_pretrained unchanged:
 #     transformers' logits match Loom's within 1e-4.
 #   hf_transformers.sh LOOM
 set -euo pipefail
@@ -42,6 +44,7 @@ PY
 echo "== transformers -> Loom"
 python3 <<'PY'
 import torch
+import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
 GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
@@ -50,8 +53,18 @@ LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                              max_position_embeddings=64, rope_theta=500000.0,
                              tie_word_embeddings=False, initializer_range=0.2)).save_pretrained("hf-llama")
+qwen = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            initializer_range=0.2)
+moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24)
+transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**qwen)).save_pretrained("hf-qwen2")
+transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=12, **qwen)).save_pretrained("hf-qwen3")
+transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+    shared_expert_intermediate_size=40, **moe, **qwen)).save_pretrained("hf-qwen2moe")
+transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+    head_dim=12, norm_topk_prob=True, **moe, **qwen)).save_pretrained("hf-qwen3moe")
 PY
-for m in gpt2 llama; do
+for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe; do
   "$loom" import-hf hf-$m loom-$m
   "$loom" generate --checkpoint loom-$m --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out loom-$m.st "${quiet[@]}" > /dev/null
@@ -67,7 +80,7 @@ echo "== Loom -> transformers"
   toml_section tokenizer plugin=null vocab_size=95
   toml_section data plugin=mock
 } > t.toml
-for style in gpt llama; do
+for style in gpt llama qwen3 qwen2moe; do
   train_style $style t.toml
   "$loom" generate --checkpoint trained-$style --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out trained-$style.st "${quiet[@]}" > /dev/null

@@ -37,14 +37,33 @@ CONFIGS = {
                      activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
                      tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
         vocab=64, batch=2, seq=8, seed=4321),
+    # Qwen3's attention: a head size other than n_embd / n_head (kv_channels = 12 over a
+    # width of 16), QK-norm (RMSNorm of each head's q and k over D, before RoPE), GQA
+    "qwen3_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=1000000.0, bias="false",
+                     tie_embeddings="true", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
+                     kv_channels=12, qk_layernorm="true"),
+        vocab=64, batch=2, seq=8, seed=5678),
+    # Qwen2's: biases on q, k and v only (add_qkv_bias without bias)
+    "qwen2_tiny": dict(
+        options=dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=1000000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
+                     add_qkv_bias="true"),
+        vocab=64, batch=2, seq=8, seed=8765),
 }
+
+
+def head_dim(o):
+    return o.get("kv_channels") or o["n_embd"] // o["n_head"]
 
 
 def param_specs(o, vocab):
     """(name, shape, kind) in model/gpt's order; kind: matrix | bias | norm_w | norm_b."""
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
     Hkv = o["n_kv_head"] or H
-    D = C // H
+    D = head_dim(o)
     swiglu = o["activation"] == "swiglu"
     F_ = o["ffn_hidden"] or 4 * C
     bias = o["bias"] == "true"
@@ -58,16 +77,19 @@ def param_specs(o, vocab):
         if ln and bias:
             specs.append((p + ".bias", (C,), "norm_b"))
 
-    def linear(p, out, inp):
+    def linear(p, out, inp, has_bias=bias):
         specs.append((p + ".weight", (out, inp), "matrix"))
-        if bias:
+        if has_bias:
             specs.append((p + ".bias", (out,), "bias"))
 
     for l in range(L):
         p = f"h.{l}"
         norm(p + ".ln_1")
-        linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C)
+        linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C, bias or o.get("add_qkv_bias") == "true")
         linear(p + ".attn.c_proj", C, H * D)
+        if o.get("qk_layernorm") == "true":  # one (D) weight each, after c_proj as Loom lists
+            specs.append((p + ".attn.q_norm.weight", (D,), "norm_w"))
+            specs.append((p + ".attn.k_norm.weight", (D,), "norm_w"))
         norm(p + ".ln_2")
         linear(p + ".mlp.c_fc", 2 * F_ if swiglu else F_, C)
         linear(p + ".mlp.c_proj", C, F_)
@@ -89,18 +111,17 @@ def rope(x, theta):  # x (B, T, H, D), positions 0..T-1, rotate-half pairs (i, i
 def forward(o, P, tokens, vocab):
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
     Hkv = o["n_kv_head"] or H
-    D = C // H
+    D = head_dim(o)
     B, T = tokens.shape
-    bias = o["bias"] == "true"
     eps = o["norm_eps"]
 
-    def norm(x, p):
+    def norm(x, p):  # over the last dimension, whatever its size (C, or D for QK-norm)
         if o["norm"] == "layernorm":
-            return F.layer_norm(x, (C,), P[p + ".weight"], P.get(p + ".bias"), eps)
+            return F.layer_norm(x, x.shape[-1:], P[p + ".weight"], P.get(p + ".bias"), eps)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * P[p + ".weight"]
 
     def linear(x, p):
-        return F.linear(x, P[p + ".weight"], P[p + ".bias"] if bias else None)
+        return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
 
     x = P["wte"][tokens]
     if o["position"] == "learned":
@@ -110,6 +131,8 @@ def forward(o, P, tokens, vocab):
         qkv = linear(norm(x, p + ".ln_1"), p + ".attn.c_attn")
         q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
         q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
+        if o.get("qk_layernorm") == "true":  # Qwen3Attention: q_norm, k_norm before RoPE
+            q, k = norm(q, p + ".attn.q_norm"), norm(k, p + ".attn.k_norm")
         if o["position"] == "rope":
             q, k = rope(q, o["rope_theta"]), rope(k, o["rope_theta"])
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D)

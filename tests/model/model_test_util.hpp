@@ -135,6 +135,11 @@ class Gpt {
   loom_model* self() const { return m_; }
   void check(loom_error* e) const { h_.th.check(e); }
 
+  bool has_param(const std::string& name) const {
+    for (auto& p : params)
+      if (name == p.name) return true;
+    return false;
+  }
   const loom_model_param& param(const std::string& name) const {
     for (auto& p : params)
       if (name == p.name) return p;

@@ -220,6 +220,15 @@ TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward 
   check_decode(tiny_llama(), loom_f64());  // f64 logits are cast to the f32 output
 }
 
+// Qwen3's attention: the cache holds k after its norm and RoPE, as the forward attends to.
+TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (Qwen3)") {
+  Overrides o = tiny_llama();
+  o.emplace("kv_channels", "12");
+  o.emplace("qk_layernorm", "true");
+  o.emplace("add_qkv_bias", "true");
+  check_decode(o);
+}
+
 // Continuous batching: sequences that join and leave a running batch of cache slots, each
 // at its own length, get the logits each gets decoded alone, token by token.
 void check_decode_slots(const Overrides& o) {

@@ -156,6 +156,16 @@ TEST_CASE("model/gpt Llama (rmsnorm, swiglu, rope, GQA, no bias, untied) = PyTor
   compare("llama_tiny", loom_f64(), 1e-12, 1e-9);
 }
 
+TEST_CASE("model/gpt Qwen3 (kv_channels != n_embd / n_head, QK-norm, GQA, tied) = PyTorch") {
+  compare("qwen3_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("qwen3_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
+TEST_CASE("model/gpt Qwen2 (biases on q, k, v alone: add_qkv_bias) = PyTorch") {
+  compare("qwen2_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("qwen2_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
 TEST_CASE("model/bert (pre-LN, exact GELU, token types, padding, binary head) = PyTorch") {
   compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert");
   compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert");

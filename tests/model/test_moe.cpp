@@ -197,7 +197,8 @@ void check_fd(const Overrides& o, const char* what) {
   if (o.count("moe_shared_expert_intermediate_size"))
     for (const char* n :
          {"h.0.moe.shared.c_fc.weight", "h.1.moe.shared.c_proj.weight", "h.1.moe.shared.c_fc.bias"})
-      names.push_back(n);
+      if (m.has_param(n)) names.push_back(n);
+  if (o.count("moe_shared_expert_gate")) names.push_back("h.0.moe.shared.gate.weight");
   for (const std::string& name : names) {
     const auto& p = m.param(name);
     const std::vector<double> g = m.grad(name);
@@ -254,6 +255,9 @@ TEST_CASE("model/gpt MoE: the objective's gradient equals finite differences (f6
   Overrides sh = o;
   sh.emplace("moe_shared_expert_intermediate_size", "20");
   check_fd(sh, "with a shared expert (GELU, biases)");
+  Overrides qw = sh;  // Qwen2-MoE's: the shared expert scaled by sigmoid(x . gate)
+  qw.emplace("moe_shared_expert_gate", "true");
+  check_fd(qw, "with a gated shared expert (Qwen2-MoE's)");
 }
 
 TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals name the key") {
@@ -266,6 +270,13 @@ TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals na
   CHECK(m.param("h.1.mlp.c_fc.weight").value->shape[1] == 16);
   CHECK(m.param("h.2.moe.experts.c_fc.weight").value->shape[0] == 4);
   CHECK(m.param("h.0.moe.experts.c_fc.weight").tp_split_dim == -1);
+  // Megatron's list form: DeepSeek-V3's first layers dense
+  o["moe_layer_freq"] = "[0]*2+[1]";
+  Gpt first_dense(h, o, 50, 2, 8);
+  CHECK(first_dense.has_param("h.0.mlp.c_fc.weight"));
+  CHECK(first_dense.has_param("h.1.mlp.c_fc.weight"));
+  CHECK(first_dense.has_param("h.2.moe.router.weight"));
+  CHECK(!first_dense.has_param("h.0.moe.router.weight"));
   // FLOPs: the router and the top-k experts a token visits, in place of one dense MLP
   Gpt dense(h, tiny_gpt2(), 50, 2, 8);
   Gpt all(h, moe(tiny_gpt2(), 4, 2), 50, 2, 8);
@@ -289,7 +300,17 @@ TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals na
     if (out) api->destroy(out);
   };
   refused(moe(tiny_gpt2(), 2, 3), loom_f32(), "moe_router_topk = 3 exceeds num_experts = 2");
+  Overrides bad_pattern = moe(tiny_gpt2(), 4, 2);
+  bad_pattern["moe_layer_freq"] = "[0]*3+[1]";  // 4 layers' worth, n_layer = 2
+  refused(bad_pattern, loom_f32(), "moe_layer_freq \"[0]*3+[1]\" gives 4 layers");
+  Overrides bad_groups = moe(tiny_gpt2(), 4, 2);
+  bad_groups["moe_router_num_groups"] = "3";
+  bad_groups["moe_router_group_topk"] = "1";
+  refused(bad_groups, loom_f32(), "moe_router_num_groups = 3 must divide num_experts = 4");
   refused(moe(tiny_gpt2(), 4, 2), loom_bf16(), "a mixture of experts runs in fp32");
+  Overrides gate_alone = moe(tiny_gpt2(), 4, 2);
+  gate_alone["moe_shared_expert_gate"] = "true";
+  refused(gate_alone, loom_f32(), "moe_shared_expert_gate gates the shared expert");
 }
 
 // loom.split-backward/1 through the experts: the grouped GEMMs' weight gradients, the experts'
@@ -303,5 +324,7 @@ TEST_CASE("model/gpt MoE: a split backward gives the whole backward's gradients 
     o["moe_z_loss_coeff"] = "0.001";
     check_split_backward(o, "h.0.moe.experts.c_fc.weight");
     check_split_backward(o, "h.1.moe.router.weight");
+    o["moe_shared_expert_gate"] = "true";
+    check_split_backward(o, "h.0.moe.shared.gate.weight");
   }
 }

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "loom/cpp/layer_pattern.hpp"
 #include "loom/cpp/layers/moe/moe_router.hpp"
 
 using loom::layers::RouterConfig;
@@ -115,6 +116,100 @@ TEST_CASE("moe router: gradients equal central finite differences (f64)") {
   }
 }
 
+// DeepSeek-V3's router in miniature (256 experts in 8 groups, the best 4 groups, top-8,
+// weights x 2.5): 8 experts in 4 groups, the best 2 groups, top-4, x 2.5, with and without
+// the expert bias; and the softmax router group-limited.
+TEST_CASE("moe router: group-limited routing and the scaling factor, by finite differences") {
+  uint64_t seed = 50;
+  for (const char* score : {"sigmoid", "softmax"}) {
+    for (bool bias : {false, true}) {
+      if (bias && std::string(score) == "softmax") continue;
+      Objective o;
+      o.cfg.experts = 8;
+      o.cfg.topk = 4;
+      o.cfg.score = score;
+      o.cfg.num_groups = 4;
+      o.cfg.group_topk = 2;
+      o.cfg.topk_scaling_factor = 2.5;
+      o.N = 10;
+      o.w = random_vec((size_t)(o.N * 4), seed + 100);
+      if (bias) o.bias = random_vec(8, seed + 200, 0.3);
+      CAPTURE(score);
+      CAPTURE(bias);
+      check_gradient(o, seed++);
+    }
+  }
+}
+
+// The group-limited choice recomputed here by sorting, token by token: each group's score the
+// sum of its K / g best scores, the g best groups, then the K best experts of those, best
+// first; the weights those of the plain router over the same experts, times the factor.
+TEST_CASE("moe router: the group limit equals a recomputation of Megatron's rule") {
+  const int64_t N = 200, E = 16, G = 4, g = 2, K = 4;
+  RouterConfig cfg;
+  cfg.experts = E;
+  cfg.topk = K;
+  cfg.score = "sigmoid";
+  cfg.num_groups = G;
+  cfg.group_topk = g;
+  cfg.topk_scaling_factor = 2.5;
+  const Vec logits = random_vec((size_t)(N * E), 99);
+  const Routing r = loom::layers::route(cfg, logits.data(), N);
+  RouterConfig plain = cfg;
+  plain.num_groups = plain.group_topk = 0;
+  plain.topk_scaling_factor = 0;
+  const Routing p = loom::layers::route(plain, logits.data(), N);
+  int64_t limited = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    Vec s(E);
+    for (int64_t e = 0; e < E; ++e) s[(size_t)e] = 1 / (1 + std::exp(-logits[(size_t)(n * E + e)]));
+    std::vector<std::pair<double, int64_t>> groups;
+    for (int64_t q = 0; q < G; ++q) {
+      Vec in(s.begin() + q * (E / G), s.begin() + (q + 1) * (E / G));
+      std::sort(in.rbegin(), in.rend());
+      groups.push_back({-(in[0] + in[1]), q});  // K / g = 2 best
+    }
+    std::sort(groups.begin(), groups.end());
+    std::vector<std::pair<double, int64_t>> allowed;
+    for (int64_t i = 0; i < g; ++i)
+      for (int64_t e = groups[(size_t)i].second * (E / G);
+           e < (groups[(size_t)i].second + 1) * (E / G); ++e)
+        allowed.push_back({-s[(size_t)e], e});
+    std::sort(allowed.begin(), allowed.end());
+    double z = 0;
+    for (int64_t j = 0; j < K; ++j) z += -allowed[(size_t)j].first;
+    bool differs = false;
+    for (int64_t j = 0; j < K; ++j) {
+      CHECK(r.expert[(size_t)(n * K + j)] == allowed[(size_t)j].second);
+      CHECK(r.prob[(size_t)(n * K + j)] ==
+            doctest::Approx(2.5 * -allowed[(size_t)j].first / (z + 1e-20)).epsilon(1e-14));
+      differs |= p.expert[(size_t)(n * K + j)] != allowed[(size_t)j].second;
+    }
+    limited += differs;
+  }
+  MESSAGE(limited << " of " << N << " tokens routed otherwise than by the plain top-" << K);
+  CHECK(limited > 0);  // the limit bites on this batch
+}
+
+TEST_CASE("moe router: Megatron's --moe-layer-freq patterns, and their refusals") {
+  using P = std::vector<uint8_t>;
+  CHECK(loom::layer_pattern("1", 3, "k") == P{1, 1, 1});
+  CHECK(loom::layer_pattern("2", 5, "k") == P{1, 0, 1, 0, 1});
+  CHECK(loom::layer_pattern("[0]*3+[1]*2", 5, "k") == P{0, 0, 0, 1, 1});
+  CHECK(loom::layer_pattern("([1]*2+[0]) * 2", 6, "k") == P{1, 1, 0, 1, 1, 0});
+  CHECK(loom::layer_pattern(" [0, 1,1] ", 3, "k") == P{0, 1, 1});
+  CHECK(loom::layer_pattern_text({0, 0, 0, 1, 1}) == "[0]*3+[1]*2");
+  CHECK(loom::layer_pattern_text({1, 1}) == "1");
+  for (const std::vector<uint8_t>& v : {P{0, 1, 0, 0}, P{1, 0, 1, 1}})
+    CHECK(loom::layer_pattern(loom::layer_pattern_text(v), 4, "k") == v);
+  CHECK_THROWS_WITH(loom::layer_pattern("[0]*3+[1]*2", 6, "model/gpt: moe_layer_freq"),
+                    doctest::Contains("gives 5 layers; the model has n_layer = 6"));
+  CHECK_THROWS_WITH(loom::layer_pattern("[0,2]", 2, "k"), doctest::Contains("0 (dense) or 1"));
+  CHECK_THROWS_WITH(loom::layer_pattern("[1]*", 2, "k"), doctest::Contains("expected a number"));
+  CHECK_THROWS_WITH(loom::layer_pattern("0", 2, "k"), doctest::Contains("every N-th layer"));
+  CHECK_THROWS_WITH(loom::layer_pattern("[1]*2)", 2, "k"), doctest::Contains("unexpected text"));
+}
+
 TEST_CASE("moe router: the balancing and z losses equal Megatron's formulas") {
   const int64_t N = 8, E = 4, K = 2;
   const Vec logits = random_vec((size_t)(N * E), 7);
@@ -204,6 +299,11 @@ TEST_CASE("moe router: a bad configuration is refused by name") {
   cfg.score = "relu";
   CHECK_THROWS_WITH(loom::layers::route(cfg, logits.data(), 2),
                     doctest::Contains("neither softmax nor sigmoid"));
+  cfg.score = "sigmoid";
+  cfg.num_groups = 3;  // 2 experts in 3 groups
+  cfg.group_topk = 1;
+  CHECK_THROWS_WITH(loom::layers::route(cfg, logits.data(), 2),
+                    doctest::Contains("3 groups with the best 1 of them do not route 1 of 2"));
 }
 
 // The capacity rule recomputed here for whole micro-batches of random logits: per expert, the

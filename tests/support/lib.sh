@@ -212,15 +212,22 @@ print(f"resume: iterations 11-20 equal the straight run bitwise (loss {resumed[-
 PY
 }
 
-# train_style STYLE RECIPE: `loom run RECIPE` as a GPT-2-style model (STYLE gpt) or a
+# train_style STYLE RECIPE: `loom run RECIPE` as a GPT-2-style model (STYLE gpt), a
 # Llama-style one (llama: RMSNorm, SwiGLU, RoPE, 2 key/value heads, untied embeddings, no
-# biases), saved to the checkpoint trained-STYLE; a failed run shows the end of run.log and
+# biases), a Qwen3-style one (qwen3: Llama's with QK-norm and a head size of 6) or a
+# Qwen2-MoE-style one (qwen2moe: Llama's with q/k/v biases, 4 experts and a gated shared
+# expert), saved to the checkpoint trained-STYLE; a failed run shows the end of run.log and
 # exits 1.
 train_style() {
   local sets=()
-  [ "$1" = llama ] && sets=(--set model.norm=rmsnorm --set model.activation=swiglu
-    --set model.position=rope --set model.n_kv_head=2 --set model.tie_embeddings=false
-    --set model.bias=false)
+  case $1 in llama | qwen3 | qwen2moe)
+    sets=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+          --set model.n_kv_head=2 --set model.tie_embeddings=false --set model.bias=false) ;;
+  esac
+  [ "$1" = qwen3 ] && sets+=(--set model.qk_layernorm=true --set model.kv_channels=6)
+  [ "$1" = qwen2moe ] && sets+=(--set model.add_qkv_bias=true --set model.num_experts=4
+    --set model.moe_ffn_hidden_size=8 --set model.moe_shared_expert_intermediate_size=12
+    --set model.moe_shared_expert_gate=true)
   "$loom" run "$2" "${sets[@]}" --set checkpoint.save="trained-$1" 2> run.log ||
     { tail -20 run.log; exit 1; }
 }

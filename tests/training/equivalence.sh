@@ -17,7 +17,8 @@
 #          | t5rel (the same with T5's relative position bias, whose tables split by heads)
 #          | moe (GPT with a Mixtral-style mixture of experts: 4 SwiGLU experts, top-2, a
 #            shared expert, balancing and z losses) | moebias (the same with DeepSeek-V3's sigmoid
-#            router and aux-loss-free expert bias)
+#            router and aux-loss-free expert bias) | qwen3 (QK-norm, kv_channels 12, GQA)
+#          | qwen3moe (the same with experts and a gated shared expert)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
@@ -59,8 +60,13 @@ case $model in
                   --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001
                   --set model.moe_shared_expert_intermediate_size=16) ;;
   # DeepSeek-V3's router: sigmoid scores, aux-loss-free balancing (the expert bias moves by
-  # 0.01 a step, so routing changes within the 20 steps), the per-sequence balancing loss
+  # 0.01 a step, so routing changes within the 20 steps), the per-sequence balancing loss,
+  # group-limited routing (4 experts in 2 groups, the best one), the weights x 2.5, and the
+  # first layer dense
   moebias) model_set=(--set model.num_experts=4 --set model.moe_router_topk=2
+                      --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
+                      --set model.moe_router_topk_scaling_factor=2.5
+                      --set "model.moe_layer_freq=[0]+[1]*3"
                       --set model.activation=swiglu --set model.moe_ffn_hidden_size=24
                       --set model.moe_router_score_function=sigmoid
                       --set model.moe_router_enable_expert_bias=true
@@ -79,6 +85,17 @@ case $model in
   llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
                     --set model.position=rope --set model.n_kv_head=2
                     --set model.tie_embeddings=false --set model.bias=false) ;;
+  # Qwen3's attention: QK-norm (whose weights each tensor rank sees only its heads of), a
+  # head size of 12 over a width of 32, GQA; qwen3moe adds Qwen3-MoE's experts (softmax,
+  # top-2 renormalised: norm_topk_prob) with the balancing loss, and Qwen2-MoE's gated
+  # shared expert
+  qwen3 | qwen3moe)
+    model_set=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+               --set model.n_kv_head=2 --set model.bias=false --set model.kv_channels=12
+               --set model.qk_layernorm=true --set model.rope_theta=1000000.0)
+    [ "$model" = qwen3 ] || model_set+=(--set model.num_experts=4 --set model.moe_router_topk=2
+      --set model.moe_ffn_hidden_size=24 --set model.moe_aux_loss_coeff=0.01
+      --set model.moe_shared_expert_intermediate_size=16 --set model.moe_shared_expert_gate=true) ;;
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 case $layout in
@@ -212,7 +229,12 @@ want="4.00 (param) + 4.00 (grad) + 8.00 (optimizer state) = 16.00 bytes"
 case $layout in *dist) want="4.00 (param) + 4.00 (grad) + 4.00 (optimizer state) = 12.00 bytes" ;; esac
 # ep2dp2dist shards the dense state over 4 ranks and the experts' over 2. Per rank: 37184
 # dense and 19072 expert parameters (its 2 of the 4 experts), so the state is
-# (37184 x 8/4 + 19072 x 8/2) / 56256 = 2.68 bytes per parameter.
+# (37184 x 8/4 + 19072 x 8/2) / 56256 = 2.68 bytes per parameter; moebias's first layer is
+# dense: 60576 dense and 14304 expert parameters, (60576 x 2 + 14304 x 4) / 74880 = 2.38.
+case $model.$layout in
+  moebias.ep2dp2dist) layout_want="4.00 (param) + 4.00 (grad) + 2.38 (optimizer state) = 10.38 bytes" ;;
+  *) layout_want= ;;
+esac
 case $layout in
   # the distributed optimizer shards over data x context: 4 ranks
   cp2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.00 (optimizer state) = 10.00 bytes" ;;
@@ -222,6 +244,7 @@ case $layout in
   dp4fsdp) want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
   dp2fsdp2) want="4.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 10.00 bytes" ;;
 esac
+[ -z "$layout_want" ] || want=$layout_want
 grep -q "memory per parameter on this rank: $want" par.log ||
   { echo "memory per parameter: expected '$want' in:"; grep "memory per" par.log; exit 1; }
 echo "memory per parameter: $want"

@@ -59,6 +59,13 @@ equivalence(moebias pp2)
 # way): with TP2, with expert tensor parallelism, beside EP2, and beside PP2.
 equivalence(moe tp2sp etp2sp ep2tp2sp tp2sppp2)
 
+# Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
+# tensor group sums; a head size of 12 over a width of 32) in the dense layouts; Qwen3-MoE
+# (with Qwen2-MoE's gated shared expert) in the layouts the issue asks of it: EP2 x TP2 and
+# PP2 with sequence parallelism.
+equivalence(qwen3 tp2 tp2sp pp2 cp2 dp2dist tp2pp2)
+equivalence(qwen3moe ep2tp2 tp2sppp2 pp2zbh1)
+
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1

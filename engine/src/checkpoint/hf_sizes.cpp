@@ -2,10 +2,10 @@
 // files hold (their headers' shapes) before the mapping is built or any tensor is read, so
 // that a config saying n_layer = 1000000000 (or a negative or fractional size) is refused
 // by name instead of making the mapping, and the memory, grow without bound.
+#include <algorithm>
 #include <string>
 
-#include "base/errors.hpp"
-#include "checkpoint/hf_interop.hpp"
+#include "checkpoint/hf_config.hpp"
 
 namespace loom::engine {
 namespace {
@@ -81,12 +81,18 @@ void check_hf_sizes(const json& config, const StFile& shapes, const std::string&
     s.agree("n_inner", "h.0.mlp.c_fc.weight", 1);
     s.count("n_layer", "h.");
     for (const char* k : {"n_head", "n_ctx"}) s.positive(k);
-  } else if (type == "llama" || type == "mixtral") {
+  } else if (type.is_string() && std::find(hf::kLlamaFamily.begin(), hf::kLlamaFamily.end(),
+                                           type.get<std::string>()) != hf::kLlamaFamily.end()) {
     s.agree("vocab_size", "model.embed_tokens.weight", 0);
     s.agree("hidden_size", "model.embed_tokens.weight", 1);
     s.count("num_hidden_layers", "model.layers.");
     s.agree("intermediate_size", "model.layers.0.mlp.gate_proj.weight", 0);
     s.count("num_local_experts", "model.layers.0.block_sparse_moe.experts.");
+    s.count("num_experts", "model.layers.0.mlp.experts.");  // Qwen's MoE
+    s.agree("head_dim", "model.layers.0.self_attn.q_norm.weight", 0);
+    s.agree("moe_intermediate_size", "model.layers.0.mlp.experts.0.gate_proj.weight", 0);
+    s.agree("shared_expert_intermediate_size", "model.layers.0.mlp.shared_expert.gate_proj.weight",
+            0);
     for (const char* k : {"intermediate_size", "num_attention_heads", "num_key_value_heads",
                           "max_position_embeddings", "num_experts_per_tok", "head_dim"})
       s.positive(k);

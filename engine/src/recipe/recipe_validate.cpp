@@ -78,6 +78,13 @@ std::string convert(const Recipe::RawValue& raw, const loom_param_spec& spec, Va
     out.f = static_cast<double>(raw.value.i);
     return "";
   }
+  // A key whose text may be a number (moe_layer_freq = 2, or "[0]*3+[1]*5"): its digits.
+  if (raw.unsupported.empty() && spec.type == LOOM_PARAM_STRING &&
+      raw.value.type == LOOM_PARAM_INT) {
+    out.type = LOOM_PARAM_STRING;
+    out.s = std::to_string(raw.value.i);
+    return "";
+  }
   if (raw.from_set && spec.type == LOOM_PARAM_STRING) {  // --set x.name=2024 means the text
     out.type = LOOM_PARAM_STRING;
     out.s = raw.set_text;

@@ -49,6 +49,16 @@ void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n, uint32_t modul
   put(q, 0, {n, o.q_dim()}, c.dtype, nullptr);
   put(k, 0, {n, o.kv_dim()}, c.dtype, nullptr);
   put(v, 0, {n, o.kv_dim()}, c.dtype, nullptr);
+  if (o.qk_norm) {
+    put(q_in, 0, {n, o.q_dim()}, c.dtype, nullptr);
+    put(k_in, 0, {n, o.kv_dim()}, c.dtype, nullptr);
+    if (o.norm_mean()) {
+      put(qn_mean, 0, {n * o.hq()}, st, nullptr);
+      put(kn_mean, 0, {n * o.hkv()}, st, nullptr);
+    }
+    put(qn_rstd, 0, {n * o.hq()}, st, nullptr);
+    put(kn_rstd, 0, {n * o.hkv()}, st, nullptr);
+  }
   put(att, LOOM_RECOMPUTE_CORE_ATTN, {n, o.q_dim()}, c.dtype, &LayerActs::att);
   // f32 as attention.h has it; in f64 runs under context parallelism f64, since the ring's
   // backward computes its probabilities from the merged lse (loom.attention-partial/1)
@@ -69,6 +79,10 @@ void GradScratch::ensure(const Ctx& c, const Options& o, int64_t n) {
   dq = c.alloc({n, o.q_dim()});
   dk = c.alloc({n, o.kv_dim()});
   dv = c.alloc({n, o.kv_dim()});
+  if (o.qk_norm) {
+    dq_in = c.alloc({n, o.q_dim()});
+    dk_in = c.alloc({n, o.kv_dim()});
+  }
   dh = c.alloc({n, o.fc_out()});
   da = c.alloc({n, o.ffn()});
   rows = n;

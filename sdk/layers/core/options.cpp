@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "loom/cpp/layer_pattern.hpp"
+
 namespace loom::layers {
 
 using loom::param;
@@ -54,8 +56,25 @@ using loom::param;
       param("moe_shared_expert_intermediate_size", LOOM_PARAM_INT, "0",                           \
             "hidden size of the shared expert every token also goes through; 0 = none", 0,        \
             1 << 24),                                                                             \
-      param("moe_layer_freq", LOOM_PARAM_INT, "1",                                                \
-            "every moe_layer_freq-th layer, from layer 0, is a MoE layer", 1, 4096),              \
+      param("moe_shared_expert_gate", LOOM_PARAM_BOOL, "false",                                   \
+            "scale the shared expert's output per token by sigmoid(x . shared.gate.weight), "     \
+            "Qwen2-MoE's shared_expert_gate"),                                                    \
+      param("moe_layer_freq", LOOM_PARAM_STRING, "1",                                             \
+            "which layers are MoE layers (Megatron's --moe-layer-freq): an integer N, every "     \
+            "N-th layer from layer 0; or a pattern of one 0 (dense) or 1 (MoE) per layer, "       \
+            "Megatron's list expression: \"[0]*3+[1]*5\", \"([1]*3+[0])*2\", \"[0,1,1]\""),       \
+      param("moe_router_num_groups", LOOM_PARAM_INT, "0",                                         \
+            "group-limited routing (DeepSeek-V3's n_group): the experts in this many groups, "    \
+            "each token's top-k drawn from its moe_router_group_topk best; 0 = off",              \
+            0, 1 << 16),                                                                          \
+      param("moe_router_group_topk", LOOM_PARAM_INT, "0",                                         \
+            "groups each token may use (DeepSeek-V3's topk_group); a group scores the sum of "    \
+            "its moe_router_topk / moe_router_group_topk best routing scores",                    \
+            0, 1 << 16),                                                                          \
+      param("moe_router_topk_scaling_factor", LOOM_PARAM_FLOAT, "0.0",                            \
+            "multiply the combine weights by this (DeepSeek-V3's routed_scaling_factor, 2.5); "   \
+            "0 = 1",                                                                              \
+            0.0, 1e6),                                                                            \
       param("moe_router_score_function", LOOM_PARAM_STRING, "softmax",                            \
             "softmax, or sigmoid (DeepSeek-V3's, weights normalised over the chosen experts)", 1, \
             0, "softmax|sigmoid"),                                                                \
@@ -80,10 +99,23 @@ using loom::param;
       param("moe_router_bias_update_rate", LOOM_PARAM_FLOAT, "1e-3",                              \
             "how far each step moves an expert's bias (sign of mean load - its load)", 0.0, 1e6)
 
+// model/gpt's attention variants, with Megatron's flag names (Qwen's head size, QK-norm and
+// q/k/v biases).
+#define LOOM_ATTENTION_PARAMS                                                                     \
+  param("kv_channels", LOOM_PARAM_INT, "0",                                                       \
+        "projection size of one attention head (Megatron's --kv-channels, HF's head_dim); 0 = "   \
+        "n_embd / n_head",                                                                        \
+        0, 1 << 16),                                                                              \
+      param("qk_layernorm", LOOM_PARAM_BOOL, "false",                                             \
+            "normalise each head's query and key (the model's norm over kv_channels, one weight " \
+            "shared by the heads) before RoPE: Qwen3's q_norm / k_norm"),                         \
+      param("add_qkv_bias", LOOM_PARAM_BOOL, "false",                                             \
+            "a bias on the q/k/v projection even when bias = false (Qwen2's attention_bias)")
+
 const loom_param_spec kTransformerSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
                             "position encoding: learned table wpe or rotary (rotate-half)"),
-    LOOM_MOE_PARAMS};
+    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -147,8 +179,14 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args, cons
   if (o.num_experts == 0) return;
   o.moe_ffn_hidden = cfg.get_int("moe_ffn_hidden_size");
   if (o.moe_ffn_hidden == 0) o.moe_ffn_hidden = o.ffn_hidden;
-  o.moe_layer_freq = cfg.get_int("moe_layer_freq");
+  o.moe_layers =
+      loom::layer_pattern(cfg.get_string("moe_layer_freq"), o.n_layer, who + ": moe_layer_freq");
   o.moe_shared_hidden = cfg.get_int("moe_shared_expert_intermediate_size");
+  o.moe_shared_gate = cfg.get_bool("moe_shared_expert_gate");
+  loom::require(!o.moe_shared_gate || o.moe_shared_hidden > 0,
+                who +
+                    ": moe_shared_expert_gate gates the shared expert; "
+                    "moe_shared_expert_intermediate_size is 0 (no shared expert)");
   RouterConfig& r = o.moe_router;
   r.experts = o.num_experts;
   r.topk = cfg.get_int("moe_router_topk");
@@ -156,6 +194,19 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args, cons
   r.pre_softmax = cfg.get_bool("moe_router_pre_softmax");
   r.capacity_factor = cfg.get_float("moe_expert_capacity_factor");
   r.drop_policy = cfg.get_string("moe_token_drop_policy");
+  r.num_groups = cfg.get_int("moe_router_num_groups");
+  r.group_topk = cfg.get_int("moe_router_group_topk");
+  r.topk_scaling_factor = cfg.get_float("moe_router_topk_scaling_factor");
+  if (r.num_groups > 0 || r.group_topk > 0) {
+    const int64_t G = r.num_groups, g = r.group_topk;
+    loom::require(G > 0 && o.num_experts % G == 0,
+                  who + ": moe_router_num_groups = " + s(G) + " must divide num_experts = " +
+                      s(o.num_experts) + " (and be set with moe_router_group_topk)");
+    loom::require(g >= 1 && g <= G && r.topk % g == 0 && r.topk / g <= o.num_experts / G,
+                  who + ": moe_router_group_topk = " + s(g) + " must be in [1, " + s(G) +
+                      "] and divide moe_router_topk = " + s(r.topk) + " into at most " +
+                      s(o.num_experts / G) + " experts per group");
+  }
   o.moe_balancing = cfg.get_string("moe_router_load_balancing_type");
   o.moe_aux_coeff = cfg.get_float("moe_aux_loss_coeff");
   o.moe_z_coeff = cfg.get_float("moe_z_loss_coeff");
@@ -238,7 +289,10 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
 
   loom::require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
                 who + ": n_layer, n_head and n_embd must be positive");
-  const int64_t kv_channels = family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
+  const bool gpt = family == Family::kGpt;
+  const int64_t kv_channels = gpt || family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
+  o.qk_norm = gpt && cfg.get_bool("qk_layernorm");
+  o.qkv_bias = o.bias || (gpt && cfg.get_bool("add_qkv_bias"));
   loom::require(
       kv_channels > 0 || o.n_embd % o.n_head == 0,
       who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");

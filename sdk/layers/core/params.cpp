@@ -301,12 +301,12 @@ void ParamDeclarer::norm(const std::string& p) {
     ps_.add(p + ".bias", {o.n_embd}, 0, -1, Init::kZeros).sp_partial = sp_;
 }
 
-void ParamDeclarer::column(const std::string& p, std::vector<int64_t> blocks, int64_t in,
-                           double sd) {
+void ParamDeclarer::column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double sd,
+                           bool bias) {
   int64_t rows = 0;
   for (int64_t b : blocks) rows += b / o.tp;
   ps_.add(p + ".weight", {rows, in}, 1, 0, Init::kNormal, sd, blocks);
-  if (o.bias) ps_.add(p + ".bias", {rows}, 0, 0, Init::kZeros, 0.0, blocks);
+  if (bias) ps_.add(p + ".bias", {rows}, 0, 0, Init::kZeros, 0.0, blocks);
 }
 
 void ParamDeclarer::row(const std::string& p, int64_t out, int64_t in_global, double sd) {
@@ -316,15 +316,25 @@ void ParamDeclarer::row(const std::string& p, int64_t out, int64_t in_global, do
 
 void ParamDeclarer::attention(const std::string& p) {
   const int64_t D = o.head_dim;
-  column(p + ".c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, std);
+  column(p + ".c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, std,
+         o.qkv_bias);
   row(p + ".c_proj", o.n_embd, o.n_head * D, proj_std);
+  if (!o.qk_norm) return;
+  // One (D) weight for all heads, whole on every tensor rank, each of which normalises only
+  // its own heads: the gradient is partial per rank (Megatron sums q_layernorm's and
+  // k_layernorm's over the tensor group, as the sequence-parallel norms').
+  for (const char* n : {".q_norm", ".k_norm"}) {
+    ps_.add(p + n + ".weight", {D}, 0, -1, Init::kOnes).tp_partial = o.tp > 1;
+    if (o.norm_mean() && o.bias)
+      ps_.add(p + n + ".bias", {D}, 0, -1, Init::kZeros).tp_partial = o.tp > 1;
+  }
 }
 
 void ParamDeclarer::mlp(const std::string& p) {
   column(p + ".c_fc",
          o.gated() ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
                    : std::vector<int64_t>{o.ffn_hidden},
-         o.n_embd, std);
+         o.n_embd, std, o.bias);
   row(p + ".c_proj", o.n_embd, o.ffn_hidden, proj_std);
 }
 
@@ -357,6 +367,7 @@ void ParamDeclarer::moe(const std::string& p) {
     if (o.bias) ps_.add(p + ".shared.c_fc.bias", {s_out}, 0, -1, Init::kZeros);
     ps_.add(p + ".shared.c_proj.weight", {C, S}, 1, -1, Init::kNormal, proj_std);
     if (o.bias) ps_.add(p + ".shared.c_proj.bias", {C}, 0, -1, Init::kZeros);
+    if (o.moe_shared_gate) ps_.add(p + ".shared.gate.weight", {1, C}, 1, -1, Init::kNormal, std);
   }
 }
 

@@ -56,10 +56,10 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
 }
 
 // ABI 2.12's gradient readiness: the get_param index runs of each layer's parameters, which
-// that layer's backward completes. Left out: buffers (no gradient) and the sequence-parallel
-// partial ones, which finish_grads still sums over the tensor group. The embedding and the
-// head are never announced (the tied embedding gets its last contribution there, or from
-// another stage): the host reduces them after finish_grads.
+// that layer's backward completes. Left out: buffers (no gradient) and the tensor- or
+// sequence-parallel partial ones, which finish_grads still sums over the tensor group. The
+// embedding and the head are never announced (the tied embedding gets its last contribution there,
+// or from another stage): the host reduces them after finish_grads.
 void DecoderModel::plan_grad_ready() {
   if (args_.struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_12 || args_.grad_ready == nullptr) return;
   ready_runs_.resize(layers_.size());
@@ -68,7 +68,8 @@ void DecoderModel::plan_grad_ready() {
     const std::string prefix = "h." + std::to_string(opt_.layer0 + (int64_t)l) + ".";
     for (size_t i = 0; i < all.size(); ++i) {
       const Param& p = all[i];
-      if (p.buffer || p.sp_partial || p.name.compare(0, prefix.size(), prefix) != 0) continue;
+      if (p.buffer || p.sp_partial || p.tp_partial || p.name.compare(0, prefix.size(), prefix) != 0)
+        continue;
       auto& runs = ready_runs_[l];
       if (!runs.empty() && runs.back().first + runs.back().second == (int64_t)i)
         ++runs.back().second;

@@ -119,14 +119,15 @@ void check_residency(const Options& o, int32_t residency, bool sequence_parallel
                  : ": a fully sharded strategy (parallel.data = \"fsdp\")");
   // What the units cannot carry yet, refused by name rather than computed wrong: a stage's
   // units are numbered per model chunk, and (moving gradients) gradients that finish_grads
-  // completes after the backward (sequence-parallel norms), experts averaged over another
-  // group, context parallelism, and BERT's heads.
+  // completes after the backward (sequence-parallel norms, QK-norm's under TP), experts averaged
+  // over another group, context parallelism, and BERT's heads.
   auto refuse = [&](bool bad, const std::string& what) {
     loom::require(!bad, key + " with " + what + " is not implemented");
   };
   refuse(o.stages > 1, "pipeline parallelism (parallel.pipeline > 1)");
   if (residency == LOOM_RESIDENCY_NOTIFY) return;
   refuse(sequence_parallel, "sequence parallelism (parallel.sequence_parallel)");
+  refuse(o.qk_norm && o.tp > 1, "QK-norm under tensor parallelism (qk_layernorm)");
   refuse(o.num_experts > 0, "a mixture of experts (num_experts > 0)");
   refuse(context > 1, "context parallelism (parallel.context > 1)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");

@@ -491,13 +491,14 @@ void DecoderModel::weight_backward(const loom_stage_weight_args& a) {
 }
 
 // Sequence-parallel replicated parameters (norms, row-parallel biases, wpe) saw only this
-// rank's tokens: sum over the tensor group. The tied embedding's two copies (first and last
-// stage) each hold part of the gradient: sum over the embedding group, so both step alike.
+// rank's tokens, and QK-norm's weights only this rank's heads: sum over the tensor group. The tied
+// embedding's two copies (first and last stage) each hold part of the gradient: sum over the
+// embedding group, so both step alike.
 void DecoderModel::finish_grads() {
   if (opt_.moe_expert_bias) update_expert_biases();
-  if (ctx_.tp.sequence_parallel)
-    for (Param& p : params_.all())
-      if (p.sp_partial) ctx_.tp.all_reduce(p.grad.get());
+  for (Param& p : params_.all())
+    if (p.tp_partial || (p.sp_partial && ctx_.tp.sequence_parallel))
+      ctx_.tp.all_reduce(p.grad.get());
   if (embedding_group_)
     loom::check(ctx_.host,
                 loom::comm_all_reduce(comm_, embedding_group_, params_.at("wte").grad.get(),

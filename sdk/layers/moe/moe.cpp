@@ -7,71 +7,10 @@
 
 #include <algorithm>
 
-#include "loom/cpp/weight_grads.hpp"
+#include "loom/cpp/layers/moe/row_ops.hpp"
 
 namespace loom::layers {
 namespace {
-
-// A parameter-gradient computation fn(ctx, in...) through loom::weight_grad_reading: now, or
-// within a split backward's B at its W, on a Ctx whose backend computes.
-template <class Fn, class... T>
-void param_grad(const Ctx& c, Fn fn, T... in) {
-  weight_grad_reading(
-      c.be,
-      [c, fn](const Backend& b, auto... t) {
-        Ctx k = c;
-        k.be = b;
-        fn(k, t...);
-      },
-      in...);
-}
-
-// out(M,C) = p(M) * x(M,C), row by row: M GEMMs of (1 x 1) @ (1 x C).
-void scale_rows(const Ctx& c, const DLTensor* p, const DLTensor* x, DLTensor* out, int64_t M,
-                int64_t C) {
-  if (M == 0) return;
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.m = 1;
-  g.n = C;
-  g.k = 1;
-  g.alpha = 1.0;
-  g.a = p;
-  g.lda = 1;
-  g.stride_a = 1;
-  g.b = x;
-  g.ldb = C;
-  g.stride_b = C;
-  g.c = out;
-  g.ldc = C;
-  g.stride_c = C;
-  g.batch = M;
-  c.call(&loom_ops::gemm, &g);
-}
-
-// out(M) = the row dots of a(M,C) and b(M,C): M GEMMs of (1 x C) @ (C x 1).
-void row_dots(const Ctx& c, const DLTensor* a, const DLTensor* b, DLTensor* out, int64_t M,
-              int64_t C) {
-  if (M == 0) return;
-  loom_gemm_args g{};
-  g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
-  g.trans_b = 1;
-  g.m = 1;
-  g.n = 1;
-  g.k = C;
-  g.alpha = 1.0;
-  g.a = a;
-  g.lda = C;
-  g.stride_a = C;
-  g.b = b;
-  g.ldb = C;
-  g.stride_b = C;
-  g.c = out;
-  g.ldc = 1;
-  g.stride_c = 1;
-  g.batch = M;
-  c.call(&loom_ops::gemm, &g);
-}
 
 // One grouped GEMM over the experts' rows (backend.h's grouped_gemm).
 void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, int64_t m,
@@ -92,35 +31,6 @@ void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, 
   g.b = b;
   g.c = out;
   c.call(&loom_ops::grouped_gemm, &g);
-}
-
-// Host doubles <-> a device tensor of any float dtype, through the statistics dtype.
-void download(const Ctx& c, const DLTensor* t, int64_t n, std::vector<double>& out) {
-  out.resize((size_t)n);
-  if (n == 0) return;
-  Tensor wide = c.alloc(c.stat_dtype(), {n});
-  View src = view(t, {n});
-  c.call(&loom_ops::copy, wide.get(), (const DLTensor*)src);
-  if (c.stat_dtype().bits == 64) {
-    loom::check(c.host, c.be.api()->to_host(c.be.self(), wide.get(), out.data(), n * 8));
-  } else {
-    std::vector<float> f((size_t)n);
-    loom::check(c.host, c.be.api()->to_host(c.be.self(), wide.get(), f.data(), n * 4));
-    std::copy(f.begin(), f.end(), out.begin());
-  }
-}
-void upload(const Ctx& c, const std::vector<double>& v, DLTensor* t) {
-  const int64_t n = (int64_t)v.size();
-  if (n == 0) return;
-  Tensor wide = c.alloc(c.stat_dtype(), {n});
-  if (c.stat_dtype().bits == 64) {
-    loom::check(c.host, c.be.api()->from_host(c.be.self(), wide.get(), v.data(), n * 8));
-  } else {
-    std::vector<float> f(v.begin(), v.end());
-    loom::check(c.host, c.be.api()->from_host(c.be.self(), wide.get(), f.data(), n * 4));
-  }
-  View dst = view(t, {n});
-  c.call(&loom_ops::copy, dst.get(), (const DLTensor*)wide.get());
 }
 
 // Host row indices to a device i32 tensor.
@@ -213,6 +123,7 @@ MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
       m.sb1 = &ps.at(p + ".shared.c_fc.bias");
       m.sb2 = &ps.at(p + ".shared.c_proj.bias");
     }
+    if (o.moe_shared_gate) m.sg = &ps.at(p + ".shared.gate.weight");
   }
   m.balancing = o.moe_balancing == "none"           ? Balancing::kNone
                 : o.moe_balancing == "seq_aux_loss" ? Balancing::kPerSequence
@@ -416,49 +327,6 @@ void MoeMlp::combine(const Ctx& c, MoeActs& m, const DLTensor* yl, DLTensor* ye)
   if (R > 0) loom::embedding_forward(c.be, yr.get(), view(m.linv_dev, {R}), yl, false);
   loom::check(c.host, loom::comm_all_to_all_v(c.ep.comm, c.ep.group, yr, out.get(), m.recv.data(),
                                               m.send.data(), c.ep.stream));
-}
-
-// y (N,C) += shared.c_proj(act(shared.c_fc(x))): every token, weight 1.
-void MoeMlp::shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
-                            DLTensor* y) const {
-  if (!m.sh || m.sh.get()->shape[0] < N) {
-    m.sh = c.alloc({N, s_fc_out});
-    m.sa = c.alloc({N, S});
-    m.dsh = c.alloc({N, s_fc_out});
-    m.dsa = c.alloc({N, S});
-  }
-  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
-  c.gemm(false, true, N, s_fc_out, C, {x, C}, {s1->value.get(), C}, h.get(), s_fc_out, 0, 0.0);
-  if (sb1) loom::bias_add(c.be, h.get(), sb1->value.get());
-  loom::act_forward(c.be, act, av.get(), h);
-  c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, y, C, 0, 1.0);
-  if (sb2) loom::bias_add(c.be, y, sb2->value.get());
-}
-
-// The shared expert's parameter gradients from dy (N,C); dx (N,C) += its input gradient.
-void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
-                             const DLTensor* dy, DLTensor* dx) const {
-  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
-  View dh = view(m.dsh, {N, s_fc_out}), da = view(m.dsa, {N, S});
-  using T = const DLTensor*;
-  View dyv(dy, {N, C}), xv(x, {N, C});
-  param_grad(
-      c,
-      [=, this](const Ctx& k, T d, T a) {
-        if (sb2) loom::bias_backward(k.be, sb2->grad.get(), d);
-        k.gemm(true, false, C, S, N, {d, C}, {a, S}, s2->grad.get(), S, 0, 1.0);
-      },
-      (T)dyv.get(), (T)av.get());
-  c.gemm(false, false, N, S, C, {dy, C}, {s2->value.get(), S}, da.get(), S, 0, 0.0);
-  loom::act_backward(c.be, act, dh.get(), h, da);
-  param_grad(
-      c,
-      [=, this](const Ctx& k, T d, T xi) {
-        if (sb1) loom::bias_backward(k.be, sb1->grad.get(), d);
-        k.gemm(true, false, s_fc_out, C, N, {d, s_fc_out}, {xi, C}, s1->grad.get(), C, 0, 1.0);
-      },
-      (T)dh.get(), (T)xv.get());
-  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
 }
 
 void MoeMlp::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,

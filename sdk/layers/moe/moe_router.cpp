@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "loom/cpp/plugin.hpp"
@@ -34,10 +35,38 @@ void topk_row(const double* row, int64_t E, int64_t k, int32_t* idx) {
   std::copy(order.begin(), order.begin() + k, idx);
 }
 
+// The k best of row (E), the scores routing reads; group-limited (Megatron's
+// group_limited_topk, DeepSeek-V3's node-limited routing): only within the group_topk best of
+// num_groups groups of E / num_groups experts, a group's score the sum of its
+// topk / group_topk best scores.
+void choose(const RouterConfig& c, const double* row, int32_t* idx) {
+  const int64_t E = c.experts, K = c.topk, G = c.num_groups;
+  if (G <= 0) return topk_row(row, E, K, idx);
+  const int64_t per = E / G, best = K / c.group_topk;
+  std::vector<double> group((size_t)G, 0.0);
+  std::vector<int32_t> top((size_t)std::max(best, c.group_topk));
+  for (int64_t g = 0; g < G; ++g) {
+    topk_row(row + g * per, per, best, top.data());
+    for (int64_t i = 0; i < best; ++i) group[(size_t)g] += row[g * per + top[(size_t)i]];
+  }
+  topk_row(group.data(), G, c.group_topk, top.data());
+  std::vector<double> masked((size_t)E, -std::numeric_limits<double>::infinity());
+  for (int64_t i = 0; i < c.group_topk; ++i)
+    std::copy(row + top[(size_t)i] * per, row + (top[(size_t)i] + 1) * per,
+              masked.begin() + top[(size_t)i] * per);
+  topk_row(masked.data(), E, K, idx);
+}
+
 void check(const RouterConfig& c) {
   require(c.experts >= 1 && c.topk >= 1 && c.topk <= c.experts,
           "moe router: topk (" + std::to_string(c.topk) +
               ") must be in [1, experts = " + std::to_string(c.experts) + "]");
+  require(c.num_groups <= 0 ||
+              (c.experts % c.num_groups == 0 && c.group_topk >= 1 && c.group_topk <= c.num_groups &&
+               c.topk % c.group_topk == 0 && c.topk / c.group_topk <= c.experts / c.num_groups),
+          "moe router: " + std::to_string(c.num_groups) + " groups with the best " +
+              std::to_string(c.group_topk) + " of them do not route " + std::to_string(c.topk) +
+              " of " + std::to_string(c.experts) + " experts");
   require(c.score == "softmax" || c.score == "sigmoid",
           "moe router: score function \"" + c.score + "\" is neither softmax nor sigmoid");
   require(c.drop_policy == "probs" || c.drop_policy == "position",
@@ -99,11 +128,11 @@ Routing route(const RouterConfig& cfg, const double* logits, int64_t N, const do
     double* p = r.prob.data() + n * K;
     if (cfg.score == "softmax" && cfg.pre_softmax) {
       softmax_row(row, E, s);
-      topk_row(s, E, K, idx);
+      choose(cfg, s, idx);
       for (int64_t j = 0; j < K; ++j) p[j] = s[idx[j]];
     } else if (cfg.score == "softmax") {
       std::copy(row, row + E, s);
-      topk_row(s, E, K, idx);
+      choose(cfg, s, idx);
       std::vector<double> chosen((size_t)K);
       for (int64_t j = 0; j < K; ++j) chosen[(size_t)j] = row[idx[j]];
       softmax_row(chosen.data(), K, p);
@@ -112,12 +141,14 @@ Routing route(const RouterConfig& cfg, const double* logits, int64_t N, const do
         s[e] = sigmoid(row[e]);
         pick[(size_t)e] = s[e] + (bias ? bias[e] : 0.0);
       }
-      topk_row(pick.data(), E, K, idx);
+      choose(cfg, pick.data(), idx);
       double z = 0;
       for (int64_t j = 0; j < K; ++j) z += (p[j] = s[idx[j]]);
       if (K > 1)
         for (int64_t j = 0; j < K; ++j) p[j] /= z + kSigmoidEps;
     }
+    if (cfg.topk_scaling_factor > 0)
+      for (int64_t j = 0; j < K; ++j) p[j] *= cfg.topk_scaling_factor;
   }
   if (cfg.capacity_factor > 0) apply_capacity(cfg, r);
   r.tokens_per_expert.assign((size_t)E, 0);
@@ -130,12 +161,13 @@ void route_backward(const RouterConfig& cfg, const Routing& r, const double* log
                     const double* dprob, double* dlogits) {
   const int64_t E = r.experts, K = r.topk;
   std::vector<double> dp((size_t)K);
+  const double scale = cfg.topk_scaling_factor > 0 ? cfg.topk_scaling_factor : 1.0;
   for (int64_t n = 0; n < r.tokens; ++n) {
     const int32_t* idx = r.expert.data() + n * K;
     const double* s = r.scores.data() + n * E;
     double* dl = dlogits + n * E;
     for (int64_t j = 0; j < K; ++j)  // a dropped choice weighs nothing, so passes nothing
-      dp[(size_t)j] = r.kept[(size_t)(n * K + j)] ? dprob[n * K + j] : 0.0;
+      dp[(size_t)j] = r.kept[(size_t)(n * K + j)] ? scale * dprob[n * K + j] : 0.0;
     if (cfg.score == "softmax" && cfg.pre_softmax) {  // p_j = s[e_j], s = softmax(logits)
       double dot = 0;
       for (int64_t j = 0; j < K; ++j) dot += dp[(size_t)j] * s[idx[j]];

@@ -1,6 +1,6 @@
-// Loom layer library, attention block: fused qkv projection (c_attn), optional RoPE, the attention
-// core of the run's attention plugin, output projection (c_proj). Packed documents (Step::docs)
-// restart RoPE at each document and reach the attention plugin as its variable-length
+// Loom layer library, attention block: fused qkv projection (c_attn), optional QK-norm and RoPE,
+// the attention core of the run's attention plugin, output projection (c_proj). Packed documents
+// (Step::docs) restart RoPE at each document and reach the attention plugin as its variable-length
 // sequences (loom.attention-seqlens/1), beside a sliding window when there is one.
 //
 // c_attn.weight is ((Hq + 2*Hkv)*D, C) with rows [q | k | v]; the three parts are computed
@@ -118,11 +118,16 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
       {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
       o.attention_window};
   Param& w = ps.at(prefix + ".c_attn.weight");
-  Param* b = o.bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
+  Param* b = o.qkv_bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
   a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
                  make_linear(w, b, o.q_dim() + o.kv_dim(), o.kv_dim())};
   a.o.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
                         o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
+  a.qk_norm = o.qk_norm;
+  if (a.qk_norm) {
+    a.q_norm = Norm::make(o, ps, prefix + ".q_norm");
+    a.k_norm = Norm::make(o, ps, prefix + ".k_norm");
+  }
   return a;
 }
 
@@ -133,8 +138,18 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
   const int64_t C = o.lin.out;
   View xf = view(a.ln1_full, {N, C});
+  // With QK-norm the projections land in q_in, k_in and the norms write q, k: each head's
+  // D values a row of (N*H, D).
+  View qp = view(qk_norm ? a.q_in : a.q, {B, T, Hq, D});
+  View kp = view(qk_norm ? a.k_in : a.k, {B, T, Hkv, D});
   qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
-              {qv.get(), kv.get(), vv.get()});
+              {qp.get(), kp.get(), vv.get()});
+  if (qk_norm) {
+    q_norm.forward(c, view(a.q, {N * Hq, D}), view(a.qn_mean, {N * Hq}), view(a.qn_rstd, {N * Hq}),
+                   view(a.q_in, {N * Hq, D}));
+    k_norm.forward(c, view(a.k, {N * Hkv, D}), view(a.kn_mean, {N * Hkv}),
+                   view(a.kn_rstd, {N * Hkv}), view(a.k_in, {N * Hkv, D}));
+  }
   if (rope) {
     loom::layers::rope(c, s, qv.get(), rope_theta, false);
     loom::layers::rope(c, s, kv.get(), rope_theta, false);
@@ -208,11 +223,22 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
     loom::layers::rope(c, s, dq.get(), rope_theta, true);
     loom::layers::rope(c, s, dk.get(), rope_theta, true);
   }
+  View dqp = dq, dkp = dk;  // the projections' output gradients
+  if (qk_norm) {            // through the norms: dq_in, dk_in (=); their weights' +=
+    dqp = view(g.dq_in, {B, T, Hq, D});
+    dkp = view(g.dk_in, {B, T, Hkv, D});
+    q_norm.backward(c, view(g.dq_in, {N * Hq, D}), view(g.dq, {N * Hq, D}),
+                    view(a.q_in, {N * Hq, D}), view(a.qn_mean, {N * Hq}),
+                    view(a.qn_rstd, {N * Hq}));
+    k_norm.backward(c, view(g.dk_in, {N * Hkv, D}), view(g.dk, {N * Hkv, D}),
+                    view(a.k_in, {N * Hkv, D}), view(a.kn_mean, {N * Hkv}),
+                    view(a.kn_rstd, {N * Hkv}));
+  }
   // d(att) is consumed; dx may reuse its buffer (g.dln) from here on.
   View xf = view(a.ln1_full, {N, C});
   if (sp) c.tp.all_gather(x, xf);  // the input again: layers share the gathered buffer
   View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {N, C});
-  qkv.backward(c.be, c.tp, {dq.get(), dk.get(), dv.get()}, sp ? (const DLTensor*)xf : x, N, dx,
+  qkv.backward(c.be, c.tp, {dqp.get(), dkp.get(), dv.get()}, sp ? (const DLTensor*)xf : x, N, dx,
                dxf.get());
 }
 

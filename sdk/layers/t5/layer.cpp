@@ -21,8 +21,8 @@ void T5DecoderLayer::declare(ParamDeclarer& d, const std::string& p) {
   d.norm(p + ".ln_1");
   d.attention(p + ".attn");
   d.norm(p + ".ln_x");
-  d.column(p + ".xattn.q", {o.n_head * D}, o.n_embd, d.std);
-  d.column(p + ".xattn.kv", {o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, d.std);
+  d.column(p + ".xattn.q", {o.n_head * D}, o.n_embd, d.std, o.bias);
+  d.column(p + ".xattn.kv", {o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, d.std, o.bias);
   d.row(p + ".xattn.c_proj", o.n_embd, o.n_head * D, d.proj_std);
   d.norm(p + ".ln_2");
   d.mlp(p + ".mlp");

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Builds the tiny Hugging Face model directories under tests/model/hf/ and their reference
 logits, independently of Loom. Run once with Debian's python3-torch (no `transformers`: the
-forward passes below are written from transformers' GPT2LMHeadModel and LlamaForCausalLM,
-Conv1D, gelu_new, rotate-half RoPE with repeat_kv, RMSNorm), then committed:
+forward passes below are written from transformers' GPT2LMHeadModel, LlamaForCausalLM,
+MixtralForCausalLM and the Qwen2/Qwen3 (MoE) models: Conv1D, gelu_new, rotate-half RoPE with
+repeat_kv, RMSNorm, QK-norm, the sparse MoE blocks), then committed:
 
     /usr/bin/python3 tests/model/hf/make_reference.py
 
@@ -18,6 +19,11 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
                        rope_theta 500000 (Llama-3 shape), two shards with an index
   llama-mqa-tied-bf16  1 key-value head, tied embeddings, bfloat16
   mixtral-f32          MixtralForCausalLM: 4 SwiGLU experts, top-2, GQA, untied, rope_theta 1e6
+  qwen2-f32            Qwen2ForCausalLM: biases on q, k, v (not o), GQA, untied
+  qwen3-tied-bf16      Qwen3ForCausalLM: QK-norm, head_dim 8 over hidden 16 / 4 heads, tied
+  qwen2-moe-f32        Qwen2MoeForCausalLM: 4 experts, top-2 unnormalised, a gated shared expert;
+                       layer 1 dense (mlp_only_layers)
+  qwen3-moe-f32        Qwen3MoeForCausalLM: 4 experts, top-2 renormalised (norm_topk_prob)
 """
 import json
 import math
@@ -136,31 +142,69 @@ def mixtral_moe(f, m, h, cfg):
     return out
 
 
+def swiglu_mlp(f, p, h, gate="gate_proj", up="up_proj", down="down_proj"):
+    """LlamaMLP and the experts of Qwen's MoE: down(silu(gate x) * up x)."""
+    return (torch.nn.functional.silu(h @ f[p + gate + ".weight"].T) * (h @ f[p + up + ".weight"].T)) \
+        @ f[p + down + ".weight"].T
+
+
+def qwen_moe(f, m, h, cfg):
+    """Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock: softmax over the experts, top-k,
+    renormalised only with norm_topk_prob; Qwen2-MoE adds its shared expert scaled by
+    sigmoid(shared_expert_gate x)."""
+    E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(h @ f[m + "gate.weight"].T, -1)
+    top, idx = torch.topk(probs, K, -1)
+    if cfg["norm_topk_prob"]:
+        top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        weight = (top * (idx == e)).sum(-1, keepdim=True)
+        out = out + weight * swiglu_mlp(f, f"{m}experts.{e}.", h)
+    if "shared_expert_intermediate_size" in cfg:
+        gate = torch.sigmoid(h @ f[m + "shared_expert_gate.weight"].T)
+        out = out + gate * swiglu_mlp(f, m + "shared_expert.", h)
+    return out
+
+
 def llama(w, cfg, prompt):
+    """LlamaForCausalLM, and what Mixtral and Qwen2/3 (dense and MoE) change in it: q/k/v
+    biases where the weights have them (Qwen2), q_norm/k_norm RMSNorm over each head before
+    RoPE (Qwen3), head_dim apart from hidden_size / heads, and the MoE blocks."""
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D, eps, Tn = C // H, cfg["rms_norm_eps"], len(prompt)
+    D, eps, Tn = cfg.get("head_dim") or C // H, cfg["rms_norm_eps"], len(prompt)
     f = {k: t.double() for k, t in w.items()}
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     freqs = torch.outer(torch.arange(Tn, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), -1)
     cos, sin = emb.cos(), emb.sin()
+
+    def proj(x, p):
+        return x @ f[p + ".weight"].T + (f[p + ".bias"] if p + ".bias" in f else 0.0)
+
     x = f["model.embed_tokens.weight"][prompt]
     for l in range(cfg["num_hidden_layers"]):
         m = f"model.layers.{l}."
         a = rms_norm(x, f[m + "input_layernorm.weight"], eps)
-        q = (a @ f[m + "self_attn.q_proj.weight"].T).view(Tn, H, D).transpose(0, 1)
-        k = (a @ f[m + "self_attn.k_proj.weight"].T).view(Tn, KV, D).transpose(0, 1)
-        v = (a @ f[m + "self_attn.v_proj.weight"].T).view(Tn, KV, D).transpose(0, 1)
+        q = proj(a, m + "self_attn.q_proj").view(Tn, H, D)
+        k = proj(a, m + "self_attn.k_proj").view(Tn, KV, D)
+        v = proj(a, m + "self_attn.v_proj").view(Tn, KV, D).transpose(0, 1)
+        if m + "self_attn.q_norm.weight" in f:
+            q = rms_norm(q, f[m + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, f[m + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = (t.repeat_interleave(H // KV, 0) for t in (k, v))  # repeat_kv
-        y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, C)
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, H * D)
         x = x + y @ f[m + "self_attn.o_proj.weight"].T
         h = rms_norm(x, f[m + "post_attention_layernorm.weight"], eps)
         if "num_local_experts" in cfg:
             x = x + mixtral_moe(f, m + "block_sparse_moe.", h, cfg)
-            continue
-        gate, up = h @ f[m + "mlp.gate_proj.weight"].T, h @ f[m + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ f[m + "mlp.down_proj.weight"].T
+        elif "num_experts" in cfg and l not in cfg["mlp_only_layers"] \
+                and (l + 1) % cfg["decoder_sparse_step"] == 0:
+            x = x + qwen_moe(f, m + "mlp.", h, cfg)
+        else:
+            x = x + swiglu_mlp(f, m + "mlp.", h)
     x = rms_norm(x, f["model.norm.weight"], eps)
     head = f["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else f["lm_head.weight"]
     return x @ head.T
@@ -261,6 +305,69 @@ def mixtral_model(g, name):
     save(name, cfg, w, llama(w, cfg, prompt), prompt)
 
 
+def qwen_model(g, name, mt, dtype, tied, mlp_only_layers=()):
+    """Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (QK-norm, head_dim 8 over a width of
+    16 and 4 heads), Qwen2MoeForCausalLM (4 experts, top-2 unnormalised, a gated shared
+    expert; mlp_only_layers dense) and Qwen3MoeForCausalLM (top-2 renormalised), with the keys
+    save_pretrained writes for each."""
+    C, L, F, H, KV, P, E, Fe, S = 16, 2, 40, 4, 2, 64, 4, 12, 20
+    qwen3, moe = mt.startswith("qwen3"), mt.endswith("_moe")
+    D = 8 if qwen3 else C // H
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[mt]
+    cfg = {"architectures": [arch], "attention_dropout": 0.0, "bos_token_id": 151643,
+           "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": C,
+           "initializer_range": 0.02, "intermediate_size": F, "max_position_embeddings": P,
+           "max_window_layers": L, "model_type": mt, "num_attention_heads": H,
+           "num_hidden_layers": L, "num_key_value_heads": KV, "rms_norm_eps": 1e-06,
+           "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
+           "tie_word_embeddings": tied,
+           "torch_dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
+           "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+           "vocab_size": V}
+    if qwen3:
+        cfg.update({"attention_bias": False, "head_dim": D})
+    if moe:
+        cfg.update({"decoder_sparse_step": 1, "mlp_only_layers": list(mlp_only_layers),
+                    "moe_intermediate_size": Fe,
+                    "norm_topk_prob": qwen3, "num_experts": E, "num_experts_per_tok": 2,
+                    "output_router_logits": False, "router_aux_loss_coef": 0.001})
+        if not qwen3:
+            cfg["shared_expert_intermediate_size"] = S
+    w = {"model.embed_tokens.weight": rand(g, V, C), "model.norm.weight": rand(g, C, std=0.1, mean=1.0)}
+    if not tied:
+        w["lm_head.weight"] = rand(g, V, C)
+
+    def mlp(p, hidden):
+        w[p + "gate_proj.weight"], w[p + "up_proj.weight"] = rand(g, hidden, C), rand(g, hidden, C)
+        w[p + "down_proj.weight"] = rand(g, C, hidden, std=0.15)
+
+    for l in range(L):
+        m = f"model.layers.{l}."
+        w[m + "input_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "post_attention_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        for n, rows in (("q", H * D), ("k", KV * D), ("v", KV * D)):
+            w[m + f"self_attn.{n}_proj.weight"] = rand(g, rows, C)
+            if not qwen3:
+                w[m + f"self_attn.{n}_proj.bias"] = rand(g, rows, std=0.2)
+        w[m + "self_attn.o_proj.weight"] = rand(g, C, H * D)
+        if qwen3:
+            w[m + "self_attn.q_norm.weight"] = rand(g, D, std=0.1, mean=1.0)
+            w[m + "self_attn.k_norm.weight"] = rand(g, D, std=0.1, mean=1.0)
+        if not moe or l in mlp_only_layers:
+            mlp(m + "mlp.", F)
+            continue
+        w[m + "mlp.gate.weight"] = rand(g, E, C, std=1.0)
+        for e in range(E):
+            mlp(f"{m}mlp.experts.{e}.", Fe)
+        if not qwen3:
+            mlp(m + "mlp.shared_expert.", S)
+            w[m + "mlp.shared_expert_gate.weight"] = rand(g, 1, C, std=1.0)
+    w = {k: t.to(dtype) for k, t in w.items()}
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, llama(w, cfg, prompt), prompt)
+
+
 def main():
     g = torch.Generator().manual_seed(20261124)
     gpt2_model(g, "gpt2-f32", torch.float32, prefix=True, buffers=False)
@@ -268,6 +375,10 @@ def main():
     llama_model(g, "llama-gqa-f32", torch.float32, kv=2, tied=False, theta=500000.0, shards=2)
     llama_model(g, "llama-mqa-tied-bf16", torch.bfloat16, kv=1, tied=True, theta=10000.0, shards=1)
     mixtral_model(g, "mixtral-f32")
+    qwen_model(g, "qwen2-f32", "qwen2", torch.float32, tied=False)
+    qwen_model(g, "qwen3-tied-bf16", "qwen3", torch.bfloat16, tied=True)
+    qwen_model(g, "qwen2-moe-f32", "qwen2_moe", torch.float32, tied=False, mlp_only_layers=[1])
+    qwen_model(g, "qwen3-moe-f32", "qwen3_moe", torch.float32, tied=False)
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 

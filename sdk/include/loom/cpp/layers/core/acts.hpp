@@ -20,8 +20,11 @@ struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (Nl,C), (Nl), (Nl)
   Tensor ln1_full, ln2_full;       // (N,C), sequence parallelism only: shared, see above
   Tensor q, k, v;                  // (B,T,Hq,D), (B,T,Hkv,D) x2, after RoPE
-  Tensor att, lse;                 // (B,T,Hq,D) attention output, (B,Hq,T) f32
-  Tensor res2;                     // (N,C) residual after the attention half
+  // QK-norm only: q and k as projected (the norms' inputs), and their statistics per head
+  Tensor q_in, k_in;                          // (B,T,Hq,D), (B,T,Hkv,D)
+  Tensor qn_mean, qn_rstd, kn_mean, kn_rstd;  // (N*Hq), (N*Hkv)
+  Tensor att, lse;                            // (B,T,Hq,D) attention output, (B,Hq,T) f32
+  Tensor res2;                                // (N,C) residual after the attention half
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor h, a;  // (N, fc_out) MLP pre-activation, (N, F) post-activation
   // A MoE layer's routing and expert rows (moe.hpp), and its balancing and z losses of the
@@ -45,7 +48,8 @@ struct GradScratch {
   Tensor dtmp;  // (N,C) a norm's input gradient, before it joins dres
   Tensor dln;   // (N,C) gradient of a norm's output; also the attention output's
   Tensor dq, dk, dv;
-  Tensor dh, da;  // (N, fc_out), (N, F)
+  Tensor dq_in, dk_in;  // QK-norm only: the gradients of the norms' inputs
+  Tensor dh, da;        // (N, fc_out), (N, F)
   int64_t rows = 0;
   void ensure(const Ctx& c, const Options& o, int64_t rows);
 };

@@ -15,10 +15,12 @@ enum class Family { kGpt, kBert, kBertClassifier, kT5 };
 // A mixture of experts' router (moe/moe_router.hpp routes by it).
 struct RouterConfig {
   int64_t experts = 8, topk = 2;
-  std::string score = "softmax";      // "softmax" | "sigmoid"
-  bool pre_softmax = false;           // softmax only: top-k after the softmax over all experts
-  double capacity_factor = 0.0;       // <= 0: dropless
-  std::string drop_policy = "probs";  // "probs" | "position"
+  std::string score = "softmax";           // "softmax" | "sigmoid"
+  bool pre_softmax = false;                // softmax only: top-k after the softmax over all experts
+  double capacity_factor = 0.0;            // <= 0: dropless
+  int64_t num_groups = 0, group_topk = 0;  // group-limited routing (DeepSeek-V3); 0: off
+  double topk_scaling_factor = 0.0;        // > 0: the combine weights times this
+  std::string drop_policy = "probs";       // "probs" | "position"
 };
 
 // ----- options (options.cpp) --------------------------------------------------------------
@@ -33,6 +35,10 @@ struct Options {
   bool rope = false, bias = true, tie_embeddings = true;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
+  // Qwen's attention (model/gpt): qk_norm normalises each head's q and k (the `norm` kind over
+  // head_dim, weights q_norm/k_norm shared by the heads) before RoPE; qkv_bias gives c_attn a
+  // bias (always when `bias`, alone with add_qkv_bias).
+  bool qk_norm = false, qkv_bias = true;
   // BERT (model/bert): bidirectional attention within each row's real tokens (the batch's
   // padding_mask), token-type embeddings, and on the last stage the LM head's transform
   // (dense, GELU, LayerNorm, output bias) and the pooler with the binary (SOP) head.
@@ -55,10 +61,12 @@ struct Options {
   bool relative = false;
   int64_t rel_buckets = 32, rel_max_distance = 128;
   // A mixture of experts (model/gpt, Megatron's --num-experts and --moe-*): num_experts > 0
-  // makes every moe_layer_freq-th layer (from layer 0) a MoE layer (kMoeBlock) of
-  // num_experts experts of moe_ffn_hidden columns, routed by moe_router.
-  int64_t num_experts = 0, moe_ffn_hidden = 0, moe_layer_freq = 1;
-  int64_t moe_shared_hidden = 0;  // a shared expert every token goes through (0: none)
+  // makes the layers moe_layer_freq picks MoE layers (kMoeBlock) of num_experts experts of
+  // moe_ffn_hidden columns, routed by moe_router.
+  int64_t num_experts = 0, moe_ffn_hidden = 0;
+  std::vector<uint8_t> moe_layers;  // (n_layer) 1: a MoE layer (moe_layer_freq's pattern)
+  int64_t moe_shared_hidden = 0;    // a shared expert every token goes through (0: none)
+  bool moe_shared_gate = false;     // its output scaled by sigmoid(x . shared.gate) (Qwen2-MoE)
   RouterConfig moe_router;
   double moe_aux_coeff = 0.0, moe_z_coeff = 0.0;
   std::string moe_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
@@ -71,7 +79,9 @@ struct Options {
   // step towards the mean load.
   bool moe_expert_bias = false;
   double moe_bias_rate = 1e-3;
-  bool is_moe_layer(int64_t l) const { return num_experts > 0 && l % moe_layer_freq == 0; }
+  bool is_moe_layer(int64_t l) const {
+    return num_experts > 0 && (size_t)l < moe_layers.size() && moe_layers[(size_t)l];
+  }
   bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;

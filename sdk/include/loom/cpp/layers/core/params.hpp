@@ -25,6 +25,7 @@ struct Param {
   std::vector<int64_t> blocks;
   int32_t pipeline_duplicate = 0;  // the last stage's copy of the tied wte
   bool sp_partial = false;         // gradient partial per rank under sequence parallelism
+  bool tp_partial = false;         // gradient partial per tensor rank in any case (QK-norm)
   // An expert parameter (> 0): dimension 0 holds this expert rank's slab (ep_rank of
   // ep_size) of the experts; its gradient is averaged over the expert-data group.
   int32_t ep_size = 0, ep_rank = 0;
@@ -96,12 +97,13 @@ class ParamDeclarer {
   ParamDeclarer(const Options& o, ParamStore& ps, bool sequence_parallel);
   // p.weight (and p.bias): replicated; under sequence parallelism a per-rank partial gradient
   void norm(const std::string& p);
-  // column-parallel: output rows split (dim 0) by blocks, bias split alike
-  void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std);
+  // column-parallel: output rows split (dim 0) by blocks, bias (when `bias`) split alike
+  void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std, bool bias);
   // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
   void row(const std::string& p, int64_t out, int64_t in_global, double std);
-  void attention(const std::string& p);  // p.c_attn (q|k|v rows), p.c_proj: AttentionBlock's
-  void mlp(const std::string& p);        // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
+  // p.c_attn (q|k|v rows), p.c_proj, and with QK-norm p.q_norm, p.k_norm: AttentionBlock's
+  void attention(const std::string& p);
+  void mlp(const std::string& p);  // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
   // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
   // biases: MoeMlp's, whole on every tensor rank; the experts' E / EP of this expert rank
   void moe(const std::string& p);

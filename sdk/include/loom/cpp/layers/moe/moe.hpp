@@ -7,7 +7,8 @@
 //   h = xp W1_e^T (+ b1_e); a = act(h)       experts.c_fc (E, fc_out, C): one grouped GEMM
 //   ye = a W2_e^T (+ b2_e)                   experts.c_proj (E, C, F): one grouped GEMM
 //   y[n] = sum over n's kept choices of prob * ye[row]
-//   y += the shared expert's MLP of x (shared.c_fc, shared.c_proj), when there is one
+//   y += the shared expert's MLP of x (shared.c_fc, shared.c_proj), when there is one,
+//        scaled by sigmoid(x . shared.gate) when gated (shared_expert.cpp)
 // The balancing and z losses are computed with the routing; their gradients reach the
 // router's logits in backward, scaled like every loss term (Step::moe_grad_scale).
 // Under tensor parallelism every tensor rank runs the router and the dispatch on the same
@@ -48,6 +49,8 @@ struct MoeActs {
   Tensor xp, ye, out;                     // (M,C) x3
   Tensor d1, d2, dprob, dlog;             // backward: (M,C) x2, (M), (N,E)
   Tensor sh, sa, dsh, dsa;                // the shared expert: (N,s_fc_out), (N,S) and grads
+  Tensor sz, dsz, sgl;                    // its gate: (N,C) ungated output and scratch, (N)
+  std::vector<double> gate;               // (N) host: the gate's values
   // Expert parallelism: R rows reach this rank's experts.
   std::vector<int64_t> send, recv;   // (EP) rows to / from each rank of the expert group
   std::vector<int64_t> lcounts;      // (E/EP) rows per local expert, from every rank
@@ -66,6 +69,7 @@ struct MoeMlp {
   bool split = false;            // expert tensor parallelism: F is this tensor rank's share
   Param *w1 = nullptr, *b1 = nullptr, *w2 = nullptr, *b2 = nullptr;
   Param *s1 = nullptr, *sb1 = nullptr, *s2 = nullptr, *sb2 = nullptr;  // the shared expert
+  Param* sg = nullptr;  // (1, C): its gate (moe_shared_expert_gate), or none
   int64_t S = 0, s_fc_out = 0;
   RouterConfig cfg;
   loom_act_kind act = LOOM_ACT_GELU_TANH;
@@ -94,6 +98,7 @@ struct MoeMlp {
   // (m.r rows); and the experts' outputs m.yl back into ye (M rows).
   void dispatch(const Ctx& c, MoeActs& m, const DLTensor* xp) const;
   void combine(const Ctx& c, MoeActs& m, const DLTensor* yl, DLTensor* ye) const;
+  // shared_expert.cpp: y += its output; dx += its input gradient from dy
   void shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, DLTensor* y) const;
   void shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x, const DLTensor* dy,
                        DLTensor* dx) const;

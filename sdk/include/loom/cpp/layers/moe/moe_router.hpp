@@ -8,6 +8,10 @@
 //   sigmoid:               s = sigmoid(logits); top-k of s + expert_bias (DeepSeek-V3's
 //                          aux-loss-free balancing: the bias picks, never weighs);
 //                          probs = the chosen s / their sum (k > 1)
+//   group-limited (num_groups > 0, DeepSeek-V3's): the top-k only within the group_topk best
+//     of num_groups groups of experts, a group scored by the sum of its topk / group_topk
+//     best routing scores (Megatron's group_limited_topk)
+//   topk_scaling_factor > 0: probs times it (DeepSeek-V3's routed_scaling_factor)
 //   capacity (capacity_factor > 0): each expert keeps ceil(N k / E * factor) of the tokens
 //     routed to it, the likeliest ("probs") or the first ("position"); a dropped choice's
 //     weight is 0 and its token skips that expert

@@ -6,6 +6,7 @@
 
 #include "loom/cpp/layers/core/acts.hpp"
 #include "loom/cpp/layers/core/params.hpp"
+#include "loom/cpp/layers/ops/norm.hpp"
 
 namespace loom::layers {
 
@@ -27,6 +28,9 @@ struct AttentionBlock {
   double rope_theta = 10000.0;
   // Sliding window, asked of the attention plugin as a required extension (0 = none).
   loom_attention_window window{};
+  // QK-norm (Qwen3): each head's q and k normalised over D before RoPE.
+  bool qk_norm = false;
+  Norm q_norm, k_norm;
 
   static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
   // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.

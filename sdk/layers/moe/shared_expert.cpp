@@ -1,0 +1,95 @@
+// Loom layer library, a mixture of experts' shared expert (see loom/cpp/layers/moe/moe.hpp):
+// an MLP every token goes through beside its routed experts (DeepSeek's, Qwen2-MoE's), and,
+// with moe_shared_expert_gate, its output scaled per token by sigmoid(x . shared.gate):
+//   h = x W1^T (+ b1); a = act(h); z = a W2^T (+ b2)   shared.c_fc, shared.c_proj
+//   g = sigmoid(x wg^T) (N)                          shared.gate.weight (1, C)
+//   y += g * z   (gateless: y += z)
+// The gate's logits go to the host in float64 as the router's do, so that its sigmoid and
+// derivative are computed alike on every backend.
+#include <cmath>
+
+#include "loom/cpp/layers/moe/moe.hpp"
+#include "loom/cpp/layers/moe/row_ops.hpp"
+
+namespace loom::layers {
+
+void MoeMlp::shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
+                            DLTensor* y) const {
+  if (!m.sh || m.sh.get()->shape[0] < N) {
+    m.sh = c.alloc({N, s_fc_out});
+    m.sa = c.alloc({N, S});
+    m.dsh = c.alloc({N, s_fc_out});
+    m.dsa = c.alloc({N, S});
+    if (sg) {
+      m.sz = c.alloc({N, C});
+      m.dsz = c.alloc({N, C});
+      m.sgl = c.alloc({N});
+    }
+  }
+  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
+  c.gemm(false, true, N, s_fc_out, C, {x, C}, {s1->value.get(), C}, h.get(), s_fc_out, 0, 0.0);
+  if (sb1) loom::bias_add(c.be, h.get(), sb1->value.get());
+  loom::act_forward(c.be, act, av.get(), h);
+  if (!sg) {
+    c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, y, C, 0, 1.0);
+    if (sb2) loom::bias_add(c.be, y, sb2->value.get());
+    return;
+  }
+  View z = view(m.sz, {N, C}), gz = view(m.dsz, {N, C}), gl = view(m.sgl, {N});
+  c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, z.get(), C, 0, 0.0);
+  if (sb2) loom::bias_add(c.be, z.get(), sb2->value.get());
+  c.gemm(false, true, N, 1, C, {x, C}, {sg->value.get(), C}, gl.get(), 1, 0, 0.0);
+  download(c, gl, N, m.gate);
+  for (double& g : m.gate) g = 1.0 / (1.0 + std::exp(-g));
+  upload(c, m.gate, gl.get());  // from here m.sgl holds g
+  scale_rows(c, gl, z, gz.get(), N, C);
+  c.call(&loom_ops::add, y, (const DLTensor*)y, (const DLTensor*)gz);
+}
+
+// The shared expert's parameter gradients from dy (N,C); dx (N,C) += its input gradient.
+void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor* x,
+                             const DLTensor* dy, DLTensor* dx) const {
+  View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
+  View dh = view(m.dsh, {N, s_fc_out}), da = view(m.dsa, {N, S});
+  using T = const DLTensor*;
+  View dyv(dy, {N, C}), xv(x, {N, C});
+  if (sg) {  // dz = g * dy; d(logit) = (dy . z) g (1 - g) through the gate, into m.sgl
+    View z = view(m.sz, {N, C}), dz = view(m.dsz, {N, C}), gl = view(m.sgl, {N});
+    scale_rows(c, gl, dyv, dz.get(), N, C);
+    row_dots(c, dyv, z, gl.get(), N, C);
+    std::vector<double> dlogit;
+    download(c, gl, N, dlogit);
+    for (int64_t n = 0; n < N; ++n) {
+      const double g = m.gate[(size_t)n];
+      dlogit[(size_t)n] *= g * (1.0 - g);
+    }
+    upload(c, dlogit, gl.get());
+    param_grad(
+        c,
+        [=, this](const Ctx& k, T d, T xi) {
+          k.gemm(true, false, 1, C, N, {d, 1}, {xi, C}, sg->grad.get(), C, 0, 1.0);
+        },
+        (T)gl.get(), (T)xv.get());
+    c.gemm(false, false, N, C, 1, {gl, 1}, {sg->value.get(), C}, dx, C, 0, 1.0);
+    dyv = dz;  // the rest as without a gate, from dz
+  }
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T a) {
+        if (sb2) loom::bias_backward(k.be, sb2->grad.get(), d);
+        k.gemm(true, false, C, S, N, {d, C}, {a, S}, s2->grad.get(), S, 0, 1.0);
+      },
+      (T)dyv.get(), (T)av.get());
+  c.gemm(false, false, N, S, C, {dyv, C}, {s2->value.get(), S}, da.get(), S, 0, 0.0);
+  loom::act_backward(c.be, act, dh.get(), h, da);
+  param_grad(
+      c,
+      [=, this](const Ctx& k, T d, T xi) {
+        if (sb1) loom::bias_backward(k.be, sb1->grad.get(), d);
+        k.gemm(true, false, s_fc_out, C, N, {d, s_fc_out}, {xi, C}, s1->grad.get(), C, 0, 1.0);
+      },
+      (T)dh.get(), (T)xv.get());
+  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
+}
+
+}  // namespace loom::layers
