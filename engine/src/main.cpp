@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 
 #include "base/errors.hpp"
@@ -97,11 +98,12 @@ int cmd_validate(const std::vector<std::string>& args) {
   c.options.add_options()("print",
                           "print the resolved recipe (every key, defaults filled) as TOML")(
       "world", po::value<int>(),
-      "ranks to lay out (default: the launcher's world size, else tensor x context x "
-      "pipeline)")("memory",
-                   "print what each rank would hold (parameters, gradients, main parameters, "
-                   "optimizer state, buffers, activations), from one step walked through on "
-                   "backend/meta: nothing is computed or allocated");
+      "ranks to lay out (default: the launcher's world size, else the fewest the layout "
+      "takes: tensor x context x pipeline, with the data ranks expert parallelism needs)")(
+      "memory",
+      "print what each rank would hold (parameters, gradients, main parameters, "
+      "optimizer state, buffers, activations), from one step walked through on "
+      "backend/meta: nothing is computed or allocated");
   add_set_option(c);
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
@@ -122,9 +124,9 @@ int cmd_validate(const std::vector<std::string>& args) {
     throw UsageError("loom validate: --world must be at least 1, got " +
                      std::to_string(c.vm["world"].as<int>()));
   int world = c.vm.count("world") ? c.vm["world"].as<int>() : launcher_world_size();
-  if (world <= 0) {
+  if (world <= 0) {  // the smallest world the layout fits: expert parallelism needs data ranks
     loom::layout::Degrees d = layout_degrees(recipe);
-    world = d.tensor * d.context * d.pipeline;
+    world = d.tensor * d.context * d.pipeline * (d.expert / std::gcd(d.expert, d.context));
   }
   check_layout(recipe, world);
   check_model_batch(recipe, registry);

@@ -93,6 +93,10 @@ Listing build() {
   F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(num_groups) F(sizes) F(alpha) F(beta)
   F(a) F(b) F(c) F(ext)
   END
+  STRUCT(loom_copy_strided_args)
+  F(struct_size) F(dst) F(ld_dst) F(offset_dst) F(src) F(ld_src) F(offset_src) F(rows) F(cols)
+  F(ext)
+  END
   STRUCT(loom_bias_add_args) F(struct_size) F(out) F(bias) F(ext) END
   STRUCT(loom_bias_bwd_args) F(struct_size) F(dbias) F(dout) F(ext) END
   STRUCT(loom_embedding_fwd_args)
@@ -129,7 +133,7 @@ Listing build() {
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
   F(norm_backward) F(act_forward) F(act_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy)
-  F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm)
+  F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm) F(copy_strided)
   END
   STRUCT(loom_backend_info)
   F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak) F(mem_total) F(kernel_launches) F(host_syncs) F(device_mallocs)

@@ -190,6 +190,57 @@ TEST_CASE("copy: shape and dtype errors") {
                "copy: no cast from bf16 to i32");
 }
 
+// ABI 2.21's strided copy against the element rule written here, in f32 and bf16, through
+// the backend's kernel and through the SDK's row-by-row fallback for a backend without one.
+TEST_CASE("copy_strided: a block between row-strided layouts, and its refusals") {
+  const int64_t rows = 5, cols = 3, ld_src = 7, off_src = 2, ld_dst = 4, off_dst = 1;
+  std::vector<float> sv(rows * ld_src + off_src), dv(rows * ld_dst + off_dst + 2, -1.0f);
+  for (size_t i = 0; i < sv.size(); ++i) sv[i] = (float)i + 0.5f;
+  for (DLDataType dt : {loom_f32(), loom_bf16()}) {
+    loom::Tensor src(B(), loom_f32(), {(int64_t)sv.size()}),
+        dst(B(), loom_f32(), {(int64_t)dv.size()});
+    src.upload(sv);
+    dst.upload(dv);
+    loom::Tensor s(B(), dt, {(int64_t)sv.size()}), d(B(), dt, {(int64_t)dv.size()});
+    B().call(&loom_ops::copy, s.get(), src.get());
+    B().call(&loom_ops::copy, d.get(), dst.get());
+    for (bool fallback : {false, true}) {
+      loom_ops shorter = B().ops();  // a backend built before ABI 2.21
+      shorter.struct_size = LOOM_OPS_SIZE_V2_5;
+      const loom_backend_api api = [&] {
+        loom_backend_api a = *B().api();
+        a.ops = &shorter;
+        return a;
+      }();
+      const loom::Backend old(B().host(), {&api, B().self()});
+      loom::copy_strided(fallback ? old : B(), d.get(), ld_dst, off_dst, s.get(), ld_src, off_src,
+                         rows, cols);
+      B().call(&loom_ops::copy, dst.get(), d.get());
+      const std::vector<float> got = dst.download<float>();
+      std::vector<float> want = dv;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j)
+          want[(size_t)(off_dst + r * ld_dst + j)] = sv[(size_t)(off_src + r * ld_src + j)];
+      CHECK(got == want);  // small integers + 0.5: exact in bf16 too
+    }
+  }
+  loom::Tensor a(B(), loom_f32(), {20}), b(B(), loom_f32(), {20}), h(B(), loom_bf16(), {20});
+  auto strided = [&](DLTensor* dst, const DLTensor* src, int64_t ld, int64_t off, int64_t r,
+                     int64_t c) {
+    const loom_copy_strided_args x{
+        LOOM_COPY_STRIDED_ARGS_SIZE_V2_21, dst, ld, off, src, ld, 0, r, c, nullptr};
+    B().call(&loom_ops::copy_strided, &x);
+  };
+  expect_error([&] { strided(a.get(), b.get(), 5, 0, 5, 5); }, LOOM_ERR_INVALID_ARGUMENT,
+               "copy_strided: a block reaches past its tensor (25 of 20 elements of dst");
+  expect_error([&] { strided(a.get(), b.get(), 2, 0, 3, 3); }, LOOM_ERR_INVALID_ARGUMENT,
+               "copy_strided: a stride is shorter than a row's cols");
+  expect_error([&] { strided(h.get(), b.get(), 4, 0, 2, 2); }, LOOM_ERR_INVALID_ARGUMENT,
+               "copy_strided: dst and src differ in dtype");
+  expect_error([&] { strided(a.get(), a.get(), 4, 2, 3, 3); }, LOOM_ERR_INVALID_ARGUMENT,
+               "copy_strided: the blocks overlap");
+}
+
 TEST_CASE("add and axpby") {
   Vec a = random_vec(50, 20), b = random_vec(50, 21);
   for (auto dt : {loom_f32(), loom_f64()}) {

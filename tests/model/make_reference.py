@@ -52,7 +52,29 @@ CONFIGS = {
                      tie_embeddings="false", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
                      add_qkv_bias="true"),
         vocab=64, batch=2, seq=8, seed=8765),
+    # DeepSeek's multi-head latent attention: a query latent of 6, a key/value latent of 8,
+    # heads of 4 + 4 (the second half rotated, the key's shared by the heads), values of 6
+    "mla_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
+                     multi_latent_attention="true", q_lora_rank=6, kv_lora_rank=8,
+                     qk_head_dim=4, qk_pos_emb_head_dim=4, v_head_dim=6),
+        vocab=64, batch=2, seq=8, seed=2468),
+    # without the query latent (DeepSeek-V2-Lite's), three heads, values larger than the
+    # keys' unrotated part
+    "mla_noqlora_tiny": dict(
+        options=dict(n_layer=2, n_head=3, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="true", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
+                     multi_latent_attention="true", q_lora_rank=0, kv_lora_rank=6,
+                     qk_head_dim=2, qk_pos_emb_head_dim=4, v_head_dim=5),
+        vocab=64, batch=2, seq=8, seed=1357),
 }
+
+
+def mla(o):
+    return o.get("multi_latent_attention") == "true"
 
 
 def head_dim(o):
@@ -62,7 +84,7 @@ def head_dim(o):
 def param_specs(o, vocab):
     """(name, shape, kind) in model/gpt's order; kind: matrix | bias | norm_w | norm_b."""
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
-    Hkv = o["n_kv_head"] or H
+    Hkv = o.get("n_kv_head") or H
     D = head_dim(o)
     swiglu = o["activation"] == "swiglu"
     F_ = o["ffn_hidden"] or 4 * C
@@ -82,9 +104,29 @@ def param_specs(o, vocab):
         if has_bias:
             specs.append((p + ".bias", (out,), "bias"))
 
+    def mla_specs(p):  # in model/gpt's order (ParamDeclarer::mla)
+        dq, dv, r, qr = o["qk_head_dim"] + o["qk_pos_emb_head_dim"], o["v_head_dim"], \
+            o["kv_lora_rank"], o["q_lora_rank"]
+        if qr:
+            specs.append((p + ".q_a.weight", (qr, C), "matrix"))
+            specs.append((p + ".q_a_norm.weight", (qr,), "norm_w"))
+            specs.append((p + ".q_b.weight", (H * dq, qr), "matrix"))
+        else:
+            specs.append((p + ".q.weight", (H * dq, C), "matrix"))
+        specs.append((p + ".kv_a.weight", (r + o["qk_pos_emb_head_dim"], C), "matrix"))
+        specs.append((p + ".kv_a_norm.weight", (r,), "norm_w"))
+        specs.append((p + ".kv_b.weight", (H * (o["qk_head_dim"] + dv), r), "matrix"))
+        linear(p + ".c_proj", C, H * dv)
+
     for l in range(L):
         p = f"h.{l}"
         norm(p + ".ln_1")
+        if mla(o):
+            mla_specs(p + ".attn")
+            norm(p + ".ln_2")
+            linear(p + ".mlp.c_fc", 2 * F_ if swiglu else F_, C)
+            linear(p + ".mlp.c_proj", C, F_)
+            continue
         linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C, bias or o.get("add_qkv_bias") == "true")
         linear(p + ".attn.c_proj", C, H * D)
         if o.get("qk_layernorm") == "true":  # one (D) weight each, after c_proj as Loom lists
@@ -108,9 +150,32 @@ def rope(x, theta):  # x (B, T, H, D), positions 0..T-1, rotate-half pairs (i, i
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def mla_attention(o, P, p, x, norm):
+    """MLA as DeepseekV3Attention computes it (rotate-half RoPE, as model/gpt's): the latents
+    normalised, the keys' rotated part shared by the heads, scale 1/sqrt(qk head size)."""
+    B, T, _ = x.shape
+    H, dn, dr, dv = o["n_head"], o["qk_head_dim"], o["qk_pos_emb_head_dim"], o["v_head_dim"]
+    r = o["kv_lora_rank"]
+    if o["q_lora_rank"]:
+        q = norm(x @ P[p + ".q_a.weight"].t(), p + ".q_a_norm") @ P[p + ".q_b.weight"].t()
+    else:
+        q = x @ P[p + ".q.weight"].t()
+    q_nope, q_pe = q.view(B, T, H, dn + dr).split([dn, dr], dim=-1)
+    c, k_pe = (x @ P[p + ".kv_a.weight"].t()).split([r, dr], dim=-1)
+    kv = (norm(c, p + ".kv_a_norm") @ P[p + ".kv_b.weight"].t()).view(B, T, H, dn + dv)
+    k_nope, v = kv.split([dn, dv], dim=-1)
+    q_pe, k_pe = rope(q_pe, o["rope_theta"]), rope(k_pe.view(B, T, 1, dr), o["rope_theta"])
+    q = torch.cat([q_nope, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, dq)
+    k = torch.cat([k_nope, k_pe.expand(B, T, H, dr)], dim=-1).transpose(1, 2)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(dn + dr)
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    a = (s.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2).reshape(B, T, H * dv)
+    return F.linear(a, P[p + ".c_proj.weight"], P.get(p + ".c_proj.bias"))
+
+
 def forward(o, P, tokens, vocab):
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
-    Hkv = o["n_kv_head"] or H
+    Hkv = o.get("n_kv_head") or H
     D = head_dim(o)
     B, T = tokens.shape
     eps = o["norm_eps"]
@@ -123,11 +188,24 @@ def forward(o, P, tokens, vocab):
     def linear(x, p):
         return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
 
+    def mlp(x, p):
+        h = linear(x, p + ".mlp.c_fc")
+        if o["activation"] == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return linear(h, p + ".mlp.c_proj")
+
     x = P["wte"][tokens]
     if o["position"] == "learned":
         x = x + P["wpe"][torch.arange(T)][None]
     for l in range(L):
         p = f"h.{l}"
+        if mla(o):
+            x = x + mla_attention(o, P, p + ".attn", norm(x, p + ".ln_1"), norm)
+            x = x + mlp(norm(x, p + ".ln_2"), p)
+            continue
         qkv = linear(norm(x, p + ".ln_1"), p + ".attn.c_attn")
         q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
         q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
@@ -142,13 +220,7 @@ def forward(o, P, tokens, vocab):
         s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
         a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         x = x + linear(a, p + ".attn.c_proj")
-        h = linear(norm(x, p + ".ln_2"), p + ".mlp.c_fc")
-        if o["activation"] == "swiglu":
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.gelu(h, approximate="tanh")
-        x = x + linear(h, p + ".mlp.c_proj")
+        x = x + mlp(norm(x, p + ".ln_2"), p)
     x = norm(x, "ln_f")
     head = P["wte"] if o["tie_embeddings"] == "true" else P["lm_head.weight"]
     return x @ head.t()  # (B, T, vocab)

@@ -166,6 +166,14 @@ TEST_CASE("model/gpt Qwen2 (biases on q, k, v alone: add_qkv_bias) = PyTorch") {
   compare("qwen2_tiny", loom_f64(), 1e-12, 1e-9);
 }
 
+TEST_CASE("model/gpt multi-head latent attention (DeepSeek's MLA) = PyTorch") {
+  for (const char* name : {"mla_tiny", "mla_noqlora_tiny"}) {
+    compare(name, loom_f32(), 1e-5, 1e-4);
+    compare(name, loom_f64(), 1e-12, 1e-9);
+    compare(name, loom_f64(), 1e-12, 1e-9, "gpt", "flash-cpu");
+  }
+}
+
 TEST_CASE("model/bert (pre-LN, exact GELU, token types, padding, binary head) = PyTorch") {
   compare("bert_tiny", loom_f32(), 1e-5, 1e-4, "bert");
   compare("bert_tiny", loom_f64(), 1e-12, 1e-9, "bert");

@@ -59,6 +59,46 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.md")):
 PY
 }
 
+# parity_layouts NAME RECIPE LAYOUTS COUNT DTYPE ARGS...: `loom parity RECIPE --layouts LAYOUTS
+# --dtype DTYPE` with the caller's `small` options (its --iters $iters among them) and ARGS;
+# fails unless all COUNT layouts match 1 rank over $iters iterations, else prints the table.
+parity_layouts() {
+  local name=$1 recipe=$2 layouts=$3 count=$4 dtype=$5
+  shift 5
+  "$loom" parity "$recipe" --layouts "$layouts" --dtype "$dtype" "${small[@]}" "$@" \
+    > "$dir/$name-$dtype.txt" 2> "$dir/$name-$dtype.err"
+  local rc=$?
+  [ $rc -eq 0 ] || { cat "$dir/$name-$dtype.txt"; tail -20 "$dir/$name-$dtype.err"; \
+                     fail "$name $dtype: exit $rc"; }
+  grep -q "all $count layouts match 1 rank" "$dir/$name-$dtype.txt" ||
+    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not every layout passed"; }
+  grep -q "$iters iterations in $dtype" "$dir/$name-$dtype.txt" ||
+    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not $iters iterations in $dtype"; }
+  echo "== $name $dtype"
+  sed -n '/^LAYOUT/,/^$/p' "$dir/$name-$dtype.txt"
+}
+
+# DeepSeek-V3 in miniature on a 4-layer GPT of width 32 (equivalence.sh's dsv3, resume.sh,
+# reshard.sh): multi-head latent attention (query latent 12, key/value latent 16, heads of
+# 8 + 4 rotated, values of 8) and its mixture of experts (the sigmoid router with the expert
+# bias moving 0.01 a step, 4 experts in 2 groups, top-2 from the best group, x 2.5, the
+# per-sequence balancing loss, a shared expert, the first layer dense).
+DSV3_MODEL=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+            --set model.bias=false --set model.tie_embeddings=false
+            --set model.multi_latent_attention=true --set model.q_lora_rank=12
+            --set model.kv_lora_rank=16 --set model.qk_head_dim=8
+            --set model.qk_pos_emb_head_dim=4 --set model.v_head_dim=8
+            --set model.num_experts=4 --set model.moe_router_topk=2
+            --set model.moe_ffn_hidden_size=24 --set model.moe_router_score_function=sigmoid
+            --set model.moe_router_enable_expert_bias=true
+            --set model.moe_router_bias_update_rate=0.01
+            --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
+            --set model.moe_router_topk_scaling_factor=2.5
+            --set model.moe_aux_loss_coeff=0.001
+            --set model.moe_router_load_balancing_type=seq_aux_loss
+            --set model.moe_shared_expert_intermediate_size=16
+            --set "model.moe_layer_freq=[0]+[1]*3")
+
 # now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
 # below X LIMIT: whether X < LIMIT (decimals).
 now() { date +%s.%N; }

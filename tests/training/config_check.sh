@@ -61,7 +61,7 @@ same 2 "with pipeline parallelism (parallel.pipeline > 1) is not implemented" \
   parallel.data=fsdp parallel.pipeline=2
 same 2 "train.seq_len = 30 is not divisible by 2 x context = 4" parallel.context=2 \
   train.seq_len=30
-same 2 "runs causal GPT and Llama models for now" parallel.context=2 model.attention_window=8
+same 2 "runs causal GPT, Llama and mixture-of-experts models for now" parallel.context=2 model.attention_window=8
 same 2 "model.num_experts = 3 is not divisible by expert = 2" model.num_experts=3 \
   model.moe_router_topk=1 parallel.expert=2
 echo "config_check: $n refusals, validate = run for each"

@@ -19,11 +19,12 @@
 #            shared expert, balancing and z losses) | moebias (the same with DeepSeek-V3's sigmoid
 #            router and aux-loss-free expert bias) | qwen3 (QK-norm, kv_channels 12, GQA)
 #          | qwen3moe (the same with experts and a gated shared expert)
+#          | dsv3 (DeepSeek-V3 in miniature: MLA and its MoE router)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
 #           last but one ZeRO-2)
-#           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
+#           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2cp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
 #           | cp2 | cp4 | cp2tp2 | cp2pp2 | cp2dp2dist (context parallelism, gpt and llama), each
 #           optionally with -flash: attention/flash-cpu on both sides (else attention/reference),
 #           or with -packed: packed sequences (data.pack_sequences) of documents of 6
@@ -85,6 +86,7 @@ case $model in
   llama) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
                     --set model.position=rope --set model.n_kv_head=2
                     --set model.tie_embeddings=false --set model.bias=false) ;;
+  dsv3) model_set=("${DSV3_MODEL[@]}") ;;  # DeepSeek-V3 in miniature (lib.sh)
   # Qwen3's attention: QK-norm (whose weights each tensor rank sees only its heads of), a
   # head size of 12 over a width of 32, GQA; qwen3moe adds Qwen3-MoE's experts (softmax,
   # top-2 renormalised: norm_topk_prob) with the balancing loss, and Qwen2-MoE's gated
@@ -139,6 +141,8 @@ case ${base_layout%-flash} in
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
   ep2tp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2) ;;
   ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
+  # experts under context parallelism: the expert group spans the context ranks
+  ep2cp2) np=4 sets=(--set parallel.expert=2 --set parallel.context=2) ;;
   # sequence parallelism around the experts: the tokens gathered before the router
   ep2tp2sp) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
                        --set parallel.sequence_parallel=true) ;;

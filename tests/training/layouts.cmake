@@ -58,22 +58,32 @@ equivalence(moebias pp2)
 # Experts under sequence parallelism (the tokens gathered around the dispatcher, Megatron's
 # way): with TP2, with expert tensor parallelism, beside EP2, and beside PP2.
 equivalence(moe tp2sp etp2sp ep2tp2sp tp2sppp2)
+# Experts under context parallelism: each rank's balancing and z losses its share of the
+# micro-batch's, the top-k counts summed over the context group (Megatron's tp-cp reduction);
+# the per-sequence form (moebias) sums each sequence's chunks'.
+equivalence(moe cp2 ep2cp2)
+equivalence(moebias cp2)
 
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
 # tensor group sums; a head size of 12 over a width of 32) in the dense layouts; Qwen3-MoE
 # (with Qwen2-MoE's gated shared expert) in the layouts the issue asks of it: EP2 x TP2 and
 # PP2 with sequence parallelism.
 equivalence(qwen3 tp2 tp2sp pp2 cp2 dp2dist tp2pp2)
-equivalence(qwen3moe ep2tp2 tp2sppp2 pp2zbh1)
+equivalence(qwen3moe ep2tp2 tp2sppp2 pp2zbh1 etp2 ep2etp2)
+
+# DeepSeek-V3 in miniature (multi-head latent attention, whose down-projections are whole on
+# every tensor rank and see the tensor group's summed gradients; DeepSeek's router; the first
+# layer dense) in the layouts the issue asks of it, and beside the distributed optimizer.
+equivalence(dsv3 tp2 pp2 ep2 ep2pp2 cp2 ep2cp2 dp2dist tp2pp2 pp2zbh1)
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1
-               moebias-ep2etp2 cp2dp2 cp2dp2dist)
+               moebias-ep2etp2 dsv3-ep2pp2 cp2dp2 cp2dp2dist)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
-foreach(model gpt llama moe)
+foreach(model gpt llama moe dsv3)
   layout_test(reshard.${model} 600 reshard.sh ${model})
 endforeach()

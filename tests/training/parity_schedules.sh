@@ -17,27 +17,12 @@ small=(--iters "$iters" --mpiexec "$mpiexec" --set model.n_layer=8 --set model.n
        --set "data.path=$dir/docs.jsonl")
 layouts=pp2+zbh1,pp4+zbh1,pp2+zbv,pp4+zbv,pp2+dualpipev,pp4+dualpipev
 cd "$tests_dir/.."
-run() {  # run NAME RECIPE DTYPE ARGS...
-  local name=$1 recipe=$2 dtype=$3
-  shift 3
-  "$loom" parity "$recipe" --layouts "$layouts" --dtype "$dtype" "${small[@]}" "$@" \
-    > "$dir/$name-$dtype.txt" 2> "$dir/$name-$dtype.err"
-  local rc=$?
-  [ $rc -eq 0 ] || { cat "$dir/$name-$dtype.txt"; tail -20 "$dir/$name-$dtype.err"; \
-                     fail "$name $dtype: exit $rc"; }
-  grep -q "all 6 layouts match 1 rank" "$dir/$name-$dtype.txt" ||
-    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not every layout passed"; }
-  grep -q "$iters iterations in $dtype" "$dir/$name-$dtype.txt" ||
-    { cat "$dir/$name-$dtype.txt"; fail "$name $dtype: not $iters iterations in $dtype"; }
-  echo "== $name $dtype"
-  sed -n '/^LAYOUT/,/^$/p' "$dir/$name-$dtype.txt"
-}
 llama=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
        --set model.n_head=4 --set model.n_kv_head=2 --set model.bias=false)
 moe=(--set model.n_kv_head=2 --set model.num_experts=4 --set model.moe_ffn_hidden_size=16)
 for dtype in fp64 fp32; do
-  run gpt recipes/quickstart.toml $dtype
-  run llama recipes/quickstart.toml $dtype "${llama[@]}"
-  run moe recipes/moe-quickstart.toml $dtype "${moe[@]}"
+  parity_layouts gpt recipes/quickstart.toml "$layouts" 6 $dtype
+  parity_layouts llama recipes/quickstart.toml "$layouts" 6 $dtype "${llama[@]}"
+  parity_layouts moe recipes/moe-quickstart.toml "$layouts" 6 $dtype "${moe[@]}"
 done
 echo "parity: ZB-H1, ZB-V and DualPipeV at PP2 and PP4 match 1 rank for GPT, Llama and MoE"

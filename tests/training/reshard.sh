@@ -19,7 +19,8 @@
 #   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2, ep2etp2 (each
 #   expert's MLP split over the tensor group); ep2pp2 (1F1B) -> pp2 under ZB-H1's split
 #   backward, 1 rank (no bf16 part)
-#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe)
+#   dsv3: ep2pp2 -> tp2, cp2, 1 rank; tp2 -> ep2, pp2, ep2pp2 (no bf16 part)
+#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe | dsv3)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,10 +38,12 @@ case $model in
   # the distributed optimizer's expert-data shards, to and from layouts without it
   moe) model_set=(--set model.num_experts=4 --set model.moe_router_topk=2
                   --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
+  dsv3) model_set=("${DSV3_MODEL[@]}") ;;  # DeepSeek-V3 in miniature (lib.sh)
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 sources="tp2pp2 tp2dp2dist"
 if [ "$model" = moe ]; then sources="ep2dp2dist tp2dp2dist ep2pp2"; fi
+if [ "$model" = dsv3 ]; then sources="ep2pp2 tp2"; fi
 # the V-shaped placement (untied embeddings only): its files hold other stages than pp2vp2's
 if [ "$model" = llama ]; then sources="$sources pp2zbv"; fi
 layout() {  # layout NAME -> np and sets
@@ -64,6 +67,8 @@ layout() {  # layout NAME -> np and sets
     ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
     ep2etp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
                         --set parallel.expert_tensor=2) ;;
+    tp2) np=2 sets=(--set parallel.tensor=2) ;;
+    cp2) np=2 sets=(--set parallel.context=2) ;;
   esac
 }
 run() {  # run LAYOUT DTYPE ARGS...
@@ -88,6 +93,8 @@ for dtype in fp64 fp32; do
       *:tp2dp2dist) targets="pp2 dp4dist" ;;
       moe:ep2dp2dist) targets="one ep2 tp2dp2dist" ;;
       moe:ep2pp2) targets="pp2zbh1 one" ;;
+      dsv3:ep2pp2) targets="tp2 cp2 one" ;;
+      dsv3:tp2) targets="ep2 pp2 ep2pp2" ;;
     esac
     for dst in $targets; do
       what="$model $src -> $dst" load=src-$src-$dtype
@@ -125,7 +132,7 @@ done
 # and TP2 + DP2 resumes from those by resharding onto the flat shards again. Nothing is
 # rounded on the way, so iterations 7..12 and the final checkpoint equal the straight
 # 12-iteration run bitwise.
-if [ "$model" = moe ]; then exit 0; fi  # experts run in fp32 for now
+case $model in moe | dsv3) exit 0 ;; esac  # experts run in fp32 for now
 run tp2dp2dist bf16 --set train.metrics=straight-bf16.jsonl --set checkpoint.save=straight-bf16
 run tp2dp2dist bf16 --set train.iters=6 --set checkpoint.save=src-bf16
 "$loom" checkpoint convert src-bf16 conv-bf16 --tensor 2 2>> log | tail -1

@@ -42,6 +42,9 @@ case $layout in
                          --set model.moe_router_topk=2 --set model.moe_router_score_function=sigmoid
                          --set model.moe_router_enable_expert_bias=true
                          --set model.moe_router_bias_update_rate=0.01) ;;
+  # DeepSeek-V3 in miniature (MLA, its router with the expert bias and groups, the first
+  # layer dense) with EP2 over two pipeline stages
+  dsv3-ep2pp2) sets=(--set parallel.expert=2 --set parallel.pipeline=2 "${DSV3_MODEL[@]}") ;;
   # context parallelism of 2 beside data parallelism of 2 (ring attention)
   cp2dp2) sets=(--set parallel.context=2) ;;
   cp2dp2dist) sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;

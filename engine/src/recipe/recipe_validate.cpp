@@ -78,9 +78,11 @@ std::string convert(const Recipe::RawValue& raw, const loom_param_spec& spec, Va
     out.f = static_cast<double>(raw.value.i);
     return "";
   }
-  // A key whose text may be a number (moe_layer_freq = 2, or "[0]*3+[1]*5"): its digits.
+  // A text key whose default is a number takes a number as its digits (moe_layer_freq = 2,
+  // beside its "[0]*3+[1]*5" form); other text keys (a plugin's name) still refuse one.
   if (raw.unsupported.empty() && spec.type == LOOM_PARAM_STRING &&
-      raw.value.type == LOOM_PARAM_INT) {
+      raw.value.type == LOOM_PARAM_INT && spec.default_value && *spec.default_value &&
+      std::string(spec.default_value).find_first_not_of("0123456789") == std::string::npos) {
     out.type = LOOM_PARAM_STRING;
     out.s = std::to_string(raw.value.i);
     return "";

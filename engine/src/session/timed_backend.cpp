@@ -102,6 +102,11 @@ double w_ce_bwd(const loom_vocab_ce_bwd_args& a) {
          tensor_bytes(a.lse);
 }
 
+// A strided copy reads and writes its block.
+double w_copy_strided(const loom_copy_strided_args& a) {
+  return a.dst ? 2.0 * (double)(a.rows * a.cols) * (double)loom_dtype_bytes(a.dst->dtype) : 0.0;
+}
+
 // The positional slots (fill, copy, add, axpby): elementwise passes.
 loom_error* fill(loom_backend* be, DLTensor* t, double v) {
   StepTimer::Scope s(TimeKind::elementwise, Work{0, tensor_bytes(t)});
@@ -169,6 +174,9 @@ void build_timed_ops(const loom_ops* raw) {
       timed<loom_vocab_ce_bwd_args, &O::vocab_ce_backward, K::loss, w_ce_bwd>;
   if (raw->struct_size >= LOOM_OPS_SIZE_V2_5 && raw->grouped_gemm)
     g_timed.grouped_gemm = grouped_gemm;
+  if (raw->struct_size >= LOOM_OPS_SIZE_V2_21 && raw->copy_strided)
+    g_timed.copy_strided =
+        timed<loom_copy_strided_args, &O::copy_strided, K::elementwise, w_copy_strided>;
 }
 
 }  // namespace

@@ -77,8 +77,12 @@ double squared_grad_norm(TrainRun& r) {
     return sq;
   };
   double sq[2] = {sum_squares(r.norm_grads), sum_squares(r.expert_norm_grads)};
-  sum_over(r.be, r.comm, r.norm_group, sq, 2);
-  if (r.layout.expert > 1 && r.norm_group) sum_over(r.be, r.comm, r.expert_group, &sq[1], 1);
+  if (r.layout.expert > 1 && r.norm_group) {  // experts: each counted once in the world
+    sum_over(r.be, r.comm, r.norm_group, sq, 1);
+    sum_over(r.be, r.comm, r.expert_group, &sq[1], 1);
+  } else {
+    sum_over(r.be, r.comm, r.norm_group, sq, 2);
+  }
   return sq[0] + sq[1];
 }
 

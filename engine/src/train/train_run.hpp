@@ -208,7 +208,7 @@ struct TrainRun {
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};
   loom_comm_group* norm_group = nullptr;    // where the squared gradient norm is summed
-  loom_comm_group* expert_group = nullptr;  // and the experts' part of it, then
+  loom_comm_group* expert_group = nullptr;  // the experts' part of it (the world)
   loom_comm_group* data_group = nullptr;    // where losses are summed
 
   // Checkpoint files of this rank, and who writes what.

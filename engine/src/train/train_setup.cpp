@@ -149,9 +149,9 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   schedule = session.schedule();
   // The squared gradient norm is summed over the model-parallel ranks, and over the
   // data-parallel ranks too when each holds a different shard; expert gradients (each expert
-  // rank holds other experts) over the expert group too.
+  // rank holds other experts, counted by one rank of each expert-data group) over the world.
   norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
-  expert_group = sharded ? nullptr : session.group(LOOM_GROUP_EXPERT);
+  expert_group = sharded ? nullptr : session.group(LOOM_GROUP_WORLD);
   data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
   {
     double counts[1] = {(double)local_params};
@@ -274,6 +274,11 @@ void TrainRun::create_optimizer() {
     for (auto& sh : shards) sh.struct_size = LOOM_PARAM_SHARD_SIZE_V2;
     check(papi->shard_params(par, values.data(), shards.data()), "sharding the optimizer");
   }
+  // Under expert parallelism each expert-data group holds one expert rank's experts, its
+  // replicas across data and context: the group's first rank counts them in the norm.
+  int expert_data_rank = 0;
+  if (layout.expert > 1 && !sharded)
+    expert_data_rank = comm.api->group_rank(comm.self, session.group(LOOM_GROUP_EXPERT_DATA));
   std::vector<DLTensor*> mirrored = values;
   if (sharded)
     for (size_t i = 0; i < nparams; ++i) mirrored[i] = shards[i].param;
@@ -289,10 +294,13 @@ void TrainRun::create_optimizer() {
     // Replicas of a tensor-parallel group hold the same replicated tensor; a pipeline
     // duplicate (the tied embedding on the last stage) is its first stage's tensor.
     // Context-parallel replicas hold the same gradients after the reduction too (a sharded
-    // optimizer's shards are distinct already).
-    if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) &&
-        (sharded || layout.context_rank == 0) && !params[i].pipeline_duplicate) {
-      const bool expert = params[i].reduce_group == LOOM_GROUP_EXPERT_DATA;
+    // optimizer's shards are distinct already); expert-parallel experts are counted by the
+    // first rank of their expert-data group (squared_grad_norm sums them over the world).
+    const bool expert = params[i].reduce_group == LOOM_GROUP_EXPERT_DATA;
+    const bool first_replica =
+        sharded || (expert && layout.expert > 1 ? expert_data_rank == 0 : layout.context_rank == 0);
+    if ((params[i].tp_split_dim >= 0 || layout.tensor_rank == 0) && first_replica &&
+        !params[i].pipeline_duplicate) {
       (expert ? expert_norm_grads : norm_grads).push_back(grad);
       (expert ? expert_norm_names : norm_names).push_back(params[i].name);
     }

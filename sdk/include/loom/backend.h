@@ -323,17 +323,36 @@ typedef struct loom_vocab_ce_bwd_args {
 } loom_vocab_ce_bwd_args;
 #define LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_vocab_ce_bwd_args, ext)
 
+/* copy_strided (ABI 2.21): a block of `rows` x `cols` elements between two row-strided
+ * layouts of one dtype:
+ *   dst[offset_dst + r * ld_dst + j] = src[offset_src + r * ld_src + j], r < rows, j < cols
+ * (element offsets into each compact tensor's data). Each block lies within its tensor, the
+ * strides hold the columns (ld >= cols), and the two blocks do not overlap. One head's slice
+ * of q or k, MLA's latent beside its RoPE part: what a compact copy cannot reach. */
+typedef struct loom_copy_strided_args {
+  size_t struct_size;
+  DLTensor* dst;
+  int64_t ld_dst, offset_dst;
+  const DLTensor* src;
+  int64_t ld_src, offset_src;
+  int64_t rows, cols;
+  const loom_ext* ext; /* NULL */
+} loom_copy_strided_args;
+#define LOOM_COPY_STRIDED_ARGS_SIZE_V2_21 LOOM_STRUCT_SIZE(loom_copy_strided_args, ext)
+
 /* The op table. Every slot that may grow takes one args struct (above): a backend refuses
  * args that are NULL, older than its ABI (struct_size), of an unknown kind, or that carry a
  * required extension it does not know (loom/cpp/plugin.hpp's usable_ops_args). The four
  * memory primitives fill, copy, add and axpby keep positional arguments: their meaning is
- * fixed, and a variant (a strided copy, say) will be a new slot, never a new field. */
+ * fixed, and a variant is a new slot, never a new field (2.21's copy_strided). */
+
 /* Contract tags (common.h):
  *   gemm, bias_add, bias_backward, fill, copy, add, axpby, embedding_forward, embedding_backward,
  *      norm_forward, norm_backward, act_forward, act_backward, softmax_forward, softmax_backward,
  *      rope_forward, rope_backward, softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward,
- *      grouped_gemm: owner, local, stream
+ *      grouped_gemm, copy_strided: owner, local, stream
  *   sum_squares: owner, local, blocks */
+
 typedef struct loom_ops {
   size_t struct_size;
   /* --- linear algebra ---------------------------------------------------------- */
@@ -382,9 +401,13 @@ typedef struct loom_ops {
   /* ABI 2.5: a mixture of experts' GEMMs, one call for every local expert (above). */
   loom_error* (*grouped_gemm)(loom_backend* be, const loom_grouped_gemm_args* args);
   /* --- ABI 2.5 ends here; append new slots below this line only. --- */
+  /* ABI 2.21: the strided copy (above). */
+  loom_error* (*copy_strided)(loom_backend* be, const loom_copy_strided_args* args);
+  /* --- ABI 2.21 ends here; append new slots below this line only. --- */
 } loom_ops;
 #define LOOM_OPS_SIZE_V2 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
 #define LOOM_OPS_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_ops, grouped_gemm)
+#define LOOM_OPS_SIZE_V2_21 LOOM_STRUCT_SIZE(loom_ops, copy_strided)
 
 typedef struct loom_backend_info {
   size_t struct_size;

@@ -59,6 +59,21 @@ void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n, uint32_t modul
     put(qn_rstd, 0, {n * o.hq()}, st, nullptr);
     put(kn_rstd, 0, {n * o.hkv()}, st, nullptr);
   }
+  if (o.mla) {
+    const int64_t qr = o.q_lora_rank, r = o.kv_lora_rank;
+    if (qr > 0) {
+      put(mla_cq_in, 0, {n, qr}, c.dtype, nullptr);
+      put(mla_cq, 0, {n, qr}, c.dtype, nullptr);
+      if (o.norm_mean()) put(mla_cq_mean, 0, {n}, st, nullptr);
+      put(mla_cq_rstd, 0, {n}, st, nullptr);
+    }
+    put(mla_ckv, 0, {n, r + o.qk_pos_dim}, c.dtype, nullptr);
+    put(mla_c_in, 0, {n, r}, c.dtype, nullptr);
+    put(mla_c, 0, {n, r}, c.dtype, nullptr);
+    if (o.norm_mean()) put(mla_c_mean, 0, {n}, st, nullptr);
+    put(mla_c_rstd, 0, {n}, st, nullptr);
+    put(mla_o, 0, {n, o.hq() * o.v_head_dim}, c.dtype, nullptr);
+  }
   put(att, LOOM_RECOMPUTE_CORE_ATTN, {n, o.q_dim()}, c.dtype, &LayerActs::att);
   // f32 as attention.h has it; in f64 runs under context parallelism f64, since the ring's
   // backward computes its probabilities from the merged lse (loom.attention-partial/1)

@@ -110,7 +110,23 @@ using loom::param;
             "normalise each head's query and key (the model's norm over kv_channels, one weight " \
             "shared by the heads) before RoPE: Qwen3's q_norm / k_norm"),                         \
       param("add_qkv_bias", LOOM_PARAM_BOOL, "false",                                             \
-            "a bias on the q/k/v projection even when bias = false (Qwen2's attention_bias)")
+            "a bias on the q/k/v projection even when bias = false (Qwen2's attention_bias)"),    \
+      param("multi_latent_attention", LOOM_PARAM_BOOL, "false",                                   \
+            "DeepSeek's multi-head latent attention (Megatron's --multi-latent-attention): keys " \
+            "and values from a kv_lora_rank latent, queries from a q_lora_rank one, RoPE on a "   \
+            "qk_pos_emb_head_dim part of each head apart from its qk_head_dim (needs position = " \
+            "\"rope\")"),                                                                         \
+      param("q_lora_rank", LOOM_PARAM_INT, "0",                                                   \
+            "MLA: the queries' latent size; 0 = queries projected from the input directly", 0,    \
+            1 << 20),                                                                             \
+      param("kv_lora_rank", LOOM_PARAM_INT, "512", "MLA: the keys' and values' latent size", 1,   \
+            1 << 20),                                                                             \
+      param("qk_head_dim", LOOM_PARAM_INT, "128", "MLA: each head's query/key size without RoPE", \
+            1, 1 << 16),                                                                          \
+      param("qk_pos_emb_head_dim", LOOM_PARAM_INT, "64",                                          \
+            "MLA: each head's query/key size with RoPE (the key's part shared by the heads)", 2,  \
+            1 << 16),                                                                             \
+      param("v_head_dim", LOOM_PARAM_INT, "128", "MLA: each head's value size", 1, 1 << 16)
 
 const loom_param_spec kTransformerSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
@@ -171,6 +187,43 @@ const size_t kT5SchemaSize = sizeof(kT5Schema) / sizeof(kT5Schema[0]);
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
+
+// Multi-head latent attention: its sizes, and what it does not combine with yet.
+void parse_mla(const loom::Config& cfg, const loom::tp::Group& tp, const std::string& who,
+               int64_t kv_channels, Options& o) {
+  o.mla = true;
+  o.q_lora_rank = cfg.get_int("q_lora_rank");
+  o.kv_lora_rank = cfg.get_int("kv_lora_rank");
+  o.qk_head_dim = cfg.get_int("qk_head_dim");
+  o.qk_pos_dim = cfg.get_int("qk_pos_emb_head_dim");
+  o.v_head_dim = cfg.get_int("v_head_dim");
+  // every head has its own keys and values, of qk_head_dim + qk_pos_emb_head_dim
+  o.head_dim = o.qk_head_dim + o.qk_pos_dim;
+  loom::require(o.n_kv_head == o.n_head,
+                who +
+                    ": multi_latent_attention gives every head its own keys and values; "
+                    "n_kv_head = " +
+                    s(o.n_kv_head) + " (leave it 0)");
+  loom::require(o.rope && o.qk_pos_dim % 2 == 0,
+                who +
+                    ": multi_latent_attention rotates qk_pos_emb_head_dim (even) of each head: "
+                    "position = \"rope\"");
+  loom::require(kv_channels == 0 && !o.qk_norm && !cfg.get_bool("add_qkv_bias"),
+                who +
+                    ": multi_latent_attention sizes its heads with qk_head_dim, "
+                    "qk_pos_emb_head_dim and v_head_dim and normalises its latents: "
+                    "kv_channels, qk_layernorm and add_qkv_bias do not apply");
+  loom::require(o.v_head_dim <= o.head_dim,
+                who + ": v_head_dim = " + s(o.v_head_dim) +
+                    " exceeds qk_head_dim + qk_pos_emb_head_dim = " + s(o.head_dim) +
+                    " (values ride the attention padded to the query size)",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(!tp.sequence_parallel,
+                who +
+                    ": multi_latent_attention under sequence parallelism is not implemented "
+                    "(its latents would be gathered across the tensor group)",
+                LOOM_ERR_UNIMPLEMENTED);
+}
 
 // model/gpt's mixture of experts (num_experts > 0), and what it does not run yet.
 void parse_moe(const loom::Config& cfg, const loom_model_create_args& args, const std::string& who,
@@ -293,14 +346,15 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   const int64_t kv_channels = gpt || family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
   o.qk_norm = gpt && cfg.get_bool("qk_layernorm");
   o.qkv_bias = o.bias || (gpt && cfg.get_bool("add_qkv_bias"));
+  if (gpt && cfg.get_bool("multi_latent_attention")) parse_mla(cfg, tp, who, kv_channels, o);
   loom::require(
-      kv_channels > 0 || o.n_embd % o.n_head == 0,
+      o.mla || kv_channels > 0 || o.n_embd % o.n_head == 0,
       who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
   loom::require(o.n_kv_head > 0 && o.n_head % o.n_kv_head == 0,
                 who + ": n_head (" + s(o.n_head) + ") must be a multiple of n_kv_head (" +
                     s(o.n_kv_head) + ")");
-  o.head_dim = kv_channels > 0 ? kv_channels : o.n_embd / o.n_head;
-  loom::require(!o.rope || o.head_dim % 2 == 0,
+  if (!o.mla) o.head_dim = kv_channels > 0 ? kv_channels : o.n_embd / o.n_head;
+  loom::require(!o.rope || o.mla || o.head_dim % 2 == 0,
                 who + ": position = \"rope\" needs an even head dim, got " + s(o.head_dim));
   loom::require(o.pad_vocab_to > 0, who + ": pad_vocab_to must be >= 1");
   loom::require(args.vocab_size > 0, who + ": create args vocab_size must be positive");

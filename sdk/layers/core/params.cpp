@@ -314,7 +314,32 @@ void ParamDeclarer::row(const std::string& p, int64_t out, int64_t in_global, do
   if (o.bias) ps_.add(p + ".bias", {out}, 0, -1, Init::kZeros).sp_partial = sp_;
 }
 
+// Multi-head latent attention (ops/mla.hpp): the down-projections and their norms whole on
+// every tensor rank (their gradients come out whole: the column-parallel halves' input
+// gradients are summed first), the up-projections column-parallel by heads, c_proj
+// row-parallel over the heads' values.
+void ParamDeclarer::mla(const std::string& p) {
+  const int64_t C = o.n_embd, H = o.n_head, dq = o.head_dim, dv = o.v_head_dim;
+  const int64_t r = o.kv_lora_rank, qr = o.q_lora_rank;
+  auto latent_norm = [&](const std::string& n, int64_t dim) {
+    ps_.add(n + ".weight", {dim}, 0, -1, Init::kOnes);
+    if (o.norm_mean() && o.bias) ps_.add(n + ".bias", {dim}, 0, -1, Init::kZeros);
+  };
+  if (qr > 0) {
+    ps_.add(p + ".q_a.weight", {qr, C}, 1, -1, Init::kNormal, std);
+    latent_norm(p + ".q_a_norm", qr);
+    column(p + ".q_b", {H * dq}, qr, std, false);
+  } else {
+    column(p + ".q", {H * dq}, C, std, false);
+  }
+  ps_.add(p + ".kv_a.weight", {r + o.qk_pos_dim, C}, 1, -1, Init::kNormal, std);
+  latent_norm(p + ".kv_a_norm", r);
+  column(p + ".kv_b", {H * (o.qk_head_dim + dv)}, r, std, false);
+  row(p + ".c_proj", C, H * dv, proj_std);
+}
+
 void ParamDeclarer::attention(const std::string& p) {
+  if (o.mla) return mla(p);
   const int64_t D = o.head_dim;
   column(p + ".c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, std,
          o.qkv_bias);
@@ -361,11 +386,17 @@ void ParamDeclarer::moe(const std::string& p) {
   expert(ps_.add(p + ".experts.c_proj.weight", {El, C, F / t}, 1, t > 1 ? 2 : -1, Init::kNormal,
                  proj_std));
   if (o.bias) expert(ps_.add(p + ".experts.c_proj.bias", {El, C}, 0, -1, Init::kZeros));
-  if (o.moe_shared_hidden > 0) {  // the shared expert, whole on every rank like the others
+  if (o.moe_shared_hidden > 0) {
+    // the shared expert: whole on every rank like the others, or split over the tensor group
+    // with them (expert tensor parallelism) as a dense MLP is; c_proj's bias whole
     const int64_t S = o.moe_shared_hidden, s_out = o.gated() ? 2 * S : S;
-    ps_.add(p + ".shared.c_fc.weight", {s_out, C}, 1, -1, Init::kNormal, std);
-    if (o.bias) ps_.add(p + ".shared.c_fc.bias", {s_out}, 0, -1, Init::kZeros);
-    ps_.add(p + ".shared.c_proj.weight", {C, S}, 1, -1, Init::kNormal, proj_std);
+    const std::vector<int64_t> s_blocks =
+        o.gated() ? std::vector<int64_t>{S, S} : std::vector<int64_t>{};
+    ps_.add(p + ".shared.c_fc.weight", {s_out / t, C}, 1, t > 1 ? 0 : -1, Init::kNormal, std,
+            s_blocks);
+    if (o.bias)
+      ps_.add(p + ".shared.c_fc.bias", {s_out / t}, 0, t > 1 ? 0 : -1, Init::kZeros, 0.0, s_blocks);
+    ps_.add(p + ".shared.c_proj.weight", {C, S / t}, 1, t > 1 ? 1 : -1, Init::kNormal, proj_std);
     if (o.bias) ps_.add(p + ".shared.c_proj.bias", {C}, 0, -1, Init::kZeros);
     if (o.moe_shared_gate) ps_.add(p + ".shared.gate.weight", {1, C}, 1, -1, Init::kNormal, std);
   }

@@ -21,6 +21,7 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   args_ = copy_create_args(a);  // an older host's lack the recompute
   ctx_ = model_context(host, a.dtype, who_);
   ctx_.sp = &sp_;
+  ctx_.mla = &mla_;
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
   join_expert_group(host);
   join_context_group(host);
@@ -192,13 +193,23 @@ void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
 // Megatron / llm.c convention: 6 FLOPs per matmul parameter per token (forward 2, backward
 // 4), counting the LM head once (over the real vocabulary) and no embedding lookups, plus
 // attention scores and weighted sum: 12 * n_layer * (n_head * head_dim) * seq_len, without
-// halving for the causal mask.
+// halving for the causal mask (6 per score and per weighted value: q's and v's head sizes).
 double DecoderModel::flops_per_token() const {
   const Options& o = opt_;
   // the whole model's, whatever this rank holds (global extents, all layers)
   const double C = (double)o.n_embd, q = (double)(o.n_head * o.head_dim);
   const double kv = (double)(o.n_kv_head * o.head_dim), F = (double)o.ffn_hidden;
-  const double attn = C * (q + 2 * kv) + q * C;
+  double attn = C * (q + 2 * kv) + q * C;
+  // MLA: the down- and up-projections and c_proj over the heads' values; the scores over q's
+  // head size, the weighted sum over v's
+  double att_width = 2 * q;
+  if (o.mla) {
+    const double H = (double)o.n_head, dq = (double)o.head_dim, dv = (double)o.v_head_dim;
+    const double r = (double)o.kv_lora_rank, qr = (double)o.q_lora_rank;
+    attn = (qr > 0 ? C * qr + qr * H * dq : C * H * dq) + C * (r + (double)o.qk_pos_dim) +
+           r * H * ((double)o.qk_head_dim + dv) + H * dv * C;
+    att_width = H * (dq + dv);
+  }
   const double mlp = C * (o.gated() ? 2 * F : F) + F * C;
   // a MoE layer: the router, and the k experts each token visits (Megatron's "active"
   // parameters), dropped choices included
@@ -211,7 +222,7 @@ double DecoderModel::flops_per_token() const {
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =
       o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;
-  return 6.0 * matmul + 12.0 * (double)o.n_layer * q * (double)keys;
+  return 6.0 * matmul + 6.0 * (double)o.n_layer * att_width * (double)keys;
 }
 
 }  // namespace loom::layers

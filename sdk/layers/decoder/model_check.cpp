@@ -54,6 +54,10 @@ void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
     loom::require(o.moe_ffn_hidden % l.expert_tensor == 0,
                   who + ": " + et + " splits each expert's moe_ffn_hidden_size = " +
                       s(o.moe_ffn_hidden) + ", which is not divisible");
+    loom::require(o.moe_shared_hidden % l.expert_tensor == 0,
+                  who + ": " + et +
+                      " splits the shared expert's moe_shared_expert_intermediate_size = " +
+                      s(o.moe_shared_hidden) + ", which is not divisible");
     o.etp = l.expert_tensor;
   }
   if (l.expert <= 1) return;
@@ -81,9 +85,9 @@ bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64
                           const std::string& who) {
   if (l.context <= 1) return false;
   const std::string cp = "parallel.context = " + s(l.context);
-  loom::require(!o.bert && o.num_experts == 0 && o.attention_window == 0,
+  loom::require(!o.bert && o.attention_window == 0,
                 who + ": " + cp +
-                    " runs causal GPT and Llama models for now (no BERT, mixture of experts or "
+                    " runs causal GPT, Llama and mixture-of-experts models for now (no BERT or "
                     "sliding window)",
                 LOOM_ERR_UNIMPLEMENTED);
   loom::require(seq_len % (2 * l.context) == 0,

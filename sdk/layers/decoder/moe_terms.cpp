@@ -22,7 +22,11 @@ size_t DecoderModel::moe_terms(const Slot& S, bool last) {
     aux += la.moe_aux;
     z += la.moe_z;
   }
-  const double w = (double)S.n, count = last ? 1.0 : 0.0;
+  // Under context parallelism each rank's losses are its share of the micro-batch's (moe.cpp),
+  // which the host sums over the context group: one rank counts the micro-batch, and the
+  // weight is the whole micro-batch's tokens, as on one rank.
+  const double w = (double)(S.n * ctx_.cp.size);
+  const double count = last && ctx_.cp.rank == 0 ? 1.0 : 0.0;
   if (!last) losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[0], 0.0, 0.0, 1.0};
   losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, count, w};
   losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, count, w};

@@ -378,7 +378,9 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   // Under context parallelism each rank sums the losses of its chunks only, and the host
   // averages gradients over data x context: times CP, that average is the sum over chunks.
   S.loss_scale = a.loss_scale * ctx_.cp.size;
-  S.s.moe_grad_scale = a.no_grad ? 0.0 : a.loss_scale * (double)S.n;
+  // the MoE terms' weight (moe_terms.cpp), the micro-batch's tokens on every context rank, at
+  // the scale the LM loss's gradient has here (the host averages over the context ranks)
+  S.s.moe_grad_scale = a.no_grad ? 0.0 : S.loss_scale * (double)(S.n * ctx_.cp.size);
   const int64_t C = opt_.n_embd;
   unit_need(0, false);
   if (opt_.first()) {

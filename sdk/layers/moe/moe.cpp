@@ -115,7 +115,7 @@ MoeMlp MoeMlp::make(const Options& o, ParamStore& ps, const std::string& p) {
     m.b2 = &ps.at(p + ".experts.c_proj.bias");
   }
   if (o.moe_shared_hidden > 0) {
-    m.S = o.moe_shared_hidden;
+    m.S = o.moe_shared_hidden / o.etp;  // this tensor rank's columns
     m.s_fc_out = o.gated() ? 2 * m.S : m.S;
     m.s1 = &ps.at(p + ".shared.c_fc.weight");
     m.s2 = &ps.at(p + ".shared.c_proj.weight");
@@ -146,12 +146,18 @@ void MoeMlp::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& 
   m.routing = route(cfg, m.logits.data(), N, expert_bias ? bias.data() : nullptr);
   // the losses now, their gradients (scaled as the objective's terms) kept for backward
   m.dlogits.assign((size_t)(N * E), 0.0);
+  // Under context parallelism this rank holds 1/cp of every sequence: each loss is its share
+  // of the whole micro-batch's (the top-k counts summed over the context group).
+  SplitTokens parts;
+  parts.parts = c.cp.size;
+  if (c.cp.size > 1) parts.sum = [&](std::vector<double>& f) { sum_over(c, c.cp, f); };
   a.moe_aux = balancing == Balancing::kNone
                   ? 0.0
                   : aux_loss(cfg, m.logits.data(), N, aux_coeff,
                              balancing == Balancing::kPerSequence ? s.T : 0, s.moe_grad_scale,
-                             m.dlogits.data());
-  a.moe_z = z_coeff > 0 ? z_loss(m.logits.data(), N, E, z_coeff, s.moe_grad_scale, m.dlogits.data())
+                             m.dlogits.data(), nullptr, &parts);
+  a.moe_z = z_coeff > 0 ? z_loss(m.logits.data(), N, E, z_coeff, s.moe_grad_scale, m.dlogits.data(),
+                                 c.cp.size)
                         : 0.0;
   // the kept choices grouped by expert, tokens in order within an expert
   m.counts.assign((size_t)E, 0);

@@ -200,32 +200,37 @@ void route_backward(const RouterConfig& cfg, const Routing& r, const double* log
 
 double aux_loss(const RouterConfig& cfg, const double* logits, int64_t N, double coeff,
                 int64_t seq_len, double grad_scale, double* dlogits,
-                std::vector<int64_t>* tokens_per_expert) {
+                std::vector<int64_t>* tokens_per_expert, const SplitTokens* split) {
   check(cfg);
   const int64_t E = cfg.experts, K = cfg.topk;
   const int64_t T = seq_len > 0 ? seq_len : N;
   require(N % T == 0,
           "moe router: " + std::to_string(N) + " tokens are not sequences of " + std::to_string(T));
-  const int64_t B = N / T;
+  const int64_t B = N / T, parts = split ? split->parts : 1;
   std::vector<double> s((size_t)(N * E));
   aux_scores(cfg, logits, N, s.data());
+  // f (B, E): each group's top-k choices per expert, over every rank's part of the group
+  std::vector<double> f((size_t)(B * E), 0.0);
   std::vector<int32_t> idx((size_t)K);
+  for (int64_t n = 0; n < N; ++n) {
+    topk_row(s.data() + n * E, E, K, idx.data());
+    for (int64_t j = 0; j < K; ++j) f[(size_t)((n / T) * E + idx[(size_t)j])] += 1;
+  }
+  if (split && split->sum) split->sum(f);
   if (tokens_per_expert) tokens_per_expert->assign((size_t)E, 0);
   double loss = 0;
-  std::vector<double> f((size_t)E), P((size_t)E), g((size_t)E);
-  for (int64_t b = 0; b < B; ++b) {  // each group of T tokens: c * sum_e P_e f_e
-    std::fill(f.begin(), f.end(), 0.0);
+  const double Tall = (double)(T * parts);  // the group's tokens on every rank
+  std::vector<double> P((size_t)E), g((size_t)E);
+  for (int64_t b = 0; b < B; ++b) {  // each group: c * sum_e P_e f_e, P over this rank's tokens
     std::fill(P.begin(), P.end(), 0.0);
-    for (int64_t n = b * T; n < (b + 1) * T; ++n) {
-      topk_row(s.data() + n * E, E, K, idx.data());
-      for (int64_t j = 0; j < K; ++j) f[(size_t)idx[(size_t)j]] += 1;
+    for (int64_t n = b * T; n < (b + 1) * T; ++n)
       for (int64_t e = 0; e < E; ++e) P[(size_t)e] += s[(size_t)(n * E + e)];
-    }
-    const double c = coeff * (double)E / ((double)K * (double)T * (double)T) / (double)B;
+    const double c = coeff * (double)E / ((double)K * Tall * Tall) / (double)B;
     for (int64_t e = 0; e < E; ++e) {
-      loss += c * P[(size_t)e] * f[(size_t)e];
-      g[(size_t)e] = c * f[(size_t)e];  // d loss / d s[n, e] for n in this group
-      if (tokens_per_expert) (*tokens_per_expert)[(size_t)e] += (int64_t)f[(size_t)e];
+      const double fe = f[(size_t)(b * E + e)];
+      loss += c * P[(size_t)e] * fe;
+      g[(size_t)e] = c * fe;  // d loss / d s[n, e] for n in this group
+      if (tokens_per_expert) (*tokens_per_expert)[(size_t)e] += (int64_t)fe;
     }
     if (!dlogits) continue;
     for (int64_t n = b * T; n < (b + 1) * T; ++n) {
@@ -251,15 +256,16 @@ double aux_loss(const RouterConfig& cfg, const double* logits, int64_t N, double
 }
 
 double z_loss(const double* logits, int64_t N, int64_t E, double coeff, double grad_scale,
-              double* dlogits) {
+              double* dlogits, int64_t parts) {
   std::vector<double> p((size_t)E);
+  const double all = (double)(N * parts);  // the mean is over every rank's tokens
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) {
     const double lse = softmax_row(logits + n * E, E, p.data());
-    loss += coeff * lse * lse / (double)N;
+    loss += coeff * lse * lse / all;
     if (dlogits)
       for (int64_t e = 0; e < E; ++e)
-        dlogits[n * E + e] += grad_scale * coeff * 2.0 * lse * p[(size_t)e] / (double)N;
+        dlogits[n * E + e] += grad_scale * coeff * 2.0 * lse * p[(size_t)e] / all;
   }
   return loss;
 }

@@ -5,7 +5,10 @@
 //   g = sigmoid(x wg^T) (N)                          shared.gate.weight (1, C)
 //   y += g * z   (gateless: y += z)
 // The gate's logits go to the host in float64 as the router's do, so that its sigmoid and
-// derivative are computed alike on every backend.
+// derivative are computed alike on every backend. Under expert tensor parallelism (split) the
+// shared expert is split over the tensor group as a dense MLP is (W1's gate;up rows, W2's
+// columns): z is summed over the group before its bias and the gate, and so is the MLP's part
+// of dx in backward.
 #include <cmath>
 
 #include "loom/cpp/layers/moe/moe.hpp"
@@ -20,24 +23,29 @@ void MoeMlp::shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor*
     m.sa = c.alloc({N, S});
     m.dsh = c.alloc({N, s_fc_out});
     m.dsa = c.alloc({N, S});
-    if (sg) {
+    if (sg || split) {
       m.sz = c.alloc({N, C});
       m.dsz = c.alloc({N, C});
-      m.sgl = c.alloc({N});
     }
+    if (sg) m.sgl = c.alloc({N});
   }
   View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
   c.gemm(false, true, N, s_fc_out, C, {x, C}, {s1->value.get(), C}, h.get(), s_fc_out, 0, 0.0);
   if (sb1) loom::bias_add(c.be, h.get(), sb1->value.get());
   loom::act_forward(c.be, act, av.get(), h);
-  if (!sg) {
+  if (!sg && !split) {
     c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, y, C, 0, 1.0);
     if (sb2) loom::bias_add(c.be, y, sb2->value.get());
     return;
   }
   View z = view(m.sz, {N, C}), gz = view(m.dsz, {N, C}), gl = view(m.sgl, {N});
   c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, z.get(), C, 0, 0.0);
+  if (split) c.tp.all_reduce(z.get());  // each tensor rank's columns' part
   if (sb2) loom::bias_add(c.be, z.get(), sb2->value.get());
+  if (!sg) {
+    c.call(&loom_ops::add, y, (const DLTensor*)y, (const DLTensor*)z);
+    return;
+  }
   c.gemm(false, true, N, 1, C, {x, C}, {sg->value.get(), C}, gl.get(), 1, 0, 0.0);
   download(c, gl, N, m.gate);
   for (double& g : m.gate) g = 1.0 / (1.0 + std::exp(-g));
@@ -89,7 +97,15 @@ void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor
         k.gemm(true, false, s_fc_out, C, N, {d, s_fc_out}, {xi, C}, s1->grad.get(), C, 0, 1.0);
       },
       (T)dh.get(), (T)xv.get());
-  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
+  if (!split) {
+    c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
+    return;
+  }
+  // this rank's columns' part of the MLP's dx, summed over the group (dz's buffer is free)
+  View part = view(m.dsz, {N, C});
+  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, part.get(), C, 0, 0.0);
+  c.tp.all_reduce(part.get());
+  c.call(&loom_ops::add, dx, (const DLTensor*)dx, (const DLTensor*)part);
 }
 
 }  // namespace loom::layers

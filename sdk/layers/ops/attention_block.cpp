@@ -14,12 +14,11 @@
 
 #include "loom/cpp/layers/ops/context_parallel.hpp"
 #include "loom/cpp/layers/ops/linear.hpp"
+#include "loom/cpp/layers/ops/mla.hpp"
 
 namespace loom::layers {
-namespace {
 
-// RoPE of x(B,T,H,D) from each sequence's start, or from 0 in each packed document.
-void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward) {
+void rope_at(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward) {
   const int64_t T = s.T, H = x->shape[2], D = x->shape[3];
   auto one = [&](int64_t first_row, int64_t rows, int64_t pos) {
     View v = view(x, {1, rows, H, D}, first_row * H * D);
@@ -47,6 +46,8 @@ void rope(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward)
     loom::rope_forward(c.be, x, s.pos0, theta);
   }
 }
+
+namespace {
 
 // The masks of one call: the window (when set) chained before the bias (when set, with its
 // gradient when `grad`) and the packed documents.
@@ -117,10 +118,14 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
   a.window = {
       {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
       o.attention_window};
-  Param& w = ps.at(prefix + ".c_attn.weight");
-  Param* b = o.qkv_bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
-  a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
-                 make_linear(w, b, o.q_dim() + o.kv_dim(), o.kv_dim())};
+  if (o.mla) {
+    a.mla = std::make_shared<const MlaProjections>(MlaProjections::make(o, ps, prefix));
+  } else {
+    Param& w = ps.at(prefix + ".c_attn.weight");
+    Param* b = o.qkv_bias ? &ps.at(prefix + ".c_attn.bias") : nullptr;
+    a.qkv.parts = {make_linear(w, b, 0, o.q_dim()), make_linear(w, b, o.q_dim(), o.kv_dim()),
+                   make_linear(w, b, o.q_dim() + o.kv_dim(), o.kv_dim())};
+  }
   a.o.lin = make_linear(ps.at(prefix + ".c_proj.weight"),
                         o.bias ? &ps.at(prefix + ".c_proj.bias") : nullptr, 0, o.n_embd);
   a.qk_norm = o.qk_norm;
@@ -137,23 +142,10 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
   View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
   const int64_t C = o.lin.out;
-  View xf = view(a.ln1_full, {N, C});
-  // With QK-norm the projections land in q_in, k_in and the norms write q, k: each head's
-  // D values a row of (N*H, D).
-  View qp = view(qk_norm ? a.q_in : a.q, {B, T, Hq, D});
-  View kp = view(qk_norm ? a.k_in : a.k, {B, T, Hkv, D});
-  qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
-              {qp.get(), kp.get(), vv.get()});
-  if (qk_norm) {
-    q_norm.forward(c, view(a.q, {N * Hq, D}), view(a.qn_mean, {N * Hq}), view(a.qn_rstd, {N * Hq}),
-                   view(a.q_in, {N * Hq, D}));
-    k_norm.forward(c, view(a.k, {N * Hkv, D}), view(a.kn_mean, {N * Hkv}),
-                   view(a.kn_rstd, {N * Hkv}), view(a.k_in, {N * Hkv, D}));
-  }
-  if (rope) {
-    loom::layers::rope(c, s, qv.get(), rope_theta, false);
-    loom::layers::rope(c, s, kv.get(), rope_theta, false);
-  }
+  if (mla)
+    mla->forward(c, s, x, a);
+  else
+    project(c, s, x, a);
   Masks masks;
   if (!cache) {
     core(c, s, a);
@@ -180,7 +172,37 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   }
   View yv = view(y, {c.tp.local_rows(N), C});
   View yf = view(c.sp ? c.sp->y_full.get() : nullptr, {N, C});
+  if (mla) {  // c_proj reads each head's dv values of the padded output
+    View o_in = view(a.mla_o, {N, o.lin.in});
+    mla->compact_output(c, N, out, o_in);
+    o.forward(c.be, c.tp, o_in, N, yf.get(), yv.get());
+    return;
+  }
   o.forward(c.be, c.tp, out, N, yf.get(), yv.get());
+}
+
+// q, k, v from x through c_attn, each head's q and k normalised (QK-norm) and rotated.
+void AttentionBlock::project(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a) const {
+  const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
+  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
+  View vv = view(a.v, {B, T, Hkv, D});
+  View xf = view(a.ln1_full, {N, o.lin.out});
+  // With QK-norm the projections land in q_in, k_in and the norms write q, k: each head's
+  // D values a row of (N*H, D).
+  View qp = view(qk_norm ? a.q_in : a.q, {B, T, Hq, D});
+  View kp = view(qk_norm ? a.k_in : a.k, {B, T, Hkv, D});
+  qkv.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, N,
+              {qp.get(), kp.get(), vv.get()});
+  if (qk_norm) {
+    q_norm.forward(c, view(a.q, {N * Hq, D}), view(a.qn_mean, {N * Hq}), view(a.qn_rstd, {N * Hq}),
+                   view(a.q_in, {N * Hq, D}));
+    k_norm.forward(c, view(a.k, {N * Hkv, D}), view(a.kn_mean, {N * Hkv}),
+                   view(a.kn_rstd, {N * Hkv}), view(a.k_in, {N * Hkv, D}));
+  }
+  if (rope) {
+    rope_at(c, s, qv.get(), rope_theta, false);
+    rope_at(c, s, kv.get(), rope_theta, false);
+  }
 }
 
 void AttentionBlock::core(const Ctx& c, const Step& s, const LayerActs& a) const {
@@ -205,7 +227,13 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   if (a.recompute & LOOM_RECOMPUTE_CORE_ATTN) core(c, s, a);  // att and lse, shared scratch
   View datt = view(g.dln, {B, T, Hq, D});
   View dyf = view(sp ? c.sp->dy_full.get() : nullptr, {N, C});
-  o.backward(c.be, c.tp, dy, dyf.get(), a.att, N, datt);
+  if (mla) {  // c_proj's input gradient is each head's dv values; the padding's is zero
+    View dout = view(c.mla->dout, {N, o.lin.in});
+    o.backward(c.be, c.tp, dy, dyf.get(), view(a.mla_o, {N, o.lin.in}), N, dout);
+    mla->expand_output_grad(c, N, dout, datt);
+  } else {
+    o.backward(c.be, c.tp, dy, dyf.get(), a.att, N, datt);
+  }
   View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
   View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
   View lse = view(a.lse, {B, Hq, T});
@@ -219,9 +247,10 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   else
     attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
                     masks.chain(window, s.docs, s.bias, true));
+  if (mla) return mla->backward(c, s, x, a, dq, dk, dv, dx);
   if (rope) {  // gradients w.r.t. the q, k before rotation
-    loom::layers::rope(c, s, dq.get(), rope_theta, true);
-    loom::layers::rope(c, s, dk.get(), rope_theta, true);
+    rope_at(c, s, dq.get(), rope_theta, true);
+    rope_at(c, s, dk.get(), rope_theta, true);
   }
   View dqp = dq, dkp = dk;  // the projections' output gradients
   if (qk_norm) {            // through the norms: dq_in, dk_in (=); their weights' +=

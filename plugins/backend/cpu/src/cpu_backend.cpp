@@ -273,6 +273,7 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,  // grouped_gemm: each group through op_gemm (OpenBLAS threads every one)
     op_gemm_epilogue,
     LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD,
+    op_copy_strided,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

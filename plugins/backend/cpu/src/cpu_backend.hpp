@@ -153,6 +153,10 @@ loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
 // kernels_elementwise.cpp
 loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
+// ABI 2.21: rows x cols elements between row-strided layouts (args checked by the SDK slot)
+loom_error* op_copy_strided(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                            const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                            int64_t cols) noexcept;
 loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept;
 loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                      double beta) noexcept;

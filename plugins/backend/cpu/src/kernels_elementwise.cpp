@@ -89,6 +89,21 @@ loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept {
   });
 }
 
+loom_error* op_copy_strided(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                            const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                            int64_t cols) noexcept {
+  return run_op(be, "copy_strided", [&](loom_backend&) {
+    Check ck{"copy_strided"};
+    ck.tensor("dst", dst);
+    ck.tensor("src", src);
+    const size_t e = loom_dtype_bytes(dst->dtype), row = (size_t)cols * e;
+    char* d = data_of<char>(dst) + (size_t)offset_dst * e;
+    const char* s = data_of<const char>(src) + (size_t)offset_src * e;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(d + (size_t)(r * ld_dst) * e, s + (size_t)(r * ld_src) * e, row);
+  });
+}
+
 loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept {
   return run_op(be, "copy", [&](loom_backend& b) {
     Check ck{"copy"};

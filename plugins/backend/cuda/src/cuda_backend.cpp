@@ -405,6 +405,7 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,  // grouped_gemm: each group through the cuBLASLt gemm above (the SDK's loop)
     gemm_epilogue,
     kEpilogueKinds,
+    copy_strided,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -328,6 +328,21 @@ loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept {
   });
 }
 
+loom_error* copy_strided(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                         const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                         int64_t cols) noexcept {
+  return run_op(be, "copy_strided", [&](loom_backend& b) {
+    const size_t e = loom_dtype_bytes(dst->dtype);
+    char* d = static_cast<char*>(device_ptr(b, dst, "copy_strided", "dst")) + offset_dst * e;
+    const char* s =
+        static_cast<const char*>(device_ptr(b, src, "copy_strided", "src")) + offset_src * e;
+    LOOM_CUDA_CHECK("copy_strided",
+                    cudaMemcpy2DAsync(d, (size_t)ld_dst * e, s, (size_t)ld_src * e,
+                                      (size_t)cols * e, (size_t)rows, cudaMemcpyDeviceToDevice,
+                                      b.stream));
+  });
+}
+
 loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept {
   return run_op(be, "copy", [&](loom_backend& b) {
     const void* s = device_ptr(b, src, "copy", "src");

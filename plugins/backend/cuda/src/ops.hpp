@@ -18,6 +18,10 @@ loom_error* bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noex
 loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;
+// ABI 2.21: one cudaMemcpy2DAsync (args checked by the SDK slot)
+loom_error* copy_strided(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                         const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                         int64_t cols) noexcept;
 loom_error* add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTensor* b) noexcept;
 loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                   double beta) noexcept;

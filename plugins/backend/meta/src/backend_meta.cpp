@@ -156,6 +156,7 @@ constexpr loom_ops make_ops() {
   LOOM_META_NOOP(vocab_ce_stats)
   LOOM_META_NOOP(vocab_ce_backward)
   LOOM_META_NOOP(grouped_gemm)
+  LOOM_META_NOOP(copy_strided)
   return o;
 }
 #undef LOOM_META_NOOP

@@ -19,6 +19,7 @@
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/grouped_gemm.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/tensor.hpp"
 
 namespace loom {
 
@@ -92,10 +93,45 @@ struct OpsCalls {
   loom_error* (*gemm_epilogue)(loom_backend* be, const loom_gemm_args* args,
                                const loom_gemm_epilogue* epilogue);
   uint32_t epilogue_kinds;
+  // ABI 2.21's strided copy, its args checked already (loom::copy_strided_refusal). NULL: the
+  // slot copies row by row through `copy`.
+  loom_error* (*copy_strided)(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                              const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                              int64_t cols);
 };
+
+// What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
+// negative, a stride is shorter than a row, a block leaves its tensor, or the two overlap.
+inline std::string copy_strided_refusal(const loom_copy_strided_args& a) {
+  if (!a.dst || !a.src) return "dst or src is NULL";
+  if (!loom_dtype_eq(a.dst->dtype, a.src->dtype)) return "dst and src differ in dtype";
+  if (a.rows < 0 || a.cols < 0 || a.offset_dst < 0 || a.offset_src < 0)
+    return "a negative size or offset";
+  if (a.rows == 0 || a.cols == 0) return "";
+  if (a.ld_dst < a.cols || a.ld_src < a.cols) return "a stride is shorter than a row's cols";
+  const int64_t end_dst = a.offset_dst + (a.rows - 1) * a.ld_dst + a.cols;
+  const int64_t end_src = a.offset_src + (a.rows - 1) * a.ld_src + a.cols;
+  if (end_dst > loom_tensor_numel(a.dst) || end_src > loom_tensor_numel(a.src))
+    return "a block reaches past its tensor (" + std::to_string(end_dst) + " of " +
+           std::to_string(loom_tensor_numel(a.dst)) + " elements of dst, " +
+           std::to_string(end_src) + " of " + std::to_string(loom_tensor_numel(a.src)) + " of src)";
+  const size_t e = loom_dtype_bytes(a.dst->dtype);
+  const char* d0 = static_cast<const char*>(a.dst->data) + a.dst->byte_offset + a.offset_dst * e;
+  const char* s0 = static_cast<const char*>(a.src->data) + a.src->byte_offset + a.offset_src * e;
+  const char* d1 = d0 + (size_t)(end_dst - a.offset_dst) * e;
+  const char* s1 = s0 + (size_t)(end_src - a.offset_src) * e;
+  if (a.dst->data == a.src->data && d0 < s1 && s0 < d1) return "the blocks overlap";
+  return "";
+}
 
 template <const OpsCalls& K>
 struct OpsSlots {
+  // Whether a kernel is given (a named function's address is never NULL, which a plain test
+  // of K's field warns about once the backend gives one).
+  template <class Fn>
+  static bool has(Fn* fn) {
+    return reinterpret_cast<const void*>(fn) != nullptr;
+  }
   // Runs `run` when `a` passes the refusal rule, else answers K.refuse naming `op`.
   template <class Args, class Fn>
   static loom_error* call(loom_backend* be, const char* op, const Args* a, size_t want, Fn&& run) {
@@ -230,9 +266,25 @@ struct OpsSlots {
     return nullptr;
   }
 
+  static loom_error* copy_strided(loom_backend* be, const loom_copy_strided_args* a) {
+    std::string why = ops_args_refusal(a, LOOM_COPY_STRIDED_ARGS_SIZE_V2_21);
+    if (why.empty()) why = copy_strided_refusal(*a);
+    if (!why.empty()) return K.refuse(be, "copy_strided", why);
+    if (a->rows == 0 || a->cols == 0) return nullptr;
+    if (has(K.copy_strided))
+      return K.copy_strided(be, a->dst, a->ld_dst, a->offset_dst, a->src, a->ld_src, a->offset_src,
+                            a->rows, a->cols);
+    for (int64_t r = 0; r < a->rows; ++r) {
+      View d(a->dst, {a->cols}, a->offset_dst + r * a->ld_dst);
+      View s(a->src, {a->cols}, a->offset_src + r * a->ld_src);
+      if (loom_error* e = K.copy(be, d.get(), s)) return e;
+    }
+    return nullptr;
+  }
+
   // The whole loom_ops table.
   static constexpr loom_ops ops() {
-    return loom_ops{LOOM_OPS_SIZE_V2_5,
+    return loom_ops{LOOM_OPS_SIZE_V2_21,
                     gemm,
                     bias_add,
                     bias_backward,
@@ -254,7 +306,8 @@ struct OpsSlots {
                     softmax_cross_entropy,
                     vocab_ce_stats,
                     vocab_ce_backward,
-                    grouped_gemm};
+                    grouped_gemm,
+                    copy_strided};
   }
 };
 

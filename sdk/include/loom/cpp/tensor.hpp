@@ -19,6 +19,8 @@ class Backend {
   explicit Backend(const loom_host* host) : host_(host) {
     check(host, host->get_backend(host->ctx, &ref_));
   }
+  // A handle on a given backend instance (a wrapper's table, an older backend's in tests).
+  Backend(const loom_host* host, loom_backend_ref ref) : host_(host), ref_(ref) {}
   const loom_host* host() const { return host_; }
   loom_backend* self() const { return ref_.self; }
   const loom_backend_api* api() const { return ref_.api; }
@@ -293,6 +295,33 @@ inline void rope_forward(const Backend& be, DLTensor* x, int64_t pos_offset, dou
 inline void rope_backward(const Backend& be, DLTensor* dx, int64_t pos_offset, double theta) {
   const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, dx, pos_offset, theta, nullptr};
   be.call(&loom_ops::rope_backward, &a);
+}
+
+// dst[offset_dst + r * ld_dst + j] = src[offset_src + r * ld_src + j] for r < rows, j < cols
+// (ABI 2.21's copy_strided; a backend built before it gets one compact copy per row).
+inline void copy_strided(const Backend& be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
+                         const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
+                         int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  if (be.ops().struct_size >= LOOM_OPS_SIZE_V2_21 && be.ops().copy_strided) {
+    const loom_copy_strided_args a{LOOM_COPY_STRIDED_ARGS_SIZE_V2_21,
+                                   dst,
+                                   ld_dst,
+                                   offset_dst,
+                                   src,
+                                   ld_src,
+                                   offset_src,
+                                   rows,
+                                   cols,
+                                   nullptr};
+    be.call(&loom_ops::copy_strided, &a);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    View d(dst, {cols}, offset_dst + r * ld_dst);
+    View s(src, {cols}, offset_src + r * ld_src);
+    be.call(&loom_ops::copy, d.get(), (const DLTensor*)s);
+  }
 }
 
 // The other ops with positional arguments, over their args structs (backend.h says what

@@ -23,8 +23,15 @@ struct LayerActs {
   // QK-norm only: q and k as projected (the norms' inputs), and their statistics per head
   Tensor q_in, k_in;                          // (B,T,Hq,D), (B,T,Hkv,D)
   Tensor qn_mean, qn_rstd, kn_mean, kn_rstd;  // (N*Hq), (N*Hkv)
-  Tensor att, lse;                            // (B,T,Hq,D) attention output, (B,Hq,T) f32
-  Tensor res2;                                // (N,C) residual after the attention half
+  // Multi-head latent attention only (ops/mla.hpp): the query latent before and after its
+  // norm (N, q_lora_rank) and its statistics; the down-projection (N, kv_lora_rank + rope
+  // dim), its latent before and after the norm (N, kv_lora_rank) and statistics; the values'
+  // compact (N, H*v_head_dim) attention output, c_proj's input.
+  Tensor mla_cq_in, mla_cq, mla_cq_mean, mla_cq_rstd;
+  Tensor mla_ckv, mla_c_in, mla_c, mla_c_mean, mla_c_rstd;
+  Tensor mla_o;
+  Tensor att, lse;  // (B,T,Hq,D) attention output, (B,Hq,T) f32
+  Tensor res2;      // (N,C) residual after the attention half
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor h, a;  // (N, fc_out) MLP pre-activation, (N, F) post-activation
   // A MoE layer's routing and expert rows (moe.hpp), and its balancing and z losses of the

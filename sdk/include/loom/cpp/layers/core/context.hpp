@@ -24,6 +24,8 @@ struct Mat {
 
 // Sequence-parallel scratch: (N, C) full-token buffers around the gathers and
 // reduce-scatters, shared by every layer (only allocated with sequence parallelism).
+struct MlaScratch;  // ops/mla.hpp
+
 struct SpScratch {
   Tensor y_full, dy_full, dx_full;
   Tensor x_full;  // (N,C) a column-parallel projection's gathered input (LayerActs::ln*_full)
@@ -76,6 +78,8 @@ struct Ctx {
   ContextGroup cp;      // the context-parallel group (context_parallel.hpp)
   bool cp_a2a = false;  // its attention: all-to-all (Ulysses) rather than the ring
   SpScratch* sp = nullptr;
+  // Multi-head latent attention's scratch, shared by the layers (DecoderModel's), or NULL.
+  MlaScratch* mla = nullptr;
 
   template <class Fn, class... Args>
   void call(Fn loom_ops::*op, Args&&... args) const {

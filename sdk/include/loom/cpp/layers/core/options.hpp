@@ -39,6 +39,12 @@ struct Options {
   // head_dim, weights q_norm/k_norm shared by the heads) before RoPE; qkv_bias gives c_attn a
   // bias (always when `bias`, alone with add_qkv_bias).
   bool qk_norm = false, qkv_bias = true;
+  // DeepSeek's multi-head latent attention (model/gpt, ops/mla.hpp): queries from a
+  // q_lora_rank latent (0: from the input), keys and values from a kv_lora_rank one; each
+  // head's q and k of qk_head_dim + qk_pos_dim (head_dim), the last qk_pos_dim rotated (the
+  // key's part shared by the heads), its v of v_head_dim padded to head_dim for the attention.
+  bool mla = false;
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_head_dim = 0, qk_pos_dim = 0, v_head_dim = 0;
   // BERT (model/bert): bidirectional attention within each row's real tokens (the batch's
   // padding_mask), token-type embeddings, and on the last stage the LM head's transform
   // (dense, GELU, LayerNorm, output bias) and the pooler with the binary (SOP) head.

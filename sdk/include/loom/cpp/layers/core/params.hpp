@@ -101,8 +101,12 @@ class ParamDeclarer {
   void column(const std::string& p, std::vector<int64_t> blocks, int64_t in, double std, bool bias);
   // row-parallel: input columns split (dim 1), bias replicated (added after the reduction)
   void row(const std::string& p, int64_t out, int64_t in_global, double std);
-  // p.c_attn (q|k|v rows), p.c_proj, and with QK-norm p.q_norm, p.k_norm: AttentionBlock's
+  // p.c_attn (q|k|v rows), p.c_proj, and with QK-norm p.q_norm, p.k_norm: AttentionBlock's;
+  // with multi-head latent attention mla's below
   void attention(const std::string& p);
+  // p.q_a, p.q_a_norm, p.q_b (or p.q without a query latent), p.kv_a, p.kv_a_norm, p.kv_b,
+  // p.c_proj: MlaProjections' and AttentionBlock's output projection
+  void mla(const std::string& p);
   void mlp(const std::string& p);  // p.c_fc (gate;up with SwiGLU), p.c_proj: Mlp's
   // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
   // biases: MoeMlp's, whole on every tensor rank; the experts' E / EP of this expert rank

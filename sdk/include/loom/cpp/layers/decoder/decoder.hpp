@@ -36,6 +36,7 @@
 #include "loom/cpp/layers/ops/attention_block.hpp"
 #include "loom/cpp/layers/ops/embedding.hpp"
 #include "loom/cpp/layers/ops/head.hpp"
+#include "loom/cpp/layers/ops/mla.hpp"
 #include "loom/cpp/layers/ops/mlp.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
 #include "loom/cpp/weight_grads.hpp"
@@ -205,6 +206,7 @@ class DecoderModel {
   std::vector<std::unique_ptr<Slot>> slots_;
   GradScratch grads_;
   SpScratch sp_;
+  MlaScratch mla_;  // multi-head latent attention's, grown on use (Ctx::mla)
   View dinput_;
   DLTensor* dinput_ptr_ = nullptr;  // what stage_backward hands out
   // what stage_info and stage_forward hand out

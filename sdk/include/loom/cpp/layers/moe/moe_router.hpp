@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,17 +54,29 @@ Routing route(const RouterConfig& cfg, const double* logits, int64_t tokens,
 void route_backward(const RouterConfig& cfg, const Routing& r, const double* logits,
                     const double* dprob, double* dlogits);
 
+// Tokens split over ranks (context parallelism: each holds `parts` chunks' worth of every
+// sequence, 1/parts of its tokens): `sum` adds a vector over the ranks.
+struct SplitTokens {
+  int64_t parts = 1;
+  std::function<void(std::vector<double>&)> sum;
+};
+
 // The load-balancing loss of logits (N, E) and, when dlogits is not NULL, grad_scale times
 // its gradient added to dlogits. seq_len > 0: the sequence form over N / seq_len sequences
 // of seq_len tokens, back to back. tokens_per_expert (E), when not NULL, receives f_e.
+// With `split`, the tokens are this rank's part of sequences `parts` times as long: f_e is
+// summed over the ranks, the sizes are the whole sequences', and the value is this rank's
+// share (its tokens' P_e against the whole f_e), so that the ranks' values add up to the
+// loss of the whole batch (Megatron reduces tokens_per_expert over the context group alike).
 double aux_loss(const RouterConfig& cfg, const double* logits, int64_t tokens, double coeff,
                 int64_t seq_len, double grad_scale, double* dlogits,
-                std::vector<int64_t>* tokens_per_expert = nullptr);
+                std::vector<int64_t>* tokens_per_expert = nullptr,
+                const SplitTokens* split = nullptr);
 
-// coeff * mean over the N tokens of logsumexp(logits)^2; grad_scale times its gradient is
-// added to dlogits when not NULL.
+// coeff * mean over the N x parts tokens of every rank of logsumexp(logits)^2: this rank's N
+// tokens' share; grad_scale times its gradient is added to dlogits when not NULL.
 double z_loss(const double* logits, int64_t tokens, int64_t experts, double coeff,
-              double grad_scale, double* dlogits);
+              double grad_scale, double* dlogits, int64_t parts = 1);
 
 // Megatron's aux-loss-free update of the expert bias after a step: each expert's bias moves
 // by `rate` towards the mean load (up when it had fewer tokens than the mean, down when more).

@@ -2,6 +2,7 @@
 // (fused qkv, RoPE, the attention plugin, output projection).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loom/cpp/layers/core/acts.hpp"
@@ -19,6 +20,12 @@ void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, cons
                      const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
                      DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext);
 
+// RoPE of x (B,T,H,D) at the step's positions (each sequence's start, each packed document's,
+// this context rank's chunks), in place; backward: the gradient through it.
+void rope_at(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward);
+
+struct MlaProjections;  // mla.hpp
+
 struct AttentionBlock {
   loom::tp::ColumnParallelLinear qkv;  // parts q, k, v: this rank's heads
   loom::tp::RowParallelLinear o;
@@ -31,6 +38,8 @@ struct AttentionBlock {
   // QK-norm (Qwen3): each head's q and k normalised over D before RoPE.
   bool qk_norm = false;
   Norm q_norm, k_norm;
+  // Multi-head latent attention (mla.hpp) in place of c_attn, or NULL.
+  std::shared_ptr<const MlaProjections> mla;
 
   static AttentionBlock make(const Options& o, ParamStore& ps, const std::string& prefix);
   // y(Nl,C) = attention block of x(Nl,C) (the ln_1 output); saves q, k, v, att, lse in a.
@@ -43,6 +52,8 @@ struct AttentionBlock {
                 const DLTensor* dy, DLTensor* dx, GradScratch& g) const;
 
  private:
+  // q, k, v from c_attn (with QK-norm and RoPE) into a.q, a.k, a.v.
+  void project(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a) const;
   // The attention core of training: a.att and a.lse from a.q, a.k, a.v (after RoPE), by
   // the attention plugin, or round the context group. Backward calls it again when the
   // core is recomputed (LOOM_RECOMPUTE_CORE_ATTN): the same call, so the same bits.
