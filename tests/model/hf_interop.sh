@@ -4,11 +4,13 @@
 #     with mask buffers; Llama GQA f32 sharded, untied, rope_theta 5e5; Llama MQA bf16 tied;
 #     Mixtral, 4 experts top-2, GQA f32; Qwen2 with q/k/v biases; Qwen3 bf16 tied with QK-norm
 #     and head_dim 8 over hidden 16 / 4 heads; Qwen2-MoE with a gated shared expert,
-#     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE)
+#     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE; DeepSeek-V3 bf16
+#     with MLA's interleaved rotary pairs, a dense first layer, grouped routing and the
+#     router bias in float32)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
-#  3. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model exported, re-imported and exported again give
+#  3. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE and DeepSeek-V3-style model exported, re-imported and exported again give
 #     byte-identical tensors (and every non-vocabulary tensor of the checkpoints is equal);
 #  4. what does not map is refused, naming it (a config key, a config value, a shape, a
 #     tensor with no place);
@@ -26,7 +28,7 @@ quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
 for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32 qwen2-f32 \
-         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32; do
+         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -55,7 +57,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
-for style in gpt llama qwen3 qwen2moe; do
+for style in gpt llama qwen3 qwen2moe dsv3; do
   train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
@@ -104,6 +106,12 @@ edit qwen3-moe-f32 "c['mlp_only_layers'] = [2]"
 refuse "a dense layer that is not there" '"mlp_only_layers" = \[2\] names a layer outside \[0, 2)'
 edit qwen3-moe-f32 "c['mlp_only_layers'] = [1]"
 refuse "a dense layer whose tensors are experts'" 'no tensor model.layers.1.mlp.gate_proj.weight'
+edit deepseek-v3-bf16 "c['rope_scaling'] = {'type': 'yarn', 'factor': 40}"
+refuse "DeepSeek-V3's YaRN" '"rope_scaling" = {"factor":40,"type":"yarn"} does not map'
+edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
+refuse "DeepSeek-V3's MTP" 'multi-token prediction (DeepSeek.s MTP module) is not implemented'
+edit deepseek-v3-bf16 "c['topk_group'] = 1"
+refuse "a group score model/gpt cannot take" '"topk_group" must be num_experts_per_tok / 2'
 edit qwen3-tied-bf16 "c['head_dim'] = 6"
 refuse "a head_dim the tensors contradict" '"head_dim" = 6 disagrees with tensor'
 

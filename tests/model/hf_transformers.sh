@@ -2,8 +2,8 @@
 # Hugging Face interop against the real `transformers` (the GPU machine's python3 has it; it
 # needs no GPU, only the library, and skips with exit 77 where it is missing):
 #  1. GPT2LMHeadModel, LlamaForCausalLM (GQA, untied), Qwen2ForCausalLM, Qwen3ForCausalLM
-#     (head_dim apart from hidden / heads), Qwen2MoeForCausalLM and Qwen3MoeForCausalLM from
-#     tiny random configs,
+#     (head_dim apart from hidden / heads), Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and
+#     DeepseekV3ForCausalLM from tiny random configs,
 #     save_pretrained, `loom import-hf`: Loom's logits of every prompt position match
 #     transformers' within 1e-4 of max |logit| (fp32);
 #  2. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model, `loom export-hf`, from_pretrained unchanged:
@@ -63,8 +63,16 @@ transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
     shared_expert_intermediate_size=40, **moe, **qwen)).save_pretrained("hf-qwen2moe")
 transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
     head_dim=12, norm_topk_prob=True, **moe, **qwen)).save_pretrained("hf-qwen3moe")
+# DeepSeek-V3 (its router bias starts at zero: transformers' 0.0 mask and Loom's -inf pick alike)
+transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+    vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+    n_shared_experts=1, num_experts_per_tok=4, n_group=4, topk_group=2,
+    first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+    qk_rope_head_dim=4, v_head_dim=8, max_position_embeddings=64, rope_scaling=None,
+    initializer_range=0.2)).save_pretrained("hf-deepseek")
 PY
-for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe; do
+for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe deepseek; do
   "$loom" import-hf hf-$m loom-$m
   "$loom" generate --checkpoint loom-$m --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out loom-$m.st "${quiet[@]}" > /dev/null

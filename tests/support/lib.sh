@@ -82,7 +82,7 @@ parity_layouts() {
 # reshard.sh): multi-head latent attention (query latent 12, key/value latent 16, heads of
 # 8 + 4 rotated, values of 8) and its mixture of experts (the sigmoid router with the expert
 # bias moving 0.01 a step, 4 experts in 2 groups, top-2 from the best group, x 2.5, the
-# per-sequence balancing loss, a shared expert, the first layer dense).
+# per-sequence balancing loss, a shared expert of one expert's size, the first layer dense).
 DSV3_MODEL=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
             --set model.bias=false --set model.tie_embeddings=false
             --set model.multi_latent_attention=true --set model.q_lora_rank=12
@@ -96,7 +96,7 @@ DSV3_MODEL=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.p
             --set model.moe_router_topk_scaling_factor=2.5
             --set model.moe_aux_loss_coeff=0.001
             --set model.moe_router_load_balancing_type=seq_aux_loss
-            --set model.moe_shared_expert_intermediate_size=16
+            --set model.moe_shared_expert_intermediate_size=24
             --set "model.moe_layer_freq=[0]+[1]*3")
 
 # now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
@@ -256,8 +256,8 @@ PY
 # Llama-style one (llama: RMSNorm, SwiGLU, RoPE, 2 key/value heads, untied embeddings, no
 # biases), a Qwen3-style one (qwen3: Llama's with QK-norm and a head size of 6) or a
 # Qwen2-MoE-style one (qwen2moe: Llama's with q/k/v biases, 4 experts and a gated shared
-# expert), saved to the checkpoint trained-STYLE; a failed run shows the end of run.log and
-# exits 1.
+# expert) or DeepSeek-V3 in miniature (dsv3: DSV3_MODEL on 4 layers), saved to the checkpoint
+# trained-STYLE; a failed run shows the end of run.log and exits 1.
 train_style() {
   local sets=()
   case $1 in llama | qwen3 | qwen2moe)
@@ -265,6 +265,7 @@ train_style() {
           --set model.n_kv_head=2 --set model.tie_embeddings=false --set model.bias=false) ;;
   esac
   [ "$1" = qwen3 ] && sets+=(--set model.qk_layernorm=true --set model.kv_channels=6)
+  [ "$1" = dsv3 ] && sets=("${DSV3_MODEL[@]}" --set model.n_layer=4)
   [ "$1" = qwen2moe ] && sets+=(--set model.add_qkv_bias=true --set model.num_experts=4
     --set model.moe_ffn_hidden_size=8 --set model.moe_shared_expert_intermediate_size=12
     --set model.moe_shared_expert_gate=true)

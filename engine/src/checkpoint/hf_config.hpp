@@ -127,11 +127,33 @@ class ModelKeys {
   std::map<std::string, std::string> k_;
 };
 
+// One Loom tensor from HF tensors stacked along dimension 0 (shaped `loom_shape` when given).
+inline void rule(HfArch& a, std::string loom, std::vector<std::string> hf,
+                 std::vector<std::vector<int64_t>> shapes, std::vector<int64_t> loom_shape = {}) {
+  a.rules.push_back(
+      {std::move(loom), std::move(hf), std::move(shapes), false, false, std::move(loom_shape)});
+}
+
+// A SwiGLU MLP of F columns: `loom` + "c_fc.weight" (2F, C) from `hf` + gate and up, and
+// `loom` + "c_proj.weight" (C, F) from `hf` + down (names: {gate, up, down} + ".weight").
+void swiglu_rules(HfArch& a, const std::string& loom, const std::string& hf, int64_t F, int64_t C,
+                  const std::vector<std::string>& names = {"gate_proj", "up_proj", "down_proj"});
+// E experts' SwiGLU MLPs stacked: `loom` + "experts.c_fc.weight" (E, 2F, C) and
+// "experts.c_proj.weight" (E, C, F) from `hf` + "experts.e." + each name.
+void expert_rules(HfArch& a, const std::string& loom, const std::string& hf, int64_t E, int64_t F,
+                  int64_t C,
+                  const std::vector<std::string>& names = {"gate_proj", "up_proj", "down_proj"});
+
 // hf_map_llama.cpp: Llama, Mixtral, Qwen2, Qwen3, Qwen2-MoE and Qwen3-MoE (model_type one of
 // kLlamaFamily). From a config.json (read through `r`), and back for an export: `c` the base
 // config to fill.
 extern const std::vector<std::string> kLlamaFamily;
 HfArch llama_family_from_config(ConfigReader& r, const std::string& model_type);
 std::pair<HfArch, json> llama_family_from_model(const ModelKeys& k, const Dims& d, json c);
+
+// hf_map_deepseek.cpp: DeepseekV3ForCausalLM (model_type "deepseek_v3"), whose multi-head
+// latent attention maps onto model/gpt's multi_latent_attention.
+HfArch deepseek_from_config(ConfigReader& r);
+std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& d, json c);
 
 }  // namespace loom::engine::hf

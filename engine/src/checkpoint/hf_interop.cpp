@@ -102,6 +102,18 @@ StTensor from_f32(const StTensor& t, const std::string& dtype) {
   return out;
 }
 
+// out row i = t's row from[i] (inverse: t's row from[i] = out row i), rows of equal size.
+StTensor permute_rows(const StTensor& t, const std::vector<int64_t>& from, bool inverse) {
+  if (from.empty()) return t;
+  const size_t row = t.data.size() / from.size();
+  StTensor out{t.dtype, t.shape, std::vector<uint8_t>(t.data.size())};
+  for (size_t i = 0; i < from.size(); ++i) {
+    const size_t src = inverse ? i : (size_t)from[i], dst = inverse ? (size_t)from[i] : i;
+    std::memcpy(out.data.data() + dst * row, t.data.data() + src * row, row);
+  }
+  return out;
+}
+
 StTensor transpose(const StTensor& t) {
   const int64_t r = t.shape[0], c = t.shape[1];
   const size_t es = dtype_size(t.dtype);
@@ -232,9 +244,10 @@ HfModel read_hf(const fs::path& dir) {
       if (t.shape != r.shapes[i])
         throw RunError(where + r.hf[i] + " has shape " + shape_str(t.shape) +
                        ", config.json implies " + shape_str(r.shapes[i]));
-      if (m.dtype.empty()) m.dtype = t.dtype;
-      if (t.dtype != m.dtype)
-        throw RunError(where + r.hf[i] + " is " + t.dtype + " while others are " + m.dtype);
+      if (m.dtype.empty() && !r.f32) m.dtype = t.dtype;
+      if (r.f32 ? t.dtype != "F32" : t.dtype != m.dtype)
+        throw RunError(where + r.hf[i] + " is " + t.dtype +
+                       (r.f32 ? " (F32 expected)" : " while others are " + m.dtype));
       StTensor f = to_f32(t, where + r.hf[i]);
       if (r.transpose) f = transpose(f);
       loom_t.shape = f.shape.size() == 1
@@ -244,7 +257,7 @@ HfModel read_hf(const fs::path& dir) {
       used.insert(r.hf[i]);
     }
     if (!r.loom_shape.empty()) loom_t.shape = r.loom_shape;  // same elements, Loom's dims
-    m.tensors[r.loom] = std::move(loom_t);
+    m.tensors[r.loom] = permute_rows(loom_t, r.rows, false);
   }
   if (auto it = raw.find(m.arch.tied_head); it != raw.end() && !m.arch.tied_head.empty()) {
     if (it->second.data != raw.at(m.arch.rules.front().hf.front()).data)
@@ -357,6 +370,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     StTensor t = to_f32(it->second, r.loom);
     if (r.vocab)
       t = take_shard(ShardSpec{{vocab, t.shape[1]}, -1, {}, 1, 0, 1, 0}, t, vocab, r.loom);
+    t = permute_rows(t, r.rows, true);
     size_t off = 0;
     for (size_t i = 0; i < r.hf.size(); ++i) {
       std::vector<int64_t> s = r.shapes[i];
@@ -367,7 +381,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
                        " is smaller than the recipe's model implies");
       StTensor piece{"F32", s, {t.data.begin() + off, t.data.begin() + off + bytes}};
       off += bytes;
-      hf[r.hf[i]] = from_f32(r.transpose ? transpose(piece) : piece, dtype);
+      hf[r.hf[i]] = from_f32(r.transpose ? transpose(piece) : piece, r.f32 ? "F32" : dtype);
     }
     used.insert(r.loom);
   }

@@ -28,6 +28,11 @@ struct HfRule {
   // Loom's shape when it is not the pieces stacked along dimension 0 (a mixture of experts'
   // (E, 2F, C) from E x (w1, w3)); empty: as stacked.
   std::vector<int64_t> loom_shape = {};
+  // Loom's row i is the stacked HF rows' row rows[i] (a permutation; empty: the same order):
+  // DeepSeek's interleaved rotary pairs as Loom's rotate-half halves.
+  std::vector<int64_t> rows = {};
+  // Stored in float32 whatever the other tensors' dtype (DeepSeek's router bias).
+  bool f32 = false;
 };
 
 // An architecture's mapping for one config.

@@ -99,8 +99,10 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
         {"tie_embeddings", lit(true)}, {"norm_eps", lit_f(eps)},       {"max_seq_len", lit(d.P)}};
   } else if (std::find(kLlamaFamily.begin(), kLlamaFamily.end(), mt) != kLlamaFamily.end()) {
     a = llama_family_from_config(r, mt);
+  } else if (mt == "deepseek_v3") {
+    a = deepseek_from_config(r);
   } else {
-    std::string known = "\"gpt2\"";
+    std::string known = "\"gpt2\", \"deepseek_v3\"";
     for (const std::string& f : kLlamaFamily) known += ", \"" + f + "\"";
     r.fail("model_type", "= " + (type ? type->dump() : std::string("(missing)")) +
                              " is not mapped; the mapped ones are " + known);
@@ -123,6 +125,7 @@ std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k,
   json c = base.is_object() ? base : json::object();
   c["torch_dtype"] = torch_dtype;
   c["vocab_size"] = d.V;
+  if (keys.flag("multi_latent_attention")) return deepseek_from_model(keys, d, c);
   if (llama) return llama_family_from_model(keys, d, c);
   auto need = [&](const char* key, const std::string& want, const std::string& a) {
     keys.need(key, want, a);

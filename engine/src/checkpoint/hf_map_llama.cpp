@@ -31,40 +31,18 @@ const std::map<std::string, std::string> kArchitectures = {
     {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
 
-// One Loom tensor from HF tensors stacked along dimension 0.
-void rule(HfArch& a, std::string loom, std::vector<std::string> hf,
-          std::vector<std::vector<int64_t>> shapes, std::vector<int64_t> loom_shape = {}) {
-  a.rules.push_back(
-      {std::move(loom), std::move(hf), std::move(shapes), false, false, std::move(loom_shape)});
-}
-
 // Layer `l`'s mixture: the router, the experts stacked (E, 2Fe, C) and (E, C, Fe), and the
 // shared expert with its gate.
 void moe_rules(HfArch& a, const Shape& s, const std::string& h, const std::string& m) {
   const int64_t C = s.d.C, E = s.E, F = s.Fe;
   const std::string x = m + (s.mixtral_names ? "block_sparse_moe." : "mlp.");
   rule(a, h + "moe.router.weight", {x + "gate.weight"}, {{E, C}});
-  HfRule fc{h + "moe.experts.c_fc.weight", {}, {}, false, false, {E, 2 * F, C}};
-  HfRule proj{h + "moe.experts.c_proj.weight", {}, {}, false, false, {E, C, F}};
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string p = x + "experts." + std::to_string(e) + ".";
-    if (s.mixtral_names) {
-      fc.hf.insert(fc.hf.end(), {p + "w1.weight", p + "w3.weight"});
-      proj.hf.push_back(p + "w2.weight");
-    } else {
-      fc.hf.insert(fc.hf.end(), {p + "gate_proj.weight", p + "up_proj.weight"});
-      proj.hf.push_back(p + "down_proj.weight");
-    }
-    fc.shapes.insert(fc.shapes.end(), {{F, C}, {F, C}});
-    proj.shapes.push_back({C, F});
-  }
-  a.rules.push_back(std::move(fc));
-  a.rules.push_back(std::move(proj));
+  if (s.mixtral_names)
+    expert_rules(a, h + "moe.", x, E, F, C, {"w1", "w3", "w2"});
+  else
+    expert_rules(a, h + "moe.", x, E, F, C);
   if (s.S == 0) return;
-  const std::string se = x + "shared_expert.";
-  rule(a, h + "moe.shared.c_fc.weight", {se + "gate_proj.weight", se + "up_proj.weight"},
-       {{s.S, C}, {s.S, C}});
-  rule(a, h + "moe.shared.c_proj.weight", {se + "down_proj.weight"}, {{C, s.S}});
+  swiglu_rules(a, h + "moe.shared.", x + "shared_expert.", s.S, C);
   if (s.shared_gate)
     rule(a, h + "moe.shared.gate.weight", {x + "shared_expert_gate.weight"}, {{1, C}});
 }
@@ -96,9 +74,7 @@ HfArch build(const Shape& s, const std::string& name) {
       moe_rules(a, s, h, m + ".");
       continue;
     }
-    rule(a, h + "mlp.c_fc.weight", {m + ".mlp.gate_proj.weight", m + ".mlp.up_proj.weight"},
-         {{d.F, d.C}, {d.F, d.C}});
-    rule(a, h + "mlp.c_proj.weight", {m + ".mlp.down_proj.weight"}, {{d.C, d.F}});
+    swiglu_rules(a, h + "mlp.", m + ".mlp.", d.F, d.C);
   }
   rule(a, "ln_f.weight", {"model.norm.weight"}, {{d.C}});
   if (s.tied)
@@ -187,6 +163,27 @@ void read_experts(ConfigReader& r, const std::string& mt, Shape& s,
 }
 
 }  // namespace
+
+void swiglu_rules(HfArch& a, const std::string& loom, const std::string& hf, int64_t F, int64_t C,
+                  const std::vector<std::string>& n) {
+  rule(a, loom + "c_fc.weight", {hf + n[0] + ".weight", hf + n[1] + ".weight"}, {{F, C}, {F, C}});
+  rule(a, loom + "c_proj.weight", {hf + n[2] + ".weight"}, {{C, F}});
+}
+
+void expert_rules(HfArch& a, const std::string& loom, const std::string& hf, int64_t E, int64_t F,
+                  int64_t C, const std::vector<std::string>& n) {
+  HfRule fc{loom + "experts.c_fc.weight", {}, {}, false, false, {E, 2 * F, C}};
+  HfRule proj{loom + "experts.c_proj.weight", {}, {}, false, false, {E, C, F}};
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string p = hf + "experts." + std::to_string(e) + ".";
+    fc.hf.insert(fc.hf.end(), {p + n[0] + ".weight", p + n[1] + ".weight"});
+    fc.shapes.insert(fc.shapes.end(), {{F, C}, {F, C}});
+    proj.hf.push_back(p + n[2] + ".weight");
+    proj.shapes.push_back({C, F});
+  }
+  a.rules.push_back(std::move(fc));
+  a.rules.push_back(std::move(proj));
+}
 
 const std::vector<std::string> kLlamaFamily = {"llama", "mixtral",   "qwen2",
                                                "qwen3", "qwen2_moe", "qwen3_moe"};

@@ -96,6 +96,20 @@ void check_hf_sizes(const json& config, const StFile& shapes, const std::string&
     for (const char* k : {"intermediate_size", "num_attention_heads", "num_key_value_heads",
                           "max_position_embeddings", "num_experts_per_tok", "head_dim"})
       s.positive(k);
+  } else if (type == "deepseek_v3") {
+    s.agree("vocab_size", "model.embed_tokens.weight", 0);
+    s.agree("hidden_size", "model.embed_tokens.weight", 1);
+    s.count("num_hidden_layers", "model.layers.");
+    for (const char* k :
+         {"intermediate_size", "moe_intermediate_size", "num_attention_heads", "q_lora_rank",
+          "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+          "num_experts_per_tok", "max_position_embeddings"})
+      s.positive(k);
+    const json first = config.value("first_k_dense_replace", json(0));
+    const std::string moe =
+        "model.layers." + (first.is_number_integer() ? std::to_string(first.get<int64_t>()) : "0") +
+        ".mlp.experts.";
+    s.count("n_routed_experts", moe);
   }  // another model_type: the mapping refuses it by name
 }
 

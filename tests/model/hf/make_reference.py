@@ -24,6 +24,9 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
   qwen2-moe-f32        Qwen2MoeForCausalLM: 4 experts, top-2 unnormalised, a gated shared expert;
                        layer 1 dense (mlp_only_layers)
   qwen3-moe-f32        Qwen3MoeForCausalLM: 4 experts, top-2 renormalised (norm_topk_prob)
+  deepseek-v3-bf16     DeepseekV3ForCausalLM: MLA with interleaved rotary pairs, the first layer
+                       dense, 8 experts in 4 groups (top-4 of the best 2), x 2.5, a shared
+                       expert; bf16 with the router bias in float32
 """
 import json
 import math
@@ -368,6 +371,121 @@ def qwen_model(g, name, mt, dtype, tied, mlp_only_layers=()):
     save(name, cfg, w, llama(w, cfg, prompt), prompt)
 
 
+def deepseek_v3(w, cfg, prompt):
+    """DeepseekV3ForCausalLM as transformers computes it: MLA with its latents normalised,
+    the rotary parts rotated as interleaved pairs (apply_rotary_pos_emb_interleave), scale
+    1/sqrt(qk_head_dim); the first first_k_dense_replace layers dense; then the MoE: sigmoid
+    scores, e_score_correction_bias added to pick groups (each scored by its best 2) and the
+    top-k within the best topk_group groups, the chosen unbiased scores renormalised and
+    scaled by routed_scaling_factor, plus the shared experts."""
+    C, H, eps, Tn = cfg["hidden_size"], cfg["num_attention_heads"], cfg["rms_norm_eps"], len(prompt)
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    r, qr, E, K = cfg["kv_lora_rank"], cfg["q_lora_rank"], cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    G, g = cfg["n_group"], cfg["topk_group"]
+    f = {k: t.double() for k, t in w.items()}
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dr, 2, dtype=torch.float64) / dr))
+    freqs = torch.outer(torch.arange(Tn, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), -1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rope_interleave(x):  # (..., Tn, dr): pairs (2i, 2i+1) to halves, then rotate-half
+        x = x.reshape(*x.shape[:-1], dr // 2, 2).transpose(-1, -2).reshape(x.shape)
+        return x * cos + rotate_half(x) * sin
+
+    x = f["model.embed_tokens.weight"][prompt]
+    for l in range(cfg["num_hidden_layers"]):
+        m, at = f"model.layers.{l}.", f"model.layers.{l}.self_attn."
+        a = rms_norm(x, f[m + "input_layernorm.weight"], eps)
+        if qr:
+            q = rms_norm(a @ f[at + "q_a_proj.weight"].T, f[at + "q_a_layernorm.weight"], eps) \
+                @ f[at + "q_b_proj.weight"].T
+        else:
+            q = a @ f[at + "q_proj.weight"].T
+        q_nope, q_pe = q.view(Tn, H, dn + dr).transpose(0, 1).split([dn, dr], -1)
+        c, k_pe = (a @ f[at + "kv_a_proj_with_mqa.weight"].T).split([r, dr], -1)
+        kv = (rms_norm(c, f[at + "kv_a_layernorm.weight"], eps) @ f[at + "kv_b_proj.weight"].T)
+        k_nope, v = kv.view(Tn, H, dn + dv).transpose(0, 1).split([dn, dv], -1)
+        q_pe, k_pe = rope_interleave(q_pe), rope_interleave(k_pe.view(1, Tn, dr))
+        q = torch.cat([q_nope, q_pe], -1)
+        k = torch.cat([k_nope, k_pe.expand(H, Tn, dr)], -1)
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, H * dv)
+        x = x + y @ f[at + "o_proj.weight"].T
+        h = rms_norm(x, f[m + "post_attention_layernorm.weight"], eps)
+        if l < cfg["first_k_dense_replace"]:
+            x = x + swiglu_mlp(f, m + "mlp.", h)
+            continue
+        scores = torch.sigmoid(h @ f[m + "mlp.gate.weight"].T)
+        choice = scores + f[m + "mlp.gate.e_score_correction_bias"]
+        group = choice.view(Tn, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        keep = torch.zeros_like(group).scatter_(1, group.topk(g, dim=-1)[1], 1)
+        keep = keep.unsqueeze(-1).expand(Tn, G, E // G).reshape(Tn, E)
+        idx = choice.masked_fill(keep == 0, 0.0).topk(K, dim=-1)[1]
+        weight = scores.gather(1, idx)
+        weight = weight / (weight.sum(-1, keepdim=True) + 1e-20) * cfg["routed_scaling_factor"]
+        out = swiglu_mlp(f, m + "mlp.shared_experts.", h)
+        for e in range(E):
+            out = out + (weight * (idx == e)).sum(-1, keepdim=True) * \
+                swiglu_mlp(f, f"{m}mlp.experts.{e}.", h)
+        x = x + out
+    x = rms_norm(x, f["model.norm.weight"], eps)
+    head = f["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else f["lm_head.weight"]
+    return x @ head.T
+
+
+def deepseek_model(g, name, dtype):
+    """DeepseekV3ForCausalLM with the keys transformers' DeepseekV3Config saves: 3 layers of
+    16, the first dense; MLA (query latent 8, key/value latent 6, heads of 4 + 4 rotated,
+    values of 4); 8 routed experts of 6 in 4 groups, top-4 from the best 2 groups, x 2.5, one
+    shared expert; bf16 weights with the router bias in float32, as DeepSeek stores it."""
+    C, L, F, H, P, E, Fe = 16, 3, 24, 2, 64, 8, 6
+    qr, r, dn, dr, dv = 8, 6, 4, 4, 4
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False,
+           "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1,
+           "first_k_dense_replace": 1, "head_dim": dr, "hidden_act": "silu", "hidden_size": C,
+           "initializer_range": 0.02, "intermediate_size": F, "kv_lora_rank": r,
+           "max_position_embeddings": P, "model_type": "deepseek_v3",
+           "moe_intermediate_size": Fe, "n_group": 4, "n_routed_experts": E,
+           "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": H,
+           "num_experts_per_tok": 4, "num_hidden_layers": L, "num_key_value_heads": H,
+           "pretraining_tp": 1, "q_lora_rank": qr, "qk_head_dim": dn + dr,
+           "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "rms_norm_eps": 1e-06,
+           "rope_interleave": True, "rope_scaling": None, "rope_theta": 10000.0,
+           "routed_scaling_factor": 2.5, "tie_word_embeddings": False, "topk_group": 2,
+           "torch_dtype": "bfloat16", "transformers_version": "4.56.0", "use_cache": True,
+           "v_head_dim": dv, "vocab_size": V}
+    w = {"model.embed_tokens.weight": rand(g, V, C), "model.norm.weight": rand(g, C, std=0.1, mean=1.0),
+         "lm_head.weight": rand(g, V, C)}
+
+    def mlp(p, hidden):
+        w[p + "gate_proj.weight"], w[p + "up_proj.weight"] = rand(g, hidden, C), rand(g, hidden, C)
+        w[p + "down_proj.weight"] = rand(g, C, hidden, std=0.15)
+
+    for l in range(L):
+        m, at = f"model.layers.{l}.", f"model.layers.{l}.self_attn."
+        w[m + "input_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "post_attention_layernorm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[at + "q_a_proj.weight"] = rand(g, qr, C)
+        w[at + "q_a_layernorm.weight"] = rand(g, qr, std=0.1, mean=1.0)
+        w[at + "q_b_proj.weight"] = rand(g, H * (dn + dr), qr)
+        w[at + "kv_a_proj_with_mqa.weight"] = rand(g, r + dr, C)
+        w[at + "kv_a_layernorm.weight"] = rand(g, r, std=0.1, mean=1.0)
+        w[at + "kv_b_proj.weight"] = rand(g, H * (dn + dv), r)
+        w[at + "o_proj.weight"] = rand(g, C, H * dv)
+        if l < cfg["first_k_dense_replace"]:
+            mlp(m + "mlp.", F)
+            continue
+        w[m + "mlp.gate.weight"] = rand(g, E, C, std=1.0)
+        # positive: transformers masks the groups left out with 0.0 (Megatron and Loom with
+        # -inf), which picks alike only while every kept expert's score + bias is positive
+        w[m + "mlp.gate.e_score_correction_bias"] = rand(g, E, std=0.05).abs()
+        for e in range(E):
+            mlp(f"{m}mlp.experts.{e}.", Fe)
+        mlp(m + "mlp.shared_experts.", Fe)
+    w = {k: t if k.endswith("e_score_correction_bias") else t.to(dtype) for k, t in w.items()}
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, deepseek_v3(w, cfg, prompt), prompt)
+
+
 def main():
     g = torch.Generator().manual_seed(20261124)
     gpt2_model(g, "gpt2-f32", torch.float32, prefix=True, buffers=False)
@@ -379,6 +497,7 @@ def main():
     qwen_model(g, "qwen3-tied-bf16", "qwen3", torch.bfloat16, tied=True)
     qwen_model(g, "qwen2-moe-f32", "qwen2_moe", torch.float32, tied=False, mlp_only_layers=[1])
     qwen_model(g, "qwen3-moe-f32", "qwen3_moe", torch.float32, tied=False)
+    deepseek_model(g, "deepseek-v3-bf16", torch.bfloat16)
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 
