@@ -63,6 +63,12 @@ equivalence(moe tp2sp etp2sp ep2tp2sp tp2sppp2)
 # the per-sequence form (moebias) sums each sequence's chunks'.
 equivalence(moe cp2 ep2cp2)
 equivalence(moebias cp2)
+# Experts under FSDP (without expert parallelism the expert-data group is data x context, so
+# the experts shard as every other parameter): ZeRO-3 on 2 and 4 ranks, beside TP2, ZeRO-2;
+# the expert bias buffer, and DeepSeek-V3 in miniature.
+equivalence(moe dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp)
+equivalence(moebias dp2fsdp)
+equivalence(dsv3 dp2fsdp)
 
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
 # tensor group sums; a head size of 12 over a width of 32) in the dense layouts; Qwen3-MoE

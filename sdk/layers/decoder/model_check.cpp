@@ -132,7 +132,7 @@ void check_residency(const Options& o, int32_t residency, bool sequence_parallel
   if (residency == LOOM_RESIDENCY_NOTIFY) return;
   refuse(sequence_parallel, "sequence parallelism (parallel.sequence_parallel)");
   refuse(o.qk_norm && o.tp > 1, "QK-norm under tensor parallelism (qk_layernorm)");
-  refuse(o.num_experts > 0, "a mixture of experts (num_experts > 0)");
+  refuse(o.num_experts > 0 && o.ep > 1, "expert parallelism (parallel.expert > 1)");
   refuse(context > 1, "context parallelism (parallel.context > 1)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");
 }

@@ -69,16 +69,26 @@ class Fsdp {
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
     D_ = comm_.api->group_size(comm_.self, group_);
     r_ = comm_.api->group_rank(comm_.self, group_);
+    // Without expert parallelism the expert-data group is data x context itself: experts
+    // shard as every other parameter does.
+    loom_parallel_layout l{};
+    l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+    l.expert = 1;
+    if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
+      loom::check(host, host->get_layout(host->ctx, &l));
+    const bool experts_shard_alike = l.expert <= 1;
     for (size_t i = 0; i < a.num_grads; ++i) {
       const DLTensor* g = a.grads[i];
       const std::string which = kPrefix + "gradient " + std::to_string(i);
       loom::require(g != nullptr && loom::is_compact(g), which + " is NULL or not compact");
       if (i == 0) gdt_ = g->dtype;
       loom::require(loom_dtype_eq(g->dtype, gdt_), which + " has another dtype than gradient 0");
-      loom::require(a.reduce_groups == nullptr || a.reduce_groups[i] == LOOM_GROUP_DATA_CONTEXT,
+      loom::require(a.reduce_groups == nullptr || a.reduce_groups[i] == LOOM_GROUP_DATA_CONTEXT ||
+                        (a.reduce_groups[i] == LOOM_GROUP_EXPERT_DATA && experts_shard_alike),
                     kPrefix +
-                        "expert parameters (averaged over the expert-data group) are not "
-                        "implemented; use parallel.data = \"distributed-optimizer\"",
+                        "expert parameters under expert parallelism (averaged over the "
+                        "expert-data group) are not implemented; use parallel.data = "
+                        "\"distributed-optimizer\"",
                     LOOM_ERR_UNIMPLEMENTED);
       loom::require(a.units[i] >= 0, which + " belongs to no residency unit");
       if (units_.size() <= (size_t)a.units[i]) units_.resize((size_t)a.units[i] + 1);
