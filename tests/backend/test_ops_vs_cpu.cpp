@@ -390,6 +390,19 @@ TEST_CASE("copy and casts") {
   }
 }
 
+// ABI 2.21's strided copy: a block of each head's slice between two layouts (MLA's use), in
+// f32 and bf16; the untouched elements keep their values on both sides.
+TEST_CASE("copy_strided f32 and [bf16]") {
+  for (DLDataType dt : {f32(), bf16()}) {
+    CAPTURE(dt.bits);
+    Pair src(dt, {48, 12}, random_vec(48 * 12, 54)), dst(dt, {48, 8}, random_vec(48 * 8, 55));
+    run_both([&](const loom::Backend& B, int s) {
+      loom::copy_strided(B, dst[s], 8, 3, src[s], 12, 4, 47, 5);
+    });
+    expect_close(dst, 0.0, "copy_strided: 47 rows of 5 from stride 12 to stride 8");
+  }
+}
+
 // ---- add, axpby, sum_squares -----------------------------------------------------------------
 namespace {
 void run_elementwise(DLDataType dt) {

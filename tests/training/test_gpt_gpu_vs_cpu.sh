@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Whole-model check of backend/cuda: `loom run` of a small GPT (2 layers x 128, byte
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
-# backend/cuda in fp32, bf16 and fp16, and of the same model with 4 experts (top 2) in fp32,
-# comparing the per-step loss curves.
+# backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, and
+# of a DeepSeek-V3-style one (multi-head latent attention, its router) in fp32, comparing the
+# per-step loss curves.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -107,6 +108,27 @@ if ! run dev-moe "$device" fp32 "${moe[@]}" || ! run cpu-moe cpu fp32 "${moe[@]}
 else
   ref=cpu-moe
   compare dev-moe 1e-5 1e-4 1e-4 || failed=1
+  ref=cpu-fp32
+fi
+
+# DeepSeek-V3's attention and router in fp32, the same bounds: multi-head latent attention
+# (its head slices through ABI 2.21's copy_strided, cudaMemcpy2DAsync on the device, values
+# padded to the query head), the sigmoid router with groups and the shared expert.
+mla=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+  --set model.bias=false --set model.multi_latent_attention=true --set model.q_lora_rank=64
+  --set model.kv_lora_rank=32 --set model.qk_head_dim=32 --set model.qk_pos_emb_head_dim=16
+  --set model.v_head_dim=24 --set model.num_experts=4 --set model.moe_router_topk=2
+  --set model.moe_ffn_hidden_size=96 --set model.moe_router_score_function=sigmoid
+  --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
+  --set model.moe_router_topk_scaling_factor=2.5 --set model.moe_shared_expert_intermediate_size=96
+  --set "model.moe_layer_freq=[0,1]")
+if ! run dev-mla "$device" fp32 "${mla[@]}" || ! run cpu-mla cpu fp32 "${mla[@]}"; then
+  echo "FAIL: loom run of the MLA model:"
+  tail -5 "$work/dev-mla.log" "$work/cpu-mla.log"
+  failed=1
+else
+  ref=cpu-mla
+  compare dev-mla 1e-5 1e-4 1e-4 || failed=1
   ref=cpu-fp32
 fi
 
