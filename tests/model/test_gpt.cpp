@@ -138,6 +138,27 @@ TEST_CASE("model/gpt: a split backward gives the whole backward's gradients bitw
   check_split_backward(tiny_llama(), "h.0.mlp.c_fc.weight");
 }
 
+// A Llama-style model with multi-head latent attention: a query latent of q_lora (0: none), a
+// key/value latent of 8, heads of 4 + 4 rotated, values of 6.
+Overrides mla_overrides(const char* q_lora) {
+  Overrides o = tiny_llama();
+  o.erase("n_kv_head");
+  o.emplace("multi_latent_attention", "true");
+  o.emplace("q_lora_rank", q_lora);
+  o.emplace("kv_lora_rank", "8");
+  o.emplace("qk_head_dim", "4");
+  o.emplace("qk_pos_emb_head_dim", "4");
+  o.emplace("v_head_dim", "6");
+  return o;
+}
+
+// MLA's projections defer their weight gradients to W as c_attn's do (the latents' norms
+// complete in B, as every norm's).
+TEST_CASE("model/gpt: a split backward gives the whole backward's gradients bitwise (MLA)") {
+  check_split_backward(mla_overrides("6"), "h.0.attn.kv_b.weight");
+  check_split_backward(mla_overrides("0"), "h.0.attn.q.weight");
+}
+
 // Incremental decoding (one token, then chunks) must reproduce decoding each full prefix at
 // once, and the prefix logits must give the loss the training forward computes.
 void check_decode(const Overrides& o, DLDataType dt = loom_f32()) {
@@ -218,6 +239,12 @@ TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward 
 TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (Llama, GQA)") {
   check_decode(tiny_llama());
   check_decode(tiny_llama(), loom_f64());  // f64 logits are cast to the f32 output
+}
+
+// Multi-head latent attention: the cache holds each head's k and zero-padded v as the
+// forward makes them, and c_proj reads the first v_head_dim of each head's output.
+TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (MLA)") {
+  check_decode(mla_overrides("6"));
 }
 
 // Qwen3's attention: the cache holds k after its norm and RoPE, as the forward attends to.
