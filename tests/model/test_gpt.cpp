@@ -241,8 +241,8 @@ TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward 
   check_decode(tiny_llama(), loom_f64());  // f64 logits are cast to the f32 output
 }
 
-// Multi-head latent attention: the cache holds each head's k and zero-padded v as the
-// forward makes them, and c_proj reads the first v_head_dim of each head's output.
+// Multi-head latent attention: the compressed cache holds each position's latent and rotated
+// key part, from which every step rebuilds k and v as the forward makes them.
 TEST_CASE("model/gpt: KV-cache decode equals full-prefix decode and the forward (MLA)") {
   check_decode(mla_overrides("6"));
 }
@@ -331,6 +331,7 @@ void check_decode_slots(const Overrides& o) {
 TEST_CASE("model/gpt: sequences join and leave a decoding batch as if decoded alone") {
   check_decode_slots(tiny_gpt2());   // learned positions
   check_decode_slots(tiny_llama());  // RoPE, grouped-query attention
+  check_decode_slots(mla_overrides("6"));  // MLA's compressed cache rows
 }
 
 TEST_CASE("model/gpt: sliding-window attention decodes as it trains; a long window is causal") {

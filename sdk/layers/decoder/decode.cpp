@@ -27,6 +27,10 @@ void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
     cache_.clear();
     cache_.resize(opt_.n_layer);
     for (auto& c : cache_) {
+      if (opt_.mla) {  // the compressed cache: each position's latent and rotated key part
+        c.k = ctx_.alloc({batch, max_len, opt_.kv_lora_rank + opt_.qk_pos_dim});
+        continue;
+      }
       c.k = ctx_.alloc({batch, max_len, opt_.hkv(), opt_.head_dim});  // this rank's heads
       c.v = ctx_.alloc({batch, max_len, opt_.hkv(), opt_.head_dim});
     }

@@ -153,18 +153,26 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     // Generation: append the new k/v at [p, p+T) of each sequence's cache row (p its
     // start), then let its T queries (the last T of S = p+T positions) attend to that row,
     // one sequence at a time so that every operand is a compact view.
-    const int64_t kvrow = Hkv * D;
+    // MLA's cache rows hold each position's latent and rotated key part (cache->k's last
+    // dimension), from which k and v are rebuilt for the attention.
+    const int64_t kvrow = mla ? cache->k.get()->shape[2] : Hkv * D;
     for (int64_t b = 0; b < B; ++b) {
       const int64_t row = s.row(b) * cache_max * kvrow, p = s.start(b), S = p + T;
-      View kdst = view(cache->k, {T, Hkv, D}, row + p * kvrow);
-      View vdst = view(cache->v, {T, Hkv, D}, row + p * kvrow);
-      View ksrc = view(a.k, {T, Hkv, D}, b * T * kvrow);
-      View vsrc = view(a.v, {T, Hkv, D}, b * T * kvrow);
-      c.call(&loom_ops::copy, kdst.get(), (const DLTensor*)ksrc);
-      c.call(&loom_ops::copy, vdst.get(), (const DLTensor*)vsrc);
+      View kb, vb;
+      if (mla) {
+        mla->cache_store(c, a, cache->k.get(), row, b, T, p);
+        mla->cache_keys(c, cache->k.get(), row, S, kb, vb);
+      } else {
+        View kdst = view(cache->k, {T, Hkv, D}, row + p * kvrow);
+        View vdst = view(cache->v, {T, Hkv, D}, row + p * kvrow);
+        View ksrc = view(a.k, {T, Hkv, D}, b * T * kvrow);
+        View vsrc = view(a.v, {T, Hkv, D}, b * T * kvrow);
+        c.call(&loom_ops::copy, kdst.get(), (const DLTensor*)ksrc);
+        c.call(&loom_ops::copy, vdst.get(), (const DLTensor*)vsrc);
+        kb = view(cache->k, {1, S, Hkv, D}, row);
+        vb = view(cache->v, {1, S, Hkv, D}, row);
+      }
       View qb = view(a.q, {1, T, Hq, D}, b * T * Hq * D);
-      View kb = view(cache->k, {1, S, Hkv, D}, row);
-      View vb = view(cache->v, {1, S, Hkv, D}, row);
       View ob = view(a.att, {1, T, Hq, D}, b * T * Hq * D);
       attend(c, qb, kb, vb, ob, nullptr, causal,
              masks.chain(window, s.docs, s.bias ? &s.bias[b] : nullptr, false));

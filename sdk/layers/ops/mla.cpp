@@ -25,6 +25,15 @@ void MlaScratch::ensure(const Ctx& c, const MlaDims& d, int64_t n) {
   rows = n;
 }
 
+void MlaScratch::ensure_cache(const Ctx& c, const MlaDims& d, int64_t n) {
+  if (n <= cache_rows) return;
+  cache_k = c.alloc({n, d.H * d.dq()});
+  cache_v = c.alloc({n, d.H * d.dq()});
+  cache_lat = c.alloc({n, d.r});
+  cache_kv = c.alloc({n, d.H * (d.dn + d.dv)});
+  cache_rows = n;
+}
+
 MlaProjections MlaProjections::make(const Options& o, ParamStore& ps, const std::string& p) {
   MlaProjections m;
   m.d = {o.hq(), o.qk_head_dim, o.qk_pos_dim, o.v_head_dim, o.kv_lora_rank, o.q_lora_rank};
@@ -130,6 +139,30 @@ void MlaProjections::backward(const Ctx& c, const Step& s, const DLTensor* x, co
     q_a.backward(c.be, dx, false, dcq_in, x, N);
   }
   kv_a.backward(c.be, dx, true, dckv, x, N);
+}
+
+void MlaProjections::cache_store(const Ctx& c, const LayerActs& a, DLTensor* cache, int64_t at,
+                                 int64_t b, int64_t T, int64_t p) const {
+  const int64_t r = d.r, dr = d.dr, w = r + dr;
+  loom::copy_strided(c.be, cache, w, at + p * w, a.mla_c, r, b * T * r, T, r);
+  loom::copy_strided(c.be, cache, w, at + p * w + r, c.mla->kpe, dr, b * T * dr, T, dr);
+}
+
+void MlaProjections::cache_keys(const Ctx& c, const DLTensor* cache, int64_t at, int64_t S, View& k,
+                                View& v) const {
+  const int64_t H = d.H, dq = d.dq(), r = d.r, dr = d.dr, w = r + dr;
+  MlaScratch& sc = *c.mla;
+  sc.ensure_cache(c, d, S);
+  View lat = view(sc.cache_lat, {S, r}), kv = view(sc.cache_kv, {S, H * (d.dn + d.dv)});
+  k = view(sc.cache_k, {1, S, H, dq});
+  v = view(sc.cache_v, {1, S, H, dq});
+  loom::copy_strided(c.be, lat, r, 0, cache, w, at, S, r);
+  kv_b.forward(c.be, kv, lat, S);
+  loom::copy_strided(c.be, k, dq, 0, kv, d.dn + d.dv, 0, S * H, d.dn);
+  c.call(&loom_ops::fill, v.get(), 0.0);
+  loom::copy_strided(c.be, v, dq, 0, kv, d.dn + d.dv, d.dn, S * H, d.dv);
+  for (int64_t h = 0; h < H; ++h)
+    loom::copy_strided(c.be, k, H * dq, h * dq + d.dn, cache, w, at + r, S, dr);
 }
 
 void MlaProjections::compact_output(const Ctx& c, int64_t N, const DLTensor* att,

@@ -89,7 +89,8 @@ struct Step {
   int64_t row(int64_t b) const { return rows ? rows[b] : b; }
 };
 
-// KV cache of one layer for generation: (B, max_len, Hkv, D) each.
+// KV cache of one layer for generation: (B, max_len, Hkv, D) each; with multi-head latent
+// attention k alone, (B, max_len, kv_lora_rank + rope dim): the compressed cache (mla.hpp).
 struct LayerCache {
   Tensor k, v;
 };

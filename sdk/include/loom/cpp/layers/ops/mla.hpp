@@ -18,7 +18,8 @@
 // gradients (d cq, d c, and d k_pe summed over this rank's heads) are partial per rank and are
 // summed over the tensor group before the norms' and down-projections' backward, so their
 // weight gradients and dx come out whole on every rank, as Megatron's MLASelfAttention has it.
-// Sequence parallelism is refused (options.cpp).
+// Sequence parallelism is refused (options.cpp). Generation keeps the compressed cache (the
+// latent and the rotated key part per position, DeepSeek's) and rebuilds k and v from it.
 #pragma once
 
 #include <string>
@@ -43,6 +44,11 @@ struct MlaScratch {
   Tensor kv, pe, kpe, dkpe, dc, dc_in, dckv, dcq, dcq_in, dout;
   int64_t rows = 0;
   void ensure(const Ctx& c, const MlaDims& d, int64_t n);
+  // Generation: one cache row's keys and values rebuilt from its latents, (S, H, dq) each,
+  // and the latents compact (S, r), for up to cache_rows positions.
+  Tensor cache_k, cache_v, cache_lat, cache_kv;
+  int64_t cache_rows = 0;
+  void ensure_cache(const Ctx& c, const MlaDims& d, int64_t n);
 };
 
 struct MlaProjections {
@@ -58,6 +64,15 @@ struct MlaProjections {
   // the parameters' gradients +=, dx (N,C) =.
   void backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a, DLTensor* dq,
                 const DLTensor* dk, const DLTensor* dv, DLTensor* dx) const;
+  // Generation with the compressed cache: each position keeps its normalised key/value latent
+  // and its rotated key part, (r + dr) values, instead of every head's k and v. cache_store
+  // writes sequence b's T new positions at [p, p+T) of the cache row starting at element
+  // `at` (after forward made them); cache_keys rebuilds that row's S positions' k and v
+  // (1,S,H,dq) through kv_b, into the shared scratch.
+  void cache_store(const Ctx& c, const LayerActs& a, DLTensor* cache, int64_t at, int64_t b,
+                   int64_t T, int64_t p) const;
+  void cache_keys(const Ctx& c, const DLTensor* cache, int64_t at, int64_t S, View& k,
+                  View& v) const;
   // The attention output (B,T,H,dq) to c_proj's input (N, H*dv), and back (zeros in the
   // padding).
   void compact_output(const Ctx& c, int64_t N, const DLTensor* att, DLTensor* out) const;
