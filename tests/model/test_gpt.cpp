@@ -329,8 +329,8 @@ void check_decode_slots(const Overrides& o) {
 }
 
 TEST_CASE("model/gpt: sequences join and leave a decoding batch as if decoded alone") {
-  check_decode_slots(tiny_gpt2());   // learned positions
-  check_decode_slots(tiny_llama());  // RoPE, grouped-query attention
+  check_decode_slots(tiny_gpt2());         // learned positions
+  check_decode_slots(tiny_llama());        // RoPE, grouped-query attention
   check_decode_slots(mla_overrides("6"));  // MLA's compressed cache rows
 }
 
