@@ -95,21 +95,29 @@ compare() {
 
 compare dev-fp32 1e-5 1e-4 1e-4 || failed=1
 
+# fp32_variant NAME WHAT SETS...: the model with SETS on the device and on the cpu in fp32,
+# the device's curve against that cpu run's within the fp32 bounds.
+fp32_variant() {
+  local name=$1 what=$2
+  shift 2
+  if ! run "dev-$name" "$device" fp32 "$@" || ! run "cpu-$name" cpu fp32 "$@"; then
+    echo "FAIL: loom run of the $what model:"
+    tail -5 "$work/dev-$name.log" "$work/cpu-$name.log"
+    failed=1
+    return
+  fi
+  ref=cpu-$name
+  compare "dev-$name" 1e-5 1e-4 1e-4 || failed=1
+  ref=cpu-fp32
+}
+
 # A mixture of experts in fp32, the same bounds: the router's top-k, the token sort and
 # unsort, and the experts' grouped GEMMs (backend/cuda: the SDK's loop of cuBLASLt GEMMs over
 # the groups) on the device. A near-tie that the two route differently moves one token's
 # experts, far under 1e-4 of the loss; a wrong kernel moves every token's.
 moe=(--set model.num_experts=4 --set model.moe_router_topk=2 --set model.moe_ffn_hidden_size=96
   --set model.moe_aux_loss_coeff=1e-2)
-if ! run dev-moe "$device" fp32 "${moe[@]}" || ! run cpu-moe cpu fp32 "${moe[@]}"; then
-  echo "FAIL: loom run of the MoE model:"
-  tail -5 "$work/dev-moe.log" "$work/cpu-moe.log"
-  failed=1
-else
-  ref=cpu-moe
-  compare dev-moe 1e-5 1e-4 1e-4 || failed=1
-  ref=cpu-fp32
-fi
+fp32_variant moe MoE "${moe[@]}"
 
 # DeepSeek-V3's attention and router in fp32, the same bounds: multi-head latent attention
 # (its head slices through ABI 2.21's copy_strided, cudaMemcpy2DAsync on the device, values
@@ -122,15 +130,7 @@ mla=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position
   --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
   --set model.moe_router_topk_scaling_factor=2.5 --set model.moe_shared_expert_intermediate_size=96
   --set "model.moe_layer_freq=[0,1]")
-if ! run dev-mla "$device" fp32 "${mla[@]}" || ! run cpu-mla cpu fp32 "${mla[@]}"; then
-  echo "FAIL: loom run of the MLA model:"
-  tail -5 "$work/dev-mla.log" "$work/cpu-mla.log"
-  failed=1
-else
-  ref=cpu-mla
-  compare dev-mla 1e-5 1e-4 1e-4 || failed=1
-  ref=cpu-fp32
-fi
+fp32_variant mla MLA "${mla[@]}"
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

@@ -12,6 +12,7 @@
 
 #include "base/errors.hpp"
 #include "checkpoint/hf_interop.hpp"
+#include "loom/cpp/layer_pattern.hpp"
 #include "recipe/recipe.hpp"
 
 namespace loom::engine::hf {
@@ -114,6 +115,16 @@ class ModelKeys {
     return std::stoll(get(key, std::to_string(dflt)));
   }
   bool flag(const std::string& key) const { return get(key, "false") == "true"; }
+  // moe_layer_freq's pattern over n_layer layers (its text, or its integer; default 1).
+  std::vector<uint8_t> moe_layers(int64_t n_layer) const {
+    std::string freq = get("moe_layer_freq", "1");
+    if (freq.size() >= 2 && freq.front() == '"') freq = freq.substr(1, freq.size() - 2);
+    try {
+      return loom::layer_pattern(freq, n_layer, "export-hf: model.moe_layer_freq");
+    } catch (const loom::Error& e) {
+      throw RunError(e.what());
+    }
+  }
   // The key must read `want` (its default `dflt` when absent) for `arch`.
   void need(const std::string& key, const std::string& want, const std::string& arch,
             const std::string& dflt = "") const {

@@ -10,8 +10,9 @@
 //  - the first first_k_dense_replace layers dense, then experts with the sigmoid router, its
 //    e_score_correction_bias (Loom's router.expert_bias buffer, float32), groups scored by
 //    their best 2 (Loom's topk / group_topk must be 2), and the shared experts.
+#include <algorithm>
+
 #include "checkpoint/hf_config.hpp"
-#include "loom/cpp/layer_pattern.hpp"
 
 namespace loom::engine::hf {
 namespace {
@@ -164,9 +165,12 @@ HfArch deepseek_from_config(ConfigReader& r) {
     a.model_keys["moe_router_num_groups"] = lit(G);
     a.model_keys["moe_router_group_topk"] = lit(g);
   }
-  if (s.first_dense > 0)
-    a.model_keys["moe_layer_freq"] = lit_s("[0]*" + std::to_string(s.first_dense) + "+[1]*" +
-                                           std::to_string(d.L - s.first_dense));
+  if (s.first_dense > 0) {  // the dense layers first
+    std::vector<uint8_t> pattern((size_t)d.L, 1);
+    std::fill(pattern.begin(), pattern.begin() + s.first_dense, 0);
+    a.model_keys["moe_layer_freq"] = lit_s(loom::layer_pattern_text(pattern));
+  }
+
   return a;
 }
 
@@ -188,18 +192,11 @@ std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& dims
                    " needs experts (num_experts > 0, moe_router_topk "
                    ">= 2) and a shared expert of a multiple of moe_ffn_hidden_size");
   // the dense layers first, then a mixture in every layer
-  std::string freq = k.get("moe_layer_freq", "1");
-  if (freq.size() >= 2 && freq.front() == '"') freq = freq.substr(1, freq.size() - 2);
-  std::vector<uint8_t> pattern;
-  try {
-    pattern = loom::layer_pattern(freq, dims.L, "export-hf: model.moe_layer_freq");
-  } catch (const loom::Error& e) {
-    throw RunError(e.what());
-  }
+  const std::vector<uint8_t> pattern = k.moe_layers(dims.L);
   while (s.first_dense < dims.L && !pattern[(size_t)s.first_dense]) ++s.first_dense;
   for (int64_t l = s.first_dense; l < dims.L; ++l)
     if (!pattern[(size_t)l])
-      throw RunError("export-hf: model.moe_layer_freq = " + freq +
+      throw RunError("export-hf: model.moe_layer_freq = " + k.get("moe_layer_freq", "1") +
                      " puts a dense layer after "
                      "a MoE layer; " +
                      arch + " has its dense layers first");

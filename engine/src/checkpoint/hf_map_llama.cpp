@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "checkpoint/hf_config.hpp"
-#include "loom/cpp/layer_pattern.hpp"
 
 namespace loom::engine::hf {
 namespace {
@@ -270,13 +269,7 @@ std::pair<HfArch, json> llama_family_from_model(const ModelKeys& k, const Dims& 
   // softmax-routed and dropless, as the three architectures have it; a mixture in every layer
   // (Mixtral), or dense layers among them (Qwen's mlp_only_layers)
   k.need("moe_router_score_function", "\"softmax\"", arch);
-  std::string freq = k.get("moe_layer_freq", "1");
-  if (freq.size() >= 2 && freq.front() == '"') freq = freq.substr(1, freq.size() - 2);
-  try {
-    s.moe_layers = loom::layer_pattern(freq, dims.L, "export-hf: model.moe_layer_freq");
-  } catch (const loom::Error& e) {
-    throw RunError(e.what());
-  }
+  s.moe_layers = k.moe_layers(dims.L);
   std::vector<int64_t> dense;
   for (int64_t l = 0; l < dims.L; ++l)
     if (!s.moe_layers[(size_t)l]) dense.push_back(l);

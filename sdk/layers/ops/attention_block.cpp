@@ -139,8 +139,7 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
 void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
                              DLTensor* y, LayerCache* cache, int64_t cache_max) const {
   const int64_t B = s.B, T = s.T, N = s.N(), D = head_dim, Hq = n_head, Hkv = n_kv_head;
-  View qv = view(a.q, {B, T, Hq, D}), kv = view(a.k, {B, T, Hkv, D});
-  View vv = view(a.v, {B, T, Hkv, D}), out = view(a.att, {B, T, Hq, D});
+  View out = view(a.att, {B, T, Hq, D});
   const int64_t C = o.lin.out;
   if (mla)
     mla->forward(c, s, x, a);

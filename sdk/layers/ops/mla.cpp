@@ -34,6 +34,13 @@ void MlaScratch::ensure_cache(const Ctx& c, const MlaDims& d, int64_t n) {
   cache_rows = n;
 }
 
+void MlaProjections::rope_key_into_heads(const Ctx& c, DLTensor* k, const DLTensor* src, int64_t ld,
+                                         int64_t at, int64_t rows) const {
+  const int64_t dq = d.dq();
+  for (int64_t h = 0; h < d.H; ++h)
+    loom::copy_strided(c.be, k, d.H * dq, h * dq + d.dn, src, ld, at, rows, d.dr);
+}
+
 MlaProjections MlaProjections::make(const Options& o, ParamStore& ps, const std::string& p) {
   MlaProjections m;
   m.d = {o.hq(), o.qk_head_dim, o.qk_pos_dim, o.v_head_dim, o.kv_lora_rank, o.q_lora_rank};
@@ -85,8 +92,7 @@ void MlaProjections::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View kpe = view(sc.kpe, {B, T, 1, dr}), qpe = view(sc.pe, {B, T, H, dr});
   loom::copy_strided(c.be, kpe, dr, 0, ckv, r + dr, r, N, dr);
   rope_at(c, s, kpe, rope_theta, false);
-  for (int64_t h = 0; h < H; ++h)
-    loom::copy_strided(c.be, k, H * dq, h * dq + d.dn, kpe, dr, 0, N, dr);
+  rope_key_into_heads(c, k, kpe, dr, 0, N);
   loom::copy_strided(c.be, qpe, dr, 0, q, dq, d.dn, N * H, dr);
   rope_at(c, s, qpe, rope_theta, false);
   loom::copy_strided(c.be, q, dq, d.dn, qpe, dr, 0, N * H, dr);
@@ -161,8 +167,7 @@ void MlaProjections::cache_keys(const Ctx& c, const DLTensor* cache, int64_t at,
   loom::copy_strided(c.be, k, dq, 0, kv, d.dn + d.dv, 0, S * H, d.dn);
   c.call(&loom_ops::fill, v.get(), 0.0);
   loom::copy_strided(c.be, v, dq, 0, kv, d.dn + d.dv, d.dn, S * H, d.dv);
-  for (int64_t h = 0; h < H; ++h)
-    loom::copy_strided(c.be, k, H * dq, h * dq + d.dn, cache, w, at + r, S, dr);
+  rope_key_into_heads(c, k, cache, w, at + r, S);
 }
 
 void MlaProjections::compact_output(const Ctx& c, int64_t N, const DLTensor* att,

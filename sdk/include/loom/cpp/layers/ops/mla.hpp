@@ -77,6 +77,12 @@ struct MlaProjections {
   // padding).
   void compact_output(const Ctx& c, int64_t N, const DLTensor* att, DLTensor* out) const;
   void expand_output_grad(const Ctx& c, int64_t N, const DLTensor* dout, DLTensor* datt) const;
+
+ private:
+  // k (rows, H, dq): each head's rotary slot from `rows` rows of src's rotated key part, the
+  // part every head shares (row i at src's element at + i * ld).
+  void rope_key_into_heads(const Ctx& c, DLTensor* k, const DLTensor* src, int64_t ld, int64_t at,
+                           int64_t rows) const;
 };
 
 }  // namespace loom::layers
