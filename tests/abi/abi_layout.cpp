@@ -97,6 +97,21 @@ Listing build() {
   F(struct_size) F(dst) F(ld_dst) F(offset_dst) F(src) F(ld_src) F(offset_src) F(rows) F(cols)
   F(ext)
   END
+  STRUCT(loom_ssm_conv_args)
+  F(struct_size) F(out) F(x) F(weight) F(bias) F(silu) F(state) F(ext)
+  END
+  STRUCT(loom_ssm_conv_bwd_args)
+  F(struct_size) F(dx) F(dweight) F(dbias) F(dout) F(x) F(weight) F(bias) F(silu) F(ext)
+  END
+  STRUCT(loom_ssm_scan_args)
+  F(struct_size) F(y) F(x) F(dt) F(A_log) F(B) F(C) F(D) F(dt_bias) F(chunk) F(chunk_states)
+  F(state) F(ext)
+  END
+  STRUCT(loom_ssm_scan_bwd_args)
+  F(struct_size) F(dx) F(ddt) F(dA_log) F(dB) F(dC) F(dD) F(ddt_bias) F(dy) F(x) F(dt) F(A_log)
+  F(B) F(C) F(D) F(dt_bias) F(chunk) F(chunk_states) F(ext)
+  END
+  STRUCT(loom_norm_gate) F(base) F(gate) F(dgate) F(group_size) END
   STRUCT(loom_bias_add_args) F(struct_size) F(out) F(bias) F(ext) END
   STRUCT(loom_bias_bwd_args) F(struct_size) F(dbias) F(dout) F(ext) END
   STRUCT(loom_embedding_fwd_args)
@@ -133,7 +148,8 @@ Listing build() {
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
   F(norm_backward) F(act_forward) F(act_backward) F(softmax_forward) F(softmax_backward) F(rope_forward)
   F(rope_backward) F(softmax_cross_entropy)
-  F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm) F(copy_strided)
+  F(vocab_ce_stats) F(vocab_ce_backward) F(grouped_gemm) F(copy_strided) F(ssm_conv_forward)
+  F(ssm_conv_backward) F(ssm_scan_forward) F(ssm_scan_backward)
   END
   STRUCT(loom_backend_info)
   F(struct_size) F(device_name) F(device) F(peak_gflops) F(mem_in_use) F(mem_peak) F(mem_total) F(kernel_launches) F(host_syncs) F(device_mallocs)

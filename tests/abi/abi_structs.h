@@ -26,6 +26,11 @@
   X(loom_vocab_ce_bwd_args) \
   X(loom_norm_fwd_args) \
   X(loom_norm_bwd_args) \
+  X(loom_norm_gate) \
+  X(loom_ssm_conv_args) \
+  X(loom_ssm_conv_bwd_args) \
+  X(loom_ssm_scan_args) \
+  X(loom_ssm_scan_bwd_args) \
   X(loom_rope_args) \
   X(loom_sum_squares_args) \
   X(loom_ops) \

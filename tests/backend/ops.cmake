@@ -13,6 +13,8 @@ add_executable(loom-test-ops
   test_attention.cpp
   test_loss.cpp
   test_vocab_ce.cpp
+  test_ssm.cpp
+  test_ssm_conv.cpp
   test_mixed.cpp)
 target_link_libraries(loom-test-ops PRIVATE loom_test_main)
 if(TARGET loom_backend_cpu)

@@ -100,6 +100,31 @@ TEST_CASE("every args-taking op refuses NULL, old or unknown-required args, nami
   check_refusals("vocab_ce_backward", &loom_ops::vocab_ce_backward,
                  loom_vocab_ce_bwd_args{LOOM_VOCAB_CE_BWD_ARGS_SIZE_V2, Y, X, Targets, 0, RowLse,
                                         1.0, nullptr});
+  // ABI 2.22 (Mamba-2): x (1,N,C) through a 2-tap convolution; a scan of H = 2 heads of P = 1
+  // channel in G = 1 group with N = 2 states, chunk 1.
+  loom::Tensor Xc = make(loom_f32(), {1, N, C}, random_vec(N * C, 3)),
+               Yc(B(), loom_f32(), {1, N, C});
+  loom::Tensor Wc = make(loom_f32(), {C, 2}, random_vec(2 * C, 4)), DWc(B(), loom_f32(), {C, 2});
+  check_refusals(
+      "ssm_conv_forward", &loom_ops::ssm_conv_forward,
+      loom_ssm_conv_args{LOOM_SSM_CONV_ARGS_SIZE_V2_22, Yc, Xc, Wc, Bias, 1, nullptr, nullptr});
+  check_refusals("ssm_conv_backward", &loom_ops::ssm_conv_backward,
+                 loom_ssm_conv_bwd_args{LOOM_SSM_CONV_BWD_ARGS_SIZE_V2_22, Yc, DWc, DB, Xc, Xc, Wc,
+                                        Bias, 1, nullptr});
+  loom::Tensor Xs = make(loom_f32(), {1, N, 2, 1}, random_vec(2 * N, 5)),
+               Ys(B(), loom_f32(), {1, N, 2, 1});
+  loom::Tensor Dt = make(loom_f32(), {1, N, 2}, random_vec(2 * N, 6));
+  loom::Tensor Bs = make(loom_f32(), {1, N, 1, 2}, random_vec(2 * N, 7)),
+               H2 = make(loom_f32(), {2}, Vec(2, 0.5));
+  loom::Tensor Cs(B(), loom_f32(), {1, N, 2, 1, 2}), G2(B(), loom_f32(), {2});
+  loom::Tensor Ddt(B(), loom_f32(), {1, N, 2}), DBs(B(), loom_f32(), {1, N, 1, 2});
+  loom::Tensor DCs(B(), loom_f32(), {1, N, 1, 2});
+  check_refusals("ssm_scan_forward", &loom_ops::ssm_scan_forward,
+                 loom_ssm_scan_args{LOOM_SSM_SCAN_ARGS_SIZE_V2_22, Ys, Xs, Dt, H2, Bs, Bs, H2, H2,
+                                    1, Cs, nullptr, nullptr});
+  check_refusals("ssm_scan_backward", &loom_ops::ssm_scan_backward,
+                 loom_ssm_scan_bwd_args{LOOM_SSM_SCAN_BWD_ARGS_SIZE_V2_22, Ys, Ddt, G2, DBs, DCs,
+                                        G2, G2, Xs, Xs, Dt, H2, Bs, Bs, H2, H2, 1, Cs, nullptr});
 }
 
 TEST_CASE("act_forward/act_backward: a kind the backend does not implement is refused") {
@@ -137,6 +162,21 @@ loom_error* fake_layernorm(loom_backend*, DLTensor* out, DLTensor* mean, DLTenso
 loom_error* fake_gelu(loom_backend*, DLTensor* out, const DLTensor* inp) {
   g_ran = std::string("gelu ") +
           (out == &slot_tensors[0] && inp == &slot_tensors[1] ? "in order" : "shuffled");
+  return nullptr;
+}
+
+loom_error* fake_rmsnorm(loom_backend*, DLTensor*, DLTensor*, const DLTensor*, const DLTensor*,
+                         double) {
+  g_ran = "rmsnorm";
+  return nullptr;
+}
+loom_error* fake_gated(loom_backend*, DLTensor* out, DLTensor* rstd, const DLTensor* inp,
+                       const DLTensor* gate, const DLTensor* weight, double, int64_t group_size) {
+  const bool in_order = out == &slot_tensors[0] && rstd == &slot_tensors[2] &&
+                        inp == &slot_tensors[3] && gate == &slot_tensors[1] &&
+                        weight == &slot_tensors[4];
+  g_ran =
+      std::string("gated ") + (in_order ? "in order " : "shuffled ") + std::to_string(group_size);
   return nullptr;
 }
 
@@ -187,4 +227,59 @@ TEST_CASE("OpsSlots: a kind without kernels is refused; args reach the kernel in
   // The refusal rule runs before any kernel, on every slot, whatever the backend gives.
   CHECK(ops.gemm(nullptr, nullptr) != nullptr);
   CHECK(g_refused == "gemm: args NULL");
+  // ABI 2.22's Mamba-2 slots are in every table; without kernels they refuse by name.
+  CHECK(ops.struct_size == LOOM_OPS_SIZE_V2_22);
+  const loom_ssm_conv_args conv{
+      LOOM_SSM_CONV_ARGS_SIZE_V2_22, t, t + 1, t + 2, nullptr, 1, nullptr, nullptr};
+  CHECK(ops.ssm_conv_forward(nullptr, &conv) != nullptr);
+  CHECK(g_refused ==
+        "ssm_conv_forward: no kernel: this backend does not implement ABI 2.22's Mamba-2 ops");
+  CHECK(ops.ssm_scan_backward(nullptr, nullptr) != nullptr);
+  CHECK(g_refused == "ssm_scan_backward: args NULL");
+}
+
+namespace {
+constexpr loom::OpsCalls kGatedRms = [] {
+  loom::OpsCalls k{};
+  k.refuse = fake_refuse;
+  k.rmsnorm_forward = fake_rmsnorm;
+  k.rmsnorm_gated_forward = fake_gated;
+  return k;
+}();
+}  // namespace
+
+TEST_CASE("OpsSlots: loom.norm-gate/1 reaches the gated kernel, or is refused by the rule") {
+  static int64_t shape[2] = {2, 8};  // outlives the test: slot_tensors keep pointing at it
+  for (DLTensor& s : slot_tensors)
+    s = DLTensor{nullptr, {kDLCPU, 0}, 2, loom_f32(), shape, nullptr, 0};
+  DLTensor* t = slot_tensors;
+  const loom_norm_gate gate{
+      {sizeof(loom_norm_gate), LOOM_EXT_NORM_GATE, LOOM_EXT_REQUIRED, nullptr}, t + 1, nullptr, 4};
+  const loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                             LOOM_NORM_RMS,
+                             t,
+                             nullptr,
+                             t + 2,
+                             t + 3,
+                             t + 4,
+                             nullptr,
+                             1e-5,
+                             &gate.base};
+  g_ran.clear();
+  CHECK(loom::OpsSlots<kGatedRms>::ops().norm_forward(nullptr, &a) == nullptr);
+  CHECK(g_ran == "gated in order 4");
+  // A backend without gated kernels: the required extension is unknown to it.
+  g_ran.clear();
+  CHECK(Slots::ops().norm_forward(nullptr, &a) != nullptr);
+  CHECK(g_refused == "norm_forward: unknown required extension " LOOM_EXT_NORM_GATE);
+  CHECK(g_ran.empty());
+  // Without the extension the plain RMSNorm runs.
+  loom_norm_fwd_args plain = a;
+  plain.ext = nullptr;
+  CHECK(loom::OpsSlots<kGatedRms>::ops().norm_forward(nullptr, &plain) == nullptr);
+  CHECK(g_ran == "rmsnorm");
+  loom_norm_fwd_args ln = a;
+  ln.kind = LOOM_NORM_LAYER;
+  CHECK(loom::OpsSlots<kGatedRms>::ops().norm_forward(nullptr, &ln) != nullptr);
+  CHECK(g_refused == "norm_forward: " LOOM_EXT_NORM_GATE " takes kind LOOM_NORM_RMS (1), not 0");
 }

@@ -263,11 +263,11 @@ TEST_SUITE("no-device") {
                                                          {"gemm_bias_grad_epilogue", "false"},
                                                          {"workspace_mb", "32"}});
     CHECK(api().struct_size >= LOOM_BACKEND_API_SIZE_V2);
-    CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_21);
+    CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_22);
     // Every slot is filled: the table is complete even where it cannot run.
     const auto* slots =
         reinterpret_cast<void* const*>(reinterpret_cast<const char*>(api().ops) + sizeof(size_t));
-    for (size_t i = 0; i < (LOOM_OPS_SIZE_V2_21 - sizeof(size_t)) / sizeof(void*); ++i)
+    for (size_t i = 0; i < (LOOM_OPS_SIZE_V2_22 - sizeof(size_t)) / sizeof(void*); ++i)
       CHECK_MESSAGE(slots[i] != nullptr, "ops slot " << i << " is NULL");
 
     loomtest::TestHost host;

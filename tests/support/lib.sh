@@ -99,6 +99,16 @@ DSV3_MODEL=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.p
             --set model.moe_shared_expert_intermediate_size=24
             --set "model.moe_layer_freq=[0]+[1]*3")
 
+# A Nemotron-H-style hybrid in miniature on a 4-layer GPT of width 32 (equivalence.sh's
+# hybrid, parity_families.sh, reshard.sh): Mamba-2, attention, MLP, Mamba-2; each mixer 8
+# heads of 8 channels in 2 groups, a state of 8, 4 taps, chunks of 5 (rows of 16 end in a
+# short chunk); no position encoding.
+HYBRID_MODEL=(--set "model.hybrid_override_pattern=M*-M" --set model.norm=rmsnorm
+              --set model.activation=swiglu --set model.position=none --set model.bias=false
+              --set model.tie_embeddings=false --set model.mamba_head_dim=8
+              --set model.mamba_num_groups=2 --set model.mamba_state_dim=8
+              --set model.mamba_chunk_size=5)
+
 # now: the time, for since. since T0: seconds from T0 (a `now`) to now, one decimal.
 # below X LIMIT: whether X < LIMIT (decimals).
 now() { date +%s.%N; }

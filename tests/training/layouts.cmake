@@ -88,14 +88,19 @@ equivalence(qwen3moe ep2tp2 tp2sppp2 pp2zbh1 etp2 ep2etp2)
 # layer dense) in the layouts the issue asks of it, and beside the distributed optimizer.
 equivalence(dsv3 tp2 pp2 ep2 ep2pp2 cp2 ep2cp2 dp2dist tp2pp2 pp2zbh1)
 
+# A Mamba-2 hybrid in miniature (Mamba-2, attention, MLP, Mamba-2): its heads and groups split
+# over the tensor group, with sequence parallelism, its layers over the pipeline (and a split
+# backward's deferred projections under ZB-H1), beside the distributed optimizer.
+equivalence(hybrid tp2 tp2sp pp2 tp2pp2 dp2dist pp2zbh1)
+
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1
-               moebias-ep2etp2 dsv3-ep2pp2 cp2dp2 cp2dp2dist)
+               moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 cp2dp2 cp2dp2dist)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
-foreach(model gpt llama moe dsv3)
+foreach(model gpt llama moe dsv3 hybrid)
   layout_test(reshard.${model} 600 reshard.sh ${model})
 endforeach()

@@ -5,7 +5,9 @@
 #    attention, the sigmoid router with the expert bias and groups, the first layer dense):
 #    TP2, PP2, EP2, EP2 x PP2, CP2;
 #  - Qwen3-MoE-style (the MoE quick start with QK-norm, a head size of 12 and Qwen2-MoE's
-#    gated shared expert): EP2 x TP2, PP2 with TP2 and sequence parallelism.
+#    gated shared expert): EP2 x TP2, PP2 with TP2 and sequence parallelism;
+#  - hybrid Mamba (recipes/hybrid-quickstart.toml shrunk to HYBRID_MODEL's "M*-M"): TP2, PP2,
+#    and TP2 with sequence parallelism.
 #   parity_families.sh LOOM MPIEXEC [ITERS]   (ITERS: 20; the sanitizer build passes 3)
 set -uo pipefail
 loom=$1 mpiexec=$2 iters=${3:-20}
@@ -33,6 +35,8 @@ for dtype in fp64 fp32; do
   parity_layouts dsv3 recipes/deepseek-v3-quickstart.toml tp2,pp2,ep2,ep2+pp2,cp2 5 $dtype \
     "${dsv3[@]}"
   parity_layouts qwen3moe recipes/moe-quickstart.toml ep2+tp2,pp2+tp2+sp 2 $dtype "${qwen3moe[@]}"
+  parity_layouts hybrid recipes/hybrid-quickstart.toml tp2,pp2,tp2+sp 3 $dtype \
+    "${HYBRID_MODEL[@]}" --set lr.max=1e-3
 done
-echo "parity: DeepSeek-V3-style (TP2, PP2, EP2, EP2 x PP2, CP2) and Qwen3-MoE-style" \
-     "(EP2 x TP2, PP2 x TP2 with SP) match 1 rank"
+echo "parity: DeepSeek-V3-style (TP2, PP2, EP2, EP2 x PP2, CP2), Qwen3-MoE-style" \
+     "(EP2 x TP2, PP2 x TP2 with SP) and hybrid Mamba (TP2, PP2, TP2 with SP) match 1 rank"

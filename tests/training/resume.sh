@@ -45,6 +45,8 @@ case $layout in
   # DeepSeek-V3 in miniature (MLA, its router with the expert bias and groups, the first
   # layer dense) with EP2 over two pipeline stages
   dsv3-ep2pp2) sets=(--set parallel.expert=2 --set parallel.pipeline=2 "${DSV3_MODEL[@]}") ;;
+  # a Mamba-2 hybrid in miniature: the mixers' head shards and their scan parameters
+  hybrid-tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2 "${HYBRID_MODEL[@]}") ;;
   # context parallelism of 2 beside data parallelism of 2 (ring attention)
   cp2dp2) sets=(--set parallel.context=2) ;;
   cp2dp2dist) sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;

@@ -19,9 +19,9 @@ std::thread::id g_thread;      // the training loop's: other threads' calls are 
 thread_local int t_depth = 0;  // timed calls open on this thread
 
 constexpr const char* kNames[kTimeKinds] = {
-    "gemm_fwd",    "gemm_dgrad", "gemm_wgrad", "attn_fwd",  "attn_bwd", "norm",
-    "activation",  "bias",       "rope",       "softmax",   "loss",     "embedding",
-    "elementwise", "transfer",   "grad_norm",  "optimizer", "comm",     "data"};
+    "gemm_fwd",   "gemm_dgrad", "gemm_wgrad", "attn_fwd", "attn_bwd", "ssm",       "norm",
+    "activation", "bias",       "rope",       "softmax",  "loss",     "embedding", "elementwise",
+    "transfer",   "grad_norm",  "optimizer",  "comm",     "data"};
 
 // A backend tensor of n elements for the calibration, freed with it.
 struct Buf {

@@ -32,6 +32,7 @@ enum class TimeKind : int {
   gemm_wgrad,
   attn_fwd,
   attn_bwd,
+  ssm,  // Mamba-2's convolution and selective scan (ABI 2.22)
   norm,
   activation,
   bias,

@@ -107,6 +107,46 @@ double w_copy_strided(const loom_copy_strided_args& a) {
   return a.dst ? 2.0 * (double)(a.rows * a.cols) * (double)loom_dtype_bytes(a.dst->dtype) : 0.0;
 }
 
+// Mamba-2 (ABI 2.22). The convolution reads and writes its tensors once (the taps stay in
+// cache). The scan's floor is a chunked scan's (SSD) matrix products: per step and head, its
+// causal half of the chunk's L x (N + P) products and the 2 N P of the state's, forward; the
+// backward twice that, as a linear layer's. Bytes: every tensor once, the chunk states too.
+double w_conv_fwd(const loom_ssm_conv_args& a) {
+  return tensor_bytes(a.out) + tensor_bytes(a.x) + tensor_bytes(a.weight) + tensor_bytes(a.bias) +
+         2 * tensor_bytes(a.state);
+}
+double w_conv_bwd(const loom_ssm_conv_bwd_args& a) {
+  return tensor_bytes(a.dx) + 2 * tensor_bytes(a.dweight) + 2 * tensor_bytes(a.dbias) +
+         tensor_bytes(a.dout) + tensor_bytes(a.x) + tensor_bytes(a.weight) + tensor_bytes(a.bias);
+}
+template <class Args>
+double scan_flops(const Args& a) {
+  if (a.x == nullptr || a.B == nullptr || a.x->ndim != 4 || a.B->ndim != 4) return 0;
+  const double b = (double)a.x->shape[0], T = (double)a.x->shape[1], H = (double)a.x->shape[2];
+  const double P = (double)a.x->shape[3], N = (double)a.B->shape[3];
+  const double L = std::min(T, (double)std::max<int64_t>(a.chunk, 1));
+  return 2 * b * H * T * (L * (N + P) / 2 + 2 * N * P);
+}
+double scan_inputs_bytes(const DLTensor* x, const DLTensor* dt, const DLTensor* B,
+                         const DLTensor* C) {
+  return tensor_bytes(x) + tensor_bytes(dt) + tensor_bytes(B) + tensor_bytes(C);
+}
+loom_error* ssm_scan_forward(loom_backend* be, const loom_ssm_scan_args* a) {
+  if (a == nullptr) return g_raw->ssm_scan_forward(be, a);
+  const Work w{scan_flops(*a), tensor_bytes(a->y) + scan_inputs_bytes(a->x, a->dt, a->B, a->C) +
+                                   tensor_bytes(a->chunk_states) + 2 * tensor_bytes(a->state)};
+  StepTimer::Scope s(TimeKind::ssm, w);
+  return g_raw->ssm_scan_forward(be, a);
+}
+loom_error* ssm_scan_backward(loom_backend* be, const loom_ssm_scan_bwd_args* a) {
+  if (a == nullptr) return g_raw->ssm_scan_backward(be, a);
+  const Work w{2 * scan_flops(*a),
+               tensor_bytes(a->dy) + scan_inputs_bytes(a->x, a->dt, a->B, a->C) +
+                   scan_inputs_bytes(a->dx, a->ddt, a->dB, a->dC) + tensor_bytes(a->chunk_states)};
+  StepTimer::Scope s(TimeKind::ssm, w);
+  return g_raw->ssm_scan_backward(be, a);
+}
+
 // The positional slots (fill, copy, add, axpby): elementwise passes.
 loom_error* fill(loom_backend* be, DLTensor* t, double v) {
   StepTimer::Scope s(TimeKind::elementwise, Work{0, tensor_bytes(t)});
@@ -177,6 +217,16 @@ void build_timed_ops(const loom_ops* raw) {
   if (raw->struct_size >= LOOM_OPS_SIZE_V2_21 && raw->copy_strided)
     g_timed.copy_strided =
         timed<loom_copy_strided_args, &O::copy_strided, K::elementwise, w_copy_strided>;
+  if (raw->struct_size >= LOOM_OPS_SIZE_V2_22) {
+    if (raw->ssm_conv_forward)
+      g_timed.ssm_conv_forward =
+          timed<loom_ssm_conv_args, &O::ssm_conv_forward, K::ssm, w_conv_fwd>;
+    if (raw->ssm_conv_backward)
+      g_timed.ssm_conv_backward =
+          timed<loom_ssm_conv_bwd_args, &O::ssm_conv_backward, K::ssm, w_conv_bwd>;
+    if (raw->ssm_scan_forward) g_timed.ssm_scan_forward = ssm_scan_forward;
+    if (raw->ssm_scan_backward) g_timed.ssm_scan_backward = ssm_scan_backward;
+  }
 }
 
 }  // namespace

@@ -340,6 +340,84 @@ typedef struct loom_copy_strided_args {
 } loom_copy_strided_args;
 #define LOOM_COPY_STRIDED_ARGS_SIZE_V2_21 LOOM_STRUCT_SIZE(loom_copy_strided_args, ext)
 
+/* ----- Mamba-2 (ABI 2.22): the state-space mixer's two kernels and its gated norm ---------
+ * ssm_conv_forward: the causal depthwise convolution over time, each channel its own K taps:
+ *   pre[b,t,c] = bias[c] + sum_{k<K} weight[c,k] * x[b, t - (K-1) + k, c]
+ *   out = silu(pre) when `silu`, else pre
+ * where x before t = 0 is 0, or state[b, K-1 + (t - (K-1) + k), c] when state is given.
+ * x, out (B,T,C); weight (C,K); bias (C) or NULL (parameters: the compute dtype).
+ * state (B,K-1,C) in x's dtype, or NULL: on entry the K-1 inputs before t = 0, on return the
+ * last K-1 inputs (those before t = 0 still where T < K-1): generation's convolution state. */
+typedef struct loom_ssm_conv_args {
+  size_t struct_size;
+  DLTensor* out;
+  const DLTensor *x, *weight, *bias;
+  int32_t silu;
+  DLTensor* state;
+  const loom_ext* ext; /* NULL */
+} loom_ssm_conv_args;
+#define LOOM_SSM_CONV_ARGS_SIZE_V2_22 LOOM_STRUCT_SIZE(loom_ssm_conv_args, ext)
+
+/* ssm_conv_backward, from zero history (training): dx (B,T,C) =; dweight (C,K) +=; dbias (C)
+ * += (NULL when the forward had no bias); the pre-activation recomputed from x. */
+typedef struct loom_ssm_conv_bwd_args {
+  size_t struct_size;
+  DLTensor *dx, *dweight, *dbias;
+  const DLTensor *dout, *x, *weight, *bias;
+  int32_t silu;
+  const loom_ext* ext; /* NULL */
+} loom_ssm_conv_bwd_args;
+#define LOOM_SSM_CONV_BWD_ARGS_SIZE_V2_22 LOOM_STRUCT_SIZE(loom_ssm_conv_bwd_args, ext)
+
+/* ssm_scan_forward, Mamba-2's selective scan (SSD). H heads of P channels in G groups of H/G
+ * heads (head h reads group g = h / (H/G)'s B and C), a state of N per channel:
+ *   dt_t = softplus(dt[b,t,h] + dt_bias[h]),  A = -exp(A_log[h])
+ *   S_t (P,N) = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T   x_t = x[b,t,h,:], B_t = B[b,t,g,:]
+ *   y[b,t,h,:] = S_t C_t + D[h] x_t                    C_t = C[b,t,g,:]
+ * S_{-1} = 0, or state's. x, y (B,T,H,P); dt (B,T,H); B, C (B,T,G,N); A_log, dt_bias, D (H).
+ * chunk > 0: the chunk length. chunk_states (B, ceil(T/chunk), H, P, N), f32 (f64 with f64
+ * data), or NULL: the state before each chunk, what backward starts each chunk from (the
+ * states a chunked scan hands from chunk to chunk).
+ * state (B,H,P,N) (as chunk_states) or NULL: on entry S_{-1}, on return S_{T-1}
+ * (generation). */
+typedef struct loom_ssm_scan_args {
+  size_t struct_size;
+  DLTensor* y;
+  const DLTensor *x, *dt, *A_log, *B, *C, *D, *dt_bias;
+  int64_t chunk;
+  DLTensor* chunk_states;
+  DLTensor* state;
+  const loom_ext* ext; /* NULL */
+} loom_ssm_scan_args;
+#define LOOM_SSM_SCAN_ARGS_SIZE_V2_22 LOOM_STRUCT_SIZE(loom_ssm_scan_args, ext)
+
+/* ssm_scan_backward, from S_{-1} = 0 (training), given the forward's chunk_states (same
+ * chunk): dx, ddt, dB, dC (their inputs' shapes) =; dA_log, dD, ddt_bias (H) +=. */
+typedef struct loom_ssm_scan_bwd_args {
+  size_t struct_size;
+  DLTensor *dx, *ddt, *dA_log, *dB, *dC, *dD, *ddt_bias;
+  const DLTensor *dy, *x, *dt, *A_log, *B, *C, *D, *dt_bias;
+  int64_t chunk;
+  const DLTensor* chunk_states;
+  const loom_ext* ext; /* NULL */
+} loom_ssm_scan_bwd_args;
+#define LOOM_SSM_SCAN_BWD_ARGS_SIZE_V2_22 LOOM_STRUCT_SIZE(loom_ssm_scan_bwd_args, ext)
+
+/* loom.norm-gate/1 (ABI 2.22), on a norm_forward or norm_backward chain (flags
+ * LOOM_EXT_REQUIRED, kind LOOM_NORM_RMS): Mamba-2's gated RMSNorm (norm_before_gate off).
+ *   g = inp * silu(gate);  out = g * rstd * weight, over groups of group_size channels:
+ *   rstd (N * C / group_size) = 1/sqrt(mean over the group of g^2 + eps)
+ * group_size divides C (C: one group). Backward also writes dgate (N,C) =; its rstd is the
+ * forward's, and g is recomputed from inp and gate. */
+#define LOOM_EXT_NORM_GATE "loom.norm-gate/1"
+typedef struct loom_norm_gate {
+  loom_ext base;        /* id LOOM_EXT_NORM_GATE, flags LOOM_EXT_REQUIRED */
+  const DLTensor* gate; /* (N,C) */
+  DLTensor* dgate;      /* backward: (N,C) =; forward: NULL */
+  int64_t group_size;
+} loom_norm_gate;
+#define LOOM_NORM_GATE_SIZE_V1 LOOM_STRUCT_SIZE(loom_norm_gate, group_size)
+
 /* The op table. Every slot that may grow takes one args struct (above): a backend refuses
  * args that are NULL, older than its ABI (struct_size), of an unknown kind, or that carry a
  * required extension it does not know (loom/cpp/plugin.hpp's usable_ops_args). The four
@@ -350,7 +428,8 @@ typedef struct loom_copy_strided_args {
  *   gemm, bias_add, bias_backward, fill, copy, add, axpby, embedding_forward, embedding_backward,
  *      norm_forward, norm_backward, act_forward, act_backward, softmax_forward, softmax_backward,
  *      rope_forward, rope_backward, softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward,
- *      grouped_gemm, copy_strided: owner, local, stream
+ *      grouped_gemm, copy_strided, ssm_conv_forward, ssm_conv_backward, ssm_scan_forward,
+ *      ssm_scan_backward: owner, local, stream
  *   sum_squares: owner, local, blocks */
 
 typedef struct loom_ops {
@@ -404,10 +483,17 @@ typedef struct loom_ops {
   /* ABI 2.21: the strided copy (above). */
   loom_error* (*copy_strided)(loom_backend* be, const loom_copy_strided_args* args);
   /* --- ABI 2.21 ends here; append new slots below this line only. --- */
+  /* ABI 2.22: Mamba-2's convolution and selective scan (above). */
+  loom_error* (*ssm_conv_forward)(loom_backend* be, const loom_ssm_conv_args* args);
+  loom_error* (*ssm_conv_backward)(loom_backend* be, const loom_ssm_conv_bwd_args* args);
+  loom_error* (*ssm_scan_forward)(loom_backend* be, const loom_ssm_scan_args* args);
+  loom_error* (*ssm_scan_backward)(loom_backend* be, const loom_ssm_scan_bwd_args* args);
+  /* --- ABI 2.22 ends here; append new slots below this line only. --- */
 } loom_ops;
 #define LOOM_OPS_SIZE_V2 LOOM_STRUCT_SIZE(loom_ops, vocab_ce_backward)
 #define LOOM_OPS_SIZE_V2_5 LOOM_STRUCT_SIZE(loom_ops, grouped_gemm)
 #define LOOM_OPS_SIZE_V2_21 LOOM_STRUCT_SIZE(loom_ops, copy_strided)
+#define LOOM_OPS_SIZE_V2_22 LOOM_STRUCT_SIZE(loom_ops, ssm_scan_backward)
 
 typedef struct loom_backend_info {
   size_t struct_size;

@@ -9,6 +9,7 @@
 #include "loom/cpp/layers/ops/attention_block.hpp"
 #include "loom/cpp/layers/ops/mlp.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
+#include "loom/cpp/layers/ssm/mamba.hpp"
 
 namespace loom::layers {
 namespace {
@@ -109,6 +110,77 @@ class PreNormBlock : public Block {
   Ffn mlp;
 };
 
+// A hybrid stack's layer (Megatron's HybridModel, hybrid_override_pattern): one sublayer,
+// out = x + mixer(norm(x)), the mixer a Mamba-2 mixer, the attention, an MLP or a MoE. The
+// norm's output and statistics sit in ln1 (attention and Mamba read their gathered input from
+// ln1_full, the MLPs from ln2_full: under sequence parallelism both are the one shared
+// buffer).
+void mixer_forward(const MambaMixer& m, const Ctx& c, const Step& s, const DLTensor* x,
+                   LayerActs& a, DLTensor* y, LayerCache* cache, int64_t) {
+  m.forward(c, s, x, a, y, cache);
+}
+void mixer_forward(const AttentionBlock& m, const Ctx& c, const Step& s, const DLTensor* x,
+                   LayerActs& a, DLTensor* y, LayerCache* cache, int64_t cache_max) {
+  m.forward(c, s, x, a, y, cache, cache_max);
+}
+template <class Ffn>
+void mixer_forward(const Ffn& m, const Ctx& c, const Step& s, const DLTensor* x, LayerActs& a,
+                   DLTensor* y, LayerCache*, int64_t) {
+  ffn_forward(m, c, s, x, a, y);
+}
+void mixer_backward(const MambaMixer& m, const Ctx& c, const Step& s, const DLTensor* x,
+                    const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch& g) {
+  m.backward(c, s, x, a, dy, dx, g);
+}
+void mixer_backward(const AttentionBlock& m, const Ctx& c, const Step& s, const DLTensor* x,
+                    const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch& g) {
+  m.backward(c, s, x, a, dy, dx, g);
+}
+template <class Ffn>
+void mixer_backward(const Ffn& m, const Ctx& c, const Step& s, const DLTensor* x,
+                    const LayerActs& a, const DLTensor* dy, DLTensor* dx, GradScratch& g) {
+  ffn_backward(m, c, s, x, a, dy, dx, g);
+}
+
+template <class Mixer>  // MambaMixer, AttentionBlock, Mlp or MoeMlp
+class HybridBlock : public Block {
+ public:
+  HybridBlock(const Options& o, ParamStore& ps, const std::string& p, const char* slot)
+      : norm(Norm::make(o, ps, p + ".norm")), mixer(Mixer::make(o, ps, p + slot)) {}
+
+  void forward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x, DLTensor* out,
+               LayerActs& a, LayerCache* cache, int64_t cache_max) const override {
+    const int64_t Nl = c.tp.local_rows(s.N()), C = o.n_embd;
+    View xv = view(x, {Nl, C}), ov = view(out, {Nl, C}), ln = view(a.ln1, {Nl, C});
+    View m = view(a.ln1_mean, {Nl}), r = view(a.ln1_rstd, {Nl});
+    norm.forward(c, ln, m, r, xv);
+    mixer_forward(mixer, c, s, ln, a, ov, cache, cache_max);
+    c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)xv);
+  }
+
+  void backward(const Ctx& c, const Options& o, const Step& s, const DLTensor* x,
+                const LayerActs& a, GradScratch& g) const override {
+    const int64_t Nl = c.tp.local_rows(s.N()), C = o.n_embd;
+    View xv = view(x, {Nl, C}), ln = view(a.ln1, {Nl, C});
+    View m = view(a.ln1_mean, {Nl}), r = view(a.ln1_rstd, {Nl});
+    View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
+    if (a.recompute & LOOM_RECOMPUTE_LAYERNORM) norm.forward(c, ln, m, r, xv);
+    mixer_backward(mixer, c, s, ln, a, dres, dln, g);
+    norm.backward(c, dtmp, dln, xv, m, r);
+    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  }
+
+ private:
+  Norm norm;
+  Mixer mixer;
+};
+
+template <class Mixer>
+std::unique_ptr<Block> make_hybrid(const Options& o, ParamStore& ps, const std::string& p,
+                                   const char* slot) {
+  return std::make_unique<HybridBlock<Mixer>>(o, ps, p, slot);
+}
+
 }  // namespace
 
 const BlockSpec kPreNormBlock = {
@@ -135,5 +207,51 @@ const BlockSpec kMoeBlock = {
     [](const Options& o, ParamStore& ps, const std::string& p) -> std::unique_ptr<Block> {
       return std::make_unique<PreNormBlock<MoeMlp>>(o, ps, p, ".moe");
     }};
+
+const BlockSpec kHybridMamba = {"hybrid-mamba",
+                                [](ParamDeclarer& d, const std::string& p) {
+                                  d.norm(p + ".norm");
+                                  d.mamba(p + ".mixer");
+                                },
+                                [](const Options& o, ParamStore& ps, const std::string& p) {
+                                  return make_hybrid<MambaMixer>(o, ps, p, ".mixer");
+                                }};
+const BlockSpec kHybridAttention = {"hybrid-attention",
+                                    [](ParamDeclarer& d, const std::string& p) {
+                                      d.norm(p + ".norm");
+                                      d.attention(p + ".attn");
+                                    },
+                                    [](const Options& o, ParamStore& ps, const std::string& p) {
+                                      return make_hybrid<AttentionBlock>(o, ps, p, ".attn");
+                                    }};
+const BlockSpec kHybridMlp = {"hybrid-mlp",
+                              [](ParamDeclarer& d, const std::string& p) {
+                                d.norm(p + ".norm");
+                                d.mlp(p + ".mlp");
+                              },
+                              [](const Options& o, ParamStore& ps, const std::string& p) {
+                                return make_hybrid<Mlp>(o, ps, p, ".mlp");
+                              }};
+const BlockSpec kHybridMoe = {"hybrid-moe",
+                              [](ParamDeclarer& d, const std::string& p) {
+                                d.norm(p + ".norm");
+                                d.moe(p + ".moe");
+                              },
+                              [](const Options& o, ParamStore& ps, const std::string& p) {
+                                return make_hybrid<MoeMlp>(o, ps, p, ".moe");
+                              }};
+
+const BlockSpec& hybrid_block(char kind) {
+  switch (kind) {
+    case 'M':
+      return kHybridMamba;
+    case '*':
+      return kHybridAttention;
+    case '-':
+      return kHybridMlp;
+    default:
+      return kHybridMoe;
+  }
+}
 
 }  // namespace loom::layers

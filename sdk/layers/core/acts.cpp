@@ -74,6 +74,19 @@ void LayerActs::ensure(const Ctx& c, const Options& o, int64_t n, uint32_t modul
     put(mla_c_rstd, 0, {n}, st, nullptr);
     put(mla_o, 0, {n, o.hq() * o.v_head_dim}, c.dtype, nullptr);
   }
+  if (o.has_kind('M')) {
+    const int64_t di = o.m_inner(), cd = o.m_conv_dim(), gs = o.m_groups() * o.mamba_state;
+    put(m_z, 0, {n, di}, c.dtype, nullptr);
+    put(m_xbc_in, 0, {n, cd}, c.dtype, nullptr);
+    put(m_dt, 0, {n, o.m_heads()}, c.dtype, nullptr);
+    put(m_xbc, 0, {n, cd}, c.dtype, nullptr);
+    put(m_x, 0, {n, di}, c.dtype, nullptr);
+    put(m_B, 0, {n, gs}, c.dtype, nullptr);
+    put(m_C, 0, {n, gs}, c.dtype, nullptr);
+    put(m_y, 0, {n, di}, c.dtype, nullptr);
+    put(m_yn, 0, {n, di}, c.dtype, nullptr);
+    put(m_rstd, 0, {n * o.m_groups()}, st, nullptr);
+  }
   put(att, LOOM_RECOMPUTE_CORE_ATTN, {n, o.q_dim()}, c.dtype, &LayerActs::att);
   // f32 as attention.h has it; in f64 runs under context parallelism f64, since the ring's
   // backward computes its probabilities from the merged lse (loom.attention-partial/1)
@@ -100,6 +113,13 @@ void GradScratch::ensure(const Ctx& c, const Options& o, int64_t n) {
   }
   dh = c.alloc({n, o.fc_out()});
   da = c.alloc({n, o.ffn()});
+  if (o.has_kind('M')) {
+    const int64_t di = o.m_inner(), cd = o.m_conv_dim(), gs = o.m_groups() * o.mamba_state;
+    for (Tensor* t : {&m_dz, &m_dx, &m_dy, &m_dyn}) *t = c.alloc({n, di});
+    for (Tensor* t : {&m_dxbc_in, &m_dxbc}) *t = c.alloc({n, cd});
+    for (Tensor* t : {&m_dB, &m_dC}) *t = c.alloc({n, gs});
+    m_ddt = c.alloc({n, o.m_heads()});
+  }
   rows = n;
 }
 

@@ -128,10 +128,32 @@ using loom::param;
             1 << 16),                                                                             \
       param("v_head_dim", LOOM_PARAM_INT, "128", "MLA: each head's value size", 1, 1 << 16)
 
+// model/gpt's hybrid Mamba/attention stacks, with Megatron's flag names.
+#define LOOM_HYBRID_PARAMS                                                                         \
+  param("hybrid_override_pattern", LOOM_PARAM_STRING, "",                                          \
+        "a hybrid stack (Megatron's --hybrid-override-pattern, Nemotron-H's): one character per "  \
+        "layer, M a Mamba-2 mixer, * attention, - an MLP, E a mixture of experts, each layer "     \
+        "x + mixer(norm(x)); its length is n_layer. Empty: attention then MLP in every layer"),    \
+      param("mamba_num_heads", LOOM_PARAM_INT, "0",                                                \
+            "Mamba-2 heads; 0 = 2 * n_embd / mamba_head_dim (an expansion of 2)", 0, 1 << 20),     \
+      param("mamba_head_dim", LOOM_PARAM_INT, "64", "channels of one Mamba-2 head", 1, 1 << 16),   \
+      param("mamba_num_groups", LOOM_PARAM_INT, "8",                                               \
+            "groups of Mamba-2 heads sharing B and C (divisible by the tensor-parallel size)", 1,  \
+            1 << 16),                                                                              \
+      param("mamba_state_dim", LOOM_PARAM_INT, "128", "state size of each Mamba-2 channel", 1,     \
+            1 << 16),                                                                              \
+      param("mamba_conv_kernel", LOOM_PARAM_INT, "4",                                              \
+            "taps of the causal depthwise convolution over x, B and C (HF's conv_kernel)", 1, 64), \
+      param("mamba_chunk_size", LOOM_PARAM_INT, "128",                                             \
+            "the selective scan's chunk length (the state kept for backward at each chunk's "      \
+            "start)",                                                                              \
+            1, 1 << 20)
+
 const loom_param_spec kTransformerSchema[] = {
-    LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope",
-                            "position encoding: learned table wpe or rotary (rotate-half)"),
-    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS};
+    LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope|none",
+                            "position encoding: learned table wpe, rotary (rotate-half), or none "
+                            "(Mamba hybrids: the order comes from the scan)"),
+    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS, LOOM_HYBRID_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -282,6 +304,45 @@ void parse_moe(const loom::Config& cfg, const loom_model_create_args& args, cons
                 LOOM_ERR_UNIMPLEMENTED);
 }
 
+// A hybrid Mamba/attention stack (hybrid_override_pattern), and what it does not run yet.
+void parse_hybrid(const loom::Config& cfg, const loom::tp::Group& tp, const std::string& who,
+                  Options& o) {
+  o.hybrid = cfg.get_string("hybrid_override_pattern");
+  if (o.hybrid.empty()) return;
+  const std::string key = who + ": hybrid_override_pattern \"" + o.hybrid + "\"";
+  loom::require((int64_t)o.hybrid.size() == o.n_layer,
+                key + " has " + s((int64_t)o.hybrid.size()) + " layers; n_layer = " + s(o.n_layer) +
+                    " (Megatron's --num-layers is the pattern's length)");
+  for (size_t i = 0; i < o.hybrid.size(); ++i)
+    loom::require(std::string("M*-E").find(o.hybrid[i]) != std::string::npos,
+                  key + ": layer " + s((int64_t)i) + " is '" + std::string(1, o.hybrid[i]) +
+                      "'; each layer is M (Mamba-2), * (attention), - (MLP) or E (MoE)");
+  // The MoE layers are the pattern's E's (moe_layer_freq is the transformer's way).
+  loom::require(o.has_kind('E') == (o.num_experts > 0),
+                key + (o.num_experts > 0 ? " has no E layer for num_experts = " + s(o.num_experts)
+                                         : " has E layers; num_experts is 0"));
+  if (o.num_experts > 0) {
+    loom::require(cfg.get_string("moe_layer_freq") == "1",
+                  key + " places the MoE layers (E); leave moe_layer_freq at 1");
+    for (size_t i = 0; i < o.hybrid.size(); ++i) o.moe_layers[i] = o.hybrid[i] == 'E';
+  }
+  o.mamba_head_dim = cfg.get_int("mamba_head_dim");
+  o.mamba_heads = cfg.get_int("mamba_num_heads");
+  if (o.mamba_heads == 0) o.mamba_heads = 2 * o.n_embd / o.mamba_head_dim;
+  o.mamba_groups = cfg.get_int("mamba_num_groups");
+  o.mamba_state = cfg.get_int("mamba_state_dim");
+  o.mamba_conv = cfg.get_int("mamba_conv_kernel");
+  o.mamba_chunk = cfg.get_int("mamba_chunk_size");
+  if (!o.has_kind('M')) return;
+  loom::require(o.mamba_heads > 0 && o.mamba_heads % o.mamba_groups == 0,
+                who + ": mamba_num_heads = " + s(o.mamba_heads) +
+                    " must be a positive multiple of mamba_num_groups = " + s(o.mamba_groups));
+  loom::require(o.mamba_groups % tp.size == 0,
+                who + ": mamba_num_groups = " + s(o.mamba_groups) +
+                    " is not divisible by tensor = " + s(tp.size) +
+                    " (each tensor rank holds whole groups of heads, as Megatron's)");
+}
+
 // model/t5's own keys and limits: Megatron's T5 is learned positions, LayerNorm, biases, a
 // plain MLP and the LM head tied to the embedding (with its own output bias).
 void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
@@ -328,6 +389,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
           : act == "gelu_erf" ? LOOM_ACT_GELU
                               : LOOM_ACT_GELU_TANH;
   o.rope = cfg.get_string("position") == "rope";
+  o.no_position = cfg.get_string("position") == "none";
   o.rope_theta = cfg.get_float("rope_theta");
   o.bias = cfg.get_bool("bias");
   o.tie_embeddings = cfg.get_bool("tie_embeddings");
@@ -360,7 +422,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   loom::require(args.vocab_size > 0, who + ": create args vocab_size must be positive");
   loom::require(args.seq_len > 0 && args.micro_batch > 0,
                 who + ": create args seq_len and micro_batch must be positive");
-  loom::require(o.rope || args.seq_len <= o.max_seq_len,
+  loom::require(!o.learned_positions() || args.seq_len <= o.max_seq_len,
                 who + ": seq_len " + s(args.seq_len) + " exceeds max_seq_len " + s(o.max_seq_len) +
                     " (the learned position table); raise max_seq_len");
   o.vocab = args.vocab_size;
@@ -381,7 +443,10 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                 who + ": n_layer = " + s(o.n_layer) +
                     " is not divisible by pipeline_stages = " + s(o.stages));
   if (family == Family::kT5) parse_t5(cfg, who, o);
-  if (family == Family::kGpt) parse_moe(cfg, args, who, o);
+  if (family == Family::kGpt) {
+    parse_moe(cfg, args, who, o);
+    parse_hybrid(cfg, tp, who, o);
+  }
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;

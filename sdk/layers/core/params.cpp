@@ -54,6 +54,31 @@ void fill_normal(T* out, int64_t first, int64_t n, uint64_t key, double std) {
   if (i < n) out[i] = (T)(std * normal_pair(key, (uint64_t)(first + i) / 2).even);
 }
 
+// A uniform number in [0, 1) of the stream `key` at element i: a pure function, as above.
+double uniform_at(uint64_t key, uint64_t i) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  return (double)(mix64(key + (i + 1) * kGolden) >> 11) * 0x1.0p-53;
+}
+
+// out[i] = the init's value at element first + i, for the kinds drawn from one uniform.
+template <class T>
+void fill_uniform_kind(T* out, int64_t first, int64_t n, uint64_t key, Init init, double bound) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = uniform_at(key, (uint64_t)(first + i));
+    double v = 0.0;
+    if (init == Init::kUniform) {
+      v = (2.0 * u - 1.0) * bound;
+    } else if (init == Init::kMambaA) {
+      v = std::log(1.0 + 15.0 * u);
+    } else {  // kMambaDt: dt + log(-expm1(-dt)) is softplus's inverse at dt
+      const double lo = std::log(1e-3), hi = std::log(1e-1);
+      const double dt = std::max(std::exp(lo + u * (hi - lo)), 1e-4);
+      v = dt + std::log(-std::expm1(-dt));
+    }
+    out[i] = (T)v;
+  }
+}
+
 }  // namespace
 
 int64_t Param::numel() const {
@@ -231,7 +256,7 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
   std::vector<float> buf32;
   std::vector<double> buf64;
   for (auto& p : params_) {
-    if (p.init != Init::kNormal) {
+    if (p.init == Init::kZeros || p.init == Init::kOnes) {
       ctx.call(&loom_ops::fill, p.value.get(), p.init == Init::kOnes ? 1.0 : 0.0);
       continue;
     }
@@ -244,7 +269,11 @@ void ParamStore::init(const Ctx& ctx, uint64_t seed) {
       buf32.resize(n);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t first = global_first(p, r, cols, ctx.tp.size, ctx.tp.rank);
-      if (f64)
+      if (p.init != Init::kNormal && f64)
+        fill_uniform_kind(buf64.data() + r * cols, first, cols, key, p.init, p.std);
+      else if (p.init != Init::kNormal)
+        fill_uniform_kind(buf32.data() + r * cols, first, cols, key, p.init, p.std);
+      else if (f64)
         fill_normal(buf64.data() + r * cols, first, cols, key, p.std);
       else
         fill_normal(buf32.data() + r * cols, first, cols, key, p.std);
@@ -400,6 +429,26 @@ void ParamDeclarer::moe(const std::string& p) {
     if (o.bias) ps_.add(p + ".shared.c_proj.bias", {C}, 0, -1, Init::kZeros);
     if (o.moe_shared_gate) ps_.add(p + ".shared.gate.weight", {1, C}, 1, -1, Init::kNormal, std);
   }
+}
+
+// Mamba-2's mixer (ssm/mamba.hpp), Megatron's MambaMixer under tensor parallelism: in_proj's
+// z, x, B, C and dt blocks each split by this rank's heads or groups (so its local rows are
+// again z|x|B|C|dt), the convolution's x, B and C channels alike, the per-head parameters and
+// the norm's channels by heads, out_proj row-parallel. One-dimensional parameters take no
+// weight decay (Megatron's rule, which covers A_log, D and dt_bias).
+void ParamDeclarer::mamba(const std::string& p) {
+  const int64_t C = o.n_embd, H = o.mamba_heads, di = H * o.mamba_head_dim;
+  const int64_t gn = o.mamba_groups * o.mamba_state, K = o.mamba_conv;
+  column(p + ".in_proj", {di, di, gn, gn, H}, C, std, o.bias);
+  const std::vector<int64_t> xbc = {di, gn, gn};
+  const double bound = 1.0 / std::sqrt((double)K);  // PyTorch's Conv1d init: fan_in = K
+  ps_.add(p + ".conv1d.weight", {o.m_conv_dim(), K}, 1, 0, Init::kUniform, bound, xbc);
+  ps_.add(p + ".conv1d.bias", {o.m_conv_dim()}, 0, 0, Init::kUniform, bound, xbc);
+  ps_.add(p + ".dt_bias", {o.m_heads()}, 0, 0, Init::kMambaDt);
+  ps_.add(p + ".A_log", {o.m_heads()}, 0, 0, Init::kMambaA);
+  ps_.add(p + ".D", {o.m_heads()}, 0, 0, Init::kOnes);
+  ps_.add(p + ".norm.weight", {o.m_inner()}, 0, 0, Init::kOnes);
+  row(p + ".out_proj", C, di, proj_std);
 }
 
 }  // namespace loom::layers

@@ -20,13 +20,22 @@ void DecoderModel::kv_reset(int64_t batch, int64_t max_len) {
                     (ctx_.tp.sequence_parallel ? ", sequence parallelism" : ""),
                 LOOM_ERR_UNIMPLEMENTED);
   loom::require(batch > 0 && max_len > 0, who_ + ": kv_reset needs batch and max_len > 0");
-  loom::require(opt_.rope || max_len <= opt_.max_seq_len,
+  loom::require(!opt_.learned_positions() || max_len <= opt_.max_seq_len,
                 who_ + ": kv_reset max_len " + std::to_string(max_len) + " exceeds max_seq_len " +
                     std::to_string(opt_.max_seq_len) + " (the learned position table)");
   if (batch != (int64_t)slot_len_.size() || max_len != cache_max_) {
     cache_.clear();
     cache_.resize(opt_.n_layer);
-    for (auto& c : cache_) {
+    for (int64_t l = 0; l < opt_.n_layer; ++l) {
+      LayerCache& c = cache_[(size_t)l];
+      const char kind = opt_.layer_kind(l);
+      if (kind == '-' || kind == 'E') continue;  // nothing carried from step to step
+      if (kind == 'M') {  // the convolution's last inputs and the scan's state, per row
+        const int64_t K1 = opt_.mamba_conv - 1, P = opt_.mamba_head_dim, S = opt_.mamba_state;
+        if (K1 > 0) c.k = ctx_.alloc({batch, K1, opt_.m_conv_dim()});
+        c.v = ctx_.alloc(ctx_.stat_dtype(), {batch, opt_.m_heads(), P, S});
+        continue;
+      }
       if (opt_.mla) {  // the compressed cache: each position's latent and rotated key part
         c.k = ctx_.alloc({batch, max_len, opt_.kv_lora_rank + opt_.qk_pos_dim});
         continue;
@@ -92,7 +101,7 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   dec_acts_.ensure(ctx_, opt_, N);
   View out = dec_out_.ensure(ctx_, head_, B);
   upload_ids(dec_tokens_, tokens, N, false);
-  if (!opt_.rope) upload_positions(dec_positions_, s);
+  if (opt_.learned_positions()) upload_positions(dec_positions_, s);
   View tok = view(dec_tokens_, {N}), pos = view(dec_positions_, {N});
 
   int cur = 0;

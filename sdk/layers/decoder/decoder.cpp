@@ -111,6 +111,7 @@ void DecoderModel::join_context_group(const loom_host* host) {
 
 // Layer l's kind: the model's, or a MoE layer's where the options put one.
 const BlockSpec& DecoderModel::layer_spec(int64_t l) const {
+  if (!opt_.hybrid.empty()) return hybrid_block(opt_.layer_kind(l));
   return opt_.is_moe_layer(l) ? kMoeBlock : *spec_;
 }
 
@@ -126,7 +127,8 @@ void DecoderModel::build() {
   const int64_t vrows = o.padded_vocab / tp;
   if (o.first()) {
     ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std);
-    if (!o.rope) ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
+    if (o.learned_positions())
+      ps.add("wpe", {o.max_seq_len, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
     if (o.num_tokentypes > 0)
       ps.add("tokentype", {o.num_tokentypes, C}, 1, -1, Init::kNormal, std).sp_partial = sp;
     if (o.post_norm) d.norm("emb_ln");
@@ -217,12 +219,26 @@ double DecoderModel::flops_per_token() const {
   const double Fs = (double)o.moe_shared_hidden;
   const double moe = C * E + (double)o.moe_router.topk * (C * (o.gated() ? 2 * Fe : Fe) + Fe * C) +
                      C * (o.gated() ? 2 * Fs : Fs) + Fs * C;
+  // a Mamba-2 layer: in_proj and out_proj, and the scan counted as the state's multiply-adds
+  // (its update and its read-out, 2 per state element) as if they were weights
+  const double di = (double)(o.mamba_heads * o.mamba_head_dim);
+  const double gs = (double)(o.mamba_groups * o.mamba_state);
+  const double mamba =
+      C * (2 * di + 2 * gs + (double)o.mamba_heads) + di * C + 2 * di * (double)o.mamba_state;
   double matmul = (double)o.vocab * C;
-  for (int64_t l = 0; l < o.n_layer; ++l) matmul += attn + (o.is_moe_layer(l) ? moe : mlp);
+  int64_t attention_layers = 0;
+  for (int64_t l = 0; l < o.n_layer; ++l) {
+    const char kind = o.layer_kind(l);
+    const bool attends = kind == 0 || kind == '*';
+    attention_layers += attends;
+    if (attends) matmul += attn;
+    if (kind == 'M') matmul += mamba;
+    if (kind == 0 || kind == '-' || kind == 'E') matmul += o.is_moe_layer(l) ? moe : mlp;
+  }
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =
       o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;
-  return 6.0 * matmul + 6.0 * (double)o.n_layer * att_width * (double)keys;
+  return 6.0 * matmul + 6.0 * (double)attention_layers * att_width * (double)keys;
 }
 
 }  // namespace loom::layers

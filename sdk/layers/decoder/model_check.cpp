@@ -90,6 +90,12 @@ bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64
                     " runs causal GPT, Llama and mixture-of-experts models for now (no BERT or "
                     "sliding window)",
                 LOOM_ERR_UNIMPLEMENTED);
+  loom::require(!o.has_kind('M'),
+                who + ": " + cp +
+                    " with Mamba layers is not implemented: each context rank's scan would "
+                    "start from the state the ranks before it end with (Megatron passes it "
+                    "along the ring); run hybrids with tensor, sequence and pipeline parallelism",
+                LOOM_ERR_UNIMPLEMENTED);
   loom::require(seq_len % (2 * l.context) == 0,
                 who + ": " + cp + " cuts each sample into 2 x " + s(l.context) +
                     " chunks; seq_len = " + s(seq_len) + " is not divisible");

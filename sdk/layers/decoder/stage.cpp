@@ -123,11 +123,12 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* 
     loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), types,
                                                     (size_t)N * sizeof(int32_t)));
   }
-  if (!opt_.rope && S.s.docs) {  // learned positions restart with each packed document
+  if (opt_.learned_positions() &&
+      S.s.docs) {  // learned positions restart with each packed document
     View v = view(S.positions, {N});
     loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), S.doc_pos.data(),
                                                     (size_t)N * sizeof(int32_t)));
-  } else if (!opt_.rope) {
+  } else if (opt_.learned_positions()) {
     upload_positions(S.positions, S.s);
   }
   View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});

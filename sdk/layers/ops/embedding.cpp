@@ -12,7 +12,7 @@ Embedding Embedding::make(const Options& o, ParamStore& ps, const Ctx& c) {
   Param& wte = ps.at("wte");
   e.wte = wte.value.get();
   e.dwte = wte.grad.get();
-  if (!o.rope && !o.relative) {
+  if (o.learned_positions()) {
     Param& wpe = ps.at("wpe");
     e.wpe = wpe.value.get();
     e.dwpe = wpe.grad.get();

@@ -274,6 +274,12 @@ constexpr loom::OpsCalls kCalls = {
     op_gemm_epilogue,
     LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD,
     op_copy_strided,
+    op_ssm_conv_forward,
+    op_ssm_conv_backward,
+    op_ssm_scan_forward,
+    op_ssm_scan_backward,
+    op_rmsnorm_gated_forward,
+    op_rmsnorm_gated_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -285,8 +291,10 @@ const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
   return loom::host_stream::get_ext(be, id);
 }
 
-// loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE, nullptr};
+// loom.device-stream/1 on the CPU: no stream, work is done when an op returns. loom.norm-gate/1
+// is an args extension (norm_forward/_backward take it): no table behind it.
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE,
+                                     LOOM_EXT_NORM_GATE, nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,

@@ -179,6 +179,15 @@ loom_error* op_rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, 
 loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
                                 const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
                                 const DLTensor* rstd) noexcept;
+// ABI 2.22: Mamba-2's gated RMSNorm, loom.norm-gate/1 (args checked by the SDK slot)
+loom_error* op_rmsnorm_gated_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                     const DLTensor* inp, const DLTensor* gate,
+                                     const DLTensor* weight, double eps,
+                                     int64_t group_size) noexcept;
+loom_error* op_rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor* dgate,
+                                      DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
+                                      const DLTensor* gate, const DLTensor* weight,
+                                      const DLTensor* rstd, int64_t group_size) noexcept;
 // kernels_activation.cpp
 loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
@@ -209,5 +218,22 @@ loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor*
 loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                                  const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
                                  double dloss) noexcept;
+// kernels_ssm.cpp (ABI 2.22: Mamba-2; shapes checked by the SDK slots)
+loom_error* op_ssm_conv_forward(loom_backend* be, DLTensor* out, const DLTensor* x,
+                                const DLTensor* weight, const DLTensor* bias, int silu,
+                                DLTensor* state) noexcept;
+loom_error* op_ssm_conv_backward(loom_backend* be, DLTensor* dx, DLTensor* dweight, DLTensor* dbias,
+                                 const DLTensor* dout, const DLTensor* x, const DLTensor* weight,
+                                 const DLTensor* bias, int silu) noexcept;
+loom_error* op_ssm_scan_forward(loom_backend* be, DLTensor* y, const DLTensor* x,
+                                const DLTensor* dt, const DLTensor* A_log, const DLTensor* B,
+                                const DLTensor* C, const DLTensor* D, const DLTensor* dt_bias,
+                                int64_t chunk, DLTensor* chunk_states, DLTensor* state) noexcept;
+loom_error* op_ssm_scan_backward(loom_backend* be, DLTensor* dx, DLTensor* ddt, DLTensor* dA_log,
+                                 DLTensor* dB, DLTensor* dC, DLTensor* dD, DLTensor* ddt_bias,
+                                 const DLTensor* dy, const DLTensor* x, const DLTensor* dt,
+                                 const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                                 const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                                 const DLTensor* chunk_states) noexcept;
 
 }  // namespace loom_cpu

@@ -5,6 +5,9 @@
 //   layernorm_backward: dinp(N,C) = ; dweight(C) += ; dbias(C) += (may be NULL)
 //   rmsnorm_forward:    out(N,C) = inp * rstd * weight(C), rstd(N) = 1/sqrt(mean(inp^2) + eps)
 //   rmsnorm_backward:   dinp(N,C) = ; dweight(C) +=
+//   rmsnorm_gated_*:    Mamba-2's (loom.norm-gate/1): the RMSNorm of g = inp * silu(gate) over
+//                       groups of group_size channels, rstd (N * C / group_size); backward
+//                       also writes dgate (N,C) =, g recomputed
 // Activation gradients are written (=), parameter gradients accumulate (+=).
 // Saved statistics are f32, or the data dtype (the f64 finite-difference path keeps them f64
 // so the backward sees exact values).
@@ -151,6 +154,79 @@ LOOM_CPU_CLONES void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, cons
     T mean_dnx = s / static_cast<T>(C);
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) dx[c] = rs * (g[c] * w[c] - (x[c] * rs) * mean_dnx);
+  }
+}
+
+// silu(z) = z sigmoid(z) and its derivative sigmoid(z) (1 + z (1 - sigmoid(z))).
+template <class T>
+T sigmoid_of(T z) {
+  return T(1) / (T(1) + std::exp(-z));
+}
+
+template <class T, class S>
+LOOM_CPU_CLONES void rmsnorm_gated_forward_kernel(T* out, S* rstd, const T* inp, const T* gate,
+                                                  const T* w, int64_t N, int64_t C, int64_t gs,
+                                                  T eps, int nt) {
+  const int64_t groups = C / gs;
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < groups; ++k) {
+      const int64_t at = n * C + k * gs;
+      const T *x = inp + at, *z = gate + at;
+      T* y = out + at;
+      T ss = 0;
+      for (int64_t c = 0; c < gs; ++c) {
+        const T g = x[c] * z[c] * sigmoid_of(z[c]);
+        y[c] = g;  // g, scaled below
+        ss += g * g;
+      }
+      const T rs = T(1) / std::sqrt(ss / static_cast<T>(gs) + eps);
+      for (int64_t c = 0; c < gs; ++c) y[c] = y[c] * rs * w[k * gs + c];
+      rstd[n * groups + k] = static_cast<S>(rs);
+    }
+  }
+}
+
+template <class T, class S>
+LOOM_CPU_CLONES void rmsnorm_gated_backward_kernel(T* dinp, T* dgate, T* dw, const T* dout,
+                                                   const T* inp, const T* gate, const T* w,
+                                                   const S* rstd, int64_t N, int64_t C, int64_t gs,
+                                                   int nt) {
+  const int64_t groups = C / gs, nblocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColBlock, bw = std::min(kColBlock, C - c0);
+    T aw[kColBlock] = {};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < bw; ++c) {
+        const int64_t i = n * C + c0 + c;
+        const T g = inp[i] * gate[i] * sigmoid_of(gate[i]);
+        aw[c] += dout[i] * g * static_cast<T>(rstd[n * groups + (c0 + c) / gs]);
+      }
+    for (int64_t c = 0; c < bw; ++c) dw[c0 + c] += aw[c];
+  }
+
+  // dg = rstd * (dnorm - xhat * mean(dnorm * xhat)) per group, dnorm = dout * w, xhat = g *
+  // rstd; then dinp = dg silu(gate), dgate = dg inp silu'(gate). Each element is read before
+  // it is written, so dinp and dgate may alias dout, inp or gate.
+#pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < groups; ++k) {
+      const int64_t at = n * C + k * gs;
+      const T rs = static_cast<T>(rstd[n * groups + k]);
+      T s = 0;
+      for (int64_t c = 0; c < gs; ++c) {
+        const T z = gate[at + c], xhat = inp[at + c] * z * sigmoid_of(z) * rs;
+        s += dout[at + c] * w[k * gs + c] * xhat;
+      }
+      const T mean_dnx = s / static_cast<T>(gs);
+      for (int64_t c = 0; c < gs; ++c) {
+        const T x = inp[at + c], z = gate[at + c], sg = sigmoid_of(z);
+        const T dg = rs * (dout[at + c] * w[k * gs + c] - x * z * sg * rs * mean_dnx);
+        dinp[at + c] = dg * z * sg;
+        dgate[at + c] = dg * x * sg * (T(1) + z * (T(1) - sg));
+      }
+    }
   }
 }
 
@@ -318,6 +394,81 @@ loom_error* op_rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dwei
       rmsnorm_backward_kernel(data_of<T>(dinp), data_of<T>(dweight), data_of<const T>(dout),
                               data_of<const T>(inp), data_of<const T>(weight),
                               data_of<const S>(rstd), r.N, r.C, b.threads);
+    });
+  });
+}
+
+loom_error* op_rmsnorm_gated_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                     const DLTensor* inp, const DLTensor* gate,
+                                     const DLTensor* weight, double eps,
+                                     int64_t group_size) noexcept {
+  return run_op(be, "rmsnorm_gated_forward", [&](loom_backend& b) {
+    Check ck{"rmsnorm_gated_forward"};
+    if (Staging::any_half({out, inp, gate, weight})) {
+      Staging st(ck, b.threads);
+      st.f32_only("rstd", rstd);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* gate_ = st.in("gate", gate);
+      const DLTensor* weight_ = st.in("weight", weight);
+      DLTensor* out_ = st.out("out", out);
+      st.run(b, [&] {
+        return op_rmsnorm_gated_forward(&b, out_, rstd, inp_, gate_, weight_, eps, group_size);
+      });
+      return;
+    }
+    Rows r = check_rows(ck, inp);
+    ck.like("out", out, "inp", inp, r.N * r.C);
+    ck.like("gate", gate, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
+    check_stat(ck, "rstd", rstd, inp, r.N * (r.C / group_size));
+    check_eps(ck, eps);
+    dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      rmsnorm_gated_forward_kernel(data_of<T>(out), data_of<S>(rstd), data_of<const T>(inp),
+                                   data_of<const T>(gate), data_of<const T>(weight), r.N, r.C,
+                                   group_size, static_cast<T>(eps), b.threads);
+    });
+  });
+}
+
+loom_error* op_rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor* dgate,
+                                      DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
+                                      const DLTensor* gate, const DLTensor* weight,
+                                      const DLTensor* rstd, int64_t group_size) noexcept {
+  return run_op(be, "rmsnorm_gated_backward", [&](loom_backend& b) {
+    Check ck{"rmsnorm_gated_backward"};
+    if (Staging::any_half({dinp, dgate, dweight, dout, inp, gate, weight})) {
+      Staging st(ck, b.threads);
+      st.f32_only("rstd", rstd);
+      const DLTensor* dout_ = st.in("dout", dout);
+      const DLTensor* inp_ = st.in("inp", inp);
+      const DLTensor* gate_ = st.in("gate", gate);
+      const DLTensor* weight_ = st.in("weight", weight);
+      DLTensor* dinp_ = st.out("dinp", dinp);
+      DLTensor* dgate_ = st.out("dgate", dgate);
+      DLTensor* dweight_ = st.out("dweight", dweight);
+      st.run(b, [&] {
+        return op_rmsnorm_gated_backward(&b, dinp_, dgate_, dweight_, dout_, inp_, gate_, weight_,
+                                         rstd, group_size);
+      });
+      return;
+    }
+    Rows r = check_rows(ck, inp);
+    ck.like("dinp", dinp, "inp", inp, r.N * r.C);
+    ck.like("dgate", dgate, "inp", inp, r.N * r.C);
+    ck.like("dout", dout, "inp", inp, r.N * r.C);
+    ck.like("gate", gate, "inp", inp, r.N * r.C);
+    ck.like("weight", weight, "inp", inp, r.C);
+    ck.like("dweight", dweight, "inp", inp, r.C);
+    check_stat(ck, "rstd", rstd, inp, r.N * (r.C / group_size));
+    dispatch_float_stat(ck, "inp", inp, rstd, [&](auto t, auto s) {
+      using T = decltype(t);
+      using S = decltype(s);
+      rmsnorm_gated_backward_kernel(data_of<T>(dinp), data_of<T>(dgate), data_of<T>(dweight),
+                                    data_of<const T>(dout), data_of<const T>(inp),
+                                    data_of<const T>(gate), data_of<const T>(weight),
+                                    data_of<const S>(rstd), r.N, r.C, group_size, b.threads);
     });
   });
 }

@@ -406,6 +406,12 @@ constexpr loom::OpsCalls kCalls = {
     gemm_epilogue,
     kEpilogueKinds,
     copy_strided,
+    nullptr,  // ssm_conv_forward .. ssm_scan_backward (ABI 2.22, Mamba-2): not yet on the GPU,
+    nullptr,  // so the slots refuse them by name ("no kernel")
+    nullptr,
+    nullptr,
+    nullptr,  // rmsnorm_gated_forward/_backward: loom.norm-gate/1 refused as unknown
+    nullptr,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -157,13 +157,18 @@ constexpr loom_ops make_ops() {
   LOOM_META_NOOP(vocab_ce_backward)
   LOOM_META_NOOP(grouped_gemm)
   LOOM_META_NOOP(copy_strided)
+  LOOM_META_NOOP(ssm_conv_forward)
+  LOOM_META_NOOP(ssm_conv_backward)
+  LOOM_META_NOOP(ssm_scan_forward)
+  LOOM_META_NOOP(ssm_scan_backward)
   return o;
 }
 #undef LOOM_META_NOOP
 constexpr loom_ops kOps = make_ops();
 
-// the CPU's loom.device-stream/1: nothing to record or wait for
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, nullptr};
+// the CPU's loom.device-stream/1: nothing to record or wait for; loom.norm-gate/1 as every
+// other norm (nothing to compute)
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_NORM_GATE, nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,

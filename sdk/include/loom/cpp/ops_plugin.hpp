@@ -6,9 +6,11 @@
 // required extension, a kind the backend lacks), then unpacks the struct into the kernel.
 //
 // A kind is implemented exactly when its kernel is given: a backend without RMSNorm leaves
-// rmsnorm_forward/_backward NULL and norm_forward refuses LOOM_NORM_RMS by name. Adding a
-// kind to backend.h means one more pair of fields here and one branch in its slot, never a
-// change to each backend's table. See backend/cpu for a backend written this way.
+// rmsnorm_forward/_backward NULL and norm_forward refuses LOOM_NORM_RMS by name; one without
+// the gated RMSNorm refuses loom.norm-gate/1 as an unknown required extension, and one without
+// ABI 2.22's Mamba-2 kernels refuses those ops ("no kernel"). Adding a kind to backend.h means
+// one more pair of fields here and one branch in its slot, never a change to each backend's
+// table. See backend/cpu for a backend written this way.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/grouped_gemm.hpp"
 #include "loom/cpp/plugin.hpp"
+#include "loom/cpp/ssm_args.hpp"
 #include "loom/cpp/tensor.hpp"
 
 namespace loom {
@@ -98,6 +101,34 @@ struct OpsCalls {
   loom_error* (*copy_strided)(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_t offset_dst,
                               const DLTensor* src, int64_t ld_src, int64_t offset_src, int64_t rows,
                               int64_t cols);
+  // ABI 2.22's Mamba-2 ops, their shapes checked already (loom/cpp/ssm_args.hpp). NULL: the
+  // slot refuses the op by name ("no kernel").
+  loom_error* (*ssm_conv_forward)(loom_backend* be, DLTensor* out, const DLTensor* x,
+                                  const DLTensor* weight, const DLTensor* bias, int silu,
+                                  DLTensor* state);
+  loom_error* (*ssm_conv_backward)(loom_backend* be, DLTensor* dx, DLTensor* dweight,
+                                   DLTensor* dbias, const DLTensor* dout, const DLTensor* x,
+                                   const DLTensor* weight, const DLTensor* bias, int silu);
+  loom_error* (*ssm_scan_forward)(loom_backend* be, DLTensor* y, const DLTensor* x,
+                                  const DLTensor* dt, const DLTensor* A_log, const DLTensor* B,
+                                  const DLTensor* C, const DLTensor* D, const DLTensor* dt_bias,
+                                  int64_t chunk, DLTensor* chunk_states, DLTensor* state);
+  loom_error* (*ssm_scan_backward)(loom_backend* be, DLTensor* dx, DLTensor* ddt, DLTensor* dA_log,
+                                   DLTensor* dB, DLTensor* dC, DLTensor* dD, DLTensor* ddt_bias,
+                                   const DLTensor* dy, const DLTensor* x, const DLTensor* dt,
+                                   const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                                   const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                                   const DLTensor* chunk_states);
+  // ABI 2.22's loom.norm-gate/1 on norm_forward/_backward, its args checked already
+  // (loom::norm_gate_refusal). NULL: a norm carrying one is refused by the rule.
+  loom_error* (*rmsnorm_gated_forward)(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                       const DLTensor* inp, const DLTensor* gate,
+                                       const DLTensor* weight, double eps, int64_t group_size);
+  loom_error* (*rmsnorm_gated_backward)(loom_backend* be, DLTensor* dinp, DLTensor* dgate,
+                                        DLTensor* dweight, const DLTensor* dout,
+                                        const DLTensor* inp, const DLTensor* gate,
+                                        const DLTensor* weight, const DLTensor* rstd,
+                                        int64_t group_size);
 };
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
@@ -182,7 +213,21 @@ struct OpsSlots {
     return call(be, "embedding_backward", a, LOOM_EMBEDDING_BWD_ARGS_SIZE_V2,
                 [&] { return K.embedding_backward(be, a->dtable, a->ids, a->dout); });
   }
+  // loom.norm-gate/1 on a norm's chain, when the backend gives gated kernels (else NULL, and
+  // the rule refuses the required extension as unknown).
+  template <class Args, class Kernel>
+  static const loom_ext* norm_gate(const Args* a, size_t want, Kernel* k) {
+    return has(k) && a && a->struct_size >= want ? loom_ext_find(a->ext, LOOM_EXT_NORM_GATE)
+                                                 : nullptr;
+  }
   static loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* a) {
+    if (const loom_ext* e = norm_gate(a, LOOM_NORM_FWD_ARGS_SIZE_V2, K.rmsnorm_gated_forward)) {
+      const std::string why = norm_gate_refusal(a->kind, a->ext, e, a->inp, false);
+      if (!why.empty()) return K.refuse(be, "norm_forward", why);
+      const auto* g = reinterpret_cast<const loom_norm_gate*>(e);
+      return K.rmsnorm_gated_forward(be, a->out, a->rstd, a->inp, g->gate, a->weight, a->eps,
+                                     g->group_size);
+    }
     return call_kind(be, "norm_forward", a, LOOM_NORM_FWD_ARGS_SIZE_V2, LOOM_NORM_LAYER,
                      K.layernorm_forward != nullptr, LOOM_NORM_RMS, K.rmsnorm_forward != nullptr,
                      [&] {
@@ -193,6 +238,13 @@ struct OpsSlots {
                      });
   }
   static loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* a) {
+    if (const loom_ext* e = norm_gate(a, LOOM_NORM_BWD_ARGS_SIZE_V2, K.rmsnorm_gated_backward)) {
+      const std::string why = norm_gate_refusal(a->kind, a->ext, e, a->inp, true);
+      if (!why.empty()) return K.refuse(be, "norm_backward", why);
+      const auto* g = reinterpret_cast<const loom_norm_gate*>(e);
+      return K.rmsnorm_gated_backward(be, a->dinp, g->dgate, a->dweight, a->dout, a->inp, g->gate,
+                                      a->weight, a->rstd, g->group_size);
+    }
     return call_kind(
         be, "norm_backward", a, LOOM_NORM_BWD_ARGS_SIZE_V2, LOOM_NORM_LAYER,
         K.layernorm_backward != nullptr, LOOM_NORM_RMS, K.rmsnorm_backward != nullptr, [&] {
@@ -282,9 +334,50 @@ struct OpsSlots {
     return nullptr;
   }
 
+  // ABI 2.22's Mamba-2 ops: the args rule, a kernel given, the shapes (`refusal`, from
+  // loom/cpp/ssm_args.hpp), then `run`.
+  template <class Args, class Kernel, class Fn>
+  static loom_error* call_ssm(loom_backend* be, const char* op, const Args* a, size_t want,
+                              Kernel* k, std::string (*refusal)(const Args&), Fn&& run) {
+    std::string why = ops_args_refusal(a, want);
+    if (why.empty() && !has(k))
+      why = "no kernel: this backend does not implement ABI 2.22's Mamba-2 ops";
+    if (why.empty()) why = refusal(*a);
+    return why.empty() ? run() : K.refuse(be, op, why);
+  }
+  static loom_error* ssm_conv_forward(loom_backend* be, const loom_ssm_conv_args* a) {
+    return call_ssm(be, "ssm_conv_forward", a, LOOM_SSM_CONV_ARGS_SIZE_V2_22, K.ssm_conv_forward,
+                    ssm_conv_refusal, [&] {
+                      return K.ssm_conv_forward(be, a->out, a->x, a->weight, a->bias, a->silu,
+                                                a->state);
+                    });
+  }
+  static loom_error* ssm_conv_backward(loom_backend* be, const loom_ssm_conv_bwd_args* a) {
+    return call_ssm(be, "ssm_conv_backward", a, LOOM_SSM_CONV_BWD_ARGS_SIZE_V2_22,
+                    K.ssm_conv_backward, ssm_conv_bwd_refusal, [&] {
+                      return K.ssm_conv_backward(be, a->dx, a->dweight, a->dbias, a->dout, a->x,
+                                                 a->weight, a->bias, a->silu);
+                    });
+  }
+  static loom_error* ssm_scan_forward(loom_backend* be, const loom_ssm_scan_args* a) {
+    return call_ssm(be, "ssm_scan_forward", a, LOOM_SSM_SCAN_ARGS_SIZE_V2_22, K.ssm_scan_forward,
+                    ssm_scan_refusal, [&] {
+                      return K.ssm_scan_forward(be, a->y, a->x, a->dt, a->A_log, a->B, a->C, a->D,
+                                                a->dt_bias, a->chunk, a->chunk_states, a->state);
+                    });
+  }
+  static loom_error* ssm_scan_backward(loom_backend* be, const loom_ssm_scan_bwd_args* a) {
+    return call_ssm(be, "ssm_scan_backward", a, LOOM_SSM_SCAN_BWD_ARGS_SIZE_V2_22,
+                    K.ssm_scan_backward, ssm_scan_bwd_refusal, [&] {
+                      return K.ssm_scan_backward(be, a->dx, a->ddt, a->dA_log, a->dB, a->dC, a->dD,
+                                                 a->ddt_bias, a->dy, a->x, a->dt, a->A_log, a->B,
+                                                 a->C, a->D, a->dt_bias, a->chunk, a->chunk_states);
+                    });
+  }
+
   // The whole loom_ops table.
   static constexpr loom_ops ops() {
-    return loom_ops{LOOM_OPS_SIZE_V2_21,
+    return loom_ops{LOOM_OPS_SIZE_V2_22,
                     gemm,
                     bias_add,
                     bias_backward,
@@ -307,7 +400,11 @@ struct OpsSlots {
                     vocab_ce_stats,
                     vocab_ce_backward,
                     grouped_gemm,
-                    copy_strided};
+                    copy_strided,
+                    ssm_conv_forward,
+                    ssm_conv_backward,
+                    ssm_scan_forward,
+                    ssm_scan_backward};
   }
 };
 

@@ -324,6 +324,146 @@ inline void copy_strided(const Backend& be, DLTensor* dst, int64_t ld_dst, int64
   }
 }
 
+// ABI 2.22's Mamba-2 ops with positional arguments, over their args structs (backend.h says
+// what each computes). There is no fallback: a backend built before 2.22 (a shorter table)
+// is refused here, naming the op, and one without the kernels refuses them itself.
+namespace detail {
+// `slot` of a table at least as long as ABI 2.22's, or an error naming `op`.
+template <class Slot>
+void require_ops_v2_22(const Backend& be, const char* op, Slot loom_ops::*slot) {
+  const loom_ops& o = be.ops();
+  require(o.struct_size >= LOOM_OPS_SIZE_V2_22 && o.*slot != nullptr,
+          std::string(op) +
+              ": the backend lacks this op (its op table predates ABI 2.22, which brought "
+              "Mamba-2's ops and " LOOM_EXT_NORM_GATE ", or leaves the slot NULL)",
+          LOOM_ERR_UNIMPLEMENTED);
+}
+}  // namespace detail
+// out(B,T,C) = [silu](bias + causal depthwise convolution of x(B,T,C) with weight(C,K)); bias
+// and state (B,K-1,C: generation's last inputs, read and updated) may be NULL.
+inline void ssm_conv_forward(const Backend& be, DLTensor* out, const DLTensor* x,
+                             const DLTensor* weight, const DLTensor* bias, bool silu,
+                             DLTensor* state) {
+  detail::require_ops_v2_22(be, "ssm_conv_forward", &loom_ops::ssm_conv_forward);
+  const loom_ssm_conv_args a{
+      LOOM_SSM_CONV_ARGS_SIZE_V2_22, out, x, weight, bias, silu ? 1 : 0, state, nullptr};
+  be.call(&loom_ops::ssm_conv_forward, &a);
+}
+// dx =; dweight, dbias (NULL without a bias) +=; from zero history.
+inline void ssm_conv_backward(const Backend& be, DLTensor* dx, DLTensor* dweight, DLTensor* dbias,
+                              const DLTensor* dout, const DLTensor* x, const DLTensor* weight,
+                              const DLTensor* bias, bool silu) {
+  detail::require_ops_v2_22(be, "ssm_conv_backward", &loom_ops::ssm_conv_backward);
+  const loom_ssm_conv_bwd_args a{LOOM_SSM_CONV_BWD_ARGS_SIZE_V2_22,
+                                 dx,
+                                 dweight,
+                                 dbias,
+                                 dout,
+                                 x,
+                                 weight,
+                                 bias,
+                                 silu ? 1 : 0,
+                                 nullptr};
+  be.call(&loom_ops::ssm_conv_backward, &a);
+}
+// The selective scan: y(B,T,H,P) from x, dt(B,T,H), B and C (B,T,G,N), A_log, D, dt_bias (H),
+// in chunks of `chunk` steps; chunk_states (B,ceil(T/chunk),H,P,N) for the backward and
+// state (B,H,P,N, generation's, read and updated) may be NULL.
+inline void ssm_scan_forward(const Backend& be, DLTensor* y, const DLTensor* x, const DLTensor* dt,
+                             const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                             const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                             DLTensor* chunk_states, DLTensor* state) {
+  detail::require_ops_v2_22(be, "ssm_scan_forward", &loom_ops::ssm_scan_forward);
+  const loom_ssm_scan_args a{LOOM_SSM_SCAN_ARGS_SIZE_V2_22,
+                             y,
+                             x,
+                             dt,
+                             A_log,
+                             B,
+                             C,
+                             D,
+                             dt_bias,
+                             chunk,
+                             chunk_states,
+                             state,
+                             nullptr};
+  be.call(&loom_ops::ssm_scan_forward, &a);
+}
+// dx, ddt, dB, dC =; dA_log, dD, ddt_bias +=; from the forward's chunk_states (same chunk).
+inline void ssm_scan_backward(const Backend& be, DLTensor* dx, DLTensor* ddt, DLTensor* dA_log,
+                              DLTensor* dB, DLTensor* dC, DLTensor* dD, DLTensor* ddt_bias,
+                              const DLTensor* dy, const DLTensor* x, const DLTensor* dt,
+                              const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                              const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                              const DLTensor* chunk_states) {
+  detail::require_ops_v2_22(be, "ssm_scan_backward", &loom_ops::ssm_scan_backward);
+  const loom_ssm_scan_bwd_args a{LOOM_SSM_SCAN_BWD_ARGS_SIZE_V2_22,
+                                 dx,
+                                 ddt,
+                                 dA_log,
+                                 dB,
+                                 dC,
+                                 dD,
+                                 ddt_bias,
+                                 dy,
+                                 x,
+                                 dt,
+                                 A_log,
+                                 B,
+                                 C,
+                                 D,
+                                 dt_bias,
+                                 chunk,
+                                 chunk_states,
+                                 nullptr};
+  be.call(&loom_ops::ssm_scan_backward, &a);
+}
+// Mamba-2's gated RMSNorm (loom.norm-gate/1 on norm_forward/_backward): out(N,C) = g * rstd *
+// weight, g = inp * silu(gate), rstd (N * C / group_size) per group of group_size channels.
+inline void gated_rmsnorm_forward(const Backend& be, DLTensor* out, DLTensor* rstd,
+                                  const DLTensor* inp, const DLTensor* gate, const DLTensor* weight,
+                                  double eps, int64_t group_size) {
+  detail::require_ops_v2_22(be, "gated_rmsnorm_forward", &loom_ops::norm_forward);
+  const loom_norm_gate g{{sizeof(loom_norm_gate), LOOM_EXT_NORM_GATE, LOOM_EXT_REQUIRED, nullptr},
+                         gate,
+                         nullptr,
+                         group_size};
+  const loom_norm_fwd_args a{LOOM_NORM_FWD_ARGS_SIZE_V2,
+                             LOOM_NORM_RMS,
+                             out,
+                             nullptr,
+                             rstd,
+                             inp,
+                             weight,
+                             nullptr,
+                             eps,
+                             &g.base};
+  be.call(&loom_ops::norm_forward, &a);
+}
+// dinp, dgate =; dweight +=; rstd the forward's.
+inline void gated_rmsnorm_backward(const Backend& be, DLTensor* dinp, DLTensor* dgate,
+                                   DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
+                                   const DLTensor* gate, const DLTensor* weight,
+                                   const DLTensor* rstd, int64_t group_size) {
+  detail::require_ops_v2_22(be, "gated_rmsnorm_backward", &loom_ops::norm_backward);
+  const loom_norm_gate g{{sizeof(loom_norm_gate), LOOM_EXT_NORM_GATE, LOOM_EXT_REQUIRED, nullptr},
+                         gate,
+                         dgate,
+                         group_size};
+  const loom_norm_bwd_args a{LOOM_NORM_BWD_ARGS_SIZE_V2,
+                             LOOM_NORM_RMS,
+                             dinp,
+                             dweight,
+                             nullptr,
+                             dout,
+                             inp,
+                             weight,
+                             nullptr,
+                             rstd,
+                             &g.base};
+  be.call(&loom_ops::norm_backward, &a);
+}
+
 // The other ops with positional arguments, over their args structs (backend.h says what
 // each computes). A caller that needs a field of a later 2.x, or an extension, fills the
 // struct itself and uses Backend::call.

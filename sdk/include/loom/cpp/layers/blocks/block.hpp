@@ -37,5 +37,8 @@ extern const BlockSpec kPreNormBlock;
 extern const BlockSpec kPostNormBlock;
 // The pre-norm block with a mixture of experts (moe/moe.hpp) as its MLP (pre_norm_block.cpp).
 extern const BlockSpec kMoeBlock;
+// A hybrid stack's layer of kind 'M' (Mamba-2), '*' (attention), '-' (MLP) or 'E' (MoE):
+// out = x + mixer(norm(x)), parameters p.norm and p.mixer / p.attn / p.mlp / p.moe.
+const BlockSpec& hybrid_block(char kind);
 
 }  // namespace loom::layers

@@ -30,6 +30,12 @@ struct LayerActs {
   Tensor mla_cq_in, mla_cq, mla_cq_mean, mla_cq_rstd;
   Tensor mla_ckv, mla_c_in, mla_c, mla_c_mean, mla_c_rstd;
   Tensor mla_o;
+  // A Mamba-2 layer (ssm/mamba.hpp), this rank's heads: in_proj's z (N, di), x|B|C (N, cd)
+  // and dt (N, H); the convolution's output (N, cd) and its x, B, C apart (N, di), (N, G*S)
+  // x2; the scan's output y (N, di), the gated norm's output (N, di) and rstd (N*G); the
+  // scan's state before each chunk (B, chunks, H, P, S), grown by the mixer to the step's
+  // shape.
+  Tensor m_z, m_xbc_in, m_dt, m_xbc, m_x, m_B, m_C, m_y, m_yn, m_rstd, m_states;
   Tensor att, lse;  // (B,T,Hq,D) attention output, (B,Hq,T) f32
   Tensor res2;      // (N,C) residual after the attention half
   Tensor ln2, ln2_mean, ln2_rstd;
@@ -57,6 +63,9 @@ struct GradScratch {
   Tensor dq, dk, dv;
   Tensor dq_in, dk_in;  // QK-norm only: the gradients of the norms' inputs
   Tensor dh, da;        // (N, fc_out), (N, F)
+  // A Mamba-2 layer's: the gradients of in_proj's three outputs, of the convolution's output,
+  // of its x, B, C apart, of the scan's output and of the norm's.
+  Tensor m_dz, m_dxbc_in, m_ddt, m_dxbc, m_dx, m_dB, m_dC, m_dy, m_dyn;
   int64_t rows = 0;
   void ensure(const Ctx& c, const Options& o, int64_t rows);
 };

@@ -33,6 +33,8 @@ struct Options {
   loom_norm_kind norm = LOOM_NORM_LAYER;   // "layernorm" | "rmsnorm"
   loom_act_kind act = LOOM_ACT_GELU_TANH;  // "gelu" | "swiglu"
   bool rope = false, bias = true, tie_embeddings = true;
+  bool no_position = false;  // position = "none": neither wpe nor RoPE (Mamba hybrids)
+  bool learned_positions() const { return !rope && !relative && !no_position; }
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
   // Qwen's attention (model/gpt): qk_norm normalises each head's q and k (the `norm` kind over
@@ -85,6 +87,24 @@ struct Options {
   // step towards the mean load.
   bool moe_expert_bias = false;
   double moe_bias_rate = 1e-3;
+  // A hybrid stack (model/gpt, Megatron's --hybrid-override-pattern): one character per
+  // layer, each layer a single sublayer x + mixer(norm(x)) of kind 'M' (Mamba-2, ssm/mamba.hpp),
+  // '*' (attention), '-' (MLP) or 'E' (a mixture of experts). Empty: every layer is the
+  // transformer's attention then MLP.
+  std::string hybrid;
+  // Mamba-2's mixer (Megatron's --mamba-*): heads of mamba_head_dim channels in mamba_groups
+  // groups sharing B and C, a state of mamba_state per channel, a causal convolution of
+  // mamba_conv taps over x, B and C, and the scan's chunk length.
+  int64_t mamba_heads = 0, mamba_head_dim = 64, mamba_groups = 8, mamba_state = 128;
+  int64_t mamba_conv = 4, mamba_chunk = 128;
+  char layer_kind(int64_t l) const { return hybrid.empty() ? 0 : hybrid[(size_t)l]; }
+  bool has_kind(char k) const { return hybrid.find(k) != std::string::npos; }
+  // This tensor rank's extents of the mixer: heads and groups split over the group.
+  int64_t m_heads() const { return mamba_heads / tp; }
+  int64_t m_groups() const { return mamba_groups / tp; }
+  int64_t m_inner() const { return m_heads() * mamba_head_dim; }                   // x, z, y
+  int64_t m_conv_dim() const { return m_inner() + 2 * m_groups() * mamba_state; }  // x|B|C
+  int64_t m_in_proj() const { return m_inner() + m_conv_dim() + m_heads(); }       // z|xBC|dt
   bool is_moe_layer(int64_t l) const {
     return num_experts > 0 && (size_t)l < moe_layers.size() && moe_layers[(size_t)l];
   }

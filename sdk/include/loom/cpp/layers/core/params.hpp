@@ -10,7 +10,10 @@
 namespace loom::layers {
 
 // ----- parameters (params.cpp) -------------------------------------------------------------
-enum class Init { kNormal, kZeros, kOnes };
+// kNormal: normal(0, std); kUniform: uniform(-std, std) (a convolution's, PyTorch's default
+// bound 1/sqrt(fan_in)); kMambaA: log of uniform(1, 16) (Mamba-2's A_log); kMambaDt: the
+// softplus inverse of a step drawn log-uniform in [1e-3, 1e-1] (Mamba-2's dt_bias).
+enum class Init { kNormal, kZeros, kOnes, kUniform, kMambaA, kMambaDt };
 
 struct Param {
   std::string name;
@@ -111,6 +114,10 @@ class ParamDeclarer {
   // p.router (E, C) and p.experts.c_fc (E, fc_out, C), p.experts.c_proj (E, C, F) with their
   // biases: MoeMlp's, whole on every tensor rank; the experts' E / EP of this expert rank
   void moe(const std::string& p);
+  // p.in_proj (z|x|B|C|dt rows, each block split by heads or groups), p.conv1d (x|B|C
+  // channels, K taps), p.dt_bias, p.A_log, p.D (heads), p.norm (the gated norm's, d_inner),
+  // p.out_proj (row-parallel): MambaMixer's (ssm/mamba.hpp)
+  void mamba(const std::string& p);
 
   const Options& o;
   const double std, proj_std;  // init std of matrices, and of the residual projections

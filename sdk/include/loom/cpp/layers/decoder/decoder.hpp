@@ -110,7 +110,7 @@ class DecoderModel {
   void hold_params(bool hold);
   double flops_per_token() const;
   // Learned positions bound the context; RoPE does not (quality beyond training aside).
-  int64_t max_context() const { return opt_.rope ? 0 : opt_.max_seq_len; }
+  int64_t max_context() const { return opt_.learned_positions() ? opt_.max_seq_len : 0; }
   void kv_reset(int64_t batch, int64_t max_len);
   void decode(const int32_t* tokens, int64_t n, float* logits);
   void kv_clear(int64_t slot);
