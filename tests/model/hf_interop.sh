@@ -6,11 +6,12 @@
 #     and head_dim 8 over hidden 16 / 4 heads; Qwen2-MoE with a gated shared expert,
 #     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE; DeepSeek-V3 bf16
 #     with MLA's interleaved rotary pairs, a dense first layer, grouped routing and the
-#     router bias in float32)
+#     router bias in float32; Mamba-2 f32, 3 mixers of 8 heads in 2 groups)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
-#  3. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE and DeepSeek-V3-style model exported, re-imported and exported again give
+#  3. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE, DeepSeek-V3-style and Mamba-2 model exported,
+#     re-imported and exported again give
 #     byte-identical tensors (and every non-vocabulary tensor of the checkpoints is equal);
 #  4. what does not map is refused, naming it (a config key, a config value, a shape, a
 #     tensor with no place);
@@ -28,7 +29,7 @@ quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
 for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32 qwen2-f32 \
-         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16; do
+         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16 mamba2-f32; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -57,7 +58,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
-for style in gpt llama qwen3 qwen2moe dsv3; do
+for style in gpt llama qwen3 qwen2moe dsv3 mamba2; do
   train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
@@ -112,6 +113,16 @@ edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
 refuse "DeepSeek-V3's MTP" 'multi-token prediction (DeepSeek.s MTP module) is not implemented'
 edit deepseek-v3-bf16 "c['topk_group'] = 1"
 refuse "a group score model/gpt cannot take" '"topk_group" must be num_experts_per_tok / 2'
+edit mamba2-f32 "c['n_groups'] = 3"
+refuse "Mamba-2 groups that do not divide the heads" '"n_groups" must divide num_heads'
+edit mamba2-f32 "c['model_type'] = 'nemotron_h'"
+refuse "NemotronH's squared-ReLU MLPs" 'its MLP layers use squared ReLU'
+edit mamba2-f32 "c['time_step_limit'] = [0.0, float('inf')]"  # Python's bare Infinity
+"$loom" import-hf bad bad.out > out.log 2>&1 || { cat out.log; exit 1; }
+echo "Mamba2Config's default time_step_limit [0.0, Infinity] read"
+rm -rf bad bad.out
+edit mamba2-f32 "c['time_step_limit'] = [0.001, 0.1]"
+refuse "a clamped Mamba-2 step" 'model/gpt does not clamp the step dt'
 edit qwen3-tied-bf16 "c['head_dim'] = 6"
 refuse "a head_dim the tensors contradict" '"head_dim" = 6 disagrees with tensor'
 

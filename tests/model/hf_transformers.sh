@@ -3,7 +3,8 @@
 # needs no GPU, only the library, and skips with exit 77 where it is missing):
 #  1. GPT2LMHeadModel, LlamaForCausalLM (GQA, untied), Qwen2ForCausalLM, Qwen3ForCausalLM
 #     (head_dim apart from hidden / heads), Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and
-#     DeepseekV3ForCausalLM from tiny random configs,
+#     DeepseekV3ForCausalLM and Mamba2ForCausalLM (one group: transformers' eager gated norm
+#     spans all channels, mamba_ssm's and Loom's each group) from tiny random configs,
 #     save_pretrained, `loom import-hf`: Loom's logits of every prompt position match
 #     transformers' within 1e-4 of max |logit| (fp32);
 #  2. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model, `loom export-hf`, from_pretrained unchanged:
@@ -71,8 +72,11 @@ transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
     first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
     qk_rope_head_dim=4, v_head_dim=8, max_position_embeddings=64, rope_scaling=None,
     initializer_range=0.2)).save_pretrained("hf-deepseek")
+transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
+    vocab_size=96, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, n_groups=1,
+    state_size=16, chunk_size=8, initializer_range=0.2)).save_pretrained("hf-mamba2")
 PY
-for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe deepseek; do
+for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe deepseek mamba2; do
   "$loom" import-hf hf-$m loom-$m
   "$loom" generate --checkpoint loom-$m --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out loom-$m.st "${quiet[@]}" > /dev/null

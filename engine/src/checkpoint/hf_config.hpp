@@ -167,4 +167,10 @@ std::pair<HfArch, json> llama_family_from_model(const ModelKeys& k, const Dims& 
 HfArch deepseek_from_config(ConfigReader& r);
 std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& d, json c);
 
+// hf_map_mamba.cpp: Mamba2ForCausalLM (model_type "mamba2") onto a hybrid stack of Mamba-2
+// mixers only; NemotronH ("nemotron_h") refused by name.
+HfArch mamba2_from_config(ConfigReader& r);
+[[noreturn]] HfArch nemotron_h_refused(ConfigReader& r);
+std::pair<HfArch, json> mamba2_from_model(const ModelKeys& k, const Dims& d, json c);
+
 }  // namespace loom::engine::hf

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -37,12 +38,42 @@ const char* const kTokenizerFiles[] = {"tokenizer.json",
                                        "vocab.txt",
                                        "generation_config.json"};
 
+// Python's json writes float('inf') and nan as the bare words Infinity, -Infinity and NaN,
+// which JSON has not (transformers' Mamba2Config saves time_step_limit = [0.0, Infinity]):
+// outside strings they become the strings "Infinity", "-Infinity" and "NaN".
+std::string python_json(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && i + 1 < text.size()) out += text[++i];
+      if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool word = false;
+    for (const char* w : {"-Infinity", "Infinity", "NaN"})
+      if (text.compare(i, std::strlen(w), w) == 0) {
+        out.append("\"").append(w).append("\"");
+        i += std::strlen(w) - 1;
+        word = true;
+        break;
+      }
+    if (!word) out += ch;
+  }
+  return out;
+}
+
 json read_json(const fs::path& p) {
   require_regular_file(p.string());
   std::ifstream in(p);
   if (!in) throw RunError("cannot read " + p.string());
   try {
-    return json::parse(in);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return json::parse(python_json(text));
   } catch (const json::exception& e) {
     throw RunError(p.string() + ": not JSON: " + e.what());
   }
@@ -375,7 +406,9 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     for (size_t i = 0; i < r.hf.size(); ++i) {
       std::vector<int64_t> s = r.shapes[i];
       if (r.transpose) std::swap(s[0], s[1]);
-      const size_t bytes = (size_t)(s.size() == 1 ? s[0] : s[0] * s[1]) * 4;
+      int64_t numel = 1;  // every dimension: Mamba's conv1d is stored (channels, 1, K)
+      for (int64_t e : s) numel *= e;
+      const size_t bytes = (size_t)numel * 4;
       if (off + bytes > t.data.size())
         throw RunError(ck.folder.string() + ": tensor " + r.loom + " " + shape_str(t.shape) +
                        " is smaller than the recipe's model implies");

@@ -1,6 +1,7 @@
 // Hugging Face interop, the mapping: config.json <-> model/gpt's [model] keys, and HF
 // tensor names and layouts <-> Loom's (hf_interop.hpp): GPT-2 here, the Llama family
-// (Llama, Mixtral, Qwen2/3 dense and MoE) in hf_map_llama.cpp.
+// (Llama, Mixtral, Qwen2/3 dense and MoE) in hf_map_llama.cpp, DeepSeek-V3 in
+// hf_map_deepseek.cpp, Mamba-2 in hf_map_mamba.cpp.
 #include <algorithm>
 
 #include "checkpoint/hf_config.hpp"
@@ -101,8 +102,12 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
     a = llama_family_from_config(r, mt);
   } else if (mt == "deepseek_v3") {
     a = deepseek_from_config(r);
+  } else if (mt == "mamba2") {
+    a = mamba2_from_config(r);
+  } else if (mt == "nemotron_h") {
+    nemotron_h_refused(r);
   } else {
-    std::string known = "\"gpt2\", \"deepseek_v3\"";
+    std::string known = "\"gpt2\", \"deepseek_v3\", \"mamba2\"";
     for (const std::string& f : kLlamaFamily) known += ", \"" + f + "\"";
     r.fail("model_type", "= " + (type ? type->dump() : std::string("(missing)")) +
                              " is not mapped; the mapped ones are " + known);
@@ -125,6 +130,7 @@ std::pair<HfArch, json> hf_arch_from_model(std::map<std::string, std::string> k,
   json c = base.is_object() ? base : json::object();
   c["torch_dtype"] = torch_dtype;
   c["vocab_size"] = d.V;
+  if (keys.get("hybrid_override_pattern", "\"\"") != "\"\"") return mamba2_from_model(keys, d, c);
   if (keys.flag("multi_latent_attention")) return deepseek_from_model(keys, d, c);
   if (llama) return llama_family_from_model(keys, d, c);
   auto need = [&](const char* key, const std::string& want, const std::string& a) {

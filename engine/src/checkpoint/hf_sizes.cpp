@@ -110,6 +110,13 @@ void check_hf_sizes(const json& config, const StFile& shapes, const std::string&
         "model.layers." + (first.is_number_integer() ? std::to_string(first.get<int64_t>()) : "0") +
         ".mlp.experts.";
     s.count("n_routed_experts", moe);
+  } else if (type == "mamba2") {
+    s.agree("vocab_size", "backbone.embeddings.weight", 0);
+    s.agree("hidden_size", "backbone.embeddings.weight", 1);
+    s.count("num_hidden_layers", "backbone.layers.");
+    s.agree("num_heads", "backbone.layers.0.mixer.A_log", 0);
+    for (const char* k : {"num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"})
+      s.positive(k);
   }  // another model_type: the mapping refuses it by name
 }
 

@@ -27,6 +27,9 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
   deepseek-v3-bf16     DeepseekV3ForCausalLM: MLA with interleaved rotary pairs, the first layer
                        dense, 8 experts in 4 groups (top-4 of the best 2), x 2.5, a shared
                        expert; bf16 with the router bias in float32
+  mamba2-f32           Mamba2ForCausalLM: 3 Mamba-2 mixers, 8 heads of 4 in 2 groups, a state
+                       of 5, 4 taps, untied; the gated norm per group (mamba_ssm's kernels and
+                       transformers' fused path; its eager path normalises all channels at once)
 """
 import json
 import math
@@ -486,6 +489,69 @@ def deepseek_model(g, name, dtype):
     save(name, cfg, w, deepseek_v3(w, cfg, prompt), prompt)
 
 
+def mamba2(w, cfg, prompt):
+    """Mamba2ForCausalLM's forward (Mamba2Mixer.torch_forward, one step at a time): in_proj to
+    z | xBC | dt, the causal depthwise convolution and SiLU, the selective scan with dt through
+    softplus and A = -exp(A_log), the skip D, the gated RMSNorm, out_proj."""
+    f = {k: t.double() for k, t in w.items()}
+    T, eps = len(prompt), cfg["layer_norm_epsilon"]
+    H, P, G, N, K = (cfg[k] for k in ("num_heads", "head_dim", "n_groups", "state_size",
+                                      "conv_kernel"))
+    di = H * P
+    x = f["backbone.embeddings.weight"][prompt]
+    for l in range(cfg["num_hidden_layers"]):
+        m = f"backbone.layers.{l}."
+        u = rms_norm(x, f[m + "norm.weight"], eps) @ f[m + "mixer.in_proj.weight"].T
+        z, xbc, dt = u.split([di, di + 2 * G * N, H], -1)
+        wc, bc = f[m + "mixer.conv1d.weight"][:, 0, :], f[m + "mixer.conv1d.bias"]
+        padded = torch.cat([torch.zeros(K - 1, xbc.shape[1], dtype=torch.float64), xbc])
+        conv = torch.stack([(padded[t:t + K] * wc.T).sum(0) for t in range(T)]) + bc
+        xbc = conv * torch.sigmoid(conv)
+        xs, B, C = xbc.split([di, G * N, G * N], -1)
+        dt = torch.nn.functional.softplus(dt + f[m + "mixer.dt_bias"])
+        A = -torch.exp(f[m + "mixer.A_log"])
+        y = torch.zeros(T, H, P, dtype=torch.float64)
+        for h in range(H):
+            g = h // (H // G)
+            S = torch.zeros(P, N, dtype=torch.float64)
+            for t in range(T):
+                xt = xs[t, h * P:(h + 1) * P]
+                S = torch.exp(dt[t, h] * A[h]) * S + dt[t, h] * torch.outer(xt, B[t, g * N:(g + 1) * N])
+                y[t, h] = S @ C[t, g * N:(g + 1) * N] + f[m + "mixer.D"][h] * xt
+        gated = (y.reshape(T, di) * (z * torch.sigmoid(z))).view(T, G, di // G)
+        normed = gated * torch.rsqrt((gated * gated).mean(-1, keepdim=True) + eps)
+        out = (normed.reshape(T, di) * f[m + "mixer.norm.weight"]) @ f[m + "mixer.out_proj.weight"].T
+        x = x + out
+    return rms_norm(x, f["backbone.norm_f.weight"], eps) @ f["lm_head.weight"].T
+
+
+def mamba2_model(g, name):
+    C, L, H, P, G, N, K = 16, 3, 8, 4, 2, 5, 4
+    di = H * P
+    cfg = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "vocab_size": V,
+           "hidden_size": C, "num_hidden_layers": L, "num_heads": H, "head_dim": P, "expand": 2,
+           "n_groups": G, "state_size": N, "conv_kernel": K, "chunk_size": 4, "use_bias": False,
+           "use_conv_bias": True, "hidden_act": "silu", "rms_norm": True,
+           "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False, "residual_in_fp32": True,
+           "time_step_rank": 1, "time_step_min": 0.001, "time_step_max": 0.1,
+           "time_step_floor": 1e-4, "torch_dtype": "float32"}
+    w = {"backbone.embeddings.weight": rand(g, V, C), "backbone.norm_f.weight": rand(g, C, mean=1.0),
+         "lm_head.weight": rand(g, V, C)}
+    for l in range(L):
+        m = f"backbone.layers.{l}."
+        w[m + "norm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        w[m + "mixer.in_proj.weight"] = rand(g, 2 * di + 2 * G * N + H, C)
+        w[m + "mixer.conv1d.weight"] = rand(g, di + 2 * G * N, 1, K, std=0.4)
+        w[m + "mixer.conv1d.bias"] = rand(g, di + 2 * G * N, std=0.1)
+        w[m + "mixer.dt_bias"] = rand(g, H, std=0.5, mean=-1.0)
+        w[m + "mixer.A_log"] = torch.log(torch.arange(1, H + 1, dtype=torch.float32))
+        w[m + "mixer.D"] = rand(g, H, std=0.2, mean=1.0)
+        w[m + "mixer.norm.weight"] = rand(g, di, std=0.1, mean=1.0)
+        w[m + "mixer.out_proj.weight"] = rand(g, C, di, std=0.2)
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, mamba2(w, cfg, prompt), prompt)
+
+
 def main():
     g = torch.Generator().manual_seed(20261124)
     gpt2_model(g, "gpt2-f32", torch.float32, prefix=True, buffers=False)
@@ -498,6 +564,7 @@ def main():
     qwen_model(g, "qwen2-moe-f32", "qwen2_moe", torch.float32, tied=False, mlp_only_layers=[1])
     qwen_model(g, "qwen3-moe-f32", "qwen3_moe", torch.float32, tied=False)
     deepseek_model(g, "deepseek-v3-bf16", torch.bfloat16)
+    mamba2_model(g, "mamba2-f32")
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 
