@@ -7,6 +7,7 @@
 #include <map>
 
 #include "decode_check.hpp"
+#include "model_terms.hpp"
 #include "model_test_util.hpp"
 #include "split_backward_check.hpp"
 
@@ -90,37 +91,16 @@ TEST_CASE("model/gpt hybrid: the objective's gradient equals finite differences 
   std::vector<int32_t> tok, tgt;
   pattern(B, T, 7, tok, tgt);
   objective(m, tok, tgt, B, T, true);
-  double worst = 0, scale = 0;
-  for (const char* name :
-       {"h.0.mixer.in_proj.weight", "h.0.mixer.conv1d.weight", "h.0.mixer.conv1d.bias",
-        "h.0.mixer.dt_bias", "h.0.mixer.A_log", "h.0.mixer.D", "h.0.mixer.norm.weight",
-        "h.0.mixer.out_proj.weight", "h.0.norm.weight", "h.1.attn.c_attn.weight",
-        "h.2.mlp.c_fc.weight", "h.3.mixer.A_log", "h.3.mixer.conv1d.weight", "wte"}) {
-    INFO(name);
-    const auto& p = m.param(name);
-    const std::vector<double> g = m.grad(name);
-    std::vector<double> v = m.value(name);
-    double mine = 0;
-    for (size_t i = 0; i < v.size(); i += std::max<size_t>(1, v.size() / 9)) {
-      const double x = v[i], eps = 1e-6;
-      v[i] = x + eps;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double up = objective(m, tok, tgt, B, T, false);
-      v[i] = x - eps;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double down = objective(m, tok, tgt, B, T, false);
-      v[i] = x;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double fd = (up - down) / (2 * eps);
-      worst = std::max(worst, std::fabs(fd - g[i]));
-      mine = std::max(mine, std::fabs(fd));
-    }
-    CHECK(mine > 0.0);  // each parameter reaches the loss
-    scale = std::max(scale, mine);
-  }
-  MESSAGE("hybrid: max |fd - analytic| " << worst << " over gradients up to " << scale);
-  CHECK(scale > 1e-4);
-  CHECK(worst <= 1e-7 * scale);
+  const FdResult r = finite_differences(
+      h, m,
+      {"h.0.mixer.in_proj.weight", "h.0.mixer.conv1d.weight", "h.0.mixer.conv1d.bias",
+       "h.0.mixer.dt_bias", "h.0.mixer.A_log", "h.0.mixer.D", "h.0.mixer.norm.weight",
+       "h.0.mixer.out_proj.weight", "h.0.norm.weight", "h.1.attn.c_attn.weight",
+       "h.2.mlp.c_fc.weight", "h.3.mixer.A_log", "h.3.mixer.conv1d.weight", "wte"},
+      [&] { return objective(m, tok, tgt, B, T, false); });
+  MESSAGE("hybrid: max |fd - analytic| " << r.worst << " over gradients up to " << r.scale);
+  CHECK(r.scale > 1e-4);
+  CHECK(r.worst <= 1e-7 * r.scale);
 }
 
 TEST_CASE("model/gpt hybrid: the scan's chunk length changes no number (f64)") {
@@ -181,28 +161,13 @@ TEST_CASE("model/gpt hybrid + optimizer/adamw: a tiny hybrid learns a repeating 
 }
 
 TEST_CASE("model/gpt hybrid: a bad pattern is refused naming the key") {
-  auto refused = [](Overrides o, const std::string& needle) {
-    Host h;
-    const loom_plugin_descriptor* d = loomtest::load_descriptor("model", "gpt");
-    const auto* api = static_cast<const loom_model_api*>(d->api);
-    loom_config cfg = loomtest::TestHost::config(d, o);
-    loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
-    a.dtype = loom_f32();
-    a.vocab_size = 50;
-    a.micro_batch = 1;
-    a.seq_len = 8;
-    loom_model* out = nullptr;
-    const loomtest::Outcome r = loomtest::outcome(api->create(h.th.host(), &cfg, &a, &out));
-    CHECK_MESSAGE(r.message.find(needle) != std::string::npos, r.message);
-    if (out) api->destroy(out);
-  };
+  Host h;
   Overrides o = tiny_hybrid();
   set(o, "n_layer", "3");
-  refused(o, "hybrid_override_pattern \"M*-M\" has 4 layers; n_layer = 3");
-  refused(tiny_hybrid("M*x"), "layer 2 is 'x'");
-  refused(tiny_hybrid("M*E"), "has E layers; num_experts is 0");
+  expect_refused(h, o, "hybrid_override_pattern \"M*-M\" has 4 layers; n_layer = 3");
+  expect_refused(h, tiny_hybrid("M*x"), "layer 2 is 'x'");
+  expect_refused(h, tiny_hybrid("M*E"), "has E layers; num_experts is 0");
   o = tiny_hybrid();
   set(o, "mamba_num_groups", "3");
-  refused(o, "mamba_num_heads = 8 must be a positive multiple of mamba_num_groups = 3");
+  expect_refused(h, o, "mamba_num_heads = 8 must be a positive multiple of mamba_num_groups = 3");
 }

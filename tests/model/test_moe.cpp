@@ -10,6 +10,7 @@
 //  - the loss terms are named and weighted as stage_info lists them; refusals name the key.
 #include <cmath>
 
+#include "model_terms.hpp"
 #include "model_test_util.hpp"
 #include "split_backward_check.hpp"
 
@@ -21,41 +22,6 @@ Overrides moe(Overrides o, int64_t experts, int64_t k) {
   o["num_experts"] = std::to_string(experts);
   o["moe_router_topk"] = std::to_string(k);
   return o;
-}
-
-// The objective's terms of one micro-batch (forward, then backward when asked).
-struct Terms {
-  std::vector<std::string> names;
-  std::vector<double> sum, count, weight;
-  double objective(double loss_scale) const {
-    double j = 0;
-    for (size_t i = 0; i < sum.size(); ++i) j += loss_scale * weight[i] * sum[i];
-    return j;
-  }
-};
-Terms step(Gpt& m, const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt, int64_t B,
-           int64_t T, double loss_scale, bool backward) {
-  loom::HostBatch mb(B, T);
-  mb.tokens_targets(tok.data(), tgt.data());
-  loom_stage_forward_args f{};
-  f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
-  f.mb = mb.get();
-  f.loss_scale = loss_scale;
-  f.no_grad = backward ? 0 : 1;
-  m.check(m.api()->stage_forward(m.self(), &f));
-  Terms t;
-  for (size_t i = 0; i < f.num_losses; ++i) {
-    t.names.push_back(f.losses[i].name);
-    t.sum.push_back(f.losses[i].sum);
-    t.count.push_back(f.losses[i].count);
-    t.weight.push_back(f.losses[i].weight);
-  }
-  if (backward) {
-    loom_stage_backward_args b{};
-    b.struct_size = LOOM_STAGE_BACKWARD_ARGS_SIZE_V2;
-    m.check(m.api()->stage_backward(m.self(), &b));
-  }
-  return t;
 }
 
 void tokens(int64_t B, int64_t T, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
@@ -190,7 +156,6 @@ void check_fd(const Overrides& o, const char* what) {
   CHECK(t.weight[1] == B * T);
   CHECK(t.sum[1] > 0);
   CHECK(t.sum[2] > 0);
-  double worst = 0, scale = 0;
   std::vector<std::string> names = {"h.0.moe.router.weight", "h.0.moe.experts.c_fc.weight",
                                     "h.0.moe.experts.c_proj.weight", "h.1.moe.router.weight",
                                     "h.1.attn.c_attn.weight"};
@@ -199,29 +164,12 @@ void check_fd(const Overrides& o, const char* what) {
          {"h.0.moe.shared.c_fc.weight", "h.1.moe.shared.c_proj.weight", "h.1.moe.shared.c_fc.bias"})
       if (m.has_param(n)) names.push_back(n);
   if (o.count("moe_shared_expert_gate")) names.push_back("h.0.moe.shared.gate.weight");
-  for (const std::string& name : names) {
-    const auto& p = m.param(name);
-    const std::vector<double> g = m.grad(name);
-    std::vector<double> v = m.value(name);
-    for (size_t i = 0; i < v.size(); i += std::max<size_t>(1, v.size() / 7)) {
-      const double x = v[i], eps = 1e-6;
-      v[i] = x + eps;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double up = step(m, tok, tgt, B, T, ls, false).objective(ls);
-      v[i] = x - eps;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double down = step(m, tok, tgt, B, T, ls, false).objective(ls);
-      v[i] = x;
-      upload(h.be, const_cast<DLTensor*>(p.value), v);
-      const double fd = (up - down) / (2 * eps);
-      worst = std::max(worst, std::fabs(fd - g[i]));
-      scale = std::max(scale, std::fabs(fd));
-    }
-  }
-  MESSAGE(std::string(what) << ": max |fd - analytic| " << worst << " over gradients up to "
-                            << scale);
-  CHECK(scale > 1e-4);
-  CHECK(worst <= 1e-7 * scale);
+  const FdResult r = finite_differences(
+      h, m, names, [&] { return step(m, tok, tgt, B, T, ls, false).objective(ls); }, 7);
+  MESSAGE(std::string(what) << ": max |fd - analytic| " << r.worst << " over gradients up to "
+                            << r.scale);
+  CHECK(r.scale > 1e-4);
+  CHECK(r.worst <= 1e-7 * r.scale);
 }
 
 }  // namespace
@@ -284,33 +232,18 @@ TEST_CASE("model/gpt MoE: every moe_layer_freq-th layer has experts; refusals na
   CHECK(all.api()->flops_per_token(all.self()) ==
         doctest::Approx(dense.api()->flops_per_token(dense.self()) +
                         2 * 6.0 * ((2 - 1) * mlp + C * 4)));
-  auto refused = [&](Overrides bad, DLDataType dt, const std::string& needle) {
-    const loom_plugin_descriptor* d = loomtest::load_descriptor("model", "gpt");
-    const auto* api = static_cast<const loom_model_api*>(d->api);
-    loom_config cfg = loomtest::TestHost::config(d, bad);
-    loom_model_create_args a{};
-    a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
-    a.vocab_size = 50;
-    a.micro_batch = 2;
-    a.seq_len = 8;
-    a.dtype = dt;
-    loom_model* out = nullptr;
-    const loomtest::Outcome r = loomtest::outcome(api->create(h.th.host(), &cfg, &a, &out));
-    CHECK_MESSAGE(r.message.find(needle) != std::string::npos, r.message);
-    if (out) api->destroy(out);
-  };
-  refused(moe(tiny_gpt2(), 2, 3), loom_f32(), "moe_router_topk = 3 exceeds num_experts = 2");
+  expect_refused(h, moe(tiny_gpt2(), 2, 3), "moe_router_topk = 3 exceeds num_experts = 2");
   Overrides bad_pattern = moe(tiny_gpt2(), 4, 2);
   bad_pattern["moe_layer_freq"] = "[0]*3+[1]";  // 4 layers' worth, n_layer = 2
-  refused(bad_pattern, loom_f32(), "moe_layer_freq \"[0]*3+[1]\" gives 4 layers");
+  expect_refused(h, bad_pattern, "moe_layer_freq \"[0]*3+[1]\" gives 4 layers");
   Overrides bad_groups = moe(tiny_gpt2(), 4, 2);
   bad_groups["moe_router_num_groups"] = "3";
   bad_groups["moe_router_group_topk"] = "1";
-  refused(bad_groups, loom_f32(), "moe_router_num_groups = 3 must divide num_experts = 4");
-  refused(moe(tiny_gpt2(), 4, 2), loom_bf16(), "a mixture of experts runs in fp32");
+  expect_refused(h, bad_groups, "moe_router_num_groups = 3 must divide num_experts = 4");
+  expect_refused(h, moe(tiny_gpt2(), 4, 2), "a mixture of experts runs in fp32", loom_bf16());
   Overrides gate_alone = moe(tiny_gpt2(), 4, 2);
   gate_alone["moe_shared_expert_gate"] = "true";
-  refused(gate_alone, loom_f32(), "moe_shared_expert_gate gates the shared expert");
+  expect_refused(h, gate_alone, "moe_shared_expert_gate gates the shared expert");
 }
 
 // loom.split-backward/1 through the experts: the grouped GEMMs' weight gradients, the experts'

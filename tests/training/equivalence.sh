@@ -21,6 +21,7 @@
 #          | qwen3moe (the same with experts and a gated shared expert)
 #          | dsv3 (DeepSeek-V3 in miniature: MLA and its MoE router)
 #          | hybrid (a Nemotron-H-style stack: Mamba-2, attention, MLP, Mamba-2)
+#          | mtp (llama with two depths of multi-token prediction) | dsv3mtp (dsv3 with one)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
@@ -92,6 +93,12 @@ case $model in
                     --set model.tie_embeddings=false --set model.bias=false) ;;
   dsv3) model_set=("${DSV3_MODEL[@]}") ;;  # DeepSeek-V3 in miniature (lib.sh)
   hybrid) model_set=("${HYBRID_MODEL[@]}") ;;  # a Mamba-2 hybrid in miniature (lib.sh)
+  # multi-token prediction: two depths on the Llama-style model; one on DeepSeek-V3's
+  mtp) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
+                  --set model.position=rope --set model.n_kv_head=2
+                  --set model.tie_embeddings=false --set model.bias=false
+                  --set model.mtp_num_layers=2 --set model.mtp_loss_scaling_factor=0.3) ;;
+  dsv3mtp) model_set=("${DSV3_MODEL[@]}" --set model.mtp_num_layers=1) ;;
   # Qwen3's attention: QK-norm (whose weights each tensor rank sees only its heads of), a
   # head size of 12 over a width of 32, GQA; qwen3moe adds Qwen3-MoE's experts (softmax,
   # top-2 renormalised: norm_topk_prob) with the balancing loss, and Qwen2-MoE's gated

@@ -93,14 +93,21 @@ equivalence(dsv3 tp2 pp2 ep2 ep2pp2 cp2 ep2cp2 dp2dist tp2pp2 pp2zbh1)
 # backward's deferred projections under ZB-H1), beside the distributed optimizer.
 equivalence(hybrid tp2 tp2sp pp2 tp2pp2 dp2dist pp2zbh1)
 
+# Multi-token prediction: the depths on the last stage with their copy of the embedding (kept
+# equal over the embedding group), the head's and the layers' tensor parallelism, ZB-H1's
+# split backward; DeepSeek-V3 in miniature with one depth beside its experts.
+equivalence(mtp tp2 pp2 tp2pp2 pp2zbh1 dp2dist)
+equivalence(dsv3mtp tp2 pp2 ep2pp2)
+
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1
-               moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 cp2dp2 cp2dp2dist)
+               moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 dsv3mtp-pp2 cp2dp2
+               cp2dp2dist)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
-foreach(model gpt llama moe dsv3 hybrid)
+foreach(model gpt llama moe dsv3 hybrid mtp)
   layout_test(reshard.${model} 600 reshard.sh ${model})
 endforeach()

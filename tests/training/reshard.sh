@@ -22,7 +22,10 @@
 #   dsv3: ep2pp2 -> tp2, cp2, 1 rank; tp2 -> ep2, pp2, ep2pp2 (no bf16 part)
 #   hybrid: tp2pp2 -> tp1pp4, dp2 with the distributed optimizer, 1 rank, pp2 x vp2, and
 #   convert to tp1pp4 and pp2 x vp2 (its 2 groups of Mamba heads rule out TP4)
-#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe | dsv3 | hybrid)
+#   mtp (Llama-style with two depths of multi-token prediction, whose last stage holds a copy
+#   of wte): tp2pp2 -> tp1pp4, dp2 with the distributed optimizer, 1 rank, pp2 x vp2, and
+#   convert to tp1pp4 and pp2 x vp2
+#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe | dsv3 | hybrid | mtp)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,6 +45,10 @@ case $model in
                   --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
   dsv3) model_set=("${DSV3_MODEL[@]}") ;;  # DeepSeek-V3 in miniature (lib.sh)
   hybrid) model_set=("${HYBRID_MODEL[@]}") ;;  # a Mamba-2 hybrid in miniature (lib.sh)
+  mtp) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
+                  --set model.position=rope --set model.n_kv_head=2
+                  --set model.tie_embeddings=false --set model.bias=false
+                  --set model.mtp_num_layers=2) ;;
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 sources="tp2pp2 tp2dp2dist"
@@ -90,7 +97,7 @@ for dtype in fp64 fp32; do
     case $model:$src in
       llama:tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 pp2zbv convert:tp1pp4 convert:tp4
                              convert:pp2vp2" ;;
-      hybrid:tp2pp2) targets="tp1pp4 dp2dist one pp2vp2 convert:tp1pp4 convert:pp2vp2" ;;
+      hybrid:tp2pp2 | mtp:tp2pp2) targets="tp1pp4 dp2dist one pp2vp2 convert:tp1pp4 convert:pp2vp2" ;;
       *:tp2pp2) targets="tp1pp4 dp2dist one tp4 pp2vp2 convert:tp1pp4 convert:tp4 convert:pp2vp2" ;;
       llama:pp2zbv) targets="pp2vp2 pp2 one" ;;
       moe:tp2dp2dist) targets="ep2dp2dist ep2 ep2etp2" ;;

@@ -47,6 +47,9 @@ case $layout in
   dsv3-ep2pp2) sets=(--set parallel.expert=2 --set parallel.pipeline=2 "${DSV3_MODEL[@]}") ;;
   # a Mamba-2 hybrid in miniature: the mixers' head shards and their scan parameters
   hybrid-tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2 "${HYBRID_MODEL[@]}") ;;
+  # DeepSeek-V3 in miniature with a depth of multi-token prediction over two stages (the last
+  # one's copy of wte)
+  dsv3mtp-pp2) sets=(--set parallel.pipeline=2 "${DSV3_MODEL[@]}" --set model.mtp_num_layers=1) ;;
   # context parallelism of 2 beside data parallelism of 2 (ring attention)
   cp2dp2) sets=(--set parallel.context=2) ;;
   cp2dp2dist) sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;

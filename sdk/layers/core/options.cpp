@@ -149,11 +149,23 @@ using loom::param;
             "start)",                                                                              \
             1, 1 << 20)
 
+// model/gpt's multi-token prediction, with Megatron's flag names.
+#define LOOM_MTP_PARAMS                                                                          \
+  param("mtp_num_layers", LOOM_PARAM_INT, "0",                                                   \
+        "multi-token prediction depths (Megatron's --mtp-num-layers, DeepSeek-V3's 1): depth k " \
+        "predicts the token k + 1 ahead from depth k-1's output and the token k ahead's "        \
+        "embedding, with one layer of the model's kind and the shared head; 0 = off",            \
+        0, 64),                                                                                  \
+      param("mtp_loss_scaling_factor", LOOM_PARAM_FLOAT, "0.1",                                  \
+            "weight of the depths' mean loss in the objective (Megatron's "                      \
+            "--mtp-loss-scaling-factor); logged as the term mtp",                                \
+            0.0, 1e6)
+
 const loom_param_spec kTransformerSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope|none",
                             "position encoding: learned table wpe, rotary (rotate-half), or none "
                             "(Mamba hybrids: the order comes from the scan)"),
-    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS, LOOM_HYBRID_PARAMS};
+    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS, LOOM_HYBRID_PARAMS, LOOM_MTP_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -343,6 +355,30 @@ void parse_hybrid(const loom::Config& cfg, const loom::tp::Group& tp, const std:
                     " (each tensor rank holds whole groups of heads, as Megatron's)");
 }
 
+// Multi-token prediction (mtp_num_layers > 0), and what it does not run with yet.
+void parse_mtp(const loom::Config& cfg, const loom::tp::Group& tp, const std::string& who,
+               Options& o) {
+  o.mtp_layers = cfg.get_int("mtp_num_layers");
+  o.mtp_scale = cfg.get_float("mtp_loss_scaling_factor");
+  if (o.mtp_layers == 0) return;
+  const std::string key = who + ": mtp_num_layers = " + s(o.mtp_layers);
+  loom::require(!o.learned_positions(),
+                key +
+                    " embeds the tokens ahead without positions: position = \"rope\" or "
+                    "\"none\" (learned positions are not implemented with it)",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(o.hybrid.empty(),
+                key +
+                    " with hybrid_override_pattern is not implemented (which layer kind "
+                    "each depth has)",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(!tp.sequence_parallel,
+                key +
+                    " under sequence parallelism is not implemented (the depths run on all "
+                    "the tokens of every tensor rank)",
+                LOOM_ERR_UNIMPLEMENTED);
+}
+
 // model/t5's own keys and limits: Megatron's T5 is learned positions, LayerNorm, biases, a
 // plain MLP and the LM head tied to the embedding (with its own output bias).
 void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
@@ -446,6 +482,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   if (family == Family::kGpt) {
     parse_moe(cfg, args, who, o);
     parse_hybrid(cfg, tp, who, o);
+    parse_mtp(cfg, tp, who, o);
   }
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;

@@ -35,9 +35,14 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
       if (opt_.is_moe_layer(l))
         for (int64_t e = 0; e < opt_.num_experts; ++e)
           moe_load_names_.push_back("moe_load.h" + std::to_string(l) + ".e" + std::to_string(e));
-    moe_names_.assign(std::begin(kMoeLossNames), std::end(kMoeLossNames));
-    for (const std::string& n : moe_load_names_) moe_names_.push_back(n.c_str());
-    losses_.resize(moe_names_.size());
+    loss_names_.assign(std::begin(kMoeLossNames), std::end(kMoeLossNames));
+    for (const std::string& n : moe_load_names_) loss_names_.push_back(n.c_str());
+    losses_.resize(loss_names_.size());
+  }
+  if (opt_.mtp_layers > 0) {  // its term last, after the expert loads
+    if (loss_names_.empty()) loss_names_.push_back(kLossNames[0]);
+    loss_names_.push_back("mtp");
+    losses_.resize(std::max(losses_.size(), loss_names_.size()));
   }
   if (opt_.post_norm) spec_ = &kPostNormBlock;
   if (ctx_.tp.active())
@@ -46,7 +51,9 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                       ": tensor parallelism needs a backend with the ABI 1.1 ops "
                       "(vocab_ce_stats, vocab_ce_backward)",
                   LOOM_ERR_UNIMPLEMENTED);
-  if (opt_.stages > 1 && opt_.tie_embeddings && (opt_.first() || opt_.last())) {
+  // the tied embedding's copies, or multi-token prediction's copy of wte on the last stage
+  if (opt_.stages > 1 && (opt_.tie_embeddings || opt_.mtp_layers > 0) &&
+      (opt_.first() || opt_.last())) {
     loom::check(host, host->get_comm(host->ctx, &comm_));
     loom::check(host, host->get_group(host->ctx, LOOM_GROUP_EMBEDDING, &embedding_group_));
   }
@@ -143,6 +150,7 @@ void DecoderModel::build() {
       ps.add("wte", {vrows, C}, 1, 0, Init::kNormal, std).pipeline_duplicate = 1;
     }
     if (family_) family_->declare(o, ps, std, vrows);  // BERT's heads, the classifier
+    if (o.mtp_layers > 0) mtp_declare(d);
   }
   assign_units();
   ps.allocate(ctx_);
@@ -163,7 +171,9 @@ void DecoderModel::build() {
 
 void DecoderModel::get_param(size_t i, loom_model_param* out) {
   // The tied embedding is one tensor on the first stage and a copy on the last.
-  const bool tied = opt_.tie_embeddings && i < params_.size() && params_[i].name == "wte";
+  // (and multi-token prediction's copy on the last stage of a pipeline)
+  const bool tied = (opt_.tie_embeddings || (opt_.mtp_layers > 0 && opt_.stages > 1)) &&
+                    i < params_.size() && params_[i].name == "wte";
   params_.describe(i, out, who_, tied ? "embedding" : nullptr);
 }
 
@@ -235,6 +245,9 @@ double DecoderModel::flops_per_token() const {
     if (kind == 'M') matmul += mamba;
     if (kind == 0 || kind == '-' || kind == 'E') matmul += o.is_moe_layer(l) ? moe : mlp;
   }
+  // multi-token prediction: each depth's eh_proj, a dense layer and the head again
+  matmul += (double)o.mtp_layers * (2 * C * C + attn + mlp + (double)o.vocab * C);
+  attention_layers += o.mtp_layers;
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =
       o.attention_window > 0 ? std::min(args_.seq_len, o.attention_window) : args_.seq_len;

@@ -79,6 +79,12 @@ void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
           "(a V), and the two copies of the tied embedding would share one process; " +
           "set model.tie_embeddings = false for zb-v and dualpipev",
       LOOM_ERR_UNIMPLEMENTED);
+  loom::require(
+      !(o.mtp_layers > 0 && o.stages > 1 && o.last() && l.pipeline > 1 && l.pipeline_rank == 0),
+      who + ": the schedule places the last pipeline stage on rank 0 with the first (a V), " +
+          "and multi-token prediction's copy of the embedding would share one process with " +
+          "it; run mtp_num_layers with 1f1b, interleaved-1f1b or zb-h1",
+      LOOM_ERR_UNIMPLEMENTED);
 }
 
 bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64_t seq_len,
@@ -89,6 +95,11 @@ bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64
                 who + ": " + cp +
                     " runs causal GPT, Llama and mixture-of-experts models for now (no BERT or "
                     "sliding window)",
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(o.mtp_layers == 0,
+                who + ": " + cp +
+                    " with mtp_num_layers is not implemented: the tokens each depth looks ahead "
+                    "to sit in other context ranks' chunks",
                 LOOM_ERR_UNIMPLEMENTED);
   loom::require(!o.has_kind('M'),
                 who + ": " + cp +

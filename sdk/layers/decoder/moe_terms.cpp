@@ -30,8 +30,8 @@ size_t DecoderModel::moe_terms(const Slot& S, bool last) {
   if (!last) losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[0], 0.0, 0.0, 1.0};
   losses_[1] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[1], aux, count, w};
   losses_[2] = loom_loss{LOOM_LOSS_SIZE_V2, kMoeLossNames[2], z, count, w};
-  for (size_t at = 3; at < moe_names_.size(); ++at)
-    losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, moe_names_[at], 0.0, 0.0, 0.0};
+  for (size_t at = 3; at < loss_names_.size(); ++at)
+    losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, loss_names_[at], 0.0, 0.0, 0.0};
   const double routed = (double)(S.n * opt_.moe_router.topk);
   const int64_t E = opt_.num_experts;
   size_t at = 3;  // the first load term of the model's next MoE layer
@@ -40,10 +40,10 @@ size_t DecoderModel::moe_terms(const Slot& S, bool last) {
     if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
     const MoeActs* m = S.acts[l].moe.get();
     for (int64_t e = 0; e < E; ++e, ++at)
-      losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, moe_names_[at],
+      losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, loss_names_[at],
                               m ? (double)m->counts[(size_t)e] : 0.0, routed, 0.0};
   }
-  return moe_names_.size();
+  return loss_names_.size();
 }
 
 void DecoderModel::count_expert_loads(const Slot& S) {

@@ -58,6 +58,7 @@ void DecoderModel::make_unit(size_t u) {
       ce_.shard = head_.shard;
     }
     if (family_) family_->make(o, ps, head_.vocab);
+    if (o.mtp_layers > 0) mtp_make();
   }
 }
 

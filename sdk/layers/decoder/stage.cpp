@@ -40,6 +40,7 @@ Slot& DecoderModel::slot(int64_t i) {
     S->emb_rstd = ctx_.alloc(st, {nl});
   }
   if (o.last() && family_) S->family = family_->make_acts(ctx_, o, N, args_.micro_batch);
+  if (o.last() && o.mtp_layers > 0) mtp_alloc(*S, N);
   if (o.first() && ctx_.tp.active()) {
     S->emb_ids = ctx_.alloc(loom_i32(), {N});
     S->emb_rows = ctx_.alloc(loom_i32(), {N});
@@ -89,9 +90,9 @@ void DecoderModel::stage_info(loom_stage_info* out) {
   out->inputs = &hidden_io_;
   out->num_outputs = opt_.last() ? 0 : 1;
   out->outputs = &hidden_io_;
-  if (opt_.num_experts > 0) {
-    out->num_losses = moe_names_.size();
-    out->losses = moe_names_.data();
+  if (!loss_names_.empty()) {
+    out->num_losses = loss_names_.size();
+    out->losses = loss_names_.data();
   } else if (family_) {
     out->num_losses = family_->loss_names(opt_, &out->losses);
   } else {
@@ -204,22 +205,32 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
   const DLTensor* in = family_ ? family_->head_input(ctx_, S, x) : x;  // BERT's transform
   if (V > 0) head_.forward(ctx_, logits, head_.cols, in, N, C, 0);
   if (V > 0 && family_) family_->logits_done(ctx_, logits.get());
+  if ((g.active() || per_token) && !S.stats) {
+    const DLDataType st = ctx_.stat_dtype();
+    S.lse = ctx_.alloc(st, {N});
+    S.stats = ctx_.alloc(st, {N, 3});
+    S.gathered = ctx_.alloc(st, {(int64_t)g.size * N, 3});
+  }
+  return lm_loss(LossBufs{S.logits, S.losses, S.stats, S.gathered, S.lse}, tgt, targets, N, grad,
+                 S.loss_scale * S.lm_weight, per_token);
+}
+
+// The summed cross-entropy of b.logits (N, head_.cols) against targets (host, and tgt on the
+// device); with `grad`, dlogits times dscale replace the logits in place.
+double DecoderModel::lm_loss(const LossBufs& b, const DLTensor* tgt, const int32_t* targets,
+                             int64_t N, bool grad, double dscale,
+                             const loom_token_stats* per_token) {
+  const loom::tp::Group& g = ctx_.tp;
   if (g.active() || per_token) {  // the statistics path also tells the most likely token
-    if (!S.stats) {
-      const DLDataType st = ctx_.stat_dtype();
-      S.lse = ctx_.alloc(st, {N});
-      S.stats = ctx_.alloc(st, {N, 3});
-      S.gathered = ctx_.alloc(st, {(int64_t)g.size * N, 3});
-    }
     const double sum =
-        ce_.forward(ctx_.be, g, S.logits, tgt, targets, N, S.stats, S.gathered, S.lse,
+        ce_.forward(ctx_.be, g, b.logits, tgt, targets, N, b.stats, b.gathered, b.lse,
                     per_token ? per_token->loss : nullptr, per_token ? per_token->top1 : nullptr);
-    if (grad) ce_.backward(ctx_.be, S.logits, S.logits, tgt, S.lse, N, S.loss_scale * S.lm_weight);
+    if (grad) ce_.backward(ctx_.be, b.logits, b.logits, tgt, b.lse, N, dscale);
     return sum;
   }
-  View losses = view(S.losses, {N});
+  View losses = view(b.losses, {N}), logits = view(b.logits, {N, head_.cols});
   loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
-                              S.loss_scale * S.lm_weight);
+                              dscale);
   double sum = 0.0;  // read last, so a device backend is not stalled before the backward
   if (ctx_.dtype.bits == 64) {
     host_losses_f64_.resize(N);
@@ -336,6 +347,13 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
                          head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
   a.num_losses = 1;
   if (opt_.num_experts > 0) a.num_losses = moe_terms(S, true);
+  if (opt_.mtp_layers > 0) {  // the last term: the depths' summed losses at mtp_scale / depths
+    double count = 0;
+    const double sum = mtp_forward(S, targets, !a.no_grad, count);
+    a.num_losses = loss_names_.size();
+    losses_[a.num_losses - 1] =
+        loom_loss{LOOM_LOSS_SIZE_V2, "mtp", sum, count, opt_.mtp_scale / (double)opt_.mtp_layers};
+  }
   if (family_)
     a.num_losses =
         family_->more_losses(ctx_, S, mb, !a.no_grad, losses_.data(), a.num_losses, who_);
@@ -450,7 +468,12 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
   const int64_t C = opt_.n_embd;
   unit_need(0, true);
   if (opt_.last()) {
+    if (opt_.mtp_layers > 0) mtp_backward(S);  // first: head_backward's scratch is the layers'
     head_backward(S);
+    if (opt_.mtp_layers > 0) {
+      View dres = view(grads_.dres, {S.nl, C}), carry = view(mtp_carry_, {S.nl, C});
+      ctx_.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)carry);
+    }
   } else {
     const DLTensor* doutput = a.num_doutputs == 1 && a.doutputs ? a.doutputs[0] : nullptr;
     loom::require(doutput != nullptr && loom_tensor_numel(doutput) == S.nl * C,

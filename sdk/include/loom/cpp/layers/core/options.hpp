@@ -87,6 +87,12 @@ struct Options {
   // step towards the mean load.
   bool moe_expert_bias = false;
   double moe_bias_rate = 1e-3;
+  // Multi-token prediction (model/gpt, Megatron's --mtp-num-layers, DeepSeek-V3's MTP): after
+  // the last layer, mtp_layers depths each predict one token further ahead with a layer of
+  // the model's kind, the embedding and head shared; their mean loss times mtp_scale joins the
+  // objective as the term "mtp".
+  int64_t mtp_layers = 0;
+  double mtp_scale = 0.1;
   // A hybrid stack (model/gpt, Megatron's --hybrid-override-pattern): one character per
   // layer, each layer a single sublayer x + mixer(norm(x)) of kind 'M' (Mamba-2, ssm/mamba.hpp),
   // '*' (attention), '-' (MLP) or 'E' (a mixture of experts). Empty: every layer is the

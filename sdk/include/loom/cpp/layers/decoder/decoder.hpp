@@ -36,6 +36,7 @@
 #include "loom/cpp/layers/ops/attention_block.hpp"
 #include "loom/cpp/layers/ops/embedding.hpp"
 #include "loom/cpp/layers/ops/head.hpp"
+#include "loom/cpp/layers/ops/linear.hpp"
 #include "loom/cpp/layers/ops/mla.hpp"
 #include "loom/cpp/layers/ops/mlp.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
@@ -58,6 +59,19 @@ inline constexpr const char* kMoeLossNames[3] = {"lm", "moe_aux", "moe_z"};
 // and the padding mask of BERT's and T5's batches.
 #define LOOM_ARRAY_TOKEN_TYPES "token_types"   /* int32 (B, T): segment A 0, B 1 */
 #define LOOM_ARRAY_PADDING_MASK "padding_mask" /* int32 (B, T): 1 real token, 0 padding */
+
+// One multi-token prediction depth's activations (mtp.cpp), Megatron's MTP layer k: the
+// tokens k ahead embedded and normalised (en), the previous depth's output normalised (hn),
+// both side by side (cat, (N, 2C)), projected (x), one transformer layer (acts, out), its
+// final norm and the head's logits against the targets k + 1 ahead.
+struct MtpSlot {
+  Tensor ids, labels;        // i32 (N): the tokens k ahead (0 past the row's end), their targets
+  Tensor emb_ids, emb_rows;  // vocabulary-parallel staging
+  int64_t emb_count = 0;
+  Tensor emb, en, en_mean, en_rstd, hn, hn_mean, hn_rstd, cat, x, out;
+  LayerActs acts;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse, stats, gathered;
+};
 
 // One micro-batch in flight through this stage (stage.cpp): its activations from forward
 // to backward. Slots are allocated on first use and reused after their backward.
@@ -82,6 +96,7 @@ struct Slot {
   Tensor types;                        // i32 (N): token types
   Tensor emb_in, emb_mean, emb_rstd;   // post-LN: the embeddings' sum and its norm stats
   std::unique_ptr<FamilyActs> family;  // the family's heads' (last stage)
+  std::vector<MtpSlot> mtp;            // multi-token prediction's depths (last stage)
   View out;                            // the stage's output handed to the caller
   DLTensor* out_ptr = nullptr;
 };
@@ -169,6 +184,28 @@ class DecoderModel {
   double head_forward(Slot& S, const int32_t* targets, bool grad,
                       const loom_token_stats* per_token = nullptr);
   void head_backward(Slot& S);
+  // The cross-entropy part of a head's forward (stage.cpp), over the buffers `b` holds.
+  struct LossBufs {
+    DLTensor *logits, *losses, *stats, *gathered, *lse;
+  };
+  double lm_loss(const LossBufs& b, const DLTensor* tgt, const int32_t* targets, int64_t N,
+                 bool grad, double dscale, const loom_token_stats* per_token);
+  // Multi-token prediction (mtp.cpp, mtp_num_layers > 0, last stage): the parameters, the
+  // modules over them, a slot's buffers, the depths' forward (returns the term's sum, count
+  // in `count`) and backward (grads_.dres += their gradient of the last layer's output).
+  void mtp_declare(ParamDeclarer& d);
+  void mtp_make();
+  void mtp_alloc(Slot& S, int64_t N);
+  double mtp_forward(Slot& S, const int32_t* targets, bool grad, double& count);
+  void mtp_backward(Slot& S);
+  struct MtpDepth {
+    Norm enorm, hnorm, final_norm;
+    Linear eh;  // (C, 2C): [en | hn] -> C
+    std::unique_ptr<Block> layer;
+  };
+  std::vector<MtpDepth> mtp_;
+  Embedding mtp_emb_;  // the last stage's view of wte for the tokens ahead
+  Tensor mtp_carry_, mtp_dcat_, mtp_den_, mtp_demb_;  // backward scratch
   void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
   void upload_positions(Tensor& dst, const Step& s);
   void read_documents(Slot& S, const loom_microbatch& mb);
@@ -217,7 +254,9 @@ class DecoderModel {
   // A mixture of experts' terms: lm, moe_aux, moe_z, then the statistics moe_load.hL.eE
   // (weight 0: the share of layer L's routed tokens that expert E took).
   std::vector<std::string> moe_load_names_;
-  std::vector<const char*> moe_names_;
+  // The loss terms when more than GPT's "lm": a mixture of experts' (lm, moe_aux, moe_z, then
+  // the expert loads), then multi-token prediction's "mtp".
+  std::vector<const char*> loss_names_;
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
   std::vector<int32_t> pos_host_;
