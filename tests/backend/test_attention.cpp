@@ -44,26 +44,29 @@ Vec run_softmax(DLDataType dt, const std::vector<int64_t>& shape, const Vec& s, 
   return get(S);
 }
 
-Vec naive_rope(const Vec& x, int64_t Bn, int64_t T, int64_t H, int64_t D, int64_t off,
-               double theta) {
+// freqs: D/2 inverse frequencies (loom.rope-freqs/1) or empty for theta's; cos and sin
+// times scale.
+Vec naive_rope(const Vec& x, int64_t Bn, int64_t T, int64_t H, int64_t D, int64_t off, double theta,
+               const Vec& freqs = {}, double scale = 1.0) {
   Vec y = x;
   for (int64_t b = 0; b < Bn; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < D / 2; ++i) {
-          double ang = static_cast<double>(off + t) * std::pow(theta, -2.0 * i / D);
+          const double f = freqs.empty() ? std::pow(theta, -2.0 * i / D) : freqs[i];
+          double ang = static_cast<double>(off + t) * f;
           int64_t base = ((b * T + t) * H + h) * D;
           double x1 = x[base + i], x2 = x[base + i + D / 2];
-          y[base + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
-          y[base + i + D / 2] = x2 * std::cos(ang) + x1 * std::sin(ang);
+          y[base + i] = scale * (x1 * std::cos(ang) - x2 * std::sin(ang));
+          y[base + i + D / 2] = scale * (x2 * std::cos(ang) + x1 * std::sin(ang));
         }
   return y;
 }
 
 Vec run_rope(DLDataType dt, const Vec& x, std::vector<int64_t> shape, int64_t off, double theta,
-             bool backward = false) {
+             bool backward = false, const loom_rope_freqs* freqs = nullptr) {
   auto X = make(dt, shape, x);
-  (backward ? loom::rope_backward : loom::rope_forward)(B(), X.get(), off, theta);
+  (backward ? loom::rope_backward : loom::rope_forward)(B(), X.get(), off, theta, freqs);
   return get(X);
 }
 
@@ -192,4 +195,30 @@ TEST_CASE("rope forward matches the rotate-half formula; backward inverts it and
   auto Y = make64({1, 2, 1, 7}, Vec(14, 0.0));
   expect_error([&] { loom::rope_backward(B(), Y.get(), int64_t{0}, theta); },
                LOOM_ERR_INVALID_ARGUMENT, "head dimension D = 7");
+}
+
+TEST_CASE("rope with loom.rope-freqs/1: a frequency table and a scale, backward its transpose") {
+  const int64_t Bn = 2, T = 3, H = 2, D = 8, off = 7;
+  std::vector<int64_t> shape = {Bn, T, H, D};
+  const Vec freqs = {1.0, 0.3, 0.02, 1e-4};  // any table: Llama 3's and YaRN's are such
+  const double scale = 1.25;
+  const loom_rope_freqs ext{
+      {sizeof(loom_rope_freqs), LOOM_EXT_ROPE_FREQS, LOOM_EXT_REQUIRED, nullptr},
+      freqs.data(),
+      (int64_t)freqs.size(),
+      scale};
+  Vec x = random_vec(Bn * T * H * D, 40), R = random_vec(x.size(), 41);
+  check_close(run_rope(loom_f64(), x, shape, off, 0.0, false, &ext),
+              naive_rope(x, Bn, T, H, D, off, 0.0, freqs, scale), 1e-14, 1e-14,
+              "rope_forward with a table");
+  auto L = [&] { return dot(run_rope(loom_f64(), x, shape, off, 0.0, false, &ext), R); };
+  check_close(run_rope(loom_f64(), R, shape, off, 0.0, true, &ext), fd_grad(x, L), kFdRtol, kFdAtol,
+              "rope_backward with a table vs FD");
+  check_close(run_rope(loom_f32(), x, shape, off, 0.0, false, &ext),
+              naive_rope(x, Bn, T, H, D, off, 0.0, freqs, scale), 1e-6, 1e-6, "f32");
+  // a table whose size is not D/2 is refused by name
+  const loom_rope_freqs short_table{ext.base, freqs.data(), 3, 1.0};
+  auto X = make64(shape, x);
+  expect_error([&] { loom::rope_forward(B(), X.get(), int64_t{0}, 0.0, &short_table); },
+               LOOM_ERR_INVALID_ARGUMENT, "needs one frequency per pair");
 }

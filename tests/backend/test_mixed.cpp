@@ -286,7 +286,7 @@ TEST_CASE("mixed softmax (bf16 scores, f32 lse, causal) and its backward; RoPE")
   for (int back = 0; back < 2; ++back) {
     auto rope = [&](DLDataType dt) {
       auto X = T(dt, {Bs, Tn, H, D}, x);
-      (back ? loom::rope_backward : loom::rope_forward)(B(), X.get(), int64_t{3}, 10000.0);
+      (back ? loom::rope_backward : loom::rope_forward)(B(), X.get(), int64_t{3}, 10000.0, nullptr);
       return G(X);
     };
     check_rel_at(rope(h), rope(kF32), kHalfRel, back ? "rope_backward" : "rope_forward");

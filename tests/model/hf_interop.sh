@@ -6,7 +6,8 @@
 #     and head_dim 8 over hidden 16 / 4 heads; Qwen2-MoE with a gated shared expert,
 #     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE; DeepSeek-V3 bf16
 #     with MLA's interleaved rotary pairs, a dense first layer, grouped routing and the
-#     router bias in float32; Mamba-2 f32, 3 mixers of 8 heads in 2 groups)
+#     router bias in float32; Mamba-2 f32, 3 mixers of 8 heads in 2 groups; Llama with Llama
+#     3.1's rope_scaling; DeepSeek-V3 with YaRN)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
@@ -29,7 +30,8 @@ quiet=(--set backend.measure_gemm=false)
 
 echo "== 1-2: import, logits, export, re-import"
 for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32 qwen2-f32 \
-         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16 mamba2-f32; do
+         qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16 mamba2-f32 \
+         llama-rope-llama3-f32 deepseek-v3-yarn-bf16; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -81,8 +83,8 @@ edit() {  # edit MODEL PYTHON: a copy of MODEL whose config.json `c` PYTHON chan
   rm -rf bad && cp -r "$here/hf/$1" bad
   python3 -c "import json; c = json.load(open('bad/config.json')); $2; json.dump(c, open('bad/config.json', 'w'))"
 }
-edit llama-gqa-f32 "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
-refuse "Llama-3.1 rope scaling" '"rope_scaling"'
+edit llama-gqa-f32 "c['rope_scaling'] = {'rope_type': 'dynamic', 'factor': 2.0}"
+refuse "dynamic NTK rope scaling" '"rope_scaling" = {"factor":2.0,"rope_type":"dynamic"} does not map'
 edit llama-gqa-f32 "c['sliding_window'] = 4096"
 refuse "an unknown config key" '"sliding_window"'
 edit gpt2-f32 "c['n_inner'] = 32"
@@ -107,8 +109,8 @@ edit qwen3-moe-f32 "c['mlp_only_layers'] = [2]"
 refuse "a dense layer that is not there" '"mlp_only_layers" = \[2\] names a layer outside \[0, 2)'
 edit qwen3-moe-f32 "c['mlp_only_layers'] = [1]"
 refuse "a dense layer whose tensors are experts'" 'no tensor model.layers.1.mlp.gate_proj.weight'
-edit deepseek-v3-bf16 "c['rope_scaling'] = {'type': 'yarn', 'factor': 40}"
-refuse "DeepSeek-V3's YaRN" '"rope_scaling" = {"factor":40,"type":"yarn"} does not map'
+edit deepseek-v3-bf16 "c['rope_scaling'] = {'type': 'linear', 'factor': 40}"
+refuse "DeepSeek-V3 with linear rope scaling" '"rope_scaling" = {"factor":40,"type":"linear"} does not map'
 edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
 refuse "DeepSeek-V3's MTP" 'multi-token prediction (DeepSeek.s MTP module) is not implemented'
 edit deepseek-v3-bf16 "c['topk_group'] = 1"

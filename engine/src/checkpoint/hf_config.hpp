@@ -138,6 +138,15 @@ class ModelKeys {
   std::map<std::string, std::string> k_;
 };
 
+// HF's rope_scaling (or transformers 5's rope_parameters beyond "default") onto model/gpt's
+// rope_scaling keys, into `keys`: a "type"/"rope_type" in `kinds` ("llama3", "yarn"), with its
+// numbers; another is refused by name. `max_position`: original_max_position_embeddings'
+// default (the config's max_position_embeddings).
+void read_rope_scaling(ConfigReader& r, const json& rs, const std::vector<std::string>& kinds,
+                       int64_t max_position, std::map<std::string, std::string>& keys);
+// The rope_scaling dict of the [model] keys (null without a scaling).
+json write_rope_scaling(const ModelKeys& k);
+
 // One Loom tensor from HF tensors stacked along dimension 0 (shaped `loom_shape` when given).
 inline void rule(HfArch& a, std::string loom, std::vector<std::string> hf,
                  std::vector<std::vector<int64_t>> shapes, std::vector<int64_t> loom_shape = {}) {

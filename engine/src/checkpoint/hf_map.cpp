@@ -52,6 +52,61 @@ const std::initializer_list<const char*> kBenign = {
 
 }  // namespace
 
+namespace hf {
+
+void read_rope_scaling(ConfigReader& r, const json& rs, const std::vector<std::string>& kinds,
+                       int64_t max_position, std::map<std::string, std::string>& keys) {
+  const std::string kind = rs.value("rope_type", rs.value("type", std::string()));
+  if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+    r.fail("rope_scaling", "= " + rs.dump() + " does not map onto model/gpt (its scalings here: " +
+                               (kinds.empty() ? std::string("none") : kinds[0]) +
+                               (kinds.size() > 1 ? ", " + kinds[1] : std::string()) + ")");
+  auto num = [&](const char* key, double dflt) {
+    const auto it = rs.find(key);
+    if (it == rs.end() || it->is_null()) return dflt;
+    if (!it->is_number()) r.fail("rope_scaling", std::string("'s ") + key + " is not a number");
+    return it->get<double>();
+  };
+  for (const char* k : {"attention_factor", "truncate", "long_factor", "short_factor"})
+    if (rs.contains(k) && !rs.at(k).is_null() &&
+        !(std::string(k) == "truncate" && rs.at(k) == true))
+      r.fail("rope_scaling", std::string("'s ") + k + " does not map onto model/gpt");
+  keys["rope_scaling"] = lit_s(kind);
+  keys["rope_scaling_factor"] = lit_f(num("factor", 1.0));
+  keys["rope_original_max_position"] =
+      lit((int64_t)num("original_max_position_embeddings", (double)max_position));
+  if (kind == "llama3") {
+    keys["rope_low_freq_factor"] = lit_f(num("low_freq_factor", 1.0));
+    keys["rope_high_freq_factor"] = lit_f(num("high_freq_factor", 4.0));
+  } else {
+    keys["yarn_beta_fast"] = lit_f(num("beta_fast", 32.0));
+    keys["yarn_beta_slow"] = lit_f(num("beta_slow", 1.0));
+    keys["yarn_mscale"] = lit_f(num("mscale", 1.0));
+    keys["yarn_mscale_all_dim"] = lit_f(num("mscale_all_dim", 0.0));
+  }
+}
+
+json write_rope_scaling(const ModelKeys& k) {
+  const std::string kind = k.get("rope_scaling", "\"none\"");
+  if (kind == "\"none\"") return nullptr;
+  json rs;
+  rs["rope_type"] = kind.substr(1, kind.size() - 2);
+  rs["factor"] = std::stod(k.at("rope_scaling_factor"));
+  rs["original_max_position_embeddings"] = k.num("rope_original_max_position");
+  if (kind == "\"llama3\"") {
+    rs["low_freq_factor"] = std::stod(k.at("rope_low_freq_factor"));
+    rs["high_freq_factor"] = std::stod(k.at("rope_high_freq_factor"));
+  } else {
+    rs["beta_fast"] = std::stod(k.at("yarn_beta_fast"));
+    rs["beta_slow"] = std::stod(k.at("yarn_beta_slow"));
+    rs["mscale"] = std::stod(k.at("yarn_mscale"));
+    rs["mscale_all_dim"] = std::stod(k.at("yarn_mscale_all_dim"));
+  }
+  return rs;
+}
+
+}  // namespace hf
+
 void resolve_model_defaults(std::map<std::string, std::string>& k) {
   // moe_layer_freq is text since it took Megatron's patterns; an integer is its digits
   if (auto it = k.find("moe_layer_freq");

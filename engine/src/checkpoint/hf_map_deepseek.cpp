@@ -114,7 +114,6 @@ HfArch deepseek_from_config(ConfigReader& r) {
   r.require("norm_topk_prob", {true}, "model/gpt normalises the chosen sigmoid scores");
   r.require("hidden_act", {"silu"}, "model/gpt's swiglu gates with SiLU");
   r.require("attention_bias", {false}, "model/gpt's latent attention has no biases");
-  r.require("rope_scaling", {}, "model/gpt's RoPE has no YaRN scaling yet (DeepSeek-V3's)");
   r.require("num_nextn_predict_layers", {0},
             "multi-token prediction (DeepSeek's MTP module) is not implemented");
   // DeepSeek's own config keys (remote code): the router they describe is the one mapped
@@ -131,6 +130,8 @@ HfArch deepseek_from_config(ConfigReader& r) {
   const double aux = r.number("aux_loss_alpha", 0.0);
   const bool seq_aux = r.flag("seq_aux", true);
   r.benign({"attention_dropout", "pretraining_tp", "ep_size"});
+  std::map<std::string, std::string> scaling;  // DeepSeek-V3's YaRN
+  if (const json* rs = r.get("rope_scaling")) read_rope_scaling(r, *rs, {"yarn"}, d.P, scaling);
   r.refuse_unread();
   HfArch a = build(s);
   a.model_keys = {{"n_layer", lit(d.L)},
@@ -161,6 +162,7 @@ HfArch deepseek_from_config(ConfigReader& r) {
                   {"moe_router_topk_scaling_factor", lit_f(scale)},
                   {"moe_aux_loss_coeff", lit_f(aux)},
                   {"moe_router_load_balancing_type", lit_s(seq_aux ? "seq_aux_loss" : "aux_loss")}};
+  a.model_keys.insert(scaling.begin(), scaling.end());
   if (G > 1) {
     a.model_keys["moe_router_num_groups"] = lit(G);
     a.model_keys["moe_router_group_topk"] = lit(g);
@@ -219,7 +221,7 @@ std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& dims
   c["first_k_dense_replace"] = s.first_dense, c["norm_topk_prob"] = true;
   c["n_group"] = G > 1 ? G : 1, c["topk_group"] = G > 1 ? g : 1;
   c["routed_scaling_factor"] = scale > 0 ? scale : 1.0;
-  c["rope_scaling"] = nullptr;
+  c["rope_scaling"] = write_rope_scaling(k);
   HfArch a = build(s);
   return {a, c};
 }

@@ -84,13 +84,17 @@ HfArch build(const Shape& s, const std::string& name) {
   return a;
 }
 
-// RoPE's base from rope_theta, or from transformers 5's rope_parameters.
-double rope_theta(ConfigReader& r) {
-  r.require("rope_scaling", {}, "model/gpt's RoPE has no scaling (Llama-3.1's llama3 type)");
+// RoPE's base from rope_theta, or from transformers 5's rope_parameters; Llama 3.1's scaling
+// from rope_scaling (or rope_parameters' rope_type "llama3") into `keys`.
+double rope_theta(ConfigReader& r, int64_t max_position, std::map<std::string, std::string>& keys) {
   double theta = r.number("rope_theta", 10000.0);
+  if (const json* rs = r.get("rope_scaling"))
+    read_rope_scaling(r, *rs, {"llama3"}, max_position, keys);
   if (const json* rp = r.get("rope_parameters")) {
-    if (rp->value("rope_type", "default") != "default" || !rp->contains("rope_theta"))
-      r.fail("rope_parameters", "= " + rp->dump() + " is not plain RoPE with a rope_theta");
+    if (!rp->contains("rope_theta"))
+      r.fail("rope_parameters", "= " + rp->dump() + " has no rope_theta");
+    if (rp->value("rope_type", "default") != "default")
+      read_rope_scaling(r, *rp, {"llama3"}, max_position, keys);
     theta = rp->at("rope_theta").get<double>();
   }
   return theta;
@@ -210,7 +214,8 @@ HfArch llama_family_from_config(ConfigReader& r, const std::string& mt) {
               "q, k and v only");
   if (qwen2 || qwen3) qwen_attention(r, d.L);
   s.qkv_bias = qwen2, s.qk_norm = qwen3;
-  const double theta = rope_theta(r);
+  std::map<std::string, std::string> scaling;
+  const double theta = rope_theta(r, d.P, scaling);
   const double eps = r.number("rms_norm_eps", 1e-6);
   s.tied = r.flag("tie_word_embeddings", false);
   r.benign({"attention_dropout"});
@@ -222,6 +227,7 @@ HfArch llama_family_from_config(ConfigReader& r, const std::string& mt) {
       {"rope_theta", lit_f(theta)},    {"bias", lit(false)},
       {"tie_embeddings", lit(s.tied)}, {"norm_eps", lit_f(eps)},
       {"max_seq_len", lit(d.P)}};
+  keys.insert(scaling.begin(), scaling.end());
   if (!even || s.D != d.C / d.H) keys["kv_channels"] = lit(s.D);
   if (s.qk_norm) keys["qk_layernorm"] = lit(true);
   if (s.qkv_bias) keys["add_qkv_bias"] = lit(true);
@@ -261,10 +267,15 @@ std::pair<HfArch, json> llama_family_from_model(const ModelKeys& k, const Dims& 
   if (mt == "llama") c["attention_bias"] = false, c["mlp_bias"] = false;
   if (qk) c["attention_bias"] = false;
   if (qk || qkvb) c["use_sliding_window"] = false;
-  if (c.contains("rope_parameters"))
-    c["rope_parameters"]["rope_theta"] = std::stod(k.at("rope_theta"));
-  else
+  const json scaling = write_rope_scaling(k);
+  if (c.contains("rope_parameters")) {  // transformers 5: the scaling's keys beside the base
+    json rp = scaling.is_null() ? json{{"rope_type", "default"}} : scaling;
+    rp["rope_theta"] = std::stod(k.at("rope_theta"));
+    c["rope_parameters"] = rp;
+  } else {
     c["rope_theta"] = std::stod(k.at("rope_theta"));
+    c["rope_scaling"] = scaling;
+  }
   if (E == 0) return {build(s, mt), c};
   // softmax-routed and dropless, as the three architectures have it; a mixture in every layer
   // (Mixtral), or dense layers among them (Qwen's mlp_only_layers)

@@ -265,9 +265,8 @@ typedef struct loom_norm_bwd_args {
 #define LOOM_NORM_BWD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_norm_bwd_args, ext)
 
 /* Rotary embedding in place on x(B,T,H,D), rotate-half (GPT-NeoX/Llama) layout: pairs
- * (i, i + D/2) of position pos_offset + t turn by pos * theta^(-2i/D). Partial rotation,
- * frequency scaling and per-token positions (packed sequences) will be appended fields or
- * extensions. */
+ * (i, i + D/2) of position pos_offset + t turn by pos * theta^(-2i/D); frequency scaling
+ * rides loom.rope-freqs/1 (below). */
 typedef struct loom_rope_args {
   size_t struct_size;
   DLTensor* x; /* (B,T,H,D), in place: q or k forward, their gradients backward */
@@ -276,6 +275,19 @@ typedef struct loom_rope_args {
   const loom_ext* ext; /* NULL */
 } loom_rope_args;
 #define LOOM_ROPE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_rope_args, ext)
+
+/* loom.rope-freqs/1 (ABI 2.22), required, on a rope_forward/_backward chain: pair i turns
+ * by pos * inv_freq[i] (theta unused), cos and sin both times `scale` (RoPE's frequency
+ * scalings, Llama 3's and YaRN's with its attention factor, computed by the caller); backward
+ * applies the transpose. inv_freq: num = D/2 doubles, host memory, borrowed for the call. */
+#define LOOM_EXT_ROPE_FREQS "loom.rope-freqs/1"
+typedef struct loom_rope_freqs {
+  loom_ext base; /* id LOOM_EXT_ROPE_FREQS, flags LOOM_EXT_REQUIRED */
+  const double* inv_freq;
+  int64_t num;
+  double scale; /* 1: a plain rotation */
+} loom_rope_freqs;
+#define LOOM_ROPE_FREQS_SIZE_V1 LOOM_STRUCT_SIZE(loom_rope_freqs, scale)
 
 /* softmax_cross_entropy, fused softmax + cross-entropy:
  *   losses(N) = logsumexp(logits[n]) - logits[n, t[n]];

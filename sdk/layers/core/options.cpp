@@ -28,6 +28,26 @@ using loom::param;
             1, 0, "gelu|gelu_erf|swiglu"),                                                         \
       param("position", LOOM_PARAM_STRING, "learned", POSITION_DOC, 1, 0, POSITIONS),              \
       param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),          \
+      param("rope_scaling", LOOM_PARAM_STRING, "none",                                             \
+            "RoPE frequency scaling for long contexts: Llama 3.1's (llama3) or YaRN "              \
+            "(DeepSeek-V3's)",                                                                     \
+            1, 0, "none|llama3|yarn"),                                                             \
+      param("rope_scaling_factor", LOOM_PARAM_FLOAT, "8.0",                                        \
+            "the context's extension factor (Llama 3.1: 8, DeepSeek-V3's YaRN: 40)", 1.0, 1e6),    \
+      param("rope_original_max_position", LOOM_PARAM_INT, "8192",                                  \
+            "the context the model was trained at before scaling (HF's "                           \
+            "original_max_position_embeddings)",                                                   \
+            1, 1 << 30),                                                                           \
+      param("rope_low_freq_factor", LOOM_PARAM_FLOAT, "1.0", "llama3: low_freq_factor", 0.0, 1e6), \
+      param("rope_high_freq_factor", LOOM_PARAM_FLOAT, "4.0", "llama3: high_freq_factor", 0.0,     \
+            1e6),                                                                                  \
+      param("yarn_beta_fast", LOOM_PARAM_FLOAT, "32.0", "yarn: beta_fast (rotations)", 0.0, 1e6),  \
+      param("yarn_beta_slow", LOOM_PARAM_FLOAT, "1.0", "yarn: beta_slow (rotations)", 0.0, 1e6),   \
+      param("yarn_mscale", LOOM_PARAM_FLOAT, "1.0", "yarn: mscale", 0.0, 1e6),                     \
+      param("yarn_mscale_all_dim", LOOM_PARAM_FLOAT, "0.0",                                        \
+            "yarn: mscale_all_dim (> 0: the attention factor is mscale's over it, and MLA's "      \
+            "softmax scale is multiplied by its mscale squared)",                                  \
+            0.0, 1e6),                                                                             \
       param("bias", LOOM_PARAM_BOOL, "true", "biases in linear layers and layernorms"),            \
       param("tie_embeddings", LOOM_PARAM_BOOL, "true",                                             \
             "LM head reuses wte; false adds lm_head.weight"),                                      \
@@ -427,6 +447,20 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   o.rope = cfg.get_string("position") == "rope";
   o.no_position = cfg.get_string("position") == "none";
   o.rope_theta = cfg.get_float("rope_theta");
+  o.rope_scaling = cfg.get_string("rope_scaling");
+  o.rope_factor = cfg.get_float("rope_scaling_factor");
+  o.rope_original_max = cfg.get_int("rope_original_max_position");
+  o.rope_low_freq = cfg.get_float("rope_low_freq_factor");
+  o.rope_high_freq = cfg.get_float("rope_high_freq_factor");
+  o.yarn_beta_fast = cfg.get_float("yarn_beta_fast");
+  o.yarn_beta_slow = cfg.get_float("yarn_beta_slow");
+  o.yarn_mscale = cfg.get_float("yarn_mscale");
+  o.yarn_mscale_all_dim = cfg.get_float("yarn_mscale_all_dim");
+  loom::require(o.rope_scaling == "none" || o.rope, who + ": rope_scaling = \"" + o.rope_scaling +
+                                                        "\" scales RoPE; position = \"" +
+                                                        cfg.get_string("position") + "\" has none");
+  loom::require(o.rope_scaling != "llama3" || o.rope_high_freq > o.rope_low_freq,
+                who + ": rope_high_freq_factor must exceed rope_low_freq_factor");
   o.bias = cfg.get_bool("bias");
   o.tie_embeddings = cfg.get_bool("tie_embeddings");
   o.norm_eps = cfg.get_float("norm_eps");

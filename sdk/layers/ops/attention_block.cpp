@@ -18,35 +18,6 @@
 
 namespace loom::layers {
 
-void rope_at(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward) {
-  const int64_t T = s.T, H = x->shape[2], D = x->shape[3];
-  auto one = [&](int64_t first_row, int64_t rows, int64_t pos) {
-    View v = view(x, {1, rows, H, D}, first_row * H * D);
-    if (backward)
-      loom::rope_backward(c.be, v.get(), pos, theta);
-    else
-      loom::rope_forward(c.be, v.get(), pos, theta);
-  };
-  if (s.docs) {
-    const int32_t* at =
-        s.docs->cu_seqlens_q_padded ? s.docs->cu_seqlens_q_padded : s.docs->cu_seqlens_q;
-    for (int64_t i = 0; i < s.docs->num_seqs; ++i)
-      one(at[i], s.docs->cu_seqlens_q[i + 1] - s.docs->cu_seqlens_q[i], 0);
-  } else if (c.cp.size > 1) {  // this rank's two chunks of each sample
-    const int64_t Tc = T / 2;
-    for (int64_t b = 0; b < s.B; ++b) {
-      one(b * T, Tc, cp_position(c.cp, Tc, 0));
-      one(b * T + Tc, Tc, cp_position(c.cp, Tc, Tc));
-    }
-  } else if (s.pos) {
-    for (int64_t b = 0; b < s.B; ++b) one(b * T, T, s.start(b));
-  } else if (backward) {
-    loom::rope_backward(c.be, x, s.pos0, theta);
-  } else {
-    loom::rope_forward(c.be, x, s.pos0, theta);
-  }
-}
-
 namespace {
 
 // The masks of one call: the window (when set) chained before the bias (when set, with its
@@ -113,7 +84,7 @@ AttentionBlock AttentionBlock::make(const Options& o, ParamStore& ps, const std:
   a.n_kv_head = o.hkv();
   a.head_dim = o.head_dim;
   a.rope = o.rope;
-  a.rope_theta = o.rope_theta;
+  if (o.rope) a.rotary = Rope::make(o, o.head_dim);
   a.causal = o.causal();
   a.window = {
       {sizeof(loom_attention_window), LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_REQUIRED, nullptr},
@@ -207,8 +178,8 @@ void AttentionBlock::project(const Ctx& c, const Step& s, const DLTensor* x, Lay
                    view(a.kn_rstd, {N * Hkv}), view(a.k_in, {N * Hkv, D}));
   }
   if (rope) {
-    rope_at(c, s, qv.get(), rope_theta, false);
-    rope_at(c, s, kv.get(), rope_theta, false);
+    rope_at(c, s, qv.get(), rotary, false);
+    rope_at(c, s, kv.get(), rotary, false);
   }
 }
 
@@ -256,8 +227,8 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
                     masks.chain(window, s.docs, s.bias, true));
   if (mla) return mla->backward(c, s, x, a, dq, dk, dv, dx);
   if (rope) {  // gradients w.r.t. the q, k before rotation
-    rope_at(c, s, dq.get(), rope_theta, true);
-    rope_at(c, s, dk.get(), rope_theta, true);
+    rope_at(c, s, dq.get(), rotary, true);
+    rope_at(c, s, dk.get(), rotary, true);
   }
   View dqp = dq, dkp = dk;  // the projections' output gradients
   if (qk_norm) {            // through the norms: dq_in, dk_in (=); their weights' +=

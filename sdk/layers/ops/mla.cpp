@@ -44,7 +44,8 @@ void MlaProjections::rope_key_into_heads(const Ctx& c, DLTensor* k, const DLTens
 MlaProjections MlaProjections::make(const Options& o, ParamStore& ps, const std::string& p) {
   MlaProjections m;
   m.d = {o.hq(), o.qk_head_dim, o.qk_pos_dim, o.v_head_dim, o.kv_lora_rank, o.q_lora_rank};
-  m.rope_theta = o.rope_theta;
+  m.rotary = Rope::make(o, o.qk_pos_dim);
+  m.query_scale = mla_query_scale(o);
   const MlaDims& d = m.d;
   auto whole = [&](const std::string& n) {
     Param& w = ps.at(n + ".weight");
@@ -91,11 +92,13 @@ void MlaProjections::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   // decoupled RoPE: the key's part once, then into every head; each query head's in place
   View kpe = view(sc.kpe, {B, T, 1, dr}), qpe = view(sc.pe, {B, T, H, dr});
   loom::copy_strided(c.be, kpe, dr, 0, ckv, r + dr, r, N, dr);
-  rope_at(c, s, kpe, rope_theta, false);
+  rope_at(c, s, kpe, rotary, false);
   rope_key_into_heads(c, k, kpe, dr, 0, N);
   loom::copy_strided(c.be, qpe, dr, 0, q, dq, d.dn, N * H, dr);
-  rope_at(c, s, qpe, rope_theta, false);
+  rope_at(c, s, qpe, rotary, false);
   loom::copy_strided(c.be, q, dq, d.dn, qpe, dr, 0, N * H, dr);
+  // YaRN's softmax scale (DeepSeek-V3): the scores times mscale^2, through the queries
+  if (query_scale != 1.0) c.call(&loom_ops::axpby, q, 0.0, (const DLTensor*)q, query_scale);
 }
 
 void MlaProjections::backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
@@ -105,8 +108,10 @@ void MlaProjections::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   MlaScratch& sc = *c.mla;
   // through the rotations: each query head's in place in dq, the key's summed over the heads
   View dqv = view(dq_t, {N, H * dq}), qpe = view(sc.pe, {B, T, H, dr});
+  if (query_scale != 1.0)  // the queries' scale (forward's last step) first
+    c.call(&loom_ops::axpby, dqv.get(), 0.0, (const DLTensor*)dqv, query_scale);
   loom::copy_strided(c.be, qpe, dr, 0, dqv, dq, d.dn, N * H, dr);
-  rope_at(c, s, qpe, rope_theta, true);
+  rope_at(c, s, qpe, rotary, true);
   loom::copy_strided(c.be, dqv, dq, d.dn, qpe, dr, 0, N * H, dr);
   View dkpe = view(sc.dkpe, {B, T, 1, dr}), one = view(sc.kpe, {N, dr});
   c.call(&loom_ops::fill, dkpe.get(), 0.0);
@@ -114,7 +119,7 @@ void MlaProjections::backward(const Ctx& c, const Step& s, const DLTensor* x, co
     loom::copy_strided(c.be, one, dr, 0, dk, H * dq, h * dq + d.dn, N, dr);
     c.call(&loom_ops::add, dkpe.get(), (const DLTensor*)dkpe, (const DLTensor*)one);
   }
-  rope_at(c, s, dkpe, rope_theta, true);
+  rope_at(c, s, dkpe, rotary, true);
   // the up-projections: d[k_nope | v] per head, then d(latent) and d(cq), partial per rank
   View dkv = view(sc.kv, {N, H * (d.dn + d.dv)}), dc = view(sc.dc, {N, r});
   loom::copy_strided(c.be, dkv, d.dn + d.dv, 0, dk, dq, 0, N * H, d.dn);

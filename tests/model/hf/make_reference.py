@@ -27,6 +27,8 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
   deepseek-v3-bf16     DeepseekV3ForCausalLM: MLA with interleaved rotary pairs, the first layer
                        dense, 8 experts in 4 groups (top-4 of the best 2), x 2.5, a shared
                        expert; bf16 with the router bias in float32
+  llama-rope-llama3-f32  Llama with Llama 3.1's rope_scaling (llama3) over an original context of 8
+  deepseek-v3-yarn-bf16  DeepSeek-V3 with YaRN (factor 4, mscale 0.8 over mscale_all_dim 1)
   mamba2-f32           Mamba2ForCausalLM: 3 Mamba-2 mixers, 8 heads of 4 in 2 groups, a state
                        of 5, 4 taps, untied; the gated norm per group (mamba_ssm's kernels and
                        transformers' fused path; its eager path normalises all channels at once)
@@ -37,6 +39,8 @@ import os
 import struct
 
 import torch
+
+from rope_scaling import inv_freq_and_factor, softmax_mscale2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 V, T = 96, 12
@@ -180,10 +184,10 @@ def llama(w, cfg, prompt):
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps, Tn = cfg.get("head_dim") or C // H, cfg["rms_norm_eps"], len(prompt)
     f = {k: t.double() for k, t in w.items()}
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    inv_freq, factor = inv_freq_and_factor(cfg, D)
     freqs = torch.outer(torch.arange(Tn, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), -1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * factor, emb.sin() * factor
 
     def proj(x, p):
         return x @ f[p + ".weight"].T + (f[p + ".bias"] if p + ".bias" in f else 0.0)
@@ -249,7 +253,7 @@ def gpt2_model(g, name, dtype, prefix, buffers):
     save(name, cfg, w, logits, prompt)
 
 
-def llama_model(g, name, dtype, kv, tied, theta, shards):
+def llama_model(g, name, dtype, kv, tied, theta, shards, rope_scaling=None):
     C, L, F, H, P = 16, 2, 40, 4, 64
     cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False,
            "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "head_dim": C // H,
@@ -257,7 +261,7 @@ def llama_model(g, name, dtype, kv, tied, theta, shards):
            "intermediate_size": F, "max_position_embeddings": P, "mlp_bias": False,
            "model_type": "llama", "num_attention_heads": H, "num_hidden_layers": L,
            "num_key_value_heads": kv, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-           "rope_scaling": None, "rope_theta": theta, "tie_word_embeddings": tied,
+           "rope_scaling": rope_scaling, "rope_theta": theta, "tie_word_embeddings": tied,
            "torch_dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
            "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V}
     D = C // H
@@ -386,10 +390,10 @@ def deepseek_v3(w, cfg, prompt):
     r, qr, E, K = cfg["kv_lora_rank"], cfg["q_lora_rank"], cfg["n_routed_experts"], cfg["num_experts_per_tok"]
     G, g = cfg["n_group"], cfg["topk_group"]
     f = {k: t.double() for k, t in w.items()}
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dr, 2, dtype=torch.float64) / dr))
+    inv_freq, factor = inv_freq_and_factor(cfg, dr)
     freqs = torch.outer(torch.arange(Tn, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), -1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * factor, emb.sin() * factor
 
     def rope_interleave(x):  # (..., Tn, dr): pairs (2i, 2i+1) to halves, then rotate-half
         x = x.reshape(*x.shape[:-1], dr // 2, 2).transpose(-1, -2).reshape(x.shape)
@@ -409,7 +413,7 @@ def deepseek_v3(w, cfg, prompt):
         kv = (rms_norm(c, f[at + "kv_a_layernorm.weight"], eps) @ f[at + "kv_b_proj.weight"].T)
         k_nope, v = kv.view(Tn, H, dn + dv).transpose(0, 1).split([dn, dv], -1)
         q_pe, k_pe = rope_interleave(q_pe), rope_interleave(k_pe.view(1, Tn, dr))
-        q = torch.cat([q_nope, q_pe], -1)
+        q = torch.cat([q_nope, q_pe], -1) * softmax_mscale2(cfg)  # YaRN's softmax scale
         k = torch.cat([k_nope, k_pe.expand(H, Tn, dr)], -1)
         y = causal_attention(q, k, v).transpose(0, 1).reshape(Tn, H * dv)
         x = x + y @ f[at + "o_proj.weight"].T
@@ -435,7 +439,7 @@ def deepseek_v3(w, cfg, prompt):
     return x @ head.T
 
 
-def deepseek_model(g, name, dtype):
+def deepseek_model(g, name, dtype, rope_scaling=None):
     """DeepseekV3ForCausalLM with the keys transformers' DeepseekV3Config saves: 3 layers of
     16, the first dense; MLA (query latent 8, key/value latent 6, heads of 4 + 4 rotated,
     values of 4); 8 routed experts of 6 in 4 groups, top-4 from the best 2 groups, x 2.5, one
@@ -452,7 +456,7 @@ def deepseek_model(g, name, dtype):
            "num_experts_per_tok": 4, "num_hidden_layers": L, "num_key_value_heads": H,
            "pretraining_tp": 1, "q_lora_rank": qr, "qk_head_dim": dn + dr,
            "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "rms_norm_eps": 1e-06,
-           "rope_interleave": True, "rope_scaling": None, "rope_theta": 10000.0,
+           "rope_interleave": True, "rope_scaling": rope_scaling, "rope_theta": 10000.0,
            "routed_scaling_factor": 2.5, "tie_word_embeddings": False, "topk_group": 2,
            "torch_dtype": "bfloat16", "transformers_version": "4.56.0", "use_cache": True,
            "v_head_dim": dv, "vocab_size": V}
@@ -565,6 +569,16 @@ def main():
     qwen_model(g, "qwen3-moe-f32", "qwen3_moe", torch.float32, tied=False)
     deepseek_model(g, "deepseek-v3-bf16", torch.bfloat16)
     mamba2_model(g, "mamba2-f32")
+    # long-context RoPE: Llama 3.1's scaling over an original context of 8 (both of its bands
+    # and the blend between), DeepSeek-V3's YaRN (the ramp, an attention factor, the softmax's)
+    llama_model(g, "llama-rope-llama3-f32", torch.float32, kv=2, tied=False, theta=10000.0,
+                shards=1, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 8})
+    deepseek_model(g, "deepseek-v3-yarn-bf16", torch.bfloat16,
+                   rope_scaling={"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1,
+                                 "mscale": 0.8, "mscale_all_dim": 1.0,
+                                 "original_max_position_embeddings": 8})
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 

@@ -280,6 +280,7 @@ constexpr loom::OpsCalls kCalls = {
     op_ssm_scan_backward,
     op_rmsnorm_gated_forward,
     op_rmsnorm_gated_backward,
+    op_rope_freqs,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -291,10 +292,11 @@ const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
   return loom::host_stream::get_ext(be, id);
 }
 
-// loom.device-stream/1 on the CPU: no stream, work is done when an op returns. loom.norm-gate/1
-// is an args extension (norm_forward/_backward take it): no table behind it.
+// loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
+// loom.norm-gate/1 and loom.rope-freqs/1 are args extensions (the norms and ropes take
+// them): no table behind them.
 const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE,
-                                     LOOM_EXT_NORM_GATE, nullptr};
+                                     LOOM_EXT_NORM_GATE, LOOM_EXT_ROPE_FREQS, nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,

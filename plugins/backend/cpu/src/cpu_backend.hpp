@@ -209,6 +209,9 @@ loom_error* op_rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset,
                             double theta) noexcept;
 loom_error* op_rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
                              double theta) noexcept;
+// loom.rope-freqs/1: rope_forward (backward 0) or _backward (1) over a frequency table
+loom_error* op_rope_freqs(loom_backend* be, DLTensor* x, int64_t pos_offset, const double* inv_freq,
+                          double scale, int backward) noexcept;
 // kernels_loss.cpp
 loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                      const DLTensor* logits, const DLTensor* targets,

@@ -81,19 +81,22 @@ LOOM_CPU_CLONES void softmax_backward_kernel(T* ds, const T* p, const T* dp, int
 
 // sign = +1 rotates forward, -1 rotates back (the inverse, which for a rotation is the
 // transpose: exactly the backward of the forward's linear map).
+// freqs: D/2 inverse frequencies (loom.rope-freqs/1) or NULL for theta^(-2i/D); cos and sin
+// are multiplied by scale.
 template <class T>
 void rope_kernel(T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos_offset,
-                 double theta, int sign, int nt) {
+                 double theta, const double* freqs, double scale, int sign, int nt) {
   int64_t half = D / 2;
   // cos/sin per (t, i), computed in double: positions reach 10^5 and more, where an f32
   // angle would already be off by whole radians' worth of ulps.
   std::vector<T> cs(static_cast<size_t>(Tn * half)), sn(static_cast<size_t>(Tn * half));
   for (int64_t i = 0; i < half; ++i) {
-    double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    double inv_freq =
+        freqs ? freqs[i] : std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
     for (int64_t t = 0; t < Tn; ++t) {
       double a = static_cast<double>(pos_offset + t) * inv_freq;
-      cs[t * half + i] = static_cast<T>(std::cos(a));
-      sn[t * half + i] = static_cast<T>(sign * std::sin(a));
+      cs[t * half + i] = static_cast<T>(scale * std::cos(a));
+      sn[t * half + i] = static_cast<T>(sign * scale * std::sin(a));
     }
   }
   const T* cp = cs.data();
@@ -117,12 +120,13 @@ void rope_kernel(T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos_
 }
 
 void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, int64_t pos_offset,
-             double theta, int sign) {
+             double theta, int sign, const double* freqs = nullptr, double scale = 1.0) {
   ck.tensor(name, x);
   if (Staging::any_half({x})) {
     Staging st(ck, b.threads);
     DLTensor* x32 = st.out(name, x);
     st.run(b, [&] {
+      if (freqs) return op_rope_freqs(&b, x32, pos_offset, freqs, scale, sign > 0 ? 0 : 1);
       return sign > 0 ? op_rope_forward(&b, x32, pos_offset, theta)
                       : op_rope_backward(&b, x32, pos_offset, theta);
     });
@@ -133,12 +137,12 @@ void rope_op(const Check& ck, loom_backend& b, DLTensor* x, const char* name, in
   if (D <= 0 || D % 2 != 0)
     ck.fail(std::string(name) + " has head dimension D = " + std::to_string(D) +
             ", expected a positive even number");
-  if (!(theta > 0) || !std::isfinite(theta))
+  if (!freqs && (!(theta > 0) || !std::isfinite(theta)))
     ck.fail("theta = " + std::to_string(theta) + " must be > 0");
   if (pos_offset < 0) ck.fail("pos_offset = " + std::to_string(pos_offset) + " must be >= 0");
   dispatch_float(ck, name, x, [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel(data_of<T>(x), B, Tn, H, D, pos_offset, theta, sign, b.threads);
+    rope_kernel(data_of<T>(x), B, Tn, H, D, pos_offset, theta, freqs, scale, sign, b.threads);
   });
 }
 
@@ -219,6 +223,15 @@ loom_error* op_rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset,
                             double theta) noexcept {
   return run_op(be, "rope_forward", [&](loom_backend& b) {
     rope_op(Check{"rope_forward"}, b, x, "x", pos_offset, theta, +1);
+  });
+}
+
+loom_error* op_rope_freqs(loom_backend* be, DLTensor* x, int64_t pos_offset, const double* inv_freq,
+                          double scale, int backward) noexcept {
+  const char* op = backward ? "rope_backward" : "rope_forward";
+  return run_op(be, op, [&](loom_backend& b) {
+    rope_op(Check{op}, b, x, backward ? "dx" : "x", pos_offset, 0.0, backward ? -1 : +1, inv_freq,
+            scale);
   });
 }
 

@@ -412,6 +412,7 @@ constexpr loom::OpsCalls kCalls = {
     nullptr,
     nullptr,  // rmsnorm_gated_forward/_backward: loom.norm-gate/1 refused as unknown
     nullptr,
+    nullptr,  // rope_freqs: loom.rope-freqs/1 (scaled RoPE) refused as unknown, not yet here
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -168,7 +168,8 @@ constexpr loom_ops kOps = make_ops();
 
 // the CPU's loom.device-stream/1: nothing to record or wait for; loom.norm-gate/1 as every
 // other norm (nothing to compute)
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_NORM_GATE, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_NORM_GATE,
+                                     LOOM_EXT_ROPE_FREQS, nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,

@@ -129,6 +129,10 @@ struct OpsCalls {
                                         const DLTensor* inp, const DLTensor* gate,
                                         const DLTensor* weight, const DLTensor* rstd,
                                         int64_t group_size);
+  // ABI 2.22's loom.rope-freqs/1 on rope_forward/_backward (backward = 1 for the latter):
+  // inv_freq has D/2 entries (checked). NULL: a rope carrying one is refused by the rule.
+  loom_error* (*rope_freqs)(loom_backend* be, DLTensor* x, int64_t pos_offset,
+                            const double* inv_freq, double scale, int backward);
 };
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
@@ -283,13 +287,35 @@ struct OpsSlots {
     return call(be, "softmax_backward", a, LOOM_SOFTMAX_BWD_ARGS_SIZE_V2,
                 [&] { return K.softmax_backward(be, a->ds, a->p, a->dp, a->scale); });
   }
+  // A rope with loom.rope-freqs/1 when the backend gives its kernel (else the rule refuses
+  // the required extension as unknown): its table must hold one frequency per pair.
+  static loom_error* rope(loom_backend* be, const loom_rope_args* a, bool backward) {
+    const char* op = backward ? "rope_backward" : "rope_forward";
+    const loom_ext* e = has(K.rope_freqs) && a && a->struct_size >= LOOM_ROPE_ARGS_SIZE_V2
+                            ? loom_ext_find(a->ext, LOOM_EXT_ROPE_FREQS)
+                            : nullptr;
+    if (e == nullptr)
+      return call(be, op, a, LOOM_ROPE_ARGS_SIZE_V2, [&] {
+        return backward ? K.rope_backward(be, a->x, a->pos_offset, a->theta)
+                        : K.rope_forward(be, a->x, a->pos_offset, a->theta);
+      });
+    const auto* f = reinterpret_cast<const loom_rope_freqs*>(e);
+    std::string why;
+    for (const loom_ext* o = a->ext; o && why.empty(); o = o->next)
+      if (o != e && (o->flags & LOOM_EXT_REQUIRED))
+        why = std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+    if (why.empty() && (e->struct_size < LOOM_ROPE_FREQS_SIZE_V1 || !f->inv_freq || !a->x ||
+                        a->x->ndim != 4 || 2 * f->num != a->x->shape[3]))
+      why = std::string(LOOM_EXT_ROPE_FREQS) + " needs one frequency per pair of x's last " +
+            "dimension (num = D/2) and its inv_freq table";
+    if (!why.empty()) return K.refuse(be, op, why);
+    return K.rope_freqs(be, a->x, a->pos_offset, f->inv_freq, f->scale, backward ? 1 : 0);
+  }
   static loom_error* rope_forward(loom_backend* be, const loom_rope_args* a) {
-    return call(be, "rope_forward", a, LOOM_ROPE_ARGS_SIZE_V2,
-                [&] { return K.rope_forward(be, a->x, a->pos_offset, a->theta); });
+    return rope(be, a, false);
   }
   static loom_error* rope_backward(loom_backend* be, const loom_rope_args* a) {
-    return call(be, "rope_backward", a, LOOM_ROPE_ARGS_SIZE_V2,
-                [&] { return K.rope_backward(be, a->x, a->pos_offset, a->theta); });
+    return rope(be, a, true);
   }
   static loom_error* softmax_cross_entropy(loom_backend* be, const loom_cross_entropy_args* a) {
     return call(be, "softmax_cross_entropy", a, LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, [&] {

@@ -287,13 +287,18 @@ inline void rmsnorm_backward(const Backend& be, DLTensor* dinp, DLTensor* dweigh
   be.call(&loom_ops::norm_backward, &a);
 }
 
-// RoPE with positional arguments, over loom_ops::rope_forward/rope_backward.
-inline void rope_forward(const Backend& be, DLTensor* x, int64_t pos_offset, double theta) {
-  const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, x, pos_offset, theta, nullptr};
+// RoPE with positional arguments, over loom_ops::rope_forward/rope_backward; `freqs`
+// (loom.rope-freqs/1: a scaled frequency table) or NULL for theta's.
+inline void rope_forward(const Backend& be, DLTensor* x, int64_t pos_offset, double theta,
+                         const loom_rope_freqs* freqs = nullptr) {
+  const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, x, pos_offset, theta,
+                         freqs ? &freqs->base : nullptr};
   be.call(&loom_ops::rope_forward, &a);
 }
-inline void rope_backward(const Backend& be, DLTensor* dx, int64_t pos_offset, double theta) {
-  const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, dx, pos_offset, theta, nullptr};
+inline void rope_backward(const Backend& be, DLTensor* dx, int64_t pos_offset, double theta,
+                          const loom_rope_freqs* freqs = nullptr) {
+  const loom_rope_args a{LOOM_ROPE_ARGS_SIZE_V2, dx, pos_offset, theta,
+                         freqs ? &freqs->base : nullptr};
   be.call(&loom_ops::rope_backward, &a);
 }
 

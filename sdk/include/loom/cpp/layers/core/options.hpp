@@ -37,6 +37,13 @@ struct Options {
   bool learned_positions() const { return !rope && !relative && !no_position; }
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   int64_t attention_window = 0;  // > 0: sliding-window attention over this many positions
+  // RoPE's frequency scaling (ops/rope.cpp): "none", Llama 3.1's "llama3" (factor, low and
+  // high frequency factors, the original context) or "yarn" (factor, beta_fast/slow, the
+  // original context, mscale and mscale_all_dim: DeepSeek-V3's, also MLA's softmax scale)
+  std::string rope_scaling = "none";
+  double rope_factor = 8.0, rope_low_freq = 1.0, rope_high_freq = 4.0;
+  int64_t rope_original_max = 8192;
+  double yarn_beta_fast = 32.0, yarn_beta_slow = 1.0, yarn_mscale = 1.0, yarn_mscale_all_dim = 0.0;
   // Qwen's attention (model/gpt): qk_norm normalises each head's q and k (the `norm` kind over
   // head_dim, weights q_norm/k_norm shared by the heads) before RoPE; qkv_bias gives c_attn a
   // bias (always when `bias`, alone with add_qkv_bias).

@@ -8,6 +8,7 @@
 #include "loom/cpp/layers/core/acts.hpp"
 #include "loom/cpp/layers/core/params.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
+#include "loom/cpp/layers/ops/rope.hpp"
 
 namespace loom::layers {
 
@@ -20,10 +21,6 @@ void attend_backward(const Ctx& c, const DLTensor* dout, const DLTensor* q, cons
                      const DLTensor* v, const DLTensor* out, const DLTensor* lse, DLTensor* dq,
                      DLTensor* dk, DLTensor* dv, bool causal, const loom_ext* ext);
 
-// RoPE of x (B,T,H,D) at the step's positions (each sequence's start, each packed document's,
-// this context rank's chunks), in place; backward: the gradient through it.
-void rope_at(const Ctx& c, const Step& s, DLTensor* x, double theta, bool backward);
-
 struct MlaProjections;  // mla.hpp
 
 struct AttentionBlock {
@@ -32,7 +29,7 @@ struct AttentionBlock {
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;  // local heads
   bool rope = false;
   bool causal = true;  // false: bidirectional (BERT)
-  double rope_theta = 10000.0;
+  Rope rotary;         // its frequencies (theta's, or a long-context scaling's)
   // Sliding window, asked of the attention plugin as a required extension (0 = none).
   loom_attention_window window{};
   // QK-norm (Qwen3): each head's q and k normalised over D before RoPE.

@@ -28,6 +28,7 @@
 #include "loom/cpp/layers/core/params.hpp"
 #include "loom/cpp/layers/ops/linear.hpp"
 #include "loom/cpp/layers/ops/norm.hpp"
+#include "loom/cpp/layers/ops/rope.hpp"
 
 namespace loom::layers {
 
@@ -53,7 +54,8 @@ struct MlaScratch {
 
 struct MlaProjections {
   MlaDims d;
-  double rope_theta = 10000.0;
+  Rope rotary;                  // the rotated part's frequencies
+  double query_scale = 1.0;     // YaRN's mscale^2 on the softmax, applied to the queries
   Linear q_a, q_b, kv_a, kv_b;  // q_b: q_b, or q without a query latent
   Norm q_a_norm, kv_a_norm;
 
