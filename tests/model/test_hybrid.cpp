@@ -103,6 +103,40 @@ TEST_CASE("model/gpt hybrid: the objective's gradient equals finite differences 
   CHECK(r.worst <= 1e-7 * r.scale);
 }
 
+// An E layer is a mixture of experts (Nemotron-H's MoE variants): its terms are the model's,
+// and the whole objective (LM, balancing and z losses) follows finite differences.
+TEST_CASE("model/gpt hybrid: an E layer's experts by finite differences (f64)") {
+  const int64_t B = 2, T = 8, V = 40;
+  Host h;
+  Overrides o = tiny_hybrid("M*EM");
+  o.emplace("num_experts", "4");
+  o.emplace("moe_router_topk", "2");
+  o.emplace("moe_ffn_hidden_size", "12");
+  o.emplace("moe_aux_loss_coeff", "0.1");
+  o.emplace("moe_z_loss_coeff", "0.01");
+  Gpt m(h, o, V, B, T, loom_f64());
+  m.check(m.api()->init_params(m.self(), 6));
+  CHECK(m.has_param("h.2.moe.router.weight"));
+  CHECK(!m.has_param("h.2.mlp.c_fc.weight"));
+  std::vector<int32_t> tok, tgt;
+  pattern(B, T, 7, tok, tgt);
+  const double ls = 1.0 / (double)(B * T);
+  m.check(m.api()->zero_grad(m.self()));
+  const Terms t = step(m, tok, tgt, B, T, ls, true);
+  REQUIRE(t.names.size() >= 3);
+  CHECK(t.names[1] == "moe_aux");
+  CHECK(t.sum[1] > 0);
+  const FdResult r = finite_differences(
+      h, m,
+      {"h.2.moe.router.weight", "h.2.moe.experts.c_fc.weight", "h.2.moe.experts.c_proj.weight",
+       "h.2.norm.weight", "h.0.mixer.in_proj.weight", "h.3.mixer.out_proj.weight"},
+      [&] { return step(m, tok, tgt, B, T, ls, false).objective(ls); });
+  MESSAGE("hybrid with experts: max |fd - analytic| " << r.worst << " over gradients up to "
+                                                      << r.scale);
+  CHECK(r.scale > 1e-4);
+  CHECK(r.worst <= 1e-7 * r.scale);
+}
+
 TEST_CASE("model/gpt hybrid: the scan's chunk length changes no number (f64)") {
   const int64_t B = 2, T = 8, V = 40;
   Host h;

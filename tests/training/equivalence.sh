@@ -20,7 +20,8 @@
 #            router and aux-loss-free expert bias) | qwen3 (QK-norm, kv_channels 12, GQA)
 #          | qwen3moe (the same with experts and a gated shared expert)
 #          | dsv3 (DeepSeek-V3 in miniature: MLA and its MoE router)
-#          | hybrid (a Nemotron-H-style stack: Mamba-2, attention, MLP, Mamba-2)
+#          | hybrid (a Nemotron-H-style stack: Mamba-2, attention, MLP, Mamba-2) | hybridmoe
+#          (its MLP layer experts)
 #          | mtp (llama with two depths of multi-token prediction) | dsv3mtp (dsv3 with one)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
@@ -93,6 +94,10 @@ case $model in
                     --set model.tie_embeddings=false --set model.bias=false) ;;
   dsv3) model_set=("${DSV3_MODEL[@]}") ;;  # DeepSeek-V3 in miniature (lib.sh)
   hybrid) model_set=("${HYBRID_MODEL[@]}") ;;  # a Mamba-2 hybrid in miniature (lib.sh)
+  # the same with its MLP layer a mixture of experts (an E layer)
+  hybridmoe) model_set=("${HYBRID_MODEL[@]}" --set "model.hybrid_override_pattern=M*EM"
+                        --set model.num_experts=4 --set model.moe_router_topk=2
+                        --set model.moe_ffn_hidden_size=24 --set model.moe_aux_loss_coeff=0.01) ;;
   # multi-token prediction: two depths on the Llama-style model; one on DeepSeek-V3's
   mtp) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
                   --set model.position=rope --set model.n_kv_head=2

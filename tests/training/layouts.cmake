@@ -92,6 +92,7 @@ equivalence(dsv3 tp2 pp2 ep2 ep2pp2 cp2 ep2cp2 dp2dist tp2pp2 pp2zbh1)
 # over the tensor group, with sequence parallelism, its layers over the pipeline (and a split
 # backward's deferred projections under ZB-H1), beside the distributed optimizer.
 equivalence(hybrid tp2 tp2sp pp2 tp2pp2 dp2dist pp2zbh1)
+equivalence(hybridmoe ep2 tp2 pp2)
 
 # Multi-token prediction: the depths on the last stage with their copy of the embedding (kept
 # equal over the embedding group), the head's and the layers' tensor parallelism, ZB-H1's
