@@ -8,13 +8,16 @@
 #
 # Each golden is NAME.jsonl: a first line with the command's settings, the input data's
 # sha256 and the tolerance, then one line per iteration. The tolerance is relative, per
-# iteration: 1e-5 on loss, 1e-4 on gradient norm, exact on lr. It is not 0 because OpenBLAS
-# picks its kernels by processor model, and another kernel sums in another order; on the
-# machine that made the curve the run is bitwise identical, and the line "bitwise identical:
-# yes" says so. The gradient norm drifts faster than the loss: on an AMD EPYC with OpenBLAS's
-# SkylakeX kernels, quickstart-50's loss stays within 8e-7 of the curve but its gradient norm
-# reaches 1.7e-5 by iteration 32, the same before and after the BERT work (measured with the
-# previous commit's build). LOOM_GOLDEN_EXACT=1 makes anything short of bitwise a failure: use it when a
+# iteration: 1e-5 on loss, 1e-4 on gradient norm (3e-4 for quickstart-50), exact on lr. It
+# is not 0 because OpenBLAS picks its kernels by processor model, and another kernel sums in
+# another order; on the machine that made the curve the run is bitwise identical, and the
+# line "bitwise identical: yes" says so. The gradient norm drifts faster than the loss: on
+# an AMD EPYC with OpenBLAS's SkylakeX kernels, quickstart-50's loss stays within 8e-7 of
+# the curve but its gradient norm reaches 1.7e-5 by iteration 32, the same before and after
+# the BERT work (measured with the previous commit's build); on an AMD EPYC with AVX2 only
+# (OpenBLAS's Haswell kernels) it reaches 1.26e-4 at iteration 32 while the loss stays
+# within 4.1e-6, bitwise the same at 93f3954 and at 6199cf9, hence quickstart-50's 3e-4.
+# LOOM_GOLDEN_EXACT=1 makes anything short of bitwise a failure: use it when a
 # refactor must not change the numbers (the ABI 2 redesign, say).
 #
 # Curves:
