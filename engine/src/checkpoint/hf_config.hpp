@@ -154,6 +154,16 @@ inline void rule(HfArch& a, std::string loom, std::vector<std::string> hf,
       {std::move(loom), std::move(hf), std::move(shapes), false, false, std::move(loom_shape)});
 }
 
+// The final norm (`ln_f.weight` from HF's `norm`, (C)) and the LM head: HF's tied lm_head,
+// or its own (V, C) rows of the vocabulary.
+inline void head_rules(HfArch& a, const std::string& norm, bool tied, int64_t V, int64_t C) {
+  rule(a, "ln_f.weight", {norm}, {{C}});
+  if (tied)
+    a.tied_head = "lm_head.weight";
+  else
+    a.rules.push_back({"lm_head.weight", {"lm_head.weight"}, {{V, C}}, false, true});
+}
+
 // A SwiGLU MLP of F columns: `loom` + "c_fc.weight" (2F, C) from `hf` + gate and up, and
 // `loom` + "c_proj.weight" (C, F) from `hf` + down (names: {gate, up, down} + ".weight").
 void swiglu_rules(HfArch& a, const std::string& loom, const std::string& hf, int64_t F, int64_t C,

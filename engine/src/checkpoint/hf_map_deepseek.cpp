@@ -74,11 +74,7 @@ HfArch build(const Ds& s) {
     expert_rules(a, h + "moe.", mlp, s.E, s.Fe, C);
     swiglu_rules(a, h + "moe.shared.", mlp + "shared_experts.", s.S, C);
   }
-  rule(a, "ln_f.weight", {"model.norm.weight"}, {{C}});
-  if (s.tied)
-    a.tied_head = "lm_head.weight";
-  else
-    a.rules.push_back({"lm_head.weight", {"lm_head.weight"}, {{d.V, C}}, false, true});
+  head_rules(a, "model.norm.weight", s.tied, d.V, C);
   a.ignored_suffixes = {".rotary_emb.inv_freq"};
   return a;
 }

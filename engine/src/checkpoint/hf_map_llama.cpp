@@ -75,11 +75,7 @@ HfArch build(const Shape& s, const std::string& name) {
     }
     swiglu_rules(a, h + "mlp.", m + ".mlp.", d.F, d.C);
   }
-  rule(a, "ln_f.weight", {"model.norm.weight"}, {{d.C}});
-  if (s.tied)
-    a.tied_head = "lm_head.weight";
-  else
-    a.rules.push_back({"lm_head.weight", {"lm_head.weight"}, {{d.V, d.C}}, false, true});
+  head_rules(a, "model.norm.weight", s.tied, d.V, d.C);
   a.ignored_suffixes = {".rotary_emb.inv_freq"};  // a buffer older versions stored
   return a;
 }

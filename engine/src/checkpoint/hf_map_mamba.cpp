@@ -46,11 +46,7 @@ HfArch build(const Mb& s) {
     rule(a, x + "out_proj.weight", {hx + "out_proj.weight"}, {{C, di}});
     if (s.bias) rule(a, x + "out_proj.bias", {hx + "out_proj.bias"}, {{C}});
   }
-  rule(a, "ln_f.weight", {"backbone.norm_f.weight"}, {{C}});
-  if (s.tied)
-    a.tied_head = "lm_head.weight";
-  else
-    a.rules.push_back({"lm_head.weight", {"lm_head.weight"}, {{d.V, C}}, false, true});
+  head_rules(a, "backbone.norm_f.weight", s.tied, d.V, C);
   return a;
 }
 

@@ -86,6 +86,11 @@ void DecoderModel::mtp_alloc(Slot& S, int64_t N) {
   if (ctx_.tp.active() && !sp_.picked) sp_.picked = ctx_.alloc({N, C});
 }
 
+// Depth k's hidden input: the last layer's output (k = 0), else the depth before's.
+const DLTensor* DecoderModel::mtp_input(const Slot& S, int64_t k) const {
+  return k == 0 ? S.res[layers_.size()].get() : S.mtp[(size_t)k - 1].out.get();
+}
+
 // Every depth's forward; returns the sum of their token losses, `count` their targets.
 double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, double& count) {
   loom::require(!S.s.docs,
@@ -124,7 +129,7 @@ double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, dou
     }
     View en = view(m.en, {N, C}), hn = view(m.hn, {N, C}), cat = view(m.cat, {N, 2 * C});
     d.enorm.forward(ctx_, en, view(m.en_mean, {N}), view(m.en_rstd, {N}), emb);
-    const DLTensor* prev = k == 0 ? S.res[layers_.size()].get() : S.mtp[(size_t)k - 1].out.get();
+    const DLTensor* prev = mtp_input(S, k);
     d.hnorm.forward(ctx_, hn, view(m.hn_mean, {N}), view(m.hn_rstd, {N}), view(prev, {N, C}));
     loom::copy_strided(ctx_.be, cat, 2 * C, 0, en, C, 0, N, C);
     loom::copy_strided(ctx_.be, cat, 2 * C, C, hn, C, 0, N, C);
@@ -145,7 +150,6 @@ double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, dou
 // embedding's gradient and d(h_{k-1}). Uses the layers' gradient scratch (grads_).
 void DecoderModel::mtp_backward(Slot& S) {
   const int64_t N = S.n, C = opt_.n_embd;
-  const loom::tp::Group& g = ctx_.tp;
   View carry = view(mtp_carry_, {N, C}), dres = view(grads_.dres, {N, C});
   View dln = view(grads_.dln, {N, C}), dcat = view(mtp_dcat_, {N, 2 * C});
   View den = view(mtp_den_, {N, C}), demb = view(mtp_demb_, {N, C});
@@ -155,11 +159,7 @@ void DecoderModel::mtp_backward(Slot& S) {
     MtpSlot& m = S.mtp[(size_t)k];
     View lnf = view(m.lnf, {N, C}), out = view(m.out, {N, C});
     // d(h_k): the head through final_norm, plus what depth k+1's hnorm sent down
-    if (head_.vocab > 0)
-      head_.backward(ctx_, dln, view(m.logits, {N, head_.cols}), head_.cols, lnf, N);
-    else
-      ctx_.call(&loom_ops::fill, dln.get(), 0.0);
-    loom::tp::CopyToTensorRegion::backward(g, dln);
+    head_input_grad(view(m.logits, {N, head_.cols}), lnf, dln, dln, N);  // no SP here
     d.final_norm.backward(ctx_, dres, dln, out, view(m.lnf_mean, {N}), view(m.lnf_rstd, {N}));
     ctx_.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)carry);
     d.layer->backward(ctx_, opt_, S.s, view(m.x, {N, C}), m.acts, grads_);  // dres: d(x)
@@ -168,7 +168,7 @@ void DecoderModel::mtp_backward(Slot& S) {
     loom::copy_strided(ctx_.be, dln, C, 0, dcat, 2 * C, C, N, C);  // d(hn)
     d.enorm.backward(ctx_, demb, den, view(m.emb, {N, C}), view(m.en_mean, {N}),
                      view(m.en_rstd, {N}));
-    const DLTensor* prev = k == 0 ? S.res[layers_.size()].get() : S.mtp[(size_t)k - 1].out.get();
+    const DLTensor* prev = mtp_input(S, k);
     d.hnorm.backward(ctx_, carry, dln, view(prev, {N, C}), view(m.hn_mean, {N}),
                      view(m.hn_rstd, {N}));
     // the embedding's rows: parameter gradients only (a split backward's W runs them)

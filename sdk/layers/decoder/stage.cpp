@@ -248,7 +248,7 @@ double DecoderModel::lm_loss(const LossBufs& b, const DLTensor* tgt, const int32
 
 // grads_.dres = d(last layer's output) from the dlogits in S.logits.
 void DecoderModel::head_backward(Slot& S) {
-  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd, V = head_.vocab;
+  const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
   View xl = view(S.res[layers_.size()], {nl, C}), lnf = view(S.lnf, {nl, C});
   View mean = view(S.lnf_mean, {nl}), rstd = view(S.lnf_rstd, {nl});
@@ -263,19 +263,27 @@ void DecoderModel::head_backward(Slot& S) {
       ctx_.call(&loom_ops::copy, dln.get(), (const DLTensor*)mine);
     }
   } else {
-    if (V > 0)
-      head_.backward(ctx_, dx, logits, head_.cols, g.sequence_parallel ? full.get() : lnf.get(), N);
-    else  // this rank holds only padding: no contribution
-      ctx_.call(&loom_ops::fill, dx, 0.0);
-    if (g.sequence_parallel)
-      loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
-    else
-      loom::tp::CopyToTensorRegion::backward(g, dln);
+    head_input_grad(logits, g.sequence_parallel ? full.get() : lnf.get(), dx, dln, N);
   }
   if (opt_.post_norm)
     ctx_.call(&loom_ops::copy, dres.get(), (const DLTensor*)dln);
   else
     ln_f_.backward(ctx_, dres, dln, xl, mean, rstd);
+}
+
+// dln (this rank's rows) = the LM head's input gradient from the dlogits in `logits`, x the
+// head's (all N rows') input; under sequence parallelism through dx (N, C), else dx is dln.
+void DecoderModel::head_input_grad(const DLTensor* logits, const DLTensor* x, DLTensor* dx,
+                                   DLTensor* dln, int64_t N) {
+  const loom::tp::Group& g = ctx_.tp;
+  if (head_.vocab > 0)
+    head_.backward(ctx_, dx, logits, head_.cols, x, N);
+  else  // this rank holds only padding: no contribution
+    ctx_.call(&loom_ops::fill, dx, 0.0);
+  if (g.sequence_parallel)
+    loom::tp::GatherFromSequenceRegion::backward(g, dx, dln);
+  else
+    loom::tp::CopyToTensorRegion::backward(g, dln);
 }
 
 // Packed documents (Megatron's reset_position_ids and reset_attention_mask): the positions

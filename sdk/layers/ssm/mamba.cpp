@@ -54,10 +54,12 @@ void split_xbc(const Ctx& c, const MambaMixer& m, int64_t n, DLTensor* xbc, DLTe
 
 // The scan's state before each chunk, for the step's B sequences of T tokens: grown here, as
 // its size follows the step's shape rather than its token count.
+std::vector<int64_t> states_shape(const MambaMixer& m, const Step& s) {
+  return {s.B, (s.T + m.chunk - 1) / m.chunk, m.H, m.P, m.S};
+}
 View chunk_states(const Ctx& c, const MambaMixer& m, const Step& s, LayerActs& a) {
-  const int64_t chunks = (s.T + m.chunk - 1) / m.chunk;
-  const std::vector<int64_t> shape = {s.B, chunks, m.H, m.P, m.S};
-  const int64_t need = s.B * chunks * m.H * m.P * m.S;
+  const std::vector<int64_t> shape = states_shape(m, s);
+  const int64_t need = shape[0] * shape[1] * m.H * m.P * m.S;
   if (!a.m_states || loom_tensor_numel(a.m_states.get()) < need)
     a.m_states = c.alloc(c.stat_dtype(), {need});
   return view(a.m_states, shape);
@@ -136,14 +138,13 @@ void MambaMixer::backward(const Ctx& c, const Step& s, const DLTensor* x, const 
   loom::gated_rmsnorm_backward(c.be, dys.get(), dz.get(), norm_dw.get(), dyn,
                                view(a.m_y, {n, di()}), view(a.m_z, {n, di()}), norm_w,
                                view(a.m_rstd, {n * G}), di() / G);
-  const int64_t chunks = (T + chunk - 1) / chunk;
   View ddt = view(g.m_ddt, {B, T, H});
   loom::ssm_scan_backward(c.be, view(g.m_dx, {B, T, H, P}).get(), ddt.get(), dA_log.get(),
                           view(g.m_dB, {B, T, G, S}).get(), view(g.m_dC, {B, T, G, S}).get(),
                           dD.get(), ddt_bias.get(), view(g.m_dy, {B, T, H, P}),
                           view(a.m_x, {B, T, H, P}), view(a.m_dt, {B, T, H}), A_log,
                           view(a.m_B, {B, T, G, S}), view(a.m_C, {B, T, G, S}), D, dt_bias, chunk,
-                          view(a.m_states, {B, chunks, H, P, S}));
+                          view(a.m_states, states_shape(*this, s)));
   View dxbc = view(g.m_dxbc, {B, T, cd()}), dxin = view(g.m_dxbc_in, {B, T, cd()});
   split_xbc(c, *this, n, dxbc, g.m_dx.get(), g.m_dB.get(), g.m_dC.get(), true);
   loom::ssm_conv_backward(c.be, dxin.get(), conv_dw.get(), conv_db.get(), dxbc,

@@ -184,6 +184,8 @@ class DecoderModel {
   double head_forward(Slot& S, const int32_t* targets, bool grad,
                       const loom_token_stats* per_token = nullptr);
   void head_backward(Slot& S);
+  void head_input_grad(const DLTensor* logits, const DLTensor* x, DLTensor* dx, DLTensor* dln,
+                       int64_t N);
   // The cross-entropy part of a head's forward (stage.cpp), over the buffers `b` holds.
   struct LossBufs {
     DLTensor *logits, *losses, *stats, *gathered, *lse;
@@ -198,6 +200,7 @@ class DecoderModel {
   void mtp_alloc(Slot& S, int64_t N);
   double mtp_forward(Slot& S, const int32_t* targets, bool grad, double& count);
   void mtp_backward(Slot& S);
+  const DLTensor* mtp_input(const Slot& S, int64_t k) const;
   struct MtpDepth {
     Norm enorm, hnorm, final_norm;
     Linear eh;  // (C, 2C): [en | hn] -> C
