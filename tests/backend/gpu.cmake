@@ -2,8 +2,10 @@
 # host, so they need neither CUDA headers nor the cuda backend to compile. Without the
 # backend/cuda plugin, or without a device, they print "SKIPPED: <reason>" and exit 77, which
 # ctest reports as Skipped (tools/gpu-check runs them on a GPU machine).
-#   gpu.ops_vs_cpu     every loom_ops slot on backend/cuda against backend/cpu (f32, tf32, bf16)
-add_executable(loom-test-gpu-ops gpu_pair.cpp test_ops_vs_cpu.cpp test_ops_vs_cpu_layers.cpp)
+#   gpu.ops_vs_cpu     every loom_ops slot on backend/cuda against backend/cpu (f32, tf32, bf16),
+#                      Mamba-2's ops and ABI 2.22's extensions in test_ops_vs_cpu_ssm.cpp
+add_executable(loom-test-gpu-ops gpu_pair.cpp test_ops_vs_cpu.cpp test_ops_vs_cpu_layers.cpp
+  test_ops_vs_cpu_ssm.cpp)
 target_link_libraries(loom-test-gpu-ops PRIVATE doctest::doctest loom_sdk ${CMAKE_DL_LIBS})
 target_include_directories(loom-test-gpu-ops PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
 target_compile_definitions(loom-test-gpu-ops PRIVATE

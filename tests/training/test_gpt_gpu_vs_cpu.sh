@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Whole-model check of backend/cuda: `loom run` of a small GPT (2 layers x 128, byte
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
-# backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, and
-# of a DeepSeek-V3-style one (multi-head latent attention, its router) in fp32, comparing the
-# per-step loss curves.
+# backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, of a
+# DeepSeek-V3-style one (multi-head latent attention, its router) and of a Mamba-2 hybrid in
+# fp32, comparing the per-step loss curves.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -131,6 +131,12 @@ mla=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position
   --set model.moe_router_topk_scaling_factor=2.5 --set model.moe_shared_expert_intermediate_size=96
   --set "model.moe_layer_freq=[0,1]")
 fp32_variant mla MLA "${mla[@]}"
+
+# A Mamba-2 hybrid (lib.sh's HYBRID_MODEL: Mamba-2, attention, MLP, Mamba-2 at this width: 32
+# heads of 8 channels in 2 groups, a state of 8, 4 taps, chunks of 5) in fp32, the same bounds:
+# ABI 2.22's causal convolution and selective scan and the gated RMSNorm (loom.norm-gate/1) on
+# the device (backend/cuda's since 2026-12, first run here).
+fp32_variant hybrid "Mamba-2 hybrid" "${HYBRID_MODEL[@]}" --set model.n_layer=4
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

@@ -224,7 +224,8 @@ const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   return nullptr;
 }
 
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE,
+                                     LOOM_EXT_NORM_GATE, LOOM_EXT_ROPE_FREQS, nullptr};
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -406,13 +407,13 @@ constexpr loom::OpsCalls kCalls = {
     gemm_epilogue,
     kEpilogueKinds,
     copy_strided,
-    nullptr,  // ssm_conv_forward .. ssm_scan_backward (ABI 2.22, Mamba-2): not yet on the GPU,
-    nullptr,  // so the slots refuse them by name ("no kernel")
-    nullptr,
-    nullptr,
-    nullptr,  // rmsnorm_gated_forward/_backward: loom.norm-gate/1 refused as unknown
-    nullptr,
-    nullptr,  // rope_freqs: loom.rope-freqs/1 (scaled RoPE) refused as unknown, not yet here
+    ssm_conv_forward,  // ABI 2.22, Mamba-2: compiled, not yet run on a GPU (docs/kernels.md)
+    ssm_conv_backward,
+    ssm_scan_forward,
+    ssm_scan_backward,
+    rmsnorm_gated_forward,  // loom.norm-gate/1
+    rmsnorm_gated_backward,
+    rope_freqs,  // loom.rope-freqs/1
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

@@ -7,6 +7,9 @@
 //   rope_forward:     x(B,T,H,D) rotated in place, rotate-half pairs (i, i + D/2) at position
 //                     pos_offset + t by angle pos * theta^(-2i/D)
 //   rope_backward:    dx rotated back by the same angles (the transpose of the rotation)
+//   rope_freqs:       either, with loom.rope-freqs/1's D/2 frequencies in place of
+//                     theta^(-2i/D) and cos and sin both times its scale (Llama 3's and YaRN's
+//                     scalings); the table rides in the launch's parameters (D <= 512)
 // Leading dimensions of s are flattened: (B,H,Tq,Tk) works as Bt = B*H. With causal, column j
 // of row i is masked when j > i + (Tk - Tq) (queries are the last Tq of Tk positions); a row
 // with every column masked (only when Tq > Tk) gets probabilities 0 and lse = -inf.
@@ -70,21 +73,32 @@ __global__ void softmax_backward_kernel(T* ds, const T* p, const T* dp, int64_t 
   }
 }
 
+// loom.rope-freqs/1's table as a kernel parameter (2 KiB of the 4 KiB a launch may carry).
+constexpr int64_t kRopeTableMax = 256;
+struct RopeTable {
+  double inv_freq[kRopeTableMax];
+};
+
 // x(B*T rows of H heads of D), in place. One block per (b, t); a thread per frequency i
 // computes its angle once (in double: positions reach 10^5 and more, where an f32 angle would
 // be off by whole radians' worth of ulps) and turns that pair in every head.
 // sign = +1 rotates forward, -1 back (the inverse, which for a rotation is the transpose).
+// freqs: loom.rope-freqs/1's D/2 frequencies when `table`, else theta^(-2i/D); cos and sin are
+// times scale, rounded to f32 once, as backend/cpu does.
 template <class T>
 __global__ void rope_kernel(T* x, int64_t BT, int64_t Tn, int64_t H, int64_t D, int64_t pos_offset,
-                            double theta, double sign) {
+                            double theta, double sign, const RopeTable freqs, bool table,
+                            double scale) {
   const int64_t half = D / 2;
   for (int64_t bt = blockIdx.x; bt < BT; bt += gridDim.x) {
     const double pos = static_cast<double>(pos_offset + bt % Tn);
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-      const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double inv_freq =
+          table ? freqs.inv_freq[i]
+                : pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
       double sd, cd;
       sincos(pos * inv_freq, &sd, &cd);
-      const float c = static_cast<float>(cd), sn = static_cast<float>(sign * sd);
+      const float c = static_cast<float>(scale * cd), sn = static_cast<float>(sign * scale * sd);
       for (int64_t h = 0; h < H; ++h) {
         T* lo = x + (bt * H + h) * D + i;
         const float a = to_f32(lo[0]), b = to_f32(lo[half]);
@@ -96,7 +110,7 @@ __global__ void rope_kernel(T* x, int64_t BT, int64_t Tn, int64_t H, int64_t D, 
 }
 
 void rope_op(const char* op, loom_backend& b, DLTensor* x, const char* name, int64_t pos_offset,
-             double theta, double sign) {
+             double theta, double sign, const double* host_freqs = nullptr, double scale = 1.0) {
   need(op, name, x);
   need_float(op, name, x);
   if (x->ndim != 4)
@@ -106,15 +120,28 @@ void rope_op(const char* op, loom_backend& b, DLTensor* x, const char* name, int
   if (D <= 0 || D % 2 != 0)
     fail(op, std::string(name) + " has head dimension D = " + std::to_string(D) +
                  ", expected a positive even number");
-  if (!(theta > 0) || !std::isfinite(theta))
+  if (host_freqs == nullptr && (!(theta > 0) || !std::isfinite(theta)))
     fail(op, "theta = " + std::to_string(theta) + " must be > 0");
+  if (host_freqs != nullptr) need_finite(op, "scale", scale);
   if (pos_offset < 0) fail(op, "pos_offset = " + std::to_string(pos_offset) + " must be >= 0");
   void* p = device_ptr(b, x, op, name, B * Tn * H * D);
   if (B * Tn * H == 0) return;
+  // The caller's table (host memory, borrowed for the call) travels by value in the launch:
+  // no copy to queue, nothing to wait for before the caller may reuse it.
+  RopeTable freqs{};
+  if (host_freqs != nullptr) {
+    if (D / 2 > kRopeTableMax)
+      fail(op,
+           std::string(LOOM_EXT_ROPE_FREQS) + " with D = " + std::to_string(D) +
+               ": backend/cuda takes at most " + std::to_string(2 * kRopeTableMax),
+           LOOM_ERR_UNIMPLEMENTED);
+    for (int64_t i = 0; i < D / 2; ++i) freqs.inv_freq[i] = host_freqs[i];
+  }
   dispatch_float(op, name, x, [&](auto tt) {
     using T = typename decltype(tt)::type;
     rope_kernel<T><<<grid_rows(B * Tn), row_threads(D / 2, 256), 0, b.stream>>>(
-        static_cast<T*>(p), B * Tn, Tn, H, D, pos_offset, theta, sign);
+        static_cast<T*>(p), B * Tn, Tn, H, D, pos_offset, theta, sign, freqs, host_freqs != nullptr,
+        scale);
     LOOM_CUDA_LAUNCHED(op);
   });
 }
@@ -184,6 +211,16 @@ loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
                           double theta) noexcept {
   return run_op(be, "rope_backward", [&](loom_backend& b) {
     rope_op("rope_backward", b, dx, "dx", pos_offset, theta, -1.0);
+  });
+}
+
+loom_error* rope_freqs(loom_backend* be, DLTensor* x, int64_t pos_offset, const double* inv_freq,
+                       double scale, int backward) noexcept {
+  const char* op = backward ? "rope_backward" : "rope_forward";
+  return run_op(be, op, [&](loom_backend& b) {
+    if (inv_freq == nullptr) fail(op, LOOM_EXT_ROPE_FREQS " without its inv_freq table");
+    rope_op(op, b, x, backward ? "dx" : "x", pos_offset, 0.0, backward ? -1.0 : 1.0, inv_freq,
+            scale);
   });
 }
 

@@ -43,6 +43,15 @@ loom_error* rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, con
 loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
                              const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
                              const DLTensor* rstd) noexcept;
+// loom.norm-gate/1 (ABI 2.22), Mamba-2's gated RMSNorm; args checked by the SDK slot
+// (loom::norm_gate_refusal).
+loom_error* rmsnorm_gated_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
+                                  const DLTensor* inp, const DLTensor* gate, const DLTensor* weight,
+                                  double eps, int64_t group_size) noexcept;
+loom_error* rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor* dgate,
+                                   DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
+                                   const DLTensor* gate, const DLTensor* weight,
+                                   const DLTensor* rstd, int64_t group_size) noexcept;
 // kernels_activation.cu
 loom_error* gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
@@ -63,6 +72,10 @@ loom_error* softmax_backward(loom_backend* be, DLTensor* ds, const DLTensor* p, 
 loom_error* rope_forward(loom_backend* be, DLTensor* x, int64_t pos_offset, double theta) noexcept;
 loom_error* rope_backward(loom_backend* be, DLTensor* dx, int64_t pos_offset,
                           double theta) noexcept;
+// loom.rope-freqs/1 (ABI 2.22): the caller's D/2 frequencies and cos/sin scale, checked by
+// the SDK slot; backward = 1 rotates back.
+loom_error* rope_freqs(loom_backend* be, DLTensor* x, int64_t pos_offset, const double* inv_freq,
+                       double scale, int backward) noexcept;
 // kernels_loss.cu
 loom_error* softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                   const DLTensor* logits, const DLTensor* targets,
@@ -72,5 +85,23 @@ loom_error* vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* lo
 loom_error* vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,
                               const DLTensor* targets, int64_t vocab_start, const DLTensor* lse,
                               double dloss) noexcept;
+// kernels_ssm_conv.cu, kernels_ssm_scan.cu: ABI 2.22's Mamba-2 ops, shapes checked by the SDK
+// slots (loom/cpp/ssm_args.hpp)
+loom_error* ssm_conv_forward(loom_backend* be, DLTensor* out, const DLTensor* x,
+                             const DLTensor* weight, const DLTensor* bias, int silu,
+                             DLTensor* state) noexcept;
+loom_error* ssm_conv_backward(loom_backend* be, DLTensor* dx, DLTensor* dweight, DLTensor* dbias,
+                              const DLTensor* dout, const DLTensor* x, const DLTensor* weight,
+                              const DLTensor* bias, int silu) noexcept;
+loom_error* ssm_scan_forward(loom_backend* be, DLTensor* y, const DLTensor* x, const DLTensor* dt,
+                             const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                             const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                             DLTensor* chunk_states, DLTensor* state) noexcept;
+loom_error* ssm_scan_backward(loom_backend* be, DLTensor* dx, DLTensor* ddt, DLTensor* dA_log,
+                              DLTensor* dB, DLTensor* dC, DLTensor* dD, DLTensor* ddt_bias,
+                              const DLTensor* dy, const DLTensor* x, const DLTensor* dt,
+                              const DLTensor* A_log, const DLTensor* B, const DLTensor* C,
+                              const DLTensor* D, const DLTensor* dt_bias, int64_t chunk,
+                              const DLTensor* chunk_states) noexcept;
 
 }  // namespace loom_cuda
