@@ -8,10 +8,9 @@
 #   attention.conformance_flash_cpu    cpu/flash-cpu
 #   attention-gpu.harness_cpu          cpu/reference: the harness checking itself
 add_executable(loom-test-attention-gpu conformance.cpp)
-target_link_libraries(loom-test-attention-gpu PRIVATE doctest::doctest loom_sdk ${CMAKE_DL_LIBS})
+target_link_libraries(loom-test-attention-gpu PRIVATE doctest::doctest loom_sdk loom_test_paths
+                      ${CMAKE_DL_LIBS})
 target_include_directories(loom-test-attention-gpu PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-target_compile_definitions(loom-test-attention-gpu PRIVATE
-  LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
 foreach(plugin loom_backend_cpu loom_attention_reference loom_attention_flash_cpu
                loom_backend_cuda loom_attention_flash_cuda loom_attention_cudnn)
   if(TARGET ${plugin})

@@ -9,10 +9,9 @@ if(NOT TARGET loom_attention_cudnn)
   return()
 endif()
 add_executable(loom-test-attention-cudnn test_attention_cudnn.cpp)
-target_link_libraries(loom-test-attention-cudnn PRIVATE doctest::doctest loom_sdk ${CMAKE_DL_LIBS})
+target_link_libraries(loom-test-attention-cudnn PRIVATE doctest::doctest loom_sdk loom_test_paths
+                      ${CMAKE_DL_LIBS})
 target_include_directories(loom-test-attention-cudnn PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-target_compile_definitions(loom-test-attention-cudnn PRIVATE
-  LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
 foreach(plugin loom_backend_cpu loom_attention_reference loom_backend_cuda loom_attention_cudnn)
   if(TARGET ${plugin})
     add_dependencies(loom-test-attention-cudnn ${plugin})

@@ -6,10 +6,9 @@
 #                      Mamba-2's ops and ABI 2.22's extensions in test_ops_vs_cpu_ssm.cpp
 add_executable(loom-test-gpu-ops gpu_pair.cpp test_ops_vs_cpu.cpp test_ops_vs_cpu_layers.cpp
   test_ops_vs_cpu_ssm.cpp)
-target_link_libraries(loom-test-gpu-ops PRIVATE doctest::doctest loom_sdk ${CMAKE_DL_LIBS})
+target_link_libraries(loom-test-gpu-ops PRIVATE doctest::doctest loom_sdk loom_test_paths
+                      ${CMAKE_DL_LIBS})
 target_include_directories(loom-test-gpu-ops PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-target_compile_definitions(loom-test-gpu-ops PRIVATE
-  LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
 foreach(plugin loom_backend_cpu loom_backend_cuda)
   if(TARGET ${plugin})
     add_dependencies(loom-test-gpu-ops ${plugin})

@@ -15,7 +15,7 @@ set_tests_properties(data.indexed PROPERTIES LABELS "data" TIMEOUT 120)
 add_executable(test_data_preprocess test_preprocess.cpp test_sentences.cpp)
 target_link_libraries(test_data_preprocess PRIVATE loom_engine loom_test_main ZLIB::ZLIB
                       PkgConfig::LOOM_TEST_ZSTD)
-target_compile_definitions(test_data_preprocess PRIVATE LOOM_EXE="$<TARGET_FILE:loom>")
+loom_test_paths(test_data_preprocess LOOM_EXE=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/loom)
 add_dependencies(test_data_preprocess loom loom_tokenizer_byte loom_dataset_indexed)
 add_test(NAME data.preprocess COMMAND test_data_preprocess)
 set_tests_properties(data.preprocess PROPERTIES LABELS "data" TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -83,15 +83,15 @@ set(_engine_tests session/test_capabilities.cpp cli/test_cli.cpp recipe/test_doc
 add_executable(test_engine ${_engine_tests})
 target_link_libraries(test_engine PRIVATE loom_engine loom_test_main spdlog::spdlog)
 target_include_directories(test_engine PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})  # engine_test_util
-target_compile_definitions(test_engine PRIVATE
-  LOOM_EXE="$<TARGET_FILE:loom>"
-  LOOM_TEST_STUB_DIR="${LOOM_TEST_STUB_DIR}"
-  LOOM_TEST_ODD_DIR="${LOOM_TEST_ODD_DIR}"
-  LOOM_TEST_TINY_DIR="${LOOM_TEST_TINY_DIR}"
-  LOOM_TEST_TINY_OTHER_DIR="${LOOM_TEST_TINY_OTHER_DIR}"
-  LOOM_TEST_ABI1_DIR="${LOOM_TEST_ABI1_DIR}"
-  LOOM_TEST_WILD_DIR="${LOOM_TEST_WILD_DIR}"
-  LOOM_TEST_TOUCH_DIR="${LOOM_TEST_TOUCH_DIR}")
+loom_test_paths(test_engine
+  LOOM_EXE=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/loom
+  LOOM_TEST_STUB_DIR=${LOOM_TEST_STUB_DIR}
+  LOOM_TEST_ODD_DIR=${LOOM_TEST_ODD_DIR}
+  LOOM_TEST_TINY_DIR=${LOOM_TEST_TINY_DIR}
+  LOOM_TEST_TINY_OTHER_DIR=${LOOM_TEST_TINY_OTHER_DIR}
+  LOOM_TEST_ABI1_DIR=${LOOM_TEST_ABI1_DIR}
+  LOOM_TEST_WILD_DIR=${LOOM_TEST_WILD_DIR}
+  LOOM_TEST_TOUCH_DIR=${LOOM_TEST_TOUCH_DIR})
 add_dependencies(test_engine loom ${LOOM_ENGINE_TEST_PLUGINS})
 add_test(NAME test_engine COMMAND test_engine)
 set_tests_properties(test_engine PROPERTIES LABELS "engine" TIMEOUT 300)

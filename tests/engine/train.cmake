@@ -24,7 +24,7 @@ target_compile_definitions(loom_test_attention_causal_only PRIVATE
 
 add_executable(test_train_runs train/test_runs.cpp)
 target_link_libraries(test_train_runs PRIVATE loom_test_main)
-target_compile_definitions(test_train_runs PRIVATE LOOM_TEST_FIXTURE_DIR="${LOOM_TEST_FIXTURE_DIR}")
+loom_test_paths(test_train_runs LOOM_TEST_FIXTURE_DIR=${LOOM_TEST_FIXTURE_DIR})
 add_dependencies(test_train_runs loom loom_test_attention_causal_only)
 add_test(NAME train.runs COMMAND test_train_runs --test-case-exclude=*lion*)
 set_tests_properties(train.runs PROPERTIES LABELS "sanitize" ENVIRONMENT "LOOM_PLUGIN_PATH=")

@@ -8,8 +8,7 @@ set(_model_plugins loom_backend_cpu loom_attention_reference loom_attention_flas
 function(loom_model_test name)
   add_executable(${name} ${name}.cpp)
   target_link_libraries(${name} PRIVATE loom_test_main)
-  target_compile_definitions(${name} PRIVATE
-    LOOM_MODEL_TEST_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  loom_test_paths(${name} LOOM_MODEL_TEST_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data)
   add_dependencies(${name} ${_model_plugins})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "model" TIMEOUT 300)
@@ -31,8 +30,7 @@ loom_model_test(test_gpt_mixed)
 add_executable(loom_bench_gpt bench_gpt.cpp)
 set_target_properties(loom_bench_gpt PROPERTIES OUTPUT_NAME loom-bench-gpt)
 target_include_directories(loom_bench_gpt PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/../support)
-target_compile_definitions(loom_bench_gpt PRIVATE LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}")
-target_link_libraries(loom_bench_gpt PRIVATE loom_sdk loom_engine ${CMAKE_DL_LIBS})
+target_link_libraries(loom_bench_gpt PRIVATE loom_sdk loom_engine loom_test_paths ${CMAKE_DL_LIBS})
 add_dependencies(loom_bench_gpt ${_model_plugins})
 
 # Mixed precision across 2 ranks (comm/mpi bf16/f16 collectives, model/gpt bf16 under tensor

@@ -25,8 +25,7 @@ function(loom_tokenizer_test name)
   cmake_parse_arguments(T "" "SOURCE" "PLUGINS;LIBRARIES" ${ARGN})
   add_executable(${name} ${T_SOURCE})
   target_link_libraries(${name} PRIVATE loom_test_main ${T_LIBRARIES})
-  target_compile_definitions(${name} PRIVATE
-    LOOM_TOKENIZER_TEST_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  loom_test_paths(${name} LOOM_TOKENIZER_TEST_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data)
   add_dependencies(${name} ${T_PLUGINS})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "tokenizers" TIMEOUT 300 SKIP_RETURN_CODE 77)
@@ -40,9 +39,6 @@ loom_tokenizer_test(test_tokenizer_gpt2_bpe SOURCE test_gpt2_bpe.cpp
 loom_tokenizer_test(test_tokenizer_null SOURCE test_null.cpp PLUGINS loom_tokenizer_null)
 
 add_executable(loom-bench-tokenizer bench_tokenizer.cpp)
-target_link_libraries(loom-bench-tokenizer PRIVATE loom_sdk ${CMAKE_DL_LIBS})
+target_link_libraries(loom-bench-tokenizer PRIVATE loom_sdk loom_test_paths ${CMAKE_DL_LIBS})
 target_include_directories(loom-bench-tokenizer PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/../support)
-target_compile_definitions(loom-bench-tokenizer PRIVATE
-  LOOM_TEST_PLUGIN_DIR="${LOOM_BUILD_PLUGIN_DIR}"
-  LOOM_SHARED_DATA="${PROJECT_SOURCE_DIR}/../shared/data")
 add_dependencies(loom-bench-tokenizer loom_tokenizer_gpt2_bpe)

@@ -7,8 +7,7 @@ function(loom_tokmore_test name)
   cmake_parse_arguments(T "" "" "PLUGINS" ${ARGN})
   add_executable(${name} ${name}.cpp)
   target_link_libraries(${name} PRIVATE loom_test_main nlohmann_json::nlohmann_json)
-  target_compile_definitions(${name} PRIVATE
-    LOOM_TOKMORE_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  loom_test_paths(${name} LOOM_TOKMORE_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data)
   add_dependencies(${name} ${T_PLUGINS})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "plugins;tokenizers" TIMEOUT 120

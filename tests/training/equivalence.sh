@@ -34,9 +34,11 @@
 #           tokens, so that every sample holds two or three, on one rank as in the layout
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3 layout=$4
-# LOOM_LAYOUT_ITERS (the sanitizer build's layouts.cmake sets 10: it looks for memory errors,
-# not drift) shortens the 20 iterations; evaluations stay every 10.
+# LOOM_LAYOUT_ITERS and LOOM_LAYOUT_EVAL_INTERVAL shorten the 20 iterations with an evaluation
+# every 10: the sanitizer build's layouts.cmake sets 4 and 2, as it looks for memory errors in
+# every path (steps and evaluations), not for drift.
 iters=${LOOM_LAYOUT_ITERS:-20}
+eval_every=${LOOM_LAYOUT_EVAL_INTERVAL:-10}
 model_plugin=gpt
 case $model in bert | t5) model_plugin=$model ;; t5rel) model_plugin=t5 ;; esac
 bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
@@ -197,22 +199,31 @@ if [ "$model" = t5rel ]; then param_tol32=5e-5; fi
 # see other row counts) while every loss, the grad norm and the expert loads agree within
 # 9e-8, and fp64 within 1e-9 element by element (1.3e-13 measured).
 if [ "$model" = moebias ]; then param_tol32=3e-5; fi
+# LOOM_LAYOUT_PARAM_TOL32 raises the fp32 bound: the sanitizer build's (layouts.cmake) -O1
+# code rounds otherwise than Release's, and moe's h.1.ln_1.bias, whose gradients are near
+# zero, drifts 1.03e-5 (TP2) to 1.18e-5 (EP2 x TP2) by norm there after 4 steps, against
+# 3.8e-6 in Release after 20, with every loss within 1.4e-7 and fp64 within 1e-9.
+if [ -n "${LOOM_LAYOUT_PARAM_TOL32:-}" ]; then
+  param_tol32=$(awk -v a="$param_tol32" -v b="$LOOM_LAYOUT_PARAM_TOL32" \
+    'BEGIN { print (a + 0 > b + 0) ? a : b }')
+fi
 check() {  # check DTYPE TOL PARAM_TOL DIFF_OPTS...
   local dtype=$1 tol=$2 param_tol=$3
   shift 3
   "$loom" run base.toml "${model_set[@]}" --set precision.dtype="$dtype" --set train.iters=$iters \
-    --set train.metrics=one-$dtype.jsonl --set checkpoint.save=one-$dtype 2> one.log ||
+    --set train.eval_interval=$eval_every --set train.metrics=one-$dtype.jsonl \
+    --set checkpoint.save=one-$dtype 2> one.log ||
     { cat one.log; exit 1; }
   mpi_ranks "$np" "$loom" run base.toml "${model_set[@]}" "${sets[@]}" --set comm.plugin=mpi \
-    --set precision.dtype="$dtype" --set train.iters=$iters --set train.metrics=par-$dtype.jsonl \
-    --set checkpoint.save=par-$dtype 2> par.log || { tail -30 par.log; exit 1; }
+    --set precision.dtype="$dtype" --set train.iters=$iters --set train.eval_interval=$eval_every \
+    --set train.metrics=par-$dtype.jsonl --set checkpoint.save=par-$dtype 2> par.log || { tail -30 par.log; exit 1; }
   PYTHONPATH=$tests_dir/support python3 - "$model $layout $dtype" "$tol" one-$dtype.jsonl \
-    par-$dtype.jsonl "$iters" <<'PY'
+    par-$dtype.jsonl "$iters" "$eval_every" <<'PY'
 import sys
 from metrics import compare, rows
-what, tol, iters = sys.argv[1], float(sys.argv[2]), int(sys.argv[5])
+what, tol, iters, every = sys.argv[1], float(sys.argv[2]), int(sys.argv[5]), int(sys.argv[6])
 one, par = rows(sys.argv[3]), rows(sys.argv[4])
-want = iters + iters // 10  # the steps and an evaluation every 10
+want = iters + iters // every  # the steps and their evaluations
 assert len(one) == len(par) == want, (len(one), len(par), want)
 
 
@@ -239,7 +250,7 @@ for row in par:
     for layer, total in layers.items():
         if abs(total - 1.0) > 1e-12:
             sys.exit(f"{what} iter {row['iter']} {layer}: the experts' shares add up to {total!r}")
-print(f"{what}: every loss term and the grad norm of {iters} iterations (and {iters // 10} evaluations) match 1 rank within {tol:g}; "
+print(f"{what}: every loss term and the grad norm of {iters} iterations (and {iters // every} evaluations) match 1 rank within {tol:g}; "
       f"worst relative difference {worst:.2e}; final loss {par[-2]['loss']:.4f}")
 PY
   "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$param_tol" "$@"

@@ -4,10 +4,13 @@ find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi)
   return()
 endif()
-# The sanitizer build looks for memory errors, not drift: 10 iterations a layout (20 in
-# Release, the acceptance's), which halves the suite's longest part under ASan.
+# The sanitizer build looks for memory errors, not drift: 4 iterations a layout with an
+# evaluation every 2 (20 and 10 in Release, the acceptance's), every path of a step and an
+# evaluation; fp64 within 1e-9 as in Release, fp32's parameters within 3e-5 (equivalence.sh
+# says why).
 if(LOOM_SANITIZE)
-  loom_mpi_env(_env LOOM_PLUGIN_PATH= LOOM_LAYOUT_ITERS=10)
+  loom_mpi_env(_env LOOM_PLUGIN_PATH= LOOM_LAYOUT_ITERS=4 LOOM_LAYOUT_EVAL_INTERVAL=2
+               LOOM_LAYOUT_PARAM_TOL32=3e-5)
 else()
   loom_mpi_env(_env LOOM_PLUGIN_PATH=)
 endif()
