@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -152,6 +153,15 @@ __global__ void column_sum_finish(G* out0, const float* part0, G* out1, const fl
 }
 inline dim3 column_sum_grid(int64_t C, int pairs) {
   return dim3(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(pairs));
+}
+// The first pass's row chunks over N rows (K = chunks partials a column): a function of N
+// only, never of the device, so the summation order, and the result, is the same on any GPU.
+struct RowChunks {
+  int64_t chunks, rows_per_chunk;
+};
+inline RowChunks row_chunks(int64_t N) {
+  const int64_t chunks = std::min<int64_t>((N + 31) / 32, 256);
+  return {chunks, chunks > 0 ? (N + chunks - 1) / chunks : 0};
 }
 
 // ---- launch shapes ----------------------------------------------------------------------------

@@ -329,10 +329,8 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
   const float* prs = static_cast<const float*>(device_ptr(b, rstd, op, "rstd", r.N));
   if (r.N == 0) return;
 
-  // Row chunks of the column pass: a function of N only (not of the device), so the
-  // summation order, and the result, is the same on every GPU.
-  const int64_t chunks = std::min<int64_t>((r.N + 31) / 32, 256);
-  const int64_t rows_per_chunk = (r.N + chunks - 1) / chunks;
+  const RowChunks rc = row_chunks(r.N);
+  const int64_t chunks = rc.chunks, rows_per_chunk = rc.rows_per_chunk;
   const size_t part_bytes = round256(sizeof(float) * static_cast<size_t>(chunks * r.C));
   dispatch_float(op, "inp", inp, [&](auto tt) {
     using T = typename decltype(tt)::type;
@@ -438,9 +436,8 @@ loom_error* rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor* d
     void* pdw = device_ptr(b, dweight, op, "dweight", r.C);
     const float* prs = static_cast<const float*>(device_ptr(b, rstd, op, "rstd", rows));
     if (r.N == 0) return;
-    // Row chunks of the column pass: a function of N only, as norm_backward's.
-    const int64_t chunks = std::min<int64_t>((r.N + 31) / 32, 256);
-    const int64_t rows_per_chunk = (r.N + chunks - 1) / chunks;
+    const RowChunks rc = row_chunks(r.N);
+    const int64_t chunks = rc.chunks, rows_per_chunk = rc.rows_per_chunk;
     dispatch_float(op, "inp", inp, [&](auto tt) {
       using T = typename decltype(tt)::type;
       dispatch_param(op, "weight", weight, tt, [&](auto wt) {

@@ -206,9 +206,8 @@ loom_error* ssm_conv_backward(loom_backend* be, DLTensor* dx, DLTensor* dweight,
       const ParamRef<T> dw = param_ref<T>(b, op, "dweight", dweight, d.C * d.K);
       const ParamRef<T> db = param_ref<T>(b, op, "dbias", dbias, d.C);
       if (n == 0) return;  // nothing to write, nothing to add
-      // Row chunks of the parameter pass: a function of the shape only (same sums on any GPU).
-      const int64_t chunks = std::min<int64_t>((rows + 31) / 32, 256);
-      const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+      const RowChunks rc = row_chunks(rows);
+      const int64_t chunks = rc.chunks, rows_per_chunk = rc.rows_per_chunk;
       const size_t g_bytes = round256(sizeof(float) * static_cast<size_t>(n));
       const size_t w_bytes = round256(sizeof(float) * static_cast<size_t>(chunks * d.C * d.K));
       const size_t b_bytes = round256(sizeof(float) * static_cast<size_t>(chunks * d.C));
