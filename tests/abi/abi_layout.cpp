@@ -87,7 +87,7 @@ Listing build() {
   F(offset_a) F(b) F(ldb) F(stride_b) F(offset_b) F(c) F(ldc) F(stride_c) F(offset_c) F(batch)
   F(ext)
   END
-  STRUCT(loom_gemm_epilogue) F(base) F(kind) F(bias) F(dbias) END
+  STRUCT(loom_gemm_epilogue) F(base) F(kind) F(bias) F(dbias) F(aux) END
   STRUCT(loom_gemm_epilogues) F(base) F(kinds) END
   STRUCT(loom_grouped_gemm_args)
   F(struct_size) F(trans_a) F(trans_b) F(m) F(n) F(k) F(num_groups) F(sizes) F(alpha) F(beta)

@@ -1,6 +1,7 @@
 // gemm (every transpose combination, batches, offsets, padded leading dimensions, f32 vs f64),
 // bias_add and bias_backward (finite differences), gemm's argument errors, and gemm with
-// loom.gemm-epilogue/1 (against the separate ops to the bit, and a double reference).
+// loom.gemm-epilogue/1's four kinds (against the separate ops to the bit, and a double
+// reference).
 #include "gemm_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "ops_support.hpp"
@@ -260,8 +261,11 @@ loom_gemm_args wgrad_args(const LinearShapes& s, const DLTensor* dy, const DLTen
 
 }  // namespace
 
+constexpr uint32_t kAllEpilogues =
+    LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD | LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU;
+
 TEST_CASE("gemm epilogues: bias and bias gradient equal the separate ops to the bit") {
-  REQUIRE(loom::gemm_epilogue_kinds(B()) == (LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD));
+  REQUIRE(loom::gemm_epilogue_kinds(B()) == kAllEpilogues);
   const LinearShapes s;
   const Vec x = random_vec(s.N * s.I, 31), w = random_vec(2 * s.O * s.I, 32);
   const Vec bias = random_vec(s.O, 33), dy = random_vec(s.N * s.O, 34);
@@ -325,8 +329,10 @@ TEST_CASE("gemm epilogues: what cannot run is refused, naming why") {
   g.ldc = s.O + 1;  // rows of C not compact
   refused(g, bias, "needs C's rows compact (ldc = n = 11, not 12)");
   loom_gemm_epilogue e = bias;
-  e.kind = 4;
-  refused(fwd, e, "epilogue kind 4 is not one this backend implements");
+  e.kind = 16;
+  refused(fwd, e, "epilogue kind 16 is not one this backend implements");
+  e.kind = LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BIAS_GELU;  // one kind per GEMM
+  refused(fwd, e, "epilogue kind 5 is not one this backend implements");
   e = bias;
   e.base.struct_size = sizeof(loom_ext);
   refused(fwd, e, "smaller than its version 1");
@@ -348,4 +354,113 @@ TEST_CASE("gemm epilogues: what cannot run is refused, naming why") {
   e = bias;
   e.base.next = &other;
   refused(fwd, e, "unknown required extension vendor.unknown/1");
+}
+
+namespace {
+// GPT-2's GELU (tanh form) and its derivative, in double.
+double gelu_tanh(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1 + std::tanh(u));
+}
+double gelu_tanh_grad(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+}  // namespace
+
+TEST_CASE("gemm epilogues: bias+GELU and the GELU gradient equal the separate ops to the bit") {
+  const LinearShapes s;
+  const Vec x = random_vec(s.N * s.I, 51), w = random_vec(2 * s.O * s.I, 52);
+  const Vec bias = random_vec(s.O, 53), dy = random_vec(s.N * s.O, 54);
+  const Vec aux_in = random_vec(s.N * s.I, 55);
+  for (DLDataType dt : {loom_f64(), loom_f32()}) {
+    for (bool with_bias : {true, false}) {
+      CAPTURE(dt.bits);
+      CAPTURE(with_bias);
+      auto X = make(dt, {s.N, s.I}, x), W = make(dt, {2 * s.O, s.I}, w);
+      auto Bs = make(dt, {s.O}, bias);
+      // aux = x W^T (+ b), y = gelu(aux): fused, then gemm, bias_add and act_forward
+      const Vec nan(s.N * s.O, NAN);
+      auto Yf = make(dt, {s.N, s.O}, nan), Af = make(dt, {s.N, s.O}, nan);
+      auto Yp = make(dt, {s.N, s.O}, Vec(s.N * s.O)), Hp = make(dt, {s.N, s.O}, Vec(s.N * s.O));
+      loom_gemm_epilogue e = loom::gemm_epilogue(LOOM_EPILOGUE_BIAS_GELU,
+                                                 with_bias ? Bs.get() : nullptr, nullptr, Af.get());
+      loom_gemm_args g = forward_args(s, X.get(), W.get(), Yf.get());
+      g.ext = &e.base;
+      B().call(&loom_ops::gemm, &g);
+      g = forward_args(s, X.get(), W.get(), Hp.get());
+      B().call(&loom_ops::gemm, &g);
+      if (with_bias) loom::bias_add(B(), Hp.get(), Bs.get());
+      loom::act_forward(B(), LOOM_ACT_GELU_TANH, Yp.get(), Hp.get());
+      CHECK(get(Af) == get(Hp));
+      CHECK(get(Yf) == get(Yp));
+      Vec want_h(s.N * s.O), want_y(s.N * s.O);
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t o = 0; o < s.O; ++o) {
+          double acc = with_bias ? bias[o] : 0.0;
+          for (int64_t i = 0; i < s.I; ++i) acc += x[n * s.I + i] * w[(s.row0 + o) * s.I + i];
+          want_h[n * s.O + o] = acc;
+          want_y[n * s.O + o] = gelu_tanh(acc);
+        }
+      check_close(get(Af), want_h, 1e-6, 1e-6, "bias+GELU epilogue's aux vs double");
+      check_close(get(Yf), want_y, 1e-6, 1e-6, "bias+GELU epilogue vs double");
+    }
+    // dx(N,I) = (dy(N,O) W) * gelu'(aux): fused, then gemm and act_backward
+    auto DY = make(dt, {s.N, s.O}, dy), W = make(dt, {2 * s.O, s.I}, w);
+    auto AUX = make(dt, {s.N, s.I}, aux_in);
+    auto DXf = make(dt, {s.N, s.I}, Vec(s.N * s.I, NAN));
+    auto DA = make(dt, {s.N, s.I}, Vec(s.N * s.I)), DXp = make(dt, {s.N, s.I}, Vec(s.N * s.I));
+    loom_gemm_epilogue e = loom::gemm_epilogue(LOOM_EPILOGUE_DGELU, nullptr, nullptr, AUX.get());
+    loom_gemm_args g = args_of(0, 0, s.N, s.I, s.O, DY.get(), W.get(), s.row0 * s.I, DXf.get(), 0);
+    g.ext = &e.base;
+    B().call(&loom_ops::gemm, &g);
+    g = args_of(0, 0, s.N, s.I, s.O, DY.get(), W.get(), s.row0 * s.I, DA.get(), 0);
+    B().call(&loom_ops::gemm, &g);
+    loom::act_backward(B(), LOOM_ACT_GELU_TANH, DXp.get(), AUX.get(), DA.get());
+    CHECK(get(DXf) == get(DXp));
+    Vec want(s.N * s.I);
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t i = 0; i < s.I; ++i) {
+        double acc = 0;
+        for (int64_t o = 0; o < s.O; ++o) acc += dy[n * s.O + o] * w[(s.row0 + o) * s.I + i];
+        want[n * s.I + i] = acc * gelu_tanh_grad(aux_in[n * s.I + i]);
+      }
+    check_close(get(DXf), want, 1e-6, 1e-6, "GELU-gradient epilogue vs double");
+  }
+}
+
+TEST_CASE("gemm epilogues: the GELU kinds' refusals name why") {
+  const LinearShapes s;
+  auto X = make64({s.N, s.I}, random_vec(s.N * s.I, 61));
+  auto W = make64({2 * s.O, s.I}, random_vec(2 * s.O * s.I, 62));
+  auto Y = make64({s.N, s.O}, Vec(s.N * s.O)), AUX = make64({s.N, s.O}, Vec(s.N * s.O));
+  auto SHORT = make64({s.N, s.O - 1}, Vec(s.N * (s.O - 1)));
+  auto AUX32 = make(loom_f32(), {s.N, s.O}, Vec(s.N * s.O));
+  const loom_gemm_args fwd = forward_args(s, X.get(), W.get(), Y.get());
+  const auto refused = [&](loom_gemm_args g, loom_gemm_epilogue e, const char* why) {
+    g.ext = &e.base;
+    expect_error([&] { B().call(&loom_ops::gemm, &g); }, LOOM_ERR_INVALID_ARGUMENT, why);
+  };
+  const loom_gemm_epilogue gelu =
+      loom::gemm_epilogue(LOOM_EPILOGUE_BIAS_GELU, nullptr, nullptr, AUX.get());
+  loom_gemm_epilogue e = gelu;
+  e.aux = nullptr;
+  refused(fwd, e, "the bias+GELU epilogue needs aux (ABI 2.23's field)");
+  e = gelu;
+  e.base.struct_size = LOOM_GEMM_EPILOGUE_SIZE_V1;  // a caller built before 2.23
+  refused(fwd, e, "needs aux (ABI 2.23's field)");
+  e = gelu;
+  e.aux = SHORT.get();
+  refused(fwd, e, "needs aux of m x n = 143 elements of C's dtype");
+  e.aux = AUX32.get();
+  refused(fwd, e, "needs aux of m x n = 143 elements of C's dtype");
+  loom_gemm_args g = fwd;
+  g.beta = 1.0;
+  refused(g, gelu, "the bias+GELU epilogue needs beta = 0");
+  auto WIDE = make64({s.N, s.O + 1}, Vec(s.N * (s.O + 1)));
+  g = forward_args(s, X.get(), W.get(), WIDE.get());
+  g.ldc = s.O + 1;
+  e = loom::gemm_epilogue(LOOM_EPILOGUE_DGELU, nullptr, nullptr, AUX.get());
+  refused(g, e, "the GELU-gradient epilogue needs C's rows compact");
 }

@@ -80,13 +80,20 @@ void run_rmsnorm(DLDataType dt, int64_t N, int64_t C) {
   expect_same(download(dw.dev_side()), first, "rmsnorm_backward dweight");
 }
 
+// Rows that take each of backend/cuda's paths: 771 the block kernels; 768 one warp a row
+// (forward in every dtype, backward in bf16/f16: 3 vectors a lane); 384 the warp backward in
+// f32 too (3 vectors of 4) and the block backward in bf16/f16; 2048 the warp forward only.
+// 1000 rows span several row chunks of the backward's partial sums.
 void run_norms(DLDataType dt) {
   run_layernorm(dt, 37, 771, true);
   run_layernorm(dt, 37, 771, false);
   run_layernorm(dt, 256, 768, true);
+  run_layernorm(dt, 1000, 384, true);
+  run_layernorm(dt, 1000, 384, false);
   run_layernorm(dt, 3, 2048, true);
   run_rmsnorm(dt, 37, 771);
   run_rmsnorm(dt, 256, 768);
+  run_rmsnorm(dt, 1000, 384);
   run_rmsnorm(dt, 3, 2048);
 }
 

@@ -79,6 +79,14 @@ refuse() {  # refuse WHAT EXPECTED-TEXT: import of bad/ must fail naming it
   echo "$1 refused: $(grep -m1 -- "$2" out.log)"
   rm -rf bad bad.out
 }
+same_logits() {  # same_logits MODEL WHAT: bad/ (an edit of MODEL) imports to MODEL's logits
+  "$loom" import-hf bad bad.out > out.log 2>&1 || { cat out.log; exit 1; }
+  "$loom" generate --checkpoint bad.out --prompt "$(cat "$here/hf/$1/prompt.txt")" \
+    --max-new-tokens 0 --logits-out bad.logits.safetensors "${quiet[@]}" > /dev/null
+  $st logits bad.logits.safetensors "$here/hf/$1/reference.safetensors" 1e-5
+  echo "$2: imported, the same logits"
+  rm -rf bad bad.out bad.logits.safetensors
+}
 edit() {  # edit MODEL PYTHON: a copy of MODEL whose config.json `c` PYTHON changes
   rm -rf bad && cp -r "$here/hf/$1" bad
   python3 -c "import json; c = json.load(open('bad/config.json')); $2; json.dump(c, open('bad/config.json', 'w'))"
@@ -111,8 +119,14 @@ edit qwen3-moe-f32 "c['mlp_only_layers'] = [1]"
 refuse "a dense layer whose tensors are experts'" 'no tensor model.layers.1.mlp.gate_proj.weight'
 edit deepseek-v3-bf16 "c['rope_scaling'] = {'type': 'linear', 'factor': 40}"
 refuse "DeepSeek-V3 with linear rope scaling" '"rope_scaling" = {"factor":40,"type":"linear"} does not map'
+# DeepSeek-V3's multi-token prediction module is not imported: a config naming one whose
+# files hold none of its tensors (what transformers saves) maps the main model, the same
+# logits; the module's tensors present are refused, naming the module
 edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
-refuse "DeepSeek-V3's MTP" 'multi-token prediction (DeepSeek.s MTP module) is not implemented'
+same_logits deepseek-v3-bf16 "DeepSeek-V3 with num_nextn_predict_layers = 1 and no MTP tensors"
+edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
+$st add bad/model.safetensors model.layers.3.eh_proj.weight
+refuse "DeepSeek-V3's MTP tensors" 'multi-token prediction module (model.layers.3.\* and after) is not imported'
 edit deepseek-v3-bf16 "c['topk_group'] = 1"
 refuse "a group score model/gpt cannot take" '"topk_group" must be num_experts_per_tok / 2'
 edit mamba2-f32 "c['n_groups'] = 3"
@@ -125,6 +139,12 @@ echo "Mamba2Config's default time_step_limit [0.0, Infinity] read"
 rm -rf bad bad.out
 edit mamba2-f32 "c['time_step_limit'] = [0.001, 0.1]"
 refuse "a clamped Mamba-2 step" 'model/gpt does not clamp the step dt'
+# transformers 5 saves Qwen3-MoE's expert count under Mixtral's key (Qwen3MoeConfig's
+# attribute_map); the same model, the same logits
+edit qwen3-moe-f32 "c['num_local_experts'] = c.pop('num_experts')"
+same_logits qwen3-moe-f32 "Qwen3-MoE's num_experts under transformers 5's name (num_local_experts)"
+edit qwen3-moe-f32 "c['num_local_experts'] = c['num_experts'] - 1"
+refuse "two expert counts that disagree" '"num_local_experts" = 3 disagrees with num_experts = 4'
 edit qwen3-tied-bf16 "c['head_dim'] = 6"
 refuse "a head_dim the tensors contradict" '"head_dim" = 6 disagrees with tensor'
 

@@ -165,10 +165,11 @@ for dt in bf16 fp16; do
   fi
 done
 
-# backend/cuda's GEMM epilogues (loom.gemm-epilogue/1): the runs above fuse the bias add
-# (BIAS, on by default). Here the bias gradient in the weight-gradient GEMM too (BGRADB, off by
-# default) in fp32 and bf16, and fp32 with no epilogue at all (the separate bias kernels), with
-# the same bounds. (backend/cpu always lends both kinds, so its runs above used them.)
+# backend/cuda's GEMM epilogues (loom.gemm-epilogue/1): the runs above fuse the bias add and
+# the MLP's GELU and its gradient (BIAS, BIAS_GELU, DGELU, on by default). Here the bias
+# gradient in the weight-gradient GEMM too (BGRADB, off by default) in fp32 and bf16, and fp32
+# with no epilogue at all (the separate bias and GELU kernels), with the same bounds.
+# (backend/cpu always lends every kind, so its runs above used them.)
 if [ "$device" = cuda ]; then
   for v in "epi-fp32 fp32 backend.gemm_bias_grad_epilogue=true" \
     "epi-bf16 bf16 backend.gemm_bias_grad_epilogue=true" \

@@ -304,7 +304,8 @@ HfModel read_hf(const fs::path& dir) {
       buffer |= k.size() > s.size() && k.compare(k.size() - s.size(), s.size(), s) == 0;
     if (!buffer)
       throw RunError(where + k + " has no place in model/gpt's " + m.arch.name +
-                     " mapping; refusing rather than dropping it");
+                     " mapping; refusing rather than dropping it" +
+                     (m.arch.unmapped.empty() ? "" : " (" + m.arch.unmapped + ")"));
   }
   return m;
 }

@@ -43,6 +43,7 @@ struct HfArch {
   std::vector<std::string> ignored_suffixes;  // non-parameter buffers HF may store
   std::string tied_head;                      // HF key of a tied head, "" when untied
   int64_t vocab = 0;
+  std::string unmapped;  // a part of the HF model not mapped, said when its tensors are found
 };
 
 // Refuses (UsageError) a config.json whose sizes (layers, width, vocabulary, experts, ...)

@@ -110,8 +110,11 @@ HfArch deepseek_from_config(ConfigReader& r) {
   r.require("norm_topk_prob", {true}, "model/gpt normalises the chosen sigmoid scores");
   r.require("hidden_act", {"silu"}, "model/gpt's swiglu gates with SiLU");
   r.require("attention_bias", {false}, "model/gpt's latent attention has no biases");
-  r.require("num_nextn_predict_layers", {0},
-            "multi-token prediction (DeepSeek's MTP module) is not implemented");
+  // The multi-token prediction module (layers L, L + 1, ...) is not imported; transformers
+  // builds none either (its saved configs say 1 with no such tensors). The main model maps
+  // alone; files that hold the module's tensors are refused, naming it (HfArch::unmapped).
+  const int64_t mtp = r.integer("num_nextn_predict_layers", 0);
+  if (mtp < 0) r.fail("num_nextn_predict_layers", "must be >= 0");
   // DeepSeek's own config keys (remote code): the router they describe is the one mapped
   r.require("scoring_func", {"sigmoid"}, "DeepSeek-V3's router scores with a sigmoid");
   r.require("topk_method", {"noaux_tc"}, "DeepSeek-V3's aux-loss-free top-k");
@@ -130,6 +133,11 @@ HfArch deepseek_from_config(ConfigReader& r) {
   if (const json* rs = r.get("rope_scaling")) read_rope_scaling(r, *rs, {"yarn"}, d.P, scaling);
   r.refuse_unread();
   HfArch a = build(s);
+  if (mtp > 0)
+    a.unmapped = "config.json's num_nextn_predict_layers = " + std::to_string(mtp) +
+                 ": DeepSeek's multi-token prediction module (model.layers." + std::to_string(d.L) +
+                 ".* and after) is not imported; its tensors would be "
+                 "dropped";
   a.model_keys = {{"n_layer", lit(d.L)},
                   {"n_head", lit(d.H)},
                   {"n_kv_head", lit(d.H)},

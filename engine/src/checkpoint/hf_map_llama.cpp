@@ -113,7 +113,16 @@ void read_experts(ConfigReader& r, const std::string& mt, Shape& s,
   const bool mixtral = mt == "mixtral";
   s.mixtral_names = mixtral;
   s.moe_layers.assign((size_t)s.d.L, 1);
-  s.E = r.integer(mixtral ? "num_local_experts" : "num_experts");
+  if (mixtral) {
+    s.E = r.integer("num_local_experts");
+  } else if (r.get("num_experts") == nullptr && r.get("num_local_experts") != nullptr) {
+    s.E = r.integer("num_local_experts");  // transformers 5's name for Qwen3-MoE's num_experts
+  } else {
+    s.E = r.integer("num_experts");
+    if (const json* alias = r.get("num_local_experts"); alias && *alias != s.E)
+      r.fail("num_local_experts",
+             "= " + alias->dump() + " disagrees with num_experts = " + std::to_string(s.E));
+  }
   const int64_t K = r.integer("num_experts_per_tok");
   if (K < 1 || K > s.E) r.fail("num_experts_per_tok", "must be in [1, the experts]");
   const double aux = r.number("router_aux_loss_coef", 0.0);

@@ -87,7 +87,10 @@ void check_hf_sizes(const json& config, const StFile& shapes, const std::string&
     s.agree("hidden_size", "model.embed_tokens.weight", 1);
     s.count("num_hidden_layers", "model.layers.");
     s.agree("intermediate_size", "model.layers.0.mlp.gate_proj.weight", 0);
-    s.count("num_local_experts", "model.layers.0.block_sparse_moe.experts.");
+    // Mixtral's key counts its block_sparse_moe experts; transformers 5 saves Qwen3-MoE's
+    // num_experts under the same name (its attribute_map), counting the mlp.experts blocks.
+    s.count("num_local_experts", type == "mixtral" ? "model.layers.0.block_sparse_moe.experts."
+                                                   : "model.layers.0.mlp.experts.");
     s.count("num_experts", "model.layers.0.mlp.experts.");  // Qwen's MoE
     s.agree("head_dim", "model.layers.0.self_attn.q_norm.weight", 0);
     s.agree("moe_intermediate_size", "model.layers.0.mlp.experts.0.gate_proj.weight", 0);

@@ -21,6 +21,7 @@
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
 
+#include "loom/gemm_epilogue.h" /* loom.gemm-epilogue/1: what a gemm's args may carry */
 #include "loom/host.h"
 #include "loom/tensor.h"
 
@@ -48,39 +49,6 @@ typedef struct loom_gemm_args {
   const loom_ext* ext; /* NULL */
 } loom_gemm_args;
 #define LOOM_GEMM_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_gemm_args, ext)
-
-/* ----- loom.gemm-epilogue/1 (ABI 2.17) ----------------------------------------------------
- * Work a GEMM does on its operands while it runs (cuBLASLt's epilogues), instead of one more
- * pass over them. Two structs share the id:
- *  - the instance's table, from the backend table's get_ext: present when this instance's
- *    gemm accepts the args extension, with the kinds it offers. An instance may lend it, and
- *    choose the kinds, by its configuration (backend/cuda: `gemm_epilogues`,
- *    `gemm_bias_grad_epilogue`), so callers ask the instance, not the descriptor.
- *  - the args extension, on a loom_gemm_args chain (flags LOOM_EXT_REQUIRED, batch 1):
- *      LOOM_EPILOGUE_BIAS   C(m,n) = alpha op(A) op(B) + beta C, then + bias(n) on every row
- *                           (a linear layer's output: bias_add fused). C's rows compact
- *                           (ldc = n).
- *      LOOM_EPILOGUE_BGRAD  the GEMM as usual, and dbias(m) += the column sums of A as
- *                           stored (k, m): trans_a = 1 and lda = m (a linear layer's weight
- *                           gradient dW = dY^T X, whose A is dY: bias_backward fused).
- *    The result is bias_add or bias_backward's after the plain GEMM, up to rounding: a
- *    backend may round once where the two calls round twice (bf16 C). */
-#define LOOM_EXT_GEMM_EPILOGUE "loom.gemm-epilogue/1"
-#define LOOM_EPILOGUE_BIAS 1u
-#define LOOM_EPILOGUE_BGRAD 2u
-typedef struct loom_gemm_epilogue {
-  loom_ext base;        /* id LOOM_EXT_GEMM_EPILOGUE, flags LOOM_EXT_REQUIRED */
-  uint32_t kind;        /* one LOOM_EPILOGUE_* */
-  const DLTensor* bias; /* BIAS: (n), C's dtype or f32 */
-  DLTensor* dbias;      /* BGRAD: (m), A's dtype or f32; += */
-} loom_gemm_epilogue;
-#define LOOM_GEMM_EPILOGUE_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_epilogue, dbias)
-/* The instance's table (get_ext(be, LOOM_EXT_GEMM_EPILOGUE)). */
-typedef struct loom_gemm_epilogues {
-  loom_ext base;  /* id LOOM_EXT_GEMM_EPILOGUE; base.struct_size = sizeof the whole table */
-  uint32_t kinds; /* LOOM_EPILOGUE_* bits this instance offers */
-} loom_gemm_epilogues;
-#define LOOM_GEMM_EPILOGUES_SIZE_V1 LOOM_STRUCT_SIZE(loom_gemm_epilogues, kinds)
 
 /* Grouped GEMM (ABI 2.5): one call for a mixture of experts' local experts. For each group
  * g < num_groups, C_g(m,n) = alpha * op(A_g)(m,k) @ op(B_g)(k,n) + beta * C_g, where m or k

@@ -18,13 +18,26 @@ Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
   return m;
 }
 
+// Whether GPT-2's GELU rides on the two projections' GEMMs (loom.gemm-epilogue/1's
+// BIAS_GELU into c_fc, DGELU into c_proj's input gradient): h and a come out of one GEMM, dh
+// out of one, with no activation pass over them.
+bool Mlp::gelu_in_gemms(const Backend& be) const {
+  return act == LOOM_ACT_GELU_TANH && fc.parts.size() == 1 &&
+         loom::tp::LocalLinear::gelu_fusable(be);
+}
+
 // y(nl,C) = c_proj(act(c_fc(x))); saves h = c_fc(x) and a = act(h) for the n tokens.
 void Mlp::forward(const Ctx& c, int64_t n, const DLTensor* x, LayerActs& a, DLTensor* y) const {
   const int64_t F = proj.lin.in, C = proj.lin.out;
   View h = view(a.h, {n, fc.parts[0].out}), act = view(a.a, {n, F});
   View xf = view(a.ln2_full, {n, C}), yf = view(c.sp ? c.sp->y_full.get() : nullptr, {n, C});
-  fc.forward(c.be, c.tp, x, c.tp.sequence_parallel ? xf.get() : nullptr, n, {h.get()});
-  loom::act_forward(c.be, this->act, act.get(), h);
+  DLTensor* xfull = c.tp.sequence_parallel ? xf.get() : nullptr;
+  if (gelu_in_gemms(c.be)) {
+    fc.forward(c.be, c.tp, x, xfull, n, {act.get()}, h.get());
+  } else {
+    fc.forward(c.be, c.tp, x, xfull, n, {h.get()});
+    loom::act_forward(c.be, this->act, act.get(), h);
+  }
   proj.forward(c.be, c.tp, act, n, yf.get(), y);
 }
 
@@ -40,8 +53,12 @@ void Mlp::backward(const Ctx& c, int64_t n, const DLTensor* x, const LayerActs& 
   View dxf = view(sp ? c.sp->dx_full.get() : nullptr, {n, C});
   if (a.recompute & LOOM_RECOMPUTE_MLP_ACT)  // a = act(h) again, into the shared scratch
     loom::act_forward(c.be, this->act, act.get(), h);
-  proj.backward(c.be, c.tp, dy, dyf.get(), act, n, da);
-  loom::act_backward(c.be, this->act, dh.get(), h, da);
+  if (gelu_in_gemms(c.be)) {
+    proj.backward(c.be, c.tp, dy, dyf.get(), act, n, dh.get(), h.get());
+  } else {
+    proj.backward(c.be, c.tp, dy, dyf.get(), act, n, da);
+    loom::act_backward(c.be, this->act, dh.get(), h, da);
+  }
   if (sp) c.tp.all_gather(x, xf);  // the input again: layers share the gathered buffer
   fc.backward(c.be, c.tp, {dh.get()}, sp ? (const DLTensor*)xf : x, n, dx, dxf.get());
 }

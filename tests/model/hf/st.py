@@ -7,6 +7,9 @@ compares them: an independent reader, not Loom's.
       every tensor of HF directory A has the same dtype, shape and bytes in B, under the
       same name (or A's name with GPT2LMHeadModel's "transformer." prefix); A's causal-mask
       buffers (attn.bias, attn.masked_bias) excepted, as export does not write them
+  python3 st.py add FILE NAME
+      FILE (one safetensors file) with one more tensor NAME, F32 of shape (2, 2), rewritten
+      in place: a tensor no mapping expects
 """
 import json
 import os
@@ -65,8 +68,23 @@ def same(a, b):
     print(f"{n} tensors byte-identical in dtype, shape and data")
 
 
+def add(path, name):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    end = max([v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"] + [0])
+    header[name] = {"dtype": "F32", "shape": [2, 2], "data_offsets": [end, end + 16]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + raw[8 + n:8 + n + end] + bytes(16))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "logits":
         logits(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif sys.argv[1] == "add":
+        add(sys.argv[2], sys.argv[3])
     else:
         same(sys.argv[2], sys.argv[3])

@@ -272,7 +272,7 @@ constexpr loom::OpsCalls kCalls = {
     op_tanh_backward,
     nullptr,  // grouped_gemm: each group through op_gemm (OpenBLAS threads every one)
     op_gemm_epilogue,
-    LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD,
+    LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD | LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU,
     op_copy_strided,
     op_ssm_conv_forward,
     op_ssm_conv_backward,

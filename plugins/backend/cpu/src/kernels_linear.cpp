@@ -238,13 +238,15 @@ loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* 
   });
 }
 
-// loom.gemm-epilogue/1 (checked by loom::OpsSlots): the plain GEMM, then the bias pass the
-// epilogue stands for, with the kernels the layer library calls without one, so that a run
+// loom.gemm-epilogue/1 (checked by loom::OpsSlots): the plain GEMM, then the bias or GELU
+// pass the epilogue stands for, with the kernels the layer library calls without one, so that a run
 // with epilogues equals one without to the bit. Nothing here is faster: OpenBLAS has no
 // epilogues; the CPU offers them so that the layers' fused path is exercised everywhere.
 loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                              const loom_gemm_epilogue* e) noexcept {
-  return loom::gemm_epilogue_two_passes(be, *args, *e, op_gemm, op_bias_add, op_bias_backward);
+  return loom::gemm_epilogue_two_passes(be, *args, *e,
+                                        loom::EpiloguePasses{op_gemm, op_bias_add, op_bias_backward,
+                                                             op_gelu_forward, op_gelu_backward});
 }
 
 }  // namespace loom_cpu

@@ -210,12 +210,15 @@ loom_device_stream make_device_stream(const loom_backend& b) {
 
 // What gemm_epilogue implements (the refusal rule's kinds). The table get_ext lends may name
 // fewer: see below.
-constexpr uint32_t kEpilogueKinds = LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD;
+constexpr uint32_t kEpilogueKinds =
+    LOOM_EPILOGUE_BIAS | LOOM_EPILOGUE_BGRAD | LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU;
 
 // loom.gemm-epilogue/1 unless the recipe turned it off (backend.gemm_epilogues). BGRAD only
 // when asked (backend.gemm_bias_grad_epilogue): on an H200 (2026-11-27, docs/performance.md)
 // cuBLASLt's BGRADB made gpt2-124m's weight-gradient GEMMs 1.6 ms slower per step, more than
 // the 1.2 ms of the separate bias-gradient pass it replaces; BIAS cost 0.14 ms for 2.4 saved.
+// BIAS_GELU and DGELU (the MLP's activation and its gradient in its two GEMMs, as llm.c runs
+// them on Hopper) unless backend.gemm_gelu_epilogue = false.
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   if (be == nullptr || id == nullptr) return nullptr;
   if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
@@ -300,6 +303,8 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     be->epilogues.base = {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr};
     be->epilogues.kinds = LOOM_EPILOGUE_BIAS;
     if (conf.get_bool("gemm_bias_grad_epilogue")) be->epilogues.kinds |= LOOM_EPILOGUE_BGRAD;
+    if (conf.get_bool("gemm_gelu_epilogue"))
+      be->epilogues.kinds |= LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU;
     LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
     LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     be->device_stream = make_device_stream(*be);
@@ -444,6 +449,9 @@ constexpr loom_param_spec kParams[] = {
     loom::param("gemm_bias_grad_epilogue", LOOM_PARAM_BOOL, "false",
                 "with gemm_epilogues, also the bias gradient in the weight-gradient GEMM "
                 "(BGRADB epilogue; slower than a separate pass on an H200 for gpt2-124m)"),
+    loom::param("gemm_gelu_epilogue", LOOM_PARAM_BOOL, "true",
+                "with gemm_epilogues, also the MLP's tanh-GELU in its first GEMM and the "
+                "GELU gradient in the input-gradient GEMM of its second (GELU_AUX_BIAS, DGELU)"),
     loom::param("workspace_mb", LOOM_PARAM_INT, "32",
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
 };

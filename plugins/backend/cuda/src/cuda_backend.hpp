@@ -132,15 +132,12 @@ using loom::shape_str;
 Blas* blas_create(size_t workspace_bytes);
 void blas_destroy(Blas* blas) noexcept;
 
-// An epilogue fused into one (non-batched) GEMM: kBias adds bias(n) to every row of C;
-// kBiasGelu then applies tanh-GELU, saving the pre-activation into `aux` (m, n, leading
-// dimension ldc) for the backward pass; kBgrad writes the column sums of A as stored (k, m)
-// (the sum over k) into an f32 buffer of m (loom.gemm-epilogue/1's LOOM_EPILOGUE_BGRAD).
-enum class Epilogue { kNone, kBias, kBiasGelu, kBgrad };
-// C(m,n) = alpha op(A) op(B) + beta C then the epilogue; arguments as loom_ops gemm (batch 1),
-// bias of C's dtype (or f32 when C is bf16/f16), aux of C's dtype.
-void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
-                DLTensor* aux);
+// The cuBLASLt epilogues gemm.cpp fuses into one (non-batched) GEMM for
+// loom.gemm-epilogue/1: kBias adds bias(n) to every row of C; kGeluAux(Bias) apply tanh-GELU
+// after (the bias), keeping its input in `aux` (m, n, leading dimension ldc) for the
+// backward; kDgelu multiplies C by gelu'(aux); kBgrad writes the column sums of A as stored
+// (k, m) (the sum over k) into an f32 buffer of m.
+enum class Epilogue { kNone, kBias, kGeluAux, kGeluAuxBias, kDgelu, kBgrad };
 
 // kernels_elementwise.cu: dbias(C) += the K rows of part(K, C) f32, summed in a fixed order
 // (dbias f32, bf16 or f16).

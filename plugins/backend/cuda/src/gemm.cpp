@@ -1,5 +1,5 @@
-// Linear algebra: loom_ops gemm through cuBLASLt, with its epilogues (bias, bias+GELU, bias
-// gradient): loom.gemm-epilogue/1's, and gemm_fused for the backend's own use.
+// Linear algebra: loom_ops gemm through cuBLASLt, with its epilogues (bias, bias+GELU, the
+// GELU gradient, bias gradient): loom.gemm-epilogue/1's.
 //   gemm: C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, `batch` times
 //
 // cuBLASLt is column-major. A row-major matrix with pitch ld read column-major is its
@@ -47,10 +47,11 @@ struct Key {
   int trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   int ab_type, c_type, compute, epilogue, bias_type;
-  uint32_t align_a, align_b, align_c;
+  uint32_t align_a, align_b, align_c, align_aux;
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
-                    ab_type, c_type, compute, epilogue, bias_type, align_a, align_b, align_c);
+                    ab_type, c_type, compute, epilogue, bias_type, align_a, align_b, align_c,
+                    align_aux);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -152,12 +153,23 @@ cublasLtMatrixLayout_t make_layout(const char* op, cudaDataType_t type, int64_t 
   return l;
 }
 
+bool has_aux(Epilogue e) {
+  return e == Epilogue::kGeluAux || e == Epilogue::kGeluAuxBias || e == Epilogue::kDgelu;
+}
+bool has_bias(Epilogue e) {
+  return e == Epilogue::kBias || e == Epilogue::kGeluAuxBias || e == Epilogue::kBgrad;
+}
+
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   switch (e) {
     case Epilogue::kBias:
       return CUBLASLT_EPILOGUE_BIAS;
-    case Epilogue::kBiasGelu:
+    case Epilogue::kGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::kGeluAuxBias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kDgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
     case Epilogue::kBgrad:  // cuBLAS's B is our A (see the top): its sum over k
       return CUBLASLT_EPILOGUE_BGRADB;
     default:
@@ -190,10 +202,13 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
     if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
       LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                   sizeof(epi)));
-      int32_t bt = key.bias_type;
-      LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                  sizeof(bt)));
-      if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+      const auto e = static_cast<Epilogue>(key.epilogue);
+      if (has_bias(e)) {
+        int32_t bt = key.bias_type;
+        LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bt, sizeof(bt)));
+      }
+      if (has_aux(e)) {
         int64_t aux_ld = key.ldc;
         int32_t aux_t = key.c_type;
         LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
@@ -323,16 +338,21 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   if (epi == Epilogue::kBgrad) {
     bias_ptr = bgrad;
     key.bias_type = CUDA_R_32F;
-  } else if (epi != Epilogue::kNone) {
+  } else if (has_bias(epi)) {
     bias_ptr = device_ptr(be, bias, op, "bias", g.n);
     if (!(loom_dtype_eq(bias->dtype, ct) || (is_f32(bias->dtype) && !is_f32(ct))))
       fail(op, "bias is " + dtype_str(bias->dtype) + ", expected " + dtype_str(ct) + " or f32");
     key.bias_type = cuda_type(bias->dtype);
-    if (epi == Epilogue::kBiasGelu) {
-      aux_ptr = device_ptr(be, aux, op, "aux", g.m * g.ldc);
-      if (!loom_dtype_eq(aux->dtype, ct))
-        fail(op, "aux is " + dtype_str(aux->dtype) + ", expected " + dtype_str(ct));
-    }
+  }
+  if (has_aux(epi)) {
+    aux_ptr = device_ptr(be, aux, op, "aux", g.m * g.ldc);
+    if (!loom_dtype_eq(aux->dtype, ct))
+      fail(op, "aux is " + dtype_str(aux->dtype) + ", expected " + dtype_str(ct));
+    key.align_aux = alignment(aux_ptr, 0, c_bytes, 1);
+    // cuBLASLt's aux matrix: a pitch of a multiple of 8 elements, 16-byte aligned rows.
+    if (key.align_aux < 16 || g.ldc % 8 != 0)
+      fail(op, "the epilogue's aux matrix is not 16-byte aligned in every row",
+           LOOM_ERR_UNIMPLEMENTED);
   }
 
   // cuBLASLt reads the bias vector in 16-byte pieces; a slice that does not start on one
@@ -361,16 +381,12 @@ loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
   });
 }
 
-void gemm_fused(loom_backend& be, const loom_gemm_args& g, Epilogue epi, const DLTensor* bias,
-                DLTensor* aux) {
-  run_gemm(be, "gemm_fused", &g, epi, bias, aux);
-}
-
 // loom.gemm-epilogue/1. Fused when cuBLASLt has an algorithm for the problem with that
 // epilogue (a problem it has none for is remembered, so the heuristic is asked once), else
-// the plain GEMM and bias_add / bias_backward after it: the same result, one more pass. The
-// bias gradient comes out of cuBLASLt written, not added, so it goes through an f32 scratch
-// that is then added to dbias.
+// the plain GEMM and bias_add / bias_backward / the GELU kernels after it: the same result,
+// one more pass. The bias gradient comes out of cuBLASLt written, not added, so it goes
+// through an f32 scratch that is then added to dbias. cuBLASLt's GELU is the tanh form
+// (GPT-2's, LOOM_ACT_GELU_TANH), checked against backend/cpu's by gpu.ops_vs_cpu.
 loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                           const loom_gemm_epilogue* e) noexcept {
   const loom_gemm_args& g = *args;  // run_gemm reads no extension
@@ -380,6 +396,11 @@ loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
     try {
       if (e->kind == LOOM_EPILOGUE_BIAS) {
         run_gemm(b, "gemm", &g, Epilogue::kBias, e->bias, nullptr);
+      } else if (e->kind == LOOM_EPILOGUE_BIAS_GELU) {
+        run_gemm(b, "gemm", &g, e->bias ? Epilogue::kGeluAuxBias : Epilogue::kGeluAux, e->bias,
+                 e->aux);
+      } else if (e->kind == LOOM_EPILOGUE_DGELU) {
+        run_gemm(b, "gemm", &g, Epilogue::kDgelu, nullptr, e->aux);
       } else {
         device_ptr(b, e->dbias, "gemm", "dbias", g.m);
         StreamScratch sums(sizeof(float) * static_cast<size_t>(g.m), *b.alloc);
@@ -392,7 +413,9 @@ loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
     }
   });
   if (err != nullptr || fused) return err;
-  return loom::gemm_epilogue_two_passes(be, *args, *e, gemm, bias_add, bias_backward);
+  return loom::gemm_epilogue_two_passes(
+      be, *args, *e,
+      loom::EpiloguePasses{gemm, bias_add, bias_backward, gelu_forward, gelu_backward});
 }
 
 }  // namespace loom_cuda

@@ -6,30 +6,46 @@
 //   layernorm_backward: dinp(N,C) = ; dweight(C) += ; dbias(C) += (may be NULL)
 //   rmsnorm_forward:    out(N,C) = inp * rstd * weight(C), rstd(N) = 1/sqrt(mean(inp^2) + eps)
 //   rmsnorm_backward:   dinp(N,C) = ; dweight(C) +=
-//   rmsnorm_gated_*:    Mamba-2's (loom.norm-gate/1): the RMSNorm of g = inp * silu(gate) over
-//                       groups of group_size channels, rstd (N * C / group_size); backward
-//                       also writes dgate (N,C) =, g recomputed from inp and gate
+//   (Mamba-2's gated RMSNorm, loom.norm-gate/1, is in kernels_norm_gated.cu)
 // Activation gradients are written (=), parameter gradients accumulate (+=).
 // dtypes: inp/out/dinp/dout one of f32/bf16/f16 (T); weight/bias T or f32; dweight/dbias T
 // or f32 (main grads); statistics f32. All arithmetic in f32.
 //
-// Forward and dinp: one block per row, block reductions (fixed order). The weight/bias
-// gradients are deterministic without atomics: blocks of 32 channels x a chunk of rows write
-// f32 partial sums to scratch, then one thread per channel adds the chunks up in order. That
-// column pass runs before the dinp pass, so dinp may alias dout or inp (as on the CPU).
-// The gated norm is the same design over rows of one group (N * C / group_size rows of
-// group_size channels, weight offset by the group), scalar accesses; its dinp and dgate pass
-// reads each element before the same thread writes it, so both may alias dout, inp or gate.
+// Forward and dinp: one warp per row with the row in registers where C is a few 16-byte
+// vectors per lane (GPT-sized), else one block per row; warp or block reductions (fixed
+// order). The weight/bias gradients are deterministic without atomics: blocks of 32 channels
+// x a chunk of rows write f32 partial sums to scratch (the warp backward: a block per chunk,
+// from its registers), then column_sum_finish adds the chunks up in order. The block path's
+// column pass runs before its dinp pass, and the warp backward reads a row before writing it,
+// so dinp may alias dout or inp (as on the CPU).
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
 
 #include "kernels_common.cuh"
+#include "kernels_norm.cuh"
 #include "ops.hpp"
 
 namespace loom_cuda {
 namespace {
+
+// y[c, c + VW) = (v - m) * rs * weight + bias (bias NULL: none): a normalised row's output.
+template <int VW, class T, class W>
+__device__ __forceinline__ void store_affine(T* y, float (&v)[VW], const W* weight, const W* bias,
+                                             int64_t c, float m, float rs) {
+  float w[VW], bb[VW];
+  load_row<VW>(weight + c, w);
+  if (bias != nullptr) {
+    load_row<VW>(bias + c, bb);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VW; ++i) bb[i] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < VW; ++i) v[i] = (v[i] - m) * rs * w[i] + bb[i];
+  store_vec<VW>(y + c, v);
+}
 
 // out(N,C), inp(N,C), weight(C), bias(C) or NULL, mean(N) (NULL for RMSNorm), rstd(N).
 template <class T, class W, int VW, bool kRms>
@@ -61,18 +77,9 @@ __global__ void norm_forward_kernel(T* out, float* mean, float* rstd, const T* i
     const float rs = 1.0f / sqrtf(block_sum(q) / fc + eps);
     T* y = out + n * C;
     for (int64_t c = c0; c < C; c += step) {
-      float v[VW], w[VW], bb[VW];
+      float v[VW];
       load_vec<VW>(x + c, v);
-      load_row<VW>(weight + c, w);
-      if (bias != nullptr) {
-        load_row<VW>(bias + c, bb);
-      } else {
-#pragma unroll
-        for (int i = 0; i < VW; ++i) bb[i] = 0.0f;
-      }
-#pragma unroll
-      for (int i = 0; i < VW; ++i) v[i] = (v[i] - m) * rs * w[i] + bb[i];
-      store_vec<VW>(y + c, v);
+      store_affine<VW>(y, v, weight, bias, c, m, rs);
     }
     if (threadIdx.x == 0) {
       if constexpr (!kRms) mean[n] = m;
@@ -171,102 +178,158 @@ __global__ void norm_dinp_kernel(T* dinp, const T* dout, const T* inp, const W* 
   }
 }
 
-// ---- the gated RMSNorm (loom.norm-gate/1) ------------------------------------------------------
-// Rows of gs channels: row r is group r % (C / gs) of token r / (C / gs), contiguous in memory.
+// ---- one warp per row, the row in registers (C = 32 * VW * nv, nv <= kWarpVecs) ------------
+// GPT-sized rows (C = 768 ... 2048 in bf16) are a few vectors per lane: a warp holds its row in
+// registers, so the forward reads it once and reduces with shuffles alone, where the block
+// kernels above reread it per pass and wait at two block barriers per row (36-44 % of the
+// copy bandwidth on an H200, docs/performance.md); the backward also sums the parameter
+// gradients on the way (up to 4 vectors a lane). Lane l holds vectors l, l + 32, ...
+constexpr int kWarpVecs = 8;
+constexpr int kWarpRowsPerBlock = 4;
 
-__device__ __forceinline__ float gate_silu(float z) { return z / (1.0f + expf(-z)); }
-
-// out = g * rstd * weight, g = inp * silu(gate), rstd(rows) = 1/sqrt(mean over the row of g^2 +
-// eps). One block per row.
-template <class T, class W>
-__global__ void gated_forward_kernel(T* out, float* rstd, const T* inp, const T* gate,
-                                     const W* weight, int64_t rows, int64_t gs, int64_t groups,
-                                     float eps) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *x = inp + r * gs, *z = gate + r * gs;
-    float ss = 0.0f;
-    for (int64_t c = threadIdx.x; c < gs; c += blockDim.x) {
-      const float g = to_f32(x[c]) * gate_silu(to_f32(z[c]));
-      ss += g * g;
-    }
-    const float rs = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(gs) + eps);
-    const W* w = weight + (r % groups) * gs;
-    for (int64_t c = threadIdx.x; c < gs; c += blockDim.x)
-      out[r * gs + c] = from_f32<T>(to_f32(x[c]) * gate_silu(to_f32(z[c])) * rs * to_f32(w[c]));
-    if (threadIdx.x == 0) rstd[r] = rs;
-  }
-}
-
-// Partial weight gradients, as norm_dparams_partial_kernel (block (32, 8), a chunk of token
-// rows per blockIdx.y): part_w(chunks, C) = sum of dout * g * rstd of the channel's group.
-template <class T>
-__global__ void gated_dweight_partial_kernel(float* part_w, const T* dout, const T* inp,
-                                             const T* gate, const float* rstd, int64_t N, int64_t C,
-                                             int64_t gs, int64_t rows_per_chunk) {
-  __shared__ float sw[8][32];
-  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
-  const int64_t r0 = int64_t{blockIdx.y} * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float aw = 0.0f;
-  if (c < C)
-    for (int64_t n = r0 + threadIdx.y; n < r1; n += blockDim.y) {
-      const int64_t i = n * C + c;
-      aw += to_f32(dout[i]) * (to_f32(inp[i]) * gate_silu(to_f32(gate[i]))) *
-            rstd[n * (C / gs) + c / gs];
-    }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float w = 0.0f;
-    for (unsigned k = 0; k < blockDim.y; ++k) w += sw[k][threadIdx.x];
-    part_w[int64_t{blockIdx.y} * C + c] = w;
-  }
-}
-
-// Per row: dg = rstd (dout w - xhat mean(dout w xhat)), xhat = g rstd; dinp = dg silu(gate),
-// dgate = dg inp silu'(gate), silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z))).
-template <class T, class W>
-__global__ void gated_dinp_kernel(T* dinp, T* dgate, const T* dout, const T* inp, const T* gate,
-                                  const W* weight, const float* rstd, int64_t rows, int64_t gs,
-                                  int64_t groups) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t at = r * gs;
-    const W* w = weight + (r % groups) * gs;
-    const float rs = rstd[r];
+template <class T, class W, int VW, bool kRms>
+__global__ void norm_forward_warp_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const W* weight, const W* bias, int64_t N, int64_t C,
+                                         int nv, float eps) {
+  const int lane = threadIdx.x & 31;
+  const float fc = static_cast<float>(C);
+  const int64_t warps = int64_t{gridDim.x} * kWarpRowsPerBlock;
+  for (int64_t n = int64_t{blockIdx.x} * kWarpRowsPerBlock + threadIdx.x / 32; n < N; n += warps) {
+    const T* x = inp + n * C;
+    float v[kWarpVecs][VW];
     float s = 0.0f;
-    for (int64_t c = threadIdx.x; c < gs; c += blockDim.x)
-      s += to_f32(dout[at + c]) * to_f32(w[c]) *
-           (to_f32(inp[at + c]) * gate_silu(to_f32(gate[at + c])) * rs);
-    const float mean_dnx = block_sum(s) / static_cast<float>(gs);
-    // Every read of the row by other threads ended in block_sum's barriers; each thread now
-    // reads its elements before writing them: dinp and dgate may alias dout, inp or gate.
-    for (int64_t c = threadIdx.x; c < gs; c += blockDim.x) {
-      const float x = to_f32(inp[at + c]), z = to_f32(gate[at + c]), g = to_f32(dout[at + c]);
-      const float sg = 1.0f / (1.0f + expf(-z));
-      const float dg = rs * (g * to_f32(w[c]) - x * z * sg * rs * mean_dnx);
-      dinp[at + c] = from_f32<T>(dg * z * sg);
-      dgate[at + c] = from_f32<T>(dg * x * sg * (1.0f + z * (1.0f - sg)));
+#pragma unroll
+    for (int k = 0; k < kWarpVecs; ++k)
+      if (k < nv) {
+        load_vec<VW>(x + (int64_t{k} * 32 + lane) * VW, v[k]);
+#pragma unroll
+        for (int i = 0; i < VW; ++i) s += v[k][i];
+      }
+    const float m = kRms ? 0.0f : warp_sum(s) / fc;
+    float q = 0.0f;  // two-pass variance, from the registers
+#pragma unroll
+    for (int k = 0; k < kWarpVecs; ++k)
+      if (k < nv) {
+#pragma unroll
+        for (int i = 0; i < VW; ++i) q += (v[k][i] - m) * (v[k][i] - m);
+      }
+    const float rs = 1.0f / sqrtf(warp_sum(q) / fc + eps);
+    T* y = out + n * C;
+#pragma unroll
+    for (int k = 0; k < kWarpVecs; ++k)
+      if (k < nv) store_affine<VW>(y, v[k], weight, bias, (int64_t{k} * 32 + lane) * VW, m, rs);
+    if (lane == 0) {
+      if constexpr (!kRms) mean[n] = m;
+      rstd[n] = rs;
     }
   }
 }
 
-struct Rows {
-  int64_t N, C;
-};
-Rows check_rows(const char* op, const DLTensor* inp) {
-  need(op, "inp", inp);
-  need_float(op, "inp", inp);
-  const int64_t C = last_dim(op, "inp", inp);
-  if (C <= 0) fail(op, "inp has " + std::to_string(C) + " channels");
-  return {numel(inp) / C, C};
+// The whole backward, one warp per row: dinp by norm_dinp_kernel's formula, and the
+// weight/bias gradients' partial sums of chunk blockIdx.x (rows_per_chunk rows, row_chunks'),
+// which each lane keeps in registers over its warp's rows and the block then adds up warp by
+// warp (a fixed order): part_w/part_b(chunks, C), as norm_dparams_partial_kernel writes them,
+// without its second read of dout and inp. Each lane writes only the elements it read, after
+// the shuffles that end every read of the row: dinp may alias dout or inp.
+// NV (vectors a lane) is a template argument: four arrays of NV vectors live in registers,
+// and a runtime bound would size them for the largest (168 registers at NV = 4 in bf16: one
+// block an SM). Up to NV = 3 (GPT-2's C = 768 in bf16) two blocks an SM are asked for.
+constexpr int kBwdWarps = 8, kBwdVecs = 4;
+template <class T, class W, int VW, bool kRms, int NV>
+__global__ void __launch_bounds__(32 * kBwdWarps, NV <= 3 ? 2 : 1)
+    norm_backward_warp_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp,
+                              const W* weight, const float* mean, const float* rstd, int64_t N,
+                              int64_t C, int64_t rows_per_chunk) {
+  __shared__ float sw[kBwdWarps][32 * VW], sb[kBwdWarps][32 * VW];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const float fc = static_cast<float>(C);
+  const int64_t r0 = int64_t{blockIdx.x} * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  float aw[NV][VW], ab[NV][VW];
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+#pragma unroll
+    for (int i = 0; i < VW; ++i) aw[k][i] = ab[k][i] = 0.0f;
+  for (int64_t n = r0 + warp; n < r1; n += kBwdWarps) {
+    const float m = kRms ? 0.0f : mean[n], rs = rstd[n];
+    float xh[NV][VW], dn[NV][VW];
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (int64_t{k} * 32 + lane) * VW;
+      float w[VW];
+      load_vec<VW>(inp + n * C + c, xh[k]);
+      load_vec<VW>(dout + n * C + c, dn[k]);
+      load_row<VW>(weight + c, w);
+#pragma unroll
+      for (int i = 0; i < VW; ++i) {
+        xh[k][i] = (xh[k][i] - m) * rs;
+        aw[k][i] += dn[k][i] * xh[k][i];
+        ab[k][i] += dn[k][i];
+        dn[k][i] *= w[i];
+        s1 += dn[k][i];
+        s2 += dn[k][i] * xh[k][i];
+      }
+    }
+    const float mean_dn = kRms ? 0.0f : warp_sum(s1) / fc;
+    const float mean_dnx = warp_sum(s2) / fc;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+#pragma unroll
+      for (int i = 0; i < VW; ++i) dn[k][i] = rs * (dn[k][i] - mean_dn - xh[k][i] * mean_dnx);
+      store_vec<VW>(dinp + n * C + (int64_t{k} * 32 + lane) * VW, dn[k]);
+    }
+  }
+  // The chunk's partial sums: the warps' registers added in warp order, one vector at a time.
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+#pragma unroll
+    for (int i = 0; i < VW; ++i) {
+      sw[warp][lane * VW + i] = aw[k][i];
+      sb[warp][lane * VW + i] = ab[k][i];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const int64_t c = (int64_t{k} * 32 + lane) * VW;
+#pragma unroll
+      for (int i = 0; i < VW; ++i) {
+        float w = 0.0f, bsum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kBwdWarps; ++j) {
+          w += sw[j][lane * VW + i];
+          bsum += sb[j][lane * VW + i];
+        }
+        part_w[int64_t{blockIdx.x} * C + c + i] = w;
+        if (part_b != nullptr) part_b[int64_t{blockIdx.x} * C + c + i] = bsum;
+      }
+    }
+    __syncthreads();
+  }
 }
-void check_stat(const char* op, const char* name, const DLTensor* t) {
-  need(op, name, t);
-  need_dtype(op, name, t, loom_f32());
+
+// Vectors per lane when a row suits the warp kernels (whole 16-byte vectors,
+bool all_aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (p != nullptr && !aligned16(p)) return false;
+  return true;
 }
-void check_eps(const char* op, double eps) {
-  if (!(eps >= 0) || !std::isfinite(eps))
-    fail(op, "eps = " + std::to_string(eps) + " must be >= 0");
+// at most `most` per lane), else 0: the block kernels run.
+template <class T>
+int warp_row_vecs(int64_t C, bool aligned, int most) {
+  constexpr int64_t per_warp = 32 * kVec<T>;
+  if (!aligned || C % per_warp != 0 || C / per_warp > most) return 0;
+  return static_cast<int>(C / per_warp);
+}
+// fn(std::integral_constant<int, v>{}) for the runtime v in [Lo, Hi].
+template <int Lo, int Hi, class Fn>
+void with_int(int v, Fn&& fn) {
+  if constexpr (Lo <= Hi) {
+    if (v == Lo) return fn(std::integral_constant<int, Lo>{});
+    with_int<Lo + 1, Hi>(v, fn);
+  }
+}
+inline unsigned warp_row_blocks(int64_t N) {
+  return grid_rows((N + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
 }
 
 // Shared body of layernorm_forward (mean != NULL) and rmsnorm_forward (mean == NULL).
@@ -292,6 +355,15 @@ void norm_forward(const char* op, loom_backend& b, DLTensor* out, DLTensor* mean
     using T = typename decltype(tt)::type;
     dispatch_param(op, "weight", weight, tt, [&](auto wt) {
       using W = typename decltype(wt)::type;
+      const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, py, pw, pb}), kWarpVecs);
+      if (nv > 0) {
+        norm_forward_warp_kernel<T, W, kVec<T>, kRms>
+            <<<warp_row_blocks(r.N), 32 * kWarpRowsPerBlock, 0, b.stream>>>(
+                static_cast<T*>(py), pm, prs, static_cast<const T*>(px), static_cast<const W*>(pw),
+                static_cast<const W*>(pb), r.N, r.C, nv, static_cast<float>(eps));
+        LOOM_CUDA_LAUNCHED(op);
+        return;
+      }
       with_vec<T>(r.C % kVec<T> == 0, {px, py, pw, pb}, [&](auto vw) {
         constexpr int VW = decltype(vw)::value;
         norm_forward_kernel<T, W, VW, kRms><<<grid_rows(r.N), row_threads(r.C / VW), 0, b.stream>>>(
@@ -341,6 +413,25 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
         StreamScratch scratch(pdb ? 2 * part_bytes : part_bytes, *b.alloc);
         float* part_w = scratch.at<float>(0);
         float* part_b = pdb ? scratch.at<float>(part_bytes) : nullptr;
+        const auto finish = [&] {  // dweight (and dbias) += the chunks' sums, in one launch
+          column_sum_finish<G>
+              <<<column_sum_grid(r.C, pdb ? 2 : 1), dim3(32, kColLanes), 0, b.stream>>>(
+                  static_cast<G*>(pdw), part_w, static_cast<G*>(pdb), part_b, chunks, r.C);
+          LOOM_CUDA_LAUNCHED(op);
+        };
+        const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, pg, pdx, pw}), kBwdVecs);
+        if (nv > 0) {  // one pass over dout and inp, then the finish
+          with_int<1, kBwdVecs>(nv, [&](auto vecs) {
+            norm_backward_warp_kernel<T, W, kVec<T>, kRms, decltype(vecs)::value>
+                <<<static_cast<unsigned>(chunks), 32 * kBwdWarps, 0, b.stream>>>(
+                    static_cast<T*>(pdx), part_w, part_b, static_cast<const T*>(pg),
+                    static_cast<const T*>(px), static_cast<const W*>(pw), pm, prs, r.N, r.C,
+                    rows_per_chunk);
+            LOOM_CUDA_LAUNCHED(op);
+          });
+          finish();
+          return;
+        }
         with_vec<T>(r.C % kVec<T> == 0, {px, pg}, [&](auto vw) {
           constexpr int VW = decltype(vw)::value;
           dim3 grid(static_cast<unsigned>((r.C + 32 * VW - 1) / (32 * VW)),
@@ -350,11 +441,7 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
               r.C, rows_per_chunk);
           LOOM_CUDA_LAUNCHED(op);
         });
-        // dweight (and dbias) += the chunks' sums, both in one launch
-        column_sum_finish<G>
-            <<<column_sum_grid(r.C, pdb ? 2 : 1), dim3(32, kColLanes), 0, b.stream>>>(
-                static_cast<G*>(pdw), part_w, static_cast<G*>(pdb), part_b, chunks, r.C);
-        LOOM_CUDA_LAUNCHED(op);
+        finish();
         with_vec<T>(r.C % kVec<T> == 0, {px, pg, pdx, pw}, [&](auto vw) {
           constexpr int VW = decltype(vw)::value;
           norm_dinp_kernel<T, W, VW, kRms><<<grid_rows(r.N), row_threads(r.C / VW), 0, b.stream>>>(
@@ -367,103 +454,7 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
   });
 }
 
-void check_group(const char* op, const Rows& r, int64_t gs) {
-  if (gs <= 0 || r.C % gs != 0)  // the SDK slot checked it; the kernels divide by it
-    fail(op, "group_size = " + std::to_string(gs) + " must divide C = " + std::to_string(r.C));
-}
-
 }  // namespace
-
-loom_error* rmsnorm_gated_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,
-                                  const DLTensor* inp, const DLTensor* gate, const DLTensor* weight,
-                                  double eps, int64_t group_size) noexcept {
-  return run_op(be, "rmsnorm_gated_forward", [&](loom_backend& b) {
-    const char* op = "rmsnorm_gated_forward";
-    const Rows r = check_rows(op, inp);
-    check_group(op, r, group_size);
-    need(op, "out", out);
-    need(op, "gate", gate);
-    need(op, "weight", weight);
-    need_same_dtype(op, "out", out, "inp", inp);
-    need_same_dtype(op, "gate", gate, "inp", inp);
-    check_stat(op, "rstd", rstd);
-    check_eps(op, eps);
-    const int64_t rows = r.N * (r.C / group_size);
-    const void* px = device_ptr(b, inp, op, "inp", r.N * r.C);
-    const void* pz = device_ptr(b, gate, op, "gate", r.N * r.C);
-    void* py = device_ptr(b, out, op, "out", r.N * r.C);
-    const void* pw = device_ptr(b, weight, op, "weight", r.C);
-    float* prs = static_cast<float*>(device_ptr(b, rstd, op, "rstd", rows));
-    if (rows == 0) return;
-    dispatch_float(op, "inp", inp, [&](auto tt) {
-      using T = typename decltype(tt)::type;
-      dispatch_param(op, "weight", weight, tt, [&](auto wt) {
-        using W = typename decltype(wt)::type;
-        gated_forward_kernel<T, W><<<grid_rows(rows), row_threads(group_size), 0, b.stream>>>(
-            static_cast<T*>(py), prs, static_cast<const T*>(px), static_cast<const T*>(pz),
-            static_cast<const W*>(pw), rows, group_size, r.C / group_size, static_cast<float>(eps));
-        LOOM_CUDA_LAUNCHED(op);
-      });
-    });
-  });
-}
-
-loom_error* rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor* dgate,
-                                   DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
-                                   const DLTensor* gate, const DLTensor* weight,
-                                   const DLTensor* rstd, int64_t group_size) noexcept {
-  return run_op(be, "rmsnorm_gated_backward", [&](loom_backend& b) {
-    const char* op = "rmsnorm_gated_backward";
-    const Rows r = check_rows(op, inp);
-    check_group(op, r, group_size);
-    for (const auto& [name, t] : {std::pair<const char*, const DLTensor*>{"dinp", dinp},
-                                  {"dgate", dgate},
-                                  {"dout", dout},
-                                  {"gate", gate}}) {
-      need(op, name, t);
-      need_same_dtype(op, name, t, "inp", inp);
-    }
-    need(op, "weight", weight);
-    need(op, "dweight", dweight);
-    check_stat(op, "rstd", rstd);
-    const int64_t n = r.N * r.C, groups = r.C / group_size, rows = r.N * groups;
-    const void* px = device_ptr(b, inp, op, "inp", n);
-    const void* pz = device_ptr(b, gate, op, "gate", n);
-    const void* pg = device_ptr(b, dout, op, "dout", n);
-    void* pdx = device_ptr(b, dinp, op, "dinp", n);
-    void* pdz = device_ptr(b, dgate, op, "dgate", n);
-    const void* pw = device_ptr(b, weight, op, "weight", r.C);
-    void* pdw = device_ptr(b, dweight, op, "dweight", r.C);
-    const float* prs = static_cast<const float*>(device_ptr(b, rstd, op, "rstd", rows));
-    if (r.N == 0) return;
-    const RowChunks rc = row_chunks(r.N);
-    const int64_t chunks = rc.chunks, rows_per_chunk = rc.rows_per_chunk;
-    dispatch_float(op, "inp", inp, [&](auto tt) {
-      using T = typename decltype(tt)::type;
-      dispatch_param(op, "weight", weight, tt, [&](auto wt) {
-        using W = typename decltype(wt)::type;
-        dispatch_param(op, "dweight", dweight, tt, [&](auto gt) {
-          using G = typename decltype(gt)::type;
-          StreamScratch scratch(sizeof(float) * static_cast<size_t>(chunks * r.C), *b.alloc);
-          float* part_w = scratch.at<float>(0);
-          const dim3 grid(static_cast<unsigned>((r.C + 31) / 32), static_cast<unsigned>(chunks));
-          gated_dweight_partial_kernel<T><<<grid, dim3(32, 8), 0, b.stream>>>(
-              part_w, static_cast<const T*>(pg), static_cast<const T*>(px),
-              static_cast<const T*>(pz), prs, r.N, r.C, group_size, rows_per_chunk);
-          LOOM_CUDA_LAUNCHED(op);
-          column_sum_finish<G><<<column_sum_grid(r.C, 1), dim3(32, kColLanes), 0, b.stream>>>(
-              static_cast<G*>(pdw), part_w, nullptr, nullptr, chunks, r.C);
-          LOOM_CUDA_LAUNCHED(op);
-          gated_dinp_kernel<T, W><<<grid_rows(rows), row_threads(group_size), 0, b.stream>>>(
-              static_cast<T*>(pdx), static_cast<T*>(pdz), static_cast<const T*>(pg),
-              static_cast<const T*>(px), static_cast<const T*>(pz), static_cast<const W*>(pw), prs,
-              rows, group_size, groups);
-          LOOM_CUDA_LAUNCHED(op);
-        });
-      });
-    });
-  });
-}
 
 loom_error* layernorm_forward(loom_backend* be, DLTensor* out, DLTensor* mean, DLTensor* rstd,
                               const DLTensor* inp, const DLTensor* weight, const DLTensor* bias,

@@ -119,35 +119,64 @@ struct LocalLinear {
 
   // y(n,out) = x(n,in) W^T (+ b when add_bias). The bias goes into the GEMM's epilogue where
   // the backend instance lends loom.gemm-epilogue/1 (loom/cpp/gemm_epilogue.hpp), else a
-  // bias_add pass follows; the same holds for the bias gradient in backward.
-  void forward(const Backend& be, DLTensor* y, const DLTensor* x, int64_t n,
-               bool add_bias = true) const {
+  // bias_add pass follows; the same holds for the bias gradient in backward. With `gelu_aux`
+  // (n, out), aux = x W^T + b and y = gelu_tanh(aux), in one GEMM where the backend lends
+  // LOOM_EPILOGUE_BIAS_GELU (callers check gelu_fusable first).
+  void forward(const Backend& be, DLTensor* y, const DLTensor* x, int64_t n, bool add_bias = true,
+               DLTensor* gelu_aux = nullptr) const {
     const bool bias = has_bias && add_bias;
-    if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BIAS)) {
-      const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BIAS, b, nullptr);
+    const uint32_t kinds = gemm_epilogue_kinds(be);
+    if (gelu_aux != nullptr && (kinds & LOOM_EPILOGUE_BIAS_GELU)) {
+      loom_gemm_epilogue e =
+          gemm_epilogue(LOOM_EPILOGUE_BIAS_GELU, bias ? b.get() : nullptr, nullptr, gelu_aux);
       gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0, &e.base);
       return;
     }
-    gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0);
-    if (bias) {
-      View yv(y, {n, out});
-      loom::bias_add(be, yv.get(), b);
+    DLTensor* z = gelu_aux != nullptr ? gelu_aux : y;  // the GEMM's own output
+    if (bias && (kinds & LOOM_EPILOGUE_BIAS)) {
+      const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BIAS, b, nullptr);
+      gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, z, out, 0, 0.0, &e.base);
+    } else {
+      gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, z, out, 0, 0.0);
+      if (bias) {
+        View zv(z, {n, out});
+        loom::bias_add(be, zv.get(), b);
+      }
     }
+    if (gelu_aux != nullptr) loom::act_forward(be, LOOM_ACT_GELU_TANH, y, gelu_aux);
+  }
+  // Whether the GELU that follows this projection (forward) or whose gradient its input
+  // gradient feeds (backward) can ride on the GEMMs: the backend lends both GELU kinds. Both
+  // or neither, so that a step's forward and backward agree on what `aux` holds.
+  static bool gelu_fusable(const Backend& be) {
+    const uint32_t both = LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU;
+    return (gemm_epilogue_kinds(be) & both) == both;
   }
   // dW += dy^T x; db += colsum(dy) (when with_bias); dx (=, or += when accumulate) dy W.
   // Within a split backward's B (weight_grads.hpp) the dW and db part waits for its W, with
-  // copies of dy and x.
+  // copies of dy and x. With `dgelu_aux` (the GELU's input, n x in; not with accumulate),
+  // dx = (dy W) * gelu_tanh'(aux) in one GEMM (LOOM_EPILOGUE_DGELU; gelu_fusable).
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
-                const DLTensor* x, int64_t n, bool with_bias = true) const {
+                const DLTensor* x, int64_t n, bool with_bias = true,
+                DLTensor* dgelu_aux = nullptr) const {
     weight_grad_reading(
         be,
         [this, n, with_bias](const Backend& b, const DLTensor* d, const DLTensor* xi) {
           weight_backward(b, d, xi, n, with_bias);
         },
         dy, x);
-    if (dx)
-      gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
-           accumulate ? 1.0 : 0.0);
+    if (!dx) return;
+    if (dgelu_aux != nullptr) {
+      if (accumulate || !gelu_fusable(be))
+        throw Error(LOOM_ERR_INVALID_ARGUMENT,
+                    "LocalLinear::backward: the GELU gradient rides only on a written input "
+                    "gradient, on a backend lending LOOM_EPILOGUE_DGELU (gelu_fusable)");
+      loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_DGELU, nullptr, nullptr, dgelu_aux);
+      gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0, 0.0, &e.base);
+      return;
+    }
+    gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
+         accumulate ? 1.0 : 0.0);
   }
   // dW += dy^T x; db += colsum(dy) (when with_bias).
   void weight_backward(const Backend& be, const DLTensor* dy, const DLTensor* x, int64_t n,
@@ -176,11 +205,13 @@ struct ColumnParallelLinear {
   // x: (n, in) replicated, or (n/size, in) with sequence parallelism, gathered into
   // x_full (n, in), which backward needs again. Without sequence parallelism x_full may
   // be x itself.
+  // With `gelu_aux` (one part only): ys[0] = gelu_tanh(aux), LocalLinear::forward's.
   void forward(const Backend& be, const Group& g, const DLTensor* x, DLTensor* x_full, int64_t n,
-               const std::vector<DLTensor*>& ys) const {
+               const std::vector<DLTensor*>& ys, DLTensor* gelu_aux = nullptr) const {
     if (g.sequence_parallel) GatherFromSequenceRegion::forward(g, x, x_full);
     const DLTensor* xin = g.sequence_parallel ? x_full : x;
-    for (size_t i = 0; i < parts.size(); ++i) parts[i].forward(be, ys[i], xin, n);
+    for (size_t i = 0; i < parts.size(); ++i)
+      parts[i].forward(be, ys[i], xin, n, true, parts.size() == 1 ? gelu_aux : nullptr);
   }
   // dx: (n, in) or the (n/size, in) shard; dx_full (n, in) scratch (may be dx without
   // sequence parallelism). x_full is the forward's (gathered) input.
@@ -217,11 +248,12 @@ struct RowParallelLinear {
       loom::bias_add(be, yv.get(), lin.b);
     }
   }
-  // dy (n, out) or its (n/size, out) shard; dy_full (n, out) scratch; dx (n, in_local) =.
-  // With sequence parallelism the bias gradient is partial (this rank's tokens): the
-  // caller sums it over the group once per step, as Megatron does for such parameters.
+  // dy (n, out) or its (n/size, out) shard; dy_full (n, out) scratch; dx (n, in_local) =,
+  // times gelu_tanh'(dgelu_aux) when given (LocalLinear::backward's). With sequence
+  // parallelism the bias gradient is partial (this rank's tokens): the caller sums it over
+  // the group once per step, as Megatron does for such parameters.
   void backward(const Backend& be, const Group& g, const DLTensor* dy, DLTensor* dy_full,
-                const DLTensor* x, int64_t n, DLTensor* dx) const {
+                const DLTensor* x, int64_t n, DLTensor* dx, DLTensor* dgelu_aux = nullptr) const {
     // Without sequence parallelism the weight gradient's dy is this one, whose column sums
     // are the bias gradient: it may ride on that GEMM (an epilogue).
     if (lin.has_bias && g.sequence_parallel) {
@@ -240,7 +272,7 @@ struct RowParallelLinear {
       ReduceScatterToSequenceRegion::backward(g, dy, dy_full);
       dfull = dy_full;
     }
-    lin.backward(be, dx, false, dfull, x, n, !g.sequence_parallel);
+    lin.backward(be, dx, false, dfull, x, n, !g.sequence_parallel, dgelu_aux);
   }
 };
 
