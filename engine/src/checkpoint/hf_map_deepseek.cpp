@@ -136,8 +136,7 @@ HfArch deepseek_from_config(ConfigReader& r) {
   if (mtp > 0)
     a.unmapped = "config.json's num_nextn_predict_layers = " + std::to_string(mtp) +
                  ": DeepSeek's multi-token prediction module (model.layers." + std::to_string(d.L) +
-                 ".* and after) is not imported; its tensors would be "
-                 "dropped";
+                 ".* and after) is not imported; its tensors would be dropped";
   a.model_keys = {{"n_layer", lit(d.L)},
                   {"n_head", lit(d.H)},
                   {"n_kv_head", lit(d.H)},

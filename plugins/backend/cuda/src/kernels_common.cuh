@@ -78,15 +78,19 @@ __device__ __forceinline__ void load_row(const T* p, float (&out)[VW]) {
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// Every non-NULL pointer of the list 16-byte aligned.
+inline bool all_aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (p != nullptr && !aligned16(p)) return false;
+  return true;
+}
 
 // Calls fn(std::integral_constant<int, VW>{}) with VW = kVec<T> when `divisible` (the row
 // length or the split is a multiple of the vector) and every non-NULL pointer is 16-byte
 // aligned, else VW = 1: one kernel template serves both paths.
 template <class T, class Fn>
 void with_vec(bool divisible, std::initializer_list<const void*> ptrs, Fn&& fn) {
-  bool vec = divisible;
-  for (const void* p : ptrs) vec = vec && (p == nullptr || aligned16(p));
-  if (vec)
+  if (divisible && all_aligned16(ptrs))
     fn(std::integral_constant<int, kVec<T>>{});
   else
     fn(std::integral_constant<int, 1>{});

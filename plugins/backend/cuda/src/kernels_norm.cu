@@ -307,13 +307,8 @@ __global__ void __launch_bounds__(32 * kBwdWarps, NV <= 3 ? 2 : 1)
   }
 }
 
-// Vectors per lane when a row suits the warp kernels (whole 16-byte vectors,
-bool all_aligned16(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (p != nullptr && !aligned16(p)) return false;
-  return true;
-}
-// at most `most` per lane), else 0: the block kernels run.
+// Vectors per lane when a row suits the warp kernels (whole 16-byte vectors, at most `most`
+// per lane, every pointer aligned), else 0: the block kernels run.
 template <class T>
 int warp_row_vecs(int64_t C, bool aligned, int most) {
   constexpr int64_t per_warp = 32 * kVec<T>;
