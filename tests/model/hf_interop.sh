@@ -60,7 +60,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
-for style in gpt llama qwen3 qwen2moe dsv3 mamba2; do
+for style in gpt llama qwen3 qwen2moe dsv3 dsv3mtp mamba2; do
   train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
@@ -71,6 +71,25 @@ for style in gpt llama qwen3 qwen2moe dsv3 mamba2; do
   "$loom" export-hf trained-$style.back trained-$style.back.hf > /dev/null
   $st same trained-$style.hf trained-$style.back.hf
 done
+# DeepSeek's layout of the MTP module: layer 4 after the model's 4, its embedding and head
+# stored again (identical), the config counting it
+ST_DIR="$here/hf" python3 - <<'PY'
+import json, os, sys
+sys.path.insert(0, os.environ["ST_DIR"])
+import st
+names = st.read("trained-dsv3mtp.hf/model.safetensors")
+m = "model.layers.4."
+for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight",
+          "self_attn.kv_b_proj.weight", "mlp.experts.3.down_proj.weight",
+          "mlp.gate.e_score_correction_bias", "mlp.shared_experts.up_proj.weight"):
+    assert m + n in names, m + n
+assert names[m + "embed_tokens.weight"] == names["model.embed_tokens.weight"]
+assert names[m + "shared_head.head.weight"] == names["lm_head.weight"]
+assert not any(k.startswith("model.layers.5.") for k in names)
+c = json.load(open("trained-dsv3mtp.hf/config.json"))
+assert c["num_nextn_predict_layers"] == 1 and c["num_hidden_layers"] == 4, c
+print("dsv3mtp: the MTP module exported as DeepSeek's layer 4 (embedding and head repeated)")
+PY
 
 echo "== 4: refusals"
 refuse() {  # refuse WHAT EXPECTED-TEXT: import of bad/ must fail naming it
@@ -119,14 +138,25 @@ edit qwen3-moe-f32 "c['mlp_only_layers'] = [1]"
 refuse "a dense layer whose tensors are experts'" 'no tensor model.layers.1.mlp.gate_proj.weight'
 edit deepseek-v3-bf16 "c['rope_scaling'] = {'type': 'linear', 'factor': 40}"
 refuse "DeepSeek-V3 with linear rope scaling" '"rope_scaling" = {"factor":40,"type":"linear"} does not map'
-# DeepSeek-V3's multi-token prediction module is not imported: a config naming one whose
-# files hold none of its tensors (what transformers saves) maps the main model, the same
-# logits; the module's tensors present are refused, naming the module
+# DeepSeek-V3's multi-token prediction module: a config naming one whose files hold none of
+# its tensors (what transformers saves) maps the main model, the same logits; a module
+# partly there is refused, naming the missing tensor; a repeated embedding that differs
+# from the model's is refused; more modules said than the files hold are refused
 edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
 same_logits deepseek-v3-bf16 "DeepSeek-V3 with num_nextn_predict_layers = 1 and no MTP tensors"
 edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
 $st add bad/model.safetensors model.layers.3.eh_proj.weight
-refuse "DeepSeek-V3's MTP tensors" 'multi-token prediction module (model.layers.3.\* and after) is not imported'
+refuse "an MTP module without its norms" 'no tensor model.layers.3.enorm.weight (config.json implies it)'
+edit deepseek-v3-bf16 "c['num_nextn_predict_layers'] = 1"
+$st add bad/model.safetensors model.layers.3.enorm.weight
+refuse "MTP tensors without eh_proj" 'model.layers.3.enorm.weight has no place.*maps when its eh_proj.weight is there'
+rm -rf mtp.hf && cp -r trained-dsv3mtp.hf mtp.hf
+python3 -c "import json; c = json.load(open('mtp.hf/config.json')); c['num_nextn_predict_layers'] = 2; json.dump(c, open('mtp.hf/config.json', 'w'))"
+rm -rf bad && mv mtp.hf bad
+refuse "two MTP modules said, one there" '"num_nextn_predict_layers" = 2 but the files hold 1 module(s)'
+cp -r trained-dsv3mtp.hf bad
+$st add bad/model.safetensors model.layers.4.embed_tokens.weight
+refuse "a repeated embedding that differs" 'model.layers.4.embed_tokens.weight differs from model.embed_tokens.weight'
 edit deepseek-v3-bf16 "c['topk_group'] = 1"
 refuse "a group score model/gpt cannot take" '"topk_group" must be num_experts_per_tok / 2'
 edit mamba2-f32 "c['n_groups'] = 3"

@@ -5,7 +5,8 @@ Rebuilds the model from its definition, not from Loom's code: parameters and tok
 from torch.manual_seed, so the reference does not depend on Loom's RNG either. For each
 configuration the file holds the model options, the batch, the parameters (float32 values,
 so the f32 model under test holds exactly the same numbers), the loss sum and the gradient
-of loss_scale * (sum of token losses) for every parameter, computed in float64 by autograd.
+of loss_scale * (sum of token losses, plus the weighted MTP term where the model has one)
+for every parameter, computed in float64 by autograd.
 
 Conventions mirrored from model/gpt (see sdk/layers/decoder):
   linear weights (out, in), y = x W^T + b; c_attn rows [q | k | v]; swiglu c_fc rows
@@ -70,6 +71,14 @@ CONFIGS = {
                      multi_latent_attention="true", q_lora_rank=0, kv_lora_rank=6,
                      qk_head_dim=2, qk_pos_emb_head_dim=4, v_head_dim=5),
         vocab=64, batch=2, seq=8, seed=1357),
+    # multi-token prediction (Megatron's MTP, DeepSeek-V3's modules): two depths on the Llama
+    # model; the term "mtp" weighted mtp_loss_scaling_factor / depths
+    "mtp_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128,
+                     mtp_num_layers=2, mtp_loss_scaling_factor=0.3),
+        vocab=64, batch=2, seq=8, seed=9753),
 }
 
 
@@ -118,26 +127,33 @@ def param_specs(o, vocab):
         specs.append((p + ".kv_b.weight", (H * (o["qk_head_dim"] + dv), r), "matrix"))
         linear(p + ".c_proj", C, H * dv)
 
-    for l in range(L):
-        p = f"h.{l}"
+    def layer(p):
         norm(p + ".ln_1")
         if mla(o):
             mla_specs(p + ".attn")
-            norm(p + ".ln_2")
-            linear(p + ".mlp.c_fc", 2 * F_ if swiglu else F_, C)
-            linear(p + ".mlp.c_proj", C, F_)
-            continue
-        linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C, bias or o.get("add_qkv_bias") == "true")
-        linear(p + ".attn.c_proj", C, H * D)
-        if o.get("qk_layernorm") == "true":  # one (D) weight each, after c_proj as Loom lists
-            specs.append((p + ".attn.q_norm.weight", (D,), "norm_w"))
-            specs.append((p + ".attn.k_norm.weight", (D,), "norm_w"))
+        else:
+            linear(p + ".attn.c_attn", (H + 2 * Hkv) * D, C,
+                   bias or o.get("add_qkv_bias") == "true")
+            linear(p + ".attn.c_proj", C, H * D)
+            if o.get("qk_layernorm") == "true":  # one (D) weight each, after c_proj
+                specs.append((p + ".attn.q_norm.weight", (D,), "norm_w"))
+                specs.append((p + ".attn.k_norm.weight", (D,), "norm_w"))
         norm(p + ".ln_2")
         linear(p + ".mlp.c_fc", 2 * F_ if swiglu else F_, C)
         linear(p + ".mlp.c_proj", C, F_)
+
+    for l in range(L):
+        layer(f"h.{l}")
     norm("ln_f")
     if o["tie_embeddings"] == "false":
         specs.append(("lm_head.weight", (vocab, C), "matrix"))
+    for k in range(o.get("mtp_num_layers", 0)):  # each depth: two norms, eh_proj, a layer
+        p = f"mtp.{k}"
+        norm(p + ".enorm")
+        norm(p + ".hnorm")
+        specs.append((p + ".eh_proj.weight", (C, 2 * C), "matrix"))
+        layer(p + ".layer")
+        norm(p + ".final_norm")
     return specs
 
 
@@ -173,7 +189,7 @@ def mla_attention(o, P, p, x, norm):
     return F.linear(a, P[p + ".c_proj.weight"], P.get(p + ".c_proj.bias"))
 
 
-def forward(o, P, tokens, vocab):
+def forward(o, P, tokens, vocab, targets=None):
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
     Hkv = o.get("n_kv_head") or H
     D = head_dim(o)
@@ -197,15 +213,10 @@ def forward(o, P, tokens, vocab):
             h = F.gelu(h, approximate="tanh")
         return linear(h, p + ".mlp.c_proj")
 
-    x = P["wte"][tokens]
-    if o["position"] == "learned":
-        x = x + P["wpe"][torch.arange(T)][None]
-    for l in range(L):
-        p = f"h.{l}"
+    def block(x, p):
         if mla(o):
             x = x + mla_attention(o, P, p + ".attn", norm(x, p + ".ln_1"), norm)
-            x = x + mlp(norm(x, p + ".ln_2"), p)
-            continue
+            return x + mlp(norm(x, p + ".ln_2"), p)
         qkv = linear(norm(x, p + ".ln_1"), p + ".attn.c_attn")
         q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
         q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
@@ -220,10 +231,37 @@ def forward(o, P, tokens, vocab):
         s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
         a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         x = x + linear(a, p + ".attn.c_proj")
-        x = x + mlp(norm(x, p + ".ln_2"), p)
-    x = norm(x, "ln_f")
+        return x + mlp(norm(x, p + ".ln_2"), p)
+
+    x = P["wte"][tokens]
+    if o["position"] == "learned":
+        x = x + P["wpe"][torch.arange(T)][None]
+    for l in range(L):
+        x = block(x, f"h.{l}")
     head = P["wte"] if o["tie_embeddings"] == "true" else P["lm_head.weight"]
-    return x @ head.t()  # (B, T, vocab)
+    if targets is None:
+        return norm(x, "ln_f") @ head.t()  # (B, T, vocab)
+    # Multi-token prediction as DeepSeek-V3's paper and Megatron-Core define it: depth k
+    # (1-based) at position i embeds the input token i + k (the batch's targets hold the
+    # inputs shifted by one: targets[i + k - 1]), joins it to depth k-1's hidden state at i
+    # (the main model's last layer for k = 1) as eh_proj([enorm(emb) | hnorm(h)]), runs one
+    # more layer and the shared head after its own final norm, and predicts token i + k + 1
+    # (targets[i + k]); positions whose token or target falls past the row are not counted.
+    mtp_sum, h = 0.0, x
+    for k in range(1, o.get("mtp_num_layers", 0) + 1):
+        p = f"mtp.{k - 1}"
+        ahead = torch.full((B, T), -1, dtype=torch.long)
+        label = torch.full((B, T), -1, dtype=torch.long)
+        ahead[:, :T - k + 1] = targets[:, k - 1:]
+        label[:, :T - k] = targets[:, k:]
+        label[ahead < 0] = -1
+        emb = P["wte"][ahead.clamp(min=0)]
+        h = linear(torch.cat([norm(emb, p + ".enorm"), norm(h, p + ".hnorm")], -1), p + ".eh_proj")
+        h = block(h, p + ".layer")
+        logits = norm(h, p + ".final_norm") @ head.t()
+        mtp_sum = mtp_sum + F.cross_entropy(logits.reshape(-1, vocab), label.reshape(-1),
+                                            ignore_index=-1, reduction="sum")
+    return norm(x, "ln_f") @ head.t(), mtp_sum
 
 
 def main():
@@ -237,16 +275,20 @@ def main():
         targets[1, 5] = -1
         count = int((targets != -1).sum())
         loss_scale = 1.0 / count
-        logits = forward(o, P, tokens, vocab)
+        logits, mtp_sum = forward(o, P, tokens, vocab, targets)
         loss_sum = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1),
                                    ignore_index=-1, reduction="sum")
-        (loss_scale * loss_sum).backward()
+        depths = o.get("mtp_num_layers", 0)
+        mtp_weight = o["mtp_loss_scaling_factor"] / depths if depths else 0.0
+        (loss_scale * (loss_sum + mtp_weight * mtp_sum)).backward()
         with reference_file(out_dir, "model/gpt", "make_reference.py", name, cfg,
                             "option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
-                            "targets ... | loss_sum <v> | loss_scale <v> | param <name> "
+                            "targets ... | loss_sum <v> | mtp_sum <v> | loss_scale <v> | param <name> "
                             "<numel> <values...> | grad <name> <numel> <values...>") as f:
             f.write(ints("tokens", tokens) + ints("targets", targets))
             f.write(f"loss_sum {loss_sum.item():.17g}\n")
+            if depths:
+                f.write(f"mtp_sum {mtp_sum.item():.17g}\n")
             write_gradients(f, loss_scale, specs, P)
         print(f"{f.name}: loss_sum {loss_sum.item():.6f} over {count} tokens, "
               f"{sum(P[p].numel() for p, _, _ in specs)} parameters")

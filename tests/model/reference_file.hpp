@@ -19,7 +19,7 @@ struct Reference {
   int64_t vocab = 0, batch = 0, seq = 0;
   std::vector<int32_t> tokens, targets, token_types, padding_mask, sop_labels, labels;
   std::vector<int32_t> dec_tokens, dec_targets;  // T5's (B, decoder_seq_len)
-  double loss_sum = 0, sop_sum = 0, loss_scale = 0, accuracy = -1;
+  double loss_sum = 0, sop_sum = 0, mtp_sum = 0, loss_scale = 0, accuracy = -1;
   std::map<std::string, std::vector<double>> params, grads;
 };
 
@@ -55,6 +55,8 @@ inline Reference load(const std::string& name) {
       in >> r.accuracy;
     } else if (kind == "sop_sum") {
       in >> r.sop_sum;
+    } else if (kind == "mtp_sum") {
+      in >> r.mtp_sum;
     } else if (kind == "loss_scale") {
       in >> r.loss_scale;
     } else if (kind == "param" || kind == "grad") {

@@ -90,7 +90,8 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   const std::vector<loom_loss> losses = run(m, r, true, table);
   const bool sop = r.options.count("binary_head") && r.options.at("binary_head") == "true";
   const bool classifier = std::string(model) == "bert-classifier";
-  REQUIRE(losses.size() == (sop || classifier ? 2u : 1u));
+  const bool mtp = r.options.count("mtp_num_layers") > 0;
+  REQUIRE(losses.size() == (sop || classifier || mtp ? 2u : 1u));
   const double loss = losses[0].sum;
   int64_t expect_count = 0;
   for (int32_t t : r.dec_tokens.empty() ? r.targets : r.dec_targets) expect_count += t != -1;
@@ -112,6 +113,13 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   e.loss_rel = std::fabs(loss - r.loss_sum) / std::fabs(r.loss_sum);
   INFO(name << ": loss " << loss << " vs reference " << r.loss_sum);
   CHECK(e.loss_rel < loss_tol);
+  if (mtp) {  // the depths' summed token losses at mtp_loss_scaling_factor / depths
+    CHECK(std::string(losses[1].name) == "mtp");
+    CHECK(losses[1].weight == doctest::Approx(std::stod(r.options.at("mtp_loss_scaling_factor")) /
+                                              std::stod(r.options.at("mtp_num_layers"))));
+    INFO(name << ": mtp " << losses[1].sum << " vs reference " << r.mtp_sum);
+    CHECK(std::fabs(losses[1].sum - r.mtp_sum) < loss_tol * std::fabs(r.mtp_sum));
+  }
   if (sop) {  // BERT's sentence order: the mean over sequences, weight T
     CHECK(std::string(losses[1].name) == "sop");
     CHECK(losses[1].count == r.batch);
@@ -172,6 +180,14 @@ TEST_CASE("model/gpt multi-head latent attention (DeepSeek's MLA) = PyTorch") {
     compare(name, loom_f64(), 1e-12, 1e-9);
     compare(name, loom_f64(), 1e-12, 1e-9, "gpt", "flash-cpu");
   }
+}
+
+// The term as DeepSeek-V3 and Megatron define it, the shifts and the [embedding | hidden]
+// order of eh_proj included (finite differences check only the gradient's consistency).
+TEST_CASE("model/gpt multi-token prediction (two depths, Megatron's MTP) = PyTorch") {
+  compare("mtp_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("mtp_tiny", loom_f64(), 1e-12, 1e-9);
+  compare("mtp_tiny", loom_f64(), 1e-12, 1e-9, "gpt", "reference", true);  // split backward
 }
 
 TEST_CASE("model/bert (pre-LN, exact GELU, token types, padding, binary head) = PyTorch") {

@@ -268,7 +268,8 @@ PY
 # Llama-style one (llama: RMSNorm, SwiGLU, RoPE, 2 key/value heads, untied embeddings, no
 # biases), a Qwen3-style one (qwen3: Llama's with QK-norm and a head size of 6) or a
 # Qwen2-MoE-style one (qwen2moe: Llama's with q/k/v biases, 4 experts and a gated shared
-# expert) or DeepSeek-V3 in miniature (dsv3: DSV3_MODEL on 4 layers) or a Mamba-2 stack
+# expert) or DeepSeek-V3 in miniature (dsv3: DSV3_MODEL on 4 layers; dsv3mtp: with one depth
+# of multi-token prediction) or a Mamba-2 stack
 # (mamba2: HYBRID_MODEL's mixers, two layers of them), saved to the checkpoint trained-STYLE;
 # a failed run shows the end of run.log and exits 1.
 train_style() {
@@ -279,6 +280,7 @@ train_style() {
   esac
   [ "$1" = qwen3 ] && sets+=(--set model.qk_layernorm=true --set model.kv_channels=6)
   [ "$1" = dsv3 ] && sets=("${DSV3_MODEL[@]}" --set model.n_layer=4)
+  [ "$1" = dsv3mtp ] && sets=("${DSV3_MODEL[@]}" --set model.n_layer=4 --set model.mtp_num_layers=1)
   [ "$1" = mamba2 ] && sets=("${HYBRID_MODEL[@]}" --set model.hybrid_override_pattern=MM
                              --set model.n_layer=2)
   [ "$1" = qwen2moe ] && sets+=(--set model.add_qkv_bias=true --set model.num_experts=4

@@ -25,6 +25,7 @@
 #          | mtp (llama with two depths of multi-token prediction) | dsv3mtp (dsv3 with one)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
+#           | pp2uneven | pp4uneven (decoder_first/last_pipeline_num_layers)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
 #           last but one ZeRO-2)
 #           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2cp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
@@ -125,6 +126,7 @@ case $layout in
   # 8 stages of one layer; DualPipeV needs 2 x 4 micro-batches a step
   pp4zbv | pp4dualpipev) model_set+=(--set model.tie_embeddings=false --set model.n_layer=8
                                      --set train.micro_batch_size=1) ;;
+  pp4uneven) model_set+=(--set model.n_layer=8) ;;
   *-packed) model_set+=(--set data.pack_sequences=true --set data.doc_length=6) ;;
   *-flash) model_set+=(--set attention.plugin=flash-cpu) ;;
 esac
@@ -139,6 +141,11 @@ case ${base_layout%-flash} in
   # zero-bubble schedules: ZB-H1 on 2 and 4 ranks, ZB-V and DualPipeV in their V (stage r
   # and 2P-1-r on rank r)
   pp2zbh1) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=zb-h1) ;;
+  # uneven stages (Megatron's decoder_first/last_pipeline_num_layers): 1 + 3 layers, and
+  # 1 + 2 + 2 + 3 of 8
+  pp2uneven) np=2 sets=(--set parallel.pipeline=2 --set model.decoder_first_pipeline_num_layers=1) ;;
+  pp4uneven) np=4 sets=(--set parallel.pipeline=4 --set model.decoder_first_pipeline_num_layers=1
+                        --set model.decoder_last_pipeline_num_layers=3) ;;
   pp4zbh1) np=4 sets=(--set parallel.pipeline=4 --set parallel.schedule=zb-h1) ;;
   pp2zbv | pp4zbv) np=${base_layout:2:1}
     sets=(--set parallel.pipeline="$np" --set parallel.virtual_stages=2

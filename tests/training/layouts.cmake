@@ -90,6 +90,8 @@ equivalence(qwen3moe ep2tp2 tp2sppp2 pp2zbh1 etp2 ep2etp2)
 # every tensor rank and see the tensor group's summed gradients; DeepSeek's router; the first
 # layer dense) in the layouts the issue asks of it, and beside the distributed optimizer.
 equivalence(dsv3 tp2 pp2 ep2 ep2pp2 cp2 ep2cp2 dp2dist tp2pp2 pp2zbh1)
+# MLA under sequence parallelism: the latents' input gathered, dx kept by rows
+equivalence(dsv3 tp2sp tp2sppp2 ep2tp2sp)
 
 # A Mamba-2 hybrid in miniature (Mamba-2, attention, MLP, Mamba-2): its heads and groups split
 # over the tensor group, with sequence parallelism, its layers over the pipeline (and a split
@@ -101,7 +103,10 @@ equivalence(hybridmoe ep2 tp2 pp2)
 # equal over the embedding group), the head's and the layers' tensor parallelism, ZB-H1's
 # split backward; DeepSeek-V3 in miniature with one depth beside its experts.
 equivalence(mtp tp2 pp2 tp2pp2 pp2zbh1 dp2dist)
-equivalence(dsv3mtp tp2 pp2 ep2pp2)
+equivalence(dsv3mtp tp2 pp2 ep2 ep2pp2 pp2zbh1 pp2uneven)
+# Uneven pipeline stages (Megatron's decoder_first/last_pipeline_num_layers).
+equivalence(gpt pp2uneven pp4uneven)
+equivalence(llama pp2uneven)
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.

@@ -19,7 +19,8 @@
 #   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2, ep2etp2 (each
 #   expert's MLP split over the tensor group); ep2pp2 (1F1B) -> pp2 under ZB-H1's split
 #   backward, 1 rank (no bf16 part)
-#   dsv3: ep2pp2 -> tp2, cp2, 1 rank; tp2 -> ep2, pp2, ep2pp2 (no bf16 part)
+#   dsv3: ep2pp2 -> tp2, cp2, 1 rank, pp2 with uneven stages (1 and 3 layers); tp2 -> ep2,
+#   pp2, ep2pp2 (no bf16 part)
 #   hybrid: tp2pp2 -> tp1pp4, dp2 with the distributed optimizer, 1 rank, pp2 x vp2, and
 #   convert to tp1pp4 and pp2 x vp2 (its 2 groups of Mamba heads rule out TP4)
 #   mtp (Llama-style with two depths of multi-token prediction, whose last stage holds a copy
@@ -72,6 +73,9 @@ layout() {  # layout NAME -> np and sets
     pp2zbv) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
                        --set parallel.schedule=zb-v) ;;
     pp2zbh1) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=zb-h1) ;;
+    # uneven stages: 1 layer on the first, 3 on the second (pp2's files hold 2 and 2)
+    pp2uneven) np=2 sets=(--set parallel.pipeline=2
+                          --set model.decoder_first_pipeline_num_layers=1) ;;
     ep2) np=2 sets=(--set parallel.expert=2) ;;
     ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
     ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
@@ -106,7 +110,7 @@ for dtype in fp64 fp32; do
       *:tp2dp2dist) targets="pp2 dp4dist" ;;
       moe:ep2dp2dist) targets="one ep2 tp2dp2dist" ;;
       moe:ep2pp2) targets="pp2zbh1 one" ;;
-      dsv3:ep2pp2) targets="tp2 cp2 one" ;;
+      dsv3:ep2pp2) targets="tp2 cp2 one pp2uneven" ;;
       dsv3:tp2) targets="ep2 pp2 ep2pp2" ;;
     esac
     for dst in $targets; do

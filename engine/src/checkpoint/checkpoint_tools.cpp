@@ -172,6 +172,7 @@ void convert_rank(Recipe& recipe, Registry& registry, int world, int rank,
   nlohmann::json model_entries = nlohmann::json::object(), opt_entries = model_entries;
   const ChunkPlacement place = chunk_placement(recipe, registry, l, 0);
   if (place.placement != 0) out.parallel["placement"] = place.placement;
+  for (const auto& [k, v] : stage_split_record(recipe, place.total)) out.parallel[k] = v;
   for (size_t v = 0; v < place.stages.size(); ++v) {
     loom_model_create_args args = inference_create_args(vocab, recipe.get_int("train", "seq_len"),
                                                         recipe.get_int("train", "micro_batch_size"),

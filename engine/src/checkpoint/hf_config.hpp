@@ -182,8 +182,9 @@ HfArch llama_family_from_config(ConfigReader& r, const std::string& model_type);
 std::pair<HfArch, json> llama_family_from_model(const ModelKeys& k, const Dims& d, json c);
 
 // hf_map_deepseek.cpp: DeepseekV3ForCausalLM (model_type "deepseek_v3"), whose multi-head
-// latent attention maps onto model/gpt's multi_latent_attention.
-HfArch deepseek_from_config(ConfigReader& r);
+// latent attention maps onto model/gpt's multi_latent_attention; its multi-token prediction
+// module (num_nextn_predict_layers) onto mtp_num_layers when `shapes` holds its tensors.
+HfArch deepseek_from_config(ConfigReader& r, const StFile& shapes);
 std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& d, json c);
 
 // hf_map_mamba.cpp: Mamba2ForCausalLM (model_type "mamba2") onto a hybrid stack of Mamba-2

@@ -204,13 +204,15 @@ size_t write_hf_folder(const fs::path& dir, const json& config, const HfArch& ar
   write_text(dir / "config.json", config.dump(2) + "\n");
   std::vector<StFile> shards(1);
   uint64_t size = 0, total = 0;
+  auto put = [&](const std::string& k) {
+    const uint64_t b = hf[k].data.size();
+    if (size > 0 && size + b > max_shard_bytes) shards.emplace_back(), size = 0;
+    shards.back()[k] = std::move(hf[k]);
+    size += b, total += b;
+  };
   for (const HfRule& r : arch.rules)
-    for (const std::string& k : r.hf) {
-      const uint64_t b = hf[k].data.size();
-      if (size > 0 && size + b > max_shard_bytes) shards.emplace_back(), size = 0;
-      shards.back()[k] = std::move(hf[k]);
-      size += b, total += b;
-    }
+    for (const std::string& k : r.hf) put(k);
+  for (const auto& [copy, of] : arch.copies) put(copy);
   const std::map<std::string, std::string> st_meta = {{"format", "pt"}};
   if (shards.size() == 1) {
     write_safetensors(dir / "model.safetensors", shards[0], st_meta);
@@ -254,7 +256,7 @@ HfModel read_hf(const fs::path& dir) {
   StFile shapes;
   for (auto& [f, keys] : files) shapes.merge(read_safetensors_shapes(f));
   check_hf_sizes(m.config, shapes, (dir / "config.json").string());
-  m.arch = hf_arch_from_config(m.config, (dir / "config.json").string());
+  m.arch = hf_arch_from_config(m.config, shapes, (dir / "config.json").string());
   StFile raw = read_hf_tensors(files);
   if (m.arch.name == "gpt2") {  // GPT2Model's names lack GPT2LMHeadModel's "transformer."
     StFile named;
@@ -296,6 +298,14 @@ HfModel read_hf(const fs::path& dir) {
                      " differs from the embedding, but config.json ties them "
                      "(tie_word_embeddings)");
     used.insert(it->first);
+  }
+  for (const auto& [copy, of] : m.arch.copies) {
+    auto it = raw.find(copy);
+    if (it == raw.end()) continue;  // the original alone is enough
+    const StTensor& orig = raw.at(of);
+    if (it->second.shape != orig.shape || it->second.data != orig.data)
+      throw RunError(where + copy + " differs from " + of + ", which model/gpt shares with it");
+    used.insert(copy);
   }
   for (auto& [k, t] : raw) {
     if (used.count(k)) continue;
@@ -419,6 +429,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     }
     used.insert(r.loom);
   }
+  for (const auto& [copy, of] : arch.copies) hf[copy] = hf.at(of);
   for (auto& [name, t] : full.model)
     if (!used.count(name))
       throw RunError(ck.folder.string() + ": tensor " + name + " has no place in " +

@@ -44,6 +44,9 @@ struct HfArch {
   std::string tied_head;                      // HF key of a tied head, "" when untied
   int64_t vocab = 0;
   std::string unmapped;  // a part of the HF model not mapped, said when its tensors are found
+  // HF tensors that repeat another (copy, original): written on export; on import optional,
+  // and refused when they differ (DeepSeek-V3's MTP module stores the embedding and head again).
+  std::vector<std::pair<std::string, std::string>> copies = {};
 };
 
 // Refuses (UsageError) a config.json whose sizes (layers, width, vocabulary, experts, ...)
@@ -52,7 +55,10 @@ struct HfArch {
 // run before the mapping is built, so that a huge size allocates nothing.
 void check_hf_sizes(const nlohmann::json& config, const StFile& shapes, const std::string& where);
 // The mapping for a config.json; refuses a config value that does not map, naming it.
-HfArch hf_arch_from_config(const nlohmann::json& config, const std::string& where);
+// `shapes` tells what the files hold where a part of the model is optional (DeepSeek-V3's
+// multi-token prediction module is mapped when its tensors are there).
+HfArch hf_arch_from_config(const nlohmann::json& config, const StFile& shapes,
+                           const std::string& where);
 // The mapping and config.json for a Loom [model] section (resolved values, TOML literals)
 // and its real vocabulary; `base` (a config this model was imported from, or null) keeps
 // keys Loom does not own (token ids, ...).

@@ -122,7 +122,7 @@ void resolve_model_defaults(std::map<std::string, std::string>& k) {
   }
 }
 
-HfArch hf_arch_from_config(const json& config, const std::string& where) {
+HfArch hf_arch_from_config(const json& config, const StFile& shapes, const std::string& where) {
   ConfigReader r(config, where);
   r.benign(kBenign);
   const json* type = r.get("model_type");
@@ -156,7 +156,7 @@ HfArch hf_arch_from_config(const json& config, const std::string& where) {
   } else if (std::find(kLlamaFamily.begin(), kLlamaFamily.end(), mt) != kLlamaFamily.end()) {
     a = llama_family_from_config(r, mt);
   } else if (mt == "deepseek_v3") {
-    a = deepseek_from_config(r);
+    a = deepseek_from_config(r, shapes);
   } else if (mt == "mamba2") {
     a = mamba2_from_config(r);
   } else if (mt == "nemotron_h") {

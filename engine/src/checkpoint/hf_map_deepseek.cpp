@@ -9,7 +9,9 @@
 //    are stored here de-interleaved, so Loom's rotate-half gives the same scores;
 //  - the first first_k_dense_replace layers dense, then experts with the sigmoid router, its
 //    e_score_correction_bias (Loom's router.expert_bias buffer, float32), groups scored by
-//    their best 2 (Loom's topk / group_topk must be 2), and the shared experts.
+//    their best 2 (Loom's topk / group_topk must be 2), and the shared experts;
+//  - the multi-token prediction modules (layers L, L + 1, ...; num_nextn_predict_layers) as
+//    mtp.K.*, whose layer is a MoE layer like model/gpt's last, when the files hold them.
 #include <algorithm>
 
 #include "checkpoint/hf_config.hpp"
@@ -21,6 +23,7 @@ struct Ds {
   Dims d{};
   int64_t qr = 0, r = 0, dn = 0, dr = 0, dv = 0;  // MLA's sizes
   int64_t E = 0, Fe = 0, S = 0, first_dense = 0;  // experts, shared expert, dense layers
+  int64_t mtp = 0;                                // multi-token prediction depths
   bool tied = false, interleave = true;
   int64_t dq() const { return dn + dr; }
 };
@@ -38,50 +41,69 @@ std::vector<int64_t> deinterleaved(int64_t heads, int64_t block, int64_t at, int
   return rows;
 }
 
+// One decoder layer: Loom's `h` (ending in ".") from HF's `m` (model.layers.N).
+void layer_rules(HfArch& a, const Ds& s, const std::string& h, const std::string& m, bool moe) {
+  const int64_t H = s.d.H, C = s.d.C, dq = s.dq();
+  const std::string at = m + ".self_attn.", x = h + "attn.";
+  rule(a, h + "ln_1.weight", {m + ".input_layernorm.weight"}, {{C}});
+  if (s.qr > 0) {
+    rule(a, x + "q_a.weight", {at + "q_a_proj.weight"}, {{s.qr, C}});
+    rule(a, x + "q_a_norm.weight", {at + "q_a_layernorm.weight"}, {{s.qr}});
+    rule(a, x + "q_b.weight", {at + "q_b_proj.weight"}, {{H * dq, s.qr}});
+  } else {
+    rule(a, x + "q.weight", {at + "q_proj.weight"}, {{H * dq, C}});
+  }
+  if (s.interleave) a.rules.back().rows = deinterleaved(H, dq, s.dn, s.dr);
+  rule(a, x + "kv_a.weight", {at + "kv_a_proj_with_mqa.weight"}, {{s.r + s.dr, C}});
+  if (s.interleave) a.rules.back().rows = deinterleaved(1, s.r + s.dr, s.r, s.dr);
+  rule(a, x + "kv_a_norm.weight", {at + "kv_a_layernorm.weight"}, {{s.r}});
+  rule(a, x + "kv_b.weight", {at + "kv_b_proj.weight"}, {{H * (s.dn + s.dv), s.r}});
+  rule(a, x + "c_proj.weight", {at + "o_proj.weight"}, {{C, H * s.dv}});
+  rule(a, h + "ln_2.weight", {m + ".post_attention_layernorm.weight"}, {{C}});
+  const std::string mlp = m + ".mlp.";
+  if (!moe) return swiglu_rules(a, h + "mlp.", mlp, s.d.F, C);
+  rule(a, h + "moe.router.weight", {mlp + "gate.weight"}, {{s.E, C}});
+  rule(a, h + "moe.router.expert_bias", {mlp + "gate.e_score_correction_bias"}, {{s.E}});
+  a.rules.back().f32 = true;
+  expert_rules(a, h + "moe.", mlp, s.E, s.Fe, C);
+  swiglu_rules(a, h + "moe.shared.", mlp + "shared_experts.", s.S, C);
+}
+
+// DeepSeek-V3's multi-token prediction module k, stored as layer L + k: enorm, hnorm,
+// eh_proj ([embedding | hidden], Megatron's order too), a MoE decoder layer, shared_head's norm
+// (Loom's final_norm); its embed_tokens and shared_head.head are the model's own again.
+void mtp_rules(HfArch& a, const Ds& s, int64_t k) {
+  const int64_t C = s.d.C;
+  const std::string p = "mtp." + std::to_string(k) + ".";
+  const std::string m = "model.layers." + std::to_string(s.d.L + k);
+  rule(a, p + "enorm.weight", {m + ".enorm.weight"}, {{C}});
+  rule(a, p + "hnorm.weight", {m + ".hnorm.weight"}, {{C}});
+  rule(a, p + "eh_proj.weight", {m + ".eh_proj.weight"}, {{C, 2 * C}});
+  layer_rules(a, s, p + "layer.", m, true);
+  rule(a, p + "final_norm.weight", {m + ".shared_head.norm.weight"}, {{C}});
+  a.copies.emplace_back(m + ".embed_tokens.weight", "model.embed_tokens.weight");
+  a.copies.emplace_back(m + ".shared_head.head.weight",
+                        s.tied ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
 HfArch build(const Ds& s) {
   HfArch a;
   a.name = "deepseek_v3";
   const Dims& d = s.d;
   a.vocab = d.V;
-  const int64_t H = d.H, C = d.C, dq = s.dq();
-  a.rules.push_back({"wte", {"model.embed_tokens.weight"}, {{d.V, C}}, false, true});
-  for (int64_t l = 0; l < d.L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".", m = "model.layers." + std::to_string(l);
-    const std::string at = m + ".self_attn.", x = h + "attn.";
-    rule(a, h + "ln_1.weight", {m + ".input_layernorm.weight"}, {{C}});
-    if (s.qr > 0) {
-      rule(a, x + "q_a.weight", {at + "q_a_proj.weight"}, {{s.qr, C}});
-      rule(a, x + "q_a_norm.weight", {at + "q_a_layernorm.weight"}, {{s.qr}});
-      rule(a, x + "q_b.weight", {at + "q_b_proj.weight"}, {{H * dq, s.qr}});
-    } else {
-      rule(a, x + "q.weight", {at + "q_proj.weight"}, {{H * dq, C}});
-    }
-    if (s.interleave) a.rules.back().rows = deinterleaved(H, dq, s.dn, s.dr);
-    rule(a, x + "kv_a.weight", {at + "kv_a_proj_with_mqa.weight"}, {{s.r + s.dr, C}});
-    if (s.interleave) a.rules.back().rows = deinterleaved(1, s.r + s.dr, s.r, s.dr);
-    rule(a, x + "kv_a_norm.weight", {at + "kv_a_layernorm.weight"}, {{s.r}});
-    rule(a, x + "kv_b.weight", {at + "kv_b_proj.weight"}, {{H * (s.dn + s.dv), s.r}});
-    rule(a, x + "c_proj.weight", {at + "o_proj.weight"}, {{C, H * s.dv}});
-    rule(a, h + "ln_2.weight", {m + ".post_attention_layernorm.weight"}, {{C}});
-    if (l < s.first_dense) {
-      swiglu_rules(a, h + "mlp.", m + ".mlp.", d.F, C);
-      continue;
-    }
-    const std::string mlp = m + ".mlp.";
-    rule(a, h + "moe.router.weight", {mlp + "gate.weight"}, {{s.E, C}});
-    rule(a, h + "moe.router.expert_bias", {mlp + "gate.e_score_correction_bias"}, {{s.E}});
-    a.rules.back().f32 = true;
-    expert_rules(a, h + "moe.", mlp, s.E, s.Fe, C);
-    swiglu_rules(a, h + "moe.shared.", mlp + "shared_experts.", s.S, C);
-  }
-  head_rules(a, "model.norm.weight", s.tied, d.V, C);
+  a.rules.push_back({"wte", {"model.embed_tokens.weight"}, {{d.V, d.C}}, false, true});
+  for (int64_t l = 0; l < d.L; ++l)
+    layer_rules(a, s, "h." + std::to_string(l) + ".", "model.layers." + std::to_string(l),
+                l >= s.first_dense);
+  head_rules(a, "model.norm.weight", s.tied, d.V, d.C);
+  for (int64_t k = 0; k < s.mtp; ++k) mtp_rules(a, s, k);
   a.ignored_suffixes = {".rotary_emb.inv_freq"};
   return a;
 }
 
 }  // namespace
 
-HfArch deepseek_from_config(ConfigReader& r) {
+HfArch deepseek_from_config(ConfigReader& r, const StFile& shapes) {
   Ds s;
   Dims& d = s.d;
   d.V = r.integer("vocab_size"), d.C = r.integer("hidden_size");
@@ -110,11 +132,20 @@ HfArch deepseek_from_config(ConfigReader& r) {
   r.require("norm_topk_prob", {true}, "model/gpt normalises the chosen sigmoid scores");
   r.require("hidden_act", {"silu"}, "model/gpt's swiglu gates with SiLU");
   r.require("attention_bias", {false}, "model/gpt's latent attention has no biases");
-  // The multi-token prediction module (layers L, L + 1, ...) is not imported; transformers
-  // builds none either (its saved configs say 1 with no such tensors). The main model maps
-  // alone; files that hold the module's tensors are refused, naming it (HfArch::unmapped).
+  // The multi-token prediction modules (layers L, L + 1, ...) map when the files hold them
+  // (DeepSeek's own checkpoints); transformers builds none and saves configs that say 1
+  // with no such tensors: then the main model maps alone.
   const int64_t mtp = r.integer("num_nextn_predict_layers", 0);
   if (mtp < 0) r.fail("num_nextn_predict_layers", "must be >= 0");
+  auto holds = [&](int64_t k) {
+    return shapes.count("model.layers." + std::to_string(d.L + k) + ".eh_proj.weight") > 0;
+  };
+  while (s.mtp < mtp && holds(s.mtp)) ++s.mtp;  // bounded by the files, not the config
+  if (s.mtp > 0 && s.mtp < mtp)
+    r.fail("num_nextn_predict_layers", "= " + std::to_string(mtp) + " but the files hold " +
+                                           std::to_string(s.mtp) +
+                                           " module(s) (no tensor model.layers." +
+                                           std::to_string(d.L + s.mtp) + ".eh_proj.weight)");
   // DeepSeek's own config keys (remote code): the router they describe is the one mapped
   r.require("scoring_func", {"sigmoid"}, "DeepSeek-V3's router scores with a sigmoid");
   r.require("topk_method", {"noaux_tc"}, "DeepSeek-V3's aux-loss-free top-k");
@@ -133,10 +164,10 @@ HfArch deepseek_from_config(ConfigReader& r) {
   if (const json* rs = r.get("rope_scaling")) read_rope_scaling(r, *rs, {"yarn"}, d.P, scaling);
   r.refuse_unread();
   HfArch a = build(s);
-  if (mtp > 0)
+  if (s.mtp == 0 && mtp > 0)  // a module's tensors without its eh_proj
     a.unmapped = "config.json's num_nextn_predict_layers = " + std::to_string(mtp) +
-                 ": DeepSeek's multi-token prediction module (model.layers." + std::to_string(d.L) +
-                 ".* and after) is not imported; its tensors would be dropped";
+                 ": a multi-token prediction module (model.layers." + std::to_string(d.L) +
+                 ".*) maps when its eh_proj.weight is there";
   a.model_keys = {{"n_layer", lit(d.L)},
                   {"n_head", lit(d.H)},
                   {"n_kv_head", lit(d.H)},
@@ -166,6 +197,7 @@ HfArch deepseek_from_config(ConfigReader& r) {
                   {"moe_aux_loss_coeff", lit_f(aux)},
                   {"moe_router_load_balancing_type", lit_s(seq_aux ? "seq_aux_loss" : "aux_loss")}};
   a.model_keys.insert(scaling.begin(), scaling.end());
+  if (s.mtp > 0) a.model_keys["mtp_num_layers"] = lit(s.mtp);
   if (G > 1) {
     a.model_keys["moe_router_num_groups"] = lit(G);
     a.model_keys["moe_router_group_topk"] = lit(g);
@@ -191,6 +223,7 @@ std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& dims
   s.E = k.num("num_experts", 0), s.Fe = k.num("moe_ffn_hidden_size");
   s.S = k.num("moe_shared_expert_intermediate_size", 0);
   s.tied = k.at("tie_embeddings") == "true";
+  s.mtp = k.num("mtp_num_layers", 0);
   const int64_t K = k.num("moe_router_topk");
   if (s.E == 0 || s.S == 0 || s.S % s.Fe != 0 || K < 2)
     throw RunError("export-hf: " + arch +
@@ -225,6 +258,8 @@ std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& dims
   c["n_group"] = G > 1 ? G : 1, c["topk_group"] = G > 1 ? g : 1;
   c["routed_scaling_factor"] = scale > 0 ? scale : 1.0;
   c["rope_scaling"] = write_rope_scaling(k);
+  // transformers saves 1 without the module's tensors: an import of that keeps its value
+  if (s.mtp > 0 || !c.contains("num_nextn_predict_layers")) c["num_nextn_predict_layers"] = s.mtp;
   HfArch a = build(s);
   return {a, c};
 }

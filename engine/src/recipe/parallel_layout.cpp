@@ -98,6 +98,20 @@ void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& da
   }
 }
 
+layout::StageSplit stage_split(const Recipe& recipe, int64_t stages) {
+  return {model_int(recipe, "n_layer"), stages,
+          model_int(recipe, "decoder_first_pipeline_num_layers"),
+          model_int(recipe, "decoder_last_pipeline_num_layers")};
+}
+
+std::map<std::string, int64_t> stage_split_record(const Recipe& recipe, int64_t stages) {
+  const layout::StageSplit split = stage_split(recipe, stages);
+  std::map<std::string, int64_t> out;
+  if (split.uneven() && split.first > 0) out["first_stage_layers"] = split.first;
+  if (split.uneven() && split.last > 0) out["last_stage_layers"] = split.last;
+  return out;
+}
+
 int64_t microbatches_per_step(const Recipe& recipe, int data_parallel) {
   const int64_t mbs = recipe.get_int("train", "micro_batch_size");
   int64_t gbs = recipe.get_int("train", "global_batch_size");
@@ -107,9 +121,9 @@ int64_t microbatches_per_step(const Recipe& recipe, int data_parallel) {
 
 void check_layout(const Recipe& recipe, int world) {
   layout::Degrees d = layout_degrees(recipe);
-  std::vector<std::string> problems =
-      layout::problems(d, world, model_int(recipe, "n_layer"), model_int(recipe, "n_head"),
-                       model_int(recipe, "n_kv_head"));
+  std::vector<std::string> problems = layout::problems(
+      d, world, model_int(recipe, "n_layer"), model_int(recipe, "n_head"),
+      model_int(recipe, "n_kv_head"), stage_split(recipe, 1).first, stage_split(recipe, 1).last);
   if (d.expert > 1) {  // the experts split evenly over the expert group
     const int64_t experts = model_int(recipe, "num_experts");
     const std::string ep = std::to_string(d.expert);
@@ -195,7 +209,15 @@ std::string describe_layout(const Recipe& recipe, int world) {
   }
   const int64_t layers = model_int(recipe, "n_layer");
   const int stages = l.pipeline * l.virtual_stages;
-  if (layers > 0) {
+  const layout::StageSplit split = stage_split(recipe, stages);
+  if (layers > 0 && split.uneven() && split.problem().empty()) {
+    o << "  layers per stage:";
+    for (int s = 0; s < stages; ++s) {
+      const auto [a, b] = split.range(s);
+      o << " " << b - a;
+    }
+    o << " (uneven: decoder_first/last_pipeline_num_layers)\n";
+  } else if (layers > 0) {
     o << "  layers per stage: " << layers / stages << " (" << stages << " stage"
       << (stages == 1 ? "" : "s");
     if (l.virtual_stages > 1)

@@ -2,6 +2,8 @@
 // resolved layout that `loom validate` prints.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -14,6 +16,13 @@ class Registry;
 
 // parallel.tensor/context/pipeline/expert/virtual_stages/sequence_parallel.
 layout::Degrees layout_degrees(const Recipe& recipe);
+// How the model's layers split over the stages (model.n_layer and
+// decoder_first/last_pipeline_num_layers where the model has them) for `stages` stages.
+layout::StageSplit stage_split(const Recipe& recipe, int64_t stages);
+// A checkpoint's record of an uneven split (first_stage_layers, last_stage_layers; nothing
+// when even): files saved under one split hold other layers than another's, so a resume
+// under another reshards.
+std::map<std::string, int64_t> stage_split_record(const Recipe& recipe, int64_t stages);
 
 // The ranks a launcher started this process among, and its rank there: mpirun (Open MPI), a
 // PMI or PMIx launcher (MPICH's Hydra, srun --mpi=pmi2/pmix) or an srun step; {1, 0} when

@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_shards.hpp"
 #include "checkpoint/hf_interop.hpp"
 #include "loom/cpp/comm.hpp"
+#include "recipe/parallel_layout.hpp"
 #include "train/train_run.hpp"
 
 namespace fs = std::filesystem;
@@ -165,11 +166,15 @@ bool TrainRun::same_layout(const std::map<std::string, int64_t>& saved) const {
     auto it = saved.find(k);
     return it == saved.end() ? dflt : it->second;
   };
+  const std::map<std::string, int64_t> split = stage_split_record(recipe, place.total);
+  auto split_now = [&](const char* k) { return split.count(k) ? split.at(k) : 0; };
   const bool was_sharded = get("sharded_optimizer", 0) != 0;
   return get("tensor", 1) == layout.tensor && get("pipeline", 1) == layout.pipeline &&
          get("virtual_stages", 1) == layout.virtual_stages && get("expert", 1) == layout.expert &&
          get("context", 1) == layout.context && get("placement", 0) == place.placement &&
-         was_sharded == sharded && (!sharded || get("data", 1) == layout.data);
+         get("first_stage_layers", 0) == split_now("first_stage_layers") &&
+         get("last_stage_layers", 0) == split_now("last_stage_layers") && was_sharded == sharded &&
+         (!sharded || get("data", 1) == layout.data);
 }
 
 void TrainRun::resume() {
@@ -456,6 +461,7 @@ void TrainRun::save(int64_t iteration, bool background) {
   // A schedule's own placement of the chunks (a V) is recorded: files saved under one
   // placement hold other stages than another's, so a resume under another reshards.
   if (place.placement != 0) ck.parallel["placement"] = place.placement;
+  for (const auto& [k, v] : stage_split_record(recipe, place.total)) ck.parallel[k] = v;
   ck.model_file = writes_model ? model_file : "";
   ck.optimizer_file = writes_opt ? opt_file : "";
   nlohmann::json entries = nlohmann::json::object();

@@ -2,8 +2,10 @@
 #include "loom/cpp/layers/core/options.hpp"
 
 #include <string>
+#include <tuple>
 
 #include "loom/cpp/layer_pattern.hpp"
+#include "loom/cpp/layout.hpp"
 
 namespace loom::layers {
 
@@ -174,18 +176,33 @@ using loom::param;
   param("mtp_num_layers", LOOM_PARAM_INT, "0",                                                   \
         "multi-token prediction depths (Megatron's --mtp-num-layers, DeepSeek-V3's 1): depth k " \
         "predicts the token k + 1 ahead from depth k-1's output and the token k ahead's "        \
-        "embedding, with one layer of the model's kind and the shared head; 0 = off",            \
+        "embedding, with one layer of the last layer's kind and the shared head; 0 = off",       \
         0, 64),                                                                                  \
       param("mtp_loss_scaling_factor", LOOM_PARAM_FLOAT, "0.1",                                  \
             "weight of the depths' mean loss in the objective (Megatron's "                      \
             "--mtp-loss-scaling-factor); logged as the term mtp",                                \
             0.0, 1e6)
 
+// Uneven pipeline stages, with Megatron's flag names (loom::layout::StageSplit).
+#define LOOM_PIPELINE_SPLIT_PARAMS                                                                \
+  param("decoder_first_pipeline_num_layers", LOOM_PARAM_INT, "0",                                 \
+        "layers of the first pipeline stage (Megatron's --decoder-first-pipeline-num-layers), "   \
+        "the other stages splitting the rest evenly; 0 = an even share",                          \
+        0, 4096),                                                                                 \
+      param("decoder_last_pipeline_num_layers", LOOM_PARAM_INT, "0",                              \
+            "layers of the last pipeline stage (Megatron's --decoder-last-pipeline-num-layers); " \
+            "0 = an even share",                                                                  \
+            0, 4096)
+
 const loom_param_spec kTransformerSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu", "learned|rope|none",
                             "position encoding: learned table wpe, rotary (rotate-half), or none "
                             "(Mamba hybrids: the order comes from the scan)"),
-    LOOM_ATTENTION_PARAMS, LOOM_MOE_PARAMS, LOOM_HYBRID_PARAMS, LOOM_MTP_PARAMS};
+    LOOM_ATTENTION_PARAMS,
+    LOOM_MOE_PARAMS,
+    LOOM_HYBRID_PARAMS,
+    LOOM_MTP_PARAMS,
+    LOOM_PIPELINE_SPLIT_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -198,6 +215,7 @@ const loom_param_spec kBertSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
                             "position encoding: learned table wpe or rotary (rotate-half)"),
     LOOM_BERT_NORM_POSITION,
+    LOOM_PIPELINE_SPLIT_PARAMS,
     param("binary_head", LOOM_PARAM_BOOL, "true",
           "the pooler and the binary head trained on sentence order (Megatron's default; "
           "false = --bert-no-binary-head)"),
@@ -210,6 +228,7 @@ const loom_param_spec kBertClassifierSchema[] = {
     LOOM_TRANSFORMER_PARAMS("gelu_erf", "learned|rope",
                             "position encoding: learned table wpe or rotary (rotate-half)"),
     LOOM_BERT_NORM_POSITION,
+    LOOM_PIPELINE_SPLIT_PARAMS,
     param("num_tokentypes", LOOM_PARAM_INT, "2", "token-type (segment) embeddings; 0 = none", 0,
           1 << 16),
     param("num_classes", LOOM_PARAM_INT, "3",
@@ -243,8 +262,7 @@ namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 
 // Multi-head latent attention: its sizes, and what it does not combine with yet.
-void parse_mla(const loom::Config& cfg, const loom::tp::Group& tp, const std::string& who,
-               int64_t kv_channels, Options& o) {
+void parse_mla(const loom::Config& cfg, const std::string& who, int64_t kv_channels, Options& o) {
   o.mla = true;
   o.q_lora_rank = cfg.get_int("q_lora_rank");
   o.kv_lora_rank = cfg.get_int("kv_lora_rank");
@@ -271,11 +289,6 @@ void parse_mla(const loom::Config& cfg, const loom::tp::Group& tp, const std::st
                 who + ": v_head_dim = " + s(o.v_head_dim) +
                     " exceeds qk_head_dim + qk_pos_emb_head_dim = " + s(o.head_dim) +
                     " (values ride the attention padded to the query size)",
-                LOOM_ERR_UNIMPLEMENTED);
-  loom::require(!tp.sequence_parallel,
-                who +
-                    ": multi_latent_attention under sequence parallelism is not implemented "
-                    "(its latents would be gathered across the tensor group)",
                 LOOM_ERR_UNIMPLEMENTED);
 }
 
@@ -478,7 +491,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   const int64_t kv_channels = gpt || family == Family::kT5 ? cfg.get_int("kv_channels") : 0;
   o.qk_norm = gpt && cfg.get_bool("qk_layernorm");
   o.qkv_bias = o.bias || (gpt && cfg.get_bool("add_qkv_bias"));
-  if (gpt && cfg.get_bool("multi_latent_attention")) parse_mla(cfg, tp, who, kv_channels, o);
+  if (gpt && cfg.get_bool("multi_latent_attention")) parse_mla(cfg, who, kv_channels, o);
   loom::require(
       o.mla || kv_channels > 0 || o.n_embd % o.n_head == 0,
       who + ": n_embd (" + s(o.n_embd) + ") must be a multiple of n_head (" + s(o.n_head) + ")");
@@ -509,9 +522,13 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   }
   loom::require(o.stage >= 0 && o.stage < o.stages,
                 who + ": pipeline_stage " + s(o.stage) + " is outside [0, " + s(o.stages) + ")");
-  loom::require(o.n_layer % o.stages == 0,
-                who + ": n_layer = " + s(o.n_layer) +
-                    " is not divisible by pipeline_stages = " + s(o.stages));
+  if (family != Family::kT5) {  // T5 has no such keys (and one stage)
+    o.pp_first = cfg.get_int("decoder_first_pipeline_num_layers");
+    o.pp_last = cfg.get_int("decoder_last_pipeline_num_layers");
+  }
+  const loom::layout::StageSplit split{o.n_layer, o.stages, o.pp_first, o.pp_last};
+  const std::string bad_split = split.problem();
+  loom::require(bad_split.empty(), who + ": " + bad_split);
   if (family == Family::kT5) parse_t5(cfg, who, o);
   if (family == Family::kGpt) {
     parse_moe(cfg, args, who, o);
@@ -534,8 +551,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
                       "LayerNorm and a plain MLP (position = \"learned\", tie_embeddings, "
                       "attention_window = 0, bias, norm = \"layernorm\", no swiglu)");
   }
-  o.layer0 = o.stage * o.n_layer / o.stages;
-  o.layer1 = (o.stage + 1) * o.n_layer / o.stages;
+  std::tie(o.layer0, o.layer1) = split.range(o.stage);
   return o;
 }
 

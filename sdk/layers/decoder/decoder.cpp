@@ -35,6 +35,10 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
       if (opt_.is_moe_layer(l))
         for (int64_t e = 0; e < opt_.num_experts; ++e)
           moe_load_names_.push_back("moe_load.h" + std::to_string(l) + ".e" + std::to_string(e));
+    if (opt_.mtp_moe())  // multi-token prediction's depths after the layers (moe_acts' order)
+      for (int64_t k = 0; k < opt_.mtp_layers; ++k)
+        for (int64_t e = 0; e < opt_.num_experts; ++e)
+          moe_load_names_.push_back("moe_load.mtp" + std::to_string(k) + ".e" + std::to_string(e));
     loss_names_.assign(std::begin(kMoeLossNames), std::end(kMoeLossNames));
     for (const std::string& n : moe_load_names_) loss_names_.push_back(n.c_str());
     losses_.resize(loss_names_.size());
@@ -245,8 +249,9 @@ double DecoderModel::flops_per_token() const {
     if (kind == 'M') matmul += mamba;
     if (kind == 0 || kind == '-' || kind == 'E') matmul += o.is_moe_layer(l) ? moe : mlp;
   }
-  // multi-token prediction: each depth's eh_proj, a dense layer and the head again
-  matmul += (double)o.mtp_layers * (2 * C * C + attn + mlp + (double)o.vocab * C);
+  // multi-token prediction: each depth's eh_proj, a layer of the last one's kind and the head
+  matmul +=
+      (double)o.mtp_layers * (2 * C * C + attn + (o.mtp_moe() ? moe : mlp) + (double)o.vocab * C);
   attention_layers += o.mtp_layers;
   // Each query attends to min(T, window) keys under a sliding window.
   const int64_t keys =

@@ -73,6 +73,14 @@ void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
 
 void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
                               const std::string& who) {
+  // Megatron splits the first and last ranks' layers over their chunks; stage 0 and the
+  // last stage here would be single chunks, a different model of the split: refused.
+  loom::require((o.pp_first == 0 && o.pp_last == 0) || l.virtual_stages <= 1,
+                who + ": decoder_first/last_pipeline_num_layers with virtual_stages = " +
+                    s(l.virtual_stages) +
+                    " is not implemented; run uneven stages without "
+                    "virtual stages",
+                LOOM_ERR_UNIMPLEMENTED);
   loom::require(
       !(o.tie_embeddings && o.stages > 1 && o.last() && l.pipeline > 1 && l.pipeline_rank == 0),
       who + ": the schedule places the last pipeline stage on rank 0 with the first " +

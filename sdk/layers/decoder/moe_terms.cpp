@@ -4,6 +4,7 @@
 // are sums over layers, each expert-load statistic belongs to one layer's stage.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/layers/decoder/decoder.hpp"
@@ -11,16 +12,30 @@
 
 namespace loom::layers {
 
-// losses_[1..]: the balancing (moe_aux) and z (moe_z) losses of this stage's layers, then every
-// MoE layer's share of its routed choices (the micro-batch's tokens x topk) that each expert
-// kept, weight 0: this stage's layers' values, zero sum and count for the others'. The last
-// stage counts the micro-batch for the two losses (count 1), the others add their sums only;
-// an earlier stage's losses_[0] (the LM loss) is empty. Returns the number of terms.
+// This stage's MoE layers' activations in parameter order: its layers', then (on the last
+// stage, once their forward ran) multi-token prediction's depths' when they are MoE layers.
+std::vector<const LayerActs*> DecoderModel::moe_acts(const Slot& S) const {
+  std::vector<const LayerActs*> out;
+  for (size_t l = 0; l < S.acts.size(); ++l)
+    if (opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) out.push_back(&S.acts[l]);
+  if (opt_.mtp_moe())
+    for (const MtpSlot& m : S.mtp)
+      if (m.acts.moe) out.push_back(&m.acts);
+  return out;
+}
+
+// losses_[1..]: the balancing (moe_aux) and z (moe_z) losses of this stage's layers (and its
+// MTP depths'), then every MoE layer's share of its routed choices (the micro-batch's tokens x
+// topk) that each expert kept, weight 0: this stage's layers' values, zero sum and count for
+// the others'. The last stage counts the micro-batch for the two losses (count 1), the others
+// add their sums only; an earlier stage's losses_[0] (the LM loss) is empty. Returns the
+// number of terms.
 size_t DecoderModel::moe_terms(const Slot& S, bool last) {
+  const std::vector<const LayerActs*> acts = moe_acts(S);
   double aux = 0, z = 0;
-  for (const LayerActs& la : S.acts) {
-    aux += la.moe_aux;
-    z += la.moe_z;
+  for (const LayerActs* la : acts) {
+    aux += la->moe_aux;
+    z += la->moe_z;
   }
   // Under context parallelism each rank's losses are its share of the micro-batch's (moe.cpp),
   // which the host sums over the context group: one rank counts the micro-batch, and the
@@ -34,29 +49,21 @@ size_t DecoderModel::moe_terms(const Slot& S, bool last) {
     losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, loss_names_[at], 0.0, 0.0, 0.0};
   const double routed = (double)(S.n * opt_.moe_router.topk);
   const int64_t E = opt_.num_experts;
-  size_t at = 3;  // the first load term of the model's next MoE layer
+  size_t at = 3;  // the first load term of this stage's first MoE layer
   for (int64_t l = 0; l < opt_.layer0; ++l) at += opt_.is_moe_layer(l) ? (size_t)E : 0;
-  for (size_t l = 0; l < S.acts.size(); ++l) {
-    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
-    const MoeActs* m = S.acts[l].moe.get();
+  for (const LayerActs* la : acts)
     for (int64_t e = 0; e < E; ++e, ++at)
       losses_[at] = loom_loss{LOOM_LOSS_SIZE_V2, loss_names_[at],
-                              m ? (double)m->counts[(size_t)e] : 0.0, routed, 0.0};
-  }
+                              la->moe ? (double)la->moe->counts[(size_t)e] : 0.0, routed, 0.0};
   return loss_names_.size();
 }
 
 void DecoderModel::count_expert_loads(const Slot& S) {
-  const int64_t E = opt_.num_experts;
-  size_t at = 0;
-  for (size_t l = 0; l < S.acts.size(); ++l) {
-    if (!opt_.is_moe_layer(opt_.layer0 + (int64_t)l)) continue;
-    if (expert_loads_.size() < (at + 1) * (size_t)E) expert_loads_.resize((at + 1) * (size_t)E);
-    const MoeActs& m = *S.acts[l].moe;
-    for (int64_t e = 0; e < E; ++e)
-      expert_loads_[at * (size_t)E + (size_t)e] += (double)m.counts[(size_t)e];
-    ++at;
-  }
+  const size_t E = (size_t)opt_.num_experts;
+  const std::vector<const LayerActs*> acts = moe_acts(S);
+  if (expert_loads_.size() < acts.size() * E) expert_loads_.resize(acts.size() * E);
+  for (size_t at = 0; at < acts.size(); ++at)
+    for (size_t e = 0; e < E; ++e) expert_loads_[at * E + e] += (double)acts[at]->moe->counts[e];
 }
 
 // Megatron's aux-loss-free update (its finalize_model_grads): the step's loads summed over
@@ -68,7 +75,7 @@ void DecoderModel::update_expert_biases() {
   if (expert_loads_.empty()) return;  // no training forward this step (or no MoE layer here)
   sum_over(ctx_, loads_group_, expert_loads_);
   size_t at = 0;
-  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer in layer order
+  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer (moe_acts' order)
     if (!bias.buffer) continue;
     std::vector<int64_t> load((size_t)E);
     for (int64_t e = 0; e < E; ++e)

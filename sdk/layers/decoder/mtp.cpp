@@ -3,7 +3,7 @@
 // main head, depth k = 1..D predicts the token k + 1 ahead of each position:
 //   en = enorm(wte[t_{i+k}]),  hn = hnorm(h_{k-1}[i])     h_0: the last layer's output
 //   x  = eh_proj([en | hn])                                (C, 2C), Megatron's order
-//   h_k = layer_k(x)                                       a layer of the model's kind
+//   h_k = layer_k(x)                                       a layer of the last layer's kind
 //   loss_k[i] = CE(head(final_norm_k(h_k))[i], t_{i+k+1})
 // The embedding and the head are the model's (a pipeline's last stage holds a copy of wte,
 // kept equal over the embedding group as the tied head's is). A row's tokens k ahead come
@@ -33,7 +33,7 @@ void DecoderModel::mtp_declare(ParamDeclarer& d) {
     d.norm(p + ".enorm");
     d.norm(p + ".hnorm");
     ps.add(p + ".eh_proj.weight", {C, 2 * C}, 1, -1, Init::kNormal, d.std);
-    spec_->declare(d, p + ".layer");
+    layer_spec(o.n_layer - 1).declare(d, p + ".layer");
     d.norm(p + ".final_norm");
   }
 }
@@ -49,7 +49,7 @@ void DecoderModel::mtp_make() {
     m.enorm = Norm::make(o, ps, p + ".enorm");
     m.hnorm = Norm::make(o, ps, p + ".hnorm");
     m.eh = make_linear(ps.at(p + ".eh_proj.weight"), nullptr, 0, o.n_embd);
-    m.layer = spec_->make(o, ps, p + ".layer");
+    m.layer = layer_spec(o.n_layer - 1).make(o, ps, p + ".layer");
     m.final_norm = Norm::make(o, ps, p + ".final_norm");
   }
 }
@@ -174,7 +174,7 @@ void DecoderModel::mtp_backward(Slot& S) {
     // the embedding's rows: parameter gradients only (a split backward's W runs them)
     weight_grad_reading(
         ctx_.be,
-        [this, &m, N, C](const Backend&, const DLTensor* dy) {
+        [this, &m, N](const Backend&, const DLTensor* dy) {
           View tok = view(m.ids, {N});
           if (!ctx_.tp.active()) return mtp_emb_.backward(ctx_, dy, tok, nullptr);
           mtp_emb_.vp.backward(ctx_.be, ctx_.tp, mtp_emb_.dwte, m.emb_ids, m.emb_rows, m.emb_count,

@@ -354,13 +354,13 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
   losses_[0] = loom_loss{LOOM_LOSS_SIZE_V2, kLossNames[0],
                          head_forward(S, targets, !a.no_grad, per_token), count, S.lm_weight};
   a.num_losses = 1;
+  double mtp_sum = 0, mtp_count = 0;  // before the MoE terms: the depths may be MoE layers
+  if (opt_.mtp_layers > 0) mtp_sum = mtp_forward(S, targets, !a.no_grad, mtp_count);
   if (opt_.num_experts > 0) a.num_losses = moe_terms(S, true);
   if (opt_.mtp_layers > 0) {  // the last term: the depths' summed losses at mtp_scale / depths
-    double count = 0;
-    const double sum = mtp_forward(S, targets, !a.no_grad, count);
     a.num_losses = loss_names_.size();
-    losses_[a.num_losses - 1] =
-        loom_loss{LOOM_LOSS_SIZE_V2, "mtp", sum, count, opt_.mtp_scale / (double)opt_.mtp_layers};
+    losses_[a.num_losses - 1] = loom_loss{LOOM_LOSS_SIZE_V2, "mtp", mtp_sum, mtp_count,
+                                          opt_.mtp_scale / (double)opt_.mtp_layers};
   }
   if (family_)
     a.num_losses =
@@ -428,7 +428,6 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     ctx_.call(&loom_ops::copy, x0.get(), (const DLTensor*)in);
   }
   layers_forward(S);
-  if (opt_.moe_expert_bias && !a.no_grad) count_expert_loads(S);
   a.num_outputs = 0;
   a.outputs = nullptr;
   a.num_losses = 0;
@@ -451,6 +450,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
     a.num_outputs = 1;
     a.outputs = &S.out_ptr;
   }
+  if (opt_.moe_expert_bias && !a.no_grad) count_expert_loads(S);  // MTP's depths' too
   unit_done(0, false);
   S.pending = !a.no_grad;
 }

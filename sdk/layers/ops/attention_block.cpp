@@ -113,7 +113,7 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
   View out = view(a.att, {B, T, Hq, D});
   const int64_t C = o.lin.out;
   if (mla)
-    mla->forward(c, s, x, a);
+    mla->forward(c, s, mla_input(c, x, a, N), a);
   else
     project(c, s, x, a);
   Masks masks;
@@ -157,6 +157,30 @@ void AttentionBlock::forward(const Ctx& c, const Step& s, const DLTensor* x, Lay
     return;
   }
   o.forward(c.be, c.tp, out, N, yf.get(), yv.get());
+}
+
+// MLA's input: x, or under sequence parallelism every rank's rows of it gathered (its
+// down-projections run whole on every rank, on all N rows).
+const DLTensor* AttentionBlock::mla_input(const Ctx& c, const DLTensor* x, const LayerActs& a,
+                                          int64_t N) const {
+  if (!c.tp.sequence_parallel) return x;
+  View xf = view(a.ln1_full, {N, o.lin.out});
+  c.tp.all_gather(x, xf);
+  return a.ln1_full.get();
+}
+
+// MLA's projections backward. Its input gradient comes out whole on every tensor rank (the
+// heads' partial latent gradients are summed before the down-projections), so under sequence
+// parallelism each rank keeps its own rows of it: no reduce-scatter.
+void AttentionBlock::mla_backward(const Ctx& c, const Step& s, const DLTensor* x,
+                                  const LayerActs& a, DLTensor* dq, const DLTensor* dk,
+                                  const DLTensor* dv, DLTensor* dx) const {
+  if (!c.tp.sequence_parallel) return mla->backward(c, s, x, a, dq, dk, dv, dx);
+  const int64_t N = s.N(), C = o.lin.out, rows = c.tp.local_rows(N);
+  View dxf = view(c.sp->dx_full, {N, C});
+  mla->backward(c, s, mla_input(c, x, a, N), a, dq, dk, dv, dxf);
+  View mine = view(c.sp->dx_full, {rows, C}, c.tp.rank * rows * C);
+  c.call(&loom_ops::copy, dx, (const DLTensor*)mine);
 }
 
 // q, k, v from x through c_attn, each head's q and k normalised (QK-norm) and rotated.
@@ -225,7 +249,7 @@ void AttentionBlock::backward(const Ctx& c, const Step& s, const DLTensor* x, co
   else
     attend_backward(c, datt, qv, kv, vv, out, lse, dq, dk, dv, causal,
                     masks.chain(window, s.docs, s.bias, true));
-  if (mla) return mla->backward(c, s, x, a, dq, dk, dv, dx);
+  if (mla) return mla_backward(c, s, x, a, dq, dk, dv, dx);
   if (rope) {  // gradients w.r.t. the q, k before rotation
     rope_at(c, s, dq.get(), rotary, true);
     rope_at(c, s, dk.get(), rotary, true);

@@ -445,6 +445,35 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
   CHECK(contains(ok.out, "  pipeline groups: [0 4] [1 5] [2 6] [3 7]\n"));
   CHECK(contains(ok.out, "  layers per stage: 2 (2 stages)\n"));
   CHECK(contains(ok.out, "  micro-batches per step: 2 of 2 x 64 on each of 2 data-parallel ranks"));
+  // uneven stages (Megatron's decoder_first/last_pipeline_num_layers): 4 layers as 1 + 3,
+  // 1 + 1 + 2; what leaves a stage no layer, or stages unequal, is refused with the numbers
+  Result uneven = run_loom("validate " + q(recipe.string()) +
+                               " --world 2 --set parallel.pipeline=2"
+                               " --set model.decoder_first_pipeline_num_layers=1",
+                           LOOM_TEST_PLUGIN_DIR);
+  CHECK(uneven.code == 0);
+  CHECK(contains(uneven.out, "  layers per stage: 1 3 (uneven"));
+  uneven = run_loom("validate " + q(recipe.string()) +
+                        " --world 3 --set parallel.pipeline=3 --set train.global_batch_size=6"
+                        " --set model.decoder_last_pipeline_num_layers=2",
+                    LOOM_TEST_PLUGIN_DIR);
+  CHECK(uneven.code == 0);
+  CHECK(contains(uneven.out, "  layers per stage: 1 1 2 (uneven"));
+  refused("--world 2 --set parallel.pipeline=2 --set model.decoder_first_pipeline_num_layers=4",
+          "model.decoder_first_pipeline_num_layers = 4 and decoder_last_pipeline_num_layers = 0 "
+          "leave 0 of n_layer = 4 layers for the 1 other stage(s)");
+  refused("--world 4 --set parallel.pipeline=4 --set model.decoder_first_pipeline_num_layers=2",
+          "leave 2 of n_layer = 4 layers for the 3 other stage(s): each needs the same number");
+  // one stage holds every layer whatever the keys say (a checkpoint trained uneven serves)
+  CHECK(
+      run_loom("validate " + q(recipe.string()) + " --set model.decoder_last_pipeline_num_layers=2",
+               LOOM_TEST_PLUGIN_DIR)
+          .code == 0);
+  refused(
+      "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
+      "--set parallel.schedule=interleaved-1f1b --set model.n_layer=8 "
+      "--set model.decoder_first_pipeline_num_layers=2",
+      "with virtual_stages = 2 is not implemented");
   Result ep = run_loom("validate " + q(recipe.string()) +
                            " --world 4 --set parallel.expert=2 --set model.num_experts=4",
                        LOOM_TEST_PLUGIN_DIR);

@@ -121,6 +121,9 @@ struct Options {
   bool is_moe_layer(int64_t l) const {
     return num_experts > 0 && (size_t)l < moe_layers.size() && moe_layers[(size_t)l];
   }
+  // Multi-token prediction's depths are layers of the last layer's kind (Megatron's MTP block
+  // spec takes the decoder's last layer spec): a mixture of experts in DeepSeek-V3.
+  bool mtp_moe() const { return mtp_layers > 0 && is_moe_layer(n_layer - 1); }
   bool causal() const { return !bert && !bidirectional; }
   // derived from the options and the create args
   int64_t head_dim = 64, vocab = 0, padded_vocab = 0;
@@ -135,8 +138,10 @@ struct Options {
   int64_t fc_out() const { return gated() ? 2 * ffn() : ffn(); }  // local c_fc rows
   int64_t q_dim() const { return hq() * head_dim; }
   int64_t kv_dim() const { return hkv() * head_dim; }
-  // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1).
+  // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1); the first
+  // and last stages' layer counts when uneven (loom::layout::StageSplit; 0 = even).
   int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
+  int64_t pp_first = 0, pp_last = 0;
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
 };

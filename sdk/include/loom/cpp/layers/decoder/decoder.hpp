@@ -140,6 +140,7 @@ class DecoderModel {
   // A (B, T) array of the micro-batch, or under context parallelism this rank's (B, T/CP)
   // rows of it (in `buf`).
   const int32_t* local_ids(const loom_microbatch& mb, const char* name, std::vector<int32_t>& buf);
+  std::vector<const LayerActs*> moe_acts(const Slot& S) const;
   size_t moe_terms(const Slot& S, bool last);
   // Aux-loss-free balancing: the step's kept choices per expert of each MoE layer of this
   // stage (accumulated by training forwards), and the bias update that consumes them.

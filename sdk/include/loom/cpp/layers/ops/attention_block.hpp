@@ -55,6 +55,11 @@ struct AttentionBlock {
   // the attention plugin, or round the context group. Backward calls it again when the
   // core is recomputed (LOOM_RECOMPUTE_CORE_ATTN): the same call, so the same bits.
   void core(const Ctx& c, const Step& s, const LayerActs& a) const;
+  // Multi-head latent attention's input (gathered under sequence parallelism) and its
+  // projections' backward, dx this rank's rows.
+  const DLTensor* mla_input(const Ctx& c, const DLTensor* x, const LayerActs& a, int64_t N) const;
+  void mla_backward(const Ctx& c, const Step& s, const DLTensor* x, const LayerActs& a,
+                    DLTensor* dq, const DLTensor* dk, const DLTensor* dv, DLTensor* dx) const;
 };
 
 }  // namespace loom::layers
