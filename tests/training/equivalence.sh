@@ -166,6 +166,12 @@ case ${base_layout%-flash} in
   ep2) np=2 sets=(--set parallel.expert=2) ;;
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
   ep2tp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2) ;;
+  # FSDP beside expert parallelism: the experts sharded over the expert-data group (1 rank
+  # on 2, 2 ranks on 4), every other parameter over data x context
+  ep2fsdp) np=2 sets=(--set parallel.expert=2 --set parallel.data=fsdp) ;;
+  ep2dp2fsdp) np=4 sets=(--set parallel.expert=2 --set parallel.data=fsdp) ;;
+  ep2dp2fsdp2) np=4 sets=(--set parallel.expert=2 --set parallel.data=fsdp
+                          --set parallel.zero_stage=2) ;;
   ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
   # experts under context parallelism: the expert group spans the context ranks
   ep2cp2) np=4 sets=(--set parallel.expert=2 --set parallel.context=2) ;;
@@ -273,6 +279,9 @@ case $layout in *dist) want="4.00 (param) + 4.00 (grad) + 4.00 (optimizer state)
 # dense: 60576 dense and 14304 expert parameters, (60576 x 2 + 14304 x 4) / 74880 = 2.38.
 case $model.$layout in
   moebias.ep2dp2dist) layout_want="4.00 (param) + 4.00 (grad) + 2.38 (optimizer state) = 10.38 bytes" ;;
+  # DeepSeek-V3 in miniature on 2 ranks: 71440 dense parameters over 2 and its 13824 expert
+  # parameters (2 of the 4 experts of its 3 MoE layers) over 1: (71440 x 2 + 13824 x 4) / 85264
+  dsv3.ep2fsdp) layout_want="2.32 (param) + 2.32 (grad) + 4.65 (optimizer state) = 9.30 bytes" ;;
   *) layout_want= ;;
 esac
 case $layout in
@@ -283,6 +292,12 @@ case $layout in
   dp2fsdp | tp2dp2fsdp) want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
   dp4fsdp) want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
   dp2fsdp2) want="4.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 10.00 bytes" ;;
+  # beside EP2 the experts' share over the expert-data group (1 or 2 ranks), the rest over
+  # data x context (2 or 4): (37184 x 4/2 + 19072 x 4) / 56256 = 2.68 bytes of values a
+  # parameter on 2 ranks; (37184 x 4/4 + 19072 x 4/2) / 56256 = 1.34 on 4
+  ep2fsdp) want="2.68 (param) + 2.68 (grad) + 5.36 (optimizer state) = 10.71 bytes" ;;
+  ep2dp2fsdp) want="1.34 (param) + 1.34 (grad) + 2.68 (optimizer state) = 5.36 bytes" ;;
+  ep2dp2fsdp2) want="4.00 (param) + 1.34 (grad) + 2.68 (optimizer state) = 8.02 bytes" ;;
 esac
 [ -z "$layout_want" ] || want=$layout_want
 grep -q "memory per parameter on this rank: $want" par.log ||

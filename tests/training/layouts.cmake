@@ -74,10 +74,11 @@ equivalence(moe cp2 ep2cp2)
 equivalence(moebias cp2)
 # Experts under FSDP (without expert parallelism the expert-data group is data x context, so
 # the experts shard as every other parameter): ZeRO-3 on 2 and 4 ranks, beside TP2, ZeRO-2;
-# the expert bias buffer, and DeepSeek-V3 in miniature.
-equivalence(moe dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp)
+# the expert bias buffer, and DeepSeek-V3 in miniature. Beside EP2 each layer's experts are
+# a second shard unit, over the expert-data group (1 rank on 2, 2 on 4), ZeRO-3 and ZeRO-2.
+equivalence(moe dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp ep2fsdp ep2dp2fsdp ep2dp2fsdp2)
 equivalence(moebias dp2fsdp)
-equivalence(dsv3 dp2fsdp)
+equivalence(dsv3 dp2fsdp ep2fsdp)
 
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
 # tensor group sums; a head size of 12 over a width of 32) in the dense layouts; Qwen3-MoE
@@ -110,7 +111,7 @@ equivalence(llama pp2uneven)
 
 # Sharded checkpoints (model shards per tensor/pipeline rank, optimizer shards per data
 # rank) resume bitwise at the same layout.
-foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2pp2zbh1
+foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2fsdp moe-ep2pp2zbh1
                moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 dsv3mtp-pp2 cp2dp2
                cp2dp2dist)
   layout_test(resume.${layout} 300 resume.sh ${layout})

@@ -18,7 +18,8 @@
 #   and reshards)
 #   moe: ep2dp2dist -> 1 rank, ep2, tp2dp2dist; tp2dp2dist -> ep2dp2dist, ep2, ep2etp2 (each
 #   expert's MLP split over the tensor group); ep2pp2 (1F1B) -> pp2 under ZB-H1's split
-#   backward, 1 rank (no bf16 part)
+#   backward, 1 rank; ep2fsdp (FSDP's ZeRO-3 beside EP2 on 4 ranks: the experts' shards over
+#   the expert-data group) -> 1 rank, ep2dp2dist (no bf16 part)
 #   dsv3: ep2pp2 -> tp2, cp2, 1 rank, pp2 with uneven stages (1 and 3 layers); tp2 -> ep2,
 #   pp2, ep2pp2 (no bf16 part)
 #   hybrid: tp2pp2 -> tp1pp4, dp2 with the distributed optimizer, 1 rank, pp2 x vp2, and
@@ -53,7 +54,7 @@ case $model in
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 sources="tp2pp2 tp2dp2dist"
-if [ "$model" = moe ]; then sources="ep2dp2dist tp2dp2dist ep2pp2"; fi
+if [ "$model" = moe ]; then sources="ep2dp2dist tp2dp2dist ep2pp2 ep2fsdp"; fi
 if [ "$model" = dsv3 ]; then sources="ep2pp2 tp2"; fi
 # the V-shaped placement (untied embeddings only): its files hold other stages than pp2vp2's
 if [ "$model" = llama ]; then sources="$sources pp2zbv"; fi
@@ -79,6 +80,7 @@ layout() {  # layout NAME -> np and sets
     ep2) np=2 sets=(--set parallel.expert=2) ;;
     ep2pp2) np=4 sets=(--set parallel.expert=2 --set parallel.pipeline=2) ;;
     ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
+    ep2fsdp) np=4 sets=(--set parallel.expert=2 --set parallel.data=fsdp) ;;
     ep2etp2) np=4 sets=(--set parallel.expert=2 --set parallel.tensor=2
                         --set parallel.expert_tensor=2) ;;
     tp2) np=2 sets=(--set parallel.tensor=2) ;;
@@ -110,6 +112,7 @@ for dtype in fp64 fp32; do
       *:tp2dp2dist) targets="pp2 dp4dist" ;;
       moe:ep2dp2dist) targets="one ep2 tp2dp2dist" ;;
       moe:ep2pp2) targets="pp2zbh1 one" ;;
+      moe:ep2fsdp) targets="one ep2dp2dist" ;;
       dsv3:ep2pp2) targets="tp2 cp2 one pp2uneven" ;;
       dsv3:tp2) targets="ep2 pp2 ep2pp2" ;;
     esac

@@ -3,7 +3,7 @@
 # iterations straight, and 6 + save + (a new run) load + 6; the final checkpoints must be
 # identical (rtol 0) and so must the logged losses of iterations 7..12.
 #   resume.sh LOOM MPIEXEC LAYOUT   (LAYOUT: tp2pp2 | tp2dp2dist | moe-tp2dp2dist | moe-ep2 |
-#   moe-ep2dp2dist | moe-ep2pp2zbh1, the moe ones with a mixture of experts: 4 experts, top-2, balancing and z
+#   moe-ep2dp2dist | moe-ep2fsdp | moe-ep2pp2zbh1, the moe ones with a mixture of experts: 4 experts, top-2, balancing and z
 #   losses; moebias-ep2etp2: a sigmoid router with the expert bias, EP2 and expert tensor
 #   parallelism over TP2; ep2: expert parallelism of 2 over the 4 data-parallel ranks; cp2dp2 | cp2dp2dist:
 #   context parallelism of 2 beside data parallelism of 2)
@@ -30,6 +30,11 @@ case $layout in
   moe-ep2dp2dist) sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer
                         --set model.num_experts=4 --set model.moe_router_topk=2
                         --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
+  # FSDP's ZeRO-3 beside EP2: each layer's experts a second shard unit, over the expert-data
+  # group (2 ranks), the rest over all 4
+  moe-ep2fsdp) sets=(--set parallel.expert=2 --set parallel.data=fsdp
+                     --set model.num_experts=4 --set model.moe_router_topk=2
+                     --set model.moe_aux_loss_coeff=0.01 --set model.moe_z_loss_coeff=0.001) ;;
   # experts on two pipeline stages (each stage's expert slabs, EP2) under ZB-H1's split backward
   moe-ep2pp2zbh1) sets=(--set parallel.expert=2 --set parallel.pipeline=2
                         --set parallel.schedule=zb-h1 --set model.num_experts=4

@@ -148,8 +148,9 @@ void check_residency(const Options& o, int32_t residency, bool sequence_parallel
                  : ": a fully sharded strategy (parallel.data = \"fsdp\")");
   // What the units cannot carry yet, refused by name rather than computed wrong: a stage's
   // units are numbered per model chunk, and (moving gradients) gradients that finish_grads
-  // completes after the backward (sequence-parallel norms, QK-norm's under TP), experts averaged
-  // over another group, context parallelism, and BERT's heads.
+  // completes after the backward (sequence-parallel norms, QK-norm's under TP), context
+  // parallelism, and BERT's heads. (Experts under expert parallelism are a unit's parameters
+  // of another reduce group, which the strategy shards over the expert-data group.)
   auto refuse = [&](bool bad, const std::string& what) {
     loom::require(!bad, key + " with " + what + " is not implemented");
   };
@@ -157,7 +158,6 @@ void check_residency(const Options& o, int32_t residency, bool sequence_parallel
   if (residency == LOOM_RESIDENCY_NOTIFY) return;
   refuse(sequence_parallel, "sequence parallelism (parallel.sequence_parallel)");
   refuse(o.qk_norm && o.tp > 1, "QK-norm under tensor parallelism (qk_layernorm)");
-  refuse(o.num_experts > 0 && o.ep > 1, "expert parallelism (parallel.expert > 1)");
   refuse(context > 1, "context parallelism (parallel.context > 1)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");
 }

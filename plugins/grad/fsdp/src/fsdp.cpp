@@ -13,7 +13,11 @@
 // each parameter, which is what the checkpoints record (the distributed optimizer's layout,
 // per unit). The optimizer steps the shards (shard_params). Memory per parameter with Adam
 // and f32: (4 + 4 + 8) / D at stage 3 and 4 + (4 + 8) / D at stage 2, plus one unit's values
-// and gradients in flight. The data-parallel group is data x context.
+// and gradients in flight. The data-parallel group is data x context. Under expert
+// parallelism a model unit's expert parameters are averaged over the expert-data group
+// instead (the data x context ranks that hold the same experts): they form a second shard
+// unit of the same model unit, sharded over that group, as Megatron-FSDP shards experts over
+// the expert-data-parallel group.
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -32,8 +36,16 @@ namespace {
 
 const std::string kPrefix = "grad/fsdp: ";
 
-// One residency unit's parameters, sharded as a whole.
+// The ranks a shard unit is sharded over: data x context, or the expert-data group.
+struct Group {
+  int32_t kind = LOOM_GROUP_DATA_CONTEXT;
+  loom_comm_group* group = nullptr;
+  int64_t D = 1, r = 0;  // its size, and this rank's place in it
+};
+
+// One residency unit's parameters of one reduce group, sharded as a whole.
 struct Unit {
+  size_t group = 0;              // into groups_
   std::vector<size_t> members;   // indices into create's tensors
   std::vector<int64_t> offsets;  // of each member in the unit's flat concatenation
   int64_t N = 0, S = 0;          // elements, and elements per shard
@@ -66,41 +78,33 @@ class Fsdp {
           kPrefix + "shards over the data-parallel ranks and needs a comm (" + why + ")");
     }
     backend_ = loom::Backend(host);
-    loom::check(host, host->get_group(host->ctx, LOOM_GROUP_DATA_CONTEXT, &group_));
-    D_ = comm_.api->group_size(comm_.self, group_);
-    r_ = comm_.api->group_rank(comm_.self, group_);
     // Without expert parallelism the expert-data group is data x context itself: experts
-    // shard as every other parameter does.
+    // shard with the unit's other parameters, in one shard unit.
     loom_parallel_layout l{};
     l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
     l.expert = 1;
     if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
       loom::check(host, host->get_layout(host->ctx, &l));
-    const bool experts_shard_alike = l.expert <= 1;
+    group_of(LOOM_GROUP_DATA_CONTEXT);  // groups_[0], for the memory report
     for (size_t i = 0; i < a.num_grads; ++i) {
       const DLTensor* g = a.grads[i];
       const std::string which = kPrefix + "gradient " + std::to_string(i);
       loom::require(g != nullptr && loom::is_compact(g), which + " is NULL or not compact");
       if (i == 0) gdt_ = g->dtype;
       loom::require(loom_dtype_eq(g->dtype, gdt_), which + " has another dtype than gradient 0");
-      loom::require(a.reduce_groups == nullptr || a.reduce_groups[i] == LOOM_GROUP_DATA_CONTEXT ||
-                        (a.reduce_groups[i] == LOOM_GROUP_EXPERT_DATA && experts_shard_alike),
-                    kPrefix +
-                        "expert parameters under expert parallelism (averaged over the "
-                        "expert-data group) are not implemented; use parallel.data = "
-                        "\"distributed-optimizer\"",
-                    LOOM_ERR_UNIMPLEMENTED);
+      int32_t kind = a.reduce_groups ? a.reduce_groups[i] : LOOM_GROUP_DATA_CONTEXT;
+      if (kind == LOOM_GROUP_EXPERT_DATA && l.expert <= 1) kind = LOOM_GROUP_DATA_CONTEXT;
       loom::require(a.units[i] >= 0, which + " belongs to no residency unit");
-      if (units_.size() <= (size_t)a.units[i]) units_.resize((size_t)a.units[i] + 1);
-      Unit& u = units_[(size_t)a.units[i]];
-      unit_of_.push_back((size_t)a.units[i]);
+      Unit& u = unit(a.units[i], group_of(kind));
+      unit_of_.push_back(size_t(&u - units_.data()));
       u.members.push_back(i);
       u.offsets.push_back(u.N);
       u.N += loom_tensor_numel(g);
       grads_.push_back(a.grads[i]);
     }
     for (Unit& u : units_) {
-      u.S = (u.N + D_ - 1) / D_;
+      const int64_t D = groups_[u.group].D;
+      u.S = (u.N + D - 1) / D;
       u.shard_grad = loom::Tensor(backend_, gdt_, {std::max<int64_t>(u.S, 1)});
       backend_.call(&loom_ops::fill, u.shard_grad.get(), 0.0);
     }
@@ -137,7 +141,8 @@ class Fsdp {
     for (size_t i = 0; i < params_.size(); ++i) {
       const Unit& u = units_[unit_of_[i]];
       const size_t j = std::find(u.members.begin(), u.members.end(), i) - u.members.begin();
-      const int64_t lo_own = r_ * u.S, o = u.offsets[j], n = loom_tensor_numel(params_[i]);
+      const int64_t lo_own = groups_[u.group].r * u.S, o = u.offsets[j],
+                    n = loom_tensor_numel(params_[i]);
       const int64_t lo = std::max(o, lo_own), hi = std::min(o + n, lo_own + u.S);
       const int64_t count = hi > lo ? hi - lo : 0, off = count ? lo - o : 0;
       const int64_t at = count ? lo - lo_own : 0;  // in the shard
@@ -166,62 +171,43 @@ class Fsdp {
   // unit that came next in the last step's order of calls (FSDP's forward and backward
   // prefetch, learned rather than declared), so it runs while this unit computes.
   void needed(size_t u_index, bool fill) {
-    loom::require(sharded_ && u_index < units_.size(), kPrefix + "unit_needed of unit " +
-                                                           std::to_string(u_index) +
-                                                           " out of range or before shard_params");
-    Unit& u = units_[u_index];
+    loom::require(sharded_ && u_index < shards_of_.size(),
+                  kPrefix + "unit_needed of unit " + std::to_string(u_index) +
+                      " out of range or before shard_params");
     if (!fill) {
-      if (u.in_flight) finish(u, true);
+      for (size_t k : shards_of_[u_index])
+        if (units_[k].in_flight) finish(units_[k], true);
       return;
     }
     loom::require(stage_ == 3, kPrefix + "zero_stage 2 keeps the values whole; nothing to fill");
     record_.push_back(u_index);
     const bool on_script = script_ok_ && pos_ < script_.size() && script_[pos_] == u_index;
     if (!on_script) script_ok_ = false;
-    if (u.in_flight) {
-      finish(u, true);
-      ++prefetched_;
-    } else if (u.N > 0) {
-      start(u, u.shard_value.get());
-      finish(u, true);
+    bool prefetched = false;
+    for (size_t k : shards_of_[u_index]) {
+      Unit& u = units_[k];
+      if (u.in_flight) {
+        finish(u, true);
+        prefetched = true;
+      } else if (u.N > 0) {
+        start(u, u.shard_value.get());
+        finish(u, true);
+      }
     }
+    prefetched_ += prefetched;
     if (!on_script || !overlap_) return;
-    if (++pos_ < script_.size()) {
-      Unit& next = units_[script_[pos_]];
-      if (!next.in_flight && next.N > 0) start(next, next.shard_value.get());
-    }
+    if (++pos_ < script_.size())
+      for (size_t k : shards_of_[script_[pos_]]) {
+        Unit& next = units_[k];
+        if (!next.in_flight && next.N > 0) start(next, next.shard_value.get());
+      }
   }
 
   // Unit u's gradients hold one backward pass's contribution: into this rank's shard.
   void take_grads(size_t u_index) {
-    loom::require(u_index < units_.size(),
+    loom::require(u_index < shards_of_.size(),
                   kPrefix + "unit_grads of unit " + std::to_string(u_index) + " out of range");
-    Unit& u = units_[u_index];
-    if (u.N == 0) return;
-    loom::Tensor flat(backend_, gdt_, {D_ * u.S});
-    for (size_t j = 0; j < u.members.size(); ++j) {
-      DLTensor* g = grads_[u.members[j]];
-      const int64_t n = loom_tensor_numel(g);
-      if (n == 0) continue;
-      loom::View dst(flat.get(), {n}, u.offsets[j]), src(g, {n});
-      backend_.call(&loom_ops::copy, dst.get(), (const DLTensor*)src);
-    }
-    if (D_ * u.S > u.N) {  // zeros in the padding, so the last shard's tail stays clean
-      loom::View pad(flat.get(), {D_ * u.S - u.N}, u.N);
-      backend_.call(&loom_ops::fill, pad.get(), 0.0);
-    }
-    sync();
-    if (u.fresh) {
-      loom::check(host_, loom::comm_reduce_scatter(comm_, group_, flat.get(), u.shard_grad.get(),
-                                                   LOOM_REDUCE_AVG, backend_.stream()));
-      u.fresh = false;
-      return;
-    }
-    loom::Tensor part(backend_, gdt_, {u.S});
-    loom::check(host_, loom::comm_reduce_scatter(comm_, group_, flat.get(), part.get(),
-                                                 LOOM_REDUCE_AVG, backend_.stream()));
-    backend_.call(&loom_ops::add, u.shard_grad.get(), (const DLTensor*)u.shard_grad.get(),
-                  (const DLTensor*)part.get());
+    for (size_t k : shards_of_[u_index]) reduce_scatter(units_[k]);
   }
 
   // The step's backward passes are over: a unit none of them reached has a zero gradient.
@@ -268,6 +254,62 @@ class Fsdp {
   }
 
  private:
+  // The ranks of reduce group `kind`, asked of the host on first use.
+  size_t group_of(int32_t kind) {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (groups_[g].kind == kind) return g;
+    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
+                  kPrefix + "a gradient asks for reduce group " + std::to_string(kind) +
+                      "; fsdp shards over data x context or the expert-data group");
+    Group& g = groups_.emplace_back();
+    g.kind = kind;
+    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &g.group));
+    g.D = comm_.api->group_size(comm_.self, g.group);
+    g.r = comm_.api->group_rank(comm_.self, g.group);
+    return groups_.size() - 1;
+  }
+  // The shard unit of model unit `model`'s parameters of group g, made on first use.
+  Unit& unit(int32_t model, size_t g) {
+    if (shards_of_.size() <= (size_t)model) shards_of_.resize((size_t)model + 1);
+    for (size_t k : shards_of_[(size_t)model])
+      if (units_[k].group == g) return units_[k];
+    shards_of_[(size_t)model].push_back(units_.size());
+    units_.emplace_back().group = g;
+    return units_.back();
+  }
+
+  // Shard unit u's gradients hold one backward pass's contribution: averaged over its group
+  // into this rank's shard.
+  void reduce_scatter(Unit& u) {
+    if (u.N == 0) return;
+    const int64_t D = groups_[u.group].D;
+    loom_comm_group* group = groups_[u.group].group;
+    loom::Tensor flat(backend_, gdt_, {D * u.S});
+    for (size_t j = 0; j < u.members.size(); ++j) {
+      DLTensor* g = grads_[u.members[j]];
+      const int64_t n = loom_tensor_numel(g);
+      if (n == 0) continue;
+      loom::View dst(flat.get(), {n}, u.offsets[j]), src(g, {n});
+      backend_.call(&loom_ops::copy, dst.get(), (const DLTensor*)src);
+    }
+    if (D * u.S > u.N) {  // zeros in the padding, so the last shard's tail stays clean
+      loom::View pad(flat.get(), {D * u.S - u.N}, u.N);
+      backend_.call(&loom_ops::fill, pad.get(), 0.0);
+    }
+    sync();
+    if (u.fresh) {
+      loom::check(host_, loom::comm_reduce_scatter(comm_, group, flat.get(), u.shard_grad.get(),
+                                                   LOOM_REDUCE_AVG, backend_.stream()));
+      u.fresh = false;
+      return;
+    }
+    loom::Tensor part(backend_, gdt_, {u.S});
+    loom::check(host_, loom::comm_reduce_scatter(comm_, group, flat.get(), part.get(),
+                                                 LOOM_REDUCE_AVG, backend_.stream()));
+    backend_.call(&loom_ops::add, u.shard_grad.get(), (const DLTensor*)u.shard_grad.get(),
+                  (const DLTensor*)part.get());
+  }
+
   // Before a collective on host memory, the backend's queued work must be done (backend/cpu's
   // stream is NULL; a comm on the backend's stream is ordered already).
   void sync() const {
@@ -276,10 +318,11 @@ class Fsdp {
   }
   // The all-gather of unit u's values from `shard` (S elements) into u.gathered, started.
   void start(Unit& u, const DLTensor* shard) {
-    u.gathered = loom::Tensor(backend_, pdt_, {D_ * u.S});
+    const Group& g = groups_[u.group];
+    u.gathered = loom::Tensor(backend_, pdt_, {g.D * u.S});
     sync();
     loom::check(host_,
-                loom::comm_start(comm_, LOOM_COMM_CALL_ALL_GATHER, group_, shard, u.gathered.get(),
+                loom::comm_start(comm_, LOOM_COMM_CALL_ALL_GATHER, g.group, shard, u.gathered.get(),
                                  LOOM_REDUCE_SUM, backend_.stream(), &u.req));
     u.in_flight = true;
   }
@@ -305,22 +348,32 @@ class Fsdp {
   void log_memory() const {
     const size_t pb = loom_dtype_bytes(pdt_), gb = loom_dtype_bytes(gdt_);
     const size_t extra = 8 + (pb < 4 ? 4 : 0);  // Adam m, v (+ f32 main params)
+    const int64_t D = groups_.front().D;
+    const size_t units = shards_of_.size();
     char line[600];
     if (stage_ == 3)
       std::snprintf(line, sizeof line,
                     "zero_stage 3, D = %lld, %zu units: memory per parameter with Adam "
                     "(%zu (param) + %zu (grad) + %zu (optimizer))/D = %.2f bytes, plus one "
                     "unit's values and gradients in flight",
-                    (long long)D_, units_.size(), pb, gb, extra,
-                    double(pb + gb + extra) / double(D_));
+                    (long long)D, units, pb, gb, extra, double(pb + gb + extra) / double(D));
     else
       std::snprintf(line, sizeof line,
                     "zero_stage 2, D = %lld, %zu units: memory per parameter with Adam %zu "
                     "(param) + (%zu (grad) + %zu (optimizer))/D = %.2f bytes, plus one unit's "
                     "gradients in flight",
-                    (long long)D_, units_.size(), pb, gb, extra,
-                    double(pb) + double(gb + extra) / double(D_));
+                    (long long)D, units, pb, gb, extra,
+                    double(pb) + double(gb + extra) / double(D));
     loom::log(host_, LOOM_LOG_INFO, line);
+    if (groups_.size() > 1) {
+      int64_t n = 0;
+      for (const Unit& u : units_) n += u.group == 1 ? u.N : 0;
+      std::snprintf(line, sizeof line,
+                    "expert parameters: sharded over the expert-data group, D = %lld, %lld "
+                    "elements",
+                    (long long)groups_[1].D, (long long)n);
+      loom::log(host_, LOOM_LOG_INFO, line);
+    }
   }
 
   const loom_host* host_;
@@ -332,11 +385,11 @@ class Fsdp {
   size_t pos_ = 0, prefetched_ = 0;
   bool script_ok_ = false;
   loom_comm_ref comm_{nullptr, nullptr};
-  loom_comm_group* group_ = nullptr;
-  int64_t D_ = 1, r_ = 0;
   loom::Backend backend_;
-  std::vector<Unit> units_;
-  std::vector<size_t> unit_of_;  // each tensor's unit
+  std::vector<Group> groups_;  // data x context first; the expert-data group under EP
+  std::vector<Unit> units_;    // shard units: one per model unit and reduce group
+  std::vector<std::vector<size_t>> shards_of_;  // each model unit's shard units
+  std::vector<size_t> unit_of_;                 // each tensor's shard unit
   std::vector<DLTensor*> grads_, params_;
   bool sharded_ = false;  // shard_params was called (params_ is empty when there are no grads)
   DLDataType gdt_ = loom_f32(), pdt_ = loom_f32();
