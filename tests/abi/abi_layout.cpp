@@ -122,6 +122,7 @@ Listing build() {
   STRUCT(loom_act_bwd_args) F(struct_size) F(kind) F(dinp) F(inp) F(dout) F(ext) END
   ENUM(loom_act_kind, LOOM_ACT_GELU_TANH) ENUM(loom_act_kind, LOOM_ACT_SWIGLU)
   ENUM(loom_act_kind, LOOM_ACT_GELU) ENUM(loom_act_kind, LOOM_ACT_TANH)
+      ENUM(loom_act_kind, LOOM_ACT_SQUARED_RELU)
   STRUCT(loom_softmax_args) F(struct_size) F(s) F(lse) F(scale) F(causal) F(window) F(ext) END
   STRUCT(loom_softmax_bwd_args) F(struct_size) F(ds) F(p) F(dp) F(scale) F(ext) END
   STRUCT(loom_cross_entropy_args)

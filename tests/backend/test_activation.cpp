@@ -96,18 +96,20 @@ TEST_CASE("activations: shape errors") {
                LOOM_ERR_INVALID_ARGUMENT, "inp's last dimension is 5, expected an even 2H");
 }
 
-// ABI 2.3's elementwise kinds: BERT's exact GELU (erf) and the pooler's tanh, each against
-// libm's float64 formula, its backward against central finite differences in f64 (also in
-// place), and f32 against f64.
-TEST_CASE("gelu (erf) and tanh forward and backward") {
+// ABI 2.3's elementwise kinds, BERT's exact GELU (erf) and the pooler's tanh, and ABI 2.24's
+// squared ReLU (Nemotron-H's MLP), each against its float64 formula, its backward against
+// central finite differences in f64 (also in place), and f32 against f64.
+TEST_CASE("gelu (erf), tanh and squared ReLU forward and backward") {
   struct Kind {
     loom_act_kind kind;
     const char* name;
     double (*ref)(double);
   };
-  const Kind kinds[] = {{LOOM_ACT_GELU, "gelu (erf)",
-                         [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},
-                        {LOOM_ACT_TANH, "tanh", [](double x) { return std::tanh(x); }}};
+  const Kind kinds[] = {
+      {LOOM_ACT_GELU, "gelu (erf)",
+       [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},
+      {LOOM_ACT_TANH, "tanh", [](double x) { return std::tanh(x); }},
+      {LOOM_ACT_SQUARED_RELU, "squared relu", [](double x) { return x > 0 ? x * x : 0.0; }}};
   for (const Kind& k : kinds) {
     INFO(k.name);
     auto run = [&](DLDataType dt, const Vec& x) {

@@ -113,9 +113,11 @@ void run_activations(DLDataType dt, int64_t N, int64_t H) {
   });
   expect_close(dx, tol, "gelu_backward");
 
-  // BERT's exact GELU and its pooler's tanh (LOOM_ACT_GELU, LOOM_ACT_TANH)
+  // BERT's exact GELU and its pooler's tanh (LOOM_ACT_GELU, LOOM_ACT_TANH); Nemotron-H's
+  // squared ReLU (LOOM_ACT_SQUARED_RELU, ABI 2.24)
   using Act = std::pair<loom_act_kind, const char*>;
-  for (const auto& [kind, name] : {Act{LOOM_ACT_GELU, "gelu (erf)"}, Act{LOOM_ACT_TANH, "tanh"}}) {
+  for (const auto& [kind, name] : {Act{LOOM_ACT_GELU, "gelu (erf)"}, Act{LOOM_ACT_TANH, "tanh"},
+                                   Act{LOOM_ACT_SQUARED_RELU, "squared relu"}}) {
     run_both([&](const loom::Backend& B, int s) { loom::act_forward(B, kind, y[s], x[s]); });
     expect_close(y, tol, std::string(name) + " forward");
     run_both(

@@ -7,11 +7,13 @@
 #     unnormalised top-2 and a dense layer (mlp_only_layers); Qwen3-MoE; DeepSeek-V3 bf16
 #     with MLA's interleaved rotary pairs, a dense first layer, grouped routing and the
 #     router bias in float32; Mamba-2 f32, 3 mixers of 8 heads in 2 groups; Llama with Llama
-#     3.1's rope_scaling; DeepSeek-V3 with YaRN)
+#     3.1's rope_scaling; DeepSeek-V3 with YaRN; NemotronH's hybrid "M*-M" with attention
+#     without position encoding and a squared-ReLU MLP)
 #     reproduces the reference logits of every prompt position (fp32, <= 1e-5 of max |logit|);
 #  2. export-hf writes every tensor byte-identical to the original (dtype, shape, data), one
 #     file or shards with an index, and re-importing that gives the same checkpoint bitwise;
-#  3. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE, DeepSeek-V3-style and Mamba-2 model exported,
+#  3. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE, DeepSeek-V3-style, Mamba-2 and NemotronH-style
+#     model exported,
 #     re-imported and exported again give
 #     byte-identical tensors (and every non-vocabulary tensor of the checkpoints is equal);
 #  4. what does not map is refused, naming it (a config key, a config value, a shape, a
@@ -31,7 +33,7 @@ quiet=(--set backend.measure_gemm=false)
 echo "== 1-2: import, logits, export, re-import"
 for m in gpt2-f32 gpt2-f16-base llama-gqa-f32 llama-mqa-tied-bf16 mixtral-f32 qwen2-f32 \
          qwen3-tied-bf16 qwen2-moe-f32 qwen3-moe-f32 deepseek-v3-bf16 mamba2-f32 \
-         llama-rope-llama3-f32 deepseek-v3-yarn-bf16; do
+         llama-rope-llama3-f32 deepseek-v3-yarn-bf16 nemotron-h-f32; do
   src=$here/hf/$m
   "$loom" import-hf "$src" $m
   "$loom" generate --checkpoint $m --prompt "$(cat "$src/prompt.txt")" --max-new-tokens 0 \
@@ -60,7 +62,7 @@ echo "tokenizer.json and tokenizer_config.json copied in (tokenizer/hf-json) and
 
 echo "== 3: a Loom-trained model out and back"
 tiny_recipe t.toml 3
-for style in gpt llama qwen3 qwen2moe dsv3 dsv3mtp mamba2; do
+for style in gpt llama qwen3 qwen2moe dsv3 dsv3mtp mamba2 nemotronh; do
   train_style $style t.toml
   "$loom" export-hf trained-$style trained-$style.hf
   "$loom" import-hf trained-$style.hf trained-$style.back > /dev/null
@@ -161,8 +163,24 @@ edit deepseek-v3-bf16 "c['topk_group'] = 1"
 refuse "a group score model/gpt cannot take" '"topk_group" must be num_experts_per_tok / 2'
 edit mamba2-f32 "c['n_groups'] = 3"
 refuse "Mamba-2 groups that do not divide the heads" '"n_groups" must divide num_heads'
-edit mamba2-f32 "c['model_type'] = 'nemotron_h'"
-refuse "NemotronH's squared-ReLU MLPs" 'its MLP layers use squared ReLU'
+# NemotronH: its layer kinds as transformers 5 saves them (new names, no pattern), its base
+# model's tensors under model. (transformers' class) rather than backbone. (the hub's), and
+# the embedding named as older hub files do, each the same logits; MoE layers and another
+# MLP activation refused by name
+edit nemotron-h-f32 "c['layers_block_type'] = ['linear_attention', 'full_attention', 'mlp', 'linear_attention']; del c['hybrid_override_pattern']"
+same_logits nemotron-h-f32 "NemotronH's layers_block_type (transformers 5's names)"
+edit nemotron-h-f32 "pass"
+$st rename bad/model.safetensors backbone. model.
+same_logits nemotron-h-f32 "NemotronH's tensors under model."
+edit nemotron-h-f32 "pass"
+$st rename bad/model.safetensors backbone.embeddings. backbone.embedding.
+same_logits nemotron-h-f32 "NemotronH's older embedding name (backbone.embedding.weight)"
+edit nemotron-h-f32 "c['hybrid_override_pattern'] = 'ME-M'"
+refuse "NemotronH's MoE layers" '= "ME-M" has MoE layers (E)'
+edit nemotron-h-f32 "c['mlp_hidden_act'] = 'silu'"
+refuse "a NemotronH MLP other than relu2" '"mlp_hidden_act" = "silu" does not map'
+edit nemotron-h-f32 "c['layers_block_type'] = ['mamba', 'mlp', 'mlp', 'mamba']"
+refuse "two NemotronH patterns that disagree" '"layers_block_type" = .* disagrees with "M\*-M"'
 edit mamba2-f32 "c['time_step_limit'] = [0.0, float('inf')]"  # Python's bare Infinity
 "$loom" import-hf bad bad.out > out.log 2>&1 || { cat out.log; exit 1; }
 echo "Mamba2Config's default time_step_limit [0.0, Infinity] read"

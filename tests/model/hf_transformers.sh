@@ -3,11 +3,13 @@
 # needs no GPU, only the library, and skips with exit 77 where it is missing):
 #  1. GPT2LMHeadModel, LlamaForCausalLM (GQA, untied), Qwen2ForCausalLM, Qwen3ForCausalLM
 #     (head_dim apart from hidden / heads), Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and
-#     DeepseekV3ForCausalLM and Mamba2ForCausalLM (one group: transformers' eager gated norm
-#     spans all channels, mamba_ssm's and Loom's each group) from tiny random configs,
+#     DeepseekV3ForCausalLM, Mamba2ForCausalLM (one group: transformers' eager gated norm
+#     spans all channels, mamba_ssm's and Loom's each group) and NemotronHForCausalLM (one
+#     group too) from tiny random configs,
 #     save_pretrained, `loom import-hf`: Loom's logits of every prompt position match
 #     transformers' within 1e-4 of max |logit| (fp32);
-#  2. a Loom-trained GPT, Llama, Qwen3 and Qwen2-MoE-style model, `loom export-hf`, from_pretrained unchanged:
+#  2. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE-style and NemotronH-style model (its hub
+#     names, backbone., which transformers renames), `loom export-hf`, from_pretrained unchanged:
 #     transformers' logits match Loom's within 1e-4.
 #   hf_transformers.sh LOOM
 set -euo pipefail
@@ -75,8 +77,15 @@ transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
 transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
     vocab_size=96, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, n_groups=1,
     state_size=16, chunk_size=8, initializer_range=0.2)).save_pretrained("hf-mamba2")
+# NemotronH (Mamba-2, attention, squared-ReLU MLP), one group as Mamba-2's above
+transformers.NemotronHForCausalLM(transformers.NemotronHConfig(
+    vocab_size=96, hidden_size=32, num_hidden_layers=4, hybrid_override_pattern="M*-M",
+    num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+    mamba_num_heads=8, mamba_head_dim=8, n_groups=1, ssm_state_size=16, chunk_size=8,
+    max_position_embeddings=64, tie_word_embeddings=False,
+    initializer_range=0.2)).save_pretrained("hf-nemotronh")
 PY
-for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe deepseek mamba2; do
+for m in gpt2 llama qwen2 qwen3 qwen2moe qwen3moe deepseek mamba2 nemotronh; do
   "$loom" import-hf hf-$m loom-$m
   "$loom" generate --checkpoint loom-$m --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out loom-$m.st "${quiet[@]}" > /dev/null
@@ -92,7 +101,7 @@ echo "== Loom -> transformers"
   toml_section tokenizer plugin=null vocab_size=95
   toml_section data plugin=mock
 } > t.toml
-for style in gpt llama qwen3 qwen2moe; do
+for style in gpt llama qwen3 qwen2moe nemotronh; do
   train_style $style t.toml
   "$loom" generate --checkpoint trained-$style --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
     --logits-out trained-$style.st "${quiet[@]}" > /dev/null

@@ -15,7 +15,7 @@ Conventions mirrored from model/gpt (see sdk/layers/decoder):
 The files store the vocabulary's real rows of wte / lm_head only: the test fills the padded
 rows with junk to prove they never affect the loss.
 
-Run (Debian's python3-torch, CPU):  /usr/bin/python3 tests/model/make_reference.py
+Run (Debian's python3-torch, CPU):  /usr/bin/python3 tests/model/make_reference.py [NAME...]
 """
 import math
 import os
@@ -79,6 +79,13 @@ CONFIGS = {
                      tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128,
                      mtp_num_layers=2, mtp_loss_scaling_factor=0.3),
         vocab=64, batch=2, seq=8, seed=9753),
+    # Nemotron-H's MLP and attention: squared ReLU (Megatron's --squared-relu), no position
+    # encoding, GQA, RMSNorm, no bias, untied
+    "relu2_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="squared_relu", position="none", bias="false",
+                     tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
+        vocab=64, batch=2, seq=8, seed=2468),
 }
 
 
@@ -209,6 +216,8 @@ def forward(o, P, tokens, vocab, targets=None):
         if o["activation"] == "swiglu":
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
+        elif o["activation"] == "squared_relu":
+            h = F.relu(h).square()
         else:
             h = F.gelu(h, approximate="tanh")
         return linear(h, p + ".mlp.c_proj")
@@ -267,7 +276,12 @@ def forward(o, P, tokens, vocab, targets=None):
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     os.makedirs(out_dir, exist_ok=True)
-    for name, cfg, gen, specs, P in cases(CONFIGS, param_specs):
+    # NAME... writes those alone (a new case without rewriting the others' last digits)
+    only = sys.argv[1:]
+    for name in only:
+        assert name in CONFIGS, f"unknown case {name}; known: {', '.join(CONFIGS)}"
+    configs = {n: c for n, c in CONFIGS.items() if not only or n in only}
+    for name, cfg, gen, specs, P in cases(configs, param_specs):
         o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
         tokens = torch.randint(0, vocab, (B, T), generator=gen)
         targets = torch.randint(0, vocab, (B, T), generator=gen)

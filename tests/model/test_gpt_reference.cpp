@@ -174,6 +174,12 @@ TEST_CASE("model/gpt Qwen2 (biases on q, k, v alone: add_qkv_bias) = PyTorch") {
   compare("qwen2_tiny", loom_f64(), 1e-12, 1e-9);
 }
 
+// Nemotron-H's MLP (ABI 2.24's squared ReLU) beside attention without position encoding.
+TEST_CASE("model/gpt squared ReLU MLP, no position encoding (Nemotron-H's) = PyTorch") {
+  compare("relu2_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("relu2_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
 TEST_CASE("model/gpt multi-head latent attention (DeepSeek's MLA) = PyTorch") {
   for (const char* name : {"mla_tiny", "mla_noqlora_tiny"}) {
     compare(name, loom_f32(), 1e-5, 1e-4);

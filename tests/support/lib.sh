@@ -270,7 +270,8 @@ PY
 # Qwen2-MoE-style one (qwen2moe: Llama's with q/k/v biases, 4 experts and a gated shared
 # expert) or DeepSeek-V3 in miniature (dsv3: DSV3_MODEL on 4 layers; dsv3mtp: with one depth
 # of multi-token prediction) or a Mamba-2 stack
-# (mamba2: HYBRID_MODEL's mixers, two layers of them), saved to the checkpoint trained-STYLE;
+# (mamba2: HYBRID_MODEL's mixers, two layers of them) or a NemotronH-style hybrid (nemotronh:
+# HYBRID_MODEL with a squared-ReLU MLP), saved to the checkpoint trained-STYLE;
 # a failed run shows the end of run.log and exits 1.
 train_style() {
   local sets=()
@@ -283,6 +284,8 @@ train_style() {
   [ "$1" = dsv3mtp ] && sets=("${DSV3_MODEL[@]}" --set model.n_layer=4 --set model.mtp_num_layers=1)
   [ "$1" = mamba2 ] && sets=("${HYBRID_MODEL[@]}" --set model.hybrid_override_pattern=MM
                              --set model.n_layer=2)
+  [ "$1" = nemotronh ] && sets=("${HYBRID_MODEL[@]}" --set model.activation=squared_relu
+                                --set model.n_layer=4)
   [ "$1" = qwen2moe ] && sets+=(--set model.add_qkv_bias=true --set model.num_experts=4
     --set model.moe_ffn_hidden_size=8 --set model.moe_shared_expert_intermediate_size=12
     --set model.moe_shared_expert_gate=true)

@@ -188,9 +188,12 @@ HfArch deepseek_from_config(ConfigReader& r, const StFile& shapes);
 std::pair<HfArch, json> deepseek_from_model(const ModelKeys& k, const Dims& d, json c);
 
 // hf_map_mamba.cpp: Mamba2ForCausalLM (model_type "mamba2") onto a hybrid stack of Mamba-2
-// mixers only; NemotronH ("nemotron_h") refused by name.
+// mixers only; NemotronHForCausalLM ("nemotron_h": Mamba-2, attention and squared-ReLU MLP
+// layers) onto the hybrid stack its pattern names (its base model's tensors under backbone.
+// or, in `shapes`, model.). The export maps a stack of M layers onto Mamba2ForCausalLM, any
+// other (no E) onto NemotronH.
 HfArch mamba2_from_config(ConfigReader& r);
-[[noreturn]] HfArch nemotron_h_refused(ConfigReader& r);
+HfArch nemotron_h_from_config(ConfigReader& r, const StFile& shapes);
 std::pair<HfArch, json> mamba2_from_model(const ModelKeys& k, const Dims& d, json c);
 
 }  // namespace loom::engine::hf

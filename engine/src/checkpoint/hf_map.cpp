@@ -1,7 +1,7 @@
 // Hugging Face interop, the mapping: config.json <-> model/gpt's [model] keys, and HF
 // tensor names and layouts <-> Loom's (hf_interop.hpp): GPT-2 here, the Llama family
 // (Llama, Mixtral, Qwen2/3 dense and MoE) in hf_map_llama.cpp, DeepSeek-V3 in
-// hf_map_deepseek.cpp, Mamba-2 in hf_map_mamba.cpp.
+// hf_map_deepseek.cpp, Mamba-2 and NemotronH in hf_map_mamba.cpp.
 #include <algorithm>
 
 #include "checkpoint/hf_config.hpp"
@@ -160,9 +160,9 @@ HfArch hf_arch_from_config(const json& config, const StFile& shapes, const std::
   } else if (mt == "mamba2") {
     a = mamba2_from_config(r);
   } else if (mt == "nemotron_h") {
-    nemotron_h_refused(r);
+    a = nemotron_h_from_config(r, shapes);
   } else {
-    std::string known = "\"gpt2\", \"deepseek_v3\", \"mamba2\"";
+    std::string known = "\"gpt2\", \"deepseek_v3\", \"mamba2\", \"nemotron_h\"";
     for (const std::string& f : kLlamaFamily) known += ", \"" + f + "\"";
     r.fail("model_type", "= " + (type ? type->dump() : std::string("(missing)")) +
                              " is not mapped; the mapped ones are " + known);

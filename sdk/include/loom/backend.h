@@ -138,12 +138,15 @@ typedef struct loom_embedding_bwd_args {
  *              inp of one shape;
  *   SWIGLU:    inp(N,2H) = [gate | up], out(N,H) = silu(gate) * up (Llama);
  *   GELU:      out = 0.5 x (1 + erf(x / sqrt 2)) (ABI 2.3: BERT's exact GELU);
- *   TANH:      out = tanh(x) (ABI 2.3: BERT's pooler). */
+ *   TANH:      out = tanh(x) (ABI 2.3: BERT's pooler);
+ *   SQUARED_RELU: out = max(x, 0)^2 (ABI 2.24: Nemotron-H's and Primer's MLP, Megatron's
+ *              --squared-relu). */
 typedef enum loom_act_kind {
   LOOM_ACT_GELU_TANH = 0,
   LOOM_ACT_SWIGLU = 1,
   LOOM_ACT_GELU = 2,
-  LOOM_ACT_TANH = 3
+  LOOM_ACT_TANH = 3,
+  LOOM_ACT_SQUARED_RELU = 4
 } loom_act_kind;
 
 typedef struct loom_act_fwd_args {

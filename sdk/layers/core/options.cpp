@@ -25,9 +25,10 @@ using loom::param;
       param("norm", LOOM_PARAM_STRING, "layernorm", "normalisation layer", 1, 0,                   \
             "layernorm|rmsnorm"),                                                                  \
       param("activation", LOOM_PARAM_STRING, ACTIVATION,                                           \
-            "MLP activation: gelu (tanh form, GPT-2's), gelu_erf (exact, BERT's) or swiglu, "      \
-            "which makes c_fc (2*ffn_hidden, n_embd) = [gate; up]",                                \
-            1, 0, "gelu|gelu_erf|swiglu"),                                                         \
+            "MLP activation: gelu (tanh form, GPT-2's), gelu_erf (exact, BERT's), swiglu, "        \
+            "which makes c_fc (2*ffn_hidden, n_embd) = [gate; up], or squared_relu (max(x, "       \
+            "0)^2: Nemotron-H's, Megatron's --squared-relu)",                                      \
+            1, 0, "gelu|gelu_erf|swiglu|squared_relu"),                                            \
       param("position", LOOM_PARAM_STRING, "learned", POSITION_DOC, 1, 0, POSITIONS),              \
       param("rope_theta", LOOM_PARAM_FLOAT, "10000.0", "RoPE base frequency", 1.0, 1e12),          \
       param("rope_scaling", LOOM_PARAM_STRING, "none",                                             \
@@ -454,9 +455,10 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   // The schema's choices are exactly these words.
   o.norm = cfg.get_string("norm") == "rmsnorm" ? LOOM_NORM_RMS : LOOM_NORM_LAYER;
   const std::string act = cfg.get_string("activation");
-  o.act = act == "swiglu"     ? LOOM_ACT_SWIGLU
-          : act == "gelu_erf" ? LOOM_ACT_GELU
-                              : LOOM_ACT_GELU_TANH;
+  o.act = act == "swiglu"         ? LOOM_ACT_SWIGLU
+          : act == "gelu_erf"     ? LOOM_ACT_GELU
+          : act == "squared_relu" ? LOOM_ACT_SQUARED_RELU
+                                  : LOOM_ACT_GELU_TANH;
   o.rope = cfg.get_string("position") == "rope";
   o.no_position = cfg.get_string("position") == "none";
   o.rope_theta = cfg.get_float("rope_theta");

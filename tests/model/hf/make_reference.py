@@ -2,7 +2,7 @@
 """Builds the tiny Hugging Face model directories under tests/model/hf/ and their reference
 logits, independently of Loom. Run once with Debian's python3-torch (no `transformers`: the
 forward passes below are written from transformers' GPT2LMHeadModel, LlamaForCausalLM,
-MixtralForCausalLM and the Qwen2/Qwen3 (MoE) models: Conv1D, gelu_new, rotate-half RoPE with
+MixtralForCausalLM, the Qwen2/Qwen3 (MoE) models, DeepSeek-V3, Mamba-2 and NemotronH: Conv1D, gelu_new, rotate-half RoPE with
 repeat_kv, RMSNorm, QK-norm, the sparse MoE blocks), then committed:
 
     /usr/bin/python3 tests/model/hf/make_reference.py
@@ -32,6 +32,8 @@ stored weights). tests/model/hf_interop.sh imports each into Loom and compares.
   mamba2-f32           Mamba2ForCausalLM: 3 Mamba-2 mixers, 8 heads of 4 in 2 groups, a state
                        of 5, 4 taps, untied; the gated norm per group (mamba_ssm's kernels and
                        transformers' fused path; its eager path normalises all channels at once)
+  nemotron-h-f32       NemotronHForCausalLM: "M*-M" (Mamba-2, attention without position
+                       encoding over 4 query / 2 key-value heads of 6, a squared-ReLU MLP), untied
 """
 import json
 import math
@@ -41,6 +43,7 @@ import struct
 import torch
 
 from rope_scaling import inv_freq_and_factor, softmax_mscale2
+from ssm_models import mamba2, mamba_weights, nemotron_h, rms_norm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 V, T = 96, 12
@@ -124,10 +127,6 @@ def gpt2(w, cfg, prompt, p=""):
         x = x + m @ f[h + "mlp.c_proj.weight"] + f[h + "mlp.c_proj.bias"]
     x = layer_norm(x, f[p + "ln_f.weight"], f[p + "ln_f.bias"], eps)
     return x @ f[p + "wte.weight"].T
-
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
 def rotate_half(x):
@@ -493,45 +492,8 @@ def deepseek_model(g, name, dtype, rope_scaling=None):
     save(name, cfg, w, deepseek_v3(w, cfg, prompt), prompt)
 
 
-def mamba2(w, cfg, prompt):
-    """Mamba2ForCausalLM's forward (Mamba2Mixer.torch_forward, one step at a time): in_proj to
-    z | xBC | dt, the causal depthwise convolution and SiLU, the selective scan with dt through
-    softplus and A = -exp(A_log), the skip D, the gated RMSNorm, out_proj."""
-    f = {k: t.double() for k, t in w.items()}
-    T, eps = len(prompt), cfg["layer_norm_epsilon"]
-    H, P, G, N, K = (cfg[k] for k in ("num_heads", "head_dim", "n_groups", "state_size",
-                                      "conv_kernel"))
-    di = H * P
-    x = f["backbone.embeddings.weight"][prompt]
-    for l in range(cfg["num_hidden_layers"]):
-        m = f"backbone.layers.{l}."
-        u = rms_norm(x, f[m + "norm.weight"], eps) @ f[m + "mixer.in_proj.weight"].T
-        z, xbc, dt = u.split([di, di + 2 * G * N, H], -1)
-        wc, bc = f[m + "mixer.conv1d.weight"][:, 0, :], f[m + "mixer.conv1d.bias"]
-        padded = torch.cat([torch.zeros(K - 1, xbc.shape[1], dtype=torch.float64), xbc])
-        conv = torch.stack([(padded[t:t + K] * wc.T).sum(0) for t in range(T)]) + bc
-        xbc = conv * torch.sigmoid(conv)
-        xs, B, C = xbc.split([di, G * N, G * N], -1)
-        dt = torch.nn.functional.softplus(dt + f[m + "mixer.dt_bias"])
-        A = -torch.exp(f[m + "mixer.A_log"])
-        y = torch.zeros(T, H, P, dtype=torch.float64)
-        for h in range(H):
-            g = h // (H // G)
-            S = torch.zeros(P, N, dtype=torch.float64)
-            for t in range(T):
-                xt = xs[t, h * P:(h + 1) * P]
-                S = torch.exp(dt[t, h] * A[h]) * S + dt[t, h] * torch.outer(xt, B[t, g * N:(g + 1) * N])
-                y[t, h] = S @ C[t, g * N:(g + 1) * N] + f[m + "mixer.D"][h] * xt
-        gated = (y.reshape(T, di) * (z * torch.sigmoid(z))).view(T, G, di // G)
-        normed = gated * torch.rsqrt((gated * gated).mean(-1, keepdim=True) + eps)
-        out = (normed.reshape(T, di) * f[m + "mixer.norm.weight"]) @ f[m + "mixer.out_proj.weight"].T
-        x = x + out
-    return rms_norm(x, f["backbone.norm_f.weight"], eps) @ f["lm_head.weight"].T
-
-
 def mamba2_model(g, name):
     C, L, H, P, G, N, K = 16, 3, 8, 4, 2, 5, 4
-    di = H * P
     cfg = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "vocab_size": V,
            "hidden_size": C, "num_hidden_layers": L, "num_heads": H, "head_dim": P, "expand": 2,
            "n_groups": G, "state_size": N, "conv_kernel": K, "chunk_size": 4, "use_bias": False,
@@ -544,16 +506,44 @@ def mamba2_model(g, name):
     for l in range(L):
         m = f"backbone.layers.{l}."
         w[m + "norm.weight"] = rand(g, C, std=0.1, mean=1.0)
-        w[m + "mixer.in_proj.weight"] = rand(g, 2 * di + 2 * G * N + H, C)
-        w[m + "mixer.conv1d.weight"] = rand(g, di + 2 * G * N, 1, K, std=0.4)
-        w[m + "mixer.conv1d.bias"] = rand(g, di + 2 * G * N, std=0.1)
-        w[m + "mixer.dt_bias"] = rand(g, H, std=0.5, mean=-1.0)
-        w[m + "mixer.A_log"] = torch.log(torch.arange(1, H + 1, dtype=torch.float32))
-        w[m + "mixer.D"] = rand(g, H, std=0.2, mean=1.0)
-        w[m + "mixer.norm.weight"] = rand(g, di, std=0.1, mean=1.0)
-        w[m + "mixer.out_proj.weight"] = rand(g, C, di, std=0.2)
+        mamba_weights(rand, g, w, m + "mixer.", C, H, P, G, N, K)
     prompt = torch.randint(0, V, (T,), generator=g)
     save(name, cfg, w, mamba2(w, cfg, prompt), prompt)
+
+
+def nemotron_h_model(g, name):
+    """A NemotronH hybrid: Mamba-2, attention (4 query heads of 6 over 2 key/value heads, a
+    head dim other than hidden / heads), squared-ReLU MLP, Mamba-2."""
+    C, H, P, G, N, K, F = 16, 8, 4, 2, 5, 4, 24
+    Hq, Hkv, D = 4, 2, 6
+    pattern = "M*-M"
+    cfg = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+           "vocab_size": V, "hidden_size": C, "num_hidden_layers": len(pattern),
+           "hybrid_override_pattern": pattern, "num_attention_heads": Hq,
+           "num_key_value_heads": Hkv, "head_dim": D, "attention_bias": False,
+           "intermediate_size": F, "mlp_hidden_act": "relu2", "mlp_bias": False,
+           "mamba_num_heads": H, "mamba_head_dim": P, "n_groups": G, "ssm_state_size": N,
+           "conv_kernel": K, "chunk_size": 4, "expand": 2, "use_bias": False,
+           "use_conv_bias": True, "mamba_hidden_act": "silu", "layer_norm_epsilon": 1e-5,
+           "tie_word_embeddings": False, "residual_in_fp32": False,
+           "max_position_embeddings": 64, "time_step_min": 0.001, "time_step_max": 0.1,
+           "time_step_floor": 1e-4, "rescale_prenorm_residual": True, "torch_dtype": "float32"}
+    w = {"backbone.embeddings.weight": rand(g, V, C), "backbone.norm_f.weight": rand(g, C, mean=1.0),
+         "lm_head.weight": rand(g, V, C)}
+    for l, kind in enumerate(pattern):
+        m = f"backbone.layers.{l}."
+        w[m + "norm.weight"] = rand(g, C, std=0.1, mean=1.0)
+        if kind == "M":
+            mamba_weights(rand, g, w, m + "mixer.", C, H, P, G, N, K)
+        elif kind == "*":
+            for p, rows in (("q_proj", Hq * D), ("k_proj", Hkv * D), ("v_proj", Hkv * D)):
+                w[m + "mixer." + p + ".weight"] = rand(g, rows, C)
+            w[m + "mixer.o_proj.weight"] = rand(g, C, Hq * D)
+        else:
+            w[m + "mixer.up_proj.weight"] = rand(g, F, C)
+            w[m + "mixer.down_proj.weight"] = rand(g, C, F, std=0.2)
+    prompt = torch.randint(0, V, (T,), generator=g)
+    save(name, cfg, w, nemotron_h(w, cfg, prompt), prompt)
 
 
 def main():
@@ -579,6 +569,8 @@ def main():
                    rope_scaling={"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1,
                                  "mscale": 0.8, "mscale_all_dim": 1.0,
                                  "original_max_position_embeddings": 8})
+    # its own generator: a model added later leaves the others' files as they were
+    nemotron_h_model(torch.Generator().manual_seed(20261128), "nemotron-h-f32")
     print("wrote", ", ".join(sorted(d for d in os.listdir(HERE) if os.path.isdir(os.path.join(HERE, d)))))
 
 

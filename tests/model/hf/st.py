@@ -81,10 +81,25 @@ def add(path, name):
         f.write(struct.pack("<Q", len(text)) + text + raw[8 + n:8 + n + end] + bytes(16))
 
 
+def rename(path, old, new):
+    """Each tensor name starting with `old` starts with `new` instead (the data unchanged)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header = {(new + k[len(old):] if k.startswith(old) else k): v for k, v in header.items()}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "logits":
         logits(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif sys.argv[1] == "add":
         add(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "rename":
+        rename(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         same(sys.argv[2], sys.argv[3])

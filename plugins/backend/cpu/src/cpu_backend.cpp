@@ -281,6 +281,8 @@ constexpr loom::OpsCalls kCalls = {
     op_rmsnorm_gated_forward,
     op_rmsnorm_gated_backward,
     op_rope_freqs,
+    op_squared_relu_forward,
+    op_squared_relu_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

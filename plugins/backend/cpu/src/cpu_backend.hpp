@@ -198,6 +198,9 @@ loom_error* op_gelu_erf_backward(loom_backend* be, DLTensor* dinp, const DLTenso
 loom_error* op_tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* op_tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                              const DLTensor* dout) noexcept;
+loom_error* op_squared_relu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* op_squared_relu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                     const DLTensor* dout) noexcept;
 loom_error* op_swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* op_swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                                const DLTensor* dout) noexcept;

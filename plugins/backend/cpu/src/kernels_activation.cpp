@@ -3,6 +3,7 @@
 //   gelu_backward:   dinp = dout * gelu'(inp)
 //   gelu_erf_*:      out = 0.5 x (1 + erf(x / sqrt 2))                         (BERT's exact form)
 //   tanh_*:          out = tanh(x)                                             (BERT's pooler)
+//   squared_relu_*:  out = max(x, 0)^2                                (Nemotron-H's MLP, ABI 2.24)
 //   swiglu_forward:  inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up
 //   swiglu_backward: dinp(N,2H) = [dout * up * silu'(gate) | dout * silu(gate)]
 // Activation gradients are written (=). Elementwise, so out/dinp may alias inp or dout for
@@ -53,6 +54,19 @@ struct GeluErf {
   LOOM_ACT_INLINE static T df(T x) {
     return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) +
            x * T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+  }
+};
+// Squared ReLU (Megatron's --squared-relu): max(x, 0)^2, d/dx = 2 max(x, 0). Both are exact
+// in floating point up to the one rounding of the product.
+struct SquaredRelu {
+  template <class T>
+  LOOM_ACT_INLINE static T f(T x) {
+    const T r = x > T(0) ? x : T(0);
+    return r * r;
+  }
+  template <class T>
+  LOOM_ACT_INLINE static T df(T x) {
+    return x > T(0) ? T(2) * x : T(0);
   }
 };
 struct Tanh {  // BERT's pooler
@@ -214,6 +228,15 @@ loom_error* op_tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp
 loom_error* op_tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                              const DLTensor* dout) noexcept {
   return elementwise_backward<Tanh>(be, "tanh_backward", op_tanh_backward, dinp, inp, dout);
+}
+loom_error* op_squared_relu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return elementwise_forward<SquaredRelu>(be, "squared_relu_forward", op_squared_relu_forward, out,
+                                          inp);
+}
+loom_error* op_squared_relu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                     const DLTensor* dout) noexcept {
+  return elementwise_backward<SquaredRelu>(be, "squared_relu_backward", op_squared_relu_backward,
+                                           dinp, inp, dout);
 }
 
 namespace {

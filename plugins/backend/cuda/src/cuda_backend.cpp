@@ -418,7 +418,9 @@ constexpr loom::OpsCalls kCalls = {
     ssm_scan_backward,
     rmsnorm_gated_forward,  // loom.norm-gate/1
     rmsnorm_gated_backward,
-    rope_freqs,  // loom.rope-freqs/1
+    rope_freqs,            // loom.rope-freqs/1
+    squared_relu_forward,  // ABI 2.24: compiled, not yet run on a GPU
+    squared_relu_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

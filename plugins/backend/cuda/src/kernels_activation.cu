@@ -3,6 +3,7 @@
 //   gelu_backward:   dinp = dout * gelu'(inp)
 //   gelu_erf_*:      out = 0.5 x (1 + erf(x / sqrt 2))   (BERT's exact form), and its gradient
 //   tanh_*:          out = tanh(x)                       (BERT's pooler), and its gradient
+//   squared_relu_*:  out = max(x, 0)^2                   (Nemotron-H's MLP), and 2 max(x, 0)
 //   swiglu_forward:  inp(N,2H) = [gate | up]; out(N,H) = silu(gate) * up
 //   swiglu_backward: dinp(N,2H) = [dout * up * silu'(gate) | dout * silu(gate)]
 // Activation gradients are written (=). Each thread reads its elements before writing the
@@ -42,6 +43,13 @@ struct GeluErf {
   __device__ static float df(float x) {
     return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
   }
+};
+struct SquaredRelu {  // ABI 2.24, Megatron's --squared-relu
+  __device__ static float f(float x) {
+    const float r = fmaxf(x, 0.0f);
+    return r * r;
+  }
+  __device__ static float df(float x) { return 2.0f * fmaxf(x, 0.0f); }
 };
 struct Tanh {
   __device__ static float f(float x) { return tanhf(x); }
@@ -220,6 +228,13 @@ loom_error* tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) n
 loom_error* tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                           const DLTensor* dout) noexcept {
   return act_backward<Tanh>(be, "tanh_backward", dinp, inp, dout);
+}
+loom_error* squared_relu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {
+  return act_forward<SquaredRelu>(be, "squared_relu_forward", out, inp);
+}
+loom_error* squared_relu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                  const DLTensor* dout) noexcept {
+  return act_backward<SquaredRelu>(be, "squared_relu_backward", dinp, inp, dout);
 }
 
 loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept {

@@ -62,6 +62,9 @@ loom_error* gelu_erf_backward(loom_backend* be, DLTensor* dinp, const DLTensor* 
 loom_error* tanh_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* tanh_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                           const DLTensor* dout) noexcept;
+loom_error* squared_relu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
+loom_error* squared_relu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                  const DLTensor* dout) noexcept;
 loom_error* swiglu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* swiglu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                             const DLTensor* dout) noexcept;

@@ -133,6 +133,10 @@ struct OpsCalls {
   // inv_freq has D/2 entries (checked). NULL: a rope carrying one is refused by the rule.
   loom_error* (*rope_freqs)(loom_backend* be, DLTensor* x, int64_t pos_offset,
                             const double* inv_freq, double scale, int backward);
+  // ABI 2.24's activation kind (NULL: refused by name): LOOM_ACT_SQUARED_RELU.
+  loom_error* (*squared_relu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
+  loom_error* (*squared_relu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
+                                       const DLTensor* dout);
 };
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
@@ -261,24 +265,26 @@ struct OpsSlots {
   // Activations by kind; each kind is implemented exactly when its kernel is given.
   static loom_error* act_forward(loom_backend* be, const loom_act_fwd_args* a) {
     std::string why = ops_args_refusal(a, LOOM_ACT_FWD_ARGS_SIZE_V2);
-    auto* k = !why.empty()                    ? nullptr
-              : a->kind == LOOM_ACT_GELU_TANH ? K.gelu_forward
-              : a->kind == LOOM_ACT_SWIGLU    ? K.swiglu_forward
-              : a->kind == LOOM_ACT_GELU      ? K.gelu_erf_forward
-              : a->kind == LOOM_ACT_TANH      ? K.tanh_forward
-                                              : nullptr;
+    auto* k = !why.empty()                       ? nullptr
+              : a->kind == LOOM_ACT_GELU_TANH    ? K.gelu_forward
+              : a->kind == LOOM_ACT_SWIGLU       ? K.swiglu_forward
+              : a->kind == LOOM_ACT_GELU         ? K.gelu_erf_forward
+              : a->kind == LOOM_ACT_TANH         ? K.tanh_forward
+              : a->kind == LOOM_ACT_SQUARED_RELU ? K.squared_relu_forward
+                                                 : nullptr;
     if (why.empty() && k == nullptr)
       why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
     return why.empty() ? k(be, a->out, a->inp) : K.refuse(be, "act_forward", why);
   }
   static loom_error* act_backward(loom_backend* be, const loom_act_bwd_args* a) {
     std::string why = ops_args_refusal(a, LOOM_ACT_BWD_ARGS_SIZE_V2);
-    auto* k = !why.empty()                    ? nullptr
-              : a->kind == LOOM_ACT_GELU_TANH ? K.gelu_backward
-              : a->kind == LOOM_ACT_SWIGLU    ? K.swiglu_backward
-              : a->kind == LOOM_ACT_GELU      ? K.gelu_erf_backward
-              : a->kind == LOOM_ACT_TANH      ? K.tanh_backward
-                                              : nullptr;
+    auto* k = !why.empty()                       ? nullptr
+              : a->kind == LOOM_ACT_GELU_TANH    ? K.gelu_backward
+              : a->kind == LOOM_ACT_SWIGLU       ? K.swiglu_backward
+              : a->kind == LOOM_ACT_GELU         ? K.gelu_erf_backward
+              : a->kind == LOOM_ACT_TANH         ? K.tanh_backward
+              : a->kind == LOOM_ACT_SQUARED_RELU ? K.squared_relu_backward
+                                                 : nullptr;
     if (why.empty() && k == nullptr)
       why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
     return why.empty() ? k(be, a->dinp, a->inp, a->dout) : K.refuse(be, "act_backward", why);
