@@ -205,14 +205,9 @@ class Ddp {
   }
 
   loom_comm_group* group_of(int32_t kind) {
-    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
-                  "grad/ddp: a gradient asks for reduce group " + std::to_string(kind) +
-                      "; ddp averages over data x context or the expert-data group");
     auto it = groups_.find(kind);
     if (it != groups_.end()) return it->second;
-    loom_comm_group* g = nullptr;
-    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &g));
-    return groups_[kind] = g;
+    return groups_[kind] = loom::reduce_group(host_, kind, "grad/ddp", "ddp averages");
   }
 
   // Whether g can join b: the same group and dtype, room under the limit, and either right

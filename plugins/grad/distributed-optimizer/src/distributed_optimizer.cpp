@@ -323,15 +323,13 @@ class DistOpt {
   // The part of the gradients averaged over `kind`'s group, made on first use (data x
   // context first, so that a dense model has the one part it always had).
   Part& part_of(int32_t kind) {
-    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
-                  kPrefix + "a gradient asks for reduce group " + std::to_string(kind) +
-                      "; the distributed optimizer shards over data x context or the "
-                      "expert-data group");
     for (Part& p : parts_)
       if (p.kind == kind) return p;
+    loom_comm_group* group = loom::reduce_group(host_, kind, "grad/distributed-optimizer",
+                                                "the distributed optimizer shards");
     Part& p = parts_.emplace_back();
     p.kind = kind;
-    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &p.group));
+    p.group = group;
     p.D = api().group_size(comm_.self, p.group);
     p.r = api().group_rank(comm_.self, p.group);
     return p;

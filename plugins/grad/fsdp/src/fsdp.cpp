@@ -86,13 +86,14 @@ class Fsdp {
     if (host->struct_size >= LOOM_HOST_SIZE_V2 && host->get_layout)
       loom::check(host, host->get_layout(host->ctx, &l));
     group_of(LOOM_GROUP_DATA_CONTEXT);  // groups_[0], for the memory report
+    const int32_t* reduce_groups = loom::grad_reduce_groups(a);
     for (size_t i = 0; i < a.num_grads; ++i) {
       const DLTensor* g = a.grads[i];
       const std::string which = kPrefix + "gradient " + std::to_string(i);
       loom::require(g != nullptr && loom::is_compact(g), which + " is NULL or not compact");
       if (i == 0) gdt_ = g->dtype;
       loom::require(loom_dtype_eq(g->dtype, gdt_), which + " has another dtype than gradient 0");
-      int32_t kind = a.reduce_groups ? a.reduce_groups[i] : LOOM_GROUP_DATA_CONTEXT;
+      int32_t kind = reduce_groups ? reduce_groups[i] : LOOM_GROUP_DATA_CONTEXT;
       if (kind == LOOM_GROUP_EXPERT_DATA && l.expert <= 1) kind = LOOM_GROUP_DATA_CONTEXT;
       loom::require(a.units[i] >= 0, which + " belongs to no residency unit");
       Unit& u = unit(a.units[i], group_of(kind));
@@ -258,12 +259,10 @@ class Fsdp {
   size_t group_of(int32_t kind) {
     for (size_t g = 0; g < groups_.size(); ++g)
       if (groups_[g].kind == kind) return g;
-    loom::require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
-                  kPrefix + "a gradient asks for reduce group " + std::to_string(kind) +
-                      "; fsdp shards over data x context or the expert-data group");
+    loom_comm_group* group = loom::reduce_group(host_, kind, "grad/fsdp", "fsdp shards");
     Group& g = groups_.emplace_back();
     g.kind = kind;
-    loom::check(host_, host_->get_group(host_->ctx, (loom_group_kind)kind, &g.group));
+    g.group = group;
     g.D = comm_.api->group_size(comm_.self, g.group);
     g.r = comm_.api->group_rank(comm_.self, g.group);
     return groups_.size() - 1;

@@ -46,5 +46,18 @@ inline void check_grad_reduce_args(const loom_grad_reduce_args* args, const std:
 inline const int32_t* grad_reduce_groups(const loom_grad_create_args& a) {
   return a.struct_size >= LOOM_GRAD_CREATE_ARGS_SIZE_V2_6 ? a.reduce_groups : nullptr;
 }
+// The host's comm group for a gradient of reduce group `kind`: data x context, or the
+// expert-data group (a mixture of experts' expert parameters), the two a strategy averages
+// over; another is refused by name. `who`: "grad/ddp"; `does`: what the strategy does over
+// them ("ddp averages").
+inline loom_comm_group* reduce_group(const loom_host* host, int32_t kind, const std::string& who,
+                                     const std::string& does) {
+  require(kind == LOOM_GROUP_DATA_CONTEXT || kind == LOOM_GROUP_EXPERT_DATA,
+          who + ": a gradient asks for reduce group " + std::to_string(kind) + "; " + does +
+              " over data x context or the expert-data group");
+  loom_comm_group* g = nullptr;
+  check(host, host->get_group(host->ctx, (loom_group_kind)kind, &g));
+  return g;
+}
 
 }  // namespace loom
