@@ -262,6 +262,7 @@ TEST_SUITE("no-device") {
                                                          {"gemm_epilogues", "true"},
                                                          {"gemm_bias_grad_epilogue", "false"},
                                                          {"gemm_gelu_epilogue", "true"},
+                                                         {"gemm_autotune", "true"},
                                                          {"workspace_mb", "32"}});
     CHECK(api().struct_size >= LOOM_BACKEND_API_SIZE_V2);
     CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_22);

@@ -79,6 +79,9 @@ const GemmCase kGemmCases[] = {
     {"GPT-2 qkv x W^T 257x2304x768", 0, 1, 257, 2304, 768},
     {"GPT-2 dW += dy^T x 2304x768x257", 1, 0, 2304, 768, 257, 1.0, 1.0},
     {"GPT-2 dx = dy W 257x768x3072", 0, 0, 257, 768, 3072},
+    // Large enough for cuBLASLt to offer several algorithms: backend.gemm_autotune (on by
+    // default) times them on the first call, and the sum must still be added once.
+    {"dW += dy^T x beta 1, tuned 768x1024x2048", 1, 0, 768, 1024, 2048, 1.0, 1.0},
 };
 
 // Attention's per-head GEMMs read heads side by side in a (T, H*D) tensor (pitch H*D, head

@@ -116,6 +116,15 @@ edit llama-gqa-f32 "c['rope_scaling'] = {'rope_type': 'dynamic', 'factor': 2.0}"
 refuse "dynamic NTK rope scaling" '"rope_scaling" = {"factor":2.0,"rope_type":"dynamic"} does not map'
 edit llama-gqa-f32 "c['sliding_window'] = 4096"
 refuse "an unknown config key" '"sliding_window"'
+# transformers 5 saves RoPE's base and scaling as one rope_parameters dict
+edit llama-rope-llama3-f32 "c['rope_parameters'] = dict(c.pop('rope_scaling'), rope_theta=c.pop('rope_theta', 10000.0))"
+same_logits llama-rope-llama3-f32 "Llama 3.1's scaling in rope_parameters"
+edit deepseek-v3-bf16 "c['rope_parameters'] = {'rope_theta': c.pop('rope_theta', 10000.0), 'rope_type': 'default'}; c.pop('rope_scaling', None)"
+same_logits deepseek-v3-bf16 "DeepSeek-V3's rope_parameters"
+edit deepseek-v3-yarn-bf16 "rs = c.pop('rope_scaling'); rs['rope_type'] = rs.pop('type'); c['rope_parameters'] = dict(rs, rope_theta=c.pop('rope_theta', 10000.0))"
+same_logits deepseek-v3-yarn-bf16 "DeepSeek-V3's YaRN in rope_parameters"
+edit deepseek-v3-bf16 "c['rope_parameters'] = {'rope_type': 'linear', 'factor': 4.0, 'rope_theta': 10000.0}"
+refuse "DeepSeek-V3 with linear scaling in rope_parameters" '"rope_parameters" = {"factor":4.0,"rope_theta":10000.0,"rope_type":"linear"} does not map'
 edit gpt2-f32 "c['n_inner'] = 32"
 refuse "a size the tensors contradict" '"n_inner" = 32 disagrees with tensor h.0.mlp.c_fc.weight of shape (16, 64)'
 edit llama-gqa-f32 "c['num_key_value_heads'] = 4"

@@ -143,7 +143,13 @@ class ModelKeys {
 // numbers; another is refused by name. `max_position`: original_max_position_embeddings'
 // default (the config's max_position_embeddings).
 void read_rope_scaling(ConfigReader& r, const json& rs, const std::vector<std::string>& kinds,
-                       int64_t max_position, std::map<std::string, std::string>& keys);
+                       int64_t max_position, std::map<std::string, std::string>& keys,
+                       const char* name = "rope_scaling");
+// RoPE's base: rope_theta, or transformers 5's rope_parameters (its rope_theta beside the
+// scaling's keys, which rope_scaling held before); a scaling in `kinds` from either into
+// `keys`, as read_rope_scaling reads it.
+double rope_base(ConfigReader& r, const std::vector<std::string>& kinds, int64_t max_position,
+                 std::map<std::string, std::string>& keys);
 // The rope_scaling dict of the [model] keys (null without a scaling).
 json write_rope_scaling(const ModelKeys& k);
 

@@ -55,22 +55,23 @@ const std::initializer_list<const char*> kBenign = {
 namespace hf {
 
 void read_rope_scaling(ConfigReader& r, const json& rs, const std::vector<std::string>& kinds,
-                       int64_t max_position, std::map<std::string, std::string>& keys) {
+                       int64_t max_position, std::map<std::string, std::string>& keys,
+                       const char* name) {
   const std::string kind = rs.value("rope_type", rs.value("type", std::string()));
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
-    r.fail("rope_scaling", "= " + rs.dump() + " does not map onto model/gpt (its scalings here: " +
-                               (kinds.empty() ? std::string("none") : kinds[0]) +
-                               (kinds.size() > 1 ? ", " + kinds[1] : std::string()) + ")");
+    r.fail(name, "= " + rs.dump() + " does not map onto model/gpt (its scalings here: " +
+                     (kinds.empty() ? std::string("none") : kinds[0]) +
+                     (kinds.size() > 1 ? ", " + kinds[1] : std::string()) + ")");
   auto num = [&](const char* key, double dflt) {
     const auto it = rs.find(key);
     if (it == rs.end() || it->is_null()) return dflt;
-    if (!it->is_number()) r.fail("rope_scaling", std::string("'s ") + key + " is not a number");
+    if (!it->is_number()) r.fail(name, std::string("'s ") + key + " is not a number");
     return it->get<double>();
   };
   for (const char* k : {"attention_factor", "truncate", "long_factor", "short_factor"})
     if (rs.contains(k) && !rs.at(k).is_null() &&
         !(std::string(k) == "truncate" && rs.at(k) == true))
-      r.fail("rope_scaling", std::string("'s ") + k + " does not map onto model/gpt");
+      r.fail(name, std::string("'s ") + k + " does not map onto model/gpt");
   keys["rope_scaling"] = lit_s(kind);
   keys["rope_scaling_factor"] = lit_f(num("factor", 1.0));
   keys["rope_original_max_position"] =
@@ -84,6 +85,20 @@ void read_rope_scaling(ConfigReader& r, const json& rs, const std::vector<std::s
     keys["yarn_mscale"] = lit_f(num("mscale", 1.0));
     keys["yarn_mscale_all_dim"] = lit_f(num("mscale_all_dim", 0.0));
   }
+}
+
+double rope_base(ConfigReader& r, const std::vector<std::string>& kinds, int64_t max_position,
+                 std::map<std::string, std::string>& keys) {
+  double theta = r.number("rope_theta", 10000.0);
+  if (const json* rs = r.get("rope_scaling")) read_rope_scaling(r, *rs, kinds, max_position, keys);
+  if (const json* rp = r.get("rope_parameters")) {
+    if (!rp->is_object() || !rp->contains("rope_theta") || !rp->at("rope_theta").is_number())
+      r.fail("rope_parameters", "= " + rp->dump() + " has no rope_theta");
+    if (rp->value("rope_type", "default") != "default")
+      read_rope_scaling(r, *rp, kinds, max_position, keys, "rope_parameters");
+    theta = rp->at("rope_theta").get<double>();
+  }
+  return theta;
 }
 
 json write_rope_scaling(const ModelKeys& k) {

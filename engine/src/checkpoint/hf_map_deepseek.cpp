@@ -154,14 +154,13 @@ HfArch deepseek_from_config(ConfigReader& r, const StFile& shapes) {
   r.require("qk_head_dim", {s.dq()}, "qk_nope_head_dim + qk_rope_head_dim");
   r.require("head_dim", {s.dr}, "transformers sets it to qk_rope_head_dim");
   s.interleave = r.flag("rope_interleave", true);
-  const double theta = r.number("rope_theta", 10000.0);
   const double eps = r.number("rms_norm_eps", 1e-6);
   s.tied = r.flag("tie_word_embeddings", false);
   const double aux = r.number("aux_loss_alpha", 0.0);
   const bool seq_aux = r.flag("seq_aux", true);
   r.benign({"attention_dropout", "pretraining_tp", "ep_size"});
   std::map<std::string, std::string> scaling;  // DeepSeek-V3's YaRN
-  if (const json* rs = r.get("rope_scaling")) read_rope_scaling(r, *rs, {"yarn"}, d.P, scaling);
+  const double theta = rope_base(r, {"yarn"}, d.P, scaling);
   r.refuse_unread();
   HfArch a = build(s);
   if (s.mtp == 0 && mtp > 0)  // a module's tensors without its eh_proj

@@ -80,22 +80,6 @@ HfArch build(const Shape& s, const std::string& name) {
   return a;
 }
 
-// RoPE's base from rope_theta, or from transformers 5's rope_parameters; Llama 3.1's scaling
-// from rope_scaling (or rope_parameters' rope_type "llama3") into `keys`.
-double rope_theta(ConfigReader& r, int64_t max_position, std::map<std::string, std::string>& keys) {
-  double theta = r.number("rope_theta", 10000.0);
-  if (const json* rs = r.get("rope_scaling"))
-    read_rope_scaling(r, *rs, {"llama3"}, max_position, keys);
-  if (const json* rp = r.get("rope_parameters")) {
-    if (!rp->contains("rope_theta"))
-      r.fail("rope_parameters", "= " + rp->dump() + " has no rope_theta");
-    if (rp->value("rope_type", "default") != "default")
-      read_rope_scaling(r, *rp, {"llama3"}, max_position, keys);
-    theta = rp->at("rope_theta").get<double>();
-  }
-  return theta;
-}
-
 // Qwen's attention options: full attention in every layer.
 void qwen_attention(ConfigReader& r, int64_t L) {
   r.require("use_sliding_window", {false}, "model/gpt maps full attention in every layer");
@@ -220,7 +204,7 @@ HfArch llama_family_from_config(ConfigReader& r, const std::string& mt) {
   if (qwen2 || qwen3) qwen_attention(r, d.L);
   s.qkv_bias = qwen2, s.qk_norm = qwen3;
   std::map<std::string, std::string> scaling;
-  const double theta = rope_theta(r, d.P, scaling);
+  const double theta = rope_base(r, {"llama3"}, d.P, scaling);  // Llama 3.1's scaling
   const double eps = r.number("rms_norm_eps", 1e-6);
   s.tied = r.flag("tie_word_embeddings", false);
   r.benign({"attention_dropout"});

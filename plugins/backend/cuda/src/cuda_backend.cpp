@@ -317,7 +317,7 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
                     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     be->alloc = new CachingAllocator(be->device);
     be->staging = new loom_cuda::Staging();
-    be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20);
+    be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20, conf.get_bool("gemm_autotune"));
     LOOM_CUDA_CHECK("create", device_malloc(&be->scratch, kScratchBytes));
     be->scratch_bytes = kScratchBytes;
 
@@ -454,6 +454,10 @@ constexpr loom_param_spec kParams[] = {
     loom::param("gemm_gelu_epilogue", LOOM_PARAM_BOOL, "true",
                 "with gemm_epilogues, also the MLP's tanh-GELU in its first GEMM and the "
                 "GELU gradient in the input-gradient GEMM of its second (GELU_AUX_BIAS, DGELU)"),
+    loom::param("gemm_autotune", LOOM_PARAM_BOOL, "true",
+                "time cuBLASLt's first 8 algorithms for each GEMM shape at its first call and "
+                "keep the fastest (in a run of one process; several ranks take the heuristic's "
+                "first, so that they run the same kernels)"),
     loom::param("workspace_mb", LOOM_PARAM_INT, "32",
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
 };

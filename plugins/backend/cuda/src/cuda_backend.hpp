@@ -129,7 +129,7 @@ using loom::shape_str;
 // ---- GEMM internals (gemm.cpp) -------------------------------------------------------------
 // The cuBLASLt handle, workspace and plan cache of one instance; created by create(),
 // destroyed (NULL accepted) by destroy().
-Blas* blas_create(size_t workspace_bytes);
+Blas* blas_create(size_t workspace_bytes, bool autotune);
 void blas_destroy(Blas* blas) noexcept;
 
 // The cuBLASLt epilogues gemm.cpp fuses into one (non-batched) GEMM for

@@ -11,13 +11,20 @@
 // Each distinct problem (shape, pitches, strides, dtypes, pointer alignment, epilogue) gets a
 // plan: the matmul descriptor, the four layouts and the heuristic's algorithm, built once and
 // kept for the life of the instance (a training step repeats the same few dozen shapes).
+//
+// With backend.gemm_autotune (a run of one process), a plan keeps the heuristic's first
+// kCandidates algorithms until its first call, which times each on that call's own operands
+// and keeps the fastest: the heuristic ranks its list by a model of the GPU, not by a clock,
+// and a step repeats each shape thousands of times. docs/performance.md has what it gained.
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "allocator.hpp"
 #include "cuda_backend.hpp"
@@ -60,6 +67,9 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;  // cuBLAS's A, B, C(=D)
   cublasLtMatmulAlgo_t algo{};
+  // The heuristic's candidates, best-ranked first, until the plan's first call has timed them
+  // (gemm_autotune); empty once timed or when not tuning.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   void destroy() noexcept {
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
@@ -111,10 +121,16 @@ struct Blas {
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;
   std::set<Key> no_plan;  // epilogue problems cuBLASLt has no algorithm for: run unfused
+  // backend.gemm_autotune: 0 off, 1 on, -1 on if the run has one process (asked of the host
+  // at the first plan). Timing picks by the clock, so ranks could pick different kernels for
+  // the same product: a replicated result (a router's logits on every tensor-parallel rank)
+  // would then differ in its last bits between ranks. Tuning is for runs of one process.
+  int autotune = -1;
 };
 
-Blas* blas_create(size_t workspace_bytes) {
+Blas* blas_create(size_t workspace_bytes, bool autotune) {
   auto* b = new Blas;
+  b->autotune = autotune ? -1 : 0;
   try {
     LT_CHECK("create", cublasLtCreate(&b->handle));
     if (workspace_bytes) LOOM_CUDA_CHECK("create", device_malloc(&b->workspace, workspace_bytes));
@@ -177,7 +193,31 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   }
 }
 
-const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
+// The heuristic's list is asked for this many algorithms when tuning.
+constexpr int kCandidates = 8;
+
+// Whether plans are tuned: backend.gemm_autotune, and for "on if one process" the host's
+// world size, asked once.
+bool tuning(loom_backend& be) {
+  Blas& blas = *be.blas;
+  if (blas.autotune < 0) {
+    loom_parallel_layout l{};
+    l.struct_size = LOOM_PARALLEL_LAYOUT_SIZE_V2;
+    const loom_host* h = be.host;
+    const bool known = h->struct_size >= LOOM_HOST_SIZE_V2 && h->get_layout != nullptr;
+    loom_error* e = known ? h->get_layout(h->ctx, &l) : nullptr;
+    if (e) h->error_free(e);
+    blas.autotune = (!known || e != nullptr || l.world <= 1) ? 1 : 0;
+    if (blas.autotune == 0)
+      loom::log(be.host, LOOM_LOG_INFO,
+                "backend/cuda: gemm_autotune is off in a run of " + std::to_string(l.world) +
+                    " processes (ranks must pick the same kernels); cuBLASLt's heuristic "
+                    "picks");
+  }
+  return blas.autotune == 1;
+}
+
+Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
   Blas& blas = *be.blas;
   auto it = blas.plans.find(key);
   if (it != blas.plans.end()) return it->second;
@@ -240,10 +280,10 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
     LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
 
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
     LT_CHECK(op, cublasLtMatmulAlgoGetHeuristic(blas.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref,
-                                                1, &result, &found));
+                                                tuning(be) ? kCandidates : 1, results, &found));
     if (found == 0)
       fail(op,
            "cuBLASLt has no algorithm for m=" + std::to_string(key.m) +
@@ -252,7 +292,9 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
                std::to_string(key.ldc) + ", alignment " + std::to_string(key.align_a) + "/" +
                std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + " bytes)",
            LOOM_ERR_UNIMPLEMENTED);
-    p.algo = result.algo;
+    p.algo = results[0].algo;
+    for (int i = 0; found > 1 && i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
     cublasLtMatmulPreferenceDestroy(pref);
   } catch (const loom::Error& e) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -274,6 +316,83 @@ const Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
     throw;
   }
   return blas.plans.emplace(key, p).first->second;
+}
+
+// One cuBLASLt call of the plan with algorithm `algo` (its pointers set by the caller).
+struct Call {
+  const Plan* plan;
+  const float *alpha, *beta;
+  const void *a, *b;
+  void* c;
+  cublasStatus_t operator()(loom_backend& be, const cublasLtMatmulAlgo_t& algo) const {
+    g_counters.launches.fetch_add(1, std::memory_order_relaxed);  // one library call
+    return cublasLtMatmul(be.blas->handle, plan->desc, alpha, b, plan->la, a, plan->lb, beta, c,
+                          plan->lc, c, plan->lc, &algo, be.blas->workspace,
+                          be.blas->workspace_bytes, be.stream);
+  }
+};
+
+// The plan's first call under gemm_autotune: times each candidate on this call's operands
+// (a warm-up, then enough calls for ~0.2 ms) and keeps the fastest in p.algo. The trials write
+// C, the aux matrix and the bias-gradient sums, which the real call then writes again; with
+// beta != 0 they would also add into C, so C (its `c_span` bytes) is kept and put back. A
+// candidate cuBLASLt refuses at run time is passed over. Not while the stream is captured
+// into a graph (the timing waits for the device).
+void tune(loom_backend& be, Plan& p, const Call& call, const Key& key, size_t c_span) {
+  const std::vector<cublasLtMatmulAlgo_t> cands = std::move(p.candidates);
+  p.candidates.clear();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_CHECK("gemm", cudaStreamIsCapturing(be.stream, &capture));
+  if (cands.size() < 2 || capture != cudaStreamCaptureStatusNone) return;
+  const bool keep_c = *call.beta != 0.0f;
+  StreamScratch saved(keep_c ? c_span : 0, *be.alloc);
+  if (keep_c)
+    LOOM_CUDA_CHECK("gemm", cudaMemcpyAsync(saved.at<char>(0), call.c, c_span,
+                                            cudaMemcpyDeviceToDevice, be.stream));
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  auto time_calls = [&](const cublasLtMatmulAlgo_t& algo, int reps) {
+    LOOM_CUDA_CHECK("gemm", cudaEventRecord(ev[0], be.stream));
+    for (int r = 0; r < reps; ++r) LT_CHECK("gemm", call(be, algo));
+    LOOM_CUDA_CHECK("gemm", cudaEventRecord(ev[1], be.stream));
+    LOOM_CUDA_CHECK("gemm", event_sync(ev[1]));
+    float ms = 0;
+    LOOM_CUDA_CHECK("gemm", cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    return ms / static_cast<float>(reps);
+  };
+  size_t best = cands.size();
+  float best_ms = 0, first_ms = -1;
+  try {
+    LOOM_CUDA_CHECK("gemm", cudaEventCreate(&ev[0]));
+    LOOM_CUDA_CHECK("gemm", cudaEventCreate(&ev[1]));
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (call(be, cands[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, or refused
+      const float once = time_calls(cands[i], 1);
+      const int reps = std::clamp(static_cast<int>(0.2f / std::max(once, 1e-4f)), 2, 50);
+      const float ms = time_calls(cands[i], reps);
+      if (i == 0) first_ms = ms;
+      if (best == cands.size() || ms < best_ms) best = i, best_ms = ms;
+    }
+  } catch (...) {
+    for (cudaEvent_t e : ev)
+      if (e) cudaEventDestroy(e);
+    throw;
+  }
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  if (keep_c)
+    LOOM_CUDA_CHECK("gemm", cudaMemcpyAsync(call.c, saved.at<char>(0), c_span,
+                                            cudaMemcpyDeviceToDevice, be.stream));
+  if (best == cands.size()) return;  // none ran: the heuristic's first stays
+  p.algo = cands[best];
+  if (best > 0 && first_ms > 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "backend/cuda: gemm m=%lld n=%lld k=%lld batch=%lld epilogue %d: cuBLASLt's "
+                  "candidate %zu of %zu, %.1f us (its first: %.1f us)",
+                  static_cast<long long>(key.m), static_cast<long long>(key.n),
+                  static_cast<long long>(key.k), static_cast<long long>(key.batch), key.epilogue,
+                  best + 1, cands.size(), best_ms * 1e3, first_ms * 1e3);
+    loom::log(be.host, LOOM_LOG_INFO, line);
+  }
 }
 
 // Checks the arguments and runs the product (all `batch` matrices in one cuBLASLt call).
@@ -359,7 +478,7 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   // (a row offset of an odd width) runs unfused (gemm_epilogue falls back on UNIMPLEMENTED).
   if (bias_ptr && (reinterpret_cast<uintptr_t>(bias_ptr) & 15u) != 0)
     fail(op, "the epilogue's bias vector is not 16-byte aligned", LOOM_ERR_UNIMPLEMENTED);
-  const Plan& p = get_plan(be, key, op);
+  Plan& p = get_plan(be, key, op);
   if (bias_ptr)
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &bias_ptr, sizeof(bias_ptr)));
@@ -367,10 +486,12 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &aux_ptr, sizeof(aux_ptr)));
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
-  g_counters.launches.fetch_add(1, std::memory_order_relaxed);  // one library call
-  LT_CHECK(
-      op, cublasLtMatmul(be.blas->handle, p.desc, &alpha, b, p.la, a, p.lb, &beta, c, p.lc, c, p.lc,
-                         &p.algo, be.blas->workspace, be.blas->workspace_bytes, be.stream));
+  const Call call{&p, &alpha, &beta, a, b, c};
+  if (!p.candidates.empty()) {
+    const int64_t c_elems = (g.batch - 1) * g.stride_c + (g.m - 1) * g.ldc + g.n;
+    tune(be, p, call, key, static_cast<size_t>(c_elems) * c_bytes);
+  }
+  LT_CHECK(op, call(be, p.algo));
 }
 
 }  // namespace
