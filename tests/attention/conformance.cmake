@@ -5,6 +5,8 @@
 #   attention-gpu.flash_vs_reference   cuda/flash-cuda (label gpu)
 #   attention-gpu.cudnn_vs_reference   cuda/cudnn (label gpu; it refuses GQA, causal T != S
 #                                      and f32 by name)
+#   attention-gpu.cudnn_deterministic  the same with deterministic = true (its backward
+#                                      without the atomic dQ accumulator)
 #   attention.conformance_flash_cpu    cpu/flash-cpu
 #   attention-gpu.harness_cpu          cpu/reference: the harness checking itself
 add_executable(loom-test-attention-gpu conformance.cpp)
@@ -19,11 +21,15 @@ foreach(plugin loom_backend_cpu loom_attention_reference loom_attention_flash_cp
 endforeach()
 add_test(NAME attention-gpu.flash_vs_reference COMMAND loom-test-attention-gpu)
 add_test(NAME attention-gpu.cudnn_vs_reference COMMAND loom-test-attention-gpu)
+add_test(NAME attention-gpu.cudnn_deterministic COMMAND loom-test-attention-gpu)
 set_tests_properties(attention-gpu.flash_vs_reference PROPERTIES
   ENVIRONMENT "LOOM_ATTN_TEST=cuda/flash-cuda")
 set_tests_properties(attention-gpu.cudnn_vs_reference PROPERTIES
   ENVIRONMENT "LOOM_ATTN_TEST=cuda/cudnn")
+set_tests_properties(attention-gpu.cudnn_deterministic PROPERTIES
+  ENVIRONMENT "LOOM_ATTN_TEST=cuda/cudnn;LOOM_ATTN_TEST_SET=deterministic=true")
 set_tests_properties(attention-gpu.flash_vs_reference attention-gpu.cudnn_vs_reference
+  attention-gpu.cudnn_deterministic
   PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77 SKIP_REGULAR_EXPRESSION "SKIPPED:")
 add_test(NAME attention.conformance_flash_cpu COMMAND loom-test-attention-gpu)
 add_test(NAME attention-gpu.harness_cpu COMMAND loom-test-attention-gpu)

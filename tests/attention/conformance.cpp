@@ -22,8 +22,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -287,7 +289,11 @@ int main(int argc, char** argv) {
     else
       g_dev->host.load_backend(backend);
     g_dev->be = loom::Backend(g_dev->host.host());
-    g_dev->att = g_dev->host.load_attention(attention);
+    // LOOM_ATTN_TEST_SET=KEY=VALUE: one key of the plugin under test (a deterministic graph)
+    std::map<std::string, std::string> keys;
+    if (const char* kv = std::getenv("LOOM_ATTN_TEST_SET"); kv && std::strchr(kv, '='))
+      keys[std::string(kv, std::strchr(kv, '='))] = std::strchr(kv, '=') + 1;
+    g_dev->att = g_dev->host.load_attention(attention, keys);
   } catch (const std::exception& e) {
     if (std::string(e.what()).find("no CUDA device") != std::string::npos) return skip(e.what());
     std::fprintf(stderr, "%s/%s failed to start: %s\n", backend.c_str(), attention.c_str(),

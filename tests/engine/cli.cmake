@@ -25,7 +25,7 @@ endfunction()
 
 set(_stub ${CMAKE_CURRENT_SOURCE_DIR}/plugins/stub_plugin.cpp)
 foreach(spec backend:cpu:BACKEND comm:single:COMM model:gpt:MODEL model:typed:MODEL
-             attention:reference:ATTENTION
+             attention:reference:ATTENTION attention:fussy:ATTENTION
              grad:ddp:GRAD schedule:1f1b:SCHEDULE optimizer:adamw:OPTIMIZER
              tokenizer:byte:TOKENIZER
              dataset:mock:DATASET dataset:needs:DATASET)

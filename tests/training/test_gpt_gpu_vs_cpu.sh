@@ -3,7 +3,8 @@
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
 # backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, of a
 # DeepSeek-V3-style one (multi-head latent attention, its router) and of a Mamba-2 hybrid in
-# fp32, comparing the per-step loss curves.
+# fp32, comparing the per-step loss curves; and that train.deterministic gives the same bits
+# twice.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -186,4 +187,40 @@ if [ "$device" = cuda ]; then
     fi
   done
 fi
+
+# train.deterministic (issue 33): two runs of one recipe give the same bits, every loss and
+# gradient norm of the 50 steps equal as the metrics file writes them (shortest round-trip
+# digits: equal text is equal doubles), in bf16 with cuDNN's attention, whose backward by
+# default adds dQ's key tiles atomically, and backend/cuda's GEMMs on the heuristic's
+# algorithms rather than timed ones. The first run must also stay within the bf16 bounds.
+# Two default runs are compared too, for the record only (they may differ). (With
+# LOOM_GPU_TEST_DEVICE=cpu: attention/reference, a check of this part of the script.)
+att=cudnn
+[ "$device" = cuda ] || att=reference
+{
+  field() { grep -o "\"$1\":[^,}]*" "$2"; }
+  det=(--set train.deterministic=true --set attention.plugin=$att)
+  if run det-a "$device" bf16 "${det[@]}" && run det-b "$device" bf16 "${det[@]}"; then
+    compare det-a 1e-2 1e-2 3e-3 || failed=1
+    for key in loss grad_norm; do
+      if cmp -s <(field $key "$work/det-a.jsonl") <(field $key "$work/det-b.jsonl"); then
+        echo "train.deterministic, bf16, $att: two runs, every $key bitwise equal"
+      else
+        echo "FAIL: train.deterministic: two runs differ in $key:"
+        diff <(field $key "$work/det-a.jsonl") <(field $key "$work/det-b.jsonl") | head -4
+        failed=1
+      fi
+    done
+  else
+    echo "FAIL: loom run with train.deterministic = true:"
+    tail -5 "$work/det-a.log" "$work/det-b.log" 2>/dev/null
+    failed=1
+  fi
+  if run free-a "$device" bf16 --set attention.plugin=$att &&
+    run free-b "$device" bf16 --set attention.plugin=$att; then
+    same=$(paste <(field loss "$work/free-a.jsonl") <(field loss "$work/free-b.jsonl") |
+      awk '$1 == $2 {n++} END {print n + 0}')
+    echo "note: without train.deterministic, two runs share $same of 50 losses bitwise"
+  fi
+}
 exit $failed

@@ -38,6 +38,12 @@ constexpr loom_param_spec kTrain[] = {
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+    param("deterministic", kBool, "false",
+          "the same bits on every run of the same recipe on the same machine (Megatron's "
+          "--deterministic-mode): sets `deterministic = true` in every plugin section whose "
+          "plugin has that switch (backend/cuda: the heuristic's GEMM algorithms, not timed ones; "
+          "attention/cudnn: its backward without the atomic dQ accumulator; a plugin with no "
+          "deterministic path refuses to start). Plugins without the switch are deterministic"),
     param("timers", kBool, "false",
           "the step profile (Megatron's --timing-log-level): every op, attention, comm, data "
           "and optimizer call of a step timed on the device (events on a GPU, the clock on the "

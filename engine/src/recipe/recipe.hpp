@@ -92,7 +92,8 @@ class Recipe {
   };
 
  private:
-  friend class RecipeValidator;  // recipe_validate.cpp fills sections_ and order_
+  friend class RecipeValidator;                  // recipe_validate.cpp fills sections_ and order_
+  bool apply_deterministic(Registry& registry);  // train.deterministic into plugin sections
 
   std::filesystem::path path_;
   std::map<std::string, RawSection> raw_;

@@ -356,6 +356,34 @@ class RecipeValidator {
   const std::string file_;
 };
 
-void Recipe::validate(Registry& registry) { RecipeValidator(*this, registry).run(); }
+// train.deterministic: `deterministic = true` in each plugin section whose plugin declares
+// that switch, unless the recipe says false there, which contradicts it. Sets keys, so the
+// recipe is validated again after.
+bool Recipe::apply_deterministic(Registry& registry) {
+  if (!get_bool("train", "deterministic")) return false;
+  bool changed = false;
+  for (const PluginSection& ps : plugin_sections()) {
+    const loom_plugin_descriptor* d = registry.get(ps.kind, plugin(ps.name)).desc;
+    if (std::none_of(d->params, d->params + d->num_params, [](const loom_param_spec& p) {
+          return std::string(p.name) == "deterministic" && p.type == LOOM_PARAM_BOOL;
+        }))
+      continue;
+    if (!sets(ps.name, "deterministic")) {
+      set(std::string(ps.name) + ".deterministic=true");
+      changed = true;
+    } else if (!get_bool(ps.name, "deterministic")) {
+      const Value& v = raw_.at(ps.name).keys.at("deterministic").value;
+      throw UsageError(where(v, ps.name, "deterministic") + ": " + ps.name +
+                       ".deterministic = false contradicts train.deterministic = true "
+                       "(which sets it in every plugin that has it); drop one of the two");
+    }
+  }
+  return changed;
+}
+
+void Recipe::validate(Registry& registry) {
+  RecipeValidator(*this, registry).run();
+  if (apply_deterministic(registry)) RecipeValidator(*this, registry).run();
+}
 
 }  // namespace loom::engine

@@ -53,13 +53,17 @@ constexpr loom_param_spec kParams[] = {
     param("beta1", LOOM_PARAM_FLOAT, "0.9", "first-moment decay", 0, 1),
     param("weight_decay", LOOM_PARAM_FLOAT, "0.1", "decoupled weight decay", 0, kInf),
 };
+#elif defined(STUB_SCHEMA_attention_fussy)  // a plugin with a train.deterministic switch
+constexpr loom_param_spec kParams[] = {
+    param("deterministic", LOOM_PARAM_BOOL, "false", "the same bits on every run"),
+};
 #else
 constexpr const loom_param_spec* kParams = nullptr;
 #endif
 
 #if defined(STUB_SCHEMA_model_gpt) || defined(STUB_SCHEMA_grad_ddp) ||         \
     defined(STUB_SCHEMA_dataset_mock) || defined(STUB_SCHEMA_dataset_needs) || \
-    defined(STUB_SCHEMA_optimizer_adamw)
+    defined(STUB_SCHEMA_optimizer_adamw) || defined(STUB_SCHEMA_attention_fussy)
 constexpr size_t kNumParams = sizeof(kParams) / sizeof(kParams[0]);
 #else
 constexpr size_t kNumParams = 0;

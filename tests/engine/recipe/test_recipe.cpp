@@ -262,6 +262,31 @@ TEST_CASE("a required key without a value is an error; with one it validates") {
   CHECK(validate_error(dir / "r.toml") == "");
 }
 
+TEST_CASE("train.deterministic sets the switch of every plugin that has one") {
+  StubPlugins stubs;
+  TempDir dir;
+  write_file(dir / "r.toml", "[attention]\nplugin = \"fussy\"\n");
+  Registry registry;
+  // attention/fussy declares `deterministic`; backend/cpu and the others do not
+  Recipe on = validated(dir / "r.toml", registry, {"train.deterministic=true"});
+  CHECK(on.get_bool("attention", "deterministic"));
+  CHECK(on.to_toml().find("deterministic = true") != std::string::npos);
+  Recipe off = validated(dir / "r.toml", registry);
+  CHECK_FALSE(off.get_bool("attention", "deterministic"));
+  Recipe both = validated(dir / "r.toml", registry,
+                          {"train.deterministic=true", "attention.deterministic=true"});
+  CHECK(both.get_bool("attention", "deterministic"));
+  // A plugin without the switch is taken as deterministic: nothing to set, nothing refused.
+  CHECK(validate_error(dir / "r.toml", {"train.deterministic=true", "attention.plugin=reference"})
+            .empty());
+  // The plugin's own false contradicts it, named where it was said.
+  write_file(dir / "no.toml", "[attention]\nplugin = \"fussy\"\ndeterministic = false\n");
+  const std::string e = validate_error(dir / "no.toml", {"train.deterministic=true"});
+  CHECK(e.find("no.toml:3: attention.deterministic = false contradicts train.deterministic = "
+               "true") != std::string::npos);
+  CHECK(validate_error(dir / "no.toml").empty());
+}
+
 TEST_CASE("to_toml writes every key and reloads to the same recipe") {
   StubPlugins stubs;
   TempDir dir;

@@ -194,7 +194,11 @@ void build_forward(Graph& g, cudnnHandle_t h, const Shape& s) {
 //   dK = dS^T Q                              (dS^T a reshape, in the i/o dtype)
 //   dQ_accum = dS K, dQ = identity(dQ_accum) (K a reshape of the K^T buffer; dQ_accum an f32
 //                                             buffer of ours)
-void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
+// `deterministic`: dQ = dS K straight into dQ, with no accumulator, as the frontend lowers
+// its deterministic algorithm on Hopper (its "dP workspace" form: the engine then keeps dP
+// in its own workspace and sums dQ in a fixed order, where the accumulator form adds the key
+// tiles' parts into dQ_accum atomically, in whatever order they finish).
+void build_backward(Graph& g, cudnnHandle_t h, const Shape& s, bool deterministic) {
   const cudnnDataType_t io = s.f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
   const std::vector<int64_t> sdims{s.B, s.H, s.T, s.S}, rdims{s.B, s.H, s.T, 1};
   const std::vector<int64_t> rstrides{s.H * s.T, s.T, 1, 1};
@@ -206,8 +210,6 @@ void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
   const Desc& dout = g.buffer("dO", kDO, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& stats = g.buffer("stats", kStats, CUDNN_DATA_FLOAT, rdims, rstrides);
   const Desc& rowsum = g.buffer("softmax_sum", kSum, CUDNN_DATA_FLOAT, rdims, rstrides);
-  const Desc& dq_acc = g.buffer("dQ_accum", kDQAccum, CUDNN_DATA_FLOAT, bhsd_dims(s, s.T),
-                                {s.H * s.T * s.D, s.T * s.D, s.D, 1});
   const Desc& dq = g.buffer("dQ", kDQ, io, bhsd_dims(s, s.T), bhsd_strides(s, s.T));
   const Desc& dk = g.buffer("dK", kDK, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
   const Desc& dv = g.buffer("dV", kDV, io, bhsd_dims(s, s.S), bhsd_strides(s, s.S));
@@ -258,13 +260,19 @@ void build_backward(Graph& g, cudnnHandle_t h, const Shape& s) {
       &g.add(cudnn_attn::pointwise("dS * scale", CUDNN_POINTWISE_MUL, ds, &scale, nullptr, dss)));
   ops.push_back(&g.add(cudnn_attn::matmul("bmm dS^T@q", transposed("dS^T", dss), q, dk)));
 
-  // dQ through the f32 accumulator.
+  // dQ, through the f32 accumulator unless deterministic.
   const Desc& k = g.add(cudnn_attn::tensor("k", g.next_virtual++, io, bhsd_dims(s, s.S),
                                            bhsd_strides(s, s.S), Kind::Virtual));
   ops.push_back(&g.add(cudnn_attn::reshape("reshape k^T -> k", kt, k)));
-  ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq_acc)));
-  ops.push_back(
-      &g.add(cudnn_attn::pointwise("dQ", CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, nullptr, dq)));
+  if (deterministic) {
+    ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq)));
+  } else {
+    const Desc& dq_acc = g.buffer("dQ_accum", kDQAccum, CUDNN_DATA_FLOAT, bhsd_dims(s, s.T),
+                                  {s.H * s.T * s.D, s.T * s.D, s.D, 1});
+    ops.push_back(&g.add(cudnn_attn::matmul("bmm dS@k", dss, k, dq_acc)));
+    ops.push_back(&g.add(
+        cudnn_attn::pointwise("dQ", CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, nullptr, dq)));
+  }
   g.plan = cudnn_attn::make_plan(h, ops, "backward");
 }
 
@@ -296,7 +304,8 @@ void check_operand(const DLTensor* t, const char* name, DLDataType dt, std::vect
 
 class CudnnAttention {
  public:
-  explicit CudnnAttention(const loom_host* host) : host_(host) {
+  CudnnAttention(const loom_host* host, bool deterministic)
+      : host_(host), deterministic_(deterministic) {
     if (const std::string why = loom::cuda_unavailable(); !why.empty())
       throw loom::Error(LOOM_ERR_UNIMPLEMENTED, "attention/cudnn: " + why);
     const size_t version = cudnnGetVersion();
@@ -345,21 +354,24 @@ class CudnnAttention {
     check_operand(a.dv, "dv", dt, {s.B, s.S, s.Hkv, s.D});
     Graph& plan = graph(s, /*backward=*/true);
     void* rowsum = grow(rowsum_, rowsum_bytes_, s.B * s.H * s.T * 4, "softmax_sum");
-    const int64_t acc_bytes = s.B * s.H * s.T * s.D * 4;
-    void* dq_acc = grow(dq_acc_, dq_acc_bytes_, acc_bytes, "dQ accumulator");
-    // cuDNN >= 9.6 initialises the accumulator itself; zeroing it keeps older 9.x right too.
-    cuda_check(cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(acc_bytes), stream_),
-               "zero the dQ accumulator");
+    void* dq_acc = nullptr;
+    if (!deterministic_) {
+      const int64_t acc_bytes = s.B * s.H * s.T * s.D * 4;
+      dq_acc = grow(dq_acc_, dq_acc_bytes_, acc_bytes, "dQ accumulator");
+      // cuDNN >= 9.6 initialises the accumulator itself; zeroing it keeps older 9.x right too.
+      cuda_check(cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(acc_bytes), stream_),
+                 "zero the dQ accumulator");
+    }
     float scale = static_cast<float>(a.scale), one = 1.0f, neg_inf = kMaskValue;
     const auto [k, v] = kv_heads(s, a.k, a.v);
     // Grouped: the graph writes every query head's dK and dV, summed into the caller's after.
     const int64_t g = s.group(), kv_bytes = s.B * s.S * s.H * s.D * 2;
     void* dk = g == 1 ? data(a.dk) : grow(dk_rep_, dk_rep_bytes_, kv_bytes, "repeated dK");
     void* dv = g == 1 ? data(a.dv) : grow(dv_rep_, dv_rep_bytes_, kv_bytes, "repeated dV");
-    std::vector<int64_t> uids{kQ,  kKT, kVT, kO,     kDO,  kStats,  kSum,
-                              kDQ, kDK, kDV, kScale, kOne, kDQAccum};
-    std::vector<void*> ptrs{data(a.q),  k,  v,  data(a.out), data(a.dout), data(a.lse), rowsum,
-                            data(a.dq), dk, dv, &scale,      &one,         dq_acc};
+    std::vector<int64_t> uids{kQ, kKT, kVT, kO, kDO, kStats, kSum, kDQ, kDK, kDV, kScale, kOne};
+    std::vector<void*> ptrs{data(a.q), k,          v,  data(a.out), data(a.dout), data(a.lse),
+                            rowsum,    data(a.dq), dk, dv,          &scale,       &one};
+    if (dq_acc) uids.push_back(kDQAccum), ptrs.push_back(dq_acc);
     if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
     run(plan, uids, ptrs, "backward");
     if (g == 1) return;
@@ -415,7 +427,7 @@ class CudnnAttention {
     if (it != graphs_.end()) return *it->second;
     auto g = std::make_unique<Graph>();
     if (backward)
-      build_backward(*g, handle_, s);
+      build_backward(*g, handle_, s, deterministic_);
     else
       build_forward(*g, handle_, s);
     grow(workspace_, workspace_bytes_, g->plan.workspace, "workspace");
@@ -440,6 +452,7 @@ class CudnnAttention {
 
   using Key = decltype(std::tuple_cat(std::declval<Shape>().key(), std::tuple(false)));
   const loom_host* host_;
+  bool deterministic_ = false;     // recipe: attention.deterministic (train.deterministic)
   cudaStream_t stream_ = nullptr;  // the backend's (loom.device-stream/1)
   cudnnHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Graph>> graphs_;
@@ -455,9 +468,11 @@ class CudnnAttention {
 
 CudnnAttention* cast(loom_attention* a) { return reinterpret_cast<CudnnAttention*>(a); }
 
-loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
-  return loom::guard(host,
-                     [&] { *out = reinterpret_cast<loom_attention*>(new CudnnAttention(host)); });
+loom_error* create(const loom_host* host, const loom_config* cfg, loom_attention** out) {
+  return loom::guard(host, [&] {
+    const bool deterministic = loom::Config(host, cfg).get_bool("deterministic");
+    *out = reinterpret_cast<loom_attention*>(new CudnnAttention(host, deterministic));
+  });
 }
 void destroy(loom_attention* a) { delete cast(a); }
 loom_error* forward(loom_attention* a, const loom_attention_fwd_args* args) {
@@ -474,9 +489,15 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
+const loom_param_spec kParams[] = {
+    loom::param("deterministic", LOOM_PARAM_BOOL, "false",
+                "the same bits on every run (train.deterministic sets it): the backward writes dQ "
+                "without the atomic f32 accumulator (cuDNN's dP-workspace form)"),
+};
+
 }  // namespace
 
 LOOM_PLUGIN(.description =
                 "cuDNN 9 fused flash attention (bf16/fp16, CUDA tensors; MHA and GQA, causal with "
                 "T == S)",
-            .api = &kApi)
+            .params = kParams, .api = &kApi)

@@ -166,8 +166,14 @@ class FlashAttention {
 
 FlashAttention* cast(loom_attention* a) { return reinterpret_cast<FlashAttention*>(a); }
 
-loom_error* create(const loom_host* host, const loom_config*, loom_attention** out) {
+loom_error* create(const loom_host* host, const loom_config* cfg, loom_attention** out) {
   return loom::guard(host, [&] {
+    // dQ sums its key tiles with float atomics (flash_backward.cu), in whatever order they
+    // finish: no deterministic backward here, so say so rather than train differently.
+    loom::require(!loom::Config(host, cfg).get_bool("deterministic"),
+                  "attention/flash-cuda: deterministic = true (train.deterministic) asks for the "
+                  "same bits on every run, but its backward adds dQ's key tiles atomically; use "
+                  "attention/cudnn or attention/reference");
     const std::string why = loom::cuda_unavailable();
     loom::require(why.empty(), "attention/flash-cuda: " + why, LOOM_ERR_UNIMPLEMENTED);
     *out = reinterpret_cast<loom_attention*>(new FlashAttention(host));
@@ -188,9 +194,14 @@ const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
                                  backward,
                                  nullptr};  // merge: no partial attention (ABI 2.7) yet
 
+const loom_param_spec kParams[] = {
+    loom::param("deterministic", LOOM_PARAM_BOOL, "false",
+                "set by train.deterministic; refused: the backward adds dQ atomically"),
+};
+
 }  // namespace
 
 LOOM_PLUGIN(.description =
                 "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, "
                 "head dim 64 or 128, causal, GQA; O(T) memory)",
-            .api = &kApi)
+            .params = kParams, .api = &kApi)

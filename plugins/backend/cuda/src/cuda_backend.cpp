@@ -317,7 +317,11 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
                     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     be->alloc = new CachingAllocator(be->device);
     be->staging = new loom_cuda::Staging();
-    be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20, conf.get_bool("gemm_autotune"));
+    // Deterministic: the heuristic's algorithm for each GEMM, never one picked by a clock
+    // (cuBLASLt gives the same bits for the same algorithm; the kernels here use no float
+    // atomics: every reduction has a fixed order).
+    be->blas = blas_create(static_cast<size_t>(workspace_mb) << 20,
+                           conf.get_bool("gemm_autotune") && !conf.get_bool("deterministic"));
     LOOM_CUDA_CHECK("create", device_malloc(&be->scratch, kScratchBytes));
     be->scratch_bytes = kScratchBytes;
 
@@ -454,6 +458,8 @@ constexpr loom_param_spec kParams[] = {
     loom::param("gemm_gelu_epilogue", LOOM_PARAM_BOOL, "true",
                 "with gemm_epilogues, also the MLP's tanh-GELU in its first GEMM and the "
                 "GELU gradient in the input-gradient GEMM of its second (GELU_AUX_BIAS, DGELU)"),
+    loom::param("deterministic", LOOM_PARAM_BOOL, "false",
+                "the same bits on every run (train.deterministic sets it): gemm_autotune off"),
     loom::param("gemm_autotune", LOOM_PARAM_BOOL, "true",
                 "time cuBLASLt's first 8 algorithms for each GEMM shape at its first call and "
                 "keep the fastest (in a run of one process; several ranks take the heuristic's "
