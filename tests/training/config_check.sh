@@ -55,8 +55,6 @@ same 2 "a fully sharded strategy (parallel.data = \"fsdp\") with context paralle
 same 2 "n_head = 3 is not divisible by tensor = 2" model.n_head=3 model.n_embd=36 parallel.tensor=2
 same 2 "ffn_hidden = 31 is not divisible by tensor = 2" model.ffn_hidden=31 parallel.tensor=2
 same 2 "n_layer = 3 is not divisible by pipeline (2) x virtual_stages (1) = 2 stages" model.n_layer=3 parallel.pipeline=2
-same 2 "with sequence parallelism (parallel.sequence_parallel) is not implemented" \
-  parallel.data=fsdp parallel.tensor=2 parallel.sequence_parallel=true
 same 2 "with pipeline parallelism (parallel.pipeline > 1) is not implemented" \
   parallel.data=fsdp parallel.pipeline=2
 same 2 "train.seq_len = 30 is not divisible by 2 x context = 4" parallel.context=2 \

@@ -26,8 +26,8 @@
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | pp2uneven | pp4uneven (decoder_first/last_pipeline_num_layers)
-#           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp (parallel.data = "fsdp", ZeRO-3; the
-#           last but one ZeRO-2)
+#           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp | tp2spdp2fsdp (parallel.data =
+#           "fsdp", ZeRO-3; dp2fsdp2 ZeRO-2)
 #           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2cp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
 #           | cp2 | cp4 | cp2tp2 | cp2pp2 | cp2dp2dist (context parallelism, gpt and llama), each
 #           optionally with -flash: attention/flash-cpu on both sides (else attention/reference),
@@ -165,6 +165,10 @@ case ${base_layout%-flash} in
   dp4fsdp) np=4 sets=(--set parallel.data=fsdp) ;;
   dp2fsdp2) np=2 sets=(--set parallel.data=fsdp --set parallel.zero_stage=2) ;;
   tp2dp2fsdp) np=4 sets=(--set parallel.tensor=2 --set parallel.data=fsdp) ;;
+  # ... beside sequence parallelism: the norms' partial gradients summed over the tensor
+  # group at each unit's end, before the data ranks' reduce-scatter takes them
+  tp2spdp2fsdp) np=4 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true
+                           --set parallel.data=fsdp) ;;
   # expert parallelism (moe): the 4 experts split over 2 ranks of the data x context ranks
   ep2) np=2 sets=(--set parallel.expert=2) ;;
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
@@ -293,7 +297,8 @@ case $layout in
   cp2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.00 (optimizer state) = 10.00 bytes" ;;
   ep2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.68 (optimizer state) = 10.68 bytes" ;;
   # FSDP: ZeRO-3 shards all three, (4 + 4 + 8)/D; ZeRO-2 keeps the values whole
-  dp2fsdp | tp2dp2fsdp) want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
+  dp2fsdp | tp2dp2fsdp | tp2spdp2fsdp)
+    want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
   dp4fsdp) want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
   dp2fsdp2) want="4.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 10.00 bytes" ;;
   # beside EP2 the experts' share over the expert-data group (1 or 2 ranks), the rest over

@@ -84,6 +84,12 @@ equivalence(moe dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp ep2fsdp ep2dp2fsdp ep2dp2fsd
 equivalence(moebias dp2fsdp)
 equivalence(dsv3 dp2fsdp ep2fsdp)
 
+# FSDP beside sequence parallelism (the replicated norms' partial gradients summed over the
+# tensor group at each unit's end), and under QK-norm with TP (Qwen3's, the same way).
+equivalence(gpt tp2spdp2fsdp)
+equivalence(llama tp2spdp2fsdp)
+equivalence(qwen3 tp2dp2fsdp)
+
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
 # tensor group sums; a head size of 12 over a width of 32) in the dense layouts; Qwen3-MoE
 # (with Qwen2-MoE's gated shared expert) in the layouts the issue asks of it: EP2 x TP2 and

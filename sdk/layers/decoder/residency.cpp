@@ -24,7 +24,7 @@ void DecoderModel::setup_residency() {
       who_ + ": residency " + std::to_string(r) + " is unknown");
   loom::require(args_.unit_needed != nullptr && (r == LOOM_RESIDENCY_NOTIFY || args_.unit_grads),
                 who_ + ": a residency needs the host's unit_needed and unit_grads");
-  check_residency(opt_, r, ctx_.tp.sequence_parallel, ctx_.cp.size, who_);
+  check_residency(opt_, r, ctx_.cp.size, who_);
   params_.set_residency(r);
 }
 
@@ -79,6 +79,11 @@ void DecoderModel::announce_head(bool backward) {
 void DecoderModel::unit_done(size_t u, bool backward) {
   if (params_.residency() < LOOM_RESIDENCY_GRADS || u >= params_.num_units()) return;
   if (backward) {
+    // The unit's partial gradients summed over the tensor group first: the host takes them
+    // now, where finish_grads sums them when nothing moves them. The same sums per
+    // micro-batch instead of once per step: only the order of the additions differs.
+    for (Param& p : params_.all())
+      if (p.unit == (int32_t)u && tp_summed(p)) ctx_.tp.all_reduce(p.grad.get());
     loom::check(ctx_.host, args_.unit_grads(args_.residency_user, (int32_t)u));
     params_.free_grads(u);
   }

@@ -530,9 +530,10 @@ void DecoderModel::weight_backward(const loom_stage_weight_args& a) {
 // embedding group, so both step alike.
 void DecoderModel::finish_grads() {
   if (opt_.moe_expert_bias) update_expert_biases();
-  for (Param& p : params_.all())
-    if (p.tp_partial || (p.sp_partial && ctx_.tp.sequence_parallel))
-      ctx_.tp.all_reduce(p.grad.get());
+  // (When the host moves each unit's gradients at its end, unit_done summed them.)
+  if (params_.residency() < LOOM_RESIDENCY_GRADS)
+    for (Param& p : params_.all())
+      if (tp_summed(p)) ctx_.tp.all_reduce(p.grad.get());
   if (embedding_group_)
     loom::check(ctx_.host,
                 loom::comm_all_reduce(comm_, embedding_group_, params_.at("wte").grad.get(),
