@@ -15,7 +15,7 @@
 #     (param) + 4 (grad) + 8 (Adam) at ZeRO-3 in fp32, 12 at ZeRO-2 (the values stay whole),
 #     and 18 = 2 + 4 + 4 (f32 main) + 8 at ZeRO-3 in bf16. (Activations and scratch are the
 #     same at every D and cancel.)
-#  4. what it cannot do yet is refused by name with exit 2: pipeline and context parallelism;
+#  4. what it cannot do yet is refused by name with exit 2: pipeline parallelism;
 #  5. overlap_param_gather changes no number: DP2 at ZeRO-3 and ZeRO-2, 12 iterations with and
 #     without it, every loss and gradient norm equal to the last digit; and a traced run
 #     (LOOM_LOG_LEVEL=debug) shows ZeRO-3's gathers prefetched while another unit computes:
@@ -123,8 +123,6 @@ refuse() {  # refuse NP WHAT ARGS...
 }
 refuse 2 "with pipeline parallelism (parallel.pipeline > 1) is not implemented" \
   --set parallel.pipeline=2
-refuse 2 "with context parallelism (parallel.context > 1) is not implemented" \
-  --set parallel.context=2
 refuse 1 "parallel.zero_stage must be between 2 and 3" --set parallel.zero_stage=1
 # 5. overlap_param_gather
 for stage in 3 2; do

@@ -169,6 +169,9 @@ case ${base_layout%-flash} in
   # group at each unit's end, before the data ranks' reduce-scatter takes them
   tp2spdp2fsdp) np=4 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true
                            --set parallel.data=fsdp) ;;
+  # ... under context parallelism: shards over data x context (2 and 4 ranks)
+  cp2fsdp) np=2 sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
+  cp2dp2fsdp) np=4 sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
   # expert parallelism (moe): the 4 experts split over 2 ranks of the data x context ranks
   ep2) np=2 sets=(--set parallel.expert=2) ;;
   ep2dp2dist) np=4 sets=(--set parallel.expert=2 --set parallel.data=distributed-optimizer) ;;
@@ -292,14 +295,16 @@ case $model.$layout in
   dsv3.ep2fsdp) layout_want="2.32 (param) + 2.32 (grad) + 4.65 (optimizer state) = 9.30 bytes" ;;
   *) layout_want= ;;
 esac
-case $layout in
+case ${base_layout%-flash} in
   # the distributed optimizer shards over data x context: 4 ranks
   cp2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.00 (optimizer state) = 10.00 bytes" ;;
   ep2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.68 (optimizer state) = 10.68 bytes" ;;
   # FSDP: ZeRO-3 shards all three, (4 + 4 + 8)/D; ZeRO-2 keeps the values whole
-  dp2fsdp | tp2dp2fsdp | tp2spdp2fsdp)
+  # (under context parallelism the shards are over data x context)
+  dp2fsdp | tp2dp2fsdp | tp2spdp2fsdp | cp2fsdp)
     want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
-  dp4fsdp) want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
+  dp4fsdp | cp2dp2fsdp)
+    want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;
   dp2fsdp2) want="4.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 10.00 bytes" ;;
   # beside EP2 the experts' share over the expert-data group (1 or 2 ranks), the rest over
   # data x context (2 or 4): (37184 x 4/2 + 19072 x 4) / 56256 = 2.68 bytes of values a

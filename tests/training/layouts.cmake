@@ -86,8 +86,9 @@ equivalence(dsv3 dp2fsdp ep2fsdp)
 
 # FSDP beside sequence parallelism (the replicated norms' partial gradients summed over the
 # tensor group at each unit's end), and under QK-norm with TP (Qwen3's, the same way).
-equivalence(gpt tp2spdp2fsdp)
-equivalence(llama tp2spdp2fsdp)
+# And under context parallelism, the shards over data x context (2 and 4 ranks).
+equivalence(gpt tp2spdp2fsdp cp2fsdp cp2dp2fsdp)
+equivalence(llama tp2spdp2fsdp cp2fsdp-flash)
 equivalence(qwen3 tp2dp2fsdp)
 
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the

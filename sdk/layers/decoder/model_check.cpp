@@ -139,23 +139,24 @@ void check_t5_layout(const loom::tp::Group& tp, const loom_parallel_layout& l,
                 LOOM_ERR_UNIMPLEMENTED);
 }
 
-void check_residency(const Options& o, int32_t residency, int context, const std::string& who) {
+void check_residency(const Options& o, int32_t residency, const std::string& who) {
   if (residency == LOOM_RESIDENCY_NONE) return;
   const std::string key =
       who + (residency == LOOM_RESIDENCY_NOTIFY
                  ? ": completing the parameter all-gather per layer (parallel.overlap_param_gather)"
                  : ": a fully sharded strategy (parallel.data = \"fsdp\")");
   // What the units cannot carry yet, refused by name rather than computed wrong: a stage's
-  // units are numbered per model chunk, and (moving gradients) context parallelism and BERT's
-  // heads. (Experts under expert parallelism are a unit's parameters of another reduce
-  // group, which the strategy shards over the expert-data group; the tensor group's partial
-  // gradients, sequence-parallel norms and QK-norm's under TP, are summed at the unit's end.)
+  // units are numbered per model chunk, and (moving gradients) BERT's heads. (Under context
+  // parallelism the shards are over data x context, whose reduce-scatter sums the context
+  // ranks' partial gradients as the data-parallel reduction does without FSDP.) (Experts under
+  // expert parallelism are a unit's parameters of another reduce group, which the strategy shards
+  // over the expert-data group; the tensor group's partial gradients, sequence-parallel norms and
+  // QK-norm's under TP, are summed at the unit's end.)
   auto refuse = [&](bool bad, const std::string& what) {
     loom::require(!bad, key + " with " + what + " is not implemented");
   };
   refuse(o.stages > 1, "pipeline parallelism (parallel.pipeline > 1)");
   if (residency == LOOM_RESIDENCY_NOTIFY) return;
-  refuse(context > 1, "context parallelism (parallel.context > 1)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");
 }
 
@@ -181,8 +182,7 @@ loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
     check_expert_layout(o, *layout, tp.size, who);
     check_context_layout(o, *layout, a.seq_len, who);
     check_pipeline_placement(o, *layout, who);
-    if (a.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_13)
-      check_residency(o, a.residency, layout->context, who);
+    if (a.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_13) check_residency(o, a.residency, who);
   });
 }
 
