@@ -15,7 +15,8 @@
 #     (param) + 4 (grad) + 8 (Adam) at ZeRO-3 in fp32, 12 at ZeRO-2 (the values stay whole),
 #     and 18 = 2 + 4 + 4 (f32 main) + 8 at ZeRO-3 in bf16. (Activations and scratch are the
 #     same at every D and cancel.)
-#  4. what it cannot do yet is refused by name with exit 2: pipeline parallelism;
+#  4. what it cannot do yet is refused by name with exit 2: a tied embedding across pipeline
+#     stages, virtual stages;
 #  5. overlap_param_gather changes no number: DP2 at ZeRO-3 and ZeRO-2, 12 iterations with and
 #     without it, every loss and gradient norm equal to the last digit; and a traced run
 #     (LOOM_LOG_LEVEL=debug) shows ZeRO-3's gathers prefetched while another unit computes:
@@ -121,8 +122,12 @@ refuse() {  # refuse NP WHAT ARGS...
     { echo "FAIL: expected exit 2 and '$what', got $rc:"; tail -5 out; exit 1; }
   echo "refused with exit 2: $what"
 }
-refuse 2 "with pipeline parallelism (parallel.pipeline > 1) is not implemented" \
+refuse 2 "with a tied embedding across pipeline stages (model.tie_embeddings = true) is not implemented" \
   --set parallel.pipeline=2
+refuse 2 "with virtual pipeline stages (parallel.virtual_stages > 1) is not implemented" \
+  --set parallel.pipeline=2 --set parallel.virtual_stages=2 --set parallel.schedule=interleaved-1f1b \
+  --set model.tie_embeddings=false \
+  --set model.n_layer=4
 refuse 1 "parallel.zero_stage must be between 2 and 3" --set parallel.zero_stage=1
 # 5. overlap_param_gather
 for stage in 3 2; do

@@ -50,13 +50,15 @@ same 1 "moe_router_pre_softmax applies to the softmax score function only" model
 same 1 "moe_router_enable_expert_bias biases the sigmoid scores" model.num_experts=4 \
   model.moe_router_enable_expert_bias=true
 same 1 "a mixture of experts runs in fp32" model.num_experts=4 precision.dtype=bf16
-same 2 "a fully sharded strategy (parallel.data = \"fsdp\") with pipeline parallelism" \
+same 2 "a fully sharded strategy (parallel.data = \"fsdp\") with a tied embedding across pipeline stages" \
   parallel.data=fsdp parallel.pipeline=2
 same 2 "n_head = 3 is not divisible by tensor = 2" model.n_head=3 model.n_embd=36 parallel.tensor=2
 same 2 "ffn_hidden = 31 is not divisible by tensor = 2" model.ffn_hidden=31 parallel.tensor=2
 same 2 "n_layer = 3 is not divisible by pipeline (2) x virtual_stages (1) = 2 stages" model.n_layer=3 parallel.pipeline=2
-same 2 "with pipeline parallelism (parallel.pipeline > 1) is not implemented" \
-  parallel.data=fsdp parallel.pipeline=2
+same 2 "with virtual pipeline stages (parallel.virtual_stages > 1) is not implemented" \
+  parallel.data=fsdp parallel.pipeline=2 parallel.virtual_stages=2 parallel.schedule=interleaved-1f1b \
+  model.tie_embeddings=false \
+  model.n_layer=4 train.micro_batch_size=1 train.global_batch_size=2
 same 2 "train.seq_len = 30 is not divisible by 2 x context = 4" parallel.context=2 \
   train.seq_len=30
 same 2 "runs causal GPT, Llama and mixture-of-experts models for now" parallel.context=2 model.attention_window=8

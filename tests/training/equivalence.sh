@@ -130,6 +130,8 @@ case $layout in
   pp4zbv | pp4dualpipev) model_set+=(--set model.tie_embeddings=false --set model.n_layer=8
                                      --set train.micro_batch_size=1) ;;
   pp4uneven) model_set+=(--set model.n_layer=8) ;;
+  # FSDP under a pipeline: no tied embedding (refused there)
+  pp2fsdp | pp2dp2fsdp) model_set+=(--set model.tie_embeddings=false) ;;
   *-packed) model_set+=(--set data.pack_sequences=true --set data.doc_length=6) ;;
   *-flash) model_set+=(--set attention.plugin=flash-cpu) ;;
 esac
@@ -169,6 +171,10 @@ case ${base_layout%-flash} in
   # group at each unit's end, before the data ranks' reduce-scatter takes them
   tp2spdp2fsdp) np=4 sets=(--set parallel.tensor=2 --set parallel.sequence_parallel=true
                            --set parallel.data=fsdp) ;;
+  # ... under pipeline parallelism, each stage's units sharded over its data ranks (1 and 2):
+  # untied (a tied embedding's two copies are summed after the backward: refused)
+  pp2fsdp) np=2 sets=(--set parallel.pipeline=2 --set parallel.data=fsdp) ;;
+  pp2dp2fsdp) np=4 sets=(--set parallel.pipeline=2 --set parallel.data=fsdp) ;;
   # ... under context parallelism: shards over data x context (2 and 4 ranks)
   cp2fsdp) np=2 sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
   cp2dp2fsdp) np=4 sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
@@ -301,7 +307,7 @@ case ${base_layout%-flash} in
   ep2dp2dist) want="4.00 (param) + 4.00 (grad) + 2.68 (optimizer state) = 10.68 bytes" ;;
   # FSDP: ZeRO-3 shards all three, (4 + 4 + 8)/D; ZeRO-2 keeps the values whole
   # (under context parallelism the shards are over data x context)
-  dp2fsdp | tp2dp2fsdp | tp2spdp2fsdp | cp2fsdp)
+  dp2fsdp | tp2dp2fsdp | tp2spdp2fsdp | cp2fsdp | pp2dp2fsdp)
     want="2.00 (param) + 2.00 (grad) + 4.00 (optimizer state) = 8.00 bytes" ;;
   dp4fsdp | cp2dp2fsdp)
     want="1.00 (param) + 1.00 (grad) + 2.00 (optimizer state) = 4.00 bytes" ;;

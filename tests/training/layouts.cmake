@@ -86,9 +86,10 @@ equivalence(dsv3 dp2fsdp ep2fsdp)
 
 # FSDP beside sequence parallelism (the replicated norms' partial gradients summed over the
 # tensor group at each unit's end), and under QK-norm with TP (Qwen3's, the same way).
-# And under context parallelism, the shards over data x context (2 and 4 ranks).
-equivalence(gpt tp2spdp2fsdp cp2fsdp cp2dp2fsdp)
-equivalence(llama tp2spdp2fsdp cp2fsdp-flash)
+# And under context parallelism, the shards over data x context (2 and 4 ranks); under
+# pipeline parallelism, each stage's units over its data ranks (untied embeddings).
+equivalence(gpt tp2spdp2fsdp cp2fsdp cp2dp2fsdp pp2fsdp pp2dp2fsdp)
+equivalence(llama tp2spdp2fsdp cp2fsdp-flash pp2dp2fsdp)
 equivalence(qwen3 tp2dp2fsdp)
 
 # Qwen3 (QK-norm, whose weights' gradients each tensor rank holds for its heads only and the
@@ -124,7 +125,7 @@ equivalence(llama pp2uneven)
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2fsdp moe-ep2pp2zbh1
                moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 dsv3mtp-pp2 cp2dp2
-               cp2dp2dist)
+               cp2dp2dist pp2dp2fsdp cp2dp2fsdp)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 

@@ -6,7 +6,8 @@
 #   moe-ep2dp2dist | moe-ep2fsdp | moe-ep2pp2zbh1, the moe ones with a mixture of experts: 4 experts, top-2, balancing and z
 #   losses; moebias-ep2etp2: a sigmoid router with the expert bias, EP2 and expert tensor
 #   parallelism over TP2; ep2: expert parallelism of 2 over the 4 data-parallel ranks; cp2dp2 | cp2dp2dist:
-#   context parallelism of 2 beside data parallelism of 2)
+#   context parallelism of 2 beside data parallelism of 2; pp2dp2fsdp | cp2dp2fsdp: FSDP under
+#   a pipeline and under context parallelism)
 set -euo pipefail
 loom=$1 mpiexec=$2 layout=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,6 +59,11 @@ case $layout in
   # context parallelism of 2 beside data parallelism of 2 (ring attention)
   cp2dp2) sets=(--set parallel.context=2) ;;
   cp2dp2dist) sets=(--set parallel.context=2 --set parallel.data=distributed-optimizer) ;;
+  # FSDP's ZeRO-3 on two pipeline stages (each stage's units over its 2 data ranks; untied)
+  # and beside context parallelism (the shards over data x context, 2 ranks)
+  pp2dp2fsdp) sets=(--set parallel.pipeline=2 --set parallel.data=fsdp
+                    --set model.tie_embeddings=false) ;;
+  cp2dp2fsdp) sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 run() { mpi_ranks 4 "$loom" run r.toml "${sets[@]}" "$@" 2>> log || { tail -30 log; exit 1; }; }

@@ -139,24 +139,32 @@ void check_t5_layout(const loom::tp::Group& tp, const loom_parallel_layout& l,
                 LOOM_ERR_UNIMPLEMENTED);
 }
 
-void check_residency(const Options& o, int32_t residency, const std::string& who) {
+void check_residency(const Options& o, int32_t residency, int virtual_stages,
+                     const std::string& who) {
   if (residency == LOOM_RESIDENCY_NONE) return;
   const std::string key =
       who + (residency == LOOM_RESIDENCY_NOTIFY
                  ? ": completing the parameter all-gather per layer (parallel.overlap_param_gather)"
                  : ": a fully sharded strategy (parallel.data = \"fsdp\")");
-  // What the units cannot carry yet, refused by name rather than computed wrong: a stage's
-  // units are numbered per model chunk, and (moving gradients) BERT's heads. (Under context
-  // parallelism the shards are over data x context, whose reduce-scatter sums the context
-  // ranks' partial gradients as the data-parallel reduction does without FSDP.) (Experts under
-  // expert parallelism are a unit's parameters of another reduce group, which the strategy shards
-  // over the expert-data group; the tensor group's partial gradients, sequence-parallel norms and
-  // QK-norm's under TP, are summed at the unit's end.)
+  // What the units cannot carry yet, refused by name rather than computed wrong. Units are
+  // numbered per model chunk: a rank of virtual stages holds two chunks' unit 1. Moving
+  // gradients: a tied embedding across stages, whose two copies' gradients the embedding
+  // group sums after the backward (summing them at the unit's end would block the last stage
+  // inside its backward, before it sends its input gradient on); BERT's heads. (Context
+  // parallelism: the shards are over data x context, whose reduce-scatter sums the context
+  // ranks' partial gradients. Experts under expert parallelism: a unit's parameters of
+  // another reduce group, sharded over the expert-data group. The tensor group's partial
+  // gradients, sequence-parallel norms and QK-norm's under TP: summed at the unit's end.)
   auto refuse = [&](bool bad, const std::string& what) {
     loom::require(!bad, key + " with " + what + " is not implemented");
   };
-  refuse(o.stages > 1, "pipeline parallelism (parallel.pipeline > 1)");
-  if (residency == LOOM_RESIDENCY_NOTIFY) return;
+  if (residency == LOOM_RESIDENCY_NOTIFY) {
+    refuse(o.stages > 1, "pipeline parallelism (parallel.pipeline > 1)");
+    return;
+  }
+  refuse(virtual_stages > 1, "virtual pipeline stages (parallel.virtual_stages > 1)");
+  refuse(o.stages > 1 && o.tie_embeddings,
+         "a tied embedding across pipeline stages (model.tie_embeddings = true)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");
 }
 
@@ -182,7 +190,8 @@ loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
     check_expert_layout(o, *layout, tp.size, who);
     check_context_layout(o, *layout, a.seq_len, who);
     check_pipeline_placement(o, *layout, who);
-    if (a.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_13) check_residency(o, a.residency, who);
+    if (a.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_13)
+      check_residency(o, a.residency, layout->virtual_stages, who);
   });
 }
 

@@ -24,7 +24,7 @@ void DecoderModel::setup_residency() {
       who_ + ": residency " + std::to_string(r) + " is unknown");
   loom::require(args_.unit_needed != nullptr && (r == LOOM_RESIDENCY_NOTIFY || args_.unit_grads),
                 who_ + ": a residency needs the host's unit_needed and unit_grads");
-  check_residency(opt_, r, who_);
+  check_residency(opt_, r, host_layout(ctx_.host).virtual_stages, who_);
   params_.set_residency(r);
 }
 

@@ -188,7 +188,8 @@ bool check_context_layout(const Options& o, const loom_parallel_layout& l, int64
 void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
                               const std::string& who);
 // A residency (loom_model_create_args.residency) against what the units cannot carry yet.
-void check_residency(const Options& o, int32_t residency, const std::string& who);
+void check_residency(const Options& o, int32_t residency, int virtual_stages,
+                     const std::string& who);
 // What T5 does not run: sequence or context parallelism.
 void check_t5_layout(const loom::tp::Group& tp, const loom_parallel_layout& l,
                      const std::string& who);
