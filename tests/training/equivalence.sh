@@ -25,7 +25,8 @@
 #          | mtp (llama with two depths of multi-token prediction) | dsv3mtp (dsv3 with one)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
-#           | pp2uneven | pp4uneven (decoder_first/last_pipeline_num_layers)
+#           | pp2uneven | pp4uneven | pp2vp2uneven | pp4vp2uneven (decoder_first/last_
+#           pipeline_num_layers, the last two under virtual stages)
 #           | dp2fsdp | dp4fsdp | dp2fsdp2 | tp2dp2fsdp | tp2spdp2fsdp (parallel.data =
 #           "fsdp", ZeRO-3; dp2fsdp2 ZeRO-2)
 #           | ep2 | ep2dp2dist | ep2tp2 | ep2pp2 | ep2cp2 | ep2tp2sp | etp2sp | tp2sppp2 (moe only)
@@ -130,6 +131,8 @@ case $layout in
   pp4zbv | pp4dualpipev) model_set+=(--set model.tie_embeddings=false --set model.n_layer=8
                                      --set train.micro_batch_size=1) ;;
   pp4uneven) model_set+=(--set model.n_layer=8) ;;
+  pp2vp2uneven) model_set+=(--set model.n_layer=6) ;;
+  pp4vp2uneven) model_set+=(--set model.n_layer=12) ;;
   # FSDP under a pipeline: no tied embedding (refused there)
   pp2fsdp | pp2dp2fsdp) model_set+=(--set model.tie_embeddings=false) ;;
   *-packed) model_set+=(--set data.pack_sequences=true --set data.doc_length=6) ;;
@@ -143,6 +146,16 @@ case ${base_layout%-flash} in
   pp2vp2) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
                      --set parallel.schedule=interleaved-1f1b) ;;
   pp4gpipe) np=4 sets=(--set parallel.pipeline=4 --set parallel.schedule=gpipe) ;;
+  # uneven stages under virtual stages (Megatron-Core's interleaved uneven split): the first
+  # and last ranks' layers split over their two chunks, 1 2 1 2 and 1 2 2 1 1 2 2 1 layers
+  pp2vp2uneven) np=2 sets=(--set parallel.pipeline=2 --set parallel.virtual_stages=2
+                           --set parallel.schedule=interleaved-1f1b
+                           --set model.decoder_first_pipeline_num_layers=2
+                           --set model.decoder_last_pipeline_num_layers=4) ;;
+  pp4vp2uneven) np=4 sets=(--set parallel.pipeline=4 --set parallel.virtual_stages=2
+                           --set parallel.schedule=interleaved-1f1b
+                           --set model.decoder_first_pipeline_num_layers=2
+                           --set model.decoder_last_pipeline_num_layers=2) ;;
   # zero-bubble schedules: ZB-H1 on 2 and 4 ranks, ZB-V and DualPipeV in their V (stage r
   # and 2P-1-r on rank r)
   pp2zbh1) np=2 sets=(--set parallel.pipeline=2 --set parallel.schedule=zb-h1) ;;
@@ -283,6 +296,23 @@ print(f"{what}: every loss term and the grad norm of {iters} iterations (and {it
       f"worst relative difference {worst:.2e}; final loss {par[-2]['loss']:.4f}")
 PY
   "$loom" checkpoint diff one-$dtype par-$dtype --rtol "$param_tol" "$@"
+  # the uneven split under virtual stages: which layers each pipeline rank's file holds
+  case $layout in
+    pp2vp2uneven) want_ranks="0 3|1 2 4 5" ;;
+    pp4vp2uneven) want_ranks="0 6|1 2 7 8|3 4 9 10|5 11" ;;
+    *) want_ranks= ;;
+  esac
+  [ -z "$want_ranks" ] || python3 - par-$dtype/iter_$(printf %07d $iters) "$want_ranks" <<'PY'
+import glob, json, re, struct, sys
+held = []
+for path in sorted(glob.glob(sys.argv[1] + "/model-tp00-pp*.safetensors")):
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    held.append(" ".join(str(l) for l in sorted({int(m.group(1)) for k in header
+                                                  for m in [re.match(r"h\.(\d+)\.", k)] if m})))
+assert "|".join(held) == sys.argv[2], f"layers by pipeline rank {held}, expected {sys.argv[2]}"
+print("layers by pipeline rank: " + " | ".join(held))
+PY
 }
 if [[ " $dtypes " == *" fp32 "* ]]; then
 check fp32 1e-5 "$param_tol32" --norm

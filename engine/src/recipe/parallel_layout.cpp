@@ -99,9 +99,10 @@ void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& da
 }
 
 layout::StageSplit stage_split(const Recipe& recipe, int64_t stages) {
-  return {model_int(recipe, "n_layer"), stages,
-          model_int(recipe, "decoder_first_pipeline_num_layers"),
-          model_int(recipe, "decoder_last_pipeline_num_layers")};
+  const int64_t vp = recipe.get_int("parallel", "virtual_stages");
+  return {
+      model_int(recipe, "n_layer"), stages, model_int(recipe, "decoder_first_pipeline_num_layers"),
+      model_int(recipe, "decoder_last_pipeline_num_layers"), vp > 1 && stages % vp == 0 ? vp : 1};
 }
 
 std::map<std::string, int64_t> stage_split_record(const Recipe& recipe, int64_t stages) {
@@ -135,6 +136,16 @@ void check_layout(const Recipe& recipe, int world) {
       problems.push_back("model.num_experts = " + std::to_string(experts) +
                          " is not divisible by expert = " + ep);
   }
+  // An uneven split under virtual stages gives the first and last pipeline ranks' layers to
+  // their interleaved chunks (Megatron's); a V places stages p and 2P - 1 - p on rank p.
+  const std::string schedule = recipe.get_string("parallel", "schedule");
+  if (d.virtual_stages > 1 &&
+      stage_split(recipe, (int64_t)d.pipeline * d.virtual_stages).uneven() &&
+      (schedule == "zb-v" || schedule == "dualpipev"))
+    problems.push_back("model.decoder_first/last_pipeline_num_layers with parallel.schedule = \"" +
+                       schedule +
+                       "\" is not implemented (the uneven split is the interleaved placement's: "
+                       "use interleaved-1f1b)");
   if (d.expert_tensor > 1) {  // each expert's MLP columns split over the tensor group
     const int64_t experts = model_int(recipe, "num_experts");
     int64_t ffn = model_int(recipe, "moe_ffn_hidden_size");

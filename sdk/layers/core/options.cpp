@@ -441,7 +441,8 @@ void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
 }  // namespace
 
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
-                      const loom::tp::Group& tp, const std::string& who, Family family) {
+                      const loom::tp::Group& tp, const std::string& who, Family family,
+                      int64_t virtual_stages) {
   // ABI 2.18: create-time options ride on the args' ext chain. None is known yet, so a
   // required one is refused by name rather than ignored.
   if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_18)
@@ -528,7 +529,9 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     o.pp_first = cfg.get_int("decoder_first_pipeline_num_layers");
     o.pp_last = cfg.get_int("decoder_last_pipeline_num_layers");
   }
-  const loom::layout::StageSplit split{o.n_layer, o.stages, o.pp_first, o.pp_last};
+  if (virtual_stages > 1 && o.stages % virtual_stages == 0) o.virtual_stages = virtual_stages;
+  const loom::layout::StageSplit split{o.n_layer, o.stages, o.pp_first, o.pp_last,
+                                       o.virtual_stages};
   const std::string bad_split = split.problem();
   loom::require(bad_split.empty(), who + ": " + bad_split);
   if (family == Family::kT5) parse_t5(cfg, who, o);

@@ -22,7 +22,8 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
   ctx_ = model_context(host, a.dtype, who_);
   ctx_.sp = &sp_;
   ctx_.mla = &mla_;
-  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family);
+  opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, family,
+                       host_layout(host).virtual_stages);
   join_expert_group(host);
   join_context_group(host);
   if (opt_.moe_expert_bias) {  // the expert loads of a step span the whole global batch

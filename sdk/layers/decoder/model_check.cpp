@@ -73,14 +73,6 @@ void check_expert_layout(Options& o, const loom_parallel_layout& l, int tp_size,
 
 void check_pipeline_placement(const Options& o, const loom_parallel_layout& l,
                               const std::string& who) {
-  // Megatron splits the first and last ranks' layers over their chunks; stage 0 and the
-  // last stage here would be single chunks, a different model of the split: refused.
-  loom::require((o.pp_first == 0 && o.pp_last == 0) || l.virtual_stages <= 1,
-                who + ": decoder_first/last_pipeline_num_layers with virtual_stages = " +
-                    s(l.virtual_stages) +
-                    " is not implemented; run uneven stages without "
-                    "virtual stages",
-                LOOM_ERR_UNIMPLEMENTED);
   loom::require(
       !(o.tie_embeddings && o.stages > 1 && o.last() && l.pipeline > 1 && l.pipeline_rank == 0),
       who + ": the schedule places the last pipeline stage on rank 0 with the first " +
@@ -185,7 +177,7 @@ loom_error* check_model_config(const loom_host* host, const loom_config* cfg,
     tp.sequence_parallel = layout->sequence_parallel != 0 && tp.size > 1;
     check_model_dtype(a.dtype, who);
     if (family == Family::kT5) check_t5_layout(tp, *layout, who);
-    Options o = parse_options(loom::Config(host, cfg), a, tp, who, family);
+    Options o = parse_options(loom::Config(host, cfg), a, tp, who, family, layout->virtual_stages);
     if (family == Family::kT5) return;
     check_expert_layout(o, *layout, tp.size, who);
     check_context_layout(o, *layout, a.seq_len, who);

@@ -469,11 +469,22 @@ TEST_CASE("invalid parallel layouts are refused at validation with the numbers i
       run_loom("validate " + q(recipe.string()) + " --set model.decoder_last_pipeline_num_layers=2",
                LOOM_TEST_PLUGIN_DIR)
           .code == 0);
-  refused(
-      "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
-      "--set parallel.schedule=interleaved-1f1b --set model.n_layer=8 "
-      "--set model.decoder_first_pipeline_num_layers=2",
-      "with virtual_stages = 2 is not implemented");
+  // under virtual stages (Megatron-Core's interleaved uneven split) the first rank's 2 layers
+  // go 1 to each of its chunks, the other rank's 6 go 3 to each; an odd share, or a V, refused
+  const std::string vp2 =
+      "--world 2 --set parallel.pipeline=2 --set parallel.virtual_stages=2 --set model.n_layer=8 ";
+  uneven = run_loom("validate " + q(recipe.string()) + " " + vp2 +
+                        "--set parallel.schedule=interleaved-1f1b "
+                        "--set model.decoder_first_pipeline_num_layers=2",
+                    LOOM_TEST_PLUGIN_DIR);
+  CHECK(uneven.code == 0);
+  CHECK(contains(uneven.out, "  layers per stage: 1 3 1 3 (uneven"));
+  refused(vp2 +
+              "--set parallel.schedule=interleaved-1f1b "
+              "--set model.decoder_first_pipeline_num_layers=3",
+          "each must be divisible by virtual_stages = 2");
+  refused(vp2 + "--set parallel.schedule=zb-v --set model.decoder_first_pipeline_num_layers=2",
+          "with parallel.schedule = \"zb-v\" is not implemented");
   Result ep = run_loom("validate " + q(recipe.string()) +
                            " --world 4 --set parallel.expert=2 --set model.num_experts=4",
                        LOOM_TEST_PLUGIN_DIR);

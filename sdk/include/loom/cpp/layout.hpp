@@ -24,14 +24,17 @@ struct Degrees {
 };
 
 // How a model's layers split over its pipeline stages: evenly, or with `first` layers on
-// stage 0 and `last` on the last stage (Megatron's --decoder-first-pipeline-num-layers and
-// --decoder-last-pipeline-num-layers; 0 = that stage's even share), the others splitting the
-// rest evenly. DeepSeek-V3's 61 layers on 16 stages, say: first 1, last 0, 4 on each other.
-// One stage holds every layer whatever the two say (a checkpoint trained on uneven stages
-// generates, converts and evaluates on one).
+// the first pipeline rank and `last` on the last one (Megatron's
+// --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers; 0 = that
+// rank's even share), the other ranks splitting the rest evenly. DeepSeek-V3's 61 layers on
+// 16 stages, say: first 1, last 0, 4 on each other. With virtual stages (interleaved: stage
+// s on pipeline rank s % pipeline) each rank's layers split evenly over its chunks, as
+// Megatron-Core's interleaved uneven pipeline does. One stage holds every layer whatever the
+// two say (a checkpoint trained on uneven stages generates, converts and evaluates on one).
 struct StageSplit {
-  int64_t layers = 0, stages = 1, first = 0, last = 0;
+  int64_t layers = 0, stages = 1, first = 0, last = 0, virtual_stages = 1;
   bool uneven() const { return (first > 0 || last > 0) && stages > 1; }
+  int64_t pipeline() const { return virtual_stages > 1 ? stages / virtual_stages : stages; }
   // What makes the split impossible, naming the numbers; empty when it is valid.
   std::string problem() const {
     auto s = [](int64_t v) { return std::to_string(v); };
@@ -41,24 +44,32 @@ struct StageSplit {
       return layers % stages == 0
                  ? ""
                  : "n_layer = " + s(layers) + " is not divisible by pipeline_stages = " + s(stages);
-    const int64_t middle = stages - (first > 0) - (last > 0), rest = layers - first - last;
-    if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && (rest % middle != 0 || rest == 0)))
+    const int64_t vp = virtual_stages, middle = middle_ranks(), rest = layers - first - last;
+    if (first % vp != 0 || last % vp != 0)
+      return fl + ": each must be divisible by virtual_stages = " + s(vp) +
+             " (a rank's layers split evenly over its model chunks)";
+    if (rest < 0 || (middle == 0 && rest != 0) ||
+        (middle > 0 && (rest % (middle * vp) != 0 || rest == 0)))
       return fl + " leave " + s(rest) + " of n_layer = " + s(layers) + " layers for the " +
-             s(middle) + " other stage(s): each needs the same number, at least 1";
+             s(middle * vp) + " other stage(s): each needs the same number, at least 1";
     return "";
   }
   // Stage `stage`'s layers [first, second); the split must be valid.
   std::pair<int64_t, int64_t> range(int64_t stage) const {
     if (!uneven()) return {stage * layers / stages, (stage + 1) * layers / stages};
-    const int64_t middle = stages - (first > 0) - (last > 0);
-    const int64_t each = middle > 0 ? (layers - first - last) / middle : 0;
+    const int64_t vp = virtual_stages, pp = pipeline(), middle = middle_ranks();
+    const int64_t each = middle > 0 ? (layers - first - last) / (middle * vp) : 0;
     auto size = [&](int64_t st) {
-      return st == 0 && first > 0 ? first : st == stages - 1 && last > 0 ? last : each;
+      const int64_t rank = st % pp;
+      return rank == 0 && first > 0 ? first / vp : rank == pp - 1 && last > 0 ? last / vp : each;
     };
     int64_t begin = 0;
     for (int64_t st = 0; st < stage; ++st) begin += size(st);
     return {begin, begin + size(stage)};
   }
+
+ private:
+  int64_t middle_ranks() const { return pipeline() - (first > 0) - (last > 0); }
 };
 
 // The problems of a layout for `world` ranks and a model of `layers` layers and `heads`
@@ -85,17 +96,12 @@ inline std::vector<std::string> problems(const Degrees& d, int world, int64_t la
     out.push_back("virtual_stages = " + s(d.virtual_stages) +
                   " needs pipeline > 1 (interleaving splits each pipeline rank's layers)");
   const int64_t stages = (int64_t)d.pipeline * d.virtual_stages;
-  const StageSplit split{layers, stages, first, last};
+  const StageSplit split{layers, stages, first, last, d.virtual_stages};
   if (layers > 0 && !split.uneven() && layers % stages != 0)
     out.push_back("n_layer = " + s(layers) + " is not divisible by pipeline (" + s(d.pipeline) +
                   ") x virtual_stages (" + s(d.virtual_stages) + ") = " + s(stages) + " stages");
   if (layers > 0 && split.uneven() && !split.problem().empty())
     out.push_back("model." + split.problem());
-  if (split.uneven() && d.virtual_stages > 1)
-    out.push_back("model.decoder_first/last_pipeline_num_layers with virtual_stages = " +
-                  s(d.virtual_stages) +
-                  " is not implemented (Megatron splits the first and last ranks' layers over "
-                  "their chunks); run uneven stages without virtual stages");
   if (heads > 0 && heads % d.tensor != 0)
     out.push_back("n_head = " + s(heads) + " is not divisible by tensor = " + s(d.tensor));
   if (kv_heads > 0 && kv_heads % d.tensor != 0)

@@ -140,7 +140,7 @@ struct Options {
   int64_t kv_dim() const { return hkv() * head_dim; }
   // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1); the first
   // and last stages' layer counts when uneven (loom::layout::StageSplit; 0 = even).
-  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
+  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0, virtual_stages = 1;
   int64_t pp_first = 0, pp_last = 0;
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
@@ -162,10 +162,11 @@ extern const size_t kBertClassifierSchemaSize;
 extern const loom_param_spec kT5Schema[];
 extern const size_t kT5SchemaSize;
 
-// `who` ("model/gpt") prefixes every error; `family` says which schema's keys to read.
+// `who` ("model/gpt") prefixes every error; `family` says which schema's keys to read;
+// `virtual_stages` is the layout's (an uneven split gives each rank's layers to its chunks).
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
                       const loom::tp::Group& tp, const std::string& who,
-                      Family family = Family::kGpt);
+                      Family family = Family::kGpt, int64_t virtual_stages = 1);
 
 // ----- the configuration checks of a model's create (model_check.cpp) ----------------------
 // Each throws loom::Error naming `who` and the keys; create and check_config share them.
