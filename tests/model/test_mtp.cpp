@@ -9,6 +9,7 @@
 #include "loom/cpp/layers/moe/moe_router.hpp"
 #include "model_terms.hpp"
 #include "model_test_util.hpp"
+#include "packed_check.hpp"
 #include "split_backward_check.hpp"
 
 using namespace modeltest;
@@ -182,6 +183,13 @@ TEST_CASE("model/gpt MTP: a MoE depth's expert bias follows the depth's loads") 
 TEST_CASE("model/gpt MTP: a split backward gives the whole backward's gradients bitwise") {
   check_split_backward(tiny_mtp(), "mtp.0.layer.mlp.c_fc.weight");
   check_split_backward(tiny_moe_mtp(), "mtp.0.layer.moe.experts.c_fc.weight");
+}
+
+// Packed documents (data.pack_sequences): each depth reads and predicts within its own
+// document, so the loss and every gradient (the depths' among them) are those of the
+// documents run one by one, as Megatron rolls the labels within each packed sequence.
+TEST_CASE("model/gpt MTP: packed documents predict within their own (f64)") {
+  packed_equals_separate(tiny_mtp());
 }
 
 TEST_CASE("model/gpt MTP: what it does not run with is refused by name") {

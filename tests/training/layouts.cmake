@@ -117,6 +117,9 @@ equivalence(hybridmoe ep2 tp2 pp2)
 # split backward; DeepSeek-V3 in miniature with one depth beside its experts.
 equivalence(mtp tp2 pp2 tp2pp2 pp2zbh1 dp2dist)
 equivalence(dsv3mtp tp2 pp2 ep2 ep2pp2 pp2zbh1 pp2uneven)
+# ... over packed documents: each depth reads and predicts within its own document.
+equivalence(mtp pp2-packed tp2-packed)
+equivalence(dsv3mtp pp2-packed)
 # Uneven pipeline stages (Megatron's decoder_first/last_pipeline_num_layers), also under
 # virtual stages (the first and last ranks' layers split over their interleaved chunks).
 equivalence(gpt pp2uneven pp4uneven pp2vp2uneven pp4vp2uneven)

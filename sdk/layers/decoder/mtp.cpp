@@ -7,9 +7,9 @@
 //   loss_k[i] = CE(head(final_norm_k(h_k))[i], t_{i+k+1})
 // The embedding and the head are the model's (a pipeline's last stage holds a copy of wte,
 // kept equal over the embedding group as the tied head's is). A row's tokens k ahead come
-// from the targets (t_{i+k} = targets[i+k-1]); past the row's end the target is -1 (no
-// loss), as Megatron rolls the labels and masks the last k positions. The term "mtp" sums
-// the depths' token losses, weighted mtp_loss_scaling_factor / D.
+// from the targets (t_{i+k} = targets[i+k-1]); past the row's end (a packed document's) the
+// target is -1 (no loss), as Megatron rolls the labels and masks the last k positions. The term
+// "mtp" sums the depths' token losses, weighted mtp_loss_scaling_factor / D.
 #include <algorithm>
 #include <string>
 
@@ -93,12 +93,16 @@ const DLTensor* DecoderModel::mtp_input(const Slot& S, int64_t k) const {
 
 // Every depth's forward; returns the sum of their token losses, `count` their targets.
 double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, double& count) {
-  loom::require(!S.s.docs,
-                who_ +
-                    ": mtp_num_layers over packed documents is not implemented (the tokens "
-                    "ahead would cross into the next document)",
-                LOOM_ERR_UNIMPLEMENTED);
   const int64_t N = S.n, B = S.s.B, T = S.s.T, C = opt_.n_embd;
+  // Where each position's sequence ends: its row's end, or with packed documents its
+  // document's, so that no depth reads or predicts a token of the next document (Megatron
+  // rolls the labels within each packed sequence and masks the last positions of each).
+  std::vector<int64_t> end((size_t)N);
+  for (int64_t at = 0; at < N; ++at) end[(size_t)at] = (at / T + 1) * T;
+  if (S.s.docs)
+    for (size_t d = 0; d + 1 < S.cu_docs.size(); ++d)
+      for (int64_t at = S.cu_docs[d]; at < S.cu_docs[d + 1]; ++at)
+        end[(size_t)at] = S.cu_docs[d + 1];
   const loom::tp::Group& g = ctx_.tp;
   const double dscale = S.loss_scale * opt_.mtp_scale / (double)opt_.mtp_layers;
   std::vector<int32_t> ids((size_t)N), labels((size_t)N);
@@ -108,11 +112,13 @@ double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, dou
     MtpDepth& d = mtp_[(size_t)k];
     MtpSlot& m = S.mtp[(size_t)k];
     // depth k+1: position i reads the token k+1 ahead, targets[i+k], and predicts the one
-    // after it, targets[i+k+1]; a -1 target (ignored) stays -1, its token id 0
+    // after it, targets[i+k+1], within its sequence; a -1 target (ignored) stays -1, its
+    // token id 0
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < T; ++i) {
-        const int64_t at = b * T + i, ahead = i + k < T ? targets[at + k] : -1;
-        const int64_t next = i + k + 1 < T ? targets[at + k + 1] : -1;
+        const int64_t at = b * T + i, e = end[(size_t)at];
+        const int64_t ahead = at + k < e ? targets[at + k] : -1;
+        const int64_t next = at + k + 1 < e ? targets[at + k + 1] : -1;
         ids[(size_t)at] = (int32_t)std::max<int64_t>(ahead, 0);
         labels[(size_t)at] = (int32_t)(ahead < 0 ? -1 : next);
         count += labels[(size_t)at] != -1;
