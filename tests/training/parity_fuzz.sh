@@ -16,16 +16,16 @@
 set -uo pipefail
 loom=$1 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../support/lib.sh"  # parity_corpus (its fail is replaced below)
 repo=$(cd "$here/../.." && pwd)
 bert_data=$(cd "$here/../data/data/bert_masking" && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export TMPDIR=$dir  # the runs of failing layouts stay there
 fail() { echo "FAIL: $*"; exit 1; }
-# Documents: the docs' files, one each (the quick start's fortunes may not be installed).
-for f in "$repo"/docs/*.md; do
-  python3 -c 'import json, sys; print(json.dumps({"text": open(sys.argv[1]).read()}))' "$f"
-done > "$dir/docs.jsonl"
+# Documents: the frozen corpus of the parity tests (the quick start's fortunes may not be
+# installed), not docs/ itself, whose edits would change the data.
+parity_corpus > "$dir/docs.jsonl"
 draw=(--seed 35 --max-ranks 4)
 small=(--iters 2 --mpiexec "$mpiexec" --set model.n_layer=4 --set model.n_head=4
        --set model.n_embd=32
