@@ -99,10 +99,10 @@ void keep_grad_keys_of(Recipe& recipe, Registry& registry, const std::string& da
 }
 
 layout::StageSplit stage_split(const Recipe& recipe, int64_t stages) {
-  const int64_t vp = recipe.get_int("parallel", "virtual_stages");
-  return {
-      model_int(recipe, "n_layer"), stages, model_int(recipe, "decoder_first_pipeline_num_layers"),
-      model_int(recipe, "decoder_last_pipeline_num_layers"), vp > 1 && stages % vp == 0 ? vp : 1};
+  return {model_int(recipe, "n_layer"), stages,
+          model_int(recipe, "decoder_first_pipeline_num_layers"),
+          model_int(recipe, "decoder_last_pipeline_num_layers"),
+          recipe.get_int("parallel", "virtual_stages")};
 }
 
 std::map<std::string, int64_t> stage_split_record(const Recipe& recipe, int64_t stages) {

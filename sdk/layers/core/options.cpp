@@ -529,9 +529,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     o.pp_first = cfg.get_int("decoder_first_pipeline_num_layers");
     o.pp_last = cfg.get_int("decoder_last_pipeline_num_layers");
   }
-  if (virtual_stages > 1 && o.stages % virtual_stages == 0) o.virtual_stages = virtual_stages;
-  const loom::layout::StageSplit split{o.n_layer, o.stages, o.pp_first, o.pp_last,
-                                       o.virtual_stages};
+  const loom::layout::StageSplit split{o.n_layer, o.stages, o.pp_first, o.pp_last, virtual_stages};
   const std::string bad_split = split.problem();
   loom::require(bad_split.empty(), who + ": " + bad_split);
   if (family == Family::kT5) parse_t5(cfg, who, o);

@@ -95,6 +95,12 @@ cudaDataType_t cuda_type(DLDataType d) {
   return CUDA_R_32F;
 }
 
+// Elements from the first of `batch` matrices of rows x cols (pitch ld, stride) to the last's
+// end: what an operand spans in memory.
+int64_t span_elems(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
 // The stored matrix of one operand: rows x cols with row pitch ld, `batch` of them, inside t.
 void check_operand(const char* op, const char* name, const DLTensor* t, int64_t rows, int64_t cols,
                    int64_t ld, int64_t stride, int64_t offset, int64_t batch) {
@@ -104,7 +110,7 @@ void check_operand(const char* op, const char* name, const DLTensor* t, int64_t 
                  " columns " + n + " has as stored");
   if (offset < 0 || stride < 0) fail(op, "offset_" + n + " and stride_" + n + " must be >= 0");
   if (rows == 0 || cols == 0) return;
-  int64_t end = offset + (batch - 1) * stride + (rows - 1) * ld + cols;
+  int64_t end = offset + span_elems(rows, cols, ld, stride, batch);
   int64_t have = numel(t);
   if (end > have)
     fail(op, n + " needs " + std::to_string(end) + " elements (offset " + std::to_string(offset) +
@@ -488,7 +494,7 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   const Call call{&p, &alpha, &beta, a, b, c};
   if (!p.candidates.empty()) {
-    const int64_t c_elems = (g.batch - 1) * g.stride_c + (g.m - 1) * g.ldc + g.n;
+    const int64_t c_elems = span_elems(g.m, g.n, g.ldc, g.stride_c, g.batch);
     tune(be, p, call, key, static_cast<size_t>(c_elems) * c_bytes);
   }
   LT_CHECK(op, call(be, p.algo));

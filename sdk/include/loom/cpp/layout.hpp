@@ -34,7 +34,12 @@ struct Degrees {
 struct StageSplit {
   int64_t layers = 0, stages = 1, first = 0, last = 0, virtual_stages = 1;
   bool uneven() const { return (first > 0 || last > 0) && stages > 1; }
-  int64_t pipeline() const { return virtual_stages > 1 ? stages / virtual_stages : stages; }
+  // Chunks per pipeline rank: virtual_stages, or 1 where the stages are not pipeline x it
+  // (one stage holding every layer).
+  int64_t chunks() const {
+    return virtual_stages > 1 && stages % virtual_stages == 0 ? virtual_stages : 1;
+  }
+  int64_t pipeline() const { return stages / chunks(); }
   // What makes the split impossible, naming the numbers; empty when it is valid.
   std::string problem() const {
     auto s = [](int64_t v) { return std::to_string(v); };
@@ -44,7 +49,7 @@ struct StageSplit {
       return layers % stages == 0
                  ? ""
                  : "n_layer = " + s(layers) + " is not divisible by pipeline_stages = " + s(stages);
-    const int64_t vp = virtual_stages, middle = middle_ranks(), rest = layers - first - last;
+    const int64_t vp = chunks(), middle = middle_ranks(), rest = layers - first - last;
     if (first % vp != 0 || last % vp != 0)
       return fl + ": each must be divisible by virtual_stages = " + s(vp) +
              " (a rank's layers split evenly over its model chunks)";
@@ -57,7 +62,7 @@ struct StageSplit {
   // Stage `stage`'s layers [first, second); the split must be valid.
   std::pair<int64_t, int64_t> range(int64_t stage) const {
     if (!uneven()) return {stage * layers / stages, (stage + 1) * layers / stages};
-    const int64_t vp = virtual_stages, pp = pipeline(), middle = middle_ranks();
+    const int64_t vp = chunks(), pp = pipeline(), middle = middle_ranks();
     const int64_t each = middle > 0 ? (layers - first - last) / (middle * vp) : 0;
     auto size = [&](int64_t st) {
       const int64_t rank = st % pp;

@@ -140,7 +140,7 @@ struct Options {
   int64_t kv_dim() const { return hkv() * head_dim; }
   // Pipeline: this model holds stage `stage` of `stages`, layers [layer0, layer1); the first
   // and last stages' layer counts when uneven (loom::layout::StageSplit; 0 = even).
-  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0, virtual_stages = 1;
+  int64_t stage = 0, stages = 1, layer0 = 0, layer1 = 0;
   int64_t pp_first = 0, pp_last = 0;
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
