@@ -12,9 +12,11 @@ add_dependencies(test_data_indexed loom_dataset_indexed)
 add_test(NAME data.indexed COMMAND test_data_indexed)
 set_tests_properties(data.indexed PROPERTIES LABELS "data" TIMEOUT 120)
 
-add_executable(test_data_preprocess test_preprocess.cpp test_sentences.cpp)
+# test_preprocess_chat.cpp: --chat-format against chat/references.jsonl.
+find_package(nlohmann_json REQUIRED)
+add_executable(test_data_preprocess test_preprocess.cpp test_sentences.cpp test_preprocess_chat.cpp)
 target_link_libraries(test_data_preprocess PRIVATE loom_engine loom_test_main ZLIB::ZLIB
-                      PkgConfig::LOOM_TEST_ZSTD)
+                      PkgConfig::LOOM_TEST_ZSTD nlohmann_json::nlohmann_json)
 loom_test_paths(test_data_preprocess LOOM_EXE=${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/loom)
 add_dependencies(test_data_preprocess loom loom_tokenizer_byte loom_dataset_indexed)
 add_test(NAME data.preprocess COMMAND test_data_preprocess)

@@ -18,12 +18,14 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "base/errors.hpp"
 #include "base/require_regular.hpp"
 #include "base/tool_output.hpp"
+#include "data/preprocess_chat.hpp"
 #include "data/preprocess_input.hpp"
 #include "data/preprocess_sentences.hpp"
 #include "loader/registry.hpp"
@@ -78,13 +80,20 @@ struct BadLine : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The outputs' keys: --json-keys, or a conversation's ids and loss mask.
+std::vector<std::string> output_keys(const PreprocessOptions& o) {
+  return o.chat() ? std::vector<std::string>{"chat", "chat_loss_mask"} : o.json_keys;
+}
+
 class ChunkEncoder {
  public:
   ChunkEncoder(const PreprocessOptions& o, Tokenizer& tok, int64_t eod)
-      : o_(o), tok_(tok), eod_(eod) {}
+      : o_(o), tok_(tok), eod_(eod) {
+    if (o.chat()) chat_.emplace(chat_format_of(o.chat_format, o.chat_template, "loom preprocess"));
+  }
 
   void run(Chunk& c) {
-    c.keys.assign(o_.json_keys.size(), KeyIds{});
+    c.keys.assign(output_keys(o_).size(), KeyIds{});
     std::string_view data(c.data);
     int64_t line_no = c.first_line;
     size_t pos = 0;
@@ -124,6 +133,7 @@ class ChunkEncoder {
     }
     if (!doc.is_object())
       throw BadLine("expected a JSON object, got " + std::string(doc.type_name()));
+    if (chat_) return chat_into(doc, c);
     // Check every key before any output, so a skipped line leaves no trace.
     std::vector<const nlohmann::json*> values;
     for (const std::string& key : o_.json_keys) {
@@ -141,6 +151,22 @@ class ChunkEncoder {
       values.push_back(&*it);
     }
     for (size_t k = 0; k < values.size(); ++k) add_document(*values[k], c.keys[k]);
+  }
+
+  void chat_into(const nlohmann::json& doc, Chunk& c) {
+    try {
+      encode_chat(*chat_, tok_, doc, chat_ids_, chat_mask_);
+    } catch (const ChatRefused& e) {
+      throw BadLine("chat format " + chat_->name() + " refuses this conversation: " + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw BadLine(e.what());
+    }
+    for (size_t k = 0; k < 2; ++k) {
+      const std::vector<int32_t>& v = k == 0 ? chat_ids_ : chat_mask_;
+      c.keys[k].ids.insert(c.keys[k].ids.end(), v.begin(), v.end());
+      c.keys[k].seq_lens.push_back(static_cast<int32_t>(v.size()));
+      c.keys[k].doc_seqs.push_back(1);
+    }
   }
 
   void add_sentence(std::string_view s, KeyIds& out) {
@@ -173,6 +199,8 @@ class ChunkEncoder {
   const PreprocessOptions& o_;
   Tokenizer& tok_;
   int64_t eod_;
+  std::optional<ChatFormat> chat_;
+  std::vector<int32_t> chat_ids_, chat_mask_;
 };
 
 // The workers: each takes the next queued chunk, encodes it, marks it done.
@@ -348,12 +376,19 @@ void check_options(const PreprocessOptions& o) {
     throw UsageError("loom preprocess: --workers must be between 1 and 256, got " +
                      std::to_string(o.workers));
   if (o.chunk_bytes < 1) throw UsageError("loom preprocess: --chunk-bytes must be >= 1");
+  if (o.chat()) {  // a conversation is one sequence, ended by its format's own markers
+    if (o.split_sentences || o.append_eod)
+      throw UsageError(
+          "loom preprocess: --chat-format takes neither --split-sentences nor "
+          "--append-eod (a conversation ends with its format's end-of-turn marker)");
+    chat_format_of(o.chat_format, o.chat_template, "loom preprocess");
+  }
   require_regular_file(o.input, "loom preprocess: --input: ");
   std::error_code ec;
   if (!fs::is_regular_file(o.input, ec))
     throw UsageError("loom preprocess: --input: no such file: " + o.input);
   const std::string level = o.split_sentences ? "_sentence" : "_document";
-  for (const std::string& key : o.json_keys)
+  for (const std::string& key : output_keys(o))
     for (const char* ext : {".bin", ".idx"})
       check_output("loom preprocess", o.output_prefix + "_" + key + level + ext, {o.input},
                    o.overwrite);
@@ -363,7 +398,9 @@ void check_options(const PreprocessOptions& o) {
 
 PreprocessStats preprocess(const PreprocessOptions& o, Registry& registry) {
   check_options(o);
-  TokenizerFactory factory(registry, o.tokenizer, "loom preprocess");
+  TokenizerFlags flags = o.tokenizer;
+  if (o.chat()) flags.defaults.push_back("add_special_tokens=false");  // the text has its BOS
+  TokenizerFactory factory(registry, flags, "loom preprocess");
   std::vector<std::unique_ptr<Tokenizer>> toks;
   for (int i = 0; i < o.workers; ++i) toks.push_back(factory.create());
   const int64_t vocab = toks[0]->vocab_size();
@@ -383,12 +420,13 @@ PreprocessStats preprocess(const PreprocessOptions& o, Registry& registry) {
   PreprocessStats stats;
   std::vector<std::unique_ptr<megatron::Writer>> writers;
   const std::string level = o.split_sentences ? "sentence" : "document";
-  for (const std::string& key : o.json_keys) {
+  for (const std::string& key : output_keys(o)) {
     PreprocessOutput out;
     out.key = key;
     out.prefix = o.output_prefix + "_" + key + "_" + level;
     try {
-      writers.push_back(std::make_unique<megatron::Writer>(out.prefix, dtype));
+      writers.push_back(std::make_unique<megatron::Writer>(
+          out.prefix, key == "chat_loss_mask" ? megatron::DType::u8 : dtype));
     } catch (const megatron::FormatError& e) {
       throw RunError(e.what());
     }
@@ -483,6 +521,12 @@ int cmd_preprocess(const std::vector<std::string>& args) {
       "replace outputs that already exist (refused otherwise)")(
       "log-interval", po::value<double>(&o.log_interval_s)->default_value(10),
       "seconds between progress lines when stderr is not a terminal")(
+      "chat-format", po::value<std::string>(&o.chat_format),
+      "lines are conversations ({\"messages\": [...]} or prompt/completion) in this chat "
+      "format (chatml, llama3, mistral, gemma, deepseek-v3, or a tokenizer_config.json using "
+      "one): writes <prefix>_chat_document and its loss mask <prefix>_chat_loss_mask_document")(
+      "chat-template", po::value<std::string>(&o.chat_template),
+      "conversations in a plain template instead, e.g. \"<|{role}|>\\n{content}</s>\\n\"")(
       "dataset-impl", po::value<std::string>(&dataset_impl),
       "accepted for Megatron scripts: only mmap (the format written)");
   add_tokenizer_options(opts, o.tokenizer, type_alias);

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "base/errors.hpp"
 #include "base/require_regular.hpp"
@@ -154,11 +155,17 @@ TokenizerFactory::TokenizerFactory(Registry& registry, const TokenizerFlags& fla
   if (find_param(d, "lower_case") &&
       (flags.name == "BertWordPieceLowerCase" || flags.name == "BertWordPieceCase"))
     set("lower_case", flags.name == "BertWordPieceLowerCase" ? "true" : "false", "--tokenizer");
+  std::set<std::string> given;
   for (const std::string& kv : flags.options) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw UsageError(command + ": --tokenizer-option expects KEY=VALUE, got '" + kv + "'");
     set(kv.substr(0, eq), kv.substr(eq + 1), "--tokenizer-option " + kv.substr(0, eq));
+    given.insert(kv.substr(0, eq));
+  }
+  for (const std::string& kv : flags.defaults) {
+    const std::string key = kv.substr(0, kv.find('='));
+    if (find_param(d, key) && !given.count(key)) set(key, kv.substr(key.size() + 1), command);
   }
   for (size_t i = 0; i < d->num_params; ++i) {
     const std::string key = d->params[i].name;

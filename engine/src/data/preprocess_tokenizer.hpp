@@ -22,6 +22,9 @@ struct TokenizerFlags {
   std::string name;  // --tokenizer / --tokenizer-type; "" = none given
   std::string vocab_file, merge_file, model_file;
   std::vector<std::string> options;  // KEY=VALUE
+  // KEY=VALUE set where the plugin declares KEY and no --tokenizer-option sets it (chat
+  // data: add_special_tokens=false, as the rendered text carries the BOS itself)
+  std::vector<std::string> defaults;
   bool given() const { return !name.empty(); }
 };
 

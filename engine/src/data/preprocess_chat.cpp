@@ -1,0 +1,61 @@
+#include "data/preprocess_chat.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/errors.hpp"
+
+namespace loom::engine {
+
+ChatFormat chat_format_of(const std::string& format, const std::string& plain_template,
+                          const std::string& command) {
+  if (!format.empty() && !plain_template.empty())
+    throw UsageError(command + ": --chat-format and --chat-template are alternatives");
+  if (!plain_template.empty()) return ChatFormat::plain(plain_template);
+  if (!format.ends_with(".json")) return ChatFormat::named(format);
+  std::ifstream f(format);
+  if (!f) throw UsageError(command + ": --chat-format: cannot read " + format);
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(command + ": --chat-format: " + format + " is not JSON: " + e.what());
+  }
+  if (!cfg.is_object() || !cfg.contains("chat_template") || !cfg["chat_template"].is_string())
+    throw UsageError(command + ": --chat-format: " + format +
+                     " has no chat_template string (a tokenizer_config.json has one)");
+  const std::string name = ChatFormat::recognise(cfg["chat_template"].get<std::string>());
+  if (name.empty()) {
+    std::string list;
+    for (const std::string& n : ChatFormat::names()) list += (list.empty() ? "" : ", ") + n;
+    throw UsageError(command + ": --chat-format: the chat_template of " + format +
+                     " is none of the known formats (" + list +
+                     "); name one with --chat-format or give --chat-template TEXT");
+  }
+  return ChatFormat::named(name);
+}
+
+void encode_chat(const ChatFormat& format, Tokenizer& tok, const nlohmann::json& line,
+                 std::vector<int32_t>& ids, std::vector<int32_t>& mask) {
+  const std::vector<ChatPiece> pieces = format.render(parse_conversation(line));
+  const std::string text = join_text(pieces);
+  auto [all, n] = tok.encode(text.data(), text.size());
+  ids.assign(all, all + n);
+  mask.assign(n, 0);
+  size_t start = 0, end_char = 0;  // tokens [start, ...) and characters [.., end_char)
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    end_char += pieces[k].text.size();
+    size_t stop = n;
+    if (k + 1 < pieces.size()) {  // where the text up to this piece's end stops agreeing
+      auto [pre, m] = tok.encode(text.data(), end_char);
+      stop = static_cast<size_t>(std::mismatch(pre, pre + std::min(m, n), ids.data()).first - pre);
+      stop = std::max(stop, start);
+    }
+    std::fill(mask.begin() + (ptrdiff_t)start, mask.begin() + (ptrdiff_t)stop,
+              pieces[k].trained ? 1 : 0);
+    start = stop;
+  }
+}
+
+}  // namespace loom::engine

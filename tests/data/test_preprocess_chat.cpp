@@ -1,0 +1,187 @@
+// `loom preprocess --chat-format` as the real executable: the token ids are the text the
+// family's Hugging Face template renders (chat/references.jsonl), and the loss mask marks the
+// assistant's replies with their end-of-turn markers, found here in the text itself (after
+// each assistant header, up to and with the next end-of-turn marker). With the byte tokenizer
+// the ids are the bytes; with gpt2-bpe (when ../shared/data has it) the text is tokenised
+// whole, and the trained ids decode to the replies.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "build_paths.h"
+#include "preprocess_run.hpp"
+#include "test_files.hpp"
+#include "test_skip.hpp"
+
+namespace {
+
+using loomtest::q;
+using loomtest::spit;
+using loomtest::TempDir;
+using namespace preprocess_test;
+
+std::string chat_dir() { return std::string(loomtest_source_dir()) + "/tests/data/chat"; }
+
+// The references' texts of one format without the generation prompt, by conversation; ""
+// where the template refuses it.
+std::vector<std::string> reference_texts(const std::string& format) {
+  std::ifstream f(chat_dir() + "/references.jsonl");
+  std::vector<std::string> texts;
+  for (std::string line; std::getline(f, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["format"] != format || r["generation_prompt"].get<bool>()) continue;
+    texts.push_back(r.contains("text") ? r["text"].get<std::string>() : "");
+  }
+  return texts;
+}
+
+// 1 for each byte of `text` from the end of an `open` marker to the end of the next `close`.
+std::vector<int32_t> trained_bytes(const std::string& text, const std::string& open,
+                                   const std::string& close) {
+  std::vector<int32_t> mask(text.size(), 0);
+  for (size_t at = text.find(open); at != std::string::npos; at = text.find(open, at + 1)) {
+    const size_t from = at + open.size(), to = text.find(close, from) + close.size();
+    for (size_t i = from; i < to; ++i) mask[i] = 1;
+  }
+  return mask;
+}
+
+std::vector<int32_t> flat(const Docs& docs, size_t d) {
+  std::vector<int32_t> ids;
+  for (const auto& s : docs.at(d)) ids.insert(ids.end(), s.begin(), s.end());
+  return ids;
+}
+
+std::string run_chat(TempDir& dir, const std::string& format, const std::string& extra = "") {
+  const std::string out = dir / format;
+  const Result r = run_loom("preprocess --input " + q(chat_dir() + "/conversations.jsonl") +
+                            " --output-prefix " + q(out) + " --tokenizer byte --chat-format " +
+                            format + " --skip-bad-lines " + extra);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("chat data: the rendered text's bytes, and the replies' bytes in the loss mask") {
+  TempDir dir("preprocess-chat");
+  struct Case {
+    const char *format, *open, *close;
+  } cases[] = {{"llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
+               {"chatml", "<|im_start|>assistant\n", "<|im_end|>"},
+               {"gemma", "<start_of_turn>model\n", "<end_of_turn>"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.format);
+    const std::string out = run_chat(dir, c.format, "--workers 2 --chunk-bytes 300");
+    const Docs ids = read_docs(out + "_chat_document");
+    const Docs mask = read_docs(out + "_chat_loss_mask_document");
+    const std::vector<std::string> want = reference_texts(c.format);
+    size_t d = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (want[i].empty()) continue;  // refused, and skipped
+      CAPTURE(i);
+      REQUIRE(d < ids.size());
+      CHECK(ids[d].size() == 1);  // one sequence per conversation
+      const std::vector<int32_t> got = flat(ids, d), got_mask = flat(mask, d);
+      CHECK(std::string(got.begin(), got.end()) == want[i]);
+      CHECK(got_mask == trained_bytes(want[i], c.open, c.close));
+      ++d;
+    }
+    CHECK(d == ids.size());
+    CHECK(mask.size() == ids.size());
+  }
+  // The mask is stored as uint8 (code 1), the ids as the vocabulary needs.
+  CHECK(loom::megatron::Reader(dir / "llama3_chat_loss_mask_document").dtype() ==
+        loom::megatron::DType::u8);
+}
+
+TEST_CASE("chat data: a format's refusals are bad lines; bad flags exit 2 and say why") {
+  TempDir dir("preprocess-chat");
+  const std::string in = chat_dir() + "/conversations.jsonl";
+  Result r = run_loom("preprocess --input " + q(in) + " --output-prefix " + q(dir / "m") +
+                      " --tokenizer byte --chat-format mistral");
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(contains(r.err,
+                         "conversations.jsonl:2: chat format mistral refuses this "
+                         "conversation: Conversation roles must alternate"),
+                r.err);
+  const std::string out = run_chat(dir, "mistral");
+  CHECK(read_docs(out + "_chat_document").size() == 5);  // 5 of the 10 alternate user/assistant
+
+  const std::string base =
+      "preprocess --input " + q(in) + " --output-prefix " + q(dir / "x") + " --tokenizer byte ";
+  r = run_loom(base + "--chat-format vicuna");
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err, "unknown chat format 'vicuna' (known: chatml, llama3"), r.err);
+  r = run_loom(base + "--chat-format chatml --append-eod");
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "--chat-format takes neither --split-sentences nor --append-eod"));
+  r = run_loom(base + "--chat-format chatml --chat-template '{content}'");
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "are alternatives"));
+
+  // A tokenizer_config.json: its chat_template recognised, or refused with the known names
+  // (JSON's "\\n" is the template's own \n, inside a Jinja string).
+  spit(
+      dir / "gemma.json",
+      R"({"chat_template": "{{ raise_exception('System role not supported') }}{{ '<start_of_turn>' )"
+      R"(+ role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"})");
+  r = run_loom(base + "--skip-bad-lines --chat-format " + q(dir / "gemma.json"));
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(read_docs(dir / "x_chat_document").size() ==
+        read_docs(run_chat(dir, "gemma") + "_chat_document").size());
+  spit(dir / "other.json", R"({"chat_template": "{{ messages }}"})");
+  r = run_loom(base + "--chat-format " + q(dir / "other.json"));
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(contains(r.err,
+                         "is none of the known formats (chatml, llama3, mistral, gemma, "
+                         "deepseek-v3)"),
+                r.err);
+}
+
+TEST_CASE("chat data with gpt2-bpe: the text tokenised whole, a masked run per reply") {
+  const std::string shared = LOOM_SHARED_DATA;
+  const std::string vocab = shared + "/gpt2/gpt2-vocab.json",
+                    merges = shared + "/gpt2/gpt2-merges.txt";
+  if (!fs::exists(std::string(LOOM_TEST_PLUGIN_DIR) + "/loom-tokenizer-gpt2-bpe.so") ||
+      !fs::exists(vocab)) {
+    loomtest::skip("chat data with gpt2-bpe: the plugin or " + shared + " is absent");
+    return;
+  }
+  TempDir dir("preprocess-chat");
+  const std::string tok =
+      " --tokenizer GPT2BPETokenizer --vocab-file " + q(vocab) + " --merge-file " + q(merges);
+  Result r = run_loom("preprocess --input " + q(chat_dir() + "/conversations.jsonl") +
+                      " --output-prefix " + q(dir / "g") + tok + " --chat-format llama3");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  // The same texts as plain documents: the ids must be theirs (a BPE merges across the
+  // pieces' boundaries, so tokenising piece by piece would differ).
+  const std::vector<std::string> want = reference_texts("llama3");
+  std::string jsonl;
+  for (const std::string& t : want) jsonl += nlohmann::json{{"text", t}}.dump() + "\n";
+  spit(dir / "texts.jsonl", jsonl);
+  r = run_loom("preprocess --input " + q(dir / "texts.jsonl") + " --output-prefix " + q(dir / "t") +
+               tok);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const Docs ids = read_docs(dir / "g_chat_document");
+  const Docs mask = read_docs(dir / "g_chat_loss_mask_document");
+  const Docs plain = read_docs(dir / "t_text_document");
+  REQUIRE(ids.size() == want.size());
+  for (size_t d = 0; d < ids.size(); ++d) {
+    CAPTURE(d);
+    CHECK(flat(ids, d) == flat(plain, d));
+    // one run of trained ids per assistant reply (GPT-2 has no <|eot_id|> token, so the
+    // marker's last characters merge with the next header's and stay untrained)
+    const std::vector<int32_t> m = flat(mask, d);
+    size_t runs = 0;
+    for (size_t i = 0; i < m.size(); ++i) runs += m[i] && (i == 0 || !m[i - 1]);
+    const std::vector<int32_t> b =
+        trained_bytes(want[d], "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>");
+    size_t replies = 0;
+    for (size_t i = 0; i < b.size(); ++i) replies += b[i] && (i == 0 || !b[i - 1]);
+    CHECK(runs == replies);
+  }
+}
