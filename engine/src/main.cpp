@@ -298,14 +298,17 @@ int cmd_data_samples(const std::vector<std::string>& args) {
                                                   "samples to print")(
       "first", po::value<int64_t>()->default_value(0),
       "the first sample to print: a position in the split's order (a loss spike's log line "
-      "names the step's)");
+      "names the step's)")(
+      "targets", po::bool_switch(),
+      "print each sample's tokens and the targets training reads (-1: not trained, by a chat "
+      "dataset's loss mask or a packed document's end)");
   add_set_option(c);
   c.positional.add("recipe", 1);
   if (!c.parse(args)) return 0;
   Registry registry;
   Recipe recipe = load_and_validate(c, registry);
   print_samples(recipe, registry, c.vm["split"].as<std::string>(), c.vm["first"].as<int64_t>(),
-                c.vm["count"].as<int64_t>(), std::cout);
+                c.vm["count"].as<int64_t>(), std::cout, c.vm["targets"].as<bool>());
   return 0;
 }
 

@@ -55,8 +55,10 @@ std::vector<int32_t> flat(const Docs& docs, size_t d) {
   return ids;
 }
 
-std::string run_chat(TempDir& dir, const std::string& format, const std::string& extra = "") {
-  const std::string out = dir / format;
+// Preprocesses the conversations in `format` into dir/<name> (default: the format's name).
+std::string run_chat(TempDir& dir, const std::string& format, const std::string& extra = "",
+                     const std::string& name = "") {
+  const std::string out = dir / (name.empty() ? format : name);
   const Result r = run_loom("preprocess --input " + q(chat_dir() + "/conversations.jsonl") +
                             " --output-prefix " + q(out) + " --tokenizer byte --chat-format " +
                             format + " --skip-bad-lines " + extra);
@@ -93,6 +95,21 @@ TEST_CASE("chat data: the rendered text's bytes, and the replies' bytes in the l
     CHECK(d == ids.size());
     CHECK(mask.size() == ids.size());
   }
+  // --append-eod: the tokenizer's EOD (256) after each conversation, not trained (packed
+  // sequences end documents at it).
+  run_chat(dir, "chatml", "--append-eod", "e");
+  const Docs e_ids = read_docs(dir / "e_chat_document"),
+             e_mask = read_docs(dir / "e_chat_loss_mask_document");
+  const Docs c_ids = read_docs(dir / "chatml_chat_document"),
+             c_mask = read_docs(dir / "chatml_chat_loss_mask_document");
+  REQUIRE(e_ids.size() == c_ids.size());
+  for (size_t d = 0; d < e_ids.size(); ++d) {
+    std::vector<int32_t> want = flat(c_ids, d), want_mask = flat(c_mask, d);
+    want.push_back(256);
+    want_mask.push_back(0);
+    CHECK(flat(e_ids, d) == want);
+    CHECK(flat(e_mask, d) == want_mask);
+  }
   // The mask is stored as uint8 (code 1), the ids as the vocabulary needs.
   CHECK(loom::megatron::Reader(dir / "llama3_chat_loss_mask_document").dtype() ==
         loom::megatron::DType::u8);
@@ -116,9 +133,9 @@ TEST_CASE("chat data: a format's refusals are bad lines; bad flags exit 2 and sa
   r = run_loom(base + "--chat-format vicuna");
   CHECK(r.code == 2);
   CHECK_MESSAGE(contains(r.err, "unknown chat format 'vicuna' (known: chatml, llama3"), r.err);
-  r = run_loom(base + "--chat-format chatml --append-eod");
+  r = run_loom(base + "--chat-format chatml --split-sentences");
   CHECK(r.code == 2);
-  CHECK(contains(r.err, "--chat-format takes neither --split-sentences nor --append-eod"));
+  CHECK(contains(r.err, "--chat-format takes no --split-sentences"));
   r = run_loom(base + "--chat-format chatml --chat-template '{content}'");
   CHECK(r.code == 2);
   CHECK(contains(r.err, "are alternatives"));

@@ -8,7 +8,7 @@
 namespace loom::engine {
 
 void print_samples(Recipe& recipe, Registry& registry, const std::string& split, int64_t first,
-                   int64_t count, std::ostream& out) {
+                   int64_t count, std::ostream& out, bool targets) {
   int k = split == "train" ? kTrain : split == "valid" ? kValid : split == "test" ? kTest : -1;
   if (k < 0)
     throw UsageError("loom data samples: --split must be train, valid or test, got '" + split +
@@ -47,18 +47,37 @@ void print_samples(Recipe& recipe, Registry& registry, const std::string& split,
     }
     out << "\n";
   }
-  out << "# sample\tdataset\tname\tindex\tfirst tokens\n";
+  if (targets && s.made())
+    throw UsageError("loom data samples --targets: dataset/" + recipe.plugin("data") +
+                     " makes its own samples, whose arrays are not GPT tokens and targets");
+  out << "# sample\tdataset\tname\tindex\t" << (targets ? "tokens\ttargets" : "first tokens")
+      << "\n";
   // a sample-making dataset's first (B, T) array is its tokens
   const std::vector<loom_array_spec> made =
       s.made() ? Feed::provides(recipe, registry) : std::vector<loom_array_spec>{};
   Feed feed;
   feed.sampler = &s;
   if (s.made()) feed.allocate(1, seq_len, -1, made);
+  if (targets)  // as training reads them: the loss mask, and packing's document ends
+    feed.allocate(1, seq_len,
+                  recipe.get_bool("data", "pack_sequences")
+                      ? session.tokenizer().api->eod_id(session.tokenizer().self)
+                      : -1);
   std::vector<int32_t> text((size_t)(seq_len + 1));
   const int64_t end = first + std::min(count, std::max<int64_t>(s.size() - first, 0));
   for (int64_t i = first; i < end; ++i) {
     Sampler::Origin o = s.origin(i);
     const int32_t* first = text.data();
+    if (targets) {
+      loom_microbatch mb{};
+      feed.first = i;
+      check(Feed::get(&feed, 0, &mb), "sample " + std::to_string(i));
+      out << i << "\t" << o.dataset << "\t" << s.source(o.dataset).name << "\t" << o.index;
+      for (const std::vector<int32_t>* v : {&feed.tokens, &feed.targets})
+        for (size_t t = 0; t < v->size(); ++t) out << (t ? " " : "\t") << (*v)[t];
+      out << "\n";
+      continue;
+    }
     if (s.made()) {
       loom_microbatch mb{};
       feed.first = i;

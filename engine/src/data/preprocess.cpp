@@ -161,6 +161,10 @@ class ChunkEncoder {
     } catch (const std::invalid_argument& e) {
       throw BadLine(e.what());
     }
+    if (o_.append_eod) {  // packed conversations end at it (data.pack_sequences); not trained
+      chat_ids_.push_back(static_cast<int32_t>(eod_));
+      chat_mask_.push_back(0);
+    }
     for (size_t k = 0; k < 2; ++k) {
       const std::vector<int32_t>& v = k == 0 ? chat_ids_ : chat_mask_;
       c.keys[k].ids.insert(c.keys[k].ids.end(), v.begin(), v.end());
@@ -377,10 +381,10 @@ void check_options(const PreprocessOptions& o) {
                      std::to_string(o.workers));
   if (o.chunk_bytes < 1) throw UsageError("loom preprocess: --chunk-bytes must be >= 1");
   if (o.chat()) {  // a conversation is one sequence, ended by its format's own markers
-    if (o.split_sentences || o.append_eod)
+    if (o.split_sentences)
       throw UsageError(
-          "loom preprocess: --chat-format takes neither --split-sentences nor "
-          "--append-eod (a conversation ends with its format's end-of-turn marker)");
+          "loom preprocess: --chat-format takes no --split-sentences (a "
+          "conversation is one sequence)");
     chat_format_of(o.chat_format, o.chat_template, "loom preprocess");
   }
   require_regular_file(o.input, "loom preprocess: --input: ");

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "base/errors.hpp"
@@ -64,6 +66,13 @@ void Sampler::sample(int64_t i, int32_t* tokens, int32_t* targets) {
   text(i, buf_.data());
   std::copy(buf_.begin(), buf_.end() - 1, tokens);
   std::copy(buf_.begin() + 1, buf_.end(), targets);
+  if (masks_.empty()) return;
+  const Origin o = origin(i);
+  if (!masks_[o.dataset]) return;
+  mask_buf_.resize(buf_.size());
+  masks_[o.dataset]->text(o.index, mask_buf_.data());
+  for (int64_t t = 0; t < L; ++t)  // target t is token t + 1
+    if (mask_buf_[(size_t)t + 1] == 0) targets[t] = -1;
 }
 
 void Sampler::fill(int64_t i, DLTensor* const* row, size_t num) const {
@@ -96,6 +105,28 @@ struct Builder {
       name = prefix;
     }
     return sources[prefix] = DocumentSource::read(ds.first, ds.second, name);
+  }
+
+  // The loss mask of a chat dataset (loom preprocess --chat-format): data.loss_mask_prefix
+  // for the [data] dataset, else <name>_chat_loss_mask_document beside a <name>_chat_document;
+  // none with data.loss_on_prompt. Its documents must have the tokens' lengths.
+  std::shared_ptr<DocumentSource> mask_of(const std::string& entry, const DocumentSource& src) {
+    if (recipe.get_bool("data", "loss_on_prompt")) return nullptr;
+    std::string prefix = entry.empty() ? recipe.get_string("data", "loss_mask_prefix") : "";
+    if (prefix.empty()) {
+      const std::string tail = "_chat_document";
+      if (!src.name.ends_with(tail)) return nullptr;
+      prefix = src.name.substr(0, src.name.size() - tail.size()) + "_chat_loss_mask_document";
+      if (!std::filesystem::exists(prefix + ".idx")) return nullptr;
+    }
+    std::shared_ptr<DocumentSource> m = source(prefix);
+    if (m->sizes != src.sizes)
+      throw RunError("loss mask " + prefix + ": its " + std::to_string(m->sizes.size()) +
+                     " documents are not the " + std::to_string(src.sizes.size()) +
+                     " of the same lengths in " + src.name +
+                     " (both come from one loom preprocess --chat-format run)");
+    spdlog::info("data: loss mask {} for {} (data.loss_on_prompt = false)", prefix, src.name);
+    return m;
   }
 
   std::shared_ptr<GptDataset> part(const std::shared_ptr<DocumentSource>& src, int64_t begin,
@@ -134,10 +165,22 @@ struct Builder {
       auto& [src, r] = ranges[i];
       return std::make_shared<MadeSamples>(src, r.begin[k], r.end[k], seq_len, seed, samples);
     };
+    // each GPT part's loss mask, sampled by the same index (null where there is none)
+    std::vector<std::shared_ptr<GptDataset>> masks;
+    auto with_mask = [&](size_t i, int64_t samples) {
+      auto& [src, r] = ranges[i];
+      auto m = made ? nullptr : mask_of(entries[i].prefix, *src);
+      masks.push_back(m ? part(m, r.begin[k], r.end[k], samples) : nullptr);
+      return part(src, r.begin[k], r.end[k], samples);
+    };
+    auto masked = [&](std::unique_ptr<Sampler> s) {
+      if (std::any_of(masks.begin(), masks.end(), [](const auto& m) { return m != nullptr; }))
+        s->set_masks(std::move(masks));
+      return s;
+    };
     if (entries.size() == 1) {
-      auto& [src, r] = ranges[0];
       if (made) return std::make_unique<Sampler>(made_part(0, wanted));
-      return std::make_unique<Sampler>(part(src, r.begin[k], r.end[k], wanted));
+      return masked(std::make_unique<Sampler>(with_mask(0, wanted)));
     }
     std::vector<int64_t> sizes = blend_dataset_sizes(normalise(weights), wanted);
     if (made) {
@@ -146,11 +189,8 @@ struct Builder {
       return std::make_unique<Sampler>(std::move(parts), weights, wanted);
     }
     std::vector<std::shared_ptr<GptDataset>> parts;
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      auto& [src, r] = ranges[i];
-      parts.push_back(part(src, r.begin[k], r.end[k], sizes[i]));
-    }
-    return std::make_unique<Sampler>(std::move(parts), weights, wanted);
+    for (size_t i = 0; i < ranges.size(); ++i) parts.push_back(with_mask(i, sizes[i]));
+    return masked(std::make_unique<Sampler>(std::move(parts), weights, wanted));
   }
 };
 

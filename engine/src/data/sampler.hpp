@@ -58,17 +58,22 @@ class Sampler {
   Origin origin(int64_t i) const;
   // The seq_len + 1 tokens of sample i (GPT samples).
   void text(int64_t i, int32_t* out) const;
-  // Fills tokens/targets (seq_len each) with sample i: text[:-1] and text[1:].
+  // Fills tokens/targets (seq_len each) with sample i: text[:-1] and text[1:], the targets
+  // whose token the loss mask says is not trained -1 (ignored by the loss).
   void sample(int64_t i, int32_t* tokens, int32_t* targets);
+  // Loss masks (loom preprocess --chat-format): masks[k], when not null, is dataset k's mask
+  // as GPT samples of the same index (its documents have the tokens' lengths), 0 = ignored.
+  void set_masks(std::vector<std::shared_ptr<GptDataset>> masks) { masks_ = std::move(masks); }
+  bool masked() const { return !masks_.empty(); }
   // Sample i as the datasets' arrays, one row each (made samples).
   void fill(int64_t i, DLTensor* const* row, size_t num) const;
 
  private:
   void check_blend() const;
-  std::vector<std::shared_ptr<GptDataset>> parts_;
+  std::vector<std::shared_ptr<GptDataset>> parts_, masks_;
   std::vector<std::shared_ptr<MadeSamples>> made_;
   BlendIndex blend_;  // empty for one dataset
-  std::vector<int32_t> buf_;
+  std::vector<int32_t> buf_, mask_buf_;
 };
 
 // Builds the samplers [data] describes for the splits with wanted[k] > 0 (nullptr for a

@@ -255,6 +255,13 @@ constexpr loom_param_spec kData[] = {
           "restart at 0 after every EOD token (Megatron's --reset-position-ids and "
           "--reset-attention-mask), and the target after an EOD is not trained on "
           "(--eod-mask-loss); the micro-batch carries a positions array, which the model reads"),
+    param("loss_mask_prefix", kString, "",
+          "a loss mask for the [data] dataset (read with the same plugin; 0 = the target of that "
+          "token is ignored); \"\" = the <name>_chat_loss_mask_document that `loom preprocess "
+          "--chat-format` writes beside <name>_chat_document, when there is one"),
+    param("loss_on_prompt", kBool, "false",
+          "supervised finetuning: train on every token of a conversation, prompts included, "
+          "instead of the assistant's replies alone (the loss mask is then not read)"),
 };
 
 template <size_t N>
