@@ -110,6 +110,29 @@ grep -qE '"POST /v1/completions" 200 22 prompt \+ [0-9]+ generated tokens, [0-9.
 # ---- Python's http.client: the same endpoints and bad requests, logprobs ----
 python3 "$here/client.py" "$(cat main.port)" "$prompt" logits.safetensors generate.txt
 
+# ---- serve.chat_format: a family's format renders the messages and ends the reply ----
+start fmt --max-batch 2 --max-len 4096 --set serve.chat_format=mistral
+furl=http://127.0.0.1:$(cat fmt.port)
+[ "$(code "$furl/v1/chat/completions" \
+  -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "temperature": 0}')" = 200 ] ||
+  fail "chat_format mistral: $(cat body.json)"
+cp body.json fmt_chat.json
+[ "$(code "$furl/v1/completions" \
+  -d '{"prompt": "<s>[INST] hi [/INST]", "max_tokens": 20, "temperature": 0, "stop": ["</s>"]}')" = 200 ] ||
+  fail "chat_format by hand: $(cat body.json)"
+python3 -c '
+import json
+chat, by_hand = json.load(open("fmt_chat.json")), json.load(open("body.json"))
+assert chat["choices"][0]["message"]["content"] == by_hand["choices"][0]["text"], (chat, by_hand)
+assert chat["usage"]["prompt_tokens"] == by_hand["usage"]["prompt_tokens"], (chat, by_hand)
+print("serve.chat_format mistral: the reply of the prompt rendered by hand")'
+[ "$(code "$furl/v1/chat/completions" \
+  -d '{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]}')" = 400 ] ||
+  fail "mistral accepted a system message"
+grep -q "chat format mistral: Conversation roles must alternate" body.json ||
+  fail "mistral's refusal: $(cat body.json)"
+kill -9 "$(cat fmt.pid)"
+
 # ---- a full queue answers 503; a client that disconnects frees its sequence ----
 start small --max-batch 1 --max-queue 0 --max-len 4096
 python3 "$here/client.py" --busy "$(cat small.port)"

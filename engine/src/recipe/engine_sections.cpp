@@ -208,6 +208,11 @@ constexpr loom_param_spec kServe[] = {
           "text after the messages that opens the assistant's reply"),
     param("chat_stop", kString, "<|im_end|>",
           "the reply ends before this text; \"\" = only at the end-of-document token"),
+    param("chat_format", kString, "",
+          "a model family's chat format, as `loom preprocess --chat-format` renders its SFT "
+          "data (chatml, llama3, mistral, gemma, deepseek-v3): it then renders the messages and "
+          "ends the reply instead of the three keys above; a finetuning recipe sets it, so its "
+          "checkpoints serve in the format they were trained in"),
 };
 
 template <size_t N>

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
+#include "data/chat_format.hpp"
 #include "serve/serve_batch.hpp"
 
 namespace loom::engine {
@@ -50,6 +52,9 @@ struct ServeConfig {
   int64_t max_prompts = 128;        // Megatron's limit per PUT /api
   int64_t default_max_tokens = 16;  // OpenAI's max_tokens default
   std::string chat_template, chat_generation_prompt, chat_stop;
+  // serve.chat_format: a model family's chat format (data/chat_format.hpp), which then
+  // renders the messages and stops the reply instead of the three strings above.
+  std::optional<ChatFormat> chat_format;
 };
 
 struct Completion;  // an OpenAI request, checked (serve_openai.cpp)

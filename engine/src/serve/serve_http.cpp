@@ -380,6 +380,10 @@ void serve(const ServeOptions& o, Registry& registry) {
   cfg.chat_template = m.recipe().get_string("serve", "chat_template");
   cfg.chat_generation_prompt = m.recipe().get_string("serve", "chat_generation_prompt");
   cfg.chat_stop = m.recipe().get_string("serve", "chat_stop");
+  if (const std::string f = m.recipe().get_string("serve", "chat_format"); !f.empty()) {
+    cfg.chat_format = ChatFormat::named(f);  // (UsageError: not a format, exit 2)
+    cfg.chat_stop = cfg.chat_format->stop();
+  }
   std::atomic<bool> draining{false};
   ServeApi api(m, batch, cfg, draining);
   HttpServer server(api, o, draining);

@@ -35,6 +35,7 @@ std::string chat_prompt(const json& messages, const ServeConfig& c) {
   if (!messages.is_array() || messages.empty())
     throw ApiError{400, "'messages' must be a non-empty array of {role, content}", "messages"};
   std::string text;
+  std::vector<ChatMessage> chat;  // for a chat format
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& msg = messages[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
@@ -65,8 +66,14 @@ std::string chat_prompt(const json& messages, const ServeConfig& c) {
                      at + ".content"};
     }
     text += replace_all(replace_all(c.chat_template, "{role}", role), "{content}", content);
+    chat.push_back({role, content});
   }
-  return text + c.chat_generation_prompt;
+  if (!c.chat_format) return text + c.chat_generation_prompt;
+  try {
+    return join_text(c.chat_format->render(chat, true));
+  } catch (const ChatRefused& e) {
+    throw ApiError{400, "chat format " + c.chat_format->name() + ": " + e.what(), "messages"};
+  }
 }
 
 // How much of `text` a stream may send now: whole UTF-8 characters only, and nothing that
