@@ -5,8 +5,9 @@
 # reads them (`loom data samples --targets`, packed sequences): a target is trained exactly
 # when it is an upper-case letter, whatever the window's place in the shuffled, packed
 # stream, so the loss mask travels with its tokens through Megatron's sample index. With
-# data.loss_on_prompt every target is trained but the packed documents' ends; a mask of
-# another dataset is refused. Then 40 iterations train on the replies alone.
+# data.loss_on_prompt every target is trained but the packed documents' ends; with
+# data.pad_sequences each sample is one conversation from its start, its padding ignored; a
+# mask of another dataset is refused. Then 40 iterations train on the replies alone.
 #   sft_samples.sh LOOM
 set -euo pipefail
 loom=$1
@@ -67,6 +68,32 @@ assert rows == 160 and trained > 0
 "$loom" data samples r.toml --count 160 --targets 2> samples.log | check replies
 "$loom" data samples r.toml --count 160 --targets --set data.loss_on_prompt=true 2>> samples.log |
   check all
+
+# data.pad_sequences: each sample is one conversation from its start ("[" of its first
+# turn), padded with 0 whose targets are ignored; within it the same rule.
+"$loom" data samples r.toml --count 160 --targets --set data.pad_sequences=true \
+  --set data.pack_sequences=false 2>> samples.log | python3 -c '
+import sys
+rows = cut = 0
+for line in sys.stdin:
+    if line.startswith("#"):
+        continue
+    cols = line.rstrip("\n").split("\t")
+    tokens, targets = [int(x) for x in cols[4].split()], [int(x) for x in cols[5].split()]
+    rows += 1
+    assert tokens[0] == ord("["), tokens[:8]
+    real = tokens.index(0) if 0 in tokens else 49  # (a cut sample: all 48 real, and one more)
+    cut += real == 49
+    for t in range(48 if real < 49 else 47):  # (a cut sample: its last target is unseen here)
+        if t + 1 >= real:
+            want = -1  # padding (or the EOD the conversation ends with: not upper-case)
+        else:
+            nxt = tokens[t + 1]
+            want = nxt if 65 <= nxt <= 90 else -1
+        assert targets[t] == want, (rows, t, tokens, targets)
+print(f"padded: {rows} samples, each one conversation from its start, {cut} cut at 49 tokens")
+assert rows == 160
+'
 
 # A mask whose documents are not the tokens' is refused with both names.
 "$loom" preprocess --input conv.jsonl --output-prefix other --tokenizer byte \

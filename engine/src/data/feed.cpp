@@ -36,9 +36,10 @@ std::vector<loom_array_spec> Feed::provides(bool packed) {
 std::vector<loom_array_spec> Feed::provides(const Recipe& recipe, Registry& registry) {
   std::vector<loom_array_spec> made = dataset_sample_spec(recipe, registry);
   if (made.empty()) return provides(recipe.get_bool("data", "pack_sequences"));
-  if (recipe.get_bool("data", "pack_sequences"))
-    throw UsageError("data.pack_sequences = true: dataset/" + recipe.plugin("data") +
-                     " makes its own samples, which the host does not pack");
+  for (const char* key : {"pack_sequences", "pad_sequences"})
+    if (recipe.get_bool("data", key))
+      throw UsageError(std::string("data.") + key + " = true: dataset/" + recipe.plugin("data") +
+                       " makes its own samples, which the host does not pack or pad");
   return made;
 }
 

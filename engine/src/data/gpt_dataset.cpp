@@ -154,7 +154,34 @@ std::shared_ptr<DocumentSource> DocumentSource::read(const loom_dataset_api* api
   return src;
 }
 
+// Padded samples (GptIndexSpec::pad): sample k is document doc_idx[k] from its start, so
+// sample_idx row k is (k, 0) and the shuffle index is the identity; the document index tiles
+// the split's non-empty documents over the epochs needed and shuffles them together.
+GptIndices build_padded_indices(const std::vector<int32_t>& sizes, const GptIndexSpec& spec) {
+  std::vector<int32_t> docs;
+  for (int64_t d = spec.doc_begin; d < spec.doc_end; ++d)
+    if (sizes[(size_t)d] > 0) docs.push_back((int32_t)d);
+  if (docs.empty())
+    throw RunError("documents [" + std::to_string(spec.doc_begin) + ", " +
+                   std::to_string(spec.doc_end) + ") hold no tokens: nothing to sample");
+  const int64_t n = (int64_t)docs.size();
+  const int64_t E = std::max<int64_t>(1, (spec.num_samples + n - 1) / n), S = E * n;
+  GptIndices out;
+  size_index(out, E, n, S);
+  out.num_epochs = E;
+  for (int64_t k = 0; k < S; ++k) out.doc_idx[(size_t)k] = docs[(size_t)(k % n)];
+  loom::RandomState rng(spec.seed);
+  rng.shuffle(out.doc_idx.data(), out.doc_idx.size());
+  for (int64_t k = 0; k <= S; ++k) {
+    out.sample_idx[(size_t)(2 * k)] = k;
+    out.sample_idx[(size_t)(2 * k + 1)] = 0;
+  }
+  for (int64_t k = 0; k < S; ++k) out.shuffle_idx[(size_t)k] = k;
+  return out;
+}
+
 GptIndices build_gpt_indices(const std::vector<int32_t>& sizes, const GptIndexSpec& spec) {
+  if (spec.pad) return build_padded_indices(sizes, spec);
   const int64_t n = spec.doc_end - spec.doc_begin, L = spec.seq_len;
   if (L < 1) throw RunError("seq_len must be >= 1");
   int64_t T = 0;
@@ -223,7 +250,7 @@ std::string gpt_index_hash(const DocumentSource& src, const GptIndexSpec& spec) 
                   "\nsizes " + src.sizes_digest + "\nrange " + std::to_string(spec.doc_begin) +
                   " " + std::to_string(spec.doc_end) + "\nseq_len " + std::to_string(spec.seq_len) +
                   "\nseed " + std::to_string(spec.seed) + "\nsamples " +
-                  std::to_string(spec.num_samples) + "\n";
+                  std::to_string(spec.num_samples) + "\n" + (spec.pad ? "pad\n" : "");
   return sha256_hex(d.data(), d.size()).substr(0, 32);
 }
 
@@ -289,7 +316,7 @@ bool plausible(const GptIndices& x, const std::vector<int32_t>& sizes, const Gpt
 GptIndices load_or_build_gpt_indices(const DocumentSource& src, const GptIndexSpec& spec,
                                      bool use_cache, IndexOrigin* origin) {
   if (origin) *origin = IndexOrigin::kMemory;
-  if (!use_cache || src.cache_prefix.empty()) return build_gpt_indices(src.sizes, spec);
+  if (!use_cache || src.cache_prefix.empty() || spec.pad) return build_gpt_indices(src.sizes, spec);
 
   const std::string stem = src.cache_prefix + "." + gpt_index_hash(src, spec);
   const std::string doc_path = stem + ".doc_idx.npy", sample_path = stem + ".sample_idx.npy",
@@ -334,11 +361,22 @@ GptDataset::GptDataset(std::shared_ptr<DocumentSource> src, const GptIndexSpec& 
   idx_ = load_or_build_gpt_indices(*src_, spec_, use_cache);
 }
 
-void GptDataset::text(int64_t i, int32_t* out) const {
+int64_t GptDataset::text(int64_t i, int32_t* out) const {
   if (i < 0 || i >= size())
     throw RunError(src_->name + ": sample " + std::to_string(i) + " out of range [0, " +
                    std::to_string(size()) + ")");
   const int64_t j = idx_.shuffle_idx[(size_t)i];
+  if (spec_.pad) {  // one document from its start, cut and padded with 0
+    const int32_t doc = idx_.doc_idx[(size_t)idx_.sample_idx[(size_t)(2 * j)]];
+    const int32_t* ids = nullptr;
+    size_t len = 0;
+    check(src_->api->document(src_->ds, doc, &ids, &len),
+          "reading document " + std::to_string(doc));
+    const int64_t n = std::min<int64_t>((int64_t)len, spec_.seq_len + 1);
+    if (n > 0) std::memcpy(out, ids, (size_t)n * sizeof(int32_t));
+    std::fill(out + n, out + spec_.seq_len + 1, 0);
+    return n;
+  }
   const int64_t p0 = idx_.sample_idx[(size_t)(2 * j)], o0 = idx_.sample_idx[(size_t)(2 * j + 1)];
   const int64_t p1 = idx_.sample_idx[(size_t)(2 * j + 2)],
                 o1 = idx_.sample_idx[(size_t)(2 * j + 3)];
@@ -362,6 +400,7 @@ void GptDataset::text(int64_t i, int32_t* out) const {
   if (n != want)
     throw RunError(src_->name + ": sample " + std::to_string(i) + " has " + std::to_string(n) +
                    " tokens instead of " + std::to_string(want));
+  return n;
 }
 
 }  // namespace loom::engine

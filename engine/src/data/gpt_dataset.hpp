@@ -47,6 +47,10 @@ struct GptIndexSpec {
   int64_t seq_len = 0;                 // L
   uint32_t seed = 1234;                // RandomState seed
   int64_t num_samples = 0;             // samples wanted
+  // data.pad_sequences: one document a sample from its first token, cut at L+1 tokens and
+  // padded (the split's non-empty documents, shuffled over as many epochs as the samples
+  // need); never cached, and none of Megatron's GPT arithmetic applies.
+  bool pad = false;
 };
 
 struct GptIndices {
@@ -91,8 +95,9 @@ class GptDataset {
   const GptIndices& indices() const { return idx_; }
   const DocumentSource& source() const { return *src_; }
   int64_t seq_len() const { return spec_.seq_len; }
-  // The L+1 tokens of sample i (tokens = text[:-1], labels = text[1:]).
-  void text(int64_t i, int32_t* out) const;
+  // The L+1 tokens of sample i (tokens = text[:-1], labels = text[1:]); returns how many are
+  // the data's: L+1, or fewer for a padded sample (the rest are 0, not to be trained on).
+  int64_t text(int64_t i, int32_t* out) const;
 
  private:
   std::shared_ptr<DocumentSource> src_;

@@ -54,18 +54,19 @@ Sampler::Origin Sampler::origin(int64_t i) const {
   return {(size_t)blend_.dataset[(size_t)i], blend_.sample[(size_t)i]};
 }
 
-void Sampler::text(int64_t i, int32_t* out) const {
+int64_t Sampler::text(int64_t i, int32_t* out) const {
   if (made()) throw RunError(source(0).name + " makes its own samples: they have no plain text");
   Origin o = origin(i);
-  parts_[o.dataset]->text(o.index, out);
+  return parts_[o.dataset]->text(o.index, out);
 }
 
 void Sampler::sample(int64_t i, int32_t* tokens, int32_t* targets) {
   const int64_t L = parts_[0]->seq_len();
   buf_.resize((size_t)(L + 1));
-  text(i, buf_.data());
+  const int64_t real = text(i, buf_.data());
   std::copy(buf_.begin(), buf_.end() - 1, tokens);
   std::copy(buf_.begin() + 1, buf_.end(), targets);
+  for (int64_t t = std::max<int64_t>(real - 1, 0); t < L; ++t) targets[t] = -1;  // padding
   if (masks_.empty()) return;
   const Origin o = origin(i);
   if (!masks_[o.dataset]) return;
@@ -137,6 +138,7 @@ struct Builder {
     spec.seq_len = seq_len;
     spec.seed = seed;
     spec.num_samples = samples;
+    spec.pad = recipe.get_bool("data", "pad_sequences");
     return std::make_shared<GptDataset>(src, spec, cache);
   }
 

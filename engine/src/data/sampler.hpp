@@ -56,8 +56,9 @@ class Sampler {
     int64_t index;
   };
   Origin origin(int64_t i) const;
-  // The seq_len + 1 tokens of sample i (GPT samples).
-  void text(int64_t i, int32_t* out) const;
+  // The seq_len + 1 tokens of sample i (GPT samples); returns how many are the data's (fewer
+  // for a padded sample, data.pad_sequences).
+  int64_t text(int64_t i, int32_t* out) const;
   // Fills tokens/targets (seq_len each) with sample i: text[:-1] and text[1:], the targets
   // whose token the loss mask says is not trained -1 (ignored by the loss).
   void sample(int64_t i, int32_t* tokens, int32_t* targets);

@@ -260,6 +260,11 @@ constexpr loom_param_spec kData[] = {
           "restart at 0 after every EOD token (Megatron's --reset-position-ids and "
           "--reset-attention-mask), and the target after an EOD is not trained on "
           "(--eod-mask-loss); the micro-batch carries a positions array, which the model reads"),
+    param("pad_sequences", kBool, "false",
+          "one document per sample, from its first token, cut at seq_len + 1 tokens and padded "
+          "(the padding's targets ignored): supervised finetuning's alternative to "
+          "pack_sequences, which never splits a conversation; the documents are shuffled over as "
+          "many epochs as the samples need"),
     param("loss_mask_prefix", kString, "",
           "a loss mask for the [data] dataset (read with the same plugin; 0 = the target of that "
           "token is ignored); \"\" = the <name>_chat_loss_mask_document that `loom preprocess "
