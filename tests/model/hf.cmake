@@ -16,6 +16,12 @@ if(TARGET loom)
                        ENVIRONMENT "${_hostile_env}")
 endif()
 
+# A tokenizer_config.json's chat_template recorded as serve.chat_format when it is a known
+# chat format (hf_chat_format.sh).
+if(TARGET loom)
+  loom_script_test(model.hf_chat_format hf_chat_format.sh 120 "LOOM_PLUGIN_PATH=")
+endif()
+
 find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi OR NOT TARGET loom)
   return()

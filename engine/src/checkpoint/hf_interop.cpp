@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "base/tool_output.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_shards.hpp"
+#include "data/chat_format.hpp"
 #include "loom/cpp/half.hpp"
 #include "recipe/recipe.hpp"
 #include "session/host.hpp"
@@ -320,6 +322,37 @@ HfModel read_hf(const fs::path& dir) {
   return m;
 }
 
+namespace {
+
+// The chat format of the model's tokenizer_config.json chat_template when it is a known one
+// (data/chat_format.hpp), which the imported recipe's serve.chat_format records; "" (and a
+// line saying so) otherwise, when loom serve keeps its serve.chat_template keys.
+std::string hf_chat_format(const fs::path& hf_dir) {
+  const fs::path cfg_path = hf_dir / "tokenizer_config.json";
+  if (!fs::exists(cfg_path)) return "";
+  nlohmann::json cfg;
+  try {
+    std::ifstream f(cfg_path);
+    cfg = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("loom import-hf: " + cfg_path.string() + " is not JSON: " + e.what());
+  }
+  if (!cfg.is_object() || !cfg.contains("chat_template") || !cfg["chat_template"].is_string())
+    return "";
+  const std::string name = ChatFormat::recognise(cfg["chat_template"].get<std::string>());
+  if (name.empty())
+    spdlog::info(
+        "import-hf: the chat_template of {} is none of Loom's chat formats; loom serve uses the "
+        "serve.chat_template keys (docs/serving.md)",
+        cfg_path.string());
+  else
+    spdlog::info("import-hf: chat format {} (the chat_template of {}): serve.chat_format", name,
+                 cfg_path.string());
+  return name;
+}
+
+}  // namespace
+
 void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
   check_checkpoint_output("loom import-hf", out, hf_dir, overwrite, "this import");
   HfModel m = read_hf(hf_dir);
@@ -353,6 +386,8 @@ void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
   const int64_t P = std::stoll(m.arch.model_keys.at("max_seq_len"));
   recipe << "\n[train]\nseq_len = " << std::min<int64_t>(P, 1024)
          << "\n\n[data]\nplugin = \"mock\"\n";
+  if (const std::string f = hf_chat_format(hf_dir); !f.empty())
+    recipe << "\n[serve]\nchat_format = \"" << f << "\"\n";
 
   Checkpoint ck;
   ck.recipe_toml = recipe.str();
