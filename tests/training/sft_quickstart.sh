@@ -29,4 +29,10 @@ evals = [r["eval_loss"] for r in rows if "eval_loss" in r]
 print(f"assistant-token loss {train[0]:.3f} -> {train[-1]:.3f}; eval {evals}")
 assert train[0] > 5.0 and train[-1] < 2.0 and evals[-1] < evals[0], (train[0], train[-1], evals)
 '
+# A chat format that does not exist is refused where the recipe is read (exit 2).
+status=0
+"$loom" validate "$root/recipes/sft-quickstart.toml" --set serve.chat_format=vicuna \
+  > bad.log 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "serve.chat_format: unknown chat format 'vicuna'" bad.log ||
+  { echo "FAIL: serve.chat_format=vicuna gave $status:"; cat bad.log; exit 1; }
 echo "PASS"
