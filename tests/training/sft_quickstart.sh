@@ -33,6 +33,6 @@ assert train[0] > 5.0 and train[-1] < 2.0 and evals[-1] < evals[0], (train[0], t
 status=0
 "$loom" validate "$root/recipes/sft-quickstart.toml" --set serve.chat_format=vicuna \
   > bad.log 2>&1 || status=$?
-[ "$status" = 2 ] && grep -q "serve.chat_format: unknown chat format 'vicuna'" bad.log ||
+[ "$status" = 2 ] && grep -q "serve.chat_format: unknown chat format 'vicuna' (known: chatml" bad.log ||
   { echo "FAIL: serve.chat_format=vicuna gave $status:"; cat bad.log; exit 1; }
 echo "PASS"

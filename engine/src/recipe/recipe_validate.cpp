@@ -361,7 +361,7 @@ class RecipeValidator {
     try {
       ChatFormat::named(v.s);
     } catch (const UsageError& e) {
-      throw UsageError(where(v, "serve", "chat_format") + ": serve.chat_format: " + e.what());
+      throw UsageError(where(v, "serve", "chat_format") + ": " + e.what());
     }
   }
 
