@@ -6,8 +6,10 @@
 // whole, and the trained ids decode to the replies.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -201,4 +203,66 @@ TEST_CASE("chat data with gpt2-bpe: the text tokenised whole, a masked run per r
     for (size_t i = 0; i < b.size(); ++i) replies += b[i] && (i == 0 || !b[i - 1]);
     CHECK(runs == replies);
   }
+}
+
+TEST_CASE("chat data with hf-json: the markers are single special ids, and one BOS") {
+  const std::string shared = LOOM_SHARED_DATA;
+  const std::string skeleton =
+      std::string(loomtest_source_dir()) + "/tests/tokenizer/data/hf-llama3-skeleton.json";
+  if (!fs::exists(std::string(LOOM_TEST_PLUGIN_DIR) + "/loom-tokenizer-hf-json.so") ||
+      !fs::exists(shared + "/gpt2/gpt2-vocab.json")) {
+    loomtest::skip("chat data with hf-json: the plugin or " + shared + " is absent");
+    return;
+  }
+  // Llama 3's skeleton (GPT-2's vocabulary, <|begin_of_text|> 50257 added first by its
+  // post-processor) with the chat markers as special tokens.
+  nlohmann::json j = nlohmann::json::parse(loomtest::slurp(skeleton));
+  j["model"]["vocab"] = nlohmann::json::parse(loomtest::slurp(shared + "/gpt2/gpt2-vocab.json"));
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream in(loomtest::slurp(shared + "/gpt2/gpt2-merges.txt"));
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false)
+    if (!first && !line.empty()) merges.push_back(line);
+  j["model"]["merges"] = merges;
+  const char* markers[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  for (int k = 0; k < 3; ++k)
+    j["added_tokens"].push_back({{"id", 50259 + k},
+                                 {"content", markers[k]},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", true}});
+  TempDir dir("preprocess-chat");
+  spit(dir / "tokenizer.json", j.dump());
+  spit(dir / "one.jsonl", R"({"messages": [{"role": "user", "content": "Hello"}, )"
+                          R"({"role": "assistant", "content": "Hi there!"}]})"
+                          "\n");
+  const auto run = [&](const std::string& name, const std::string& extra) {
+    const Result r = run_loom("preprocess --input " + q(dir / "one.jsonl") + " --output-prefix " +
+                              q(dir / name) + " --tokenizer hf-json --tokenizer-model " +
+                              q(dir / "tokenizer.json") + " --chat-format llama3 " + extra);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    return std::make_pair(flat(read_docs(dir / (name + "_chat_document")), 0),
+                          flat(read_docs(dir / (name + "_chat_loss_mask_document")), 0));
+  };
+  const auto [ids, mask] = run("a", "");
+  const auto count = [&](int32_t id) { return std::count(ids.begin(), ids.end(), id); };
+  CHECK(ids.front() == 50257);  // the rendered text's BOS, and no second one
+  CHECK(count(50257) == 1);
+  CHECK(count(50259) == 2);  // one id per marker: a header per message
+  CHECK(count(50260) == 2);
+  CHECK(count(50261) == 2);
+  // trained: exactly the reply's ids and its <|eot_id|>, after the last "\n\n" (628)
+  const size_t last_nl =
+      ids.size() - 1 - (size_t)(std::find(ids.rbegin(), ids.rend(), 628) - ids.rbegin());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CAPTURE(i);
+    CHECK(mask[i] == (i > last_nl ? 1 : 0));
+  }
+  CHECK(ids.back() == 50261);
+  // the user's own add_special_tokens=true wins: the post-processor's BOS comes too
+  const auto [twice, twice_mask] = run("b", "--tokenizer-option add_special_tokens=true");
+  CHECK(std::count(twice.begin(), twice.end(), 50257) == 2);
+  (void)twice_mask;
 }
