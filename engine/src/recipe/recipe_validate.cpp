@@ -10,7 +10,6 @@
 
 #include "base/errors.hpp"
 #include "base/require_regular.hpp"
-#include "data/chat_format.hpp"
 #include "loader/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "recipe/samples_wanted.hpp"
@@ -189,7 +188,6 @@ class RecipeValidator {
       check_section(ps.name, schema);
     }
     check_train_sizes();
-    check_chat_format();
     r_.validated_ = true;
   }
 
@@ -350,18 +348,6 @@ class RecipeValidator {
       throw UsageError(
           at({"iters", "global_batch_size", "micro_batch_size", "eval_iters", "eval_interval"}) +
           ": " + e.what());
-    }
-  }
-
-  // serve.chat_format names a chat format (data/chat_format.hpp): refused here, where the
-  // recipe is read, rather than when a checkpoint of it is served.
-  void check_chat_format() const {
-    const Value& v = r_.sections_.at("serve").values.at("chat_format");
-    if (v.s.empty()) return;
-    try {
-      ChatFormat::named(v.s);
-    } catch (const UsageError& e) {
-      throw UsageError(where(v, "serve", "chat_format") + ": " + e.what());
     }
   }
 

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "base/errors.hpp"
+#include "data/chat_format.hpp"
 #include "loader/registry.hpp"
 #include "loom/cpp/describe.hpp"
 #include "session/host.hpp"
@@ -55,6 +56,15 @@ void check_batch_spec(const loom_array_spec* wants, size_t num_wants,
 }
 
 Recipe& check_model_batch(Recipe& recipe, Registry& registry) {
+  // serve.chat_format names a chat format (data/chat_format.hpp): refused here, which `loom
+  // run` and `loom validate` both pass, rather than when a checkpoint of it is served.
+  if (const std::string f = recipe.get_string("serve", "chat_format"); !f.empty()) {
+    try {
+      ChatFormat::named(f);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("serve.chat_format: ") + e.what());
+    }
+  }
   const std::string model = recipe.plugin("model");
   const PluginInfo& info = registry.get(LOOM_KIND_MODEL, model);
   const auto* api = static_cast<const loom_model_api*>(info.desc->api);
