@@ -266,3 +266,53 @@ TEST_CASE("chat data with hf-json: the markers are single special ids, and one B
   CHECK(std::count(twice.begin(), twice.end(), 50257) == 2);
   (void)twice_mask;
 }
+
+TEST_CASE("preference pairs: the chosen and the rejected conversation of each line, paired") {
+  TempDir dir("preprocess-chat");
+  spit(
+      dir / "pairs.jsonl",
+      R"({"prompt": "2+2?", "chosen": "4", "rejected": "5"})"
+      "\n"
+      R"({"prompt": [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "hi"}], )"
+      R"("chosen": [{"role": "assistant", "content": "Hello."}], "rejected": "Go away."})"
+      "\n");
+  Result r = run_loom("preprocess --input " + q(dir / "pairs.jsonl") + " --output-prefix " +
+                      q(dir / "p") + " --tokenizer byte --chat-format chatml --preference-pairs");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string sys =
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+      "assistant.<|im_end|>\n";
+  const std::string want[2][2] = {
+      {sys + "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n",
+       sys + "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n5<|im_end|>\n"},
+      {"<|im_start|>system\nBe exact.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+       "<|im_start|>assistant\nHello.<|im_end|>\n",
+       "<|im_start|>system\nBe exact.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+       "<|im_start|>assistant\nGo away.<|im_end|>\n"}};
+  const char* sides[2] = {"chosen", "rejected"};
+  for (int s = 0; s < 2; ++s) {
+    const Docs ids = read_docs(dir / ("p_" + std::string(sides[s]) + "_document"));
+    const Docs mask = read_docs(dir / ("p_" + std::string(sides[s]) + "_loss_mask_document"));
+    REQUIRE(ids.size() == 2);
+    for (size_t d = 0; d < 2; ++d) {
+      CAPTURE(sides[s]);
+      CAPTURE(d);
+      const std::vector<int32_t> got = flat(ids, d);
+      CHECK(std::string(got.begin(), got.end()) == want[d][s]);
+      CHECK(flat(mask, d) == trained_bytes(want[d][s], "<|im_start|>assistant\n", "<|im_end|>"));
+    }
+  }
+  spit(dir / "bad.jsonl", R"({"prompt": "x", "chosen": "y"})"
+                          "\n");
+  r = run_loom("preprocess --input " + q(dir / "bad.jsonl") + " --output-prefix " + q(dir / "b") +
+               " --tokenizer byte --chat-format chatml --preference-pairs");
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(contains(r.err,
+                         "bad.jsonl:1: a preference pair needs \"prompt\", \"chosen\" and "
+                         "\"rejected\"; no \"rejected\""),
+                r.err);
+  r = run_loom("preprocess --input " + q(dir / "pairs.jsonl") + " --output-prefix " + q(dir / "c") +
+               " --tokenizer byte --preference-pairs");
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "--preference-pairs needs --chat-format or --chat-template"));
+}

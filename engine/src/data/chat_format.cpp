@@ -275,39 +275,71 @@ std::string ChatFormat::stop() const {
   return trim(template_.substr(template_.find("{content}") + 9));
 }
 
+namespace {
+
+std::string text_of(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_string())
+    throw std::invalid_argument(what + " is a " + j.type_name() + ", not a string");
+  return j.get<std::string>();
+}
+
+// The messages of list `key` of `line` ("messages", or a preference pair's member).
+std::vector<ChatMessage> messages_of(const nlohmann::json& list, const std::string& key) {
+  if (!list.is_array() || list.empty())
+    throw std::invalid_argument("\"" + key + "\" must be a non-empty list of {role, content}");
+  std::vector<ChatMessage> m;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& x = list[i];
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    if (!x.is_object() || !x.contains("role"))
+      throw std::invalid_argument(at + " must be an object with a role and a content");
+    const std::string role = text_of(x["role"], at + ".role");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      throw std::invalid_argument(at + ".role '" + role +
+                                  "' is none of system, user, assistant, tool");
+    if (x.contains("tool_calls") && !x["tool_calls"].is_null())
+      throw std::invalid_argument(at + " has tool_calls, which no chat format here renders");
+    if (!x.contains("content")) throw std::invalid_argument(at + " has no content");
+    m.push_back({role, text_of(x["content"], at + ".content")});
+  }
+  return m;
+}
+
+// A string as one turn of `role`, or a list of messages.
+std::vector<ChatMessage> turns_of(const nlohmann::json& j, const std::string& key,
+                                  const char* role) {
+  if (j.is_string()) return {{role, j.get<std::string>()}};
+  return messages_of(j, key);
+}
+
+}  // namespace
+
 std::vector<ChatMessage> parse_conversation(const nlohmann::json& line) {
   if (!line.is_object())
     throw std::invalid_argument("expected a JSON object, got " + std::string(line.type_name()));
-  const auto text = [](const nlohmann::json& j, const std::string& what) {
-    if (!j.is_string())
-      throw std::invalid_argument(what + " is a " + j.type_name() + ", not a string");
-    return j.get<std::string>();
-  };
-  std::vector<ChatMessage> m;
-  if (auto it = line.find("messages"); it != line.end()) {
-    if (!it->is_array() || it->empty())
-      throw std::invalid_argument("\"messages\" must be a non-empty list of {role, content}");
-    for (size_t i = 0; i < it->size(); ++i) {
-      const nlohmann::json& x = (*it)[i];
-      const std::string at = "messages[" + std::to_string(i) + "]";
-      if (!x.is_object() || !x.contains("role"))
-        throw std::invalid_argument(at + " must be an object with a role and a content");
-      const std::string role = text(x["role"], at + ".role");
-      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-        throw std::invalid_argument(at + ".role '" + role +
-                                    "' is none of system, user, assistant, tool");
-      if (x.contains("tool_calls") && !x["tool_calls"].is_null())
-        throw std::invalid_argument(at + " has tool_calls, which no chat format here renders");
-      if (!x.contains("content")) throw std::invalid_argument(at + " has no content");
-      m.push_back({role, text(x["content"], at + ".content")});
-    }
-    return m;
-  }
+  if (auto it = line.find("messages"); it != line.end()) return messages_of(*it, "messages");
   if (line.contains("prompt") && line.contains("completion"))
-    return {{"user", text(line["prompt"], "\"prompt\"")},
-            {"assistant", text(line["completion"], "\"completion\"")}};
+    return {{"user", text_of(line["prompt"], "\"prompt\"")},
+            {"assistant", text_of(line["completion"], "\"completion\"")}};
   throw std::invalid_argument(
       "no \"messages\" (a conversation) nor \"prompt\" and \"completion\" (a pair)");
+}
+
+std::pair<std::vector<ChatMessage>, std::vector<ChatMessage>> parse_preference(
+    const nlohmann::json& line) {
+  if (!line.is_object())
+    throw std::invalid_argument("expected a JSON object, got " + std::string(line.type_name()));
+  for (const char* key : {"prompt", "chosen", "rejected"})
+    if (!line.contains(key))
+      throw std::invalid_argument(std::string("a preference pair needs \"prompt\", \"chosen\" "
+                                              "and \"rejected\"; no \"") +
+                                  key + "\"");
+  std::vector<ChatMessage> chosen = turns_of(line["prompt"], "prompt", "user");
+  std::vector<ChatMessage> rejected = chosen;
+  for (const ChatMessage& x : turns_of(line["chosen"], "chosen", "assistant")) chosen.push_back(x);
+  for (const ChatMessage& x : turns_of(line["rejected"], "rejected", "assistant"))
+    rejected.push_back(x);
+  return {chosen, rejected};
 }
 
 std::string join_text(const std::vector<ChatPiece>& pieces) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::engine {
@@ -64,6 +65,13 @@ class ChatFormat {
 // {"prompt": ..., "completion": ...} (a user turn and the assistant's reply). Throws
 // std::invalid_argument naming what is wrong.
 std::vector<ChatMessage> parse_conversation(const nlohmann::json& line);
+
+// A preference pair of one JSON line (DPO's data): {"prompt", "chosen", "rejected"}, each a
+// string (the prompt a user turn, the answers an assistant turn) or a list of messages (the
+// prompt's conversation, the answers' turns); returns the chosen and the rejected
+// conversations, the prompt first in both. Throws std::invalid_argument.
+std::pair<std::vector<ChatMessage>, std::vector<ChatMessage>> parse_preference(
+    const nlohmann::json& line);
 
 // The pieces concatenated.
 std::string join_text(const std::vector<ChatPiece>& pieces);

@@ -82,7 +82,7 @@ struct BadLine : std::runtime_error {
 
 // The outputs' keys: --json-keys, or a conversation's ids and loss mask.
 std::vector<std::string> output_keys(const PreprocessOptions& o) {
-  return o.chat() ? std::vector<std::string>{"chat", "chat_loss_mask"} : o.json_keys;
+  return o.chat() ? chat_output_keys(o.preference) : o.json_keys;
 }
 
 class ChunkEncoder {
@@ -154,21 +154,17 @@ class ChunkEncoder {
   }
 
   void chat_into(const nlohmann::json& doc, Chunk& c) {
+    std::vector<std::vector<int32_t>> arrays;
     try {
-      encode_chat(*chat_, tok_, doc, chat_ids_, chat_mask_);
+      arrays = encode_chat_line(*chat_, tok_, doc, o_.preference, o_.append_eod ? eod_ : -1);
     } catch (const ChatRefused& e) {
       throw BadLine("chat format " + chat_->name() + " refuses this conversation: " + e.what());
     } catch (const std::invalid_argument& e) {
       throw BadLine(e.what());
     }
-    if (o_.append_eod) {  // packed conversations end at it (data.pack_sequences); not trained
-      chat_ids_.push_back(static_cast<int32_t>(eod_));
-      chat_mask_.push_back(0);
-    }
-    for (size_t k = 0; k < 2; ++k) {
-      const std::vector<int32_t>& v = k == 0 ? chat_ids_ : chat_mask_;
-      c.keys[k].ids.insert(c.keys[k].ids.end(), v.begin(), v.end());
-      c.keys[k].seq_lens.push_back(static_cast<int32_t>(v.size()));
+    for (size_t k = 0; k < arrays.size(); ++k) {  // each one document of one sequence
+      c.keys[k].ids.insert(c.keys[k].ids.end(), arrays[k].begin(), arrays[k].end());
+      c.keys[k].seq_lens.push_back(static_cast<int32_t>(arrays[k].size()));
       c.keys[k].doc_seqs.push_back(1);
     }
   }
@@ -204,7 +200,6 @@ class ChunkEncoder {
   Tokenizer& tok_;
   int64_t eod_;
   std::optional<ChatFormat> chat_;
-  std::vector<int32_t> chat_ids_, chat_mask_;
 };
 
 // The workers: each takes the next queued chunk, encodes it, marks it done.
@@ -380,6 +375,8 @@ void check_options(const PreprocessOptions& o) {
     throw UsageError("loom preprocess: --workers must be between 1 and 256, got " +
                      std::to_string(o.workers));
   if (o.chunk_bytes < 1) throw UsageError("loom preprocess: --chunk-bytes must be >= 1");
+  if (o.preference && !o.chat())
+    throw UsageError("loom preprocess: --preference-pairs needs --chat-format or --chat-template");
   if (o.chat()) {  // a conversation is one sequence, ended by its format's own markers
     if (o.split_sentences)
       throw UsageError(
@@ -430,7 +427,7 @@ PreprocessStats preprocess(const PreprocessOptions& o, Registry& registry) {
     out.prefix = o.output_prefix + "_" + key + "_" + level;
     try {
       writers.push_back(std::make_unique<megatron::Writer>(
-          out.prefix, key == "chat_loss_mask" ? megatron::DType::u8 : dtype));
+          out.prefix, o.chat() && key.ends_with("_loss_mask") ? megatron::DType::u8 : dtype));
     } catch (const megatron::FormatError& e) {
       throw RunError(e.what());
     }
@@ -531,6 +528,9 @@ int cmd_preprocess(const std::vector<std::string>& args) {
       "one): writes <prefix>_chat_document and its loss mask <prefix>_chat_loss_mask_document")(
       "chat-template", po::value<std::string>(&o.chat_template),
       "conversations in a plain template instead, e.g. \"<|{role}|>\\n{content}</s>\\n\"")(
+      "preference-pairs", po::bool_switch(&o.preference),
+      "with a chat format: lines are {\"prompt\", \"chosen\", \"rejected\"} (DPO's data), "
+      "written as <prefix>_chosen_document and <prefix>_rejected_document, each with its mask")(
       "dataset-impl", po::value<std::string>(&dataset_impl),
       "accepted for Megatron scripts: only mmap (the format written)");
   add_tokenizer_options(opts, o.tokenizer, type_alias);

@@ -27,8 +27,9 @@ struct PreprocessOptions {
   size_t chunk_bytes = size_t{1} << 20;  // input lines are handed to workers in chunks
   double log_interval_s = 10;            // progress lines when stderr is not a terminal
   // Conversations (data/preprocess_chat.hpp): --chat-format NAME or tokenizer_config.json,
-  // or --chat-template TEXT; then the outputs are the keys chat and chat_loss_mask.
+  // or --chat-template TEXT; then the outputs are chat_output_keys (preprocess_chat.hpp).
   std::string chat_format, chat_template;
+  bool preference = false;  // --preference-pairs: lines are prompt/chosen/rejected
   bool chat() const { return !chat_format.empty() || !chat_template.empty(); }
 };
 

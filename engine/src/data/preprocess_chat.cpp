@@ -36,9 +36,11 @@ ChatFormat chat_format_of(const std::string& format, const std::string& plain_te
   return ChatFormat::named(name);
 }
 
-void encode_chat(const ChatFormat& format, Tokenizer& tok, const nlohmann::json& line,
-                 std::vector<int32_t>& ids, std::vector<int32_t>& mask) {
-  const std::vector<ChatPiece> pieces = format.render(parse_conversation(line));
+namespace {
+
+void encode_chat(const ChatFormat& format, Tokenizer& tok, const std::vector<ChatMessage>& m,
+                 int64_t eod, std::vector<int32_t>& ids, std::vector<int32_t>& mask) {
+  const std::vector<ChatPiece> pieces = format.render(m);
   const std::string text = join_text(pieces);
   auto [all, n] = tok.encode(text.data(), text.size());
   ids.assign(all, all + n);
@@ -56,6 +58,33 @@ void encode_chat(const ChatFormat& format, Tokenizer& tok, const nlohmann::json&
               pieces[k].trained ? 1 : 0);
     start = stop;
   }
+  if (eod >= 0) {  // packed conversations end at it (data.pack_sequences); not trained
+    ids.push_back(static_cast<int32_t>(eod));
+    mask.push_back(0);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> chat_output_keys(bool preference) {
+  if (preference) return {"chosen", "chosen_loss_mask", "rejected", "rejected_loss_mask"};
+  return {"chat", "chat_loss_mask"};
+}
+
+std::vector<std::vector<int32_t>> encode_chat_line(const ChatFormat& format, Tokenizer& tok,
+                                                   const nlohmann::json& line, bool preference,
+                                                   int64_t eod) {
+  std::vector<std::vector<ChatMessage>> convs;
+  if (preference) {
+    auto [chosen, rejected] = parse_preference(line);
+    convs = {std::move(chosen), std::move(rejected)};
+  } else {
+    convs = {parse_conversation(line)};
+  }
+  std::vector<std::vector<int32_t>> out(2 * convs.size());
+  for (size_t k = 0; k < convs.size(); ++k)
+    encode_chat(format, tok, convs[k], eod, out[2 * k], out[2 * k + 1]);
+  return out;
 }
 
 }  // namespace loom::engine
