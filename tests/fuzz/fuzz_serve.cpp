@@ -10,7 +10,8 @@
 // derived from its prompt (or, when the input's first byte says so, refuses it as busy).
 // Any 5xx from handle() is a finding: a bad request must get a 4xx naming the problem.
 //
-// Input: byte 0 options (bit 0: the batcher refuses), then the raw HTTP request.
+// Input: byte 0 options (bit 0: the batcher refuses; bit 1: serve.chat_format = mistral
+// instead of the chat template keys), then the raw HTTP request.
 #include <boost/beast/http.hpp>
 
 #include "fuzz_host.hpp"
@@ -112,10 +113,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static le::ServeApi api(
       model, batch,
       le::ServeConfig{"fuzz", 128, 16, "<|im_start|>{role}\n{content}<|im_end|>\n",
-                      "<|im_start|>assistant\n", "<|im_end|>"},
+                      "<|im_start|>assistant\n", "<|im_end|>", std::nullopt},
       draining);
+  // serve.chat_format: Mistral's, whose refusals (roles that do not alternate) are 400s
+  static le::ServeApi formatted(
+      model, batch,
+      le::ServeConfig{"fuzz", 128, 16, "", "", "</s>", le::ChatFormat::named("mistral")}, draining);
   if (size == 0) return 0;
   le::g_refuse = data[0] & 1;
+  le::ServeApi& chosen = data[0] & 2 ? formatted : api;
   http::request_parser<http::string_body> parser;
   parser.body_limit(1 << 20);
   parser.eager(true);
@@ -129,6 +135,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto& req = parser.get();
   Recorder out;
-  api.handle(std::string(req.method_string()), std::string(req.target()), req.body(), out);
+  chosen.handle(std::string(req.method_string()), std::string(req.target()), req.body(), out);
   return 0;
 }
