@@ -91,6 +91,10 @@ bool read_npy(const std::string& path, char type, int itemsize, const std::vecto
 class GptDataset {
  public:
   GptDataset(std::shared_ptr<DocumentSource> src, const GptIndexSpec& spec, bool use_cache);
+  // `src` sampled by the index of `same`, whose source's documents have src's lengths (a
+  // chat dataset's loss mask beside its tokens): nothing is built or cached again.
+  GptDataset(std::shared_ptr<DocumentSource> src, const GptDataset& same)
+      : src_(std::move(src)), spec_(same.spec_), idx_(same.idx_) {}
   int64_t size() const { return (int64_t)idx_.shuffle_idx.size(); }
   const GptIndices& indices() const { return idx_; }
   const DocumentSource& source() const { return *src_; }

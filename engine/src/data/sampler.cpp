@@ -172,8 +172,10 @@ struct Builder {
     auto with_mask = [&](size_t i, int64_t samples) {
       auto& [src, r] = ranges[i];
       auto m = made ? nullptr : mask_of(entries[i].prefix, *src);
-      masks.push_back(m ? part(m, r.begin[k], r.end[k], samples) : nullptr);
-      return part(src, r.begin[k], r.end[k], samples);
+      auto tokens = part(src, r.begin[k], r.end[k], samples);
+      // the mask's documents have the tokens' lengths (mask_of): the same index serves both
+      masks.push_back(m ? std::make_shared<GptDataset>(m, *tokens) : nullptr);
+      return tokens;
     };
     auto masked = [&](std::unique_ptr<Sampler> s) {
       if (std::any_of(masks.begin(), masks.end(), [](const auto& m) { return m != nullptr; }))
