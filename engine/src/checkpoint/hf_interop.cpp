@@ -8,7 +8,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -329,17 +328,9 @@ namespace {
 // line saying so) otherwise, when loom serve keeps its serve.chat_template keys.
 std::string hf_chat_format(const fs::path& hf_dir) {
   const fs::path cfg_path = hf_dir / "tokenizer_config.json";
-  if (!fs::exists(cfg_path)) return "";
-  nlohmann::json cfg;
-  try {
-    std::ifstream f(cfg_path);
-    cfg = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError("loom import-hf: " + cfg_path.string() + " is not JSON: " + e.what());
-  }
-  if (!cfg.is_object() || !cfg.contains("chat_template") || !cfg["chat_template"].is_string())
-    return "";
-  const std::string name = ChatFormat::recognise(cfg["chat_template"].get<std::string>());
+  const std::string jinja = ChatFormat::template_in(cfg_path, "loom import-hf");
+  if (jinja.empty()) return "";
+  const std::string name = ChatFormat::recognise(jinja);
   if (name.empty())
     spdlog::info(
         "import-hf: the chat_template of {} is none of Loom's chat formats; loom serve uses the "

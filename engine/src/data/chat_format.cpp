@@ -6,9 +6,11 @@
 // the real templates render for a set of conversations; test_chat_format checks every one.
 #include "data/chat_format.hpp"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/errors.hpp"
+#include "base/strings.hpp"
 
 namespace loom::engine {
 namespace {
@@ -163,12 +165,6 @@ Pieces deepseek_v3(const std::vector<ChatMessage>& m, bool gen) {
   return p;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-    s.replace(at, from.size(), to);
-  return s;
-}
-
 Pieces plain_render(const std::string& tmpl, const std::vector<ChatMessage>& m, bool gen) {
   const size_t at = tmpl.find("{content}");
   const std::string before = tmpl.substr(0, at), after = tmpl.substr(at + 9);
@@ -196,10 +192,29 @@ ChatFormat ChatFormat::named(const std::string& name) {
                                Kind::deepseek_v3};
   for (size_t i = 0; i < names().size(); ++i)
     if (names()[i] == name) return ChatFormat(kinds[i], name);
+  throw UsageError("unknown chat format '" + name + "' (known: " + known() +
+                   ", or a plain template with {role} and {content})");
+}
+
+std::string ChatFormat::known() {
   std::string list;
   for (const std::string& n : names()) list += (list.empty() ? "" : ", ") + n;
-  throw UsageError("unknown chat format '" + name + "' (known: " + list +
-                   ", or a plain template with {role} and {content})");
+  return list;
+}
+
+std::string ChatFormat::template_in(const std::filesystem::path& config, const std::string& who) {
+  if (!std::filesystem::exists(config)) return "";
+  std::ifstream f(config);
+  if (!f) throw UsageError(who + ": cannot read " + config.string());
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(who + ": " + config.string() + " is not JSON: " + e.what());
+  }
+  if (!cfg.is_object() || !cfg.contains("chat_template") || !cfg["chat_template"].is_string())
+    return "";
+  return cfg["chat_template"].get<std::string>();
 }
 
 ChatFormat ChatFormat::plain(const std::string& tmpl) {

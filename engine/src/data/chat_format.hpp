@@ -6,6 +6,7 @@
 // family's published template with python3-jinja2 (make_references.py beside them).
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
@@ -40,6 +41,10 @@ class ChatFormat {
   // template's text after {content}. Throws UsageError without exactly one {content}.
   static ChatFormat plain(const std::string& tmpl);
   static const std::vector<std::string>& names();
+  static std::string known();  // the names, comma-separated, for messages
+  // The chat_template string of a Hugging Face tokenizer_config.json, or "" when it has none
+  // (a missing file too). Throws UsageError, prefixed with `who`, when it is not JSON.
+  static std::string template_in(const std::filesystem::path& config, const std::string& who);
   // The known format whose Hugging Face `chat_template` this is, or "" (its distinctive
   // markers and rules: a template that renders otherwise, such as Llama 3.1's dated system
   // block or Qwen3's thinking tags, is not one of them).

@@ -59,10 +59,7 @@ void print_samples(Recipe& recipe, Registry& registry, const std::string& split,
   feed.sampler = &s;
   if (s.made()) feed.allocate(1, seq_len, -1, made);
   if (targets)  // as training reads them: the loss mask, and packing's document ends
-    feed.allocate(1, seq_len,
-                  recipe.get_bool("data", "pack_sequences")
-                      ? session.tokenizer().api->eod_id(session.tokenizer().self)
-                      : -1);
+    feed.allocate(1, seq_len, Feed::packed_eod(recipe, session.tokenizer()));
   std::vector<int32_t> text((size_t)(seq_len + 1));
   const int64_t end = first + std::min(count, std::max<int64_t>(s.size() - first, 0));
   for (int64_t i = first; i < end; ++i) {

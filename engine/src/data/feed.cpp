@@ -43,6 +43,15 @@ std::vector<loom_array_spec> Feed::provides(const Recipe& recipe, Registry& regi
   return made;
 }
 
+int64_t Feed::packed_eod(const Recipe& recipe, const loom_tokenizer_ref& tok) {
+  if (!recipe.get_bool("data", "pack_sequences")) return -1;
+  const int64_t eod = tok.api->eod_id(tok.self);
+  if (eod < 0)
+    throw UsageError(
+        "data.pack_sequences = true: the tokenizer has no EOD token to end documents with");
+  return eod;
+}
+
 void Feed::allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod,
                     std::vector<loom_array_spec> made_spec) {
   mbs = micro_batch;

@@ -36,6 +36,9 @@ struct Feed {
   std::vector<std::vector<int32_t>> made_data;
   std::vector<int64_t> made_row;
 
+  // allocate's packed_eod for the recipe: the tokenizer's EOD with data.pack_sequences (a
+  // UsageError when it has none), else -1.
+  static int64_t packed_eod(const Recipe& recipe, const loom_tokenizer_ref& tok);
   void allocate(int64_t micro_batch, int64_t tokens_per_sample, int64_t packed_eod,
                 std::vector<loom_array_spec> made_spec = {});
   static loom_error* get(void* user, int64_t i, loom_microbatch* out);

@@ -250,7 +250,7 @@ std::string gpt_index_hash(const DocumentSource& src, const GptIndexSpec& spec) 
                   "\nsizes " + src.sizes_digest + "\nrange " + std::to_string(spec.doc_begin) +
                   " " + std::to_string(spec.doc_end) + "\nseq_len " + std::to_string(spec.seq_len) +
                   "\nseed " + std::to_string(spec.seed) + "\nsamples " +
-                  std::to_string(spec.num_samples) + "\n" + (spec.pad ? "pad\n" : "");
+                  std::to_string(spec.num_samples) + "\n";
   return sha256_hex(d.data(), d.size()).substr(0, 32);
 }
 

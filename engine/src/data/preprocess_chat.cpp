@@ -1,7 +1,7 @@
 #include "data/preprocess_chat.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "base/errors.hpp"
@@ -14,25 +14,17 @@ ChatFormat chat_format_of(const std::string& format, const std::string& plain_te
     throw UsageError(command + ": --chat-format and --chat-template are alternatives");
   if (!plain_template.empty()) return ChatFormat::plain(plain_template);
   if (!format.ends_with(".json")) return ChatFormat::named(format);
-  std::ifstream f(format);
-  if (!f) throw UsageError(command + ": --chat-format: cannot read " + format);
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(command + ": --chat-format: " + format + " is not JSON: " + e.what());
-  }
-  if (!cfg.is_object() || !cfg.contains("chat_template") || !cfg["chat_template"].is_string())
-    throw UsageError(command + ": --chat-format: " + format +
+  const std::string flag = command + ": --chat-format";
+  if (!std::filesystem::exists(format)) throw UsageError(flag + ": cannot read " + format);
+  const std::string jinja = ChatFormat::template_in(format, flag);
+  if (jinja.empty())
+    throw UsageError(flag + ": " + format +
                      " has no chat_template string (a tokenizer_config.json has one)");
-  const std::string name = ChatFormat::recognise(cfg["chat_template"].get<std::string>());
-  if (name.empty()) {
-    std::string list;
-    for (const std::string& n : ChatFormat::names()) list += (list.empty() ? "" : ", ") + n;
-    throw UsageError(command + ": --chat-format: the chat_template of " + format +
-                     " is none of the known formats (" + list +
+  const std::string name = ChatFormat::recognise(jinja);
+  if (name.empty())
+    throw UsageError(flag + ": the chat_template of " + format + " is none of the known formats (" +
+                     ChatFormat::known() +
                      "); name one with --chat-format or give --chat-template TEXT");
-  }
   return ChatFormat::named(name);
 }
 

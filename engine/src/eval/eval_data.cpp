@@ -1,17 +1,14 @@
 // The samples of `loom eval`, built as Megatron's zero-shot tasks build them.
 #include <algorithm>
 #include <regex>
+#include <utility>
 
+#include "base/strings.hpp"
 #include "eval/eval.hpp"
 
 namespace loom::engine {
 
 namespace {
-
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-    s.replace(at, from.size(), to);
-}
 
 const char* const kSpace = " \t\n\r\f\v";
 
@@ -19,17 +16,17 @@ const char* const kSpace = " \t\n\r\f\v";
 
 std::string wikitext_detokenize(std::string s) {
   // contractions
-  replace_all(s, "s '", "s'");
+  s = replace_all(std::move(s), "s '", "s'");
   s = std::regex_replace(s, std::regex("/' [0-9]/"),
                          "/'[0-9]/");  // (sic: a literal, as Megatron's)
   // number separators
-  replace_all(s, " @-@ ", "-");
-  replace_all(s, " @,@ ", ",");
-  replace_all(s, " @.@ ", ".");
+  s = replace_all(std::move(s), " @-@ ", "-");
+  s = replace_all(std::move(s), " @,@ ", ",");
+  s = replace_all(std::move(s), " @.@ ", ".");
   // punctuation
   for (const char* p : {" : ", " ; ", " . ", " ! ", " ? ", " , "}) {
     const std::string from = p;
-    replace_all(s, from, from.substr(1));
+    s = replace_all(std::move(s), from, from.substr(1));
   }
   // double brackets
   s = std::regex_replace(s, std::regex(R"(\(\s*([^\)]*?)\s*\))"), "($1)");
@@ -38,14 +35,14 @@ std::string wikitext_detokenize(std::string s) {
   s = std::regex_replace(s, std::regex(R"("\s*([^"]*?)\s*")"), "\"$1\"");
   s = std::regex_replace(s, std::regex(R"('\s*([^']*?)\s*')"), "'$1'");
   // miscellaneous
-  replace_all(s, "= = = =", "====");
-  replace_all(s, "= = =", "===");
-  replace_all(s, "= =", "==");
-  replace_all(s, " \xC2\xB0 ", "\xC2\xB0");  // chr(176), the degree sign
-  replace_all(s, " \n", "\n");
-  replace_all(s, "\n ", "\n");
-  replace_all(s, " N ", " 1 ");
-  replace_all(s, " 's", "'s");
+  s = replace_all(std::move(s), "= = = =", "====");
+  s = replace_all(std::move(s), "= = =", "===");
+  s = replace_all(std::move(s), "= =", "==");
+  s = replace_all(std::move(s), " \xC2\xB0 ", "\xC2\xB0");  // chr(176), the degree sign
+  s = replace_all(std::move(s), " \n", "\n");
+  s = replace_all(std::move(s), "\n ", "\n");
+  s = replace_all(std::move(s), " N ", " 1 ");
+  s = replace_all(std::move(s), " 's", "'s");
   return s;
 }
 

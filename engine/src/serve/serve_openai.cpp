@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "base/strings.hpp"
 #include "serve/serve_api.hpp"
 #include "serve/serve_fields.hpp"
 
@@ -23,12 +24,6 @@ struct Completion {
 };
 
 namespace {
-
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-    s.replace(at, from.size(), to);
-  return s;
-}
 
 // The chat template applied to `messages` (serve.chat_template and friends).
 std::string chat_prompt(const json& messages, const ServeConfig& c) {

@@ -174,15 +174,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;
   check(be.api->get_info(be.self, &info), "backend info");
   flops_per_token = mapi->flops_per_token(chunks[0]);
-  int64_t packed_eod = -1;
-  if (recipe.get_bool("data", "pack_sequences")) {
-    packed_eod = tok.api->eod_id(tok.self);
-    if (packed_eod < 0)
-      throw UsageError(
-          "data.pack_sequences = true: the tokenizer has no EOD token to end "
-          "documents with");
-  }
-  feed.allocate(mbs, seq_len, packed_eod, dataset_sample_spec(recipe, registry));
+  feed.allocate(mbs, seq_len, Feed::packed_eod(recipe, tok), dataset_sample_spec(recipe, registry));
   feed.dp = dp;
   feed.dp_rank = layout.data_rank;
 }
