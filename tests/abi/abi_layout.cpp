@@ -191,7 +191,7 @@ Listing build() {
   STRUCT(loom_model_param)
   F(struct_size) F(name) F(value) F(grad) F(weight_decay) F(tp_split_dim)
   F(tp_num_blocks) F(tp_block_sizes) F(pipeline_duplicate) F(reduce_group) F(tie_group)
-  F(buffer) F(unit)
+  F(buffer) F(unit) F(frozen) F(adapter)
   END
   STRUCT(loom_array_spec) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
   STRUCT(loom_microbatch)

@@ -7,9 +7,12 @@
 # server's port is a free one. The downloads are handed the copies LOOM_SHARED_DATA holds
 # (the tools keep a file whose sha256 matches); one that still fails (no network for
 # tools/get-bert-vocab) skips the rest: exit 77, after the commands before it passed.
-#   readme.sh SOURCE_DIR BINARY_DIR [SHARED_DATA]
+# DOC (default README.md) names another document to run the same way: docs/finetuning.md's
+# LoRA walkthrough (docs.finetuning), with its own checks at the end.
+#   readme.sh SOURCE_DIR BINARY_DIR [SHARED_DATA [DOC]]
 set -euo pipefail
-src=$(cd "$1" && pwd) bin=$(cd "$2" && pwd) shared=${3:-}
+src=$(cd "$1" && pwd) bin=$(cd "$2" && pwd) shared=${3:-} doc=${4:-README.md}
+label=$(basename "$doc")
 iters=${README_ITERS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,7 +32,7 @@ if [ -n "$shared" ] && [ -d "$shared" ]; then
   cp "$shared/tinyshakespeare/input.txt" "$tree/run/data/tinyshakespeare/"
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-python3 "$src/tests/docs/readme_commands.py" "$src/README.md" "$iters" "$port" > "$work/readme-run.sh"
+python3 "$src/tests/docs/readme_commands.py" "$src/$doc" "$iters" "$port" > "$work/readme-run.sh"
 # OpenMPI as root needs these, as the README says; ranks share the cores.
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -40,10 +43,10 @@ set +e
 (cd "$tree" && bash "$work/readme-run.sh") > "$work/out.log" 2>&1
 rc=$?
 set -e
-echo "README commands: exit $rc after $(($(date +%s) - start)) s"
+echo "$label commands: exit $rc after $(($(date +%s) - start)) s"
 if [ $rc -ne 0 ]; then
   tail -n 60 "$work/out.log"
-  failed=$(grep '^README.md:' "$work/out.log" | tail -n 1)
+  failed=$(grep "^$label:" "$work/out.log" | tail -n 1)
   if [[ "$failed" =~ tools/get-bert-vocab|tools/get-gpt2-tokenizer|tools/fetch-gpt2-data ]]; then
     echo "SKIPPED from here: a download failed: $failed"
     exit 77
@@ -51,7 +54,36 @@ if [ $rc -ne 0 ]; then
   echo "FAILED: $failed"
   exit 1
 fi
-grep '^README.md:' "$work/out.log"
+grep "^$label:" "$work/out.log"
+if [ "$doc" = docs/finetuning.md ]; then
+  # The walkthrough's outputs: PEFT's two files, the merged model, a chat reply; and the
+  # merged model's logits are the adapters' (f32 decoding, within 1e-6 of the largest).
+  cd "$tree"
+  [ -f run/lora/peft/adapter_config.json ] && [ -f run/lora/peft/adapter_model.safetensors ]
+  [ -f run/lora/merged/config.json ] && [ -f run/lora/merged/model.safetensors ]
+  grep -q '"chat.completion"' "$work/out.log"
+  build/bin/loom import-hf run/lora/merged run/lora/merged-ck > /dev/null 2>&1
+  for m in checkpoints merged-ck; do
+    build/bin/loom generate --checkpoint run/lora/$m --prompt "What is 2 + 3?" \
+      --max-new-tokens 0 --set tokenizer.add_special_tokens=false \
+      --logits-out run/lora/$m.logits.safetensors > /dev/null 2>&1
+  done
+  python3 "$src/tests/model/hf/st.py" logits run/lora/checkpoints.logits.safetensors \
+    run/lora/merged-ck.logits.safetensors 1e-6
+  # PEFT's adapters, merged as PEFT merges them (q|k|v and gate;up cut into HF's modules),
+  # are the merged export's difference from the imported base
+  python3 "$src/tests/model/hf/st.py" peft tests/model/hf/llama-chat-tiny run/lora/merged \
+    run/lora/peft 1e-6
+  python3 - run/lora/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+loss = [r["loss"] for r in rows if "loss" in r]
+assert loss[-1] < loss[0], f"the reply loss did not fall: {loss}"
+print(f"lora: loss {loss[0]:.3f} -> {loss[-1]:.3f} in {len(loss)} iterations")
+PY
+  echo "ok: every $label command ran"
+  exit 0
+fi
 # The quick start trained and sampled; the short run wrote its events; eval scored.
 grep -q '^quickstart: loss ' "$work/out.log"
 ls "$tree"/run/try/tb/events.out.tfevents.* > /dev/null

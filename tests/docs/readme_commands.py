@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns README.md's ```sh blocks into one bash script that runs them in order, as written,
+"""Turns a document's ```sh blocks (README.md's, docs/finetuning.md's) into one bash script
+that runs them in order, as written,
 except for what keeps the run short and hermetic (each rewrite is printed as it is made):
 
 - every `loom run` and tools/quickstart (which hands its arguments to `loom run`) gets
@@ -7,13 +8,16 @@ except for what keeps the run short and hermetic (each rewrite is printed as it 
 - `tools/test` is left out (it runs this test);
 - the port 5000 of `loom serve` and of curl becomes PORT (tests run side by side).
 
-Usage: readme_commands.py README.md ITERS PORT > script.sh
-Each command is echoed with its README line before it runs; the script stops at the first
+Usage: readme_commands.py DOC.md ITERS PORT > script.sh
+Each command is echoed with its document line ("README.md:104: ...") before it runs; the script stops at the first
 that fails (`|| exit` after each, as set -e passes over the left side of &&), so the last
 echo names it."""
+import os
 import re
 import shlex
 import sys
+
+LABEL = os.path.basename(sys.argv[1]) if len(sys.argv) > 1 else "README.md"
 
 
 def blocks(lines):
@@ -28,7 +32,7 @@ def blocks(lines):
         elif cur is not None:
             cur.append(line)
     if cur is not None:
-        sys.exit(f"README.md:{start - 1}: a ```sh block is not closed")
+        sys.exit(f"{LABEL}:{start - 1}: a ```sh block is not closed")
     return out
 
 
@@ -69,7 +73,7 @@ def main():
         for n, cmd in commands(start, block):
             shown = cmd
             if re.match(r"\s*tools/test\b", cmd):
-                print(f"echo 'README.md:{n}: left out: {cmd.strip()}' >&2")
+                print(f"echo '{LABEL}:{n}: left out: {cmd.strip()}' >&2")
                 continue
             cmd = strip_comment(cmd)
             if re.search(r"(bin/loom run |^\s*tools/quickstart\b)", cmd):
@@ -77,12 +81,12 @@ def main():
             if re.search(r"loom serve |localhost:", cmd):
                 cmd = re.sub(r"\b5000\b", port, cmd)
             note = "" if cmd == strip_comment(shown) else f"   [run as: {cmd.strip()}]"
-            print(f"echo {shlex.quote(f'README.md:{n}: {shown.strip()}{note}')} >&2")
+            print(f"echo {shlex.quote(f'{LABEL}:{n}: {shown.strip()}{note}')} >&2")
             # set -e passes over a failure before && ("a && b"): every command says it.
             print(cmd if cmd.endswith("&") else cmd + " || exit $?")
             ran += 1
     if ran == 0:
-        sys.exit("README.md has no ```sh commands")
+        sys.exit(f"{LABEL} has no ```sh commands")
 
 
 if __name__ == "__main__":

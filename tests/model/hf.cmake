@@ -22,6 +22,12 @@ if(TARGET loom)
   loom_script_test(model.hf_chat_format hf_chat_format.sh 120 "LOOM_PLUGIN_PATH=")
 endif()
 
+# LoRA's exports: export-peft against the merged export as PEFT merges (GPT-2's transposed
+# Conv1D), the frozen weights unchanged, and the refusals (hf_peft.sh).
+if(TARGET loom)
+  loom_script_test(model.hf_peft hf_peft.sh 300 "LOOM_PLUGIN_PATH=")
+endif()
+
 find_package(MPI COMPONENTS C QUIET)
 if(NOT MPI_C_FOUND OR NOT TARGET loom_comm_mpi OR NOT TARGET loom)
   return()

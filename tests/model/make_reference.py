@@ -53,6 +53,24 @@ CONFIGS = {
                      tie_embeddings="false", norm_eps=1e-6, max_seq_len=16, pad_vocab_to=128,
                      add_qkv_bias="true"),
         vocab=64, batch=2, seq=8, seed=8765),
+    # LoRA (peft = "lora"): adapters of rank 2 on all four projections of GPT-2 (fused c_attn,
+    # the GELU MLP), scale alpha / rank = 2; the base frozen (no gradient)
+    "gpt2_lora_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=0, n_embd=16, ffn_hidden=0, norm="layernorm",
+                     activation="gelu", position="learned", bias="true",
+                     tie_embeddings="true", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128,
+                     peft="lora", peft_rank=2, peft_alpha=4.0,
+                     peft_target_modules="linear_qkv,linear_proj,linear_fc1,linear_fc2"),
+        vocab=64, batch=2, seq=8, seed=2468),
+    # LoRA on Llama by HF PEFT's module names: q, k and v (one fused adapter) and down_proj;
+    # o_proj and gate/up stay bare
+    "llama_lora_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128,
+                     peft="lora", peft_rank=4, peft_alpha=2.0,
+                     peft_target_modules="q_proj,k_proj,v_proj,down_proj"),
+        vocab=64, batch=2, seq=8, seed=1357),
     # DeepSeek's multi-head latent attention: a query latent of 6, a key/value latent of 8,
     # heads of 4 + 4 (the second half rotated, the key's shared by the heads), values of 6
     "mla_tiny": dict(
@@ -97,8 +115,23 @@ def head_dim(o):
     return o.get("kv_channels") or o["n_embd"] // o["n_head"]
 
 
+LORA_TARGETS = {"linear_qkv": "attn.c_attn", "q_proj": "attn.c_attn", "k_proj": "attn.c_attn",
+                "v_proj": "attn.c_attn", "linear_proj": "attn.c_proj", "o_proj": "attn.c_proj",
+                "linear_fc1": "mlp.c_fc", "gate_proj": "mlp.c_fc", "up_proj": "mlp.c_fc",
+                "linear_fc2": "mlp.c_proj", "down_proj": "mlp.c_proj"}
+
+
+def lora_targets(o):
+    """The projections (suffixes of their names) that carry LoRA adapters."""
+    if o.get("peft") != "lora":
+        return set()
+    return {LORA_TARGETS[m] for m in o["peft_target_modules"].split(",")}
+
+
 def param_specs(o, vocab):
-    """(name, shape, kind) in model/gpt's order; kind: matrix | bias | norm_w | norm_b."""
+    """(name, shape, kind) in model/gpt's order; kind: matrix | bias | norm_w | norm_b.
+    With LoRA, each targeted projection's lora_A (rank, in) and lora_B (out, rank) follow it,
+    both drawn at random (B too, so that A's gradient is not zero)."""
     C, L, H = o["n_embd"], o["n_layer"], o["n_head"]
     Hkv = o.get("n_kv_head") or H
     D = head_dim(o)
@@ -115,10 +148,15 @@ def param_specs(o, vocab):
         if ln and bias:
             specs.append((p + ".bias", (C,), "norm_b"))
 
+    targets = lora_targets(o)
+
     def linear(p, out, inp, has_bias=bias):
         specs.append((p + ".weight", (out, inp), "matrix"))
         if has_bias:
             specs.append((p + ".bias", (out,), "bias"))
+        if any(p.endswith("." + t) for t in targets):
+            specs.append((p + ".lora_A.weight", (o["peft_rank"], inp), "matrix"))
+            specs.append((p + ".lora_B.weight", (out, o["peft_rank"]), "matrix"))
 
     def mla_specs(p):  # in model/gpt's order (ParamDeclarer::mla)
         dq, dv, r, qr = o["qk_head_dim"] + o["qk_pos_emb_head_dim"], o["v_head_dim"], \
@@ -208,8 +246,12 @@ def forward(o, P, tokens, vocab, targets=None):
             return F.layer_norm(x, x.shape[-1:], P[p + ".weight"], P.get(p + ".bias"), eps)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * P[p + ".weight"]
 
-    def linear(x, p):
-        return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
+    def linear(x, p):  # with LoRA (HF PEFT's LoraLayer): + (alpha / r) B(A(x))
+        y = F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
+        if p + ".lora_A.weight" in P:
+            scale = o["peft_alpha"] / o["peft_rank"]
+            y = y + scale * F.linear(F.linear(x, P[p + ".lora_A.weight"]), P[p + ".lora_B.weight"])
+        return y
 
     def mlp(x, p):
         h = linear(x, p + ".mlp.c_fc")
@@ -283,6 +325,9 @@ def main():
     configs = {n: c for n, c in CONFIGS.items() if not only or n in only}
     for name, cfg, gen, specs, P in cases(configs, param_specs):
         o, vocab, B, T = cfg["options"], cfg["vocab"], cfg["batch"], cfg["seq"]
+        if o.get("peft") == "lora":  # the base frozen: gradients of the adapters only
+            for pname, t in P.items():
+                t.requires_grad_(".lora_" in pname)
         tokens = torch.randint(0, vocab, (B, T), generator=gen)
         targets = torch.randint(0, vocab, (B, T), generator=gen)
         targets[0, 2] = -1  # ignored positions

@@ -81,7 +81,7 @@ inline std::vector<loom_model_param> create_model(loomtest::TestHost& th, const 
   std::vector<loom_model_param> params;
   for (size_t i = 0; i < api->num_params(*m); ++i) {
     loom_model_param p{};
-    p.struct_size = LOOM_MODEL_PARAM_SIZE_V2;
+    p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_25;
     th.check(api->get_param(*m, i, &p));
     params.push_back(p);
   }

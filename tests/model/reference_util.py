@@ -53,13 +53,16 @@ def reference_file(out_dir, model, script, name, cfg, lines):
 
 def write_gradients(f, loss_scale, specs, P):
     """The `loss_scale` line (what the gradients are of: loss_scale x the objective), a `param`
-    line for every parameter (its float32 values, 9 digits), then a `grad` line for each
-    (float64, 13 digits), in the specs' order."""
+    line for every parameter (its float32 values, 9 digits), then a `grad` line for each that
+    autograd trains (float64, 13 digits), in the specs' order: a frozen one (LoRA's base) has
+    none."""
     f.write(f"loss_scale {loss_scale:.17g}\n")
     for pname, _, _ in specs:
         f.write(f"param {pname} {P[pname].numel()} "
                 + " ".join(f"{v:.9g}" for v in P[pname].detach().reshape(-1).tolist()) + "\n")
     for pname, _, _ in specs:
         g = P[pname].grad
+        if g is None:
+            continue
         f.write(f"grad {pname} {g.numel()} "
                 + " ".join(f"{v:.12e}" for v in g.reshape(-1).tolist()) + "\n")

@@ -128,6 +128,15 @@ Errors compare(const std::string& name, DLDataType dt, double loss_tol, double g
   }
   for (auto& p : m.params) {
     const std::string pname = p.name;
+    if (p.grad == nullptr) {  // frozen (LoRA's base): no gradient, as autograd's requires_grad
+      INFO("parameter " << pname);
+      CHECK(p.frozen == 1);
+      CHECK(p.buffer == 1);
+      CHECK(r.grads.count(p.name) == 0);
+      e.grads.emplace_back();
+      continue;
+    }
+    CHECK(p.adapter == (pname.find(".lora_") != std::string::npos ? 1 : 0));
     const auto g = download(h.be, p.grad);
     e.grads.push_back(g);
     const auto& ref = r.grads.at(p.name);
@@ -178,6 +187,19 @@ TEST_CASE("model/gpt Qwen2 (biases on q, k, v alone: add_qkv_bias) = PyTorch") {
 TEST_CASE("model/gpt squared ReLU MLP, no position encoding (Nemotron-H's) = PyTorch") {
   compare("relu2_tiny", loom_f32(), 1e-5, 1e-4);
   compare("relu2_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
+// LoRA: the adapters' output and gradients as HF PEFT's LoraLayer computes them, the base
+// frozen (no gradient written or reported). GPT-2's GELU stays out of the GEMMs there.
+TEST_CASE("model/gpt LoRA on GPT-2's four projections (fused c_attn, GELU MLP) = PyTorch") {
+  compare("gpt2_lora_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("gpt2_lora_tiny", loom_f64(), 1e-12, 1e-9);
+}
+
+TEST_CASE("model/gpt LoRA on Llama by PEFT's names (q,k,v and down_proj; untied) = PyTorch") {
+  compare("llama_lora_tiny", loom_f32(), 1e-5, 1e-4);
+  compare("llama_lora_tiny", loom_f64(), 1e-12, 1e-9);
+  compare("llama_lora_tiny", loom_f64(), 1e-12, 1e-9, "gpt", "reference", true);  // B then W
 }
 
 TEST_CASE("model/gpt multi-head latent attention (DeepSeek's MLA) = PyTorch") {

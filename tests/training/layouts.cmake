@@ -38,8 +38,9 @@ set(_sanitize_layouts
   hybrid.tp2sp hybrid.tp2pp2 hybrid.pp2zbh1 hybrid.dp2dist hybridmoe.ep2 hybridmoe.pp2
   mtp.tp2pp2 mtp.pp2zbh1 mtp.tp2-packed mtp.dp2dist dsv3mtp.ep2pp2 dsv3mtp.pp2uneven
   dsv3mtp.pp2-packed
+  lora.tp2sp lora.tp2pp2 gptlora.pp2
   resume.tp2dp2dist resume.moe-ep2pp2zbh1 resume.hybrid-tp2pp2 resume.dsv3mtp-pp2
-  resume.cp2dp2fsdp reshard.gpt reshard.moe reshard.dsv3)
+  resume.cp2dp2fsdp resume.lora-tp2pp2 reshard.gpt reshard.moe reshard.dsv3 reshard.lora)
 # layout_test(NAME TIMEOUT SCRIPT ARGS...): layouts.NAME, SCRIPT LOOM MPIEXEC ARGS under mpirun
 # (in the sanitizer build only if NAME is in the list above).
 function(layout_test name timeout script)
@@ -60,6 +61,10 @@ foreach(model gpt llama)
   equivalence(${model} tp2 tp2sp pp2 pp2vp2 pp4gpipe dp2 dp2dist tp2pp2 tp2dp2dist tp2sp-packed
                        pp2-packed dp2fsdp dp4fsdp dp2fsdp2 tp2dp2fsdp)
 endforeach()
+# LoRA: adapters split over the tensor group as Megatron Bridge splits them, and the frozen
+# base (no gradient) on every axis; GPT-2's tied embedding frozen on both pipeline ends.
+equivalence(lora tp2 tp2sp pp2 dp2 dp2dist tp2pp2 cp2 pp2zbh1 pp2vp2)
+equivalence(gptlora tp2 tp2sp pp2 pp2vp2 dp2dist)
 # The zero-bubble schedules (ZB-H1; ZB-V and DualPipeV with their V of two chunks a rank).
 equivalence(gpt pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
 equivalence(llama pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
@@ -156,12 +161,12 @@ equivalence(llama pp2uneven pp2vp2uneven)
 # rank) resume bitwise at the same layout.
 foreach(layout tp2pp2 tp2dp2dist moe-tp2dp2dist moe-ep2 moe-ep2dp2dist moe-ep2fsdp moe-ep2pp2zbh1
                moebias-ep2etp2 dsv3-ep2pp2 hybrid-tp2pp2 dsv3mtp-pp2 cp2dp2
-               cp2dp2dist pp2dp2fsdp cp2dp2fsdp)
+               cp2dp2dist pp2dp2fsdp cp2dp2fsdp lora-tp2pp2)
   layout_test(resume.${layout} 300 resume.sh ${layout})
 endforeach()
 
 # A checkpoint of one layout resumes on any other (resharding) and follows the straight run.
-foreach(model gpt llama moe dsv3 hybrid mtp)
+foreach(model gpt llama moe dsv3 hybrid mtp lora)
   layout_test(reshard.${model} 600 reshard.sh ${model})
 endforeach()
 

@@ -27,7 +27,8 @@
 #   mtp (Llama-style with two depths of multi-token prediction, whose last stage holds a copy
 #   of wte): tp2pp2 -> tp1pp4, dp2 with the distributed optimizer, 1 rank, pp2 x vp2, and
 #   convert to tp1pp4 and pp2 x vp2
-#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe | dsv3 | hybrid | mtp)
+#   lora (the GPT with LoRA adapters, its base frozen): as gpt
+#   reshard.sh LOOM MPIEXEC MODEL   (MODEL: gpt | llama | moe | dsv3 | hybrid | mtp | lora)
 set -euo pipefail
 loom=$1 mpiexec=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +52,9 @@ case $model in
                   --set model.position=rope --set model.n_kv_head=2
                   --set model.tie_embeddings=false --set model.bias=false
                   --set model.mtp_num_layers=2) ;;
+  # LoRA on the tied GPT: adapters (B split by rows, A by columns) resharded with their Adam
+  # state, the frozen base with them, its tied embedding kept on both pipeline ends
+  lora) model_set=(--set model.peft=lora --set model.peft_rank=4 --set model.peft_alpha=8) ;;
   *) echo "unknown model $model" >&2; exit 2 ;;
 esac
 sources="tp2pp2 tp2dp2dist"

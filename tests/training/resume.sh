@@ -7,7 +7,7 @@
 #   losses; moebias-ep2etp2: a sigmoid router with the expert bias, EP2 and expert tensor
 #   parallelism over TP2; ep2: expert parallelism of 2 over the 4 data-parallel ranks; cp2dp2 | cp2dp2dist:
 #   context parallelism of 2 beside data parallelism of 2; pp2dp2fsdp | cp2dp2fsdp: FSDP under
-#   a pipeline and under context parallelism)
+#   a pipeline and under context parallelism; lora-tp2pp2: LoRA adapters on a frozen base)
 set -euo pipefail
 loom=$1 mpiexec=$2 layout=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,6 +64,10 @@ case $layout in
   pp2dp2fsdp) sets=(--set parallel.pipeline=2 --set parallel.data=fsdp
                     --set model.tie_embeddings=false) ;;
   cp2dp2fsdp) sets=(--set parallel.context=2 --set parallel.data=fsdp) ;;
+  # LoRA: the adapters and their Adam state, the frozen base (saved once, the tied
+  # embedding's last-stage copy filled from the first stage's after loading)
+  lora-tp2pp2) sets=(--set parallel.tensor=2 --set parallel.pipeline=2 --set model.peft=lora
+                     --set model.peft_rank=4 --set model.peft_alpha=8) ;;
   *) echo "unknown layout $layout" >&2; exit 2 ;;
 esac
 run() { mpi_ranks 4 "$loom" run r.toml "${sets[@]}" "$@" 2>> log || { tail -30 log; exit 1; }; }

@@ -97,6 +97,8 @@ std::string st_dtype_of(const std::string& torch) {
   throw UsageError("--dtype " + torch + ": choose float32, bfloat16 or float16");
 }
 
+}  // namespace
+
 // f32 copy of a float tensor (bf16 and f16 widen exactly; f64 rounds).
 StTensor to_f32(const StTensor& t, const std::string& what) {
   const size_t n = t.data.size() / std::max<size_t>(dtype_size(t.dtype), 1);
@@ -145,6 +147,8 @@ StTensor permute_rows(const StTensor& t, const std::vector<int64_t>& from, bool 
   }
   return out;
 }
+
+namespace {
 
 StTensor transpose(const StTensor& t) {
   const int64_t r = t.shape[0], c = t.shape[1];
@@ -400,23 +404,22 @@ void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
               copied.empty() ? "" : "; tokenizer files copied to tokenizer/");
 }
 
-void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& registry,
-               const std::string& dtype_arg, uint64_t max_shard_bytes, bool overwrite) {
-  // A folder is replaced whole or not at all; an empty one is the same as none.
-  auto empty_folder = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
-  };
-  check_output("loom export-hf", out, {checkpoint}, overwrite, empty_folder);
+ExportSource load_export_source(const fs::path& checkpoint, Registry& registry,
+                                const std::string& dtype_arg, bool merge) {
+  ExportSource src;
   Checkpoint ck = load_checkpoint(checkpoint, "", "");
-  const FullCheckpoint full = merge_checkpoint(ck.folder, false);
+  src.folder = ck.folder;
+  src.full = merge_checkpoint(ck.folder, false);
   std::map<std::string, std::string> meta = model_metadata(ck.folder);
-  Recipe recipe = Recipe::load(ck.folder / "recipe.toml", {"comm.plugin=single"});
+  src.recipe =
+      std::make_unique<Recipe>(Recipe::load(ck.folder / "recipe.toml", {"comm.plugin=single"}));
+  Recipe& recipe = *src.recipe;
   recipe.validate(registry);
   if (recipe.plugin("model") != "gpt")
     throw RunError("export-hf: model/" + recipe.plugin("model") + " has no HF mapping");
-  std::map<std::string, std::string> keys;
-  for (auto& [k, v] : recipe.section("model").values) keys[k] = toml_literal(v);
+  for (auto& [k, v] : recipe.section("model").values) src.keys[k] = toml_literal(v);
+  src.lora = lora_of(src.keys);
+  if (src.lora.rank > 0 && merge) merge_lora(src.full.model, src.lora.scale());
   const json base = meta.count("loom.hf_config") ? json::parse(meta["loom.hf_config"]) : json();
   int64_t vocab = base.is_object() ? base.value("vocab_size", int64_t{0}) : 0;
   if (vocab == 0 && meta.count("loom.vocab")) vocab = std::stoll(meta["loom.vocab"]);
@@ -425,16 +428,41 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
     loom_tokenizer_ref tok = session.tokenizer();
     vocab = tok.api->vocab_size(tok.self);
   }
-  const std::string dtype = !dtype_arg.empty()            ? st_dtype_of(dtype_arg)
-                            : meta.count("loom.hf_dtype") ? meta["loom.hf_dtype"]
-                                                          : "F32";
-  auto [arch, config] = hf_arch_from_model(keys, vocab, base, torch_dtype_of(dtype));
+  src.dtype = !dtype_arg.empty()            ? st_dtype_of(dtype_arg)
+              : meta.count("loom.hf_dtype") ? meta["loom.hf_dtype"]
+                                            : "F32";
+  src.vocab = vocab;
+  std::tie(src.arch, src.config) =
+      hf_arch_from_model(src.keys, vocab, base, torch_dtype_of(src.dtype));
+  return src;
+}
+
+void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& registry,
+               const std::string& dtype_arg, uint64_t max_shard_bytes, bool overwrite, bool merge) {
+  // A folder is replaced whole or not at all; an empty one is the same as none.
+  auto empty_folder = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
+  };
+  check_output("loom export-hf", out, {checkpoint}, overwrite, empty_folder);
+  ExportSource src = load_export_source(checkpoint, registry, dtype_arg, merge);
+  if (src.lora.rank > 0 && !merge)
+    throw UsageError("export-hf: " + src.folder.string() +
+                     " holds LoRA adapters (model.peft = \"lora\"): --merge-lora writes the "
+                     "model with them merged into its weights, `loom export-peft` the adapters "
+                     "alone in HF PEFT's layout");
+  const FullCheckpoint& full = src.full;
+  Recipe& recipe = *src.recipe;
+  const std::string& dtype = src.dtype;
+  const int64_t vocab = src.vocab;
+  const HfArch& arch = src.arch;
+  json& config = src.config;
 
   StFile hf;
   std::set<std::string> used;
   for (const HfRule& r : arch.rules) {
     auto it = full.model.find(r.loom);
-    if (it == full.model.end()) throw RunError(ck.folder.string() + ": no tensor " + r.loom);
+    if (it == full.model.end()) throw RunError(src.folder.string() + ": no tensor " + r.loom);
     StTensor t = to_f32(it->second, r.loom);
     if (r.vocab)
       t = take_shard(ShardSpec{{vocab, t.shape[1]}, -1, {}, 1, 0, 1, 0}, t, vocab, r.loom);
@@ -447,7 +475,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
       for (int64_t e : s) numel *= e;
       const size_t bytes = (size_t)numel * 4;
       if (off + bytes > t.data.size())
-        throw RunError(ck.folder.string() + ": tensor " + r.loom + " " + shape_str(t.shape) +
+        throw RunError(src.folder.string() + ": tensor " + r.loom + " " + shape_str(t.shape) +
                        " is smaller than the recipe's model implies");
       StTensor piece{"F32", s, {t.data.begin() + off, t.data.begin() + off + bytes}};
       off += bytes;
@@ -458,7 +486,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
   for (const auto& [copy, of] : arch.copies) hf[copy] = hf.at(of);
   for (auto& [name, t] : full.model)
     if (!used.count(name))
-      throw RunError(ck.folder.string() + ": tensor " + name + " has no place in " +
+      throw RunError(src.folder.string() + ": tensor " + name + " has no place in " +
                      config["architectures"][0].get<std::string>());
 
   // The tokenizer's files: an hf-json tokenizer's folder, or gpt2-bpe's vocab and merges.

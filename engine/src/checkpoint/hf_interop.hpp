@@ -7,14 +7,18 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_shards.hpp"
+#include "checkpoint/hf_peft.hpp"
 #include "checkpoint/safetensors.hpp"
 
 namespace loom::engine {
 
+class Recipe;
 class Registry;
 
 // One Loom tensor made of Hugging Face tensors: concatenated along dimension 0 (q|k|v,
@@ -99,6 +103,13 @@ class CheckpointSource {
   std::filesystem::path dir_, scratch_;
 };
 
+// Tensor helpers of the mapping (export-hf's and export-peft's): an f32 copy of a float
+// tensor; a row permutation (out row i = t's row from[i], or the inverse); an f32 tensor in
+// "F32", "BF16" or "F16".
+StTensor to_f32(const StTensor& t, const std::string& what);
+StTensor permute_rows(const StTensor& t, const std::vector<int64_t>& from, bool inverse);
+StTensor from_f32(const StTensor& t, const std::string& dtype);
+
 // `loom import-hf HF_DIR OUT`: a Loom checkpoint (iteration 0, no optimizer state) whose
 // recipe.toml holds the model keys and a tokenizer from the directory's files. `out` follows
 // `loom run`'s save-folder rule (check_checkpoint_output): checkpoints already there are
@@ -109,9 +120,27 @@ void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path&
 // most `max_shard_bytes` with an index) in `dtype` ("" = as imported, else float32), and
 // the tokenizer files. A non-empty `out` is refused unless `overwrite`, and then replaced
 // whole: the export is written into a sibling folder and swapped in, so no stale shard or
-// index of an older export survives, and a failure leaves the old export as it was.
+// index of an older export survives, and a failure leaves the old export as it was. A
+// checkpoint with LoRA adapters is refused unless `merge_lora`, which merges them into the
+// weights they adapt (W + alpha/rank B A).
 void export_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
                Registry& registry, const std::string& dtype, uint64_t max_shard_bytes,
-               bool overwrite);
+               bool overwrite, bool merge_lora = false);
+
+// What an export reads from a checkpoint: its full tensors (LoRA merged when `merge`), its
+// recipe's model keys and the HF mapping and config.json they give (export-hf, export-peft).
+struct ExportSource {
+  std::filesystem::path folder;
+  FullCheckpoint full;
+  std::unique_ptr<Recipe> recipe;
+  std::map<std::string, std::string> keys;  // [model], TOML literals
+  LoraSettings lora;
+  std::string dtype;  // the export's: "F32" | "BF16" | "F16"
+  int64_t vocab = 0;  // the real vocabulary (Loom pads its rows)
+  HfArch arch;
+  nlohmann::json config;
+};
+ExportSource load_export_source(const std::filesystem::path& checkpoint, Registry& registry,
+                                const std::string& dtype, bool merge);
 
 }  // namespace loom::engine

@@ -68,6 +68,7 @@ int cmd_checkpoint(const std::vector<std::string>& args);
 int cmd_parity(const std::vector<std::string>& args);
 int cmd_import_hf(const std::vector<std::string>& args);
 int cmd_export_hf(const std::vector<std::string>& args);
+int cmd_export_peft(const std::vector<std::string>& args);
 // schedule.cpp
 int cmd_schedule(const std::vector<std::string>& args);
 

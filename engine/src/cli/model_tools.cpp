@@ -144,13 +144,15 @@ int cmd_import_hf(const std::vector<std::string>& args) {
 }
 
 int cmd_export_hf(const std::vector<std::string>& args) {
-  Command c("export-hf", "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES] [--overwrite]");
+  Command c("export-hf",
+            "CHECKPOINT OUT_DIR [--dtype D] [--max-shard-size BYTES] [--merge-lora] [--overwrite]");
   c.hidden.add_options()("ckpt", po::value<std::string>(), "checkpoint")(
       "out", po::value<std::string>(), "HF directory to write");
   c.options.add_options()("dtype", po::value<std::string>()->default_value(""),
                           "float32, bfloat16 or float16 (default: as imported, else float32)")(
       "max-shard-size", po::value<uint64_t>()->default_value(5000000000ull),
       "bytes per safetensors file; larger models are sharded with an index")(
+      "merge-lora", "a LoRA run's checkpoint: write its weights with the adapters merged in")(
       "overwrite", "replace a non-empty OUT_DIR whole (its old files do not survive)");
   c.positional.add("ckpt", 1).add("out", 1);
   if (!c.parse(args)) return 0;
@@ -158,7 +160,22 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   registry.discover();
   export_hf(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
             registry, c.vm["dtype"].as<std::string>(), c.vm["max-shard-size"].as<uint64_t>(),
-            c.vm.count("overwrite"));
+            c.vm.count("overwrite"), c.vm.count("merge-lora"));
+  return 0;
+}
+
+int cmd_export_peft(const std::vector<std::string>& args) {
+  Command c("export-peft", "CHECKPOINT OUT_DIR [--overwrite]");
+  c.hidden.add_options()("ckpt", po::value<std::string>(), "checkpoint")(
+      "out", po::value<std::string>(), "adapter directory to write");
+  c.options.add_options()("overwrite",
+                          "replace a non-empty OUT_DIR whole (its old files do not survive)");
+  c.positional.add("ckpt", 1).add("out", 1);
+  if (!c.parse(args)) return 0;
+  Registry registry;
+  registry.discover();
+  export_peft(c.required<std::string>("ckpt", "CHECKPOINT"), c.required<std::string>("out", "OUT"),
+              registry, c.vm.count("overwrite"));
   return 0;
 }
 

@@ -263,7 +263,7 @@ int run_training(Recipe& recipe, Registry& registry) {
   check(r.be.api->get_info(r.be.self, &r.info), "backend info");
   spdlog::info("backend memory in use before the first step: {} bytes ({:.2f} per parameter)",
                r.info.mem_in_use,
-               (double)r.info.mem_in_use / (double)std::max<int64_t>(r.local_params, 1));
+               (double)r.info.mem_in_use / (double)std::max<int64_t>(r.model_params(), 1));
   Metrics metrics(r);
   const std::string save_dir = recipe.get_string("checkpoint", "save");
   const int64_t save_interval = recipe.get_int("checkpoint", "interval");

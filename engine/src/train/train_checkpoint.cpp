@@ -333,7 +333,8 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
         need_opt.insert(std::string("main.") + params[i].name);
       if (!params[i].pipeline_duplicate) need.insert(params[i].name);
     }
-    for (const loom_model_param& b : buffers) need.insert(b.name);
+    for (const loom_model_param& b : buffers)
+      if (!b.pipeline_duplicate) need.insert(b.name);
     for (const auto& [name, t] : ck.model) have.insert(name);
     refuse_mismatch(where, "model", minus(need, have), minus(have, need), kModelFix);
     for (const auto& [name, t] : ck.optimizer)
@@ -356,7 +357,8 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
   for (const loom_model_param& b : buffers)
-    upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
+    if (!b.pipeline_duplicate)  // sync_tied fills it from the first stage's
+      upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
   sync_tied();
@@ -428,6 +430,13 @@ void TrainRun::sync_tied() {
       if (comm.api->group_size(comm.self, g) > 1)
         check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
     }
+  for (const loom_model_param& b : buffers)  // frozen (LoRA): the same, never trained
+    if (b.tie_group != nullptr) {
+      DLTensor t = *b.value;
+      loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
+      if (comm.api->group_size(comm.self, g) > 1)
+        check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
+    }
 }
 
 Collective TrainRun::save_collective() {
@@ -473,6 +482,7 @@ void TrainRun::save(int64_t iteration, bool background) {
     entries[params[i].name] = shard_entry(params[i], layout);
   }
   for (const loom_model_param& b : buffers) {
+    if (b.pipeline_duplicate) continue;  // a frozen tied embedding's copy (LoRA under PP)
     ck.model[b.name] = download_f32(be, b.value);
     entries[b.name] = shard_entry(b, layout);
   }

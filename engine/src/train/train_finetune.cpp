@@ -98,8 +98,11 @@ void TrainRun::finetune(const fs::path& dir) {
   }
   // A new head on the same body may be another plugin (model/bert -> model/bert-classifier).
   if (!fresh.empty()) theirs.erase("plugin");
-  // Initialisation and vocabulary padding do not describe the trained function.
-  for (const char* k : {"init_std", "pad_vocab_to"}) theirs.erase(k);
+  // Initialisation and vocabulary padding do not describe the trained function, nor do the
+  // adapters this run adds to it (or a LoRA run's that made the checkpoint).
+  for (const char* k : {"init_std", "pad_vocab_to", "peft", "peft_rank", "peft_alpha",
+                        "peft_dropout", "peft_target_modules"})
+    theirs.erase(k);
   for (auto& [k, v] : theirs) {
     auto it = ours.find(k);
     if (it != ours.end() && !same_value(it->second, v))
@@ -113,7 +116,9 @@ void TrainRun::finetune(const fs::path& dir) {
     throw UsageError("checkpoint.finetune: the recipe's tokenizer has " + std::to_string(vocab) +
                      " tokens but " + where + " was trained with " + std::to_string(their_vocab));
   std::vector<std::string> started;
+  // LoRA's adapters start from their initialisation (B = 0: the pretrained function).
   auto is_fresh = [&](const std::string& name) {
+    if (adapters.count(name)) return !full.main.count(name);
     for (const std::string& p : fresh)
       if (name.compare(0, p.size(), p) == 0) {
         started.push_back(name);
@@ -124,11 +129,15 @@ void TrainRun::finetune(const fs::path& dir) {
   std::string missing;  // a parameter the checkpoint lacks is a new head or a wrong checkpoint
   for (const loom_model_param& p : params) {
     const std::string name = p.name;
-    const bool named = std::any_of(fresh.begin(), fresh.end(), [&](const std::string& f) {
-      return name.compare(0, f.size(), f) == 0;
-    });
+    const bool named = adapters.count(name) > 0 ||
+                       std::any_of(fresh.begin(), fresh.end(), [&](const std::string& f) {
+                         return name.compare(0, f.size(), f) == 0;
+                       });
     if (!named && !full.main.count(name)) missing += (missing.empty() ? "" : ", ") + name;
   }
+  for (const loom_model_param& b : buffers)  // a frozen base weight never learns: it must be there
+    if (b.frozen && !full.main.count(b.name))
+      missing += (missing.empty() ? "" : ", ") + std::string(b.name);
   if (!missing.empty())
     throw UsageError("checkpoint.finetune: " + where + " has no " + missing +
                      "; a new head starts fresh when checkpoint.finetune_fresh names it (e.g. "

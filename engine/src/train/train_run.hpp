@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -166,7 +167,13 @@ struct TrainRun {
   // parameters, never stepped nor reduced.
   std::vector<loom_model_param> buffers;
   std::vector<DLTensor*> grads, values;
-  int64_t local_params = 0;
+  int64_t local_params = 0;  // trained parameters' elements on this rank
+  // Parameter-efficient finetuning (loom_model_param.frozen, adapter; ABI 2.25): the frozen
+  // base's elements (among the buffers) and the adapters' names (checkpoint.finetune's source
+  // lacks them).
+  int64_t frozen_params = 0;
+  std::set<std::string> adapters;
+  int64_t model_params() const { return local_params + frozen_params; }
   double grad_plugin_bytes = 0;  // the gradient plugin's own backend allocations
   // Gradient readiness (ABI 2.12): each backward pass, the model chunks announce the
   // parameters whose gradients they completed (loom_model_create_args.grad_ready); a gradient

@@ -212,10 +212,12 @@ void TrainRun::create_model(int64_t vocab) {
     grad_of.emplace_back();
     for (size_t i = 0; i < mapi->num_params(m); ++i) {
       loom_model_param p{};
-      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_13;
+      p.struct_size = LOOM_MODEL_PARAM_SIZE_V2_25;
       p.unit = -1;  // a model older than ABI 2.13 leaves it
       check(mapi->get_param(m, i, &p), "listing model parameters");
       check_param_groups(p, recipe.plugin("model"));
+      if (p.frozen) frozen_params += loom_tensor_numel(p.value);
+      if (p.adapter) adapters.insert(p.name);
       grad_of.back().push_back(p.buffer ? -1 : (int64_t)params.size());
       (p.buffer ? buffers : params).push_back(p);
     }
@@ -328,8 +330,15 @@ StateBytes TrainRun::state_bytes() const {
 void TrainRun::report_memory() const {
   const auto [papi, par] = grad_strategy;
   const StateBytes b = state_bytes();
-  const double n = (double)std::max<int64_t>(local_params, 1);
+  // per parameter of the model: a frozen base's count too, so that LoRA's figure sets beside
+  // a full finetune's
+  const double n = (double)std::max<int64_t>(model_params(), 1);
   const double own = papi->bytes_per_param ? papi->bytes_per_param(par) : 0.0;
+  if (frozen_params > 0)
+    spdlog::info(
+        "peft: {} trained adapter parameters, {} frozen (no gradient, no optimizer "
+        "state) on this rank",
+        local_params, frozen_params);
   spdlog::info(
       "memory per parameter on this rank: {:.2f} (param) + {:.2f} (grad) + {}{:.2f} "
       "(optimizer state) = {:.2f} bytes, plus {:.2f} of parallel/{} buffers",

@@ -147,10 +147,21 @@ typedef struct loom_model_param {
    * one unit are gathered and reduced together. Units are numbered from 0 per model
    * instance; -1 = none (a buffer, or a model without units). */
   int32_t unit;
+  /* ABI 2.25, parameter-efficient finetuning (model/gpt's peft = "lora"):
+   * frozen = 1: a parameter the run does not train (a base weight beside LoRA adapters). The
+   * model sets `buffer` too, so that every host keeps it out of the optimizer, the gradient
+   * reduction and the gradient norm; grad is NULL and the model never changes it. Its values
+   * come from checkpoint.finetune (the pretrained model) and are saved with the parameters.
+   * adapter = 1: a trained parameter that parameter-efficient finetuning adds (lora_A,
+   * lora_B): a pretrained checkpoint lacks it, and checkpoint.finetune leaves it at its
+   * initialisation. Both 0 for a plugin whose struct_size ends before them. */
+  int32_t frozen;
+  int32_t adapter;
 } loom_model_param;
 #define LOOM_MODEL_PARAM_SIZE_V2 LOOM_STRUCT_SIZE(loom_model_param, tie_group)
 #define LOOM_MODEL_PARAM_SIZE_V2_9 LOOM_STRUCT_SIZE(loom_model_param, buffer)
 #define LOOM_MODEL_PARAM_SIZE_V2_13 LOOM_STRUCT_SIZE(loom_model_param, unit)
+#define LOOM_MODEL_PARAM_SIZE_V2_25 LOOM_STRUCT_SIZE(loom_model_param, adapter)
 
 /* ----- the named batch -----------------------------------------------------------------
  * A micro-batch is a list of named host arrays. The model declares the arrays it reads

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "loom/cpp/layer_pattern.hpp"
+#include "loom/cpp/layers/core/peft.hpp"
 #include "loom/cpp/layout.hpp"
 
 namespace loom::layers {
@@ -203,7 +204,8 @@ const loom_param_spec kTransformerSchema[] = {
     LOOM_MOE_PARAMS,
     LOOM_HYBRID_PARAMS,
     LOOM_MTP_PARAMS,
-    LOOM_PIPELINE_SPLIT_PARAMS};
+    LOOM_PIPELINE_SPLIT_PARAMS,
+    LOOM_PEFT_PARAMS};
 const size_t kTransformerSchemaSize = sizeof(kTransformerSchema) / sizeof(kTransformerSchema[0]);
 
 #define LOOM_BERT_NORM_POSITION                                                           \
@@ -537,6 +539,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     parse_moe(cfg, args, who, o);
     parse_hybrid(cfg, tp, who, o);
     parse_mtp(cfg, tp, who, o);
+    parse_peft(cfg, who, o);
   }
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace loom::layers {
@@ -108,20 +109,56 @@ Param& ParamStore::at(const std::string& name) {
 void ParamStore::allocate(const Ctx& ctx) {
   for (const Param& p : params_) num_units_ = std::max(num_units_, (size_t)(p.unit + 1));
   if (moves()) return allocate_units(ctx);
-  int64_t total = 0;
-  // weight-decayed first, then the rest, then the buffers (which no optimizer sees, so that
-  // the parameters stay one run of adjacent tensors)
-  for (int pass = 2; pass >= 0; --pass)
+  // The trained parameters weight-decayed first, then the rest, so that they stay one run of
+  // adjacent tensors; then the frozen vectors, the buffers (which no optimizer sees) and last
+  // the frozen matrices, the only ones past the end of the gradients.
+  auto group = [](const Param& p) {
+    if (p.buffer) return 3;
+    if (p.frozen) return p.weight_decay ? 4 : 2;
+    return p.weight_decay ? 0 : 1;
+  };
+  int64_t total = 0, with_grads = 0;
+  for (int g = 0; g <= 4; ++g) {
+    if (g == 4) with_grads = total;
     for (auto& p : params_)
-      if (p.buffer ? pass == 0 : p.weight_decay + 1 == pass) {
+      if (group(p) == g) {
         p.offset = total;
+        p.no_grad = g == 4;
         total += (p.numel() + kAlign - 1) / kAlign * kAlign;
       }
+  }
   value_flat_ = ctx.alloc({total});
-  grad_flat_ = ctx.alloc(ctx.grad_dtype(), {total});
+  grad_flat_ = ctx.alloc(ctx.grad_dtype(), {std::max<int64_t>(with_grads, 1)});
   for (auto& p : params_) {
     p.value = View(value_flat_.get(), p.shape, p.offset);
-    p.grad = View(grad_flat_.get(), p.shape, p.offset);
+    p.grad = p.no_grad ? View() : View(grad_flat_.get(), p.shape, p.offset);
+  }
+}
+
+void ParamStore::freeze_base() {
+  for (Param& p : params_) p.frozen = !p.adapter && !p.buffer;
+}
+
+void ParamStore::link_lora(const LoraConfig& c) {
+  if (!c.on()) return;
+  std::map<std::string, Param*> by_name;
+  for (Param& p : params_) by_name[p.name] = &p;
+  auto scratch = std::make_shared<loom::tp::LoraScratch>();
+  const std::string w = ".weight";
+  for (Param& p : params_) {
+    if (p.adapter || p.name.size() <= w.size()) continue;
+    const std::string base = p.name.substr(0, p.name.size() - w.size());
+    auto a = by_name.find(base + ".lora_A.weight"), b = by_name.find(base + ".lora_B.weight");
+    if (a == by_name.end() || b == by_name.end()) continue;
+    auto l = std::make_shared<loom::tp::LoraAdapter>();
+    l->a = a->second->value.get();
+    l->da = a->second->grad.get();
+    l->b = b->second->value.get();
+    l->db = b->second->grad.get();
+    l->rank = c.rank;
+    l->scale = c.scale();
+    l->scratch = scratch;
+    p.lora = l;
   }
 }
 
@@ -310,9 +347,15 @@ void ParamStore::describe(size_t i, loom_model_param* out, const std::string& wh
   out->pipeline_duplicate = p.pipeline_duplicate;
   out->reduce_group = p.ep_size > 0 ? LOOM_GROUP_EXPERT_DATA : LOOM_GROUP_DATA_CONTEXT;
   out->tie_group = tie_group;
-  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_9) out->buffer = p.buffer ? 1 : 0;
-  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_13) out->unit = p.buffer ? -1 : p.unit;
-  if (p.buffer) out->grad = nullptr;
+  // A frozen parameter is a buffer to a host of any version (never trained, saved).
+  const bool buffer = p.buffer || p.frozen;
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_9) out->buffer = buffer ? 1 : 0;
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_13) out->unit = buffer ? -1 : p.unit;
+  if (out->struct_size >= LOOM_MODEL_PARAM_SIZE_V2_25) {
+    out->frozen = p.frozen ? 1 : 0;
+    out->adapter = p.adapter ? 1 : 0;
+  }
+  if (buffer) out->grad = nullptr;
 }
 
 // ----- declaring them with the tensor-parallel conventions
@@ -370,9 +413,11 @@ void ParamDeclarer::mla(const std::string& p) {
 void ParamDeclarer::attention(const std::string& p) {
   if (o.mla) return mla(p);
   const int64_t D = o.head_dim;
-  column(p + ".c_attn", {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D}, o.n_embd, std,
-         o.qkv_bias);
+  const std::vector<int64_t> qkv = {o.n_head * D, o.n_kv_head * D, o.n_kv_head * D};
+  column(p + ".c_attn", qkv, o.n_embd, std, o.qkv_bias);
+  if (o.lora.targets_any(LoraConfig::kQkv)) lora_column(p + ".c_attn", qkv, o.n_embd);
   row(p + ".c_proj", o.n_embd, o.n_head * D, proj_std);
+  if (o.lora.targets_any(LoraConfig::kProj)) lora_row(p + ".c_proj", o.n_embd, o.n_head * D);
   if (!o.qk_norm) return;
   // One (D) weight for all heads, whole on every tensor rank, each of which normalises only
   // its own heads: the gradient is partial per rank (Megatron sums q_layernorm's and
@@ -385,11 +430,34 @@ void ParamDeclarer::attention(const std::string& p) {
 }
 
 void ParamDeclarer::mlp(const std::string& p) {
-  column(p + ".c_fc",
-         o.gated() ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
-                   : std::vector<int64_t>{o.ffn_hidden},
-         o.n_embd, std, o.bias);
+  const std::vector<int64_t> fc = o.gated() ? std::vector<int64_t>{o.ffn_hidden, o.ffn_hidden}
+                                            : std::vector<int64_t>{o.ffn_hidden};
+  column(p + ".c_fc", fc, o.n_embd, std, o.bias);
+  if (o.lora.targets_any(LoraConfig::kFc1)) lora_column(p + ".c_fc", fc, o.n_embd);
   row(p + ".c_proj", o.n_embd, o.ffn_hidden, proj_std);
+  if (o.lora.targets_any(LoraConfig::kFc2)) lora_row(p + ".c_proj", o.n_embd, o.ffn_hidden);
+}
+
+void ParamDeclarer::lora_column(const std::string& p, const std::vector<int64_t>& blocks,
+                                int64_t in) {
+  const int64_t r = o.lora.rank;
+  int64_t rows = 0;
+  for (int64_t b : blocks) rows += b / o.tp;
+  Param& a =
+      ps_.add(p + ".lora_A.weight", {r, in}, 1, -1, Init::kUniform, 1.0 / std::sqrt((double)in));
+  a.adapter = true;
+  a.tp_partial = o.tp > 1;  // every rank's rows of B reach it
+  ps_.add(p + ".lora_B.weight", {rows, r}, 1, 0, Init::kZeros, 0.0, blocks).adapter = true;
+}
+
+void ParamDeclarer::lora_row(const std::string& p, int64_t out, int64_t in_global) {
+  const int64_t r = o.lora.rank;
+  ps_.add(p + ".lora_A.weight", {r, in_global / o.tp}, 1, 1, Init::kUniform,
+          1.0 / std::sqrt((double)in_global))
+      .adapter = true;
+  Param& b = ps_.add(p + ".lora_B.weight", {out, r}, 1, -1, Init::kZeros);
+  b.adapter = true;
+  b.tp_partial = o.tp > 1;  // from this rank's partial x A^T
 }
 
 void ParamDeclarer::moe(const std::string& p) {

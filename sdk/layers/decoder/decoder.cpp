@@ -81,7 +81,8 @@ void DecoderModel::plan_grad_ready() {
     const std::string prefix = "h." + std::to_string(opt_.layer0 + (int64_t)l) + ".";
     for (size_t i = 0; i < all.size(); ++i) {
       const Param& p = all[i];
-      if (p.buffer || p.sp_partial || p.tp_partial || p.name.compare(0, prefix.size(), prefix) != 0)
+      if (p.buffer || p.frozen || p.sp_partial || p.tp_partial ||
+          p.name.compare(0, prefix.size(), prefix) != 0)
         continue;
       auto& runs = ready_runs_[l];
       if (!runs.empty() && runs.back().first + runs.back().second == (int64_t)i)
@@ -157,8 +158,10 @@ void DecoderModel::build() {
     if (family_) family_->declare(o, ps, std, vrows);  // BERT's heads, the classifier
     if (o.mtp_layers > 0) mtp_declare(d);
   }
+  if (o.lora.on()) ps.freeze_base();
   assign_units();
   ps.allocate(ctx_);
+  ps.link_lora(o.lora);
   layers_.resize((size_t)(o.layer1 - o.layer0));
   for (size_t u = 0; u <= layers_.size(); ++u) make_unit(u);
 

@@ -155,6 +155,7 @@ void check_residency(const Options& o, int32_t residency, int virtual_stages,
     return;
   }
   refuse(virtual_stages > 1, "virtual pipeline stages (parallel.virtual_stages > 1)");
+  refuse(o.lora.on(), "LoRA (model.peft = \"lora\", whose frozen base the units do not hold)");
   refuse(o.stages > 1 && o.tie_embeddings,
          "a tied embedding across pipeline stages (model.tie_embeddings = true)");
   refuse(o.bert || o.post_norm, "BERT's post-norm layers and heads");

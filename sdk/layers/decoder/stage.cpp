@@ -158,6 +158,7 @@ void DecoderModel::embed_backward(Slot& S, const DLTensor* dres_in) {
   const loom::tp::Group& g = ctx_.tp;
   View dres(dres_in, {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
   View typ = view(S.types, {N});
+  if (emb_.dwte == nullptr) return;  // frozen embeddings (LoRA): no gradient to compute
   if (!g.active()) {
     emb_.backward(ctx_, dres, tok, pos, typ);
     return;
@@ -534,7 +535,7 @@ void DecoderModel::finish_grads() {
   if (params_.residency() < LOOM_RESIDENCY_GRADS)
     for (Param& p : params_.all())
       if (tp_summed(p)) ctx_.tp.all_reduce(p.grad.get());
-  if (embedding_group_)
+  if (embedding_group_ && !params_.at("wte").frozen)
     loom::check(ctx_.host,
                 loom::comm_all_reduce(comm_, embedding_group_, params_.at("wte").grad.get(),
                                       LOOM_REDUCE_SUM, ctx_.be.stream()));

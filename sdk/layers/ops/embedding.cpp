@@ -11,16 +11,16 @@ Embedding Embedding::make(const Options& o, ParamStore& ps, const Ctx& c) {
   e.vp.shard = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, c.tp);
   Param& wte = ps.at("wte");
   e.wte = wte.value.get();
-  e.dwte = wte.grad.get();
+  e.dwte = wte.grad_or_null();
   if (o.learned_positions()) {
     Param& wpe = ps.at("wpe");
     e.wpe = wpe.value.get();
-    e.dwpe = wpe.grad.get();
+    e.dwpe = wpe.grad_or_null();
   }
   if (o.num_tokentypes > 0) {
     Param& tte = ps.at("tokentype");
     e.tte = tte.value.get();
-    e.dtte = tte.grad.get();
+    e.dtte = tte.grad_or_null();
   }
   return e;
 }
@@ -35,9 +35,9 @@ void Embedding::forward(const Ctx& c, DLTensor* out, const DLTensor* tokens,
 // dwte[tokens] += dout; dwpe[positions] += dout.
 void Embedding::backward(const Ctx& c, const DLTensor* dout, const DLTensor* tokens,
                          const DLTensor* positions, const DLTensor* types) const {
-  loom::embedding_backward(c.be, dwte, tokens, dout);
-  if (wpe) loom::embedding_backward(c.be, dwpe, positions, dout);
-  if (tte) loom::embedding_backward(c.be, dtte, types, dout);
+  if (dwte) loom::embedding_backward(c.be, dwte, tokens, dout);
+  if (wpe && dwpe) loom::embedding_backward(c.be, dwpe, positions, dout);
+  if (tte && dtte) loom::embedding_backward(c.be, dtte, types, dout);
 }
 
 }  // namespace loom::layers

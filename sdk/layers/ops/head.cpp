@@ -17,7 +17,7 @@ LmHead LmHead::make(const Options& o, ParamStore& ps, const Ctx& c) {
   LmHead h;
   Param& w = ps.at(o.tie_embeddings ? "wte" : "lm_head.weight");
   h.w = w.value.get();
-  h.dw = w.grad.get();
+  h.dw = w.grad_or_null();  // NULL when frozen (LoRA)
   h.shard = loom::tp::VocabShard::make(o.vocab, o.pad_vocab_to, c.tp);
   h.vocab = h.shard.real;
   h.cols = h.vocab;
@@ -64,9 +64,10 @@ void LmHead::backward(const Ctx& c, DLTensor* dx, const DLTensor* dlogits, int64
   // are the slot's, kept until then: views of them suffice)
   const View dl(dlogits, std::vector<int64_t>(dlogits->shape, dlogits->shape + dlogits->ndim));
   const View xv(x, std::vector<int64_t>(x->shape, x->shape + x->ndim));
-  loom::weight_grad(c.be, [this, &c, dl, xv, ld, n] {
-    c.gemm(true, false, vocab, C, n, {dl, ld}, {xv, C}, dw, C, 0, 1.0);
-  });
+  if (dw)
+    loom::weight_grad(c.be, [this, &c, dl, xv, ld, n] {
+      c.gemm(true, false, vocab, C, n, {dl, ld}, {xv, C}, dw, C, 0, 1.0);
+    });
   // dx(n,C) = dlogits(n,:k) @ W[:k](k,C)   (the padding's dlogits are 0)
   c.gemm(false, false, n, C, k, {dlogits, ld}, {w, C}, dx, C, 0, 0.0);
 }

@@ -8,7 +8,8 @@ namespace loom::layers {
 Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out) {
   Linear l;
   l.w = w.value.get();
-  l.dw = w.grad.get();
+  l.dw = w.grad_or_null();  // NULL when frozen: no weight gradient
+  l.lora = w.lora;
   l.row0 = row0;
   l.out = out;
   l.in = w.shape[1];

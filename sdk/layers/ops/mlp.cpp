@@ -22,7 +22,7 @@ Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
 // BIAS_GELU into c_fc, DGELU into c_proj's input gradient): h and a come out of one GEMM, dh
 // out of one, with no activation pass over them.
 bool Mlp::gelu_in_gemms(const Backend& be) const {
-  return act == LOOM_ACT_GELU_TANH && fc.parts.size() == 1 &&
+  return act == LOOM_ACT_GELU_TANH && fc.parts.size() == 1 && !fc.parts[0].lora && !proj.lin.lora &&
          loom::tp::LocalLinear::gelu_fusable(be);
 }
 

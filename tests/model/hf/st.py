@@ -7,6 +7,11 @@ compares them: an independent reader, not Loom's.
       every tensor of HF directory A has the same dtype, shape and bytes in B, under the
       same name (or A's name with GPT2LMHeadModel's "transformer." prefix); A's causal-mask
       buffers (attn.bias, attn.masked_bias) excepted, as export does not write them
+  python3 st.py peft BASE_DIR MERGED_DIR PEFT_DIR TOL
+      PEFT's adapters (adapter_config.json, adapter_model.safetensors) applied as PEFT merges
+      them: every targeted module's weight in MERGED is BASE's + lora_alpha / r x B A
+      (transposed where fan_in_fan_out: GPT-2's Conv1D), within TOL of the largest element,
+      and every other tensor is BASE's
   python3 st.py add FILE NAME
       FILE (one safetensors file) with one more tensor NAME, F32 of shape (2, 2), rewritten
       in place: a tensor no mapping expects
@@ -68,6 +73,56 @@ def same(a, b):
     print(f"{n} tensors byte-identical in dtype, shape and data")
 
 
+def peft(base_dir, merged_dir, peft_dir, tol):
+    cfg = json.load(open(os.path.join(peft_dir, "adapter_config.json")))
+    assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM", cfg
+    scale = cfg["lora_alpha"] / cfg["r"]
+    base, merged = read_dir(base_dir), read_dir(merged_dir)
+    ad = read(os.path.join(peft_dir, "adapter_model.safetensors"))
+    prefix, done, moved = "base_model.model.", set(), 0.0
+    for k in sorted(ad):
+        if not k.endswith(".lora_A.weight"):
+            continue
+        module = k[len(prefix):-len(".lora_A.weight")]
+        assert any(module == t or module.endswith("." + t) for t in cfg["target_modules"]), \
+            (module, cfg["target_modules"])
+        (_, (r, n_in), a), (_, (n_out, r2), b) = ad[k], ad[prefix + module + ".lora_B.weight"]
+        assert r == r2 == cfg["r"], (k, r, r2)
+        A, B = floats("F32", a), floats("F32", b)
+        name = module + ".weight"
+        if name not in base:  # GPT2LMHeadModel's files may name it transformer.*
+            name = name[len("transformer."):] if name.startswith("transformer.") else name
+        (_, shape, w0), (_, shape1, w1) = base[name], merged.get(name) or merged["transformer." + name]
+        assert shape == shape1, (name, shape, shape1)
+        W0, W1 = floats("F32", w0), floats("F32", w1)
+        t = cfg["fan_in_fan_out"]
+        assert shape == ([n_in, n_out] if t else [n_out, n_in]), (name, shape, n_in, n_out)
+        err, big = 0.0, max(abs(v) for v in W1)
+        for o in range(n_out):
+            for i in range(n_in):
+                d = scale * sum(B[o * r + j] * A[j * n_in + i] for j in range(r))
+                at = i * n_out + o if t else o * n_in + i
+                err = max(err, abs(W0[at] + d - W1[at]))
+                moved = max(moved, abs(d))
+        if not err <= tol * big:
+            sys.exit(f"{name}: merged differs from base + B A by {err:.2e} (max |w| {big:.2e})")
+        done.add(name)
+    for name, v in base.items():  # and PEFT would put no adapter on any other module
+        module = name[:-len(".weight")]
+        if name not in done and any(module == t or module.endswith("." + t)
+                                    for t in cfg["target_modules"]):
+            sys.exit(f"{name}: target_modules {cfg['target_modules']} name it, but it has no adapter")
+        if name in done or name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue
+        w = merged.get(name) or merged.get("transformer." + name)
+        if w is None or v[1] != w[1] or floats("F32", v[2]) != floats("F32", w[2]):
+            sys.exit(f"{name}: not adapted, yet not the base's in {merged_dir}")
+    if not done or moved == 0.0:
+        sys.exit("peft: the adapters change nothing (B A = 0): nothing was checked")
+    print(f"peft: {len(done)} modules' adapters (r {cfg['r']}, alpha {cfg['lora_alpha']}) are "
+          f"the merged weights' difference from the base (up to {moved:.2e}); the rest is the base's")
+
+
 def add(path, name):
     with open(path, "rb") as f:
         raw = f.read()
@@ -97,6 +152,8 @@ def rename(path, old, new):
 if __name__ == "__main__":
     if sys.argv[1] == "logits":
         logits(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif sys.argv[1] == "peft":
+        peft(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
     elif sys.argv[1] == "add":
         add(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "rename":

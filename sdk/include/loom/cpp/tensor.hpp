@@ -173,12 +173,12 @@ inline bool is_compact(const DLTensor* t) {
   return true;
 }
 
-// c(m,n) = op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets; `ext`
-// chains extensions on the args (an epilogue, loom/cpp/gemm_epilogue.hpp).
-inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                 const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
-                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta,
-                 const loom_ext* ext = nullptr) {
+// c(m,n) = alpha op(a)(m,k) @ op(b)(k,n) + beta c, with row pitches and element offsets;
+// `ext` chains extensions on the args (an epilogue, loom/cpp/gemm_epilogue.hpp).
+inline void gemm_scaled(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        double alpha, const DLTensor* a, int64_t lda, int64_t offa,
+                        const DLTensor* b, int64_t ldb, int64_t offb, DLTensor* c, int64_t ldc,
+                        int64_t offc, double beta, const loom_ext* ext = nullptr) {
   loom_gemm_args g{};
   g.struct_size = LOOM_GEMM_ARGS_SIZE_V2;
   g.trans_a = ta;
@@ -186,7 +186,7 @@ inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int6
   g.m = m;
   g.n = n;
   g.k = k;
-  g.alpha = 1.0;
+  g.alpha = alpha;
   g.beta = beta;
   g.a = a;
   g.lda = lda;
@@ -200,6 +200,13 @@ inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int6
   g.batch = 1;
   g.ext = ext;
   be.call(&loom_ops::gemm, &g);
+}
+// The same with alpha = 1.
+inline void gemm(const Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                 const DLTensor* a, int64_t lda, int64_t offa, const DLTensor* b, int64_t ldb,
+                 int64_t offb, DLTensor* c, int64_t ldc, int64_t offc, double beta,
+                 const loom_ext* ext = nullptr) {
+  gemm_scaled(be, ta, tb, m, n, k, 1.0, a, lda, offa, b, ldb, offb, c, ldc, offc, beta, ext);
 }
 
 // s <- softmax(scale * s) per row in place, causal and optionally a sliding window

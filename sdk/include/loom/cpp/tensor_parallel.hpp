@@ -23,6 +23,7 @@
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
+#include "loom/cpp/lora.hpp"
 #include "loom/cpp/tensor.hpp"
 #include "loom/cpp/weight_grads.hpp"
 
@@ -112,10 +113,13 @@ struct ReduceScatterToSequenceRegion {
 // projection (q, k or v of c_attn) or a whole column-parallel shard.
 struct LocalLinear {
   const DLTensor* w = nullptr;
-  DLTensor* dw = nullptr;
-  mutable View b, db;  // (out); empty without bias
+  DLTensor* dw = nullptr;  // NULL: W (and its bias) frozen, no weight gradient
+  mutable View b, db;      // (out); empty without bias
   bool has_bias = false;
   int64_t row0 = 0, out = 0, in = 0;
+  // A LoRA adapter on these rows (loom/cpp/lora.hpp), or NULL. With one, the GELU never rides
+  // on this projection's GEMMs (gelu_fusable's callers check `lora`).
+  std::shared_ptr<const LoraAdapter> lora;
 
   // y(n,out) = x(n,in) W^T (+ b when add_bias). The bias goes into the GEMM's epilogue where
   // the backend instance lends loom.gemm-epilogue/1 (loom/cpp/gemm_epilogue.hpp), else a
@@ -126,7 +130,7 @@ struct LocalLinear {
                DLTensor* gelu_aux = nullptr) const {
     const bool bias = has_bias && add_bias;
     const uint32_t kinds = gemm_epilogue_kinds(be);
-    if (gelu_aux != nullptr && (kinds & LOOM_EPILOGUE_BIAS_GELU)) {
+    if (gelu_aux != nullptr && (kinds & LOOM_EPILOGUE_BIAS_GELU) && !lora) {
       loom_gemm_epilogue e =
           gemm_epilogue(LOOM_EPILOGUE_BIAS_GELU, bias ? b.get() : nullptr, nullptr, gelu_aux);
       gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0, &e.base);
@@ -143,6 +147,7 @@ struct LocalLinear {
         loom::bias_add(be, zv.get(), b);
       }
     }
+    if (lora) lora->forward(be, z, x, n, in, row0, out);
     if (gelu_aux != nullptr) loom::act_forward(be, LOOM_ACT_GELU_TANH, y, gelu_aux);
   }
   // Whether the GELU that follows this projection (forward) or whose gradient its input
@@ -159,24 +164,29 @@ struct LocalLinear {
   void backward(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                 const DLTensor* x, int64_t n, bool with_bias = true,
                 DLTensor* dgelu_aux = nullptr) const {
-    weight_grad_reading(
-        be,
-        [this, n, with_bias](const Backend& b, const DLTensor* d, const DLTensor* xi) {
-          weight_backward(b, d, xi, n, with_bias);
-        },
-        dy, x);
-    if (!dx) return;
+    if (dw)
+      weight_grad_reading(
+          be,
+          [this, n, with_bias](const Backend& b, const DLTensor* d, const DLTensor* xi) {
+            weight_backward(b, d, xi, n, with_bias);
+          },
+          dy, x);
     if (dgelu_aux != nullptr) {
-      if (accumulate || !gelu_fusable(be))
+      if (!dx || accumulate || !gelu_fusable(be) || lora)
         throw Error(LOOM_ERR_INVALID_ARGUMENT,
                     "LocalLinear::backward: the GELU gradient rides only on a written input "
-                    "gradient, on a backend lending LOOM_EPILOGUE_DGELU (gelu_fusable)");
+                    "gradient, on a backend lending LOOM_EPILOGUE_DGELU (gelu_fusable), with "
+                    "no LoRA adapter");
       loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_DGELU, nullptr, nullptr, dgelu_aux);
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0, 0.0, &e.base);
       return;
     }
-    gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
-         accumulate ? 1.0 : 0.0);
+    if (dx)
+      gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
+           accumulate ? 1.0 : 0.0);
+    // The adapter's gradients now, not at a split backward's W: they are small, and u is
+    // recomputed from x, which a W-time call would need a copy of.
+    if (lora) lora->backward(be, dx, dy, x, n, in, row0, out);
   }
   // dW += dy^T x; db += colsum(dy) (when with_bias).
   void weight_backward(const Backend& be, const DLTensor* dy, const DLTensor* x, int64_t n,
@@ -256,7 +266,7 @@ struct RowParallelLinear {
                 const DLTensor* x, int64_t n, DLTensor* dx, DLTensor* dgelu_aux = nullptr) const {
     // Without sequence parallelism the weight gradient's dy is this one, whose column sums
     // are the bias gradient: it may ride on that GEMM (an epilogue).
-    if (lin.has_bias && g.sequence_parallel) {
+    if (lin.has_bias && g.sequence_parallel && lin.dw) {
       const int64_t rows = g.local_rows(n), out = lin.out;
       const LocalLinear* l = &lin;
       weight_grad_reading(

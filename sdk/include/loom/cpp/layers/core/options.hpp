@@ -23,6 +23,18 @@ struct RouterConfig {
   std::string drop_policy = "probs";       // "probs" | "position"
 };
 
+// LoRA on the transformer's projections (model/gpt's peft keys, core/peft.cpp): adapters of
+// `rank` on the targets, scaled by alpha / rank; every other parameter frozen.
+struct LoraConfig {
+  enum Target : uint32_t { kQkv = 1, kProj = 2, kFc1 = 4, kFc2 = 8 };
+  int64_t rank = 0;  // 0: no LoRA (peft = "none")
+  double alpha = 32.0;
+  uint32_t targets = 0;  // Target bits
+  bool on() const { return rank > 0; }
+  bool targets_any(uint32_t t) const { return on() && (targets & t) != 0; }
+  double scale() const { return alpha / (double)rank; }
+};
+
 // ----- options (options.cpp) --------------------------------------------------------------
 struct Options {
   int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
@@ -110,6 +122,7 @@ struct Options {
   // mamba_conv taps over x, B and C, and the scan's chunk length.
   int64_t mamba_heads = 0, mamba_head_dim = 64, mamba_groups = 8, mamba_state = 128;
   int64_t mamba_conv = 4, mamba_chunk = 128;
+  LoraConfig lora;  // parameter-efficient finetuning (peft = "lora")
   char layer_kind(int64_t l) const { return hybrid.empty() ? 0 : hybrid[(size_t)l]; }
   bool has_kind(char k) const { return hybrid.find(k) != std::string::npos; }
   // This tensor rank's extents of the mixer: heads and groups split over the group.

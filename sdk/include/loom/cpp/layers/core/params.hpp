@@ -2,10 +2,12 @@
 // buffer, their declaration with the tensor-parallel conventions.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/cpp/layers/core/options.hpp"
+#include "loom/cpp/lora.hpp"
 
 namespace loom::layers {
 
@@ -37,6 +39,14 @@ struct Param {
   bool buffer = false;
   // Residency unit (loom_model_param.unit, ABI 2.13): -1 for a buffer
   int32_t unit = -1;
+  // Parameter-efficient finetuning (loom_model_param.frozen and adapter, ABI 2.25): a frozen
+  // parameter is not trained; a frozen matrix (weight decay 1) has no gradient at all
+  // (no_grad: grad is an empty view, and the ops that would write it skip it), a frozen vector
+  // keeps one that nothing reads (the norm kernels always write theirs). An adapter is a
+  // LoRA matrix; `lora` is the adapter pair on this weight, linked after allocation.
+  bool frozen = false, adapter = false, no_grad = false;
+  std::shared_ptr<const loom::tp::LoraAdapter> lora;
+  DLTensor* grad_or_null() { return no_grad ? nullptr : grad.get(); }
   int64_t numel() const;
 };
 
@@ -56,6 +66,10 @@ class ParamStore {
   DLTensor* grads() const { return grad_flat_.get(); }
   // GPT-2 init from `seed`, defined per element on the full tensor (see params.cpp).
   void init(const Ctx& ctx, uint64_t seed);
+  // LoRA (options' lora): freeze_base, after the last add, marks every parameter but the
+  // adapters frozen; link_lora, after allocate, gives each adapted weight its adapter pair.
+  void freeze_base();
+  void link_lora(const LoraConfig& c);
   std::vector<Param>& all() { return params_; }
   // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
   // tie group to name (the tied embedding's "embedding"), or NULL.
@@ -118,6 +132,11 @@ class ParamDeclarer {
   // channels, K taps), p.dt_bias, p.A_log, p.D (heads), p.norm (the gated norm's, d_inner),
   // p.out_proj (row-parallel): MambaMixer's (ssm/mamba.hpp)
   void mamba(const std::string& p);
+  // LoRA's p.lora_A and p.lora_B beside a column-parallel projection p (A whole, B split by
+  // p's row blocks) or a row-parallel one (A split by p's input columns, B whole); A drawn
+  // as PEFT's kaiming_uniform(a = sqrt(5)), B zeros, so that training starts at the base.
+  void lora_column(const std::string& p, const std::vector<int64_t>& blocks, int64_t in);
+  void lora_row(const std::string& p, int64_t out, int64_t in_global);
 
   const Options& o;
   const double std, proj_std;  // init std of matrices, and of the residual projections

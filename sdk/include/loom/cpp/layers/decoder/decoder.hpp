@@ -174,8 +174,8 @@ class DecoderModel {
   void unit_done(size_t u, bool backward);
   // The parameters whose gradients this rank holds only part of (sequence-parallel
   // replicated ones, QK-norm's under TP): the tensor group sums them.
-  bool tp_summed(const Param& p) const {
-    return p.tp_partial || (p.sp_partial && ctx_.tp.sequence_parallel);
+  bool tp_summed(const Param& p) const {  // a frozen one's gradient is never read
+    return !p.frozen && (p.tp_partial || (p.sp_partial && ctx_.tp.sequence_parallel));
   }
   // Under NOTIFY only: unit 0 (embedding and head) again, when the head's forward or the
   // embedding's backward starts after the layers, so the host can tell them from the last
