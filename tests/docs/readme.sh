@@ -61,6 +61,19 @@ if [ "$doc" = docs/finetuning.md ]; then
   cd "$tree"
   [ -f run/lora/peft/adapter_config.json ] && [ -f run/lora/peft/adapter_model.safetensors ]
   [ -f run/lora/merged/config.json ] && [ -f run/lora/merged/model.safetensors ]
+  # the run's checkpoint holds the adapters alone and names the imported base
+  python3 - run/lora/checkpoints "$PWD/run/lora/base/iter_0000000" <<'PY'
+import glob, json, struct, sys
+files = glob.glob(sys.argv[1] + "/iter_*/model*.safetensors")
+assert files, sys.argv[1]
+for path in files:
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    meta = header.pop("__metadata__")
+    assert meta["loom.peft_base"] == sys.argv[2], (path, meta.get("loom.peft_base"))
+    assert header and all(".lora_" in k for k in header), sorted(header)
+print(f"lora: the checkpoint holds {len(header)} adapter tensors and names its base")
+PY
   grep -q '"chat.completion"' "$work/out.log"
   build/bin/loom import-hf run/lora/merged run/lora/merged-ck > /dev/null 2>&1
   for m in checkpoints merged-ck; do

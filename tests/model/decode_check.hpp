@@ -19,6 +19,7 @@ inline void check_decode(const Overrides& o, DLDataType dt = loom_f32()) {
   const int64_t B = 2, T = 8, V = 50;
   Gpt m(h, o, V, B, T, dt);
   m.check(m.api()->init_params(m.self(), 3));
+  perturb_lora_b(h.be, m.params);  // LoRA: nonzero adapters take part
   std::vector<int32_t> tok(B * T), tgt(B * T);
   for (int64_t i = 0; i < B * T; ++i) {
     tok[i] = (int32_t)((i * 7 + 3) % V);

@@ -24,6 +24,7 @@ target_link_libraries(test_moe_router PRIVATE loom_layers)
 loom_model_test(test_moe)
 loom_model_test(test_hybrid)
 loom_model_test(test_mtp)
+loom_model_test(test_lora)
 target_link_libraries(test_mtp PRIVATE loom_layers)  # the expert-bias rule
 loom_model_test(test_gpt_mixed)
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # LoRA's exports on GPT-2 (Conv1D weights stored transposed: PEFT's fan_in_fan_out) and the
 # refusals around them (docs/finetuning.md):
-#  1. LoRA finetuning from an imported GPT-2 trains only the adapters (the frozen weights come
-#     back unchanged in its checkpoint);
+#  1. LoRA finetuning from an imported GPT-2 trains only the adapters, and its checkpoints
+#     hold them alone, naming the base (loom.peft_base): merged, the frozen weights are the
+#     base's bitwise; a run resumed from such a checkpoint follows the straight one bitwise;
+#     with the base gone, reading it is refused by name;
 #  2. export-peft's adapters are exactly the merged export's difference from the base, as PEFT
 #     merges them (st.py peft: an independent reader), for all four projections and for two
 #     of them (target_modules then names attn.c_proj, which mlp.c_proj would match too);
@@ -29,16 +31,33 @@ lora() {  # lora OUT SETS...: 3 iterations of LoRA from the base
 echo "== 1. the frozen weights stay, the adapters train"
 lora all > all.log 2>&1 || { cat all.log; exit 1; }
 grep -q "peft: .* trained adapter parameters, .* frozen" all.log
-PYTHONPATH=$here/hf python3 - base/iter_0000000/model.safetensors all/iter_0000003/model.safetensors <<'PY'
-import sys
+"$loom" checkpoint merge all all.safetensors > /dev/null
+PYTHONPATH=$here/hf python3 - base/iter_0000000/model.safetensors all/iter_0000003/model.safetensors \
+  all.safetensors "$PWD/base/iter_0000000" <<'PY'
+import json, struct, sys
 import st
-base, run = st.read(sys.argv[1]), st.read(sys.argv[2])
-adapters = sorted(k for k in run if ".lora_" in k)
-assert sorted(set(run) - set(base)) == adapters and len(adapters) == 16, adapters
-assert all(run[k] == base[k] for k in base), [k for k in base if run[k] != base[k]]
-assert any(max(map(abs, st.floats("F32", run[k][2]))) > 0 for k in adapters if "lora_B" in k)
-print(f"{len(base)} frozen tensors unchanged after 3 steps; {len(adapters)} adapter tensors")
+base, own, merged = st.read(sys.argv[1]), st.read(sys.argv[2]), st.read(sys.argv[3])
+with open(sys.argv[2], "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+assert meta["loom.peft_base"] == sys.argv[4], meta.get("loom.peft_base")
+adapters = sorted(own)
+assert all(".lora_" in k for k in adapters) and len(adapters) == 16, adapters
+assert sorted(merged) == sorted(set(base) | set(own)), sorted(merged)
+assert all(merged[k] == base[k] for k in base), [k for k in base if merged[k] != base[k]]
+assert any(max(map(abs, st.floats("F32", own[k][2]))) > 0 for k in adapters if "lora_B" in k)
+print(f"the checkpoint holds {len(adapters)} adapter tensors and names its base; merged, "
+      f"{len(base)} frozen tensors are the base's bitwise")
 PY
+lora straight --set train.iters=6 > straight.log 2>&1 || { cat straight.log; exit 1; }
+lora half --set train.iters=6 --set train.exit_interval=3 > half.log 2>&1 || { cat half.log; exit 1; }
+lora half --set train.iters=6 --set checkpoint.load=half > resumed.log 2>&1 ||
+  { cat resumed.log; exit 1; }
+grep -q "resumed from .* at iteration 3" resumed.log || { echo "FAIL: did not resume at 3"; cat resumed.log; exit 1; }
+"$loom" checkpoint diff straight half --rtol 0 | tail -1
+mv base base.away
+expect 1 "holds LoRA adapters alone; their frozen base" "$loom" generate --checkpoint all \
+  --prompt "1 2 3" --max-new-tokens 2
+mv base.away base
 
 echo "== 2. export-peft = the merged export's difference from the base"
 for t in all "two c_attn,linear_proj"; do

@@ -10,7 +10,10 @@
 #     transformers' within 1e-4 of max |logit| (fp32);
 #  2. a Loom-trained GPT, Llama, Qwen3, Qwen2-MoE-style and NemotronH-style model (its hub
 #     names, backbone., which transformers renames), `loom export-hf`, from_pretrained unchanged:
-#     transformers' logits match Loom's within 1e-4.
+#     transformers' logits match Loom's within 1e-4;
+#  3. LoRA on the GPT and the Llama of 2 (`loom export-peft`): where `peft` is installed,
+#     PeftModel.from_pretrained over the base's export gives Loom's LoRA logits within 1e-4
+#     (skipped with a line where it is not).
 #   hf_transformers.sh LOOM
 set -euo pipefail
 loom=$1
@@ -108,4 +111,33 @@ for style in gpt llama qwen3 qwen2moe nemotronh; do
   "$loom" export-hf trained-$style trained-$style.hf
   hf_logits trained-$style.hf trained-$style.hf.st
   compare trained-$style.st trained-$style.hf.st "loom $style -> transformers"
+done
+
+echo "== Loom LoRA -> PEFT"
+if ! python3 -c "import peft" 2> /dev/null; then
+  echo "skipped: python3 has no peft"
+  exit 0
+fi
+for style in gpt llama; do
+  # the trained model's own recipe (its model keys), LoRA on top of its weights
+  "$loom" run trained-$style/iter_*/recipe.toml "${quiet[@]}" \
+    --set checkpoint.finetune=trained-$style --set checkpoint.load= \
+    --set checkpoint.save=lora-$style --set model.peft=lora --set model.peft_rank=4 \
+    --set model.peft_alpha=8 --set lr.max=0.05 \
+    > lora-$style.log 2>&1 || { cat lora-$style.log; exit 1; }
+  "$loom" generate --checkpoint lora-$style --prompt "$(cat prompt.txt)" --max-new-tokens 0 \
+    --logits-out lora-$style.st "${quiet[@]}" > /dev/null
+  "$loom" export-peft lora-$style lora-$style.peft
+  python3 - trained-$style.hf lora-$style.peft lora-$style.hf.st <<'PY'
+import sys, torch
+from peft import PeftModel
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+base = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
+m = PeftModel.from_pretrained(base, sys.argv[2]).eval()
+ids = torch.tensor([[int(t) for t in open("prompt.txt").read().split()]])
+with torch.no_grad():
+    save_file({"logits": m(ids).logits[0].float().contiguous()}, sys.argv[3])
+PY
+  compare lora-$style.st lora-$style.hf.st "loom lora $style -> peft"
 done

@@ -275,6 +275,18 @@ inline double max_abs(const std::vector<double>& v) {
   return m;
 }
 
+// LoRA's B starts at zero, which leaves the adapters out of the output and A without a
+// gradient: the tests that check them give every B small nonzero values first.
+inline void perturb_lora_b(const loom_backend_ref& be,
+                           const std::vector<loom_model_param>& params) {
+  for (const loom_model_param& p : params)
+    if (std::string(p.name).find(".lora_B.") != std::string::npos) {
+      std::vector<double> v((size_t)loom_tensor_numel(p.value));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05 * std::sin(0.7 * (double)i + 1.0);
+      upload(be, p.value, v);
+    }
+}
+
 // Tiny configurations shared by the tests.
 inline Overrides tiny_gpt2() {
   return {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "16"}, {"max_seq_len", "32"}};

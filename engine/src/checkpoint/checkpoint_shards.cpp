@@ -10,6 +10,7 @@
 
 #include "base/errors.hpp"
 #include "base/tool_output.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 
@@ -388,11 +389,35 @@ void merge_optimizer_files(const fs::path& folder, FullCheckpoint& out,
 
 }  // namespace
 
+std::string peft_base_of(const fs::path& folder) {
+  const auto meta = model_metadata(folder);
+  auto it = meta.find("loom.peft_base");
+  return it == meta.end() ? "" : it->second;
+}
+
+void add_peft_base(const fs::path& folder, StFile& model, const ParamFilter& want) {
+  const std::string base = peft_base_of(folder);
+  if (base.empty()) return;
+  fs::path verified;
+  try {
+    verified = load_checkpoint(base, "", "").folder;
+  } catch (const std::exception& e) {
+    throw RunError(folder.string() + " holds LoRA adapters alone; their frozen base " + base +
+                   " (loom.peft_base) cannot be read: " + e.what() +
+                   ". Restore the base there: the adapters need it");
+  }
+  FullCheckpoint b = merge_checkpoint(
+      verified, false, [&](const std::string& n) { return !model.count(n) && (!want || want(n)); });
+  for (auto& [name, t] : b.model)
+    if (!model.count(name)) model[name] = std::move(t);
+}
+
 FullCheckpoint merge_checkpoint(const fs::path& folder, bool with_optimizer,
                                 const ParamFilter& want) {
   FullCheckpoint out;
   std::map<std::string, nlohmann::json> specs_by_tag;
   merge_model_files(folder, out, specs_by_tag, want);
+  add_peft_base(folder, out.model, want);
   out.main = out.model;
   if (with_optimizer) merge_optimizer_files(folder, out, specs_by_tag, want);
   return out;

@@ -80,4 +80,12 @@ using ParamFilter = std::function<bool(const std::string&)>;
 FullCheckpoint merge_checkpoint(const std::filesystem::path& folder, bool with_optimizer,
                                 const ParamFilter& want = {});
 
+// A LoRA run's checkpoint holds the adapters and the trained state alone; its model files'
+// metadata "loom.peft_base" names the checkpoint folder its frozen weights are in (the
+// run's checkpoint.finetune, an absolute path; "" when it holds them itself).
+// merge_checkpoint adds the base's tensors that `model` lacks (those `want` picks), and
+// refuses by name a base that is gone or corrupt.
+std::string peft_base_of(const std::filesystem::path& folder);
+void add_peft_base(const std::filesystem::path& folder, StFile& model, const ParamFilter& want);
+
 }  // namespace loom::engine

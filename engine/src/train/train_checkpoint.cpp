@@ -200,6 +200,7 @@ void TrainRun::resume() {
   }
   Checkpoint ck = load_checkpoint(load_dir, "", "");
   hf_meta = hf_origin(ck.folder);
+  peft_base = peft_base_of(ck.folder);
   const bool with_optimizer = !recipe.get_bool("checkpoint", "no_load_optim");
   const std::string theirs = saved_optimizer(ck), ours = recipe.plugin("optimizer");
   if (with_optimizer && !theirs.empty() && theirs != ours)
@@ -326,6 +327,7 @@ void TrainRun::check_full(const FullCheckpoint& full, const std::string& where, 
 // optimizer's state stays as created (its main parameters still load).
 void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
   const std::string where = ck.folder.string();
+  const bool from_base = !peft_base_of(ck.folder).empty();  // LoRA's adapters alone
   {  // the files hold exactly what this rank takes
     std::set<std::string> need, have, need_opt, have_opt;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -334,7 +336,7 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
       if (!params[i].pipeline_duplicate) need.insert(params[i].name);
     }
     for (const loom_model_param& b : buffers)
-      if (!b.pipeline_duplicate) need.insert(b.name);
+      if (!b.pipeline_duplicate && !(b.frozen && from_base)) need.insert(b.name);
     for (const auto& [name, t] : ck.model) have.insert(name);
     refuse_mismatch(where, "model", minus(need, have), minus(have, need), kModelFix);
     for (const auto& [name, t] : ck.optimizer)
@@ -357,8 +359,9 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
   for (const loom_model_param& b : buffers)
-    if (!b.pipeline_duplicate)  // sync_tied fills it from the first stage's
+    if (!b.pipeline_duplicate && !(b.frozen && from_base))  // sync_tied fills a duplicate
       upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
+  if (from_base) load_frozen_base(ck.folder);
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
   sync_tied();
@@ -393,9 +396,7 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, b
   for (const loom_model_param& b : buffers) {
     // a buffer the weights lack (finetuning from a model trained without it) starts fresh
     if (!with_optimizer && !full.main.count(b.name)) continue;
-    const ShardSpec spec = ShardSpec::parse(shard_entry(b, layout), b.name);
-    upload_cast(be, take_shard(spec, find(full.main, b.name, where), vocab, where + ": " + b.name),
-                b.name, b.value, where);
+    upload_buffer(full.main, b, where);
   }
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) {
@@ -409,6 +410,24 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, b
       upload(be, local, n, t, where);
     }
   if (!sharded) main->to_model();
+}
+
+void TrainRun::upload_buffer(const StFile& full, const loom_model_param& b,
+                             const std::string& where) {
+  const ShardSpec spec = ShardSpec::parse(shard_entry(b, layout), b.name);
+  upload_cast(be, take_shard(spec, find(full, b.name, where), vocab, where + ": " + b.name), b.name,
+              b.value, where);
+}
+
+void TrainRun::load_frozen_base(const fs::path& folder) {
+  std::set<std::string> frozen;
+  for (const loom_model_param& b : buffers)
+    if (b.frozen) frozen.insert(b.name);
+  StFile full;
+  add_peft_base(folder, full, [&](const std::string& n) { return frozen.count(n) > 0; });
+  const std::string where = peft_base_of(folder) + " (the frozen base of " + folder.string() + ")";
+  for (const loom_model_param& b : buffers)
+    if (b.frozen) upload_buffer(full, b, where);
 }
 
 // Picks this rank's parameters by name: a rank of another layout reads only what it holds.
@@ -482,7 +501,8 @@ void TrainRun::save(int64_t iteration, bool background) {
     entries[params[i].name] = shard_entry(params[i], layout);
   }
   for (const loom_model_param& b : buffers) {
-    if (b.pipeline_duplicate) continue;  // a frozen tied embedding's copy (LoRA under PP)
+    if (b.pipeline_duplicate) continue;            // a frozen tied embedding's copy (LoRA under PP)
+    if (b.frozen && !peft_base.empty()) continue;  // in the base the checkpoint names
     ck.model[b.name] = download_f32(be, b.value);
     entries[b.name] = shard_entry(b, layout);
   }
@@ -491,6 +511,7 @@ void TrainRun::save(int64_t iteration, bool background) {
   ck.model_meta["loom.shards"] = entries.dump();
   ck.model_meta["loom.vocab"] = std::to_string(vocab);  // the rows past it are padding
   for (auto& [k, v] : hf_meta) ck.model_meta[k] = v;
+  if (!peft_base.empty()) ck.model_meta["loom.peft_base"] = peft_base;
   for (auto [name, t] : optimizer_state(optimizer)) ck.optimizer[name] = download(be, t);
   // Where each parameter's state sits, for resharding: its tensor-parallel shard (the
   // pipeline duplicate's too, which the model file leaves out) and, sharded, the flat

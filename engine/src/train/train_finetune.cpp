@@ -75,6 +75,8 @@ void TrainRun::finetune(const fs::path& dir) {
   } else {
     Checkpoint ck = load_checkpoint(dir, "", "");
     where = ck.folder.string();
+    // LoRA: the frozen weights stay in this folder, which the run's saves name
+    if (frozen_params > 0) peft_base = fs::absolute(ck.folder).lexically_normal().string();
     full = merge_checkpoint(ck.folder, false, own_params());
     theirs = checkpoint_model_keys(ck.folder);
     hf_meta = hf_origin(ck.folder);

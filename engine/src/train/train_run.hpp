@@ -229,6 +229,11 @@ struct TrainRun {
   // save for export-hf.
   std::map<std::string, std::string>
       hf_meta;  // steps the optimizer took: iterations less fp16's skipped ones
+  // LoRA from checkpoint.finetune's Loom checkpoint: that folder (absolute), which holds the
+  // frozen weights; saves then hold the adapters alone and name it (loom.peft_base,
+  // checkpoint_shards.hpp). "": the frozen weights are saved with the adapters (a run from
+  // scratch or from a Hugging Face directory).
+  std::string peft_base;
   Feed feed;
 
   // checkpoint.async's save in flight: its files, written by `writer`.
@@ -258,6 +263,10 @@ struct TrainRun {
   void load_full(const FullCheckpoint& full, const std::string& where, bool with_optimizer,
                  const std::function<bool(const std::string&)>& fresh = {});
   void sync_tied();
+  // Buffer b (a frozen weight too) cut for this rank from the full tensors of `full`.
+  void upload_buffer(const StFile& full, const loom_model_param& b, const std::string& where);
+  // The frozen weights from the base that checkpoint `folder` names (loom.peft_base).
+  void load_frozen_base(const std::filesystem::path& folder);
   ParamFilter own_params() const;
   void create_model(int64_t vocab);
   void create_optimizer();

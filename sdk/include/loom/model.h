@@ -151,7 +151,8 @@ typedef struct loom_model_param {
    * frozen = 1: a parameter the run does not train (a base weight beside LoRA adapters). The
    * model sets `buffer` too, so that every host keeps it out of the optimizer, the gradient
    * reduction and the gradient norm; grad is NULL and the model never changes it. Its values
-   * come from checkpoint.finetune (the pretrained model) and are saved with the parameters.
+   * come from checkpoint.finetune (the pretrained model); a host may save them, or (Loom)
+   * name that checkpoint in its own and save the trained parameters alone.
    * adapter = 1: a trained parameter that parameter-efficient finetuning adds (lora_A,
    * lora_B): a pretrained checkpoint lacks it, and checkpoint.finetune leaves it at its
    * initialisation. Both 0 for a plugin whose struct_size ends before them. */
