@@ -404,6 +404,15 @@ void import_hf(const fs::path& hf_dir, const fs::path& out, bool overwrite) {
               copied.empty() ? "" : "; tokenizer files copied to tokenizer/");
 }
 
+void check_export_output(const std::string& command, const fs::path& out,
+                         const fs::path& checkpoint, bool overwrite) {
+  // A folder is replaced whole or not at all; an empty one is the same as none.
+  check_output(command, out, {checkpoint}, overwrite, [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
+  });
+}
+
 ExportSource load_export_source(const fs::path& checkpoint, Registry& registry,
                                 const std::string& dtype_arg, bool merge) {
   ExportSource src;
@@ -439,12 +448,7 @@ ExportSource load_export_source(const fs::path& checkpoint, Registry& registry,
 
 void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& registry,
                const std::string& dtype_arg, uint64_t max_shard_bytes, bool overwrite, bool merge) {
-  // A folder is replaced whole or not at all; an empty one is the same as none.
-  auto empty_folder = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
-  };
-  check_output("loom export-hf", out, {checkpoint}, overwrite, empty_folder);
+  check_export_output("loom export-hf", out, checkpoint, overwrite);
   ExportSource src = load_export_source(checkpoint, registry, dtype_arg, merge);
   if (src.lora.rank > 0 && !merge)
     throw UsageError("export-hf: " + src.folder.string() +

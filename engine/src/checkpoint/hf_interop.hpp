@@ -140,6 +140,10 @@ struct ExportSource {
   HfArch arch;
   nlohmann::json config;
 };
+// `out` of an export from `checkpoint`: refused when it holds the checkpoint, and unless
+// `overwrite` when it exists and is not an empty folder (export-hf's, export-peft's rule).
+void check_export_output(const std::string& command, const std::filesystem::path& out,
+                         const std::filesystem::path& checkpoint, bool overwrite);
 ExportSource load_export_source(const std::filesystem::path& checkpoint, Registry& registry,
                                 const std::string& dtype, bool merge);
 

@@ -79,11 +79,7 @@ void merge_lora(StFile& model, double scale) {
 
 void export_peft(const fs::path& checkpoint, const fs::path& out, Registry& registry,
                  bool overwrite) {
-  auto empty_folder = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_directory(p, ec) && fs::is_empty(p, ec);
-  };
-  check_output("loom export-peft", out, {checkpoint}, overwrite, empty_folder);
+  check_export_output("loom export-peft", out, checkpoint, overwrite);
   const ExportSource src = load_export_source(checkpoint, registry, "", false);
   if (src.lora.rank <= 0)
     throw UsageError("export-peft: " + src.folder.string() +

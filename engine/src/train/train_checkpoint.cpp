@@ -327,7 +327,11 @@ void TrainRun::check_full(const FullCheckpoint& full, const std::string& where, 
 // optimizer's state stays as created (its main parameters still load).
 void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
   const std::string where = ck.folder.string();
-  const bool from_base = !peft_base_of(ck.folder).empty();  // LoRA's adapters alone
+  // What the files hold of the buffers: not a tied copy (sync_tied fills it), nor, when the
+  // checkpoint names a base (resume read it into peft_base), the frozen weights.
+  auto in_files = [&](const loom_model_param& b) {
+    return !b.pipeline_duplicate && !(b.frozen && !peft_base.empty());
+  };
   {  // the files hold exactly what this rank takes
     std::set<std::string> need, have, need_opt, have_opt;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -336,7 +340,7 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
       if (!params[i].pipeline_duplicate) need.insert(params[i].name);
     }
     for (const loom_model_param& b : buffers)
-      if (!b.pipeline_duplicate && !(b.frozen && from_base)) need.insert(b.name);
+      if (in_files(b)) need.insert(b.name);
     for (const auto& [name, t] : ck.model) have.insert(name);
     refuse_mismatch(where, "model", minus(need, have), minus(have, need), kModelFix);
     for (const auto& [name, t] : ck.optimizer)
@@ -359,9 +363,8 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
   for (const loom_model_param& b : buffers)
-    if (!b.pipeline_duplicate && !(b.frozen && from_base))  // sync_tied fills a duplicate
-      upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
-  if (from_base) load_frozen_base(ck.folder);
+    if (in_files(b)) upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
+  if (!peft_base.empty()) load_frozen_base(ck.folder);
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
   sync_tied();
@@ -442,20 +445,17 @@ ParamFilter TrainRun::own_params() const {
 // be the only one there is).
 void TrainRun::sync_tied() {
   if (layout.pipeline == 1) return;
+  std::vector<DLTensor> tied;  // the frozen ones too (LoRA): the same, never trained
   for (size_t i = 0; i < params.size(); ++i)
-    if (params[i].tie_group != nullptr) {
-      DLTensor t = *(sharded ? params[i].value : main->main(i));
-      loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
-      if (comm.api->group_size(comm.self, g) > 1)
-        check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
-    }
-  for (const loom_model_param& b : buffers)  // frozen (LoRA): the same, never trained
-    if (b.tie_group != nullptr) {
-      DLTensor t = *b.value;
-      loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
-      if (comm.api->group_size(comm.self, g) > 1)
-        check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
-    }
+    if (params[i].tie_group != nullptr)
+      tied.push_back(*(sharded ? params[i].value : main->main(i)));
+  for (const loom_model_param& b : buffers)
+    if (b.tie_group != nullptr) tied.push_back(*b.value);
+  if (tied.empty()) return;  // a stage holding no tied copy is in no embedding group
+  loom_comm_group* g = session.group(LOOM_GROUP_EMBEDDING);
+  if (comm.api->group_size(comm.self, g) <= 1) return;
+  for (DLTensor& t : tied)
+    check(loom::comm_broadcast(comm, g, &t, 0), "syncing the tied embedding");
 }
 
 Collective TrainRun::save_collective() {
