@@ -215,6 +215,8 @@ Listing build() {
   STRUCT(loom_decode_slots_ext) F(base) F(kv_clear) F(decode_slots) END
   STRUCT(loom_encode_ext) F(base) F(encode) F(decoder_start) END
   STRUCT(loom_token_stats) F(base) F(loss) F(top1) END
+  STRUCT(loom_preference_objective) F(base) F(beta) END
+  STRUCT(loom_preference_rows) F(base) F(reference) F(policy) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
   STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END

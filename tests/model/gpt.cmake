@@ -25,6 +25,7 @@ loom_model_test(test_moe)
 loom_model_test(test_hybrid)
 loom_model_test(test_mtp)
 loom_model_test(test_lora)
+loom_model_test(test_dpo)
 target_link_libraries(test_mtp PRIVATE loom_layers)  # the expert-bias rule
 loom_model_test(test_gpt_mixed)
 

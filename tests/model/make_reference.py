@@ -104,7 +104,38 @@ CONFIGS = {
                      activation="squared_relu", position="none", bias="false",
                      tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
         vocab=64, batch=2, seq=8, seed=2468),
+    # DPO (train.objective = "dpo", loom.preference/1): two pairs (rows 0/1 and 2/3, chosen then
+    # rejected) of GPT-2, the sigmoid loss with beta 0.5 against reference log-probabilities
+    # near the model's own (rounded, set off by dpo_offsets: margins neither 0 nor saturated);
+    # and the same on Llama with LoRA adapters (the base frozen)
+    "gpt2_dpo_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=0, n_embd=16, ffn_hidden=0, norm="layernorm",
+                     activation="gelu", position="learned", bias="true",
+                     tie_embeddings="true", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128),
+        vocab=64, batch=4, seq=8, seed=1122, dpo_beta=0.5, dpo_offsets=[0.7, -0.4, -1.1, 0.9]),
+    "llama_lora_dpo_tiny": dict(
+        options=dict(n_layer=2, n_head=2, n_kv_head=1, n_embd=16, ffn_hidden=24, norm="rmsnorm",
+                     activation="swiglu", position="rope", rope_theta=10000.0, bias="false",
+                     tie_embeddings="false", norm_eps=1e-5, max_seq_len=16, pad_vocab_to=128,
+                     peft="lora", peft_rank=2, peft_alpha=4.0,
+                     peft_target_modules="linear_qkv,linear_proj,linear_fc1,linear_fc2"),
+        vocab=64, batch=4, seq=8, seed=3344, dpo_beta=0.5, dpo_offsets=[0.7, -0.4, -1.1, 0.9]),
 }
+
+
+def dpo(cfg, logits, targets, vocab):
+    """TRL's sigmoid DPO over the pairs (rows 2k, 2k+1): each row's log-probability (the sum
+    of log p(target) over its counted targets), the reference's (the model's own rounded to an
+    integer, plus cfg's offsets: stored, and the margins still the model's), and the summed loss -log sigmoid(beta ((pi_c - ref_c) - (pi_r -
+    ref_r)))."""
+    B, T = targets.shape
+    token = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-1,
+                            reduction="none").reshape(B, T)
+    logp = -token.sum(1)
+    ref = torch.round(logp.detach()) + torch.tensor(cfg["dpo_offsets"])
+    beta = cfg["dpo_beta"]
+    z = beta * ((logp[0::2] - ref[0::2]) - (logp[1::2] - ref[1::2]))
+    return -F.logsigmoid(z).sum(), ref
 
 
 def mla(o):
@@ -339,15 +370,26 @@ def main():
                                    ignore_index=-1, reduction="sum")
         depths = o.get("mtp_num_layers", 0)
         mtp_weight = o["mtp_loss_scaling_factor"] / depths if depths else 0.0
-        (loss_scale * (loss_sum + mtp_weight * mtp_sum)).backward()
+        if "dpo_beta" in cfg:
+            # the host's loss_scale counts the batch's B T tokens; DPO's gradient is that of the
+            # mean over the pairs: loss_scale B T / (B / 2) times the summed pair loss
+            loss_scale = 1.0 / (B * T)
+            loss_sum, ref = dpo(cfg, logits, targets, vocab)
+            (loss_scale * (B * T) / (B // 2) * loss_sum).backward()
+        else:
+            (loss_scale * (loss_sum + mtp_weight * mtp_sum)).backward()
         with reference_file(out_dir, "model/gpt", "make_reference.py", name, cfg,
                             "option <key> <value> | create <vocab> <batch> <seq> | tokens ... | "
-                            "targets ... | loss_sum <v> | mtp_sum <v> | loss_scale <v> | param <name> "
+                            "targets ... | loss_sum <v> | mtp_sum <v> | dpo_beta <v> | dpo_reference <B values> | "
+                            "loss_scale <v> | param <name> "
                             "<numel> <values...> | grad <name> <numel> <values...>") as f:
             f.write(ints("tokens", tokens) + ints("targets", targets))
             f.write(f"loss_sum {loss_sum.item():.17g}\n")
             if depths:
                 f.write(f"mtp_sum {mtp_sum.item():.17g}\n")
+            if "dpo_beta" in cfg:
+                f.write(f"dpo_beta {cfg['dpo_beta']:.17g}\n")
+                f.write("dpo_reference " + " ".join(f"{v:.17g}" for v in ref.tolist()) + "\n")
             write_gradients(f, loss_scale, specs, P)
         print(f"{f.name}: loss_sum {loss_sum.item():.6f} over {count} tokens, "
               f"{sum(P[p].numel() for p, _, _ in specs)} parameters")

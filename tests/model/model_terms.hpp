@@ -21,13 +21,17 @@ struct Terms {
     return j;
   }
 };
+// `mb_ext`: the micro-batch's ext chain (DPO's loom.preference-rows/1).
 inline Terms step(Gpt& m, const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt,
-                  int64_t B, int64_t T, double loss_scale, bool backward) {
+                  int64_t B, int64_t T, double loss_scale, bool backward,
+                  const loom_ext* mb_ext = nullptr) {
   loom::HostBatch mb(B, T);
   mb.tokens_targets(tok.data(), tgt.data());
+  loom_microbatch with = *mb.get();
+  with.ext = mb_ext;
   loom_stage_forward_args f{};
   f.struct_size = LOOM_STAGE_FORWARD_ARGS_SIZE_V2;
-  f.mb = mb.get();
+  f.mb = &with;
   f.loss_scale = loss_scale;
   f.no_grad = backward ? 0 : 1;
   m.check(m.api()->stage_forward(m.self(), &f));

@@ -76,7 +76,9 @@ class DevTensor {
 inline std::vector<loom_model_param> create_model(loomtest::TestHost& th, const loom_model_api* api,
                                                   const loom_config& cfg, loom_model_create_args a,
                                                   loom_model** m) {
-  a.struct_size = LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+  // ABI 2.18's size only when a create option rides on the ext chain (DPO's objective)
+  a.struct_size = a.ext ? LOOM_MODEL_CREATE_ARGS_SIZE_V2_18 : LOOM_MODEL_CREATE_ARGS_SIZE_V2;
+  if (a.ext) a.recompute_num_layers = 1;  // the fields that size covers: no recompute
   th.check(api->create(th.host(), &cfg, &a, m));
   std::vector<loom_model_param> params;
   for (size_t i = 0; i < api->num_params(*m); ++i) {
@@ -103,14 +105,17 @@ struct Host {
 // descriptor); destroyed before the host's backend.
 class Gpt {
  public:
+  // `create_ext`: create options on the args' ext chain (DPO's loom.preference/1).
   Gpt(Host& h, const Overrides& options, int64_t vocab, int64_t micro_batch, int64_t seq_len,
-      DLDataType dtype = loom_f32(), const loom_plugin_descriptor* desc = nullptr)
+      DLDataType dtype = loom_f32(), const loom_plugin_descriptor* desc = nullptr,
+      const loom_ext* create_ext = nullptr)
       : h_(h) {
     desc_ = desc ? desc : loomtest::load_descriptor("model", "gpt");
     api_ = static_cast<const loom_model_api*>(desc_->api);
     cfg_ = loomtest::TestHost::config(desc_, options);
     loom_model_create_args a{};
     a.vocab_size = vocab, a.seq_len = seq_len, a.micro_batch = micro_batch, a.dtype = dtype;
+    a.ext = create_ext;
     params = create_model(h.th, api_, cfg_, a, &m_);
   }
   ~Gpt() { api_->destroy(m_); }

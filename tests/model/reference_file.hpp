@@ -20,6 +20,10 @@ struct Reference {
   std::vector<int32_t> tokens, targets, token_types, padding_mask, sop_labels, labels;
   std::vector<int32_t> dec_tokens, dec_targets;  // T5's (B, decoder_seq_len)
   double loss_sum = 0, sop_sum = 0, mtp_sum = 0, loss_scale = 0, accuracy = -1;
+  // DPO (make_reference.py's *_dpo_* cases): beta and each row's reference log-probability;
+  // loss_sum is then the pairs' summed DPO loss
+  double dpo_beta = 0;
+  std::vector<double> dpo_reference;
   std::map<std::string, std::vector<double>> params, grads;
 };
 
@@ -57,6 +61,11 @@ inline Reference load(const std::string& name) {
       in >> r.sop_sum;
     } else if (kind == "mtp_sum") {
       in >> r.mtp_sum;
+    } else if (kind == "dpo_beta") {
+      in >> r.dpo_beta;
+    } else if (kind == "dpo_reference") {
+      double v;
+      while (in >> v) r.dpo_reference.push_back(v);
     } else if (kind == "loss_scale") {
       in >> r.loss_scale;
     } else if (kind == "param" || kind == "grad") {

@@ -242,6 +242,20 @@ print(f"{what}: {' and '.join(keys)} of iterations 7..12 within {worst:.1e} of t
 PY
 }
 
+# sft_quickstart_model N ITERS ARGS...: recipes/sft-quickstart.toml as its header runs it, in
+# run/sft/ of the current folder: N conversations of tools/sft-conversations in ChatML with
+# EOD appended, then ITERS iterations on one thread with ARGS (log in train.log; a run that
+# fails shows its end and exits 1).
+sft_quickstart_model() {
+  local n=$1 iters=$2
+  shift 2
+  "$tests_dir/../tools/sft-conversations" run/sft/conversations.jsonl "$n" > /dev/null
+  "$loom" preprocess --input run/sft/conversations.jsonl --output-prefix run/sft/arith \
+    --tokenizer byte --chat-format chatml --append-eod > /dev/null 2>&1
+  "$loom" run "$tests_dir/../recipes/sft-quickstart.toml" --set train.iters="$iters" \
+    --set backend.threads=1 "$@" 2> train.log || { tail -20 train.log; exit 1; }
+}
+
 # resume_half KEY RECIPE ARGS...: `loom run RECIPE ARGS` (20 iterations) straight (metrics in
 # pre.jsonl), then 10 iterations of the same 20-iteration schedule saved to half/, resumed to
 # 20 (resumed.jsonl); iterations 11..20 must log the straight run's loss and KEY, bitwise. Runs

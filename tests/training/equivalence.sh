@@ -24,6 +24,9 @@
 #          (its MLP layer experts)
 #          | mtp (llama with two depths of multi-token prediction) | dsv3mtp (dsv3 with one)
 #          | lora (llama with LoRA adapters on its projections, the rest frozen) | gptlora
+#          | dpo (gpt trained with DPO, train.objective = "dpo", on preference pairs of
+#            arithmetic answers: a chosen and a rejected row per pair in each micro-batch, the
+#            reference log-probabilities computed before the first step) | dpolora (lora so)
 #   LAYOUT: tp2 | tp2sp | pp2 | pp2vp2 | pp4gpipe | dp2 | dp2dist | tp2pp2 | tp2dp2dist
 #           | pp2zbh1 | pp4zbh1 | pp2zbv | pp4zbv | pp2dualpipev | pp4dualpipev (zero bubble)
 #           | pp2uneven | pp4uneven | pp2vp2uneven | pp4vp2uneven (decoder_first/last_
@@ -63,6 +66,14 @@ scratch
     # rows of 8 tokens (model keys set below)
     toml_section tokenizer plugin=wordpiece "vocab_file=$bert_data/vocab.txt" vocab_extra_ids=10
     toml_section data plugin=t5 "prefix=$bert_data/sentences" split=80,20,0 decoder_seq_len=8
+  elif [ "$model" = dpo ] || [ "$model" = dpolora ]; then
+    # 200 pairs "What is a + b?" -> right / wrong sum, at most 40 bytes a conversation in a
+    # plain template (rows of 48: model_set), the answers trained (the loss mask)
+    "$(dirname "$0")/../../tools/sft-conversations" --pairs pairs.jsonl 200 > /dev/null
+    "$loom" preprocess --input pairs.jsonl --output-prefix pairs --tokenizer byte \
+      --chat-template $'{content}\n' --preference-pairs --append-eod > /dev/null 2>&1
+    toml_section tokenizer plugin=byte
+    toml_section data plugin=indexed prefix=pairs_chosen_document split=90,10,0
   else
     toml_section tokenizer plugin=byte
     toml_section data plugin=mock num_documents=200 doc_length=64
@@ -121,6 +132,15 @@ case $model in
                    --set model.peft=lora --set model.peft_rank=4 --set model.peft_alpha=8) ;;
   gptlora) model_set=(--set model.peft=lora --set model.peft_rank=4
                       --set model.peft_target_modules=c_attn,linear_proj,c_fc,linear_fc2) ;;
+  # DPO: the whole model trained (dpo), or LoRA's adapters on the Llama-style model (dpolora)
+  dpo) model_set=(--set train.objective=dpo --set train.dpo_beta=0.5 --set train.seq_len=48
+                  --set model.max_seq_len=48) ;;
+  dpolora) model_set=(--set model.norm=rmsnorm --set model.activation=swiglu
+                      --set model.position=rope --set model.n_kv_head=2
+                      --set model.tie_embeddings=false --set model.bias=false
+                      --set model.peft=lora --set model.peft_rank=4 --set model.peft_alpha=8
+                      --set train.objective=dpo --set train.dpo_beta=0.5 --set train.seq_len=48
+                      --set model.max_seq_len=48) ;;
   # Qwen3's attention: QK-norm (whose weights each tensor rank sees only its heads of), a
   # head size of 12 over a width of 32, GQA; qwen3moe adds Qwen3-MoE's experts (softmax,
   # top-2 renormalised: norm_topk_prob) with the balancing loss, and Qwen2-MoE's gated
@@ -286,6 +306,8 @@ def keys(a):
         share = k.startswith("moe_load") or k.startswith("eval_moe_load")
         if share and "fp64" not in what:
             continue  # fp32 may break a near tie of two experts differently
+        if k.endswith("rewards.accuracy") and "fp64" not in what:
+            continue  # DPO's share of pairs with a positive margin: a near-zero one may flip
         if (k != "grad_norm" and not k.startswith("eval_") and not share
                 and ("loss" not in k or k == "loss_scale")):
             continue
@@ -363,8 +385,8 @@ esac
 # the adapters alone, over all of them: from this rank's counts (`peft:`), where the ranks
 # hold alike (not a pipeline's stages)
 case $model.$layout in
-  lora.pp* | lora.tp2pp2 | gptlora.pp*) want= ;;
-  lora.* | gptlora.*)
+  lora.pp* | lora.tp2pp2 | gptlora.pp* | dpolora.pp* | dpolora.tp2pp2) want= ;;
+  lora.* | gptlora.* | dpolora.*)
     read -r a f < <(sed -n 's/.*peft: \([0-9]*\) trained adapter parameters, \([0-9]*\) frozen.*/\1 \2/p' \
       par.log | head -1)
     opt=8

@@ -38,7 +38,7 @@ set(_sanitize_layouts
   hybrid.tp2sp hybrid.tp2pp2 hybrid.pp2zbh1 hybrid.dp2dist hybridmoe.ep2 hybridmoe.pp2
   mtp.tp2pp2 mtp.pp2zbh1 mtp.tp2-packed mtp.dp2dist dsv3mtp.ep2pp2 dsv3mtp.pp2uneven
   dsv3mtp.pp2-packed
-  lora.tp2sp lora.tp2pp2 gptlora.pp2
+  lora.tp2sp lora.tp2pp2 gptlora.pp2 dpo.tp2sp dpo.pp2zbh1 dpo.cp2 dpolora.tp2pp2
   resume.tp2dp2dist resume.moe-ep2pp2zbh1 resume.hybrid-tp2pp2 resume.dsv3mtp-pp2
   resume.cp2dp2fsdp resume.lora-tp2pp2 reshard.gpt reshard.moe reshard.dsv3 reshard.lora)
 # layout_test(NAME TIMEOUT SCRIPT ARGS...): layouts.NAME, SCRIPT LOOM MPIEXEC ARGS under mpirun
@@ -65,6 +65,11 @@ endforeach()
 # base (no gradient) on every axis; GPT-2's tied embedding frozen on both pipeline ends.
 equivalence(lora tp2 tp2sp pp2 dp2 dp2dist tp2pp2 cp2 pp2zbh1 pp2vp2)
 equivalence(gptlora tp2 tp2sp pp2 pp2vp2 dp2dist)
+# DPO: a pair's two rows in one micro-batch, their log-probabilities completed over the
+# context ranks, the reference computed before the first step on every layout
+equivalence(dpo tp2 tp2sp pp2 pp2vp2 dp2 dp2dist tp2pp2 cp2 pp2zbh1 dp2fsdp tp2dp2dist cp2pp2
+                pp2dualpipev)
+equivalence(dpolora tp2 pp2 dp2dist tp2pp2 cp2)
 # The zero-bubble schedules (ZB-H1; ZB-V and DualPipeV with their V of two chunks a rank).
 equivalence(gpt pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)
 equivalence(llama pp2zbh1 pp4zbh1 pp2zbv pp4zbv pp2dualpipev pp4dualpipev)

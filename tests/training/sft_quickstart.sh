@@ -11,12 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$here/../support/lib.sh"
 scratch
-"$root/tools/sft-conversations" run/sft/conversations.jsonl 2000 > /dev/null
-"$loom" preprocess --input run/sft/conversations.jsonl --output-prefix run/sft/arith \
-  --tokenizer byte --chat-format chatml --append-eod > /dev/null 2>&1
-"$loom" run "$root/recipes/sft-quickstart.toml" --set train.iters=60 --set train.eval_interval=30 \
-  --set checkpoint.interval=60 --set backend.threads=1 2> train.log ||
-  { tail -20 train.log; exit 1; }
+sft_quickstart_model 2000 60 --set train.eval_interval=30 --set checkpoint.interval=60
 grep -q "data: loss mask run/sft/arith_chat_loss_mask_document" train.log ||
   { echo "FAIL: the run did not read the loss mask"; exit 1; }
 grep -q 'chat_format = "chatml"' run/sft/checkpoints/iter_0000060/recipe.toml ||

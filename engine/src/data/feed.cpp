@@ -1,6 +1,8 @@
 // Feed (feed.hpp): micro-batches from a sampler into the host arrays the model reads.
 #include "data/feed.hpp"
 
+#include <cmath>
+
 #include "base/errors.hpp"
 #include "data/made_samples.hpp"
 #include "session/host.hpp"
@@ -123,11 +125,42 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
                          f->positions.data() + at);
       }
     }
+    *out = *f->batch->get();
+    if (f->preference) f->attach_preference(i, base, out);
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
   }
-  *out = *f->batch->get();
   return nullptr;
+}
+
+void Feed::prepare(int64_t micro) {
+  if (!preference) return;
+  Preference& p = *preference;
+  p.reference.assign((size_t)(micro * mbs), 0.0);
+  p.policy.assign((size_t)(micro * mbs), std::nan(""));
+  p.sample.assign((size_t)(micro * mbs), -1);
+  p.rows.assign((size_t)micro, loom_preference_rows{});
+}
+
+// Rows base .. base + mbs - 1 are whole pairs (mbs is even, base a multiple of it): row b's
+// reference is its document's chosen (even sample) or rejected (odd) log-probability.
+void Feed::attach_preference(int64_t i, int64_t base, loom_microbatch* out) {
+  Preference& p = *preference;
+  if (i < 0 || (size_t)i >= p.rows.size())
+    throw RunError("micro-batch " + std::to_string(i) + " is beyond the " +
+                   std::to_string(p.rows.size()) + " the DPO rows were prepared for");
+  const size_t at = (size_t)(i * mbs);
+  for (int64_t b = 0; b < mbs; ++b) {
+    const int64_t sample = base + b;
+    p.sample[at + (size_t)b] = sample;
+    p.reference[at + (size_t)b] =
+        p.table ? (*p.table)[(size_t)(2 * sampler->pair_document(sample) + sample % 2)] : 0.0;
+  }
+  p.rows[(size_t)i] = loom_preference_rows{
+      {sizeof(loom_preference_rows), LOOM_EXT_PREFERENCE_ROWS, LOOM_EXT_REQUIRED, nullptr},
+      p.reference.data() + at,
+      p.policy.data() + at};
+  out->ext = &p.rows[(size_t)i].base;
 }
 
 }  // namespace loom::engine

@@ -36,6 +36,20 @@ struct Feed {
   std::vector<std::vector<int32_t>> made_data;
   std::vector<int64_t> made_row;
 
+  // DPO (train.objective = "dpo"): micro-batch i of a schedule run carries rows[i]
+  // (loom.preference-rows/1) over its rows of `reference` and `policy`. `table` holds the
+  // reference model's log-probability of each pair document's chosen (2d) and rejected (2d+1)
+  // conversation; null in the pass that computes it, which reads `policy` and `document`.
+  struct Preference {
+    const std::vector<double>* table = nullptr;
+    std::vector<double> reference, policy;   // (micro x mbs) each row's
+    std::vector<int64_t> sample;             // (micro x mbs) each row's sample index
+    std::vector<loom_preference_rows> rows;  // (micro)
+  };
+  std::unique_ptr<Preference> preference;  // null unless DPO
+  // Sizes `preference` for a run of `micro` micro-batches (nothing without DPO).
+  void prepare(int64_t micro);
+
   // allocate's packed_eod for the recipe: the tokenizer's EOD with data.pack_sequences (a
   // UsageError when it has none), else -1.
   static int64_t packed_eod(const Recipe& recipe, const loom_tokenizer_ref& tok);
@@ -45,6 +59,7 @@ struct Feed {
 
  private:
   void fill_made(int64_t base);
+  void attach_preference(int64_t i, int64_t base, loom_microbatch* out);
 };
 
 }  // namespace loom::engine

@@ -171,7 +171,7 @@ GptIndices build_padded_indices(const std::vector<int32_t>& sizes, const GptInde
   out.num_epochs = E;
   for (int64_t k = 0; k < S; ++k) out.doc_idx[(size_t)k] = docs[(size_t)(k % n)];
   loom::RandomState rng(spec.seed);
-  rng.shuffle(out.doc_idx.data(), out.doc_idx.size());
+  if (!spec.in_order) rng.shuffle(out.doc_idx.data(), out.doc_idx.size());
   for (int64_t k = 0; k <= S; ++k) {
     out.sample_idx[(size_t)(2 * k)] = k;
     out.sample_idx[(size_t)(2 * k + 1)] = 0;
@@ -359,6 +359,14 @@ GptDataset::GptDataset(std::shared_ptr<DocumentSource> src, const GptIndexSpec& 
                        bool use_cache)
     : src_(std::move(src)), spec_(spec) {
   idx_ = load_or_build_gpt_indices(*src_, spec_, use_cache);
+}
+
+int32_t GptDataset::document(int64_t i) const {
+  if (!spec_.pad) throw RunError(src_->name + ": only a padded sample is one document");
+  if (i < 0 || i >= size())
+    throw RunError(src_->name + ": sample " + std::to_string(i) + " out of range [0, " +
+                   std::to_string(size()) + ")");
+  return idx_.doc_idx[(size_t)idx_.sample_idx[(size_t)(2 * idx_.shuffle_idx[(size_t)i])]];
 }
 
 int64_t GptDataset::text(int64_t i, int32_t* out) const {

@@ -51,6 +51,8 @@ struct GptIndexSpec {
   // padded (the split's non-empty documents, shuffled over as many epochs as the samples
   // need); never cached, and none of Megatron's GPT arithmetic applies.
   bool pad = false;
+  // With pad: the split's documents once each, in order (DPO's reference pass), not shuffled.
+  bool in_order = false;
 };
 
 struct GptIndices {
@@ -102,6 +104,8 @@ class GptDataset {
   // The L+1 tokens of sample i (tokens = text[:-1], labels = text[1:]); returns how many are
   // the data's: L+1, or fewer for a padded sample (the rest are 0, not to be trained on).
   int64_t text(int64_t i, int32_t* out) const;
+  // The document padded sample i holds (GptIndexSpec::pad): a preference pair's identity.
+  int32_t document(int64_t i) const;
 
  private:
   std::shared_ptr<DocumentSource> src_;

@@ -42,11 +42,29 @@ void Sampler::check_blend() const {
   }
 }
 
+std::unique_ptr<Sampler> Sampler::pairs(std::shared_ptr<GptDataset> chosen,
+                                        std::shared_ptr<GptDataset> rejected,
+                                        std::shared_ptr<GptDataset> chosen_mask,
+                                        std::shared_ptr<GptDataset> rejected_mask) {
+  auto s = std::make_unique<Sampler>(std::move(chosen));
+  s->parts_.push_back(std::move(rejected));
+  s->paired_ = true;
+  if (chosen_mask || rejected_mask) s->masks_ = {std::move(chosen_mask), std::move(rejected_mask)};
+  return s;
+}
+
+int32_t Sampler::pair_document(int64_t i) const {
+  if (!paired_) throw RunError("pair_document: the samples are not preference pairs");
+  return parts_[0]->document(origin(i).index);
+}
+
 int64_t Sampler::size() const {
+  if (paired_) return 2 * dataset_size(0);
   return blend_.dataset.empty() ? dataset_size(0) : (int64_t)blend_.dataset.size();
 }
 
 Sampler::Origin Sampler::origin(int64_t i) const {
+  if (paired_ && i >= 0) return {(size_t)(i % 2), (i / 2) % dataset_size(0)};
   if (i < 0 || i >= size())
     throw RunError("sample " + std::to_string(i) + " is beyond the split's " +
                    std::to_string(size()) + " samples");

@@ -41,6 +41,17 @@ class Sampler {
           int64_t size);
   Sampler(std::vector<std::shared_ptr<MadeSamples>> parts, const std::vector<double>& weights,
           int64_t size);
+  // Preference pairs (DPO, data/preference_data.hpp): sample 2k is pair k's chosen sequence
+  // and 2k+1 its rejected one, pair k being padded sample k of `chosen`, whose index
+  // `rejected` and the masks (either may be null) share; size() counts sequences, and an index
+  // past it wraps round (the reference pass fills its last micro-batches so).
+  static std::unique_ptr<Sampler> pairs(std::shared_ptr<GptDataset> chosen,
+                                        std::shared_ptr<GptDataset> rejected,
+                                        std::shared_ptr<GptDataset> chosen_mask,
+                                        std::shared_ptr<GptDataset> rejected_mask);
+  bool paired() const { return paired_; }
+  // The document (of the chosen and the rejected datasets alike) of paired sample i.
+  int32_t pair_document(int64_t i) const;
   int64_t size() const;
   // True when the datasets make their own samples (fill), false for GPT samples (text).
   bool made() const { return !made_.empty(); }
@@ -74,6 +85,7 @@ class Sampler {
   std::vector<std::shared_ptr<GptDataset>> parts_, masks_;
   std::vector<std::shared_ptr<MadeSamples>> made_;
   BlendIndex blend_;  // empty for one dataset
+  bool paired_ = false;
   std::vector<int32_t> buf_, mask_buf_;
 };
 

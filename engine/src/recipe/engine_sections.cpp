@@ -56,6 +56,17 @@ constexpr loom_param_spec kTrain[] = {
           "start and end, written per pipeline rank to <path>.<rank> for `loom schedule show "
           "--trace <path>`; \"\" = off"),
     param("schedule_trace_iter", kInt, "3", "the iteration train.schedule_trace traces", 1, kInf),
+    param("objective", kString, "lm",
+          "what the model is trained to minimise: lm, the next-token loss (over the loss mask); "
+          "dpo, Direct Preference Optimisation's sigmoid loss on preference pairs (data.prefix "
+          "names <p>_chosen_document, <p>_rejected_document is beside it; rows 2k and 2k+1 of a "
+          "micro-batch are pair k, each conversation padded to its own row) against the log-"
+          "probabilities of the model the run starts from, computed once before the first step "
+          "and kept in the checkpoint folder",
+          1, 0, "lm|dpo"),
+    param("dpo_beta", kFloat, "0.1",
+          "DPO's beta: how strongly the policy is held to the reference (TRL's and NeMo's beta)",
+          1e-9, kInf),
     param("nan_check", kString, "stop",
           "a loss or gradient norm that is not finite (fp16's overflows aside, which the loss "
           "scaler skips): stop, save the last good state and exit 1 naming the iteration, rank "

@@ -132,6 +132,15 @@ loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, in
   uint32_t modules = 0;
   parse_recompute_modules(recipe.get_string("train", "recompute_modules"), &modules);
   a.recompute_modules = modules;
+  // train.objective = "dpo": the model's loss becomes DPO's (loom.preference/1, ABI 2.26);
+  // check_plugin_configs refuses a model that does not list it before any create sees it.
+  // Borrowed by the create: one per thread, valid until this thread's next call.
+  static thread_local loom_preference_objective dpo;
+  if (recipe.get_string("train", "objective") == "dpo") {
+    dpo = loom_preference_objective{{sizeof dpo, LOOM_EXT_PREFERENCE, LOOM_EXT_REQUIRED, nullptr},
+                                    recipe.get_float("train", "dpo_beta")};
+    a.ext = &dpo.base;
+  }
   return a;
 }
 
@@ -142,6 +151,11 @@ void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_paralle
       check_one(info, recipe.section(s.name), layout, nullptr);
       continue;
     }
+    if (recipe.get_string("train", "objective") == "dpo" &&
+        !info.has_capability(LOOM_EXT_PREFERENCE))
+      throw UsageError("train.objective = \"dpo\": model/" + recipe.plugin("model") +
+                       " has no preference objective (" LOOM_EXT_PREFERENCE "; its capabilities: " +
+                       info.capabilities_text() + ")");
     const int32_t residency = strategy_residency(recipe, registry);
     check_model_residency(recipe, static_cast<const loom_model_api*>(info.desc->api), residency);
     const ChunkPlacement place =

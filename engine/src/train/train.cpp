@@ -25,6 +25,7 @@ namespace {
 // Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
 // summed over them and over the data-parallel ranks.
 std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
+  r.feed.prepare(micro);  // DPO's rows for each micro-batch
   const loom_schedule_args a =
       r.run_schedule(micro, forward_only, r.feed.loss_scale, &Feed::get, &r.feed);
   if (a.num_losses == 0 || a.losses == nullptr)
@@ -259,7 +260,8 @@ int run_training(Recipe& recipe, Registry& registry) {
   TrainRun r(recipe, registry);
   r.prepare_save_dir();
   r.resume();
-  r.hold_params(false);  // a fully sharded strategy's units are gathered when used from now on
+  r.hold_params(false);   // a fully sharded strategy's units are gathered when used from now on
+  r.prepare_reference();  // DPO: the reference log-probabilities, before the first update
   check(r.be.api->get_info(r.be.self, &r.info), "backend info");
   spdlog::info("backend memory in use before the first step: {} bytes ({:.2f} per parameter)",
                r.info.mem_in_use,

@@ -199,6 +199,7 @@ void TrainRun::resume() {
     return;
   }
   Checkpoint ck = load_checkpoint(load_dir, "", "");
+  resumed_from = load_dir;
   hf_meta = hf_origin(ck.folder);
   peft_base = peft_base_of(ck.folder);
   const bool with_optimizer = !recipe.get_bool("checkpoint", "no_load_optim");

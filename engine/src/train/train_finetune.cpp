@@ -167,7 +167,8 @@ Recipe inference_recipe(const fs::path& dir, const std::vector<std::string>& ove
   sets.insert(sets.end(), overrides.begin(), overrides.end());
   for (std::string s :
        {"checkpoint.load=", "checkpoint.save=", "train.metrics=", "train.tensorboard=",
-        "train.eval_interval=0", "train.iters=1", "train.global_batch_size=0"})
+        "train.eval_interval=0", "train.iters=1", "train.global_batch_size=0",
+        "train.objective=lm"})  // the weights of a DPO run read as a language model's
     sets.push_back(s);
   sets.push_back("checkpoint.finetune=" + dir.string());
   sets.insert(sets.end(), extra.begin(), extra.end());

@@ -26,6 +26,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_shards.hpp"
 #include "data/feed.hpp"
+#include "data/preference_data.hpp"
 #include "data/sampler.hpp"
 #include "loader/registry.hpp"
 #include "loom/cpp/model_step.hpp"
@@ -234,6 +235,15 @@ struct TrainRun {
   // checkpoint_shards.hpp). "": the frozen weights are saved with the adapters (a run from
   // scratch or from a Hugging Face directory).
   std::string peft_base;
+  // DPO (train.objective = "dpo", train_preference.cpp): the preference pairs, and the
+  // reference log-probabilities of every pair document's chosen (2d) and rejected (2d+1)
+  // conversation, computed before the first step (compute_reference, COLLECTIVE over the
+  // world) or read back from beside the checkpoints (`resumed_from`: the folder resume loaded).
+  std::unique_ptr<PairData> pairs;
+  std::vector<double> reference;
+  std::string resumed_from;
+  void prepare_reference();
+  void compute_reference();
   Feed feed;
 
   // checkpoint.async's save in flight: its files, written by `writer`.

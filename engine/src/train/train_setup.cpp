@@ -135,8 +135,17 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   // loop reads train samples from `consumed` on, and evaluation k (0, 1, ...) reads valid
   // samples [k, k+1) x eval_iters x global batch, so both resume from the iteration alone.
   std::array<int64_t, 3> wanted = samples_wanted(iters, gbs, eval_interval, eval_iters);
-  wanted[kTest] = 0;  // the loop does not test
-  samplers = build_samplers(recipe, session, wanted, seq_len);
+  wanted[kTest] = 0;                                       // the loop does not test
+  if (recipe.get_string("train", "objective") == "dpo") {  // preference pairs (DPO)
+    if (mbs % 2 != 0)
+      throw UsageError("train.objective = \"dpo\": train.micro_batch_size = " +
+                       std::to_string(mbs) + " must be even (a pair's two rows share one)");
+    pairs = std::make_unique<PairData>(recipe, session);
+    samplers = pairs->samplers(wanted, seq_len);
+    feed.preference = std::make_unique<Feed::Preference>();
+  } else {
+    samplers = build_samplers(recipe, session, wanted, seq_len);
+  }
   if (!samplers[kTrain])
     throw RunError("the training split is empty (data.split = \"" +
                    recipe.get_string("data", "split") + "\")");

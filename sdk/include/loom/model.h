@@ -484,6 +484,38 @@ typedef struct loom_stage_losses {
   loom_ext base; /* id LOOM_EXT_STAGE_LOSSES, flags 0 */
 } loom_stage_losses;
 
+/* Preference optimisation (ABI 2.26): Direct Preference Optimisation's sigmoid loss
+ * (train.objective = "dpo", Rafailov et al. 2023) in place of the language-model loss. A model
+ * that can lists LOOM_EXT_PREFERENCE in its descriptor's capabilities; the host then chains a
+ * loom_preference_objective on its create args (flags LOOM_EXT_REQUIRED) and a
+ * loom_preference_rows on every micro-batch. Rows 2k and 2k+1 of a micro-batch are pair k's
+ * chosen and rejected sequences (the batch is even); a row's log-probability is the sum of
+ * log p(target) over its counted targets (-1 ignored). With z = beta * ((pi_c - ref_c) -
+ * (pi_r - ref_r)), pair k's loss is -log sigmoid(z): the stage holding the head reports the
+ * terms "dpo" (its sum over the micro-batch's pairs, count the pairs, weight 1) and the
+ * statistics (weight 0) "rewards.chosen" (beta (pi_c - ref_c)), "rewards.rejected",
+ * "rewards.margin" (z) and "rewards.accuracy" (z > 0), TRL's metrics, each summed over the
+ * pairs; its gradients follow loss_scale * B * T / (B / 2) times the pairs' summed loss (the
+ * host's loss_scale counts tokens), so that a step averages over the global batch's pairs.
+ * Under context parallelism the row sums are completed over the context group, and only
+ * context rank 0 reports the terms. */
+#define LOOM_EXT_PREFERENCE "loom.preference/1"
+typedef struct loom_preference_objective {
+  loom_ext base; /* id LOOM_EXT_PREFERENCE, flags LOOM_EXT_REQUIRED */
+  double beta;   /* > 0: the strength of the pull towards the reference */
+} loom_preference_objective;
+#define LOOM_PREFERENCE_OBJECTIVE_SIZE_V1 LOOM_STRUCT_SIZE(loom_preference_objective, beta)
+/* On a micro-batch's ext chain (flags LOOM_EXT_REQUIRED), each forward's: */
+#define LOOM_EXT_PREFERENCE_ROWS "loom.preference-rows/1"
+typedef struct loom_preference_rows {
+  loom_ext base;           /* id LOOM_EXT_PREFERENCE_ROWS */
+  const double* reference; /* (B) host: each row's log-probability under the reference
+                            * model (the frozen start), or NULL for 0 */
+  double* policy;          /* (B) host, out: each row's log-probability under the model,
+                            * written by the stage holding the head (others leave it) */
+} loom_preference_rows;
+#define LOOM_PREFERENCE_ROWS_SIZE_V1 LOOM_STRUCT_SIZE(loom_preference_rows, policy)
+
 #ifdef __cplusplus
 }
 #endif

@@ -445,10 +445,10 @@ void parse_t5(const loom::Config& cfg, const std::string& who, Options& o) {
 Options parse_options(const loom::Config& cfg, const loom_model_create_args& args,
                       const loom::tp::Group& tp, const std::string& who, Family family,
                       int64_t virtual_stages) {
-  // ABI 2.18: create-time options ride on the args' ext chain. None is known yet, so a
-  // required one is refused by name rather than ignored.
+  // ABI 2.18: create-time options ride on the args' ext chain; one the layer library does not
+  // know, if required, is refused by name rather than ignored.
   if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_18)
-    loom::require_known_exts(args.ext, {}, who + ": create args");
+    loom::require_known_exts(args.ext, {LOOM_EXT_PREFERENCE}, who + ": create args");
   Options o;
   o.n_layer = cfg.get_int("n_layer");
   o.n_head = cfg.get_int("n_head");
@@ -541,6 +541,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     parse_mtp(cfg, tp, who, o);
     parse_peft(cfg, who, o);
   }
+  parse_preference(args, family, who, o);
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;

@@ -1,7 +1,9 @@
-// Loom layer library, parameter-efficient finetuning's keys: peft, peft_rank, peft_alpha,
-// peft_dropout and peft_target_modules into Options::lora.
+// Loom layer library, post-training's options: parameter-efficient finetuning's keys (peft,
+// peft_rank, peft_alpha, peft_dropout and peft_target_modules into Options::lora) and the
+// host's preference objective (loom.preference/1 on the create args into Options::dpo_beta).
 #include "loom/cpp/layers/core/peft.hpp"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -98,6 +100,35 @@ void parse_peft(const loom::Config& cfg, const std::string& who, Options& o) {
                     "projections; not " +
                     std::string(other ? other : "") + " yet",
                 LOOM_ERR_UNIMPLEMENTED);
+}
+
+// DPO replaces the LM loss on the last stage; what adds loss terms of its own beside it, or
+// has no LM loss to replace, is refused by name (the host asked for it: LOOM_EXT_REQUIRED).
+void parse_preference(const loom_model_create_args& args, Family family, const std::string& who,
+                      Options& o) {
+  if (args.struct_size < LOOM_MODEL_CREATE_ARGS_SIZE_V2_18) return;
+  const loom_ext* e = loom_ext_find(args.ext, LOOM_EXT_PREFERENCE);
+  if (!e) return;
+  loom::require(e->struct_size >= LOOM_PREFERENCE_OBJECTIVE_SIZE_V1,
+                who + ": " LOOM_EXT_PREFERENCE " on the create args is smaller than its v1");
+  const double beta = reinterpret_cast<const loom_preference_objective*>(e)->beta;
+  loom::require(
+      beta > 0 && std::isfinite(beta),
+      who + ": DPO's beta must be a positive number (train.dpo_beta); got " + std::to_string(beta));
+  const char* other = family != Family::kGpt ? "this model family (only GPT-style decoders)"
+                      : o.num_experts > 0    ? "a mixture of experts' balancing terms"
+                      : o.mtp_layers > 0     ? "multi-token prediction (mtp_num_layers)"
+                                             : nullptr;
+  loom::require(other == nullptr,
+                who + ": train.objective = \"dpo\" is not implemented with " +
+                    std::string(other ? other : ""),
+                LOOM_ERR_UNIMPLEMENTED);
+  loom::require(args.micro_batch % 2 == 0,
+                who +
+                    ": train.objective = \"dpo\" puts a pair's chosen and rejected rows in "
+                    "one micro-batch: train.micro_batch_size must be even (got " +
+                    std::to_string(args.micro_batch) + ")");
+  o.dpo_beta = beta;
 }
 
 }  // namespace loom::layers

@@ -44,6 +44,10 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
     for (const std::string& n : moe_load_names_) loss_names_.push_back(n.c_str());
     losses_.resize(loss_names_.size());
   }
+  if (opt_.dpo_beta > 0) {  // DPO's terms in place of the LM's (parse_preference refuses MoE, MTP)
+    loss_names_.assign(std::begin(kPreferenceLossNames), std::end(kPreferenceLossNames));
+    losses_.resize(loss_names_.size());
+  }
   if (opt_.mtp_layers > 0) {  // its term last, after the expert loads
     if (loss_names_.empty()) loss_names_.push_back(kLossNames[0]);
     loss_names_.push_back("mtp");

@@ -65,7 +65,8 @@ const loom_decode_ext kDecoderDecode = {
     Slots::kv_reset,
     Slots::decode,
     Slots::max_context};
-const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS,
-                                            LOOM_EXT_TOKEN_STATS, LOOM_EXT_SPLIT_BACKWARD, nullptr};
+const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE,      LOOM_EXT_DECODE_SLOTS,
+                                            LOOM_EXT_TOKEN_STATS, LOOM_EXT_SPLIT_BACKWARD,
+                                            LOOM_EXT_PREFERENCE,  nullptr};
 
 }  // namespace loom::layers

@@ -347,6 +347,10 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
   }
   announce_head(false);
   const int32_t* targets = local_ids(mb, LOOM_ARRAY_TARGETS, cp_targets_);
+  if (opt_.dpo_beta > 0) {
+    a.num_losses = preference_forward(S, mb, targets, !a.no_grad);
+    return;
+  }
   double count = 0;
   for (int64_t i = 0; i < S.n; ++i) count += targets[i] != -1;
   // GPT's is the sum over all positions (weight 1); a family may weigh it (BERT: the mean
@@ -376,7 +380,8 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;
-  loom::require_known_exts(mb.ext, {LOOM_EXT_TOKEN_STATS}, who_ + ": stage_forward's micro-batch");
+  loom::require_known_exts(mb.ext, {LOOM_EXT_TOKEN_STATS, LOOM_EXT_PREFERENCE_ROWS},
+                           who_ + ": stage_forward's micro-batch");
   const auto* per_token =
       reinterpret_cast<const loom_token_stats*>(loom_ext_find(mb.ext, LOOM_EXT_TOKEN_STATS));
   loom::require(!per_token || (per_token->base.struct_size >= LOOM_TOKEN_STATS_SIZE_V1 &&

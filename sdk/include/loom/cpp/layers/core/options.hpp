@@ -123,6 +123,9 @@ struct Options {
   int64_t mamba_heads = 0, mamba_head_dim = 64, mamba_groups = 8, mamba_state = 128;
   int64_t mamba_conv = 4, mamba_chunk = 128;
   LoraConfig lora;  // parameter-efficient finetuning (peft = "lora")
+  // > 0: the objective is DPO's sigmoid loss with this beta in place of the LM loss (the host's
+  // loom.preference/1 on the create args, train.objective = "dpo"; decoder/preference.cpp)
+  double dpo_beta = 0.0;
   char layer_kind(int64_t l) const { return hybrid.empty() ? 0 : hybrid[(size_t)l]; }
   bool has_kind(char k) const { return hybrid.find(k) != std::string::npos; }
   // This tensor rank's extents of the mixer: heads and groups split over the group.

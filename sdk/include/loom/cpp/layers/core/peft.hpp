@@ -1,6 +1,6 @@
-// Loom layer library: parameter-efficient finetuning's recipe keys (model/gpt's [model] section),
-// LoRA as Megatron Bridge and HF PEFT name it. The adapters themselves: loom/cpp/lora.hpp; their
-// parameters: ParamDeclarer (params.cpp).
+// Loom layer library: post-training's options. Parameter-efficient finetuning's recipe keys
+// (model/gpt's [model] section), LoRA as Megatron Bridge and HF PEFT name it. The adapters
+// themselves: loom/cpp/lora.hpp; their parameters: ParamDeclarer (params.cpp).
 #pragma once
 
 #include <string>
@@ -38,5 +38,10 @@ void parse_peft(const loom::Config& cfg, const std::string& who, Options& o);
 // The LoraConfig::Target bits of a comma-separated target_modules list; throws loom::Error
 // naming an unknown or ambiguous module and the known names.
 uint32_t lora_targets(const std::string& list, const std::string& who);
+
+// Reads the host's loom.preference/1 (DPO) from the create args into o.dpo_beta (after the rest
+// of the options: it refuses what DPO does not cover yet by name).
+void parse_preference(const loom_model_create_args& args, Family family, const std::string& who,
+                      Options& o);
 
 }  // namespace loom::layers

@@ -52,6 +52,9 @@ inline constexpr loom_array_spec kBatchSpec[2] = {
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TOKENS, {kDLInt, 32, 1}, 2, kBatchShape},
     {LOOM_ARRAY_SPEC_SIZE_V2, LOOM_ARRAY_TARGETS, {kDLInt, 32, 1}, 2, kBatchShape}};
 inline constexpr const char* kLossNames[1] = {"lm"};
+// DPO's terms (loom.preference/1): the loss, then TRL's reward statistics (weight 0)
+inline constexpr const char* kPreferenceLossNames[5] = {"dpo", "rewards.chosen", "rewards.rejected",
+                                                        "rewards.margin", "rewards.accuracy"};
 // A mixture of experts adds its balancing and z losses, each summed over the MoE layers of
 // the micro-batch (weight B T: the host's mean over micro-batches, Megatron's scaling).
 inline constexpr const char* kMoeLossNames[3] = {"lm", "moe_aux", "moe_z"};
@@ -223,6 +226,10 @@ class DecoderModel {
   void emb_norm_backward(Slot& S);
   void last_forward(Slot& S, const loom_microbatch& mb, loom_stage_forward_args& a,
                     const loom_token_stats* per_token);
+  // DPO's loss in place of the LM loss (preference.cpp): the terms into losses_, returns their
+  // count; with grad, the rows' weighted dlogits in S.logits.
+  size_t preference_forward(Slot& S, const loom_microbatch& mb, const int32_t* targets, bool grad);
+  std::vector<double> pref_token_loss_;
 
   Ctx ctx_;
   Options opt_;
