@@ -8,6 +8,8 @@
 #   ranked right (the last 5 iterations' means); the valid split's loss falls too.
 # - The reference is computed once and kept as checkpoint.save/dpo_reference.bin: a run stopped
 #   at 10 and resumed reads it back and logs the straight run's iterations 11..20 bitwise.
+# - `loom eval --logprobs` writes the reference beside the data; a run from the same checkpoint
+#   reads it, one with other rows computes its own.
 # - A damaged or missing reference is refused with its reason (exit 1); what DPO cannot run
 #   is refused with exit 2 (an odd micro-batch, a model without loom.preference/1).
 #   dpo.sh LOOM
@@ -49,6 +51,35 @@ print(f"dpo: loss {first['loss']:.6f} (ln 2 = {math.log(2):.6f}) -> {last['loss'
       f"5 iterations' mean); margin {last['rewards.margin']:.4f}, accuracy "
       f"{last['rewards.accuracy']:.2f}; eval loss {[round(e['eval_loss'], 4) for e in evals]}")
 PY
+
+# `loom eval --logprobs` precomputes the reference beside the data for runs that start from
+# the checkpoint, for rows of 192 tokens (the DPO recipe's; the SFT checkpoint's are 128): its
+# micro-batches of 16 rows give the run's own pass's values (micro-batches of 8) to rounding,
+# and a run with rows of another length computes its own.
+"$loom" eval --checkpoint run/sft/checkpoints --logprobs run/dpo/arith_chosen_document \
+  --seq-len 192 --set backend.threads=1 2> eval.log || { tail -20 eval.log; exit 1; }
+"$loom" run "${recipe[@]}" --set train.iters=1 --set checkpoint.save=beside \
+  --set train.metrics=beside.jsonl 2> beside.log || { tail -20 beside.log; exit 1; }
+grep -q "dpo: reference log-probabilities of 300 pairs read from run/dpo/arith_dpo_reference.bin" \
+  beside.log || { echo "FAIL: the run did not read loom eval's reference"; tail beside.log; exit 1; }
+python3 - run/dpo/arith_dpo_reference.bin run/dpo/checkpoints/dpo_reference.bin <<'PY'
+import json, math, struct, sys
+def table(path):
+    data = open(path, "rb").read()
+    body = data[data.index(b"\n") + 1:]
+    return struct.unpack(f"<{len(body) // 8}d", body)
+a, b = table(sys.argv[1]), table(sys.argv[2])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+assert len(a) == len(b) == 600 and worst < 1e-6, (len(a), len(b), worst)
+loss = json.loads(open("beside.jsonl").readline())["loss"]
+assert abs(loss - math.log(2)) < 1e-6, loss
+print(f"loom eval --logprobs: 600 log-probabilities within {worst:.1e} of the run's own pass; "
+      f"first loss {loss:.6f}")
+PY
+"$loom" run "${recipe[@]}" --set train.iters=1 --set train.seq_len=160 \
+  --set checkpoint.save=other 2> other.log || { tail -20 other.log; exit 1; }
+grep -q "is not this run's reference (seq_len 192 (this run: 160)): computing it" other.log ||
+  { echo "FAIL: a reference for other rows was not recomputed"; tail other.log; exit 1; }
 
 # A reference that is damaged, missing or another dataset's is refused with the reason.
 cp -r half bad

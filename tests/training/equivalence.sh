@@ -271,6 +271,11 @@ if [ "$model" = t5rel ]; then param_tol32=5e-5; fi
 # see other row counts) while every loss, the grad norm and the expert loads agree within
 # 9e-8, and fp64 within 1e-9 element by element (1.3e-13 measured).
 if [ "$model" = moebias ]; then param_tol32=3e-5; fi
+# moe: the same near-zero gradients in h.1.ln_1.bias drift 1.0e-5 to 1.4e-5 by norm under
+# tensor parallelism on an AMD EPYC machine, where OpenBLAS picks its Haswell (AVX2) kernels,
+# against 3.8e-6 with its SkylakeX ones on the Xeon before; every loss within 2.7e-7 there,
+# and fp64 within 1e-9 element by element (2.3e-14 measured, etp2).
+if [ "$model" = moe ]; then param_tol32=3e-5; fi
 # LOOM_LAYOUT_PARAM_TOL32 raises the fp32 bound: the sanitizer build's (layouts.cmake) -O1
 # code rounds otherwise than Release's, and moe's h.1.ln_1.bias, whose gradients are near
 # zero, drifts 1.03e-5 (TP2) to 1.18e-5 (EP2 x TP2) by norm there after 4 steps, against

@@ -3,8 +3,8 @@
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
 # backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, of a
 # DeepSeek-V3-style one (multi-head latent attention, its router) and of a Mamba-2 hybrid in
-# fp32, comparing the per-step loss curves; and that train.deterministic gives the same bits
-# twice.
+# fp32, of DPO with LoRA on preference pairs in fp32, comparing the per-step loss curves; and
+# that train.deterministic gives the same bits twice.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -48,10 +48,11 @@ trap 'rm -rf "$work"' EXIT
 } >"$work/gpt.toml"
 
 # run NAME BACKEND DTYPE [--set K=V...]: metrics in $work/NAME.jsonl, output in $work/NAME.log
+# (the recipe: $recipe_file, else gpt.toml)
 run() {
   local name=$1 be=$2 dt=$3
   shift 3
-  "$loom" run "$work/gpt.toml" --set "train.metrics=$work/$name.jsonl" \
+  "$loom" run "${recipe_file:-$work/gpt.toml}" --set "train.metrics=$work/$name.jsonl" \
     --set "backend.plugin=$be" --set "precision.dtype=$dt" "$@" >"$work/$name.log" 2>&1
 }
 # The losses of a metrics file, one per line.
@@ -138,6 +139,20 @@ fp32_variant mla MLA "${mla[@]}"
 # ABI 2.22's causal convolution and selective scan and the gated RMSNorm (loom.norm-gate/1) on
 # the device (backend/cuda's since 2026-12, first run here).
 fp32_variant hybrid "Mamba-2 hybrid" "${HYBRID_MODEL[@]}" --set model.n_layer=4
+
+# DPO (issue 38) with LoRA in fp32, the same bounds: 400 preference pairs of tools/
+# sft-conversations --pairs in a plain template, the reference pass before the first step, the
+# loss from the head's token losses and each row's dlogits at its own weight (one
+# vocab_ce_backward a row) on the device. The data section is the pairs' instead of mock's.
+"$(dirname "$0")/../../tools/sft-conversations" --pairs "$work/pairs.jsonl" 400 > /dev/null
+"$loom" preprocess --input "$work/pairs.jsonl" --output-prefix "$work/pairs" --tokenizer byte \
+  --chat-template $'{content}\n' --preference-pairs --append-eod > /dev/null 2>&1
+{
+  sed '/^\[data\]/,$d' "$work/gpt.toml"
+  toml_section data plugin=indexed "prefix=$work/pairs_chosen_document" split=95,5,0
+} > "$work/dpo.toml"
+recipe_file=$work/dpo.toml fp32_variant dpo DPO --set train.objective=dpo \
+  --set model.peft=lora --set model.peft_rank=8 --set model.peft_alpha=16
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

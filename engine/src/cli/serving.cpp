@@ -103,7 +103,9 @@ int cmd_serve(const std::vector<std::string>& args) {
 }
 
 int cmd_eval(const std::vector<std::string>& args) {
-  Command c("eval", "--checkpoint DIR --task wikitext|lambada --data FILE [options]");
+  Command c("eval",
+            "--checkpoint DIR (--task wikitext|lambada --data FILE | --logprobs PREFIX) "
+            "[options]");
   EvalOptions o;
   c.options.add_options()("checkpoint", po::value<std::string>(),
                           "checkpoint directory (any layout), or a Hugging Face GPT-2/Llama "
@@ -121,15 +123,26 @@ int cmd_eval(const std::vector<std::string>& args) {
       "--strict-lambada)")("micro-batch", po::value<int64_t>(&o.micro_batch)->default_value(0),
                            "samples per micro-batch; 0 = the checkpoint's train.micro_batch_size")(
       "output", po::value<std::string>(), "also write the results to this JSON file")(
+      "logprobs", po::value<std::string>(),
+      "DPO instead of a task: the log-probabilities of the preference pairs at PREFIX "
+      "(<p>_chosen_document, from loom preprocess --preference-pairs) under this checkpoint, "
+      "written beside them as <p>_dpo_reference.bin: the reference a train.objective = \"dpo\" "
+      "run starting from this checkpoint reads instead of computing it")(
       "overwrite", po::bool_switch(&o.overwrite), "replace an existing --output file");
   add_set_option(c);
   c.notes = kEvalDataNotes;
   if (!c.parse(args)) return 0;
   o.checkpoint = c.required<std::string>("checkpoint", "--checkpoint DIR");
-  o.data = c.required<std::string>("data", "--data FILE");
-  if (o.task.empty()) throw UsageError("loom eval: --task wikitext|lambada is required");
+  if (c.vm.count("logprobs")) {
+    o.logprobs = c.vm["logprobs"].as<std::string>();
+    if (!o.task.empty() || c.vm.count("data"))
+      throw UsageError("loom eval: --logprobs replaces --task and --data");
+  } else {
+    o.data = c.required<std::string>("data", "--data FILE");
+    if (o.task.empty()) throw UsageError("loom eval: --task wikitext|lambada is required");
+  }
   if (c.vm.count("output")) o.output = c.vm["output"].as<std::string>();
-  if (!o.output.empty())
+  if (!o.output.empty() && o.logprobs.empty())
     check_output("loom eval --output", o.output, {o.checkpoint, o.data}, o.overwrite);
   o.overrides = c.list("set");
   if (o.overlapping < 1 || o.seq_len < 0 || o.micro_batch < 0)

@@ -45,6 +45,7 @@ PairData::PairData(const Recipe& recipe, Session& session) : recipe_(recipe) {
         "preference pairs, <p>" +
         std::string(kChosen) + " (loom preprocess --preference-pairs); got \"" + name + "\"");
   const std::string stem = name.substr(0, name.size() - std::string(kChosen).size());
+  stem_ = stem;
   chosen_ = DocumentSource::read(ds.first, ds.second, name);
   rejected_ = read_half(session, stem + "_rejected_document");
   if (rejected_->sizes.size() != chosen_->sizes.size())

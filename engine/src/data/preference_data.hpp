@@ -32,6 +32,8 @@ class PairData {
   int64_t documents() const { return (int64_t)chosen_->sizes.size(); }
   // The pairs' identity (the documents' lengths, both halves): the reference file's key.
   std::string identity() const;
+  // <p> of <p>_chosen_document: where files about the pairs go (`loom eval --logprobs`).
+  const std::string& stem() const { return stem_; }
 
  private:
   std::shared_ptr<GptDataset> part(const std::shared_ptr<DocumentSource>& src, int64_t begin,
@@ -40,6 +42,7 @@ class PairData {
   std::unique_ptr<Sampler> pairs_of(std::shared_ptr<GptDataset> chosen) const;
   const Recipe& recipe_;
   std::shared_ptr<DocumentSource> chosen_, rejected_, chosen_mask_, rejected_mask_;
+  std::string stem_;
 };
 
 }  // namespace loom::engine

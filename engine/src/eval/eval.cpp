@@ -147,7 +147,40 @@ Totals run_samples(TrainRun& r, const std::vector<EvalSample>& samples) {
 
 }  // namespace
 
+// `loom eval --logprobs P`: the run a DPO recipe would make from this checkpoint, on the pairs
+// at P, as far as its reference pass (TrainRun::compute_reference); the file is keyed as the
+// run keys it, so a run that starts from this checkpoint with rows this long reads it.
+void write_logprobs(const EvalOptions& o, Registry& registry) {
+  CheckpointSource source(o.checkpoint);
+  if (source.dir().empty())
+    throw UsageError("loom eval: no checkpoint in " + o.checkpoint.string());
+  std::vector<std::string> extra = {"train.objective=dpo"};
+  if (o.micro_batch > 0) extra.push_back("train.micro_batch_size=" + std::to_string(o.micro_batch));
+  if (o.seq_len > 0) extra.push_back("train.seq_len=" + std::to_string(o.seq_len));
+  Recipe recipe = inference_recipe(source.dir(), o.overrides, extra, registry);
+  recipe.set("data.plugin=indexed");
+  recipe.set("data.prefix=" + o.logprobs.string());
+  recipe.validate(registry);
+  auto quiet = std::make_unique<QuietSetup>();
+  TrainRun r(recipe, registry);
+  r.resume();
+  r.hold_params(false);
+  quiet.reset();
+  // a Hugging Face directory is read through an import in scratch: key it by its own path,
+  // as a run's checkpoint.finetune names it
+  if (is_hf_dir(o.checkpoint))
+    r.start_model = fs::absolute(o.checkpoint).lexically_normal().string();
+  const fs::path out = r.pairs->stem() + "_dpo_reference.bin";
+  check_output("loom eval --logprobs", out, {o.checkpoint}, o.overwrite);
+  r.compute_reference();
+  r.write_reference(out);
+  if (r.rank == 0)
+    spdlog::info("eval: the log-probabilities of {} preference pairs under {} (rows of {}) in {}",
+                 r.pairs->documents(), r.start_model, r.seq_len, out.string());
+}
+
 void evaluate_checkpoint(const EvalOptions& o, Registry& registry) {
+  if (!o.logprobs.empty()) return write_logprobs(o, registry);
   if (o.task != "wikitext" && o.task != "lambada")
     throw UsageError("loom eval: --task must be wikitext or lambada, not '" + o.task + "'");
   CheckpointSource source(o.checkpoint);

@@ -23,6 +23,10 @@ struct EvalOptions {
   int64_t micro_batch = 0;           // samples per micro-batch; 0 = train.micro_batch_size
   std::filesystem::path output;      // "" = none; else the results as one JSON object
   bool overwrite = false;            // an existing output may be replaced
+  // DPO: the preference pairs whose chosen half is this prefix (<p>_chosen_document): their
+  // log-probabilities under the checkpoint, written beside them as <p>_dpo_reference.bin (the
+  // reference of train.objective = "dpo" runs that start from this checkpoint) instead of a task
+  std::filesystem::path logprobs;
   std::vector<std::string> overrides;
 };
 

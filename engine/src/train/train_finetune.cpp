@@ -66,6 +66,7 @@ void TrainRun::finetune(const fs::path& dir) {
   std::map<std::string, std::string> theirs;
   int64_t their_vocab = 0;
   std::string where = dir.string();
+  start_model = fs::absolute(dir).lexically_normal().string();  // (a Loom one's: below)
   if (is_hf_dir(dir)) {
     HfModel m = read_hf(dir);
     theirs = m.arch.model_keys;
@@ -75,6 +76,7 @@ void TrainRun::finetune(const fs::path& dir) {
   } else {
     Checkpoint ck = load_checkpoint(dir, "", "");
     where = ck.folder.string();
+    start_model = fs::absolute(ck.folder).lexically_normal().string();
     // LoRA: the frozen weights stay in this folder, which the run's saves name
     if (frozen_params > 0) peft_base = fs::absolute(ck.folder).lexically_normal().string();
     full = merge_checkpoint(ck.folder, false, own_params());

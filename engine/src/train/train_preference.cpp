@@ -7,10 +7,12 @@
 // step (TRL's precompute_ref_log_probs).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "data/gpt_dataset.hpp"
@@ -22,15 +24,15 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kFile = "dpo_reference.bin";
-constexpr const char* kMagic = "loom-dpo-reference 1";
+constexpr const char* kMagic = "loom-dpo-reference";
 
-// "<magic> documents=N data=ID sha256=HEX\n" then 2N little-endian doubles.
-void write_reference(const fs::path& path, const std::vector<double>& table,
-                     const std::string& identity) {
+// "<magic> 1 KEY sha256=HEX\n" then 2N little-endian doubles; KEY is "documents=N data=ID
+// seq_len=L model=M" (TrainRun::reference_key).
+void write_reference_file(const fs::path& path, const std::vector<double>& table,
+                          const std::string& key) {
   const size_t bytes = table.size() * sizeof(double);
   const std::string header =
-      std::string(kMagic) + " documents=" + std::to_string(table.size() / 2) + " data=" + identity +
-      " sha256=" + sha256_hex(table.data(), bytes) + "\n";
+      std::string(kMagic) + " 1 " + key + " sha256=" + sha256_hex(table.data(), bytes) + "\n";
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -42,34 +44,73 @@ void write_reference(const fs::path& path, const std::vector<double>& table,
   fs::rename(tmp, path);
 }
 
-// The table in `path`, refused with the reason when it is not this data's or is damaged.
-std::vector<double> read_reference(const fs::path& path, int64_t documents,
-                                   const std::string& identity) {
+struct ReferenceFile {
+  std::map<std::string, std::string> key;  // documents, data, seq_len, model
+  std::vector<double> table;
+};
+
+// The file at `path`, refused with the reason when it is damaged or holds another number of
+// pairs than `documents`.
+ReferenceFile read_reference(const fs::path& path, int64_t documents) {
   std::ifstream in(path, std::ios::binary);
   std::string header;
   if (!in || !std::getline(in, header))
     throw RunError("DPO reference " + path.string() + ": cannot be read");
   std::istringstream h(header);
-  std::string a, b, docs, data, sum;
-  h >> a >> b >> docs >> data >> sum;
-  if (a + " " + b != kMagic)
+  std::string magic, version, word;
+  h >> magic >> version;
+  if (magic != kMagic || version != "1")
     throw RunError("DPO reference " + path.string() + ": not a Loom DPO reference file");
-  if (docs != "documents=" + std::to_string(documents) || data != "data=" + identity)
-    throw RunError("DPO reference " + path.string() + ": computed for other preference pairs (" +
-                   docs + "; this run's data has " + std::to_string(documents) +
-                   " pairs); it belongs to another dataset");
-  std::vector<double> table((size_t)(2 * documents));
-  const size_t bytes = table.size() * sizeof(double);
-  in.read(reinterpret_cast<char*>(table.data()), (std::streamsize)bytes);
+  ReferenceFile f;
+  while (h >> word)
+    if (const size_t eq = word.find('='); eq != std::string::npos)
+      f.key[word.substr(0, eq)] = word.substr(eq + 1);
+  if (f.key["documents"] != std::to_string(documents))
+    throw RunError("DPO reference " + path.string() + ": computed for " + f.key["documents"] +
+                   " preference pairs, and this run's data has " + std::to_string(documents) +
+                   ": it belongs to another dataset");
+  f.table.resize((size_t)(2 * documents));
+  const size_t bytes = f.table.size() * sizeof(double);
+  in.read(reinterpret_cast<char*>(f.table.data()), (std::streamsize)bytes);
   if ((size_t)in.gcount() != bytes || in.peek() != EOF)
     throw RunError("DPO reference " + path.string() + ": truncated or too long (" +
                    std::to_string(bytes) + " bytes of log-probabilities expected)");
-  if (sum != "sha256=" + sha256_hex(table.data(), bytes))
+  if (f.key["sha256"] != sha256_hex(f.table.data(), bytes))
     throw RunError("DPO reference " + path.string() + ": its checksum does not match (damaged)");
-  return table;
+  return f;
+}
+
+// The fields of `key` ("k=v k=v") that `file` gives otherwise, "k: theirs (this run: ours)".
+std::string mismatch(const ReferenceFile& file, const std::string& key,
+                     const std::vector<std::string>& fields) {
+  std::istringstream in(key);
+  std::string word, out;
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    const std::string k = word.substr(0, eq), v = word.substr(eq + 1);
+    if (std::find(fields.begin(), fields.end(), k) == fields.end()) continue;
+    const auto it = file.key.find(k);
+    const std::string theirs = it == file.key.end() ? "?" : it->second;
+    if (theirs != v) out += (out.empty() ? "" : ", ") + k + " " + theirs + " (this run: " + v + ")";
+  }
+  return out;
 }
 
 }  // namespace
+
+// What a reference depends on: the pairs, the rows' length (a longer conversation is cut at
+// seq_len + 1 tokens) and the model the run starts from.
+std::string TrainRun::reference_key() const {
+  const std::string model = start_model.empty()
+                                ? "init:seed" + std::to_string(seed) + ":" + recipe.plugin("model")
+                                : start_model;
+  return "documents=" + std::to_string(pairs->documents()) + " data=" + pairs->identity() +
+         " seq_len=" + std::to_string(seq_len) + " model=" + model;
+}
+
+void TrainRun::write_reference(const fs::path& path) const {
+  if (rank == 0) write_reference_file(path, reference, reference_key());
+}
 
 // The forward-only pass over every pair (COLLECTIVE over the world): each last-stage rank
 // records the rows it saw; the world sums rows and counts (context and tensor ranks see the
@@ -108,35 +149,52 @@ void TrainRun::compute_reference() {
 void TrainRun::prepare_reference() {
   if (!pairs) return;
   const std::string save_dir = recipe.get_string("checkpoint", "save");
-  const std::string identity = pairs->identity();
-  bool have_saved = false;
+  const std::string key = reference_key();
+  fs::path from;  // the file the table came from; "" = computed here
   if (start_iter == 0) {
-    compute_reference();
+    // `loom eval --logprobs`'s file beside the data, when it is this start's
+    const fs::path beside = pairs->stem() + "_" + kFile;
+    if (fs::exists(beside)) {
+      ReferenceFile f = read_reference(beside, pairs->documents());
+      const std::string other = mismatch(f, key, {"data", "seq_len", "model"});
+      if (other.empty()) {
+        reference = std::move(f.table);
+        from = beside;
+      } else {
+        spdlog::warn("dpo: {} is not this run's reference ({}): computing it", beside.string(),
+                     other);
+      }
+    }
+    if (from.empty()) compute_reference();
   } else {  // resumed: the reference is the run's start, kept beside its checkpoints
     std::vector<fs::path> where;
     if (!resumed_from.empty()) where.push_back(fs::path(resumed_from) / kFile);
     if (!save_dir.empty()) where.push_back(fs::path(save_dir) / kFile);
-    fs::path found;
     for (const fs::path& w : where)
       if (fs::exists(w)) {
-        found = w;
+        from = w;
         break;
       }
-    if (found.empty())
+    if (from.empty())
       throw RunError("train.objective = \"dpo\": resuming at iteration " +
                      std::to_string(start_iter) + ", but " + kFile +
                      " is not beside the checkpoints (" +
                      (where.empty() ? std::string("no folder") : where[0].string()) +
                      "): the reference log-probabilities are computed at a run's first step only");
-    reference = read_reference(found, pairs->documents(), identity);
-    have_saved = !save_dir.empty() && fs::exists(fs::path(save_dir) / kFile) &&
-                 fs::equivalent(found, fs::path(save_dir) / kFile);
-    spdlog::info("dpo: reference log-probabilities of {} pairs read from {}", pairs->documents(),
-                 found.string());
+    ReferenceFile f = read_reference(from, pairs->documents());
+    const std::string other = mismatch(f, key, {"data", "seq_len"});
+    if (!other.empty())
+      throw RunError("DPO reference " + from.string() + ": computed for other rows (" + other +
+                     ")");
+    reference = std::move(f.table);
   }
-  if (rank == 0 && !save_dir.empty() && !have_saved) {
-    fs::create_directories(save_dir);
-    write_reference(fs::path(save_dir) / kFile, reference, identity);
+  if (!from.empty())
+    spdlog::info("dpo: reference log-probabilities of {} pairs read from {}", pairs->documents(),
+                 from.string());
+  const fs::path saved = fs::path(save_dir) / kFile;
+  if (!save_dir.empty() && !(fs::exists(saved) && !from.empty() && fs::equivalent(from, saved))) {
+    if (rank == 0) fs::create_directories(save_dir);
+    write_reference(saved);
   }
   feed.preference->table = &reference;
 }

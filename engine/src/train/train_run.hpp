@@ -239,11 +239,15 @@ struct TrainRun {
   // reference log-probabilities of every pair document's chosen (2d) and rejected (2d+1)
   // conversation, computed before the first step (compute_reference, COLLECTIVE over the
   // world) or read back from beside the checkpoints (`resumed_from`: the folder resume loaded).
+  // `start_model`: the folder checkpoint.finetune loaded (absolute), "" = the initialisation;
+  // with the pairs and train.seq_len, what a reference file is keyed by (reference_key).
   std::unique_ptr<PairData> pairs;
   std::vector<double> reference;
-  std::string resumed_from;
+  std::string resumed_from, start_model;
   void prepare_reference();
   void compute_reference();
+  std::string reference_key() const;
+  void write_reference(const std::filesystem::path& path) const;  // world rank 0 writes
   Feed feed;
 
   // checkpoint.async's save in flight: its files, written by `writer`.
