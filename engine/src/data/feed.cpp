@@ -153,8 +153,7 @@ void Feed::attach_preference(int64_t i, int64_t base, loom_microbatch* out) {
   for (int64_t b = 0; b < mbs; ++b) {
     const int64_t sample = base + b;
     p.sample[at + (size_t)b] = sample;
-    p.reference[at + (size_t)b] =
-        p.table ? (*p.table)[(size_t)(2 * sampler->pair_document(sample) + sample % 2)] : 0.0;
+    p.reference[at + (size_t)b] = p.table ? (*p.table)[(size_t)sampler->pair_slot(sample)] : 0.0;
   }
   p.rows[(size_t)i] = loom_preference_rows{
       {sizeof(loom_preference_rows), LOOM_EXT_PREFERENCE_ROWS, LOOM_EXT_REQUIRED, nullptr},

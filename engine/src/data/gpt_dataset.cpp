@@ -361,21 +361,23 @@ GptDataset::GptDataset(std::shared_ptr<DocumentSource> src, const GptIndexSpec& 
   idx_ = load_or_build_gpt_indices(*src_, spec_, use_cache);
 }
 
-int32_t GptDataset::document(int64_t i) const {
-  if (!spec_.pad) throw RunError(src_->name + ": only a padded sample is one document");
+void GptDataset::check_sample(int64_t i) const {
   if (i < 0 || i >= size())
     throw RunError(src_->name + ": sample " + std::to_string(i) + " out of range [0, " +
                    std::to_string(size()) + ")");
+}
+
+int32_t GptDataset::document(int64_t i) const {
+  if (!spec_.pad) throw RunError(src_->name + ": only a padded sample is one document");
+  check_sample(i);
   return idx_.doc_idx[(size_t)idx_.sample_idx[(size_t)(2 * idx_.shuffle_idx[(size_t)i])]];
 }
 
 int64_t GptDataset::text(int64_t i, int32_t* out) const {
-  if (i < 0 || i >= size())
-    throw RunError(src_->name + ": sample " + std::to_string(i) + " out of range [0, " +
-                   std::to_string(size()) + ")");
+  check_sample(i);
   const int64_t j = idx_.shuffle_idx[(size_t)i];
   if (spec_.pad) {  // one document from its start, cut and padded with 0
-    const int32_t doc = idx_.doc_idx[(size_t)idx_.sample_idx[(size_t)(2 * j)]];
+    const int32_t doc = document(i);
     const int32_t* ids = nullptr;
     size_t len = 0;
     check(src_->api->document(src_->ds, doc, &ids, &len),

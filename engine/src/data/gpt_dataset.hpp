@@ -108,6 +108,7 @@ class GptDataset {
   int32_t document(int64_t i) const;
 
  private:
+  void check_sample(int64_t i) const;  // RunError naming a sample out of range
   std::shared_ptr<DocumentSource> src_;
   GptIndexSpec spec_;
   GptIndices idx_;

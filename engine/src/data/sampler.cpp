@@ -53,9 +53,10 @@ std::unique_ptr<Sampler> Sampler::pairs(std::shared_ptr<GptDataset> chosen,
   return s;
 }
 
-int32_t Sampler::pair_document(int64_t i) const {
-  if (!paired_) throw RunError("pair_document: the samples are not preference pairs");
-  return parts_[0]->document(origin(i).index);
+int64_t Sampler::pair_slot(int64_t i) const {
+  if (!paired_) throw RunError("pair_slot: the samples are not preference pairs");
+  const Origin o = origin(i);
+  return 2 * (int64_t)parts_[0]->document(o.index) + (int64_t)o.dataset;
 }
 
 int64_t Sampler::size() const {

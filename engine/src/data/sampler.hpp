@@ -50,8 +50,9 @@ class Sampler {
                                         std::shared_ptr<GptDataset> chosen_mask,
                                         std::shared_ptr<GptDataset> rejected_mask);
   bool paired() const { return paired_; }
-  // The document (of the chosen and the rejected datasets alike) of paired sample i.
-  int32_t pair_document(int64_t i) const;
+  // Where paired sample i's reference log-probability is kept in a table of two per pair
+  // document (DPO's): 2d + 0 for its document d's chosen row, 2d + 1 for the rejected one.
+  int64_t pair_slot(int64_t i) const;
   int64_t size() const;
   // True when the datasets make their own samples (fill), false for GPT samples (text).
   bool made() const { return !made_.empty(); }

@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "base/tool_output.hpp"
 #include "data/gpt_dataset.hpp"
 #include "train/train_run.hpp"
 
@@ -33,15 +33,13 @@ void write_reference_file(const fs::path& path, const std::vector<double>& table
   const size_t bytes = table.size() * sizeof(double);
   const std::string header =
       std::string(kMagic) + " 1 " + key + " sha256=" + sha256_hex(table.data(), bytes) + "\n";
-  const fs::path tmp = path.string() + ".tmp";
-  {
+  write_file_atomically(path, [&](const fs::path& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(header.data(), (std::streamsize)header.size());
     out.write(reinterpret_cast<const char*>(table.data()), (std::streamsize)bytes);
     out.flush();
     if (!out) throw RunError("writing " + tmp.string() + " failed");
-  }
-  fs::rename(tmp, path);
+  });
 }
 
 struct ReferenceFile {
@@ -129,7 +127,7 @@ void TrainRun::compute_reference() {
   const Feed::Preference& p = *feed.preference;
   for (size_t j = 0; j < p.policy.size(); ++j) {
     if (p.sample[j] < 0 || !std::isfinite(p.policy[j])) continue;  // not the head's stage
-    const size_t at = (size_t)(2 * all->pair_document(p.sample[j]) + p.sample[j] % 2);
+    const size_t at = (size_t)all->pair_slot(p.sample[j]);
     sums[at] += p.policy[j];
     sums[(size_t)(2 * docs) + at] += 1.0;
   }
