@@ -11,7 +11,7 @@ if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export LOOM_BUNDLE_BUILD=$build LOOM_BUNDLE_NO_BUILD=1
+export LOOM_BUNDLE_BUILD=$build LOOM_BUNDLE_NO_BUILD=1 LOOM_BUNDLE_XZ=1
 echo "== tools/gpu-bundle $work/loom-gpu-bundle.tar.xz (from $build)"
 tools/gpu-bundle "$work/loom-gpu-bundle.tar.xz" || { echo "FAIL: tools/gpu-bundle exited $?"; exit 1; }
 tools/gpu-bundle --selftest "$work/loom-gpu-bundle.tar.xz"

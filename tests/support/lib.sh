@@ -5,6 +5,13 @@
 # tests/, absolute: where helpers below find the tests' data after a script changed folder.
 tests_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# Open MPI's settings for every rank a script starts, itself or through `loom parity` and
+# `loom launch` (support/mpi.env says why each; loom_mpi_env gives CMake's tests the same).
+while IFS= read -r _line; do
+  case $_line in [A-Z]*=*) export "${_line?}" ;; esac
+done < "$tests_dir/support/mpi.env"
+unset _line
+
 # expect RC TEXT CMD...: runs CMD (stdout and stderr into out.log) and fails the script
 # unless it exits RC and says TEXT (a fixed string); prints the line that says it.
 expect() {

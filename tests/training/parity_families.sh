@@ -8,9 +8,10 @@
 #    gated shared expert): EP2 x TP2, PP2 with TP2 and sequence parallelism;
 #  - hybrid Mamba (recipes/hybrid-quickstart.toml shrunk to HYBRID_MODEL's "M*-M"): TP2, PP2,
 #    and TP2 with sequence parallelism.
-#   parity_families.sh LOOM MPIEXEC [ITERS]   (ITERS: 20; the sanitizer build passes 3)
+#   parity_families.sh LOOM MPIEXEC [ITERS [DTYPES]]   (ITERS: 20, DTYPES: "fp64 fp32"; the sanitizer
+#   build passes 3 and fp64: it looks for memory errors, and fp32 takes the same paths)
 set -uo pipefail
-loom=$1 mpiexec=$2 iters=${3:-20}
+loom=$1 mpiexec=$2 iters=${3:-20} dtypes=${4:-fp64 fp32}
 . "$(dirname "$0")/../support/lib.sh"
 parity_scratch
 small=(--iters "$iters" --mpiexec "$mpiexec" --set model.n_layer=4 --set model.n_embd=32
@@ -31,7 +32,7 @@ qwen3moe=(--set model.n_kv_head=2 --set model.kv_channels=12 --set model.qk_laye
           --set model.num_experts=4 --set model.moe_ffn_hidden_size=16
           --set model.moe_shared_expert_intermediate_size=16
           --set model.moe_shared_expert_gate=true --set lr.max=1e-3)
-for dtype in fp64 fp32; do
+for dtype in $dtypes; do
   parity_layouts dsv3 recipes/deepseek-v3-quickstart.toml tp2,pp2,ep2,ep2+pp2 4 $dtype \
     "${dsv3[@]}"
   # multi-token prediction does not run under context parallelism (refused by name): off

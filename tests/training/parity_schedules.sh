@@ -5,9 +5,10 @@
 # SwiGLU, RoPE, GQA) and a mixture of experts (4 experts, top-2, balancing and z losses). The
 # models are the quick-start ones shrunk to 8 layers of width 16 with untied embeddings (a V
 # puts the first and last stage on one rank), so that PP4's V has a layer a stage.
-#   parity_schedules.sh LOOM MPIEXEC [ITERS]   (ITERS: 20; the sanitizer build passes 3)
+#   parity_schedules.sh LOOM MPIEXEC [ITERS [DTYPES]]   (ITERS: 20, DTYPES: "fp64 fp32"; the sanitizer
+#   build passes 3 and fp64: it looks for memory errors, and fp32 takes the same paths)
 set -uo pipefail
-loom=$1 mpiexec=$2 iters=${3:-20}
+loom=$1 mpiexec=$2 iters=${3:-20} dtypes=${4:-fp64 fp32}
 . "$(dirname "$0")/../support/lib.sh"
 parity_scratch
 small=(--iters "$iters" --mpiexec "$mpiexec" --set model.n_layer=8 --set model.n_head=2
@@ -20,7 +21,7 @@ cd "$tests_dir/.."
 llama=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
        --set model.n_head=4 --set model.n_kv_head=2 --set model.bias=false)
 moe=(--set model.n_kv_head=2 --set model.num_experts=4 --set model.moe_ffn_hidden_size=16)
-for dtype in fp64 fp32; do
+for dtype in $dtypes; do
   parity_layouts gpt recipes/quickstart.toml "$layouts" 6 $dtype
   parity_layouts llama recipes/quickstart.toml "$layouts" 6 $dtype "${llama[@]}"
   parity_layouts moe recipes/moe-quickstart.toml "$layouts" 6 $dtype "${moe[@]}"
