@@ -3,8 +3,9 @@
 # vocabulary, mock data, 50 steps of AdamW) on backend/cpu in fp32 (the reference) and on
 # backend/cuda in fp32, bf16 and fp16, of the same model with 4 experts (top 2) in fp32, of a
 # DeepSeek-V3-style one (multi-head latent attention, its router) and of a Mamba-2 hybrid in
-# fp32, of DPO with LoRA on preference pairs in fp32, comparing the per-step loss curves; and
-# that train.deterministic gives the same bits twice.
+# fp32, of DPO with LoRA on preference pairs in fp32, of BERT, T5 and GPT over packed
+# documents in fp32 (attention/reference and attention/flash-cuda) and bf16, comparing the
+# per-step loss curves; and that train.deterministic gives the same bits twice.
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
@@ -153,6 +154,59 @@ fp32_variant hybrid "Mamba-2 hybrid" "${HYBRID_MODEL[@]}" --set model.n_layer=4
 } > "$work/dpo.toml"
 recipe_file=$work/dpo.toml fp32_variant dpo DPO --set train.objective=dpo \
   --set model.peft=lora --set model.peft_rank=8 --set model.peft_alpha=16
+
+# Every model family on the device (issue 34), in fp32 within the fp32 bounds and in bf16
+# within the bf16 bounds of backend/cpu's fp32 curve: BERT (padding through
+# loom.attention-seqlens/1, exact GELU, the tanh pooler, both heads), T5 (encoder padding,
+# cross-attention, the relative position bias through loom.attention-bias/1) and GPT over
+# packed documents (loom.attention-seqlens/1 within each row). Each in fp32 with
+# attention/reference on the device (its GEMMs and softmax through backend/cuda's ops), then in
+# fp32 and bf16 with attention/flash-cuda, whose kernels take the sequences and the bias since
+# 2026-11-29 (with LOOM_GPU_TEST_DEVICE=cpu: flash-cpu). The data are tests/data's sentences and WordPiece
+# vocabulary (the bundle carries them).
+flash=flash-cuda
+[ "$device" = cuda ] || flash=flash-cpu
+bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
+family() {  # family NAME WHAT RECIPE [--set K=V...]
+  local name=$1 what=$2
+  recipe_file=$3
+  shift 3
+  fp32_variant "$name" "$what" "$@"
+  ref=cpu-$name
+  # bf16 with the fused attention: attention/reference takes a bias gradient in f32 and f64 only
+  if run "dev-$name-bf16" "$device" bf16 "$@" --set attention.plugin=$flash; then
+    compare "dev-$name-bf16" 1e-2 1e-2 3e-3 || failed=1
+  else
+    echo "FAIL: loom run of the $what model in bf16:"; tail -5 "$work/dev-$name-bf16.log"; failed=1
+  fi
+  if run "dev-$name-flash" "$device" fp32 "$@" --set attention.plugin=$flash; then
+    compare "dev-$name-flash" 1e-5 1e-4 1e-4 || failed=1
+  else
+    echo "FAIL: loom run of the $what model with $flash:"; tail -5 "$work/dev-$name-flash.log"
+    failed=1
+  fi
+  ref=cpu-fp32
+  recipe_file=
+}
+{
+  sed '/^\[model\]/,$d' "$work/gpt.toml"
+  toml_section model plugin=bert n_layer=2 n_head=4 n_embd=128 max_seq_len=64
+  toml_section attention plugin=reference
+  toml_section optimizer plugin=adamw weight_decay=0.1
+  bert_data_sections
+} > "$work/bert.toml"
+family bert BERT "$work/bert.toml"
+{
+  sed '/^\[model\]/,$d' "$work/gpt.toml"
+  toml_section model plugin=t5 n_layer=2 n_head=4 n_embd=128 max_seq_len=64 decoder_seq_len=16 \
+    position=relative relative_attention_num_buckets=8 relative_attention_max_distance=20
+  toml_section attention plugin=reference
+  toml_section optimizer plugin=adamw weight_decay=0.1
+  toml_section tokenizer plugin=wordpiece "vocab_file=$bert_data/vocab.txt" vocab_extra_ids=10
+  toml_section data plugin=t5 "prefix=$bert_data/sentences" split=80,20,0 decoder_seq_len=16
+} > "$work/t5.toml"
+family t5 T5 "$work/t5.toml"
+family packed "packed GPT" "$work/gpt.toml" --set data.pack_sequences=true --set data.doc_length=24
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

@@ -1,5 +1,6 @@
 // attention/flash-cuda: FlashAttention-2 style fused attention for backend/cuda tensors
-// (bf16, f16, and f32 for testing; head dims 64 and 128; causal or not; T <= S; GQA). The
+// (bf16, f16, and f32 for testing; head dims 64 and 128; causal or not; T <= S; GQA; the
+// window, variable-length, bias and partial extensions of attention.h). The
 // kernels are in flash_forward.cu / flash_backward.cu; this file checks arguments, owns the
 // backward's fp32 workspace, and orders the work against the backend.
 //
@@ -13,6 +14,7 @@
 
 #include "flash_kernels.hpp"
 #include "loom/cpp/attention_args.hpp"
+#include "loom/cpp/attention_merge.hpp"
 #include "loom/cpp/cuda_device.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -58,7 +60,7 @@ flash::Dims check(const DLTensor* q, const DLTensor* k, const DLTensor* v, const
   ptr(v, "v");
   ptr(o, oname);
   const loom::AttentionDims a = loom::attention_dims("attention/flash-cuda", q, k, v, o, oname);
-  const flash::Dims d{a.B, a.T, a.S, a.Hq, a.Hkv, a.D};
+  const flash::Dims d{a.B, a.T, a.S, a.Hq, a.Hkv, a.D, a.T};
   loom::require(
       d.D == 64 || d.D == 128,
       "attention/flash-cuda: head dim " + std::to_string(d.D) + " not supported (64 or 128)",
@@ -76,6 +78,52 @@ void check_lse(const DLTensor* lse, const flash::Dims& d) {
                       {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.Hkv > 0 ? d.Hq / d.Hkv : 0});
 }
 
+size_t esize(const DLTensor* t) { return static_cast<size_t>(t->dtype.bits) / 8; }
+size_t nbytes(const DLTensor* t) { return static_cast<size_t>(loom_tensor_numel(t)) * esize(t); }
+char* bytes(const DLTensor* t, const char* name) { return static_cast<char*>(ptr(t, name)); }
+
+// The masks on the chain (window, variable-length sequences, bias, partial), checked against
+// the shapes; any other required extension is refused by name.
+loom::AttentionMasks masks(const loom_ext* ext, int causal, const flash::Dims& d,
+                           const DLTensor* q) {
+  const loom::AttentionMasks m =
+      loom::attention_masks("attention/flash-cuda", ext, causal,
+                            {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.Hq / d.Hkv}, q, true);
+  if (m.bias) ptr(m.bias, "bias");
+  if (m.dbias)
+    loom::require(loom_dtype_eq(m.dbias->dtype, loom_f32()) && ptr(m.dbias, "dbias"),
+                  "attention/flash-cuda: dbias must be f32");
+  return m;
+}
+
+// The kernels' view of the masks: the bias (Hq, T, S) by its strides, which a variable-length
+// sequence reads from its corner [0, Lq) x [0, Lk) (attention.h).
+flash::Masks kernel_masks(const loom::AttentionMasks& m, const flash::Dims& d) {
+  flash::Masks k;
+  k.window = m.window;
+  k.bias = m.bias ? ptr(m.bias, "bias") : nullptr;
+  k.dbias = m.dbias ? static_cast<float*>(ptr(m.dbias, "dbias")) : nullptr;
+  k.bias_h = d.T * d.S;
+  k.bias_t = d.S;
+  return k;
+}
+
+// One variable-length sequence as a batch of one: its dims, the byte offsets of its first
+// query row (q, out, dout, dq) and key row (k, v, dk, dv), and the element offset of its first
+// lse (and delta) value; lse keeps the whole row's stride (lseT = T).
+struct Rows {
+  flash::Dims d;
+  size_t q, k;
+  int64_t l;
+};
+Rows rows(const flash::Dims& d, const loom::AttentionSeq& x, const DLTensor* q) {
+  const size_t e = esize(q);
+  return {{1, x.nq, x.nk, d.Hq, d.Hkv, d.D, d.T},
+          static_cast<size_t>((x.b * d.T + x.t0) * d.Hq * d.D) * e,
+          static_cast<size_t>((x.b * d.S + x.s0) * d.Hkv * d.D) * e,
+          x.b * d.Hq * d.T + x.t0};
+}
+
 class FlashAttention {
  public:
   explicit FlashAttention(const loom_host* host) : host_(host) {}
@@ -87,37 +135,89 @@ class FlashAttention {
   FlashAttention& operator=(const FlashAttention&) = delete;
 
   void forward(const loom_attention_fwd_args& a) {
-    // No masks beyond causal yet: a required one (a sliding window) is refused by name.
-    loom::require_known_exts(a.ext, {}, "attention/flash-cuda");
     const flash::Dims d = check(a.q, a.k, a.v, a.out, "out");
+    const loom::AttentionMasks m = masks(a.ext, a.causal, d, a.q);
     if (a.lse) check_lse(a.lse, d);
     begin(a.q);
-    cuda_check(
-        flash::forward(dtype_of(a.q->dtype), d, ptr(a.q, "q"), ptr(a.k, "k"), ptr(a.v, "v"),
-                       ptr(a.out, "out"), a.lse ? static_cast<float*>(ptr(a.lse, "lse")) : nullptr,
-                       static_cast<float>(a.scale), a.causal != 0, stream_),
-        "forward launch");
+    const flash::Dtype dt = dtype_of(a.q->dtype);
+    const flash::Masks mk = kernel_masks(m, d);
+    char *q = bytes(a.q, "q"), *k = bytes(a.k, "k"), *v = bytes(a.v, "v"),
+         *out = bytes(a.out, "out");
+    float* lse = a.lse ? static_cast<float*>(ptr(a.lse, "lse")) : nullptr;
+    if (!m.varlen) {
+      cuda_check(flash::forward(dt, d, q, k, v, out, lse, static_cast<float>(a.scale),
+                                a.causal != 0, mk, stream_),
+                 "forward launch");
+      return end();
+    }
+    // Rows in no sequence: out 0 and lse 0 (attention.h); each sequence a batch of one.
+    cuda_check(cudaMemsetAsync(out, 0, nbytes(a.out), stream_), "cudaMemsetAsync");
+    if (lse) cuda_check(cudaMemsetAsync(lse, 0, nbytes(a.lse), stream_), "memset");
+    for (const loom::AttentionSeq& x : m.seqs) {
+      const Rows r = rows(d, x, a.q);
+      cuda_check(
+          flash::forward(dt, r.d, q + r.q, k + r.k, v + r.k, out + r.q, lse ? lse + r.l : nullptr,
+                         static_cast<float>(a.scale), a.causal != 0, mk, stream_),
+          "forward launch");
+    }
     end();
   }
 
   void backward(const loom_attention_bwd_args& a) {
-    // No masks beyond causal yet: a required one (a sliding window) is refused by name.
-    loom::require_known_exts(a.ext, {}, "attention/flash-cuda");
     const flash::Dims d = check(a.q, a.k, a.v, a.out, "out");
     check(a.q, a.k, a.v, a.dout, "dout");
     check(a.q, a.k, a.v, a.dq, "dq");
     check(a.q, a.dk, a.dv, a.q, "q");  // dk, dv: k's shape (checked below) and q's dtype
     for (int i = 0; i < 4; ++i)
       loom::require(a.dk->shape[i] == a.k->shape[i], "attention/flash-cuda: dk shape != k shape");
+    // With loom.attention-partial/1, out and lse are the merged ones: P over these keys is
+    // exp(scores - merged lse) and delta = rowsum(dout * merged out), as computed below.
+    const loom::AttentionMasks m = masks(a.ext, a.causal, d, a.q);
     check_lse(a.lse, d);
     begin(a.q);
     ensure(d);
-    cuda_check(flash::backward(dtype_of(a.q->dtype), d, ptr(a.dout, "dout"), ptr(a.q, "q"),
-                               ptr(a.k, "k"), ptr(a.v, "v"), ptr(a.out, "out"),
-                               static_cast<const float*>(ptr(a.lse, "lse")), ptr(a.dq, "dq"),
-                               ptr(a.dk, "dk"), ptr(a.dv, "dv"), dq_acc_, delta_,
-                               static_cast<float>(a.scale), a.causal != 0, stream_),
+    const flash::Dtype dt = dtype_of(a.q->dtype);
+    const flash::Masks mk = kernel_masks(m, d);
+    const int64_t nq = d.B * d.T * d.Hq * d.D;
+    char *dout = bytes(a.dout, "dout"), *q = bytes(a.q, "q"), *k = bytes(a.k, "k"),
+         *v = bytes(a.v, "v"), *dk = bytes(a.dk, "dk"), *dv = bytes(a.dv, "dv");
+    const float* lse = static_cast<const float*>(ptr(a.lse, "lse"));
+    cuda_check(cudaMemsetAsync(dq_acc_, 0, static_cast<size_t>(nq) * sizeof(float), stream_),
+               "cudaMemsetAsync");
+    cuda_check(flash::backward_delta(dt, d, dout, ptr(a.out, "out"), delta_, stream_),
                "backward launch");
+    const float scale = static_cast<float>(a.scale);
+    if (!m.varlen) {
+      cuda_check(flash::backward_tiles(dt, d, dout, q, k, v, lse, delta_, dq_acc_, dk, dv, scale,
+                                       a.causal != 0, mk, stream_),
+                 "backward launch");
+    } else {  // key rows in no sequence get dk = dv = 0; dq's come from dq_acc's zeros
+      cuda_check(cudaMemsetAsync(dk, 0, nbytes(a.dk), stream_), "cudaMemsetAsync");
+      cuda_check(cudaMemsetAsync(dv, 0, nbytes(a.dv), stream_), "cudaMemsetAsync");
+      for (const loom::AttentionSeq& x : m.seqs) {
+        const Rows r = rows(d, x, a.q);
+        const int64_t qf = r.q / esize(a.q);  // the sequence's first element of dq_acc
+        cuda_check(flash::backward_tiles(dt, r.d, dout + r.q, q + r.q, k + r.k, v + r.k, lse + r.l,
+                                         delta_ + r.l, dq_acc_ + qf, dk + r.k, dv + r.k, scale,
+                                         a.causal != 0, mk, stream_),
+                   "backward launch");
+      }
+    }
+    cuda_check(flash::backward_cast(dt, nq, dq_acc_, ptr(a.dq, "dq"), stream_), "backward launch");
+    end();
+  }
+
+  // attention.h's merge (ABI 2.7): ring context parallelism's partial results, on the device.
+  void merge(const loom_attention_merge_args& a) {
+    const loom::MergeDims md = loom::merge_dims("attention/flash-cuda", a);
+    loom::require(loom_dtype_eq(a.lse->dtype, loom_f32()),
+                  "attention/flash-cuda: merge: lse must be f32");
+    begin(a.out);
+    const flash::Dims d{md.B, md.T, md.T, md.H, md.H, md.D, md.T};
+    cuda_check(flash::merge(dtype_of(a.out->dtype), d, md.Tp, md.row0, ptr(a.out, "out"),
+                            static_cast<float*>(ptr(a.lse, "lse")), ptr(a.part_out, "part_out"),
+                            static_cast<const float*>(ptr(a.part_lse, "part_lse")), stream_),
+               "merge launch");
     end();
   }
 
@@ -187,12 +287,17 @@ loom_error* backward(loom_attention* a, const loom_attention_bwd_args* args) {
   return loom::guard(cast(a)->host(), [&] { cast(a)->backward(*args); });
 }
 
-const loom_attention_api kApi = {LOOM_ATTENTION_API_SIZE_V2,
-                                 create,
-                                 destroy,
-                                 forward,
-                                 backward,
-                                 nullptr};  // merge: no partial attention (ABI 2.7) yet
+loom_error* merge(loom_attention* a, const loom_attention_merge_args* args) {
+  return loom::guard(cast(a)->host(), [&] { cast(a)->merge(*args); });
+}
+
+const loom_attention_api kApi = {
+    LOOM_ATTENTION_API_SIZE_V2_7, create, destroy, forward, backward, merge};
+
+// Every mask flash-cpu serves (the conformance suite computes each listed one against
+// attention/reference on a GPU): variable-length sequences run one launch per sequence.
+const char* const kCapabilities[] = {LOOM_EXT_ATTENTION_WINDOW, LOOM_EXT_ATTENTION_SEQLENS,
+                                     LOOM_EXT_ATTENTION_BIAS, LOOM_EXT_ATTENTION_PARTIAL, nullptr};
 
 const loom_param_spec kParams[] = {
     loom::param("deterministic", LOOM_PARAM_BOOL, "false",
@@ -203,5 +308,6 @@ const loom_param_spec kParams[] = {
 
 LOOM_PLUGIN(.description =
                 "FlashAttention-2 style fused attention on backend/cuda tensors (bf16/f16/f32, "
-                "head dim 64 or 128, causal, GQA; O(T) memory)",
-            .params = kParams, .api = &kApi)
+                "head dim 64 or 128, causal, GQA, sliding windows, variable-length sequences, "
+                "a score bias, partial attention; O(T) memory)",
+            .params = kParams, .api = &kApi, .capabilities = kCapabilities)

@@ -1,11 +1,15 @@
-// attention/flash-cuda backward: FlashAttention-2's algorithm in three kernels.
+// attention/flash-cuda backward: FlashAttention-2's algorithm in three kernels, which the
+// plugin launches as backward_delta, backward_tiles (once per variable-length sequence) and
+// backward_cast.
 //   1. delta(B,Hq,T) = rowsum(dO * O), one warp per row (fp32).
 //   2. one block per (key tile, kv head, batch item): K, V tile and the fp32 dK, dV
 //      accumulators stay in shared memory while the block walks every query tile of every
 //      query head of its group (GQA sums over the group here, without atomics), recomputing
 //      P = exp(scale * Q K^T - lse) and
 //        dV += P^T dO,  dP = dO V^T,  dS = scale * P * (dP - delta),  dK += dS^T Q,
-//        dQ += dS K  (atomicAdd into the fp32 workspace dq_acc: other key tiles add too).
+//        dQ += dS K  (atomicAdd into the fp32 workspace dq_acc: other key tiles add too),
+//      masked as the forward (causal, window) and with its bias, whose gradient
+//      P * (dP - delta) is added to dbias atomically (the batch rows share it).
 //   3. dq = dq_acc cast to the element type.
 // dq, dk, dv are written (=). The atomics make dq's summation order, hence its last bits,
 // vary from run to run: there is no deterministic mode yet.
@@ -29,7 +33,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc = 0.0f;
     for (int64_t c = lane; c < d.D; c += 32) acc += to_f32(dout[base + c]) * to_f32(out[base + c]);
     for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) delta[row] = acc;
+    if (lane == 0) delta[(b * d.Hq + h) * d.lseT + t] = acc;
   }
 }
 
@@ -75,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
                           const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ lse, const float* __restrict__ delta,
                           float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
-                          float scale, bool causal) {
+                          float scale, bool causal, Masks mk) {
   extern __shared__ __align__(128) char smem_raw[];
   Carver carver{smem_raw};
   using Sm = BwdSmem<T, D>;
@@ -90,13 +94,17 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<T, D>(sm.k, Bc, k + kvoff, kpitch, krows);
   load_rows<T, D>(sm.v, Bc, v + kvoff, kpitch, krows);
   for (int i = threadIdx.x; i < Bc * D; i += kThreads) sm.dk[i] = sm.dv[i] = 0.0f;
-  // Under causal, query t sees key k0 first when t + shift >= k0: earlier tiles see nothing.
+  // Under causal, query t sees key k0 first when t + shift >= k0: earlier tiles see nothing;
+  // under a window, query t sees key s last when t + shift - window < s, so the tile's last
+  // key is seen by no query from k0 + krows - shift + window - 1 on.
   const int64_t t_first = causal ? imax(0, k0 - shift) : 0;
+  const int64_t t_end = mk.window > 0 ? imin(d.T, k0 + krows - shift + mk.window - 1) : d.T;
+  const T* bias = static_cast<const T*>(mk.bias);
 
   for (int64_t h = g * G; h < (g + 1) * G; ++h) {
-    for (int64_t q0 = t_first / Br * Br; q0 < d.T; q0 += Br) {
+    for (int64_t q0 = t_first / Br * Br; q0 < t_end; q0 += Br) {
       const int qrows = static_cast<int>(imin(Br, d.T - q0));
-      const int64_t qoff = (b * d.T + q0) * qpitch + h * D, roff = (b * d.Hq + h) * d.T + q0;
+      const int64_t qoff = (b * d.T + q0) * qpitch + h * D, roff = (b * d.Hq + h) * d.lseT + q0;
       __syncthreads();  // the previous tile's GEMMs are done with q, dout, p, ds, dq
       load_rows<T, D>(sm.q, Br, q + qoff, qpitch, qrows);
       load_rows<T, D>(sm.dout, Br, dout + qoff, qpitch, qrows);
@@ -107,12 +115,15 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       tile_gemm<T, false, true>(Br, Bc, D, sm.q, D, sm.k, D, sm.s, Bc, false);  // S = Q K^T
       __syncthreads();
-      // P = exp(scale S - lse), 0 where masked, past S, or on a padding query row.
+      // P = exp(scale S + bias - lse), 0 where masked, past S, or on a padding query row.
       for (int idx = threadIdx.x; idx < Br * Bc; idx += kThreads) {
         const int r = idx / Bc, c = idx % Bc;
         const int64_t t = q0 + r, s = k0 + c;
-        const bool live = r < qrows && c < krows && (!causal || s <= t + shift);
-        const float p = live ? expf(sm.s[idx] * scale - sm.lse[r]) : 0.0f;
+        const bool live = r < qrows && c < krows && (!causal || s <= t + shift) &&
+                          (mk.window <= 0 || s > t + shift - mk.window);
+        float z = sm.s[idx] * scale;
+        if (live && bias) z += to_f32(bias[h * mk.bias_h + t * mk.bias_t + s]);
+        const float p = live ? expf(z - sm.lse[r]) : 0.0f;
         sm.s[idx] = p;  // fp32 copy for dS
         sm.p[idx] = from_f32<T>(p);
       }
@@ -121,8 +132,11 @@ __global__ void __launch_bounds__(kThreads)
       tile_gemm<T, false, true>(Br, Bc, D, sm.dout, D, sm.v, D, sm.dp, Bc, false);  // dP = dO V^T
       __syncthreads();
       for (int idx = threadIdx.x; idx < Br * Bc; idx += kThreads) {
-        const int r = idx / Bc;
-        sm.ds[idx] = from_f32<T>(scale * sm.s[idx] * (sm.dp[idx] - sm.delta[r]));
+        const int r = idx / Bc, c = idx % Bc;
+        const float dz = sm.s[idx] * (sm.dp[idx] - sm.delta[r]);  // d(scores + bias)
+        sm.ds[idx] = from_f32<T>(scale * dz);
+        if (mk.dbias && sm.s[idx] != 0.0f)
+          atomicAdd(mk.dbias + h * mk.bias_h + (q0 + r) * mk.bias_t + k0 + c, dz);
       }
       __syncthreads();
       tile_gemm<T, true, false>(Bc, D, Br, sm.ds, Bc, sm.q, D, sm.dk, D, true);    // dK += dS^T Q
@@ -149,8 +163,9 @@ unsigned blocks_for(int64_t work, int64_t per_block) {
 
 template <class T, int D>
 cudaError_t launch_backward(const Dims& d, const void* dout, const void* q, const void* k,
-                            const void* v, const float* lse, float* dq_acc, const float* delta,
-                            void* dk, void* dv, float scale, bool causal, cudaStream_t stream) {
+                            const void* v, const float* lse, const float* delta, float* dq_acc,
+                            void* dk, void* dv, float scale, bool causal, const Masks& m,
+                            cudaStream_t stream) {
   constexpr int Bc = Tiles<T>::kBc;
   const size_t smem = BwdSmem<T, D>::bytes();
   auto kernel = flash_backward_kernel<T, D>;
@@ -162,51 +177,83 @@ cudaError_t launch_backward(const Dims& d, const void* dout, const void* q, cons
   kernel<<<grid, kThreads, smem, stream>>>(d, static_cast<const T*>(dout), static_cast<const T*>(q),
                                            static_cast<const T*>(k), static_cast<const T*>(v), lse,
                                            delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv),
-                                           scale, causal);
+                                           scale, causal, m);
   return cudaGetLastError();
 }
 
 template <class T>
-cudaError_t backward_t(const Dims& d, const void* dout, const void* q, const void* k, const void* v,
-                       const void* out, const float* lse, void* dq, void* dk, void* dv,
-                       float* dq_acc, float* delta, float scale, bool causal, cudaStream_t stream) {
-  if (d.D != 64 && d.D != 128) return cudaErrorInvalidValue;
-  const int64_t nq = d.B * d.T * d.Hq * d.D;
-  cudaError_t e = cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(nq) * sizeof(float), stream);
-  if (e != cudaSuccess) return e;
-  if (nq > 0) {  // T == 0 still writes dk = dv = 0 below
-    flash_delta_kernel<T><<<blocks_for(d.B * d.Hq * d.T, kWarps), kThreads, 0, stream>>>(
-        d, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  }
-  e = d.D == 64 ? launch_backward<T, 64>(d, dout, q, k, v, lse, dq_acc, delta, dk, dv, scale,
-                                         causal, stream)
-                : launch_backward<T, 128>(d, dout, q, k, v, lse, dq_acc, delta, dk, dv, scale,
-                                          causal, stream);
-  if (e != cudaSuccess || nq == 0) return e;
-  flash_cast_kernel<T>
-      <<<blocks_for(nq, kThreads), kThreads, 0, stream>>>(nq, dq_acc, static_cast<T*>(dq));
-  return cudaGetLastError();
+cudaError_t tiles_t(const Dims& d, const void* dout, const void* q, const void* k, const void* v,
+                    const float* lse, const float* delta, float* dq_acc, void* dk, void* dv,
+                    float scale, bool causal, const Masks& m, cudaStream_t stream) {
+  if (d.D == 64)
+    return launch_backward<T, 64>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
+                                  stream);
+  if (d.D == 128)
+    return launch_backward<T, 128>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
+                                   stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-cudaError_t backward(Dtype dt, const Dims& d, const void* dout, const void* q, const void* k,
-                     const void* v, const void* out, const float* lse, void* dq, void* dk, void* dv,
-                     float* dq_acc, float* delta, float scale, bool causal, cudaStream_t stream) {
+cudaError_t backward_delta(Dtype dt, const Dims& d, const void* dout, const void* out, float* delta,
+                           cudaStream_t stream) {
+  const int64_t rows = d.B * d.Hq * d.T;
+  if (rows == 0) return cudaSuccess;
+  const unsigned blocks = blocks_for(rows, kWarps);
+  switch (dt) {
+    case Dtype::kF32:
+      flash_delta_kernel<float><<<blocks, kThreads, 0, stream>>>(
+          d, static_cast<const float*>(dout), static_cast<const float*>(out), delta);
+      break;
+    case Dtype::kBF16:
+      flash_delta_kernel<__nv_bfloat16>
+          <<<blocks, kThreads, 0, stream>>>(d, static_cast<const __nv_bfloat16*>(dout),
+                                            static_cast<const __nv_bfloat16*>(out), delta);
+      break;
+    case Dtype::kF16:
+      flash_delta_kernel<__half><<<blocks, kThreads, 0, stream>>>(
+          d, static_cast<const __half*>(dout), static_cast<const __half*>(out), delta);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t backward_tiles(Dtype dt, const Dims& d, const void* dout, const void* q, const void* k,
+                           const void* v, const float* lse, const float* delta, float* dq_acc,
+                           void* dk, void* dv, float scale, bool causal, const Masks& m,
+                           cudaStream_t stream) {
   if (d.B == 0 || d.Hq == 0 || d.S == 0) return cudaSuccess;
   switch (dt) {
     case Dtype::kF32:
-      return backward_t<float>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale, causal,
-                               stream);
+      return tiles_t<float>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m, stream);
     case Dtype::kBF16:
-      return backward_t<__nv_bfloat16>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale,
-                                       causal, stream);
+      return tiles_t<__nv_bfloat16>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
+                                    stream);
     case Dtype::kF16:
-      return backward_t<__half>(d, dout, q, k, v, out, lse, dq, dk, dv, dq_acc, delta, scale,
-                                causal, stream);
+      return tiles_t<__half>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
+                             stream);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t backward_cast(Dtype dt, int64_t n, const float* dq_acc, void* dq, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = blocks_for(n, kThreads);
+  switch (dt) {
+    case Dtype::kF32:
+      flash_cast_kernel<float><<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<float*>(dq));
+      break;
+    case Dtype::kBF16:
+      flash_cast_kernel<__nv_bfloat16>
+          <<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<__nv_bfloat16*>(dq));
+      break;
+    case Dtype::kF16:
+      flash_cast_kernel<__half>
+          <<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<__half*>(dq));
+      break;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace flash

@@ -3,8 +3,9 @@
 // the online softmax (running max m, running sum l per row) and the output accumulator are
 // fp32. Never materialises more than one (Br,Bc) score tile.
 //
-//   q(B,T,Hq,D) k,v(B,S,Hkv,D) -> out(B,T,Hq,D), lse(B,Hq,T) f32
-//   query t (of the last T of S positions) sees keys s <= t + S - T under causal.
+//   q(B,T,Hq,D) k,v(B,S,Hkv,D) -> out(B,T,Hq,D), lse(B,Hq,lseT) f32
+//   query t (of the last T of S positions) sees keys s <= t + S - T under causal, and those
+//   above t + S - T - window with a window; the bias is added to the scaled scores first.
 #include <cfloat>
 
 #include "flash_kernels.hpp"
@@ -38,7 +39,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(Dims d, const T* __restrict__ q, const T* __restrict__ k,
                          const T* __restrict__ v, T* __restrict__ out, float* __restrict__ lse,
-                         float scale, bool causal) {
+                         float scale, bool causal, Masks mk) {
   extern __shared__ __align__(128) char smem_raw[];
   Carver carver{smem_raw};
   using Sm = FwdSmem<T, D>;
@@ -59,11 +60,14 @@ __global__ void __launch_bounds__(kThreads)
     sm.m[i] = -INFINITY;
     sm.l[i] = 0.0f;
   }
-  // Keys past the last visible one of this tile's last query are never loaded.
+  // Keys past the last visible one of this tile's last query are never loaded, nor, under a
+  // window, the tiles before the first visible one of its first query.
   const int64_t kend = causal ? imin(d.S, q0 + qrows - 1 + shift + 1) : d.S;
+  const int64_t kbegin = mk.window > 0 ? imax(0, q0 + shift - mk.window + 1) / Bc * Bc : 0;
+  const T* bias = static_cast<const T*>(mk.bias);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  for (int64_t k0 = 0; k0 < kend; k0 += Bc) {
+  for (int64_t k0 = kbegin; k0 < kend; k0 += Bc) {
     const int krows = static_cast<int>(imin(Bc, d.S - k0));
     __syncthreads();  // previous PV GEMM done with k, v, p
     load_rows<T, D>(sm.k, Bc, kh + k0 * kpitch, kpitch, krows);
@@ -74,13 +78,17 @@ __global__ void __launch_bounds__(kThreads)
     // Online softmax, one warp per row: new max, rescale factor of the old sum/output.
     for (int r = warp; r < Br; r += kWarps) {
       const int64_t t = q0 + r;
-      const int64_t last = causal ? t + shift : d.S - 1;  // last visible key position
+      const int64_t last = causal ? t + shift : d.S - 1;  // the visible keys: (first, last]
+      const int64_t first = mk.window > 0 ? last - mk.window : -1;
+      const T* brow = bias ? bias + h * mk.bias_h + t * mk.bias_t : nullptr;
       float x[Bc / 32];
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < Bc / 32; ++j) {
         const int64_t s = k0 + lane + 32 * j;
-        x[j] = (s < d.S && s <= last) ? sm.s[r * Bc + lane + 32 * j] * scale : -INFINITY;
+        const bool live = r < qrows && s < d.S && s <= last && s > first;
+        x[j] = live ? sm.s[r * Bc + lane + 32 * j] * scale + (brow ? to_f32(brow[s]) : 0.0f)
+                    : -INFINITY;
         mx = fmaxf(mx, x[j]);
       }
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -116,13 +124,14 @@ __global__ void __launch_bounds__(kThreads)
   if (lse)
     for (int r = threadIdx.x; r < qrows; r += kThreads) {
       const float l = sm.l[r];
-      lse[(b * d.Hq + h) * d.T + q0 + r] = l > 0.0f ? sm.m[r] + logf(l) : -INFINITY;
+      lse[(b * d.Hq + h) * d.lseT + q0 + r] = l > 0.0f ? sm.m[r] + logf(l) : -INFINITY;
     }
 }
 
 template <class T, int D>
 cudaError_t launch_forward(const Dims& d, const void* q, const void* k, const void* v, void* out,
-                           float* lse, float scale, bool causal, cudaStream_t stream) {
+                           float* lse, float scale, bool causal, const Masks& m,
+                           cudaStream_t stream) {
   constexpr int Br = Tiles<T>::kBr;
   const size_t smem = FwdSmem<T, D>::bytes();
   auto kernel = flash_forward_kernel<T, D>;
@@ -133,30 +142,82 @@ cudaError_t launch_forward(const Dims& d, const void* q, const void* k, const vo
                   static_cast<unsigned>(d.B));
   kernel<<<grid, kThreads, smem, stream>>>(d, static_cast<const T*>(q), static_cast<const T*>(k),
                                            static_cast<const T*>(v), static_cast<T*>(out), lse,
-                                           scale, causal);
+                                           scale, causal, m);
   return cudaGetLastError();
 }
 
 template <class T>
 cudaError_t forward_t(const Dims& d, const void* q, const void* k, const void* v, void* out,
-                      float* lse, float scale, bool causal, cudaStream_t stream) {
-  if (d.D == 64) return launch_forward<T, 64>(d, q, k, v, out, lse, scale, causal, stream);
-  if (d.D == 128) return launch_forward<T, 128>(d, q, k, v, out, lse, scale, causal, stream);
+                      float* lse, float scale, bool causal, const Masks& m, cudaStream_t stream) {
+  if (d.D == 64) return launch_forward<T, 64>(d, q, k, v, out, lse, scale, causal, m, stream);
+  if (d.D == 128) return launch_forward<T, 128>(d, q, k, v, out, lse, scale, causal, m, stream);
   return cudaErrorInvalidValue;
+}
+
+// loom.attention-partial/1's merge, one warp per (b, h, part row i): out row row0 + i and its
+// lse fold in the part's. A part row of lse -inf (no key) leaves out as it is; a row of out
+// with lse -inf takes the part's as it is.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_merge_kernel(Dims d, int64_t Tp, int64_t row0, T* __restrict__ out,
+                       float* __restrict__ lse, const T* __restrict__ part_out,
+                       const float* __restrict__ part_lse) {
+  const int64_t rows = d.B * d.Hq * Tp;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t i = row % Tp, h = (row / Tp) % d.Hq, b = row / (Tp * d.Hq);
+    const float p = part_lse[row];  // (B,Hq,Tp): row's own order
+    if (p == -INFINITY) continue;
+    float* l = lse + (b * d.Hq + h) * d.T + row0 + i;
+    const float m = fmaxf(*l, p);
+    const float merged = m + logf(expf(*l - m) + expf(p - m));  // *l = -inf: exactly p
+    const float a = expf(*l - merged), c = expf(p - merged);
+    T* o = out + ((b * d.T + row0 + i) * d.Hq + h) * d.D;
+    const T* po = part_out + ((b * Tp + i) * d.Hq + h) * d.D;
+    for (int64_t j = lane; j < d.D; j += 32)
+      o[j] = from_f32<T>(a * to_f32(o[j]) + c * to_f32(po[j]));
+    __syncwarp();
+    if (lane == 0) *l = merged;
+  }
+}
+
+template <class T>
+cudaError_t merge_t(const Dims& d, int64_t Tp, int64_t row0, void* out, float* lse,
+                    const void* part_out, const float* part_lse, cudaStream_t stream) {
+  const int64_t rows = d.B * d.Hq * Tp;
+  if (rows == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(imin((rows + kWarps - 1) / kWarps, 65535));
+  flash_merge_kernel<T><<<blocks, kThreads, 0, stream>>>(d, Tp, row0, static_cast<T*>(out), lse,
+                                                         static_cast<const T*>(part_out), part_lse);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
+cudaError_t merge(Dtype dt, const Dims& d, int64_t Tp, int64_t row0, void* out, float* lse,
+                  const void* part_out, const float* part_lse, cudaStream_t stream) {
+  switch (dt) {
+    case Dtype::kF32:
+      return merge_t<float>(d, Tp, row0, out, lse, part_out, part_lse, stream);
+    case Dtype::kBF16:
+      return merge_t<__nv_bfloat16>(d, Tp, row0, out, lse, part_out, part_lse, stream);
+    case Dtype::kF16:
+      return merge_t<__half>(d, Tp, row0, out, lse, part_out, part_lse, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 cudaError_t forward(Dtype dt, const Dims& d, const void* q, const void* k, const void* v, void* out,
-                    float* lse, float scale, bool causal, cudaStream_t stream) {
+                    float* lse, float scale, bool causal, const Masks& m, cudaStream_t stream) {
   if (d.T == 0 || d.B == 0 || d.Hq == 0) return cudaSuccess;
   switch (dt) {
     case Dtype::kF32:
-      return forward_t<float>(d, q, k, v, out, lse, scale, causal, stream);
+      return forward_t<float>(d, q, k, v, out, lse, scale, causal, m, stream);
     case Dtype::kBF16:
-      return forward_t<__nv_bfloat16>(d, q, k, v, out, lse, scale, causal, stream);
+      return forward_t<__nv_bfloat16>(d, q, k, v, out, lse, scale, causal, m, stream);
     case Dtype::kF16:
-      return forward_t<__half>(d, q, k, v, out, lse, scale, causal, stream);
+      return forward_t<__half>(d, q, k, v, out, lse, scale, causal, m, stream);
   }
   return cudaErrorInvalidValue;
 }
