@@ -6,7 +6,8 @@
 # fp32, of DPO with LoRA on preference pairs in fp32, of BERT, T5 and GPT over packed
 # documents in fp32 (attention/reference and attention/flash-cuda) and bf16, comparing the
 # per-step loss curves; and that train.deterministic gives the same bits twice.
-# Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE   (run from the repository root; ctest does)
+# Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE [gpt|families]   (from the repository root, as
+# ctest runs it: gpu.gpt_vs_cpu and gpu.families_vs_cpu, each under gpu-check's per-test cap)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
 #
 # Bounds, relative to the cpu's loss at each step:
@@ -22,7 +23,8 @@
 #  - fp16 with dynamic loss scaling (the scale starts at 2^32 and backs off through skipped
 #    steps): no divergence: finite losses, and the last loss below the first minus 0.5.
 set -uo pipefail
-loom=${1:?usage: $0 LOOM_EXECUTABLE}
+loom=${1:?usage: $0 LOOM_EXECUTABLE [gpt|families]}
+part=${2:-gpt}  # families: BERT, T5 and packed GPT (gpu.families_vs_cpu); gpt: the rest
 # LOOM_GPU_TEST_DEVICE=cpu runs the "device" runs on backend/cpu: a check of this script (and
 # of the cpu's own mixed precision) on a machine without a GPU.
 device=${LOOM_GPU_TEST_DEVICE:-cuda}
@@ -114,47 +116,6 @@ fp32_variant() {
   ref=cpu-fp32
 }
 
-# A mixture of experts in fp32, the same bounds: the router's top-k, the token sort and
-# unsort, and the experts' grouped GEMMs (backend/cuda: the SDK's loop of cuBLASLt GEMMs over
-# the groups) on the device. A near-tie that the two route differently moves one token's
-# experts, far under 1e-4 of the loss; a wrong kernel moves every token's.
-moe=(--set model.num_experts=4 --set model.moe_router_topk=2 --set model.moe_ffn_hidden_size=96
-  --set model.moe_aux_loss_coeff=1e-2)
-fp32_variant moe MoE "${moe[@]}"
-
-# DeepSeek-V3's attention and router in fp32, the same bounds: multi-head latent attention
-# (its head slices through ABI 2.21's copy_strided, cudaMemcpy2DAsync on the device, values
-# padded to the query head), the sigmoid router with groups and the shared expert.
-mla=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
-  --set model.bias=false --set model.multi_latent_attention=true --set model.q_lora_rank=64
-  --set model.kv_lora_rank=32 --set model.qk_head_dim=32 --set model.qk_pos_emb_head_dim=16
-  --set model.v_head_dim=24 --set model.num_experts=4 --set model.moe_router_topk=2
-  --set model.moe_ffn_hidden_size=96 --set model.moe_router_score_function=sigmoid
-  --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
-  --set model.moe_router_topk_scaling_factor=2.5 --set model.moe_shared_expert_intermediate_size=96
-  --set "model.moe_layer_freq=[0,1]")
-fp32_variant mla MLA "${mla[@]}"
-
-# A Mamba-2 hybrid (lib.sh's HYBRID_MODEL: Mamba-2, attention, MLP, Mamba-2 at this width: 32
-# heads of 8 channels in 2 groups, a state of 8, 4 taps, chunks of 5) in fp32, the same bounds:
-# ABI 2.22's causal convolution and selective scan and the gated RMSNorm (loom.norm-gate/1) on
-# the device (backend/cuda's since 2026-12, first run here).
-fp32_variant hybrid "Mamba-2 hybrid" "${HYBRID_MODEL[@]}" --set model.n_layer=4
-
-# DPO (issue 38) with LoRA in fp32, the same bounds: 400 preference pairs of tools/
-# sft-conversations --pairs in a plain template, the reference pass before the first step, the
-# loss from the head's token losses and each row's dlogits at its own weight (one
-# vocab_ce_backward a row) on the device. The data section is the pairs' instead of mock's.
-"$(dirname "$0")/../../tools/sft-conversations" --pairs "$work/pairs.jsonl" 400 > /dev/null
-"$loom" preprocess --input "$work/pairs.jsonl" --output-prefix "$work/pairs" --tokenizer byte \
-  --chat-template $'{content}\n' --preference-pairs --append-eod > /dev/null 2>&1
-{
-  sed '/^\[data\]/,$d' "$work/gpt.toml"
-  toml_section data plugin=indexed "prefix=$work/pairs_chosen_document" split=95,5,0
-} > "$work/dpo.toml"
-recipe_file=$work/dpo.toml fp32_variant dpo DPO --set train.objective=dpo \
-  --set model.peft=lora --set model.peft_rank=8 --set model.peft_alpha=16
-
 # Every model family on the device (issue 34), in fp32 within the fp32 bounds and in bf16
 # within the bf16 bounds of backend/cpu's fp32 curve: BERT (padding through
 # loom.attention-seqlens/1, exact GELU, the tanh pooler, both heads), T5 (encoder padding,
@@ -164,6 +125,7 @@ recipe_file=$work/dpo.toml fp32_variant dpo DPO --set train.objective=dpo \
 # fp32 and bf16 with attention/flash-cuda, whose kernels take the sequences and the bias since
 # 2026-11-29 (with LOOM_GPU_TEST_DEVICE=cpu: flash-cpu). The data are tests/data's sentences and WordPiece
 # vocabulary (the bundle carries them).
+if [ "$part" = families ]; then
 flash=flash-cuda
 [ "$device" = cuda ] || flash=flash-cpu
 bert_data=$(cd "$(dirname "$0")/../data/data/bert_masking" && pwd)
@@ -207,6 +169,49 @@ family bert BERT "$work/bert.toml"
 } > "$work/t5.toml"
 family t5 T5 "$work/t5.toml"
 family packed "packed GPT" "$work/gpt.toml" --set data.pack_sequences=true --set data.doc_length=24
+exit $failed
+fi
+
+# A mixture of experts in fp32, the same bounds: the router's top-k, the token sort and
+# unsort, and the experts' grouped GEMMs (backend/cuda: the SDK's loop of cuBLASLt GEMMs over
+# the groups) on the device. A near-tie that the two route differently moves one token's
+# experts, far under 1e-4 of the loss; a wrong kernel moves every token's.
+moe=(--set model.num_experts=4 --set model.moe_router_topk=2 --set model.moe_ffn_hidden_size=96
+  --set model.moe_aux_loss_coeff=1e-2)
+fp32_variant moe MoE "${moe[@]}"
+
+# DeepSeek-V3's attention and router in fp32, the same bounds: multi-head latent attention
+# (its head slices through ABI 2.21's copy_strided, cudaMemcpy2DAsync on the device, values
+# padded to the query head), the sigmoid router with groups and the shared expert.
+mla=(--set model.norm=rmsnorm --set model.activation=swiglu --set model.position=rope
+  --set model.bias=false --set model.multi_latent_attention=true --set model.q_lora_rank=64
+  --set model.kv_lora_rank=32 --set model.qk_head_dim=32 --set model.qk_pos_emb_head_dim=16
+  --set model.v_head_dim=24 --set model.num_experts=4 --set model.moe_router_topk=2
+  --set model.moe_ffn_hidden_size=96 --set model.moe_router_score_function=sigmoid
+  --set model.moe_router_num_groups=2 --set model.moe_router_group_topk=1
+  --set model.moe_router_topk_scaling_factor=2.5 --set model.moe_shared_expert_intermediate_size=96
+  --set "model.moe_layer_freq=[0,1]")
+fp32_variant mla MLA "${mla[@]}"
+
+# A Mamba-2 hybrid (lib.sh's HYBRID_MODEL: Mamba-2, attention, MLP, Mamba-2 at this width: 32
+# heads of 8 channels in 2 groups, a state of 8, 4 taps, chunks of 5) in fp32, the same bounds:
+# ABI 2.22's causal convolution and selective scan and the gated RMSNorm (loom.norm-gate/1) on
+# the device (backend/cuda's since 2026-12, first run here).
+fp32_variant hybrid "Mamba-2 hybrid" "${HYBRID_MODEL[@]}" --set model.n_layer=4
+
+# DPO (issue 38) with LoRA in fp32, the same bounds: 400 preference pairs of tools/
+# sft-conversations --pairs in a plain template, the reference pass before the first step, the
+# loss from the head's token losses and each row's dlogits at its own weight (one
+# vocab_ce_backward a row) on the device. The data section is the pairs' instead of mock's.
+"$(dirname "$0")/../../tools/sft-conversations" --pairs "$work/pairs.jsonl" 400 > /dev/null
+"$loom" preprocess --input "$work/pairs.jsonl" --output-prefix "$work/pairs" --tokenizer byte \
+  --chat-template $'{content}\n' --preference-pairs --append-eod > /dev/null 2>&1
+{
+  sed '/^\[data\]/,$d' "$work/gpt.toml"
+  toml_section data plugin=indexed "prefix=$work/pairs_chosen_document" split=95,5,0
+} > "$work/dpo.toml"
+recipe_file=$work/dpo.toml fp32_variant dpo DPO --set train.objective=dpo \
+  --set model.peft=lora --set model.peft_rank=8 --set model.peft_alpha=16
 
 # bf16 and fp16 need the engine's mixed precision (precision.dtype) and the model's.
 for dt in bf16 fp16; do

@@ -38,11 +38,11 @@ def main():
                 r = c.getresponse()
                 if stream:
                     data, first = read_events(r, t0)
-                    r.read()  # what follows [DONE], so that the connection can be reused
+                    r.read()  # the chunked body's end after [DONE]: the connection is reused
                 else:
                     data = json.loads(r.read())
                 ok = r.status == 200 and data is not None and data.get("usage") is not None
-                if r.will_close:  # a stream may end with the connection
+                if r.will_close:  # an HTTP/1.0 answer ends with its connection
                     c.close()
                     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
             except Exception:  # noqa: BLE001
