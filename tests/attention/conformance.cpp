@@ -179,6 +179,52 @@ bool refused(loom_error* e, const Case& c) {
   return true;
 }
 
+// n values uniform in [-amp, amp), as the tested dtype holds them.
+Vec random_values(std::mt19937& rng, DLDataType dt, size_t n, float amp) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Vec v(n);
+  for (float& x : v) x = amp * u(rng);
+  return rounded(dt, v);
+}
+
+// The bias (Hq, T, S) in `dt` and its gradient (f32, from 0) on `be`, kept in `keep` and put on
+// `io`: nothing when `bias` is empty.
+void attach_bias(const loom::Backend& be, DLDataType dt, const Case& c, const Vec& bias, Io& io,
+                 std::vector<loom::Tensor>& keep) {
+  if (bias.empty()) return;
+  const std::vector<int64_t> bs{c.Hq, c.T, c.S};
+  keep.reserve(2);
+  keep.emplace_back(be, dt, bs);
+  upload(keep.back(), bias);
+  keep.emplace_back(be, loom_f32(), bs);
+  keep.back().upload(Vec(bias.size(), 0.0f));
+  io.bias = keep[0].get(), io.dbias = keep[1].get();
+}
+
+// Case c on attention/reference on backend/cpu in f32: want = out, lse, dq, dk, dv and, with a
+// bias, dbias.
+void reference(const Case& c, const Vec& q, const Vec& k, const Vec& v, const Vec& dout,
+               const Vec& bias, double scale, Vec want[6]) {
+  const std::vector<int64_t> qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.S, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
+  const loom::Backend& be = g_cpu->be;
+  loom::Tensor tq(be, loom_f32(), qs), tk(be, loom_f32(), ks), tv(be, loom_f32(), ks),
+      tdo(be, loom_f32(), qs);
+  tq.upload(q), tk.upload(k), tv.upload(v), tdo.upload(dout);
+  loom::Tensor to = poisoned(be, loom_f32(), qs), tl = poisoned(be, loom_f32(), ls),
+               tdq = poisoned(be, loom_f32(), qs), tdk = poisoned(be, loom_f32(), ks),
+               tdv = poisoned(be, loom_f32(), ks);
+  Io io{tq.get(), tk.get(),  tv.get(),  tdo.get(), to.get(),
+        tl.get(), tdq.get(), tdk.get(), tdv.get()};
+  std::vector<loom::Tensor> keep;
+  attach_bias(be, loom_f32(), c, bias, io, keep);
+  Calls x(io, c, scale);
+  check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &x.f));
+  check(g_cpu->host, g_cpu->att.api->backward(g_cpu->att.self, &x.b));
+  want[0] = to.download<float>(), want[1] = tl.download<float>();
+  want[2] = tdq.download<float>(), want[3] = tdk.download<float>(), want[4] = tdv.download<float>();
+  if (!bias.empty()) want[5] = keep[1].download<float>();
+}
+
 void run_case(DLDataType dt, const Case& c) {
   // attention/reference computes a bias gradient in f32 and f64 only (and says so): the
   // harness checking itself runs the bias cases in f32.
@@ -187,52 +233,15 @@ void run_case(DLDataType dt, const Case& c) {
   const size_t nq = c.B * c.T * c.Hq * c.D, nk = c.B * c.S * c.Hkv * c.D;
   std::mt19937 rng(
       static_cast<unsigned>(c.T * 131 + c.S * 7 + c.D + c.causal + c.window + c.docs + c.bias));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto rnd = [&](size_t n, float amp) {
-    Vec v(n);
-    for (float& x : v) x = amp * u(rng);
-    return rounded(dt, v);
-  };
+  auto rnd = [&](size_t n, float amp) { return random_values(rng, dt, n, amp); };
   // q scaled up so the softmax is far from uniform (a flat one hides indexing bugs).
   const Vec q = rnd(nq, 3.0f), k = rnd(nk, 1.0f), v = rnd(nk, 1.0f), dout = rnd(nq, 1.0f);
   const double scale = 1.0 / std::sqrt(double(c.D));
   // The bias (Hq, T, S), of the order of the scaled scores; its gradient accumulates from 0.
-  const std::vector<int64_t> bs{c.Hq, c.T, c.S};
   const Vec bias = c.bias ? rnd(size_t(c.Hq * c.T * c.S), 2.0f) : Vec{};
-  const Vec zeros(bias.size(), 0.0f);
-  auto bias_pair = [&](const loom::Backend& be, DLDataType bdt, Io& io,
-                       std::vector<loom::Tensor>& keep) {
-    if (!c.bias) return;
-    keep.emplace_back(be, bdt, bs);
-    upload(keep.back(), bias);
-    keep.emplace_back(be, loom_f32(), bs);
-    keep.back().upload(zeros);
-    io.bias = keep[0].get(), io.dbias = keep[1].get();
-  };
 
-  // Reference: f32 on the cpu.
   Vec want[6];  // out, lse, dq, dk, dv, dbias
-  {
-    const loom::Backend& be = g_cpu->be;
-    loom::Tensor tq(be, loom_f32(), qs), tk(be, loom_f32(), ks), tv(be, loom_f32(), ks),
-        tdo(be, loom_f32(), qs);
-    tq.upload(q), tk.upload(k), tv.upload(v), tdo.upload(dout);
-    loom::Tensor to = poisoned(be, loom_f32(), qs), tl = poisoned(be, loom_f32(), ls),
-                 tdq = poisoned(be, loom_f32(), qs), tdk = poisoned(be, loom_f32(), ks),
-                 tdv = poisoned(be, loom_f32(), ks);
-    Io io{tq.get(), tk.get(),  tv.get(),  tdo.get(), to.get(),
-          tl.get(), tdq.get(), tdk.get(), tdv.get()};
-    std::vector<loom::Tensor> keep;
-    keep.reserve(2);
-    bias_pair(be, loom_f32(), io, keep);
-    Calls x(io, c, scale);
-    check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &x.f));
-    check(g_cpu->host, g_cpu->att.api->backward(g_cpu->att.self, &x.b));
-    want[0] = to.download<float>(), want[1] = tl.download<float>();
-    want[2] = tdq.download<float>(), want[3] = tdk.download<float>(),
-    want[4] = tdv.download<float>();
-    if (c.bias) want[5] = keep[1].download<float>();
-  }
+  reference(c, q, k, v, dout, bias, scale, want);
   Vec got[6];
   {
     const loom::Backend& be = g_dev->be;
@@ -243,8 +252,7 @@ void run_case(DLDataType dt, const Case& c) {
     Io io{tq.get(), tk.get(),  tv.get(),  tdo.get(), to.get(),
           tl.get(), tdq.get(), tdk.get(), tdv.get()};
     std::vector<loom::Tensor> keep;
-    keep.reserve(2);
-    bias_pair(be, dt, io, keep);
+    attach_bias(be, dt, c, bias, io, keep);
     Calls x(io, c, scale);
     if (refused(g_dev->att.api->forward(g_dev->att.self, &x.f), c)) return;
     if (refused(g_dev->att.api->backward(g_dev->att.self, &x.b), c)) return;
@@ -321,33 +329,13 @@ void run_partial(DLDataType dt) {
   const int64_t B = 2, T = 45, S = 77, S1 = 30, Hq = 4, Hkv = 2, D = 64;
   const int64_t qrow = Hq * D, krow = Hkv * D;
   std::mt19937 rng(4242);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto rnd = [&](int64_t n, float amp) {
-    Vec v(static_cast<size_t>(n));
-    for (float& x : v) x = amp * u(rng);
-    return rounded(dt, v);
-  };
+  auto rnd = [&](int64_t n, float amp) { return random_values(rng, dt, size_t(n), amp); };
   const Vec q = rnd(B * T * qrow, 3.0f), k = rnd(B * S * krow, 1.0f), v = rnd(B * S * krow, 1.0f),
             dout = rnd(B * T * qrow, 1.0f);
   const double scale = 1.0 / std::sqrt(double(D));
   const std::vector<int64_t> qs{B, T, Hq, D}, ls{B, Hq, T};
-
-  Vec want[5];  // one call over all keys, on the cpu in f32
-  {
-    const loom::Backend& be = g_cpu->be;
-    const std::vector<int64_t> ks{B, S, Hkv, D};
-    loom::Tensor tq(be, loom_f32(), qs), tk(be, loom_f32(), ks), tv(be, loom_f32(), ks),
-        tdo(be, loom_f32(), qs), to(be, loom_f32(), qs), tl(be, loom_f32(), ls),
-        tdq(be, loom_f32(), qs), tdk(be, loom_f32(), ks), tdv(be, loom_f32(), ks);
-    tq.upload(q), tk.upload(k), tv.upload(v), tdo.upload(dout);
-    Calls x({tq.get(), tk.get(), tv.get(), tdo.get(), to.get(), tl.get(), tdq.get(), tdk.get(),
-             tdv.get()},
-            Case{B, T, S, Hq, Hkv, D, false}, scale);
-    check(g_cpu->host, g_cpu->att.api->forward(g_cpu->att.self, &x.f));
-    check(g_cpu->host, g_cpu->att.api->backward(g_cpu->att.self, &x.b));
-    want[0] = to.download<float>(), want[1] = tl.download<float>(), want[2] = tdq.download<float>();
-    want[3] = tdk.download<float>(), want[4] = tdv.download<float>();
-  }
+  Vec want[6];  // one call over all keys, on the cpu in f32
+  reference(Case{B, T, S, Hq, Hkv, D, false}, q, k, v, dout, Vec{}, scale, want);
   const loom::Backend& be = g_dev->be;
   const loom_attention_api* api = g_dev->att.api;
   REQUIRE(api->struct_size >= LOOM_ATTENTION_API_SIZE_V2_7);

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154
 # The serving rows of tools/gpu-check (issue 34), sourced by it: they use its $B, $work, $out,
-# record, gpu_row, left, value and bench_sets.
+# record, gpu_row, left, value, json_field and bench_sets.
 #
 # serve_rows NAME RECIPE [--set ...]: an untrained checkpoint of RECIPE's model (one step on
 # the GPU: decoding's speed does not depend on the weights' values), `loom serve` on it with
@@ -95,7 +95,5 @@ for _ in range(256): print(" ".join(str(r.randrange(v)) for _ in range(12)))' \
   record "loom serve / transformers $name" "${ratios:-n/a} (tokens/s at 1, 16, 64 clients against batch 1, 16, 64)"
 }
 
-# json_field KEY FILE: a number (or null) of a one-line JSON object.
-json_field() { grep -o "\"$1\": *[^,}]*" "$2" | head -1 | sed 's/.*: *//'; }
 # ms KEY FILE: a seconds field in milliseconds.
 ms() { awk -v s="$(json_field "$1" "$2")" 'BEGIN {if (s == "" || s == "NaN") print "n/a"; else printf "%.1f ms", 1000 * s}'; }

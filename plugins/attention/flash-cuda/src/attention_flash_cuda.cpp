@@ -83,21 +83,17 @@ size_t nbytes(const DLTensor* t) { return static_cast<size_t>(loom_tensor_numel(
 char* bytes(const DLTensor* t, const char* name) { return static_cast<char*>(ptr(t, name)); }
 
 // The masks on the chain (window, variable-length sequences, bias, partial), checked against
-// the shapes; any other required extension is refused by name.
+// the shapes (the SDK's check: the bias in q's dtype, dbias f32); any other required extension
+// is refused by name.
 loom::AttentionMasks masks(const loom_ext* ext, int causal, const flash::Dims& d,
                            const DLTensor* q) {
-  const loom::AttentionMasks m =
-      loom::attention_masks("attention/flash-cuda", ext, causal,
-                            {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.Hq / d.Hkv}, q, true);
-  if (m.bias) ptr(m.bias, "bias");
-  if (m.dbias)
-    loom::require(loom_dtype_eq(m.dbias->dtype, loom_f32()) && ptr(m.dbias, "dbias"),
-                  "attention/flash-cuda: dbias must be f32");
-  return m;
+  return loom::attention_masks("attention/flash-cuda", ext, causal,
+                               {d.B, d.T, d.S, d.Hq, d.Hkv, d.D, d.Hq / d.Hkv}, q, true);
 }
 
 // The kernels' view of the masks: the bias (Hq, T, S) by its strides, which a variable-length
-// sequence reads from its corner [0, Lq) x [0, Lk) (attention.h).
+// sequence reads from its corner [0, Lq) x [0, Lk) (attention.h); ptr checks that both are
+// compact CUDA tensors.
 flash::Masks kernel_masks(const loom::AttentionMasks& m, const flash::Dims& d) {
   flash::Masks k;
   k.window = m.window;
@@ -108,19 +104,17 @@ flash::Masks kernel_masks(const loom::AttentionMasks& m, const flash::Dims& d) {
   return k;
 }
 
-// One variable-length sequence as a batch of one: its dims, the byte offsets of its first
-// query row (q, out, dout, dq) and key row (k, v, dk, dv), and the element offset of its first
-// lse (and delta) value; lse keeps the whole row's stride (lseT = T).
+// One variable-length sequence as a batch of one: its dims and the element offsets of its
+// first query row (q, out, dout, dq and dq's f32 accumulator), key row (k, v, dk, dv) and lse
+// (and delta) value; lse keeps the whole row's stride (lseT = T).
 struct Rows {
   flash::Dims d;
-  size_t q, k;
-  int64_t l;
+  int64_t q, k, l;
 };
-Rows rows(const flash::Dims& d, const loom::AttentionSeq& x, const DLTensor* q) {
-  const size_t e = esize(q);
+Rows rows(const flash::Dims& d, const loom::AttentionSeq& x) {
   return {{1, x.nq, x.nk, d.Hq, d.Hkv, d.D, d.T},
-          static_cast<size_t>((x.b * d.T + x.t0) * d.Hq * d.D) * e,
-          static_cast<size_t>((x.b * d.S + x.s0) * d.Hkv * d.D) * e,
+          (x.b * d.T + x.t0) * d.Hq * d.D,
+          (x.b * d.S + x.s0) * d.Hkv * d.D,
           x.b * d.Hq * d.T + x.t0};
 }
 
@@ -153,12 +147,13 @@ class FlashAttention {
     // Rows in no sequence: out 0 and lse 0 (attention.h); each sequence a batch of one.
     cuda_check(cudaMemsetAsync(out, 0, nbytes(a.out), stream_), "cudaMemsetAsync");
     if (lse) cuda_check(cudaMemsetAsync(lse, 0, nbytes(a.lse), stream_), "memset");
+    const size_t e = esize(a.q);
     for (const loom::AttentionSeq& x : m.seqs) {
-      const Rows r = rows(d, x, a.q);
-      cuda_check(
-          flash::forward(dt, r.d, q + r.q, k + r.k, v + r.k, out + r.q, lse ? lse + r.l : nullptr,
-                         static_cast<float>(a.scale), a.causal != 0, mk, stream_),
-          "forward launch");
+      const Rows r = rows(d, x);
+      cuda_check(flash::forward(dt, r.d, q + r.q * e, k + r.k * e, v + r.k * e, out + r.q * e,
+                                lse ? lse + r.l : nullptr, static_cast<float>(a.scale),
+                                a.causal != 0, mk, stream_),
+                 "forward launch");
     }
     end();
   }
@@ -194,13 +189,14 @@ class FlashAttention {
     } else {  // key rows in no sequence get dk = dv = 0; dq's come from dq_acc's zeros
       cuda_check(cudaMemsetAsync(dk, 0, nbytes(a.dk), stream_), "cudaMemsetAsync");
       cuda_check(cudaMemsetAsync(dv, 0, nbytes(a.dv), stream_), "cudaMemsetAsync");
+      const size_t e = esize(a.q);
       for (const loom::AttentionSeq& x : m.seqs) {
-        const Rows r = rows(d, x, a.q);
-        const int64_t qf = r.q / esize(a.q);  // the sequence's first element of dq_acc
-        cuda_check(flash::backward_tiles(dt, r.d, dout + r.q, q + r.q, k + r.k, v + r.k, lse + r.l,
-                                         delta_ + r.l, dq_acc_ + qf, dk + r.k, dv + r.k, scale,
-                                         a.causal != 0, mk, stream_),
-                   "backward launch");
+        const Rows r = rows(d, x);
+        cuda_check(
+            flash::backward_tiles(dt, r.d, dout + r.q * e, q + r.q * e, k + r.k * e, v + r.k * e,
+                                  lse + r.l, delta_ + r.l, dq_acc_ + r.q, dk + r.k * e,
+                                  dv + r.k * e, scale, a.causal != 0, mk, stream_),
+            "backward launch");
       }
     }
     cuda_check(flash::backward_cast(dt, nq, dq_acc_, ptr(a.dq, "dq"), stream_), "backward launch");

@@ -157,10 +157,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-unsigned blocks_for(int64_t work, int64_t per_block) {
-  return static_cast<unsigned>(imin((work + per_block - 1) / per_block, 65535));
-}
-
 template <class T, int D>
 cudaError_t launch_backward(const Dims& d, const void* dout, const void* q, const void* k,
                             const void* v, const float* lse, const float* delta, float* dq_acc,
@@ -200,23 +196,12 @@ cudaError_t backward_delta(Dtype dt, const Dims& d, const void* dout, const void
                            cudaStream_t stream) {
   const int64_t rows = d.B * d.Hq * d.T;
   if (rows == 0) return cudaSuccess;
-  const unsigned blocks = blocks_for(rows, kWarps);
-  switch (dt) {
-    case Dtype::kF32:
-      flash_delta_kernel<float><<<blocks, kThreads, 0, stream>>>(
-          d, static_cast<const float*>(dout), static_cast<const float*>(out), delta);
-      break;
-    case Dtype::kBF16:
-      flash_delta_kernel<__nv_bfloat16>
-          <<<blocks, kThreads, 0, stream>>>(d, static_cast<const __nv_bfloat16*>(dout),
-                                            static_cast<const __nv_bfloat16*>(out), delta);
-      break;
-    case Dtype::kF16:
-      flash_delta_kernel<__half><<<blocks, kThreads, 0, stream>>>(
-          d, static_cast<const __half*>(dout), static_cast<const __half*>(out), delta);
-      break;
-  }
-  return cudaGetLastError();
+  return dispatch(dt, [&](auto x) {
+    using T = decltype(x);
+    flash_delta_kernel<T><<<blocks_for(rows, kWarps), kThreads, 0, stream>>>(
+        d, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t backward_tiles(Dtype dt, const Dims& d, const void* dout, const void* q, const void* k,
@@ -224,36 +209,20 @@ cudaError_t backward_tiles(Dtype dt, const Dims& d, const void* dout, const void
                            void* dk, void* dv, float scale, bool causal, const Masks& m,
                            cudaStream_t stream) {
   if (d.B == 0 || d.Hq == 0 || d.S == 0) return cudaSuccess;
-  switch (dt) {
-    case Dtype::kF32:
-      return tiles_t<float>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m, stream);
-    case Dtype::kBF16:
-      return tiles_t<__nv_bfloat16>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
-                                    stream);
-    case Dtype::kF16:
-      return tiles_t<__half>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m,
-                             stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch(dt, [&](auto x) {
+    using T = decltype(x);
+    return tiles_t<T>(d, dout, q, k, v, lse, delta, dq_acc, dk, dv, scale, causal, m, stream);
+  });
 }
 
 cudaError_t backward_cast(Dtype dt, int64_t n, const float* dq_acc, void* dq, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const unsigned blocks = blocks_for(n, kThreads);
-  switch (dt) {
-    case Dtype::kF32:
-      flash_cast_kernel<float><<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<float*>(dq));
-      break;
-    case Dtype::kBF16:
-      flash_cast_kernel<__nv_bfloat16>
-          <<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<__nv_bfloat16*>(dq));
-      break;
-    case Dtype::kF16:
-      flash_cast_kernel<__half>
-          <<<blocks, kThreads, 0, stream>>>(n, dq_acc, static_cast<__half*>(dq));
-      break;
-  }
-  return cudaGetLastError();
+  return dispatch(dt, [&](auto x) {
+    using T = decltype(x);
+    flash_cast_kernel<T>
+        <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(n, dq_acc, static_cast<T*>(dq));
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace flash

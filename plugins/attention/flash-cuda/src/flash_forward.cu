@@ -187,9 +187,8 @@ cudaError_t merge_t(const Dims& d, int64_t Tp, int64_t row0, void* out, float* l
                     const void* part_out, const float* part_lse, cudaStream_t stream) {
   const int64_t rows = d.B * d.Hq * Tp;
   if (rows == 0) return cudaSuccess;
-  const unsigned blocks = static_cast<unsigned>(imin((rows + kWarps - 1) / kWarps, 65535));
-  flash_merge_kernel<T><<<blocks, kThreads, 0, stream>>>(d, Tp, row0, static_cast<T*>(out), lse,
-                                                         static_cast<const T*>(part_out), part_lse);
+  flash_merge_kernel<T><<<blocks_for(rows, kWarps), kThreads, 0, stream>>>(
+      d, Tp, row0, static_cast<T*>(out), lse, static_cast<const T*>(part_out), part_lse);
   return cudaGetLastError();
 }
 
@@ -197,29 +196,17 @@ cudaError_t merge_t(const Dims& d, int64_t Tp, int64_t row0, void* out, float* l
 
 cudaError_t merge(Dtype dt, const Dims& d, int64_t Tp, int64_t row0, void* out, float* lse,
                   const void* part_out, const float* part_lse, cudaStream_t stream) {
-  switch (dt) {
-    case Dtype::kF32:
-      return merge_t<float>(d, Tp, row0, out, lse, part_out, part_lse, stream);
-    case Dtype::kBF16:
-      return merge_t<__nv_bfloat16>(d, Tp, row0, out, lse, part_out, part_lse, stream);
-    case Dtype::kF16:
-      return merge_t<__half>(d, Tp, row0, out, lse, part_out, part_lse, stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch(dt, [&](auto x) {
+    return merge_t<decltype(x)>(d, Tp, row0, out, lse, part_out, part_lse, stream);
+  });
 }
 
 cudaError_t forward(Dtype dt, const Dims& d, const void* q, const void* k, const void* v, void* out,
                     float* lse, float scale, bool causal, const Masks& m, cudaStream_t stream) {
   if (d.T == 0 || d.B == 0 || d.Hq == 0) return cudaSuccess;
-  switch (dt) {
-    case Dtype::kF32:
-      return forward_t<float>(d, q, k, v, out, lse, scale, causal, m, stream);
-    case Dtype::kBF16:
-      return forward_t<__nv_bfloat16>(d, q, k, v, out, lse, scale, causal, m, stream);
-    case Dtype::kF16:
-      return forward_t<__half>(d, q, k, v, out, lse, scale, causal, m, stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch(dt, [&](auto x) {
+    return forward_t<decltype(x)>(d, q, k, v, out, lse, scale, causal, m, stream);
+  });
 }
 
 }  // namespace flash

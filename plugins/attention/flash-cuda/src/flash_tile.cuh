@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "flash_kernels.hpp"
 #include "loom/cpp/cuda_convert.cuh"
 
 namespace flash {
@@ -112,5 +113,25 @@ struct Carver {
     return r;
   }
 };
+
+// Blocks of `per_block` items for `work` items, at most the grid's 65535 (grid-stride loops).
+inline unsigned blocks_for(int64_t work, int64_t per_block) {
+  return static_cast<unsigned>(imin((work + per_block - 1) / per_block, 65535));
+}
+
+// f(T{}) with T the element type of dt (float, __nv_bfloat16, __half): the launchers' one
+// switch over the dtypes.
+template <class F>
+cudaError_t dispatch(Dtype dt, F&& f) {
+  switch (dt) {
+    case Dtype::kF32:
+      return f(float{});
+    case Dtype::kBF16:
+      return f(__nv_bfloat16{});
+    case Dtype::kF16:
+      return f(__half{});
+  }
+  return cudaErrorInvalidValue;
+}
 
 }  // namespace flash
