@@ -144,6 +144,7 @@ Listing build() {
   ENUM(loom_norm_kind, LOOM_NORM_LAYER) ENUM(loom_norm_kind, LOOM_NORM_RMS)
   STRUCT(loom_rope_args) F(struct_size) F(x) F(pos_offset) F(theta) F(ext) END
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) F(ext) END
+  STRUCT(loom_sum_squares_total) F(base) F(total) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
@@ -161,6 +162,7 @@ Listing build() {
   END
   STRUCT(loom_device_stream)
   F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free) F(timer_record) F(timer_elapsed) F(timer_free)
+  F(read_start) F(read_finish)
   END
   // attention.h
   STRUCT(loom_attention_fwd_args)
@@ -221,6 +223,7 @@ Listing build() {
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
   STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END
   STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) F(ext) END
+  STRUCT(loom_opt_clip) F(base) F(squares) F(loss_scale) F(max_norm) END
   STRUCT(loom_optimizer_api)
   F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
   END

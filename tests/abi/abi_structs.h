@@ -33,6 +33,7 @@
   X(loom_ssm_scan_bwd_args) \
   X(loom_rope_args) \
   X(loom_sum_squares_args) \
+  X(loom_sum_squares_total) \
   X(loom_ops) \
   X(loom_backend_info) \
   X(loom_device_stream) \
@@ -56,6 +57,7 @@
   X(loom_opt_param) \
   X(loom_opt_create_args) \
   X(loom_opt_step_args) \
+  X(loom_opt_clip) \
   X(loom_optimizer_api) \
   X(loom_grad_api) \
   X(loom_schedule_api) \

@@ -46,6 +46,22 @@ TEST_CASE("loom.device-stream/1: listed, a NULL stream on the CPU, events that a
   ds.event_free(B().self(), event);
 }
 
+TEST_CASE("loom.device-stream/1's reads (ABI 2.27): the values at read_start, whatever follows") {
+  const loom_device_stream& ds = B().device_stream("test");
+  REQUIRE(ds.base.struct_size >= LOOM_DEVICE_STREAM_SIZE_V2_27);
+  loom::Tensor t(B(), loom_f64(), {3});
+  t.upload(std::vector<double>{1.5, -2.0, 1e300});
+  void* read = nullptr;
+  loom::check(B().host(), ds.read_start(B().self(), t.get(), &read));
+  REQUIRE(read != nullptr);
+  B().call(&loom_ops::fill, t.get(), 7.0);  // work after the read does not reach it
+  double got[3] = {0, 0, 0};
+  loom::check(B().host(), ds.read_finish(B().self(), read, got, sizeof got));
+  CHECK(got[0] == 1.5);
+  CHECK(got[1] == -2.0);
+  CHECK(got[2] == 1e300);
+}
+
 TEST_CASE("get_info: device name names the CPU features and the BLAS core") {
   loom_backend_info info{};
   info.struct_size = LOOM_BACKEND_INFO_SIZE_V2;

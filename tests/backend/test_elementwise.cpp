@@ -286,8 +286,9 @@ TEST_CASE("sum_squares: double accumulation, chunked, f32 and f64") {
   CHECK(got == doctest::Approx(want32).epsilon(1e-13));  // f32 inputs, double sums
 }
 
-TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") {
-  // Mixed dtypes (bf16 staged through f32), an empty tensor, sizes across chunk boundaries.
+namespace {
+// Mixed dtypes (bf16 staged through f32), an empty tensor, sizes across chunk boundaries.
+std::vector<loom::Tensor> many_tensors() {
   std::vector<loom::Tensor> ts;
   ts.push_back(make(loom_f32(), {70000}, random_vec(70000, 31)));
   ts.push_back(make64({5}, random_vec(5, 32)));
@@ -296,6 +297,23 @@ TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") 
   B().call(&loom_ops::copy, ts.back().get(),
            static_cast<const DLTensor*>(make(loom_f32(), {3, 300}, random_vec(900, 33)).get()));
   ts.push_back(make(loom_f32(), {2 * 65536 + 7}, random_vec(2 * 65536 + 7, 34)));
+  return ts;
+}
+
+// sum_squares over xs with loom.sum-squares-total/1 into total, `other` chained after it.
+void sum_into(const std::vector<const DLTensor*>& xs, double* out, DLTensor* total,
+              const loom_ext* other = nullptr) {
+  const loom_sum_squares_total ext{
+      {sizeof(loom_sum_squares_total), LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_REQUIRED, other},
+      total};
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs.data(), xs.size(), out,
+                                &ext.base};
+  B().call(&loom_ops::sum_squares, &a);
+}
+}  // namespace
+
+TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") {
+  std::vector<loom::Tensor> ts = many_tensors();
   std::vector<const DLTensor*> xs;
   for (const auto& t : ts) xs.push_back(t.get());
   std::vector<double> out(xs.size(), -1.0);
@@ -313,6 +331,46 @@ TEST_CASE("sum_squares of many tensors in one call: each as alone, to the bit") 
   CHECK(out[2] == 0.0);
   const loom_sum_squares_args none{LOOM_SUM_SQUARES_ARGS_SIZE_V2, nullptr, 0, nullptr, nullptr};
   B().call(&loom_ops::sum_squares, &none);  // nothing to do is not an error
+}
+
+TEST_CASE("sum_squares with loom.sum-squares-total/1: the host's loop over out, to the bit") {
+  const loom_plugin_descriptor* d = loomtest::load_descriptor("backend", "cpu");
+  bool listed = false;
+  for (const char* const* c = d->capabilities; c && *c; ++c)
+    listed = listed || std::string(*c) == LOOM_EXT_SUM_SQUARES_TOTAL;
+  CHECK(listed);
+  std::vector<loom::Tensor> ts = many_tensors();
+  std::vector<const DLTensor*> xs;
+  for (const auto& t : ts) xs.push_back(t.get());
+  std::vector<double> out(xs.size());
+  const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, xs.data(), xs.size(), out.data(),
+                                nullptr};
+  B().call(&loom_ops::sum_squares, &a);
+  double want = 0;  // train's own loop (train_norm.cpp) over the per-tensor sums
+  for (double v : out) want += v;
+  loom::Tensor total = make64({1}, Vec{-1.0});
+  std::vector<double> untouched(xs.size(), -3.0);
+  sum_into(xs, untouched.data(), total.get());
+  CHECK(get(total)[0] == want);                              // bitwise
+  CHECK(untouched == std::vector<double>(xs.size(), -3.0));  // nothing written to the host
+  sum_into({}, nullptr, total.get());
+  CHECK(get(total)[0] == 0.0);  // no tensors: 0, not the last value
+  // A view of one element of a longer tensor, as train keeps the dense and expert sums.
+  loom::Tensor both = make64({2}, Vec{5.0, 6.0});
+  const int64_t one[1] = {1};
+  DLTensor second = *both.get();
+  second.shape = const_cast<int64_t*>(one);
+  second.byte_offset += sizeof(double);
+  sum_into({xs[1]}, nullptr, &second);
+  CHECK(get(both)[0] == 5.0);
+  CHECK(get(both)[1] == out[1]);
+
+  expect_error([&] { sum_into(xs, nullptr, make(loom_f32(), {1}, Vec{0}).get()); },
+               LOOM_ERR_INVALID_ARGUMENT,
+               "sum_squares: loom.sum-squares-total/1's total must be a (1) f64 tensor");
+  const loom_ext unknown{sizeof(loom_ext), "loom.no-such-thing/1", LOOM_EXT_REQUIRED, nullptr};
+  expect_error([&] { sum_into(xs, nullptr, total.get(), &unknown); }, LOOM_ERR_INVALID_ARGUMENT,
+               "sum_squares: unknown required extension loom.no-such-thing/1");
 }
 
 TEST_CASE("embedding forward (= and +=) and backward against finite differences") {

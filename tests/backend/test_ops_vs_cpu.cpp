@@ -525,6 +525,40 @@ void run_elementwise(DLDataType dt) {
 TEST_CASE("add, axpby, sum_squares f32") { run_elementwise(f32()); }
 TEST_CASE("add, axpby, sum_squares [bf16]") { run_elementwise(bf16()); }
 
+// ABI 2.27 on the device: loom.sum-squares-total/1 adds the per-tensor sums of the plain call
+// in index order (the host's loop, to the bit) without a host read, and read_start's copy
+// holds the values at that point of the stream, not what is queued after it.
+TEST_CASE("sum_squares into a device total; read_start/read_finish") {
+  const loom::Backend& D = dev();
+  std::vector<Pair> xs;
+  for (int64_t len : {int64_t{70000}, int64_t{5}, int64_t{0}, int64_t{300003}})
+    xs.emplace_back(len % 2 ? bf16() : f32(), Shape{len}, random_vec(len, 71 + len));
+  std::vector<const DLTensor*> ptrs;
+  for (const Pair& x : xs) ptrs.push_back(x[1]);
+  std::vector<double> out(ptrs.size());
+  const loom_sum_squares_args plain{LOOM_SUM_SQUARES_ARGS_SIZE_V2, ptrs.data(), ptrs.size(),
+                                    out.data(), nullptr};
+  D.call(&loom_ops::sum_squares, &plain);
+  double want = 0;
+  for (double v : out) want += v;
+  loom::Tensor total(D, loom_f64(), {1});
+  const loom_sum_squares_total ext{
+      {sizeof(loom_sum_squares_total), LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_REQUIRED, nullptr},
+      total.get()};
+  const loom_sum_squares_args into{LOOM_SUM_SQUARES_ARGS_SIZE_V2, ptrs.data(), ptrs.size(), nullptr,
+                                   &ext.base};
+  D.call(&loom_ops::sum_squares, &into);
+  const loom_device_stream& ds = D.device_stream("test");
+  REQUIRE(ds.base.struct_size >= LOOM_DEVICE_STREAM_SIZE_V2_27);
+  void* read = nullptr;
+  loom::check(D.host(), ds.read_start(D.self(), total.get(), &read));
+  D.call(&loom_ops::fill, total.get(), -1.0);  // queued after the read: not in it
+  double got = 0;
+  loom::check(D.host(), ds.read_finish(D.self(), read, &got, sizeof got));
+  CHECK(got == want);
+  CHECK(total.download<double>()[0] == -1.0);
+}
+
 // ---- embedding ------------------------------------------------------------------------------
 namespace {
 void run_embedding(DLDataType dt, int64_t N, int64_t V, int64_t C, int32_t id_hi) {

@@ -218,3 +218,93 @@ TEST_CASE("optimizers step f32 main parameters (f64 on the CPU): bf16 is refused
     delete e;
   }
 }
+
+namespace {
+// One optimizer's parameters and state after 3 steps on fixed gradients, each step's
+// multiplier given either as grad_scale or as loom.opt-clip/1 over `squares` (then
+// grad_scale is 1), from the same start.
+std::vector<double> three_steps(Host& h, const char* name, const Overrides& o,
+                                const std::vector<double>& squares, double loss_scale,
+                                double max_norm, double grad_scale, bool clip_ext) {
+  Params p(h);
+  std::mt19937 rng(11);
+  p.set_params(randv(13, rng));
+  const loom_optimizer_api* api;
+  loom_config cfg;
+  loom_optimizer* opt = make(h, name, o, p, &api, cfg);
+  DevTensor sq(h.be, loom_f64(), {(int64_t)squares.size()});
+  sq.set_host(squares);
+  const loom_opt_clip clip{{sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr},
+                           sq.get(),
+                           loss_scale,
+                           max_norm};
+  for (int step = 1; step <= 3; ++step) {
+    p.set_grads(randv(13, rng));
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.05, step, clip_ext ? 1.0 : grad_scale,
+                         clip_ext ? &clip.base : nullptr};
+    h.th.check(api->step(opt, &a));
+  }
+  std::vector<double> got = p.params();
+  for (size_t i = 0; i < api->num_state(opt); ++i) {
+    const char* n = nullptr;
+    DLTensor* t = nullptr;
+    h.th.check(api->get_state(opt, i, &n, &t));
+    const auto s = download(h.be, t);
+    got.insert(got.end(), s.begin(), s.end());
+  }
+  api->destroy(opt);
+  return got;
+}
+}  // namespace
+
+TEST_CASE("loom.opt-clip/1: the clip decided from the squares = the host's grad_scale, bitwise") {
+  Host h;
+  const std::vector<std::pair<const char*, Overrides>> opts = {
+      {"adamw", {{"weight_decay", "0.3"}}}, {"lion", {}}, {"sgd", {{"momentum", "0.9"}}}};
+  for (const auto& [name, o] : opts) {
+    CAPTURE(name);
+    auto* d = loomtest::load_descriptor("optimizer", name);
+    bool listed = false;
+    for (const char* const* c = d->capabilities; c && *c; ++c)
+      listed = listed || std::string(*c) == LOOM_EXT_OPT_CLIP;
+    CHECK(listed);
+    // Squared norm 9 + 16 of gradients scaled by 8: norm 5 / 8 unscaled.
+    const std::vector<double> squares = {9.0, 16.0};
+    const double ls = 8.0, norm = std::sqrt(25.0) / ls;
+    for (double max_norm : {0.0, 0.1, 10.0}) {  // off, clipping, above the norm
+      CAPTURE(max_norm);
+      const double gs =
+          max_norm > 0 && norm > max_norm ? (1 / ls) * (max_norm / (norm + 1e-6)) : 1 / ls;
+      const auto host = three_steps(h, name, o, squares, ls, max_norm, gs, false);
+      const auto device = three_steps(h, name, o, squares, ls, max_norm, gs, true);
+      CHECK(host == device);
+    }
+    // A norm that is not finite: nothing changes, parameters or state (zero at the start).
+    for (double bad : {std::nan(""), HUGE_VAL}) {
+      const auto none = three_steps(h, name, o, {bad, 1.0}, ls, 1.0, 0.0, true);
+      std::mt19937 rng(11);
+      std::vector<double> want = randv(13, rng);
+      want.resize(none.size(), 0.0);
+      CHECK(none == want);
+    }
+  }
+}
+
+TEST_CASE("loom.opt-clip/1: squares that are not a (k) f64 tensor are refused") {
+  Host h;
+  Params p(h);
+  const loom_optimizer_api* api;
+  loom_config cfg;
+  loom_optimizer* opt = make(h, "adamw", {}, p, &api, cfg);
+  DevTensor sq(h.be, loom_f32(), {2});
+  const loom_opt_clip clip{
+      {sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr}, sq.get(), 1.0, 1.0};
+  loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.05, 1, 1.0, &clip.base};
+  loom_error* e = api->step(opt, &a);
+  REQUIRE(e != nullptr);
+  CHECK(std::string(e->message) ==
+        "optimizer/adamw: loom.opt-clip/1's squares must be a (k) f64 tensor on the "
+        "parameters' device");
+  delete e;
+  api->destroy(opt);
+}

@@ -38,6 +38,14 @@ constexpr loom_param_spec kTrain[] = {
           "folder for TensorBoard event files (Megatron's --tensorboard-dir): loss, lr, grad "
           "norm, loss scale, throughput, MFU, memory and eval loss per iteration; \"\" = none"),
     param("grad_clip", kFloat, "1.0", "clip gradients to this global L2 norm; 0 = off", 0, kInf),
+    param("grad_norm_on_device", kBool, "true",
+          "keep the global gradient norm on the device: the optimizer clips with it there "
+          "(loom.opt-clip/1) and changes nothing when it is not finite, and the host reads it "
+          "after the update is enqueued, then decides as before (train.nan_check, fp16's loss "
+          "scale): the same numbers, with no host wait between the backward pass and the "
+          "update. Used where the backend and the optimizer list what it needs "
+          "(loom.sum-squares-total/1 and loom.opt-clip/1); false: the host reads the norm "
+          "first"),
     param("deterministic", kBool, "false",
           "the same bits on every run of the same recipe on the same machine (Megatron's "
           "--deterministic-mode): sets `deterministic = true` in every plugin section whose "

@@ -14,8 +14,10 @@
 
 #include "base/errors.hpp"
 #include "base/mfu.hpp"
+#include "loom/cpp/clip.hpp"
 #include "session/comm_watch.hpp"
 #include "session/step_timer.hpp"
+#include "train/train_norm.hpp"
 #include "train/train_run.hpp"
 #include "train/train_stop.hpp"
 
@@ -64,29 +66,6 @@ std::vector<LossTerm> train_micro(TrainRun& r) {
   return losses;
 }
 
-// The squared global gradient norm: each gradient counted once, summed over the ranks that
-// hold different ones (expert gradients over the expert group too).
-double squared_grad_norm(TrainRun& r) {
-  // One backend call (one device read) per kind of tensor; summed here in a fixed order.
-  auto sum_squares = [&](const std::vector<const DLTensor*>& grads) {
-    std::vector<double> per(grads.size());
-    const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, grads.data(), grads.size(),
-                                  per.data(), nullptr};
-    if (!grads.empty()) check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
-    double sq = 0;
-    for (double s : per) sq += s;
-    return sq;
-  };
-  double sq[2] = {sum_squares(r.norm_grads), sum_squares(r.expert_norm_grads)};
-  if (r.layout.expert > 1 && r.norm_group) {  // experts: each counted once in the world
-    sum_over(r.be, r.comm, r.norm_group, sq, 1);
-    sum_over(r.be, r.comm, r.expert_group, &sq[1], 1);
-  } else {
-    sum_over(r.be, r.comm, r.norm_group, sq, 2);
-  }
-  return sq[0] + sq[1];
-}
-
 // The validation loss terms of evaluation k (the first is the loss; a classifier's accuracy
 // may follow), which reads valid samples [k, k+1) x eval_iters x global batch.
 std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
@@ -99,7 +78,9 @@ std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
 // The gradients of one iteration (0-based `it`) on the global batch at r.consumed, which it
 // advances: every micro-batch's forward and backward, the model's completion, the
 // data-parallel reduction and the global norm. `attempt` > 0: a rerun of the same batch.
-StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
+// `norm_read` (train.grad_norm_on_device): the norm stays on the device, its read started
+// into *norm_read, and s.grad_norm is unknown (NaN) until finish_device_norm.
+StepStats compute_gradients(TrainRun& r, int64_t it, int attempt, void** norm_read = nullptr) {
   for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
   // Each rank scales by its own token count; the data-parallel reduction averages over
   // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
@@ -122,8 +103,39 @@ StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
         .emplace_back(losses[i].name, losses[i].mean());
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
   s.loss_scale = r.scaler.scale;
-  s.grad_norm = std::sqrt(squared_grad_norm(r)) / s.loss_scale;
+  if (norm_read)
+    *norm_read = start_device_norm(r), s.grad_norm = std::nan("");
+  else
+    s.grad_norm = loom::grad_norm(squared_grad_norm(r), s.loss_scale);
   return s;
+}
+
+// The optimizer's step (gradients times grad_scale, and the clip of `clip` when given), the
+// cast into the model and the strategy's gather, under the profile's optimizer kind.
+void launch_update(TrainRun& r, double lr, double grad_scale, const loom_opt_clip* clip) {
+  loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, ++r.opt_steps, grad_scale,
+                          clip ? &clip->base : nullptr};
+  // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
+  // floor reads the gradients and reads and writes the main parameters and the state once,
+  // and writes the model's values (the f32 values themselves when there is no main copy).
+  if (r.timer && r.optimizer_floor_bytes < 0) {
+    const StateBytes b = r.state_bytes();
+    r.optimizer_floor_bytes =
+        b.grads + 2 * b.optimizer + (b.main > 0 ? 2 * b.main + b.values : 2 * b.values);
+  }
+  const StepTimer::Scope timed(TimeKind::optimizer,
+                               Work{0, std::max(r.optimizer_floor_bytes, 0.0)});
+  check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
+  r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
+  const auto [papi, par] = r.grad_strategy;
+  if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+}
+
+void warn_overflow(const TrainRun& r, const StepStats& s, int64_t it) {
+  spdlog::warn(
+      "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "
+      "now {:g}",
+      it + 1, s.loss_scale, r.scaler.scale);
 }
 
 // The update of a step whose gradients are computed: the loss scaler's verdict (fp16), clipping
@@ -131,30 +143,35 @@ StepStats compute_gradients(TrainRun& r, int64_t it, int attempt) {
 void apply_update(TrainRun& r, StepStats& s, int64_t it) {
   if (s.stepped) s.stepped = r.scaler.update(std::isfinite(s.grad_norm));
   s.lr = r.lr.at(it);
-  if (s.stepped) {
-    double scale = 1.0 / s.loss_scale;
-    if (r.grad_clip > 0 && s.grad_norm > r.grad_clip) scale *= r.grad_clip / (s.grad_norm + 1e-6);
-    loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, s.lr, ++r.opt_steps, scale, nullptr};
-    // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
-    // floor reads the gradients and reads and writes the main parameters and the state once,
-    // and writes the model's values (the f32 values themselves when there is no main copy).
-    if (r.timer && r.optimizer_floor_bytes < 0) {
-      const StateBytes b = r.state_bytes();
-      r.optimizer_floor_bytes =
-          b.grads + 2 * b.optimizer + (b.main > 0 ? 2 * b.main + b.values : 2 * b.values);
-    }
-    const StepTimer::Scope timed(TimeKind::optimizer,
-                                 Work{0, std::max(r.optimizer_floor_bytes, 0.0)});
-    check(r.optimizer.first->step(r.optimizer.second, &step), "optimizer step");
-    r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
-    const auto [papi, par] = r.grad_strategy;
-    if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
-  } else if (r.scaler.dynamic && std::isfinite(s.grad_norm) == false) {
-    spdlog::warn(
-        "iteration {}: gradients overflowed at loss scale {:g}; step skipped, scale "
-        "now {:g}",
-        it + 1, s.loss_scale, r.scaler.scale);
+  if (s.stepped)
+    launch_update(r, s.lr, loom::clip_scale(s.grad_norm, s.loss_scale, r.grad_clip), nullptr);
+  else if (r.scaler.dynamic && std::isfinite(s.grad_norm) == false)
+    warn_overflow(r, s, it);
+}
+
+// train.grad_norm_on_device: the update of a step whose norm is still on the device (its read
+// started), enqueued before the host knows the norm: the optimizer clips with the norm's
+// squares and changes nothing where it is not finite. Then the host reads the norm and
+// decides as apply_update would have: the same updates, the same loss scale, the same
+// train.nan_check outcome, to the bit. The loss is known and finite.
+StepStats update_on_device(TrainRun& r, StepStats s, int64_t it, void* norm_read) {
+  s.lr = r.lr.at(it);
+  const loom_opt_clip clip{{sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr},
+                           r.norm_squares->t,
+                           s.loss_scale,
+                           r.grad_clip};
+  launch_update(r, s.lr, 1.0, &clip);
+  s.grad_norm = loom::grad_norm(finish_device_norm(r, norm_read), s.loss_scale);
+  const bool finite = std::isfinite(s.grad_norm);
+  if (!finite) --r.opt_steps;  // the optimizer took no step
+  if (numbers_ok(r, s)) {
+    s.stepped = r.scaler.update(finite);
+    if (!finite) warn_overflow(r, s, it);  // fp16: the loss scaler's skip
+    return s;
   }
+  s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
+  if (s.stepped) apply_update(r, s, it);  // the rerun's gradients, finite
+  return s;
 }
 
 // One iteration (0-based `it`) on the global batch that starts at r.consumed. A loss or
@@ -165,9 +182,16 @@ StepStats train_step(TrainRun& r, int64_t it) {
   const double waited0 = CommWatch::waited_s();
   if (r.timer) r.timer->begin_step();
   if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
-  StepStats s = compute_gradients(r, it, 0);
-  if (!numbers_ok(r, s)) s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
-  apply_update(r, s, it);
+  void* norm_read = nullptr;
+  StepStats s = compute_gradients(r, it, 0, r.device_clip ? &norm_read : nullptr);
+  if (norm_read && std::isfinite(s.loss)) {
+    s = update_on_device(r, s, it, norm_read);
+  } else {
+    if (norm_read) s.grad_norm = loom::grad_norm(finish_device_norm(r, norm_read), s.loss_scale);
+    if (!numbers_ok(r, s))
+      s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
+    apply_update(r, s, it);
+  }
   // The step's last device work (the optimizer, the cast into the model) is not waited for:
   // the host logs and reads the next batch while it runs, and the next step's first read (its
   // loss) waits for it. Over steps the wall clock still counts all of it. The profile reads

@@ -59,6 +59,10 @@ struct ScratchTensor {
 
 void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
               double* values, int64_t n);
+// The same for f64 tensor t of the backend, in place, enqueued on the backend's stream (no
+// host copy); nothing when the group is one rank.
+void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
+              DLTensor* t);
 
 // The saved recipe of checkpoint `dir` for a run that only reads its weights (`loom eval`,
 // tensor-parallel `loom serve`): one rank unless `overrides` give a layout, then the
@@ -211,7 +215,13 @@ struct TrainRun {
   std::vector<const DLTensor*> norm_grads;         // gradients of the norm, each counted once
   std::vector<const DLTensor*> expert_norm_grads;  // expert parameters' (expert parallelism)
   std::vector<std::string> norm_names, expert_norm_names;  // their parameters' names
-  int64_t skipped_bad = 0;                                 // steps train.nan_check = "skip" dropped
+  // train.grad_norm_on_device, where the backend and the optimizer list what it needs
+  // (loom.sum-squares-total/1, loom.opt-clip/1, ABI 2.27 read_start): the norm's squares
+  // (dense, expert) stay on the device for the update's clip (train_norm.cpp).
+  bool device_clip = false;
+  std::unique_ptr<ScratchTensor> norm_squares;  // (2) f64
+  void prepare_device_clip(Registry& registry);
+  int64_t skipped_bad = 0;  // steps train.nan_check = "skip" dropped
   LossSpikes spikes;
   std::pair<const loom_optimizer_api*, loom_optimizer*> optimizer{nullptr, nullptr};
   std::pair<const loom_schedule_api*, loom_schedule*> schedule{nullptr, nullptr};

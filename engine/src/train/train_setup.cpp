@@ -45,21 +45,32 @@ Recipe& refuse_unsupported(Recipe& recipe) {
 
 }  // namespace
 
+namespace {
+bool one_rank(const loom_comm_ref& comm, loom_comm_group* group) {
+  return comm.api->world_size(comm.self) == 1 ||
+         (group && comm.api->group_size(comm.self, group) == 1);
+}
+}  // namespace
+
+void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
+              DLTensor* t) {
+  if (one_rank(comm, group)) return;
+  const loom_device_stream* ds = loom::find_device_stream(be);
+  check(loom::comm_all_reduce(comm, group, t, LOOM_REDUCE_SUM, ds ? ds->stream : nullptr),
+        "summing over ranks");
+}
+
 void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_group* group,
               double* values, int64_t n) {
-  if (comm.api->world_size(comm.self) == 1) return;
-  if (group && comm.api->group_size(comm.self, group) == 1) return;
+  if (one_rank(comm, group)) return;
   // Through a tensor of the backend's, enqueued on its stream: each comm reduces the memory
   // of the backends it pairs with (comm/nccl device memory only, comm/mpi host memory).
   const int64_t shape[1] = {n};
   const size_t bytes = static_cast<size_t>(n) * sizeof(double);
   ScratchTensor scratch(be, loom_f64(), 1, shape, "summing over ranks");
-  DLTensor* t = scratch.t;
-  const loom_device_stream* ds = loom::find_device_stream(be);
-  check(be.api->from_host(be.self, t, values, bytes), "summing over ranks");
-  check(loom::comm_all_reduce(comm, group, t, LOOM_REDUCE_SUM, ds ? ds->stream : nullptr),
-        "summing over ranks");
-  check(be.api->to_host(be.self, t, values, bytes), "summing over ranks");
+  check(be.api->from_host(be.self, scratch.t, values, bytes), "summing over ranks");
+  sum_over(be, comm, group, scratch.t);
+  check(be.api->to_host(be.self, scratch.t, values, bytes), "summing over ranks");
 }
 
 TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
@@ -162,6 +173,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
   norm_group = sharded ? nullptr : session.group(LOOM_GROUP_MODEL);
   expert_group = sharded ? nullptr : session.group(LOOM_GROUP_WORLD);
   data_group = session.group(LOOM_GROUP_DATA_CONTEXT);
+  prepare_device_clip(registry);
   {
     double counts[1] = {(double)local_params};
     sum_over(be, comm, session.group(LOOM_GROUP_MODEL), counts, 1);

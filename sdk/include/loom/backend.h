@@ -111,6 +111,20 @@ typedef struct loom_sum_squares_args {
 } loom_sum_squares_args;
 #define LOOM_SUM_SQUARES_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_sum_squares_args, ext)
 
+/* ABI 2.27, loom.sum-squares-total/1 on sum_squares' ext chain: the gradient norm without a
+ * host read. The call writes total[0] = out[0] + out[1] + ... + out[n-1], summed in double in
+ * index order from 0 (the host's own loop over `out`, to the bit), into `total`, a (1) f64
+ * tensor of the backend, and nothing to the host (`out` is not read or written, and may be
+ * NULL); the call enqueues
+ * (progress "stream") instead of blocking. A gradient-clipping optimizer reads `total` on
+ * the device (loom.opt-clip/1, optimizer.h). The backend lists the id in its capabilities. */
+#define LOOM_EXT_SUM_SQUARES_TOTAL "loom.sum-squares-total/1"
+typedef struct loom_sum_squares_total {
+  loom_ext base; /* id LOOM_EXT_SUM_SQUARES_TOTAL, flags LOOM_EXT_REQUIRED */
+  DLTensor* total;
+} loom_sum_squares_total;
+#define LOOM_SUM_SQUARES_TOTAL_SIZE_V1 LOOM_STRUCT_SIZE(loom_sum_squares_total, total)
+
 /* embedding_forward: out(N,C) = (or += when accumulate) table(V,C)[ids(N)]; ids i32, each
  * in [0,V). */
 typedef struct loom_embedding_fwd_args {
@@ -431,7 +445,8 @@ typedef struct loom_ops {
   /* y = alpha * x + beta * y */
   loom_error* (*axpby)(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x, double beta);
   /* Sums of squares of many tensors in one call (loom_sum_squares_args): one device read
-   * for the gradient norm of a whole model. Synchronous. */
+   * for the gradient norm of a whole model. Synchronous, unless loom.sum-squares-total/1
+   * keeps the sum on the device (then it enqueues). */
   loom_error* (*sum_squares)(loom_backend* be, const loom_sum_squares_args* args);
 
   /* --- embedding ---------------------------------------------------------------- */
@@ -512,8 +527,9 @@ typedef struct loom_backend_info {
  * backend table's get_ext; the backend lists the id in its descriptor's capabilities. */
 #define LOOM_EXT_DEVICE_STREAM "loom.device-stream/1"
 /* Contract tags (common.h):
- *   event_record, event_wait, event_free, timer_record, timer_free: owner, local, stream
- *   event_sync, timer_elapsed: owner, local, blocks */
+ *   event_record, event_wait, event_free, timer_record, timer_free, read_start: owner, local,
+ *      stream
+ *   event_sync, timer_elapsed, read_finish: owner, local, blocks */
 typedef struct loom_device_stream {
   loom_ext base; /* id LOOM_EXT_DEVICE_STREAM; base.struct_size = sizeof the whole table */
   DLDevice device;
@@ -535,9 +551,19 @@ typedef struct loom_device_stream {
   loom_error* (*timer_record)(loom_backend* be, void** mark);
   loom_error* (*timer_elapsed)(loom_backend* be, void* start, void* end, double* ms);
   void (*timer_free)(loom_backend* be, void* mark); /* accepts NULL */
+  /* ABI 2.27: a read that waits for its own copy, not for the stream. read_start enqueues a
+   * copy of the compact tensor `src` into host memory of the backend's and returns with it in
+   * flight (*read, out); read_finish blocks until that copy has landed (not for work
+   * enqueued after read_start), copies `bytes` (src's size) to dst and frees the read. So
+   * the host learns a value computed early in a step (the gradient norm) while the step's
+   * later work (the update) still runs. On the CPU read_start copies at once. A table
+   * shorter than LOOM_DEVICE_STREAM_SIZE_V2_27 has neither. */
+  loom_error* (*read_start)(loom_backend* be, const DLTensor* src, void** read);
+  loom_error* (*read_finish)(loom_backend* be, void* read, void* dst, size_t bytes);
 } loom_device_stream;
 #define LOOM_DEVICE_STREAM_SIZE_V1 LOOM_STRUCT_SIZE(loom_device_stream, event_free)
 #define LOOM_DEVICE_STREAM_SIZE_V2_16 LOOM_STRUCT_SIZE(loom_device_stream, timer_free)
+#define LOOM_DEVICE_STREAM_SIZE_V2_27 LOOM_STRUCT_SIZE(loom_device_stream, read_finish)
 
 /* Contract tags (common.h):
  *   create, destroy, get_info, alloc_tensor, free_tensor, to_host, from_host, synchronize, get_ext:

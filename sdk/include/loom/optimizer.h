@@ -41,6 +41,26 @@ typedef struct loom_opt_step_args {
 } loom_opt_step_args;
 #define LOOM_OPT_STEP_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_opt_step_args, ext)
 
+/* ABI 2.27, loom.opt-clip/1 on step's ext chain: clipping by the global gradient norm
+ * decided on the device, so that no host read stands between the backward pass and the
+ * update. `squares` is a (k) f64 tensor of the backend (sum_squares' loom.sum-squares-total/1
+ * writes it, summed over the ranks already); the squared norm of the gradients as they are
+ * (the loss scale included) is squares[0] + ... + squares[k-1] in index order, and the step
+ * multiplies every gradient by grad_scale * c with c = loom::clip_scale(sum, loss_scale,
+ * max_norm) (loom/cpp/clip.hpp: 1 / loss_scale, times max_norm / (norm + 1e-6) when
+ * max_norm > 0 and the unscaled norm exceeds it), computed in double as the host computes
+ * its grad_scale. When the norm is not finite the step changes nothing (parameters and
+ * state keep their values): the host learns it afterwards and decides (train.nan_check).
+ * The plugin lists the id in its capabilities. */
+#define LOOM_EXT_OPT_CLIP "loom.opt-clip/1"
+typedef struct loom_opt_clip {
+  loom_ext base; /* id LOOM_EXT_OPT_CLIP, flags LOOM_EXT_REQUIRED */
+  const DLTensor* squares;
+  double loss_scale; /* the gradients carry it (1 unless fp16) */
+  double max_norm;   /* > 0: clip the unscaled norm to it; 0: no clipping */
+} loom_opt_clip;
+#define LOOM_OPT_CLIP_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_clip, max_norm)
+
 /* Contract tags (common.h):
  *   create, destroy, num_state, get_state: owner, local, blocks
  *   step: owner, local, stream */

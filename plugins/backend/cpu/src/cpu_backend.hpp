@@ -161,6 +161,8 @@ loom_error* op_add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLT
 loom_error* op_axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                      double beta) noexcept;
 loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
+loom_error* op_sum_squares_total(loom_backend* be, const loom_sum_squares_args* args,
+                                 DLTensor* total) noexcept;
 // kernels_embedding.cpp
 loom_error* op_embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
                                  const DLTensor* table, int accumulate) noexcept;

@@ -213,4 +213,21 @@ loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* a) noe
   });
 }
 
+// The host's own loop over the per-tensor sums (index order, from 0), so that the total is
+// what a caller summing `out` gets, to the bit.
+loom_error* op_sum_squares_total(loom_backend* be, const loom_sum_squares_args* a,
+                                 DLTensor* total) noexcept {
+  return run_op(be, "sum_squares", [&](loom_backend& b) {
+    Check ck{"sum_squares"};
+    ck.tensor("total", total);
+    double sum = 0.0;
+    for (size_t i = 0; i < a->n; ++i) {
+      double one = 0.0;
+      sum_squares_one(b, ck, a->x[i], &one);
+      sum += one;
+    }
+    *data_of<double>(total) = sum;
+  });
+}
+
 }  // namespace loom_cpu

@@ -195,6 +195,23 @@ loom_error* cuda_timer_elapsed(loom_backend* be, void* start, void* end, double*
   });
 }
 
+// Reads that wait for their own copy (ABI 2.27), through the pinned staging (staging.hpp).
+loom_error* cuda_read_start(loom_backend* be, const DLTensor* src, void** read) noexcept {
+  return run_op(be, "read_start", [&](loom_backend& b) {
+    if (read == nullptr) fail("read_start", "read is NULL");
+    const void* p = device_ptr(b, src, "read_start", "src");
+    *read = b.staging->start_read(p, tensor_bytes(src), b.stream);
+  });
+}
+
+loom_error* cuda_read_finish(loom_backend* be, void* read, void* dst, size_t bytes) noexcept {
+  return run_op(be, "read_finish", [&](loom_backend& b) {
+    if (read == nullptr || (dst == nullptr && bytes > 0))
+      fail("read_finish", "read or dst is NULL");
+    b.staging->finish_read(read, dst, bytes);
+  });
+}
+
 loom_device_stream make_device_stream(const loom_backend& b) {
   return loom_device_stream{{sizeof(loom_device_stream), LOOM_EXT_DEVICE_STREAM, 0, nullptr},
                             DLDevice{kDLCUDA, b.device},
@@ -205,7 +222,9 @@ loom_device_stream make_device_stream(const loom_backend& b) {
                             cuda_event_free,
                             cuda_timer_record,
                             cuda_timer_elapsed,
-                            cuda_event_free};
+                            cuda_event_free,
+                            cuda_read_start,
+                            cuda_read_finish};
 }
 
 // What gemm_epilogue implements (the refusal rule's kinds). The table get_ext lends may name
@@ -227,8 +246,9 @@ const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   return nullptr;
 }
 
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_GEMM_EPILOGUE,
-                                     LOOM_EXT_NORM_GATE, LOOM_EXT_ROPE_FREQS, nullptr};
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM,     LOOM_EXT_GEMM_EPILOGUE,
+                                     LOOM_EXT_NORM_GATE,         LOOM_EXT_ROPE_FREQS,
+                                     LOOM_EXT_SUM_SQUARES_TOTAL, nullptr};
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -425,6 +445,7 @@ constexpr loom::OpsCalls kCalls = {
     rope_freqs,            // loom.rope-freqs/1
     squared_relu_forward,  // ABI 2.24: compiled, not yet run on a GPU
     squared_relu_backward,
+    sum_squares_total,  // ABI 2.27: compiled, not yet run on a GPU
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

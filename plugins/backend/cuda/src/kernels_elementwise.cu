@@ -336,10 +336,9 @@ loom_error* copy_strided(loom_backend* be, DLTensor* dst, int64_t ld_dst, int64_
     char* d = static_cast<char*>(device_ptr(b, dst, "copy_strided", "dst")) + offset_dst * e;
     const char* s =
         static_cast<const char*>(device_ptr(b, src, "copy_strided", "src")) + offset_src * e;
-    LOOM_CUDA_CHECK("copy_strided",
-                    cudaMemcpy2DAsync(d, (size_t)ld_dst * e, s, (size_t)ld_src * e,
-                                      (size_t)cols * e, (size_t)rows, cudaMemcpyDeviceToDevice,
-                                      b.stream));
+    LOOM_CUDA_CHECK("copy_strided", cudaMemcpy2DAsync(d, (size_t)ld_dst * e, s, (size_t)ld_src * e,
+                                                      (size_t)cols * e, (size_t)rows,
+                                                      cudaMemcpyDeviceToDevice, b.stream));
   });
 }
 
@@ -419,50 +418,88 @@ loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x
   });
 }
 
+namespace {
+// total[0] (= 0 first when `reset`) += results[0] + ... + results[count - 1], one thread in
+// index order: the host's loop over the per-tensor sums, to the bit.
+__global__ void ssq_accumulate(const double* results, int count, double* total, bool reset) {
+  double s = reset ? 0.0 : total[0];
+  for (int i = 0; i < count; ++i) s += results[i];
+  total[0] = s;
+}
+
+// The per-tensor sums of a->x, a list of up to kSsqList tensors at a time into the scratch;
+// `done(results, first, count)` queues what happens to each list's results (tensors
+// [first, first + count)) before the next list reuses the scratch.
+template <class Done>
+void ssq_lists(loom_backend& b, const loom_sum_squares_args* a, Done&& done) {
+  const char* op = "sum_squares";
+  const int64_t cap = static_cast<int64_t>(b.scratch_bytes / sizeof(double)) - kSsqList;
+  double* results = static_cast<double*>(b.scratch);
+  double* partial = results + kSsqList;
+  SsqList L{};
+  size_t first = 0;
+  const auto flush = [&] {
+    if (L.count == 0) return;
+    sum_squares_partial<<<static_cast<unsigned>(L.first[L.count]), kThreads, 0, b.stream>>>(
+        L, partial);
+    LOOM_CUDA_LAUNCHED(op);
+    sum_squares_final<<<static_cast<unsigned>(L.count), kThreads, 0, b.stream>>>(L, partial,
+                                                                                 results);
+    LOOM_CUDA_LAUNCHED(op);
+    done(results, first, L.count);
+    first += static_cast<size_t>(L.count);
+    L = SsqList{};
+  };
+  for (size_t i = 0; i < a->n; ++i) {
+    const DLTensor* x = a->x[i];
+    const void* px = device_ptr(b, x, op, "x");
+    const int64_t n = numel(x);
+    int8_t code = 0;
+    dispatch_float(op, "x", x, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      code = std::is_same_v<T, float> ? 0 : std::is_same_v<T, __nv_bfloat16> ? 1 : 2;
+    });
+    if (L.count == kSsqList || L.first[L.count] + ssq_blocks(n) > cap) flush();
+    L.x[L.count] = px;
+    L.n[L.count] = n;
+    L.dtype[L.count] = code;
+    L.first[L.count + 1] = L.first[L.count] + ssq_blocks(n);
+    ++L.count;
+  }
+  flush();
+}
+}  // namespace
+
+// Lists follow each other on the stream, so each reuses the scratch after the last one's
+// results were copied back; one synchronisation for the whole call.
 loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     const char* op = "sum_squares";
     if (a->n == 0) return;
     if (a->x == nullptr || a->out == nullptr) fail(op, "x or out is NULL");
-    // Scratch: the results of one list, then its partials. Lists follow each other on the
-    // stream, so each reuses the scratch after the last one's results were copied back; one
-    // synchronisation for the whole call.
-    const int64_t cap = static_cast<int64_t>(b.scratch_bytes / sizeof(double)) - kSsqList;
-    double* results = static_cast<double*>(b.scratch);
-    double* partial = results + kSsqList;
-    SsqList L{};
-    size_t first = 0;
-    const auto flush = [&] {
-      if (L.count == 0) return;
-      sum_squares_partial<<<static_cast<unsigned>(L.first[L.count]), kThreads, 0, b.stream>>>(
-          L, partial);
-      LOOM_CUDA_LAUNCHED(op);
-      sum_squares_final<<<static_cast<unsigned>(L.count), kThreads, 0, b.stream>>>(L, partial,
-                                                                                   results);
-      LOOM_CUDA_LAUNCHED(op);
-      LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, L.count * sizeof(double),
+    ssq_lists(b, a, [&](const double* results, size_t first, int count) {
+      LOOM_CUDA_CHECK(op, cudaMemcpyAsync(a->out + first, results, count * sizeof(double),
                                           cudaMemcpyDeviceToHost, b.stream));
-      first += static_cast<size_t>(L.count);
-      L = SsqList{};
-    };
-    for (size_t i = 0; i < a->n; ++i) {
-      const DLTensor* x = a->x[i];
-      const void* px = device_ptr(b, x, op, "x");
-      const int64_t n = numel(x);
-      int8_t code = 0;
-      dispatch_float(op, "x", x, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        code = std::is_same_v<T, float> ? 0 : std::is_same_v<T, __nv_bfloat16> ? 1 : 2;
-      });
-      if (L.count == kSsqList || L.first[L.count] + ssq_blocks(n) > cap) flush();
-      L.x[L.count] = px;
-      L.n[L.count] = n;
-      L.dtype[L.count] = code;
-      L.first[L.count + 1] = L.first[L.count] + ssq_blocks(n);
-      ++L.count;
-    }
-    flush();
+    });
     LOOM_CUDA_CHECK(op, stream_sync(b.stream));
+  });
+}
+
+// loom.sum-squares-total/1: the same lists, each list's sums added into total on the device
+// (one thread, index order); nothing is read back, nothing waited for.
+loom_error* sum_squares_total(loom_backend* be, const loom_sum_squares_args* a,
+                              DLTensor* total) noexcept {
+  return run_op(be, "sum_squares", [&](loom_backend& b) {
+    const char* op = "sum_squares";
+    double* t = static_cast<double*>(device_ptr(b, total, op, "total"));
+    if (a->n == 0) {
+      LOOM_CUDA_CHECK(op, cudaMemsetAsync(t, 0, sizeof(double), b.stream));
+      return;
+    }
+    ssq_lists(b, a, [&](const double* results, size_t first, int count) {
+      ssq_accumulate<<<1, 1, 0, b.stream>>>(results, count, t, first == 0);
+      LOOM_CUDA_LAUNCHED(op);
+    });
   });
 }
 

@@ -26,6 +26,8 @@ loom_error* add(loom_backend* be, DLTensor* out, const DLTensor* a, const DLTens
 loom_error* axpby(loom_backend* be, DLTensor* y, double alpha, const DLTensor* x,
                   double beta) noexcept;
 loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* args) noexcept;
+loom_error* sum_squares_total(loom_backend* be, const loom_sum_squares_args* args,
+                              DLTensor* total) noexcept;
 // kernels_embedding.cu
 loom_error* embedding_forward(loom_backend* be, DLTensor* out, const DLTensor* ids,
                               const DLTensor* table, int accumulate) noexcept;

@@ -77,8 +77,10 @@ class AdamW : public loom::opt::RunsOptimizer {
 
   void step(const loom_opt_step_args& s) {
     loom::require(s.step >= 1, "optimizer/adamw: step is 1-based, got " + std::to_string(s.step));
-    loom::require(std::isfinite(s.lr) && std::isfinite(s.grad_scale),
-                  "optimizer/adamw: lr and grad_scale must be finite");
+    loom::require(std::isfinite(s.lr), "optimizer/adamw: lr must be finite");
+    loom::StepScale sc;
+    double gs = 0;
+    if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
     const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(s.step));
     const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(s.step));
     const double step_size = s.lr / bc1, inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
@@ -90,16 +92,16 @@ class AdamW : public loom::opt::RunsOptimizer {
         using loom::opt::data_of;
         const std::string e = adamw_cuda::step(
             data_of<float>(r.param.get()), data_of<const float>(r.grad.get()),
-            data_of<float>(r.state[0].get()), data_of<float>(r.state[1].get()), n, s.grad_scale,
-            decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_, site_.stream);
+            data_of<float>(r.state[0].get()), data_of<float>(r.state[1].get()), n, sc, decay,
+            beta1_, beta2_, step_size, inv_sqrt_bc2, eps_, site_.stream);
         loom::require(e.empty(), "optimizer/adamw: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
       if (loom_dtype_eq(r.param.get()->dtype, loom_f64()))
-        host_step<double>(r, n, s.grad_scale, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
+        host_step<double>(r, n, gs, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
       else
-        host_step<float>(r, n, s.grad_scale, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
+        host_step<float>(r, n, gs, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
     }
   }
 
@@ -112,4 +114,5 @@ class AdamW : public loom::opt::RunsOptimizer {
 LOOM_PLUGIN(.description =
                 "AdamW (decoupled weight decay), its own kernels: host (backend/cpu) and CUDA "
                 "(backend/cuda, on its stream)",
-            .params = kSchema, .api = &loom::opt::OptimizerTable<AdamW>::api)
+            .params = kSchema, .api = &loom::opt::OptimizerTable<AdamW>::api,
+            .capabilities = loom::opt::kCapabilities)

@@ -12,6 +12,7 @@ namespace adamw_cuda {
 namespace {
 
 struct Consts {
+  loom::StepScale sc;  // resolved into gs by each thread
   float gs, decay, b1, b2, one_b1, one_b2, step_size, inv_sqrt_bc2, eps;
 };
 
@@ -30,6 +31,9 @@ __device__ __forceinline__ void update(float& p, float grad, float& m, float& v,
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ grad,
                              float* __restrict__ m, float* __restrict__ v, int64_t n, int64_t n4,
                              Consts k) {
+  double gs = 0;
+  if (!k.sc.resolve(&gs)) return;  // the clip's norm is not finite: nothing changes
+  k.gs = static_cast<float>(gs);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = first; i < n4; i += stride) {
@@ -49,12 +53,12 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ gr
 
 }  // namespace
 
-const char* step(float* p, const float* g, float* m, float* v, int64_t n, double grad_scale,
+const char* step(float* p, const float* g, float* m, float* v, int64_t n, loom::StepScale sc,
                  double decay, double beta1, double beta2, double step_size, double inv_sqrt_bc2,
                  double eps, void* stream) {
   if (n <= 0) return "";
   Consts k{};
-  k.gs = static_cast<float>(grad_scale);
+  k.sc = sc;
   k.decay = static_cast<float>(decay);
   k.b1 = static_cast<float>(beta1);
   k.b2 = static_cast<float>(beta2);

@@ -4,12 +4,15 @@
 
 #include <cstdint>
 
+#include "loom/cpp/clip.hpp"
+
 namespace adamw_cuda {
 
 // One AdamW step on n f32 elements of device memory (adamw.cpp's formula and step-wide
-// constants), enqueued on `stream` (the backend's cudaStream_t) with no synchronisation.
+// constants), enqueued on `stream` (the backend's cudaStream_t) with no synchronisation; the
+// gradient multiplier is resolved on the device (a non-finite clip norm: nothing changes).
 // Returns "" or the CUDA error's text.
-const char* step(float* p, const float* g, float* m, float* v, int64_t n, double grad_scale,
+const char* step(float* p, const float* g, float* m, float* v, int64_t n, loom::StepScale sc,
                  double decay, double beta1, double beta2, double step_size, double inv_sqrt_bc2,
                  double eps, void* stream);
 

@@ -59,6 +59,9 @@ class Lion : public loom::opt::RunsOptimizer {
   }
 
   void step(const loom_opt_step_args& s) {
+    loom::StepScale sc;
+    double gs = 0;
+    if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
     for (auto& r : runs_.runs()) {
       const DLTensor *p = r.param.get(), *g = r.grad, *m = r.state[0].get();
       const int64_t n = loom_tensor_numel(p);
@@ -67,17 +70,17 @@ class Lion : public loom::opt::RunsOptimizer {
       if (site_.gpu) {
         const std::string e =
             lion_cuda::step(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr,
-                            beta1_, beta2_, decay, s.grad_scale, site_.stream);
+                            beta1_, beta2_, decay, sc, site_.stream);
         loom::require(e.empty(), "optimizer/lion: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
       if (loom_dtype_eq(p->dtype, loom_f64()))
         lion_kernel(data_of<double>(p), data_of<double>(g), data_of<double>(m), n, s.lr, beta1_,
-                    beta2_, decay, s.grad_scale);
+                    beta2_, decay, gs);
       else
         lion_kernel(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr, beta1_,
-                    beta2_, decay, s.grad_scale);
+                    beta2_, decay, gs);
     }
   }
 
@@ -90,4 +93,5 @@ class Lion : public loom::opt::RunsOptimizer {
 LOOM_PLUGIN(.description =
                 "Lion (sign of interpolated momentum), its own kernels: host (backend/cpu) and "
                 "CUDA (backend/cuda, on its stream)",
-            .params = kSchema, .api = &loom::opt::OptimizerTable<Lion>::api)
+            .params = kSchema, .api = &loom::opt::OptimizerTable<Lion>::api,
+            .capabilities = loom::opt::kCapabilities)

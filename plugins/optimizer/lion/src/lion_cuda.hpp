@@ -4,12 +4,15 @@
 
 #include <cstdint>
 
+#include "loom/cpp/clip.hpp"
+
 namespace lion_cuda {
 
 // One Lion step on n f32 elements of device memory, enqueued on `stream` (a cudaStream_t:
 // the backend's, from loom.device-stream/1) with no synchronisation. Returns "" or the CUDA
-// error's text.
+// error's text. The gradient multiplier is resolved on the device (a non-finite clip norm:
+// nothing changes).
 const char* step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                 double beta2, double decay, double grad_scale, void* stream);
+                 double beta2, double decay, loom::StepScale sc, void* stream);
 
 }  // namespace lion_cuda

@@ -60,8 +60,10 @@ class Sgd : public loom::opt::RunsOptimizer {
   }
 
   void step(const loom_opt_step_args& s) {
-    loom::require(std::isfinite(s.lr) && std::isfinite(s.grad_scale),
-                  "optimizer/sgd: lr and grad_scale must be finite");
+    loom::require(std::isfinite(s.lr), "optimizer/sgd: lr must be finite");
+    loom::StepScale sc;
+    double gs = 0;
+    if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
     using loom::opt::data_of;
     for (auto& r : runs_.runs()) {
       const DLTensor *p = r.param.get(), *g = r.grad.get();
@@ -72,19 +74,18 @@ class Sgd : public loom::opt::RunsOptimizer {
       if (site_.gpu) {
         const std::string e = sgd_cuda::step(data_of<float>(p), data_of<const float>(g),
                                              buf ? data_of<float>(buf) : nullptr, n, s.lr,
-                                             momentum_, wd, s.grad_scale, site_.stream);
+                                             momentum_, wd, sc, site_.stream);
         loom::require(e.empty(), "optimizer/sgd: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
       if (loom_dtype_eq(p->dtype, loom_f64()))
         sgd_kernel<double>(data_of<double>(p), data_of<const double>(g),
-                           buf ? data_of<double>(buf) : nullptr, n, s.lr, momentum_, wd,
-                           s.grad_scale);
+                           buf ? data_of<double>(buf) : nullptr, n, s.lr, momentum_, wd, gs);
       else
         sgd_kernel<float>(data_of<float>(p), data_of<const float>(g),
                           buf ? data_of<float>(buf) : nullptr, n, float(s.lr), float(momentum_),
-                          float(wd), float(s.grad_scale));
+                          float(wd), float(gs));
     }
   }
 
@@ -97,4 +98,5 @@ class Sgd : public loom::opt::RunsOptimizer {
 LOOM_PLUGIN(.description =
                 "SGD with optional momentum, its own kernels: host (backend/cpu) and CUDA "
                 "(backend/cuda)",
-            .params = kSchema, .api = &loom::opt::OptimizerTable<Sgd>::api)
+            .params = kSchema, .api = &loom::opt::OptimizerTable<Sgd>::api,
+            .capabilities = loom::opt::kCapabilities)

@@ -4,11 +4,14 @@
 
 #include <cstdint>
 
+#include "loom/cpp/clip.hpp"
+
 namespace sgd_cuda {
 
 // One SGD step on n f32 elements of device memory (buf NULL: no momentum buffer), enqueued
-// on `stream` (the backend's cudaStream_t). Returns "" or the CUDA error's text.
+// on `stream` (the backend's cudaStream_t). Returns "" or the CUDA error's text. The gradient
+// multiplier is resolved on the device (a non-finite clip norm: nothing changes).
 const char* step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
-                 double weight_decay, double grad_scale, void* stream);
+                 double weight_decay, loom::StepScale sc, void* stream);
 
 }  // namespace sgd_cuda

@@ -2,12 +2,15 @@
 // backend/meta): their loom.device-stream/1 table. The device is the CPU, there is no stream,
 // and so nothing to record or wait for: event_record gives a NULL event, waiting on one
 // returns at once. A timing mark (ABI 2.16) is the host clock at the call, which is when the
-// work before it was done. One table serves every instance; get_ext below hands it out.
+// work before it was done. A read (ABI 2.27) copies at once into a heap buffer that
+// read_finish hands over and frees; a tensor with no memory (backend/meta's) reads as zeros.
+// One table serves every instance; get_ext below hands it out.
 #pragma once
 
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "loom/backend.h"
 
@@ -37,6 +40,28 @@ inline loom_error* timer_elapsed(loom_backend*, void* start, void* end, double* 
 }
 inline void timer_free(loom_backend*, void* mark) noexcept { delete static_cast<long long*>(mark); }
 
+inline loom_error* read_start(loom_backend*, const DLTensor* src, void** read) noexcept {
+  if (read == nullptr) return nullptr;
+  auto* bytes = new (std::nothrow) std::vector<char>();
+  if (bytes && src) {
+    const size_t n = (size_t)loom_tensor_numel(src) * loom_dtype_bytes(src->dtype);
+    bytes->assign(n, 0);
+    if (src->data)
+      std::memcpy(bytes->data(), static_cast<const char*>(src->data) + src->byte_offset, n);
+  }
+  *read = bytes;
+  return nullptr;
+}
+inline loom_error* read_finish(loom_backend*, void* read, void* dst, size_t bytes) noexcept {
+  auto* held = static_cast<std::vector<char>*>(read);
+  if (dst && bytes > 0) {
+    std::memset(dst, 0, bytes);
+    if (held) std::memcpy(dst, held->data(), bytes < held->size() ? bytes : held->size());
+  }
+  delete held;
+  return nullptr;
+}
+
 inline const loom_device_stream kTable = {
     {sizeof(loom_device_stream), LOOM_EXT_DEVICE_STREAM, 0, nullptr},
     DLDevice{kDLCPU, 0},
@@ -47,7 +72,9 @@ inline const loom_device_stream kTable = {
     event_free,
     timer_record,
     timer_elapsed,
-    timer_free};
+    timer_free,
+    read_start,
+    read_finish};
 
 // The backend table's get_ext: this table for LOOM_EXT_DEVICE_STREAM, NULL for any other id.
 inline const loom_ext* get_ext(loom_backend*, const char* id) noexcept {

@@ -137,7 +137,27 @@ struct OpsCalls {
   loom_error* (*squared_relu_forward)(loom_backend* be, DLTensor* out, const DLTensor* inp);
   loom_error* (*squared_relu_backward)(loom_backend* be, DLTensor* dinp, const DLTensor* inp,
                                        const DLTensor* dout);
+  // ABI 2.27's loom.sum-squares-total/1 on sum_squares, its args checked already
+  // (loom::sum_squares_total_refusal): the sum of x's squares into total (1) f64, enqueued.
+  // NULL: a sum_squares carrying one is refused by the rule.
+  loom_error* (*sum_squares_total)(loom_backend* be, const loom_sum_squares_args* args,
+                                   DLTensor* total);
 };
+
+// What is wrong with a sum_squares carrying loom.sum-squares-total/1 `e` ("" when nothing):
+// the extension is short, total is not a compact (1) f64 tensor, x is NULL, or another
+// required extension rides the chain.
+inline std::string sum_squares_total_refusal(const loom_sum_squares_args& a, const loom_ext* e) {
+  if (e->struct_size < LOOM_SUM_SQUARES_TOTAL_SIZE_V1) return "loom.sum-squares-total/1 is short";
+  const DLTensor* t = reinterpret_cast<const loom_sum_squares_total*>(e)->total;
+  if (t == nullptr || t->ndim != 1 || t->shape[0] != 1 || !loom_dtype_eq(t->dtype, loom_f64()))
+    return "loom.sum-squares-total/1's total must be a (1) f64 tensor";
+  if (a.n > 0 && a.x == nullptr) return "x is NULL";
+  for (const loom_ext* o = a.ext; o != nullptr; o = o->next)
+    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
+      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+  return {};
+}
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
 // negative, a stride is shorter than a row, a block leaves its tensor, or the two overlap.
@@ -198,8 +218,16 @@ struct OpsSlots {
     return K.gemm_epilogue(be, a, reinterpret_cast<const loom_gemm_epilogue*>(e));
   }
   static loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) {
-    return call(be, "sum_squares", a, LOOM_SUM_SQUARES_ARGS_SIZE_V2,
-                [&] { return K.sum_squares(be, a); });
+    const loom_ext* e =
+        has(K.sum_squares_total) && a && a->struct_size >= LOOM_SUM_SQUARES_ARGS_SIZE_V2
+            ? loom_ext_find(a->ext, LOOM_EXT_SUM_SQUARES_TOTAL)
+            : nullptr;
+    if (e == nullptr)  // none, or a backend without: the rule refuses a required one
+      return call(be, "sum_squares", a, LOOM_SUM_SQUARES_ARGS_SIZE_V2,
+                  [&] { return K.sum_squares(be, a); });
+    const std::string why = sum_squares_total_refusal(*a, e);
+    if (!why.empty()) return K.refuse(be, "sum_squares", why);
+    return K.sum_squares_total(be, a, reinterpret_cast<const loom_sum_squares_total*>(e)->total);
   }
   static loom_error* softmax_forward(loom_backend* be, const loom_softmax_args* a) {
     return call(be, "softmax_forward", a, LOOM_SOFTMAX_ARGS_SIZE_V2,

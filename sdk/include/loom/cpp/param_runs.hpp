@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/clip.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -180,6 +181,34 @@ T* data_of(const DLTensor* t) {
   return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
 }
 
+// A step's gradient multiplier (loom/cpp/clip.hpp): the args' grad_scale, and the clip of a
+// loom.opt-clip/1 on their chain, whose `squares` must be a compact (k) f64 tensor on the
+// parameters' device (`device_type`). Refused, naming `who`, otherwise.
+inline StepScale step_scale(const loom_opt_step_args& a, int32_t device_type,
+                            const std::string& who) {
+  require(std::isfinite(a.grad_scale), who + ": grad_scale must be finite");
+  StepScale sc;
+  sc.grad_scale = a.grad_scale;
+  const loom_ext* e = loom_ext_find(a.ext, LOOM_EXT_OPT_CLIP);
+  if (e == nullptr) return sc;
+  require(e->struct_size >= LOOM_OPT_CLIP_SIZE_V1, who + ": loom.opt-clip/1 is too short");
+  const auto& c = *reinterpret_cast<const loom_opt_clip*>(e);
+  const DLTensor* t = c.squares;
+  require(t != nullptr && t->ndim == 1 && loom_dtype_eq(t->dtype, loom_f64()) && is_compact(t) &&
+              t->device.device_type == device_type,
+          who + ": loom.opt-clip/1's squares must be a (k) f64 tensor on the parameters' device");
+  require(c.loss_scale > 0 && std::isfinite(c.loss_scale) && c.max_norm >= 0,
+          who + ": loom.opt-clip/1 needs loss_scale > 0 and max_norm >= 0");
+  sc.squares = reinterpret_cast<const double*>(static_cast<const char*>(t->data) + t->byte_offset);
+  sc.count = t->shape[0];
+  sc.loss_scale = c.loss_scale;
+  sc.max_norm = c.max_norm;
+  return sc;
+}
+
+// The capabilities of an optimizer over ParamRuns (its descriptor's list).
+inline constexpr const char* kCapabilities[] = {LOOM_EXT_OPT_CLIP, nullptr};
+
 // What every optimizer over ParamRuns holds and answers the same way: the host, its backend,
 // where its kernels run and the runs with their state kinds; `who` ("optimizer/adamw") names
 // its errors. A plugin's class derives from it, reads its keys and adds step(); host() and
@@ -190,6 +219,7 @@ class RunsOptimizer {
                 const loom_opt_param* params, size_t n, const std::vector<std::string>& kinds)
       : host_(host),
         be_(host),
+        who_(who),
         site_(be_, who, cuda_kernels, params, n),
         runs_(be_, params, n, kinds) {}
   RunsOptimizer(const RunsOptimizer&) = delete;
@@ -198,6 +228,14 @@ class RunsOptimizer {
   ParamRuns& runs() { return runs_; }
 
  protected:
+  // The step's gradient multiplier; on the CPU already resolved: `host_gs` holds it, and
+  // false means the clip found a non-finite norm, so the step must change nothing. On a GPU
+  // the kernels resolve it (true, host_gs unset).
+  bool step_scale(const loom_opt_step_args& a, StepScale& sc, double& host_gs) const {
+    sc = opt::step_scale(a, site_.gpu ? kDLCUDA : kDLCPU, who_);
+    return site_.gpu || sc.resolve(&host_gs);
+  }
+
   // Logs how the n parameters were grouped (once the plugin has read its keys).
   void log_runs(size_t n) {
     log(host_, LOOM_LOG_INFO,
@@ -207,6 +245,7 @@ class RunsOptimizer {
 
   const loom_host* host_;
   Backend be_;
+  std::string who_;
   KernelSite site_;
   ParamRuns runs_;
 };
@@ -233,7 +272,7 @@ struct OptimizerTable {
     return loom::guard(self(o)->host(), [&] {
       loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V2,
                     "optimizer: step needs loom_opt_step_args of ABI 2.0");
-      loom::require_known_exts(a->ext, {}, "optimizer: step");
+      loom::require_known_exts(a->ext, {LOOM_EXT_OPT_CLIP}, "optimizer: step");
       self(o)->step(*a);
     });
   }

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# train.grad_norm_on_device (issue 33's step without a host wait before the update): the
+# optimizer clips with the norm's squares on the device (loom.opt-clip/1, summed by the
+# backend's loom.sum-squares-total/1) and the host reads the norm after the update is
+# enqueued. The reference is the same run with the host reading the norm first
+# (train.grad_norm_on_device = false): every logged number and the final checkpoint's files
+# must be identical to the bit, for
+#   1. AdamW with clipping active on every step (grad_clip below every norm), fp32 and fp64;
+#      Lion and SGD with momentum; bf16 (f32 main parameters);
+#   2. fp16's dynamic loss scale, whose first steps overflow (the device skips them);
+#   3. train.nan_check with NaN gradients injected: skip, rerun (a transient fault) and stop
+#      (the message, the exit code and the saved state);
+#   4. under mpirun: DP2 with the distributed optimizer (the norm summed over the world) and a
+#      mixture of experts at EP2 (dense and expert squares over their own groups).
+#   grad_norm_on_device.sh LOOM MPIEXEC
+set -uo pipefail
+loom=$1 mpiexec=${2:-}
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=7 iters=12 micro_batch_size=2 global_batch_size=4 seq_len=16 \
+    log_interval=4 grad_clip=0.05
+  toml_section lr max=3e-3 warmup_iters=2
+  toml_section optimizer plugin=adamw
+  small_gpt_sections 200
+} > r.toml
+fail() { echo "FAIL: $*"; exit 1; }
+# same_state A B: the two checkpoint folders hold the same tensors and state, byte for byte
+# (their recipes, manifests and locks name the runs, and differ).
+same_state() {
+  local f n=0
+  while read -r f; do
+    cmp -s "$1/$f" "$2/$f" || return 1
+    n=$((n + 1))
+  done < <(cd "$1" && find . -type f ! -name .loom.lock ! -name recipe.toml ! -name manifest.json)
+  [ "$n" -gt 1 ]
+}
+# same NAME ARGS...: the run with ARGS both ways (under $launch when set), then their metrics
+# (every number but the clocks and memory) and final checkpoints compared.
+launch=()
+same() {
+  local name=$1 mode
+  shift
+  for mode in true false; do
+    rm -rf "ck_$name.$mode"
+    "${launch[@]}" "$loom" run r.toml --set train.grad_norm_on_device=$mode \
+      --set "train.metrics=$name.$mode.jsonl" --set "checkpoint.save=ck_$name.$mode" "$@" \
+      2> "$name.$mode.log" || { tail -5 "$name.$mode.log"; fail "$name: the run with $mode failed"; }
+  done
+  grep -q "train.grad_norm_on_device: the gradient norm and the clip stay on the device" \
+    "$name.true.log" || fail "$name: the device path was not taken"
+  ! grep -q "stay on the device" "$name.false.log" || fail "$name: false took the device path"
+  python3 - "$name" <<'PY' || fail "$name: the two runs differ"
+import json, sys
+name = sys.argv[1]
+clock = {"step_s", "tokens_per_s", "mfu", "mem_bytes", "comm_wait_s", "slowest_rank"}
+runs = [[{k: v for k, v in json.loads(l).items() if k not in clock and not k.startswith("busy_")}
+         for l in open(f"{name}.{m}.jsonl")] for m in ("true", "false")]
+if runs[0] != runs[1]:
+    for a, b in zip(*runs):
+        if a != b:
+            sys.exit(f"{name}: first difference {a} against {b}")
+    sys.exit(f"{name}: {len(runs[0])} against {len(runs[1])} lines")
+steps = [r for r in runs[0] if "grad_norm" in r]
+norms = [r["grad_norm"] for r in steps if r["grad_norm"] is not None]  # null: not finite
+span = f"{min(norms):.4g}..{max(norms):.4g}" if norms else "none finite"
+print(f"{name}: {len(steps)} steps identical; grad_norm {span}, "
+      f"{len(steps) - len(norms)} not finite, skipped {sum(r['skipped'] for r in steps)}")
+PY
+  same_state "ck_$name.true" "ck_$name.false" || fail "$name: the checkpoints differ"
+}
+
+same adamw
+python3 -c "
+import json
+n = [json.loads(l)['grad_norm'] for l in open('adamw.true.jsonl') if 'grad_norm' in l]
+assert min(n) > 0.05, n  # the clip acts on every step
+" || fail "adamw: the clip did not act on every step"
+same fp64 --set precision.dtype=fp64
+same lion --set optimizer.plugin=lion
+same sgd --set optimizer.plugin=sgd --set optimizer.momentum=0.9
+same bf16 --set precision.dtype=bf16
+# From 2^25 with no hysteresis: the first 5 steps overflow, halving the scale each time.
+same fp16 --set precision.dtype=fp16 --set train.grad_clip=1 \
+  --set precision.initial_loss_scale=33554432 --set precision.hysteresis=1
+grep -q "gradients overflowed" fp16.true.log || fail "fp16: no step overflowed"
+[ "$(grep -c 'gradients overflowed' fp16.true.log)" = "$(grep -c 'gradients overflowed' fp16.false.log)" ] ||
+  fail "fp16: the overflows differ"
+LOOM_TEST_NAN_AT=5:always same skip --set train.nan_check=skip
+grep -q 'update skipped (train.nan_check = "skip"; 1 skipped so far)' skip.true.log ||
+  fail "skip: no line"
+LOOM_TEST_NAN_AT=5 same rerun --set train.nan_check=rerun
+grep -q "a transient fault" rerun.true.log || fail "rerun: no line"
+for mode in true false; do
+  LOOM_TEST_NAN_AT=5:always "$loom" run r.toml --set train.grad_norm_on_device=$mode \
+    --set checkpoint.save=ck_stop.$mode 2> stop.$mode.log
+  rc=$?
+  [ $rc = 1 ] || fail "stop ($mode): exit $rc"
+  grep -q "iteration 5: loss .*, gradient norm nan is not finite; first non-finite gradient: wte on rank 0; the last good state (iteration 4) is saved under ck_stop.$mode" \
+    stop.$mode.log || fail "stop ($mode): the message"
+done
+same_state ck_stop.true ck_stop.false || fail "stop: the saved states differ"
+echo "stop: exit 1 naming wte, iteration 4 saved, the same files"
+
+if [ -n "$mpiexec" ]; then
+  launch=(mpi_ranks 2)
+  same dp2dist --set parallel.data=distributed-optimizer
+  same ep2 --set model.num_experts=4 --set model.moe_router_topk=2 \
+    --set model.activation=swiglu --set model.moe_ffn_hidden_size=24 --set parallel.expert=2
+fi
+echo "train.grad_norm_on_device: every run identical to the host's norm"
