@@ -274,20 +274,25 @@ att=cudnn
 {
   field() { grep -o "\"$1\":[^,}]*" "$2"; }
   det=(--set train.deterministic=true --set attention.plugin=$att)
-  if run det-a "$device" bf16 "${det[@]}" && run det-b "$device" bf16 "${det[@]}"; then
+  # det-c: the same with the host reading the norm before each update, which the default
+  # (train.grad_norm_on_device: the clip decided on the device, ABI 2.27) must equal.
+  if run det-a "$device" bf16 "${det[@]}" && run det-b "$device" bf16 "${det[@]}" &&
+    run det-c "$device" bf16 "${det[@]}" --set train.grad_norm_on_device=false; then
     compare det-a 1e-2 1e-2 3e-3 || failed=1
     for key in loss grad_norm; do
-      if cmp -s <(field $key "$work/det-a.jsonl") <(field $key "$work/det-b.jsonl"); then
-        echo "train.deterministic, bf16, $att: two runs, every $key bitwise equal"
-      else
-        echo "FAIL: train.deterministic: two runs differ in $key:"
-        diff <(field $key "$work/det-a.jsonl") <(field $key "$work/det-b.jsonl") | head -4
-        failed=1
-      fi
+      for other in det-b det-c; do
+        if cmp -s <(field $key "$work/det-a.jsonl") <(field $key "$work/$other.jsonl"); then
+          echo "train.deterministic, bf16, $att: det-a and $other, every $key bitwise equal"
+        else
+          echo "FAIL: train.deterministic: det-a and $other differ in $key:"
+          diff <(field $key "$work/det-a.jsonl") <(field $key "$work/$other.jsonl") | head -4
+          failed=1
+        fi
+      done
     done
   else
     echo "FAIL: loom run with train.deterministic = true:"
-    tail -5 "$work/det-a.log" "$work/det-b.log" 2>/dev/null
+    tail -5 "$work/det-a.log" "$work/det-b.log" "$work/det-c.log" 2>/dev/null
     failed=1
   fi
   if run free-a "$device" bf16 --set attention.plugin=$att &&
