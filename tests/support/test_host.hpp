@@ -69,6 +69,14 @@ inline const loom_plugin_descriptor* load_descriptor(const std::string& kind,
   return d;  // the library stays loaded for the test process
 }
 
+// Whether plugin kind/name lists extension `id` among its descriptor's capabilities.
+inline bool lists_capability(const std::string& kind, const std::string& name, const char* id) {
+  const loom_plugin_descriptor* d = load_descriptor(kind, name);
+  for (const char* const* c = d->capabilities; c && *c; ++c)
+    if (std::string(*c) == id) return true;
+  return false;
+}
+
 class TestHost {
  public:
   TestHost() {

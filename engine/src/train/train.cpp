@@ -183,7 +183,7 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (r.timer) r.timer->begin_step();
   if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
   void* norm_read = nullptr;
-  StepStats s = compute_gradients(r, it, 0, r.device_clip ? &norm_read : nullptr);
+  StepStats s = compute_gradients(r, it, 0, r.norm_squares ? &norm_read : nullptr);
   if (norm_read && std::isfinite(s.loss)) {
     s = update_on_device(r, s, it, norm_read);
   } else {

@@ -9,18 +9,6 @@
 namespace loom::engine {
 namespace {
 
-// Element i of the (2) norm_squares tensor, as a (1) tensor.
-struct Element {
-  int64_t shape[1] = {1};
-  DLTensor t{};
-  Element(const DLTensor* all, int64_t i) : t(*all) {
-    t.ndim = 1;
-    t.shape = shape;
-    t.strides = nullptr;
-    t.byte_offset += static_cast<uint64_t>(i) * sizeof(double);
-  }
-};
-
 // Where the two sums are reduced: with expert parallelism the dense one over the norm group
 // and the expert one over the expert group, else both over the norm group at once.
 template <class Whole, class Each>
@@ -31,13 +19,6 @@ void reduce_norms(TrainRun& r, Whole&& whole, Each&& each) {
   } else {
     whole(r.norm_group);
   }
-}
-
-const loom_device_stream& stream_of(const TrainRun& r) {
-  const loom_device_stream* ds = loom::find_device_stream(r.be);
-  if (ds == nullptr || ds->base.struct_size < LOOM_DEVICE_STREAM_SIZE_V2_27)
-    throw RunError("train.grad_norm_on_device: the backend's loom.device-stream/1 has no reads");
-  return *ds;
 }
 
 }  // namespace
@@ -65,10 +46,10 @@ void* start_device_norm(TrainRun& r) {
   // loom.sum-squares-total/1: the backend sums the per-tensor squares in index order from 0,
   // as the host's loop above does.
   auto total = [&](const std::vector<const DLTensor*>& grads, int64_t i) {
-    Element e(squares, i);
+    View element(squares, {1}, i);
     const loom_sum_squares_total ext{
         {sizeof(loom_sum_squares_total), LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_REQUIRED, nullptr},
-        &e.t};
+        element.get()};
     const loom_sum_squares_args a{LOOM_SUM_SQUARES_ARGS_SIZE_V2, grads.data(), grads.size(),
                                   nullptr, &ext.base};
     check(r.be.api->ops->sum_squares(r.be.self, &a), "gradient norm");
@@ -78,17 +59,17 @@ void* start_device_norm(TrainRun& r) {
   reduce_norms(
       r, [&](loom_comm_group* g) { sum_over(r.be, r.comm, g, squares); },
       [&](int i, loom_comm_group* g) {
-        Element e(squares, i);
-        sum_over(r.be, r.comm, g, &e.t);
+        View element(squares, {1}, i);
+        sum_over(r.be, r.comm, g, element.get());
       });
   void* read = nullptr;
-  check(stream_of(r).read_start(r.be.self, squares, &read), "reading the gradient norm");
+  check(r.norm_reads->read_start(r.be.self, squares, &read), "reading the gradient norm");
   return read;
 }
 
 double finish_device_norm(TrainRun& r, void* read) {
   double sq[2] = {0, 0};
-  check(stream_of(r).read_finish(r.be.self, read, sq, sizeof sq), "reading the gradient norm");
+  check(r.norm_reads->read_finish(r.be.self, read, sq, sizeof sq), "reading the gradient norm");
   return sq[0] + sq[1];
 }
 
@@ -112,7 +93,7 @@ void TrainRun::prepare_device_clip(Registry& registry) {
   }
   const int64_t shape[1] = {2};
   norm_squares = std::make_unique<ScratchTensor>(be, loom_f64(), 1, shape, "the gradient norm");
-  device_clip = true;
+  norm_reads = ds;
   if (rank == 0)
     spdlog::info(
         "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the "

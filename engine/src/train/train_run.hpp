@@ -217,9 +217,10 @@ struct TrainRun {
   std::vector<std::string> norm_names, expert_norm_names;  // their parameters' names
   // train.grad_norm_on_device, where the backend and the optimizer list what it needs
   // (loom.sum-squares-total/1, loom.opt-clip/1, ABI 2.27 read_start): the norm's squares
-  // (dense, expert) stay on the device for the update's clip (train_norm.cpp).
-  bool device_clip = false;
+  // (dense, expert) stay on the device for the update's clip (train_norm.cpp), read through
+  // the backend's stream table. Both NULL: the host reads the norm first.
   std::unique_ptr<ScratchTensor> norm_squares;  // (2) f64
+  const loom_device_stream* norm_reads = nullptr;
   void prepare_device_clip(Registry& registry);
   int64_t skipped_bad = 0;  // steps train.nan_check = "skip" dropped
   LossSpikes spikes;
