@@ -21,6 +21,7 @@ mpiexec=${2:?usage: $0 LOOM_EXECUTABLE MPIEXEC}
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 . "$(dirname "$0")/../support/lib.sh"
+mpi_session_in "$work"
 {
   toml_section train seed=7 iters=5 micro_batch_size=2 global_batch_size=8 seq_len=32 \
     log_interval=1 eval_interval=0

@@ -12,6 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 mpid=""
 trap '[ -n "$mpid" ] && kill -9 "$mpid" 2> /dev/null; rm -rf "$dir"' EXIT
+export OMPI_MCA_orte_tmpdir_base=$dir  # mpirun's session folders (lib.sh's mpi_session_in)
 cd "$dir"
 "$here/make_model.sh" "$loom" ck
 # LOOM_LOG_LEVEL=info: rank 1's set-up lines too (by default only rank 0 logs them)

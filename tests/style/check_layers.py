@@ -9,7 +9,7 @@ sdk/CMakeLists.txt: sdk/layers/<folder>/ and its mirrored headers
 sdk/include/loom/cpp/layers/<folder>/ are one folder.
   - includes: every engine header is included by its folder ("train/train_run.hpp"), the
     file exists, and its folder is the includer's own or one below it;
-  - calls (--objects DIR, the loom_engine target's object folder): every symbol a unit
+  - calls (--objects DIR, the loom_engine_units target's object folder): every symbol a unit
     uses that another unit of the library defines (strongly: weak inline and template
     copies are everyone's) is defined in the unit's own folder or one below it.
 

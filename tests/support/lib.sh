@@ -34,7 +34,17 @@ expect() {
 scratch() {
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
+  mpi_session_in "$dir"
   cd "$dir" || exit 1
+}
+
+# mpi_session_in DIR: Open MPI's session folders (ompi.<host>.<uid>/pid.<pid>) under DIR, the
+# script's own, rather than in /tmp, where the mpiruns of two tests raced: one removed the
+# shared folder as empty as it ended while the other was making its own in it (mpirun:
+# "orte_session_dir failed", layouts.bert.tp2sp once in a suite run). scratch and
+# parity_scratch call it; a script with a folder of its own calls it with that.
+mpi_session_in() {
+  export OMPI_MCA_orte_tmpdir_base=$1
 }
 
 # fail MESSAGE: "FAIL: MESSAGE" and the last 20 lines of out.txt (where the scripts that use
@@ -61,6 +71,7 @@ python_has() {
 parity_scratch() {
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
+  mpi_session_in "$dir"
   parity_corpus > "$dir/docs.jsonl"
 }
 parity_corpus() {

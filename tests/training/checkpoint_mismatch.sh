@@ -13,6 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+mpi_session_in "$dir"
 cd "$dir"
 cat > r.toml <<'TOML'
 [train]

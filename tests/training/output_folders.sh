@@ -18,6 +18,7 @@ loom=$1 mpiexec=${2:-}
 dir=$(mktemp -d)
 chmod 755 "$dir"
 trap 'kill $holder 2>/dev/null; rm -rf "$dir"' EXIT
+export OMPI_MCA_orte_tmpdir_base=$dir  # mpirun's session folders (lib.sh's mpi_session_in)
 holder=
 cd "$dir"
 cp "$here/../support/tiny_gpt.toml" r.toml
