@@ -21,15 +21,8 @@
 
 namespace loom::opt {
 
-inline bool is_compact(const DLTensor* t) {
-  if (!t->strides) return true;
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
-    expect *= t->shape[d];
-  }
-  return true;
-}
+// loom::is_compact (tensor.hpp), under the name this header gave its own copy before.
+using loom::is_compact;
 
 // `b` starts where `a` ends, in the same buffer.
 inline bool follows(const DLTensor* a, const DLTensor* b) {
