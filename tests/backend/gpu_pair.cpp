@@ -52,6 +52,8 @@ std::string device_name() {
   return e && *e ? e : "cuda";
 }
 
+bool model_shapes() { return device_name() != "cpu"; }
+
 std::string try_open_device() {
   try {
     if (!device_slot()) device_slot() = open_device(false);

@@ -33,6 +33,11 @@ struct Side {
 
 // Name of the backend under test: "cuda", or LOOM_GPU_TEST_DEVICE to self-check the harness.
 std::string device_name();
+// Whether the shapes of a real model (GPT-2's) run too: on a device, for its libraries'
+// choices at those sizes (cuBLASLt's algorithms and epilogues, the kernels' grid shapes).
+// Not in a self-check against a second CPU backend, where both sides run the same code and
+// those shapes only cost time (the sanitizer build's longest test was this one, 100 s).
+bool model_shapes();
 // Creates the device backend once; "" when it works, else the reason (main() skips on a
 // "no CUDA device" reason and fails on any other).
 std::string try_open_device();
