@@ -145,6 +145,7 @@ Listing build() {
   STRUCT(loom_rope_args) F(struct_size) F(x) F(pos_offset) F(theta) F(ext) END
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) F(ext) END
   STRUCT(loom_sum_squares_total) F(base) F(total) END
+  STRUCT(loom_ce_loss_total) F(base) F(total) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)
@@ -219,6 +220,7 @@ Listing build() {
   STRUCT(loom_token_stats) F(base) F(loss) F(top1) END
   STRUCT(loom_preference_objective) F(base) F(beta) END
   STRUCT(loom_preference_rows) F(base) F(reference) F(policy) END
+  STRUCT(loom_device_losses) F(base) F(sums) END
   // optimizer.h
   STRUCT(loom_opt_param) F(struct_size) F(name) F(param) F(grad) F(weight_decay) END
   STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END

@@ -34,6 +34,7 @@
   X(loom_rope_args) \
   X(loom_sum_squares_args) \
   X(loom_sum_squares_total) \
+  X(loom_ce_loss_total) \
   X(loom_ops) \
   X(loom_backend_info) \
   X(loom_device_stream) \
@@ -52,6 +53,7 @@
   X(loom_loss) \
   X(loom_stage_forward_args) \
   X(loom_stage_backward_args) \
+  X(loom_device_losses) \
   X(loom_model_api) \
   X(loom_decode_ext) \
   X(loom_opt_param) \

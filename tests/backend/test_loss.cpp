@@ -1,6 +1,10 @@
 // Fused softmax + cross-entropy: losses against a naive logsumexp, ignore index -1, dlogits
 // against central finite differences of dloss * sum(losses), in-place dlogits, stability at
-// large logits, f32 against f64, and target validation.
+// large logits, f32 against f64, target validation, and loom.ce-loss-total/1 (the losses' sum
+// on the device, to the bit of the host's loop, and NaN gradient rows where a loss is not
+// finite).
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ops_support.hpp"
@@ -106,4 +110,74 @@ TEST_CASE("softmax_cross_entropy: bad targets and shapes are refused") {
                                     make_i32({2}, {1, 2}).get(), 1.0);
       },
       LOOM_ERR_INVALID_ARGUMENT, "losses is f32, expected f64 (the dtype of logits)");
+}
+
+// ABI 2.28: the sum the models read back and add on the host (index order from 0, in double),
+// added into the total by the backend instead; losses and finite gradient rows as without
+// the extension, to the bit. A target logit of -inf makes that row's loss infinite while its
+// plain gradient (softmax - onehot) stays finite: with the total it is NaN, which the step's
+// gradient norm then carries to a clip decided on the device.
+TEST_CASE("loom.ce-loss-total/1: the host's sum to the bit; NaN rows where a loss is infinite") {
+  CHECK(loomtest::lists_capability("backend", "cpu", LOOM_EXT_CE_LOSS_TOTAL));
+  const int64_t N = 6, V = 9;
+  std::vector<int32_t> t = {3, -1, 0, 8, 5, 2};
+  for (DLDataType dt : {loom_f64(), loom_f32()}) {
+    CAPTURE(dt.bits);
+    for (bool infinite : {false, true}) {
+      CAPTURE(infinite);
+      Vec x = random_vec(N * V, 7, -4, 4);
+      if (infinite) x[4 * V + 5] = -std::numeric_limits<double>::infinity();  // row 4's target
+      auto X = make(dt, {N, V}, x);
+      auto T = make_i32({N}, t);
+      loom::Tensor L0(B(), dt, {N}), L1(B(), dt, {N});
+      auto D0 = make(dt, {N, V}, Vec(N * V, 0.0)), D1 = make(dt, {N, V}, Vec(N * V, 0.0));
+      loom::softmax_cross_entropy(B(), L0.get(), D0.get(), X.get(), T.get(), 0.125);
+      auto total = make64({1}, {0.5});
+      loom::softmax_cross_entropy(B(), L1.get(), D1.get(), X.get(), T.get(), 0.125, total.get());
+      const Vec l0 = get(L0), d0 = get(D0), d1 = get(D1);
+      CHECK(get(L1) == l0);
+      double sum = 0.0;
+      for (double l : l0) sum += l;  // the decoder's own loop over the losses it read
+      CHECK(std::isinf(l0[4]) == infinite);
+      CHECK(get(total)[0] == 0.5 + sum);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t v = 0; v < V; ++v) {
+          CAPTURE(n);
+          if (infinite && n == 4)
+            CHECK(std::isnan(d1[n * V + v]));
+          else
+            CHECK(d1[n * V + v] == d0[n * V + v]);
+          if (infinite && n == 4) CHECK(std::isfinite(d0[n * V + v]));  // why the NaN rows
+        }
+    }
+  }
+  SUBCASE("bf16 logits: the NaN row in bf16's bits (0x7fc0)") {
+    std::vector<uint16_t> bits(N * V);
+    for (int64_t i = 0; i < N * V; ++i) {  // multiples of 1/2 in [-2, 2]: exact in bf16
+      const float f = 0.5f * (float)(i % 9 - 4);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      bits[i] = (uint16_t)(u >> 16);
+    }
+    bits[4 * V + 5] = 0xff80;  // -inf, row 4's target
+    loom::Tensor X(B(), loom_bf16(), {N, V}), D0(B(), loom_bf16(), {N, V}),
+        D1(B(), loom_bf16(), {N, V});
+    X.upload(bits);
+    loom::Tensor L(B(), loom_f32(), {N});
+    auto T = make_i32({N}, t);
+    auto total = make64({1}, {0.0});
+    loom::softmax_cross_entropy(B(), L.get(), D0.get(), X.get(), T.get(), 1.0);
+    loom::softmax_cross_entropy(B(), L.get(), D1.get(), X.get(), T.get(), 1.0, total.get());
+    CHECK(std::isinf(get(total)[0]));
+    const auto d0 = D0.download<uint16_t>(), d1 = D1.download<uint16_t>();
+    for (int64_t i = 0; i < N * V; ++i) CHECK(d1[i] == (i / V == 4 ? uint16_t{0x7fc0} : d0[i]));
+  }
+  auto X = make64({2, 4}, Vec(8, 0.0));
+  loom::Tensor Ls(B(), loom_f64(), {2}), wide(B(), loom_f64(), {2});
+  expect_error(
+      [&] {
+        loom::softmax_cross_entropy(B(), Ls.get(), static_cast<DLTensor*>(nullptr), X.get(),
+                                    make_i32({2}, {1, 2}).get(), 1.0, wide.get());
+      },
+      LOOM_ERR_INVALID_ARGUMENT, "loom.ce-loss-total/1's total must be a (1) f64 tensor");
 }

@@ -422,6 +422,13 @@ TEST_CASE("fill") {
     run_both([&](const loom::Backend& B, int s) { B.call(&loom_ops::fill, t[s], 7.0); });
     CHECK(download(t.dev_side()) == Vec(77, 7.0));
   }
+  SUBCASE("f64, exactly: the host's sums kept on the device (ABI 2.28)") {
+    loom::Tensor t(dev(), loom_f64(), {5});
+    dev().call(&loom_ops::fill, t.get(), 0.1);
+    CHECK(t.download<double>() == std::vector<double>(5, 0.1));
+    dev().call(&loom_ops::fill, t.get(), std::nan(""));
+    for (double v : t.download<double>()) CHECK(std::isnan(v));
+  }
   SUBCASE("a view: byte_offset honoured, the rest untouched") {
     Pair t(f32(), {10, 13}, random_vec(130, 41));
     run_both([&](const loom::Backend& B, int s) {

@@ -228,6 +228,43 @@ std::vector<int32_t> targets_for(int64_t N, int32_t V, uint64_t seed) {
   return t;
 }
 
+// loom.ce-loss-total/1 (ABI 2.28): the losses' sum added into a (1) f64 total on each side
+// (the device's order against the cpu's index order: f32-tight, as the losses are), the
+// gradient as without it, and a row whose target logit is -inf (an infinite loss) a NaN
+// gradient row on both sides. `logits` is rewritten.
+void check_loss_total(DLDataType dt, int64_t N, int64_t V, Pair& logits, const Pair& tg) {
+  Vec x = random_vec(N * V, 153, -5.0, 5.0);
+  logits.set(x);
+  Pair losses(f32(), {N}), dlogits(dt, {N, V});
+  loom::Tensor total[2];
+  run_both([&](const loom::Backend& B, int s) {
+    total[s] = loom::Tensor(B, loom_f64(), {1});
+    B.call(&loom_ops::fill, total[s].get(), 0.5);
+    loom::softmax_cross_entropy(B, losses[s], dlogits[s], logits[s], tg[s], 1.0 / 29,
+                                total[s].get());
+  });
+  expect_close(dlogits, tol_for(dt), "softmax_cross_entropy dlogits, with a total");
+  const double t0 = total[0].download<double>()[0], t1 = total[1].download<double>()[0];
+  CHECK_MESSAGE(std::fabs(t1 - t0) <= kTolF32 * std::fabs(t0), "total " << t1 << " vs " << t0);
+  const Vec want = cpu_values(losses);
+  double sum = 0.5;
+  for (double l : want) sum += l;
+  CHECK(t0 == sum);       // the cpu's is its index order, to the bit
+  const int64_t row = 1;  // a counted row (every 5th from 0 is ignored), targets as the caller's
+  const int32_t t = targets_for(N, static_cast<int32_t>(V), 152)[row];
+  x[row * V + t] = -INFINITY;
+  logits.set(x);
+  run_both([&](const loom::Backend& B, int s) {
+    B.call(&loom_ops::fill, total[s].get(), 0.0);
+    loom::softmax_cross_entropy(B, losses[s], dlogits[s], logits[s], tg[s], 1.0 / 29,
+                                total[s].get());
+  });
+  const Vec d = download(dlogits.dev_side());
+  CHECK(std::isinf(total[1].download<double>()[0]));
+  for (int64_t v = 0; v < V; ++v) CHECK(std::isnan(d[row * V + v]));
+  CHECK(std::isfinite(d[(row + 1) * V]));
+}
+
 void run_cross_entropy(DLDataType dt, int64_t N, int64_t V) {
   CAPTURE(N);
   CAPTURE(V);
@@ -251,6 +288,7 @@ void run_cross_entropy(DLDataType dt, int64_t N, int64_t V) {
     loom::softmax_cross_entropy(B, losses[s], logits[s], logits[s], tg[s], dloss);
   });
   expect_close(logits, tol, "softmax_cross_entropy dlogits aliasing logits");
+  check_loss_total(dt, N, V, logits, tg);
 }
 
 // One vocabulary slice [vs, vs + Vl) of a larger vocabulary; targets anywhere in it.

@@ -11,7 +11,12 @@
 #   3. train.nan_check with NaN gradients injected: skip, rerun (a transient fault) and stop
 #      (the message, the exit code and the saved state);
 #   4. under mpirun: DP2 with the distributed optimizer (the norm summed over the world) and a
-#      mixture of experts at EP2 (dense and expert squares over their own groups).
+#      mixture of experts at EP2 (dense and expert squares over their own groups), and PP2
+#      (whose schedule adds the losses up on the host).
+# The losses too (ABI 2.28): backend/cpu lists loom.ce-loss-total/1, so the true runs keep the
+# cross-entropy's sums on the device (loom.device-losses/1, the "lm" and multi-token
+# prediction's "mtp" terms; a mixture of experts' terms on the host beside them) and read them
+# with the norm after the update; the logged losses must still equal the host's to the bit.
 #   grad_norm_on_device.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=${2:-}
@@ -47,7 +52,7 @@ same() {
       --set "train.metrics=$name.$mode.jsonl" --set "checkpoint.save=ck_$name.$mode" "$@" \
       2> "$name.$mode.log" || { tail -5 "$name.$mode.log"; fail "$name: the run with $mode failed"; }
   done
-  grep -q "train.grad_norm_on_device: the gradient norm and the clip stay on the device" \
+  grep -q "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the host reads the norm and the losses (loom.device-losses/1)" \
     "$name.true.log" || fail "$name: the device path was not taken"
   ! grep -q "stay on the device" "$name.false.log" || fail "$name: false took the device path"
   python3 - "$name" <<'PY' || fail "$name: the two runs differ"
@@ -80,6 +85,7 @@ same fp64 --set precision.dtype=fp64
 same lion --set optimizer.plugin=lion
 same sgd --set optimizer.plugin=sgd --set optimizer.momentum=0.9
 same bf16 --set precision.dtype=bf16
+same mtp --set model.mtp_num_layers=1 --set model.position=rope
 # From 2^25 with no hysteresis: the first 5 steps overflow, halving the scale each time.
 same fp16 --set precision.dtype=fp16 --set train.grad_clip=1 \
   --set precision.initial_loss_scale=33554432 --set precision.hysteresis=1
@@ -107,5 +113,6 @@ if [ -n "$mpiexec" ]; then
   same dp2dist --set parallel.data=distributed-optimizer
   same ep2 --set model.num_experts=4 --set model.moe_router_topk=2 \
     --set model.activation=swiglu --set model.moe_ffn_hidden_size=24 --set parallel.expert=2
+  same pp2 --set parallel.pipeline=2
 fi
 echo "train.grad_norm_on_device: every run identical to the host's norm"

@@ -44,8 +44,10 @@ constexpr loom_param_spec kTrain[] = {
           "after the update is enqueued, then decides as before (train.nan_check, fp16's loss "
           "scale): the same numbers, with no host wait between the backward pass and the "
           "update. Used where the backend and the optimizer list what it needs "
-          "(loom.sum-squares-total/1 and loom.opt-clip/1); false: the host reads the norm "
-          "first"),
+          "(loom.sum-squares-total/1 and loom.opt-clip/1); where the backend also lists "
+          "loom.ce-loss-total/1, the model sums its cross-entropy there too and the host reads "
+          "the losses with the norm, none per micro-batch. false: the host reads the losses "
+          "and the norm first"),
     param("deterministic", kBool, "false",
           "the same bits on every run of the same recipe on the same machine (Megatron's "
           "--deterministic-mode): sets `deterministic = true` in every plugin section whose "

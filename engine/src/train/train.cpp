@@ -15,6 +15,7 @@
 #include "base/errors.hpp"
 #include "base/mfu.hpp"
 #include "loom/cpp/clip.hpp"
+#include "loom/cpp/tensor.hpp"
 #include "session/comm_watch.hpp"
 #include "session/step_timer.hpp"
 #include "train/train_norm.hpp"
@@ -24,38 +25,57 @@
 namespace loom::engine {
 namespace {
 
-// Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
-// summed over them and over the data-parallel ranks.
-std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only) {
-  r.feed.prepare(micro);  // DPO's rows for each micro-batch
-  const loom_schedule_args a =
-      r.run_schedule(micro, forward_only, r.feed.loss_scale, &Feed::get, &r.feed);
-  if (a.num_losses == 0 || a.losses == nullptr)
-    throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported no loss terms");
-  std::vector<LossTerm> terms;
+// The loss terms summed over the data-parallel ranks (their sums and counts), in place.
+void sum_terms(TrainRun& r, std::vector<LossTerm>& terms) {
   std::vector<double> sums;
-  for (size_t i = 0; i < a.num_losses; ++i) {
-    terms.push_back({a.losses[i].name, 0, 0, a.losses[i].weight});
-    sums.insert(sums.end(), {a.losses[i].sum, a.losses[i].count});
-  }
+  for (const LossTerm& t : terms) sums.insert(sums.end(), {t.sum, t.count});
   sum_over(r.be, r.comm, r.data_group, sums.data(), (int64_t)sums.size());
   for (size_t i = 0; i < terms.size(); ++i) {
     terms[i].sum = sums[2 * i];
     terms[i].count = sums[2 * i + 1];
   }
+}
+
+// Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
+// summed over them and over the data-parallel ranks. device_losses: the model may keep sums
+// in r.device_sums (loom.device-losses/1), and the terms are this rank's host parts alone,
+// summed over the ranks once the rest is read (finish_losses).
+std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only,
+                                bool device_losses = false) {
+  r.feed.prepare(micro);  // DPO's rows for each micro-batch
+  const loom_schedule_args a =
+      r.run_schedule(micro, forward_only, r.feed.loss_scale, &Feed::get, &r.feed, device_losses);
+  if (a.num_losses == 0 || a.losses == nullptr)
+    throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported no loss terms");
+  if (device_losses && (int64_t)a.num_losses > r.loss_terms)
+    throw RunError("schedule/" + r.recipe.plugin("schedule") + " reported " +
+                   std::to_string(a.num_losses) + " loss terms; stage_info listed " +
+                   std::to_string(r.loss_terms));
+  std::vector<LossTerm> terms;
+  for (size_t i = 0; i < a.num_losses; ++i)
+    terms.push_back({a.losses[i].name, a.losses[i].sum, a.losses[i].count, a.losses[i].weight});
+  if (!device_losses) sum_terms(r, terms);
   return terms;
+}
+
+// The step's losses for the log: the main term, then the others by kind.
+void set_losses(StepStats& s, const std::vector<LossTerm>& losses) {
+  s.loss = losses[0].mean();
+  for (size_t i = 1; i < losses.size(); ++i)
+    (losses[i].weight == 0 ? s.stats : s.extra_losses)
+        .emplace_back(losses[i].name, losses[i].mean());
 }
 
 // The training micro-batches of a step, with gradient readiness passed on to the strategy
 // (TrainRun::on_grad_ready) while they run.
-std::vector<LossTerm> train_micro(TrainRun& r) {
+std::vector<LossTerm> train_micro(TrainRun& r, bool device_losses) {
   std::fill(r.ready_count.begin(), r.ready_count.end(), 0);
   struct Scope {
     bool& on;
     explicit Scope(bool& b) : on(b) { on = true; }
     ~Scope() { on = false; }
   } ready(r.forward_ready);
-  std::vector<LossTerm> losses = run_micro(r, r.num_micro, false);
+  std::vector<LossTerm> losses = run_micro(r, r.num_micro, false, device_losses);
   if (!r.ready_error.empty()) throw RunError(std::exchange(r.ready_error, std::string()));
   // The end of the backward passes on the clock grad/ddp's debug lines use (a traced run,
   // tests/parallel/overlap_grad_reduce.sh, sets them against each other).
@@ -79,16 +99,19 @@ std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
 // advances: every micro-batch's forward and backward, the model's completion, the
 // data-parallel reduction and the global norm. `attempt` > 0: a rerun of the same batch.
 // `norm_read` (train.grad_norm_on_device): the norm stays on the device, its read started
-// into *norm_read, and s.grad_norm is unknown (NaN) until finish_device_norm.
+// into *norm_read, and s.grad_norm is unknown (NaN) until finish_device_norm; with
+// r.loss_terms, so are the losses (r.pending_losses holds this rank's host parts).
 StepStats compute_gradients(TrainRun& r, int64_t it, int attempt, void** norm_read = nullptr) {
   for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
+  const bool device_losses = norm_read && r.loss_terms > 0;
+  if (device_losses) check(r.be.api->ops->fill(r.be.self, r.device_sums->t, 0.0), "loss sums");
   // Each rank scales by its own token count; the data-parallel reduction averages over
   // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
   if (r.hooks && r.hooks->nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
-  const std::vector<LossTerm> losses = train_micro(r);
+  std::vector<LossTerm> losses = train_micro(r, device_losses);
   if (r.timer) r.timer->set_unit(-1);  // the rest of the step is outside the layers
   r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
@@ -97,17 +120,33 @@ StepStats compute_gradients(TrainRun& r, int64_t it, int attempt, void** norm_re
   check(papi->reduce(par, &reduce), "reducing gradients");
 
   StepStats s;  // losses of the global batch, for the log
-  s.loss = losses[0].mean();
-  for (size_t i = 1; i < losses.size(); ++i)
-    (losses[i].weight == 0 ? s.stats : s.extra_losses)
-        .emplace_back(losses[i].name, losses[i].mean());
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
   s.loss_scale = r.scaler.scale;
+  bool host_part_finite = true;
+  if (device_losses) {
+    for (const LossTerm& t : losses) host_part_finite = host_part_finite && std::isfinite(t.sum);
+    r.pending_losses = std::move(losses);
+    s.loss = std::nan("");
+  } else {
+    set_losses(s, losses);
+  }
   if (norm_read)
-    *norm_read = start_device_norm(r), s.grad_norm = std::nan("");
+    *norm_read = start_device_norm(r, !host_part_finite), s.grad_norm = std::nan("");
   else
     s.grad_norm = loom::grad_norm(squared_grad_norm(r), s.loss_scale);
   return s;
+}
+
+// The norm of a step whose read started, and its losses where they were pending: the device's
+// sums added to this rank's host parts, then summed over the data-parallel ranks.
+void finish_reads(TrainRun& r, StepStats& s, void* norm_read) {
+  std::vector<double> device((size_t)r.loss_terms);
+  s.grad_norm = loom::grad_norm(finish_device_norm(r, norm_read, device.data()), s.loss_scale);
+  if (r.pending_losses.empty()) return;
+  std::vector<LossTerm> losses = std::exchange(r.pending_losses, {});
+  for (size_t i = 0; i < losses.size(); ++i) losses[i].sum += device[i];
+  sum_terms(r, losses);
+  set_losses(s, losses);
 }
 
 // The optimizer's step (gradients times grad_scale, and the clip of `clip` when given), the
@@ -151,17 +190,21 @@ void apply_update(TrainRun& r, StepStats& s, int64_t it) {
 
 // train.grad_norm_on_device: the update of a step whose norm is still on the device (its read
 // started), enqueued before the host knows the norm: the optimizer clips with the norm's
-// squares and changes nothing where it is not finite. Then the host reads the norm and
-// decides as apply_update would have: the same updates, the same loss scale, the same
-// train.nan_check outcome, to the bit. The loss is known and finite.
+// squares and changes nothing where it is not finite. Then the host reads the norm (and the
+// losses, where they were on the device too) and decides as apply_update would have: the
+// same updates, the same loss scale, the same train.nan_check outcome, to the bit. The loss
+// is known and finite, or was on the device, where a non-finite one made the norm NaN
+// (loom.ce-loss-total/1's gradient rows, start_device_norm's poison), so the step changed
+// nothing.
 StepStats update_on_device(TrainRun& r, StepStats s, int64_t it, void* norm_read) {
   s.lr = r.lr.at(it);
+  View squares(r.device_sums->t, {2});
   const loom_opt_clip clip{{sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr},
-                           r.norm_squares->t,
+                           squares.get(),
                            s.loss_scale,
                            r.grad_clip};
   launch_update(r, s.lr, 1.0, &clip);
-  s.grad_norm = loom::grad_norm(finish_device_norm(r, norm_read), s.loss_scale);
+  finish_reads(r, s, norm_read);
   const bool finite = std::isfinite(s.grad_norm);
   if (!finite) --r.opt_steps;  // the optimizer took no step
   if (numbers_ok(r, s)) {
@@ -183,11 +226,11 @@ StepStats train_step(TrainRun& r, int64_t it) {
   if (r.timer) r.timer->begin_step();
   if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
   void* norm_read = nullptr;
-  StepStats s = compute_gradients(r, it, 0, r.norm_squares ? &norm_read : nullptr);
-  if (norm_read && std::isfinite(s.loss)) {
+  StepStats s = compute_gradients(r, it, 0, r.device_sums ? &norm_read : nullptr);
+  if (norm_read && (std::isfinite(s.loss) || !r.pending_losses.empty())) {
     s = update_on_device(r, s, it, norm_read);
   } else {
-    if (norm_read) s.grad_norm = loom::grad_norm(finish_device_norm(r, norm_read), s.loss_scale);
+    if (norm_read) finish_reads(r, s, norm_read);
     if (!numbers_ok(r, s))
       s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
     apply_update(r, s, it);
@@ -254,7 +297,7 @@ void dry_step(TrainRun& r) {
 
 loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, double loss_scale,
                                           loom_error* (*get)(void*, int64_t, loom_microbatch*),
-                                          void* user) {
+                                          void* user, bool device_losses) {
   loom_schedule_args a{};
   a.struct_size = LOOM_SCHEDULE_ARGS_SIZE_V2;
   a.model_api = mapi;
@@ -270,6 +313,11 @@ loom_schedule_args TrainRun::run_schedule(int64_t micro, bool forward_only, doub
   // a training step's extensions: the model's split backward, and the trace of a traced step
   const loom_ext* chain = !forward_only && split.model ? &split.base : nullptr;
   if (!forward_only && tracing) chain = trace->chain(chain);
+  // the loss terms' sums on the device, after the norm's two squares
+  View sums = device_losses ? View(device_sums->t, {loss_terms}, 2) : View();
+  loom_device_losses on_device{{sizeof(loom_device_losses), LOOM_EXT_DEVICE_LOSSES, 0, chain},
+                               sums.get()};
+  if (device_losses) chain = &on_device.base;
   a.ext = chain;
   check(schedule.first->run(schedule.second, &a), "pipeline schedule");
   return a;

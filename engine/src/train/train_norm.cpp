@@ -3,6 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "base/errors.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -19,6 +23,16 @@ void reduce_norms(TrainRun& r, Whole&& whole, Each&& each) {
   } else {
     whole(r.norm_group);
   }
+}
+
+// The model's loss terms: stage_info's list, the same on every stage.
+size_t loss_term_count(TrainRun& r) {
+  loom_stage_info info{};
+  info.struct_size = LOOM_STAGE_INFO_SIZE_V2;
+  info.batch = r.mbs;
+  info.seq_len = r.seq_len;
+  check(r.mapi->stage_info(r.chunks.front(), &info), "stage_info");
+  return info.num_losses;
 }
 
 }  // namespace
@@ -41,12 +55,12 @@ double squared_grad_norm(TrainRun& r) {
   return sq[0] + sq[1];
 }
 
-void* start_device_norm(TrainRun& r) {
-  DLTensor* squares = r.norm_squares->t;
+void* start_device_norm(TrainRun& r, bool poison) {
+  View squares(r.device_sums->t, {2});
   // loom.sum-squares-total/1: the backend sums the per-tensor squares in index order from 0,
   // as the host's loop above does.
   auto total = [&](const std::vector<const DLTensor*>& grads, int64_t i) {
-    View element(squares, {1}, i);
+    View element(squares.get(), {1}, i);
     const loom_sum_squares_total ext{
         {sizeof(loom_sum_squares_total), LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_REQUIRED, nullptr},
         element.get()};
@@ -56,21 +70,24 @@ void* start_device_norm(TrainRun& r) {
   };
   total(r.norm_grads, 0);
   total(r.expert_norm_grads, 1);
+  if (poison) check(r.be.api->ops->fill(r.be.self, squares.get(), std::nan("")), "gradient norm");
   reduce_norms(
-      r, [&](loom_comm_group* g) { sum_over(r.be, r.comm, g, squares); },
+      r, [&](loom_comm_group* g) { sum_over(r.be, r.comm, g, squares.get()); },
       [&](int i, loom_comm_group* g) {
-        View element(squares, {1}, i);
+        View element(squares.get(), {1}, i);
         sum_over(r.be, r.comm, g, element.get());
       });
   void* read = nullptr;
-  check(r.norm_reads->read_start(r.be.self, squares, &read), "reading the gradient norm");
+  check(r.norm_reads->read_start(r.be.self, r.device_sums->t, &read), "reading the gradient norm");
   return read;
 }
 
-double finish_device_norm(TrainRun& r, void* read) {
-  double sq[2] = {0, 0};
-  check(r.norm_reads->read_finish(r.be.self, read, sq, sizeof sq), "reading the gradient norm");
-  return sq[0] + sq[1];
+double finish_device_norm(TrainRun& r, void* read, double* losses) {
+  std::vector<double> sums((size_t)(2 + r.loss_terms));
+  check(r.norm_reads->read_finish(r.be.self, read, sums.data(), sums.size() * sizeof(double)),
+        "reading the gradient norm");
+  if (losses) std::copy(sums.begin() + 2, sums.end(), losses);
+  return sums[0] + sums[1];
 }
 
 void TrainRun::prepare_device_clip(Registry& registry) {
@@ -91,13 +108,16 @@ void TrainRun::prepare_device_clip(Registry& registry) {
                    lacking);
     return;
   }
-  const int64_t shape[1] = {2};
-  norm_squares = std::make_unique<ScratchTensor>(be, loom_f64(), 1, shape, "the gradient norm");
+  // The loss terms beside the norm where the backend sums a cross-entropy on the device.
+  if (be_info.has_capability(LOOM_EXT_CE_LOSS_TOTAL)) loss_terms = (int64_t)loss_term_count(*this);
+  const int64_t shape[1] = {2 + loss_terms};
+  device_sums = std::make_unique<ScratchTensor>(be, loom_f64(), 1, shape, "the gradient norm");
   norm_reads = ds;
   if (rank == 0)
     spdlog::info(
         "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the "
-        "host reads the norm after each update is enqueued");
+        "host reads the norm{} after each update is enqueued",
+        loss_terms > 0 ? " and the losses (" LOOM_EXT_DEVICE_LOSSES ")" : "");
 }
 
 }  // namespace loom::engine

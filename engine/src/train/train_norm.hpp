@@ -12,12 +12,15 @@ namespace loom::engine {
 // world; reads the device.
 double squared_grad_norm(TrainRun& r);
 
-// The same into r.norm_squares (dense, expert) on the device, the same sums over the same
-// ranks in the same order, and its read started (the handle for finish_device_norm).
+// The same into r.device_sums' first two (dense, expert) on the device, the same sums over
+// the same ranks in the same order, and the read of r.device_sums started (the handle for
+// finish_device_norm). `poison`: this rank's host part of a loss is not finite, so the norm
+// is made NaN before the ranks sum it, and every rank's optimizer leaves the step alone.
 // COLLECTIVE over the world; enqueues.
-void* start_device_norm(TrainRun& r);
+void* start_device_norm(TrainRun& r, bool poison);
 
 // The squared norm of a started read: waits for that read alone (the update after it runs on).
-double finish_device_norm(TrainRun& r, void* read);
+// `losses` (r.loss_terms of them, or NULL): the loss terms' sums the model kept on the device.
+double finish_device_norm(TrainRun& r, void* read, double* losses = nullptr);
 
 }  // namespace loom::engine

@@ -125,8 +125,11 @@ struct TrainRun {
   void finish_save(bool wait);
   // Runs `micro` micro-batches of mbs x seq_len from get(user, i, ...) through the pipeline
   // schedule (COLLECTIVE over the world); the schedule's loss terms are in a.losses.
+  // device_losses: loom.device-losses/1 on the args, over device_sums' loss part (a training
+  // step whose losses are read after its update).
   loom_schedule_args run_schedule(int64_t micro, bool forward_only, double loss_scale,
-                                  loom_error* (*get)(void*, int64_t, loom_microbatch*), void* user);
+                                  loom_error* (*get)(void*, int64_t, loom_microbatch*), void* user,
+                                  bool device_losses = false);
 
   Recipe& recipe;
 
@@ -218,9 +221,14 @@ struct TrainRun {
   // train.grad_norm_on_device, where the backend and the optimizer list what it needs
   // (loom.sum-squares-total/1, loom.opt-clip/1, ABI 2.27 read_start): the norm's squares
   // (dense, expert) stay on the device for the update's clip (train_norm.cpp), read through
-  // the backend's stream table. Both NULL: the host reads the norm first.
-  std::unique_ptr<ScratchTensor> norm_squares;  // (2) f64
+  // the backend's stream table. Both NULL: the host reads the norm first. Where the backend
+  // also lists loom.ce-loss-total/1 (ABI 2.28), the loss terms' sums follow the squares
+  // (loom.device-losses/1: the model sums its cross-entropy there, loss_terms of them) and
+  // are read with them, after the update: one read per step.
+  std::unique_ptr<ScratchTensor> device_sums;  // (2 + loss_terms) f64
+  int64_t loss_terms = 0;
   const loom_device_stream* norm_reads = nullptr;
+  std::vector<LossTerm> pending_losses;  // this rank's host sums while the rest is read
   void prepare_device_clip(Registry& registry);
   int64_t skipped_bad = 0;  // steps train.nan_check = "skip" dropped
   LossSpikes spikes;

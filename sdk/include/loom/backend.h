@@ -21,6 +21,7 @@
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
 
+#include "loom/device_totals.h" /* sums kept on the device: what two ops' args may carry */
 #include "loom/gemm_epilogue.h" /* loom.gemm-epilogue/1: what a gemm's args may carry */
 #include "loom/host.h"
 #include "loom/tensor.h"
@@ -111,19 +112,7 @@ typedef struct loom_sum_squares_args {
 } loom_sum_squares_args;
 #define LOOM_SUM_SQUARES_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_sum_squares_args, ext)
 
-/* ABI 2.27, loom.sum-squares-total/1 on sum_squares' ext chain: the gradient norm without a
- * host read. The call writes total[0] = out[0] + out[1] + ... + out[n-1], summed in double in
- * index order from 0 (the host's own loop over `out`, to the bit), into `total`, a (1) f64
- * tensor of the backend, and nothing to the host (`out` is not read or written, and may be
- * NULL); the call enqueues
- * (progress "stream") instead of blocking. A gradient-clipping optimizer reads `total` on
- * the device (loom.opt-clip/1, optimizer.h). The backend lists the id in its capabilities. */
-#define LOOM_EXT_SUM_SQUARES_TOTAL "loom.sum-squares-total/1"
-typedef struct loom_sum_squares_total {
-  loom_ext base; /* id LOOM_EXT_SUM_SQUARES_TOTAL, flags LOOM_EXT_REQUIRED */
-  DLTensor* total;
-} loom_sum_squares_total;
-#define LOOM_SUM_SQUARES_TOTAL_SIZE_V1 LOOM_STRUCT_SIZE(loom_sum_squares_total, total)
+/* loom.sum-squares-total/1 (ABI 2.27) on its ext chain: loom/device_totals.h. */
 
 /* embedding_forward: out(N,C) = (or += when accumulate) table(V,C)[ids(N)]; ids i32, each
  * in [0,V). */
@@ -286,9 +275,11 @@ typedef struct loom_cross_entropy_args {
   const DLTensor* logits;
   const DLTensor* targets;
   double dloss;
-  const loom_ext* ext; /* NULL */
+  const loom_ext* ext; /* NULL, or loom_ce_loss_total (ABI 2.28, below) */
 } loom_cross_entropy_args;
 #define LOOM_CROSS_ENTROPY_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_cross_entropy_args, ext)
+
+/* loom.ce-loss-total/1 (ABI 2.28) on its ext chain: loom/device_totals.h. */
 
 /* vocab_ce_stats, vocab-parallel cross-entropy's forward half. logits(N,Vl) hold vocabulary
  * ids [vocab_start, vocab_start+Vl) of this tensor-parallel rank; targets(N) i32 are global

@@ -298,7 +298,7 @@ typedef struct loom_stage_forward_args {
    * below): a stage's share of them */
   size_t num_losses;
   const loom_loss* losses;
-  const loom_ext* ext; /* NULL, or loom_stage_losses (ABI 2.20) */
+  const loom_ext* ext; /* NULL, or loom_stage_losses (ABI 2.20), loom_device_losses (2.28) */
 } loom_stage_forward_args;
 #define LOOM_STAGE_FORWARD_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_stage_forward_args, ext)
 
@@ -483,6 +483,24 @@ typedef struct loom_split_backward_ext {
 typedef struct loom_stage_losses {
   loom_ext base; /* id LOOM_EXT_STAGE_LOSSES, flags 0 */
 } loom_stage_losses;
+
+/* Loss sums on the device (ABI 2.28). A host that reads a step's losses only after its update
+ * is enqueued (train.grad_norm_on_device) chains this on loom_schedule_args.ext, and a
+ * schedule passes it on (flags 0) on loom_stage_forward_args.ext of each training forward.
+ * `sums` is a (n) f64 tensor of the run's backend, n >= stage_info's num_losses, zeroed by
+ * the host before the step. A model may add a term's micro-batch sum into sums[k] (k its
+ * index in stage_info's list) instead of reporting it in losses[k].sum, which then carries
+ * only what it summed on the host (0 when all went to the device); counts and weights stay
+ * on the host. Term k's sum is losses[k].sum plus sums[k], over every stage and micro-batch.
+ * The host offers it only where the backend lists loom.ce-loss-total/1, so that a model may
+ * sum its cross-entropy there. A model that ignores it reports every sum on the host, as
+ * before. */
+#define LOOM_EXT_DEVICE_LOSSES "loom.device-losses/1"
+typedef struct loom_device_losses {
+  loom_ext base; /* id LOOM_EXT_DEVICE_LOSSES, flags 0 */
+  DLTensor* sums;
+} loom_device_losses;
+#define LOOM_DEVICE_LOSSES_SIZE_V1 LOOM_STRUCT_SIZE(loom_device_losses, sums)
 
 /* Preference optimisation (ABI 2.26): Direct Preference Optimisation's sigmoid loss
  * (train.objective = "dpo", Rafailov et al. 2023) in place of the language-model loss. A model

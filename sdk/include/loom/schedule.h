@@ -39,7 +39,10 @@ typedef struct loom_schedule_args {
    * weight as the last stage reported it */
   size_t num_losses;
   const loom_loss* losses;
-  const loom_ext* ext; /* NULL */
+  /* NULL, or loom_schedule_trace, loom_schedule_split, loom_device_losses (ABI 2.28,
+   * model.h: passed on to the training forwards; what the model sums there is not in
+   * `losses`) */
+  const loom_ext* ext;
 } loom_schedule_args;
 #define LOOM_SCHEDULE_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_schedule_args, ext)
 

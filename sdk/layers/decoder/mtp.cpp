@@ -146,7 +146,7 @@ double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, dou
     if (head_.vocab > 0)
       head_.forward(ctx_, view(m.logits, {N, head_.cols}), head_.cols, lnf, N, C, 0);
     sum += lm_loss(LossBufs{m.logits, m.losses, m.stats, m.gathered, m.lse}, view(m.labels, {N}),
-                   labels.data(), N, grad, dscale, nullptr);
+                   labels.data(), N, grad, dscale, nullptr, (int64_t)loss_names_.size() - 1);
   }
   return sum;
 }

@@ -213,14 +213,14 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
     S.gathered = ctx_.alloc(st, {(int64_t)g.size * N, 3});
   }
   return lm_loss(LossBufs{S.logits, S.losses, S.stats, S.gathered, S.lse}, tgt, targets, N, grad,
-                 S.loss_scale * S.lm_weight, per_token);
+                 S.loss_scale * S.lm_weight, per_token, 0);
 }
 
 // The summed cross-entropy of b.logits (N, head_.cols) against targets (host, and tgt on the
 // device); with `grad`, dlogits times dscale replace the logits in place.
 double DecoderModel::lm_loss(const LossBufs& b, const DLTensor* tgt, const int32_t* targets,
-                             int64_t N, bool grad, double dscale,
-                             const loom_token_stats* per_token) {
+                             int64_t N, bool grad, double dscale, const loom_token_stats* per_token,
+                             int64_t term) {
   const loom::tp::Group& g = ctx_.tp;
   if (g.active() || per_token) {  // the statistics path also tells the most likely token
     const double sum =
@@ -230,6 +230,12 @@ double DecoderModel::lm_loss(const LossBufs& b, const DLTensor* tgt, const int32
     return sum;
   }
   View losses = view(b.losses, {N}), logits = view(b.logits, {N, head_.cols});
+  if (device_sums_ != nullptr && term < device_terms_) {  // the host reads it after the update
+    View total = view(device_sums_, {1}, term);
+    loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
+                                dscale, total.get());
+    return 0.0;
+  }
   loom::softmax_cross_entropy(ctx_.be, losses.get(), grad ? logits.get() : nullptr, logits, tgt,
                               dscale);
   double sum = 0.0;  // read last, so a device backend is not stalled before the backward
@@ -376,7 +382,16 @@ void DecoderModel::last_forward(Slot& S, const loom_microbatch& mb, loom_stage_f
 void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.struct_size >= LOOM_STAGE_FORWARD_ARGS_SIZE_V2,
                 who_ + ": stage_forward args smaller than ABI 2.0's");
-  loom::require_known_exts(a.ext, {LOOM_EXT_STAGE_LOSSES}, who_ + ": stage_forward");
+  loom::require_known_exts(a.ext, {LOOM_EXT_STAGE_LOSSES, LOOM_EXT_DEVICE_LOSSES},
+                           who_ + ": stage_forward");
+  device_sums_ = nullptr, device_terms_ = 0;
+  if (const auto* dl =
+          reinterpret_cast<const loom_device_losses*>(loom_ext_find(a.ext, LOOM_EXT_DEVICE_LOSSES));
+      dl && dl->base.struct_size >= LOOM_DEVICE_LOSSES_SIZE_V1 && dl->sums && !a.no_grad) {
+    loom::require(dl->sums->ndim == 1 && loom_dtype_eq(dl->sums->dtype, loom_f64()),
+                  who_ + ": loom.device-losses/1's sums must be a (n) f64 tensor");
+    device_sums_ = dl->sums, device_terms_ = dl->sums->shape[0];
+  }
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;

@@ -284,6 +284,7 @@ constexpr loom::OpsCalls kCalls = {
     op_squared_relu_forward,
     op_squared_relu_backward,
     op_sum_squares_total,
+    op_softmax_cross_entropy_total,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -298,9 +299,7 @@ const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
 // loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
 // loom.norm-gate/1 and loom.rope-freqs/1 are args extensions (the norms and ropes take
 // them): no table behind them.
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM,     LOOM_EXT_GEMM_EPILOGUE,
-                                     LOOM_EXT_NORM_GATE,         LOOM_EXT_ROPE_FREQS,
-                                     LOOM_EXT_SUM_SQUARES_TOTAL, nullptr};
+constexpr const char* const* kCapabilities = loom::kOpsCapabilities;
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,

@@ -221,6 +221,10 @@ loom_error* op_rope_freqs(loom_backend* be, DLTensor* x, int64_t pos_offset, con
 loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                      const DLTensor* logits, const DLTensor* targets,
                                      double dloss) noexcept;
+// ABI 2.28's loom.ce-loss-total/1 (args checked by the SDK slot)
+loom_error* op_softmax_cross_entropy_total(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                           const DLTensor* logits, const DLTensor* targets,
+                                           double dloss, DLTensor* total) noexcept;
 loom_error* op_vocab_ce_stats(loom_backend* be, DLTensor* stats, const DLTensor* logits,
                               const DLTensor* targets, int64_t vocab_start) noexcept;
 loom_error* op_vocab_ce_backward(loom_backend* be, DLTensor* dlogits, const DLTensor* logits,

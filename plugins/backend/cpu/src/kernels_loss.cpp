@@ -10,6 +10,8 @@
 //   vocab_ce_stats:    stats(N,3) = {rowmax m, sum exp(x - m), x[target - vocab_start] or 0}
 //   vocab_ce_backward: dlogits = dloss * (exp(x - lse[n]) - onehot(target - vocab_start))
 // The caller all-reduces the stats into the global lse and loss; no rank sees the full row.
+// loom.ce-loss-total/1 (ABI 2.28): the losses' sum in index order into a (1) f64 total, and a
+// NaN gradient row where a loss is not finite.
 #include <omp.h>
 
 #include <algorithm>
@@ -240,6 +242,49 @@ loom_error* op_softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTenso
       cross_entropy_kernel(data_of<T>(losses), dlogits ? data_of<T>(dlogits) : nullptr,
                            data_of<const T>(logits), tg, N, V, static_cast<T>(dloss), b.threads);
     });
+  });
+}
+
+namespace {
+
+// Row n of dlogits (rows of V) set to NaN, in its float dtype (bf16 and f16 by their bits).
+void nan_row(DLTensor* d, int64_t n, int64_t V) {
+  if (d->dtype.bits == 64) {
+    std::fill_n(data_of<double>(d) + n * V, V, std::numeric_limits<double>::quiet_NaN());
+  } else if (d->dtype.bits == 32) {
+    std::fill_n(data_of<float>(d) + n * V, V, std::numeric_limits<float>::quiet_NaN());
+  } else {
+    const uint16_t bits = is_bf16(d->dtype) ? 0x7fc0 : 0x7e00;
+    std::fill_n(data_of<uint16_t>(d) + n * V, V, bits);
+  }
+}
+
+}  // namespace
+
+// The sum is the host's own loop over the losses (index order from 0, in double), so that a
+// total kept here is what a caller summing `losses` gets, to the bit.
+loom_error* op_softmax_cross_entropy_total(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                           const DLTensor* logits, const DLTensor* targets,
+                                           double dloss, DLTensor* total) noexcept {
+  if (loom_error* e = op_softmax_cross_entropy(be, losses, dlogits, logits, targets, dloss))
+    return e;
+  return run_op(be, "softmax_cross_entropy", [&](loom_backend&) {
+    Check ck{"softmax_cross_entropy"};
+    ck.tensor("total", total);
+    const int64_t N = loom_tensor_numel(losses);
+    const int64_t V = N > 0 ? loom_tensor_numel(logits) / N : 0;
+    double sum = 0.0;
+    auto add = [&](auto* l) {
+      for (int64_t n = 0; n < N; ++n) {
+        sum += l[n];
+        if (dlogits && !std::isfinite(l[n])) nan_row(dlogits, n, V);
+      }
+    };
+    if (losses->dtype.bits == 64)
+      add(data_of<const double>(losses));
+    else
+      add(data_of<const float>(losses));
+    *data_of<double>(total) += sum;
   });
 }
 

@@ -246,9 +246,7 @@ const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   return nullptr;
 }
 
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM,     LOOM_EXT_GEMM_EPILOGUE,
-                                     LOOM_EXT_NORM_GATE,         LOOM_EXT_ROPE_FREQS,
-                                     LOOM_EXT_SUM_SQUARES_TOTAL, nullptr};
+constexpr const char* const* kCapabilities = loom::kOpsCapabilities;
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -445,7 +443,8 @@ constexpr loom::OpsCalls kCalls = {
     rope_freqs,            // loom.rope-freqs/1
     squared_relu_forward,  // ABI 2.24: compiled, not yet run on a GPU
     squared_relu_backward,
-    sum_squares_total,  // ABI 2.27: compiled, not yet run on a GPU
+    sum_squares_total,            // ABI 2.27: compiled, not yet run on a GPU
+    softmax_cross_entropy_total,  // ABI 2.28: compiled, not yet run on a GPU
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

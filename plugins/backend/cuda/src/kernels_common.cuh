@@ -190,6 +190,19 @@ inline int row_threads(int64_t per_row, int cap = 512) {
   return static_cast<int>(t);
 }
 
+// The sum of every thread's s in double, in a fixed tree (so in an order fixed by the block
+// size), broadcast to every thread. blockDim.x must be kThreads; every thread must call it.
+__device__ __forceinline__ double tree_sum(double s) {
+  __shared__ double sh[kThreads];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
 // ---- scratch: StreamScratch (allocator.hpp) ----------------------------------------------
 inline size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 

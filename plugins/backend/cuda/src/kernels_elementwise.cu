@@ -1,5 +1,5 @@
 // Elementwise passes over whole tensors, and the bias pair of the linear layer.
-//   fill:          t = value                         (f32, bf16, f16, i32)
+//   fill:          t = value                         (f32, bf16, f16, f64, i32)
 //   copy:          dst = src, casting f32 <-> bf16/f16, or any same-dtype copy
 //   add:           out(n) = a(n) + b(n)              (out may alias a or b)
 //   axpby:         y(n) = alpha x(n) + beta y(n)     (beta == 0: y is not read)
@@ -108,16 +108,6 @@ struct SsqList {
 };
 inline int32_t ssq_blocks(int64_t n) {
   return static_cast<int32_t>(std::clamp<int64_t>((n + 65535) / 65536, 1, 1024));
-}
-__device__ __forceinline__ double tree_sum(double s) {
-  __shared__ double sh[kThreads];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
-  return sh[0];
 }
 template <class T>
 __device__ __forceinline__ double ssq_range(const T* x, int64_t n, int64_t b, int64_t nb) {
@@ -313,9 +303,11 @@ loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept {
         fail("fill", "value " + std::to_string(value) + " is not an i32");
       fill_kernel<<<grid_for(n), kThreads, 0, b.stream>>>(static_cast<int32_t*>(p), n,
                                                           static_cast<int32_t>(value));
+    } else if (loom_dtype_eq(t->dtype, loom_f64())) {  // the host's sums on the device
+      fill_kernel<<<grid_for(n), kThreads, 0, b.stream>>>(static_cast<double*>(p), n, value);
     } else {
       if (!is_float(t->dtype))
-        fail("fill", "t is " + dtype_str(t->dtype) + "; fill supports f32, bf16, f16 and i32",
+        fail("fill", "t is " + dtype_str(t->dtype) + "; fill supports f32, bf16, f16, f64 and i32",
              LOOM_ERR_UNIMPLEMENTED);
       dispatch_storage("fill", "t", t->dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -11,6 +11,9 @@
 // Targets live on the device, so a bad one cannot be refused without a sync: a target
 // outside [0,V) and not -1 (below -1 for the vocab-parallel ops, whose ids are global) gives
 // a NaN loss (stats[n,2] = NaN) and a NaN gradient row, which the training loop reports.
+// loom.ce-loss-total/1 (ABI 2.28) adds the losses' sum into a (1) f64 total on the device
+// (one block after the rows, in an order fixed by N) and gives a row whose loss is not
+// finite a NaN gradient row, so that a clip decided on the device refuses the update.
 #include "kernels_common.cuh"
 #include "ops.hpp"
 
@@ -69,10 +72,12 @@ __device__ __forceinline__ void softmax_grad_row(T* d, const T* x, int64_t V, fl
   }
 }
 
-// losses(N) f32, dlogits(N,V) or NULL, logits(N,V), targets(N).
+// losses(N) f32, dlogits(N,V) or NULL, logits(N,V), targets(N). nan_rows: a row whose loss
+// is not finite gets a NaN gradient row (loom.ce-loss-total/1).
 template <class T, int VW>
 __global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
-                                     const int32_t* targets, int64_t N, int64_t V, float dloss) {
+                                     const int32_t* targets, int64_t N, int64_t V, float dloss,
+                                     bool nan_rows) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* x = logits + n * V;
     T* d = dlogits != nullptr ? dlogits + n * V : nullptr;
@@ -89,9 +94,23 @@ __global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
     float mx, sum;
     row_max_sumexp<VW>(x, V, mx, sum);
     // (mx - x_t) first: both are large when logits are, and their difference is exact-ish.
-    if (threadIdx.x == 0) losses[n] = logf(sum) + (mx - x_t);
-    if (d != nullptr) softmax_grad_row<VW>(d, x, V, mx, dloss / sum, t, dloss);
+    // Every thread holds the same mx, sum and x_t, so the loss and the branch are uniform.
+    const float loss = logf(sum) + (mx - x_t);
+    if (threadIdx.x == 0) losses[n] = loss;
+    if (d != nullptr && nan_rows && !isfinite(loss))
+      fill_row(d, V, nan_f32());
+    else if (d != nullptr)
+      softmax_grad_row<VW>(d, x, V, mx, dloss / sum, t, dloss);
   }
+}
+
+// total[0] += the sum of losses(N) in double: thread i takes i, i + kThreads, ..., then the
+// block's fixed tree (one block of kThreads: the order depends on N only).
+__global__ void loss_total_kernel(const float* losses, int64_t N, double* total) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < N; i += kThreads) s += static_cast<double>(losses[i]);
+  s = tree_sum(s);
+  if (threadIdx.x == 0) total[0] += s;
 }
 
 // stats(N,3) f32, logits(N,V) holding global ids [vs, vs + V), targets(N) global ids.
@@ -146,31 +165,56 @@ int64_t check_logits(const char* op, const DLTensor* logits, const DLTensor* tar
 
 }  // namespace
 
+namespace {
+
+// The fused cross-entropy; `total` (loom.ce-loss-total/1): its losses' sum is added there and
+// rows whose loss is not finite get NaN gradient rows.
+void cross_entropy(loom_backend& b, DLTensor* losses, DLTensor* dlogits, const DLTensor* logits,
+                   const DLTensor* targets, double dloss, DLTensor* total) {
+  const char* op = "softmax_cross_entropy";
+  int64_t N = 0;
+  const int64_t V = check_logits(op, logits, targets, &N);
+  need(op, "losses", losses);
+  need_dtype(op, "losses", losses, loom_f32());
+  if (dlogits != nullptr) need_same_dtype(op, "dlogits", dlogits, "logits", logits);
+  need_finite(op, "dloss", dloss);
+  const void* px = device_ptr(b, logits, op, "logits", N * V);
+  const int32_t* pt = static_cast<const int32_t*>(device_ptr(b, targets, op, "targets", N));
+  float* pl = static_cast<float*>(device_ptr(b, losses, op, "losses", N));
+  void* pd = dlogits ? device_ptr(b, dlogits, op, "dlogits", N * V) : nullptr;
+  double* ptot = total ? static_cast<double*>(device_ptr(b, total, op, "total", 1)) : nullptr;
+  if (N == 0) return;
+  dispatch_float(op, "logits", logits, [&](auto tt) {
+    using T = typename decltype(tt)::type;
+    with_vec<T>(V % kVec<T> == 0, {px, pd}, [&](auto vw) {
+      constexpr int VW = decltype(vw)::value;
+      cross_entropy_kernel<T, VW><<<grid_rows(N), row_threads(V / VW, kRowThreads), 0, b.stream>>>(
+          pl, static_cast<T*>(pd), static_cast<const T*>(px), pt, N, V, static_cast<float>(dloss),
+          ptot != nullptr);
+      LOOM_CUDA_LAUNCHED(op);
+    });
+  });
+  if (ptot == nullptr) return;
+  loss_total_kernel<<<1, kThreads, 0, b.stream>>>(pl, N, ptot);
+  LOOM_CUDA_LAUNCHED(op);
+}
+
+}  // namespace
+
 loom_error* softmax_cross_entropy(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                   const DLTensor* logits, const DLTensor* targets,
                                   double dloss) noexcept {
   return run_op(be, "softmax_cross_entropy", [&](loom_backend& b) {
-    const char* op = "softmax_cross_entropy";
-    int64_t N = 0;
-    const int64_t V = check_logits(op, logits, targets, &N);
-    need(op, "losses", losses);
-    need_dtype(op, "losses", losses, loom_f32());
-    if (dlogits != nullptr) need_same_dtype(op, "dlogits", dlogits, "logits", logits);
-    need_finite(op, "dloss", dloss);
-    const void* px = device_ptr(b, logits, op, "logits", N * V);
-    const int32_t* pt = static_cast<const int32_t*>(device_ptr(b, targets, op, "targets", N));
-    float* pl = static_cast<float*>(device_ptr(b, losses, op, "losses", N));
-    void* pd = dlogits ? device_ptr(b, dlogits, op, "dlogits", N * V) : nullptr;
-    if (N == 0) return;
-    dispatch_float(op, "logits", logits, [&](auto tt) {
-      using T = typename decltype(tt)::type;
-      with_vec<T>(V % kVec<T> == 0, {px, pd}, [&](auto vw) {
-        constexpr int VW = decltype(vw)::value;
-        cross_entropy_kernel<T, VW><<<grid_rows(N), row_threads(V / VW, kRowThreads), 0, b.stream>>>(
-            pl, static_cast<T*>(pd), static_cast<const T*>(px), pt, N, V, static_cast<float>(dloss));
-        LOOM_CUDA_LAUNCHED(op);
-      });
-    });
+    cross_entropy(b, losses, dlogits, logits, targets, dloss, nullptr);
+  });
+}
+
+// ABI 2.28: not yet run on a GPU (docs/kernels.md).
+loom_error* softmax_cross_entropy_total(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                        const DLTensor* logits, const DLTensor* targets,
+                                        double dloss, DLTensor* total) noexcept {
+  return run_op(be, "softmax_cross_entropy", [&](loom_backend& b) {
+    cross_entropy(b, losses, dlogits, logits, targets, dloss, total);
   });
 }
 

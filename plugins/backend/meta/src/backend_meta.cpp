@@ -167,9 +167,11 @@ constexpr loom_ops make_ops() {
 constexpr loom_ops kOps = make_ops();
 
 // the CPU's loom.device-stream/1: nothing to record or wait for; loom.norm-gate/1 as every
-// other norm and loom.sum-squares-total/1 as every sum (nothing to compute)
+// other norm, and loom.sum-squares-total/1 and loom.ce-loss-total/1 as every sum (nothing to
+// compute)
 const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_NORM_GATE,
-                                     LOOM_EXT_ROPE_FREQS, LOOM_EXT_SUM_SQUARES_TOTAL, nullptr};
+                                     LOOM_EXT_ROPE_FREQS,    LOOM_EXT_SUM_SQUARES_TOTAL,
+                                     LOOM_EXT_CE_LOSS_TOTAL, nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,

@@ -88,8 +88,9 @@ class Pipeline {
   void run(loom_schedule_args* a) {
     loom::require(a != nullptr && a->struct_size >= LOOM_SCHEDULE_ARGS_SIZE_V2,
                   prefix() + "run: args NULL or smaller than ABI 2.0's");
-    loom::require_known_exts(a->ext, {LOOM_EXT_SCHEDULE_TRACE, LOOM_EXT_SPLIT_BACKWARD},
-                             prefix() + "run");
+    loom::require_known_exts(
+        a->ext, {LOOM_EXT_SCHEDULE_TRACE, LOOM_EXT_SPLIT_BACKWARD, LOOM_EXT_DEVICE_LOSSES},
+        prefix() + "run");
     const auto* split = reinterpret_cast<const loom_schedule_split*>(
         loom_ext_find(a->ext, LOOM_EXT_SPLIT_BACKWARD));
     split_ = split && split->base.struct_size >= LOOM_SCHEDULE_SPLIT_SIZE_V1 && split->model &&
@@ -238,6 +239,16 @@ class Pipeline {
     // losses on its layers): added up here and over the pipeline at the end of run().
     loom_stage_losses every{{sizeof(loom_stage_losses), LOOM_EXT_STAGE_LOSSES, 0, nullptr}};
     f.ext = &every.base;
+    // The host's sums on the device (ABI 2.28), passed on to a training forward where one
+    // rank holds every stage: a pipeline adds its stages' terms up on the host below.
+    const auto* dl =
+        reinterpret_cast<const loom_device_losses*>(loom_ext_find(a_->ext, LOOM_EXT_DEVICE_LOSSES));
+    loom_device_losses device{{sizeof(loom_device_losses), LOOM_EXT_DEVICE_LOSSES, 0, nullptr},
+                              nullptr};
+    if (P_ == 1 && !a_->forward_only && dl && dl->base.struct_size >= LOOM_DEVICE_LOSSES_SIZE_V1) {
+      device.sums = dl->sums;
+      every.base.next = &device.base;
+    }
     loom::check(host_, model().stage_forward(a_->chunks[v], &f));
     const std::string who = prefix() + "stage " + std::to_string(stage(v));
     if (is_last(v) || f.num_losses > 0) add_losses(f, is_last(v), who);

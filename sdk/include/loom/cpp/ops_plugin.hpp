@@ -142,21 +142,48 @@ struct OpsCalls {
   // NULL: a sum_squares carrying one is refused by the rule.
   loom_error* (*sum_squares_total)(loom_backend* be, const loom_sum_squares_args* args,
                                    DLTensor* total);
+  // ABI 2.28's loom.ce-loss-total/1 on softmax_cross_entropy, its args checked already
+  // (loom::ce_loss_total_refusal): the cross-entropy as without it, the losses' sum added
+  // into total (1) f64 and, with dlogits, a NaN gradient row where a loss is not finite.
+  // NULL: a softmax_cross_entropy carrying one is refused by the rule.
+  loom_error* (*softmax_cross_entropy_total)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
+                                             const DLTensor* logits, const DLTensor* targets,
+                                             double dloss, DLTensor* total);
 };
+
+// What is wrong with `e`, an extension `id` whose struct is `need` bytes and whose output
+// `total` must be a (1) f64 tensor, beside the other extensions of `chain` ("" when
+// nothing): it is short, total is not a (1) f64 tensor, or another required extension rides
+// the chain.
+inline std::string total_ext_refusal(const loom_ext* chain, const loom_ext* e, size_t need,
+                                     const DLTensor* total) {
+  const std::string id = e->id ? e->id : "(no id)";
+  if (e->struct_size < need) return id + " is short";
+  if (total == nullptr || total->ndim != 1 || total->shape[0] != 1 ||
+      !loom_dtype_eq(total->dtype, loom_f64()))
+    return id + "'s total must be a (1) f64 tensor";
+  for (const loom_ext* o = chain; o != nullptr; o = o->next)
+    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
+      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+  return {};
+}
 
 // What is wrong with a sum_squares carrying loom.sum-squares-total/1 `e` ("" when nothing):
 // the extension is short, total is not a compact (1) f64 tensor, x is NULL, or another
 // required extension rides the chain.
 inline std::string sum_squares_total_refusal(const loom_sum_squares_args& a, const loom_ext* e) {
   if (e->struct_size < LOOM_SUM_SQUARES_TOTAL_SIZE_V1) return "loom.sum-squares-total/1 is short";
-  const DLTensor* t = reinterpret_cast<const loom_sum_squares_total*>(e)->total;
-  if (t == nullptr || t->ndim != 1 || t->shape[0] != 1 || !loom_dtype_eq(t->dtype, loom_f64()))
-    return "loom.sum-squares-total/1's total must be a (1) f64 tensor";
   if (a.n > 0 && a.x == nullptr) return "x is NULL";
-  for (const loom_ext* o = a.ext; o != nullptr; o = o->next)
-    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
-      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
-  return {};
+  return total_ext_refusal(a.ext, e, LOOM_SUM_SQUARES_TOTAL_SIZE_V1,
+                           reinterpret_cast<const loom_sum_squares_total*>(e)->total);
+}
+
+// The same for a softmax_cross_entropy carrying loom.ce-loss-total/1 `e` (its args are
+// checked by the rule first).
+inline std::string ce_loss_total_refusal(const loom_cross_entropy_args& a, const loom_ext* e) {
+  if (e->struct_size < LOOM_CE_LOSS_TOTAL_SIZE_V1) return "loom.ce-loss-total/1 is short";
+  return total_ext_refusal(a.ext, e, LOOM_CE_LOSS_TOTAL_SIZE_V1,
+                           reinterpret_cast<const loom_ce_loss_total*>(e)->total);
 }
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
@@ -182,6 +209,17 @@ inline std::string copy_strided_refusal(const loom_copy_strided_args& a) {
   if (a.dst->data == a.src->data && d0 < s1 && s0 < d1) return "the blocks overlap";
   return "";
 }
+
+// What a backend that fills OpsCalls' optional slots lists in its descriptor (backend/cpu,
+// backend/cuda): its device stream (loom.device-stream/1), the GEMM epilogues it lends, and
+// the args extensions OpsSlots hands to those slots.
+inline constexpr const char* kOpsCapabilities[] = {LOOM_EXT_DEVICE_STREAM,
+                                                   LOOM_EXT_GEMM_EPILOGUE,
+                                                   LOOM_EXT_NORM_GATE,
+                                                   LOOM_EXT_ROPE_FREQS,
+                                                   LOOM_EXT_SUM_SQUARES_TOTAL,
+                                                   LOOM_EXT_CE_LOSS_TOTAL,
+                                                   nullptr};
 
 template <const OpsCalls& K>
 struct OpsSlots {
@@ -352,9 +390,18 @@ struct OpsSlots {
     return rope(be, a, true);
   }
   static loom_error* softmax_cross_entropy(loom_backend* be, const loom_cross_entropy_args* a) {
-    return call(be, "softmax_cross_entropy", a, LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, [&] {
-      return K.softmax_cross_entropy(be, a->losses, a->dlogits, a->logits, a->targets, a->dloss);
-    });
+    const loom_ext* e =
+        has(K.softmax_cross_entropy_total) && a && a->struct_size >= LOOM_CROSS_ENTROPY_ARGS_SIZE_V2
+            ? loom_ext_find(a->ext, LOOM_EXT_CE_LOSS_TOTAL)
+            : nullptr;
+    if (e == nullptr)  // none, or a backend without: the rule refuses a required one
+      return call(be, "softmax_cross_entropy", a, LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, [&] {
+        return K.softmax_cross_entropy(be, a->losses, a->dlogits, a->logits, a->targets, a->dloss);
+      });
+    const std::string why = ce_loss_total_refusal(*a, e);
+    if (!why.empty()) return K.refuse(be, "softmax_cross_entropy", why);
+    return K.softmax_cross_entropy_total(be, a->losses, a->dlogits, a->logits, a->targets, a->dloss,
+                                         reinterpret_cast<const loom_ce_loss_total*>(e)->total);
   }
   static loom_error* vocab_ce_stats(loom_backend* be, const loom_vocab_ce_stats_args* a) {
     return call(be, "vocab_ce_stats", a, LOOM_VOCAB_CE_STATS_ARGS_SIZE_V2, [&] {

@@ -512,10 +512,16 @@ inline void softmax_backward(const Backend& be, DLTensor* ds, const DLTensor* p,
   const loom_softmax_bwd_args a{LOOM_SOFTMAX_BWD_ARGS_SIZE_V2, ds, p, dp, scale, nullptr};
   be.call(&loom_ops::softmax_backward, &a);
 }
+// `total` (a (1) f64 tensor, loom.ce-loss-total/1 where the backend lists it): the losses'
+// sum is added there on the device as well.
 inline void softmax_cross_entropy(const Backend& be, DLTensor* losses, DLTensor* dlogits,
-                                  const DLTensor* logits, const DLTensor* targets, double dloss) {
+                                  const DLTensor* logits, const DLTensor* targets, double dloss,
+                                  DLTensor* total = nullptr) {
+  const loom_ce_loss_total ext{
+      {sizeof(loom_ce_loss_total), LOOM_EXT_CE_LOSS_TOTAL, LOOM_EXT_REQUIRED, nullptr}, total};
   const loom_cross_entropy_args a{
-      LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, losses, dlogits, logits, targets, dloss, nullptr};
+      LOOM_CROSS_ENTROPY_ARGS_SIZE_V2, losses, dlogits, logits, targets, dloss,
+      total ? &ext.base : nullptr};
   be.call(&loom_ops::softmax_cross_entropy, &a);
 }
 inline void vocab_ce_stats(const Backend& be, DLTensor* stats, const DLTensor* logits,

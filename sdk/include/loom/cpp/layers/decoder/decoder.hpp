@@ -195,12 +195,13 @@ class DecoderModel {
   void head_backward(Slot& S);
   void head_input_grad(const DLTensor* logits, const DLTensor* x, DLTensor* dx, DLTensor* dln,
                        int64_t N);
-  // The cross-entropy part of a head's forward (stage.cpp), over the buffers `b` holds.
+  // The cross-entropy part of a head's forward (stage.cpp), over the buffers `b` holds; the
+  // sum of term `term` of the loss list, or 0 where it went to the device (device_sums_).
   struct LossBufs {
     DLTensor *logits, *losses, *stats, *gathered, *lse;
   };
   double lm_loss(const LossBufs& b, const DLTensor* tgt, const int32_t* targets, int64_t N,
-                 bool grad, double dscale, const loom_token_stats* per_token);
+                 bool grad, double dscale, const loom_token_stats* per_token, int64_t term);
   // Multi-token prediction (mtp.cpp, mtp_num_layers > 0, last stage): the parameters, the
   // modules over them, a slot's buffers, the depths' forward (returns the term's sum, count
   // in `count`) and backward (grads_.dres += their gradient of the last layer's output).
@@ -275,6 +276,10 @@ class DecoderModel {
   std::vector<const char*> loss_names_;
   std::vector<float> host_losses_;
   std::vector<double> host_losses_f64_;
+  // loom.device-losses/1 on this stage_forward (ABI 2.28): the host's (n) f64 sums, where the
+  // plain cross-entropy adds its terms' sums instead of reading them back; NULL otherwise.
+  DLTensor* device_sums_ = nullptr;
+  int64_t device_terms_ = 0;
   std::vector<int32_t> pos_host_;
   std::vector<int32_t> cp_tokens_, cp_targets_;  // this rank's rows under context parallelism
 
