@@ -39,7 +39,7 @@ void sum_terms(TrainRun& r, std::vector<LossTerm>& terms) {
 // Runs `micro` micro-batches from r.feed.first through the schedule; returns the loss terms
 // summed over them and over the data-parallel ranks. device_losses: the model may keep sums
 // in r.device_sums (loom.device-losses/1), and the terms are this rank's host parts alone,
-// summed over the ranks once the rest is read (finish_losses).
+// summed over the ranks once the rest is read (finish_reads).
 std::vector<LossTerm> run_micro(TrainRun& r, int64_t micro, bool forward_only,
                                 bool device_losses = false) {
   r.feed.prepare(micro);  // DPO's rows for each micro-batch

@@ -275,7 +275,7 @@ typedef struct loom_cross_entropy_args {
   const DLTensor* logits;
   const DLTensor* targets;
   double dloss;
-  const loom_ext* ext; /* NULL, or loom_ce_loss_total (ABI 2.28, below) */
+  const loom_ext* ext; /* NULL, or loom_ce_loss_total (ABI 2.28, loom/device_totals.h) */
 } loom_cross_entropy_args;
 #define LOOM_CROSS_ENTROPY_ARGS_SIZE_V2 LOOM_STRUCT_SIZE(loom_cross_entropy_args, ext)
 

@@ -151,14 +151,13 @@ struct OpsCalls {
                                              double dloss, DLTensor* total);
 };
 
-// What is wrong with `e`, an extension `id` whose struct is `need` bytes and whose output
-// `total` must be a (1) f64 tensor, beside the other extensions of `chain` ("" when
-// nothing): it is short, total is not a (1) f64 tensor, or another required extension rides
-// the chain.
-inline std::string total_ext_refusal(const loom_ext* chain, const loom_ext* e, size_t need,
+// What is wrong with `e`, an extension whose output `total` must be a (1) f64 tensor, beside
+// the other extensions of `chain` ("" when nothing): total is not a (1) f64 tensor, or
+// another required extension rides the chain. The caller has checked e's size (to read
+// `total` at all).
+inline std::string total_ext_refusal(const loom_ext* chain, const loom_ext* e,
                                      const DLTensor* total) {
   const std::string id = e->id ? e->id : "(no id)";
-  if (e->struct_size < need) return id + " is short";
   if (total == nullptr || total->ndim != 1 || total->shape[0] != 1 ||
       !loom_dtype_eq(total->dtype, loom_f64()))
     return id + "'s total must be a (1) f64 tensor";
@@ -174,16 +173,14 @@ inline std::string total_ext_refusal(const loom_ext* chain, const loom_ext* e, s
 inline std::string sum_squares_total_refusal(const loom_sum_squares_args& a, const loom_ext* e) {
   if (e->struct_size < LOOM_SUM_SQUARES_TOTAL_SIZE_V1) return "loom.sum-squares-total/1 is short";
   if (a.n > 0 && a.x == nullptr) return "x is NULL";
-  return total_ext_refusal(a.ext, e, LOOM_SUM_SQUARES_TOTAL_SIZE_V1,
-                           reinterpret_cast<const loom_sum_squares_total*>(e)->total);
+  return total_ext_refusal(a.ext, e, reinterpret_cast<const loom_sum_squares_total*>(e)->total);
 }
 
 // The same for a softmax_cross_entropy carrying loom.ce-loss-total/1 `e` (its args are
 // checked by the rule first).
 inline std::string ce_loss_total_refusal(const loom_cross_entropy_args& a, const loom_ext* e) {
   if (e->struct_size < LOOM_CE_LOSS_TOTAL_SIZE_V1) return "loom.ce-loss-total/1 is short";
-  return total_ext_refusal(a.ext, e, LOOM_CE_LOSS_TOTAL_SIZE_V1,
-                           reinterpret_cast<const loom_ce_loss_total*>(e)->total);
+  return total_ext_refusal(a.ext, e, reinterpret_cast<const loom_ce_loss_total*>(e)->total);
 }
 
 // What is wrong with a copy_strided's blocks ("" when nothing): the dtypes differ, a size is
