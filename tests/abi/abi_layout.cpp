@@ -146,6 +146,7 @@ Listing build() {
   STRUCT(loom_sum_squares_args) F(struct_size) F(x) F(n) F(out) F(ext) END
   STRUCT(loom_sum_squares_total) F(base) F(total) END
   STRUCT(loom_ce_loss_total) F(base) F(total) END
+  STRUCT(loom_norm_residual) F(base) F(residual) F(sum) END
   STRUCT(loom_ops)
   F(struct_size) F(gemm) F(bias_add) F(bias_backward) F(fill) F(copy) F(add) F(axpby)
   F(sum_squares) F(embedding_forward) F(embedding_backward) F(norm_forward)

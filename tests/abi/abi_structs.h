@@ -35,6 +35,7 @@
   X(loom_sum_squares_args) \
   X(loom_sum_squares_total) \
   X(loom_ce_loss_total) \
+  X(loom_norm_residual) \
   X(loom_ops) \
   X(loom_backend_info) \
   X(loom_device_stream) \

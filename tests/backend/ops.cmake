@@ -9,6 +9,7 @@ add_executable(loom-test-ops
   test_grouped_gemm.cpp
   test_elementwise.cpp
   test_norm.cpp
+  test_norm_residual.cpp
   test_activation.cpp
   test_attention.cpp
   test_loss.cpp

@@ -84,6 +84,15 @@ inline loom::Tensor make(DLDataType dt, const std::vector<int64_t>& shape, const
   }
   return t;
 }
+// A tensor of any floating dtype holding `vals`: f32 and f64 as make(), bf16 and f16 uploaded
+// as f32 and cast by `copy` (rounding to nearest even).
+inline loom::Tensor make_as(DLDataType dt, const std::vector<int64_t>& shape, const Vec& vals) {
+  if (dt.bits != 16) return make(dt, shape, vals);
+  loom::Tensor f = make(loom_f32(), shape, vals);
+  loom::Tensor t(B(), dt, shape);
+  B().call(&loom_ops::copy, t.get(), (const DLTensor*)f.get());
+  return t;
+}
 inline loom::Tensor make64(const std::vector<int64_t>& shape, const Vec& vals) {
   return make(loom_f64(), shape, vals);
 }
@@ -102,6 +111,15 @@ inline Vec get(const loom::Tensor& t) {
   if (loom_dtype_eq(t.get()->dtype, loom_f64())) return t.download<double>();
   auto f = t.download<float>();
   return Vec(f.begin(), f.end());
+}
+
+// Values of a tensor of any floating dtype (16-bit ones cast to f32 by `copy`: exact).
+inline Vec get_as(const loom::Tensor& t) {
+  if (t.get()->dtype.bits != 16) return get(t);
+  loom::Tensor f(B(), loom_f32(),
+                 std::vector<int64_t>(t.get()->shape, t.get()->shape + t.get()->ndim));
+  B().call(&loom_ops::copy, f.get(), (const DLTensor*)t.get());
+  return get(f);
 }
 
 inline double dot(const Vec& a, const Vec& b) {

@@ -13,10 +13,11 @@ TEST_CASE("descriptor: kind, name and the schema keys") {
   CHECK(d->kind == LOOM_KIND_BACKEND);
   CHECK(std::string(d->name) == "cpu");
   CHECK(d->abi_major == LOOM_ABI_MAJOR);
-  REQUIRE(d->num_params == 3);
+  REQUIRE(d->num_params == 4);
   CHECK(std::string(d->params[0].name) == "threads");
   CHECK(std::string(d->params[1].name) == "blas_coretype");
   CHECK(std::string(d->params[2].name) == "measure_gemm");
+  CHECK(std::string(d->params[3].name) == "norm_residual");
   auto* api = static_cast<const loom_backend_api*>(d->api);
   CHECK(api->struct_size >= LOOM_BACKEND_API_SIZE_V2);
   CHECK(api->ops->struct_size >= LOOM_OPS_SIZE_V2);

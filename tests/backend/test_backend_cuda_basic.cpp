@@ -259,7 +259,8 @@ TEST_SUITE("no-device") {
       defaults += std::string(d->params[i].name) + "=" + d->params[i].default_value + " ";
     CHECK(defaults ==
           "device=-1 tf32=false gemm_epilogues=true gemm_bias_grad_epilogue=false "
-          "gemm_gelu_epilogue=true deterministic=false gemm_autotune=true workspace_mb=32 ");
+          "gemm_gelu_epilogue=true deterministic=false gemm_autotune=true workspace_mb=32 "
+          "norm_residual=true ");
     CHECK(api().struct_size >= LOOM_BACKEND_API_SIZE_V2);
     CHECK(ops().struct_size == LOOM_OPS_SIZE_V2_22);
     // Every slot is filled: the table is complete even where it cannot run.

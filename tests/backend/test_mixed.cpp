@@ -19,21 +19,11 @@ namespace {
 
 const DLDataType kF32 = loom_f32();
 
-// A tensor of dtype dt (f32, bf16, f16) holding vals, uploaded as f32 and cast by `copy`.
+// The shared helpers under this file's short names (f32, bf16, f16 here).
 loom::Tensor T(DLDataType dt, const std::vector<int64_t>& shape, const Vec& vals) {
-  loom::Tensor f = make(kF32, shape, vals);
-  if (loom_dtype_eq(dt, kF32)) return f;
-  loom::Tensor t(B(), dt, shape);
-  B().call(&loom_ops::copy, t.get(), (const DLTensor*)f.get());
-  return t;
+  return make_as(dt, shape, vals);
 }
-// Values of a tensor of any floating dtype (16-bit ones cast to f32 by `copy`).
-Vec G(const loom::Tensor& t) {
-  if (t.get()->dtype.bits != 16) return get(t);
-  loom::Tensor f(B(), kF32, std::vector<int64_t>(t.get()->shape, t.get()->shape + t.get()->ndim));
-  B().call(&loom_ops::copy, f.get(), (const DLTensor*)t.get());
-  return get(f);
-}
+Vec G(const loom::Tensor& t) { return get_as(t); }
 // vals rounded to dt (to nearest even): the numbers both runs of a comparison share.
 Vec R(DLDataType dt, const Vec& vals) {
   return G(T(dt, {static_cast<int64_t>(vals.size())}, vals));

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "gpu_pair.hpp"
+#include "loom/cpp/norm_residual.hpp"
 
 using namespace gputest;
 
@@ -97,6 +98,84 @@ void run_norms(DLDataType dt) {
   run_rmsnorm(dt, 3, 2048);
 }
 
+// ---- loom.norm-residual/1 (ABI 2.29) --------------------------------------------------------
+// The norm with the residual add against the cpu's (which composes the add op and the plain
+// norm), with the block's aliasing (sum over inp, dinp over the residual); then the device's
+// own add op and plain norm, which it must equal to the bit (the extension's contract).
+loom_norm_fwd_args norm_fwd(loom_norm_kind kind, DLTensor* out, DLTensor* mean, DLTensor* rstd,
+                            const DLTensor* inp, const DLTensor* w, const DLTensor* b) {
+  return {LOOM_NORM_FWD_ARGS_SIZE_V2, kind, out, mean, rstd, inp, w, b, 1e-5, nullptr};
+}
+loom_norm_bwd_args norm_bwd(loom_norm_kind kind, DLTensor* dinp, DLTensor* dw, DLTensor* db,
+                            const DLTensor* dout, const DLTensor* inp, const DLTensor* w,
+                            const DLTensor* mean, const DLTensor* rstd) {
+  return {LOOM_NORM_BWD_ARGS_SIZE_V2, kind, dinp, dw, db, dout, inp, w, mean, rstd, nullptr};
+}
+void run_norm_residual(DLDataType dt, int64_t N, int64_t C, loom_norm_kind kind) {
+  CAPTURE(N);
+  CAPTURE(C);
+  CAPTURE(kind);
+  const bool ln = kind == LOOM_NORM_LAYER;
+  const double tol = tol_for(dt);
+  const Vec x = random_vec(N * C, 121, -2.0, 3.0), r = random_vec(N * C, 122);
+  Pair inp(dt, {N, C}, x), res(dt, {N, C}, r), w(dt, {C}, random_vec(C, 123, 0.5, 1.5));
+  Pair b(dt, {C}, random_vec(C, 124, -0.5, 0.5));
+  Pair out(dt, {N, C}), mean(f32(), {N}), rstd(f32(), {N});
+  run_both([&](const loom::Backend& B, int s) {
+    const loom_norm_residual e = loom::norm_residual(res[s], inp[s]);
+    loom_norm_fwd_args a =
+        norm_fwd(kind, out[s], ln ? mean[s] : nullptr, rstd[s], inp[s], w[s], ln ? b[s] : nullptr);
+    a.ext = &e.base;
+    B.call(&loom_ops::norm_forward, &a);
+  });
+  expect_close(inp, tol, "norm-residual forward: the sum over inp");
+  expect_close(out, tol, "norm-residual forward: out");
+  // bf16: the device normalises the sum rounded to bf16, the cpu's f32 copy the f32 sum
+  expect_close(rstd, tol, "norm-residual forward: rstd");
+  if (ln) expect_close(mean, tol, "norm-residual forward: mean");
+  {  // the device's add op and plain norm
+    Pair x2(dt, {N, C}, x), r2(dt, {N, C}, r), o2(dt, {N, C}), m2(f32(), {N}), s2(f32(), {N});
+    dev().call(&loom_ops::add, x2[1], (const DLTensor*)x2[1], (const DLTensor*)r2[1]);
+    const loom_norm_fwd_args a =
+        norm_fwd(kind, o2[1], ln ? m2[1] : nullptr, s2[1], x2[1], w[1], ln ? b[1] : nullptr);
+    dev().call(&loom_ops::norm_forward, &a);
+    expect_same(download(inp.dev_side()), download(x2.dev_side()), "the sum, fused and not");
+    expect_same(download(out.dev_side()), download(o2.dev_side()), "out, fused and not");
+    expect_same(download(rstd.dev_side()), download(s2.dev_side()), "rstd, fused and not");
+    if (ln) expect_same(download(mean.dev_side()), download(m2.dev_side()), "mean, fused and not");
+  }
+  // backward: inp now holds the sum on both sides; dres over dinp
+  rstd.set(cpu_values(rstd));
+  if (ln) mean.set(cpu_values(mean));
+  const Vec d = random_vec(N * C, 125), dw0 = random_vec(C, 126), db0 = random_vec(C, 127);
+  Pair dout(dt, {N, C}, random_vec(N * C, 128)), dres(dt, {N, C}, d);
+  Pair dw(f32(), {C}, dw0), db(f32(), {C}, db0);
+  run_both([&](const loom::Backend& B, int s) {
+    const loom_norm_residual e = loom::norm_residual(dres[s], nullptr);
+    loom_norm_bwd_args a = norm_bwd(kind, dres[s], dw[s], ln ? db[s] : nullptr, dout[s], inp[s],
+                                    w[s], ln ? mean[s] : nullptr, rstd[s]);
+    a.ext = &e.base;
+    B.call(&loom_ops::norm_backward, &a);
+  });
+  expect_close(dres, tol, "norm-residual backward: dres + dinp");
+  expect_close(dw, tol, "norm-residual backward: dweight (+=)");
+  if (ln) expect_close(db, tol, "norm-residual backward: dbias (+=)");
+  Pair d2(dt, {N, C}, d), g2(dt, {N, C}), w2(f32(), {C}, dw0), b2(f32(), {C}, db0);
+  const loom_norm_bwd_args a = norm_bwd(kind, g2[1], w2[1], ln ? b2[1] : nullptr, dout[1], inp[1],
+                                        w[1], ln ? mean[1] : nullptr, rstd[1]);
+  dev().call(&loom_ops::norm_backward, &a);
+  dev().call(&loom_ops::add, d2[1], (const DLTensor*)d2[1], (const DLTensor*)g2[1]);
+  expect_same(download(dres.dev_side()), download(d2.dev_side()), "dres, fused and not");
+  expect_same(download(dw.dev_side()), download(w2.dev_side()), "dweight, fused and not");
+  if (ln) expect_same(download(db.dev_side()), download(b2.dev_side()), "dbias, fused and not");
+}
+// The paths of run_norms' rows: block kernels (771), one warp a row (768), the warp backward
+// in f32 and the block backward in bf16 (384).
+void run_norm_residuals(DLDataType dt) {
+  for (loom_norm_kind kind : {LOOM_NORM_LAYER, LOOM_NORM_RMS})
+    for (int64_t C : {771, 768, 384}) run_norm_residual(dt, 300, C, kind);
+}
+
 // ---- gelu (tanh and erf), tanh, swiglu
 // --------------------------------------------------------------------------
 void run_activations(DLDataType dt, int64_t N, int64_t H) {
@@ -182,6 +261,12 @@ void run_rope(DLDataType dt, int64_t B_, int64_t T, int64_t H, int64_t D, int64_
 
 TEST_CASE("layernorm, rmsnorm f32") { run_norms(f32()); }
 TEST_CASE("layernorm, rmsnorm [bf16]") { run_norms(bf16()); }
+TEST_CASE("norm_forward, norm_backward with loom.norm-residual/1 f32") {
+  run_norm_residuals(f32());
+}
+TEST_CASE("norm_forward, norm_backward with loom.norm-residual/1 [bf16]") {
+  run_norm_residuals(bf16());
+}
 
 TEST_CASE("gelu, swiglu f32") {
   run_activations(f32(), 37, 771);

@@ -5,11 +5,14 @@
 //
 //   loom-bench-gpt [--batch=4] [--seq=64] [--warmup=2] [--steps=5] [--threads=0]
 //                  [--n_layer=12] [--n_embd=768] [--n_head=12] [--vocab=50304] [--profile=1]
+//                  [--norm_residual=1]
 //
 // --profile=1: the engine's step profile (train.timers, step_timer.hpp) over the timed steps:
 // time per kind of call and per layer beside each kind's floor, printed after the last step.
 // The attention plugin is handed out without the engine's gate here, so attention/reference
 // shows as the GEMMs and softmax it calls.
+// --norm_residual=0: backend/cpu without loom.norm-residual/1 (the layer library's separate
+// residual adds), to compare the two paths in one build.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,7 +58,9 @@ int main(int argc, char** argv) try {
 
   loomtest::TestHost host;
   loom_backend_ref be = host.load_backend(
-      "cpu", {{"measure_gemm", "false"}, {"threads", std::to_string(args.get("threads", 0))}});
+      "cpu", {{"measure_gemm", "false"},
+              {"threads", std::to_string(args.get("threads", 0))},
+              {"norm_residual", args.get("norm_residual", 1) ? "true" : "false"}});
   // The profile hands the plugins made from here on the timed backend table, as `loom run`.
   using loom::engine::StepTimer;
   std::unique_ptr<StepTimer> timer;

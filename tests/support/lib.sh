@@ -326,3 +326,38 @@ train_style() {
   "$loom" run "$2" "${sets[@]}" --set checkpoint.save="trained-$1" 2> run.log ||
     { tail -20 run.log; exit 1; }
 }
+
+# same_state A B: the two checkpoint folders hold the same tensors and state, byte for byte
+# (their recipes, manifests and locks name the runs, and differ).
+same_state() {
+  local f n=0
+  while read -r f; do
+    cmp -s "$1/$f" "$2/$f" || return 1
+    n=$((n + 1))
+  done < <(cd "$1" && find . -type f ! -name .loom.lock ! -name recipe.toml ! -name manifest.json)
+  [ "$n" -gt 1 ]
+}
+
+# same_metrics NAME A B: the metrics files A and B of two runs hold the same lines, every
+# number but the clocks, memory and timers identical; prints NAME's step count and the span
+# of its gradient norms, or the first difference (and returns 1).
+same_metrics() {
+  python3 - "$@" <<'PY'
+import json, sys
+name, files = sys.argv[1], sys.argv[2:]
+clock = {"step_s", "tokens_per_s", "mfu", "mem_bytes", "comm_wait_s", "slowest_rank"}
+def kept(k):
+    return k not in clock and not k.startswith(("busy_", "timer", "ceiling_"))
+runs = [[{k: v for k, v in json.loads(l).items() if kept(k)} for l in open(f)] for f in files]
+if runs[0] != runs[1]:
+    for a, b in zip(*runs):
+        if a != b:
+            sys.exit(f"{name}: first difference {a} against {b}")
+    sys.exit(f"{name}: {len(runs[0])} against {len(runs[1])} lines")
+steps = [r for r in runs[0] if "grad_norm" in r]
+norms = [r["grad_norm"] for r in steps if r["grad_norm"] is not None]  # null: not finite
+span = f"{min(norms):.4g}..{max(norms):.4g}" if norms else "none finite"
+print(f"{name}: {len(steps)} steps identical; grad_norm {span}, "
+      f"{len(steps) - len(norms)} not finite, skipped {sum(r.get('skipped', 0) for r in steps)}")
+PY
+}

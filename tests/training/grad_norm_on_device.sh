@@ -30,16 +30,6 @@ scratch
   small_gpt_sections 200
 } > r.toml
 fail() { echo "FAIL: $*"; exit 1; }
-# same_state A B: the two checkpoint folders hold the same tensors and state, byte for byte
-# (their recipes, manifests and locks name the runs, and differ).
-same_state() {
-  local f n=0
-  while read -r f; do
-    cmp -s "$1/$f" "$2/$f" || return 1
-    n=$((n + 1))
-  done < <(cd "$1" && find . -type f ! -name .loom.lock ! -name recipe.toml ! -name manifest.json)
-  [ "$n" -gt 1 ]
-}
 # same NAME ARGS...: the run with ARGS both ways (under $launch when set), then their metrics
 # (every number but the clocks and memory) and final checkpoints compared.
 launch=()
@@ -55,23 +45,7 @@ same() {
   grep -q "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the host reads the norm and the losses (loom.device-losses/1)" \
     "$name.true.log" || fail "$name: the device path was not taken"
   ! grep -q "stay on the device" "$name.false.log" || fail "$name: false took the device path"
-  python3 - "$name" <<'PY' || fail "$name: the two runs differ"
-import json, sys
-name = sys.argv[1]
-clock = {"step_s", "tokens_per_s", "mfu", "mem_bytes", "comm_wait_s", "slowest_rank"}
-runs = [[{k: v for k, v in json.loads(l).items() if k not in clock and not k.startswith("busy_")}
-         for l in open(f"{name}.{m}.jsonl")] for m in ("true", "false")]
-if runs[0] != runs[1]:
-    for a, b in zip(*runs):
-        if a != b:
-            sys.exit(f"{name}: first difference {a} against {b}")
-    sys.exit(f"{name}: {len(runs[0])} against {len(runs[1])} lines")
-steps = [r for r in runs[0] if "grad_norm" in r]
-norms = [r["grad_norm"] for r in steps if r["grad_norm"] is not None]  # null: not finite
-span = f"{min(norms):.4g}..{max(norms):.4g}" if norms else "none finite"
-print(f"{name}: {len(steps)} steps identical; grad_norm {span}, "
-      f"{len(steps) - len(norms)} not finite, skipped {sum(r['skipped'] for r in steps)}")
-PY
+  same_metrics "$name" "$name.true.jsonl" "$name.false.jsonl" || fail "$name: the two runs differ"
   same_state "ck_$name.true" "ck_$name.false" || fail "$name: the checkpoints differ"
 }
 

@@ -72,14 +72,21 @@ double w_emb_fwd(const loom_embedding_fwd_args& a) {
 double w_emb_bwd(const loom_embedding_bwd_args& a) {
   return 3 * tensor_bytes(a.dout) + tensor_bytes(a.ids);
 }
+// A norm carrying loom.norm-residual/1 also reads the residual, and the forward writes the sum.
+double residual_bytes(const loom_ext* chain) {
+  const loom_ext* e = loom_ext_find(chain, LOOM_EXT_NORM_RESIDUAL);
+  if (e == nullptr || e->struct_size < LOOM_NORM_RESIDUAL_SIZE_V1) return 0;
+  const auto* r = reinterpret_cast<const loom_norm_residual*>(e);
+  return tensor_bytes(r->residual) + tensor_bytes(r->sum);
+}
 double w_norm_fwd(const loom_norm_fwd_args& a) {
   return tensor_bytes(a.out) + tensor_bytes(a.mean) + tensor_bytes(a.rstd) + tensor_bytes(a.inp) +
-         tensor_bytes(a.weight) + tensor_bytes(a.bias);
+         tensor_bytes(a.weight) + tensor_bytes(a.bias) + residual_bytes(a.ext);
 }
 double w_norm_bwd(const loom_norm_bwd_args& a) {
   return tensor_bytes(a.dinp) + 2 * tensor_bytes(a.dweight) + 2 * tensor_bytes(a.dbias) +
          tensor_bytes(a.dout) + tensor_bytes(a.inp) + tensor_bytes(a.weight) +
-         tensor_bytes(a.mean) + tensor_bytes(a.rstd);
+         tensor_bytes(a.mean) + tensor_bytes(a.rstd) + residual_bytes(a.ext);
 }
 double w_act_fwd(const loom_act_fwd_args& a) { return tensor_bytes(a.out) + tensor_bytes(a.inp); }
 double w_act_bwd(const loom_act_bwd_args& a) {

@@ -24,6 +24,7 @@
 #include "loom/device_totals.h" /* sums kept on the device: what two ops' args may carry */
 #include "loom/gemm_epilogue.h" /* loom.gemm-epilogue/1: what a gemm's args may carry */
 #include "loom/host.h"
+#include "loom/norm_residual.h" /* loom.norm-residual/1: what a norm's args may carry */
 #include "loom/tensor.h"
 
 #ifdef __cplusplus

@@ -28,11 +28,9 @@ class PostNormBlock : public Block {
     View m1 = view(a.ln1_mean, {Nl}), s1 = view(a.ln1_rstd, {Nl});
     View m2 = view(a.ln2_mean, {Nl}), s2 = view(a.ln2_rstd, {Nl});
     attn.forward(c, s, xv, a, r1, cache, cache_max);
-    c.call(&loom_ops::add, r1.get(), (const DLTensor*)r1, (const DLTensor*)xv);
-    ln_1.forward(c, h, m1, s1, r1);
+    ln_1.forward_residual(c, h, m1, s1, r1, r1, xv);  // r1 += x, then ln_1 of it
     mlp.forward(c, N, h, a, r2);
-    c.call(&loom_ops::add, r2.get(), (const DLTensor*)r2, (const DLTensor*)h);
-    ln_2.forward(c, ov, m2, s2, r2);
+    ln_2.forward_residual(c, ov, m2, s2, r2, r2, h);  // r2 += h, then ln_2 of it
   }
 
   // g.dres = d(out) in, d(x) out.

@@ -1,5 +1,8 @@
 // Loom layer library, the pre-norm block of GPT-2 and Llama:
 //   out = x + attn(ln_1(x)); out += mlp(ln_2(out))
+// The residual add before ln_2, and the residual gradient's adds after each norm's backward,
+// ride on the norms (Norm::forward_residual, backward_residual: loom.norm-residual/1 where
+// the backend lends it).
 // Norms and residual adds run on this rank's Nl token rows (all N without sequence
 // parallelism); the attention and MLP slots gather and reduce-scatter around them.
 // The same block serves a mixture of experts (kMoeBlock): its MLP slot is then a MoeMlp
@@ -74,8 +77,7 @@ class PreNormBlock : public Block {
     View m2 = view(a.ln2_mean, {Nl}), r2 = view(a.ln2_rstd, {Nl});
     ln_1.forward(c, ln1, m1, r1, xv);
     attn.forward(c, s, ln1, a, res2, cache, cache_max);
-    c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xv);
-    ln_2.forward(c, ln2, m2, r2, res2);
+    ln_2.forward_residual(c, ln2, m2, r2, res2, res2, xv);  // res2 += x, then ln_2 of it
     ffn_forward(mlp, c, s, ln2, a, ov);
     c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res2);
   }
@@ -94,13 +96,11 @@ class PreNormBlock : public Block {
     // MLP half: dres = d(out) = d(res2) through the residual, plus through ln_2 and the MLP
     if (norms) ln_2.forward(c, ln2, m2, r2, res2);
     ffn_backward(mlp, c, s, ln2, a, dres, dln, g);
-    ln_2.backward(c, dtmp, dln, res2, m2, r2);
-    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+    ln_2.backward_residual(c, dres, dln, res2, m2, r2, dtmp);
     // attention half: dres = d(res2) -> d(x)
     if (norms) ln_1.forward(c, ln1, m1, r1, xv);
     attn.backward(c, s, ln1, a, dres, dln, g);
-    ln_1.backward(c, dtmp, dln, xv, m1, r1);
-    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+    ln_1.backward_residual(c, dres, dln, xv, m1, r1, dtmp);
   }
 
  private:
@@ -166,8 +166,7 @@ class HybridBlock : public Block {
     View dres = view(g.dres, {Nl, C}), dtmp = view(g.dtmp, {Nl, C}), dln = view(g.dln, {Nl, C});
     if (a.recompute & LOOM_RECOMPUTE_LAYERNORM) norm.forward(c, ln, m, r, xv);
     mixer_backward(mixer, c, s, ln, a, dres, dln, g);
-    norm.backward(c, dtmp, dln, xv, m, r);
-    c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+    norm.backward_residual(c, dres, dln, xv, m, r, dtmp);
   }
 
  private:

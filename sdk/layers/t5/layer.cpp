@@ -38,11 +38,9 @@ void T5DecoderLayer::forward(const Ctx& c, const Options& o, const Step& s, cons
   View res3 = view(xa.res, {N, C});
   ln_1_.forward(c, ln1, view(a.ln1_mean, {N}), view(a.ln1_rstd, {N}), xx);
   attn_.forward(c, s, ln1, a, res2, cache, cache_max);
-  c.call(&loom_ops::add, res2.get(), (const DLTensor*)res2, (const DLTensor*)xx);
-  ln_x_.forward(c, lnx, view(xa.mean, {N}), view(xa.rstd, {N}), res2);
+  ln_x_.forward_residual(c, lnx, view(xa.mean, {N}), view(xa.rstd, {N}), res2, res2, xx);
   xattn_.forward(c, cs, lnx, xk, xv, xa, res3, cache == nullptr);
-  c.call(&loom_ops::add, res3.get(), (const DLTensor*)res3, (const DLTensor*)res2);
-  ln_2_.forward(c, ln2, view(a.ln2_mean, {N}), view(a.ln2_rstd, {N}), res3);
+  ln_2_.forward_residual(c, ln2, view(a.ln2_mean, {N}), view(a.ln2_rstd, {N}), res3, res3, res2);
   mlp_.forward(c, N, ln2, a, ov);
   c.call(&loom_ops::add, ov.get(), (const DLTensor*)ov, (const DLTensor*)res3);
 }
@@ -56,16 +54,13 @@ void T5DecoderLayer::backward(const Ctx& c, const Options& o, const Step& s, con
   View dres = view(g.dres, {N, C}), dtmp = view(g.dtmp, {N, C}), dln = view(g.dln, {N, C});
   // MLP: dres = d(out) = d(res3) through the residual, plus through ln_2 and the MLP
   mlp_.backward(c, N, ln2, a, dres, dln, g);
-  ln_2_.backward(c, dtmp, dln, res3, view(a.ln2_mean, {N}), view(a.ln2_rstd, {N}));
-  c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  ln_2_.backward_residual(c, dres, dln, res3, view(a.ln2_mean, {N}), view(a.ln2_rstd, {N}), dtmp);
   // cross-attention: dres = d(res3) -> d(res2); d(mem) accumulates
   xattn_.backward(c, cs, lnx, mem, xa, dres, dln, dmem, g);
-  ln_x_.backward(c, dtmp, dln, res2, view(xa.mean, {N}), view(xa.rstd, {N}));
-  c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  ln_x_.backward_residual(c, dres, dln, res2, view(xa.mean, {N}), view(xa.rstd, {N}), dtmp);
   // self-attention: dres = d(res2) -> d(x)
   attn_.backward(c, s, ln1, a, dres, dln, g);
-  ln_1_.backward(c, dtmp, dln, xx, view(a.ln1_mean, {N}), view(a.ln1_rstd, {N}));
-  c.call(&loom_ops::add, dres.get(), (const DLTensor*)dres, (const DLTensor*)dtmp);
+  ln_1_.backward_residual(c, dres, dln, xx, view(a.ln1_mean, {N}), view(a.ln1_rstd, {N}), dtmp);
 }
 
 }  // namespace loom::layers

@@ -172,11 +172,13 @@ loom_error* cpu_create(const loom_host* host, const loom_config* cfg, loom_backe
     int64_t threads = conf.get_int("threads");
     std::string coretype = conf.get_string("blas_coretype");
     bool measure = conf.get_bool("measure_gemm");
+    const bool norm_residual = conf.get_bool("norm_residual");
     loom::require(threads >= 0, "backend/cpu: threads = " + std::to_string(threads) +
                                     " must be >= 0 (0 = all cores)");
 
     auto be = std::make_unique<loom_backend>();
     be->host = host;
+    be->norm_residual = norm_residual;
     // 0: OMP_NUM_THREADS when set (the user's, or the engine's share of the node for each
     // rank under a launcher), else the CPUs this process may run on (omp_get_num_procs
     // honours the affinity mask, so a rank pinned to 4 cores gets 4).
@@ -285,14 +287,21 @@ constexpr loom::OpsCalls kCalls = {
     op_squared_relu_backward,
     op_sum_squares_total,
     op_softmax_cross_entropy_total,
+    op_norm_residual_forward,
+    op_norm_residual_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
 // loom.gemm-epilogue/1, lent by every instance; loom.device-stream/1 as every host backend.
 constexpr loom_gemm_epilogues kEpilogues = {
     {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr}, kCalls.epilogue_kinds};
+// loom.norm-residual/1 unless the recipe turned it off (backend.norm_residual): a bare table.
+constexpr loom_ext kNormResidual = {sizeof(loom_ext), LOOM_EXT_NORM_RESIDUAL, 0, nullptr};
 const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
   if (id != nullptr && std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0) return &kEpilogues.base;
+  if (be != nullptr && be->norm_residual && id != nullptr &&
+      std::strcmp(id, LOOM_EXT_NORM_RESIDUAL) == 0)
+    return &kNormResidual;
   return loom::host_stream::get_ext(be, id);
 }
 
@@ -321,6 +330,10 @@ constexpr loom_param_spec kParams[] = {
     loom::param("measure_gemm", LOOM_PARAM_BOOL, "true",
                 "time a 2048^3 sgemm at create and report it as peak_gflops (the MFU "
                 "denominator); false reports 0"),
+    loom::param("norm_residual", LOOM_PARAM_BOOL, "true",
+                "lend loom.norm-residual/1: the blocks' residual adds made by the norms beside "
+                "them (on the CPU the same two calls, in the backend: the same numbers either "
+                "way; false runs the layer library's separate add)"),
 };
 
 const loom_plugin_descriptor kDescriptor =

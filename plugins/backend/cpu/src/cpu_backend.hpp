@@ -24,7 +24,8 @@ struct Blas;
 // process-wide (see blas.hpp), the rest is per instance.
 struct loom_backend {
   const loom_host* host = nullptr;
-  int threads = 1;  // OpenMP team size of every parallel kernel, and BLAS threads
+  int threads = 1;            // OpenMP team size of every parallel kernel, and BLAS threads
+  bool norm_residual = true;  // loom.norm-residual/1 lent (recipe: backend.norm_residual)
   const loom_cpu::Blas* blas = nullptr;
   std::string device_name;  // valid until destroy (get_info hands out c_str())
   double peak_gflops = 0;
@@ -190,6 +191,11 @@ loom_error* op_rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor
                                       DLTensor* dweight, const DLTensor* dout, const DLTensor* inp,
                                       const DLTensor* gate, const DLTensor* weight,
                                       const DLTensor* rstd, int64_t group_size) noexcept;
+// ABI 2.29: loom.norm-residual/1, the add op and the plain norm (args checked by the SDK slot)
+loom_error* op_norm_residual_forward(loom_backend* be, const loom_norm_fwd_args* a,
+                                     const loom_norm_residual* r) noexcept;
+loom_error* op_norm_residual_backward(loom_backend* be, const loom_norm_bwd_args* a,
+                                      const loom_norm_residual* r) noexcept;
 // kernels_activation.cpp
 loom_error* op_gelu_forward(loom_backend* be, DLTensor* out, const DLTensor* inp) noexcept;
 loom_error* op_gelu_backward(loom_backend* be, DLTensor* dinp, const DLTensor* inp,

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "cpu_backend.hpp"
 #include "mixed.hpp"
@@ -470,6 +471,43 @@ loom_error* op_rmsnorm_gated_backward(loom_backend* be, DLTensor* dinp, DLTensor
                                     data_of<const T>(gate), data_of<const T>(weight),
                                     data_of<const S>(rstd), r.N, r.C, group_size, b.threads);
     });
+  });
+}
+
+// loom.norm-residual/1 by its definition: the add op, then the plain norm of the sum
+// (forward); the plain norm's input gradient into a scratch of dinp's dtype, then the add op
+// (backward; the scratch because dinp may alias the residual the add still reads). backend/cpu
+// is the reference the fused kernels of other backends are compared with, so it composes the
+// two calls rather than fusing them.
+loom_error* op_norm_residual_forward(loom_backend* be, const loom_norm_fwd_args* a,
+                                     const loom_norm_residual* r) noexcept {
+  return run_op(be, "norm_forward", [&](loom_backend& b) {
+    loom::check(b.host, op_add(&b, r->sum, a->inp, r->residual));
+    if (a->kind == LOOM_NORM_RMS)
+      loom::check(b.host, op_rmsnorm_forward(&b, a->out, a->rstd, r->sum, a->weight, a->eps));
+    else
+      loom::check(b.host, op_layernorm_forward(&b, a->out, a->mean, a->rstd, r->sum, a->weight,
+                                               a->bias, a->eps));
+  });
+}
+
+loom_error* op_norm_residual_backward(loom_backend* be, const loom_norm_bwd_args* a,
+                                      const loom_norm_residual* r) noexcept {
+  return run_op(be, "norm_backward", [&](loom_backend& b) {
+    Check{"norm_backward"}.tensor("dinp", a->dinp);
+    const size_t bytes = (size_t)loom_tensor_numel(a->dinp) * loom_dtype_bytes(a->dinp->dtype);
+    // uninitialised (the norm writes every element): no extra pass over the rows
+    std::unique_ptr<double[]> scratch(new double[(bytes + sizeof(double) - 1) / sizeof(double)]);
+    DLTensor g = *a->dinp;
+    g.data = scratch.get();
+    g.byte_offset = 0;
+    if (a->kind == LOOM_NORM_RMS)
+      loom::check(b.host,
+                  op_rmsnorm_backward(&b, &g, a->dweight, a->dout, a->inp, a->weight, a->rstd));
+    else
+      loom::check(b.host, op_layernorm_backward(&b, &g, a->dweight, a->dbias, a->dout, a->inp,
+                                                a->weight, a->mean, a->rstd));
+    loom::check(b.host, op_add(&b, a->dinp, r->residual, &g));
   });
 }
 

@@ -237,12 +237,15 @@ constexpr uint32_t kEpilogueKinds =
 // cuBLASLt's BGRADB made gpt2-124m's weight-gradient GEMMs 1.6 ms slower per step, more than
 // the 1.2 ms of the separate bias-gradient pass it replaces; BIAS cost 0.14 ms for 2.4 saved.
 // BIAS_GELU and DGELU (the MLP's activation and its gradient in its two GEMMs, as llm.c runs
-// them on Hopper) unless backend.gemm_gelu_epilogue = false.
+// them on Hopper) unless backend.gemm_gelu_epilogue = false. loom.norm-residual/1 unless
+// backend.norm_residual = false (a bare table: the norms take the args extension).
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   if (be == nullptr || id == nullptr) return nullptr;
   if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
   if (std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0 && be->gemm_epilogues)
     return &be->epilogues.base;
+  if (std::strcmp(id, LOOM_EXT_NORM_RESIDUAL) == 0 && be->norm_residual.id != nullptr)
+    return &be->norm_residual;
   return nullptr;
 }
 
@@ -323,6 +326,8 @@ loom_error* cuda_create(const loom_host* host, const loom_config* cfg,
     if (conf.get_bool("gemm_bias_grad_epilogue")) be->epilogues.kinds |= LOOM_EPILOGUE_BGRAD;
     if (conf.get_bool("gemm_gelu_epilogue"))
       be->epilogues.kinds |= LOOM_EPILOGUE_BIAS_GELU | LOOM_EPILOGUE_DGELU;
+    if (conf.get_bool("norm_residual"))
+      be->norm_residual = {sizeof(loom_ext), LOOM_EXT_NORM_RESIDUAL, 0, nullptr};
     LOOM_CUDA_CHECK("create", cudaSetDevice(be->device));
     LOOM_CUDA_CHECK("create", cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     be->device_stream = make_device_stream(*be);
@@ -445,6 +450,8 @@ constexpr loom::OpsCalls kCalls = {
     squared_relu_backward,
     sum_squares_total,            // ABI 2.27: compiled, not yet run on a GPU
     softmax_cross_entropy_total,  // ABI 2.28: compiled, not yet run on a GPU
+    norm_residual_forward,        // ABI 2.29: compiled, not yet run on a GPU
+    norm_residual_backward,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -486,6 +493,9 @@ constexpr loom_param_spec kParams[] = {
                 "first, so that they run the same kernels)"),
     loom::param("workspace_mb", LOOM_PARAM_INT, "32",
                 "cuBLASLt workspace in MiB (larger lets it pick split-K kernels)", 0, 4096),
+    loom::param("norm_residual", LOOM_PARAM_BOOL, "true",
+                "lend loom.norm-residual/1: a block's residual add made by the norm beside it, "
+                "one pass where the add and the norm were two (the same numbers either way)"),
 };
 
 const loom_plugin_descriptor kDescriptor = loom::describe_plugin(

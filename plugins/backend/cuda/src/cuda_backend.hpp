@@ -33,6 +33,8 @@ struct loom_backend {
   // loom.gemm-epilogue/1 lent (recipe: backend.gemm_epilogues), and the table get_ext returns
   bool gemm_epilogues = false;
   loom_gemm_epilogues epilogues{};
+  // loom.norm-residual/1 lent (recipe: backend.norm_residual): get_ext returns norm_residual
+  loom_ext norm_residual{};
   std::string device_name;
   double peak_gflops = 0;   // dense bf16 tensor-core peak of the device (MFU denominator)
   void* scratch = nullptr;  // small device scratch for reductions (sum_squares, CE stats)

@@ -7,6 +7,10 @@
 //   rmsnorm_forward:    out(N,C) = inp * rstd * weight(C), rstd(N) = 1/sqrt(mean(inp^2) + eps)
 //   rmsnorm_backward:   dinp(N,C) = ; dweight(C) +=
 //   (Mamba-2's gated RMSNorm, loom.norm-gate/1, is in kernels_norm_gated.cu)
+//   loom.norm-residual/1 (ABI 2.29), `res` given: the forward first makes sum = inp + res,
+//   rounded to T as the add op rounds it, and normalises that; the backward writes
+//   dinp = res + dinp rounded to T first (the add op after the plain call, to the bit), the
+//   residual read where dinp is written, so dinp may alias res.
 // Activation gradients are written (=), parameter gradients accumulate (+=).
 // dtypes: inp/out/dinp/dout one of f32/bf16/f16 (T); weight/bias T or f32; dweight/dbias T
 // or f32 (main grads); statistics f32. All arithmetic in f32.
@@ -47,14 +51,44 @@ __device__ __forceinline__ void store_affine(T* y, float (&v)[VW], const W* weig
   store_vec<VW>(y + c, v);
 }
 
-// out(N,C), inp(N,C), weight(C), bias(C) or NULL, mean(N) (NULL for RMSNorm), rstd(N).
+// v rounded to T and back: what a store of v to T memory and its load give.
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_f32(from_f32<T>(v));
+}
+// loom.norm-residual/1's backward on VW gradient values g of a row at offset `at`, before
+// their store: g = res + round_to<T>(g), the add op's arithmetic (res NULL: unchanged).
+template <class T, int VW>
+__device__ __forceinline__ void add_residual_grad(float (&g)[VW], const T* res, int64_t at) {
+  if (res == nullptr) return;
+  float r[VW];
+  load_vec<VW>(res + at, r);
+#pragma unroll
+  for (int i = 0; i < VW; ++i) g[i] = r[i] + round_to<T>(g[i]);
+}
+
+// out(N,C), inp(N,C), weight(C), bias(C) or NULL, mean(N) (NULL for RMSNorm), rstd(N); with
+// res(N,C), sum(N,C) = inp + res is written first and normalised (each thread rereads only
+// the elements it wrote, so sum may alias inp or res).
 template <class T, class W, int VW, bool kRms>
 __global__ void norm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const W* weight,
-                                    const W* bias, int64_t N, int64_t C, float eps) {
+                                    const W* bias, int64_t N, int64_t C, float eps, const T* res,
+                                    T* sum) {
   const int64_t c0 = static_cast<int64_t>(threadIdx.x) * VW, step = int64_t{blockDim.x} * VW;
   const float fc = static_cast<float>(C);  // divided by, as on the CPU (not times 1/C)
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* x = inp + n * C;
+    if (res != nullptr) {
+      for (int64_t c = c0; c < C; c += step) {
+        float v[VW], r[VW];
+        load_vec<VW>(x + c, v);
+        load_vec<VW>(res + n * C + c, r);
+#pragma unroll
+        for (int i = 0; i < VW; ++i) v[i] += r[i];
+        store_vec<VW>(sum + n * C + c, v);
+      }
+      x = sum + n * C;
+    }
     float m = 0.0f;
     if constexpr (!kRms) {
       float s = 0.0f;
@@ -138,9 +172,11 @@ __global__ void norm_dparams_partial_kernel(float* part_w, float* part_b, const 
 
 // dinp(N,C) = rstd * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dout * weight,
 // xhat = (inp - mean) * rstd; RMSNorm drops the mean(dn) term and the mean.
+// With res (N,C): dinp = res + that, rounded as loom.norm-residual/1 says.
 template <class T, class W, int VW, bool kRms>
 __global__ void norm_dinp_kernel(T* dinp, const T* dout, const T* inp, const W* weight,
-                                 const float* mean, const float* rstd, int64_t N, int64_t C) {
+                                 const float* mean, const float* rstd, int64_t N, int64_t C,
+                                 const T* res) {
   const int64_t c0 = static_cast<int64_t>(threadIdx.x) * VW, step = int64_t{blockDim.x} * VW;
   const float fc = static_cast<float>(C);  // divided by, as on the CPU (not times 1/C)
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
@@ -173,6 +209,7 @@ __global__ void norm_dinp_kernel(T* dinp, const T* dout, const T* inp, const W* 
 #pragma unroll
       for (int i = 0; i < VW; ++i)
         xv[i] = rs * (gv[i] * w[i] - mean_dn - ((xv[i] - m) * rs) * mean_dnx);
+      add_residual_grad<T, VW>(xv, res, n * C + c);
       store_vec<VW>(dx + c, xv);
     }
   }
@@ -187,10 +224,11 @@ __global__ void norm_dinp_kernel(T* dinp, const T* dout, const T* inp, const W* 
 constexpr int kWarpVecs = 8;
 constexpr int kWarpRowsPerBlock = 4;
 
+// With res: sum = inp + res written as the row is loaded, and the rounded sum normalised.
 template <class T, class W, int VW, bool kRms>
 __global__ void norm_forward_warp_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const W* weight, const W* bias, int64_t N, int64_t C,
-                                         int nv, float eps) {
+                                         int nv, float eps, const T* res, T* sum) {
   const int lane = threadIdx.x & 31;
   const float fc = static_cast<float>(C);
   const int64_t warps = int64_t{gridDim.x} * kWarpRowsPerBlock;
@@ -201,7 +239,17 @@ __global__ void norm_forward_warp_kernel(T* out, float* mean, float* rstd, const
 #pragma unroll
     for (int k = 0; k < kWarpVecs; ++k)
       if (k < nv) {
-        load_vec<VW>(x + (int64_t{k} * 32 + lane) * VW, v[k]);
+        const int64_t c = (int64_t{k} * 32 + lane) * VW;
+        load_vec<VW>(x + c, v[k]);
+        if (res != nullptr) {
+          float r[VW];
+          load_vec<VW>(res + n * C + c, r);
+#pragma unroll
+          for (int i = 0; i < VW; ++i) v[k][i] += r[i];
+          store_vec<VW>(sum + n * C + c, v[k]);
+#pragma unroll
+          for (int i = 0; i < VW; ++i) v[k][i] = round_to<T>(v[k][i]);
+        }
 #pragma unroll
         for (int i = 0; i < VW; ++i) s += v[k][i];
       }
@@ -239,7 +287,7 @@ template <class T, class W, int VW, bool kRms, int NV>
 __global__ void __launch_bounds__(32 * kBwdWarps, NV <= 3 ? 2 : 1)
     norm_backward_warp_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp,
                               const W* weight, const float* mean, const float* rstd, int64_t N,
-                              int64_t C, int64_t rows_per_chunk) {
+                              int64_t C, int64_t rows_per_chunk, const T* res) {
   __shared__ float sw[kBwdWarps][32 * VW], sb[kBwdWarps][32 * VW];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const float fc = static_cast<float>(C);
@@ -277,7 +325,9 @@ __global__ void __launch_bounds__(32 * kBwdWarps, NV <= 3 ? 2 : 1)
     for (int k = 0; k < NV; ++k) {
 #pragma unroll
       for (int i = 0; i < VW; ++i) dn[k][i] = rs * (dn[k][i] - mean_dn - xh[k][i] * mean_dnx);
-      store_vec<VW>(dinp + n * C + (int64_t{k} * 32 + lane) * VW, dn[k]);
+      const int64_t at = n * C + (int64_t{k} * 32 + lane) * VW;
+      add_residual_grad<T, VW>(dn[k], res, at);
+      store_vec<VW>(dinp + at, dn[k]);
     }
   }
   // The chunk's partial sums: the warps' registers added in warp order, one vector at a time.
@@ -327,10 +377,12 @@ inline unsigned warp_row_blocks(int64_t N) {
   return grid_rows((N + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
 }
 
-// Shared body of layernorm_forward (mean != NULL) and rmsnorm_forward (mean == NULL).
+// Shared body of layernorm_forward (mean != NULL) and rmsnorm_forward (mean == NULL); with
+// `residual`, loom.norm-residual/1's (its shapes and dtypes checked by the SDK slot).
 template <bool kRms>
 void norm_forward(const char* op, loom_backend& b, DLTensor* out, DLTensor* mean, DLTensor* rstd,
-                  const DLTensor* inp, const DLTensor* weight, const DLTensor* bias, double eps) {
+                  const DLTensor* inp, const DLTensor* weight, const DLTensor* bias, double eps,
+                  const DLTensor* residual = nullptr, DLTensor* sum = nullptr) {
   Rows r = check_rows(op, inp);
   need(op, "out", out);
   need(op, "weight", weight);
@@ -345,36 +397,42 @@ void norm_forward(const char* op, loom_backend& b, DLTensor* out, DLTensor* mean
   const void* pb = bias ? device_ptr(b, bias, op, "bias", r.C) : nullptr;
   float* pm = kRms ? nullptr : static_cast<float*>(device_ptr(b, mean, op, "mean", r.N));
   float* prs = static_cast<float*>(device_ptr(b, rstd, op, "rstd", r.N));
+  const void* pr = residual ? device_ptr(b, residual, op, "residual", r.N * r.C) : nullptr;
+  void* ps = residual ? device_ptr(b, sum, op, "sum", r.N * r.C) : nullptr;
   if (r.N == 0) return;
   dispatch_float(op, "inp", inp, [&](auto tt) {
     using T = typename decltype(tt)::type;
     dispatch_param(op, "weight", weight, tt, [&](auto wt) {
       using W = typename decltype(wt)::type;
-      const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, py, pw, pb}), kWarpVecs);
+      const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, py, pw, pb, pr, ps}), kWarpVecs);
       if (nv > 0) {
         norm_forward_warp_kernel<T, W, kVec<T>, kRms>
             <<<warp_row_blocks(r.N), 32 * kWarpRowsPerBlock, 0, b.stream>>>(
                 static_cast<T*>(py), pm, prs, static_cast<const T*>(px), static_cast<const W*>(pw),
-                static_cast<const W*>(pb), r.N, r.C, nv, static_cast<float>(eps));
+                static_cast<const W*>(pb), r.N, r.C, nv, static_cast<float>(eps),
+                static_cast<const T*>(pr), static_cast<T*>(ps));
         LOOM_CUDA_LAUNCHED(op);
         return;
       }
-      with_vec<T>(r.C % kVec<T> == 0, {px, py, pw, pb}, [&](auto vw) {
+      with_vec<T>(r.C % kVec<T> == 0, {px, py, pw, pb, pr, ps}, [&](auto vw) {
         constexpr int VW = decltype(vw)::value;
         norm_forward_kernel<T, W, VW, kRms><<<grid_rows(r.N), row_threads(r.C / VW), 0, b.stream>>>(
             static_cast<T*>(py), pm, prs, static_cast<const T*>(px), static_cast<const W*>(pw),
-            static_cast<const W*>(pb), r.N, r.C, static_cast<float>(eps));
+            static_cast<const W*>(pb), r.N, r.C, static_cast<float>(eps), static_cast<const T*>(pr),
+            static_cast<T*>(ps));
         LOOM_CUDA_LAUNCHED(op);
       });
     });
   });
 }
 
-// Shared body of layernorm_backward and rmsnorm_backward (mean == NULL, dbias == NULL).
+// Shared body of layernorm_backward and rmsnorm_backward (mean == NULL, dbias == NULL); with
+// `residual`, loom.norm-residual/1's (its shape and dtype checked by the SDK slot).
 template <bool kRms>
 void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dweight,
                    DLTensor* dbias, const DLTensor* dout, const DLTensor* inp,
-                   const DLTensor* weight, const DLTensor* mean, const DLTensor* rstd) {
+                   const DLTensor* weight, const DLTensor* mean, const DLTensor* rstd,
+                   const DLTensor* residual = nullptr) {
   Rows r = check_rows(op, inp);
   need(op, "dinp", dinp);
   need(op, "dout", dout);
@@ -394,6 +452,7 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
   const float* pm =
       kRms ? nullptr : static_cast<const float*>(device_ptr(b, mean, op, "mean", r.N));
   const float* prs = static_cast<const float*>(device_ptr(b, rstd, op, "rstd", r.N));
+  const void* pr = residual ? device_ptr(b, residual, op, "residual", r.N * r.C) : nullptr;
   if (r.N == 0) return;
 
   const RowChunks rc = row_chunks(r.N);
@@ -414,14 +473,14 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
                   static_cast<G*>(pdw), part_w, static_cast<G*>(pdb), part_b, chunks, r.C);
           LOOM_CUDA_LAUNCHED(op);
         };
-        const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, pg, pdx, pw}), kBwdVecs);
+        const int nv = warp_row_vecs<T>(r.C, all_aligned16({px, pg, pdx, pw, pr}), kBwdVecs);
         if (nv > 0) {  // one pass over dout and inp, then the finish
           with_int<1, kBwdVecs>(nv, [&](auto vecs) {
             norm_backward_warp_kernel<T, W, kVec<T>, kRms, decltype(vecs)::value>
                 <<<static_cast<unsigned>(chunks), 32 * kBwdWarps, 0, b.stream>>>(
                     static_cast<T*>(pdx), part_w, part_b, static_cast<const T*>(pg),
                     static_cast<const T*>(px), static_cast<const W*>(pw), pm, prs, r.N, r.C,
-                    rows_per_chunk);
+                    rows_per_chunk, static_cast<const T*>(pr));
             LOOM_CUDA_LAUNCHED(op);
           });
           finish();
@@ -437,11 +496,11 @@ void norm_backward(const char* op, loom_backend& b, DLTensor* dinp, DLTensor* dw
           LOOM_CUDA_LAUNCHED(op);
         });
         finish();
-        with_vec<T>(r.C % kVec<T> == 0, {px, pg, pdx, pw}, [&](auto vw) {
+        with_vec<T>(r.C % kVec<T> == 0, {px, pg, pdx, pw, pr}, [&](auto vw) {
           constexpr int VW = decltype(vw)::value;
           norm_dinp_kernel<T, W, VW, kRms><<<grid_rows(r.N), row_threads(r.C / VW), 0, b.stream>>>(
               static_cast<T*>(pdx), static_cast<const T*>(pg), static_cast<const T*>(px),
-              static_cast<const W*>(pw), pm, prs, r.N, r.C);
+              static_cast<const W*>(pw), pm, prs, r.N, r.C, static_cast<const T*>(pr));
           LOOM_CUDA_LAUNCHED(op);
         });
       });
@@ -481,6 +540,30 @@ loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight
   return run_op(be, "rmsnorm_backward", [&](loom_backend& b) {
     norm_backward<true>("rmsnorm_backward", b, dinp, dweight, nullptr, dout, inp, weight, nullptr,
                         rstd);
+  });
+}
+
+loom_error* norm_residual_forward(loom_backend* be, const loom_norm_fwd_args* a,
+                                  const loom_norm_residual* r) noexcept {
+  return run_op(be, "norm_forward", [&](loom_backend& b) {
+    if (a->kind == LOOM_NORM_RMS)
+      norm_forward<true>("norm_forward", b, a->out, nullptr, a->rstd, a->inp, a->weight, nullptr,
+                         a->eps, r->residual, r->sum);
+    else
+      norm_forward<false>("norm_forward", b, a->out, a->mean, a->rstd, a->inp, a->weight, a->bias,
+                          a->eps, r->residual, r->sum);
+  });
+}
+
+loom_error* norm_residual_backward(loom_backend* be, const loom_norm_bwd_args* a,
+                                   const loom_norm_residual* r) noexcept {
+  return run_op(be, "norm_backward", [&](loom_backend& b) {
+    if (a->kind == LOOM_NORM_RMS)
+      norm_backward<true>("norm_backward", b, a->dinp, a->dweight, nullptr, a->dout, a->inp,
+                          a->weight, nullptr, a->rstd, r->residual);
+    else
+      norm_backward<false>("norm_backward", b, a->dinp, a->dweight, a->dbias, a->dout, a->inp,
+                           a->weight, a->mean, a->rstd, r->residual);
   });
 }
 

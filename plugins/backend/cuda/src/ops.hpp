@@ -45,6 +45,12 @@ loom_error* rmsnorm_forward(loom_backend* be, DLTensor* out, DLTensor* rstd, con
 loom_error* rmsnorm_backward(loom_backend* be, DLTensor* dinp, DLTensor* dweight,
                              const DLTensor* dout, const DLTensor* inp, const DLTensor* weight,
                              const DLTensor* rstd) noexcept;
+// loom.norm-residual/1 (ABI 2.29): the residual add inside the norm; args checked by the SDK
+// slot (loom::norm_residual_refusal).
+loom_error* norm_residual_forward(loom_backend* be, const loom_norm_fwd_args* a,
+                                  const loom_norm_residual* r) noexcept;
+loom_error* norm_residual_backward(loom_backend* be, const loom_norm_bwd_args* a,
+                                   const loom_norm_residual* r) noexcept;
 // loom.norm-gate/1 (ABI 2.22), Mamba-2's gated RMSNorm; args checked by the SDK slot
 // (loom::norm_gate_refusal).
 loom_error* rmsnorm_gated_forward(loom_backend* be, DLTensor* out, DLTensor* rstd,

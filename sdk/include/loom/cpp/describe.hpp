@@ -49,4 +49,15 @@ inline std::string device_str(DLDevice d) {
   }
 }
 
+// "" when t has ref's shape, else why: "<name> has shape (..), expected <ref_name>'s (..)"
+// ("<name> is NULL, ..." when t is NULL). ref must be given.
+inline std::string shape_like_refusal(const char* name, const DLTensor* t, const char* ref_name,
+                                      const DLTensor* ref) {
+  bool same = t != nullptr && t->ndim == ref->ndim;
+  for (int d = 0; same && d < t->ndim; ++d) same = t->shape[d] == ref->shape[d];
+  if (same) return {};
+  const std::string has = t ? std::string(" has shape ") + shape_str(t) : " is NULL";
+  return std::string(name) + has + ", expected " + ref_name + "'s " + shape_str(ref);
+}
+
 }  // namespace loom

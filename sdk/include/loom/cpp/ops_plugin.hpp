@@ -20,6 +20,7 @@
 #include "loom/backend.h"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/grouped_gemm.hpp"
+#include "loom/cpp/norm_residual.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/ssm_args.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -149,6 +150,14 @@ struct OpsCalls {
   loom_error* (*softmax_cross_entropy_total)(loom_backend* be, DLTensor* losses, DLTensor* dlogits,
                                              const DLTensor* logits, const DLTensor* targets,
                                              double dloss, DLTensor* total);
+  // ABI 2.29's loom.norm-residual/1 on norm_forward/_backward, its args checked already (the
+  // rule, the kind, loom::norm_residual_refusal): the norm's args as given, and the
+  // extension. NULL: a norm carrying one is refused by the rule. The instance lends its
+  // table through get_ext itself.
+  loom_error* (*norm_residual_forward)(loom_backend* be, const loom_norm_fwd_args* args,
+                                       const loom_norm_residual* residual);
+  loom_error* (*norm_residual_backward)(loom_backend* be, const loom_norm_bwd_args* args,
+                                        const loom_norm_residual* residual);
 };
 
 // What is wrong with `e`, an extension whose output `total` must be a (1) f64 tensor, beside
@@ -161,10 +170,7 @@ inline std::string total_ext_refusal(const loom_ext* chain, const loom_ext* e,
   if (total == nullptr || total->ndim != 1 || total->shape[0] != 1 ||
       !loom_dtype_eq(total->dtype, loom_f64()))
     return id + "'s total must be a (1) f64 tensor";
-  for (const loom_ext* o = chain; o != nullptr; o = o->next)
-    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
-      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
-  return {};
+  return other_required_refusal(chain, e);
 }
 
 // What is wrong with a sum_squares carrying loom.sum-squares-total/1 `e` ("" when nothing):
@@ -208,15 +214,11 @@ inline std::string copy_strided_refusal(const loom_copy_strided_args& a) {
 }
 
 // What a backend that fills OpsCalls' optional slots lists in its descriptor (backend/cpu,
-// backend/cuda): its device stream (loom.device-stream/1), the GEMM epilogues it lends, and
-// the args extensions OpsSlots hands to those slots.
-inline constexpr const char* kOpsCapabilities[] = {LOOM_EXT_DEVICE_STREAM,
-                                                   LOOM_EXT_GEMM_EPILOGUE,
-                                                   LOOM_EXT_NORM_GATE,
-                                                   LOOM_EXT_ROPE_FREQS,
-                                                   LOOM_EXT_SUM_SQUARES_TOTAL,
-                                                   LOOM_EXT_CE_LOSS_TOTAL,
-                                                   nullptr};
+// backend/cuda): its device stream (loom.device-stream/1), the GEMM epilogues and the norms'
+// residual add it lends, and the args extensions OpsSlots hands to those slots.
+inline constexpr const char* kOpsCapabilities[] = {
+    LOOM_EXT_DEVICE_STREAM,     LOOM_EXT_GEMM_EPILOGUE, LOOM_EXT_NORM_GATE,     LOOM_EXT_ROPE_FREQS,
+    LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_CE_LOSS_TOTAL, LOOM_EXT_NORM_RESIDUAL, nullptr};
 
 template <const OpsCalls& K>
 struct OpsSlots {
@@ -291,7 +293,27 @@ struct OpsSlots {
     return has(k) && a && a->struct_size >= want ? loom_ext_find(a->ext, LOOM_EXT_NORM_GATE)
                                                  : nullptr;
   }
+  // loom.norm-residual/1 on a norm's chain, when the backend gives its kernels (else NULL,
+  // and the rule refuses the required extension as unknown).
+  template <class Args, class Kernel>
+  static const loom_ext* norm_residual_ext(const Args* a, size_t want, Kernel* k) {
+    return has(k) && a && a->struct_size >= want ? loom_ext_find(a->ext, LOOM_EXT_NORM_RESIDUAL)
+                                                 : nullptr;
+  }
+  // Runs kernel k for a norm carrying it (`e`), once its check and the kind pass.
+  template <class Args, class Kernel>
+  static loom_error* norm_residual(loom_backend* be, const char* op, const Args* a,
+                                   const loom_ext* e, Kernel* k, bool backward) {
+    std::string why = norm_residual_refusal(a->ext, e, a->inp, backward);
+    if (why.empty() && a->kind != LOOM_NORM_LAYER && a->kind != LOOM_NORM_RMS)
+      why = "args of an unknown kind (" + std::to_string(a->kind) + ")";
+    return why.empty() ? k(be, a, reinterpret_cast<const loom_norm_residual*>(e))
+                       : K.refuse(be, op, why);
+  }
   static loom_error* norm_forward(loom_backend* be, const loom_norm_fwd_args* a) {
+    if (const loom_ext* e =
+            norm_residual_ext(a, LOOM_NORM_FWD_ARGS_SIZE_V2, K.norm_residual_forward))
+      return norm_residual(be, "norm_forward", a, e, K.norm_residual_forward, false);
     if (const loom_ext* e = norm_gate(a, LOOM_NORM_FWD_ARGS_SIZE_V2, K.rmsnorm_gated_forward)) {
       const std::string why = norm_gate_refusal(a->kind, a->ext, e, a->inp, false);
       if (!why.empty()) return K.refuse(be, "norm_forward", why);
@@ -309,6 +331,9 @@ struct OpsSlots {
                      });
   }
   static loom_error* norm_backward(loom_backend* be, const loom_norm_bwd_args* a) {
+    if (const loom_ext* e =
+            norm_residual_ext(a, LOOM_NORM_BWD_ARGS_SIZE_V2, K.norm_residual_backward))
+      return norm_residual(be, "norm_backward", a, e, K.norm_residual_backward, true);
     if (const loom_ext* e = norm_gate(a, LOOM_NORM_BWD_ARGS_SIZE_V2, K.rmsnorm_gated_backward)) {
       const std::string why = norm_gate_refusal(a->kind, a->ext, e, a->inp, true);
       if (!why.empty()) return K.refuse(be, "norm_backward", why);
@@ -369,10 +394,7 @@ struct OpsSlots {
                         : K.rope_forward(be, a->x, a->pos_offset, a->theta);
       });
     const auto* f = reinterpret_cast<const loom_rope_freqs*>(e);
-    std::string why;
-    for (const loom_ext* o = a->ext; o && why.empty(); o = o->next)
-      if (o != e && (o->flags & LOOM_EXT_REQUIRED))
-        why = std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+    std::string why = other_required_refusal(a->ext, e);
     if (why.empty() && (e->struct_size < LOOM_ROPE_FREQS_SIZE_V1 || !f->inv_freq || !a->x ||
                         a->x->ndim != 4 || 2 * f->num != a->x->shape[3]))
       why = std::string(LOOM_EXT_ROPE_FREQS) + " needs one frequency per pair of x's last " +

@@ -193,6 +193,15 @@ std::string ops_args_refusal(const Args* a, size_t want) {
   return {};
 }
 
+// The same rule beside an extension the caller knows: "unknown required extension <id>" for
+// the first required extension on `chain` other than `known`, else "".
+inline std::string other_required_refusal(const loom_ext* chain, const loom_ext* known) {
+  for (const loom_ext* o = chain; o != nullptr; o = o->next)
+    if (o != known && (o->flags & LOOM_EXT_REQUIRED))
+      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+  return {};
+}
+
 }  // namespace loom
 
 // Defines the plugin's one exported symbol. `descriptor` is a static loom_plugin_descriptor.

@@ -13,6 +13,7 @@
 
 #include "loom/backend.h"
 #include "loom/cpp/describe.hpp"
+#include "loom/cpp/plugin.hpp"
 
 namespace loom {
 
@@ -150,9 +151,7 @@ inline std::string norm_gate_refusal(int32_t kind, const loom_ext* ext, const lo
                                      const DLTensor* inp, bool backward) {
   if (e->struct_size < LOOM_NORM_GATE_SIZE_V1)
     return "the " LOOM_EXT_NORM_GATE " extension is smaller than its version 1";
-  for (const loom_ext* o = ext; o != nullptr; o = o->next)
-    if (o != e && (o->flags & LOOM_EXT_REQUIRED))
-      return std::string("unknown required extension ") + (o->id ? o->id : "(no id)");
+  if (std::string why = other_required_refusal(ext, e); !why.empty()) return why;
   if (kind != LOOM_NORM_RMS)
     return LOOM_EXT_NORM_GATE " takes kind LOOM_NORM_RMS (" + std::to_string(LOOM_NORM_RMS) +
            "), not " + std::to_string(kind);
@@ -162,15 +161,8 @@ inline std::string norm_gate_refusal(int32_t kind, const loom_ext* ext, const lo
   if (g.group_size <= 0 || C % g.group_size != 0)
     return "group_size = " + std::to_string(g.group_size) + " does not divide inp's " +
            std::to_string(C) + " channels";
-  auto like_inp = [&](const char* name, const DLTensor* t) -> std::string {
-    bool same = t != nullptr && t->ndim == inp->ndim;
-    for (int d = 0; same && d < t->ndim; ++d) same = t->shape[d] == inp->shape[d];
-    if (same) return {};
-    const std::string has = t ? std::string(" has shape ") + shape_str(t) : " is NULL";
-    return std::string(name) + has + ", expected inp's " + shape_str(inp);
-  };
-  return detail::first_refusal(
-      {like_inp("gate", g.gate), backward ? like_inp("dgate", g.dgate) : ""});
+  return detail::first_refusal({shape_like_refusal("gate", g.gate, "inp", inp),
+                                backward ? shape_like_refusal("dgate", g.dgate, "inp", inp) : ""});
 }
 
 }  // namespace loom
