@@ -361,3 +361,20 @@ print(f"{name}: {len(steps)} steps identical; grad_norm {span}, "
       f"{len(steps) - len(norms)} not finite, skipped {sum(r.get('skipped', 0) for r in steps)}")
 PY
 }
+
+# same_both_ways KEY NAME RECIPE ARGS...: `loom run RECIPE ARGS` with KEY = true and with KEY =
+# false (under the caller's ${launch[@]} when it sets one), each writing NAME.MODE.jsonl (its
+# metrics), NAME.MODE.log and its final checkpoint ck_NAME.MODE; then the two runs compared
+# by same_metrics and same_state. Fails naming NAME.
+same_both_ways() {
+  local key=$1 name=$2 recipe=$3 mode
+  shift 3
+  for mode in true false; do
+    rm -rf "ck_$name.$mode"
+    ${launch[@]+"${launch[@]}"} "$loom" run "$recipe" --set "$key=$mode" \
+      --set "train.metrics=$name.$mode.jsonl" --set "checkpoint.save=ck_$name.$mode" "$@" \
+      2> "$name.$mode.log" || { tail -5 "$name.$mode.log"; fail "$name: the run with $mode failed"; }
+  done
+  same_metrics "$name" "$name.true.jsonl" "$name.false.jsonl" || fail "$name: the two runs differ"
+  same_state "ck_$name.true" "ck_$name.false" || fail "$name: the checkpoints differ"
+}

@@ -28,21 +28,9 @@ model() { toml_section backend measure_gemm=false threads=1
   toml_section tokenizer plugin=wordpiece "vocab_file=$bert_data/vocab.txt" vocab_extra_ids=10
   toml_section data plugin=t5 "prefix=$bert_data/sentences" split=80,20,0 decoder_seq_len=8
 } > t5.toml
-fail() { echo "FAIL: $*"; exit 1; }
 # same NAME RECIPE ARGS...: the run both ways (under $launch when set), then compared.
 launch=()
-same() {
-  local name=$1 recipe=$2 mode
-  shift 2
-  for mode in true false; do
-    rm -rf "ck_$name.$mode"
-    "${launch[@]}" "$loom" run "$recipe" --set backend.norm_residual=$mode \
-      --set "train.metrics=$name.$mode.jsonl" --set "checkpoint.save=ck_$name.$mode" "$@" \
-      2> "$name.$mode.log" || { tail -5 "$name.$mode.log"; fail "$name: the run with $mode failed"; }
-  done
-  same_metrics "$name" "$name.true.jsonl" "$name.false.jsonl" || fail "$name: the two runs differ"
-  same_state "ck_$name.true" "ck_$name.false" || fail "$name: the checkpoints differ"
-}
+same() { same_both_ways backend.norm_residual "$@"; }
 
 same gpt gpt.toml --set train.timers=true
 python3 - <<'PY' || fail "gpt: the norms did not take the adds"
