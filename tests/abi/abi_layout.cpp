@@ -227,6 +227,7 @@ Listing build() {
   STRUCT(loom_opt_create_args) F(struct_size) F(params) F(num_params) F(ext) END
   STRUCT(loom_opt_step_args) F(struct_size) F(lr) F(step) F(grad_scale) F(ext) END
   STRUCT(loom_opt_clip) F(base) F(squares) F(loss_scale) F(max_norm) END
+  STRUCT(loom_opt_schedule) F(base) F(values) END
   STRUCT(loom_optimizer_api)
   F(struct_size) F(create) F(destroy) F(step) F(num_state) F(get_state)
   END

@@ -61,6 +61,7 @@
   X(loom_opt_create_args) \
   X(loom_opt_step_args) \
   X(loom_opt_clip) \
+  X(loom_opt_schedule) \
   X(loom_optimizer_api) \
   X(loom_grad_api) \
   X(loom_schedule_api) \

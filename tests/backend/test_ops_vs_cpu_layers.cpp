@@ -425,10 +425,14 @@ TEST_CASE("softmax_cross_entropy, vocab_ce_stats, vocab_ce_backward [bf16]") { r
 // bound measures the step, not the parameter's last bits. Lion's update is +-lr per element,
 // so an element whose interpolated momentum is within rounding of 0 may take the other sign
 // on the device (a fused multiply-add there): at most 1 in 10^4 elements may differ, by 2 lr.
+// With `schedule`, the device's update reads the learning rate and the step count from a
+// device tensor (loom.opt-schedule/1: AdamW's bias corrections made by each thread) and its
+// args carry NaN and 0; the cpu's takes them from its args.
 namespace {
 void check_optimizer(const std::string& name, const std::map<std::string, std::string>& keys,
-                     size_t num_state, bool sign_update) {
+                     size_t num_state, bool sign_update, bool schedule = false) {
   CAPTURE(name);
+  CAPTURE(schedule);
   const int64_t n = 100003;
   Pair p(f32(), {n}, random_vec(n, 191)), g(f32(), {n}, random_vec(n, 192));
   const loom_plugin_descriptor* d = loomtest::load_descriptor("optimizer", name);
@@ -444,8 +448,16 @@ void check_optimizer(const std::string& name, const std::map<std::string, std::s
     CAPTURE(step);
     const Vec before = download(p.cpu_side());
     p.set(before);
+    const double lr = 1e-3 / (double)step;
+    loom::Tensor values(dev(), loom_f64(), {2});
+    const double v[2] = {lr, (double)step};
+    loom::check(dev().host(), dev().api()->from_host(dev().self(), values.get(), v, sizeof v));
+    const loom_opt_schedule sch{
+        {sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE, LOOM_EXT_REQUIRED, nullptr},
+        values.get()};
     for (int s = 0; s < 2; ++s) {
-      const loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 1e-3, step, 0.5, nullptr};
+      loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, 0.5, nullptr};
+      if (s == 1 && schedule) a.lr = std::nan(""), a.step = 0, a.ext = &sch.base;
       loom::check(side(s).host(), api->step(opt[s], &a));
     }
     Vec got = download(p.dev_side()), want = download(p.cpu_side());
@@ -454,7 +466,7 @@ void check_optimizer(const std::string& name, const std::map<std::string, std::s
       int64_t differ = 0;
       for (int64_t i = 0; i < n; ++i) {
         differ += std::fabs(got[i] - want[i]) > 1e-6;
-        REQUIRE(std::fabs(got[i] - want[i]) <= 2.0e-3 + 1e-6);  // at worst the other sign
+        REQUIRE(std::fabs(got[i] - want[i]) <= 2.0 * lr + 1e-6);  // at worst the other sign
       }
       CHECK(differ <= n / 10000);
     } else {
@@ -481,12 +493,16 @@ void check_optimizer(const std::string& name, const std::map<std::string, std::s
 }  // namespace
 
 TEST_CASE("optimizer/adamw: its device kernel on the backend's stream matches its cpu kernel") {
-  check_optimizer("adamw", {{"weight_decay", "0.1"}}, 2, false);
+  for (bool schedule : {false, true})
+    check_optimizer("adamw", {{"weight_decay", "0.1"}}, 2, false, schedule);
 }
 TEST_CASE("optimizer/sgd: its device kernel (momentum, and none) matches its cpu kernel") {
-  check_optimizer("sgd", {{"momentum", "0.9"}, {"weight_decay", "0.01"}}, 1, false);
-  check_optimizer("sgd", {{"weight_decay", "0.01"}}, 0, false);
+  for (bool schedule : {false, true}) {
+    check_optimizer("sgd", {{"momentum", "0.9"}, {"weight_decay", "0.01"}}, 1, false, schedule);
+    check_optimizer("sgd", {{"weight_decay", "0.01"}}, 0, false, schedule);
+  }
 }
 TEST_CASE("optimizer/lion: its device kernel on the backend's stream matches its cpu kernel") {
-  check_optimizer("lion", {{"weight_decay", "0.5"}}, 1, true);
+  for (bool schedule : {false, true})
+    check_optimizer("lion", {{"weight_decay", "0.5"}}, 1, true, schedule);
 }

@@ -222,10 +222,13 @@ TEST_CASE("optimizers step f32 main parameters (f64 on the CPU): bf16 is refused
 namespace {
 // One optimizer's parameters and state after 3 steps on fixed gradients, each step's
 // multiplier given either as grad_scale or as loom.opt-clip/1 over `squares` (then
-// grad_scale is 1), from the same start.
+// grad_scale is 1), from the same start; the learning rate (lr0 / step) and the step count
+// in the args, or with `schedule_ext` in loom.opt-schedule/1's values (the args then carry
+// NaN and 0, which the update must not read).
 std::vector<double> three_steps(Host& h, const char* name, const Overrides& o,
                                 const std::vector<double>& squares, double loss_scale,
-                                double max_norm, double grad_scale, bool clip_ext) {
+                                double max_norm, double grad_scale, bool clip_ext,
+                                bool schedule_ext = false, double lr0 = 0.05) {
   Params p(h);
   std::mt19937 rng(11);
   p.set_params(randv(13, rng));
@@ -238,10 +241,19 @@ std::vector<double> three_steps(Host& h, const char* name, const Overrides& o,
                            sq.get(),
                            loss_scale,
                            max_norm};
+  DevTensor values(h.be, loom_f64(), {2});
+  const loom_opt_schedule schedule{{sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE,
+                                    LOOM_EXT_REQUIRED, clip_ext ? &clip.base : nullptr},
+                                   values.get()};
   for (int step = 1; step <= 3; ++step) {
     p.set_grads(randv(13, rng));
-    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.05, step, clip_ext ? 1.0 : grad_scale,
+    const double lr = lr0 / step;
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, step, clip_ext ? 1.0 : grad_scale,
                          clip_ext ? &clip.base : nullptr};
+    if (schedule_ext) {
+      values.set_host({lr, (double)step});
+      a.lr = std::nan(""), a.step = 0, a.ext = &schedule.base;
+    }
     h.th.check(api->step(opt, &a));
   }
   std::vector<double> got = p.params();
@@ -286,21 +298,78 @@ TEST_CASE("loom.opt-clip/1: the clip decided from the squares = the host's grad_
   }
 }
 
-TEST_CASE("loom.opt-clip/1: squares that are not a (k) f64 tensor are refused") {
+namespace {
+// optimizer/adamw on three zero parameters, for the refusals of a step's extensions.
+struct RefusingAdamw {
   Host h;
-  Params p(h);
-  const loom_optimizer_api* api;
-  loom_config cfg;
+  Params p{h};
+  const loom_optimizer_api* api = nullptr;
+  loom_config cfg{};
   loom_optimizer* opt = make(h, "adamw", {}, p, &api, cfg);
-  DevTensor sq(h.be, loom_f32(), {2});
+  ~RefusingAdamw() { api->destroy(opt); }
+  // The message of a step with `ext` on its chain, which must be refused.
+  std::string refusal(const loom_ext* ext) {
+    loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.05, 1, 1.0, ext};
+    loom_error* e = api->step(opt, &a);
+    REQUIRE(e != nullptr);
+    const std::string why = e->message;
+    delete e;
+    return why;
+  }
+};
+}  // namespace
+
+TEST_CASE("loom.opt-clip/1: squares that are not a (k) f64 tensor are refused") {
+  RefusingAdamw t;
+  DevTensor sq(t.h.be, loom_f32(), {2});
   const loom_opt_clip clip{
       {sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr}, sq.get(), 1.0, 1.0};
-  loom_opt_step_args a{LOOM_OPT_STEP_ARGS_SIZE_V2, 0.05, 1, 1.0, &clip.base};
-  loom_error* e = api->step(opt, &a);
-  REQUIRE(e != nullptr);
-  CHECK(std::string(e->message) ==
+  CHECK(t.refusal(&clip.base) ==
         "optimizer/adamw: loom.opt-clip/1's squares must be a (k) f64 tensor on the "
         "parameters' device");
-  delete e;
-  api->destroy(opt);
+}
+
+TEST_CASE("loom.opt-schedule/1: lr and step read from the values = from the args, bitwise") {
+  Host h;
+  const std::vector<std::pair<const char*, Overrides>> opts = {
+      {"adamw", {{"weight_decay", "0.3"}}},
+      {"lion", {{"weight_decay", "0.5"}}},
+      {"sgd", {{"momentum", "0.9"}, {"weight_decay", "0.01"}}},
+      {"sgd", {{"weight_decay", "0.01"}}}};
+  for (const auto& [name, o] : opts) {
+    CAPTURE(name);
+    CHECK(loomtest::lists_capability("optimizer", name, LOOM_EXT_OPT_SCHEDULE));
+    const std::vector<double> squares = {9.0, 16.0};
+    for (bool clip : {false, true}) {  // alone, and after loom.opt-clip/1 on the chain
+      CAPTURE(clip);
+      const auto args = three_steps(h, name, o, squares, 8.0, 0.1, 0.25, clip);
+      const auto values = three_steps(h, name, o, squares, 8.0, 0.1, 0.25, clip, true);
+      CHECK(args == values);
+      // and the values are what the update read: another lr there gives other numbers
+      CHECK(args != three_steps(h, name, o, squares, 8.0, 0.1, 0.25, clip, true, 0.06));
+    }
+  }
+}
+
+TEST_CASE("loom.opt-schedule/1: values that are not a (2) f64 tensor, or not a step, are refused") {
+  RefusingAdamw t;
+  auto refusal = [&](const DevTensor& values) {
+    const loom_opt_schedule sch{
+        {sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE, LOOM_EXT_REQUIRED, nullptr},
+        values.get()};
+    return t.refusal(&sch.base);
+  };
+  const std::string shape =
+      "optimizer/adamw: loom.opt-schedule/1's values must be a (2) f64 tensor on the "
+      "parameters' device";
+  CHECK(refusal(DevTensor(t.h.be, loom_f32(), {2})) == shape);
+  CHECK(refusal(DevTensor(t.h.be, loom_f64(), {3})) == shape);
+  DevTensor values(t.h.be, loom_f64(), {2});
+  values.set_host({0.05, 2.5});
+  CHECK(refusal(values) == "optimizer/adamw: step must be a whole number >= 1 (1-based), got 2.5");
+  values.set_host({0.05, 0.0});
+  CHECK(refusal(values) == "optimizer/adamw: step must be a whole number >= 1 (1-based), got 0");
+  values.set_host({HUGE_VAL, 1.0});
+  CHECK(refusal(values) == "optimizer/adamw: lr must be finite");
+  CHECK(t.p.params() == std::vector<double>(13, 0.0));  // no refused step touched them
 }

@@ -17,6 +17,9 @@
 # cross-entropy's sums on the device (loom.device-losses/1, the "lm" and multi-token
 # prediction's "mtp" terms; a mixture of experts' terms on the host beside them) and read them
 # with the norm after the update; the logged losses must still equal the host's to the bit.
+# And the schedule (ABI 2.30): the three optimizers list loom.opt-schedule/1, so the true runs'
+# updates read the learning rate (warming up, then decaying) and the step count (which a
+# skipped step does not advance) from a device tensor, not from their args.
 #   grad_norm_on_device.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=${2:-}
@@ -36,7 +39,7 @@ same() {
   local name=$1
   shift
   same_both_ways train.grad_norm_on_device "$name" r.toml "$@"
-  grep -q "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the host reads the norm and the losses (loom.device-losses/1)" \
+  grep -q "train.grad_norm_on_device: the gradient norm and the clip, the learning rate and the step count (loom.opt-schedule/1) stay on the device; the host reads the norm and the losses (loom.device-losses/1)" \
     "$name.true.log" || fail "$name: the device path was not taken"
   ! grep -q "stay on the device" "$name.false.log" || fail "$name: false took the device path"
 }

@@ -46,7 +46,9 @@ constexpr loom_param_spec kTrain[] = {
           "update. Used where the backend and the optimizer list what it needs "
           "(loom.sum-squares-total/1 and loom.opt-clip/1); where the backend also lists "
           "loom.ce-loss-total/1, the model sums its cross-entropy there too and the host reads "
-          "the losses with the norm, none per micro-batch. false: the host reads the losses "
+          "the losses with the norm, none per micro-batch; where the optimizer lists "
+          "loom.opt-schedule/1, the update reads the learning rate and the step count from "
+          "the device too, so that it holds no host value. false: the host reads the losses "
           "and the norm first"),
     param("deterministic", kBool, "false",
           "the same bits on every run of the same recipe on the same machine (Megatron's "

@@ -150,10 +150,21 @@ void finish_reads(TrainRun& r, StepStats& s, void* norm_read) {
 }
 
 // The optimizer's step (gradients times grad_scale, and the clip of `clip` when given), the
-// cast into the model and the strategy's gather, under the profile's optimizer kind.
+// cast into the model and the strategy's gather, under the profile's optimizer kind. With
+// r.opt_values the learning rate and the step count go through the device
+// (loom.opt-schedule/1): written here (a small copy, queued), read by the update.
 void launch_update(TrainRun& r, double lr, double grad_scale, const loom_opt_clip* clip) {
   loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, ++r.opt_steps, grad_scale,
                           clip ? &clip->base : nullptr};
+  loom_opt_schedule schedule{
+      {sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE, LOOM_EXT_REQUIRED, step.ext}, nullptr};
+  if (r.opt_values) {
+    const double values[2] = {lr, (double)step.step};
+    check(r.be.api->from_host(r.be.self, r.opt_values->t, values, sizeof values),
+          "the learning rate");
+    schedule.values = r.opt_values->t;
+    step.ext = &schedule.base;
+  }
   // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
   // floor reads the gradients and reads and writes the main parameters and the state once,
   // and writes the model's values (the f32 values themselves when there is no main copy).

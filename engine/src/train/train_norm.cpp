@@ -113,10 +113,14 @@ void TrainRun::prepare_device_clip(Registry& registry) {
   const int64_t shape[1] = {2 + loss_terms};
   device_sums = std::make_unique<ScratchTensor>(be, loom_f64(), 1, shape, "the gradient norm");
   norm_reads = ds;
+  const int64_t two[1] = {2};
+  if (opt_info.has_capability(LOOM_EXT_OPT_SCHEDULE))
+    opt_values = std::make_unique<ScratchTensor>(be, loom_f64(), 1, two, "the learning rate");
   if (rank == 0)
     spdlog::info(
-        "train.grad_norm_on_device: the gradient norm and the clip stay on the device; the "
+        "train.grad_norm_on_device: the gradient norm and the clip{} stay on the device; the "
         "host reads the norm{} after each update is enqueued",
+        opt_values ? ", the learning rate and the step count (" LOOM_EXT_OPT_SCHEDULE ")" : "",
         loss_terms > 0 ? " and the losses (" LOOM_EXT_DEVICE_LOSSES ")" : "");
 }
 

@@ -226,6 +226,10 @@ struct TrainRun {
   // (loom.device-losses/1: the model sums its cross-entropy there, loss_terms of them) and
   // are read with them, after the update: one read per step.
   std::unique_ptr<ScratchTensor> device_sums;  // (2 + loss_terms) f64
+  // And where the optimizer lists loom.opt-schedule/1 (ABI 2.30): the step's learning rate and
+  // count, written before each update and read by it on the device (train.cpp's
+  // launch_update), so that the enqueued update holds no host value (a captured step's need).
+  std::unique_ptr<ScratchTensor> opt_values;  // (2) f64
   int64_t loss_terms = 0;
   const loom_device_stream* norm_reads = nullptr;
   std::vector<LossTerm> pending_losses;  // this rank's host sums while the rest is read

@@ -61,6 +61,23 @@ typedef struct loom_opt_clip {
 } loom_opt_clip;
 #define LOOM_OPT_CLIP_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_clip, max_norm)
 
+/* ABI 2.30, loom.opt-schedule/1 on step's ext chain: the learning rate and the step count read
+ * on the device when the update runs, not when it is enqueued, so that one recorded update
+ * (a captured CUDA graph, train.cuda_graph) serves every step; PyTorch's "capturable" Adam.
+ * `values` is a compact (2) f64 tensor of the backend: values[0] the learning rate,
+ * values[1] the 1-based step count (a whole number); the args' lr and step are not used.
+ * Whatever the plugin derives from them (AdamW's bias corrections, the decay 1 - lr * wd) it
+ * derives in double by its host formulas: on the CPU the update is the one of the same lr and
+ * step passed in the args, to the bit (on a GPU the device's pow may differ from the host's in
+ * the last bit). A plugin cannot check values it reads on a GPU: the host writes them. The
+ * plugin lists the id in its capabilities. */
+#define LOOM_EXT_OPT_SCHEDULE "loom.opt-schedule/1"
+typedef struct loom_opt_schedule {
+  loom_ext base; /* id LOOM_EXT_OPT_SCHEDULE, flags LOOM_EXT_REQUIRED */
+  const DLTensor* values;
+} loom_opt_schedule;
+#define LOOM_OPT_SCHEDULE_SIZE_V1 LOOM_STRUCT_SIZE(loom_opt_schedule, values)
+
 /* Contract tags (common.h):
  *   create, destroy, num_state, get_state: owner, local, blocks
  *   step: owner, local, stream */

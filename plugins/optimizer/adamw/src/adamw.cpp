@@ -9,12 +9,14 @@
 // The kernels are the plugin's own (ABI 2: optimizers are not backend ops): the host kernel
 // below for backend/cpu (f32, or f64 for tests), and adamw_cuda.cu, where the plugin was
 // built with nvcc, enqueued on backend/cuda's stream (loom.device-stream/1). Step-wide
-// constants (bias corrections) are computed once in double; the per-element loop is in the
-// tensor's dtype so it vectorises. Memory-bound (7 values per parameter): every thread.
+// constants (bias corrections) are computed once in double (adamw_math.hpp; on a GPU given
+// loom.opt-schedule/1, by each thread from the values it reads); the per-element loop is in
+// the tensor's dtype so it vectorises. Memory-bound (7 values per parameter): every thread.
 #include <omp.h>
 
 #include <cmath>
 
+#include "adamw_math.hpp"
 #include "loom/cpp/param_runs.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/vec_math.hpp"
@@ -76,32 +78,29 @@ class AdamW : public loom::opt::RunsOptimizer {
   }
 
   void step(const loom_opt_step_args& s) {
-    loom::require(s.step >= 1, "optimizer/adamw: step is 1-based, got " + std::to_string(s.step));
-    loom::require(std::isfinite(s.lr), "optimizer/adamw: lr must be finite");
+    const loom::StepSchedule sch = schedule(s);
     loom::StepScale sc;
     double gs = 0;
     if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
-    const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(s.step));
-    const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(s.step));
-    const double step_size = s.lr / bc1, inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
     for (auto& r : runs_.runs()) {
       const int64_t n = loom_tensor_numel(r.param.get());
-      const double decay = 1.0 - s.lr * (r.weight_decay ? wd_ : 0.0);
+      const double wd = r.weight_decay ? wd_ : 0.0;
 #if LOOM_PLUGIN_CUDA
       if (site_.gpu) {
         using loom::opt::data_of;
-        const std::string e = adamw_cuda::step(
-            data_of<float>(r.param.get()), data_of<const float>(r.grad.get()),
-            data_of<float>(r.state[0].get()), data_of<float>(r.state[1].get()), n, sc, decay,
-            beta1_, beta2_, step_size, inv_sqrt_bc2, eps_, site_.stream);
+        const std::string e =
+            adamw_cuda::step(data_of<float>(r.param.get()), data_of<const float>(r.grad.get()),
+                             data_of<float>(r.state[0].get()), data_of<float>(r.state[1].get()), n,
+                             sc, sch, beta1_, beta2_, wd, eps_, site_.stream);
         loom::require(e.empty(), "optimizer/adamw: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
+      const adamw_math::Constants k = adamw_math::constants(sch, beta1_, beta2_, wd);
       if (loom_dtype_eq(r.param.get()->dtype, loom_f64()))
-        host_step<double>(r, n, gs, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
+        host_step<double>(r, n, gs, k.decay, beta1_, beta2_, k.step_size, k.inv_sqrt_bc2, eps_);
       else
-        host_step<float>(r, n, gs, decay, beta1_, beta2_, step_size, inv_sqrt_bc2, eps_);
+        host_step<float>(r, n, gs, k.decay, beta1_, beta2_, k.step_size, k.inv_sqrt_bc2, eps_);
     }
   }
 

@@ -1,20 +1,32 @@
 // optimizer/adamw on CUDA: adamw.cpp's per-element update in f32, grid-stride over the run,
-// on the backend's stream. The constants arrive in double and are rounded to f32 here, as
-// the host kernel rounds them to its dtype.
+// on the backend's stream. The step-wide constants are made in double (adamw_math.hpp: by the
+// launcher from the args, or by each thread from loom.opt-schedule/1's values) and rounded to
+// f32, as the host kernel rounds them to its dtype.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "adamw_cuda.hpp"
+#include "adamw_math.hpp"
 
 namespace adamw_cuda {
 namespace {
 
 struct Consts {
-  loom::StepScale sc;  // resolved into gs by each thread
+  loom::StepScale sc;       // resolved into gs by each thread
+  loom::StepSchedule sch;   // with values: decay, step_size and inv_sqrt_bc2 made by each thread
+  double beta1, beta2, wd;  // what they are made from
   float gs, decay, b1, b2, one_b1, one_b2, step_size, inv_sqrt_bc2, eps;
 };
+
+// The step-wide constants in f32, from the schedule in double (adamw_math.hpp).
+__host__ __device__ void set_constants(Consts& k) {
+  const adamw_math::Constants c = adamw_math::constants(k.sch, k.beta1, k.beta2, k.wd);
+  k.decay = static_cast<float>(c.decay);
+  k.step_size = static_cast<float>(c.step_size);
+  k.inv_sqrt_bc2 = static_cast<float>(c.inv_sqrt_bc2);
+}
 
 __device__ __forceinline__ void update(float& p, float grad, float& m, float& v, const Consts& k) {
   const float g = grad * k.gs;
@@ -34,6 +46,7 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ gr
   double gs = 0;
   if (!k.sc.resolve(&gs)) return;  // the clip's norm is not finite: nothing changes
   k.gs = static_cast<float>(gs);
+  if (k.sch.values != nullptr) set_constants(k);  // loom.opt-schedule/1: read here
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = first; i < n4; i += stride) {
@@ -54,18 +67,20 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ gr
 }  // namespace
 
 const char* step(float* p, const float* g, float* m, float* v, int64_t n, loom::StepScale sc,
-                 double decay, double beta1, double beta2, double step_size, double inv_sqrt_bc2,
+                 loom::StepSchedule sch, double beta1, double beta2, double weight_decay,
                  double eps, void* stream) {
   if (n <= 0) return "";
   Consts k{};
   k.sc = sc;
-  k.decay = static_cast<float>(decay);
+  k.sch = sch;
+  k.beta1 = beta1;
+  k.beta2 = beta2;
+  k.wd = weight_decay;
+  if (sch.values == nullptr) set_constants(k);  // the args': once, here
   k.b1 = static_cast<float>(beta1);
   k.b2 = static_cast<float>(beta2);
   k.one_b1 = 1.0f - k.b1;  // in f32 from the f32 betas, as the host kernel does
   k.one_b2 = 1.0f - k.b2;
-  k.step_size = static_cast<float>(step_size);
-  k.inv_sqrt_bc2 = static_cast<float>(inv_sqrt_bc2);
   k.eps = static_cast<float>(eps);
   const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   const int64_t n4 = aligned(p) && aligned(g) && aligned(m) && aligned(v) ? n / 4 : 0;

@@ -59,6 +59,7 @@ class Lion : public loom::opt::RunsOptimizer {
   }
 
   void step(const loom_opt_step_args& s) {
+    const loom::StepSchedule sch = schedule(s);
     loom::StepScale sc;
     double gs = 0;
     if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
@@ -69,18 +70,18 @@ class Lion : public loom::opt::RunsOptimizer {
 #if LOOM_PLUGIN_CUDA
       if (site_.gpu) {
         const std::string e =
-            lion_cuda::step(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr,
-                            beta1_, beta2_, decay, sc, site_.stream);
+            lion_cuda::step(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, sch, beta1_,
+                            beta2_, decay, sc, site_.stream);
         loom::require(e.empty(), "optimizer/lion: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
       if (loom_dtype_eq(p->dtype, loom_f64()))
-        lion_kernel(data_of<double>(p), data_of<double>(g), data_of<double>(m), n, s.lr, beta1_,
-                    beta2_, decay, gs);
+        lion_kernel(data_of<double>(p), data_of<double>(g), data_of<double>(m), n,
+                    sch.learning_rate(), beta1_, beta2_, decay, gs);
       else
-        lion_kernel(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, s.lr, beta1_,
-                    beta2_, decay, gs);
+        lion_kernel(data_of<float>(p), data_of<float>(g), data_of<float>(m), n, sch.learning_rate(),
+                    beta1_, beta2_, decay, gs);
     }
   }
 

@@ -11,11 +11,14 @@ namespace lion_cuda {
 namespace {
 
 __global__ void lion_kernel(float* __restrict__ p, const float* __restrict__ g,
-                            float* __restrict__ m, int64_t n, float keep, float lr, float b1,
-                            float b2, loom::StepScale sc) {
+                            float* __restrict__ m, int64_t n, loom::StepSchedule sch, double decay,
+                            float b1, float b2, loom::StepScale sc) {
   double gs_d = 0;
   if (!sc.resolve(&gs_d)) return;  // the clip's norm is not finite: nothing changes
   const float gs = static_cast<float>(gs_d);
+  // lion.cpp's constants from the lr in double (the args', or loom.opt-schedule/1's, read here)
+  const double lr_d = sch.learning_rate();
+  const float keep = static_cast<float>(1 - lr_d * decay), lr = static_cast<float>(lr_d);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -29,14 +32,13 @@ __global__ void lion_kernel(float* __restrict__ p, const float* __restrict__ g,
 
 }  // namespace
 
-const char* step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                 double beta2, double decay, loom::StepScale sc, void* stream) {
+const char* step(float* p, const float* g, float* m, int64_t n, loom::StepSchedule sch,
+                 double beta1, double beta2, double decay, loom::StepScale sc, void* stream) {
   if (n <= 0) return "";
   constexpr int kThreads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192));
   lion_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      p, g, m, n, static_cast<float>(1.0 - lr * decay), static_cast<float>(lr),
-      static_cast<float>(beta1), static_cast<float>(beta2), sc);
+      p, g, m, n, sch, decay, static_cast<float>(beta1), static_cast<float>(beta2), sc);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? "" : cudaGetErrorString(e);
 }

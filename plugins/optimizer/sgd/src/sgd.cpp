@@ -60,7 +60,7 @@ class Sgd : public loom::opt::RunsOptimizer {
   }
 
   void step(const loom_opt_step_args& s) {
-    loom::require(std::isfinite(s.lr), "optimizer/sgd: lr must be finite");
+    const loom::StepSchedule sch = schedule(s);
     loom::StepScale sc;
     double gs = 0;
     if (!step_scale(s, sc, gs)) return;  // a non-finite norm: nothing changes
@@ -73,18 +73,19 @@ class Sgd : public loom::opt::RunsOptimizer {
 #if LOOM_PLUGIN_CUDA
       if (site_.gpu) {
         const std::string e = sgd_cuda::step(data_of<float>(p), data_of<const float>(g),
-                                             buf ? data_of<float>(buf) : nullptr, n, s.lr,
-                                             momentum_, wd, sc, site_.stream);
+                                             buf ? data_of<float>(buf) : nullptr, n, sch, momentum_,
+                                             wd, sc, site_.stream);
         loom::require(e.empty(), "optimizer/sgd: CUDA kernel launch: " + e, LOOM_ERR_INTERNAL);
         continue;
       }
 #endif
+      const double lr = sch.learning_rate();  // host memory here (on a GPU, the kernel reads it)
       if (loom_dtype_eq(p->dtype, loom_f64()))
         sgd_kernel<double>(data_of<double>(p), data_of<const double>(g),
-                           buf ? data_of<double>(buf) : nullptr, n, s.lr, momentum_, wd, gs);
+                           buf ? data_of<double>(buf) : nullptr, n, lr, momentum_, wd, gs);
       else
         sgd_kernel<float>(data_of<float>(p), data_of<const float>(g),
-                          buf ? data_of<float>(buf) : nullptr, n, float(s.lr), float(momentum_),
+                          buf ? data_of<float>(buf) : nullptr, n, float(lr), float(momentum_),
                           float(wd), float(gs));
     }
   }

@@ -11,11 +11,12 @@ namespace {
 
 template <bool kBuf>
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad,
-                           float* __restrict__ buf, int64_t n, float lr, float mom, float wd,
-                           loom::StepScale sc) {
+                           float* __restrict__ buf, int64_t n, loom::StepSchedule sch, float mom,
+                           float wd, loom::StepScale sc) {
   double gs_d = 0;
   if (!sc.resolve(&gs_d)) return;  // the clip's norm is not finite: nothing changes
   const float gs = static_cast<float>(gs_d);
+  const float lr = static_cast<float>(sch.learning_rate());  // loom.opt-schedule/1's: read here
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -32,18 +33,17 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad
 
 }  // namespace
 
-const char* step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
-                 double weight_decay, loom::StepScale sc, void* stream) {
+const char* step(float* p, const float* g, float* buf, int64_t n, loom::StepSchedule sch,
+                 double momentum, double weight_decay, loom::StepScale sc, void* stream) {
   if (n <= 0) return "";
   constexpr int kThreads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const float f_lr = static_cast<float>(lr), f_mom = static_cast<float>(momentum),
-              f_wd = static_cast<float>(weight_decay);
+  const float f_mom = static_cast<float>(momentum), f_wd = static_cast<float>(weight_decay);
   if (buf != nullptr)
-    sgd_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, buf, n, f_lr, f_mom, f_wd, sc);
+    sgd_kernel<true><<<blocks, kThreads, 0, s>>>(p, g, buf, n, sch, f_mom, f_wd, sc);
   else
-    sgd_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, buf, n, f_lr, f_mom, f_wd, sc);
+    sgd_kernel<false><<<blocks, kThreads, 0, s>>>(p, g, buf, n, sch, f_mom, f_wd, sc);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? "" : cudaGetErrorString(e);
 }

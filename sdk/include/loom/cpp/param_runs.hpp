@@ -10,12 +10,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "loom/cpp/clip.hpp"
+#include "loom/cpp/opt_schedule.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
 
@@ -199,8 +202,41 @@ inline StepScale step_scale(const loom_opt_step_args& a, int32_t device_type,
   return sc;
 }
 
+// A step's learning rate and count: the args', or a loom.opt-schedule/1 on their chain, whose
+// `values` must be a compact (2) f64 tensor on the parameters' device (`device_type`). Refused,
+// naming `who`, otherwise. On the CPU the values are host memory and checked here (a finite
+// lr, a whole step >= 1), as the args' are.
+inline StepSchedule step_schedule(const loom_opt_step_args& a, int32_t device_type,
+                                  const std::string& who) {
+  StepSchedule sch;
+  sch.lr = a.lr;
+  sch.step = static_cast<double>(a.step);
+  if (const loom_ext* e = loom_ext_find(a.ext, LOOM_EXT_OPT_SCHEDULE)) {
+    require(e->struct_size >= LOOM_OPT_SCHEDULE_SIZE_V1,
+            who + ": loom.opt-schedule/1 is too short");
+    const DLTensor* t = reinterpret_cast<const loom_opt_schedule*>(e)->values;
+    require(t != nullptr && t->ndim == 1 && t->shape[0] == 2 &&
+                loom_dtype_eq(t->dtype, loom_f64()) && is_compact(t) &&
+                t->device.device_type == device_type,
+            who +
+                ": loom.opt-schedule/1's values must be a (2) f64 tensor on the parameters' "
+                "device");
+    sch.values =
+        reinterpret_cast<const double*>(static_cast<const char*>(t->data) + t->byte_offset);
+    if (device_type != kDLCPU) return sch;  // read where the update runs
+  }
+  const double lr = sch.learning_rate(), step = sch.count();
+  require(std::isfinite(lr), who + ": lr must be finite");
+  if (!(step >= 1 && step == std::floor(step) && step < 9.007199254740992e15)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%.17g", step);
+    require(false, who + ": step must be a whole number >= 1 (1-based), got " + got);
+  }
+  return sch;
+}
+
 // The capabilities of an optimizer over ParamRuns (its descriptor's list).
-inline constexpr const char* kCapabilities[] = {LOOM_EXT_OPT_CLIP, nullptr};
+inline constexpr const char* kCapabilities[] = {LOOM_EXT_OPT_CLIP, LOOM_EXT_OPT_SCHEDULE, nullptr};
 
 // What every optimizer over ParamRuns holds and answers the same way: the host, its backend,
 // where its kernels run and the runs with their state kinds; `who` ("optimizer/adamw") names
@@ -227,6 +263,12 @@ class RunsOptimizer {
   bool step_scale(const loom_opt_step_args& a, StepScale& sc, double& host_gs) const {
     sc = opt::step_scale(a, site_.gpu ? kDLCUDA : kDLCPU, who_);
     return site_.gpu || sc.resolve(&host_gs);
+  }
+
+  // The step's learning rate and count (opt::step_schedule): on the CPU, and on a GPU without
+  // loom.opt-schedule/1, already checked; on a GPU with it, the kernels read them.
+  StepSchedule schedule(const loom_opt_step_args& a) const {
+    return opt::step_schedule(a, site_.gpu ? kDLCUDA : kDLCPU, who_);
   }
 
   // Logs how the n parameters were grouped (once the plugin has read its keys).
@@ -265,7 +307,8 @@ struct OptimizerTable {
     return loom::guard(self(o)->host(), [&] {
       loom::require(a != nullptr && a->struct_size >= LOOM_OPT_STEP_ARGS_SIZE_V2,
                     "optimizer: step needs loom_opt_step_args of ABI 2.0");
-      loom::require_known_exts(a->ext, {LOOM_EXT_OPT_CLIP}, "optimizer: step");
+      loom::require_known_exts(a->ext, {LOOM_EXT_OPT_CLIP, LOOM_EXT_OPT_SCHEDULE},
+                               "optimizer: step");
       self(o)->step(*a);
     });
   }
