@@ -1,6 +1,6 @@
 # Op tests of backend/cpu: forward against naive double loops, every backward against central
-# finite differences in f64, f32 against f64, bf16/f16 mixed precision against f32, argument
-# errors. Loads the plugin .so through the test host (tests/support/test_host.hpp), the way
+# finite differences in f64, f32 against f64, bf16/f16 mixed precision against f32, FP8's
+# casts against a table of every code (make_fp8_table.py), argument errors. Loads the plugin .so through the test host (tests/support/test_host.hpp), the way
 # any host would.
 add_executable(loom-test-ops
   test_backend.cpp
@@ -16,7 +16,8 @@ add_executable(loom-test-ops
   test_vocab_ce.cpp
   test_ssm.cpp
   test_ssm_conv.cpp
-  test_mixed.cpp)
+  test_mixed.cpp
+  test_fp8.cpp)
 target_link_libraries(loom-test-ops PRIVATE loom_test_main)
 if(TARGET loom_backend_cpu)
   add_dependencies(loom-test-ops loom_backend_cpu)
