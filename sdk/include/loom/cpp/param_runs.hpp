@@ -177,6 +177,14 @@ T* data_of(const DLTensor* t) {
   return reinterpret_cast<T*>(static_cast<char*>(t->data) + t->byte_offset);
 }
 
+// Whether `t` is a compact (k) f64 tensor on the device of type `device_type`: what a step's
+// extensions hand the update to read there (loom.opt-clip/1's squares, loom.opt-schedule/1's
+// values).
+inline bool is_f64_vector(const DLTensor* t, int32_t device_type) {
+  return t != nullptr && t->ndim == 1 && loom_dtype_eq(t->dtype, loom_f64()) && is_compact(t) &&
+         t->device.device_type == device_type;
+}
+
 // A step's gradient multiplier (loom/cpp/clip.hpp): the args' grad_scale, and the clip of a
 // loom.opt-clip/1 on their chain, whose `squares` must be a compact (k) f64 tensor on the
 // parameters' device (`device_type`). Refused, naming `who`, otherwise.
@@ -190,12 +198,11 @@ inline StepScale step_scale(const loom_opt_step_args& a, int32_t device_type,
   require(e->struct_size >= LOOM_OPT_CLIP_SIZE_V1, who + ": loom.opt-clip/1 is too short");
   const auto& c = *reinterpret_cast<const loom_opt_clip*>(e);
   const DLTensor* t = c.squares;
-  require(t != nullptr && t->ndim == 1 && loom_dtype_eq(t->dtype, loom_f64()) && is_compact(t) &&
-              t->device.device_type == device_type,
+  require(is_f64_vector(t, device_type),
           who + ": loom.opt-clip/1's squares must be a (k) f64 tensor on the parameters' device");
   require(c.loss_scale > 0 && std::isfinite(c.loss_scale) && c.max_norm >= 0,
           who + ": loom.opt-clip/1 needs loss_scale > 0 and max_norm >= 0");
-  sc.squares = reinterpret_cast<const double*>(static_cast<const char*>(t->data) + t->byte_offset);
+  sc.squares = data_of<const double>(t);
   sc.count = t->shape[0];
   sc.loss_scale = c.loss_scale;
   sc.max_norm = c.max_norm;
@@ -215,14 +222,11 @@ inline StepSchedule step_schedule(const loom_opt_step_args& a, int32_t device_ty
     require(e->struct_size >= LOOM_OPT_SCHEDULE_SIZE_V1,
             who + ": loom.opt-schedule/1 is too short");
     const DLTensor* t = reinterpret_cast<const loom_opt_schedule*>(e)->values;
-    require(t != nullptr && t->ndim == 1 && t->shape[0] == 2 &&
-                loom_dtype_eq(t->dtype, loom_f64()) && is_compact(t) &&
-                t->device.device_type == device_type,
+    require(is_f64_vector(t, device_type) && t->shape[0] == 2,
             who +
                 ": loom.opt-schedule/1's values must be a (2) f64 tensor on the parameters' "
                 "device");
-    sch.values =
-        reinterpret_cast<const double*>(static_cast<const char*>(t->data) + t->byte_offset);
+    sch.values = data_of<const double>(t);
     if (device_type != kDLCPU) return sch;  // read where the update runs
   }
   const double lr = sch.learning_rate(), step = sch.count();
