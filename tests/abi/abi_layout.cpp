@@ -166,6 +166,9 @@ Listing build() {
   F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free) F(timer_record) F(timer_elapsed) F(timer_free)
   F(read_start) F(read_finish)
   END
+  // graph.h
+  STRUCT(loom_graph_capture_args) F(struct_size) F(body) F(user) F(ext) END
+  STRUCT(loom_graph_api) F(base) F(capture) F(launch) F(graph_free) END
   // attention.h
   STRUCT(loom_attention_fwd_args)
   F(struct_size) F(q) F(k) F(v) F(out) F(lse) F(scale) F(causal) F(ext)
@@ -201,6 +204,7 @@ Listing build() {
   STRUCT(loom_microbatch)
   F(struct_size) F(batch) F(seq_len) F(num_arrays) F(names) F(arrays) F(ext)
   END
+  STRUCT(loom_microbatch_device) F(base) F(arrays) END
   STRUCT(loom_stage_tensor) F(struct_size) F(name) F(dtype) F(ndim) F(shape) END
   STRUCT(loom_loss) F(struct_size) F(name) F(sum) F(count) F(weight) END
   STRUCT(loom_stage_forward_args)

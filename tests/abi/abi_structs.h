@@ -40,6 +40,8 @@
   X(loom_backend_info) \
   X(loom_device_stream) \
   X(loom_backend_api) \
+  X(loom_graph_capture_args) \
+  X(loom_graph_api) \
   X(loom_attention_fwd_args) \
   X(loom_attention_bwd_args) \
   X(loom_attention_window) \
@@ -49,6 +51,7 @@
   X(loom_model_param) \
   X(loom_array_spec) \
   X(loom_microbatch) \
+  X(loom_microbatch_device) \
   X(loom_stage_tensor) \
   X(loom_stage_info) \
   X(loom_loss) \

@@ -109,9 +109,11 @@ else
   step 7 "loom plugins"
   listing=$(LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins)
   echo "$listing"
-  echo "$listing" | grep -q "${NAME#*/}" || fail "loom plugins does not list $NAME"
+  # A here-string, not `echo | grep -q`: grep -q leaves at its first match, and under pipefail an
+  # echo of a listing longer than one 4 KiB write then fails with SIGPIPE (it did, once).
+  grep -q "${NAME#*/}" <<< "$listing" || fail "loom plugins does not list $NAME"
   # the identity LOOM_PLUGIN took from loom_add_plugin's VERSION, VENDOR and LICENSE
-  echo "$listing" | grep -qE "^${NAME%/*} +${NAME#*/} +1\.0\.0 +[0-9.]+ +Example Corp " ||
+  grep -qE "^${NAME%/*} +${NAME#*/} +1\.0\.0 +[0-9.]+ +Example Corp " <<< "$listing" ||
     fail "loom plugins does not show $NAME as version 1.0.0 by Example Corp"
   LOOM_PLUGIN_PATH="$TMP/plugins" "$LOOM" plugins describe "$NAME" ||
     fail "loom plugins describe $NAME failed"

@@ -362,6 +362,16 @@ print(f"{name}: {len(steps)} steps identical; grad_norm {span}, "
 PY
 }
 
+# clip_acts METRICS CLIP: every step of the metrics file has a gradient norm above CLIP (so
+# train.grad_clip scaled every update); fails naming the file.
+clip_acts() {
+  python3 -c "
+import json
+n = [json.loads(l)['grad_norm'] for l in open('$1') if 'grad_norm' in l]
+assert n and min(n) > $2, n
+" || fail "$1: the clip did not act on every step"
+}
+
 # same_both_ways KEY NAME RECIPE ARGS...: `loom run RECIPE ARGS` with KEY = true and with KEY =
 # false (under the caller's ${launch[@]} when it sets one), each writing NAME.MODE.jsonl (its
 # metrics), NAME.MODE.log and its final checkpoint ck_NAME.MODE; then the two runs compared

@@ -5,7 +5,8 @@
 # DeepSeek-V3-style one (multi-head latent attention, its router) and of a Mamba-2 hybrid in
 # fp32, of DPO with LoRA on preference pairs in fp32, of BERT, T5 and GPT over packed
 # documents in fp32 (attention/reference and attention/flash-cuda) and bf16, comparing the
-# per-step loss curves; and that train.deterministic gives the same bits twice.
+# per-step loss curves; and that train.deterministic gives the same bits twice, and with the
+# steps replayed as a CUDA graph (train.cuda_graph).
 # Usage: test_gpt_gpu_vs_cpu.sh LOOM_EXECUTABLE [gpt|families]   (from the repository root, as
 # ctest runs it: gpu.gpt_vs_cpu and gpu.families_vs_cpu, each under gpu-check's per-test cap)
 # Exits 77 ("SKIPPED: why") without the cuda plugin or a device.
@@ -279,11 +280,16 @@ att=cudnn
   # losses summed there, 2.28) must equal: every gradient norm bitwise (the same updates), and
   # every loss to 1e-12 relative, as the device adds the per-token losses in a fixed tree and
   # the host in index order (the same f32 values summed in double in another order).
+  # det-g: the same with each step after the third replayed as one CUDA graph
+  # (train.cuda_graph = "step", ABI 2.31), which must equal det-a to the bit (issue 33).
   if run det-a "$device" bf16 "${det[@]}" && run det-b "$device" bf16 "${det[@]}" &&
-    run det-c "$device" bf16 "${det[@]}" --set train.grad_norm_on_device=false; then
+    run det-c "$device" bf16 "${det[@]}" --set train.grad_norm_on_device=false &&
+    run det-g "$device" bf16 "${det[@]}" --set train.cuda_graph=step; then
+    grep -q "train.cuda_graph: the step recorded" "$work/det-g.log" ||
+      { echo "FAIL: det-g recorded no step"; failed=1; }
     compare det-a 1e-2 1e-2 3e-3 || failed=1
     for key in loss grad_norm; do
-      for other in det-b det-c; do
+      for other in det-b det-c det-g; do
         if [ "$key/$other" = loss/det-c ]; then
           if paste -d' ' <(field loss "$work/det-a.jsonl") <(field loss "$work/det-c.jsonl") |
             sed 's/"loss"://g' | python3 -c "
@@ -306,7 +312,7 @@ print(f'train.deterministic, bf16, $att: det-a and det-c, {len(pairs)} losses wi
     done
   else
     echo "FAIL: loom run with train.deterministic = true:"
-    tail -5 "$work/det-a.log" "$work/det-b.log" "$work/det-c.log" 2>/dev/null
+    tail -5 "$work/det-a.log" "$work/det-b.log" "$work/det-c.log" "$work/det-g.log" 2>/dev/null
     failed=1
   fi
   if run free-a "$device" bf16 --set attention.plugin=$att &&

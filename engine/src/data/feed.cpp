@@ -127,6 +127,8 @@ loom_error* Feed::get(void* user, int64_t i, loom_microbatch* out) {
     }
     *out = *f->batch->get();
     if (f->preference) f->attach_preference(i, base, out);
+    if (f->device != nullptr && i >= 0 && (size_t)i < f->device->size())
+      out->ext = &(*f->device)[(size_t)i].base;  // the copies the host made before the step
   } catch (const std::exception& e) {
     return host_abi::error_new(LOOM_ERR_IO, e.what());
   }

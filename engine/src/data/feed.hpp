@@ -47,6 +47,9 @@ struct Feed {
     std::vector<loom_preference_rows> rows;  // (micro)
   };
   std::unique_ptr<Preference> preference;  // null unless DPO
+  // train.cuda_graph's device copies of micro-batch i's arrays (loom.microbatch-device/1), on
+  // the micro-batches get hands out while a recorded step runs; null otherwise.
+  const std::vector<loom_microbatch_device>* device = nullptr;
   // Sizes `preference` for a run of `micro` micro-batches (nothing without DPO).
   void prepare(int64_t micro);
 

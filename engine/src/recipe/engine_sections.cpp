@@ -50,6 +50,20 @@ constexpr loom_param_spec kTrain[] = {
           "loom.opt-schedule/1, the update reads the learning rate and the step count from "
           "the device too, so that it holds no host value. false: the host reads the losses "
           "and the norm first"),
+    param("cuda_graph", kString, "none",
+          "record a training step's device work once and replay it with one launch (Megatron's "
+          "--cuda-graph-impl full_iteration): none, or step: after train.cuda_graph_warmup_steps "
+          "eager steps, zero_grad through the optimizer's update is captured (loom.graph/1) and "
+          "each later step uploads its micro-batches (loom.microbatch-device/1) and the learning "
+          "rate, launches, and reads the loss and the gradient norm after it. The same numbers "
+          "as eager. Needs train.grad_norm_on_device with a backend, model and optimizer that "
+          "list what it uses, one rank and the LM loss alone; an evaluation, a save or a rerun "
+          "of train.nan_check makes the next step capture again",
+          1, 0, "none|step"),
+    param("cuda_graph_warmup_steps", kInt, "3",
+          "eager steps before train.cuda_graph captures (Megatron's --cuda-graph-warmup-steps): "
+          "the allocations, cuBLASLt's plans and the autotuned GEMMs of a step are settled first",
+          1, kInf),
     param("deterministic", kBool, "false",
           "the same bits on every run of the same recipe on the same machine (Megatron's "
           "--deterministic-mode): sets `deterministic = true` in every plugin section whose "

@@ -18,6 +18,7 @@
 #include "loom/cpp/tensor.hpp"
 #include "session/comm_watch.hpp"
 #include "session/step_timer.hpp"
+#include "train/train_graph.hpp"
 #include "train/train_norm.hpp"
 #include "train/train_run.hpp"
 #include "train/train_stop.hpp"
@@ -101,23 +102,36 @@ std::vector<LossTerm> evaluate(TrainRun& r, int64_t k) {
 // `norm_read` (train.grad_norm_on_device): the norm stays on the device, its read started
 // into *norm_read, and s.grad_norm is unknown (NaN) until finish_device_norm; with
 // r.loss_terms, so are the losses (r.pending_losses holds this rank's host parts).
-StepStats compute_gradients(TrainRun& r, int64_t it, int attempt, void** norm_read = nullptr) {
-  for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
-  const bool device_losses = norm_read && r.loss_terms > 0;
-  if (device_losses) check(r.be.api->ops->fill(r.be.self, r.device_sums->t, 0.0), "loss sums");
-  // Each rank scales by its own token count; the data-parallel reduction averages over
-  // ranks, so the gradient is d(mean token loss over the global batch)/dθ.
+// The feed of a training step on the global batch at r.consumed. Each rank scales by its own
+// token count; the data-parallel reduction averages over ranks, so the gradient is d(mean
+// token loss over the global batch)/dθ.
+void train_feed(TrainRun& r) {
   r.feed.sampler = r.train_samples;
   r.feed.first = r.consumed;
   r.feed.loss_scale = r.scaler.scale / (double)(r.num_micro * r.mbs * r.seq_len);
-  if (r.hooks && r.hooks->nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
+}
+
+// A step's device work up to the gradients: zero_grad (and the loss sums, device_losses),
+// every micro-batch's forward and backward, the model's completion and the data-parallel
+// reduction. Returns the schedule's loss terms.
+std::vector<LossTerm> gradients(TrainRun& r, bool device_losses) {
+  for (loom_model* m : r.chunks) check(r.mapi->zero_grad(m), "zero_grad");
+  if (device_losses) check(r.be.api->ops->fill(r.be.self, r.device_sums->t, 0.0), "loss sums");
   std::vector<LossTerm> losses = train_micro(r, device_losses);
   if (r.timer) r.timer->set_unit(-1);  // the rest of the step is outside the layers
-  r.consumed += r.gbs;
   for (loom_model* m : r.chunks) check(r.mapi->finish_grads(m), "completing gradients");
   const auto [papi, par] = r.grad_strategy;
   const loom_grad_reduce_args reduce{LOOM_GRAD_REDUCE_ARGS_SIZE_V2, nullptr};
   check(papi->reduce(par, &reduce), "reducing gradients");
+  return losses;
+}
+
+StepStats compute_gradients(TrainRun& r, int64_t it, int attempt, void** norm_read = nullptr) {
+  const bool device_losses = norm_read && r.loss_terms > 0;
+  train_feed(r);
+  if (r.hooks && r.hooks->nan(it, attempt)) r.feed.loss_scale = std::nan("");  // tests only
+  std::vector<LossTerm> losses = gradients(r, device_losses);
+  r.consumed += r.gbs;
 
   StepStats s;  // losses of the global batch, for the log
   // Gradients carry the loss scale (1 unless fp16): the norm is of the unscaled ones.
@@ -149,22 +163,30 @@ void finish_reads(TrainRun& r, StepStats& s, void* norm_read) {
   set_losses(s, losses);
 }
 
-// The optimizer's step (gradients times grad_scale, and the clip of `clip` when given), the
-// cast into the model and the strategy's gather, under the profile's optimizer kind. With
-// r.opt_values the learning rate and the step count go through the device
-// (loom.opt-schedule/1): written here (a small copy, queued), read by the update.
-void launch_update(TrainRun& r, double lr, double grad_scale, const loom_opt_clip* clip) {
-  loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, ++r.opt_steps, grad_scale,
-                          clip ? &clip->base : nullptr};
-  loom_opt_schedule schedule{
-      {sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE, LOOM_EXT_REQUIRED, step.ext}, nullptr};
+// The next update's step count, and with r.opt_values (loom.opt-schedule/1) its learning
+// rate and step count written where the update reads them on the device (a small copy,
+// queued).
+int64_t next_schedule(TrainRun& r, double lr) {
+  ++r.opt_steps;
   if (r.opt_values) {
-    const double values[2] = {lr, (double)step.step};
+    const double values[2] = {lr, (double)r.opt_steps};
     check(r.be.api->from_host(r.be.self, r.opt_values->t, values, sizeof values),
           "the learning rate");
-    schedule.values = r.opt_values->t;
-    step.ext = &schedule.base;
   }
+  return r.opt_steps;
+}
+
+// The optimizer's step (gradients times grad_scale, and the clip of `clip` when given), the
+// cast into the model and the strategy's gather, under the profile's optimizer kind. With
+// r.opt_values the update reads the learning rate and the step count next_schedule wrote.
+void enqueue_update(TrainRun& r, double lr, int64_t count, double grad_scale,
+                    const loom_opt_clip* clip) {
+  loom_opt_step_args step{LOOM_OPT_STEP_ARGS_SIZE_V2, lr, count, grad_scale,
+                          clip ? &clip->base : nullptr};
+  loom_opt_schedule schedule{
+      {sizeof(loom_opt_schedule), LOOM_EXT_OPT_SCHEDULE, LOOM_EXT_REQUIRED, step.ext},
+      r.opt_values ? r.opt_values->t : nullptr};
+  if (r.opt_values) step.ext = &schedule.base;
   // The optimizer's kernels, the cast to the model's dtype and the strategy's gather; its
   // floor reads the gradients and reads and writes the main parameters and the state once,
   // and writes the model's values (the f32 values themselves when there is no main copy).
@@ -179,6 +201,18 @@ void launch_update(TrainRun& r, double lr, double grad_scale, const loom_opt_cli
   r.main->to_model();  // (sharded: this rank's slices of the values, gathered next)
   const auto [papi, par] = r.grad_strategy;
   if (papi->after_step) check(papi->after_step(par), "gathering updated parameters");
+}
+
+void launch_update(TrainRun& r, double lr, double grad_scale, const loom_opt_clip* clip) {
+  enqueue_update(r, lr, next_schedule(r, lr), grad_scale, clip);
+}
+
+// The update's clip by the norm's squares on the device (loom.opt-clip/1).
+loom_opt_clip device_clip(TrainRun& r, const DLTensor* squares, double loss_scale) {
+  return loom_opt_clip{{sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr},
+                       squares,
+                       loss_scale,
+                       r.grad_clip};
 }
 
 void warn_overflow(const TrainRun& r, const StepStats& s, int64_t it) {
@@ -199,23 +233,8 @@ void apply_update(TrainRun& r, StepStats& s, int64_t it) {
     warn_overflow(r, s, it);
 }
 
-// train.grad_norm_on_device: the update of a step whose norm is still on the device (its read
-// started), enqueued before the host knows the norm: the optimizer clips with the norm's
-// squares and changes nothing where it is not finite. Then the host reads the norm (and the
-// losses, where they were on the device too) and decides as apply_update would have: the
-// same updates, the same loss scale, the same train.nan_check outcome, to the bit. The loss
-// is known and finite, or was on the device, where a non-finite one made the norm NaN
-// (loom.ce-loss-total/1's gradient rows, start_device_norm's poison), so the step changed
-// nothing.
-StepStats update_on_device(TrainRun& r, StepStats s, int64_t it, void* norm_read) {
-  s.lr = r.lr.at(it);
-  View squares(r.device_sums->t, {2});
-  const loom_opt_clip clip{{sizeof(loom_opt_clip), LOOM_EXT_OPT_CLIP, LOOM_EXT_REQUIRED, nullptr},
-                           squares.get(),
-                           s.loss_scale,
-                           r.grad_clip};
-  launch_update(r, s.lr, 1.0, &clip);
-  finish_reads(r, s, norm_read);
+// The host's decision on a step whose update was enqueued before the norm was known.
+StepStats decide_on_device(TrainRun& r, StepStats s, int64_t it) {
   const bool finite = std::isfinite(s.grad_norm);
   if (!finite) --r.opt_steps;  // the optimizer took no step
   if (numbers_ok(r, s)) {
@@ -228,6 +247,69 @@ StepStats update_on_device(TrainRun& r, StepStats s, int64_t it, void* norm_read
   return s;
 }
 
+// train.grad_norm_on_device: the update of a step whose norm is still on the device (its read
+// started), enqueued before the host knows the norm: the optimizer clips with the norm's
+// squares and changes nothing where it is not finite. Then the host reads the norm (and the
+// losses, where they were on the device too) and decides as apply_update would have: the
+// same updates, the same loss scale, the same train.nan_check outcome, to the bit. The loss
+// is known and finite, or was on the device, where a non-finite one made the norm NaN
+// (loom.ce-loss-total/1's gradient rows, start_device_norm's poison), so the step changed
+// nothing.
+StepStats update_on_device(TrainRun& r, StepStats s, int64_t it, void* norm_read) {
+  s.lr = r.lr.at(it);
+  View squares(r.device_sums->t, {2});
+  const loom_opt_clip clip = device_clip(r, squares.get(), s.loss_scale);
+  launch_update(r, s.lr, 1.0, &clip);
+  finish_reads(r, s, norm_read);
+  return decide_on_device(r, s, it);
+}
+
+// train.cuda_graph: zero_grad through the update as one launch of the recorded step
+// (train_graph.hpp), the host's part around it update_on_device's: the same numbers as the
+// eager step, to the bit. The LM loss is the run's one term, summed on the device; its count
+// is the host's (GraphStep::upload), which the model's, where its code ran, must equal.
+StepStats graph_step(TrainRun& r, int64_t it) {
+  GraphStep& g = *r.graph;
+  StepStats s;
+  s.loss_scale = r.scaler.scale;
+  s.lr = r.lr.at(it);
+  train_feed(r);
+  const double count = g.upload(r.num_micro);
+  const int64_t step = next_schedule(r, s.lr);
+  View squares(r.device_sums->t, {2});
+  const loom_opt_clip clip = device_clip(r, squares.get(), s.loss_scale);
+  g.launch([&] {
+    g.reported = gradients(r, true);
+    sum_device_norm(r, false);
+    enqueue_update(r, s.lr, step, 1.0, &clip);
+  });
+  r.consumed += r.gbs;
+  if (g.body_ran) {  // what the model reported against what the host counted
+    const std::vector<LossTerm>& t = g.reported;
+    if (t.size() != 1 || t[0].sum != 0 || t[0].count != count)
+      throw RunError("train.cuda_graph: the model reported " + std::to_string(t.size()) +
+                     " loss terms, the first with " + std::to_string(t.empty() ? 0 : t[0].count) +
+                     " targets and a host part; the host expected one term of " +
+                     std::to_string(count) + " targets, all on the device");
+  }
+  double device = 0;
+  s.grad_norm = loom::grad_norm(finish_device_norm(r, start_device_read(r), &device), s.loss_scale);
+  std::vector<LossTerm> losses = g.reported;
+  losses[0].sum = device, losses[0].count = count;
+  set_losses(s, losses);
+  if (!numbers_ok(r, s)) g.invalidate();  // train.nan_check's rerun is eager
+  return decide_on_device(r, s, it);
+}
+
+// Whether iteration `it` replays the recorded step (train.cuda_graph, past its warm-up). The
+// tests' poisoned step is eager; an eager step after a capture makes the next one record again.
+bool replayed(TrainRun& r, int64_t it) {
+  if (!r.graph) return false;
+  if (!r.graph->warming_up() && !(r.hooks && r.hooks->nan(it, 0))) return true;
+  r.graph->invalidate();
+  return false;
+}
+
 // One iteration (0-based `it`) on the global batch that starts at r.consumed. A loss or
 // gradient norm that is not finite (and not fp16's overflow, which the loss scaler owns) goes
 // to train.nan_check (train_guard.cpp) before anything is updated.
@@ -236,15 +318,20 @@ StepStats train_step(TrainRun& r, int64_t it) {
   const double waited0 = CommWatch::waited_s();
   if (r.timer) r.timer->begin_step();
   if (r.hooks) r.hooks->stall(r.rank, it);  // tests only
-  void* norm_read = nullptr;
-  StepStats s = compute_gradients(r, it, 0, r.device_sums ? &norm_read : nullptr);
-  if (norm_read && (std::isfinite(s.loss) || !r.pending_losses.empty())) {
-    s = update_on_device(r, s, it, norm_read);
+  StepStats s;
+  if (replayed(r, it)) {
+    s = graph_step(r, it);
   } else {
-    if (norm_read) finish_reads(r, s, norm_read);
-    if (!numbers_ok(r, s))
-      s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
-    apply_update(r, s, it);
+    void* norm_read = nullptr;
+    s = compute_gradients(r, it, 0, r.device_sums ? &norm_read : nullptr);
+    if (norm_read && (std::isfinite(s.loss) || !r.pending_losses.empty())) {
+      s = update_on_device(r, s, it, norm_read);
+    } else {
+      if (norm_read) finish_reads(r, s, norm_read);
+      if (!numbers_ok(r, s))
+        s = on_bad_numbers(r, s, it, [&] { return compute_gradients(r, it, 1); });
+      apply_update(r, s, it);
+    }
   }
   // The step's last device work (the optimizer, the cast into the model) is not waited for:
   // the host logs and reads the next batch while it runs, and the next step's first read (its
@@ -345,6 +432,7 @@ int run_training(Recipe& recipe, Registry& registry) {
   r.resume();
   r.hold_params(false);   // a fully sharded strategy's units are gathered when used from now on
   r.prepare_reference();  // DPO: the reference log-probabilities, before the first update
+  r.graph = GraphStep::create(r, registry);
   check(r.be.api->get_info(r.be.self, &r.info), "backend info");
   spdlog::info("backend memory in use before the first step: {} bytes ({:.2f} per parameter)",
                r.info.mem_in_use,
@@ -368,12 +456,14 @@ int run_training(Recipe& recipe, Registry& registry) {
     const int64_t iter = it + 1;
     check(r.be.api->get_info(r.be.self, &r.info), "backend info");
     metrics.step(iter, s, (int64_t)r.info.mem_peak);
-    if (r.valid_samples && r.eval_interval > 0 && (iter % r.eval_interval == 0 || iter == r.iters))
-      metrics.eval(iter, evaluate(r, (iter - 1) / r.eval_interval));
+    const bool eval =
+        r.valid_samples && r.eval_interval > 0 && (iter % r.eval_interval == 0 || iter == r.iters);
+    if (eval) metrics.eval(iter, evaluate(r, (iter - 1) / r.eval_interval));
     const bool save =
         !save_dir.empty() && ((save_interval > 0 && iter % save_interval == 0) || iter == r.iters);
     // The last save blocks: the run ends with it in place.
     if (save) r.save(iter, async_save && iter != r.iters);
+    if (r.graph && (eval || save)) r.graph->invalidate();  // eager device work between steps
     r.finish_save(false);  // a background save, once every rank's files are written
     if (iter == r.iters) break;
     if (const std::optional<StopReason> stop = stopper.after_step(r, iter)) {

@@ -55,7 +55,7 @@ double squared_grad_norm(TrainRun& r) {
   return sq[0] + sq[1];
 }
 
-void* start_device_norm(TrainRun& r, bool poison) {
+void sum_device_norm(TrainRun& r, bool poison) {
   View squares(r.device_sums->t, {2});
   // loom.sum-squares-total/1: the backend sums the per-tensor squares in index order from 0,
   // as the host's loop above does.
@@ -77,9 +77,17 @@ void* start_device_norm(TrainRun& r, bool poison) {
         View element(squares.get(), {1}, i);
         sum_over(r.be, r.comm, g, element.get());
       });
+}
+
+void* start_device_read(TrainRun& r) {
   void* read = nullptr;
   check(r.norm_reads->read_start(r.be.self, r.device_sums->t, &read), "reading the gradient norm");
   return read;
+}
+
+void* start_device_norm(TrainRun& r, bool poison) {
+  sum_device_norm(r, poison);
+  return start_device_read(r);
 }
 
 double finish_device_norm(TrainRun& r, void* read, double* losses) {

@@ -18,6 +18,9 @@ double squared_grad_norm(TrainRun& r);
 // is made NaN before the ranks sum it, and every rank's optimizer leaves the step alone.
 // COLLECTIVE over the world; enqueues.
 void* start_device_norm(TrainRun& r, bool poison);
+// Its two parts: the sums on the device (enqueued), and the read of r.device_sums started.
+void sum_device_norm(TrainRun& r, bool poison);
+void* start_device_read(TrainRun& r);
 
 // The squared norm of a started read: waits for that read alone (the update after it runs on).
 // `losses` (r.loss_terms of them, or NULL): the loss terms' sums the model kept on the device.

@@ -89,6 +89,7 @@ struct StepStats {
 };
 
 class TensorBoardWriter;
+class GraphStep;
 
 // The bytes a rank's training state holds on the backend: parameter values (and the model's
 // buffers), gradients, f32 main parameters (mixed precision), optimizer state.
@@ -101,6 +102,7 @@ struct TrainRun {
   // walk_through: set up for `loom validate --memory` on backend/meta, whose parameters need
   // no initialisation (drawing a large model's values on the host would cost minutes).
   TrainRun(Recipe& recipe, Registry& registry, bool walk_through = false);
+  ~TrainRun();  // train_setup.cpp, where GraphStep is complete
   TrainRun(const TrainRun&) = delete;
   TrainRun& operator=(const TrainRun&) = delete;
 
@@ -230,6 +232,9 @@ struct TrainRun {
   // count, written before each update and read by it on the device (train.cpp's
   // launch_update), so that the enqueued update holds no host value (a captured step's need).
   std::unique_ptr<ScratchTensor> opt_values;  // (2) f64
+  // train.cuda_graph = "step": the recorded step and its micro-batches' device copies
+  // (train_graph.hpp); null for "none". Set by run_training before the first step.
+  std::unique_ptr<GraphStep> graph;
   int64_t loss_terms = 0;
   const loom_device_stream* norm_reads = nullptr;
   std::vector<LossTerm> pending_losses;  // this rank's host sums while the rest is read

@@ -13,6 +13,7 @@
 #include "session/step_timer.hpp"
 #include "train/batch_check.hpp"
 #include "train/launch.hpp"
+#include "train/train_graph.hpp"
 #include "train/train_run.hpp"
 
 namespace loom::engine {
@@ -72,6 +73,8 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
   sum_over(be, comm, group, scratch.t);
   check(be.api->to_host(be.self, scratch.t, values, bytes), "summing over ranks");
 }
+
+TrainRun::~TrainRun() = default;
 
 TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
     : recipe(r),

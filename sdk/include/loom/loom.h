@@ -7,6 +7,7 @@
 #include "loom/common.h"
 #include "loom/dataset.h"
 #include "loom/grad.h"
+#include "loom/graph.h"
 #include "loom/host.h"
 #include "loom/model.h"
 #include "loom/optimizer.h"

@@ -203,7 +203,7 @@ typedef struct loom_microbatch {
   size_t num_arrays;
   const char* const* names;
   const DLTensor* arrays;
-  const loom_ext* ext; /* NULL, or loom_token_stats (ABI 2.1) */
+  const loom_ext* ext; /* NULL, or loom_token_stats (ABI 2.1), loom_microbatch_device (2.31) */
 } loom_microbatch;
 #define LOOM_MICROBATCH_SIZE_V2 LOOM_STRUCT_SIZE(loom_microbatch, ext)
 
@@ -221,6 +221,24 @@ typedef struct loom_token_stats {
   int32_t* top1; /* (B*T) host memory, the host's */
 } loom_token_stats;
 #define LOOM_TOKEN_STATS_SIZE_V1 LOOM_STRUCT_SIZE(loom_token_stats, top1)
+
+/* ABI 2.31, loom.microbatch-device/1 on a training micro-batch's chain (flags
+ * LOOM_EXT_REQUIRED), for a step the backend records and replays (train.cuda_graph,
+ * loom.graph/1): `arrays` holds the micro-batch's arrays once more, num_arrays of them in
+ * `names`' order, as compact tensors of the backend of the same dtypes and shapes, written by
+ * the host before the step. The model reads its ids (tokens, targets, ...) from these with
+ * device ops instead of copying the host arrays, so that the work it enqueues for the
+ * micro-batch depends on the host arrays in nothing but their shapes: a replay then reads the
+ * next batch's values. The host arrays keep the same values (a model may check them on the
+ * host), but a replay does not call the model, so the host makes the checks of the ids for it
+ * before each step: tokens within the tokenizer's vocabulary, targets also -1. A model lists
+ * the id in its capabilities. */
+#define LOOM_EXT_MICROBATCH_DEVICE "loom.microbatch-device/1"
+typedef struct loom_microbatch_device {
+  loom_ext base;          /* id LOOM_EXT_MICROBATCH_DEVICE, flags LOOM_EXT_REQUIRED */
+  const DLTensor* arrays; /* num_arrays tensors of the backend */
+} loom_microbatch_device;
+#define LOOM_MICROBATCH_DEVICE_SIZE_V1 LOOM_STRUCT_SIZE(loom_microbatch_device, arrays)
 
 /* The array called `name`, or NULL. */
 static inline const DLTensor* loom_microbatch_find(const loom_microbatch* mb, const char* name) {

@@ -100,7 +100,7 @@ void DecoderModel::decode_slots(const int64_t* slots, int64_t num, const int32_t
   }
   dec_acts_.ensure(ctx_, opt_, N);
   View out = dec_out_.ensure(ctx_, head_, B);
-  upload_ids(dec_tokens_, tokens, N, false);
+  upload_ids(dec_tokens_, nullptr, tokens, N, false);
   if (opt_.learned_positions()) upload_positions(dec_positions_, s);
   View tok = view(dec_tokens_, {N}), pos = view(dec_positions_, {N});
 

@@ -191,27 +191,70 @@ void DecoderModel::get_param(size_t i, loom_model_param* out) {
 
 void DecoderModel::zero_grad() { params_.zero_grads(ctx_); }
 
-// Copies (n) token ids to the device after checking them against the vocabulary
-// (`allow_ignore`: -1 is a valid target). A clear error instead of an out-of-range read.
-void DecoderModel::upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore) {
+void DecoderModel::upload_ids(Tensor& dst, const char* name, const int32_t* src, int64_t n,
+                              bool allow_ignore) {
+  View v = view(dst, {n});
+  if (device_arrays_ != nullptr && name != nullptr) {  // the host checked them (model.h)
+    for (size_t k = 0; k < device_mb_->num_arrays; ++k)
+      if (device_mb_->names[k] && std::strcmp(device_mb_->names[k], name) == 0) {
+        const DLTensor* on_device = &device_arrays_->arrays[k];
+        loom::require(
+            loom_tensor_numel(on_device) == n && loom_dtype_eq(on_device->dtype, loom_i32()),
+            who_ + ": " LOOM_EXT_MICROBATCH_DEVICE "'s " + name + " is not " + std::to_string(n) +
+                " i32 ids");
+        ctx_.call(&loom_ops::copy, v.get(), on_device);
+        return;
+      }
+    loom::require(false, who_ + ": " LOOM_EXT_MICROBATCH_DEVICE " has no array " + name);
+  }
+  // A clear error instead of an out-of-range read.
   for (int64_t i = 0; i < n; ++i)
     loom::require((src[i] >= 0 && src[i] < opt_.vocab) || (allow_ignore && src[i] == -1),
                   std::string(who_ + ": ") + (allow_ignore ? "target" : "token") + " id " +
                       std::to_string(src[i]) + " at position " + std::to_string(i) +
                       " is outside the vocabulary [0, " + std::to_string(opt_.vocab) + ")");
-  View v = view(dst, {n});
   loom::check(ctx_.host,
               ctx_.be.api()->from_host(ctx_.be.self(), v.get(), src, (size_t)n * sizeof(int32_t)));
 }
 
-void DecoderModel::upload_positions(Tensor& dst, const Step& s) {
+void DecoderModel::upload_positions(Tensor& dst, const Step& s, std::vector<int32_t>* sent) {
   pos_host_.resize(s.N());
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t t = 0; t < s.T; ++t)  // under context parallelism this rank's chunks'
       pos_host_[b * s.T + t] = (int32_t)(s.start(b) + cp_position(ctx_.cp, s.T / 2, t));
+  if (sent != nullptr && *sent == pos_host_) return;
   View v = view(dst, {s.N()});
   loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), pos_host_.data(),
                                                   pos_host_.size() * sizeof(int32_t)));
+  if (sent != nullptr) *sent = pos_host_;
+}
+
+void DecoderModel::bind_device_batch(const loom_microbatch& mb, bool per_token) {
+  device_mb_ = nullptr, device_arrays_ = nullptr;
+  const auto* ext = reinterpret_cast<const loom_microbatch_device*>(
+      loom_ext_find(mb.ext, LOOM_EXT_MICROBATCH_DEVICE));
+  if (ext == nullptr) return;
+  loom::require(ext->base.struct_size >= LOOM_MICROBATCH_DEVICE_SIZE_V1 &&
+                    (ext->arrays != nullptr || mb.num_arrays == 0),
+                who_ + ": " LOOM_EXT_MICROBATCH_DEVICE " needs its arrays");
+  // What reads the host's ids for device work, which a replayed step would not see again.
+  const char* why = ctx_.cp.size > 1          ? "context parallelism slices them"
+                    : ctx_.tp.active()        ? "the vocabulary-parallel embedding sorts them"
+                    : family_ != nullptr      ? "this family reads its own arrays"
+                    : opt_.mtp_layers > 0     ? "multi-token prediction shifts them"
+                    : opt_.num_experts > 0    ? "the experts' routing is read on the host"
+                    : opt_.num_tokentypes > 0 ? "token types are uploaded"
+                    : opt_.dpo_beta > 0       ? "DPO's rows are the host's"
+                    : per_token               ? "per-token statistics are the host's"
+                    : loom_microbatch_find(&mb, LOOM_ARRAY_POSITIONS)
+                        ? "packed documents are read there"
+                        : nullptr;
+  if (why != nullptr)
+    throw loom::Error(
+        LOOM_ERR_UNIMPLEMENTED,
+        who_ + ": " LOOM_EXT_MICROBATCH_DEVICE " (a replayed step, train.cuda_graph): " + why +
+            " on the host");
+  device_mb_ = &mb, device_arrays_ = ext;
 }
 
 // Megatron / llm.c convention: 6 FLOPs per matmul parameter per token (forward 2, backward

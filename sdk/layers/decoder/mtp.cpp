@@ -123,8 +123,8 @@ double DecoderModel::mtp_forward(Slot& S, const int32_t* targets, bool grad, dou
         labels[(size_t)at] = (int32_t)(ahead < 0 ? -1 : next);
         count += labels[(size_t)at] != -1;
       }
-    upload_ids(m.ids, ids.data(), N, false);
-    upload_ids(m.labels, labels.data(), N, true);
+    upload_ids(m.ids, nullptr, ids.data(), N, false);
+    upload_ids(m.labels, nullptr, labels.data(), N, true);
     View tok = view(m.ids, {N}), emb = view(m.emb, {N, C});
     if (!g.active()) {
       mtp_emb_.forward(ctx_, emb, tok, nullptr);

@@ -114,7 +114,7 @@ const int32_t* DecoderModel::local_ids(const loom_microbatch& mb, const char* na
 void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* types) {
   const int64_t N = S.n, nl = S.nl, C = opt_.n_embd;
   const loom::tp::Group& g = ctx_.tp;
-  upload_ids(S.tokens, tokens, N, false);
+  upload_ids(S.tokens, LOOM_ARRAY_TOKENS, tokens, N, false);
   if (emb_.tte) {
     for (int64_t i = 0; i < N; ++i)
       loom::require(types[i] >= 0 && types[i] < opt_.num_tokentypes,
@@ -129,8 +129,9 @@ void DecoderModel::embed_forward(Slot& S, const int32_t* tokens, const int32_t* 
     View v = view(S.positions, {N});
     loom::check(ctx_.host, ctx_.be.api()->from_host(ctx_.be.self(), v.get(), S.doc_pos.data(),
                                                     (size_t)N * sizeof(int32_t)));
+    S.positions_sent.clear();
   } else if (opt_.learned_positions()) {
-    upload_positions(S.positions, S.s);
+    upload_positions(S.positions, S.s, &S.positions_sent);
   }
   View x0 = view(S.res[0], {nl, C}), tok = view(S.tokens, {N}), pos = view(S.positions, {N});
   View typ = view(S.types, {N});
@@ -200,7 +201,7 @@ double DecoderModel::head_forward(Slot& S, const int32_t* targets, bool grad,
                                   const loom_token_stats* per_token) {
   const int64_t N = S.n, C = opt_.n_embd, V = head_.vocab;
   const loom::tp::Group& g = ctx_.tp;
-  upload_ids(S.targets, targets, N, true);
+  upload_ids(S.targets, LOOM_ARRAY_TARGETS, targets, N, true);
   const DLTensor* x = final_norm(S);
   View logits = view(S.logits, {N, head_.cols}), tgt = view(S.targets, {N});
   const DLTensor* in = family_ ? family_->head_input(ctx_, S, x) : x;  // BERT's transform
@@ -395,13 +396,15 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   loom::require(a.mb != nullptr && a.mb->struct_size >= LOOM_MICROBATCH_SIZE_V2,
                 who_ + ": stage_forward needs a micro-batch of ABI 2.0's size");
   const loom_microbatch& mb = *a.mb;
-  loom::require_known_exts(mb.ext, {LOOM_EXT_TOKEN_STATS, LOOM_EXT_PREFERENCE_ROWS},
-                           who_ + ": stage_forward's micro-batch");
+  loom::require_known_exts(
+      mb.ext, {LOOM_EXT_TOKEN_STATS, LOOM_EXT_PREFERENCE_ROWS, LOOM_EXT_MICROBATCH_DEVICE},
+      who_ + ": stage_forward's micro-batch");
   const auto* per_token =
       reinterpret_cast<const loom_token_stats*>(loom_ext_find(mb.ext, LOOM_EXT_TOKEN_STATS));
   loom::require(!per_token || (per_token->base.struct_size >= LOOM_TOKEN_STATS_SIZE_V1 &&
                                per_token->loss && per_token->top1),
                 who_ + ": loom.token-stats/1 needs its loss and top1 arrays");
+  bind_device_batch(mb, per_token != nullptr);
   loom::require(mb.batch > 0 && mb.batch <= args_.micro_batch && mb.seq_len > 0 &&
                     mb.seq_len <= args_.seq_len,
                 who_ + ": micro-batch (" + s(mb.batch) + " x " + s(mb.seq_len) +

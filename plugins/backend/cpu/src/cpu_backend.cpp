@@ -14,6 +14,7 @@
 
 #include "blas.hpp"
 #include "cpu_features.hpp"
+#include "loom/cpp/graph.hpp"
 #include "loom/cpp/host_copy.hpp"
 #include "loom/cpp/host_stream.hpp"
 #include "loom/cpp/ops_plugin.hpp"
@@ -125,7 +126,8 @@ void cpu_free_tensor(loom_backend* be, DLTensor* t) noexcept {
 }
 
 loom_error* cpu_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t bytes) noexcept {
-  return run_op(be, "to_host", [&](loom_backend&) {
+  return run_op(be, "to_host", [&](loom_backend& b) {
+    loom::host_graph::refuse_in_graph(&b, "to_host");
     Check ck{"to_host"};
     ck.tensor("src", src);
     size_t want = static_cast<size_t>(loom_tensor_numel(src)) * loom_dtype_bytes(src->dtype);
@@ -137,7 +139,8 @@ loom_error* cpu_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t
 }
 
 loom_error* cpu_from_host(loom_backend* be, DLTensor* dst, const void* src, size_t bytes) noexcept {
-  return run_op(be, "from_host", [&](loom_backend&) {
+  return run_op(be, "from_host", [&](loom_backend& b) {
+    loom::host_graph::refuse_in_graph(&b, "from_host");
     Check ck{"from_host"};
     ck.tensor("dst", dst);
     size_t want = static_cast<size_t>(loom_tensor_numel(dst)) * loom_dtype_bytes(dst->dtype);
@@ -149,7 +152,8 @@ loom_error* cpu_from_host(loom_backend* be, DLTensor* dst, const void* src, size
 
 // Every kernel runs to completion before it returns: nothing to wait for.
 loom_error* cpu_synchronize(loom_backend* be) noexcept {
-  return run_op(be, "synchronize", [](loom_backend&) {});
+  return run_op(be, "synchronize",
+                [](loom_backend& b) { loom::host_graph::refuse_in_graph(&b, "synchronize"); });
 }
 
 // ---- lifecycle ---------------------------------------------------------------------------------
@@ -297,8 +301,25 @@ constexpr loom_gemm_epilogues kEpilogues = {
     {sizeof(loom_gemm_epilogues), LOOM_EXT_GEMM_EPILOGUE, 0, nullptr}, kCalls.epilogue_kinds};
 // loom.norm-residual/1 unless the recipe turned it off (backend.norm_residual): a bare table.
 constexpr loom_ext kNormResidual = {sizeof(loom_ext), LOOM_EXT_NORM_RESIDUAL, 0, nullptr};
+// loom.graph/1 without graphs: a launch runs the body under the capture rules (graph.hpp).
+loom_error* cpu_graph_capture(loom_backend* be, const loom_graph_capture_args* a,
+                              void** graph) noexcept {
+  if (be == nullptr) return run_op(be, "capture", [](loom_backend&) {});  // the NULL refusal
+  return loom::host_graph::capture(be->host, be, "backend/cpu", a, graph);
+}
+loom_error* cpu_graph_launch(loom_backend* be, void* graph) noexcept {
+  if (be == nullptr) return run_op(be, "launch", [](loom_backend&) {});
+  return loom::host_graph::launch(be->host, be, "backend/cpu", graph);
+}
+void cpu_graph_free(loom_backend*, void* graph) noexcept { loom::host_graph::graph_free(graph); }
+constexpr loom_graph_api kGraph = {{sizeof(loom_graph_api), LOOM_EXT_GRAPH, 0, nullptr},
+                                   cpu_graph_capture,
+                                   cpu_graph_launch,
+                                   cpu_graph_free};
+
 const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
   if (id != nullptr && std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0) return &kEpilogues.base;
+  if (id != nullptr && std::strcmp(id, LOOM_EXT_GRAPH) == 0) return &kGraph.base;
   if (be != nullptr && be->norm_residual && id != nullptr &&
       std::strcmp(id, LOOM_EXT_NORM_RESIDUAL) == 0)
     return &kNormResidual;
@@ -308,7 +329,7 @@ const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
 // loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
 // loom.norm-gate/1 and loom.rope-freqs/1 are args extensions (the norms and ropes take
 // them): no table behind them.
-constexpr const char* const* kCapabilities = loom::kOpsCapabilities;
+constexpr const char* const* kCapabilities = loom::kOpsGraphCapabilities.data();
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,

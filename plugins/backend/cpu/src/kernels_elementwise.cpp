@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu_backend.hpp"
+#include "loom/cpp/graph.hpp"
 #include "loom/cpp/half.hpp"
 #include "mixed.hpp"
 
@@ -191,9 +192,8 @@ void sum_squares_one(loom_backend& b, Check& ck, const DLTensor* x, double* out)
   if (Staging::any_half({x})) {
     Staging st(ck, b.threads);
     const DLTensor* x_ = st.in("x", x);
-    st.run(b, [&] {
-      loom_sum_squares_args one{LOOM_SUM_SQUARES_ARGS_SIZE_V2, &x_, 1, out, nullptr};
-      return op_sum_squares(&b, &one);
+    st.run(b, [&] {  // x_ is f32: no staging again
+      return run_op(&b, "sum_squares", [&](loom_backend& bb) { sum_squares_one(bb, ck, x_, out); });
     });
     return;
   }
@@ -208,6 +208,8 @@ void sum_squares_one(loom_backend& b, Check& ck, const DLTensor* x, double* out)
 loom_error* op_sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     Check ck{"sum_squares"};
+    // the sums go to host memory (loom.sum-squares-total/1 keeps them on the device)
+    loom::host_graph::refuse_in_graph(&b, "sum_squares into host memory");
     if (a->n > 0 && (a->x == nullptr || a->out == nullptr)) ck.fail("x or out is NULL");
     for (size_t i = 0; i < a->n; ++i) sum_squares_one(b, ck, a->x[i], &a->out[i]);
   });

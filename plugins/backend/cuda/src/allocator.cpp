@@ -28,18 +28,27 @@ void* CachingAllocator::allocate(size_t bytes) {
     throw loom::Error(LOOM_ERR_OUT_OF_MEMORY,
                       "backend/cuda: alloc_tensor: " + std::to_string(bytes) + " bytes requested");
   void* p = nullptr;
-  auto it = free_.find(size);
-  if (it != free_.end() && !it->second.empty()) {
+  auto take = [&](FreeLists& lists) {
+    auto it = lists.find(size);
+    if (it == lists.end() || it->second.empty()) return false;
     p = it->second.back();
     it->second.pop_back();
+    return true;
+  };
+  if (capturing_ && take(*capturing_)) {
+    // a block this capture freed: still counted in use (the pool's)
+    live_.emplace(p, size);
+    return p;
+  }
+  if (take(free_)) {
     cached_ -= size;
   } else {
-    cudaError_t e = device_malloc(&p, size);
+    cudaError_t e = malloc_block(&p, size);
     if (e == cudaErrorMemoryAllocation && cached_ > 0) {
       // Blocks of other classes may be sitting idle: give them back and try once more.
       (void)cudaGetLastError();
       empty_cache();
-      e = device_malloc(&p, size);
+      e = malloc_block(&p, size);
     }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
@@ -65,10 +74,44 @@ bool CachingAllocator::release(void* ptr) noexcept {
   if (it == live_.end()) return false;
   const size_t size = it->second;
   live_.erase(it);
+  if (capturing_) {  // the graph may write it at every replay: the pool's until release_pool
+    (*capturing_)[size].push_back(ptr);
+    return true;
+  }
   in_use_ -= size;
   cached_ += size;
   free_[size].push_back(ptr);
   return true;
+}
+
+cudaError_t CachingAllocator::malloc_block(void** p, size_t size) {
+  if (capturing_ == nullptr) return device_malloc(p, size);
+  // cudaMalloc enqueues nothing, so a capture need not see it; the thread's capture mode
+  // would refuse it as possibly unsafe. The block is the graph's from now on.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  const cudaError_t e = device_malloc(p, size);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  return e;
+}
+
+uint64_t CachingAllocator::begin_pool() {
+  const uint64_t id = next_pool_++;
+  capturing_ = &pools_[id];
+  return id;
+}
+
+void CachingAllocator::release_pool(uint64_t id) noexcept {
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return;
+  if (capturing_ == &it->second) capturing_ = nullptr;
+  for (auto& [size, blocks] : it->second)
+    for (void* p : blocks) {
+      in_use_ -= size;
+      cached_ += size;
+      free_[size].push_back(p);
+    }
+  pools_.erase(it);
 }
 
 void CachingAllocator::empty_cache() noexcept {
@@ -85,6 +128,7 @@ void CachingAllocator::empty_cache() noexcept {
 }
 
 CachingAllocator::~CachingAllocator() {
+  while (!pools_.empty()) release_pool(pools_.begin()->first);  // graphs left unfreed
   empty_cache();
   for (auto& [p, size] : live_) (void)cudaFree(p);
   live_.clear();

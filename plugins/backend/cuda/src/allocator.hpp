@@ -8,8 +8,15 @@
 // work that reads it may be handed out again at once: the next user's work is queued behind
 // it (stream order), no event is needed.
 //
+// A CUDA graph (loom.graph/1, graph.cpp) replays the addresses its capture used. Blocks freed
+// while a capture runs therefore go to that capture's pool, not to the shared lists: the
+// capture reuses them (its own work, in stream order), nothing outside it can, and they join
+// the shared lists when the graph is freed (release_pool). Until then they count as in use.
+//
 // Thread contract: the one thread that drives the instance (backend.h); no locking.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +38,14 @@ class CachingAllocator {
   void* allocate(size_t bytes);
   // Back to its class's free list; false when ptr was not allocated here (or freed already).
   bool release(void* ptr) noexcept;
-  // cudaFree of every cached (free) block; live blocks stay.
+  // cudaFree of every cached (free) block; live blocks and pools' blocks stay.
   void empty_cache() noexcept;
+
+  // Graph capture: from begin_pool to end_pool, releases go to a new pool (its id returned)
+  // and allocations take from it first; release_pool hands its blocks to the shared lists.
+  uint64_t begin_pool();
+  void end_pool() noexcept { capturing_ = nullptr; }
+  void release_pool(uint64_t id) noexcept;
 
   static size_t round_size(size_t bytes);  // the size class a request is served from
 
@@ -43,9 +56,16 @@ class CachingAllocator {
   size_t live_blocks() const { return live_.size(); }
 
  private:
+  using FreeLists = std::unordered_map<size_t, std::vector<void*>>;  // size class -> blocks
+  // A cudaMalloc, allowed while the thread's stream is being captured.
+  cudaError_t malloc_block(void** p, size_t size);
+
   int device_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
-  std::unordered_map<void*, size_t> live_;               // block -> its size class
+  FreeLists free_;
+  std::unordered_map<void*, size_t> live_;  // block -> its size class
+  std::unordered_map<uint64_t, FreeLists> pools_;
+  FreeLists* capturing_ = nullptr;  // the pool of the capture under way
+  uint64_t next_pool_ = 1;
   size_t in_use_ = 0, peak_ = 0, cached_ = 0, mallocs_ = 0;
 };
 

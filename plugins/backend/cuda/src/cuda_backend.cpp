@@ -99,6 +99,7 @@ size_t tensor_bytes(const DLTensor* t) {
 
 loom_error* cuda_to_host(loom_backend* be, const DLTensor* src, void* dst, size_t bytes) noexcept {
   return run_op(be, "to_host", [&](loom_backend& b) {
+    refuse_in_capture(b, "to_host");
     const char* p = static_cast<const char*>(device_ptr(b, src, "to_host", "src"));
     const size_t want = tensor_bytes(src);
     const std::string why =
@@ -114,6 +115,7 @@ loom_error* cuda_to_host(loom_backend* be, const DLTensor* src, void* dst, size_
 loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
                            size_t bytes) noexcept {
   return run_op(be, "from_host", [&](loom_backend& b) {
+    refuse_in_capture(b, "from_host");
     char* p = static_cast<char*>(device_ptr(b, dst, "from_host", "dst"));
     const size_t want = tensor_bytes(dst);
     const std::string why = loom::host_copy_refusal("got", "dst", dst, want, bytes, "src", src);
@@ -129,8 +131,10 @@ loom_error* cuda_from_host(loom_backend* be, DLTensor* dst, const void* src,
 }
 
 loom_error* cuda_synchronize(loom_backend* be) noexcept {
-  return run_op(be, "synchronize",
-                [](loom_backend& b) { LOOM_CUDA_CHECK("synchronize", stream_sync(b.stream)); });
+  return run_op(be, "synchronize", [](loom_backend& b) {
+    refuse_in_capture(b, "synchronize");
+    LOOM_CUDA_CHECK("synchronize", stream_sync(b.stream));
+  });
 }
 
 // ---- loom.device-stream/1: the instance's stream, and events on it ------------------------------
@@ -158,7 +162,8 @@ loom_error* cuda_event_wait(loom_backend* be, void* event) noexcept {
 }
 
 loom_error* cuda_event_sync(loom_backend* be, void* event) noexcept {
-  return run_op(be, "event_sync", [&](loom_backend&) {
+  return run_op(be, "event_sync", [&](loom_backend& b) {
+    refuse_in_capture(b, "event_sync");
     if (event == nullptr) return;
     LOOM_CUDA_CHECK("event_sync", event_sync(static_cast<cudaEvent_t>(event)));
   });
@@ -172,6 +177,7 @@ void cuda_event_free(loom_backend*, void* event) noexcept {
 // makes recording dearer, so ordering events go without).
 loom_error* cuda_timer_record(loom_backend* be, void** mark) noexcept {
   return run_op(be, "timer_record", [&](loom_backend& b) {
+    refuse_in_capture(b, "timer_record");  // a captured event keeps no time
     if (mark == nullptr) fail("timer_record", "mark is NULL");
     cudaEvent_t e = nullptr;
     LOOM_CUDA_CHECK("timer_record", cudaEventCreate(&e));
@@ -184,7 +190,8 @@ loom_error* cuda_timer_record(loom_backend* be, void** mark) noexcept {
 
 // Waits for `end` (not counted as a host sync: the profile's own wait, once per step).
 loom_error* cuda_timer_elapsed(loom_backend* be, void* start, void* end, double* ms) noexcept {
-  return run_op(be, "timer_elapsed", [&](loom_backend&) {
+  return run_op(be, "timer_elapsed", [&](loom_backend& b) {
+    refuse_in_capture(b, "timer_elapsed");
     if (start == nullptr || end == nullptr || ms == nullptr)
       fail("timer_elapsed", "start, end and ms must not be NULL");
     LOOM_CUDA_CHECK("timer_elapsed", cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
@@ -198,6 +205,7 @@ loom_error* cuda_timer_elapsed(loom_backend* be, void* start, void* end, double*
 // Reads that wait for their own copy (ABI 2.27), through the pinned staging (staging.hpp).
 loom_error* cuda_read_start(loom_backend* be, const DLTensor* src, void** read) noexcept {
   return run_op(be, "read_start", [&](loom_backend& b) {
+    refuse_in_capture(b, "read_start");
     if (read == nullptr) fail("read_start", "read is NULL");
     const void* p = device_ptr(b, src, "read_start", "src");
     *read = b.staging->start_read(p, tensor_bytes(src), b.stream);
@@ -206,6 +214,7 @@ loom_error* cuda_read_start(loom_backend* be, const DLTensor* src, void** read) 
 
 loom_error* cuda_read_finish(loom_backend* be, void* read, void* dst, size_t bytes) noexcept {
   return run_op(be, "read_finish", [&](loom_backend& b) {
+    refuse_in_capture(b, "read_finish");
     if (read == nullptr || (dst == nullptr && bytes > 0))
       fail("read_finish", "read or dst is NULL");
     b.staging->finish_read(read, dst, bytes);
@@ -242,6 +251,7 @@ constexpr uint32_t kEpilogueKinds =
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   if (be == nullptr || id == nullptr) return nullptr;
   if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
+  if (std::strcmp(id, LOOM_EXT_GRAPH) == 0) return &graph_table()->base;
   if (std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0 && be->gemm_epilogues)
     return &be->epilogues.base;
   if (std::strcmp(id, LOOM_EXT_NORM_RESIDUAL) == 0 && be->norm_residual.id != nullptr)
@@ -249,7 +259,7 @@ const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   return nullptr;
 }
 
-constexpr const char* const* kCapabilities = loom::kOpsCapabilities;
+constexpr const char* const* kCapabilities = loom::kOpsGraphCapabilities.data();
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 

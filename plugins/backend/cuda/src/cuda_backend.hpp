@@ -12,6 +12,7 @@
 #include <string>
 
 #include "loom/cpp/describe.hpp"
+#include "loom/cpp/graph.hpp"
 #include "loom/cpp/plugin.hpp"
 #include "loom/loom.h"
 
@@ -40,6 +41,7 @@ struct loom_backend {
   void* scratch = nullptr;  // small device scratch for reductions (sum_squares, CE stats)
   size_t scratch_bytes = 0;
   loom_device_stream device_stream{};  // loom.device-stream/1: this device and `stream`
+  bool capturing = false;              // a graph's body runs (loom.graph/1, graph.cpp)
 };
 
 namespace loom_cuda {
@@ -110,6 +112,16 @@ loom_error* run_op(loom_backend* be, const char* op, Fn&& fn) noexcept {
 
 inline loom_error* refuse_args(loom_backend* be, const char* op, const std::string& why) noexcept {
   return run_op(be, op, [&](loom_backend&) { fail(op, why); });
+}
+
+// ---- loom.graph/1 (graph.cpp) -------------------------------------------------------------
+// The table get_ext lends.
+const loom_graph_api* graph_table() noexcept;
+// Throws the SDK's refusal when a graph's body runs: `call` waits for the device or copies
+// host memory, which a replay could not repeat (graph.h's rules).
+inline void refuse_in_capture(const loom_backend& b, const char* call) {
+  if (b.capturing)
+    throw loom::Error(LOOM_ERR_INVALID_ARGUMENT, loom::graph_call_refusal("backend/cuda", call));
 }
 
 // ---- dtypes and tensors ------------------------------------------------------------------

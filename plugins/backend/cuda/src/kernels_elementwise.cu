@@ -467,6 +467,7 @@ void ssq_lists(loom_backend& b, const loom_sum_squares_args* a, Done&& done) {
 loom_error* sum_squares(loom_backend* be, const loom_sum_squares_args* a) noexcept {
   return run_op(be, "sum_squares", [&](loom_backend& b) {
     const char* op = "sum_squares";
+    refuse_in_capture(b, "sum_squares into host memory");
     if (a->n == 0) return;
     if (a->x == nullptr || a->out == nullptr) fail(op, "x or out is NULL");
     ssq_lists(b, a, [&](const double* results, size_t first, int count) {

@@ -4,7 +4,8 @@
 // returns at once. A timing mark (ABI 2.16) is the host clock at the call, which is when the
 // work before it was done. A read (ABI 2.27) copies at once into a heap buffer that
 // read_finish hands over and frees; a tensor with no memory (backend/meta's) reads as zeros.
-// One table serves every instance; get_ext below hands it out.
+// One table serves every instance; get_ext below hands it out. Inside a graph's body
+// (loom.graph/1, graph.hpp's host_graph) the calls that wait or read are refused.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "loom/backend.h"
+#include "loom/cpp/graph.hpp"
 
 namespace loom::host_stream {
 
@@ -21,17 +23,22 @@ inline loom_error* event_record(loom_backend*, void** event) noexcept {
   return nullptr;
 }
 inline loom_error* event_noop(loom_backend*, void*) noexcept { return nullptr; }
+inline loom_error* event_sync(loom_backend* be, void*) noexcept {
+  return host_graph::refusal(be, "event_sync");
+}
 inline void event_free(loom_backend*, void*) noexcept {}
 
 // A mark is a heap-held steady-clock reading in nanoseconds.
-inline loom_error* timer_record(loom_backend*, void** mark) noexcept {
+inline loom_error* timer_record(loom_backend* be, void** mark) noexcept {
+  if (loom_error* e = host_graph::refusal(be, "timer_record")) return e;
   if (mark == nullptr) return nullptr;
   *mark = new (std::nothrow) long long(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                            std::chrono::steady_clock::now().time_since_epoch())
                                            .count());
   return nullptr;
 }
-inline loom_error* timer_elapsed(loom_backend*, void* start, void* end, double* ms) noexcept {
+inline loom_error* timer_elapsed(loom_backend* be, void* start, void* end, double* ms) noexcept {
+  if (loom_error* e = host_graph::refusal(be, "timer_elapsed")) return e;
   if (ms == nullptr) return nullptr;
   *ms = start && end
             ? 1e-6 * (double)(*static_cast<long long*>(end) - *static_cast<long long*>(start))
@@ -40,7 +47,8 @@ inline loom_error* timer_elapsed(loom_backend*, void* start, void* end, double* 
 }
 inline void timer_free(loom_backend*, void* mark) noexcept { delete static_cast<long long*>(mark); }
 
-inline loom_error* read_start(loom_backend*, const DLTensor* src, void** read) noexcept {
+inline loom_error* read_start(loom_backend* be, const DLTensor* src, void** read) noexcept {
+  if (loom_error* e = host_graph::refusal(be, "read_start")) return e;
   if (read == nullptr) return nullptr;
   auto* bytes = new (std::nothrow) std::vector<char>();
   if (bytes && src) {
@@ -52,7 +60,8 @@ inline loom_error* read_start(loom_backend*, const DLTensor* src, void** read) n
   *read = bytes;
   return nullptr;
 }
-inline loom_error* read_finish(loom_backend*, void* read, void* dst, size_t bytes) noexcept {
+inline loom_error* read_finish(loom_backend* be, void* read, void* dst, size_t bytes) noexcept {
+  if (loom_error* e = host_graph::refusal(be, "read_finish")) return e;
   auto* held = static_cast<std::vector<char>*>(read);
   if (dst && bytes > 0) {
     std::memset(dst, 0, bytes);
@@ -68,7 +77,7 @@ inline const loom_device_stream kTable = {
     nullptr,
     event_record,
     event_noop,
-    event_noop,
+    event_sync,
     event_free,
     timer_record,
     timer_elapsed,

@@ -13,6 +13,8 @@
 // table. See backend/cpu for a backend written this way.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -219,6 +221,19 @@ inline std::string copy_strided_refusal(const loom_copy_strided_args& a) {
 inline constexpr const char* kOpsCapabilities[] = {
     LOOM_EXT_DEVICE_STREAM,     LOOM_EXT_GEMM_EPILOGUE, LOOM_EXT_NORM_GATE,     LOOM_EXT_ROPE_FREQS,
     LOOM_EXT_SUM_SQUARES_TOTAL, LOOM_EXT_CE_LOSS_TOTAL, LOOM_EXT_NORM_RESIDUAL, nullptr};
+
+// The list `ids` (NULL-ended) with `id` before its end.
+template <size_t N>
+constexpr std::array<const char*, N + 1> with_capability(const char* const (&ids)[N],
+                                                         const char* id) {
+  std::array<const char*, N + 1> out{};
+  for (size_t i = 0; i + 1 < N; ++i) out[i] = ids[i];
+  out[N - 1] = id;
+  out[N] = nullptr;
+  return out;
+}
+// And a backend that also lends loom.graph/1 (backend/cpu, backend/cuda): .data() is the list.
+inline constexpr auto kOpsGraphCapabilities = with_capability(kOpsCapabilities, LOOM_EXT_GRAPH);
 
 template <const OpsCalls& K>
 struct OpsSlots {

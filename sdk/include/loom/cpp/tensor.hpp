@@ -62,14 +62,19 @@ class Backend {
   mutable WeightGrads* weight_grads_ = nullptr;
 };
 
+// The table of capability `id` a backend instance lends through get_ext, as T (a struct that
+// opens with loom_ext), or NULL where it lends none of at least `min_size` bytes.
+template <class T>
+const T* backend_ext(const loom_backend_ref& be, const char* id, size_t min_size) {
+  const loom_ext* e = be.api && be.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && be.api->get_ext
+                          ? be.api->get_ext(be.self, id)
+                          : nullptr;
+  return e != nullptr && e->struct_size >= min_size ? reinterpret_cast<const T*>(e) : nullptr;
+}
+
 // The loom.device-stream/1 table of a backend instance, or NULL for one without it.
 inline const loom_device_stream* find_device_stream(const loom_backend_ref& be) {
-  const loom_ext* e = be.api && be.api->struct_size >= LOOM_BACKEND_API_SIZE_V2 && be.api->get_ext
-                          ? be.api->get_ext(be.self, LOOM_EXT_DEVICE_STREAM)
-                          : nullptr;
-  return e != nullptr && e->struct_size >= LOOM_DEVICE_STREAM_SIZE_V1
-             ? reinterpret_cast<const loom_device_stream*>(e)
-             : nullptr;
+  return backend_ext<loom_device_stream>(be, LOOM_EXT_DEVICE_STREAM, LOOM_DEVICE_STREAM_SIZE_V1);
 }
 inline const loom_device_stream* Backend::find_device_stream() const {
   return loom::find_device_stream(ref_);

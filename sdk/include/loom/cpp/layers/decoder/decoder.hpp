@@ -91,7 +91,8 @@ struct Slot {
   std::vector<LayerActs> acts;
   Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse, stats, gathered;
   Tensor tokens, targets, positions, emb_ids, emb_rows;  // i32 (N)
-  int64_t emb_count = 0;  // this rank's tokens of the vocabulary-parallel embedding
+  std::vector<int32_t> positions_sent;  // what `positions` holds (upload_positions: no repeat)
+  int64_t emb_count = 0;                // this rank's tokens of the vocabulary-parallel embedding
   // Packed documents, from the micro-batch's positions: each token's position in its
   // document and the documents' cumulative lengths, which s.docs points at.
   std::vector<int32_t> doc_pos, cu_docs, doc_at;  // doc_at: padded starts (BERT)
@@ -219,8 +220,16 @@ class DecoderModel {
   std::vector<MtpDepth> mtp_;
   Embedding mtp_emb_;  // the last stage's view of wte for the tokens ahead
   Tensor mtp_carry_, mtp_dcat_, mtp_den_, mtp_demb_;  // backward scratch
-  void upload_ids(Tensor& dst, const int32_t* src, int64_t n, bool allow_ignore);
-  void upload_positions(Tensor& dst, const Step& s);
+  // The micro-batch's ids into dst: copied from its array `name` on the device where the
+  // micro-batch carries loom.microbatch-device/1 (bind_device_batch), else from the host's
+  // `src` after checking them (`allow_ignore`: -1 is a valid target).
+  void upload_ids(Tensor& dst, const char* name, const int32_t* src, int64_t n, bool allow_ignore);
+  // `sent` (NULL: always upload) holds what dst holds already; equal positions are not sent
+  // again, so a step's micro-batches after the first copy nothing (a replayed step copies none).
+  void upload_positions(Tensor& dst, const Step& s, std::vector<int32_t>* sent = nullptr);
+  // loom.microbatch-device/1 of this stage_forward's micro-batch (ABI 2.31), or NULL; refuses
+  // what would make the step's device work depend on the host's arrays.
+  void bind_device_batch(const loom_microbatch& mb, bool per_token);
   void read_documents(Slot& S, const loom_microbatch& mb);
   const DLTensor* final_norm(Slot& S);
   void emb_norm_forward(Slot& S);
@@ -281,6 +290,8 @@ class DecoderModel {
   DLTensor* device_sums_ = nullptr;
   int64_t device_terms_ = 0;
   std::vector<int32_t> pos_host_;
+  const loom_microbatch* device_mb_ = nullptr;  // with loom.microbatch-device/1, while it runs
+  const loom_microbatch_device* device_arrays_ = nullptr;
   std::vector<int32_t> cp_tokens_, cp_targets_;  // this rank's rows under context parallelism
 
   // generation
