@@ -3,9 +3,11 @@
 // saturating round-to-nearest-even cast against a brute-force reference (the nearest of the
 // table's values, ties to the even code) at every value, every midpoint between neighbours
 // and just either side of it, below the smallest subnormal, beyond the largest, at the
-// infinities and NaN, and at 10^5 random magnitudes.
+// infinities and NaN, and at 10^5 random magnitudes. Delayed scaling's amax history against
+// a reference that keeps every step's amax.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -188,4 +190,70 @@ TEST_CASE("fp8: the per-tensor scale maps amax onto the format's largest value, 
   const float x = 1.0625f + std::ldexp(1.0f, -23), s = 1.0f - std::ldexp(1.0f, -24);
   CHECK(loom::fp8_decode(e4m3, loom::fp8_quantize(e4m3, x, s)) == 1.0);
   CHECK(loom::fp8_round(e4m3, (double)x * (double)s) == 1.125);  // unrounded: the other way
+}
+
+// Delayed scaling against a reference that keeps every step's amax: the window of step t is
+// the last `len` of them (t's own included), its amax the largest (NaN passed over, no less
+// than 0, as the history starts at zeros) or t's own, and the scale moves only on a finite,
+// positive amax.
+TEST_CASE("fp8: delayed scaling's history, window, roll and kept scale") {
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> log2(-20, 20);
+  const float specials[] = {0.0f, HUGE_VALF, std::nanf("")};
+  for (const auto& [name, f] : kFormats)
+    for (const int64_t len : {1, 2, 5, 16})
+      for (const bool most_recent : {false, true})
+        for (const int margin : {0, 2}) {
+          CAPTURE(name);
+          CAPTURE(len);
+          CAPTURE(most_recent);
+          CAPTURE(margin);
+          std::vector<float> history((size_t)len, 0.0f), seen;
+          float scale = 1.0f, want = 1.0f;
+          for (int t = 0; t < 60; ++t) {
+            CAPTURE(t);
+            // a few casts a step fold their amax into slot 0; now and then one of 0, inf, NaN
+            float step_amax = 0.0f;
+            for (int c = 0; c < 3; ++c) {
+              const float a = t % 7 == 3 && c == 0 ? specials[(t / 7) % 3]
+                                                   : static_cast<float>(std::exp2(log2(rng)));
+              history[0] = std::fmax(history[0], a);
+              step_amax = std::fmax(step_amax, a);
+            }
+            seen.push_back(step_amax);
+            float window = 0.0f;
+            if (most_recent) {
+              window = step_amax;
+            } else {
+              for (size_t i = seen.size() > (size_t)len ? seen.size() - (size_t)len : 0;
+                   i < seen.size(); ++i)
+                window = std::fmax(window, seen[i]);
+            }
+            if (window > 0 && std::isfinite(window)) want = loom::fp8_scale(f, window, margin);
+            const float used =
+                loom::fp8_delayed_update(f, history.data(), len, most_recent, margin, &scale);
+            REQUIRE((used == window || (std::isnan(used) && std::isnan(window))));
+            REQUIRE(scale == want);
+            // after the roll: slot 0 empty, the others the last len - 1 steps' amaxes
+            REQUIRE(history[0] == 0.0f);
+            std::vector<float> held(history.begin() + 1, history.end()), last;
+            for (size_t i = seen.size() > (size_t)(len - 1) ? seen.size() - (size_t)(len - 1) : 0;
+                 i < seen.size(); ++i)
+              last.push_back(seen[i]);
+            while ((int64_t)last.size() < len - 1) last.insert(last.begin(), 0.0f);
+            auto key = [](float v) { return std::isnan(v) ? -1.0f : v; };  // NaN sorts first
+            auto order = [&](float a, float b) { return key(a) < key(b); };
+            std::sort(held.begin(), held.end(), order);
+            std::sort(last.begin(), last.end(), order);
+            REQUIRE(held.size() == last.size());
+            for (size_t i = 0; i < held.size(); ++i)
+              REQUIRE((held[i] == last[i] || (std::isnan(held[i]) && std::isnan(last[i]))));
+          }
+        }
+  // The kept scale: a step that cast nothing, or overflowed, leaves it as it was.
+  const loom::Fp8Format e4m3 = loom::fp8_e4m3();
+  CHECK(loom::fp8_delayed_scale(e4m3, 0.0f, 0.25f) == 0.25f);
+  CHECK(loom::fp8_delayed_scale(e4m3, HUGE_VALF, 0.25f) == 0.25f);
+  CHECK(loom::fp8_delayed_scale(e4m3, std::nanf(""), 0.25f) == 0.25f);
+  CHECK(loom::fp8_delayed_scale(e4m3, 448.0f, 0.25f, 1) == 0.5f);
 }

@@ -108,4 +108,45 @@ LOOM_HOST_DEVICE inline uint8_t fp8_quantize(const Fp8Format& f, float x, float 
   return fp8_encode(f, static_cast<double>(x * scale));
 }
 
+// ---- delayed scaling (precision.fp8 = "delayed") ------------------------------------------
+// One scaled tensor's amax history of `len` floats, as Transformer Engine keeps it: slot 0
+// gathers the current step's amax (each cast folds its amax in with fmax), slots 1..len-1 hold
+// the len - 1 steps before it. At the step's end fp8_delayed_update derives the next step's
+// scale from the history, then rolls it: the current amax joins the earlier ones, the oldest
+// leaves, and slot 0 starts again from 0. The window is the whole history, the current step
+// included (len = 1: the current amax alone). fmax, as the kernels take it, passes over NaN.
+
+// The amax the next scale is made from: the current step's (`most_recent`, Megatron's
+// fp8_amax_compute_algo = "most_recent") or the largest of the window ("max").
+LOOM_HOST_DEVICE inline float fp8_history_amax(const float* history, int64_t len,
+                                               bool most_recent) {
+  if (most_recent || len <= 1) return history[0];
+  float amax = 0.0f;
+  for (int64_t i = 0; i < len; ++i) amax = std::fmax(amax, history[i]);
+  return amax;
+}
+
+// The scale after a step whose history holds `amax` (fp8_history_amax): the format's largest
+// 2^margin below it over amax, as fp8_scale makes it; where amax is 0 or not finite, the
+// previous scale stays (nothing was cast, or the step overflowed: its amax says nothing).
+LOOM_HOST_DEVICE inline float fp8_delayed_scale(const Fp8Format& f, float amax, float previous,
+                                                int margin = 0) {
+  if (!(amax > 0) || std::isinf(amax)) return previous;
+  return fp8_scale(f, amax, margin);
+}
+
+// The step's end for one tensor: *scale from the history (above), then the roll. Returns the
+// amax the scale was made from.
+LOOM_HOST_DEVICE inline float fp8_delayed_update(const Fp8Format& f, float* history, int64_t len,
+                                                 bool most_recent, int margin, float* scale) {
+  const float amax = fp8_history_amax(history, len, most_recent);
+  *scale = fp8_delayed_scale(f, amax, *scale, margin);
+  // history[1..len) moves down one slot and the current amax goes last: the oldest falls out.
+  const float current = history[0];
+  for (int64_t i = 0; i + 1 < len; ++i) history[i] = history[i + 1];
+  if (len > 1) history[len - 1] = current;
+  history[0] = 0.0f;
+  return amax;
+}
+
 }  // namespace loom
