@@ -166,6 +166,16 @@ Listing build() {
   F(base) F(device) F(stream) F(event_record) F(event_wait) F(event_sync) F(event_free) F(timer_record) F(timer_elapsed) F(timer_free)
   F(read_start) F(read_finish)
   END
+  // fp8.h
+  STRUCT(loom_fp8_quantize_args)
+  F(struct_size) F(src) F(dst) F(dst_t) F(scaling) F(flags) F(margin) F(scale) F(scale_inv)
+  F(amax) F(scale_t) F(scale_inv_t) F(ext)
+  END
+  STRUCT(loom_fp8_update_args)
+  F(struct_size) F(history) F(scale) F(scale_inv) F(format) F(margin) F(flags) F(ext)
+  END
+  STRUCT(loom_fp8_api) F(base) F(scalings) F(quantize) F(delayed_update) END
+  STRUCT(loom_gemm_fp8) F(base) F(a_scale_inv) F(b_scale_inv) F(a_scaling) F(b_scaling) END
   // graph.h
   STRUCT(loom_graph_capture_args) F(struct_size) F(body) F(user) F(ext) END
   STRUCT(loom_graph_api) F(base) F(capture) F(launch) F(graph_free) END
@@ -187,6 +197,10 @@ Listing build() {
   F(struct_size) F(out) F(lse) F(part_out) F(part_lse) F(row0) F(ext)
   END
   STRUCT(loom_attention_api) F(struct_size) F(create) F(destroy) F(forward) F(backward) F(merge)
+  END
+  STRUCT(loom_fp8_training)
+  F(base) F(recipe) F(hybrid) F(margin) F(amax_history_len) F(amax_most_recent)
+  F(layers_at_start_bf16) F(layers_at_end_bf16)
   END
   // model.h
   STRUCT(loom_model_create_args)

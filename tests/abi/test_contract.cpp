@@ -12,9 +12,10 @@
 
 namespace {
 
-const char* const kHeaders[] = {
-    "attention.h", "backend.h", "comm.h",      "common.h", "dataset.h",  "grad.h",   "graph.h",
-    "host.h",      "model.h",   "optimizer.h", "plugin.h", "schedule.h", "tensor.h", "tokenizer.h"};
+const char* const kHeaders[] = {"attention.h", "backend.h", "comm.h",      "common.h",
+                                "dataset.h",   "fp8.h",     "grad.h",      "graph.h",
+                                "host.h",      "model.h",   "optimizer.h", "plugin.h",
+                                "schedule.h",  "tensor.h",  "tokenizer.h"};
 
 std::string header_path(const char* name) {
   return std::string(LOOM_SOURCE_DIR) + "/sdk/include/loom/" + name;

@@ -17,7 +17,8 @@ add_executable(loom-test-ops
   test_ssm.cpp
   test_ssm_conv.cpp
   test_mixed.cpp
-  test_fp8.cpp)
+  test_fp8.cpp
+  test_fp8_ops.cpp)
 target_link_libraries(loom-test-ops PRIVATE loom_test_main)
 if(TARGET loom_backend_cpu)
   add_dependencies(loom-test-ops loom_backend_cpu)

@@ -186,6 +186,36 @@ constexpr loom_param_spec kPrecision[] = {
           "fp16 dynamic loss scaling: clean steps in a row before the scale doubles", 1, kInf),
     param("hysteresis", kInt, "2",
           "fp16 dynamic loss scaling: overflowing steps in a row before the scale halves", 1, kInf),
+    param("fp8", kString, "none",
+          "FP8 training (Megatron's --fp8-recipe): the transformer layers' linear GEMMs (forward, "
+          "input and weight gradients) in 8-bit floats through the backend's loom.fp8/1; "
+          "attention, norms, embedding, head, main parameters and optimizer keep dtype. "
+          "tensorwise: each tensor scaled by its own amax; delayed: by its amax history; "
+          "blockwise: DeepSeek-V3's 1x128 activation and 128x128 weight scales",
+          1, 0, "none|tensorwise|delayed|blockwise"),
+    param("fp8_format", kString, "hybrid",
+          "FP8: hybrid = e4m3 forward, e5m2 gradients (Megatron's default); e4m3 = everything "
+          "e4m3",
+          1, 0, "hybrid|e4m3"),
+    param("fp8_margin", kInt, "0",
+          "FP8: scales 2^margin below the format's largest value over amax (Megatron's "
+          "--fp8-margin)",
+          0, 16),
+    param("fp8_amax_history_len", kInt, "1",
+          "FP8 delayed scaling: steps of amax history per tensor (Megatron's "
+          "--fp8-amax-history-len and its default; Transformer Engine's own is 1024)",
+          1, 1 << 16),
+    param("fp8_amax_compute_algo", kString, "most_recent",
+          "FP8 delayed scaling: the amax a scale is made from, the most recent step's "
+          "(Megatron's default) or the history's max",
+          1, 0, "most_recent|max"),
+    param("fp8_first_last_bf16", kBool, "false",
+          "FP8: keep the first fp8_layers_at_start_bf16 and last fp8_layers_at_end_bf16 "
+          "transformer layers in dtype (Megatron's --first-last-layers-bf16)"),
+    param("fp8_layers_at_start_bf16", kInt, "1",
+          "FP8 with fp8_first_last_bf16: layers at the start kept in dtype", 0, kInf),
+    param("fp8_layers_at_end_bf16", kInt, "1",
+          "FP8 with fp8_first_last_bf16: layers at the end kept in dtype", 0, kInf),
 };
 
 constexpr loom_param_spec kLr[] = {

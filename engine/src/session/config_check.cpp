@@ -141,7 +141,31 @@ loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, in
                                     recipe.get_float("train", "dpo_beta")};
     a.ext = &dpo.base;
   }
+  // precision.fp8 (loom.fp8-training/1, ABI 2.32), refused the same way for a model without it.
+  static thread_local loom_fp8_training fp8;
+  if (const int32_t r = fp8_recipe(recipe)) {
+    fp8 = loom_fp8_training{};
+    fp8.base = {sizeof fp8, LOOM_EXT_FP8_TRAINING, LOOM_EXT_REQUIRED, a.ext};
+    fp8.recipe = r;
+    fp8.hybrid = recipe.get_string("precision", "fp8_format") == "hybrid";
+    fp8.margin = (int32_t)recipe.get_int("precision", "fp8_margin");
+    fp8.amax_history_len = (int32_t)recipe.get_int("precision", "fp8_amax_history_len");
+    fp8.amax_most_recent = recipe.get_string("precision", "fp8_amax_compute_algo") == "most_recent";
+    if (recipe.get_bool("precision", "fp8_first_last_bf16")) {
+      fp8.layers_at_start_bf16 = (int32_t)recipe.get_int("precision", "fp8_layers_at_start_bf16");
+      fp8.layers_at_end_bf16 = (int32_t)recipe.get_int("precision", "fp8_layers_at_end_bf16");
+    }
+    a.ext = &fp8.base;
+  }
   return a;
+}
+
+int32_t fp8_recipe(const Recipe& recipe) {
+  const std::string r = recipe.get_string("precision", "fp8");
+  return r == "tensorwise"  ? LOOM_FP8_RECIPE_TENSORWISE
+         : r == "delayed"   ? LOOM_FP8_RECIPE_DELAYED
+         : r == "blockwise" ? LOOM_FP8_RECIPE_BLOCKWISE
+                            : 0;
 }
 
 void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_parallel_layout& layout) {
@@ -156,6 +180,21 @@ void check_plugin_configs(Recipe& recipe, Registry& registry, const loom_paralle
       throw UsageError("train.objective = \"dpo\": model/" + recipe.plugin("model") +
                        " has no preference objective (" LOOM_EXT_PREFERENCE "; its capabilities: " +
                        info.capabilities_text() + ")");
+    if (fp8_recipe(recipe) != 0) {
+      if (!info.has_capability(LOOM_EXT_FP8_TRAINING))
+        throw UsageError("precision.fp8 = \"" + recipe.get_string("precision", "fp8") +
+                         "\": model/" + recipe.plugin("model") +
+                         " has no FP8 training (" LOOM_EXT_FP8_TRAINING "; its capabilities: " +
+                         info.capabilities_text() + ")");
+      if (!registry.get(LOOM_KIND_BACKEND, recipe.plugin("backend")).has_capability(LOOM_EXT_FP8))
+        throw UsageError("precision.fp8 = \"" + recipe.get_string("precision", "fp8") +
+                         "\": backend/" + recipe.plugin("backend") +
+                         " does not list " LOOM_EXT_FP8 ", its FP8 casts and scaled GEMMs");
+      if (recipe.get_string("precision", "dtype") == "fp64")
+        throw UsageError(
+            "precision.fp8 with precision.dtype = \"fp64\": fp64 is the layouts' exact check; "
+            "FP8 runs with fp32, bf16 or fp16");
+    }
     const int32_t residency = strategy_residency(recipe, registry);
     check_model_residency(recipe, static_cast<const loom_model_api*>(info.desc->api), residency);
     const ChunkPlacement place =

@@ -23,6 +23,8 @@ void check_plugin_configs(Recipe& recipe, Registry& registry, int world);
 // `stages`, vocabulary `vocab` (0: not known).
 loom_model_create_args model_create_args(const Recipe& recipe, int64_t vocab, int stage,
                                          int stages);
+// precision.fp8's LOOM_FP8_RECIPE_* (model.h), 0 for "none".
+int32_t fp8_recipe(const Recipe& recipe);
 // The create args of a model that only loads weights and runs forward (checkpoint convert,
 // generation): f32, every field to 2.18's ext, no recompute (one layer per group, the
 // recipe's default, which a model checks once struct_size covers 2.10), no residency, no

@@ -76,6 +76,20 @@ void sum_over(const loom_backend_ref& be, const loom_comm_ref& comm, loom_comm_g
 
 TrainRun::~TrainRun() = default;
 
+namespace {
+// precision.fp8's line: what runs in FP8 and through what.
+void log_fp8(const Recipe& recipe) {
+  if (fp8_recipe(recipe) == 0) return;
+  spdlog::info(
+      "precision.fp8 = {}: the transformer layers' linear GEMMs in FP8 ({}) through "
+      "backend/{}'s " LOOM_EXT_FP8 "; the rest in {}",
+      recipe.get_string("precision", "fp8"),
+      recipe.get_string("precision", "fp8_format") == "hybrid" ? "e4m3 forward, e5m2 gradients"
+                                                               : "e4m3 throughout",
+      recipe.plugin("backend"), recipe.get_string("precision", "dtype"));
+}
+}  // namespace
+
 TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
     : recipe(r),
       seed((uint64_t)r.get_int("train", "seed")),
@@ -185,6 +199,7 @@ TrainRun::TrainRun(Recipe& r, Registry& registry, bool walk)
         "group); {} micro-batches of {} x {} per step",
         local_params, params.size(), (int64_t)counts[0], num_micro, mbs, seq_len);
   }
+  log_fp8(recipe);
 
   // This rank's checkpoint files; replicas of a data-parallel group write nothing their
   // group's rank 0 writes.

@@ -22,6 +22,7 @@
 #define LOOM_BACKEND_H
 
 #include "loom/device_totals.h" /* sums kept on the device: what two ops' args may carry */
+#include "loom/fp8.h"           /* loom.fp8/1: FP8 tensors, their casts and GEMMs */
 #include "loom/gemm_epilogue.h" /* loom.gemm-epilogue/1: what a gemm's args may carry */
 #include "loom/host.h"
 #include "loom/norm_residual.h" /* loom.norm-residual/1: what a norm's args may carry */

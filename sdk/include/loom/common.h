@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 31
+#define LOOM_ABI_MINOR 32
 
 /* Size of a struct up to and including `last_field`: what `struct_size` holds for the
  * version of the struct whose last field is `last_field`. */

@@ -552,6 +552,37 @@ typedef struct loom_preference_rows {
 } loom_preference_rows;
 #define LOOM_PREFERENCE_ROWS_SIZE_V1 LOOM_STRUCT_SIZE(loom_preference_rows, policy)
 
+/* FP8 training (ABI 2.32, issue 39): the host's precision.fp8 recipe, Transformer Engine's and
+ * Megatron's (--fp8-recipe, --fp8-format, --fp8-margin, --fp8-amax-history-len,
+ * --fp8-amax-compute-algo, --first-last-layers-bf16). A model that can lists
+ * LOOM_EXT_FP8_TRAINING; the host then chains a loom_fp8_training on its create args (flags
+ * LOOM_EXT_REQUIRED) and checks that the backend lends loom.fp8/1 (fp8.h). The model runs its
+ * transformer layers' linear GEMMs (forward, input gradient, weight gradient) in FP8 through
+ * the backend's quantize and scaled GEMM; attention, norms, the embedding and the output head
+ * stay in the compute dtype, as do the main parameters and the optimizer. Recipes:
+ *   LOOM_FP8_RECIPE_TENSORWISE  current scaling: each tensor's scale from its own amax;
+ *   LOOM_FP8_RECIPE_DELAYED     a scale from each tensor's amax history (amax_history_len
+ *                               steps, "max" or "most_recent"), updated after each step;
+ *   LOOM_FP8_RECIPE_BLOCKWISE   DeepSeek-V3's: activations and gradients in 1x128 tiles,
+ *                               weights in 128x128 blocks, power-of-two scales.
+ * A model refuses, naming it, a recipe or layout it does not run yet. */
+#define LOOM_EXT_FP8_TRAINING "loom.fp8-training/1"
+#define LOOM_FP8_RECIPE_TENSORWISE 1
+#define LOOM_FP8_RECIPE_DELAYED 2
+#define LOOM_FP8_RECIPE_BLOCKWISE 3
+typedef struct loom_fp8_training {
+  loom_ext base;            /* id LOOM_EXT_FP8_TRAINING, flags LOOM_EXT_REQUIRED */
+  int32_t recipe;           /* LOOM_FP8_RECIPE_* */
+  int32_t hybrid;           /* 1: gradients in e5m2, the rest e4m3 ("hybrid"); 0: all e4m3 */
+  int32_t margin;           /* >= 0: scales 2^margin below the format's largest over amax */
+  int32_t amax_history_len; /* DELAYED: >= 1 */
+  int32_t amax_most_recent; /* DELAYED: 1 "most_recent", 0 "max" */
+  int32_t layers_at_start_bf16, layers_at_end_bf16; /* >= 0: the first and last transformer
+                                                     * layers of the whole model stay in the
+                                                     * compute dtype */
+} loom_fp8_training;
+#define LOOM_FP8_TRAINING_SIZE_V1 LOOM_STRUCT_SIZE(loom_fp8_training, layers_at_end_bf16)
+
 #ifdef __cplusplus
 }
 #endif

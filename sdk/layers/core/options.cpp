@@ -448,7 +448,8 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
   // ABI 2.18: create-time options ride on the args' ext chain; one the layer library does not
   // know, if required, is refused by name rather than ignored.
   if (args.struct_size >= LOOM_MODEL_CREATE_ARGS_SIZE_V2_18)
-    loom::require_known_exts(args.ext, {LOOM_EXT_PREFERENCE}, who + ": create args");
+    loom::require_known_exts(args.ext, {LOOM_EXT_PREFERENCE, LOOM_EXT_FP8_TRAINING},
+                             who + ": create args");
   Options o;
   o.n_layer = cfg.get_int("n_layer");
   o.n_head = cfg.get_int("n_head");
@@ -542,6 +543,7 @@ Options parse_options(const loom::Config& cfg, const loom_model_create_args& arg
     parse_peft(cfg, who, o);
   }
   parse_preference(args, family, who, o);
+  parse_fp8(args, family, who, o);
   if (family == Family::kBert || family == Family::kBertClassifier) {
     o.bert = true;
     o.classifier = family == Family::kBertClassifier;

@@ -162,6 +162,20 @@ void ParamStore::link_lora(const LoraConfig& c) {
   }
 }
 
+void ParamStore::link_fp8(const Fp8Config& c) {
+  if (!c.on()) return;
+  auto gemms = std::make_shared<loom::tp::Fp8Linear>();
+  gemms->recipe = c.recipe;
+  gemms->hybrid = c.hybrid;
+  gemms->margin = c.margin;
+  for (Param& p : params_) {
+    if (p.adapter || p.buffer || p.ep_size > 0 || p.shape.size() != 2) continue;
+    if (p.name.compare(0, 2, "h.") != 0) continue;  // embeddings, head, MTP: the compute dtype
+    const int64_t l = std::stoll(p.name.substr(2, p.name.find('.', 2) - 2));
+    if (l >= c.first && l < c.end) p.fp8 = gemms;  // only make_linear's weights read it
+  }
+}
+
 // Each unit's members back to back (aligned), then the buffers in a flat buffer of their own
 // (no gradient). Every unit's values start allocated: the model initialises them and the host
 // shards them before it lets go (hold_params).

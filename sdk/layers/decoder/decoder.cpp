@@ -166,6 +166,7 @@ void DecoderModel::build() {
   assign_units();
   ps.allocate(ctx_);
   ps.link_lora(o.lora);
+  ps.link_fp8(o.fp8);
   layers_.resize((size_t)(o.layer1 - o.layer0));
   for (size_t u = 0; u <= layers_.size(); ++u) make_unit(u);
 

@@ -65,12 +65,8 @@ const loom_decode_ext kDecoderDecode = {
     Slots::kv_reset,
     Slots::decode,
     Slots::max_context};
-const char* const kDecoderCapabilities[] = {LOOM_EXT_DECODE,
-                                            LOOM_EXT_DECODE_SLOTS,
-                                            LOOM_EXT_TOKEN_STATS,
-                                            LOOM_EXT_SPLIT_BACKWARD,
-                                            LOOM_EXT_PREFERENCE,
-                                            LOOM_EXT_MICROBATCH_DEVICE,
-                                            nullptr};
+const char* const kDecoderCapabilities[] = {
+    LOOM_EXT_DECODE,     LOOM_EXT_DECODE_SLOTS,      LOOM_EXT_TOKEN_STATS,  LOOM_EXT_SPLIT_BACKWARD,
+    LOOM_EXT_PREFERENCE, LOOM_EXT_MICROBATCH_DEVICE, LOOM_EXT_FP8_TRAINING, nullptr};
 
 }  // namespace loom::layers

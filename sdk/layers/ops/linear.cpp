@@ -10,6 +10,7 @@ Linear make_linear(Param& w, Param* b, int64_t row0, int64_t out) {
   l.w = w.value.get();
   l.dw = w.grad_or_null();  // NULL when frozen: no weight gradient
   l.lora = w.lora;
+  l.fp8 = w.fp8;
   l.row0 = row0;
   l.out = out;
   l.in = w.shape[1];

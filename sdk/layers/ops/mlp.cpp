@@ -23,7 +23,7 @@ Mlp Mlp::make(const Options& o, ParamStore& ps, const std::string& prefix) {
 // out of one, with no activation pass over them.
 bool Mlp::gelu_in_gemms(const Backend& be) const {
   return act == LOOM_ACT_GELU_TANH && fc.parts.size() == 1 && !fc.parts[0].lora && !proj.lin.lora &&
-         loom::tp::LocalLinear::gelu_fusable(be);
+         !fc.parts[0].fp8 && !proj.lin.fp8 && loom::tp::LocalLinear::gelu_fusable(be);
 }
 
 // y(nl,C) = c_proj(act(c_fc(x))); saves h = c_fc(x) and a = act(h) for the n tokens.

@@ -293,6 +293,8 @@ constexpr loom::OpsCalls kCalls = {
     op_softmax_cross_entropy_total,
     op_norm_residual_forward,
     op_norm_residual_backward,
+    op_gemm_fp8,
+    kFp8Scalings,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 
@@ -317,8 +319,15 @@ constexpr loom_graph_api kGraph = {{sizeof(loom_graph_api), LOOM_EXT_GRAPH, 0, n
                                    cpu_graph_launch,
                                    cpu_graph_free};
 
+// loom.fp8/1: FP8 emulated exactly (kernels_fp8.cpp; the GEMM is op_gemm_fp8 above).
+constexpr loom_fp8_api kFp8 = {{sizeof(loom_fp8_api), LOOM_EXT_FP8, 0, nullptr},
+                               kFp8Scalings,
+                               op_fp8_quantize,
+                               op_fp8_delayed_update};
+
 const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
   if (id != nullptr && std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0) return &kEpilogues.base;
+  if (id != nullptr && std::strcmp(id, LOOM_EXT_FP8) == 0) return &kFp8.base;
   if (id != nullptr && std::strcmp(id, LOOM_EXT_GRAPH) == 0) return &kGraph.base;
   if (be != nullptr && be->norm_residual && id != nullptr &&
       std::strcmp(id, LOOM_EXT_NORM_RESIDUAL) == 0)
@@ -329,7 +338,7 @@ const loom_ext* cpu_get_ext(loom_backend* be, const char* id) noexcept {
 // loom.device-stream/1 on the CPU: no stream, work is done when an op returns.
 // loom.norm-gate/1 and loom.rope-freqs/1 are args extensions (the norms and ropes take
 // them): no table behind them.
-constexpr const char* const* kCapabilities = loom::kOpsGraphCapabilities.data();
+constexpr const char* const* kCapabilities = loom::kOpsFp8Capabilities.data();
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2, cpu_create,      cpu_destroy, cpu_get_info,

@@ -151,6 +151,13 @@ loom_error* op_bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) n
 loom_error* op_bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                              const loom_gemm_epilogue* e) noexcept;
+loom_error* op_gemm_fp8(loom_backend* be, const loom_gemm_args* args,
+                        const loom_gemm_fp8* fp8) noexcept;
+// kernels_fp8.cpp: loom.fp8/1's table (every scaling)
+constexpr uint32_t kFp8Scalings =
+    (1u << LOOM_FP8_SCALE_TENSOR) | (1u << LOOM_FP8_SCALE_1X128) | (1u << LOOM_FP8_SCALE_128X128);
+loom_error* op_fp8_quantize(loom_backend* be, const loom_fp8_quantize_args* args) noexcept;
+loom_error* op_fp8_delayed_update(loom_backend* be, const loom_fp8_update_args* args) noexcept;
 // kernels_elementwise.cpp
 loom_error* op_fill(loom_backend* be, DLTensor* t, double value) noexcept;
 loom_error* op_copy(loom_backend* be, DLTensor* dst, const DLTensor* src) noexcept;

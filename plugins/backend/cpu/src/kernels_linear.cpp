@@ -11,6 +11,7 @@
 
 #include "blas.hpp"
 #include "cpu_backend.hpp"
+#include "loom/cpp/fp8_args.hpp"
 #include "loom/cpp/gemm_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "mixed.hpp"
@@ -44,6 +45,17 @@ void check_operand(const Check& ck, const char* name, const DLTensor* t, int64_t
             std::to_string(stride) + ") but has " + std::to_string(have));
 }
 
+// The three operands' extents against their pitches and offsets, and the sizes: every
+// gemm's checks after the dtypes.
+void check_operands(const Check& ck, const loom_gemm_args& g) {
+  if (std::string why = loom::gemm_sizes_refusal(g); !why.empty()) ck.fail(why);
+  check_operand(ck, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
+                g.offset_a, g.batch);
+  check_operand(ck, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
+                g.offset_b, g.batch);
+  check_operand(ck, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
+}
+
 template <class T>
 void gemm_one(const Blas& blas, const loom_gemm_args& g, int64_t i, const T* a, const T* b, T* c) {
   const T* ai = a + g.offset_a + i * g.stride_a;
@@ -72,40 +84,67 @@ void store_matrix(DLDataType dt, const float* src, int64_t rows, int64_t cols, u
   for (int64_t r = 0; r < rows; ++r) f32_to_half(dt, src + r * cols, dst + r * ld, cols, 1);
 }
 
-// Mixed-precision gemm: each matrix of A and B (and of C when C is 16-bit) converted to
-// compact f32, one sgemm, C rounded back. Only the matrices the call touches are converted,
-// so per-head slices of a large tensor (attention) cost what they read. An f32 C (the main
-// grad) is accumulated in place at full precision.
+// One matrix product of compact f32 operands (fa: A as stored, fb: B as stored) into matrix
+// i of C: a 16-bit C through an f32 copy rounded back; an f32 C (the main grad) accumulated in
+// place at full precision. What the mixed-precision and the FP8 gemm share.
+void sgemm_staged(loom_backend& b, const loom_gemm_args& g, int64_t i, const float* fa,
+                  const float* fb, std::vector<float>& fc) {
+  const DLDataType dt = g.c->dtype;
+  const bool c16 = !is_f32(dt);
+  const int64_t ac = g.trans_a ? g.m : g.k, bc = g.trans_b ? g.k : g.n;
+  float* c = nullptr;
+  int64_t ldc = g.ldc;
+  uint16_t* c_half = nullptr;
+  if (c16) {
+    c_half = data_of<uint16_t>(g.c) + g.offset_c + i * g.stride_c;
+    fc.resize(static_cast<size_t>(g.m * g.n));
+    c = fc.data();
+    ldc = g.n;
+    // beta == 0: C is not read (BLAS convention), so garbage in it does not matter
+    if (g.beta != 0.0) load_matrix(dt, c_half, g.ldc, g.m, g.n, c, b.threads);
+  } else {
+    c = data_of<float>(g.c) + g.offset_c + i * g.stride_c;
+  }
+  b.blas->sgemm(Blas::kRowMajor, g.trans_a ? Blas::kTrans : Blas::kNoTrans,
+                g.trans_b ? Blas::kTrans : Blas::kNoTrans, (int)g.m, (int)g.n, (int)g.k,
+                (float)g.alpha, fa, (int)std::max<int64_t>(1, ac), fb,
+                (int)std::max<int64_t>(1, bc), (float)g.beta, c, (int)ldc);
+  if (c16) store_matrix(dt, c, g.m, g.n, c_half, g.ldc, b.threads);
+}
+
+// Mixed-precision gemm: each matrix of A and B converted to compact f32, then sgemm_staged.
+// Only the matrices the call touches are converted, so per-head slices of a large tensor
+// (attention) cost what they read.
 void gemm_mixed(loom_backend& b, const loom_gemm_args& g) {
   const DLDataType dt = g.a->dtype;
-  const bool c16 = !is_f32(g.c->dtype);
   const int64_t ar = g.trans_a ? g.k : g.m, ac = g.trans_a ? g.m : g.k;
   const int64_t br = g.trans_b ? g.n : g.k, bc = g.trans_b ? g.k : g.n;
-  std::vector<float> fa(static_cast<size_t>(ar * ac)), fb(static_cast<size_t>(br * bc));
-  std::vector<float> fc(c16 ? static_cast<size_t>(g.m * g.n) : 0);
+  std::vector<float> fa(static_cast<size_t>(ar * ac)), fb(static_cast<size_t>(br * bc)), fc;
   const uint16_t* a = data_of<const uint16_t>(g.a);
   const uint16_t* bm = data_of<const uint16_t>(g.b);
-  int ta = g.trans_a ? Blas::kTrans : Blas::kNoTrans;
-  int tb = g.trans_b ? Blas::kTrans : Blas::kNoTrans;
   for (int64_t i = 0; i < g.batch; ++i) {
     load_matrix(dt, a + g.offset_a + i * g.stride_a, g.lda, ar, ac, fa.data(), b.threads);
     load_matrix(dt, bm + g.offset_b + i * g.stride_b, g.ldb, br, bc, fb.data(), b.threads);
-    float* c = nullptr;
-    int64_t ldc = g.ldc;
-    uint16_t* c_half = nullptr;
-    if (c16) {
-      c_half = data_of<uint16_t>(g.c) + g.offset_c + i * g.stride_c;
-      c = fc.data();
-      ldc = g.n;
-      // beta == 0: C is not read (BLAS convention), so garbage in it does not matter
-      if (g.beta != 0.0) load_matrix(dt, c_half, g.ldc, g.m, g.n, c, b.threads);
-    } else {
-      c = data_of<float>(g.c) + g.offset_c + i * g.stride_c;
-    }
-    b.blas->sgemm(Blas::kRowMajor, ta, tb, (int)g.m, (int)g.n, (int)g.k, (float)g.alpha, fa.data(),
-                  (int)std::max<int64_t>(1, ac), fb.data(), (int)std::max<int64_t>(1, bc),
-                  (float)g.beta, c, (int)ldc);
-    if (c16) store_matrix(dt, c, g.m, g.n, c_half, g.ldc, b.threads);
+    sgemm_staged(b, g, i, fa.data(), fb.data(), fc);
+  }
+}
+
+// The values of one stored FP8 matrix (rows x cols, row pitch ld) into compact f32: each code
+// decoded exactly (a table of the format's 256 values), times its block's scale inverse, one
+// f32 rounding (loom.fp8/1's "A' and B' in f32").
+void dequantize_matrix(const DLTensor* t, int64_t offset, int64_t ld, int64_t rows, int64_t cols,
+                       const float* sinv, uint32_t scaling, float* dst, int nt) {
+  const loom::Fp8Format f = loom::fp8_format(t->dtype);
+  float lut[256];
+  for (int c = 0; c < 256; ++c) lut[c] = static_cast<float>(loom::fp8_decode(f, (uint8_t)c));
+  const uint8_t* codes = data_of<const uint8_t>(t) + offset;
+  const int64_t br = loom::fp8_block_rows(scaling), bc = loom::fp8_block_cols(scaling);
+  const int64_t gc = loom::fp8_scale_grid(scaling, rows, cols).second;
+#pragma omp parallel for num_threads(nt) schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* srow = sinv + (br == 0 ? 0 : (r / br) * gc);
+    for (int64_t c = 0; c < cols; ++c)
+      dst[r * cols + c] = lut[codes[r * ld + c]] * srow[bc == 0 ? 0 : c / bc];
   }
 }
 
@@ -162,12 +201,7 @@ loom_error* op_gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
       ck.same_dtype("a", g.a, "c", g.c);
       ck.same_dtype("b", g.b, "c", g.c);
     }
-    if (std::string why = loom::gemm_sizes_refusal(g); !why.empty()) ck.fail(why);
-    check_operand(ck, "a", g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a,
-                  g.offset_a, g.batch);
-    check_operand(ck, "b", g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b,
-                  g.offset_b, g.batch);
-    check_operand(ck, "c", g.c, g.m, g.n, g.ldc, g.stride_c, g.offset_c, g.batch);
+    check_operands(ck, g);
     if (std::string why = loom::gemm_overlap_refusal(g); !why.empty()) ck.fail(why);
     if (g.m == 0 || g.n == 0) return;
 
@@ -247,6 +281,32 @@ loom_error* op_gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
   return loom::gemm_epilogue_two_passes(be, *args, *e,
                                         loom::EpiloguePasses{op_gemm, op_bias_add, op_bias_backward,
                                                              op_gelu_forward, op_gelu_backward});
+}
+
+// loom.fp8/1 on a gemm (checked by loom::OpsSlots): A and B dequantized to f32 as the header
+// says, then the f32 product as any mixed-precision gemm makes it.
+loom_error* op_gemm_fp8(loom_backend* be, const loom_gemm_args* args,
+                        const loom_gemm_fp8* x) noexcept {
+  return run_op(be, "gemm", [&](loom_backend& b) {
+    Check ck{"gemm"};
+    const loom_gemm_args& g = *args;
+    ck.tensor("a", g.a);
+    ck.tensor("b", g.b);
+    ck.tensor("c", g.c);
+    ck.tensor("a_scale_inv", x->a_scale_inv);
+    ck.tensor("b_scale_inv", x->b_scale_inv);
+    check_operands(ck, g);  // batch 1 (gemm_fp8_refusal)
+    if (g.m == 0 || g.n == 0) return;
+    const int64_t ar = g.trans_a ? g.k : g.m, ac = g.trans_a ? g.m : g.k;
+    const int64_t br = g.trans_b ? g.n : g.k, bc = g.trans_b ? g.k : g.n;
+    std::vector<float> fa(static_cast<size_t>(ar * ac)), fb(static_cast<size_t>(br * bc)), fc;
+    dequantize_matrix(g.a, g.offset_a, g.lda, ar, ac, data_of<const float>(x->a_scale_inv),
+                      x->a_scaling, fa.data(), b.threads);
+    dequantize_matrix(g.b, g.offset_b, g.ldb, br, bc, data_of<const float>(x->b_scale_inv),
+                      x->b_scaling, fb.data(), b.threads);
+    b.blas->use_threads(b.threads);
+    sgemm_staged(b, g, 0, fa.data(), fb.data(), fc);
+  });
 }
 
 }  // namespace loom_cpu

@@ -248,8 +248,15 @@ constexpr uint32_t kEpilogueKinds =
 // BIAS_GELU and DGELU (the MLP's activation and its gradient in its two GEMMs, as llm.c runs
 // them on Hopper) unless backend.gemm_gelu_epilogue = false. loom.norm-residual/1 unless
 // backend.norm_residual = false (a bare table: the norms take the args extension).
+// loom.fp8/1: the tensor scaling (kernels_fp8.cu, gemm.cpp's FP8 matmul).
+constexpr loom_fp8_api kFp8 = {{sizeof(loom_fp8_api), LOOM_EXT_FP8, 0, nullptr},
+                               kFp8Scalings,
+                               fp8_quantize,
+                               fp8_delayed_update};
+
 const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   if (be == nullptr || id == nullptr) return nullptr;
+  if (std::strcmp(id, LOOM_EXT_FP8) == 0) return &kFp8.base;
   if (std::strcmp(id, LOOM_EXT_DEVICE_STREAM) == 0) return &be->device_stream.base;
   if (std::strcmp(id, LOOM_EXT_GRAPH) == 0) return &graph_table()->base;
   if (std::strcmp(id, LOOM_EXT_GEMM_EPILOGUE) == 0 && be->gemm_epilogues)
@@ -259,7 +266,7 @@ const loom_ext* cuda_get_ext(loom_backend* be, const char* id) noexcept {
   return nullptr;
 }
 
-constexpr const char* const* kCapabilities = loom::kOpsGraphCapabilities.data();
+constexpr const char* const* kCapabilities = loom::kOpsFp8Capabilities.data();
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -462,6 +469,8 @@ constexpr loom::OpsCalls kCalls = {
     softmax_cross_entropy_total,  // ABI 2.28: compiled, not yet run on a GPU
     norm_residual_forward,        // ABI 2.29: compiled, not yet run on a GPU
     norm_residual_backward,
+    gemm_fp8,  // ABI 2.32's loom.fp8/1: compiled, not yet run on a GPU
+    kFp8Scalings,
 };
 constexpr loom_ops kOps = loom::OpsSlots<kCalls>::ops();
 

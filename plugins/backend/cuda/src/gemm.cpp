@@ -1,5 +1,6 @@
 // Linear algebra: loom_ops gemm through cuBLASLt, with its epilogues (bias, bias+GELU, the
-// GELU gradient, bias gradient): loom.gemm-epilogue/1's.
+// GELU gradient, bias gradient): loom.gemm-epilogue/1's; and loom.fp8/1's scaled GEMM, the
+// FP8 matmul with its scale pointers (ABI 2.32; compiled, not yet run on a GPU).
 //   gemm: C(m,n) = alpha * op(A)(m,k) @ op(B)(k,n) + beta * C, row-major, `batch` times
 //
 // cuBLASLt is column-major. A row-major matrix with pitch ld read column-major is its
@@ -55,10 +56,11 @@ struct Key {
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   int ab_type, c_type, compute, epilogue, bias_type;
   uint32_t align_a, align_b, align_c, align_aux;
+  int b_type;  // B's type where it differs from A's (FP8: e5m2 x e4m3), else ab_type
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
                     ab_type, c_type, compute, epilogue, bias_type, align_a, align_b, align_c,
-                    align_aux);
+                    align_aux, b_type);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -90,6 +92,8 @@ uint32_t alignment(const void* p, int64_t stride_elems, size_t elem_bytes, int64
 }
 
 cudaDataType_t cuda_type(DLDataType d) {
+  if (d.code == LOOM_DL_FLOAT8_E4M3FN && d.bits == 8) return CUDA_R_8F_E4M3;
+  if (d.code == LOOM_DL_FLOAT8_E5M2 && d.bits == 8) return CUDA_R_8F_E5M2;
   if (is_bf16(d)) return CUDA_R_16BF;
   if (is_f16(d)) return CUDA_R_16F;
   return CUDA_R_32F;
@@ -265,8 +269,8 @@ Plan& get_plan(loom_backend& be, const Key& key, const char* op) {
       }
     }
     // Stored shapes: our B is (trans_b ? n x k : k x n), our A (trans_a ? k x m : m x k).
-    p.la = make_layout(op, ab, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb,
-                       key.stride_b, key.batch);
+    p.la = make_layout(op, static_cast<cudaDataType_t>(key.b_type), key.trans_b ? key.n : key.k,
+                       key.trans_b ? key.k : key.n, key.ldb, key.stride_b, key.batch);
     p.lb = make_layout(op, ab, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
                        key.stride_a, key.batch);
     p.lc = make_layout(op, ct, key.m, key.n, key.ldc, key.stride_c, key.batch);
@@ -403,17 +407,28 @@ void tune(loom_backend& be, Plan& p, const Call& call, const Key& key, size_t c_
 
 // Checks the arguments and runs the product (all `batch` matrices in one cuBLASLt call).
 // kBgrad writes its sums into `bgrad` (f32, m).
+// With `fp8` (loom.fp8/1, its types and scale grids checked by loom::gemm_fp8_refusal): A and
+// B FP8, scaled by their scale inverses (cuBLASLt's A/B_SCALE_POINTER, cuBLAS's A being our B),
+// in the layout Hopper's FP8 kernels take (cuBLAS's "TN": our trans_a = 0, trans_b = 1).
 void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epilogue epi,
-              const DLTensor* bias, DLTensor* aux, float* bgrad = nullptr) {
+              const DLTensor* bias, DLTensor* aux, float* bgrad = nullptr,
+              const loom_gemm_fp8* fp8 = nullptr) {
   const loom_gemm_args& g = *args;
   char* a = static_cast<char*>(device_ptr(be, g.a, op, "a"));
   char* b = static_cast<char*>(device_ptr(be, g.b, op, "b"));
   char* c = static_cast<char*>(device_ptr(be, g.c, op, "c"));
   const DLDataType at = g.a->dtype, bt = g.b->dtype, ct = g.c->dtype;
-  // f32 x f32 -> f32; bf16 x bf16 -> bf16 or f32; f16 x f16 -> f16 or f32.
-  const bool ok_types = loom_dtype_eq(at, bt) &&
-                        ((is_f32(at) && is_f32(ct)) ||
-                         ((is_bf16(at) || is_f16(at)) && (loom_dtype_eq(ct, at) || is_f32(ct))));
+  // f32 x f32 -> f32; bf16 x bf16 -> bf16 or f32; f16 x f16 -> f16 or f32; FP8 (with fp8).
+  const bool ok_types =
+      fp8 != nullptr || (loom_dtype_eq(at, bt) &&
+                         ((is_f32(at) && is_f32(ct)) ||
+                          ((is_bf16(at) || is_f16(at)) && (loom_dtype_eq(ct, at) || is_f32(ct)))));
+  if (fp8 != nullptr && (g.trans_a || !g.trans_b))
+    fail(op,
+         "backend/cuda's FP8 GEMM takes A (m, k) and B (n, k), k contiguous in both "
+         "(trans_a = 0, trans_b = 1: cuBLASLt's FP8 layout), not trans_a = " +
+             std::to_string(g.trans_a) + ", trans_b = " + std::to_string(g.trans_b),
+         LOOM_ERR_UNIMPLEMENTED);
   if (!ok_types)
     fail(op,
          "a, b, c are " + dtype_str(at) + ", " + dtype_str(bt) + ", " + dtype_str(ct) +
@@ -430,9 +445,10 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   if (std::string why = loom::gemm_overlap_refusal(g); !why.empty()) fail(op, why);
   if (g.m == 0 || g.n == 0) return;
 
-  const size_t ab_bytes = loom_dtype_bytes(at), c_bytes = loom_dtype_bytes(ct);
+  const size_t ab_bytes = loom_dtype_bytes(at), b_bytes = loom_dtype_bytes(bt);
+  const size_t c_bytes = loom_dtype_bytes(ct);
   a += g.offset_a * static_cast<int64_t>(ab_bytes);
-  b += g.offset_b * static_cast<int64_t>(ab_bytes);
+  b += g.offset_b * static_cast<int64_t>(b_bytes);
   c += g.offset_c * static_cast<int64_t>(c_bytes);
   if (g.k == 0) {  // C = beta * C (an empty sum); cuBLASLt takes no k = 0
     if (epi != Epilogue::kNone) fail(op, "k = 0 with a fused epilogue");
@@ -450,11 +466,12 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   key.stride_c = g.batch > 1 ? g.stride_c : 0;
   key.batch = g.batch;
   key.ab_type = cuda_type(at);
+  key.b_type = cuda_type(bt);
   key.c_type = cuda_type(ct);
   key.compute = is_f32(at) && be.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   key.epilogue = static_cast<int>(epi);
   key.align_a = alignment(a, key.stride_a, ab_bytes, g.batch);
-  key.align_b = alignment(b, key.stride_b, ab_bytes, g.batch);
+  key.align_b = alignment(b, key.stride_b, b_bytes, g.batch);
   key.align_c = alignment(c, key.stride_c, c_bytes, g.batch);
 
   void* bias_ptr = nullptr;
@@ -491,6 +508,14 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
   if (aux_ptr)
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &aux_ptr, sizeof(aux_ptr)));
+  if (fp8 != nullptr) {  // cuBLAS's A is our B (see the top of the file)
+    const void* sa = device_ptr(be, fp8->b_scale_inv, op, "b_scale_inv", 1);
+    const void* sb = device_ptr(be, fp8->a_scale_inv, op, "a_scale_inv", 1);
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
+                                                sizeof(sa)));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
+                                                sizeof(sb)));
+  }
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   const Call call{&p, &alpha, &beta, a, b, c};
   if (!p.candidates.empty()) {
@@ -501,6 +526,13 @@ void run_gemm(loom_backend& be, const char* op, const loom_gemm_args* args, Epil
 }
 
 }  // namespace
+
+loom_error* gemm_fp8(loom_backend* be, const loom_gemm_args* args,
+                     const loom_gemm_fp8* fp8) noexcept {
+  return run_op(be, "gemm", [&](loom_backend& b) {
+    run_gemm(b, "gemm", args, Epilogue::kNone, nullptr, nullptr, nullptr, fp8);
+  });
+}
 
 loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept {
   return run_op(be, "gemm", [&](loom_backend& b) {

@@ -14,6 +14,13 @@ loom_error* gemm(loom_backend* be, const loom_gemm_args* args) noexcept;
 // algorithm, else the plain GEMM and the bias op after it.
 loom_error* gemm_epilogue(loom_backend* be, const loom_gemm_args* args,
                           const loom_gemm_epilogue* e) noexcept;
+// loom.fp8/1 (ABI 2.32; compiled, not yet run on a GPU): the scaled GEMM through cuBLASLt's
+// FP8 matmul (gemm.cpp), quantize and delayed_update (kernels_fp8.cu); the tensor scaling.
+constexpr uint32_t kFp8Scalings = 1u << LOOM_FP8_SCALE_TENSOR;
+loom_error* gemm_fp8(loom_backend* be, const loom_gemm_args* args,
+                     const loom_gemm_fp8* fp8) noexcept;
+loom_error* fp8_quantize(loom_backend* be, const loom_fp8_quantize_args* args) noexcept;
+loom_error* fp8_delayed_update(loom_backend* be, const loom_fp8_update_args* args) noexcept;
 loom_error* bias_add(loom_backend* be, DLTensor* out, const DLTensor* bias) noexcept;
 loom_error* bias_backward(loom_backend* be, DLTensor* dbias, const DLTensor* dout) noexcept;
 loom_error* fill(loom_backend* be, DLTensor* t, double value) noexcept;

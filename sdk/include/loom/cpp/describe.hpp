@@ -4,11 +4,12 @@
 
 #include <string>
 
+#include "loom/fp8.h"
 #include "loom/tensor.h"
 
 namespace loom {
 
-// "f32", "bf16", "i32", "u8", ...; anything else "dtype(code=C,bits=B,lanes=L)".
+// "f32", "bf16", "e4m3", "i32", "u8", ...; anything else "dtype(code=C,bits=B,lanes=L)".
 // (std::string(..) += .., not "f" + std::to_string(..): g++ 12 warns, wrongly, that the
 // latter's memcpy may overlap, and -Werror makes that fatal.)
 inline std::string dtype_str(DLDataType d) {
@@ -16,6 +17,8 @@ inline std::string dtype_str(DLDataType d) {
     if (d.code == kDLFloat && (d.bits == 16 || d.bits == 32 || d.bits == 64))
       return std::string("f") += std::to_string(d.bits);
     if (d.code == kDLBfloat && d.bits == 16) return "bf16";
+    if (d.code == LOOM_DL_FLOAT8_E4M3FN && d.bits == 8) return "e4m3";
+    if (d.code == LOOM_DL_FLOAT8_E5M2 && d.bits == 8) return "e5m2";
     if (d.code == kDLInt) return std::string("i") += std::to_string(d.bits);
     if (d.code == kDLUInt) return std::string("u") += std::to_string(d.bits);
   }

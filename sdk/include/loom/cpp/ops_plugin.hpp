@@ -20,6 +20,7 @@
 #include <string>
 
 #include "loom/backend.h"
+#include "loom/cpp/fp8_args.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/grouped_gemm.hpp"
 #include "loom/cpp/norm_residual.hpp"
@@ -160,6 +161,12 @@ struct OpsCalls {
                                        const loom_norm_residual* residual);
   loom_error* (*norm_residual_backward)(loom_backend* be, const loom_norm_bwd_args* args,
                                         const loom_norm_residual* residual);
+  // ABI 2.32's loom.fp8/1 on a gemm's chain, its args checked already (the plain gemm's
+  // operand checks are the kernel's; loom::gemm_fp8_refusal against `fp8_scalings`). NULL: a
+  // gemm carrying one is refused by the rule. The instance lends its loom_fp8_api table
+  // (quantize, delayed_update) through get_ext itself.
+  loom_error* (*gemm_fp8)(loom_backend* be, const loom_gemm_args* args, const loom_gemm_fp8* fp8);
+  uint32_t fp8_scalings;
 };
 
 // What is wrong with `e`, an extension whose output `total` must be a (1) f64 tensor, beside
@@ -232,8 +239,19 @@ constexpr std::array<const char*, N + 1> with_capability(const char* const (&ids
   out[N] = nullptr;
   return out;
 }
+template <size_t N>
+constexpr std::array<const char*, N + 1> with_capability(const std::array<const char*, N>& ids,
+                                                         const char* id) {
+  std::array<const char*, N + 1> out{};
+  for (size_t i = 0; i + 1 < N; ++i) out[i] = ids[i];
+  out[N - 1] = id;
+  out[N] = nullptr;
+  return out;
+}
 // And a backend that also lends loom.graph/1 (backend/cpu, backend/cuda): .data() is the list.
 inline constexpr auto kOpsGraphCapabilities = with_capability(kOpsCapabilities, LOOM_EXT_GRAPH);
+// And one that also takes FP8 (loom.fp8/1: backend/cpu).
+inline constexpr auto kOpsFp8Capabilities = with_capability(kOpsGraphCapabilities, LOOM_EXT_FP8);
 
 template <const OpsCalls& K>
 struct OpsSlots {
@@ -260,6 +278,13 @@ struct OpsSlots {
   }
 
   static loom_error* gemm(loom_backend* be, const loom_gemm_args* a) {
+    if (const loom_ext* f = has(K.gemm_fp8) && a && a->struct_size >= LOOM_GEMM_ARGS_SIZE_V2
+                                ? loom_ext_find(a->ext, LOOM_EXT_FP8)
+                                : nullptr) {
+      const std::string why = gemm_fp8_refusal(*a, f, K.fp8_scalings);
+      if (!why.empty()) return K.refuse(be, "gemm", why);
+      return K.gemm_fp8(be, a, reinterpret_cast<const loom_gemm_fp8*>(f));
+    }
     const loom_ext* e = K.gemm_epilogue && a && a->struct_size >= LOOM_GEMM_ARGS_SIZE_V2
                             ? loom_ext_find(a->ext, LOOM_EXT_GEMM_EPILOGUE)
                             : nullptr;

@@ -22,6 +22,7 @@
 
 #include "loom/comm.h"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/fp8_linear.hpp"
 #include "loom/cpp/gemm_epilogue.hpp"
 #include "loom/cpp/lora.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -120,6 +121,9 @@ struct LocalLinear {
   // A LoRA adapter on these rows (loom/cpp/lora.hpp), or NULL. With one, the GELU never rides
   // on this projection's GEMMs (gelu_fusable's callers check `lora`).
   std::shared_ptr<const LoraAdapter> lora;
+  // FP8 GEMMs (loom/cpp/fp8_linear.hpp), or NULL. With them no epilogue rides on the GEMMs
+  // (the bias and the GELU are passes of their own).
+  std::shared_ptr<const Fp8Linear> fp8;
 
   // y(n,out) = x(n,in) W^T (+ b when add_bias). The bias goes into the GEMM's epilogue where
   // the backend instance lends loom.gemm-epilogue/1 (loom/cpp/gemm_epilogue.hpp), else a
@@ -130,14 +134,20 @@ struct LocalLinear {
                DLTensor* gelu_aux = nullptr) const {
     const bool bias = has_bias && add_bias;
     const uint32_t kinds = gemm_epilogue_kinds(be);
-    if (gelu_aux != nullptr && (kinds & LOOM_EPILOGUE_BIAS_GELU) && !lora) {
+    if (gelu_aux != nullptr && (kinds & LOOM_EPILOGUE_BIAS_GELU) && !lora && !fp8) {
       loom_gemm_epilogue e =
           gemm_epilogue(LOOM_EPILOGUE_BIAS_GELU, bias ? b.get() : nullptr, nullptr, gelu_aux);
       gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, y, out, 0, 0.0, &e.base);
       return;
     }
     DLTensor* z = gelu_aux != nullptr ? gelu_aux : y;  // the GEMM's own output
-    if (bias && (kinds & LOOM_EPILOGUE_BIAS)) {
+    if (fp8) {
+      fp8->forward(be, z, x, n, w, row0, out, in);
+      if (bias) {
+        View zv(z, {n, out});
+        loom::bias_add(be, zv.get(), b);
+      }
+    } else if (bias && (kinds & LOOM_EPILOGUE_BIAS)) {
       const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BIAS, b, nullptr);
       gemm(be, false, true, n, out, in, x, in, 0, w, in, row0 * in, z, out, 0, 0.0, &e.base);
     } else {
@@ -172,16 +182,18 @@ struct LocalLinear {
           },
           dy, x);
     if (dgelu_aux != nullptr) {
-      if (!dx || accumulate || !gelu_fusable(be) || lora)
+      if (!dx || accumulate || !gelu_fusable(be) || lora || fp8)
         throw Error(LOOM_ERR_INVALID_ARGUMENT,
                     "LocalLinear::backward: the GELU gradient rides only on a written input "
                     "gradient, on a backend lending LOOM_EPILOGUE_DGELU (gelu_fusable), with "
-                    "no LoRA adapter");
+                    "no LoRA adapter and no FP8");
       loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_DGELU, nullptr, nullptr, dgelu_aux);
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0, 0.0, &e.base);
       return;
     }
-    if (dx)
+    if (dx && fp8)
+      fp8->backward_data(be, dx, accumulate, dy, n, w, row0, out, in);
+    else if (dx)
       gemm(be, false, false, n, in, out, dy, out, 0, w, in, row0 * in, dx, in, 0,
            accumulate ? 1.0 : 0.0);
     // The adapter's gradients now, not at a split backward's W: they are small, and u is
@@ -192,7 +204,13 @@ struct LocalLinear {
   void weight_backward(const Backend& be, const DLTensor* dy, const DLTensor* x, int64_t n,
                        bool with_bias) const {
     const bool bias = has_bias && with_bias;
-    if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BGRAD)) {
+    if (fp8) {
+      fp8->backward_weight(be, dw, dy, x, n, row0, out, in);
+      if (bias) {
+        View dyv(dy, {n, out});
+        loom::bias_backward(be, db.get(), dyv);
+      }
+    } else if (bias && (gemm_epilogue_kinds(be) & LOOM_EPILOGUE_BGRAD)) {
       const loom_gemm_epilogue e = gemm_epilogue(LOOM_EPILOGUE_BGRAD, nullptr, db.get());
       gemm(be, true, false, out, in, n, dy, out, 0, x, in, 0, dw, in, row0 * in, 1.0, &e.base);
     } else {

@@ -35,6 +35,16 @@ struct LoraConfig {
   double scale() const { return alpha / (double)rank; }
 };
 
+// FP8 training (the host's loom.fp8-training/1, precision.fp8; core/fp8.cpp): the linear GEMMs
+// of transformer layers [first, end) in FP8 by `recipe` (loom/cpp/fp8_linear.hpp).
+struct Fp8Config {
+  int32_t recipe = 0;  // LOOM_FP8_RECIPE_* (model.h); 0: off
+  bool hybrid = true;  // gradients e5m2
+  int32_t margin = 0;
+  int64_t first = 0, end = 0;  // global layer indices
+  bool on() const { return recipe != 0; }
+};
+
 // ----- options (options.cpp) --------------------------------------------------------------
 struct Options {
   int64_t n_layer = 12, n_head = 12, n_kv_head = 12, n_embd = 768, ffn_hidden = 3072;
@@ -123,6 +133,7 @@ struct Options {
   int64_t mamba_heads = 0, mamba_head_dim = 64, mamba_groups = 8, mamba_state = 128;
   int64_t mamba_conv = 4, mamba_chunk = 128;
   LoraConfig lora;  // parameter-efficient finetuning (peft = "lora")
+  Fp8Config fp8;    // precision.fp8 (core/fp8.cpp)
   // > 0: the objective is DPO's sigmoid loss with this beta in place of the LM loss (the host's
   // loom.preference/1 on the create args, train.objective = "dpo"; decoder/preference.cpp)
   double dpo_beta = 0.0;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cpp/fp8_linear.hpp"
 #include "loom/cpp/layers/core/options.hpp"
 #include "loom/cpp/lora.hpp"
 
@@ -46,6 +47,8 @@ struct Param {
   // LoRA matrix; `lora` is the adapter pair on this weight, linked after allocation.
   bool frozen = false, adapter = false, no_grad = false;
   std::shared_ptr<const loom::tp::LoraAdapter> lora;
+  // FP8 GEMMs on this weight's linear layer (options' fp8), linked after allocation.
+  std::shared_ptr<const loom::tp::Fp8Linear> fp8;
   DLTensor* grad_or_null() { return no_grad ? nullptr : grad.get(); }
   int64_t numel() const;
 };
@@ -70,6 +73,9 @@ class ParamStore {
   // adapters frozen; link_lora, after allocate, gives each adapted weight its adapter pair.
   void freeze_base();
   void link_lora(const LoraConfig& c);
+  // FP8 (options' fp8): every matrix of transformer layer l ("h.<l>.") with
+  // fp8.first <= l < fp8.end, not an expert's or an adapter, gets the GEMMs.
+  void link_fp8(const Fp8Config& c);
   std::vector<Param>& all() { return params_; }
   // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
   // tie group to name (the tied embedding's "embedding"), or NULL.

@@ -44,4 +44,9 @@ uint32_t lora_targets(const std::string& list, const std::string& who);
 void parse_preference(const loom_model_create_args& args, Family family, const std::string& who,
                       Options& o);
 
+// Reads the host's loom.fp8-training/1 (precision.fp8) from the create args into o.fp8 (after
+// the rest of the options: it refuses what FP8 does not cover yet by name). core/fp8.cpp.
+void parse_fp8(const loom_model_create_args& args, Family family, const std::string& who,
+               Options& o);
+
 }  // namespace loom::layers

@@ -1,0 +1,260 @@
+// FP8 training's layers (issue 39; precision.fp8, loom.fp8-training/1): loom::tp::LocalLinear
+// with FP8 GEMMs (loom/cpp/fp8_linear.hpp) on backend/cpu against a float64 reference that
+// quantizes each operand itself, by the recipe's rules written out here: the forward's x and
+// W in e4m3, the input gradient's dy in e5m2 (hybrid) with W, the weight gradient's dy^T and
+// x^T with k = the tokens; tensorwise scales from each tensor's amax, blockwise ones from
+// DeepSeek-V3's tiles (1x128 along k for activations and gradients, 128x128 for weights,
+// powers of two). Then model/gpt with the extension: it trains with FP8 in the layers it is
+// asked to, and refuses what it does not cover by name.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "loom/cpp/fp8.hpp"
+#include "loom/cpp/tensor_parallel.hpp"
+#include "model_terms.hpp"
+#include "model_test_util.hpp"
+
+using namespace modeltest;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec randoms(size_t n, uint64_t seed, double scale) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  Vec v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = d(rng) * scale * (i % 11 == 0 ? 20.0 : 1.0);
+  return v;
+}
+
+// What a (rows, cols) matrix holds after its cast: tiles of br x bc (0: the whole extent),
+// each scaled by largest / its amax (in f32; pow2: that scale's power of two), the product
+// rounded to f32 and cast (loom::fp8_encode, which test_fp8.cpp checks at every code), then
+// decoded and multiplied by the scale's f32 inverse, as a backend's dequantization does.
+Vec cast(const Vec& x, int64_t rows, int64_t cols, const loom::Fp8Format& f, int64_t br, int64_t bc,
+         bool pow2) {
+  br = br ? br : rows;
+  bc = bc ? bc : cols;
+  Vec out(x.size());
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      const int64_t r1 = std::min(rows, r0 + br), c1 = std::min(cols, c0 + bc);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          amax = std::max(amax, std::fabs((float)x[(size_t)(r * cols + c)]));
+      float s = amax > 0 ? (float)f.largest / amax : 1.0f;
+      if (pow2) s = std::exp2(std::floor(std::log2(s)));
+      const float inv = 1.0f / s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = (float)x[(size_t)(r * cols + c)] * s;
+          out[(size_t)(r * cols + c)] =
+              (double)((float)loom::fp8_decode(f, loom::fp8_encode(f, v)) * inv);
+        }
+    }
+  return out;
+}
+
+Vec transpose(const Vec& x, int64_t rows, int64_t cols) {
+  Vec t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[(size_t)(c * rows + r)] = x[(size_t)(r * cols + c)];
+  return t;
+}
+
+// C(m, n) = A(m, k) B(n, k)^T in double.
+Vec nt(const Vec& a, const Vec& b, int64_t m, int64_t n, int64_t k) {
+  Vec c((size_t)(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < k; ++q) s += a[(size_t)(i * k + q)] * b[(size_t)(j * k + q)];
+      c[(size_t)(i * n + j)] = s;
+    }
+  return c;
+}
+
+double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+double max_diff(const Vec& a, const Vec& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+loom::Tensor upload(const loom::Backend& be, const std::vector<int64_t>& shape, const Vec& v) {
+  loom::Tensor t(be, loom_f32(), shape);
+  t.upload(std::vector<float>(v.begin(), v.end()));
+  return t;
+}
+Vec download(const loom::Tensor& t) {
+  const auto f = t.download<float>();
+  return Vec(f.begin(), f.end());
+}
+
+void check_linear(int32_t recipe, bool hybrid) {
+  CAPTURE(recipe);
+  CAPTURE(hybrid);
+  Host h;
+  const loom::Backend be(h.th.host(), h.be);
+  // A slice [row0, row0 + out) of a (rows, in) weight, as c_attn's q, k and v parts are; n
+  // tokens: more than one 128-tile along every dimension the blocks cut.
+  const int64_t n = 150, in = 260, out = 140, rows = 300, row0 = 37;
+  const Vec x = randoms((size_t)(n * in), 1, 1.0), wall = randoms((size_t)(rows * in), 2, 0.05);
+  const Vec bias = randoms((size_t)out, 3, 0.1), dy = randoms((size_t)(n * out), 4, 1e-3);
+  const Vec w(wall.begin() + row0 * in, wall.begin() + (row0 + out) * in);
+  auto X = upload(be, {n, in}, x), W = upload(be, {rows, in}, wall);
+  auto Bv = upload(be, {out}, bias), DY = upload(be, {n, out}, dy);
+  auto Y = upload(be, {n, out}, Vec((size_t)(n * out), 0.0));
+  auto DX = upload(be, {n, in}, Vec((size_t)(n * in), 0.0));
+  auto DW = upload(be, {rows, in}, Vec((size_t)(rows * in), 0.5));  // += into the slice alone
+  auto DB = upload(be, {out}, Vec((size_t)out, 0.0));
+
+  loom::tp::LocalLinear l;
+  l.w = W;
+  l.dw = DW;
+  l.b = loom::View(Bv.get(), {out});
+  l.db = loom::View(DB.get(), {out});
+  l.has_bias = true;
+  l.row0 = row0;
+  l.out = out;
+  l.in = in;
+  auto f = std::make_shared<loom::tp::Fp8Linear>();
+  f->recipe = recipe;
+  f->hybrid = hybrid;
+  l.fp8 = f;
+  l.forward(be, Y, X, n);
+  l.backward(be, DX, false, DY, X, n);
+
+  const bool blocks = recipe == LOOM_FP8_RECIPE_BLOCKWISE;
+  const loom::Fp8Format e4 = loom::fp8_e4m3(), g = hybrid ? loom::fp8_e5m2() : loom::fp8_e4m3();
+  const int64_t act = blocks ? 128 : 0;   // activations' and gradients' tiles: 1 x act
+  const int64_t wblk = blocks ? 128 : 0;  // weights' blocks: wblk x wblk
+  const int64_t one = blocks ? 1 : 0;
+  const Vec xq = cast(x, n, in, e4, one, act, blocks),
+            wq = cast(w, out, in, e4, wblk, wblk, blocks);
+  Vec y = nt(xq, wq, n, out, in);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) y[(size_t)(i * out + o)] += (float)bias[(size_t)o];
+  const Vec dq = cast(dy, n, out, g, one, act, blocks);
+  const Vec wtq = cast(transpose(w, out, in), in, out, e4, wblk, wblk, blocks);
+  const Vec dx = nt(dq, wtq, n, in, out);
+  const Vec dtq = cast(transpose(dy, n, out), out, n, g, one, act, blocks);
+  const Vec xtq = cast(transpose(x, n, in), in, n, e4, one, act, blocks);
+  const Vec dw = nt(dtq, xtq, out, in, n);
+
+  // f32 sums over k of exact-ish products: 1e-5 of the largest value.
+  const Vec gy = download(Y), gdx = download(DX), gdw_all = download(DW);
+  const Vec gdw(gdw_all.begin() + row0 * in, gdw_all.begin() + (row0 + out) * in);
+  Vec want_dw = dw;
+  for (double& v : want_dw) v += 0.5;
+  CHECK(max_diff(gy, y) <= 1e-5 * max_abs(y));
+  CHECK(max_diff(gdx, dx) <= 1e-5 * max_abs(dx));
+  CHECK(max_diff(gdw, want_dw) <= 1e-5 * max_abs(want_dw));
+  for (int64_t i = 0; i < rows * in; ++i)
+    if (i < row0 * in || i >= (row0 + out) * in) REQUIRE(gdw_all[(size_t)i] == (double)0.5f);
+  // The FP8 result is not the exact one: quantization acted (e4m3 keeps 3 mantissa bits).
+  Vec exact = nt(x, w, n, out, in);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) exact[(size_t)(i * out + o)] += (float)bias[(size_t)o];
+  const double err = max_diff(gy, exact) / max_abs(exact);
+  MESSAGE("recipe " << recipe << std::string(hybrid ? " hybrid" : " e4m3") << ": FP8 y vs exact "
+                    << err << " of max");
+  CHECK(err > 1e-4);
+  CHECK(err < 0.1);
+  // The bias gradient stays the column sums of dy (not quantized).
+  const Vec gdb = download(DB);
+  for (int64_t o = 0; o < out; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += (float)dy[(size_t)(i * out + o)];
+    REQUIRE(std::fabs(gdb[(size_t)o] - s) <= 1e-5 * std::fabs(s) + 1e-9);
+  }
+}
+
+loom_fp8_training fp8_ext(int32_t recipe, int32_t start = 0, int32_t end = 0) {
+  loom_fp8_training e{};
+  e.base = {sizeof e, LOOM_EXT_FP8_TRAINING, LOOM_EXT_REQUIRED, nullptr};
+  e.recipe = recipe;
+  e.hybrid = 1;
+  e.amax_history_len = 1;
+  e.layers_at_start_bf16 = start;
+  e.layers_at_end_bf16 = end;
+  return e;
+}
+
+// The objective of one forward+backward of a tiny GPT-2 with `ext` on its create args.
+double objective(const Overrides& o, const loom_ext* ext) {
+  const int64_t B = 2, T = 16, V = 64;
+  Host h;
+  Gpt m(h, o, V, B, T, loom_f32(), nullptr, ext);
+  m.check(m.api()->init_params(m.self(), 5));
+  std::vector<int32_t> tok(B * T), tgt(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tok[i] = (int32_t)((i * 7 + 3) % V);
+    tgt[i] = (int32_t)((i * 11 + 5) % V);
+  }
+  const double ls = 1.0 / (double)(B * T);
+  m.check(m.api()->zero_grad(m.self()));
+  return step(m, tok, tgt, B, T, ls, true).objective(ls);
+}
+
+std::string refusal(const Overrides& o, const loom_ext* ext) {
+  try {
+    objective(o, ext);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("fp8 linear: tensorwise, hybrid and e4m3, against the float64 reference") {
+  check_linear(LOOM_FP8_RECIPE_TENSORWISE, true);
+  check_linear(LOOM_FP8_RECIPE_TENSORWISE, false);
+}
+
+TEST_CASE("fp8 linear: blockwise (1x128 activations and gradients, 128x128 weights)") {
+  check_linear(LOOM_FP8_RECIPE_BLOCKWISE, true);
+}
+
+TEST_CASE("model/gpt with loom.fp8-training/1: FP8 in the layers asked for, near the f32 loss") {
+  Overrides o = tiny_gpt2();
+  o.erase("n_embd");
+  o.erase("n_layer");
+  o.emplace("n_embd", "32");
+  o.emplace("n_layer", "3");
+  const double plain = objective(o, nullptr);
+  for (int32_t recipe : {LOOM_FP8_RECIPE_TENSORWISE, LOOM_FP8_RECIPE_BLOCKWISE}) {
+    const loom_fp8_training all = fp8_ext(recipe), middle = fp8_ext(recipe, 1, 1);
+    const double a = objective(o, &all.base), m = objective(o, &middle.base);
+    MESSAGE("recipe " << recipe << ": objective " << a << " (all layers), " << m
+                      << " (the middle one), " << plain << " without FP8");
+    CHECK(a != plain);
+    CHECK(m != plain);
+    CHECK(m != a);  // the first and last layers kept in f32 change the numbers
+    CHECK(std::fabs(a - plain) <= 0.02 * std::fabs(plain));
+  }
+}
+
+TEST_CASE("model/gpt with loom.fp8-training/1: refusals name what is not covered") {
+  const loom_fp8_training delayed = fp8_ext(LOOM_FP8_RECIPE_DELAYED);
+  CHECK(refusal(tiny_gpt2(), &delayed.base).find("precision.fp8 = \"delayed\"") !=
+        std::string::npos);
+  Overrides moe = tiny_gpt2();
+  moe.emplace("num_experts", "4");
+  const loom_fp8_training t = fp8_ext(LOOM_FP8_RECIPE_TENSORWISE);
+  CHECK(refusal(moe, &t.base).find("a mixture of experts") != std::string::npos);
+  const loom_fp8_training none_left = fp8_ext(LOOM_FP8_RECIPE_TENSORWISE, 1, 1);
+  CHECK(refusal(tiny_gpt2(), &none_left.base).find("none left in FP8") != std::string::npos);
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# precision.fp8 (issue 39) on backend/cpu, whose loom.fp8/1 emulates e4m3/e5m2 to the bit:
+#  1. tensorwise and blockwise, with fp32 and bf16 compute, follow the run without FP8 on a
+#     4-layer GPT for 60 iterations (every logged loss after the warm-up within $bound of
+#     it, relative: 1 %); fp8_first_last_bf16
+#     keeps layers out (another curve, as close); each FP8 run's loss falls by at least 90 %
+#     of the drop of the run without it;
+#  2. the run resumes bitwise (tensorwise and blockwise keep no state: every scale comes from
+#     its tensor);
+#  3. data parallelism (2 ranks): its first step equals one rank's (1e-6: each micro-batch's
+#     tensors, and so their scales, are the same wherever it runs), then follows it within the
+#     FP8 bound: a gradient summed in another order moves a weight by an f32 ulp, which can
+#     move a code across a rounding boundary, one FP8 step (2^-3 relative) for that element;
+#     tensor parallelism (2 ranks) within the same bound (each rank scales its own weight
+#     shard, as Transformer Engine does without an amax reduction);
+#  4. refusals, exit 2 with the reason: delayed scaling (not yet), fp64, a mixture of experts,
+#     first/last layers that leave none in FP8, a backend without loom.fp8/1.
+#   fp8.sh LOOM MPIEXEC
+set -uo pipefail
+loom=$1 mpiexec=${2:-}
+. "$(dirname "$0")/../support/lib.sh"
+scratch
+{
+  toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+    log_interval=1
+  toml_section lr max=3e-3 warmup_iters=5 decay_iters=60
+  small_gpt_sections 400
+} > r.toml
+export OMP_NUM_THREADS=1
+run() {
+  local name=$1
+  shift
+  "$loom" run r.toml --set "train.metrics=$name.jsonl" "$@" 2> "$name.log" ||
+    { tail -5 "$name.log"; fail "$name: the run failed"; }
+}
+run fp32
+run bf16 --set precision.dtype=bf16
+run tensorwise --set precision.fp8=tensorwise
+run blockwise --set precision.fp8=blockwise
+run tensorwise_bf16 --set precision.dtype=bf16 --set precision.fp8=tensorwise
+run blockwise_bf16 --set precision.dtype=bf16 --set precision.fp8=blockwise
+run e4m3 --set precision.fp8=tensorwise --set precision.fp8_format=e4m3
+run first_last --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true
+grep -q "precision.fp8 = tensorwise" tensorwise.log || fail "tensorwise: no line naming FP8"
+
+# 2. Resume: 30 iterations, save, 30 more; against the 60 in one go.
+run resumed --set precision.fp8=blockwise --set train.iters=30 --set checkpoint.save=ck
+run resumed --set precision.fp8=blockwise --set checkpoint.save=ck --set checkpoint.load=ck
+same_metrics resume resumed.jsonl blockwise.jsonl || fail "blockwise: the resumed run differs"
+
+# 3. Layouts.
+if [ -n "$mpiexec" ]; then
+  mpi_ranks 2 "$loom" run r.toml --set comm.plugin=mpi --set precision.fp8=tensorwise \
+    --set train.metrics=dp2.jsonl 2> dp2.log || { tail -5 dp2.log; fail "dp2 failed"; }
+  mpi_ranks 2 "$loom" run r.toml --set comm.plugin=mpi --set precision.fp8=tensorwise \
+    --set parallel.tensor=2 --set train.metrics=tp2.jsonl 2> tp2.log ||
+    { tail -5 tp2.log; fail "tp2 failed"; }
+fi
+
+# The bound: the issue's 1 % (its llama-1b curve against bf16). Measured on this model
+# (2026-12-07): 1.3e-3 at worst over the recipes, formats and layouts.
+bound=0.01
+python3 - "$bound" "${mpiexec:+mpi}" <<'PY' || fail "the FP8 curves"
+import json, sys
+bound, mpi = float(sys.argv[1]), sys.argv[2] == "mpi"
+def losses(f): return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l]
+base = {"fp32": losses("fp32.jsonl"), "bf16": losses("bf16.jsonl")}
+for run, ref in [("tensorwise", "fp32"), ("blockwise", "fp32"), ("e4m3", "fp32"),
+                 ("first_last", "fp32"), ("tensorwise_bf16", "bf16"), ("blockwise_bf16", "bf16")]:
+    got, want = losses(run + ".jsonl"), base[ref]
+    assert len(got) == len(want) == 60, (run, len(got))
+    worst = max(abs(a - b) / b for a, b in zip(got[5:], want[5:]))
+    differs = max(abs(a - b) for a, b in zip(got, want))
+    print(f"{run}: worst relative loss difference against {ref} after the warm-up {worst:.2e}; "
+          f"loss {got[0]:.3f} -> {got[-1]:.3f}")
+    assert differs > 0, f"{run}: identical to {ref}: FP8 did nothing"
+    assert worst <= bound, f"{run}: {worst} > {bound}"
+    # trains: at least 90 % of the drop the run without FP8 makes
+    assert got[0] - got[-1] >= 0.9 * (want[0] - want[-1]), f"{run}: {got[0]} -> {got[-1]}"
+if mpi:
+    one, dp2, tp2 = losses("tensorwise.jsonl"), losses("dp2.jsonl"), losses("tp2.jsonl")
+    first = abs(dp2[0] - one[0]) / one[0]
+    d = max(abs(a - b) / b for a, b in zip(dp2, one))
+    t = max(abs(a - b) / b for a, b in zip(tp2[5:], one[5:]))
+    print(f"tensorwise DP2 vs 1 rank: first step {first:.2e}, worst {d:.2e}; "
+          f"TP2 vs 1 rank: {t:.2e}")
+    assert len(dp2) == len(tp2) == 60
+    assert first <= 1e-6, f"DP2's first step: {first}"
+    assert d <= bound, f"DP2: {d}"
+    assert t <= bound, f"TP2: {t}"
+PY
+
+# 4. Refusals.
+refused() {
+  local needle=$1
+  shift
+  "$loom" run "${recipe:-r.toml}" --set train.iters=2 "$@" > refused.log 2>&1
+  local rc=$?
+  [ $rc = 2 ] || { cat refused.log; fail "$*: exit $rc, not 2"; }
+  grep -qF "$needle" refused.log || { cat refused.log; fail "$*: no \"$needle\""; }
+  echo "refused ($*): $(grep -oF "$needle" refused.log | head -1)"
+}
+refused 'precision.fp8 = "delayed"' --set precision.fp8=delayed
+refused 'fp64 is the layouts' --set precision.fp8=tensorwise --set precision.dtype=fp64
+refused 'a mixture of experts' --set precision.fp8=tensorwise --set model.num_experts=4
+refused 'none left in FP8' --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true \
+  --set precision.fp8_layers_at_start_bf16=2 --set precision.fp8_layers_at_end_bf16=2
+grep -Ev '^(measure_gemm|threads) =' r.toml > meta.toml  # backend/meta takes no keys
+recipe=meta.toml refused 'does not list loom.fp8/1' --set precision.fp8=tensorwise \
+  --set backend.plugin=meta
+echo "fp8: ok"
