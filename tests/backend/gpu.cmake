@@ -4,9 +4,10 @@
 # ctest reports as Skipped (tools/gpu-check runs them on a GPU machine).
 #   gpu.ops_vs_cpu     every loom_ops slot on backend/cuda against backend/cpu (f32, tf32, bf16),
 #                      Mamba-2's ops and ABI 2.22's extensions in test_ops_vs_cpu_ssm.cpp, and
-#                      loom.graph/1's capture and replay in test_graph.cpp
+#                      loom.graph/1's capture and replay in test_graph.cpp, loom.fp8/1 in
+#                      test_ops_vs_cpu_fp8.cpp (the casts bitwise, the FP8 GEMM within 5e-3)
 add_executable(loom-test-gpu-ops gpu_pair.cpp test_ops_vs_cpu.cpp test_ops_vs_cpu_layers.cpp
-  test_ops_vs_cpu_ssm.cpp test_graph.cpp)
+  test_ops_vs_cpu_ssm.cpp test_graph.cpp test_ops_vs_cpu_fp8.cpp)
 target_link_libraries(loom-test-gpu-ops PRIVATE doctest::doctest loom_sdk loom_test_paths
                       ${CMAKE_DL_LIBS})
 target_include_directories(loom-test-gpu-ops PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)

@@ -13,8 +13,10 @@
 #     move a code across a rounding boundary, one FP8 step (2^-3 relative) for that element;
 #     tensor parallelism (2 ranks) within the same bound (each rank scales its own weight
 #     shard, as Transformer Engine does without an amax reduction);
-#  4. refusals, exit 2 with the reason: delayed scaling (not yet), fp64, a mixture of experts,
-#     first/last layers that leave none in FP8, a backend without loom.fp8/1.
+#  4. `loom validate --memory` walks an FP8 run (backend/meta lends loom.fp8/1); refusals,
+#     exit 2 with the reason: delayed scaling (not yet), fp64, a mixture of experts, first/last
+#     layers that leave none in FP8. (Every shipped backend lends loom.fp8/1, so the refusal of
+#     one that does not is not exercised here.)
 #   fp8.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=${2:-}
@@ -42,6 +44,10 @@ run blockwise_bf16 --set precision.dtype=bf16 --set precision.fp8=blockwise
 run e4m3 --set precision.fp8=tensorwise --set precision.fp8_format=e4m3
 run first_last --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true
 grep -q "precision.fp8 = tensorwise" tensorwise.log || fail "tensorwise: no line naming FP8"
+# The memory walk-through (backend/meta, which lends loom.fp8/1 computing nothing) takes it too.
+"$loom" validate r.toml --memory --set precision.fp8=blockwise > validate.log 2>&1 ||
+  { tail -5 validate.log; fail "validate --memory with precision.fp8"; }
+grep -q "memory per rank" validate.log || fail "validate --memory: no memory table"
 
 # 2. Resume: 30 iterations, save, 30 more; against the 60 in one go.
 run resumed --set precision.fp8=blockwise --set train.iters=30 --set checkpoint.save=ck
@@ -94,7 +100,7 @@ PY
 refused() {
   local needle=$1
   shift
-  "$loom" run "${recipe:-r.toml}" --set train.iters=2 "$@" > refused.log 2>&1
+  "$loom" run r.toml --set train.iters=2 "$@" > refused.log 2>&1
   local rc=$?
   [ $rc = 2 ] || { cat refused.log; fail "$*: exit $rc, not 2"; }
   grep -qF "$needle" refused.log || { cat refused.log; fail "$*: no \"$needle\""; }
@@ -105,7 +111,4 @@ refused 'fp64 is the layouts' --set precision.fp8=tensorwise --set precision.dty
 refused 'a mixture of experts' --set precision.fp8=tensorwise --set model.num_experts=4
 refused 'none left in FP8' --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true \
   --set precision.fp8_layers_at_start_bf16=2 --set precision.fp8_layers_at_end_bf16=2
-grep -Ev '^(measure_gemm|threads) =' r.toml > meta.toml  # backend/meta takes no keys
-recipe=meta.toml refused 'does not list loom.fp8/1' --set precision.fp8=tensorwise \
-  --set backend.plugin=meta
 echo "fp8: ok"

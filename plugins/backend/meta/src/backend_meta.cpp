@@ -166,12 +166,29 @@ constexpr loom_ops make_ops() {
 #undef LOOM_META_NOOP
 constexpr loom_ops kOps = make_ops();
 
+// loom.fp8/1 (ABI 2.32), every scaling: an FP8 run is walked through like any other (its casts'
+// codes and scales are tensors alloc_tensor charges; the gemm slot takes the args extension as
+// it takes any chain: nothing to compute).
+constexpr loom_fp8_api kFp8 = {
+    {sizeof(loom_fp8_api), LOOM_EXT_FP8, 0, nullptr},
+    (1u << LOOM_FP8_SCALE_TENSOR) | (1u << LOOM_FP8_SCALE_1X128) | (1u << LOOM_FP8_SCALE_128X128),
+    Noop<decltype(kFp8.quantize)>::fn,
+    Noop<decltype(kFp8.delayed_update)>::fn};
+const loom_ext* get_ext(loom_backend* be, const char* id) noexcept {
+  if (id != nullptr && std::strcmp(id, LOOM_EXT_FP8) == 0) return &kFp8.base;
+  return loom::host_stream::get_ext(be, id);
+}
+
 // the CPU's loom.device-stream/1: nothing to record or wait for; loom.norm-gate/1 as every
 // other norm, and loom.sum-squares-total/1 and loom.ce-loss-total/1 as every sum (nothing to
-// compute)
-const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM, LOOM_EXT_NORM_GATE,
-                                     LOOM_EXT_ROPE_FREQS,    LOOM_EXT_SUM_SQUARES_TOTAL,
-                                     LOOM_EXT_CE_LOSS_TOTAL, nullptr};
+// compute); loom.fp8/1 as above
+const char* const kCapabilities[] = {LOOM_EXT_DEVICE_STREAM,
+                                     LOOM_EXT_NORM_GATE,
+                                     LOOM_EXT_ROPE_FREQS,
+                                     LOOM_EXT_SUM_SQUARES_TOTAL,
+                                     LOOM_EXT_CE_LOSS_TOTAL,
+                                     LOOM_EXT_FP8,
+                                     nullptr};
 
 constexpr loom_backend_api kApi = {
     LOOM_BACKEND_API_SIZE_V2,
@@ -184,7 +201,7 @@ constexpr loom_backend_api kApi = {
     from_host,
     synchronize,
     &kOps,
-    loom::host_stream::get_ext,
+    get_ext,
 };
 
 }  // namespace
