@@ -198,6 +198,25 @@ small_gpt_sections() {
   gpt_sections n_layer=4 "num_documents=${1:-200}" doc_length=64
 }
 
+# fp8_curves_recipe: r.toml, small_gpt_sections' GPT for 60 iterations of 8 samples, each
+# logged (training.fp8 and training.fp8_delayed compare their curves); and run_curve NAME
+# [LOOM RUN ARGS...]: one run of it (LOOM: $loom) with its metrics in NAME.jsonl and its log in
+# NAME.log, failing the test when the run fails.
+fp8_curves_recipe() {
+  {
+    toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+      log_interval=1
+    toml_section lr max=3e-3 warmup_iters=5 decay_iters=60
+    small_gpt_sections 400
+  } > r.toml
+}
+run_curve() {
+  local name=$1
+  shift
+  "$loom" run r.toml --set "train.metrics=$name.jsonl" "$@" 2> "$name.log" ||
+    { tail -5 "$name.log"; fail "$name: the run failed"; }
+}
+
 # bert_data_sections: the [tokenizer] and [data] sections of dataset/bert over the sentences
 # and WordPiece vocabulary of tests/data/data/bert_masking (make_bert_reference.py), 80 % of
 # the sentences to train on and 20 % to evaluate on.

@@ -14,35 +14,26 @@
 #     tensor parallelism (2 ranks) within the same bound (each rank scales its own weight
 #     shard, as Transformer Engine does without an amax reduction);
 #  4. `loom validate --memory` walks an FP8 run (backend/meta lends loom.fp8/1); refusals,
-#     exit 2 with the reason: delayed scaling (not yet), fp64, a mixture of experts, first/last
-#     layers that leave none in FP8. (Every shipped backend lends loom.fp8/1, so the refusal of
-#     one that does not is not exercised here.)
+#     exit 2 with the reason: fp64, a mixture of experts, first/last layers that leave none
+#     in FP8. (Every shipped backend lends loom.fp8/1, so the refusal of one that does not is
+#     not exercised here. Delayed scaling, whose scales are state: fp8_delayed.sh.)
 #   fp8.sh LOOM MPIEXEC
 set -uo pipefail
 loom=$1 mpiexec=${2:-}
 . "$(dirname "$0")/../support/lib.sh"
 scratch
-{
-  toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
-    log_interval=1
-  toml_section lr max=3e-3 warmup_iters=5 decay_iters=60
-  small_gpt_sections 400
-} > r.toml
+fp8_curves_recipe
 export OMP_NUM_THREADS=1
-run() {
-  local name=$1
-  shift
-  "$loom" run r.toml --set "train.metrics=$name.jsonl" "$@" 2> "$name.log" ||
-    { tail -5 "$name.log"; fail "$name: the run failed"; }
-}
-run fp32
-run bf16 --set precision.dtype=bf16
-run tensorwise --set precision.fp8=tensorwise
-run blockwise --set precision.fp8=blockwise
-run tensorwise_bf16 --set precision.dtype=bf16 --set precision.fp8=tensorwise
-run blockwise_bf16 --set precision.dtype=bf16 --set precision.fp8=blockwise
-run e4m3 --set precision.fp8=tensorwise --set precision.fp8_format=e4m3
-run first_last --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true
+run_curve fp32
+run_curve bf16 --set precision.dtype=bf16
+run_curve tensorwise --set precision.fp8=tensorwise
+run_curve blockwise --set precision.fp8=blockwise
+run_curve tensorwise_bf16 --set precision.dtype=bf16 \
+  --set precision.fp8=tensorwise
+run_curve blockwise_bf16 --set precision.dtype=bf16 --set precision.fp8=blockwise
+run_curve e4m3 --set precision.fp8=tensorwise --set precision.fp8_format=e4m3
+run_curve first_last --set precision.fp8=tensorwise \
+  --set precision.fp8_first_last_bf16=true
 grep -q "precision.fp8 = tensorwise" tensorwise.log || fail "tensorwise: no line naming FP8"
 # The memory walk-through (backend/meta, which lends loom.fp8/1 computing nothing) takes it too.
 "$loom" validate r.toml --memory --set precision.fp8=blockwise > validate.log 2>&1 ||
@@ -50,8 +41,8 @@ grep -q "precision.fp8 = tensorwise" tensorwise.log || fail "tensorwise: no line
 grep -q "memory per rank" validate.log || fail "validate --memory: no memory table"
 
 # 2. Resume: 30 iterations, save, 30 more; against the 60 in one go.
-run resumed --set precision.fp8=blockwise --set train.iters=30 --set checkpoint.save=ck
-run resumed --set precision.fp8=blockwise --set checkpoint.save=ck --set checkpoint.load=ck
+run_curve resumed --set precision.fp8=blockwise --set train.iters=30 --set checkpoint.save=ck
+run_curve resumed --set precision.fp8=blockwise --set checkpoint.save=ck --set checkpoint.load=ck
 same_metrics resume resumed.jsonl blockwise.jsonl || fail "blockwise: the resumed run differs"
 
 # 3. Layouts.
@@ -106,7 +97,6 @@ refused() {
   grep -qF "$needle" refused.log || { cat refused.log; fail "$*: no \"$needle\""; }
   echo "refused ($*): $(grep -oF "$needle" refused.log | head -1)"
 }
-refused 'precision.fp8 = "delayed"' --set precision.fp8=delayed
 refused 'fp64 is the layouts' --set precision.fp8=tensorwise --set precision.dtype=fp64
 refused 'a mixture of experts' --set precision.fp8=tensorwise --set model.num_experts=4
 refused 'none left in FP8' --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true \

@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_shards.hpp"
 #include "data/chat_format.hpp"
+#include "loom/cpp/fp8_args.hpp"
 #include "loom/cpp/half.hpp"
 #include "recipe/recipe.hpp"
 #include "session/host.hpp"
@@ -489,7 +490,7 @@ void export_hf(const fs::path& checkpoint, const fs::path& out, Registry& regist
   }
   for (const auto& [copy, of] : arch.copies) hf[copy] = hf.at(of);
   for (auto& [name, t] : full.model)
-    if (!used.count(name))
+    if (!used.count(name) && !loom::is_fp8_state(name))  // FP8 scaling: training state
       throw RunError(src.folder.string() + ": tensor " + name + " has no place in " +
                      config["architectures"][0].get<std::string>());
 

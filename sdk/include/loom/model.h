@@ -562,7 +562,13 @@ typedef struct loom_preference_rows {
  * stay in the compute dtype, as do the main parameters and the optimizer. Recipes:
  *   LOOM_FP8_RECIPE_TENSORWISE  current scaling: each tensor's scale from its own amax;
  *   LOOM_FP8_RECIPE_DELAYED     a scale from each tensor's amax history (amax_history_len
- *                               steps, "max" or "most_recent"), updated after each step;
+ *                               steps, "max" or "most_recent"), updated after each step
+ *                               from the step's amaxes reduced (MAX) over the tensor and
+ *                               data x context groups. Its state is the model's buffers
+ *                               (f32, replicated): "<w>.fp8_amax_history" (3, len) and
+ *                               "<w>.fp8_scale" (3) beside each FP8 weight "<w>.weight",
+ *                               rows input, weight, gradient; training state that a
+ *                               Hugging Face export leaves out (loom::is_fp8_state);
  *   LOOM_FP8_RECIPE_BLOCKWISE   DeepSeek-V3's: activations and gradients in 1x128 tiles,
  *                               weights in 128x128 blocks, power-of-two scales.
  * A model refuses, naming it, a recipe or layout it does not run yet. */

@@ -108,11 +108,13 @@ Param& ParamStore::at(const std::string& name) {
 
 void ParamStore::allocate(const Ctx& ctx) {
   for (const Param& p : params_) num_units_ = std::max(num_units_, (size_t)(p.unit + 1));
+  allocate_f32(ctx);
   if (moves()) return allocate_units(ctx);
   // The trained parameters weight-decayed first, then the rest, so that they stay one run of
   // adjacent tensors; then the frozen vectors, the buffers (which no optimizer sees) and last
   // the frozen matrices, the only ones past the end of the gradients.
   auto group = [](const Param& p) {
+    if (p.f32) return -1;  // allocate_f32's
     if (p.buffer) return 3;
     if (p.frozen) return p.weight_decay ? 4 : 2;
     return p.weight_decay ? 0 : 1;
@@ -130,9 +132,25 @@ void ParamStore::allocate(const Ctx& ctx) {
   value_flat_ = ctx.alloc({total});
   grad_flat_ = ctx.alloc(ctx.grad_dtype(), {std::max<int64_t>(with_grads, 1)});
   for (auto& p : params_) {
+    if (p.f32) continue;  // allocate_f32's
     p.value = View(value_flat_.get(), p.shape, p.offset);
     p.grad = p.no_grad ? View() : View(grad_flat_.get(), p.shape, p.offset);
   }
+}
+
+void ParamStore::allocate_f32(const Ctx& ctx) {
+  int64_t total = 0;
+  for (Param& p : params_)
+    if (p.f32) {
+      loom::require(p.buffer, "loom layers: f32 parameter " + p.name + " is not a buffer");
+      p.offset = total;
+      total += (p.numel() + kAlign - 1) / kAlign * kAlign;
+    }
+  if (total == 0) return;
+  f32_flat_ = ctx.alloc(loom_f32(), {total});
+  ctx.call(&loom_ops::fill, f32_flat_.get(), 0.0);  // the padding too: reductions cover it
+  for (Param& p : params_)
+    if (p.f32) p.value = View(f32_flat_.get(), p.shape, p.offset);
 }
 
 void ParamStore::freeze_base() {
@@ -162,6 +180,37 @@ void ParamStore::link_lora(const LoraConfig& c) {
   }
 }
 
+// Whether weight p gets FP8 GEMMs: a matrix of transformer layer l ("h.<l>.") with
+// c.first <= l < c.end, not an expert's, an adapter or a buffer (only make_linear's weights
+// read it).
+static bool fp8_weight(const Param& p, const Fp8Config& c) {
+  if (p.adapter || p.buffer || p.ep_size > 0 || p.shape.size() != 2) return false;
+  if (p.name.compare(0, 2, "h.") != 0) return false;  // embeddings, head, MTP: the compute dtype
+  const int64_t l = std::stoll(p.name.substr(2, p.name.find('.', 2) - 2));
+  return l >= c.first && l < c.end;
+}
+
+static std::string fp8_base(const std::string& weight) {
+  const std::string w = ".weight";
+  const bool suffixed = weight.size() > w.size() && weight.ends_with(w);
+  return suffixed ? weight.substr(0, weight.size() - w.size()) : weight;
+}
+
+void ParamStore::add_fp8_state(const Fp8Config& c) {
+  if (!c.delayed()) return;
+  std::vector<std::string> bases;
+  for (const Param& p : params_)
+    if (fp8_weight(p, c)) bases.push_back(fp8_base(p.name));
+  for (const std::string& b : bases) {
+    Param& h =
+        add(b + std::string(loom::kFp8HistorySuffix), {3, c.history_len}, 0, -1, Init::kZeros);
+    h.buffer = h.f32 = true;
+    // scales of 1 at first, as Transformer Engine's
+    Param& s = add(b + std::string(loom::kFp8ScaleSuffix), {3}, 0, -1, Init::kOnes);
+    s.buffer = s.f32 = true;
+  }
+}
+
 void ParamStore::link_fp8(const Fp8Config& c) {
   if (!c.on()) return;
   auto gemms = std::make_shared<loom::tp::Fp8Linear>();
@@ -169,10 +218,20 @@ void ParamStore::link_fp8(const Fp8Config& c) {
   gemms->hybrid = c.hybrid;
   gemms->margin = c.margin;
   for (Param& p : params_) {
-    if (p.adapter || p.buffer || p.ep_size > 0 || p.shape.size() != 2) continue;
-    if (p.name.compare(0, 2, "h.") != 0) continue;  // embeddings, head, MTP: the compute dtype
-    const int64_t l = std::stoll(p.name.substr(2, p.name.find('.', 2) - 2));
-    if (l >= c.first && l < c.end) p.fp8 = gemms;  // only make_linear's weights read it
+    if (!fp8_weight(p, c)) continue;
+    if (!c.delayed()) {
+      p.fp8 = gemms;
+      continue;
+    }
+    auto state = std::make_shared<loom::tp::Fp8History>();
+    const std::string b = fp8_base(p.name);
+    state->history = at(b + std::string(loom::kFp8HistorySuffix)).value;
+    state->scale = at(b + std::string(loom::kFp8ScaleSuffix)).value;
+    state->len = c.history_len;
+    state->recording = fp8_recording_;
+    auto own = std::make_shared<loom::tp::Fp8Linear>(*gemms);
+    own->delayed = std::move(state);
+    p.fp8 = std::move(own);
   }
 }
 
@@ -184,6 +243,7 @@ void ParamStore::allocate_units(const Ctx& ctx) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     const int64_t n = (p.numel() + kAlign - 1) / kAlign * kAlign;
+    if (p.f32) continue;  // allocate_f32's
     if (p.buffer || p.unit < 0) {
       loom::require(p.buffer, "loom layers: parameter " + p.name + " has no residency unit");
       p.offset = buffers;
@@ -198,7 +258,7 @@ void ParamStore::allocate_units(const Ctx& ctx) {
   }
   value_flat_ = ctx.alloc({std::max<int64_t>(buffers, 1)});
   for (Param& p : params_)
-    if (p.buffer) p.value = View(value_flat_.get(), p.shape, p.offset);
+    if (p.buffer && !p.f32) p.value = View(value_flat_.get(), p.shape, p.offset);
   value_none_ = *value_flat_.get();
   value_none_.data = nullptr;
   value_none_.byte_offset = 0;

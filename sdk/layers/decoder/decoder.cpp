@@ -26,10 +26,11 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
                        host_layout(host).virtual_stages);
   join_expert_group(host);
   join_context_group(host);
-  if (opt_.moe_expert_bias) {  // the expert loads of a step span the whole global batch
+  // The expert loads of a step, and delayed FP8 scaling's amaxes, span the whole global batch.
+  if (opt_.moe_expert_bias || opt_.fp8.delayed()) {
     const loom_parallel_layout l = host_layout(host);
     if (l.data * l.context > 1)
-      loads_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data * l.context);
+      batch_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data * l.context);
   }
   if (opt_.num_experts > 0) {  // the loss terms, then the per-expert statistics
     for (int64_t l = 0; l < opt_.n_layer; ++l)
@@ -162,6 +163,7 @@ void DecoderModel::build() {
     if (family_) family_->declare(o, ps, std, vrows);  // BERT's heads, the classifier
     if (o.mtp_layers > 0) mtp_declare(d);
   }
+  ps.add_fp8_state(o.fp8);  // last: the parameters before keep their get_param indices
   if (o.lora.on()) ps.freeze_base();
   assign_units();
   ps.allocate(ctx_);

@@ -73,10 +73,10 @@ void DecoderModel::count_expert_loads(const Slot& S) {
 void DecoderModel::update_expert_biases() {
   const int64_t E = opt_.num_experts;
   if (expert_loads_.empty()) return;  // no training forward this step (or no MoE layer here)
-  sum_over(ctx_, loads_group_, expert_loads_);
+  sum_over(ctx_, batch_group_, expert_loads_);
   size_t at = 0;
-  for (Param& bias : params_.all()) {  // the buffers, one per MoE layer (moe_acts' order)
-    if (!bias.buffer) continue;
+  for (Param& bias : params_.all()) {        // the buffers, one per MoE layer (moe_acts' order)
+    if (!bias.buffer || bias.f32) continue;  // (FP8's scaling state is f32, refused with MoE)
     std::vector<int64_t> load((size_t)E);
     for (int64_t e = 0; e < E; ++e)
       load[(size_t)e] = (int64_t)expert_loads_[at * (size_t)E + (size_t)e];

@@ -432,6 +432,7 @@ void DecoderModel::stage_forward(loom_stage_forward_args& a) {
   // the MoE terms' weight (moe_terms.cpp), the micro-batch's tokens on every context rank, at
   // the scale the LM loss's gradient has here (the host averages over the context ranks)
   S.s.moe_grad_scale = a.no_grad ? 0.0 : S.loss_scale * (double)(S.n * ctx_.cp.size);
+  *params_.fp8_recording() = !a.no_grad;  // an evaluation's amaxes are not the step's
   const int64_t C = opt_.n_embd;
   unit_need(0, false);
   if (opt_.first()) {
@@ -488,6 +489,7 @@ void DecoderModel::stage_backward(loom_stage_backward_args& a) {
       si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
       who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
   Slot& S = *slots_[si];
+  *params_.fp8_recording() = true;  // a recomputed forward's amaxes are the step's
   // A split backward's B: the parameter gradients are recorded for weight_backward.
   const bool split = loom_ext_find(a.ext, LOOM_EXT_SPLIT_BACKWARD) != nullptr;
   if (split)
@@ -554,6 +556,7 @@ void DecoderModel::weight_backward(const loom_stage_weight_args& a) {
 // embedding group, so both step alike.
 void DecoderModel::finish_grads() {
   if (opt_.moe_expert_bias) update_expert_biases();
+  if (opt_.fp8.delayed()) update_fp8_scales(ctx_, params_, opt_.fp8, batch_group_);
   // (When the host moves each unit's gradients at its end, unit_done summed them.)
   if (params_.residency() < LOOM_RESIDENCY_GRADS)
     for (Param& p : params_.all())

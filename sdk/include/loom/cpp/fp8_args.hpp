@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "loom/backend.h"
@@ -18,6 +19,19 @@ namespace loom {
 // The instance's loom.fp8/1 table, or NULL for one without it.
 inline const loom_fp8_api* find_fp8(const loom_backend_ref& be) {
   return backend_ext<loom_fp8_api>(be, LOOM_EXT_FP8, LOOM_FP8_API_SIZE_V1);
+}
+
+// Delayed scaling's state as a model's buffers name it (model.h's loom.fp8-training/1):
+// "<w>.fp8_amax_history" and "<w>.fp8_scale" beside the weight "<w>.weight". Training state,
+// not weights: a Hugging Face export leaves it out.
+inline constexpr std::string_view kFp8HistorySuffix = ".fp8_amax_history";
+inline constexpr std::string_view kFp8ScaleSuffix = ".fp8_scale";
+inline bool is_fp8_state(std::string_view name) {
+  auto ends = [&](std::string_view suffix) {  // (no ends_with: nvcc reads this file as C++17)
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(kFp8HistorySuffix) || ends(kFp8ScaleSuffix);
 }
 
 // The format of an FP8 dtype (callers check loom_dtype_is_fp8 first).

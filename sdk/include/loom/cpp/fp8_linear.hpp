@@ -10,13 +10,15 @@
 //   wgrad    dW(out,in) += (dy^T)(out,n) . (x^T)(in, n)^T k = the tokens
 // Recipes: tensorwise scales each tensor by its own amax (current scaling); blockwise by
 // DeepSeek-V3's tiles (activations and gradients 1x128 along k, so x^T and dy^T in 128x1
-// tiles of x and dy; weights 128x128; power-of-two scales). Nothing is kept between calls:
-// the backward quantizes x and W again, which gives the forward's codes exactly (a scale is a
-// function of the tensor), so no FP8 copy lives across the step. Delayed scaling, whose
-// scales are state, is the next step (its histories are model state to checkpoint).
+// tiles of x and dy; weights 128x128; power-of-two scales); delayed by the scales of the
+// weight's Fp8History (below), which the model derives from the amax histories at each
+// step's end. Nothing FP8 is kept between calls: the backward quantizes x and W again, which
+// gives the forward's codes exactly (within a step a scale is a function of the tensor, or
+// fixed), so no FP8 copy lives across the step.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "loom/cpp/fp8_args.hpp"
@@ -31,17 +33,34 @@ struct Fp8Operand {
   uint32_t scaling = LOOM_FP8_SCALE_TENSOR;
 };
 
+// Delayed scaling's state of one weight's linear layer (precision.fp8 = "delayed"): the amax
+// histories and scales of its three tensors, f32 buffers of the model (checkpointed, and
+// replicated over the tensor and data groups: the model reduces each step's amaxes over them
+// with MAX before it derives the next scales, loom.fp8/1's delayed_update, so that every
+// rank casts with the scale one rank would use).
+struct Fp8History {
+  enum Role : int64_t { kInput = 0, kWeight = 1, kGrad = 2 };
+  View history;  // f32 (3, len): row = role; slot 0 gathers this step's amax
+  View scale;    // f32 (3): the scales this step casts with
+  int64_t len = 1;
+  // Whether casts fold their amax into slot 0: off for a forward without gradients (an
+  // evaluation), whose tensors are not the step's.
+  std::shared_ptr<const bool> recording;
+};
+
 struct Fp8Linear {
   int32_t recipe = LOOM_FP8_RECIPE_TENSORWISE;
   bool hybrid = true;  // gradients e5m2
   int32_t margin = 0;
+  std::shared_ptr<const Fp8History> delayed;  // the delayed recipe's state; else NULL
 
   DLDataType grad_format() const { return hybrid ? loom_e5m2() : loom_e4m3(); }
 
-  // src (rows, cols) quantized into `format` by the recipe; with `transposed`, its transpose's
-  // codes too (and its own grid under the block scalings). `weight` picks the weights' blocks.
+  // src (rows, cols), the layer's tensor `role`, quantized into `format` by the recipe; with
+  // `transposed`, its transpose's codes too (and its own grid under the block scalings).
   Fp8Operand quantize(const Backend& be, const DLTensor* src, int64_t rows, int64_t cols,
-                      DLDataType format, bool weight, bool transposed) const {
+                      DLDataType format, Fp8History::Role role, bool transposed) const {
+    const bool weight = role == Fp8History::kWeight;
     const loom_fp8_api* api = find_fp8(loom_backend_ref{be.api(), be.self()});
     require(api != nullptr, "FP8 linear layers: the backend lends no " LOOM_EXT_FP8);
     Fp8Operand o;
@@ -63,6 +82,17 @@ struct Fp8Linear {
     a.margin = margin;
     a.scale = o.scale;
     a.scale_inv = o.scale_inv;
+    View scale, amax;  // delayed: the history's scale read, its amax slot folded into
+    if (recipe == LOOM_FP8_RECIPE_DELAYED) {
+      require(delayed != nullptr, "FP8 linear layers: delayed scaling without its state");
+      scale = View(delayed->scale, {1}, role);
+      a.flags = 0;
+      a.scale = scale.get();
+      if (*delayed->recording) {
+        amax = View(delayed->history, {1}, role * delayed->len);
+        a.amax = amax.get();
+      }
+    }
     if (transposed) {
       o.codes_t = Tensor(be, format, {cols, rows});
       a.dst_t = o.codes_t;
@@ -95,23 +125,23 @@ struct Fp8Linear {
   void forward(const Backend& be, DLTensor* y, const DLTensor* x, int64_t n, const DLTensor* w,
                int64_t row0, int64_t out, int64_t in) const {
     View wv(w, {out, in}, row0 * in);
-    const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), false, false);
-    const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), true, false);
+    const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), Fp8History::kInput, false);
+    const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), Fp8History::kWeight, false);
     gemm(be, n, out, in, qx, false, qw, false, y, out, 0, 0.0);
   }
   // dx(n, in) (= or += with accumulate) = dy(n, out) W[row0 : row0 + out].
   void backward_data(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
                      int64_t n, const DLTensor* w, int64_t row0, int64_t out, int64_t in) const {
     View wv(w, {out, in}, row0 * in);
-    const Fp8Operand qd = quantize(be, dy, n, out, grad_format(), false, false);
-    const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), true, true);
+    const Fp8Operand qd = quantize(be, dy, n, out, grad_format(), Fp8History::kGrad, false);
+    const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), Fp8History::kWeight, true);
     gemm(be, n, in, out, qd, false, qw, true, dx, in, 0, accumulate ? 1.0 : 0.0);
   }
   // dW[row0 : row0 + out] (out, in) += dy(n, out)^T x(n, in).
   void backward_weight(const Backend& be, DLTensor* dw, const DLTensor* dy, const DLTensor* x,
                        int64_t n, int64_t row0, int64_t out, int64_t in) const {
-    const Fp8Operand qd = quantize(be, dy, n, out, grad_format(), false, true);
-    const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), false, true);
+    const Fp8Operand qd = quantize(be, dy, n, out, grad_format(), Fp8History::kGrad, true);
+    const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), Fp8History::kInput, true);
     gemm(be, out, in, n, qd, true, qx, true, dw, in, row0 * in, 1.0);
   }
 };

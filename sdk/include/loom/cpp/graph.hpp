@@ -4,7 +4,11 @@
 // keeps the body and runs it at each launch under the capture rules.
 #pragma once
 
+#include <algorithm>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/cpp/plugin.hpp"
 #include "loom/cpp/tensor.hpp"
@@ -50,26 +54,40 @@ struct Graph {
   void* user = nullptr;
 };
 
-// The instance whose graph body runs on this thread, its host and its name (for refusals made
-// in tables shared by backends, such as host_stream's). One thread drives an instance
-// (backend.h), and a body runs on the thread that launched it.
+// The instances whose graph bodies run now, each with its host and its name (for refusals
+// made in tables shared by backends, such as host_stream's). One thread drives an instance
+// (backend.h) and a body runs on the thread that launched it, so an entry is only ever read
+// by its own thread; the list is shared, under a mutex, rather than thread_local because
+// thread-local storage in a dlopen'ed plugin made LeakSanitizer's exit-time scan fault
+// ("Tracer caught signal 11", as in commit cd984fe).
 struct Running {
   const loom_backend* be = nullptr;
   const loom_host* host = nullptr;
   const char* who = "";
 };
-inline thread_local Running running;
+inline std::mutex running_mutex;
+inline std::vector<Running> running;
 
-inline bool replaying(const loom_backend* be) { return be != nullptr && running.be == be; }
+// The entry of `be` when it runs a body (a copy: the list may grow meanwhile).
+inline std::optional<Running> running_of(const loom_backend* be) {
+  if (be == nullptr) return std::nullopt;
+  std::lock_guard lock(running_mutex);
+  for (const Running& r : running)
+    if (r.be == be) return r;
+  return std::nullopt;
+}
+inline bool replaying(const loom_backend* be) { return running_of(be).has_value(); }
 
 // Throws loom::Error (INVALID_ARGUMENT) when `be` runs a graph's body: `call` is refused there.
 inline void refuse_in_graph(const loom_backend* be, const char* call) {
-  if (replaying(be)) throw Error(LOOM_ERR_INVALID_ARGUMENT, graph_call_refusal(running.who, call));
+  if (auto r = running_of(be))
+    throw Error(LOOM_ERR_INVALID_ARGUMENT, graph_call_refusal(r->who, call));
 }
 // The same as a host-made error, or NULL when `be` runs no body.
 inline loom_error* refusal(const loom_backend* be, const char* call) noexcept {
-  if (!replaying(be) || running.host == nullptr) return nullptr;
-  return guard(running.host, [&] { refuse_in_graph(be, call); });
+  const auto r = running_of(be);
+  if (!r || r->host == nullptr) return nullptr;
+  return guard(r->host, [&] { refuse_in_graph(be, call); });
 }
 
 // loom_graph_api's three slots for backend `be` whose errors `host` makes; `who` (static
@@ -92,10 +110,18 @@ inline loom_error* launch(const loom_host* host, const loom_backend* be, const c
     });
   const Graph& g = *static_cast<const Graph*>(graph);
   struct Scope {  // the rules hold while the body runs, however it ends
-    Running before = running;
-    ~Scope() { running = before; }
-  } scope;
-  running = Running{be, host, who};
+    const loom_backend* be;
+    Scope(const loom_backend* b, const loom_host* host, const char* who) : be(b) {
+      std::lock_guard lock(running_mutex);
+      running.push_back(Running{b, host, who});
+    }
+    ~Scope() {
+      std::lock_guard lock(running_mutex);
+      running.erase(std::remove_if(running.begin(), running.end(),
+                                   [&](const Running& r) { return r.be == be; }),
+                    running.end());  // (not std::erase_if: nvcc compiles this header as C++17)
+    }
+  } scope(be, host, who);
   return g.body(g.user);
 }
 inline void graph_free(void* graph) noexcept { delete static_cast<Graph*>(graph); }

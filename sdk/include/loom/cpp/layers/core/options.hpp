@@ -42,7 +42,12 @@ struct Fp8Config {
   bool hybrid = true;  // gradients e5m2
   int32_t margin = 0;
   int64_t first = 0, end = 0;  // global layer indices
+  // delayed scaling: the amax history's length, and the scale from its newest amax alone
+  // (Megatron's fp8_amax_compute_algo = "most_recent") rather than the window's largest
+  int64_t history_len = 1;
+  bool most_recent = true;
   bool on() const { return recipe != 0; }
+  bool delayed() const { return recipe == LOOM_FP8_RECIPE_DELAYED; }
 };
 
 // ----- options (options.cpp) --------------------------------------------------------------

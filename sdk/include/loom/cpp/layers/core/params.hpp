@@ -38,6 +38,9 @@ struct Param {
   // A buffer (loom_model_param.buffer): state the model updates itself, with no gradient
   // (the router's expert bias); laid out after every parameter.
   bool buffer = false;
+  // A buffer kept in f32 whatever the compute dtype (delayed FP8 scaling's histories and
+  // scales, which the casts read as f32), in a flat buffer of its own (f32_state()).
+  bool f32 = false;
   // Residency unit (loom_model_param.unit, ABI 2.13): -1 for a buffer
   int32_t unit = -1;
   // Parameter-efficient finetuning (loom_model_param.frozen and adapter, ABI 2.25): a frozen
@@ -76,6 +79,14 @@ class ParamStore {
   // FP8 (options' fp8): every matrix of transformer layer l ("h.<l>.") with
   // fp8.first <= l < fp8.end, not an expert's or an adapter, gets the GEMMs.
   void link_fp8(const Fp8Config& c);
+  // Delayed scaling (fp8.delayed()): declares, before allocate, each FP8 weight's history
+  // "<base>.fp8_amax_history" (3, len) and scales "<base>.fp8_scale" (3), f32 buffers, where
+  // <base> is the weight's name without ".weight"; link_fp8 hands them to its GEMMs, whose
+  // casts record while `*recording`.
+  void add_fp8_state(const Fp8Config& c);
+  std::shared_ptr<bool> fp8_recording() const { return fp8_recording_; }
+  // The f32 buffers' flat buffer (every FP8 history and scale, padded with zeros), or NULL.
+  DLTensor* f32_state() const { return f32_flat_.get(); }
   std::vector<Param>& all() { return params_; }
   // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
   // tie group to name (the tied embedding's "embedding"), or NULL.
@@ -105,14 +116,21 @@ class ParamStore {
   };
   bool moves() const { return residency_ >= LOOM_RESIDENCY_GRADS; }
   void allocate_units(const Ctx& ctx);
-  void point(size_t u);  // the members' views at the unit's buffers (or at nothing)
+  void point(size_t u);               // the members' views at the unit's buffers (or at nothing)
+  void allocate_f32(const Ctx& ctx);  // the f32 buffers' flat buffer and views
   std::vector<Param> params_;
-  Tensor value_flat_, grad_flat_;
+  Tensor value_flat_, grad_flat_, f32_flat_;
+  std::shared_ptr<bool> fp8_recording_ = std::make_shared<bool>(true);
   int32_t residency_ = LOOM_RESIDENCY_NONE;
   std::vector<Unit> units_;
   size_t num_units_ = 0;
   DLTensor value_none_{}, grad_none_{};  // dtype and device of a freed unit's views
 };
+
+// Delayed FP8 scaling's step end (core/fp8.cpp): the step's amaxes reduced with MAX over the
+// tensor group and `batch` (data x context), then each FP8 weight's next scales from its
+// histories (loom.fp8/1's delayed_update) and the roll.
+void update_fp8_scales(const Ctx& c, ParamStore& ps, const Fp8Config& f, const ProcessGroup& batch);
 
 // Declares parameters with the tensor-parallel conventions the slots expect.
 class ParamDeclarer {

@@ -260,7 +260,7 @@ class DecoderModel {
   LayerActs rc_shared_;               // selective: the recomputed modules' one scratch set
   std::vector<LayerActs> rc_group_;   // full: the activations of one recomputed group
   std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
-  ProcessGroup loads_group_;          // data x context: the ranks that split the global batch
+  ProcessGroup batch_group_;          // data x context: the ranks that split the global batch
   // per layer of this stage, the (first, count) get_param index runs its backward completes
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ready_runs_;
   bool held_ = true;  // residency: every unit's values kept (hold_params)
