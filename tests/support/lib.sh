@@ -200,8 +200,8 @@ small_gpt_sections() {
 
 # fp8_curves_recipe: r.toml, small_gpt_sections' GPT for 60 iterations of 8 samples, each
 # logged (training.fp8 and training.fp8_delayed compare their curves); and run_curve NAME
-# [LOOM RUN ARGS...]: one run of it (LOOM: $loom) with its metrics in NAME.jsonl and its log in
-# NAME.log, failing the test when the run fails.
+# [LOOM RUN ARGS...]: one run of it (or of $curve_recipe when set; LOOM: $loom) with its
+# metrics in NAME.jsonl and its log in NAME.log, failing the test when the run fails.
 fp8_curves_recipe() {
   {
     toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
@@ -213,7 +213,7 @@ fp8_curves_recipe() {
 run_curve() {
   local name=$1
   shift
-  "$loom" run r.toml --set "train.metrics=$name.jsonl" "$@" 2> "$name.log" ||
+  "$loom" run "${curve_recipe:-r.toml}" --set "train.metrics=$name.jsonl" "$@" 2> "$name.log" ||
     { tail -5 "$name.log"; fail "$name: the run failed"; }
 }
 

@@ -2,7 +2,7 @@
 # precision.fp8 (issue 39) on backend/cpu, whose loom.fp8/1 emulates e4m3/e5m2 to the bit:
 #  1. tensorwise and blockwise, with fp32 and bf16 compute, follow the run without FP8 on a
 #     4-layer GPT for 60 iterations (every logged loss after the warm-up within $bound of
-#     it, relative: 1 %); fp8_first_last_bf16
+#     it, relative: 1 %), as tensorwise and delayed do on a 4-layer BERT; fp8_first_last_bf16
 #     keeps layers out (another curve, as close); each FP8 run's loss falls by at least 90 %
 #     of the drop of the run without it;
 #  2. the run resumes bitwise (tensorwise and blockwise keep no state: every scale comes from
@@ -35,6 +35,18 @@ run_curve e4m3 --set precision.fp8=tensorwise --set precision.fp8_format=e4m3
 run_curve first_last --set precision.fp8=tensorwise \
   --set precision.fp8_first_last_bf16=true
 grep -q "precision.fp8 = tensorwise" tensorwise.log || fail "tensorwise: no line naming FP8"
+# BERT (post-norm layers; its pooler and heads keep the compute dtype), 4 layers.
+{
+  toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
+    log_interval=1
+  toml_section lr max=3e-3 warmup_iters=5 decay_iters=60
+  toml_section backend measure_gemm=false threads=1
+  toml_section model plugin=bert n_layer=4 n_head=4 n_embd=32 max_seq_len=16
+  bert_data_sections
+} > bert.toml
+curve_recipe=bert.toml run_curve bert
+curve_recipe=bert.toml run_curve bert_tensorwise --set precision.fp8=tensorwise
+curve_recipe=bert.toml run_curve bert_delayed --set precision.fp8=delayed
 # The memory walk-through (backend/meta, which lends loom.fp8/1 computing nothing) takes it too.
 "$loom" validate r.toml --memory --set precision.fp8=blockwise > validate.log 2>&1 ||
   { tail -5 validate.log; fail "validate --memory with precision.fp8"; }
@@ -61,9 +73,10 @@ python3 - "$bound" "${mpiexec:+mpi}" <<'PY' || fail "the FP8 curves"
 import json, sys
 bound, mpi = float(sys.argv[1]), sys.argv[2] == "mpi"
 def losses(f): return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l]
-base = {"fp32": losses("fp32.jsonl"), "bf16": losses("bf16.jsonl")}
+base = {"fp32": losses("fp32.jsonl"), "bf16": losses("bf16.jsonl"), "bert": losses("bert.jsonl")}
 for run, ref in [("tensorwise", "fp32"), ("blockwise", "fp32"), ("e4m3", "fp32"),
-                 ("first_last", "fp32"), ("tensorwise_bf16", "bf16"), ("blockwise_bf16", "bf16")]:
+                 ("first_last", "fp32"), ("tensorwise_bf16", "bf16"), ("blockwise_bf16", "bf16"),
+                 ("bert_tensorwise", "bert"), ("bert_delayed", "bert")]:
     got, want = losses(run + ".jsonl"), base[ref]
     assert len(got) == len(want) == 60, (run, len(got))
     worst = max(abs(a - b) / b for a, b in zip(got[5:], want[5:]))

@@ -13,7 +13,11 @@
 #     on the 4-layer GPT for 60 iterations within fp8.sh's bound (1 % relative after the
 #     warm-up) and trains (at least 90 % of its loss drop).
 #  3. Resume: 30 iterations, save, 30 more: bitwise the 60 in one go (the histories and scales
-#     are saved and loaded).
+#     are saved and loaded). precision.fp8 may change at a resume (as Megatron's: Transformer
+#     Engine's extra state is optional): a checkpoint without the state resumed into delayed
+#     FP8 starts it fresh (the log says so; iterations 31-60 then within the bound of the run
+#     without FP8), and a delayed one resumed without FP8, in its layout or resharded from
+#     TP2, leaves it (the log says so).
 #  4. Layouts: the step's amaxes are reduced with MAX over the tensor and data x context
 #     groups before each update, so every rank casts with one rank's scales: the first step
 #     of DP2, TP2 (60 iterations), PP2, TP2 with sequence parallelism, CP2, DP2 with the
@@ -92,6 +96,18 @@ run_curve resumed --set precision.fp8=delayed --set train.iters=30 --set checkpo
 run_curve resumed --set precision.fp8=delayed --set checkpoint.save=ck --set checkpoint.load=ck
 same_metrics resume resumed.jsonl delayed.jsonl || fail "delayed: the resumed run differs"
 
+# 3b. precision.fp8 may change at a resume: a checkpoint saved without FP8 resumed with
+#     delayed scaling (its state starts fresh, the rest loads) and a delayed one resumed
+#     without (its state is not loaded).
+run_curve plain --set train.iters=30 --set checkpoint.save=plainck
+run_curve to_fp8 --set precision.fp8=delayed --set checkpoint.save=plainck \
+  --set checkpoint.load=plainck
+grep -q "holds no FP8 scaling state for 32 .*start fresh" to_fp8.log ||
+  { tail -5 to_fp8.log; fail "resumed into delayed FP8: no line saying its state starts fresh"; }
+run_curve from_fp8 --set train.iters=62 --set checkpoint.save=fromck --set checkpoint.load=ck
+grep -q "holds 32 FP8 amax histories and scales .* not loaded" from_fp8.log ||
+  { tail -5 from_fp8.log; fail "resumed without FP8: no line saying its state is left"; }
+
 # 4. Layouts, and a TP2 checkpoint resumed on one rank.
 if [ -n "$mpiexec" ]; then
   layout() {
@@ -111,8 +127,12 @@ if [ -n "$mpiexec" ]; then
   layout dp2dist --set parallel.data=distributed-optimizer "${short[@]}"
   layout dp2fsdp --set parallel.data=fsdp "${short[@]}"
   layout tp2_half --set parallel.tensor=2 --set train.iters=30 --set checkpoint.save=tp2ck
-  run_curve tp2_resumed --set precision.fp8=delayed --set checkpoint.save=tp2ck \
+  run_curve tp2_resumed --set precision.fp8=delayed --set checkpoint.save=tp2one \
     --set checkpoint.load=tp2ck
+  # and without FP8 (the state, resharded, not loaded)
+  run_curve tp2_plain --set checkpoint.save=tp2plain --set checkpoint.load=tp2ck
+  grep -q "resharding" tp2_plain.log && grep -q "FP8 amax histories and scales .* not loaded" \
+    tp2_plain.log || { tail -5 tp2_plain.log; fail "TP2's delayed checkpoint without FP8"; }
 fi
 
 bound=0.01  # fp8.sh's (the issue's 1 %)
@@ -131,6 +151,12 @@ for run, ref in [("delayed", "fp32"), ("delayed_max", "fp32"), ("delayed_bf16", 
     assert max(abs(a - b) for a, b in zip(got, want)) > 0, f"{run}: FP8 did nothing"
     assert w <= bound, f"{run}: {w} > {bound}"
     assert got[0] - got[-1] >= 0.9 * (want[0] - want[-1]), f"{run}: {got[0]} -> {got[-1]}"
+# resumed into FP8 at 30: iterations 31-60 within the bound of the run without FP8
+fp32, to_fp8 = losses("fp32.jsonl"), losses("to_fp8.jsonl")
+assert len(losses("plain.jsonl")) == 30 and len(to_fp8) == 30, len(to_fp8)
+w = worst(to_fp8, fp32[30:], 0)
+print(f"resumed into delayed FP8 at 30: worst {w:.2e} against the run without FP8")
+assert 0 < w <= bound, w
 if mpi:
     one = losses("delayed.jsonl")
     for name, n in [("dp2", 60), ("tp2", 60), ("pp2", short), ("tp2sp", short),

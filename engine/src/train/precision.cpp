@@ -1,11 +1,14 @@
 // Mixed precision: main parameters and loss scaling (see precision.hpp).
 #include "train/precision.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <functional>
 #include <utility>
 
 #include "base/errors.hpp"
+#include "loom/cpp/fp8_args.hpp"
 #include "recipe/recipe.hpp"
 
 namespace loom::engine {
@@ -139,6 +142,27 @@ void LossScaler::load(const std::map<std::string, double>& state) {
   scale = get("loss_scale", scale);
   clean_steps = (int64_t)get("loss_scale_clean_steps", 0);
   hysteresis_left = (int64_t)get("loss_scale_hysteresis_left", (double)hysteresis);
+}
+
+void relax_fp8_state(std::set<std::string>& need, std::set<std::string>& have,
+                     const std::string& where) {
+  // the FP8 state names of `from` that `other` lacks, removed; how many
+  auto drop = [](std::set<std::string>& from, const std::set<std::string>& other) {
+    return std::erase_if(
+        from, [&](const std::string& n) { return loom::is_fp8_state(n) && !other.count(n); });
+  };
+  const size_t fresh = drop(need, have);
+  const size_t left = drop(have, need);
+  if (fresh > 0)
+    spdlog::info(
+        "checkpoint.load: {} holds no FP8 scaling state for {} of this run's amax histories "
+        "and scales (saved without precision.fp8 = \"delayed\"): they start fresh",
+        where, fresh);
+  if (left > 0)
+    spdlog::info(
+        "checkpoint.load: {} holds {} FP8 amax histories and scales (precision.fp8 = "
+        "\"delayed\") that this run does not use: not loaded",
+        where, left);
 }
 
 }  // namespace loom::engine

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,5 +79,13 @@ struct LossScaler {
   std::map<std::string, double> state() const;
   void load(const std::map<std::string, double>& state);
 };
+
+// precision.fp8 may change at a resume, as Megatron's may (Transformer Engine's extra state
+// is optional in its checkpoints): of delayed scaling's state (loom::is_fp8_state's names),
+// what the checkpoint (`have`) lacks leaves `need` and starts fresh, and what it holds that
+// the run does not use (not in `need`) leaves `have` and is not loaded; each logged, naming
+// `where`.
+void relax_fp8_state(std::set<std::string>& need, std::set<std::string>& have,
+                     const std::string& where);
 
 }  // namespace loom::engine

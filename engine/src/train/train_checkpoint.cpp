@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_shards.hpp"
 #include "checkpoint/hf_interop.hpp"
 #include "loom/cpp/comm.hpp"
+#include "loom/cpp/fp8_args.hpp"
 #include "recipe/parallel_layout.hpp"
 #include "train/train_run.hpp"
 
@@ -302,7 +303,14 @@ void TrainRun::check_full(const FullCheckpoint& full, const std::string& where, 
   for (const loom_model_param& p : params) need.insert(p.name);
   for (const loom_model_param& b : buffers) need.insert(b.name);
   for (const auto& [name, t] : full.main) have.insert(name);
-  refuse_mismatch(where, "model", minus(need, have), unused, kModelFix);
+  std::vector<std::string> other;  // FP8 state no rank takes is relax_fp8_state's to report
+  for (const std::string& n : unused)
+    if (loom::is_fp8_state(n))
+      have.insert(n);
+    else
+      other.push_back(n);
+  relax_fp8_state(need, have, where);
+  refuse_mismatch(where, "model", minus(need, have), other, kModelFix);
   if (!with_optimizer) return;
   // The optimizer's state: what this rank's optimizer holds must be there. The merged state
   // covers every parameter of this rank's, of which a sharded optimizer holds a slice only,
@@ -343,6 +351,7 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
     for (const loom_model_param& b : buffers)
       if (in_files(b)) need.insert(b.name);
     for (const auto& [name, t] : ck.model) have.insert(name);
+    relax_fp8_state(need, have, where);
     refuse_mismatch(where, "model", minus(need, have), minus(have, need), kModelFix);
     for (const auto& [name, t] : ck.optimizer)
       if (with_optimizer || name.rfind("main.", 0) == 0) have_opt.insert(name);
@@ -363,8 +372,9 @@ void TrainRun::load_own_files(const Checkpoint& ck, bool with_optimizer) {
     else
       upload(be, ck.model, params[i].name, main->main(i), where);
   }
-  for (const loom_model_param& b : buffers)
-    if (in_files(b)) upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
+  for (const loom_model_param& b : buffers)  // (FP8 state the files lack starts fresh)
+    if (in_files(b) && ck.model.count(b.name))
+      upload_cast(be, find(ck.model, b.name, where), b.name, b.value, where);
   if (!peft_base.empty()) load_frozen_base(ck.folder);
   if (with_optimizer)
     for (auto [name, t] : optimizer_state(optimizer)) upload(be, ck.optimizer, name, t, where);
@@ -398,8 +408,9 @@ void TrainRun::load_full(const FullCheckpoint& full, const std::string& where, b
              main->main(i), where);
   }
   for (const loom_model_param& b : buffers) {
-    // a buffer the weights lack (finetuning from a model trained without it) starts fresh
-    if (!with_optimizer && !full.main.count(b.name)) continue;
+    // a buffer the weights lack (finetuning from a model trained without it, or FP8
+    // scaling state: relax_fp8_state) starts fresh
+    if ((!with_optimizer || loom::is_fp8_state(b.name)) && !full.main.count(b.name)) continue;
     upload_buffer(full.main, b, where);
   }
   if (with_optimizer)

@@ -34,7 +34,7 @@ loom_error* bert_attention_requires(const loom_host* host, const loom_config*,
 
 }  // namespace
 
-const char* const kBertCapabilities[] = {LOOM_EXT_SPLIT_BACKWARD, nullptr};
+const char* const kBertCapabilities[] = {LOOM_EXT_SPLIT_BACKWARD, LOOM_EXT_FP8_TRAINING, nullptr};
 
 loom_model_api bert_api(CreateFn create) {
   loom_model_api api = decoder_api(create);

@@ -21,7 +21,7 @@ void parse_fp8(const loom_model_create_args& args, Family family, const std::str
                 who + ": FP8 recipe " + std::to_string(f.recipe) + " is not one of model.h's");
   loom::require(f.margin >= 0 && f.layers_at_start_bf16 >= 0 && f.layers_at_end_bf16 >= 0,
                 who + ": FP8's margin and bf16 layer counts must be >= 0");
-  const char* missing = family != Family::kGpt ? "this model family (only GPT-style decoders)"
+  const char* missing = family == Family::kT5 ? "T5 (GPT-style decoders and BERT only)"
                         : o.num_experts > 0
                             ? "a mixture of experts (the experts' grouped GEMMs have no FP8 "
                               "path yet)"
