@@ -121,4 +121,14 @@ void expect_close(const Vec& got, const Vec& want, double tol, const std::string
 // The device tensor bit for bit equal to itself after a rerun (determinism checks).
 void expect_same(const Vec& a, const Vec& b, const std::string& what);
 
+// The extension table `find` (loom::find_fp8, loom::find_graph) finds on backend B, or a
+// failed REQUIRE saying that the backend under test does not lend `ext`.
+template <class Api>
+const Api& lent(const loom::Backend& B, const Api* (*find)(const loom_backend_ref&),
+                const char* ext) {
+  const Api* t = find(loom_backend_ref{B.api(), B.self()});
+  REQUIRE_MESSAGE(t != nullptr, "backend/" << device_name() << " lends no " << ext);
+  return *t;
+}
+
 }  // namespace gputest

@@ -16,9 +16,7 @@ using namespace gputest;
 namespace {
 
 const loom_graph_api& graph_api(const loom::Backend& B) {
-  const loom_graph_api* g = loom::find_graph(loom_backend_ref{B.api(), B.self()});
-  REQUIRE_MESSAGE(g != nullptr, "backend/" << device_name() << " lends no " LOOM_EXT_GRAPH);
-  return *g;
+  return lent(B, &loom::find_graph, LOOM_EXT_GRAPH);
 }
 
 // The calls a body may be asked to make although the rules refuse them.

@@ -24,9 +24,7 @@ using namespace gputest;
 namespace {
 
 const loom_fp8_api& fp8_api(const loom::Backend& B) {
-  const loom_fp8_api* t = loom::find_fp8(loom_backend_ref{B.api(), B.self()});
-  REQUIRE_MESSAGE(t != nullptr, "backend/" << device_name() << " lends no " LOOM_EXT_FP8);
-  return *t;
+  return lent(B, &loom::find_fp8, LOOM_EXT_FP8);
 }
 
 // A tensor of raw bytes of `dt` (an FP8 dtype) on one side, and its bytes back.

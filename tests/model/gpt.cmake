@@ -27,6 +27,7 @@ loom_model_test(test_mtp)
 loom_model_test(test_lora)
 loom_model_test(test_dpo)
 loom_model_test(test_gpt_fp8)
+target_link_libraries(test_gpt_fp8 PRIVATE loom_layers)  # the experts' GEMMs
 target_link_libraries(test_mtp PRIVATE loom_layers)  # the expert-bias rule
 loom_model_test(test_gpt_mixed)
 

@@ -193,13 +193,14 @@ mpi_ranks() {
 # small_gpt_sections [DOCS]: the [backend], [model], [tokenizer] and [data] sections of the
 # 4-layer GPT (width 32, 16 tokens, byte tokenizer, DOCS mock documents of 64 tokens, 200 by
 # default) that the checkpoint and layout tests train; each script writes its own [train] and
-# [lr] (and anything else) beside them.
+# [lr] (and anything else) beside them. KEY=VALUE after DOCS: more [model] keys.
 small_gpt_sections() {
-  gpt_sections n_layer=4 "num_documents=${1:-200}" doc_length=64
+  gpt_sections n_layer=4 "num_documents=${1:-200}" doc_length=64 "${@:2}"
 }
 
-# fp8_curves_recipe: r.toml, small_gpt_sections' GPT for 60 iterations of 8 samples, each
-# logged (training.fp8 and training.fp8_delayed compare their curves); and run_curve NAME
+# fp8_curves_recipe [KEY=VALUE...]: r.toml, small_gpt_sections' GPT (with those [model] keys)
+# for 60 iterations of 8 samples, each logged (training.fp8, fp8_delayed and fp8_moe compare
+# their curves); and run_curve NAME
 # [LOOM RUN ARGS...]: one run of it (or of $curve_recipe when set; LOOM: $loom) with its
 # metrics in NAME.jsonl and its log in NAME.log, failing the test when the run fails.
 fp8_curves_recipe() {
@@ -207,7 +208,7 @@ fp8_curves_recipe() {
     toml_section train seed=5 iters=60 micro_batch_size=2 global_batch_size=8 seq_len=16 \
       log_interval=1
     toml_section lr max=3e-3 warmup_iters=5 decay_iters=60
-    small_gpt_sections 400
+    small_gpt_sections 400 "$@"
   } > r.toml
 }
 run_curve() {

@@ -14,8 +14,8 @@
 #     tensor parallelism (2 ranks) within the same bound (each rank scales its own weight
 #     shard, as Transformer Engine does without an amax reduction);
 #  4. `loom validate --memory` walks an FP8 run (backend/meta lends loom.fp8/1); refusals,
-#     exit 2 with the reason: fp64, a mixture of experts, first/last layers that leave none
-#     in FP8. (Every shipped backend lends loom.fp8/1, so the refusal of one that does not is
+#     exit 2 with the reason: fp64, T5, first/last layers that leave none in FP8 (a mixture
+#     of experts in FP8: fp8_moe.sh). (Every shipped backend lends loom.fp8/1, so the refusal of one that does not is
 #     not exercised here. Delayed scaling, whose scales are state: fp8_delayed.sh.)
 #   fp8.sh LOOM MPIEXEC
 set -uo pipefail
@@ -23,7 +23,7 @@ loom=$1 mpiexec=${2:-}
 . "$(dirname "$0")/../support/lib.sh"
 scratch
 fp8_curves_recipe
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 PYTHONPATH=$tests_dir/support
 run_curve fp32
 run_curve bf16 --set precision.dtype=bf16
 run_curve tensorwise --set precision.fp8=tensorwise
@@ -70,34 +70,19 @@ fi
 # (2026-12-07): 1.3e-3 at worst over the recipes, formats and layouts.
 bound=0.01
 python3 - "$bound" "${mpiexec:+mpi}" <<'PY' || fail "the FP8 curves"
-import json, sys
+import sys
+from fp8_curves import losses, worst, check_curves, check_layouts
 bound, mpi = float(sys.argv[1]), sys.argv[2] == "mpi"
-def losses(f): return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l]
 base = {"fp32": losses("fp32.jsonl"), "bf16": losses("bf16.jsonl"), "bert": losses("bert.jsonl")}
-for run, ref in [("tensorwise", "fp32"), ("blockwise", "fp32"), ("e4m3", "fp32"),
-                 ("first_last", "fp32"), ("tensorwise_bf16", "bf16"), ("blockwise_bf16", "bf16"),
-                 ("bert_tensorwise", "bert"), ("bert_delayed", "bert")]:
-    got, want = losses(run + ".jsonl"), base[ref]
-    assert len(got) == len(want) == 60, (run, len(got))
-    worst = max(abs(a - b) / b for a, b in zip(got[5:], want[5:]))
-    differs = max(abs(a - b) for a, b in zip(got, want))
-    print(f"{run}: worst relative loss difference against {ref} after the warm-up {worst:.2e}; "
-          f"loss {got[0]:.3f} -> {got[-1]:.3f}")
-    assert differs > 0, f"{run}: identical to {ref}: FP8 did nothing"
-    assert worst <= bound, f"{run}: {worst} > {bound}"
-    # trains: at least 90 % of the drop the run without FP8 makes
-    assert got[0] - got[-1] >= 0.9 * (want[0] - want[-1]), f"{run}: {got[0]} -> {got[-1]}"
+check_curves([("tensorwise", "fp32"), ("blockwise", "fp32"), ("e4m3", "fp32"),
+              ("first_last", "fp32"), ("tensorwise_bf16", "bf16"), ("blockwise_bf16", "bf16"),
+              ("bert_tensorwise", "bert"), ("bert_delayed", "bert")], base, bound)
 if mpi:
-    one, dp2, tp2 = losses("tensorwise.jsonl"), losses("dp2.jsonl"), losses("tp2.jsonl")
-    first = abs(dp2[0] - one[0]) / one[0]
-    d = max(abs(a - b) / b for a, b in zip(dp2, one))
-    t = max(abs(a - b) / b for a, b in zip(tp2[5:], one[5:]))
-    print(f"tensorwise DP2 vs 1 rank: first step {first:.2e}, worst {d:.2e}; "
-          f"TP2 vs 1 rank: {t:.2e}")
-    assert len(dp2) == len(tp2) == 60
-    assert first <= 1e-6, f"DP2's first step: {first}"
-    assert d <= bound, f"DP2: {d}"
-    assert t <= bound, f"TP2: {t}"
+    one, tp2 = losses("tensorwise.jsonl"), losses("tp2.jsonl")
+    check_layouts(one, [("dp2", 60)], bound, "tensorwise ")
+    t = worst(tp2, one)  # (each rank scales its own shard: not one rank's from the start)
+    print(f"tensorwise TP2 vs 1 rank: {t:.2e} after the warm-up")
+    assert len(tp2) == 60 and t <= bound, f"TP2: {t}"
 PY
 
 # 4. Refusals.
@@ -111,7 +96,21 @@ refused() {
   echo "refused ($*): $(grep -oF "$needle" refused.log | head -1)"
 }
 refused 'fp64 is the layouts' --set precision.fp8=tensorwise --set precision.dtype=fp64
-refused 'a mixture of experts' --set precision.fp8=tensorwise --set model.num_experts=4
+# T5, whose plugin does not list loom.fp8-training/1 (its cross-attention not yet in FP8)
+data=$tests_dir/data/data/bert_masking
+{
+  toml_section train iters=2 micro_batch_size=2 seq_len=32
+  toml_section backend measure_gemm=false threads=1
+  toml_section model plugin=t5 n_layer=2 decoder_layers=2 n_head=2 n_embd=32 max_seq_len=32 \
+    decoder_seq_len=12
+  toml_section tokenizer plugin=wordpiece "vocab_file=$data/vocab.txt" vocab_extra_ids=10
+  toml_section data plugin=t5 "prefix=$data/sentences" split=100,0,0 decoder_seq_len=12
+} > t5.toml
+"$loom" run t5.toml --set precision.fp8=tensorwise > refused.log 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF "model/t5 has no FP8 training" refused.log ||
+  { cat refused.log; fail "T5 with precision.fp8: exit $rc, or no reason naming T5"; }
+echo "refused (T5): $(grep -oF "model/t5 has no FP8 training" refused.log)"
 refused 'none left in FP8' --set precision.fp8=tensorwise --set precision.fp8_first_last_bf16=true \
   --set precision.fp8_layers_at_start_bf16=2 --set precision.fp8_layers_at_end_bf16=2
 echo "fp8: ok"

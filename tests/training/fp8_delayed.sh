@@ -35,19 +35,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../support/lib.sh"
 scratch
 fp8_curves_recipe
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 PYTHONPATH=$tests_dir/support
 
 # 1. The state after iterations 1, 2 and 3.
 run_curve chain --set precision.fp8=delayed --set precision.fp8_amax_history_len=3 \
   --set precision.fp8_amax_compute_algo=max --set train.iters=3 --set checkpoint.interval=1 \
   --set checkpoint.save=chain
 python3 - "$here/../model/hf" <<'PY' || fail "the delayed scaling state"
-import struct, sys
+import sys
 sys.path.insert(0, sys.argv[1])
 from st import read, floats  # an independent safetensors reader
-
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+from fp8_curves import f32
 
 ck = {k: read(f"chain/iter_{k:07d}/model.safetensors") for k in (1, 2, 3)}
 def t(k, name):
@@ -137,20 +135,12 @@ fi
 
 bound=0.01  # fp8.sh's (the issue's 1 %)
 python3 - "$bound" "${mpiexec:+mpi}" "$layout_iters" <<'PY' || fail "the delayed FP8 curves"
-import json, sys
+import sys
+from fp8_curves import losses, worst, check_curves, check_layouts, check_resumed
 bound, mpi, short = float(sys.argv[1]), sys.argv[2] == "mpi", int(sys.argv[3])
-def losses(f): return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l]
-def worst(a, b, start=5): return max(abs(x - y) / y for x, y in zip(a[start:], b[start:]))
 base = {"fp32": losses("fp32.jsonl"), "bf16": losses("bf16.jsonl")}
-for run, ref in [("delayed", "fp32"), ("delayed_max", "fp32"), ("delayed_bf16", "bf16")]:
-    got, want = losses(run + ".jsonl"), base[ref]
-    assert len(got) == len(want) == 60, (run, len(got))
-    w = worst(got, want)
-    print(f"{run}: worst relative loss difference against {ref} after the warm-up {w:.2e}; "
-          f"loss {got[0]:.3f} -> {got[-1]:.3f}")
-    assert max(abs(a - b) for a, b in zip(got, want)) > 0, f"{run}: FP8 did nothing"
-    assert w <= bound, f"{run}: {w} > {bound}"
-    assert got[0] - got[-1] >= 0.9 * (want[0] - want[-1]), f"{run}: {got[0]} -> {got[-1]}"
+check_curves([("delayed", "fp32"), ("delayed_max", "fp32"), ("delayed_bf16", "bf16")], base,
+             bound)
 # resumed into FP8 at 30: iterations 31-60 within the bound of the run without FP8
 fp32, to_fp8 = losses("fp32.jsonl"), losses("to_fp8.jsonl")
 assert len(losses("plain.jsonl")) == 30 and len(to_fp8) == 30, len(to_fp8)
@@ -158,23 +148,13 @@ w = worst(to_fp8, fp32[30:], 0)
 print(f"resumed into delayed FP8 at 30: worst {w:.2e} against the run without FP8")
 assert 0 < w <= bound, w
 if mpi:
-    one = losses("delayed.jsonl")
-    for name, n in [("dp2", 60), ("tp2", 60), ("pp2", short), ("tp2sp", short),
-                    ("cp2", short), ("dp2dist", short), ("dp2fsdp", short)]:
-        got = losses(name + ".jsonl")
-        assert len(got) == n, (name, len(got))
-        first, w = abs(got[0] - one[0]) / one[0], worst(got, one[:n], 0)
-        print(f"delayed {name} vs 1 rank: first step {first:.2e}, worst {w:.2e}")
-        assert first <= 1e-6, f"{name}'s first step: {first}"
-        assert w <= bound, f"{name}: {w}"
-    tp2, resumed = losses("tp2.jsonl")[30:], losses("tp2_resumed.jsonl")  # iterations 31-60
-    assert len(resumed) == 30, len(resumed)
-    w = worst(resumed, tp2, 0)
-    print(f"TP2's checkpoint at 30 resumed on 1 rank vs the TP2 run: step 31 "
-          f"{abs(resumed[0] - tp2[0]) / tp2[0]:.2e}, worst {w:.2e}")
-    # the state came along: the first step after the load casts with TP2's scales
-    assert abs(resumed[0] - tp2[0]) / tp2[0] <= 1e-6, (resumed[0], tp2[0])
-    assert w <= bound, f"TP2 -> 1 rank: {w}"
+    check_layouts(losses("delayed.jsonl"),
+                  [("dp2", 60), ("tp2", 60), ("pp2", short), ("tp2sp", short), ("cp2", short),
+                   ("dp2dist", short), ("dp2fsdp", short)], bound, "delayed ")
+    # the state came along: the first step after the load casts with TP2's scales (a fresh
+    # state's scales of 1 would not)
+    check_resumed("TP2's checkpoint at 30 resumed on 1 rank vs the TP2 run",
+                  losses("tp2_resumed.jsonl"), losses("tp2.jsonl")[30:], bound)
 PY
 
 # 5. The Hugging Face export leaves the state out.

@@ -567,8 +567,10 @@ typedef struct loom_preference_rows {
  *                               data x context groups. Its state is the model's buffers
  *                               (f32, replicated): "<w>.fp8_amax_history" (3, len) and
  *                               "<w>.fp8_scale" (3) beside each FP8 weight "<w>.weight",
- *                               rows input, weight, gradient; training state that a
- *                               Hugging Face export leaves out (loom::is_fp8_state);
+ *                               rows input, weight, gradient (an expert weight (E, out, in):
+ *                               (E, 3, len) and (E, 3), expert parameters split like it);
+ *                               training state that a Hugging Face export leaves out
+ *                               (loom::is_fp8_state);
  *   LOOM_FP8_RECIPE_BLOCKWISE   DeepSeek-V3's: activations and gradients in 1x128 tiles,
  *                               weights in 128x128 blocks, power-of-two scales.
  * A model refuses, naming it, a recipe or layout it does not run yet. */

@@ -138,19 +138,25 @@ void ParamStore::allocate(const Ctx& ctx) {
   }
 }
 
+// The dense weights' state first, then the experts': each part is reduced over its own group.
 void ParamStore::allocate_f32(const Ctx& ctx) {
-  int64_t total = 0;
-  for (Param& p : params_)
-    if (p.f32) {
-      loom::require(p.buffer, "loom layers: f32 parameter " + p.name + " is not a buffer");
-      p.offset = total;
-      total += (p.numel() + kAlign - 1) / kAlign * kAlign;
-    }
+  int64_t total = 0, dense = 0;
+  for (const bool experts : {false, true}) {
+    for (Param& p : params_)
+      if (p.f32 && (p.ep_size > 0) == experts) {
+        loom::require(p.buffer, "loom layers: f32 parameter " + p.name + " is not a buffer");
+        p.offset = total;
+        total += (p.numel() + kAlign - 1) / kAlign * kAlign;
+      }
+    if (!experts) dense = total;
+  }
   if (total == 0) return;
   f32_flat_ = ctx.alloc(loom_f32(), {total});
   ctx.call(&loom_ops::fill, f32_flat_.get(), 0.0);  // the padding too: reductions cover it
   for (Param& p : params_)
     if (p.f32) p.value = View(f32_flat_.get(), p.shape, p.offset);
+  if (dense > 0) f32_dense_ = View(f32_flat_.get(), {dense});
+  if (total > dense) f32_experts_ = View(f32_flat_.get(), {total - dense}, dense);
 }
 
 void ParamStore::freeze_base() {
@@ -177,61 +183,6 @@ void ParamStore::link_lora(const LoraConfig& c) {
     l->scale = c.scale();
     l->scratch = scratch;
     p.lora = l;
-  }
-}
-
-// Whether weight p gets FP8 GEMMs: a matrix of transformer layer l ("h.<l>.") with
-// c.first <= l < c.end, not an expert's, an adapter or a buffer (only make_linear's weights
-// read it).
-static bool fp8_weight(const Param& p, const Fp8Config& c) {
-  if (p.adapter || p.buffer || p.ep_size > 0 || p.shape.size() != 2) return false;
-  if (p.name.compare(0, 2, "h.") != 0) return false;  // embeddings, head, MTP: the compute dtype
-  const int64_t l = std::stoll(p.name.substr(2, p.name.find('.', 2) - 2));
-  return l >= c.first && l < c.end;
-}
-
-static std::string fp8_base(const std::string& weight) {
-  const std::string w = ".weight";
-  const bool suffixed = weight.size() > w.size() && weight.ends_with(w);
-  return suffixed ? weight.substr(0, weight.size() - w.size()) : weight;
-}
-
-void ParamStore::add_fp8_state(const Fp8Config& c) {
-  if (!c.delayed()) return;
-  std::vector<std::string> bases;
-  for (const Param& p : params_)
-    if (fp8_weight(p, c)) bases.push_back(fp8_base(p.name));
-  for (const std::string& b : bases) {
-    Param& h =
-        add(b + std::string(loom::kFp8HistorySuffix), {3, c.history_len}, 0, -1, Init::kZeros);
-    h.buffer = h.f32 = true;
-    // scales of 1 at first, as Transformer Engine's
-    Param& s = add(b + std::string(loom::kFp8ScaleSuffix), {3}, 0, -1, Init::kOnes);
-    s.buffer = s.f32 = true;
-  }
-}
-
-void ParamStore::link_fp8(const Fp8Config& c) {
-  if (!c.on()) return;
-  auto gemms = std::make_shared<loom::tp::Fp8Linear>();
-  gemms->recipe = c.recipe;
-  gemms->hybrid = c.hybrid;
-  gemms->margin = c.margin;
-  for (Param& p : params_) {
-    if (!fp8_weight(p, c)) continue;
-    if (!c.delayed()) {
-      p.fp8 = gemms;
-      continue;
-    }
-    auto state = std::make_shared<loom::tp::Fp8History>();
-    const std::string b = fp8_base(p.name);
-    state->history = at(b + std::string(loom::kFp8HistorySuffix)).value;
-    state->scale = at(b + std::string(loom::kFp8ScaleSuffix)).value;
-    state->len = c.history_len;
-    state->recording = fp8_recording_;
-    auto own = std::make_shared<loom::tp::Fp8Linear>(*gemms);
-    own->delayed = std::move(state);
-    p.fp8 = std::move(own);
   }
 }
 
@@ -451,12 +402,12 @@ void ParamDeclarer::column(const std::string& p, std::vector<int64_t> blocks, in
                            bool bias) {
   int64_t rows = 0;
   for (int64_t b : blocks) rows += b / o.tp;
-  ps_.add(p + ".weight", {rows, in}, 1, 0, Init::kNormal, sd, blocks);
+  ps_.add(p + ".weight", {rows, in}, 1, 0, Init::kNormal, sd, blocks).linear = true;
   if (bias) ps_.add(p + ".bias", {rows}, 0, 0, Init::kZeros, 0.0, blocks);
 }
 
 void ParamDeclarer::row(const std::string& p, int64_t out, int64_t in_global, double sd) {
-  ps_.add(p + ".weight", {out, in_global / o.tp}, 1, 1, Init::kNormal, sd);
+  ps_.add(p + ".weight", {out, in_global / o.tp}, 1, 1, Init::kNormal, sd).linear = true;
   if (o.bias) ps_.add(p + ".bias", {out}, 0, -1, Init::kZeros).sp_partial = sp_;
 }
 
@@ -472,13 +423,13 @@ void ParamDeclarer::mla(const std::string& p) {
     if (o.norm_mean() && o.bias) ps_.add(n + ".bias", {dim}, 0, -1, Init::kZeros);
   };
   if (qr > 0) {
-    ps_.add(p + ".q_a.weight", {qr, C}, 1, -1, Init::kNormal, std);
+    ps_.add(p + ".q_a.weight", {qr, C}, 1, -1, Init::kNormal, std).linear = true;
     latent_norm(p + ".q_a_norm", qr);
     column(p + ".q_b", {H * dq}, qr, std, false);
   } else {
     column(p + ".q", {H * dq}, C, std, false);
   }
-  ps_.add(p + ".kv_a.weight", {r + o.qk_pos_dim, C}, 1, -1, Init::kNormal, std);
+  ps_.add(p + ".kv_a.weight", {r + o.qk_pos_dim, C}, 1, -1, Init::kNormal, std).linear = true;
   latent_norm(p + ".kv_a_norm", r);
   column(p + ".kv_b", {H * (o.qk_head_dim + dv)}, r, std, false);
   row(p + ".c_proj", C, H * dv, proj_std);
@@ -540,9 +491,10 @@ void ParamDeclarer::moe(const std::string& p) {
   ps_.add(p + ".router.weight", {E, C}, 1, -1, Init::kNormal, std);
   if (o.moe_expert_bias) ps_.add(p + ".router.expert_bias", {E}, 0, -1, Init::kZeros).buffer = true;
   const int64_t El = E / o.ep;  // this expert rank's slab
-  auto expert = [&](Param& q) {
+  auto expert = [&](Param& q) -> Param& {
     q.ep_size = (int32_t)o.ep;
     q.ep_rank = (int32_t)o.ep_rank;
+    return q;
   };
   // Expert tensor parallelism: c_fc's (gate;up) rows and c_proj's columns split as the dense
   // MLP's; c_proj's bias whole (added once, by tensor rank 0).
@@ -550,12 +502,14 @@ void ParamDeclarer::moe(const std::string& p) {
   const std::vector<int64_t> blocks =
       o.gated() ? std::vector<int64_t>{F, F} : std::vector<int64_t>{};
   expert(ps_.add(p + ".experts.c_fc.weight", {El, fc_out / t, C}, 1, split, Init::kNormal, std,
-                 blocks));
+                 blocks))
+      .linear = true;
   if (o.bias)
     expert(
         ps_.add(p + ".experts.c_fc.bias", {El, fc_out / t}, 0, split, Init::kZeros, 0.0, blocks));
   expert(ps_.add(p + ".experts.c_proj.weight", {El, C, F / t}, 1, t > 1 ? 2 : -1, Init::kNormal,
-                 proj_std));
+                 proj_std))
+      .linear = true;
   if (o.bias) expert(ps_.add(p + ".experts.c_proj.bias", {El, C}, 0, -1, Init::kZeros));
   if (o.moe_shared_hidden > 0) {
     // the shared expert: whole on every rank like the others, or split over the tensor group
@@ -564,10 +518,12 @@ void ParamDeclarer::moe(const std::string& p) {
     const std::vector<int64_t> s_blocks =
         o.gated() ? std::vector<int64_t>{S, S} : std::vector<int64_t>{};
     ps_.add(p + ".shared.c_fc.weight", {s_out / t, C}, 1, t > 1 ? 0 : -1, Init::kNormal, std,
-            s_blocks);
+            s_blocks)
+        .linear = true;
     if (o.bias)
       ps_.add(p + ".shared.c_fc.bias", {s_out / t}, 0, t > 1 ? 0 : -1, Init::kZeros, 0.0, s_blocks);
-    ps_.add(p + ".shared.c_proj.weight", {C, S / t}, 1, t > 1 ? 1 : -1, Init::kNormal, proj_std);
+    ps_.add(p + ".shared.c_proj.weight", {C, S / t}, 1, t > 1 ? 1 : -1, Init::kNormal, proj_std)
+        .linear = true;
     if (o.bias) ps_.add(p + ".shared.c_proj.bias", {C}, 0, -1, Init::kZeros);
     if (o.moe_shared_gate) ps_.add(p + ".shared.gate.weight", {1, C}, 1, -1, Init::kNormal, std);
   }

@@ -31,6 +31,14 @@ DecoderModel::DecoderModel(const loom_host* host, const loom_config* cfg,
     const loom_parallel_layout l = host_layout(host);
     if (l.data * l.context > 1)
       batch_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data * l.context);
+    // An expert's amaxes span the ranks that hold it: data x context without expert
+    // parallelism, the expert-data group (data x context / EP) with it.
+    expert_batch_group_ = batch_group_;
+    if (opt_.fp8.delayed() && opt_.ep > 1) {
+      const int size = l.data * l.context / (int)opt_.ep;
+      expert_batch_group_ =
+          size > 1 ? join_group(host, ctx_.be, LOOM_GROUP_EXPERT_DATA, size) : ProcessGroup{};
+    }
   }
   if (opt_.num_experts > 0) {  // the loss terms, then the per-expert statistics
     for (int64_t l = 0; l < opt_.n_layer; ++l)

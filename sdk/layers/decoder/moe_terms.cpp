@@ -76,7 +76,7 @@ void DecoderModel::update_expert_biases() {
   sum_over(ctx_, batch_group_, expert_loads_);
   size_t at = 0;
   for (Param& bias : params_.all()) {        // the buffers, one per MoE layer (moe_acts' order)
-    if (!bias.buffer || bias.f32) continue;  // (FP8's scaling state is f32, refused with MoE)
+    if (!bias.buffer || bias.f32) continue;  // (delayed FP8 scaling state: f32 buffers)
     std::vector<int64_t> load((size_t)E);
     for (int64_t e = 0; e < E; ++e)
       load[(size_t)e] = (int64_t)expert_loads_[at * (size_t)E + (size_t)e];

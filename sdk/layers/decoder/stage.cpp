@@ -556,7 +556,8 @@ void DecoderModel::weight_backward(const loom_stage_weight_args& a) {
 // embedding group, so both step alike.
 void DecoderModel::finish_grads() {
   if (opt_.moe_expert_bias) update_expert_biases();
-  if (opt_.fp8.delayed()) update_fp8_scales(ctx_, params_, opt_.fp8, batch_group_);
+  if (opt_.fp8.delayed())
+    update_fp8_scales(ctx_, params_, opt_.fp8, batch_group_, expert_batch_group_);
   // (When the host moves each unit's gradients at its end, unit_done summed them.)
   if (params_.residency() < LOOM_RESIDENCY_GRADS)
     for (Param& p : params_.all())

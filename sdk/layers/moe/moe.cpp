@@ -7,31 +7,11 @@
 
 #include <algorithm>
 
+#include "loom/cpp/layers/moe/expert_gemms.hpp"
 #include "loom/cpp/layers/moe/row_ops.hpp"
 
 namespace loom::layers {
 namespace {
-
-// One grouped GEMM over the experts' rows (backend.h's grouped_gemm).
-void grouped(const Ctx& c, const std::vector<int64_t>& sizes, bool ta, bool tb, int64_t m,
-             int64_t n, int64_t k, double beta, const DLTensor* a, const DLTensor* b, DLTensor* out,
-             double alpha = 1.0) {
-  loom_grouped_gemm_args g{};
-  g.struct_size = LOOM_GROUPED_GEMM_ARGS_SIZE_V2_5;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.num_groups = (int64_t)sizes.size();
-  g.sizes = sizes.data();
-  g.alpha = alpha;
-  g.beta = beta;
-  g.a = a;
-  g.b = b;
-  g.c = out;
-  c.call(&loom_ops::grouped_gemm, &g);
-}
 
 // Host row indices to a device i32 tensor.
 void upload_rows(const Ctx& c, const std::vector<int32_t>& rows, const Tensor& t) {
@@ -242,10 +222,10 @@ void MoeMlp::experts_forward(const Ctx& c, MoeActs& m, const std::vector<int64_t
                              int64_t R, const DLTensor* x, DLTensor* y) const {
   if (R == 0) return;
   View h = view(m.eh, {R, fc_out}), av = view(m.ea, {R, F});
-  grouped(c, counts, false, true, LOOM_GROUP_SIZE, fc_out, C, 0.0, x, w1->value.get(), h.get());
+  expert_linear_forward(c, counts, *w1, x, h.get());
   if (b1) add_expert_bias(c, counts, b1, h, fc_out);
   loom::act_forward(c.be, act, av.get(), h);
-  grouped(c, counts, false, true, LOOM_GROUP_SIZE, C, F, 0.0, av, w2->value.get(), y);
+  expert_linear_forward(c, counts, *w2, av, y);
   if (b2 && (!split || c.tp.rank == 0)) add_expert_bias(c, counts, b2, y, C);  // once
 }
 
@@ -263,24 +243,18 @@ void MoeMlp::experts_backward(const Ctx& c, MoeActs& m, const std::vector<int64_
     param_grad(
         c, [=, this](const Ctx& k, T d) { expert_bias_backward(k, n, b2, d, C, g); }, dy);
   param_grad(
-      c,
-      [=, this](const Ctx& k, T d, T a) {
-        grouped(k, n, true, false, C, F, LOOM_GROUP_SIZE, 1.0, d, a, w2->grad.get(), g);
-      },
+      c, [=, this](const Ctx& k, T d, T a) { expert_linear_backward_weight(k, n, *w2, d, a, g); },
       dy, (T)av.get());
-  grouped(c, counts, false, false, LOOM_GROUP_SIZE, F, C, 0.0, dy, w2->value.get(), da.get());
+  expert_linear_backward_data(c, counts, *w2, dy, da.get());
   loom::act_backward(c.be, act, dh.get(), h, da);
   if (b1)
     param_grad(
         c, [=, this](const Ctx& k, T d) { expert_bias_backward(k, n, b1, d, fc_out, g); },
         (T)dh.get());
   param_grad(
-      c,
-      [=, this](const Ctx& k, T d, T xi) {
-        grouped(k, n, true, false, fc_out, C, LOOM_GROUP_SIZE, 1.0, d, xi, w1->grad.get(), g);
-      },
+      c, [=, this](const Ctx& k, T d, T xi) { expert_linear_backward_weight(k, n, *w1, d, xi, g); },
       (T)dh.get(), x);
-  grouped(c, counts, false, false, LOOM_GROUP_SIZE, C, fc_out, 0.0, dh, w1->value.get(), dx);
+  expert_linear_backward_data(c, counts, *w1, dh, dx);
 }
 
 // Megatron's all-to-all dispatcher. Every rank learns every rank's rows per expert (one sum

@@ -11,6 +11,7 @@
 // of dx in backward.
 #include <cmath>
 
+#include "loom/cpp/layers/moe/expert_gemms.hpp"
 #include "loom/cpp/layers/moe/moe.hpp"
 #include "loom/cpp/layers/moe/row_ops.hpp"
 
@@ -30,16 +31,16 @@ void MoeMlp::shared_forward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor*
     if (sg) m.sgl = c.alloc({N});
   }
   View h = view(m.sh, {N, s_fc_out}), av = view(m.sa, {N, S});
-  c.gemm(false, true, N, s_fc_out, C, {x, C}, {s1->value.get(), C}, h.get(), s_fc_out, 0, 0.0);
+  dense_linear_forward(c, *s1, x, N, h.get(), 0.0);
   if (sb1) loom::bias_add(c.be, h.get(), sb1->value.get());
   loom::act_forward(c.be, act, av.get(), h);
   if (!sg && !split) {
-    c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, y, C, 0, 1.0);
+    dense_linear_forward(c, *s2, av, N, y, 1.0);
     if (sb2) loom::bias_add(c.be, y, sb2->value.get());
     return;
   }
   View z = view(m.sz, {N, C}), gz = view(m.dsz, {N, C}), gl = view(m.sgl, {N});
-  c.gemm(false, true, N, C, S, {av, S}, {s2->value.get(), S}, z.get(), C, 0, 0.0);
+  dense_linear_forward(c, *s2, av, N, z.get(), 0.0);
   if (split) c.tp.all_reduce(z.get());  // each tensor rank's columns' part
   if (sb2) loom::bias_add(c.be, z.get(), sb2->value.get());
   if (!sg) {
@@ -85,25 +86,25 @@ void MoeMlp::shared_backward(const Ctx& c, MoeActs& m, int64_t N, const DLTensor
       c,
       [=, this](const Ctx& k, T d, T a) {
         if (sb2) loom::bias_backward(k.be, sb2->grad.get(), d);
-        k.gemm(true, false, C, S, N, {d, C}, {a, S}, s2->grad.get(), S, 0, 1.0);
+        dense_linear_backward_weight(k, *s2, d, a, N);
       },
       (T)dyv.get(), (T)av.get());
-  c.gemm(false, false, N, S, C, {dyv, C}, {s2->value.get(), S}, da.get(), S, 0, 0.0);
+  dense_linear_backward_data(c, *s2, dyv, N, da.get(), 0.0);
   loom::act_backward(c.be, act, dh.get(), h, da);
   param_grad(
       c,
       [=, this](const Ctx& k, T d, T xi) {
         if (sb1) loom::bias_backward(k.be, sb1->grad.get(), d);
-        k.gemm(true, false, s_fc_out, C, N, {d, s_fc_out}, {xi, C}, s1->grad.get(), C, 0, 1.0);
+        dense_linear_backward_weight(k, *s1, d, xi, N);
       },
       (T)dh.get(), (T)xv.get());
   if (!split) {
-    c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, dx, C, 0, 1.0);
+    dense_linear_backward_data(c, *s1, dh, N, dx, 1.0);
     return;
   }
   // this rank's columns' part of the MLP's dx, summed over the group (dz's buffer is free)
   View part = view(m.dsz, {N, C});
-  c.gemm(false, false, N, C, s_fc_out, {dh, s_fc_out}, {s1->value.get(), C}, part.get(), C, 0, 0.0);
+  dense_linear_backward_data(c, *s1, dh, N, part.get(), 0.0);
   c.tp.all_reduce(part.get());
   c.call(&loom_ops::add, dx, (const DLTensor*)dx, (const DLTensor*)part);
 }

@@ -69,8 +69,9 @@ struct Fp8Linear {
                 : weight ? LOOM_FP8_SCALE_128X128
                          : LOOM_FP8_SCALE_1X128;
     const auto [gr, gc] = fp8_scale_grid(o.scaling, rows, cols);
+    const bool delayed_scale = recipe == LOOM_FP8_RECIPE_DELAYED;
     o.codes = Tensor(be, format, {rows, cols});
-    o.scale = Tensor(be, loom_f32(), {gr, gc});
+    if (!delayed_scale) o.scale = Tensor(be, loom_f32(), {gr, gc});  // delayed: the history's
     o.scale_inv = Tensor(be, loom_f32(), {gr, gc});
     View in(src, {rows, cols});
     loom_fp8_quantize_args a{};
@@ -83,7 +84,7 @@ struct Fp8Linear {
     a.scale = o.scale;
     a.scale_inv = o.scale_inv;
     View scale, amax;  // delayed: the history's scale read, its amax slot folded into
-    if (recipe == LOOM_FP8_RECIPE_DELAYED) {
+    if (delayed_scale) {
       require(delayed != nullptr, "FP8 linear layers: delayed scaling without its state");
       scale = View(delayed->scale, {1}, role);
       a.flags = 0;
@@ -112,22 +113,23 @@ struct Fp8Linear {
   // the transposed copy); c's rows at pitch ldc from offset offc.
   static void gemm(const Backend& be, int64_t m, int64_t n, int64_t k, const Fp8Operand& a, bool ta,
                    const Fp8Operand& b, bool tb, DLTensor* c, int64_t ldc, int64_t offc,
-                   double beta) {
+                   double beta, double alpha = 1.0) {
     const bool tblk_a = ta && a.scaling != LOOM_FP8_SCALE_TENSOR;
     const bool tblk_b = tb && b.scaling != LOOM_FP8_SCALE_TENSOR;
     loom_gemm_fp8 e = gemm_fp8(tblk_a ? a.scale_inv_t.get() : a.scale_inv.get(), a.scaling,
                                tblk_b ? b.scale_inv_t.get() : b.scale_inv.get(), b.scaling);
-    gemm_scaled(be, false, true, m, n, k, 1.0, ta ? a.codes_t.get() : a.codes.get(), k, 0,
+    gemm_scaled(be, false, true, m, n, k, alpha, ta ? a.codes_t.get() : a.codes.get(), k, 0,
                 tb ? b.codes_t.get() : b.codes.get(), k, 0, c, ldc, offc, beta, &e.base);
   }
 
-  // y(n, out) = x(n, in) W[row0 : row0 + out]^T (no bias: the caller adds it).
+  // y(n, out) (= or, with beta 1, +=) x(n, in) W[row0 : row0 + out]^T (no bias: the caller
+  // adds it).
   void forward(const Backend& be, DLTensor* y, const DLTensor* x, int64_t n, const DLTensor* w,
-               int64_t row0, int64_t out, int64_t in) const {
+               int64_t row0, int64_t out, int64_t in, double beta = 0.0) const {
     View wv(w, {out, in}, row0 * in);
     const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), Fp8History::kInput, false);
     const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), Fp8History::kWeight, false);
-    gemm(be, n, out, in, qx, false, qw, false, y, out, 0, 0.0);
+    gemm(be, n, out, in, qx, false, qw, false, y, out, 0, beta);
   }
   // dx(n, in) (= or += with accumulate) = dy(n, out) W[row0 : row0 + out].
   void backward_data(const Backend& be, DLTensor* dx, bool accumulate, const DLTensor* dy,
@@ -137,12 +139,12 @@ struct Fp8Linear {
     const Fp8Operand qw = quantize(be, wv.get(), out, in, loom_e4m3(), Fp8History::kWeight, true);
     gemm(be, n, in, out, qd, false, qw, true, dx, in, 0, accumulate ? 1.0 : 0.0);
   }
-  // dW[row0 : row0 + out] (out, in) += dy(n, out)^T x(n, in).
+  // dW[row0 : row0 + out] (out, in) += alpha dy(n, out)^T x(n, in).
   void backward_weight(const Backend& be, DLTensor* dw, const DLTensor* dy, const DLTensor* x,
-                       int64_t n, int64_t row0, int64_t out, int64_t in) const {
+                       int64_t n, int64_t row0, int64_t out, int64_t in, double alpha = 1.0) const {
     const Fp8Operand qd = quantize(be, dy, n, out, grad_format(), Fp8History::kGrad, true);
     const Fp8Operand qx = quantize(be, x, n, in, loom_e4m3(), Fp8History::kInput, true);
-    gemm(be, out, in, n, qd, true, qx, true, dw, in, row0 * in, 1.0);
+    gemm(be, out, in, n, qd, true, qx, true, dw, in, row0 * in, 1.0, alpha);
   }
 };
 

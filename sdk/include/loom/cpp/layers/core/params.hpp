@@ -50,8 +50,14 @@ struct Param {
   // LoRA matrix; `lora` is the adapter pair on this weight, linked after allocation.
   bool frozen = false, adapter = false, no_grad = false;
   std::shared_ptr<const loom::tp::LoraAdapter> lora;
-  // FP8 GEMMs on this weight's linear layer (options' fp8), linked after allocation.
+  // A linear layer's weight (the declarer's column, row, MLA's down-projections, the
+  // experts' and the shared expert's): the matrices FP8 may take (link_fp8), where a router,
+  // a gate or a convolution's taps never go.
+  bool linear = false;
+  // FP8 GEMMs on this weight's linear layer (options' fp8), linked after allocation; an
+  // expert weight (E/EP, out, in) has one per local expert instead (its own delayed state).
   std::shared_ptr<const loom::tp::Fp8Linear> fp8;
+  std::vector<std::shared_ptr<const loom::tp::Fp8Linear>> fp8_experts;
   DLTensor* grad_or_null() { return no_grad ? nullptr : grad.get(); }
   int64_t numel() const;
 };
@@ -76,17 +82,24 @@ class ParamStore {
   // adapters frozen; link_lora, after allocate, gives each adapted weight its adapter pair.
   void freeze_base();
   void link_lora(const LoraConfig& c);
-  // FP8 (options' fp8): every matrix of transformer layer l ("h.<l>.") with
-  // fp8.first <= l < fp8.end, not an expert's or an adapter, gets the GEMMs.
+  // FP8 (options' fp8): every linear weight of transformer layer l ("h.<l>.") with
+  // fp8.first <= l < fp8.end, not an adapter, gets the GEMMs (an expert weight one set per
+  // local expert).
   void link_fp8(const Fp8Config& c);
   // Delayed scaling (fp8.delayed()): declares, before allocate, each FP8 weight's history
   // "<base>.fp8_amax_history" (3, len) and scales "<base>.fp8_scale" (3), f32 buffers, where
-  // <base> is the weight's name without ".weight"; link_fp8 hands them to its GEMMs, whose
+  // <base> is the weight's name without ".weight" (an expert weight's: (E/EP, 3, len) and
+  // (E/EP, 3), expert parameters split like it); link_fp8 hands them to its GEMMs, whose
   // casts record while `*recording`.
   void add_fp8_state(const Fp8Config& c);
   std::shared_ptr<bool> fp8_recording() const { return fp8_recording_; }
-  // The f32 buffers' flat buffer (every FP8 history and scale, padded with zeros), or NULL.
-  DLTensor* f32_state() const { return f32_flat_.get(); }
+  // The f32 buffers (every FP8 history and scale, padded with zeros): the dense weights'
+  // (replicated over data x context), then the experts' (over the expert-data group), each a
+  // view of one flat buffer, or NULL where there are none.
+  DLTensor* f32_state(bool experts) const {
+    View& v = experts ? f32_experts_ : f32_dense_;
+    return v.get()->ndim > 0 ? v.get() : nullptr;  // an empty View has no dimension
+  }
   std::vector<Param>& all() { return params_; }
   // loom_model_api's get_param for parameter i (`who` prefixes the errors); `tie_group`: the
   // tie group to name (the tied embedding's "embedding"), or NULL.
@@ -120,6 +133,7 @@ class ParamStore {
   void allocate_f32(const Ctx& ctx);  // the f32 buffers' flat buffer and views
   std::vector<Param> params_;
   Tensor value_flat_, grad_flat_, f32_flat_;
+  mutable View f32_dense_, f32_experts_;  // f32_flat_'s two parts
   std::shared_ptr<bool> fp8_recording_ = std::make_shared<bool>(true);
   int32_t residency_ = LOOM_RESIDENCY_NONE;
   std::vector<Unit> units_;
@@ -128,9 +142,11 @@ class ParamStore {
 };
 
 // Delayed FP8 scaling's step end (core/fp8.cpp): the step's amaxes reduced with MAX over the
-// tensor group and `batch` (data x context), then each FP8 weight's next scales from its
-// histories (loom.fp8/1's delayed_update) and the roll.
-void update_fp8_scales(const Ctx& c, ParamStore& ps, const Fp8Config& f, const ProcessGroup& batch);
+// tensor group and `batch` (data x context; the experts' over `expert_batch`, the ranks that
+// hold the same experts), then each FP8 weight's next scales from its histories (loom.fp8/1's
+// delayed_update) and the roll.
+void update_fp8_scales(const Ctx& c, ParamStore& ps, const Fp8Config& f, const ProcessGroup& batch,
+                       const ProcessGroup& expert_batch);
 
 // Declares parameters with the tensor-parallel conventions the slots expect.
 class ParamDeclarer {

@@ -261,6 +261,8 @@ class DecoderModel {
   std::vector<LayerActs> rc_group_;   // full: the activations of one recomputed group
   std::vector<double> expert_loads_;  // (MoE layers of this stage, E) this step's, this rank's
   ProcessGroup batch_group_;          // data x context: the ranks that split the global batch
+  ProcessGroup expert_batch_group_;   // the ranks that hold this rank's experts: the same or
+                                      // (expert parallelism) the expert-data group
   // per layer of this stage, the (first, count) get_param index runs its backward completes
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ready_runs_;
   bool held_ = true;  // residency: every unit's values kept (hold_params)
