@@ -211,7 +211,8 @@ constexpr loom_param_spec kPrecision[] = {
           1, 0, "most_recent|max"),
     param("fp8_first_last_bf16", kBool, "false",
           "FP8: keep the first fp8_layers_at_start_bf16 and last fp8_layers_at_end_bf16 "
-          "transformer layers in dtype (Megatron's --first-last-layers-bf16)"),
+          "transformer layers in dtype (Megatron's --first-last-layers-bf16; T5: of each "
+          "stack)"),
     param("fp8_layers_at_start_bf16", kInt, "1",
           "FP8 with fp8_first_last_bf16: layers at the start kept in dtype", 0, kInf),
     param("fp8_layers_at_end_bf16", kInt, "1",

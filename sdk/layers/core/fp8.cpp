@@ -23,11 +23,6 @@ void parse_fp8(const loom_model_create_args& args, Family family, const std::str
                 who + ": FP8 recipe " + std::to_string(f.recipe) + " is not one of model.h's");
   loom::require(f.margin >= 0 && f.layers_at_start_bf16 >= 0 && f.layers_at_end_bf16 >= 0,
                 who + ": FP8's margin and bf16 layer counts must be >= 0");
-  loom::require(family != Family::kT5,
-                who +
-                    ": FP8 training is not implemented with T5 (GPT-style decoders, with or "
-                    "without experts, and BERT only)",
-                LOOM_ERR_UNIMPLEMENTED);
   const int64_t first = f.layers_at_start_bf16, end = o.n_layer - f.layers_at_end_bf16;
   loom::require(first < end, who + ": precision.fp8_first_last_bf16 keeps " +
                                  std::to_string(f.layers_at_start_bf16) + " + " +
@@ -38,6 +33,14 @@ void parse_fp8(const loom_model_create_args& args, Family family, const std::str
   o.fp8.margin = f.margin;
   o.fp8.first = first;
   o.fp8.end = end;
+  if (family == Family::kT5) {  // each stack keeps its own first and last layers
+    o.fp8.dec_end = o.dec_layers - f.layers_at_end_bf16;
+    loom::require(first < o.fp8.dec_end, who + ": precision.fp8_first_last_bf16 keeps " +
+                                             std::to_string(f.layers_at_start_bf16) + " + " +
+                                             std::to_string(f.layers_at_end_bf16) + " of the " +
+                                             std::to_string(o.dec_layers) +
+                                             " decoder layers in dtype: none left in FP8");
+  }
   if (f.recipe != LOOM_FP8_RECIPE_DELAYED) return;
   loom::require(f.amax_history_len >= 1, who +
                                              ": precision.fp8_amax_history_len must be >= 1, not " +
@@ -46,13 +49,16 @@ void parse_fp8(const loom_model_create_args& args, Family family, const std::str
   o.fp8.most_recent = f.amax_most_recent != 0;
 }
 
-// Whether weight p gets FP8 GEMMs: a linear layer's matrix of transformer layer l ("h.<l>.")
-// with c.first <= l < c.end, not an adapter's (its own GEMMs keep the compute dtype).
+// Whether weight p gets FP8 GEMMs: a linear layer's matrix of transformer layer l ("h.<l>.",
+// T5's "enc.h.<l>." and "dec.h.<l>.") with c.first <= l < the stack's end, not an adapter's
+// (its own GEMMs keep the compute dtype).
 static bool fp8_weight(const Param& p, const Fp8Config& c) {
   if (!p.linear || p.adapter) return false;
-  if (p.name.compare(0, 2, "h.") != 0) return false;  // embeddings, head, MTP: the compute dtype
-  const int64_t l = std::stoll(p.name.substr(2, p.name.find('.', 2) - 2));
-  return l >= c.first && l < c.end;
+  const bool dec = p.name.starts_with("dec.h.");
+  const size_t at = dec || p.name.starts_with("enc.h.") ? 6 : p.name.starts_with("h.") ? 2 : 0;
+  if (at == 0) return false;  // embeddings, head, MTP: the compute dtype
+  const int64_t l = std::stoll(p.name.substr(at, p.name.find('.', at) - at));
+  return l >= c.first && l < (dec ? c.dec_end : c.end);
 }
 
 static std::string fp8_base(const std::string& weight) {

@@ -24,6 +24,9 @@ T5Model::T5Model(const loom_host* host, const loom_config* cfg, const loom_model
   opt_ = parse_options(loom::Config(host, cfg), a, ctx_.tp, who_, Family::kT5);
   enc_opt_ = opt_;
   enc_opt_.bidirectional = true;
+  const loom_parallel_layout l = host_layout(host);
+  if (opt_.fp8.delayed() && l.data > 1)  // delayed FP8 scaling's amaxes span the global batch
+    batch_group_ = join_group(host, ctx_.be, LOOM_GROUP_DATA_CONTEXT, l.data);
   build();
 }
 
@@ -47,7 +50,9 @@ void T5Model::build() {
   for (int64_t l = 0; l < o.dec_layers; ++l) T5DecoderLayer::declare(d, "dec.h." + s(l));
   d.norm("dec.ln_f");
   ps.add("lm_head.bias", {vrows}, 0, 0, Init::kZeros);  // Megatron's T5LMHead bias
+  ps.add_fp8_state(o.fp8);  // last: the parameters before keep their get_param indices
   ps.allocate(ctx_);
+  ps.link_fp8(o.fp8);
 
   emb_ = Embedding::make(o, ps, ctx_);
   if (o.relative) {

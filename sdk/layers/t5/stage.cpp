@@ -190,6 +190,7 @@ void T5Model::stage_forward(loom_stage_forward_args& a) {
                     ") exceeds the create args (" + s(args_.micro_batch) + " x " +
                     s(args_.seq_len) + ")");
   T5Slot& S = slot(a.slot);
+  *params_.fp8_recording() = !a.no_grad;  // an evaluation's amaxes are not the step's
   loom::require(!S.pending, who_ + ": slot " + s(a.slot) +
                                 " still holds a micro-batch waiting for its stage_backward");
   const int64_t B = mb.batch, T = mb.seq_len, K = opt_.dec_seq_len, C = opt_.n_embd;
@@ -253,6 +254,7 @@ void T5Model::stage_backward(loom_stage_backward_args& a) {
       si >= 0 && (size_t)si < slots_.size() && slots_[si] && slots_[si]->pending,
       who_ + ": stage_backward of slot " + s(si) + ", which holds no forward with gradients");
   T5Slot& S = *slots_[si];
+  *params_.fp8_recording() = true;  // dy's amaxes, and x's and W's again, are the step's
   const int64_t C = opt_.n_embd;
   head_backward(S);
   // decoder, top down; each layer's cross-attention adds its part of d(mem)
@@ -277,6 +279,10 @@ void T5Model::stage_backward(loom_stage_backward_args& a) {
   a.num_dinputs = 0;
   a.dinputs = nullptr;
   S.pending = false;
+}
+
+void T5Model::finish_grads() {
+  if (opt_.fp8.delayed()) update_fp8_scales(ctx_, params_, opt_.fp8, batch_group_, batch_group_);
 }
 
 }  // namespace loom::layers

@@ -97,7 +97,7 @@ const loom_decode_ext kDecode = {{sizeof(loom_decode_ext), LOOM_EXT_DECODE, 0, &
                                  Slots::decode,
                                  Slots::max_context};
 const char* const kCapabilities[] = {LOOM_EXT_DECODE, LOOM_EXT_DECODE_SLOTS, LOOM_EXT_ENCODE,
-                                     nullptr};
+                                     LOOM_EXT_FP8_TRAINING, nullptr};
 
 }  // namespace
 

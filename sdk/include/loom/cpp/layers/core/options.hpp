@@ -41,7 +41,8 @@ struct Fp8Config {
   int32_t recipe = 0;  // LOOM_FP8_RECIPE_* (model.h); 0: off
   bool hybrid = true;  // gradients e5m2
   int32_t margin = 0;
-  int64_t first = 0, end = 0;  // global layer indices
+  int64_t first = 0, end = 0;  // global layer indices (T5: of the encoder's stack)
+  int64_t dec_end = 0;         // T5's decoder stack: its layers [first, dec_end)
   // delayed scaling: the amax history's length, and the scale from its newest amax alone
   // (Megatron's fp8_amax_compute_algo = "most_recent") rather than the window's largest
   int64_t history_len = 1;

@@ -149,7 +149,9 @@ class T5Model {
   void stage_info(loom_stage_info* out);
   void stage_forward(loom_stage_forward_args& args);
   void stage_backward(loom_stage_backward_args& args);
-  void finish_grads() {}  // no sequence parallelism, one stage: nothing is left partial
+  // No sequence parallelism, one stage: nothing is left partial; delayed FP8 scaling's step
+  // end (update_fp8_scales).
+  void finish_grads();
   double flops_per_token() const;
   int64_t max_context() const { return opt_.max_seq_len; }
   // Generation (loom.decode/1, loom.decode-slots/1, loom.encoder-decoder/1): encode runs the
@@ -196,7 +198,8 @@ class T5Model {
 
   std::vector<std::unique_ptr<T5Slot>> slots_;
   GradScratch grads_;
-  Tensor dmem_, picked_;  // (Ne,C) d(encoder output); (max(Ne,Nd),C) embedding scratch (tp)
+  Tensor dmem_, picked_;      // (Ne,C) d(encoder output); (max(Ne,Nd),C) embedding scratch (tp)
+  ProcessGroup batch_group_;  // data: the ranks that split the global batch (delayed FP8)
   std::vector<const char*> reads_;
   loom_loss losses_[1]{};
   std::vector<double> host_losses_;
